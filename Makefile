@@ -1,0 +1,53 @@
+# tidemq: `make run` starts a local cluster, `make test` runs every test.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "tidemq needs Python >= 3.11 (found $$($(PYTHON) --version))"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	@touch $(STAMP)
+
+.PHONY: install
+install: $(STAMP) ## create .venv and install tidemq with its extras (quick when nothing changed)
+	@command -v java >/dev/null 2>&1 || \
+		echo "note: no java on PATH; Spark needs Java 17 (Debian/Ubuntu: apt-get install openjdk-17-jre-headless)"
+
+.PHONY: fmt
+fmt: install ## format the code
+	$(BIN)/ruff format store broker client ha tests
+	$(BIN)/ruff check --fix store broker client ha tests
+
+.PHONY: lint
+lint: install ## ruff (format and rules) and mypy strict
+	$(BIN)/ruff format --check store broker client ha tests
+	$(BIN)/ruff check store broker client ha tests
+	$(BIN)/mypy
+
+.PHONY: test
+test: install lint ## lint, then every test: unit, integration, fault
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+.PHONY: test-unit
+test-unit: install ## unit tests only (no processes, no sockets)
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+.PHONY: bench
+bench: install ## benchmarks: prints throughput figures and ratios to their baselines
+	$(BIN)/python -m tests.bench
+
+.PHONY: clean
+clean: ## remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

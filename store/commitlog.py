@@ -1,0 +1,351 @@
+"""The CommitLog: every message of every topic, appended in RocketMQ's record layout.
+
+Appends assign each message its queue offset (from the per-queue counter `topic-queueId`) and its
+physical offset (its position in the whole log) in one synchronous step on the event loop, which
+is RocketMQ's put lock. When a record and the 8-byte end-of-file marker do not fit in the current
+segment, the rest of the segment becomes a blank (`[4 remaining][4 BLANK_MAGIC]`) and the record
+goes to a new segment. A slave appends the master's bytes verbatim with `append_raw`.
+
+Recovery walks records from a safe point, stops at the first record that is torn, garbage or
+fails its CRC, copies the bytes past that point into `<segment>.torn` files beside the segment,
+zeroes them (so stale records can never be read back after new appends) and truncates there.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from store.config import StoreConfig
+from store.errors import OffsetMismatchError
+from store.record import (
+    BLANK_MAGIC,
+    END_OF_FILE_MIN_BLANK,
+    MAGIC_V1,
+    TRANSACTION_MASK,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    EncodedRecord,
+    MessageToStore,
+    RecordTooLargeError,
+    encode_blank,
+    encode_record,
+    message_id,
+    read_store_timestamp,
+    read_total_size_and_magic,
+    scan_record,
+    stamp_record,
+)
+from store.segment import Segment
+from store.segment_queue import SegmentQueue
+
+log = logging.getLogger(__name__)
+
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+class PutStatus(enum.Enum):
+    """RocketMQ's PutMessageStatus."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPEDFILE_FAILED = "CREATE_MAPEDFILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """Where a message (or batch) landed; RocketMQ's AppendMessageResult."""
+
+    status: PutStatus
+    wrote_offset: int = 0
+    wrote_bytes: int = 0
+    msg_id: str = ""
+    queue_offset: int = 0
+    store_timestamp: int = 0
+    msg_num: int = 1
+    remark: str = ""
+    msg_ids: list[str] = field(default_factory=list)
+
+    @property
+    def end_offset(self) -> int:
+        return self.wrote_offset + self.wrote_bytes
+
+
+def queue_key(topic: str, queue_id: int) -> str:
+    return f"{topic}-{queue_id}"
+
+
+def _takes_queue_offset(sys_flag: int) -> bool:
+    tran = sys_flag & TRANSACTION_MASK
+    return tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+
+
+class CommitLog:
+    def __init__(self, config: StoreConfig, segments: SegmentQueue) -> None:
+        self.config = config
+        self.segments = segments
+        self.file_size = config.mapped_file_size_commit_log
+        # "topic-queueId" -> the queue offset the next message of that queue gets.
+        self.topic_queue_table: dict[str, int] = {}
+        self.last_store_timestamp = 0
+
+    # --- appends ----------------------------------------------------------------------------
+
+    def put(self, msg: MessageToStore) -> AppendResult:
+        try:
+            encoded = encode_record(msg, self.config.max_message_size)
+        except RecordTooLargeError as exc:
+            status = (
+                PutStatus.PROPERTIES_SIZE_EXCEEDED if exc.properties else PutStatus.MESSAGE_ILLEGAL
+            )
+            return AppendResult(status, remark=str(exc))
+        result = self._append_encoded([encoded], msg.store_host)
+        msg.queue_offset = result.queue_offset
+        return result
+
+    def put_batch(self, msgs: Sequence[MessageToStore]) -> AppendResult:
+        """Append messages of one topic and queue as one contiguous run (a SEND_BATCH_MESSAGE)."""
+        if not msgs:
+            return AppendResult(PutStatus.MESSAGE_ILLEGAL, remark="empty batch")
+        try:
+            encoded = [encode_record(msg, self.config.max_message_size) for msg in msgs]
+        except RecordTooLargeError as exc:
+            status = (
+                PutStatus.PROPERTIES_SIZE_EXCEEDED if exc.properties else PutStatus.MESSAGE_ILLEGAL
+            )
+            return AppendResult(status, remark=str(exc))
+        result = self._append_encoded(encoded, msgs[0].store_host)
+        for i, msg in enumerate(msgs):
+            msg.queue_offset = result.queue_offset + i
+        return result
+
+    def _append_encoded(self, records: list[EncodedRecord], store_host: bytes) -> AppendResult:
+        total = sum(len(r.data) for r in records)
+        if total + END_OF_FILE_MIN_BLANK > self.file_size:
+            return AppendResult(
+                PutStatus.MESSAGE_ILLEGAL,
+                remark=f"{total} bytes do not fit in a CommitLog file of {self.file_size}",
+            )
+        segment = self._segment_with_room(total)
+        now = int(time.time() * 1000)
+        # Store timestamps never go backwards, so that lookups by time can binary-search.
+        store_ts = max(now, self.last_store_timestamp)
+        self.last_store_timestamp = store_ts
+        wrote_offset = segment.start_offset + segment.wrote
+        if len(records) == 1:
+            buffer = records[0].data
+        else:
+            buffer = bytearray().join(r.data for r in records)
+        first_queue_offset = -1
+        msg_ids: list[str] = []
+        at = 0
+        for record in records:
+            key = queue_key(record.topic, record.queue_id)
+            takes = _takes_queue_offset(record.sys_flag)
+            queue_offset = self.topic_queue_table.get(key, 0) if takes else 0
+            phy = wrote_offset + at
+            stamp_record(buffer, at, record.store_ts_at, queue_offset, phy, store_ts)
+            if takes:
+                self.topic_queue_table[key] = queue_offset + 1
+            if first_queue_offset < 0:
+                first_queue_offset = queue_offset
+            msg_ids.append(message_id(store_host, phy))
+            at += len(record.data)
+        segment.append(buffer)
+        return AppendResult(
+            PutStatus.PUT_OK,
+            wrote_offset=wrote_offset,
+            wrote_bytes=total,
+            msg_id=",".join(msg_ids),
+            queue_offset=first_queue_offset,
+            store_timestamp=store_ts,
+            msg_num=len(records),
+            msg_ids=msg_ids,
+        )
+
+    def _segment_with_room(self, size: int) -> Segment:
+        segment = self.segments.last_for_append(0)
+        if size + END_OF_FILE_MIN_BLANK > segment.free:
+            segment.append(encode_blank(segment.free))
+            segment.fill_to_end()
+            segment = self.segments.last_for_append()
+        return segment
+
+    def append_raw(self, offset: int, data: bytes | memoryview) -> None:
+        """Append replicated bytes exactly at `offset`, which must be the end of the log.
+
+        An empty log accepts any offset and starts there (a slave joining its master).
+        """
+        if not self.segments.segments:
+            self.segments.reset_empty_at(offset)
+        end = self.segments.max_wrote_offset
+        if offset != end:
+            raise OffsetMismatchError(end, offset)
+        view = memoryview(data)
+        while view:
+            segment = self.segments.last_for_append()
+            chunk = view[: segment.free]
+            segment.append(chunk)
+            view = view[len(chunk) :]
+        self._note_raw_timestamp()
+
+    def _note_raw_timestamp(self) -> None:
+        # Replicated records carry the master's store time; keep the clock monotonic anyway.
+        self.last_store_timestamp = max(self.last_store_timestamp, int(time.time() * 1000))
+
+    # --- reads ------------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        first = self.segments.first
+        return first.start_offset if first else 0
+
+    @property
+    def max_offset(self) -> int:
+        return self.segments.max_offset
+
+    def get_data(
+        self, offset: int, *, return_first_on_not_found: bool = False
+    ) -> tuple[int, memoryview] | None:
+        """Readable bytes from `offset` to the end of its segment, with their start offset."""
+        segment = self.segments.find(offset, return_first_on_not_found=return_first_on_not_found)
+        if segment is None:
+            return None
+        position = offset - segment.start_offset if offset >= segment.start_offset else 0
+        view = segment.select(position)
+        if view is None:
+            return None
+        return segment.start_offset + position, view
+
+    def get_record(self, offset: int, size: int) -> memoryview | None:
+        segment = self.segments.find(offset)
+        if segment is None:
+            return None
+        return segment.select(offset - segment.start_offset, size)
+
+    def store_timestamp_at(self, offset: int) -> int:
+        head = self.get_record(offset, 64)
+        if head is None:
+            return -1
+        _total, magic = read_total_size_and_magic(head, 0)
+        if magic != MAGIC_V1:
+            return -1
+        return read_store_timestamp(head, 0)
+
+    def next_segment_offset(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    # --- recovery ---------------------------------------------------------------------------
+
+    def recover(self, start_index: int) -> int:
+        """Scan from segment `start_index`, truncate after the last valid record; returns the end.
+
+        Bytes past the end that are not zero are copied to `<segment>.torn` before they are
+        zeroed, so a torn or corrupt tail is kept for inspection, never silently dropped.
+        """
+        segments = self.segments.segments
+        if not segments:
+            return 0
+        check_crc = self.config.check_crc_on_recover
+        valid_end = segments[start_index].start_offset
+        for segment in segments[start_index:]:
+            position, complete = self._scan_segment(segment, check_crc)
+            valid_end = segment.start_offset + position
+            if not complete:
+                break
+        self._preserve_and_clear_tail(valid_end)
+        self.segments.truncate_after(valid_end)
+        last = self.segments.last
+        if last is not None and last.start_offset + last.wrote < valid_end:
+            last.set_positions(valid_end - last.start_offset)
+        log.info("CommitLog recovered: valid data ends at physical offset %d", valid_end)
+        return valid_end
+
+    @staticmethod
+    def _scan_segment(segment: Segment, check_crc: bool) -> tuple[int, bool]:
+        """(end of valid data in the segment, True if it ended with a blank or exactly full)."""
+        view = segment.view
+        position = 0
+        size = segment.size
+        while position < size:
+            info = scan_record(view, position, check_crc=check_crc)
+            if info.size > 0:
+                if info.physical_offset != segment.start_offset + position:
+                    return position, False
+                position += info.size
+                continue
+            if info.size == 0:
+                return size, True
+            return position, False
+        return position, True
+
+    def _preserve_and_clear_tail(self, valid_end: int) -> None:
+        for segment in self.segments.segments:
+            if segment.end_offset <= valid_end:
+                continue
+            start = max(0, valid_end - segment.start_offset)
+            tail_end = _last_nonzero(segment.view, start) + 1
+            if tail_end <= start:
+                continue
+            torn = segment.path.with_name(f"{segment.path.name}.{start}.torn")
+            torn.write_bytes(segment.view[start:tail_end])
+            log.warning(
+                "CommitLog: %d bytes past the last valid record (physical offset %d) "
+                "copied to %s before truncation",
+                tail_end - start,
+                segment.start_offset + start,
+                torn,
+            )
+            _zero_range(segment, start, tail_end)
+
+    def first_record_timestamp(self, segment: Segment) -> int:
+        """Store time of a segment's first record, or -1 if it does not start with one."""
+        _total, magic = read_total_size_and_magic(segment.view, 0)
+        if magic == BLANK_MAGIC or magic != MAGIC_V1:
+            return -1
+        return read_store_timestamp(segment.view, 0)
+
+
+def _last_nonzero(view: memoryview, start: int) -> int:
+    """Index of the last non-zero byte at or after `start`, or `start - 1` if there is none."""
+    end = len(view)
+    chunk = len(_ZERO_CHUNK)
+    while end > start:
+        begin = max(start, end - chunk)
+        piece = view[begin:end]
+        if piece != _ZERO_CHUNK[: end - begin]:
+            data = bytes(piece).rstrip(b"\x00")
+            return begin + len(data) - 1
+        end = begin
+    return start - 1
+
+
+def _zero_range(segment: Segment, start: int, end: int) -> None:
+    fd = os.open(segment.path, os.O_RDWR)
+    try:
+        at = start
+        while at < end:
+            n = min(len(_ZERO_CHUNK), end - at)
+            os.pwrite(fd, _ZERO_CHUNK[:n], at)
+            at += n
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def segment_path(directory: Path, offset: int) -> Path:
+    from store.segment import offset_to_name
+
+    return directory / offset_to_name(offset)

@@ -1,0 +1,287 @@
+"""ConsumeQueues: per topic and queue id, the index of that queue's messages in the CommitLog.
+
+Path `consumequeue/<topic>/<queueId>/<20-digit byte offset>`. Each message is one 20-byte unit,
+big-endian:
+
+    [8 CommitLog physical offset][4 record size][8 tagsCode]
+
+Unit `i` sits at byte `20 * i`, so a queue offset is a unit index. tagsCode is Java's
+`String.hashCode()` of the TAGS property (0 without tags); for delayed messages it is the
+delivery time. A queue whose first file starts at a non-zero index pads that file's head with
+blank units `(0, 2147483647, 0)`. Units are written by copies into the map (they are tiny; a
+system call each would cost more than the copy).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from store.config import CQ_UNIT_SIZE, AppendMode
+from store.segment_queue import SegmentQueue
+
+log = logging.getLogger(__name__)
+
+_UNIT = struct.Struct(">qiq")
+assert _UNIT.size == CQ_UNIT_SIZE
+BLANK_UNIT = _UNIT.pack(0, 0x7FFFFFFF, 0)
+
+# Checks a unit against the CommitLog during recovery: (phy offset, size, queue offset) -> ok.
+UnitChecker = Callable[[int, int, int], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class CQUnit:
+    queue_offset: int
+    physical_offset: int
+    size: int
+    tags_code: int
+
+
+class ConsumeQueue:
+    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size = file_size
+        self.segments = SegmentQueue(
+            root / topic / str(queue_id), file_size, append_mode=AppendMode.mmap
+        )
+        # End (offset + size) of the last CommitLog record indexed here.
+        self.max_physical_offset = -1
+        self.min_logic_offset = 0  # bytes
+
+    # --- offsets ----------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        return self.min_logic_offset // CQ_UNIT_SIZE
+
+    @property
+    def max_offset(self) -> int:
+        return self.segments.max_wrote_offset // CQ_UNIT_SIZE
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """Append the unit for queue offset `queue_offset`; repeats are ignored (re-dispatch)."""
+        if physical_offset + size <= self.max_physical_offset:
+            return True  # built already, e.g. reput restarted from an earlier point
+        expected = queue_offset * CQ_UNIT_SIZE
+        current = self.segments.max_wrote_offset
+        if not self.segments.segments:
+            self._start_at(expected)
+            current = expected
+        if expected < current:
+            log.warning(
+                "ConsumeQueue %s-%d: unit %d already present, ignored",
+                self.topic,
+                self.queue_id,
+                queue_offset,
+            )
+            return True
+        if expected > current:
+            log.error(
+                "ConsumeQueue %s-%d: gap from unit %d to %d, padded with blank units",
+                self.topic,
+                self.queue_id,
+                current // CQ_UNIT_SIZE,
+                queue_offset,
+            )
+            while current < expected:
+                self._append(BLANK_UNIT)
+                current += CQ_UNIT_SIZE
+        self._append(_UNIT.pack(physical_offset, size, tags_code))
+        self.max_physical_offset = physical_offset + size
+        return True
+
+    def _append(self, unit: bytes) -> None:
+        self.segments.last_for_append().append(unit)
+
+    def _start_at(self, byte_offset: int) -> None:
+        segment = self.segments.last_for_append(byte_offset)
+        pad = byte_offset - segment.start_offset
+        if pad:
+            segment.append(BLANK_UNIT * (pad // CQ_UNIT_SIZE))
+        self.min_logic_offset = byte_offset
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def units(self, queue_offset: int, max_units: int) -> list[CQUnit] | None:
+        """Up to `max_units` units from `queue_offset`, never crossing a file; None if absent."""
+        byte_offset = queue_offset * CQ_UNIT_SIZE
+        if byte_offset < self.min_logic_offset:
+            return None
+        segment = self.segments.find(byte_offset)
+        if segment is None:
+            return None
+        position = byte_offset - segment.start_offset
+        available = (segment.wrote - position) // CQ_UNIT_SIZE
+        if available <= 0:
+            return None
+        count = min(available, max_units)
+        view = segment.view
+        result = []
+        for i in range(count):
+            phy, size, tags = _UNIT.unpack_from(view, position + i * CQ_UNIT_SIZE)
+            result.append(CQUnit(queue_offset + i, phy, size, tags))
+        return result
+
+    def unit(self, queue_offset: int) -> CQUnit | None:
+        found = self.units(queue_offset, 1)
+        return found[0] if found else None
+
+    def roll_next_file(self, queue_offset: int) -> int:
+        """First queue offset of the file after the one holding `queue_offset`."""
+        units_per_file = self.file_size // CQ_UNIT_SIZE
+        return queue_offset + units_per_file - queue_offset % units_per_file
+
+    def offset_by_time(self, timestamp: int, store_time_of: Callable[[int, int], int]) -> int:
+        """RocketMQ's getOffsetInQueueByTime: the first unit stored at or after `timestamp`.
+
+        Binary search over units; `store_time_of(phy, size)` reads a record's store time (-1 if
+        the record is gone). Past every message: max offset; before every message: min offset.
+        """
+        low, high = self.min_offset, self.max_offset - 1
+        if high < low:
+            return self.min_offset
+        answer = -1
+        while low <= high:
+            mid = (low + high) // 2
+            unit = self.unit(mid)
+            if unit is None or unit.size == 0x7FFFFFFF:
+                low = mid + 1
+                continue
+            ts = store_time_of(unit.physical_offset, unit.size)
+            if ts < 0:
+                low = mid + 1
+            elif ts >= timestamp:
+                answer = mid
+                high = mid - 1
+            else:
+                low = mid + 1
+        return answer if answer >= 0 else self.max_offset
+
+    # --- recovery and retention ------------------------------------------------------------
+
+    def load(self) -> None:
+        self.segments.load()
+
+    def recover(self, checker: UnitChecker) -> bool:
+        """Keep the valid prefix of units; returns False if garbage was cut off (rebuild needed).
+
+        A unit is valid when its size is positive, physical offsets grow, and `checker` confirms
+        that the CommitLog holds a record of that size and queue offset at that position.
+        """
+        segments = self.segments.segments
+        if not segments:
+            return True
+        first = segments[0]
+        start_index = max(0, len(segments) - 3)
+        valid_end = segments[start_index].start_offset
+        clean = True
+        last_phy = -1
+        last_end = -1
+        for segment in segments[start_index:]:
+            position = 0
+            view = segment.view
+            while position < segment.size:
+                phy, size, _tags = _UNIT.unpack_from(view, position)
+                if size == 0x7FFFFFFF and phy == 0:
+                    position += CQ_UNIT_SIZE  # head padding
+                    continue
+                if phy == 0 and size == 0:
+                    break  # never written: the clean end
+                queue_offset = (segment.start_offset + position) // CQ_UNIT_SIZE
+                if phy < 0 or size <= 0 or phy <= last_phy or not checker(phy, size, queue_offset):
+                    clean = False
+                    break
+                last_phy, last_end = phy, phy + size
+                position += CQ_UNIT_SIZE
+            valid_end = segment.start_offset + position
+            if position < segment.size:
+                break
+        if not clean:
+            log.warning(
+                "ConsumeQueue %s-%d: invalid unit at %d; cut there, rebuilt from the CommitLog",
+                self.topic,
+                self.queue_id,
+                valid_end // CQ_UNIT_SIZE,
+            )
+        self._truncate_to(valid_end)
+        self.max_physical_offset = last_end
+        self.min_logic_offset = max(self.min_logic_offset, first.start_offset)
+        self._skip_head_padding()
+        return clean
+
+    def _skip_head_padding(self) -> None:
+        first = self.segments.first
+        if first is None:
+            return
+        position = self.min_logic_offset - first.start_offset
+        while position + CQ_UNIT_SIZE <= first.wrote:
+            if first.view[position : position + CQ_UNIT_SIZE] != BLANK_UNIT:
+                break
+            position += CQ_UNIT_SIZE
+        self.min_logic_offset = first.start_offset + position
+
+    def _truncate_to(self, byte_offset: int) -> None:
+        for segment in self.segments.segments:
+            if segment.start_offset <= byte_offset < segment.end_offset:
+                start = byte_offset - segment.start_offset
+                segment.view[start : segment.size] = bytes(segment.size - start)
+        self.segments.truncate_after(byte_offset)
+        if not self.segments.segments:
+            self.min_logic_offset = 0
+
+    def truncate_dirty(self, commitlog_end: int) -> None:
+        """Remove units pointing at or past the CommitLog's end (truncateDirtyLogicFiles)."""
+        max_offset = self.max_offset
+        cut = max_offset
+        new_max_phy = -1
+        for queue_offset in range(max_offset - 1, self.min_offset - 1, -1):
+            unit = self.unit(queue_offset)
+            if unit is None:
+                break
+            if unit.physical_offset + unit.size <= commitlog_end:
+                new_max_phy = unit.physical_offset + unit.size
+                break
+            cut = queue_offset
+        if cut < max_offset:
+            self._truncate_to(cut * CQ_UNIT_SIZE)
+        self.max_physical_offset = new_max_phy
+
+    def correct_min_offset(self, commitlog_min: int) -> None:
+        """Move the minimum to the first unit whose record still exists in the CommitLog."""
+        offset = self.min_offset
+        while offset < self.max_offset:
+            unit = self.unit(offset)
+            if unit is None or (unit.size != 0x7FFFFFFF and unit.physical_offset >= commitlog_min):
+                break
+            offset += 1
+        self.min_logic_offset = offset * CQ_UNIT_SIZE
+
+    def delete_expired(self, commitlog_min: int) -> int:
+        """Delete whole files (but the last) whose last unit points below the CommitLog minimum."""
+        count = 0
+        for segment in self.segments.segments[:-1]:
+            last = segment.size - CQ_UNIT_SIZE
+            phy, _size, _tags = _UNIT.unpack_from(segment.view, last)
+            if phy >= commitlog_min:
+                break
+            count += 1
+        if count:
+            self.segments.delete_head(count)
+        self.correct_min_offset(commitlog_min)
+        return count
+
+    def flush(self, least_pages: int) -> bool:
+        return self.segments.flush(least_pages)
+
+    def close(self) -> None:
+        self.segments.close()
+
+    def destroy(self) -> None:
+        self.segments.destroy()

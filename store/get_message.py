@@ -1,0 +1,173 @@
+"""Reading a queue: RocketMQ's `DefaultMessageStore.getMessage`, status by status.
+
+| condition                       | status                 | nextBeginOffset              |
+|---------------------------------|------------------------|------------------------------|
+| no ConsumeQueue                 | NO_MATCHED_LOGIC_QUEUE | corr(offset, 0)              |
+| queue max offset 0              | NO_MESSAGE_IN_QUEUE    | corr(offset, 0)              |
+| offset < min                    | OFFSET_TOO_SMALL       | corr(offset, min)            |
+| offset == max                   | OFFSET_OVERFLOW_ONE    | offset                       |
+| offset > max                    | OFFSET_OVERFLOW_BADLY  | corr(offset, max), not 0     |
+| no ConsumeQueue file for offset | OFFSET_FOUND_NULL      | corr(offset, next CQ file)   |
+| scanned                         | FOUND, NO_MATCHED_MESSAGE or MESSAGE_WAS_REMOVING     |
+|                                 |                        | offset + units scanned       |
+
+`corr(old, new)` is `new` except on a slave without offsetCheckInSlave, where it is `old`: a
+slave never moves a client's offset. Records come back as views of the mapped files: nothing is
+copied until the caller writes them to a socket.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from store.commitlog import CommitLog
+from store.consume_queue import ConsumeQueue, CQUnit
+from store.tags import TagFilter
+
+_BLANK_SIZE = 0x7FFFFFFF
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class GetMessageResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int = 0
+    max_offset: int = 0
+    messages: list[memoryview] = field(default_factory=list)
+    queue_offsets: list[int] = field(default_factory=list)
+    buffer_total_size: int = 0
+    suggest_pulling_from_slave: bool = False
+
+    @property
+    def message_count(self) -> int:
+        return len(self.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class TransferLimits:
+    """The batch caps: in memory 256 KiB / 32 messages, on disk 64 KiB / 8 (RocketMQ's)."""
+
+    bytes_in_memory: int
+    count_in_memory: int
+    bytes_in_disk: int
+    count_in_disk: int
+    memory_bytes: int  # RAM * accessMessageInMemoryMaxRatio: older data counts as "on disk"
+
+
+def _batch_full(
+    limits: TransferLimits, size: int, max_msgs: int, total: int, count: int, in_disk: bool
+) -> bool:
+    if total == 0 or count == 0:
+        return False
+    if count >= max_msgs:
+        return True
+    if in_disk:
+        return total + size > limits.bytes_in_disk or count > limits.count_in_disk - 1
+    return total + size > limits.bytes_in_memory or count > limits.count_in_memory - 1
+
+
+def get_message(
+    queue: ConsumeQueue | None,
+    offset: int,
+    max_msg_nums: int,
+    tag_filter: TagFilter,
+    *,
+    commitlog: CommitLog,
+    limits: TransferLimits,
+    is_slave: bool,
+    offset_check_in_slave: bool,
+) -> GetMessageResult:
+    moves_offsets = not is_slave or offset_check_in_slave
+
+    def corr(old: int, new: int) -> int:
+        return new if moves_offsets else old
+
+    if queue is None:
+        return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, corr(offset, 0))
+    min_offset, max_offset = queue.min_offset, queue.max_offset
+    result = GetMessageResult(
+        GetMessageStatus.NO_MESSAGE_IN_QUEUE, corr(offset, 0), min_offset, max_offset
+    )
+    if max_offset == 0:
+        return result
+    if offset < min_offset:
+        result.status, result.next_begin_offset = (
+            GetMessageStatus.OFFSET_TOO_SMALL,
+            corr(offset, min_offset),
+        )
+        return result
+    if offset == max_offset:
+        result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
+        return result
+    if offset > max_offset:
+        result.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
+        result.next_begin_offset = corr(offset, max_offset)
+        return result
+    units = queue.units(offset, max(800, max_msg_nums))
+    if units is None:
+        result.status = GetMessageStatus.OFFSET_FOUND_NULL
+        result.next_begin_offset = corr(offset, queue.roll_next_file(offset))
+        return result
+    _scan_units(result, units, offset, max_msg_nums, tag_filter, commitlog, limits)
+    return result
+
+
+def _scan_units(
+    result: GetMessageResult,
+    units: list[CQUnit],
+    offset: int,
+    max_msg_nums: int,
+    tag_filter: TagFilter,
+    commitlog: CommitLog,
+    limits: TransferLimits,
+) -> None:
+    commitlog_max = commitlog.max_offset
+    result.status = GetMessageStatus.NO_MATCHED_MESSAGE
+    next_file_start = -1
+    max_phy_pulled = 0
+    scanned = 0
+    total = 0
+    messages = result.messages
+    queue_offsets = result.queue_offsets
+    for unit in units:
+        phy, size = unit.physical_offset, unit.size
+        if size == _BLANK_SIZE:
+            scanned += 1
+            continue
+        max_phy_pulled = phy
+        if next_file_start != -1 and phy < next_file_start:
+            scanned += 1
+            continue
+        in_disk = commitlog_max - phy > limits.memory_bytes
+        if _batch_full(limits, size, max_msg_nums, total, len(messages), in_disk):
+            break
+        scanned += 1
+        if not tag_filter.match_code(unit.tags_code):
+            continue
+        record = commitlog.get_record(phy, size)
+        if record is None:
+            if not messages:
+                result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+            next_file_start = commitlog.next_segment_offset(phy)
+            continue
+        messages.append(record)
+        queue_offsets.append(unit.queue_offset)
+        total += size
+        result.status = GetMessageStatus.FOUND
+        next_file_start = -1
+    result.buffer_total_size = total
+    result.next_begin_offset = offset + scanned
+    result.suggest_pulling_from_slave = commitlog_max - max_phy_pulled > limits.memory_bytes

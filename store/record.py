@@ -1,0 +1,495 @@
+"""CommitLog records in RocketMQ's v1 layout (4.x `CommitLog.MessageExtEncoder`), byte for byte.
+
+All integers are big-endian.
+
+    #   field                         bytes
+    1   TOTALSIZE (whole record)      4
+    2   MAGICCODE 0xDAA320A7          4
+    3   BODYCRC crc32(body)&0x7FFFFFFF 4
+    4   QUEUEID                       4
+    5   FLAG                          4
+    6   QUEUEOFFSET                   8
+    7   PHYSICALOFFSET                8
+    8   SYSFLAG                       4
+    9   BORNTIMESTAMP (ms)            8
+    10  BORNHOST ip(4|16) + port(4)   8 or 20 (20 when sysFlag & 0x10)
+    11  STORETIMESTAMP (ms)           8
+    12  STOREHOST ip(4|16) + port(4)  8 or 20 (20 when sysFlag & 0x20)
+    13  RECONSUMETIMES                4
+    14  PREPARED TRANSACTION OFFSET   8
+    15  BODYLEN + body                4 + n
+    16  TOPICLEN + topic (UTF-8)      1 + n   (n <= 127)
+    17  PROPLEN + properties          2 + n   (n <= 32767)
+
+Properties are `name\\x01value\\x02` repeated. At the end of a segment, when a record (plus 8
+bytes) does not fit, the rest of the file starts with a blank `[4 remaining][4 0xCBD43194]`.
+msgId (RocketMQ's offsetMsgId) is the uppercase hex of store ip + store port + physical offset.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+MAGIC_V1: Final = -626843481  # 0xDAA320A7 as a Java int
+BLANK_MAGIC: Final = -875286124  # 0xCBD43194 as a Java int
+END_OF_FILE_MIN_BLANK: Final = 8
+
+FLAG_COMPRESSED: Final = 0x1
+FLAG_MULTI_TAGS: Final = 0x2
+TRANSACTION_MASK: Final = 0xC
+TRANSACTION_NOT_TYPE: Final = 0x0
+TRANSACTION_PREPARED_TYPE: Final = 0x4
+TRANSACTION_COMMIT_TYPE: Final = 0x8
+TRANSACTION_ROLLBACK_TYPE: Final = 0xC
+FLAG_BORNHOST_V6: Final = 0x10
+FLAG_STOREHOST_V6: Final = 0x20
+FLAG_INNER_BATCH: Final = 0x80
+
+MAX_TOPIC_BYTES: Final = 127
+MAX_PROPERTIES_BYTES: Final = 32767
+
+NAME_VALUE_SEPARATOR: Final = "\x01"
+PROPERTY_SEPARATOR: Final = "\x02"
+
+PROPERTY_KEYS: Final = "KEYS"
+PROPERTY_TAGS: Final = "TAGS"
+PROPERTY_WAIT: Final = "WAIT"
+PROPERTY_DELAY: Final = "DELAY"
+PROPERTY_UNIQ_KEY: Final = "UNIQ_KEY"
+PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID: Final = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED: Final = "TRAN_MSG"
+PROPERTY_RETRY_TOPIC: Final = "RETRY_TOPIC"
+PROPERTY_MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
+PROPERTY_CLUSTER: Final = "CLUSTER"
+
+# Fields 1-9, i.e. everything before the born host.
+_PREFIX = struct.Struct(">iiiiiqqiq")
+_TS = struct.Struct(">q")
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_RECONSUME_PREPARED = struct.Struct(">iq")
+_BLANK = struct.Struct(">ii")
+assert _PREFIX.size == 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8
+
+OFFSET_MAGIC: Final = 4
+OFFSET_BODY_CRC: Final = 8
+OFFSET_QUEUE_ID: Final = 12
+OFFSET_FLAG: Final = 16
+OFFSET_QUEUE_OFFSET: Final = 20
+OFFSET_PHYSICAL_OFFSET: Final = 28
+OFFSET_SYS_FLAG: Final = 36
+OFFSET_BORN_TIMESTAMP: Final = 40
+OFFSET_BORN_HOST: Final = 48
+
+
+def host_length(sys_flag: int, store: bool) -> int:
+    bit = FLAG_STOREHOST_V6 if store else FLAG_BORNHOST_V6
+    return 20 if sys_flag & bit else 8
+
+
+def store_timestamp_offset(sys_flag: int) -> int:
+    return OFFSET_BORN_HOST + host_length(sys_flag, store=False)
+
+
+def record_length(sys_flag: int, body_len: int, topic_len: int, properties_len: int) -> int:
+    """RocketMQ's calMsgLength: the size of a record with these variable parts."""
+    return (
+        _PREFIX.size
+        + host_length(sys_flag, store=False)
+        + 8
+        + host_length(sys_flag, store=True)
+        + 4
+        + 8
+        + 4
+        + body_len
+        + 1
+        + topic_len
+        + 2
+        + properties_len
+    )
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# --- hosts -------------------------------------------------------------------------------
+
+
+def pack_host(ip: str, port: int) -> bytes:
+    """`ip + port` as RocketMQ writes a socket address: 4 or 16 address bytes, then a 4-byte int."""
+    return ipaddress.ip_address(ip).packed + _INT.pack(port)
+
+
+def unpack_host(data: bytes | memoryview) -> tuple[str, int]:
+    raw = bytes(data)
+    address = ipaddress.ip_address(raw[:-4])
+    return str(address), _INT.unpack_from(raw, len(raw) - 4)[0]
+
+
+def host_sys_flags(born_host: bytes, store_host: bytes) -> int:
+    flags = 0
+    if len(born_host) == 20:
+        flags |= FLAG_BORNHOST_V6
+    if len(store_host) == 20:
+        flags |= FLAG_STOREHOST_V6
+    return flags
+
+
+def message_id(store_host: bytes, physical_offset: int) -> str:
+    """RocketMQ's offsetMsgId: hex of the store host bytes followed by the physical offset."""
+    return (store_host + physical_offset.to_bytes(8, "big", signed=True)).hex().upper()
+
+
+def decode_message_id(msg_id: str) -> tuple[tuple[str, int], int]:
+    """Split an offsetMsgId into (store host, physical offset); raises ValueError if malformed."""
+    raw = bytes.fromhex(msg_id)
+    if len(raw) not in (16, 28):
+        raise ValueError(f"message id {msg_id!r} has {len(raw)} bytes, expected 16 or 28")
+    return unpack_host(raw[:-8]), int.from_bytes(raw[-8:], "big", signed=True)
+
+
+# --- properties ----------------------------------------------------------------------------
+
+
+def encode_properties(properties: Mapping[str, str]) -> str:
+    return "".join(
+        f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}"
+        for name, value in properties.items()
+    )
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Parse `name\\x01value\\x02...`; items without exactly one separator are skipped."""
+    result: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and NAME_VALUE_SEPARATOR not in value:
+            result[name] = value
+    return result
+
+
+def find_property(properties: bytes | memoryview, name: bytes) -> bytes | None:
+    """One property's raw value, without decoding the others (the dispatch hot path)."""
+    data = bytes(properties)
+    start = 0
+    needle = name + b"\x01"
+    while True:
+        at = data.find(needle, start)
+        if at < 0:
+            return None
+        if at == 0 or data[at - 1] == 0x02:
+            begin = at + len(needle)
+            end = data.find(b"\x02", begin)
+            return data[begin : end if end >= 0 else len(data)]
+        start = at + 1
+
+
+# --- encoding --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class MessageToStore:
+    """A message as the broker hands it to the store (RocketMQ's MessageExtBrokerInner).
+
+    `properties` is the already encoded `name\\x01value\\x02` text; `tags_code` is what the
+    ConsumeQueue unit will hold. Queue offset, physical offset and store time are assigned by the
+    CommitLog under its put lock.
+    """
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: str = ""
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+    store_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    # Filled once the CommitLog has stored the message.
+    queue_offset: int = field(default=0)
+
+
+class RecordTooLargeError(ValueError):
+    """A limit is exceeded: MESSAGE_ILLEGAL, or PROPERTIES_SIZE_EXCEEDED when `properties`."""
+
+    def __init__(self, reason: str, *, properties: bool = False) -> None:
+        super().__init__(reason)
+        self.properties = properties
+
+
+@dataclass(slots=True)
+class EncodedRecord:
+    """A record encoded except for the three fields assigned at append time."""
+
+    data: bytearray
+    store_ts_at: int
+    topic: str
+    queue_id: int
+    sys_flag: int
+
+
+def encode_record(msg: MessageToStore, max_body_size: int) -> EncodedRecord:
+    """Encode `msg` with placeholder queue offset, physical offset and store timestamp.
+
+    `stamp_record` fills them in inside the put lock; everything costly (CRC, UTF-8) happens here.
+    """
+    body = msg.body
+    topic_bytes = msg.topic.encode()
+    props = msg.properties.encode()
+    if len(body) > max_body_size:
+        raise RecordTooLargeError(f"message body of {len(body)} bytes exceeds {max_body_size}")
+    if not topic_bytes or len(topic_bytes) > MAX_TOPIC_BYTES:
+        raise RecordTooLargeError(f"topic must be 1-{MAX_TOPIC_BYTES} bytes")
+    if len(props) > MAX_PROPERTIES_BYTES:
+        raise RecordTooLargeError(
+            f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_BYTES}", properties=True
+        )
+    sys_flag = (msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6)) | host_sys_flags(
+        msg.born_host, msg.store_host
+    )
+    total = record_length(sys_flag, len(body), len(topic_bytes), len(props))
+    if total > max_body_size + 64 * 1024:
+        raise RecordTooLargeError(f"record of {total} bytes exceeds body limit + 64 KiB")
+    head = _PREFIX.pack(
+        total,
+        MAGIC_V1,
+        zlib.crc32(body) & 0x7FFFFFFF,
+        msg.queue_id,
+        msg.flag,
+        0,
+        0,
+        sys_flag,
+        msg.born_timestamp,
+    )
+    data = bytearray(head)
+    data += msg.born_host
+    store_ts_at = len(data)
+    data += b"\x00" * 8
+    data += msg.store_host
+    data += _RECONSUME_PREPARED.pack(msg.reconsume_times, msg.prepared_transaction_offset)
+    data += _INT.pack(len(body))
+    data += body
+    data.append(len(topic_bytes))
+    data += topic_bytes
+    data += _SHORT.pack(len(props))
+    data += props
+    return EncodedRecord(data, store_ts_at, msg.topic, msg.queue_id, sys_flag)
+
+
+_STAMP = struct.Struct(">qq")
+
+
+def stamp_record(
+    buffer: bytearray | memoryview,
+    at: int,
+    store_ts_at: int,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+) -> None:
+    """Fill the append-time fields of an encoded record that starts at `at` in `buffer`."""
+    _STAMP.pack_into(buffer, at + OFFSET_QUEUE_OFFSET, queue_offset, physical_offset)
+    _TS.pack_into(buffer, at + store_ts_at, store_timestamp)
+
+
+def encode_blank(remaining: int) -> bytes:
+    return _BLANK.pack(remaining, BLANK_MAGIC)
+
+
+# --- decoding -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class StoredMessage:
+    """Every field of a stored record (RocketMQ's MessageExt)."""
+
+    total_size: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    store_timestamp: int
+    store_host: tuple[str, int]
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties: dict[str, str]
+
+    @property
+    def msg_id(self) -> str:
+        return message_id(pack_host(*self.store_host), self.physical_offset)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+
+class RecordFormatError(ValueError):
+    """The bytes are not a valid record (bad magic, lengths that disagree, CRC mismatch)."""
+
+
+def decode_record(
+    buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = True
+) -> StoredMessage:
+    """Decode the record that starts at `pos`; every length is checked against the buffer."""
+    view = memoryview(buf)
+    if pos + _PREFIX.size > len(view):
+        raise RecordFormatError("buffer ends inside the record header")
+    (total, magic, crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts) = _PREFIX.unpack_from(
+        view, pos
+    )
+    if magic != MAGIC_V1:
+        raise RecordFormatError(f"bad magic {magic & 0xFFFFFFFF:#x} at {pos}")
+    if total < _PREFIX.size or pos + total > len(view):
+        raise RecordFormatError(f"total size {total} does not fit the buffer at {pos}")
+    rec = view[pos : pos + total]
+    at = _PREFIX.size
+    born_len = host_length(sys_flag, store=False)
+    born_host = unpack_host(rec[at : at + born_len])
+    at += born_len
+    store_ts = _TS.unpack_from(rec, at)[0]
+    at += 8
+    store_len = host_length(sys_flag, store=True)
+    if at + store_len + 16 > total:
+        raise RecordFormatError("record too short for its hosts")
+    store_host = unpack_host(rec[at : at + store_len])
+    at += store_len
+    reconsume, prepared = _RECONSUME_PREPARED.unpack_from(rec, at)
+    at += 12
+    body_len = _INT.unpack_from(rec, at)[0]
+    at += 4
+    if body_len < 0 or at + body_len + 3 > total:
+        raise RecordFormatError(f"body length {body_len} exceeds the record")
+    body = bytes(rec[at : at + body_len])
+    at += body_len
+    topic_len = rec[at]
+    at += 1
+    topic = bytes(rec[at : at + topic_len]).decode("utf-8", "replace")
+    at += topic_len
+    if at + 2 > total:
+        raise RecordFormatError("record too short for its properties length")
+    props_len = _SHORT.unpack_from(rec, at)[0]
+    at += 2
+    if props_len < 0 or at + props_len != total:
+        raise RecordFormatError("properties length disagrees with the total size")
+    props = bytes(rec[at : at + props_len]).decode("utf-8", "replace")
+    if check_crc and body_crc(body) != crc:
+        raise RecordFormatError(f"body CRC mismatch at physical offset {phy}")
+    return StoredMessage(
+        total_size=total,
+        body_crc=crc,
+        queue_id=queue_id,
+        flag=flag,
+        queue_offset=queue_offset,
+        physical_offset=phy,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=born_host,
+        store_timestamp=store_ts,
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        body=body,
+        topic=topic,
+        properties=decode_properties(props),
+    )
+
+
+_HEAD_SCAN = struct.Struct(">ii")
+
+
+@dataclass(slots=True)
+class DispatchInfo:
+    """What the reput service needs from a record (RocketMQ's DispatchRequest)."""
+
+    size: int  # > 0: a record; 0: end-of-file blank; -1: invalid, stop here
+    topic: str = ""
+    queue_id: int = 0
+    queue_offset: int = 0
+    physical_offset: int = 0
+    sys_flag: int = 0
+    store_timestamp: int = 0
+    properties: bytes = b""
+    body_crc_ok: bool = True
+
+
+INVALID: Final = DispatchInfo(-1)
+BLANK: Final = DispatchInfo(0)
+
+
+def scan_record(buf: bytes | memoryview, pos: int, *, check_crc: bool) -> DispatchInfo:
+    """RocketMQ's checkMessageAndReturnSize: classify and summarise the record at `pos`.
+
+    Returns `BLANK` for the end-of-file marker and `INVALID` for anything that is not a whole,
+    self-consistent record (torn tail, garbage, CRC mismatch when `check_crc`).
+    """
+    end = len(buf)
+    if pos + 8 > end:
+        return INVALID
+    total, magic = _HEAD_SCAN.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC:
+        return BLANK
+    if magic != MAGIC_V1 or total < _PREFIX.size or pos + total > end:
+        return INVALID
+    (_t, _m, crc, queue_id, _flag, queue_offset, phy, sys_flag, _born) = _PREFIX.unpack_from(
+        buf, pos
+    )
+    at = pos + _PREFIX.size + host_length(sys_flag, store=False)
+    store_ts = _TS.unpack_from(buf, at)[0]
+    at += 8 + host_length(sys_flag, store=True) + 12
+    if at + 4 > pos + total:
+        return INVALID
+    body_len = _INT.unpack_from(buf, at)[0]
+    at += 4
+    if body_len < 0 or at + body_len + 3 > pos + total:
+        return INVALID
+    if check_crc and zlib.crc32(buf[at : at + body_len]) & 0x7FFFFFFF != crc:
+        return INVALID
+    at += body_len
+    topic_len = buf[at]
+    topic_raw = bytes(buf[at + 1 : at + 1 + topic_len])
+    at += 1 + topic_len
+    if at + 2 > pos + total:
+        return INVALID
+    props_len = _SHORT.unpack_from(buf, at)[0]
+    at += 2
+    if props_len < 0 or at + props_len != pos + total:
+        return INVALID
+    return DispatchInfo(
+        size=total,
+        topic=topic_raw.decode("utf-8", "replace"),
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=phy,
+        sys_flag=sys_flag,
+        store_timestamp=store_ts,
+        properties=bytes(buf[at : at + props_len]),
+    )
+
+
+def read_store_timestamp(buf: bytes | memoryview, pos: int) -> int:
+    sys_flag = _INT.unpack_from(buf, pos + OFFSET_SYS_FLAG)[0]
+    return int(_TS.unpack_from(buf, pos + store_timestamp_offset(sys_flag))[0])
+
+
+def read_total_size_and_magic(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    total, magic = _HEAD_SCAN.unpack_from(buf, pos)
+    return int(total), int(magic)

@@ -1,0 +1,212 @@
+"""One segment file of a log (RocketMQ's MappedFile).
+
+A segment is a file of fixed size named by the 20-digit zero-padded offset of its first byte in
+the log. It is created at full size and read through a shared memory map. Three positions track
+its bytes: `wrote` (appended), `committed` (reached the file; differs from `wrote` only when a
+transient write buffer is used) and `flushed` (made durable by fsync).
+
+Appends reach the file by positioned writes into the page cache (`AppendMode.pwrite`) or by copies
+into the map (`AppendMode.mmap`). Either way readers see the bytes through the map at once:
+on Linux both paths land in the same page cache. `flush()` calls fdatasync on the descriptor,
+which also writes back pages dirtied through the map, and releases the GIL, so the flush
+services run it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+from pathlib import Path
+
+from store.config import AppendMode
+from store.errors import CorruptStoreError
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = 4096
+NAME_DIGITS = 20
+
+
+def offset_to_name(offset: int) -> str:
+    return f"{offset:0{NAME_DIGITS}d}"
+
+
+def name_to_offset(name: str) -> int | None:
+    if len(name) != NAME_DIGITS or not name.isdigit():
+        return None
+    return int(name)
+
+
+class Segment:
+    """A fixed-size file mapped into memory, appended to at its wrote position."""
+
+    def __init__(
+        self,
+        path: Path,
+        size: int,
+        *,
+        append_mode: AppendMode = AppendMode.pwrite,
+        create: bool = False,
+        write_buffer: bytearray | None = None,
+    ) -> None:
+        start = name_to_offset(path.name)
+        if start is None:
+            raise CorruptStoreError(f"segment file name {path} is not a 20-digit offset")
+        self.path = path
+        self.size = size
+        self.start_offset = start
+        self.append_mode = append_mode
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self._fd = os.open(path, flags, 0o644)
+        try:
+            if create:
+                os.ftruncate(self._fd, size)
+            actual = os.fstat(self._fd).st_size
+            if actual != size:
+                raise CorruptStoreError(
+                    f"segment file {path} has {actual} bytes, expected {size}; "
+                    "fix or move the file aside (or the configured file size) and start again"
+                )
+            self._map = mmap.mmap(self._fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(self._fd)
+            if create:
+                path.unlink(missing_ok=True)
+            raise
+        self.view = memoryview(self._map)
+        self.wrote = 0
+        self._committed = 0
+        self.flushed = 0
+        # Transient store pool: appends land here and `commit()` writes them to the file.
+        self._write_buffer = write_buffer
+        self.closed = False
+        # Flushes run in worker threads; this keeps close() from pulling the descriptor away.
+        self._io_lock = threading.Lock()
+
+    # --- positions --------------------------------------------------------------------------
+
+    @property
+    def committed(self) -> int:
+        return self.wrote if self._write_buffer is None else self._committed
+
+    @property
+    def read_position(self) -> int:
+        """How far readers (dispatch, HA, pulls) may read: what has reached the file."""
+        return self.committed
+
+    @property
+    def end_offset(self) -> int:
+        return self.start_offset + self.size
+
+    @property
+    def free(self) -> int:
+        return self.size - self.wrote
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote >= self.size
+
+    def set_positions(self, position: int) -> None:
+        """Recovery: everything up to `position` is valid and durable, the rest is not ours."""
+        self.wrote = position
+        self._committed = position
+        self.flushed = position
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Append at the wrote position; returns the file position the data starts at."""
+        at = self.wrote
+        n = len(data)
+        if at + n > self.size:
+            raise ValueError(f"append of {n} bytes at {at} overflows segment {self.path.name}")
+        if self._write_buffer is not None:
+            self._write_buffer[at : at + n] = data
+        elif self.append_mode is AppendMode.pwrite:
+            written = os.pwrite(self._fd, data, at)
+            if written != n:
+                raise OSError(f"short write to {self.path}: {written} of {n} bytes")
+        else:
+            self._map[at : at + n] = data
+        self.wrote = at + n
+        return at
+
+    def fill_to_end(self) -> None:
+        """Mark the segment full (after an end-of-file blank: the tail is left as it is)."""
+        self.wrote = self.size
+
+    def commit(self, least_pages: int) -> bool:
+        """Write buffered appends to the file; returns True if something was written."""
+        buffer = self._write_buffer
+        if buffer is None:
+            return False
+        start, end = self._committed, self.wrote
+        if end <= start or not self._enough_pages(end - start, least_pages, full=end == self.size):
+            return False
+        os.pwrite(self._fd, memoryview(buffer)[start:end], start)
+        self._committed = end
+        return True
+
+    def take_write_buffer(self) -> bytearray | None:
+        """The transient buffer, once the segment no longer needs it (for reuse by the pool)."""
+        if self._write_buffer is None or self._committed < self.size:
+            return None
+        buffer, self._write_buffer = self._write_buffer, None
+        return buffer
+
+    def flush(self, least_pages: int) -> bool:
+        """fdatasync what is committed; safe in a worker thread while the loop appends."""
+        target = self.committed
+        if target <= self.flushed:
+            return False
+        if not self._enough_pages(target - self.flushed, least_pages, full=target == self.size):
+            return False
+        with self._io_lock:
+            if self.closed:
+                return False
+            os.fdatasync(self._fd)
+        self.flushed = max(self.flushed, target)
+        return True
+
+    @staticmethod
+    def _enough_pages(pending: int, least_pages: int, *, full: bool) -> bool:
+        if full or least_pages <= 0:
+            return pending > 0
+        return pending // PAGE_SIZE >= least_pages
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def select(self, position: int, size: int | None = None) -> memoryview | None:
+        """A view of readable bytes from `position` (to the read position if `size` is None)."""
+        limit = self.read_position
+        if position < 0 or position >= limit:
+            return None
+        end = limit if size is None else position + size
+        if end > limit:
+            return None
+        # Always the map: committed bytes are in the file, and a write buffer gets reused.
+        return self.view[position:end]
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._io_lock:
+            if self.closed:
+                return
+            self.closed = True
+            os.close(self._fd)
+        self.view.release()
+        try:
+            self._map.close()
+        except BufferError:
+            # A reader still holds a view; the mapping goes away when the last view does.
+            log.debug("segment %s still has readers; its map is released later", self.path.name)
+
+    def destroy(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"Segment({self.path.name}, wrote={self.wrote}, flushed={self.flushed})"

@@ -1,0 +1,196 @@
+"""An ordered run of same-size segment files forming one log (RocketMQ's MappedFileQueue).
+
+Offsets are log offsets: segment `k` holds `[start_k, start_k + size)`, and its file name is
+`start_k` as 20 digits. The queue finds the segment holding an offset, creates the next one when
+the last is full, truncates after a recovery point and deletes expired files from the head.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from store.config import AppendMode
+from store.errors import CorruptStoreError
+from store.segment import Segment, name_to_offset, offset_to_name
+
+log = logging.getLogger(__name__)
+
+BufferSource = Callable[[], bytearray | None]
+
+
+class SegmentQueue:
+    def __init__(
+        self,
+        directory: Path,
+        segment_size: int,
+        *,
+        append_mode: AppendMode = AppendMode.pwrite,
+        write_buffers: BufferSource | None = None,
+    ) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        self.append_mode = append_mode
+        self._write_buffers = write_buffers
+        self.segments: list[Segment] = []
+
+    # --- loading ----------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open every segment file; a file of the wrong size or name stops the load."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        files = sorted(p for p in self.directory.iterdir() if p.is_file())
+        for path in files:
+            if name_to_offset(path.name) is None:
+                if path.name.endswith(".torn"):
+                    continue  # torn tails kept aside by recovery
+                raise CorruptStoreError(f"unexpected file {path} in segment folder")
+            segment = Segment(path, self.segment_size, append_mode=self.append_mode)
+            # Loaded segments count as fully written until recovery says otherwise.
+            segment.set_positions(self.segment_size)
+            self.segments.append(segment)
+        for prev, nxt in zip(self.segments, self.segments[1:], strict=False):
+            if nxt.start_offset != prev.start_offset + self.segment_size:
+                raise CorruptStoreError(
+                    f"segment {nxt.path} does not follow {prev.path.name}: a file is missing"
+                )
+
+    # --- lookup -----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Segment]:
+        return iter(self.segments)
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+    @property
+    def first(self) -> Segment | None:
+        return self.segments[0] if self.segments else None
+
+    @property
+    def last(self) -> Segment | None:
+        return self.segments[-1] if self.segments else None
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments[0].start_offset if self.segments else 0
+
+    @property
+    def max_offset(self) -> int:
+        """End of what readers may see (the committed position of the last segment)."""
+        last = self.last
+        return last.start_offset + last.read_position if last else 0
+
+    @property
+    def max_wrote_offset(self) -> int:
+        last = self.last
+        return last.start_offset + last.wrote if last else 0
+
+    @property
+    def flushed_where(self) -> int:
+        for segment in self.segments:
+            if segment.flushed < self.segment_size:
+                return segment.start_offset + segment.flushed
+        return self.segments[-1].end_offset if self.segments else 0
+
+    def find(self, offset: int, *, return_first_on_not_found: bool = False) -> Segment | None:
+        """The segment holding `offset` (by arithmetic: all segments have the same size)."""
+        if not self.segments:
+            return None
+        index = (offset - self.segments[0].start_offset) // self.segment_size
+        if 0 <= index < len(self.segments):
+            return self.segments[index]
+        return self.segments[0] if return_first_on_not_found else None
+
+    # --- growing ----------------------------------------------------------------------------
+
+    def last_for_append(self, start_offset: int = 0) -> Segment:
+        """The segment to append to, creating it (at `start_offset`'s file) when needed."""
+        last = self.last
+        if last is not None and not last.is_full:
+            return last
+        if last is None:
+            create_at = start_offset - start_offset % self.segment_size
+        else:
+            create_at = last.start_offset + self.segment_size
+        return self._create(create_at)
+
+    def _create(self, start: int) -> Segment:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        buffer = self._write_buffers() if self._write_buffers else None
+        segment = Segment(
+            self.directory / offset_to_name(start),
+            self.segment_size,
+            append_mode=self.append_mode,
+            create=True,
+            write_buffer=buffer,
+        )
+        self.segments.append(segment)
+        return segment
+
+    def reset_empty_at(self, offset: int) -> None:
+        """An empty log that must continue at `offset` (a slave starting from its master's file)."""
+        if self.segments:
+            raise ValueError("reset_empty_at on a log that has segments")
+        segment = self._create(offset - offset % self.segment_size)
+        segment.set_positions(offset % self.segment_size)
+
+    # --- durability -------------------------------------------------------------------------
+
+    def commit(self, least_pages: int) -> bool:
+        return any([s.commit(least_pages) for s in self.segments if s.committed < s.wrote])
+
+    def flush(self, least_pages: int) -> bool:
+        """fdatasync segments with unflushed bytes, oldest first; runs in a worker thread."""
+        flushed = False
+        for segment in list(self.segments):
+            if segment.closed or segment.flushed >= segment.committed:
+                continue
+            flushed = segment.flush(least_pages) or flushed
+        return flushed
+
+    # --- shrinking --------------------------------------------------------------------------
+
+    def truncate_after(self, offset: int) -> None:
+        """Drop everything at and after `offset` (RocketMQ's truncateDirtyFiles)."""
+        keep: list[Segment] = []
+        for segment in self.segments:
+            if segment.start_offset + self.segment_size <= offset:
+                keep.append(segment)
+            elif segment.start_offset <= offset:
+                segment.set_positions(offset - segment.start_offset)
+                keep.append(segment)
+            else:
+                log.info("removing segment %s past offset %d", segment.path.name, offset)
+                segment.destroy()
+        self.segments = keep
+
+    def delete_head(self, count: int) -> list[Segment]:
+        """Remove the `count` oldest segments (never the last one)."""
+        count = min(count, len(self.segments) - 1)
+        removed, self.segments = self.segments[:count], self.segments[count:]
+        for segment in removed:
+            segment.destroy()
+        return removed
+
+    def expired_by_time(self, reserved_ms: int, now_ms: int | None = None) -> int:
+        """How many head segments were last modified more than `reserved_ms` ago."""
+        now = time.time() * 1000 if now_ms is None else now_ms
+        count = 0
+        for segment in self.segments[:-1]:
+            mtime = segment.path.stat().st_mtime * 1000
+            if now - mtime < reserved_ms:
+                break
+            count += 1
+        return count
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+
+    def destroy(self) -> None:
+        for segment in self.segments:
+            segment.destroy()
+        self.segments = []

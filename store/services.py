@@ -1,0 +1,275 @@
+"""The store's background services: commit, flush (async and group commit) and retention.
+
+Each service is an asyncio task with `start()`/`stop()`. Anything that can block (fdatasync,
+file deletion) runs in a worker thread through `asyncio.to_thread`, so the event loop keeps
+appending and serving while the disk works.
+
+- CommitService (transientStorePoolEnable): writes buffered appends into the segment files every
+  commitIntervalCommitLog ms once commitCommitLogLeastPages pages are pending (all of them once
+  commitCommitLogThoroughInterval has passed), then wakes dispatch and flush.
+- FlushCommitLogService (ASYNC_FLUSH): every flushIntervalCommitLog ms, flushes once
+  flushCommitLogLeastPages pages are pending (everything once flushCommitLogThoroughInterval has
+  passed); records the flushed store time in the checkpoint.
+- GroupCommitService (SYNC_FLUSH): a put waits for an fsync that covers its end offset; all
+  waiters queued while one fsync runs share the next one; no answer within syncFlushTimeout is
+  FLUSH_DISK_TIMEOUT.
+- FlushConsumeQueueService: flushes ConsumeQueues and the index, then the checkpoint.
+- CleanService: RocketMQ's CleanCommitLogService and CleanConsumeQueueService.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+DELETE_FILE_BATCH_MAX = 10
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def cancel_task(task: asyncio.Task[None] | None) -> None:
+    """Cancel a service task and wait until it has ended."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+class PeriodicService:
+    """A task that runs `tick()` every `interval_ms`, or sooner when woken."""
+
+    name = "service"
+
+    def __init__(self, interval_ms: int) -> None:
+        self.interval_ms = interval_ms
+        self._task: asyncio.Task[None] | None = None
+        self._wakeup = asyncio.Event()
+        self._stopping = False
+
+    async def start(self) -> None:
+        self._stopping = False
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+
+    def wakeup(self) -> None:
+        self._wakeup.set()
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), self.interval_ms / 1000)
+            self._wakeup.clear()
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s failed", self.name)
+
+    async def tick(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        self._stopping = True
+        await cancel_task(self._task)
+        self._task = None
+        await self.final()
+
+    async def final(self) -> None:
+        """Work done once at stop (a last flush)."""
+
+
+class CommitService(PeriodicService):
+    name = "commit-commitlog"
+
+    def __init__(self, store: MessageStore) -> None:
+        super().__init__(store.config.commit_interval_commit_log)
+        self.store = store
+        self._last_thorough = _now_ms()
+
+    async def tick(self) -> None:
+        config = self.store.config
+        least = config.commit_commit_log_least_pages
+        now = _now_ms()
+        if now - self._last_thorough >= config.commit_commit_log_thorough_interval:
+            least, self._last_thorough = 0, now
+        if await asyncio.to_thread(self.store.commitlog.segments.commit, least):
+            self.store.on_committed()
+
+    async def final(self) -> None:
+        if await asyncio.to_thread(self.store.commitlog.segments.commit, 0):
+            self.store.on_committed()
+
+
+class FlushCommitLogService(PeriodicService):
+    name = "flush-commitlog"
+
+    def __init__(self, store: MessageStore) -> None:
+        super().__init__(store.config.flush_interval_commit_log)
+        self.store = store
+        self._last_thorough = _now_ms()
+
+    async def tick(self) -> None:
+        config = self.store.config
+        least = config.flush_commit_log_least_pages
+        now = _now_ms()
+        if now - self._last_thorough >= config.flush_commit_log_thorough_interval:
+            least, self._last_thorough = 0, now
+        await self.store.flush_commitlog(least)
+
+    async def final(self) -> None:
+        await self.store.flush_commitlog(0)
+
+
+class GroupCommitService:
+    """SYNC_FLUSH: waiters share fsyncs; each waits at most syncFlushTimeout."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self._waiting: list[tuple[int, asyncio.Future[bool]]] = []
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
+
+    async def wait_flushed(self, offset: int) -> bool:
+        """True once an fsync covers `offset`; False after syncFlushTimeout."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.append((offset, future))
+        self._wakeup.set()
+        try:
+            return await asyncio.wait_for(future, self.store.config.sync_flush_timeout / 1000)
+        except TimeoutError:
+            return False
+
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            batch, self._waiting = self._waiting, []
+            try:
+                await self.store.flush_commitlog(0)
+            except Exception:
+                log.exception("group commit flush failed")
+                self._waiting = batch + self._waiting
+                await asyncio.sleep(0.1)
+                self._wakeup.set()
+                continue
+            flushed = self.store.commitlog.segments.flushed_where
+            for offset, future in batch:
+                if future.done():
+                    continue
+                if flushed >= offset:
+                    future.set_result(True)
+                else:
+                    self._waiting.append((offset, future))
+                    self._wakeup.set()
+
+    async def stop(self) -> None:
+        await cancel_task(self._task)
+        self._task = None
+        await self.store.flush_commitlog(0)
+        for _offset, future in self._waiting:
+            if not future.done():
+                future.set_result(True)
+        self._waiting = []
+
+
+class FlushConsumeQueueService(PeriodicService):
+    name = "flush-consumequeue"
+
+    def __init__(self, store: MessageStore) -> None:
+        super().__init__(store.config.flush_interval_consume_queue)
+        self.store = store
+        self._last_thorough = _now_ms()
+
+    async def tick(self) -> None:
+        config = self.store.config
+        least = config.flush_consume_queue_least_pages
+        now = _now_ms()
+        if now - self._last_thorough >= config.flush_consume_queue_thorough_interval:
+            least, self._last_thorough = 0, now
+        await self.store.flush_consume_queues(least)
+
+    async def final(self) -> None:
+        await self.store.flush_consume_queues(0)
+
+
+DiskUsage = Callable[[Path], float]
+
+
+def disk_used_ratio(path: Path) -> float:
+    """Used fraction of the file system holding `path` (-1 if it cannot be read)."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return -1.0
+    return (usage.total - usage.free) / usage.total if usage.total else -1.0
+
+
+class CleanService(PeriodicService):
+    """Retention: expired files at deleteWhen, sooner when the disk fills; refuse writes at 90 %."""
+
+    name = "clean-files"
+
+    def __init__(self, store: MessageStore, disk_usage: DiskUsage = disk_used_ratio) -> None:
+        super().__init__(store.config.clean_resource_interval)
+        self.store = store
+        self.disk_usage = disk_usage
+        self.manual_delete_times = 0
+        self.clean_immediately = False
+
+    def delete_now(self, times: int = 20) -> None:
+        """Admin request: delete on the next `times` ticks whatever the hour.
+
+        RocketMQ's executeDeleteFilesManually.
+        """
+        self.manual_delete_times = times
+
+    def _space_to_delete(self) -> bool:
+        config = self.store.config
+        ratio = self.disk_usage(self.store.config.commit_log_dir)
+        self.store.disk_used_ratio = ratio
+        self.clean_immediately = False
+        if ratio > config.disk_space_warning_level_ratio:
+            self.store.set_disk_full(True, ratio)
+            self.clean_immediately = True
+        elif ratio > config.disk_space_clean_forcibly_ratio:
+            self.clean_immediately = True
+            self.store.set_disk_full(False, ratio)
+        else:
+            self.store.set_disk_full(False, ratio)
+        return ratio < 0 or ratio > config.disk_max_used_space_ratio / 100
+
+    def _time_to_delete(self) -> bool:
+        return time.localtime().tm_hour in self.store.config.delete_hours
+
+    async def tick(self) -> None:
+        time_up = self._time_to_delete()
+        space_full = self._space_to_delete()
+        manual = self.manual_delete_times > 0
+        if not (time_up or space_full or manual):
+            return
+        if manual:
+            self.manual_delete_times -= 1
+        config = self.store.config
+        at_once = config.clean_file_forcibly_enable and self.clean_immediately
+        reserved_ms = config.file_reserved_time * 3_600_000
+        await self.store.delete_expired_commitlog(reserved_ms, at_once, DELETE_FILE_BATCH_MAX)
+
+
+AsyncAction = Callable[[], Awaitable[None]]

@@ -1,0 +1,44 @@
+"""Subscription expressions: `*` (everything) or `TagA || TagB` (RocketMQ's TAG filter).
+
+A message matches when its tagsCode (Java String.hashCode of its tags) is one of the
+expression's codes; the broker checks codes only, as RocketMQ does, and clients re-check the tag
+strings because different tags can share a hash code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from store.javahash import java_string_hash
+
+SUB_ALL = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class TagFilter:
+    expression: str
+    tags: frozenset[str]
+    codes: frozenset[int]
+
+    @property
+    def matches_all(self) -> bool:
+        return not self.tags
+
+    def match_code(self, tags_code: int) -> bool:
+        return not self.tags or tags_code in self.codes
+
+    def match_tags(self, tags: str | None) -> bool:
+        return not self.tags or (tags is not None and tags in self.tags)
+
+
+def parse_tag_expression(expression: str | None) -> TagFilter:
+    text = (expression or "").strip()
+    if not text or text == SUB_ALL:
+        return TagFilter(SUB_ALL, frozenset(), frozenset())
+    tags = frozenset(t.strip() for t in text.split("||") if t.strip())
+    if SUB_ALL in tags:
+        return TagFilter(SUB_ALL, frozenset(), frozenset())
+    return TagFilter(text, tags, frozenset(java_string_hash(t) for t in tags))
+
+
+MATCH_ALL = parse_tag_expression(SUB_ALL)
