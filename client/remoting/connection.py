@@ -1,0 +1,198 @@
+"""One remoting connection on asyncio: the thin adapter between a socket and the frame codec.
+
+Either side may send requests: a client sends requests and receives responses matched by
+`opaque`, and also serves requests the broker initiates (NOTIFY_CONSUMER_IDS_CHANGED); a server
+does the reverse. Every wait for a response has a timeout. A frame that does not decode closes
+this connection (with a log line) and fails its pending calls; nothing else is affected.
+
+Requests are handled each in its own task, so a long-polling pull does not hold up the requests
+behind it; responses go back in whatever order they complete, as RocketMQ's do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from client.remoting.codes import ResponseCode
+from client.remoting.command import RemotingCommand
+from client.remoting.errors import FrameError
+from client.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command_parts
+
+log = logging.getLogger(__name__)
+
+RequestHandler = Callable[
+    ["RemotingConnection", RemotingCommand], Awaitable[RemotingCommand | None]
+]
+
+# Pause reading from a peer when this much of our output to it is waiting to be sent.
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+
+
+class ConnectionClosedError(ConnectionError):
+    """The connection closed while a call was waiting for its response."""
+
+
+class RemotingConnection(asyncio.Protocol):
+    def __init__(
+        self,
+        handler: RequestHandler | None = None,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        on_close: Callable[[RemotingConnection], None] | None = None,
+        name: str = "",
+    ) -> None:
+        self._handler = handler
+        self._decoder = FrameDecoder(max_frame_size)
+        self._on_close = on_close
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._opaques = itertools.count(1)
+        self._transport: asyncio.Transport | None = None
+        self._handling: set[asyncio.Task[None]] = set()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self.closed = asyncio.Event()
+        self.name = name
+        self.peer = ""
+        self.last_activity = time.monotonic()
+        # Free-form slot for the owner (e.g. the broker's client channel info).
+        self.attachment: Any = None
+
+    # --- asyncio.Protocol -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.last_activity = time.monotonic()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_activity = time.monotonic()
+        try:
+            commands = self._decoder.feed(data)
+        except FrameError as exc:
+            log.warning("closing connection %s: malformed frame: %s", self.peer, exc)
+            self.close()
+            return
+        for command in commands:
+            if command.is_response:
+                future = self._pending.pop(command.opaque, None)
+                if future is None:
+                    log.debug("response %d from %s matches no request", command.opaque, self.peer)
+                elif not future.done():
+                    future.set_result(command)
+            else:
+                self._start_handling(command)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        error = ConnectionClosedError(f"connection to {self.peer or self.name} closed")
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self._pending.clear()
+        self._can_write.set()
+        self.closed.set()
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def pause_writing(self) -> None:
+        # A peer that does not read its responses stops being read: our buffer stays bounded.
+        self._can_write.clear()
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+        if self._transport is not None:
+            self._transport.resume_reading()
+
+    # --- requests served here ------------------------------------------------------------
+
+    def _start_handling(self, request: RemotingCommand) -> None:
+        if self._handler is None:
+            if not request.is_oneway:
+                self.send(
+                    RemotingCommand.response_to(
+                        request,
+                        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                        f"request code {request.code} not supported",
+                    )
+                )
+            return
+        task = asyncio.get_running_loop().create_task(self._handle(request))
+        self._handling.add(task)
+        task.add_done_callback(self._handling.discard)
+
+    async def _handle(self, request: RemotingCommand) -> None:
+        assert self._handler is not None
+        try:
+            response = await self._handler(self, request)
+        except Exception as exc:
+            log.exception("request code %d from %s failed", request.code, self.peer)
+            response = RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+            )
+        if response is not None and not request.is_oneway:
+            self.send(response)
+
+    @property
+    def requests_in_flight(self) -> int:
+        return len(self._handling)
+
+    async def wait_requests_done(self, timeout: float) -> None:
+        if self._handling:
+            await asyncio.wait(list(self._handling), timeout=timeout)
+
+    # --- sending -------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self._transport is not None and not self._transport.is_closing()
+
+    def send(self, command: RemotingCommand) -> None:
+        """Queue a command for sending (responses, oneway requests); dropped if closed."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        head, body = encode_command_parts(command)
+        if body:
+            transport.writelines((head, body))
+        else:
+            transport.write(head)
+
+    async def request(self, command: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request and wait up to `timeout` seconds for its response."""
+        if not self.is_open:
+            raise ConnectionClosedError(f"connection to {self.peer or self.name} is closed")
+        if not self._can_write.is_set():
+            await asyncio.wait_for(self._can_write.wait(), timeout)
+        command.opaque = next(self._opaques) & 0x7FFFFFFF
+        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[command.opaque] = future
+        try:
+            self.send(command)
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            self._pending.pop(command.opaque, None)
+
+    async def oneway(self, command: RemotingCommand) -> None:
+        command.flag |= 2
+        command.opaque = next(self._opaques) & 0x7FFFFFFF
+        if not self._can_write.is_set():
+            await self._can_write.wait()
+        self.send(command)
+
+    def close(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()

@@ -1,0 +1,174 @@
+"""Framing of the RocketMQ remoting protocol, sans-IO: commands to bytes and bytes to commands.
+
+A frame, big-endian (`RemotingCommand.encode`/`decode`, `NettyDecoder`)::
+
+    int32 length           = 4 + headerLen + bodyLen   (the bytes after this field)
+    uint32 typeAndHeaderLen = serializeType << 24 | headerLen   (headerLen: 24 bits)
+    header                  headerLen bytes in that serialisation (`client.remoting.headers`)
+    body                    the rest: length - 4 - headerLen bytes
+
+`encode_command` gives a frame's bytes; `encode_command_parts` gives the prefix+header and the
+body separately so a transport can `writelines` them without copying a large body.
+
+`FrameDecoder` is fed whatever the socket delivered, split or coalesced anywhere, and returns the
+commands completed so far; it buffers the incomplete tail. It checks a frame's prefix as soon as
+it arrives, before waiting for the rest, and raises `FrameError` when the length field is below 4
+or above `max_frame_size` (16 MiB by default, as RocketMQ's NettyDecoder), when the header length
+exceeds `length - 4`, when the serialisation is unknown, or when the header does not decode
+(`HeaderDecodeError`). A stream cannot be resynchronised after that: the decoder refuses further
+input, commands completed earlier in the same `feed` call are dropped with the error, and the
+connection is to be closed.
+
+Decoded bodies are `bytes` copied out of the input, so they outlive the caller's buffers.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from client.remoting.codes import SerializeType
+from client.remoting.command import Body, RemotingCommand
+from client.remoting.errors import EncodeError, FrameError
+from client.remoting.headers import decode_header, encode_header
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "FrameDecoder",
+    "encode_command",
+    "encode_command_parts",
+]
+
+DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
+
+# the length field, then the serialize type and header length word
+_PREFIX: Final = struct.Struct(">iI")
+_LENGTH: Final = struct.Struct(">i")
+_PREFIX_LEN: Final = _PREFIX.size
+assert _PREFIX_LEN == 8
+_MAX_HEADER_LEN: Final = 0xFFFFFF
+_MAX_LENGTH: Final = 2**31 - 1
+_KNOWN_TYPES: Final = len(SerializeType)
+
+
+def _nbytes(body: Body) -> int:
+    # len() of a memoryview counts items, not bytes, when its format is wider than one byte
+    return body.nbytes if isinstance(body, memoryview) else len(body)
+
+
+def _prefix_and_header(cmd: RemotingCommand) -> tuple[bytes, bytes]:
+    header = encode_header(cmd)
+    header_len = len(header)
+    if header_len > _MAX_HEADER_LEN:
+        raise EncodeError(f"header of {header_len} bytes exceeds the 24-bit header length")
+    length = 4 + header_len + _nbytes(cmd.body)
+    if length > _MAX_LENGTH:
+        raise EncodeError(f"frame of {length} bytes exceeds the 32-bit length field")
+    return _PREFIX.pack(length, (int(cmd.serialize_type) << 24) | header_len), header
+
+
+def encode_command_parts(cmd: RemotingCommand) -> tuple[bytes, Body]:
+    """The frame of `cmd` as (length, type word and header; body), for a vectored write."""
+    prefix, header = _prefix_and_header(cmd)
+    return prefix + header, cmd.body
+
+
+def encode_command(cmd: RemotingCommand) -> bytes:
+    """The frame of `cmd` as one bytes object."""
+    prefix, header = _prefix_and_header(cmd)
+    return b"".join((prefix, header, cmd.body))
+
+
+class FrameDecoder:
+    """Turns a byte stream into `RemotingCommand`s; see the module docstring for the checks.
+
+    Usage: `for cmd in decoder.feed(chunk): ...` for every chunk read; `FrameError` means close.
+    """
+
+    __slots__ = ("_buffer", "_error", "_max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        if not 4 <= max_frame_size <= _MAX_LENGTH:
+            raise ValueError(f"max_frame_size must be in [4, {_MAX_LENGTH}], not {max_frame_size}")
+        self._max_frame_size = max_frame_size
+        self._buffer = bytearray()
+        self._error: FrameError | None = None
+
+    @property
+    def max_frame_size(self) -> int:
+        """The largest value of a frame's length field that is accepted."""
+        return self._max_frame_size
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received that do not yet complete a frame."""
+        return len(self._buffer)
+
+    @property
+    def failed(self) -> bool:
+        """True once a `FrameError` was raised: the decoder accepts nothing more."""
+        return self._error is not None
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        """Add received bytes; return the commands they complete, in stream order."""
+        if self._error is not None:
+            raise FrameError(f"decoder already failed: {self._error}")
+        try:
+            if self._buffer:
+                return self._feed_buffered(data)
+            return self._feed_direct(data)
+        except FrameError as exc:
+            self._error = exc
+            # a new object, not clear(): a view into the old buffer may still be alive here
+            self._buffer = bytearray()
+            raise
+
+    def _feed_direct(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        # Nothing is pending: parse in place and copy only the incomplete tail.
+        with memoryview(data) as view, view.cast("B") as octets:
+            commands, used = self._parse(octets)
+            if used < len(octets):
+                self._buffer += octets[used:]
+        return commands
+
+    def _feed_buffered(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        buffer = self._buffer
+        buffer += data
+        with memoryview(buffer) as view:
+            commands, used = self._parse(view)
+        # the view is released, so the buffer may shrink; deleting a prefix is cheap in CPython
+        del buffer[:used]
+        return commands
+
+    def _parse(self, view: memoryview) -> tuple[list[RemotingCommand], int]:
+        commands: list[RemotingCommand] = []
+        append = commands.append
+        pos = 0
+        end = len(view)
+        while end - pos >= _PREFIX_LEN:
+            length, word = _PREFIX.unpack_from(view, pos)
+            self._check_prefix(length, word)
+            frame_end = pos + 4 + length
+            if frame_end > end:
+                break
+            header_end = pos + _PREFIX_LEN + (word & _MAX_HEADER_LEN)
+            body = bytes(view[header_end:frame_end]) if header_end < frame_end else b""
+            append(decode_header(word >> 24, view[pos + _PREFIX_LEN : header_end], body))
+            pos = frame_end
+        if end - pos >= 4:  # fail fast on a bad length even before the type word arrives
+            self._check_length(_LENGTH.unpack_from(view, pos)[0])
+        return commands, pos
+
+    def _check_prefix(self, length: int, word: int) -> None:
+        self._check_length(length)
+        header_len = word & _MAX_HEADER_LEN
+        if header_len > length - 4:
+            raise FrameError(f"header length {header_len} exceeds frame length {length} - 4")
+        if word >> 24 >= _KNOWN_TYPES:
+            raise FrameError(f"unknown serialize type {word >> 24}")
+
+    def _check_length(self, length: int) -> None:
+        if length < 4:
+            raise FrameError(f"frame length {length} is below the minimum of 4")
+        if length > self._max_frame_size:
+            raise FrameError(f"frame length {length} exceeds the maximum {self._max_frame_size}")
