@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import logging
 import time
+import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -65,9 +66,10 @@ class RemotingConnection(asyncio.Protocol):
     # --- asyncio.Protocol -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        # uvloop's transports are not asyncio.Transport subclasses (not even BaseTransport), so
+        # no isinstance check here: a stream transport has every method this class calls.
+        self._transport = typing.cast(asyncio.Transport, transport)
+        self._transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.last_activity = time.monotonic()

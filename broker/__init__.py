@@ -1,0 +1,1 @@
+"""The tidemq broker and name server."""

@@ -1,0 +1,3 @@
+from broker.main import main
+
+main()

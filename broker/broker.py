@@ -1,0 +1,271 @@
+"""The broker (RocketMQ's BrokerController): store, managers, processors, registration.
+
+Start order: load the store (recovery) and the managers' files, start the store's services,
+listen, register with the name servers, then the periodic tasks. Stop runs in reverse: stop
+accepting and let requests in flight finish, unregister, persist every table, flush and stop the
+store (which removes the abort file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from broker.config import BrokerConfig, RemotingConfig
+from broker.long_polling import PullRequestHoldService
+from broker.managers.clients import Channel, ConsumerManager, ProducerManager
+from broker.managers.config_file import config_dir
+from broker.managers.consumer_offset import ConsumerOffsetManager
+from broker.managers.delay_offset import DelayOffsetTable
+from broker.managers.subscription_group import SubscriptionGroupManager
+from broker.managers.topic_config import TopicConfigChanged, TopicConfigManager
+from broker.processors.admin import AdminProcessor
+from broker.processors.consumer import ConsumerProcessor
+from broker.processors.pull import PullProcessor
+from broker.processors.query import QueryProcessor
+from broker.processors.send import SendProcessor
+from broker.rebalance_lock import RebalanceLockManager
+from broker.registration import BrokerIdentity, NameServerRegistration
+from broker.stats import BrokerStats
+from client.protocol.namesrv import RegisterBrokerResult
+from client.remoting.client import RemotingClient
+from client.remoting.codes import RequestCode
+from client.remoting.command import RemotingCommand
+from client.remoting.connection import RemotingConnection
+from client.remoting.server import RemotingServer
+from store.config import BrokerRole, StoreConfig
+from store.message_store import MessageStore
+from store.record import pack_host
+
+log = logging.getLogger(__name__)
+
+CLIENT_SCAN_INTERVAL = 10.0
+
+
+class Broker:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store_config: StoreConfig,
+        remoting: RemotingConfig | None = None,
+        *,
+        ha_listen_port: int | None = None,
+    ) -> None:
+        self.config = config
+        self.store_config = store_config
+        self.remoting = remoting or RemotingConfig()
+        self.store = MessageStore(store_config)
+        folder = config_dir(store_config.root)
+        self.topics = TopicConfigManager(
+            folder,
+            config,
+            schedule_queue_nums=len(self.store.delay_levels),
+            on_change=self._on_topic_change,
+        )
+        self.groups = SubscriptionGroupManager(
+            folder, auto_create=config.auto_create_subscription_group
+        )
+        self.offsets = ConsumerOffsetManager(folder)
+        self.delay_offsets = DelayOffsetTable(folder)
+        self.consumers = ConsumerManager(
+            self._notify_consumer_ids_changed,
+            notify_enabled=config.notify_consumer_ids_changed_enable,
+        )
+        self.producers = ProducerManager()
+        self.rebalance_locks = RebalanceLockManager()
+        check_interval = (
+            5.0 if config.long_polling_enable else config.short_polling_time_mills / 1000
+        )
+        self.pull_holds = PullRequestHoldService(self.store.max_offset_in_queue, check_interval)
+        self.stats = BrokerStats()
+        self.server = RemotingServer(
+            self.remoting.bind_address,
+            config.listen_port,
+            max_frame_size=self.remoting.max_frame_size,
+            idle_timeout=self.remoting.server_channel_max_idle_time_seconds,
+            name=f"broker {config.broker_name}",
+        )
+        self.namesrv_client = RemotingClient(idle_timeout=0)
+        self.registration: NameServerRegistration | None = None
+        self.ha_listen_port = ha_listen_port
+        self.store_host = pack_host("127.0.0.1", config.listen_port)
+        self.last_register_result: RegisterBrokerResult | None = None
+        self.register_result_listeners: list[Callable[[RegisterBrokerResult], None]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[None]] = set()
+        self._register_processors()
+
+    # --- identity -------------------------------------------------------------------------
+
+    @property
+    def listen_port(self) -> int:
+        return self.server.port
+
+    @property
+    def advertised_address(self) -> str:
+        return f"{self.config.advertised_ip}:{self.listen_port}"
+
+    @property
+    def ha_server_address(self) -> str:
+        port = self.ha_listen_port if self.ha_listen_port is not None else self.listen_port + 1
+        return f"{self.config.ha_ip}:{port}"
+
+    @property
+    def role(self) -> BrokerRole:
+        return self.store.role
+
+    # --- wiring -----------------------------------------------------------------------------
+
+    def _register_processors(self) -> None:
+        send = SendProcessor(self)
+        pull = PullProcessor(self)
+        query = QueryProcessor(self)
+        consumer = ConsumerProcessor(self)
+        admin = AdminProcessor(self)
+        table: dict[
+            int, Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
+        ] = {
+            RequestCode.SEND_MESSAGE: send.process,
+            RequestCode.SEND_MESSAGE_V2: send.process,
+            RequestCode.SEND_BATCH_MESSAGE: send.process,
+            RequestCode.PULL_MESSAGE: pull.process,
+            RequestCode.GET_MAX_OFFSET: query.offsets,
+            RequestCode.GET_MIN_OFFSET: query.offsets,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: query.offsets,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: query.offsets,
+            RequestCode.VIEW_MESSAGE_BY_ID: query.view_by_id,
+            RequestCode.QUERY_MESSAGE: query.query_message,
+            RequestCode.HEART_BEAT: consumer.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: consumer.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.consumer_list,
+            RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: consumer.update_offset,
+            RequestCode.LOCK_BATCH_MQ: consumer.lock_batch,
+            RequestCode.UNLOCK_BATCH_MQ: consumer.lock_batch,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topics,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_group,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_group,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.all_groups,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_offsets,
+            RequestCode.GET_ALL_DELAY_OFFSET: admin.all_delay_offsets,
+        }
+        for code, processor in table.items():
+            self.server.register(code, processor)
+        self.server.on_connection_closed.append(self._on_connection_closed)
+
+    def _on_connection_closed(self, connection: RemotingConnection) -> None:
+        self.consumers.do_channel_close_event(connection)
+        self.producers.do_channel_close_event(connection)
+
+    def _notify_consumer_ids_changed(self, group: str, channels: list[Channel]) -> None:
+        for channel in channels:
+            if isinstance(channel, RemotingConnection):
+                request = RemotingCommand.request(
+                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}
+                )
+                self._spawn(channel.oneway(request))
+
+    def _on_topic_change(self, change: TopicConfigChanged) -> None:
+        del change
+        self.topics.persist_quietly()
+        if self.registration is not None:
+            self.registration.request_registration()
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except (ConnectionError, TimeoutError) as exc:
+                log.debug("background send failed: %s", exc)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _on_register_result(self, result: RegisterBrokerResult) -> None:
+        self.last_register_result = result
+        for listener in self.register_result_listeners:
+            listener(result)
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        self.store.load()
+        for manager in (self.topics, self.groups, self.offsets, self.delay_offsets):
+            manager.load()
+        await self.store.start()
+        await self.server.start()
+        self.store_host = pack_host(self.config.advertised_ip, self.listen_port)
+        self.store.add_arrival_listener(self.pull_holds.notify_arrival)
+        await self.pull_holds.start()
+        identity = BrokerIdentity(
+            self.config.broker_cluster_name,
+            self.config.broker_name,
+            self.config.broker_id,
+            self.advertised_address,
+            self.ha_server_address,
+        )
+        self.registration = NameServerRegistration(
+            identity,
+            self.config.name_servers,
+            self.namesrv_client,
+            self.topics.wrapper,
+            period_ms=self.config.register_name_server_period,
+            timeout_ms=self.config.register_broker_timeout_mills,
+            on_result=self._on_register_result,
+        )
+        await self.registration.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._persist_offsets_periodically(), name="persist-offsets"),
+            loop.create_task(self._scan_clients_periodically(), name="scan-clients"),
+        ]
+        log.info(
+            "broker %s (id %d, %s) boot success at %s in %.2f s",
+            self.config.broker_name,
+            self.config.broker_id,
+            self.role.value,
+            self.advertised_address,
+            time.monotonic() - started,
+        )
+
+    async def _persist_offsets_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.flush_consumer_offset_interval / 1000)
+            self.offsets.persist_quietly()
+            self.delay_offsets.persist_quietly()
+
+    async def _scan_clients_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(CLIENT_SCAN_INTERVAL)
+            expiry = self.config.channel_expired_timeout
+            for expired in self.consumers.scan_not_active(
+                expiry_ms=expiry
+            ) + self.producers.scan_not_active(expiry_ms=expiry):
+                channel = expired.info.channel
+                if isinstance(channel, RemotingConnection):
+                    channel.close()
+
+    async def stop(self) -> None:
+        log.info("broker %s shutting down", self.config.broker_name)
+        # Held pulls answer now (with whatever they find) instead of holding up the stop.
+        await self.pull_holds.stop()
+        await self.server.stop()
+        if self.registration is not None:
+            await self.registration.stop()
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        for manager in (self.topics, self.groups, self.offsets, self.delay_offsets):
+            manager.persist_quietly()
+        await self.store.stop()
+        await self.namesrv_client.close()
+        log.info("broker %s stopped", self.config.broker_name)

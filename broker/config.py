@@ -1,0 +1,110 @@
+"""Broker and name-server configuration: RocketMQ's BrokerConfig / NamesrvConfig / Netty keys.
+
+Both daemons read a RocketMQ properties file plus `key=value` overrides. The store's keys live in
+`store.config.StoreConfig` and the HA keys in `ha.config.HAConfig`; one file configures all of
+them, and a key that none of them knows is reported at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from store.errors import ConfigError
+from store.settings import setting
+
+DEFAULT_NAMESRV_PORT = 9876
+DEFAULT_BROKER_PORT = 10911
+
+
+def local_ip() -> str:
+    """The address RocketMQ would advertise: the host's first non-loopback IPv4, else 127.0.0.1."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: no packet is sent by connect() on UDP
+            address = probe.getsockname()[0]
+            if isinstance(address, str) and not address.startswith("127."):
+                return address
+    except OSError:
+        pass
+    return "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class RemotingConfig:
+    """Netty server settings shared by both daemons."""
+
+    bind_address: str = setting("0.0.0.0", doc="address the remoting port listens on")
+    server_channel_max_idle_time_seconds: int = setting(
+        120, min_value=1, doc="close client connections idle this long"
+    )
+    max_frame_size: int = setting(
+        16 * 1024 * 1024, min_value=1024, doc="largest remoting frame accepted (tidemq)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NamesrvConfig:
+    listen_port: int = setting(DEFAULT_NAMESRV_PORT, min_value=0, max_value=65535)
+    order_message_enable: bool = setting(False)
+    scan_not_active_broker_interval: int = setting(
+        10_000, min_value=100, doc="ms between scans for brokers that stopped registering"
+    )
+    broker_channel_expired_time: int = setting(
+        120_000, min_value=1000, doc="tidemq: ms without registration before a broker is dropped"
+    )
+    metrics_port: int = setting(-1, min_value=-1, max_value=65535, doc="tidemq: Prometheus port")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    broker_cluster_name: str = setting("DefaultCluster")
+    broker_name: str = setting(socket.gethostname() or "broker")
+    broker_id: int = setting(0, min_value=0, doc="0 is the master; a slave's id is above 0")
+    namesrv_addr: str = setting(
+        os.environ.get("NAMESRV_ADDR", ""), doc="name servers, 'host:port;host:port'"
+    )
+    listen_port: int = setting(DEFAULT_BROKER_PORT, min_value=0, max_value=65535)
+    broker_ip1: str = setting("", key="brokerIP1", doc="address advertised to clients")
+    broker_ip2: str = setting("", key="brokerIP2", doc="address advertised for HA")
+    broker_permission: int = setting(6, min_value=0, max_value=7)
+    auto_create_topic_enable: bool = setting(True)
+    auto_create_subscription_group: bool = setting(True)
+    default_topic_queue_nums: int = setting(8, min_value=1, max_value=1024)
+    cluster_topic_enable: bool = setting(True)
+    broker_topic_enable: bool = setting(True)
+    slave_read_enable: bool = setting(False)
+    long_polling_enable: bool = setting(True)
+    short_polling_time_mills: int = setting(1000, min_value=1)
+    notify_consumer_ids_changed_enable: bool = setting(True)
+    register_broker_timeout_mills: int = setting(6000, min_value=100)
+    register_name_server_period: int = setting(30_000, min_value=1000)
+    force_register: bool = setting(True)
+    flush_consumer_offset_interval: int = setting(5000, min_value=100)
+    wait_time_mills_in_send_queue: int = setting(200, min_value=1)
+    max_msgs_num_batch: int = setting(64, min_value=1)
+    channel_expired_timeout: int = setting(
+        120_000, min_value=1000, doc="ms without heartbeat before a client is dropped"
+    )
+    metrics_port: int = setting(-1, min_value=-1, max_value=65535, doc="tidemq: Prometheus port")
+
+    @property
+    def advertised_ip(self) -> str:
+        return self.broker_ip1 or local_ip()
+
+    @property
+    def ha_ip(self) -> str:
+        return self.broker_ip2 or self.advertised_ip
+
+    @property
+    def name_servers(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    def validate(self) -> None:
+        for address in self.name_servers:
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ConfigError(f"namesrvAddr: {address!r} is not host:port")
+        if not self.broker_name.strip():
+            raise ConfigError("brokerName: must not be empty")

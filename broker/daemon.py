@@ -1,0 +1,81 @@
+"""What both daemons share: logging, the event loop, configuration loading, signal handling."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from store.properties import load_properties, parse_overrides
+
+log = logging.getLogger(__name__)
+
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s [{tag}] %(name)s: %(message)s"
+LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def configure_logging(tag: str, level: int = logging.INFO) -> None:
+    """One line per event on stderr, tagged (e.g. with broker name and role)."""
+    fmt = LOG_FORMAT.replace("{tag}", tag.replace("%", "%%"))
+    logging.basicConfig(
+        stream=sys.stderr, level=level, format=fmt, datefmt=LOG_DATE_FORMAT, force=True
+    )
+
+
+def read_properties(config_file: Path | None, overrides: Iterable[str]) -> dict[str, str]:
+    """The file's properties with command-line `key=value` overrides applied (ConfigError)."""
+    props = load_properties(config_file) if config_file is not None else {}
+    props.update(parse_overrides(overrides))
+    return props
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def run_until_signal(
+    start: Callable[[], Awaitable[Any]],
+    stop: Callable[[], Awaitable[Any]],
+    banner: Callable[[], str],
+) -> int:
+    """Start a service, print its banner, run until SIGTERM/SIGINT, stop it; the exit status."""
+
+    async def serve() -> int:
+        try:
+            await start()
+        except OSError as exc:
+            log.error("cannot start: %s", exc)  # noqa: TRY400 - the OS error says it all
+            await stop()
+            return 1
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        received: list[str] = []
+
+        def on_signal(sig: signal.Signals) -> None:
+            received.append(sig.name)
+            done.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            click.echo(banner())
+            await done.wait()
+            log.info("%s received, stopping", received[0])
+            await stop()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        return 0
+
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(serve())

@@ -1,0 +1,102 @@
+"""Long polling (RocketMQ's PullRequestHoldService): pulls that found nothing wait for data.
+
+A pull with the suspend flag that finds no new message is held, keyed by `topic@queueId`, until
+a message arrives in that queue (the store's dispatch calls `notify_arrival`) or its suspend
+time runs out; the puller then reads again and answers whatever it finds. Arrivals wake a held
+pull at once; a periodic check (every 5 s, or shortPollingTimeMills without long polling) is only
+the safety net for lost wake-ups, e.g. on a slave whose bytes arrive by replication.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from store.tags import TagFilter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False, slots=True)
+class HeldPull:
+    pull_from_offset: int
+    tag_filter: TagFilter
+    deadline: float
+    woken: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class PullRequestHoldService:
+    def __init__(
+        self, max_offset_of: Callable[[str, int], int], check_interval: float = 5.0
+    ) -> None:
+        self._max_offset_of = max_offset_of
+        self.check_interval = check_interval
+        self._held: dict[tuple[str, int], list[HeldPull]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._check_loop(), name="pull-hold")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        for pulls in self._held.values():
+            for pull in pulls:
+                pull.woken.set()
+        self._held.clear()
+
+    @property
+    def held_count(self) -> int:
+        return sum(len(p) for p in self._held.values())
+
+    async def hold(
+        self,
+        topic: str,
+        queue_id: int,
+        pull_from_offset: int,
+        tag_filter: TagFilter,
+        timeout: float,
+    ) -> None:
+        """Wait until a matching message may have arrived in the queue, or `timeout` passes."""
+        key = (topic, queue_id)
+        pull = HeldPull(pull_from_offset, tag_filter, time.monotonic() + timeout)
+        self._held.setdefault(key, []).append(pull)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pull.woken.wait(), timeout)
+        finally:
+            pulls = self._held.get(key)
+            if pulls is not None:
+                if pull in pulls:
+                    pulls.remove(pull)
+                if not pulls:
+                    del self._held[key]
+
+    def notify_arrival(
+        self, topic: str, queue_id: int, max_offset: int, tags_code: int, store_timestamp: int
+    ) -> None:
+        """The dispatch listener: wake pulls waiting below `max_offset` whose filter matches."""
+        del store_timestamp
+        pulls = self._held.get((topic, queue_id))
+        if not pulls:
+            return
+        for pull in pulls:
+            if max_offset > pull.pull_from_offset and pull.tag_filter.match_code(tags_code):
+                pull.woken.set()
+
+    def wake_queue(self, topic: str, queue_id: int, max_offset: int) -> None:
+        for pull in self._held.get((topic, queue_id), ()):
+            if max_offset > pull.pull_from_offset:
+                pull.woken.set()
+
+    async def _check_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.check_interval)
+            for (topic, queue_id), pulls in list(self._held.items()):
+                if pulls:
+                    self.wake_queue(topic, queue_id, self._max_offset_of(topic, queue_id))

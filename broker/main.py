@@ -1,0 +1,129 @@
+"""The `brokerd` command: `brokerd -c FILE [-n NAMESRV] [-p] [key=value ...]`.
+
+Reads a RocketMQ broker properties file: BrokerConfig keys (brokerName, brokerId,
+brokerClusterName, namesrvAddr, listenPort, brokerIP1, ...), MessageStoreConfig keys
+(brokerRole, flushDiskType, storePathRootDir, mappedFileSizeCommitLog, ...), remoting keys
+(bindAddress, maxFrameSize) and HA keys (haListenPort). Trailing `key=value` arguments override
+the file, `-n` overrides namesrvAddr (like mqbroker), `-p` prints the effective configuration and
+exits. A bad file or value stops start-up with one line naming the key and exit status 1; a
+SLAVE whose brokerId is not above 0 is refused, as RocketMQ's BrokerStartup does. SIGTERM and
+SIGINT stop the broker cleanly (exit 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from broker.broker import Broker
+from broker.config import BrokerConfig, RemotingConfig
+from broker.daemon import configure_logging, read_properties, run_until_signal
+from store.config import BrokerRole, StoreConfig
+from store.errors import ConfigError, StoreError
+from store.settings import from_properties, to_properties, unknown_keys
+
+log = logging.getLogger("broker")
+
+CONFIG_CLASSES: tuple[type, ...] = (BrokerConfig, StoreConfig, RemotingConfig)
+EXTRA_KEYS = {"haListenPort"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    broker: BrokerConfig
+    store: StoreConfig
+    remoting: RemotingConfig
+    ha_listen_port: int | None
+    unknown: list[str]
+
+    def effective(self) -> dict[str, str]:
+        props: dict[str, str] = {}
+        for config in (self.broker, self.store, self.remoting):
+            props.update(to_properties(config))
+        port = (
+            self.ha_listen_port if self.ha_listen_port is not None else self.broker.listen_port + 1
+        )
+        props["haListenPort"] = str(port)
+        return dict(sorted(props.items()))
+
+
+def load_settings(props: dict[str, str]) -> BrokerSettings:
+    broker = from_properties(BrokerConfig, props)
+    store = from_properties(StoreConfig, props)
+    remoting = from_properties(RemotingConfig, props)
+    if store.broker_role is BrokerRole.SLAVE and broker.broker_id <= 0:
+        raise ConfigError("brokerId: a SLAVE's brokerId must be > 0")
+    if store.broker_role is not BrokerRole.SLAVE and broker.broker_id != 0:
+        # RocketMQ forces a master's id to 0 (MASTER_ID).
+        broker = dataclasses.replace(broker, broker_id=0)
+    ha_port: int | None = None
+    if "haListenPort" in props:
+        try:
+            ha_port = int(props["haListenPort"])
+        except ValueError:
+            raise ConfigError(
+                f"haListenPort: expected an integer, got {props['haListenPort']!r}"
+            ) from None
+    unknown = [k for k in unknown_keys(props, CONFIG_CLASSES) if k not in EXTRA_KEYS]
+    return BrokerSettings(broker, store, remoting, ha_port, unknown)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-c",
+    "--config-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="RocketMQ broker properties file.",
+)
+@click.option("-n", "--namesrv-addr", default=None, help="Name servers, 'host:port;host:port'.")
+@click.option(
+    "-p", "--print-config", is_flag=True, help="Print the effective configuration and exit."
+)
+@click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+def main(
+    config_file: Path | None,
+    namesrv_addr: str | None,
+    print_config: bool,
+    overrides: tuple[str, ...],
+) -> None:
+    """Run a tidemq broker (RocketMQ 4.x compatible)."""
+    try:
+        props = read_properties(config_file, overrides)
+        if namesrv_addr is not None:
+            props["namesrvAddr"] = namesrv_addr
+        settings = load_settings(props)
+    except ConfigError as exc:
+        click.echo(f"brokerd: {exc}", err=True)
+        sys.exit(1)
+    if print_config:
+        for key, value in settings.effective().items():
+            click.echo(f"{key}={value}")
+        return
+    role = settings.store.broker_role.value
+    configure_logging(f"{settings.broker.broker_name}/{role}")
+    for key in settings.unknown:
+        log.warning("unknown configuration key %s ignored", key)
+    broker = Broker(
+        settings.broker, settings.store, settings.remoting, ha_listen_port=settings.ha_listen_port
+    )
+
+    async def start() -> None:
+        try:
+            await broker.start()
+        except StoreError as exc:
+            click.echo(f"brokerd: {exc}", err=True)
+            raise SystemExit(1) from None
+
+    def banner() -> str:
+        return (
+            f"brokerd {settings.broker.broker_name} ({role}, id {settings.broker.broker_id}) "
+            f"listening on {settings.remoting.bind_address}:{broker.listen_port}, "
+            f"store {settings.store.root}"
+        )
+
+    sys.exit(run_until_signal(start, broker.stop, banner))

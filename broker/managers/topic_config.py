@@ -1,0 +1,364 @@
+"""The broker's topic table (RocketMQ's TopicConfigManager), persisted as `config/topics.json`.
+
+File format: a TopicConfigSerializeWrapper, as RocketMQ writes it::
+
+    {"topicConfigTable": {"TopicTest": {"topicName": "TopicTest", "readQueueNums": 4,
+                                        "writeQueueNums": 4, "perm": 6,
+                                        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
+                                        "order": false}, ...},
+     "dataVersion": {"timestamp": 1700000000000, "counter": 3}}
+
+The same object is the body of a broker's registration with the name servers and of
+GET_ALL_TOPIC_CONFIG (21). Every change bumps the DataVersion (name servers only rebuild a
+broker's routes when it changes; slaves only copy the table when it differs), is persisted at
+once, and is reported to `on_change` so the broker can re-register.
+
+At construction the system topics of RocketMQ 4.9.7 are put in the table, then `load()` lays the
+file over them (the file wins, as in RocketMQ): SELF_TEST_TOPIC (1 queue), TBW102 when
+autoCreateTopicEnable (defaultTopicQueueNums queues, perm RW+INHERIT), BenchmarkTest (1024), the
+cluster-name topic (16; RW+INHERIT when clusterTopicEnable, else INHERIT only), the broker-name
+topic (1; likewise with brokerTopicEnable), OFFSET_MOVED_EVENT (1), SCHEDULE_TOPIC_XXXX (one
+queue per delay level) and `<cluster>_REPLY_TOPIC` (1). The trace topic is not created (tidemq
+has no trace switch).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Final
+
+from broker.config import BrokerConfig
+from broker.managers.config_file import (
+    TOPICS_FILE,
+    ConfigManager,
+    decode_json_object,
+    pretty_json,
+)
+from client.protocol.models import (
+    PERM_INHERIT,
+    PERM_READ_WRITE,
+    DataVersion,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+)
+
+__all__ = [
+    "AUTO_CREATE_TOPIC_KEY_TOPIC",
+    "TopicChange",
+    "TopicConfigChanged",
+    "TopicConfigManager",
+    "is_not_allowed_send_topic",
+    "parse_topic_wrapper",
+    "validate_topic_name",
+]
+
+log = logging.getLogger(__name__)
+
+AUTO_CREATE_TOPIC_KEY_TOPIC: Final = "TBW102"
+SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+BENCHMARK_TOPIC: Final = "BenchmarkTest"
+TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRACE_TOPIC: Final = "RMQ_SYS_TRACE_TOPIC"
+TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
+SELF_TEST_TOPIC: Final = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT: Final = "OFFSET_MOVED_EVENT"
+SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"
+REPLY_TOPIC_POSTFIX: Final = "REPLY_TOPIC"
+DEFAULT_DELAY_LEVELS: Final = 18
+TOPIC_MAX_LENGTH: Final = 127
+
+# TopicValidator's static sets; the cluster, broker and reply topics are added per broker.
+SYSTEM_TOPICS: Final = frozenset(
+    {
+        AUTO_CREATE_TOPIC_KEY_TOPIC,
+        SCHEDULE_TOPIC,
+        BENCHMARK_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRACE_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+_VALID_NAME: Final = re.compile(r"[%|a-zA-Z0-9_-]+")
+
+
+def validate_topic_name(topic: str) -> str | None:
+    """None when `topic` is a valid name, else RocketMQ's remark (TopicValidator.validateTopic).
+
+    A name is non-blank, matches `^[%|a-zA-Z0-9_-]+$` and has at most 127 characters.
+    """
+    if not topic.strip():
+        return "The specified topic is blank."
+    if not _VALID_NAME.fullmatch(topic):
+        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return "The specified topic is longer than topic max length."
+    return None
+
+
+def parse_topic_wrapper(text: str | bytes) -> TopicConfigSerializeWrapper:
+    """A topics.json or GET_ALL_TOPIC_CONFIG body; `BodyDecodeError` when it is not one."""
+    return decode_json_object(text, "topic configs", TopicConfigSerializeWrapper.from_dict)
+
+
+def is_not_allowed_send_topic(topic: str) -> bool:
+    """Topics a client may not send to directly (the broker writes them itself)."""
+    return topic in NOT_ALLOWED_SEND_TOPICS
+
+
+class TopicChange(enum.Enum):
+    CREATED = "created"
+    UPDATED = "updated"
+    DELETED = "deleted"
+    REPLACED = "replaced"  # the whole table, copied from the master by SlaveSynchronize
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigChanged:
+    """Reported after the table changed and was persisted. `topic` is None for REPLACED."""
+
+    kind: TopicChange
+    topic: str | None
+    data_version: DataVersion
+
+
+TopicChangeListener = Callable[[TopicConfigChanged], None]
+
+
+class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
+    """The topics this broker serves. Not thread safe: use it from the event loop only."""
+
+    def __init__(
+        self,
+        config_dir: Path,
+        broker: BrokerConfig,
+        *,
+        schedule_queue_nums: int = DEFAULT_DELAY_LEVELS,
+        on_change: TopicChangeListener | None = None,
+    ) -> None:
+        super().__init__(config_dir / TOPICS_FILE)
+        self._broker = broker
+        self._table: dict[str, TopicConfig] = {}
+        self.data_version = DataVersion()
+        self.on_change = on_change
+        self._system_topics = set(SYSTEM_TOPICS)
+        self._add_system_topics(schedule_queue_nums)
+
+    # --- start-up -------------------------------------------------------------------------
+
+    def _add_system(self, config: TopicConfig) -> None:
+        self._system_topics.add(config.topic_name)
+        self._table[config.topic_name] = config
+
+    def _add_system_topics(self, schedule_queue_nums: int) -> None:
+        broker = self._broker
+        self._add_system(TopicConfig(SELF_TEST_TOPIC, 1, 1))
+        if broker.auto_create_topic_enable:
+            nums = broker.default_topic_queue_nums
+            self._add_system(
+                TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, nums, nums, PERM_READ_WRITE | PERM_INHERIT)
+            )
+        self._add_system(TopicConfig(BENCHMARK_TOPIC, 1024, 1024))
+        # Java's TopicConfig default of 16 queues applies to the cluster topic.
+        cluster_perm = PERM_INHERIT | (PERM_READ_WRITE if broker.cluster_topic_enable else 0)
+        self._add_system(TopicConfig(broker.broker_cluster_name, perm=cluster_perm))
+        broker_perm = PERM_INHERIT | (PERM_READ_WRITE if broker.broker_topic_enable else 0)
+        self._add_system(TopicConfig(broker.broker_name, 1, 1, broker_perm))
+        self._add_system(TopicConfig(OFFSET_MOVED_EVENT, 1, 1))
+        self._add_system(TopicConfig(SCHEDULE_TOPIC, schedule_queue_nums, schedule_queue_nums))
+        reply_topic = f"{broker.broker_cluster_name}_{REPLY_TOPIC_POSTFIX}"
+        self._add_system(TopicConfig(reply_topic, 1, 1))
+
+    # --- persistence ----------------------------------------------------------------------
+
+    def encode(self) -> str:
+        return pretty_json(self.wrapper().to_dict())
+
+    def parse(self, text: str) -> TopicConfigSerializeWrapper:
+        return parse_topic_wrapper(text)
+
+    def adopt(self, state: TopicConfigSerializeWrapper) -> None:
+        self._table.update(state.topic_config_table)
+        self.data_version = replace(state.data_version)
+
+    # --- queries --------------------------------------------------------------------------
+
+    def select(self, topic: str) -> TopicConfig | None:
+        return self._table.get(topic)
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self._table
+
+    def topics(self) -> list[str]:
+        return list(self._table)
+
+    def is_system_topic(self, topic: str) -> bool:
+        """TopicValidator.isSystemTopic, with this broker's cluster/broker/reply topics."""
+        return topic in self._system_topics or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+    def check_user_topic(self, topic: str) -> str | None:
+        """None when an admin may create or update `topic`; else the remark to answer with."""
+        problem = validate_topic_name(topic)
+        if problem is None and self.is_system_topic(topic):
+            problem = f"The topic[{topic}] is conflict with system topic."
+        return problem
+
+    def wrapper(self) -> TopicConfigSerializeWrapper:
+        """The table and a copy of its DataVersion, for registration and GET_ALL_TOPIC_CONFIG."""
+        return TopicConfigSerializeWrapper(dict(self._table), replace(self.data_version))
+
+    # --- changes --------------------------------------------------------------------------
+
+    def create_in_send(
+        self,
+        topic: str,
+        default_topic: str,
+        remote_addr: str,
+        client_default_queue_nums: int,
+        topic_sys_flag: int,
+    ) -> TopicConfig | None:
+        """createTopicInSendMessageMethod: auto-create `topic` from the producer's default topic.
+
+        Allowed only when `default_topic` exists with PERM_INHERIT (and, for TBW102, when
+        autoCreateTopicEnable is on). The new topic gets min(client's, default topic's write
+        queues) queues and the default topic's perm without INHERIT. Returns the existing
+        config when the topic is already there, None when creation is refused.
+        """
+        existing = self._table.get(topic)
+        if existing is not None:
+            return existing
+        if validate_topic_name(topic) is not None:
+            log.warning("not creating topic %r for %s: invalid name", topic, remote_addr)
+            return None
+        template = self._inheritable(default_topic, remote_addr)
+        if template is None:
+            return None
+        queue_nums = min(client_default_queue_nums, template.write_queue_nums)
+        if queue_nums <= 0:
+            log.warning(
+                "not creating topic %s for %s: %d queues (client asked %d, %s has %d)",
+                topic,
+                remote_addr,
+                queue_nums,
+                client_default_queue_nums,
+                default_topic,
+                template.write_queue_nums,
+            )
+            return None
+        config = TopicConfig(
+            topic,
+            queue_nums,
+            queue_nums,
+            template.perm & ~PERM_INHERIT,
+            template.topic_filter_type,
+            topic_sys_flag,
+        )
+        log.info(
+            "create topic %s from %s for producer %s: %s", topic, default_topic, remote_addr, config
+        )
+        self._put(config, TopicChange.CREATED)
+        return config
+
+    def _inheritable(self, default_topic: str, remote_addr: str) -> TopicConfig | None:
+        template = self._table.get(default_topic)
+        if template is None:
+            log.warning(
+                "cannot create a topic for %s: default topic %s does not exist",
+                remote_addr,
+                default_topic,
+            )
+            return None
+        perm = template.perm
+        if (
+            default_topic == AUTO_CREATE_TOPIC_KEY_TOPIC
+            and not self._broker.auto_create_topic_enable
+        ):
+            # TBW102 kept from a file written while auto-creation was on must not allow it now.
+            perm &= ~PERM_INHERIT
+        if not perm & PERM_INHERIT:
+            log.warning(
+                "cannot create a topic for %s: default topic %s has no inherit perm (%d)",
+                remote_addr,
+                default_topic,
+                perm,
+            )
+            return None
+        return template
+
+    def create_in_send_back(
+        self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int
+    ) -> TopicConfig:
+        """createTopicInSendMessageBackMethod: the `%RETRY%`/`%DLQ%` topics of a group."""
+        existing = self._table.get(topic)
+        if existing is not None:
+            return existing
+        config = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=topic_sys_flag)
+        log.info("create topic %s", config)
+        self._put(config, TopicChange.CREATED)
+        return config
+
+    def update(self, config: TopicConfig) -> None:
+        """Create or replace a topic (UPDATE_AND_CREATE_TOPIC; callers validate the name)."""
+        old = self._table.get(config.topic_name)
+        kind = TopicChange.CREATED if old is None else TopicChange.UPDATED
+        log.info("%s topic %s (was %s)", kind.value, config, old)
+        self._put(replace(config), kind)
+
+    def delete(self, topic: str) -> bool:
+        """Remove a topic's config; False when there was none."""
+        old = self._table.pop(topic, None)
+        if old is None:
+            log.warning("delete topic %s: no such topic", topic)
+            return False
+        log.info("deleted topic %s", old)
+        self._changed(TopicChange.DELETED, topic)
+        return True
+
+    def replace_all(self, wrapper: TopicConfigSerializeWrapper) -> bool:
+        """SlaveSynchronize: adopt the master's table when its DataVersion differs from ours.
+
+        The DataVersion is copied, not bumped, so the next sync sees the two as equal.
+        """
+        if wrapper.data_version == self.data_version:
+            return False
+        self._table = dict(wrapper.topic_config_table)
+        self.data_version = replace(wrapper.data_version)
+        log.info(
+            "topic table replaced from the master: %d topics, %s",
+            len(self._table),
+            self.data_version,
+        )
+        self._notify(TopicChange.REPLACED, None)
+        return True
+
+    def _put(self, config: TopicConfig, kind: TopicChange) -> None:
+        self._table[config.topic_name] = config
+        self._changed(kind, config.topic_name)
+
+    def _changed(self, kind: TopicChange, topic: str) -> None:
+        self.data_version.next_version()
+        self._notify(kind, topic)
+
+    def _notify(self, kind: TopicChange, topic: str | None) -> None:
+        self.persist_quietly()
+        if self.on_change is not None:
+            self.on_change(TopicConfigChanged(kind, topic, replace(self.data_version)))

@@ -1,0 +1,346 @@
+"""The name server's request handlers (RocketMQ 4.9.7 `DefaultRequestProcessor`).
+
+One handler per request code, each `(connection, request) -> response`, over a
+`RouteInfoManager` and a `KvConfigStore`. Headers and bodies are read and written with
+`client.protocol.namesrv` (formats documented there); bodies are JSON. A header that lacks a
+required key or has a malformed number, or a body that does not decode, is answered
+SYSTEM_ERROR with the reason as remark (RocketMQ answers a RemotingCommandException the same
+way). Responses keep the request's serialisation (`RemotingCommand.response_to`).
+
+Codes served: REGISTER_BROKER 103, UNREGISTER_BROKER 104, GET_ROUTEINFO_BY_TOPIC 105,
+GET_BROKER_CLUSTER_INFO 106, PUT/GET/DELETE_KV_CONFIG 100/101/102, GET_KVLIST_BY_NAMESPACE 219,
+GET_ALL_TOPIC_LIST_FROM_NAMESERVER 206, DELETE_TOPIC_IN_NAMESRV 216, GET_TOPICS_BY_CLUSTER 224,
+GET_SYSTEM_TOPIC_LIST_FROM_NS 304, GET_UNIT_TOPIC_LIST 311, GET_HAS_UNIT_SUB_TOPIC_LIST 312,
+GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST 313, WIPE_WRITE_PERM_OF_BROKER 205,
+ADD_WRITE_PERM_OF_BROKER 327, QUERY_DATA_VERSION 322, GET_NAMESRV_CONFIG 319. Anything else is
+left to the remoting server, which answers REQUEST_CODE_NOT_SUPPORTED.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from broker.namesrv.kv_config import KvConfigStore
+from broker.namesrv.route_info import BrokerRemoved, RouteInfoManager
+from client.protocol.namesrv import (
+    NAMESPACE_ORDER_TOPIC_CONFIG,
+    AddWritePermOfBrokerRequestHeader,
+    DeleteKVConfigRequestHeader,
+    DeleteTopicFromNamesrvRequestHeader,
+    GetKVConfigRequestHeader,
+    GetKVListByNamespaceRequestHeader,
+    GetRouteInfoRequestHeader,
+    GetTopicsByClusterRequestHeader,
+    KVTable,
+    NamesrvProtocolError,
+    PutKVConfigRequestHeader,
+    QueryDataVersionRequestHeader,
+    RegisterBrokerBody,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResult,
+    TopicList,
+    UnregisterBrokerRequestHeader,
+    WipeWritePermOfBrokerRequestHeader,
+    body_crc32,
+    decode_data_version,
+)
+from client.remoting.codes import RequestCode, ResponseCode
+from client.remoting.command import RemotingCommand
+from client.remoting.connection import RemotingConnection
+from client.remoting.json_body import dumps
+
+__all__ = ["NamesrvProcessor", "log_broker_removed"]
+
+log = logging.getLogger("broker.namesrv")
+
+Handler = Callable[[RemotingConnection, RemotingCommand], RemotingCommand]
+
+
+def log_broker_removed(removed: BrokerRemoved) -> None:
+    """One line per broker address leaving the tables, with the reason."""
+    group = ", group gone" if removed.group_removed else ""
+    log.info(
+        "broker removed: %s[%s] %s cluster %s (%s%s)",
+        removed.broker_name or "?",
+        "?" if removed.broker_id is None else removed.broker_id,
+        removed.broker_addr,
+        removed.cluster_name or "?",
+        removed.reason,
+        group,
+    )
+
+
+def _ok(request: RemotingCommand, body: bytes = b"", **ext: str) -> RemotingCommand:
+    return RemotingCommand.response_to(request, ResponseCode.SUCCESS, ext_fields=ext, body=body)
+
+
+def _error(request: RemotingCommand, code: ResponseCode, remark: str) -> RemotingCommand:
+    return RemotingCommand.response_to(request, code, remark)
+
+
+class NamesrvProcessor:
+    def __init__(
+        self,
+        routes: RouteInfoManager,
+        kv_config: KvConfigStore,
+        *,
+        order_message_enable: bool = False,
+        config_text: str = "",
+    ) -> None:
+        """`config_text` is the effective configuration as properties text, for
+        GET_NAMESRV_CONFIG."""
+        self.routes = routes
+        self.kv_config = kv_config
+        self.order_message_enable = order_message_enable
+        self.config_text = config_text
+        self.handlers: dict[int, Handler] = {
+            RequestCode.REGISTER_BROKER: self.register_broker,
+            RequestCode.UNREGISTER_BROKER: self.unregister_broker,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
+            RequestCode.PUT_KV_CONFIG: self.put_kv_config,
+            RequestCode.GET_KV_CONFIG: self.get_kv_config,
+            RequestCode.DELETE_KV_CONFIG: self.delete_kv_config,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_list,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topics,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.get_system_topics,
+            RequestCode.GET_UNIT_TOPIC_LIST: self._topic_list(unit=True, unit_sub=None),
+            RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST: self._topic_list(unit=None, unit_sub=True),
+            RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: self._topic_list(
+                unit=False, unit_sub=True
+            ),
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm,
+            RequestCode.QUERY_DATA_VERSION: self.query_data_version,
+            RequestCode.GET_NAMESRV_CONFIG: self.get_config,
+        }
+
+    async def process(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """The remoting server's processor: dispatch by code, bad input becomes SYSTEM_ERROR."""
+        handler = self.handlers.get(request.code)
+        if handler is None:
+            return _error(
+                request,
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f"request type {request.code} not supported",
+            )
+        try:
+            return handler(connection, request)
+        except NamesrvProtocolError as exc:
+            log.warning("bad request code %d from %s: %s", request.code, connection.peer, exc)
+            return _error(request, ResponseCode.SYSTEM_ERROR, str(exc))
+
+    def processors(
+        self,
+    ) -> dict[int, Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand]]]:
+        """`{code: processor}` to register with a `RemotingServer`."""
+        return {code: self.process for code in self.handlers}
+
+    # --- brokers --------------------------------------------------------------------------
+
+    def register_broker(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = RegisterBrokerRequestHeader.from_ext_fields(request.ext_fields)
+        if header.body_crc32 != 0 and body_crc32(request.body) != header.body_crc32:
+            log.warning(
+                "registration of %s from %s: crc32 not match", header.broker_addr, connection.peer
+            )
+            return _error(request, ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        if len(request.body):
+            body = RegisterBrokerBody.decode(request.body, header.compressed)
+        else:
+            body = RegisterBrokerBody.empty()
+        outcome = self.routes.register_broker(
+            cluster_name=header.cluster_name,
+            broker_addr=header.broker_addr,
+            broker_name=header.broker_name,
+            broker_id=header.broker_id,
+            ha_server_addr=header.ha_server_addr,
+            topic_config_wrapper=body.topic_config_wrapper,
+            filter_server_list=body.filter_server_list,
+            connection=connection,
+        )
+        if outcome.new_broker:
+            log.info(
+                "broker registered: %s[%d] %s cluster %s, HA %s, %d topics%s",
+                header.broker_name,
+                header.broker_id,
+                header.broker_addr,
+                header.cluster_name,
+                header.ha_server_addr,
+                len(body.topic_config_wrapper.topic_config_table),
+                "" if outcome.master_addr is None else f", master {outcome.master_addr}",
+            )
+        result = RegisterBrokerResult(outcome.ha_server_addr, outcome.master_addr)
+        order = self.kv_config.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
+        body_out = b"" if order is None else KVTable(order).encode()
+        return _ok(request, body_out, **result.ext_fields())
+
+    def unregister_broker(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = UnregisterBrokerRequestHeader.from_ext_fields(request.ext_fields)
+        removed = self.routes.unregister_broker(
+            cluster_name=header.cluster_name,
+            broker_addr=header.broker_addr,
+            broker_name=header.broker_name,
+            broker_id=header.broker_id,
+        )
+        if removed is not None:
+            log_broker_removed(removed)
+        return _ok(request)
+
+    def query_data_version(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = QueryDataVersionRequestHeader.from_ext_fields(request.ext_fields)
+        version = decode_data_version(request.body)
+        changed = self.routes.is_topic_config_changed(header.broker_addr, version)
+        if not changed:
+            self.routes.touch(header.broker_addr)
+        known = self.routes.query_data_version(header.broker_addr)
+        body = b"" if known is None else dumps(known.to_dict())
+        return _ok(request, body, changed="true" if changed else "false")
+
+    def wipe_write_perm(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = WipeWritePermOfBrokerRequestHeader.from_ext_fields(request.ext_fields)
+        count = self.routes.wipe_write_perm(header.broker_name)
+        log.info(
+            "wiped write permission of %s on %d topics (from %s)",
+            header.broker_name,
+            count,
+            connection.peer,
+        )
+        return _ok(request, wipeTopicCount=str(count))
+
+    def add_write_perm(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = AddWritePermOfBrokerRequestHeader.from_ext_fields(request.ext_fields)
+        count = self.routes.add_write_perm(header.broker_name)
+        log.info(
+            "added write permission of %s on %d topics (from %s)",
+            header.broker_name,
+            count,
+            connection.peer,
+        )
+        return _ok(request, addTopicCount=str(count))
+
+    # --- routes and topics ----------------------------------------------------------------
+
+    def get_route_info(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        topic = GetRouteInfoRequestHeader.from_ext_fields(request.ext_fields).topic
+        route = self.routes.get_route(topic)
+        if route is None:
+            return _error(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {topic}",
+            )
+        if self.order_message_enable:
+            route.order_topic_conf = self.kv_config.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+        return _ok(request, dumps(route.to_dict()))
+
+    def get_cluster_info(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        return _ok(request, dumps(self.routes.cluster_info().to_dict()))
+
+    def get_all_topics(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        return _ok(request, self.routes.all_topics().encode())
+
+    def delete_topic(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = DeleteTopicFromNamesrvRequestHeader.from_ext_fields(request.ext_fields)
+        # An empty clusterName means "everywhere", as RocketMQ 5.x reads it.
+        cluster = header.cluster_name or None
+        if self.routes.delete_topic(header.topic, cluster):
+            where = "" if cluster is None else f" on cluster {cluster}"
+            log.info("topic %s deleted%s (from %s)", header.topic, where, connection.peer)
+        return _ok(request)
+
+    def get_topics_by_cluster(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        cluster = GetTopicsByClusterRequestHeader.from_ext_fields(request.ext_fields).cluster
+        return _ok(request, self.routes.topics_by_cluster(cluster).encode())
+
+    def get_system_topics(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        return _ok(request, self.routes.system_topic_list().encode())
+
+    def _topic_list(self, *, unit: bool | None, unit_sub: bool | None) -> Handler:
+        def handler(connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+            topics: TopicList = self.routes.topics_with_flags(unit=unit, unit_sub=unit_sub)
+            return _ok(request, topics.encode())
+
+        return handler
+
+    # --- KV configuration -----------------------------------------------------------------
+
+    def put_kv_config(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = PutKVConfigRequestHeader.from_ext_fields(request.ext_fields)
+        self.kv_config.put(header.namespace, header.key, header.value)
+        log.info(
+            "KV config put %s/%s=%s (from %s)",
+            header.namespace,
+            header.key,
+            header.value,
+            connection.peer,
+        )
+        return _ok(request)
+
+    def get_kv_config(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = GetKVConfigRequestHeader.from_ext_fields(request.ext_fields)
+        value = self.kv_config.get(header.namespace, header.key)
+        if value is None:
+            return _error(
+                request,
+                ResponseCode.QUERY_NOT_FOUND,
+                f"No config item, Namespace: {header.namespace} Key: {header.key}",
+            )
+        return _ok(request, value=value)
+
+    def delete_kv_config(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = DeleteKVConfigRequestHeader.from_ext_fields(request.ext_fields)
+        if self.kv_config.delete(header.namespace, header.key):
+            log.info(
+                "KV config deleted %s/%s (from %s)", header.namespace, header.key, connection.peer
+            )
+        return _ok(request)
+
+    def get_kv_list(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        namespace = GetKVListByNamespaceRequestHeader.from_ext_fields(request.ext_fields).namespace
+        table = self.kv_config.namespace(namespace)
+        if table is None:
+            return _error(
+                request, ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}"
+            )
+        return _ok(request, KVTable(table).encode())
+
+    def get_config(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        return _ok(request, self.config_text.encode("utf-8"))

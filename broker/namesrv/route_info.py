@@ -1,0 +1,417 @@
+"""The name server's routing tables (RocketMQ's RouteInfoManager), pure logic: no I/O, no clock.
+
+Tables, as in RocketMQ 4.9.7 `RouteInfoManager`::
+
+    topic_queue_table   topic       -> {brokerName -> QueueData}   (queues a broker group serves)
+    broker_addr_table   brokerName  -> BrokerData{cluster, brokerName, brokerAddrs{id -> addr}}
+    cluster_addr_table  clusterName -> {brokerName}
+    broker_live_table   brokerAddr  -> BrokerLiveInfo{last_update, data_version, connection,
+                                                      ha_server_addr}
+    filter_server_table brokerAddr  -> [filter server addr]
+
+Time is milliseconds from the injected `clock` (wall time by default); `connection` is whatever
+object the caller uses for a broker's connection, compared by identity.
+
+Every method that removes brokers returns `BrokerRemoved` records, so that the caller can log
+them and close connections; this module never logs or touches a socket.
+
+Queue data belongs to a broker *group* (brokerName), not to one address: it is taken from the
+master's registrations only, and removed when the group's last address goes (connection closed,
+expired, unregistered). While a slave is left alone its group keeps its queue data, so consumers
+can still read from it; producers skip it because the group has no brokerId 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from client.protocol.models import (
+    MASTER_ID,
+    PERM_READ,
+    PERM_WRITE,
+    BrokerData,
+    ClusterInfo,
+    DataVersion,
+    QueueData,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    TopicRouteData,
+)
+from client.protocol.namesrv import TopicList
+
+__all__ = [
+    "DEFAULT_BROKER_CHANNEL_EXPIRED_TIME",
+    "BrokerLiveInfo",
+    "BrokerRemoved",
+    "RegisterOutcome",
+    "RemovalReason",
+    "RouteInfoManager",
+]
+
+DEFAULT_BROKER_CHANNEL_EXPIRED_TIME: Final = 120_000
+
+# TopicSysFlag bits (RocketMQ `TopicSysFlag`): unit topics and topics with unit subscriptions.
+_FLAG_UNIT: Final = 0x1
+_FLAG_UNIT_SUB: Final = 0x2
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class RemovalReason:
+    """Why a broker address left the tables (the text of `BrokerRemoved.reason`)."""
+
+    CONNECTION_CLOSED: Final = "connection closed"
+    UNREGISTERED: Final = "unregistered"
+
+    @staticmethod
+    def expired(silent_ms: int) -> str:
+        return f"expired: no registration for {silent_ms} ms"
+
+
+@dataclass(slots=True)
+class BrokerLiveInfo:
+    last_update_timestamp: int
+    data_version: DataVersion
+    connection: object
+    ha_server_addr: str
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterOutcome:
+    """What a registration did. `ha_server_addr`/`master_addr` are set for a slave whose master is
+    registered and alive; `new_broker` when the address had no live entry before;
+    `topics_updated` when its queue data was (re)built from this registration."""
+
+    ha_server_addr: str | None
+    master_addr: str | None
+    new_broker: bool
+    topics_updated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRemoved:
+    """One broker address removed; `group_removed` when it was its group's last address (the
+    group's queue data went with it). `connection` is the one it registered through, if known."""
+
+    broker_addr: str
+    broker_name: str | None
+    cluster_name: str | None
+    broker_id: int | None
+    reason: str
+    group_removed: bool
+    connection: object = None
+
+
+class RouteInfoManager:
+    def __init__(
+        self,
+        *,
+        broker_channel_expired_time: int = DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
+        clock: Callable[[], int] = _wall_clock_ms,
+        delete_topic_with_broker_registration: bool = False,
+    ) -> None:
+        """`delete_topic_with_broker_registration` is RocketMQ 5.x's namesrv option (off by
+        default there, absent in 4.9.7): when the master's changed topic table no longer has a
+        topic, the group's queue data for it is dropped instead of lingering until the group
+        goes away or the topic is deleted explicitly."""
+        self.broker_channel_expired_time = broker_channel_expired_time
+        self.clock = clock
+        self.delete_topic_with_broker_registration = delete_topic_with_broker_registration
+        self.topic_queue_table: dict[str, dict[str, QueueData]] = {}
+        self.broker_addr_table: dict[str, BrokerData] = {}
+        self.cluster_addr_table: dict[str, set[str]] = {}
+        self.broker_live_table: dict[str, BrokerLiveInfo] = {}
+        self.filter_server_table: dict[str, list[str]] = {}
+
+    # --- registration ---------------------------------------------------------------------
+
+    def register_broker(
+        self,
+        *,
+        cluster_name: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        topic_config_wrapper: TopicConfigSerializeWrapper | None,
+        filter_server_list: list[str] | None,
+        connection: object,
+    ) -> RegisterOutcome:
+        self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
+        broker_data = self.broker_addr_table.get(broker_name)
+        register_first = broker_data is None
+        if broker_data is None:
+            broker_data = BrokerData(cluster_name, broker_name, {})
+            self.broker_addr_table[broker_name] = broker_data
+        addrs = broker_data.broker_addrs
+        # One address holds one id: a slave promoted to master re-registers as id 0 from the
+        # same address, and its old id must not linger as a second member.
+        for other_id in [i for i, a in addrs.items() if a == broker_addr and i != broker_id]:
+            del addrs[other_id]
+        register_first = addrs.get(broker_id) is None or register_first
+        addrs[broker_id] = broker_addr
+
+        version = (
+            topic_config_wrapper.data_version
+            if topic_config_wrapper is not None
+            else DataVersion(timestamp=0, counter=0)
+        )
+        topics_updated = False
+        # Queue data is the group's, so only the master's table counts, and only when it changed.
+        if (
+            topic_config_wrapper is not None
+            and broker_id == MASTER_ID
+            and (register_first or self.is_topic_config_changed(broker_addr, version))
+        ):
+            self._update_queue_datas(broker_name, topic_config_wrapper)
+            topics_updated = True
+
+        previous = self.broker_live_table.get(broker_addr)
+        self.broker_live_table[broker_addr] = BrokerLiveInfo(
+            self.clock(), version, connection, ha_server_addr
+        )
+        if filter_server_list is not None:
+            if filter_server_list:
+                self.filter_server_table[broker_addr] = list(filter_server_list)
+            else:
+                self.filter_server_table.pop(broker_addr, None)
+
+        ha_addr, master_addr = self._master_of(broker_data, broker_id)
+        return RegisterOutcome(ha_addr, master_addr, previous is None, topics_updated)
+
+    def _master_of(self, broker_data: BrokerData, broker_id: int) -> tuple[str | None, str | None]:
+        """For a slave: its live master's HA address and broker address."""
+        if broker_id == MASTER_ID:
+            return None, None
+        master_addr = broker_data.broker_addrs.get(MASTER_ID)
+        live = None if master_addr is None else self.broker_live_table.get(master_addr)
+        if live is None:
+            return None, None
+        return live.ha_server_addr, master_addr
+
+    def _update_queue_datas(self, broker_name: str, wrapper: TopicConfigSerializeWrapper) -> None:
+        table = wrapper.topic_config_table
+        for key, config in table.items():
+            self._put_queue_data(broker_name, config.topic_name or key, config)
+        if self.delete_topic_with_broker_registration:
+            present = {config.topic_name or key for key, config in table.items()}
+            gone = [t for t, q in self.topic_queue_table.items() if broker_name in q]
+            self._remove_group_from_topics(broker_name, (t for t in gone if t not in present))
+
+    def _put_queue_data(self, broker_name: str, topic: str, config: TopicConfig) -> None:
+        self.topic_queue_table.setdefault(topic, {})[broker_name] = QueueData(
+            broker_name=broker_name,
+            read_queue_nums=config.read_queue_nums,
+            write_queue_nums=config.write_queue_nums,
+            perm=config.perm,
+            topic_sys_flag=config.topic_sys_flag,
+        )
+
+    def is_topic_config_changed(self, broker_addr: str, data_version: DataVersion) -> bool:
+        """True unless the address's last registration carried exactly this data version."""
+        previous = self.query_data_version(broker_addr)
+        return previous is None or previous != data_version
+
+    def query_data_version(self, broker_addr: str) -> DataVersion | None:
+        live = self.broker_live_table.get(broker_addr)
+        return None if live is None else live.data_version
+
+    def touch(self, broker_addr: str) -> None:
+        """Count a QUERY_DATA_VERSION that found nothing changed as a sign of life."""
+        live = self.broker_live_table.get(broker_addr)
+        if live is not None:
+            live.last_update_timestamp = self.clock()
+
+    # --- removal --------------------------------------------------------------------------
+
+    def unregister_broker(
+        self, *, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int
+    ) -> BrokerRemoved | None:
+        """A broker's goodbye; None when that id of that group is not at that address (a late
+        goodbye must not remove whoever has taken the id since)."""
+        broker_data = self.broker_addr_table.get(broker_name)
+        if broker_data is None or broker_data.broker_addrs.get(broker_id) != broker_addr:
+            return None
+        live = self.broker_live_table.pop(broker_addr, None)
+        self.filter_server_table.pop(broker_addr, None)
+        del broker_data.broker_addrs[broker_id]
+        group_removed = not broker_data.broker_addrs
+        if group_removed:
+            self._drop_group(broker_name)
+        return BrokerRemoved(
+            broker_addr,
+            broker_name,
+            broker_data.cluster,
+            broker_id,
+            RemovalReason.UNREGISTERED,
+            group_removed,
+            None if live is None else live.connection,
+        )
+
+    def on_connection_destroyed(self, connection: object) -> list[BrokerRemoved]:
+        """Forget at once every broker address that registered through `connection`."""
+        addrs = [a for a, live in self.broker_live_table.items() if live.connection is connection]
+        return [self._remove_addr(a, RemovalReason.CONNECTION_CLOSED) for a in addrs]
+
+    def scan_not_active_brokers(self, now: int | None = None) -> list[BrokerRemoved]:
+        """Remove addresses whose last registration is older than the expiry time. The caller
+        closes the connections of the removed ones, as RocketMQ does."""
+        now = self.clock() if now is None else now
+        expired = [
+            (addr, now - live.last_update_timestamp)
+            for addr, live in self.broker_live_table.items()
+            if live.last_update_timestamp + self.broker_channel_expired_time < now
+        ]
+        return [self._remove_addr(addr, RemovalReason.expired(ms)) for addr, ms in expired]
+
+    def _remove_addr(self, broker_addr: str, reason: str) -> BrokerRemoved:
+        live = self.broker_live_table.pop(broker_addr, None)
+        self.filter_server_table.pop(broker_addr, None)
+        found: tuple[str, str, int] | None = None
+        group_removed = False
+        for name, broker_data in list(self.broker_addr_table.items()):
+            ids = [i for i, a in broker_data.broker_addrs.items() if a == broker_addr]
+            if not ids:
+                continue
+            for broker_id in ids:
+                del broker_data.broker_addrs[broker_id]
+            found = found or (name, broker_data.cluster, ids[0])
+            if not broker_data.broker_addrs:
+                self._drop_group(name)
+                group_removed = True
+        return BrokerRemoved(
+            broker_addr,
+            found[0] if found else None,
+            found[1] if found else None,
+            found[2] if found else None,
+            reason,
+            group_removed,
+            None if live is None else live.connection,
+        )
+
+    def _drop_group(self, broker_name: str) -> None:
+        """A group without members: out of the address table, every cluster and every topic."""
+        self.broker_addr_table.pop(broker_name, None)
+        for cluster, names in list(self.cluster_addr_table.items()):
+            names.discard(broker_name)
+            if not names:
+                del self.cluster_addr_table[cluster]
+        self._remove_group_from_topics(broker_name, list(self.topic_queue_table))
+
+    def _remove_group_from_topics(self, broker_name: str, topics: Iterable[str]) -> None:
+        for topic in list(topics):
+            queues = self.topic_queue_table.get(topic)
+            if queues is None:
+                continue
+            queues.pop(broker_name, None)
+            if not queues:
+                del self.topic_queue_table[topic]
+
+    # --- topics ---------------------------------------------------------------------------
+
+    def delete_topic(self, topic: str, cluster_name: str | None = None) -> bool:
+        """Forget a topic's queue data, everywhere or only on `cluster_name`'s groups. True when
+        something was removed."""
+        queues = self.topic_queue_table.get(topic)
+        if queues is None:
+            return False
+        if cluster_name is None:
+            del self.topic_queue_table[topic]
+            return True
+        names = self.cluster_addr_table.get(cluster_name, set())
+        removed = [n for n in names if queues.pop(n, None) is not None]
+        if not queues:
+            del self.topic_queue_table[topic]
+        return bool(removed)
+
+    def wipe_write_perm(self, broker_name: str) -> int:
+        """Take write permission off every topic of a group (drain it); returns the topic count."""
+        return self._set_perm(broker_name, lambda perm: perm & ~PERM_WRITE)
+
+    def add_write_perm(self, broker_name: str) -> int:
+        """Give a group's topics read and write permission back; returns the topic count."""
+        return self._set_perm(broker_name, lambda _perm: PERM_READ | PERM_WRITE)
+
+    def _set_perm(self, broker_name: str, change: Callable[[int], int]) -> int:
+        count = 0
+        for queues in self.topic_queue_table.values():
+            queue_data = queues.get(broker_name)
+            if queue_data is not None:
+                queue_data.perm = change(queue_data.perm)
+                count += 1
+        return count
+
+    # --- queries --------------------------------------------------------------------------
+
+    def get_route(self, topic: str) -> TopicRouteData | None:
+        """The topic's route (copies), or None unless both its queue and broker data exist."""
+        queues = self.topic_queue_table.get(topic)
+        if not queues:
+            return None
+        broker_datas = [
+            BrokerData(b.cluster, b.broker_name, dict(b.broker_addrs))
+            for name in queues
+            if (b := self.broker_addr_table.get(name)) is not None
+        ]
+        if not broker_datas:
+            return None
+        filter_servers = {
+            addr: list(self.filter_server_table[addr])
+            for b in broker_datas
+            for addr in b.broker_addrs.values()
+            if addr in self.filter_server_table
+        }
+        return TopicRouteData(
+            queue_datas=[dataclasses.replace(q) for q in queues.values()],
+            broker_datas=broker_datas,
+            filter_server_table=filter_servers,
+        )
+
+    def cluster_info(self) -> ClusterInfo:
+        return ClusterInfo(
+            broker_addr_table={
+                name: BrokerData(b.cluster, b.broker_name, dict(b.broker_addrs))
+                for name, b in self.broker_addr_table.items()
+            },
+            cluster_addr_table={c: set(n) for c, n in self.cluster_addr_table.items()},
+        )
+
+    def all_topics(self) -> TopicList:
+        return TopicList(list(self.topic_queue_table))
+
+    def topics_by_cluster(self, cluster: str) -> TopicList:
+        names = self.cluster_addr_table.get(cluster, set())
+        return TopicList([t for t, q in self.topic_queue_table.items() if names & q.keys()])
+
+    def system_topic_list(self) -> TopicList:
+        """RocketMQ's answer to GET_SYSTEM_TOPIC_LIST_FROM_NS: every cluster name and broker name
+        (each is also a topic a broker creates), and one broker address to ask for the rest."""
+        names: list[str] = []
+        for cluster, brokers in self.cluster_addr_table.items():
+            names.append(cluster)
+            names.extend(sorted(brokers))
+        members = (b.broker_addrs for b in self.broker_addr_table.values() if b.broker_addrs)
+        first = next(members, None)
+        return TopicList(names, None if first is None else first[min(first)])
+
+    def topics_with_flags(self, *, unit: bool | None, unit_sub: bool | None) -> TopicList:
+        """Topics whose (first) queue data's sys flag matches; None means either."""
+
+        def matches(flag: int) -> bool:
+            return (unit is None or bool(flag & _FLAG_UNIT) == unit) and (
+                unit_sub is None or bool(flag & _FLAG_UNIT_SUB) == unit_sub
+            )
+
+        return TopicList(
+            [
+                topic
+                for topic, queues in self.topic_queue_table.items()
+                if queues and matches(next(iter(queues.values())).topic_sys_flag)
+            ]
+        )

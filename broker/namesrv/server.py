@@ -1,0 +1,126 @@
+"""The name server service: a remoting server, the request handlers and the expiry scan.
+
+`NameServer(namesrv_config, remoting_config)` listens on `bindAddress:listenPort`, answers the
+codes of `broker.namesrv.processor`, forgets a broker as soon as its connection closes, and every
+`scanNotActiveBrokerInterval` ms drops (and disconnects) brokers that have not registered for
+`brokerChannelExpiredTime` ms. Routes are soft state: nothing is written to disk, brokers
+rebuild them by registering every 30 s.
+
+Log lines (logger `broker.namesrv`): one per broker registered, one per broker address removed
+with its reason (connection closed, unregistered, expired).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from types import TracebackType
+from typing import Self
+
+from broker.config import NamesrvConfig, RemotingConfig
+from broker.namesrv.kv_config import KvConfigStore
+from broker.namesrv.processor import NamesrvProcessor, log_broker_removed
+from broker.namesrv.route_info import RouteInfoManager
+from client.remoting.connection import RemotingConnection
+from client.remoting.server import RemotingServer
+from store.settings import to_properties
+
+__all__ = ["NameServer", "effective_properties"]
+
+log = logging.getLogger("broker.namesrv")
+
+
+def effective_properties(namesrv: NamesrvConfig, remoting: RemotingConfig) -> dict[str, str]:
+    """Every configuration key with its effective value, name-server keys first."""
+    return {**to_properties(namesrv), **to_properties(remoting)}
+
+
+class NameServer:
+    def __init__(self, config: NamesrvConfig, remoting: RemotingConfig) -> None:
+        self.config = config
+        self.remoting_config = remoting
+        self.routes = RouteInfoManager(
+            broker_channel_expired_time=config.broker_channel_expired_time
+        )
+        self.kv_config = KvConfigStore()
+        text = "".join(f"{k}={v}\n" for k, v in effective_properties(config, remoting).items())
+        self.processor = NamesrvProcessor(
+            self.routes,
+            self.kv_config,
+            order_message_enable=config.order_message_enable,
+            config_text=text,
+        )
+        self.server = RemotingServer(
+            remoting.bind_address,
+            config.listen_port,
+            max_frame_size=remoting.max_frame_size,
+            idle_timeout=float(remoting.server_channel_max_idle_time_seconds),
+            name="namesrv",
+        )
+        for code, processor in self.processor.processors().items():
+            self.server.register(code, processor)
+        self.server.on_connection_closed.append(self._connection_closed)
+        self._scan_task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    @property
+    def host(self) -> str:
+        return self.server.host
+
+    @property
+    def port(self) -> int:
+        """The port listened on (the one the OS chose when listenPort is 0)."""
+        return self.server.port
+
+    async def start(self) -> None:
+        await self.server.start()
+        self._scan_task = asyncio.get_running_loop().create_task(
+            self._scan_periodically(), name="namesrv-scan"
+        )
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scan_task
+            self._scan_task = None
+        await self.server.stop()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def _connection_closed(self, connection: RemotingConnection) -> None:
+        if self._stopping:
+            return  # the tables die with the process; "removed" lines would only be noise
+        for removed in self.routes.on_connection_destroyed(connection):
+            log_broker_removed(removed)
+
+    async def _scan_periodically(self) -> None:
+        interval = self.config.scan_not_active_broker_interval / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.scan_not_active_brokers()
+            except Exception:
+                # A bug here must not end expiry for the rest of the process's life.
+                log.exception("scan for inactive brokers failed")
+
+    def scan_not_active_brokers(self) -> int:
+        """Drop expired brokers and close their connections; returns how many were dropped."""
+        removed = self.routes.scan_not_active_brokers()
+        for item in removed:
+            log_broker_removed(item)
+            if isinstance(item.connection, RemotingConnection):
+                item.connection.close()
+        return len(removed)

@@ -1,0 +1,228 @@
+"""PULL_MESSAGE (11): read a queue, hold the pull when it is empty (long polling).
+
+Status to response code, and the slave-read suggestion, as RocketMQ 4.9.7's
+PullMessageProcessor (reference Part A §4.2):
+
+| store status                                   | response code                         |
+|------------------------------------------------|---------------------------------------|
+| FOUND                                          | SUCCESS                               |
+| MESSAGE_WAS_REMOVING, NO_MATCHED_MESSAGE       | PULL_RETRY_IMMEDIATELY                |
+| NO_MATCHED_LOGIC_QUEUE, NO_MESSAGE_IN_QUEUE    | PULL_OFFSET_MOVED if offset != 0,     |
+|                                                | else PULL_NOT_FOUND                   |
+| OFFSET_FOUND_NULL, OFFSET_OVERFLOW_ONE         | PULL_NOT_FOUND                        |
+| OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL        | PULL_OFFSET_MOVED                     |
+
+On a slave (without offsetCheckInSlave) PULL_OFFSET_MOVED becomes PULL_RETRY_IMMEDIATELY so the
+client's offset is never moved by a slave. The response body is the raw records, back to back.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from client.protocol.headers import (
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
+    HeaderFieldError,
+    PullMessageRequestHeader,
+    decode,
+)
+from client.protocol.models import MASTER_ID, PERM_READ
+from client.remoting.codes import ResponseCode
+from client.remoting.command import RemotingCommand
+from client.remoting.connection import RemotingConnection
+from store.config import BrokerRole
+from store.get_message import GetMessageResult, GetMessageStatus
+from store.tags import TagFilter, parse_tag_expression
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+_S = GetMessageStatus
+_CODES = {
+    _S.FOUND: ResponseCode.SUCCESS,
+    _S.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    _S.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    _S.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    _S.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    _S.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    _S.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+def _error(request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+    return RemotingCommand.response_to(request, code, remark)
+
+
+class PullProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def process(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        try:
+            header = decode(PullMessageRequestHeader, request.ext_fields)
+        except HeaderFieldError as exc:
+            return _error(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        checked = self._check(connection, request, header)
+        if isinstance(checked, RemotingCommand):
+            return checked
+        tag_filter, which_broker, group_broker_id = checked
+        response = self._read(request, header, tag_filter, which_broker, group_broker_id)
+        self._commit_offset(connection, header)
+        allow_suspend = bool(header.sys_flag & PULL_FLAG_SUSPEND)
+        if response.code == ResponseCode.PULL_NOT_FOUND and allow_suspend:
+            timeout_ms = header.suspend_timeout_millis
+            if not self.broker.config.long_polling_enable:
+                timeout_ms = self.broker.config.short_polling_time_mills
+            await self.broker.pull_holds.hold(
+                header.topic, header.queue_id, header.queue_offset, tag_filter, timeout_ms / 1000
+            )
+            response = self._read(request, header, tag_filter, which_broker, group_broker_id)
+        return response
+
+    def _check(
+        self,
+        connection: RemotingConnection,
+        request: RemotingCommand,
+        header: PullMessageRequestHeader,
+    ) -> RemotingCommand | tuple[TagFilter, int, int]:
+        broker = self.broker
+        if not broker.config.broker_permission & PERM_READ:
+            return _error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.advertised_address}] pulling message is forbidden",
+            )
+        group = broker.groups.find(header.consumer_group)
+        if group is None:
+            return _error(
+                request,
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{header.consumer_group}] does not exist",
+            )
+        if not group.consume_enable:
+            return _error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"subscription group no permission, {header.consumer_group}",
+            )
+        topic = broker.topics.select(header.topic)
+        if topic is None:
+            return _error(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{header.topic}] not exist, apply first please!",
+            )
+        if not topic.perm & PERM_READ:
+            return _error(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the topic[{header.topic}] pulling message is forbidden",
+            )
+        if header.queue_id < 0 or header.queue_id >= topic.read_queue_nums:
+            return _error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
+                f"topicConfig.readQueueNums:[{topic.read_queue_nums}] consumer:[{connection.peer}]",
+            )
+        if header.sys_flag & PULL_FLAG_SUBSCRIPTION:
+            tag_filter = parse_tag_expression(header.subscription)
+        else:
+            subscription = broker.consumers.find_subscription(header.consumer_group, header.topic)
+            if subscription is None:
+                return _error(
+                    request,
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    "the consumer's subscription not exist",
+                )
+            if subscription.sub_version < header.sub_version:
+                return _error(
+                    request,
+                    ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                    "the consumer's subscription not latest",
+                )
+            tag_filter = parse_tag_expression(subscription.sub_string)
+        return tag_filter, group.which_broker_when_consume_slowly, group.broker_id
+
+    def _read(
+        self,
+        request: RemotingCommand,
+        header: PullMessageRequestHeader,
+        tag_filter: TagFilter,
+        which_broker: int,
+        group_broker_id: int,
+    ) -> RemotingCommand:
+        broker = self.broker
+        store = broker.store
+        result = store.get_message(
+            header.consumer_group,
+            header.topic,
+            header.queue_id,
+            header.queue_offset,
+            header.max_msg_nums,
+            tag_filter,
+        )
+        code = self._code(result, header.queue_offset)
+        if broker.config.slave_read_enable:
+            suggest = which_broker if result.suggest_pulling_from_slave else group_broker_id
+        else:
+            suggest = MASTER_ID
+        if code == ResponseCode.PULL_OFFSET_MOVED and not self._moves_offsets():
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+            suggest = group_broker_id
+        elif code == ResponseCode.PULL_OFFSET_MOVED:
+            log.info(
+                "offset moved: group %s topic %s queue %d requested %d, next %d (%s)",
+                header.consumer_group,
+                header.topic,
+                header.queue_id,
+                header.queue_offset,
+                result.next_begin_offset,
+                result.status.value,
+            )
+        response = RemotingCommand.response_to(request, code, result.status.value)
+        response.ext_fields = {
+            "suggestWhichBrokerId": str(suggest),
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+        }
+        if code == ResponseCode.SUCCESS:
+            response.body = b"".join(result.messages)
+            broker.stats.on_get(
+                header.consumer_group, header.topic, result.message_count, result.buffer_total_size
+            )
+        return response
+
+    def _moves_offsets(self) -> bool:
+        store = self.broker.store
+        return store.role is not BrokerRole.SLAVE or store.config.offset_check_in_slave
+
+    @staticmethod
+    def _code(result: GetMessageResult, offset: int) -> int:
+        status = result.status
+        if status in (_S.NO_MATCHED_LOGIC_QUEUE, _S.NO_MESSAGE_IN_QUEUE):
+            return ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
+        return _CODES[status]
+
+    def _commit_offset(
+        self, connection: RemotingConnection, header: PullMessageRequestHeader
+    ) -> None:
+        broker = self.broker
+        # A slave never takes offsets from pulls: they would diverge from the master's.
+        if not header.sys_flag & PULL_FLAG_COMMIT_OFFSET or broker.store.role is BrokerRole.SLAVE:
+            return
+        broker.offsets.commit(
+            connection.peer,
+            header.consumer_group,
+            header.topic,
+            header.queue_id,
+            header.commit_offset,
+        )

@@ -1,0 +1,286 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+
+Checks follow RocketMQ's AbstractSendMessageProcessor.msgCheck: the broker must be writable, the
+topic must be valid and not a system topic meant for the broker only, it is created from the
+default topic when missing (autoCreateTopicEnable), and the queue id must exist. Store statuses
+map to response codes as `SendMessageProcessor.handlePutMessageResult` does; the three "stored,
+but" statuses carry msgId, queueId and queueOffset like a success.
+
+A batch body is a run of messages in MessageDecoder.encodeMessages' layout, big-endian:
+
+    [4 total size][4 magic (0)][4 body CRC (0)][4 flag][4 body length][body]
+    [2 properties length][properties]
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import struct
+import time
+from typing import TYPE_CHECKING
+
+from broker.managers.topic_config import is_not_allowed_send_topic, validate_topic_name
+from client.protocol.headers import (
+    SEND_V2_KEYS,
+    HeaderFieldError,
+    SendMessageRequestHeader,
+    decode,
+)
+from client.protocol.models import PERM_WRITE
+from client.remoting.codes import RequestCode, ResponseCode
+from client.remoting.command import RemotingCommand
+from client.remoting.connection import RemotingConnection
+from store.commitlog import PutStatus
+from store.message_store import PutMessageResult
+from store.record import (
+    PROPERTY_CLUSTER,
+    MessageToStore,
+    decode_properties,
+    encode_properties,
+    pack_host,
+)
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+_BATCH_HEAD = struct.Struct(">iiiii")
+_SHORT = struct.Struct(">h")
+
+_NOT_AVAILABLE_REMARK = (
+    "service not available now. It may be caused by one of the following reasons: "
+    "the broker's disk is full, messages are put to the slave, message store has been shut down"
+)
+
+
+class BatchDecodeError(ValueError):
+    pass
+
+
+def decode_batch_body(body: bytes | bytearray | memoryview) -> list[tuple[int, bytes, str]]:
+    """(flag, body, properties) per message of a SEND_BATCH_MESSAGE body; sizes are checked."""
+    view = memoryview(body)
+    out: list[tuple[int, bytes, str]] = []
+    pos = 0
+    while pos < len(view):
+        if pos + _BATCH_HEAD.size > len(view):
+            raise BatchDecodeError("batch body ends inside a message header")
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(view, pos)
+        end = pos + total
+        start = pos + _BATCH_HEAD.size
+        if total < _BATCH_HEAD.size + 2 or end > len(view) or body_len < 0:
+            raise BatchDecodeError(f"batch message at {pos} has a bad size {total}")
+        if start + body_len + 2 > end:
+            raise BatchDecodeError(f"batch message at {pos}: body length {body_len} too large")
+        msg_body = bytes(view[start : start + body_len])
+        props_len = _SHORT.unpack_from(view, start + body_len)[0]
+        props_start = start + body_len + 2
+        if props_len < 0 or props_start + props_len != end:
+            raise BatchDecodeError(f"batch message at {pos}: properties length mismatch")
+        props = bytes(view[props_start:end]).decode("utf-8", "replace")
+        out.append((flag, msg_body, props))
+        pos = end
+    return out
+
+
+def encode_batch_body(messages: list[tuple[int, bytes, str]]) -> bytes:
+    parts = []
+    for flag, body, props in messages:
+        raw_props = props.encode()
+        total = _BATCH_HEAD.size + len(body) + 2 + len(raw_props)
+        parts.append(_BATCH_HEAD.pack(total, 0, 0, flag, len(body)))
+        parts.append(body)
+        parts.append(_SHORT.pack(len(raw_props)))
+        parts.append(raw_props)
+    return b"".join(parts)
+
+
+def _response(request: RemotingCommand, code: int, remark: str | None) -> RemotingCommand:
+    return RemotingCommand.response_to(request, code, remark)
+
+
+class SendProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def process(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        try:
+            if request.code == RequestCode.SEND_MESSAGE_V2:
+                header = decode(SendMessageRequestHeader, request.ext_fields, SEND_V2_KEYS)
+            else:
+                header = decode(SendMessageRequestHeader, request.ext_fields)
+        except HeaderFieldError as exc:
+            return _response(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        refused = self._check(connection, request, header)
+        if refused is not None:
+            return refused
+        born_host = _peer_host(connection)
+        if request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
+            return await self._send_batch(request, header, born_host)
+        return await self._send_one(request, header, born_host)
+
+    # --- checks ---------------------------------------------------------------------------
+
+    def _check(
+        self,
+        connection: RemotingConnection,
+        request: RemotingCommand,
+        header: SendMessageRequestHeader,
+    ) -> RemotingCommand | None:
+        broker = self.broker
+        if not broker.config.broker_permission & PERM_WRITE:
+            return _response(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.advertised_address}] sending message is forbidden",
+            )
+        problem = validate_topic_name(header.topic)
+        if problem:
+            return _response(request, ResponseCode.SYSTEM_ERROR, problem)
+        if is_not_allowed_send_topic(header.topic):
+            return _response(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"sending message to topic[{header.topic}] is forbidden",
+            )
+        config = broker.topics.select(header.topic)
+        if config is None:
+            sys_flag = 0
+            if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                config = broker.topics.create_in_send_back(header.topic, 1, 6, sys_flag)
+            else:
+                config = broker.topics.create_in_send(
+                    header.topic,
+                    header.default_topic,
+                    connection.peer,
+                    header.default_topic_queue_nums,
+                    sys_flag,
+                )
+            if config is None:
+                return _response(
+                    request,
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{header.topic}] not exist, apply first please!",
+                )
+        queue_nums = max(config.read_queue_nums, config.write_queue_nums)
+        if header.queue_id >= queue_nums:
+            return _response(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{header.queue_id}] is illegal, topic:{header.topic} "
+                f"topicConfig.writeQueueNums:{config.write_queue_nums} consumer:{connection.peer}",
+            )
+        if header.queue_id < 0:
+            header.queue_id = random.randrange(max(1, config.write_queue_nums))
+        return None
+
+    # --- storing ----------------------------------------------------------------------------
+
+    def _properties(self, raw: str | None) -> str:
+        props = decode_properties(raw or "")
+        props[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
+        return encode_properties(props)
+
+    def _message(
+        self, header: SendMessageRequestHeader, body: bytes, properties: str, flag: int, born: bytes
+    ) -> MessageToStore:
+        return MessageToStore(
+            topic=header.topic,
+            queue_id=header.queue_id,
+            body=body,
+            properties=properties,
+            flag=flag,
+            sys_flag=header.sys_flag,
+            born_timestamp=header.born_timestamp or int(time.time() * 1000),
+            born_host=born,
+            store_host=self.broker.store_host,
+            reconsume_times=header.reconsume_times or 0,
+        )
+
+    async def _send_one(
+        self, request: RemotingCommand, header: SendMessageRequestHeader, born: bytes
+    ) -> RemotingCommand:
+        msg = self._message(
+            header, bytes(request.body), self._properties(header.properties), header.flag, born
+        )
+        result = await self.broker.store.put_message(msg)
+        return self._answer(request, header, result)
+
+    async def _send_batch(
+        self, request: RemotingCommand, header: SendMessageRequestHeader, born: bytes
+    ) -> RemotingCommand:
+        try:
+            inner = decode_batch_body(request.body)
+        except BatchDecodeError as exc:
+            return _response(request, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        if not inner:
+            return _response(request, ResponseCode.MESSAGE_ILLEGAL, "empty batch")
+        outer = decode_properties(header.properties or "")
+        msgs = []
+        for flag, body, props in inner:
+            merged = {**outer, **decode_properties(props)}
+            merged[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
+            msgs.append(self._message(header, body, encode_properties(merged), flag, born))
+        result = await self.broker.store.put_messages(msgs)
+        return self._answer(request, header, result)
+
+    def _answer(
+        self, request: RemotingCommand, header: SendMessageRequestHeader, result: PutMessageResult
+    ) -> RemotingCommand:
+        code, remark = _STATUS_CODES.get(
+            result.status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR")
+        )
+        if result.remark and code != ResponseCode.SUCCESS:
+            remark = result.remark  # the store says exactly why (disk full, slave, size)
+        response = _response(request, code, remark)
+        append = result.append
+        if result.ok and append is not None:
+            response.ext_fields = {
+                "msgId": append.msg_id,
+                "queueId": str(header.queue_id),
+                "queueOffset": str(append.queue_offset),
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            }
+            self.broker.stats.on_put(header.topic, append.msg_num, append.wrote_bytes)
+        return response
+
+
+_STATUS_CODES: dict[PutStatus, tuple[int, str | None]] = {
+    PutStatus.PUT_OK: (ResponseCode.SUCCESS, None),
+    PutStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
+    PutStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, None),
+    PutStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, None),
+    PutStatus.CREATE_MAPEDFILE_FAILED: (
+        ResponseCode.SYSTEM_ERROR,
+        "create mapped file failed, server is busy or broken.",
+    ),
+    PutStatus.MESSAGE_ILLEGAL: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg body or properties length not matched.",
+    ),
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg properties length limit 32k.",
+    ),
+    PutStatus.SERVICE_NOT_AVAILABLE: (ResponseCode.SERVICE_NOT_AVAILABLE, _NOT_AVAILABLE_REMARK),
+    PutStatus.OS_PAGECACHE_BUSY: (
+        ResponseCode.SYSTEM_ERROR,
+        "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    ),
+    PutStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+}
+
+
+def _peer_host(connection: RemotingConnection) -> bytes:
+    host, _sep, port = connection.peer.rpartition(":")
+    try:
+        return pack_host(host.strip("[]"), int(port))
+    except ValueError:
+        return pack_host("127.0.0.1", 0)

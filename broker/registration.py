@@ -1,0 +1,147 @@
+"""Registration with the name servers (RocketMQ's BrokerOuterAPI.registerBrokerAll).
+
+The broker registers with every name server of namesrvAddr in parallel: at start, whenever its
+topic table changes, and every registerNameServerPeriod (clamped to 10-60 s, as RocketMQ does).
+Each call waits at most registerBrokerTimeoutMills. The result of the first name server that
+answered tells a slave its master's HA address and broker address. At stop the broker
+unregisters from every name server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from client.protocol.models import TopicConfigSerializeWrapper
+from client.protocol.namesrv import (
+    NamesrvResponseError,
+    RegisterBrokerBody,
+    RegisterBrokerResult,
+    UnregisterBrokerRequestHeader,
+    check_success,
+    parse_register_broker_response,
+    register_broker_request,
+    simple_request,
+)
+from client.remoting.client import RemotingClient
+from client.remoting.codes import RequestCode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerIdentity:
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    broker_addr: str
+    ha_server_addr: str
+
+
+ResultListener = Callable[[RegisterBrokerResult], None]
+
+
+def registration_period_ms(configured: int) -> int:
+    return max(10_000, min(configured, 60_000))
+
+
+class NameServerRegistration:
+    def __init__(
+        self,
+        identity: BrokerIdentity,
+        name_servers: list[str],
+        client: RemotingClient,
+        topics: Callable[[], TopicConfigSerializeWrapper],
+        *,
+        period_ms: int,
+        timeout_ms: int,
+        on_result: ResultListener | None = None,
+    ) -> None:
+        self.identity = identity
+        self.name_servers = name_servers
+        self.client = client
+        self.topics = topics
+        self.period = registration_period_ms(period_ms) / 1000
+        self.timeout = timeout_ms / 1000
+        self.on_result = on_result
+        self._task: asyncio.Task[None] | None = None
+        self._wakeup = asyncio.Event()
+        self.registrations = 0
+
+    async def start(self) -> None:
+        await self.register_all()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="register-broker")
+
+    def request_registration(self) -> None:
+        """Register soon (the topic table changed)."""
+        self._wakeup.set()
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), self.period)
+            self._wakeup.clear()
+            try:
+                await self.register_all()
+            except Exception:
+                log.exception("registration with the name servers failed")
+
+    async def register_all(self) -> list[RegisterBrokerResult]:
+        if not self.name_servers:
+            return []
+        wrapper = self.topics()
+        body = RegisterBrokerBody(wrapper, [])
+        results = await asyncio.gather(
+            *(self._register_one(address, body) for address in self.name_servers)
+        )
+        answered = [r for r in results if r is not None]
+        self.registrations += 1
+        if answered and self.on_result is not None:
+            self.on_result(answered[0])
+        return answered
+
+    async def _register_one(
+        self, address: str, body: RegisterBrokerBody
+    ) -> RegisterBrokerResult | None:
+        ident = self.identity
+        request = register_broker_request(
+            broker_name=ident.broker_name,
+            broker_addr=ident.broker_addr,
+            cluster_name=ident.cluster_name,
+            ha_server_addr=ident.ha_server_addr,
+            broker_id=ident.broker_id,
+            body=body,
+        )
+        try:
+            response = await self.client.invoke(address, request, self.timeout)
+            return parse_register_broker_response(response)
+        except (ConnectionError, TimeoutError, NamesrvResponseError, ValueError) as exc:
+            log.warning(
+                "register broker %s with name server %s failed: %s", ident.broker_name, address, exc
+            )
+            return None
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        await asyncio.gather(*(self._unregister_one(a) for a in self.name_servers))
+
+    async def _unregister_one(self, address: str) -> None:
+        ident = self.identity
+        header = UnregisterBrokerRequestHeader(
+            broker_name=ident.broker_name,
+            broker_addr=ident.broker_addr,
+            cluster_name=ident.cluster_name,
+            broker_id=ident.broker_id,
+        )
+        try:
+            response = await self.client.invoke(
+                address, simple_request(RequestCode.UNREGISTER_BROKER, header), self.timeout
+            )
+            check_success(response)
+        except (ConnectionError, TimeoutError, NamesrvResponseError, ValueError) as exc:
+            log.warning("unregister from name server %s failed: %s", address, exc)

@@ -1,0 +1,1 @@
+"""RocketMQ's request/response headers and JSON bodies, as typed Python objects."""

@@ -1,0 +1,648 @@
+"""Name-server messages: typed request headers, bodies and results, and their wire encodings.
+
+Shared by the name server (`broker.namesrv`), the broker's registration client and admin tools.
+A request header travels as the command's `extFields` (string to string); its keys are the
+dataclass fields in camelCase, as RocketMQ's `CommandCustomHeader` classes name them. Booleans
+are "true"/"false" (read as Java's `Boolean.parseBoolean`), numbers are decimal text; a missing
+required key, or a number that does not parse, is a `NamesrvProtocolError` naming the key.
+
+Requests (code: extFields; body) and what a success answers:
+
+- 103 REGISTER_BROKER: brokerName, brokerAddr, clusterName, haServerAddr, brokerId, compressed,
+  bodyCrc32; RegisterBrokerBody. Answer: extFields haServerAddr and masterAddr (a slave whose
+  master is registered and alive), body the KVTable of ORDER_TOPIC_CONFIG or nothing.
+- 104 UNREGISTER_BROKER: brokerName, brokerAddr, clusterName, brokerId.
+- 105 GET_ROUTEINFO_BY_TOPIC: topic. Answer: TopicRouteData JSON; TOPIC_NOT_EXIST (17) if unknown.
+- 106 GET_BROKER_CLUSTER_INFO. Answer: ClusterInfo JSON.
+- 206 GET_ALL_TOPIC_LIST_FROM_NAMESERVER. Answer: TopicList.
+- 216 DELETE_TOPIC_IN_NAMESRV: topic, clusterName (optional: only that cluster's groups).
+- 219 GET_KVLIST_BY_NAMESPACE: namespace. Answer: KVTable; QUERY_NOT_FOUND (22) if unknown.
+- 100/101/102 PUT/GET/DELETE_KV_CONFIG: namespace, key (and value for PUT). GET answers extFields
+  value, or QUERY_NOT_FOUND.
+- 224 GET_TOPICS_BY_CLUSTER: cluster. 304 GET_SYSTEM_TOPIC_LIST_FROM_NS. Answer: TopicList.
+- 205/327 WIPE_/ADD_WRITE_PERM_OF_BROKER: brokerName. Answer: extFields wipeTopicCount or
+  addTopicCount.
+- 322 QUERY_DATA_VERSION: brokerName, brokerAddr, clusterName, brokerId; DataVersion JSON.
+  Answer: extFields changed, body the version the name server holds for that address, if any.
+
+Bodies (JSON, read with fastjson's bare keys tolerated, written with `client.remoting.dumps`)::
+
+    RegisterBrokerBody  {"topicConfigSerializeWrapper": {"topicConfigTable": {topic: TopicConfig},
+                          "dataVersion": {"timestamp": ms, "counter": n}}, "filterServerList": []}
+    TopicList           {"topicList": [topic, ...], "brokerAddr": null | "host:port"}
+    KVTable             {"table": {key: value}}
+    DataVersion         {"timestamp": ms, "counter": n}
+
+A compressed RegisterBrokerBody (`compressed=true`, RocketMQ 4.x `RegisterBrokerBody.encode(true)`)
+is one zlib stream (Java's Deflater: zlib header and trailer) of, big-endian, UTF-8::
+
+    int32 n | n bytes DataVersion JSON
+    int32 topicCount
+    topicCount times:
+        int32 n | n bytes "topicName readQueueNums writeQueueNums perm topicFilterType"
+    int32 n | n bytes filterServerList JSON array
+
+The topic line carries neither topicSysFlag nor order: RocketMQ loses them too, so they read back
+as 0/false. RocketMQ 5.x appends " attributesJSON" to the topic line and topic-queue mapping data
+after the filter list; readers here ignore both, writers leave them out (4.x reads only 5 fields).
+
+`bodyCrc32` is `zlib.crc32(body as sent) & 0x7FFFFFFF` (RocketMQ's UtilAll.crc32); 0 means the
+sender did not compute it, and the name server then skips the check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import struct
+import types
+import typing
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, Self
+
+from client.protocol.models import (
+    ClusterInfo,
+    DataVersion,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    TopicRouteData,
+)
+from client.remoting.codes import RequestCode, ResponseCode
+from client.remoting.command import Body, RemotingCommand
+from client.remoting.errors import BodyDecodeError
+from client.remoting.json_body import dumps, loads_fastjson
+
+__all__ = [
+    "MAX_DECOMPRESSED_BODY",
+    "NAMESPACE_ORDER_TOPIC_CONFIG",
+    "AddWritePermOfBrokerRequestHeader",
+    "DeleteKVConfigRequestHeader",
+    "DeleteTopicFromNamesrvRequestHeader",
+    "ExtFieldsHeader",
+    "GetKVConfigRequestHeader",
+    "GetKVListByNamespaceRequestHeader",
+    "GetRouteInfoRequestHeader",
+    "GetTopicsByClusterRequestHeader",
+    "KVTable",
+    "NamesrvProtocolError",
+    "NamesrvResponseError",
+    "PutKVConfigRequestHeader",
+    "QueryDataVersionRequestHeader",
+    "QueryDataVersionResult",
+    "RegisterBrokerBody",
+    "RegisterBrokerRequestHeader",
+    "RegisterBrokerResult",
+    "TopicList",
+    "UnregisterBrokerRequestHeader",
+    "WipeWritePermOfBrokerRequestHeader",
+    "WritePermCount",
+    "body_crc32",
+    "check_success",
+    "decode_data_version",
+    "parse_cluster_info_response",
+    "parse_kv_config_response",
+    "parse_kv_list_response",
+    "parse_query_data_version_response",
+    "parse_register_broker_response",
+    "parse_route_response",
+    "parse_topic_list_response",
+    "parse_write_perm_response",
+    "query_data_version_request",
+    "register_broker_request",
+    "simple_request",
+    "topic_config_wrapper",
+]
+
+# The KV namespace whose entries are per-topic order configurations ("brokerName:queueNums;...").
+NAMESPACE_ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"
+
+# A compressed registration body larger than this once inflated is refused: a frame is at most
+# 16 MiB, and a broker's topic table compresses maybe 10:1, so this bounds a zlib bomb only.
+MAX_DECOMPRESSED_BODY: Final = 256 * 1024 * 1024
+
+_INT32: Final = struct.Struct(">i")
+_TOPIC_FILTER_TYPES: Final = frozenset({"SINGLE_TAG", "MULTI_TAG"})
+
+
+class NamesrvProtocolError(ValueError):
+    """A name-server header or body does not follow its format; the message says which part."""
+
+
+class NamesrvResponseError(Exception):
+    """The name server answered a request with a code other than the one expected."""
+
+    def __init__(self, code: int, remark: str | None) -> None:
+        try:
+            name = ResponseCode(code).name
+        except ValueError:
+            name = str(code)
+        super().__init__(f"name server answered {name} ({code}): {remark or ''}".rstrip(": "))
+        self.code = code
+        self.remark = remark
+
+
+def body_crc32(body: Body) -> int:
+    """RocketMQ's UtilAll.crc32: CRC-32 of the bytes, masked to a non-negative Java int."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# --- request headers ------------------------------------------------------------------------
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _to_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _from_text(key: str, text: str, kind: Any) -> object:
+    if kind is bool:
+        return text.strip().lower() == "true"  # Java's Boolean.parseBoolean
+    if kind is int:
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise NamesrvProtocolError(f"{key}: expected an integer, got {text!r}") from None
+    return text
+
+
+def _optional_inner(kind: Any) -> Any:
+    """`X` for `X | None`, else None."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return None
+
+
+class ExtFieldsHeader:
+    """Base of the request and response headers that travel as `extFields`.
+
+    Subclasses are dataclasses; a field without a default is required on decoding, a field whose
+    value is None is left out on encoding.
+    """
+
+    __slots__ = ()
+    _hints: ClassVar[dict[str, Any]]
+
+    def to_ext_fields(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is not None:
+                out[_camel(f.name)] = _to_text(value)
+        return out
+
+    @classmethod
+    def from_ext_fields(cls, ext: Mapping[str, str]) -> Self:
+        hints = cls._type_hints()
+        values: dict[str, object] = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            key = _camel(f.name)
+            text = ext.get(key)
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if text is None:
+                if required:
+                    raise NamesrvProtocolError(f"{cls.__name__}: extFields lack {key}")
+                continue
+            kind = hints[f.name]
+            values[f.name] = _from_text(key, text, _optional_inner(kind) or kind)
+        return cls(**values)
+
+    @classmethod
+    def _type_hints(cls) -> dict[str, Any]:
+        hints = cls.__dict__.get("_hints")
+        if hints is None:
+            hints = typing.get_type_hints(cls)
+            cls._hints = hints
+        return hints
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerRequestHeader(ExtFieldsHeader):
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    ha_server_addr: str
+    broker_id: int
+    compressed: bool = False
+    body_crc32: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBrokerRequestHeader(ExtFieldsHeader):
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueryDataVersionRequestHeader(ExtFieldsHeader):
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class GetRouteInfoRequestHeader(ExtFieldsHeader):
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicFromNamesrvRequestHeader(ExtFieldsHeader):
+    topic: str
+    cluster_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GetKVListByNamespaceRequestHeader(ExtFieldsHeader):
+    namespace: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetKVConfigRequestHeader(ExtFieldsHeader):
+    namespace: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class PutKVConfigRequestHeader(ExtFieldsHeader):
+    namespace: str
+    key: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteKVConfigRequestHeader(ExtFieldsHeader):
+    namespace: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetTopicsByClusterRequestHeader(ExtFieldsHeader):
+    cluster: str
+
+
+@dataclass(frozen=True, slots=True)
+class WipeWritePermOfBrokerRequestHeader(ExtFieldsHeader):
+    broker_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddWritePermOfBrokerRequestHeader(ExtFieldsHeader):
+    broker_name: str
+
+
+# --- bodies ---------------------------------------------------------------------------------
+
+
+def _json_object(body: Body, what: str) -> dict[str, Any]:
+    try:
+        obj = loads_fastjson(body)
+    except BodyDecodeError as exc:
+        raise NamesrvProtocolError(f"{what}: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise NamesrvProtocolError(f"{what}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _str_list(value: object, what: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise NamesrvProtocolError(f"{what}: expected a list of strings")
+    return list(value)
+
+
+@dataclass(slots=True)
+class TopicList:
+    topic_list: list[str] = field(default_factory=list)
+    broker_addr: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"topicList": self.topic_list, "brokerAddr": self.broker_addr}
+
+    def encode(self) -> bytes:
+        return dumps(self.to_dict())
+
+    @classmethod
+    def decode(cls, body: Body) -> TopicList:
+        obj = _json_object(body, "TopicList")
+        addr = obj.get("brokerAddr")
+        return cls(
+            topic_list=_str_list(obj.get("topicList"), "TopicList.topicList"),
+            broker_addr=None if addr is None else str(addr),
+        )
+
+
+@dataclass(slots=True)
+class KVTable:
+    table: dict[str, str] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        return dumps({"table": self.table})
+
+    @classmethod
+    def decode(cls, body: Body) -> KVTable:
+        table = _json_object(body, "KVTable").get("table") or {}
+        if not isinstance(table, dict):
+            raise NamesrvProtocolError("KVTable.table: expected a JSON object")
+        return cls({str(k): str(v) for k, v in table.items()})
+
+
+@dataclass(slots=True)
+class RegisterBrokerBody:
+    """What a broker registers: its topic table with the table's version, and filter servers."""
+
+    topic_config_wrapper: TopicConfigSerializeWrapper = field(
+        default_factory=TopicConfigSerializeWrapper
+    )
+    filter_server_list: list[str] = field(default_factory=list)
+
+    def encode(self, compressed: bool = False) -> bytes:
+        if compressed:
+            return _encode_compressed(self)
+        return dumps(
+            {
+                "topicConfigSerializeWrapper": self.topic_config_wrapper.to_dict(),
+                "filterServerList": self.filter_server_list,
+            }
+        )
+
+    @classmethod
+    def decode(cls, body: Body, compressed: bool = False) -> RegisterBrokerBody:
+        if compressed:
+            return _decode_compressed(body)
+        obj = _json_object(body, "RegisterBrokerBody")
+        wrapper = obj.get("topicConfigSerializeWrapper") or {}
+        if not isinstance(wrapper, dict):
+            raise NamesrvProtocolError(
+                "RegisterBrokerBody: topicConfigSerializeWrapper is not an object"
+            )
+        try:
+            topics = TopicConfigSerializeWrapper.from_dict(wrapper)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise NamesrvProtocolError(f"RegisterBrokerBody: bad topic table: {exc}") from exc
+        filters = _str_list(obj.get("filterServerList"), "RegisterBrokerBody.filterServerList")
+        return cls(topics, filters)
+
+    @classmethod
+    def empty(cls) -> RegisterBrokerBody:
+        """What a registration without a body stands for (RocketMQ: version 0/0, no topics)."""
+        return cls(TopicConfigSerializeWrapper(data_version=DataVersion(timestamp=0, counter=0)))
+
+
+def _encode_compressed(body: RegisterBrokerBody) -> bytes:
+    parts: list[bytes] = []
+
+    def chunk(data: bytes) -> None:
+        parts.append(_INT32.pack(len(data)))
+        parts.append(data)
+
+    wrapper = body.topic_config_wrapper
+    chunk(dumps(wrapper.data_version.to_dict()))
+    parts.append(_INT32.pack(len(wrapper.topic_config_table)))
+    for config in wrapper.topic_config_table.values():
+        line = (
+            f"{config.topic_name} {config.read_queue_nums} {config.write_queue_nums} "
+            f"{config.perm} {config.topic_filter_type}"
+        )
+        chunk(line.encode("utf-8"))
+    chunk(dumps(body.filter_server_list))
+    return zlib.compress(b"".join(parts), 9)  # Deflater.BEST_COMPRESSION
+
+
+class _Reader:
+    """Sequential reads over the inflated bytes, each checked against what is left."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def int32(self, what: str) -> int:
+        value: int = _INT32.unpack_from(self.take(4, what))[0]
+        return value
+
+    def take(self, n: int, what: str) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise NamesrvProtocolError(
+                f"compressed RegisterBrokerBody: {what} needs {n} bytes at {self.pos}, "
+                f"{len(self.data) - self.pos} left"
+            )
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def chunk(self, what: str) -> bytes:
+        return self.take(self.int32(f"{what} length"), what)
+
+
+def _inflate(body: Body) -> bytes:
+    inflater = zlib.decompressobj()
+    try:
+        data = inflater.decompress(body, MAX_DECOMPRESSED_BODY)
+    except zlib.error as exc:
+        raise NamesrvProtocolError(
+            f"compressed RegisterBrokerBody: not a zlib stream: {exc}"
+        ) from exc
+    if inflater.unconsumed_tail:
+        raise NamesrvProtocolError(
+            f"compressed RegisterBrokerBody inflates to more than {MAX_DECOMPRESSED_BODY} bytes"
+        )
+    return data
+
+
+def _decode_topic_line(line: bytes) -> TopicConfig:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NamesrvProtocolError(f"compressed topic config is not UTF-8: {exc}") from exc
+    fields = text.split(" ")
+    while fields and not fields[-1]:
+        fields.pop()  # Java's String.split drops trailing empty strings
+    if len(fields) < 5 or fields[4] not in _TOPIC_FILTER_TYPES:
+        raise NamesrvProtocolError(f"compressed topic config {text!r} is not 'name r w perm type'")
+    try:
+        read, write, perm = int(fields[1]), int(fields[2]), int(fields[3])
+    except ValueError:
+        raise NamesrvProtocolError(f"compressed topic config {text!r} has a bad number") from None
+    return TopicConfig(fields[0], read, write, perm, topic_filter_type=fields[4])
+
+
+def _decode_compressed(body: Body) -> RegisterBrokerBody:
+    reader = _Reader(_inflate(body))
+    version = _json_object(reader.chunk("dataVersion"), "compressed dataVersion")
+    count = reader.int32("topic count")
+    table: dict[str, TopicConfig] = {}
+    for i in range(count):
+        config = _decode_topic_line(reader.chunk(f"topic config {i}"))
+        table[config.topic_name] = config
+    try:
+        filters = loads_fastjson(reader.chunk("filterServerList"))
+    except BodyDecodeError as exc:
+        raise NamesrvProtocolError(f"compressed filterServerList: {exc}") from exc
+    # Whatever follows (5.x topic-queue mapping data) is not ours to read.
+    wrapper = TopicConfigSerializeWrapper(table, DataVersion.from_dict(version))
+    return RegisterBrokerBody(wrapper, _str_list(filters, "compressed filterServerList"))
+
+
+# --- results --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerResult:
+    """A registration's answer: for a slave, its master's HA and broker addresses."""
+
+    ha_server_addr: str | None = None
+    master_addr: str | None = None
+    kv_table: KVTable | None = None
+
+    def ext_fields(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if self.ha_server_addr is not None:
+            out["haServerAddr"] = self.ha_server_addr
+        if self.master_addr is not None:
+            out["masterAddr"] = self.master_addr
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class QueryDataVersionResult:
+    changed: bool
+    data_version: DataVersion | None
+
+
+# --- building requests ----------------------------------------------------------------------
+
+
+def simple_request(code: RequestCode, header: ExtFieldsHeader | None = None) -> RemotingCommand:
+    """A request whose only content is `header` (or nothing)."""
+    return RemotingCommand.request(code, None if header is None else header.to_ext_fields())
+
+
+def register_broker_request(
+    *,
+    broker_name: str,
+    broker_addr: str,
+    cluster_name: str,
+    ha_server_addr: str,
+    broker_id: int,
+    body: RegisterBrokerBody,
+    compressed: bool = False,
+) -> RemotingCommand:
+    """REGISTER_BROKER with the body encoded as asked and its bodyCrc32 filled in."""
+    data = body.encode(compressed)
+    header = RegisterBrokerRequestHeader(
+        broker_name=broker_name,
+        broker_addr=broker_addr,
+        cluster_name=cluster_name,
+        ha_server_addr=ha_server_addr,
+        broker_id=broker_id,
+        compressed=compressed,
+        body_crc32=body_crc32(data),
+    )
+    return RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext_fields(), data)
+
+
+def decode_data_version(body: Body) -> DataVersion:
+    """The DataVersion JSON of a QUERY_DATA_VERSION request or response."""
+    return DataVersion.from_dict(_json_object(body, "DataVersion"))
+
+
+def query_data_version_request(
+    header: QueryDataVersionRequestHeader, data_version: DataVersion
+) -> RemotingCommand:
+    return RemotingCommand.request(
+        RequestCode.QUERY_DATA_VERSION, header.to_ext_fields(), dumps(data_version.to_dict())
+    )
+
+
+def topic_config_wrapper(
+    topics: Iterable[TopicConfig], data_version: DataVersion | None = None
+) -> TopicConfigSerializeWrapper:
+    """A topic table keyed by topic name (a convenience for registering brokers and tests)."""
+    return TopicConfigSerializeWrapper(
+        {t.topic_name: t for t in topics}, data_version or DataVersion()
+    )
+
+
+# --- parsing responses ----------------------------------------------------------------------
+
+
+def check_success(response: RemotingCommand, *also: ResponseCode) -> None:
+    """Raise `NamesrvResponseError` unless the response is SUCCESS or one of `also`."""
+    if response.code != ResponseCode.SUCCESS and response.code not in also:
+        raise NamesrvResponseError(response.code, response.remark)
+
+
+def parse_register_broker_response(response: RemotingCommand) -> RegisterBrokerResult:
+    check_success(response)
+    ext = response.ext_fields
+    kv = KVTable.decode(response.body) if len(response.body) else None
+    return RegisterBrokerResult(ext.get("haServerAddr"), ext.get("masterAddr"), kv)
+
+
+def parse_route_response(response: RemotingCommand) -> TopicRouteData | None:
+    """The route, or None when the name server does not know the topic (TOPIC_NOT_EXIST)."""
+    check_success(response, ResponseCode.TOPIC_NOT_EXIST)
+    if response.code == ResponseCode.TOPIC_NOT_EXIST:
+        return None
+    return TopicRouteData.from_dict(_json_object(response.body, "TopicRouteData"))
+
+
+def parse_cluster_info_response(response: RemotingCommand) -> ClusterInfo:
+    check_success(response)
+    return ClusterInfo.from_dict(_json_object(response.body, "ClusterInfo"))
+
+
+def parse_topic_list_response(response: RemotingCommand) -> TopicList:
+    check_success(response)
+    return TopicList.decode(response.body) if len(response.body) else TopicList()
+
+
+def parse_query_data_version_response(response: RemotingCommand) -> QueryDataVersionResult:
+    check_success(response)
+    changed = response.ext_fields.get("changed", "false").lower() == "true"
+    if not len(response.body):
+        return QueryDataVersionResult(changed, None)
+    return QueryDataVersionResult(changed, decode_data_version(response.body))
+
+
+def parse_kv_list_response(response: RemotingCommand) -> KVTable | None:
+    """The namespace's table, or None when the name server has no such namespace."""
+    check_success(response, ResponseCode.QUERY_NOT_FOUND)
+    if response.code == ResponseCode.QUERY_NOT_FOUND:
+        return None
+    return KVTable.decode(response.body)
+
+
+def parse_kv_config_response(response: RemotingCommand) -> str | None:
+    check_success(response, ResponseCode.QUERY_NOT_FOUND)
+    if response.code == ResponseCode.QUERY_NOT_FOUND:
+        return None
+    return response.ext_fields.get("value")
+
+
+class WritePermCount(enum.Enum):
+    """The response field that counts the topics a write-permission change touched."""
+
+    WIPE = "wipeTopicCount"
+    ADD = "addTopicCount"
+
+
+def parse_write_perm_response(response: RemotingCommand, kind: WritePermCount) -> int:
+    check_success(response)
+    text = response.ext_fields.get(kind.value, "0")
+    try:
+        return int(text)
+    except ValueError:
+        raise NamesrvProtocolError(f"{kind.value}: expected an integer, got {text!r}") from None
