@@ -16,14 +16,20 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "tidemq needs Python >= 3.11 (found $$($(PYTHON) --version))"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	@echo "installing tidemq and its dependencies into $(VENV) (log: $(VENV)/install.log)"
+	@{ $(BIN)/python -m pip install --upgrade pip && \
+	   $(BIN)/python -m pip install -e '.[dev,spark]'; } > $(VENV)/install.log 2>&1 || \
+		{ tail -30 $(VENV)/install.log; echo "install failed: see $(VENV)/install.log"; exit 1; }
 	@touch $(STAMP)
 
 .PHONY: install
 install: $(STAMP) ## create .venv and install tidemq with its extras (quick when nothing changed)
 	@command -v java >/dev/null 2>&1 || \
 		echo "note: no java on PATH; Spark needs Java 17 (Debian/Ubuntu: apt-get install openjdk-17-jre-headless)"
+
+.PHONY: run
+run: install ## start a local name server and broker on the default ports (Ctrl-C stops them)
+	@bash deploy/run-local.sh data
 
 .PHONY: fmt
 fmt: install ## format the code

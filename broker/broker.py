@@ -18,6 +18,7 @@ from broker.config import BrokerConfig, RemotingConfig
 from broker.long_polling import PullRequestHoldService
 from broker.managers.clients import Channel, ConsumerManager, ProducerManager
 from broker.managers.config_file import config_dir
+from broker.managers.config_file import persist as persist_file
 from broker.managers.consumer_offset import ConsumerOffsetManager
 from broker.managers.delay_offset import DelayOffsetTable
 from broker.managers.subscription_group import SubscriptionGroupManager
@@ -171,8 +172,7 @@ class Broker:
                 self._spawn(channel.oneway(request))
 
     def _on_topic_change(self, change: TopicConfigChanged) -> None:
-        del change
-        self.topics.persist_quietly()
+        del change  # the manager has persisted it; the name servers must learn of it
         if self.registration is not None:
             self.registration.request_registration()
 
@@ -238,8 +238,13 @@ class Broker:
     async def _persist_offsets_periodically(self) -> None:
         while True:
             await asyncio.sleep(self.config.flush_consumer_offset_interval / 1000)
-            self.offsets.persist_quietly()
-            self.delay_offsets.persist_quietly()
+            for manager in (self.offsets, self.delay_offsets):
+                # Encode on the loop (a consistent snapshot), write and fsync off it.
+                text = manager.encode()
+                try:
+                    await asyncio.to_thread(persist_file, manager.path, text)
+                except OSError:
+                    log.exception("cannot persist %s", manager.path)
 
     async def _scan_clients_periodically(self) -> None:
         while True:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from pathlib import Path
 
 _FIELDS = struct.Struct(">qqq")
@@ -22,6 +23,9 @@ class StoreCheckpoint:
         self.physic_msg_timestamp = 0
         self.logics_msg_timestamp = 0
         self.index_msg_timestamp = 0
+        # Flushes run in worker threads; a stopping service's flush can still be running when the
+        # next one starts, and both write the same temporary file.
+        self._flush_lock = threading.Lock()
         if path.exists():
             data = path.read_bytes()
             if len(data) >= _FIELDS.size:
@@ -51,10 +55,11 @@ class StoreCheckpoint:
             self.index_msg_timestamp,
         )
         tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, page)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+        with self._flush_lock:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, page)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)

@@ -14,6 +14,7 @@ zeroes them (so stale records can never be read back after new appends) and trun
 from __future__ import annotations
 
 import enum
+import errno
 import logging
 import os
 import time
@@ -296,7 +297,7 @@ class CommitLog:
             if segment.end_offset <= valid_end:
                 continue
             start = max(0, valid_end - segment.start_offset)
-            tail_end = _last_nonzero(segment.view, start) + 1
+            tail_end = _last_nonzero(segment.path, start, segment.size) + 1
             if tail_end <= start:
                 continue
             torn = segment.path.with_name(f"{segment.path.name}.{start}.torn")
@@ -318,18 +319,36 @@ class CommitLog:
         return read_store_timestamp(segment.view, 0)
 
 
-def _last_nonzero(view: memoryview, start: int) -> int:
-    """Index of the last non-zero byte at or after `start`, or `start - 1` if there is none."""
-    end = len(view)
+def _last_nonzero(path: Path, start: int, end: int) -> int:
+    """Index of the last non-zero byte of the file in [start, end), or `start - 1` if none.
+
+    Holes of the sparse file (never written) are skipped with SEEK_DATA/SEEK_HOLE without being
+    read; data is read with pread, not through the map, so the pages need no faults.
+    """
+    last = start - 1
     chunk = len(_ZERO_CHUNK)
-    while end > start:
-        begin = max(start, end - chunk)
-        piece = view[begin:end]
-        if piece != _ZERO_CHUNK[: end - begin]:
-            data = bytes(piece).rstrip(b"\x00")
-            return begin + len(data) - 1
-        end = begin
-    return start - 1
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        at = start
+        while at < end:
+            try:
+                data_start = os.lseek(fd, at, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:
+                    break  # no data after `at`
+                raise
+            data_end = min(os.lseek(fd, data_start, os.SEEK_HOLE), end)
+            at = data_start
+            while at < data_end:
+                piece = os.pread(fd, min(chunk, data_end - at), at)
+                if not piece:
+                    return last
+                if piece != _ZERO_CHUNK[: len(piece)]:
+                    last = at + len(piece.rstrip(b"\x00")) - 1
+                at += len(piece)
+    finally:
+        os.close(fd)
+    return last
 
 
 def _zero_range(segment: Segment, start: int, end: int) -> None:

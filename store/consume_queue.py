@@ -29,6 +29,8 @@ _UNIT = struct.Struct(">qiq")
 assert _UNIT.size == CQ_UNIT_SIZE
 BLANK_UNIT = _UNIT.pack(0, 0x7FFFFFFF, 0)
 
+iter_units = _UNIT.iter_unpack  # (phy, size, tagsCode) per unit of a raw_units() view
+
 # Checks a unit against the CommitLog during recovery: (phy offset, size, queue offset) -> ok.
 UnitChecker = Callable[[int, int, int], bool]
 
@@ -109,8 +111,12 @@ class ConsumeQueue:
 
     # --- reading ----------------------------------------------------------------------------
 
-    def units(self, queue_offset: int, max_units: int) -> list[CQUnit] | None:
-        """Up to `max_units` units from `queue_offset`, never crossing a file; None if absent."""
+    def raw_units(self, queue_offset: int, max_units: int) -> memoryview | None:
+        """The bytes of up to `max_units` units from `queue_offset`, never crossing a file.
+
+        None when no file holds the offset. Readers unpack lazily (`iter_units`), so a pull that
+        stops after 32 messages does not decode the 800 units it was allowed to scan.
+        """
         byte_offset = queue_offset * CQ_UNIT_SIZE
         if byte_offset < self.min_logic_offset:
             return None
@@ -122,12 +128,17 @@ class ConsumeQueue:
         if available <= 0:
             return None
         count = min(available, max_units)
-        view = segment.view
-        result = []
-        for i in range(count):
-            phy, size, tags = _UNIT.unpack_from(view, position + i * CQ_UNIT_SIZE)
-            result.append(CQUnit(queue_offset + i, phy, size, tags))
-        return result
+        return segment.view[position : position + count * CQ_UNIT_SIZE]
+
+    def units(self, queue_offset: int, max_units: int) -> list[CQUnit] | None:
+        """Up to `max_units` decoded units from `queue_offset`, never crossing a file."""
+        raw = self.raw_units(queue_offset, max_units)
+        if raw is None:
+            return None
+        return [
+            CQUnit(queue_offset + i, phy, size, tags)
+            for i, (phy, size, tags) in enumerate(iter_units(raw))
+        ]
 
     def unit(self, queue_offset: int) -> CQUnit | None:
         found = self.units(queue_offset, 1)
@@ -169,41 +180,48 @@ class ConsumeQueue:
     def load(self) -> None:
         self.segments.load()
 
-    def recover(self, checker: UnitChecker) -> bool:
+    def recover(self, checker: UnitChecker, commitlog_end: int) -> bool:
         """Keep the valid prefix of units; returns False if garbage was cut off (rebuild needed).
 
         A unit is valid when its size is positive, physical offsets grow, and `checker` confirms
-        that the CommitLog holds a record of that size and queue offset at that position.
+        that the CommitLog holds this queue's record of that size and queue offset there. The
+        last three files are checked unit by unit. Older files are spot-checked (first and last
+        unit) and the unit-by-unit check starts at the first of them that fails. Units whose
+        record lies past `commitlog_end` (the CommitLog lost its tail) are cut off too. Anything
+        non-zero left past the valid prefix means units are missing: the result is then False,
+        so that dispatch rebuilds them from the CommitLog.
         """
         segments = self.segments.segments
         if not segments:
             return True
         first = segments[0]
-        start_index = max(0, len(segments) - 3)
+        start_index = self._first_suspect_file(checker, max(0, len(segments) - 3))
         valid_end = segments[start_index].start_offset
-        clean = True
+        damaged = False
         last_phy = -1
-        last_end = -1
         for segment in segments[start_index:]:
             position = 0
             view = segment.view
             while position < segment.size:
                 phy, size, _tags = _UNIT.unpack_from(view, position)
                 if size == 0x7FFFFFFF and phy == 0:
-                    position += CQ_UNIT_SIZE  # head padding
+                    position += CQ_UNIT_SIZE  # padding
                     continue
                 if phy == 0 and size == 0:
-                    break  # never written: the clean end
+                    break  # never written: the end
+                if size > 0 and phy > last_phy and phy + size > commitlog_end:
+                    break  # the record is past the CommitLog's end
                 queue_offset = (segment.start_offset + position) // CQ_UNIT_SIZE
                 if phy < 0 or size <= 0 or phy <= last_phy or not checker(phy, size, queue_offset):
-                    clean = False
+                    damaged = True
                     break
-                last_phy, last_end = phy, phy + size
+                last_phy = phy
                 position += CQ_UNIT_SIZE
             valid_end = segment.start_offset + position
             if position < segment.size:
                 break
-        if not clean:
+        cut_data = self._has_data_after(valid_end)
+        if damaged:
             log.warning(
                 "ConsumeQueue %s-%d: invalid unit at %d; cut there, rebuilt from the CommitLog",
                 self.topic,
@@ -211,10 +229,64 @@ class ConsumeQueue:
                 valid_end // CQ_UNIT_SIZE,
             )
         self._truncate_to(valid_end)
-        self.max_physical_offset = last_end
+        self.max_physical_offset = self._end_of_last_unit()
         self.min_logic_offset = max(self.min_logic_offset, first.start_offset)
         self._skip_head_padding()
-        return clean
+        return not cut_data
+
+    def _first_suspect_file(self, checker: UnitChecker, full_from: int) -> int:
+        """The first file before `full_from` whose first or last unit fails, else `full_from`."""
+        last_phy = -1
+        for index, segment in enumerate(self.segments.segments[:full_from]):
+            view = segment.view
+            position = 0
+            while view[position : position + CQ_UNIT_SIZE] == BLANK_UNIT:
+                position += CQ_UNIT_SIZE  # head padding
+            for at in sorted({position, segment.size - CQ_UNIT_SIZE}):
+                if at >= segment.size:
+                    return index
+                phy, size, _tags = _UNIT.unpack_from(view, at)
+                if size == 0x7FFFFFFF and phy == 0:
+                    continue  # padding for a gap
+                queue_offset = (segment.start_offset + at) // CQ_UNIT_SIZE
+                if phy < 0 or size <= 0 or phy <= last_phy or not checker(phy, size, queue_offset):
+                    log.warning(
+                        "ConsumeQueue %s-%d: file %s fails its spot check at unit %d",
+                        self.topic,
+                        self.queue_id,
+                        segment.path.name,
+                        queue_offset,
+                    )
+                    return index
+                last_phy = phy
+        return full_from
+
+    def _has_data_after(self, byte_offset: int) -> bool:
+        for segment in self.segments.segments:
+            if segment.end_offset <= byte_offset:
+                continue
+            start = max(0, byte_offset - segment.start_offset)
+            rest = segment.view[start:].tobytes()
+            if rest.count(0) != len(rest):
+                return True
+        return False
+
+    def _end_of_last_unit(self) -> int:
+        """End (offset + size) of the record of the last unit, -1 if there is none."""
+        last = self.segments.last
+        if last is None:
+            return -1
+        end = self.segments.max_wrote_offset
+        while end - CQ_UNIT_SIZE >= max(self.min_logic_offset, self.segments.min_offset):
+            segment = self.segments.find(end - CQ_UNIT_SIZE)
+            if segment is None:
+                return -1
+            at = end - CQ_UNIT_SIZE - segment.start_offset
+            phy, size, _tags = _UNIT.unpack_from(segment.view, at)
+            if not (size == 0x7FFFFFFF and phy == 0):
+                return int(phy + size)
+            end -= CQ_UNIT_SIZE
+        return -1
 
     def _skip_head_padding(self) -> None:
         first = self.segments.first
@@ -255,7 +327,8 @@ class ConsumeQueue:
 
     def correct_min_offset(self, commitlog_min: int) -> None:
         """Move the minimum to the first unit whose record still exists in the CommitLog."""
-        offset = self.min_offset
+        # The old minimum may lie in a file that retention has just deleted.
+        offset = max(self.min_offset, self.segments.min_offset // CQ_UNIT_SIZE)
         while offset < self.max_offset:
             unit = self.unit(offset)
             if unit is None or (unit.size != 0x7FFFFFFF and unit.physical_offset >= commitlog_min):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from store.javahash import java_string_hash
@@ -32,6 +33,7 @@ from store.record import (
 )
 
 if TYPE_CHECKING:
+    from store.index import IndexService
     from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,12 @@ def tags_code_of(info: DispatchInfo, delay_levels: list[int]) -> int:
     tags = find_property(info.properties, _TAGS)
     if not tags:
         return 0
+    return _tags_hash(tags)
+
+
+@lru_cache(maxsize=4096)
+def _tags_hash(tags: bytes) -> int:
+    # A topic has a handful of tags, so nearly every message hits the cache.
     return java_string_hash(tags.decode("utf-8", "replace"))
 
 
@@ -141,7 +149,7 @@ class ReputService:
         end = len(view)
         store = self.store
         levels = store.delay_levels
-        index_enabled = store.config.message_index_enable
+        index = store.index if store.config.message_index_enable else None
         while pos < end and pos < budget:
             if end - pos < 8:
                 break
@@ -155,30 +163,35 @@ class ReputService:
                 self.stalled_at = start + pos
                 log.error("malformed record at physical offset %d: dispatch stops", start + pos)
                 break
-            self._dispatch_record(info, levels, index_enabled)
+            self._dispatch_record(info, levels, index)
             pos += info.size
         return pos, False
 
-    def _dispatch_record(self, info: DispatchInfo, levels: list[int], index_enabled: bool) -> None:
+    def _dispatch_record(
+        self, info: DispatchInfo, levels: list[int], index: IndexService | None
+    ) -> None:
         store = self.store
         tran = info.sys_flag & TRANSACTION_MASK
-        if tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
-            tags_code = tags_code_of(info, levels)
+        if tran != TRANSACTION_PREPARED_TYPE and tran != TRANSACTION_ROLLBACK_TYPE:
             queue = store.find_or_create_consume_queue(info.topic, info.queue_id)
-            queue.put(info.physical_offset, info.size, tags_code, info.queue_offset)
-            for listener in self.listeners:
-                listener(
-                    info.topic,
-                    info.queue_id,
-                    info.queue_offset + 1,
-                    tags_code,
-                    info.store_timestamp,
-                )
-        if index_enabled and store.index is not None:
+            # A unit the queue holds already (dispatch restarted below its end at recovery) is
+            # neither written nor announced again.
+            if info.physical_offset + info.size > queue.max_physical_offset:
+                tags_code = tags_code_of(info, levels)
+                queue.put(info.physical_offset, info.size, tags_code, info.queue_offset)
+                for listener in self.listeners:
+                    listener(
+                        info.topic,
+                        info.queue_id,
+                        info.queue_offset + 1,
+                        tags_code,
+                        info.store_timestamp,
+                    )
+        if index is not None:
             keys = find_property(info.properties, _KEYS)
             uniq = find_property(info.properties, _UNIQ)
             if keys or uniq:
-                store.index.build_index(
+                index.build_index(
                     info.topic,
                     keys.decode("utf-8", "replace") if keys else None,
                     uniq.decode("utf-8", "replace") if uniq else None,

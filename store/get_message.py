@@ -22,7 +22,7 @@ import enum
 from dataclasses import dataclass, field
 
 from store.commitlog import CommitLog
-from store.consume_queue import ConsumeQueue, CQUnit
+from store.consume_queue import ConsumeQueue, iter_units
 from store.tags import TagFilter
 
 _BLANK_SIZE = 0x7FFFFFFF
@@ -116,7 +116,7 @@ def get_message(
         result.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
         result.next_begin_offset = corr(offset, max_offset)
         return result
-    units = queue.units(offset, max(800, max_msg_nums))
+    units = queue.raw_units(offset, max(800, max_msg_nums))
     if units is None:
         result.status = GetMessageStatus.OFFSET_FOUND_NULL
         result.next_begin_offset = corr(offset, queue.roll_next_file(offset))
@@ -127,7 +127,7 @@ def get_message(
 
 def _scan_units(
     result: GetMessageResult,
-    units: list[CQUnit],
+    units: memoryview,
     offset: int,
     max_msg_nums: int,
     tag_filter: TagFilter,
@@ -142,8 +142,8 @@ def _scan_units(
     total = 0
     messages = result.messages
     queue_offsets = result.queue_offsets
-    for unit in units:
-        phy, size = unit.physical_offset, unit.size
+    match_all = tag_filter.matches_all
+    for phy, size, tags_code in iter_units(units):
         if size == _BLANK_SIZE:
             scanned += 1
             continue
@@ -155,7 +155,7 @@ def _scan_units(
         if _batch_full(limits, size, max_msg_nums, total, len(messages), in_disk):
             break
         scanned += 1
-        if not tag_filter.match_code(unit.tags_code):
+        if not match_all and not tag_filter.match_code(tags_code):
             continue
         record = commitlog.get_record(phy, size)
         if record is None:
@@ -164,7 +164,7 @@ def _scan_units(
             next_file_start = commitlog.next_segment_offset(phy)
             continue
         messages.append(record)
-        queue_offsets.append(unit.queue_offset)
+        queue_offsets.append(offset + scanned - 1)
         total += size
         result.status = GetMessageStatus.FOUND
         next_file_start = -1

@@ -386,6 +386,9 @@ class IndexService:
         # Guards the file list and descriptor lifetimes against a concurrent flush; held briefly.
         self._lock = threading.Lock()
         self._dir_dirty = False
+        # Set by an abnormal load: the CommitLog offset from which dispatch must run again for
+        # the index to be complete (-1 after a clean shutdown: nothing to rebuild).
+        self.rebuild_from = -1
 
     @property
     def files(self) -> int:
@@ -397,21 +400,28 @@ class IndexService:
         """Open the existing files, oldest first.
 
         After a crash, files that end after the checkpoint's indexMsgTimestamp may miss entries
-        that never reached the disk; they are destroyed and re-dispatch rebuilds them.
+        that never reached the disk; they are destroyed (with every later file) and
+        `rebuild_from` says where re-dispatch must start to rebuild them: the end of the last
+        file kept. It is worked out on every abnormal load, not only on one that destroys files,
+        so that a crash during the rebuild cannot lose the entries of the files destroyed before.
         """
         if self._files:
             raise RuntimeError("IndexService.load called twice")
         self.index_dir.mkdir(parents=True, exist_ok=True)
+        destroying = False
         for path in sorted(self.index_dir.iterdir()):
             f = self._open_existing(path)
             if f is None:
                 continue
-            if not last_exit_ok and f.end_timestamp > index_checkpoint_timestamp:
+            if not last_exit_ok and (destroying or f.end_timestamp > index_checkpoint_timestamp):
                 log.info("destroying index file %s: newer than the checkpoint", path)
                 f.destroy()
                 self._dir_dirty = True
+                destroying = True
                 continue
             self._files.append(f)
+        if not last_exit_ok:
+            self.rebuild_from = self._files[-1].end_phy_offset if self._files else 0
 
     def _open_existing(self, path: Path) -> _IndexFile | None:
         if not _is_index_name(path.name) or not path.is_file():

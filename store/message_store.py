@@ -28,7 +28,7 @@ from typing import Protocol
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import AppendResult, CommitLog, PutStatus
 from store.config import BrokerRole, FlushDiskType, StoreConfig
-from store.consume_queue import ConsumeQueue
+from store.consume_queue import ConsumeQueue, UnitChecker
 from store.delay import parse_delay_levels
 from store.dispatch import SCHEDULE_TOPIC, ReputService
 from store.errors import StoreLockedError
@@ -37,6 +37,7 @@ from store.index import IndexService
 from store.record import (
     MAGIC_V1,
     NAME_VALUE_SEPARATOR,
+    OFFSET_QUEUE_ID,
     OFFSET_QUEUE_OFFSET,
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
@@ -51,6 +52,7 @@ from store.record import (
     decode_properties,
     decode_record,
     encode_properties,
+    read_topic,
     read_total_size_and_magic,
 )
 from store.segment_queue import SegmentQueue
@@ -265,6 +267,9 @@ class MessageStore:
             reput_from = min(reput_from, self.commitlog.segments.segments[start_index].start_offset)
         if self.index is not None:
             self.index.truncate_after(end)
+            if self.index.rebuild_from >= 0:
+                # Index files destroyed by load() may hold entries older than start_index.
+                reput_from = min(reput_from, self.index.rebuild_from)
         self.reput.reput_from_offset = max(reput_from, self.commitlog.min_offset)
         self.reput.dispatch_available(1 << 62)
         self._recover_topic_queue_table()
@@ -285,19 +290,8 @@ class MessageStore:
         """Recover every queue; returns where dispatch must restart to complete them."""
         reput_from = 0
         damaged_from: list[int] = []
-
-        def checker(phy: int, size: int, queue_offset: int) -> bool:
-            record = self.commitlog.get_record(phy, size) if phy + size <= commitlog_end else None
-            if record is None:
-                return phy + size > commitlog_end  # past the end: cut by truncate_dirty below
-            total, magic = read_total_size_and_magic(record, 0)
-            stored_offset = int.from_bytes(
-                record[OFFSET_QUEUE_OFFSET : OFFSET_QUEUE_OFFSET + 8], "big", signed=True
-            )
-            return magic == MAGIC_V1 and total == size and stored_offset == queue_offset
-
         for queue in self.consume_queues.values():
-            clean = queue.recover(checker)
+            clean = queue.recover(self._unit_checker(queue), commitlog_end)
             queue.truncate_dirty(commitlog_end)
             if not clean:
                 damaged_from.append(max(queue.max_physical_offset, 0))
@@ -305,6 +299,34 @@ class MessageStore:
         if damaged_from:
             reput_from = min([reput_from, *damaged_from])
         return max(reput_from, 0)
+
+    def _unit_checker(self, queue: ConsumeQueue) -> UnitChecker:
+        """Does the CommitLog hold this queue's record of this size and queue offset there?"""
+        commitlog = self.commitlog
+        commitlog_min = commitlog.min_offset
+        topic = queue.topic.encode()
+        queue_id = queue.queue_id
+
+        def check(phy: int, size: int, queue_offset: int) -> bool:
+            if phy < commitlog_min:
+                return True  # deleted by retention: nothing left to check it against
+            record = commitlog.get_record(phy, size)
+            if record is None:
+                return False
+            total, magic = read_total_size_and_magic(record, 0)
+            if magic != MAGIC_V1 or total != size:
+                return False
+            stored_queue_id = int.from_bytes(record[OFFSET_QUEUE_ID : OFFSET_QUEUE_ID + 4], "big")
+            stored_offset = int.from_bytes(
+                record[OFFSET_QUEUE_OFFSET : OFFSET_QUEUE_OFFSET + 8], "big", signed=True
+            )
+            return (
+                stored_queue_id == queue_id
+                and stored_offset == queue_offset
+                and read_topic(record, 0, size) == topic
+            )
+
+        return check
 
     def _recover_topic_queue_table(self) -> None:
         table: dict[str, int] = {}
@@ -598,7 +620,8 @@ class MessageStore:
             return QueryMessageResult([], 0, 0)
         found = self.index.query_offsets(topic, key, max_num, begin, end)
         messages = []
-        for phy in found.phy_offsets:
+        # A message re-dispatched after a crash can be indexed twice: list it once.
+        for phy in dict.fromkeys(found.phy_offsets):
             msg = self.look_message_by_offset(phy)
             # Hash collisions in the index: keep only messages that really carry the key.
             if msg is not None and msg.topic == topic and _has_key(msg, key):

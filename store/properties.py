@@ -2,8 +2,8 @@
 
 Lines are `key=value`, `key: value` or `key value`; `#` and `!` start comments; a line ending in
 an odd number of backslashes continues on the next line; `\\t`, `\\n`, `\\uXXXX` and friends are
-unescaped. Later keys override earlier ones, and command-line `key=value` overrides override the
-file.
+unescaped. Unlike Java, blanks at the end of a value are dropped unless escaped. Later keys override
+earlier ones, and command-line `key=value` overrides override the file.
 """
 
 from __future__ import annotations
@@ -72,7 +72,18 @@ def _split_pair(line: str) -> tuple[str, str]:
         rest = rest[1:].lstrip(" \t\f")
     elif i < len(line) and line[i] in "=:":
         rest = line[i + 1 :].lstrip(" \t\f")
-    return _unescape(key), _unescape(rest)
+    return _unescape(key), _unescape(_strip_trailing_blanks(rest))
+
+
+def _strip_trailing_blanks(text: str) -> str:
+    """Drop trailing blanks, but not an escaped one (`\\ `, `\\t`): those belong to the value."""
+    end = len(text)
+    while end and text[end - 1] in " \t\f":
+        head = text[: end - 1]
+        if (len(head) - len(head.rstrip("\\"))) % 2 == 1:
+            break
+        end -= 1
+    return text[:end]
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -81,7 +92,7 @@ def parse_properties(text: str) -> dict[str, str]:
     for line in _logical_lines(text):
         key, value = _split_pair(line)
         if key:
-            result[key] = value.strip()
+            result[key] = value
     return result
 
 

@@ -435,54 +435,80 @@ INVALID: Final = DispatchInfo(-1)
 BLANK: Final = DispatchInfo(0)
 
 
+def _after_born_timestamp(host_flags: int) -> struct.Struct:
+    """Fields 10-15 as a scan reads them: STORETIMESTAMP and BODYLEN, skipping the rest."""
+    born = host_length(host_flags, store=False)
+    store = host_length(host_flags, store=True)
+    return struct.Struct(f">{born}xq{store}x12xi")
+
+
+_HOST_FLAGS: Final = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6
+# sys_flag & _HOST_FLAGS -> the layout of fields 10-15.
+_SCAN_MIDDLE: Final = {flags: _after_born_timestamp(flags) for flags in (0, 0x10, 0x20, 0x30)}
+
+
 def scan_record(buf: bytes | memoryview, pos: int, *, check_crc: bool) -> DispatchInfo:
     """RocketMQ's checkMessageAndReturnSize: classify and summarise the record at `pos`.
 
     Returns `BLANK` for the end-of-file marker and `INVALID` for anything that is not a whole,
     self-consistent record (torn tail, garbage, CRC mismatch when `check_crc`).
     """
-    end = len(buf)
-    if pos + 8 > end:
+    if pos + 8 > len(buf):
         return INVALID
     total, magic = _HEAD_SCAN.unpack_from(buf, pos)
     if magic == BLANK_MAGIC:
         return BLANK
-    if magic != MAGIC_V1 or total < _PREFIX.size or pos + total > end:
+    end = pos + total
+    if magic != MAGIC_V1 or total < _PREFIX.size or end > len(buf):
         return INVALID
     (_t, _m, crc, queue_id, _flag, queue_offset, phy, sys_flag, _born) = _PREFIX.unpack_from(
         buf, pos
     )
-    at = pos + _PREFIX.size + host_length(sys_flag, store=False)
-    store_ts = _TS.unpack_from(buf, at)[0]
-    at += 8 + host_length(sys_flag, store=True) + 12
-    if at + 4 > pos + total:
+    middle = _SCAN_MIDDLE[sys_flag & _HOST_FLAGS]
+    at = pos + _PREFIX.size
+    if at + middle.size > end:
         return INVALID
-    body_len = _INT.unpack_from(buf, at)[0]
-    at += 4
-    if body_len < 0 or at + body_len + 3 > pos + total:
+    store_ts, body_len = middle.unpack_from(buf, at)
+    at += middle.size
+    if body_len < 0 or at + body_len + 3 > end:
         return INVALID
     if check_crc and zlib.crc32(buf[at : at + body_len]) & 0x7FFFFFFF != crc:
         return INVALID
     at += body_len
-    topic_len = buf[at]
-    topic_raw = bytes(buf[at + 1 : at + 1 + topic_len])
-    at += 1 + topic_len
-    if at + 2 > pos + total:
+    topic_end = at + 1 + buf[at]
+    if topic_end + 2 > end:
         return INVALID
-    props_len = _SHORT.unpack_from(buf, at)[0]
-    at += 2
-    if props_len < 0 or at + props_len != pos + total:
+    props_len = _SHORT.unpack_from(buf, topic_end)[0]
+    if props_len < 0 or topic_end + 2 + props_len != end:
         return INVALID
+    # Positional arguments: keywords cost 0.2 us more, an eighth of the scan.
     return DispatchInfo(
-        size=total,
-        topic=topic_raw.decode("utf-8", "replace"),
-        queue_id=queue_id,
-        queue_offset=queue_offset,
-        physical_offset=phy,
-        sys_flag=sys_flag,
-        store_timestamp=store_ts,
-        properties=bytes(buf[at : at + props_len]),
+        total,
+        str(buf[at + 1 : topic_end], "utf-8", "replace"),
+        queue_id,
+        queue_offset,
+        phy,
+        sys_flag,
+        store_ts,
+        bytes(buf[topic_end + 2 : end]),
     )
+
+
+def read_topic(buf: bytes | memoryview, pos: int, total: int) -> bytes | None:
+    """The raw topic of the record of `total` bytes at `pos`, None if its lengths disagree."""
+    sys_flag = _INT.unpack_from(buf, pos + OFFSET_SYS_FLAG)[0]
+    at = pos + store_timestamp_offset(sys_flag) + 8 + host_length(sys_flag, store=True) + 12
+    end = pos + total
+    if at + 4 > end:
+        return None
+    body_len = _INT.unpack_from(buf, at)[0]
+    at += 4 + body_len
+    if body_len < 0 or at + 1 > end:
+        return None
+    topic_len = buf[at]
+    if at + 1 + topic_len + 2 > end:
+        return None
+    return bytes(buf[at + 1 : at + 1 + topic_len])
 
 
 def read_store_timestamp(buf: bytes | memoryview, pos: int) -> int:

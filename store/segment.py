@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 PAGE_SIZE = 4096
 NAME_DIGITS = 20
+TMP_SUFFIX = ".tmp"
 
 
 def offset_to_name(offset: int) -> str:
@@ -37,6 +38,25 @@ def name_to_offset(name: str) -> int | None:
     if len(name) != NAME_DIGITS or not name.isdigit():
         return None
     return int(name)
+
+
+def _create_full_size(path: Path, size: int) -> int:
+    """Create `path` at its full size, atomically: a crash never leaves a short file there.
+
+    The file is sized under a temporary name, then linked to its own name, which fails if that
+    exists (as O_EXCL would). A temporary file left by a crash never held data; load removes it.
+    """
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, size)
+        os.link(tmp, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        tmp.unlink(missing_ok=True)
+    return fd
 
 
 class Segment:
@@ -58,11 +78,8 @@ class Segment:
         self.size = size
         self.start_offset = start
         self.append_mode = append_mode
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self._fd = os.open(path, flags, 0o644)
+        self._fd = _create_full_size(path, size) if create else os.open(path, os.O_RDWR)
         try:
-            if create:
-                os.ftruncate(self._fd, size)
             actual = os.fstat(self._fd).st_size
             if actual != size:
                 raise CorruptStoreError(
@@ -134,7 +151,13 @@ class Segment:
         return at
 
     def fill_to_end(self) -> None:
-        """Mark the segment full (after an end-of-file blank: the tail is left as it is)."""
+        """Mark the segment full (after an end-of-file blank: the tail is left as it is).
+
+        A reused transient buffer still holds an older segment's bytes there: zero them, so that
+        the committed file is the same as one written directly.
+        """
+        if self._write_buffer is not None:
+            self._write_buffer[self.wrote : self.size] = bytes(self.size - self.wrote)
         self.wrote = self.size
 
     def commit(self, least_pages: int) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from store.config import AppendMode
 from store.errors import CorruptStoreError
-from store.segment import Segment, name_to_offset, offset_to_name
+from store.segment import TMP_SUFFIX, Segment, name_to_offset, offset_to_name
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,10 @@ class SegmentQueue:
             if name_to_offset(path.name) is None:
                 if path.name.endswith(".torn"):
                     continue  # torn tails kept aside by recovery
+                if path.name.endswith(TMP_SUFFIX) and name_to_offset(path.stem) is not None:
+                    log.warning("removing %s: a segment creation cut short by a crash", path)
+                    path.unlink()
+                    continue
                 raise CorruptStoreError(f"unexpected file {path} in segment folder")
             segment = Segment(path, self.segment_size, append_mode=self.append_mode)
             # Loaded segments count as fully written until recovery says otherwise.

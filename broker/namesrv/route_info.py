@@ -143,20 +143,9 @@ class RouteInfoManager:
         filter_server_list: list[str] | None,
         connection: object,
     ) -> RegisterOutcome:
-        self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
-        broker_data = self.broker_addr_table.get(broker_name)
-        register_first = broker_data is None
-        if broker_data is None:
-            broker_data = BrokerData(cluster_name, broker_name, {})
-            self.broker_addr_table[broker_name] = broker_data
-        addrs = broker_data.broker_addrs
-        # One address holds one id: a slave promoted to master re-registers as id 0 from the
-        # same address, and its old id must not linger as a second member.
-        for other_id in [i for i, a in addrs.items() if a == broker_addr and i != broker_id]:
-            del addrs[other_id]
-        register_first = addrs.get(broker_id) is None or register_first
-        addrs[broker_id] = broker_addr
-
+        broker_data, register_first = self._join_group(
+            cluster_name, broker_name, broker_id, broker_addr
+        )
         version = (
             topic_config_wrapper.data_version
             if topic_config_wrapper is not None
@@ -184,6 +173,24 @@ class RouteInfoManager:
 
         ha_addr, master_addr = self._master_of(broker_data, broker_id)
         return RegisterOutcome(ha_addr, master_addr, previous is None, topics_updated)
+
+    def _join_group(
+        self, cluster_name: str, broker_name: str, broker_id: int, broker_addr: str
+    ) -> tuple[BrokerData, bool]:
+        """Put the address in its group and cluster; True when the group or this id is new."""
+        self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
+        broker_data = self.broker_addr_table.get(broker_name)
+        if broker_data is None:
+            broker_data = BrokerData(cluster_name, broker_name, {})
+            self.broker_addr_table[broker_name] = broker_data
+        addrs = broker_data.broker_addrs
+        # One address holds one id: a slave promoted to master re-registers as id 0 from the
+        # same address, and its old id must not linger as a second member.
+        for other_id in [i for i, a in addrs.items() if a == broker_addr and i != broker_id]:
+            del addrs[other_id]
+        first = broker_id not in addrs
+        addrs[broker_id] = broker_addr
+        return broker_data, first
 
     def _master_of(self, broker_data: BrokerData, broker_id: int) -> tuple[str | None, str | None]:
         """For a slave: its live master's HA address and broker address."""
@@ -238,21 +245,9 @@ class RouteInfoManager:
         broker_data = self.broker_addr_table.get(broker_name)
         if broker_data is None or broker_data.broker_addrs.get(broker_id) != broker_addr:
             return None
-        live = self.broker_live_table.pop(broker_addr, None)
-        self.filter_server_table.pop(broker_addr, None)
-        del broker_data.broker_addrs[broker_id]
-        group_removed = not broker_data.broker_addrs
-        if group_removed:
-            self._drop_group(broker_name)
-        return BrokerRemoved(
-            broker_addr,
-            broker_name,
-            broker_data.cluster,
-            broker_id,
-            RemovalReason.UNREGISTERED,
-            group_removed,
-            None if live is None else live.connection,
-        )
+        # The address leaves every group it is in, as on a closed connection: its live entry goes,
+        # and an address listed without one could never expire.
+        return self._remove_addr(broker_addr, RemovalReason.UNREGISTERED)
 
     def on_connection_destroyed(self, connection: object) -> list[BrokerRemoved]:
         """Forget at once every broker address that registered through `connection`."""

@@ -99,6 +99,23 @@ def encode_batch_body(messages: list[tuple[int, bytes, str]]) -> bytes:
     return b"".join(parts)
 
 
+def _decode_header(request: RemotingCommand) -> SendMessageRequestHeader:
+    ext = request.ext_fields
+    # Java sends SEND_BATCH_MESSAGE with SendMessageRequestHeaderV2's one-letter keys (the
+    # broker's parseRequestHeader reads it as V2); the long keys are accepted there as well.
+    short = request.code == RequestCode.SEND_MESSAGE_V2 or (
+        request.code == RequestCode.SEND_BATCH_MESSAGE and SEND_V2_KEYS["topic"] in ext
+    )
+    header = decode(SendMessageRequestHeader, ext, SEND_V2_KEYS if short else None)
+    # rocketmq-client-cpp writes booleans as "1"/"0" and sends its batches as SEND_MESSAGE with
+    # batch=1: Java's parseBoolean reads false and stores the whole batch as one message
+    # (rocketmq-client-cpp#189, #363). A "1" can only mean a batch, so take it as one.
+    batch_key = SEND_V2_KEYS["batch"] if short else "batch"
+    if str(ext.get(batch_key, "")).strip() == "1":
+        header.batch = True
+    return header
+
+
 def _response(request: RemotingCommand, code: int, remark: str | None) -> RemotingCommand:
     return RemotingCommand.response_to(request, code, remark)
 
@@ -111,10 +128,7 @@ class SendProcessor:
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         try:
-            if request.code == RequestCode.SEND_MESSAGE_V2:
-                header = decode(SendMessageRequestHeader, request.ext_fields, SEND_V2_KEYS)
-            else:
-                header = decode(SendMessageRequestHeader, request.ext_fields)
+            header = _decode_header(request)
         except HeaderFieldError as exc:
             return _response(request, ResponseCode.SYSTEM_ERROR, str(exc))
         refused = self._check(connection, request, header)

@@ -353,7 +353,9 @@ class KVTable:
 
     @classmethod
     def decode(cls, body: Body) -> KVTable:
-        table = _json_object(body, "KVTable").get("table") or {}
+        table = _json_object(body, "KVTable").get("table")
+        if table is None:
+            return cls()
         if not isinstance(table, dict):
             raise NamesrvProtocolError("KVTable.table: expected a JSON object")
         return cls({str(k): str(v) for k, v in table.items()})
@@ -451,9 +453,7 @@ def _inflate(body: Body) -> bytes:
     try:
         data = inflater.decompress(body, MAX_DECOMPRESSED_BODY)
     except zlib.error as exc:
-        raise NamesrvProtocolError(
-            f"compressed RegisterBrokerBody: not a zlib stream: {exc}"
-        ) from exc
+        raise NamesrvProtocolError(f"compressed RegisterBrokerBody is not zlib: {exc}") from exc
     if inflater.unconsumed_tail:
         raise NamesrvProtocolError(
             f"compressed RegisterBrokerBody inflates to more than {MAX_DECOMPRESSED_BODY} bytes"

@@ -1,0 +1,346 @@
+"""Typed remote calls to brokers and name servers (RocketMQ's MQClientAPIImpl), asyncio.
+
+One method per request: it builds the header, sends it through a `RemotingClient`, checks the
+response code and returns a typed result. Error codes become `BrokerResponseError` leaves, and
+connection or timeout failures `ConnectError` / `RequestTimeoutError`. Send statuses SEND_OK,
+FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are results, not errors: the
+message is stored in all four cases. Pulled records are decoded with the store's record codec.
+
+Our client writes msgpack headers (serialisation type 2) by default; `serialize_type` switches.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from client.errors import BrokerResponseError, ConnectError, RequestTimeoutError
+from client.protocol.headers import (
+    SEND_V2_KEYS,
+    PullMessageRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    SendMessageRequestHeader,
+    TopicQueueRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    encode,
+)
+from client.protocol.heartbeat import GetConsumerListByGroupResponseBody, HeartbeatData
+from client.protocol.models import (
+    ClusterInfo,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    TopicRouteData,
+)
+from client.remoting.client import RemotingClient, RemotingConnectError, RemotingTimeoutError
+from client.remoting.codes import RequestCode, ResponseCode, SerializeType
+from client.remoting.command import RemotingCommand
+from client.remoting.json_body import dumps, loads_fastjson
+from store.record import StoredMessage, decode_record
+
+DEFAULT_TIMEOUT = 3.0
+
+
+class SendStatus(enum.Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+_SEND_STATUS = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    status: SendStatus
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    broker_addr: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    suggest_which_broker_id: int
+    messages: list[StoredMessage] = field(default_factory=list)
+
+
+def decode_records(body: bytes | bytearray | memoryview) -> list[StoredMessage]:
+    """Records back to back, as a pull or query response carries them."""
+    view = memoryview(body)
+    out = []
+    pos = 0
+    while pos < len(view):
+        message = decode_record(view, pos, check_crc=False)
+        out.append(message)
+        pos += message.total_size
+    return out
+
+
+class BrokerAPI:
+    """Remote calls over one shared `RemotingClient`."""
+
+    def __init__(
+        self,
+        remoting: RemotingClient | None = None,
+        *,
+        serialize_type: SerializeType = SerializeType.MSGPACK,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.remoting = remoting or RemotingClient()
+        self.serialize_type = serialize_type
+        self.timeout = timeout
+
+    async def close(self) -> None:
+        await self.remoting.close()
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def request(
+        self, code: int, ext: dict[str, str] | None = None, body: bytes = b""
+    ) -> RemotingCommand:
+        return RemotingCommand.request(code, ext, body, serialize_type=self.serialize_type)
+
+    async def invoke(
+        self, address: str, request: RemotingCommand, timeout: float | None = None
+    ) -> RemotingCommand:
+        try:
+            return await self.remoting.invoke(address, request, timeout or self.timeout)
+        except RemotingTimeoutError as exc:
+            raise RequestTimeoutError(str(exc)) from exc
+        except RemotingConnectError as exc:
+            raise ConnectError(str(exc)) from exc
+
+    async def call(
+        self,
+        address: str,
+        request: RemotingCommand,
+        *,
+        ok: tuple[int, ...] = (ResponseCode.SUCCESS,),
+        timeout: float | None = None,
+    ) -> RemotingCommand:
+        """Invoke and raise the response code's error unless it is one of `ok`."""
+        response = await self.invoke(address, request, timeout)
+        if response.code not in ok:
+            raise BrokerResponseError.for_code(response.code, response.remark)
+        return response
+
+    # --- name server ------------------------------------------------------------------------
+
+    async def get_route(self, namesrv: str, topic: str) -> TopicRouteData | None:
+        request = self.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        response = await self.call(
+            namesrv, request, ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST)
+        )
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        return TopicRouteData.from_dict(_object(response.body))
+
+    async def get_cluster_info(self, namesrv: str) -> ClusterInfo:
+        response = await self.call(namesrv, self.request(RequestCode.GET_BROKER_CLUSTER_INFO))
+        return ClusterInfo.from_dict(_object(response.body))
+
+    # --- sending ----------------------------------------------------------------------------
+
+    async def send(
+        self,
+        address: str,
+        header: SendMessageRequestHeader,
+        body: bytes,
+        *,
+        timeout: float | None = None,
+        batch: bool = False,
+    ) -> SendResult:
+        if batch:
+            request = self.request(RequestCode.SEND_BATCH_MESSAGE, encode(header), body)
+        else:
+            request = self.request(RequestCode.SEND_MESSAGE_V2, encode(header, SEND_V2_KEYS), body)
+        response = await self.call(address, request, ok=tuple(_SEND_STATUS), timeout=timeout)
+        ext = response.ext_fields
+        return SendResult(
+            _SEND_STATUS[ResponseCode(response.code)],
+            ext.get("msgId", ""),
+            int(ext.get("queueId", header.queue_id)),
+            int(ext.get("queueOffset", -1)),
+            address,
+        )
+
+    async def send_oneway(
+        self, address: str, header: SendMessageRequestHeader, body: bytes
+    ) -> None:
+        request = self.request(RequestCode.SEND_MESSAGE_V2, encode(header, SEND_V2_KEYS), body)
+        try:
+            await self.remoting.invoke_oneway(address, request)
+        except RemotingConnectError as exc:
+            raise ConnectError(str(exc)) from exc
+
+    # --- pulling ----------------------------------------------------------------------------
+
+    async def pull(
+        self, address: str, header: PullMessageRequestHeader, timeout: float | None = None
+    ) -> PullResult:
+        request = self.request(RequestCode.PULL_MESSAGE, encode(header))
+        response = await self.call(address, request, ok=tuple(_PULL_STATUS), timeout=timeout)
+        ext = response.ext_fields
+        status = _PULL_STATUS[ResponseCode(response.code)]
+        messages = decode_records(response.body) if status is PullStatus.FOUND else []
+        return PullResult(
+            status,
+            int(ext.get("nextBeginOffset", header.queue_offset)),
+            int(ext.get("minOffset", 0)),
+            int(ext.get("maxOffset", 0)),
+            int(ext.get("suggestWhichBrokerId", 0)),
+            messages,
+        )
+
+    # --- offsets ----------------------------------------------------------------------------
+
+    async def query_consumer_offset(
+        self, address: str, group: str, topic: str, queue_id: int
+    ) -> int:
+        """The group's committed offset, or -1 when the broker has none (QUERY_NOT_FOUND)."""
+        header = QueryConsumerOffsetRequestHeader(group, topic, queue_id)
+        request = self.request(RequestCode.QUERY_CONSUMER_OFFSET, encode(header))
+        response = await self.call(
+            address, request, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
+        )
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return -1
+        return int(response.ext_fields.get("offset", -1))
+
+    async def update_consumer_offset(
+        self, address: str, group: str, topic: str, queue_id: int, offset: int
+    ) -> None:
+        header = UpdateConsumerOffsetRequestHeader(group, topic, queue_id, offset)
+        await self.call(address, self.request(RequestCode.UPDATE_CONSUMER_OFFSET, encode(header)))
+
+    async def _offset(self, address: str, code: int, topic: str, queue_id: int, key: str) -> int:
+        header = TopicQueueRequestHeader(topic, queue_id)
+        response = await self.call(address, self.request(code, encode(header)))
+        return int(response.ext_fields.get(key, 0))
+
+    async def get_max_offset(self, address: str, topic: str, queue_id: int) -> int:
+        return await self._offset(address, RequestCode.GET_MAX_OFFSET, topic, queue_id, "offset")
+
+    async def get_min_offset(self, address: str, topic: str, queue_id: int) -> int:
+        return await self._offset(address, RequestCode.GET_MIN_OFFSET, topic, queue_id, "offset")
+
+    async def get_earliest_msg_storetime(self, address: str, topic: str, queue_id: int) -> int:
+        return await self._offset(
+            address, RequestCode.GET_EARLIEST_MSG_STORETIME, topic, queue_id, "timestamp"
+        )
+
+    async def search_offset(self, address: str, topic: str, queue_id: int, timestamp: int) -> int:
+        header = SearchOffsetRequestHeader(topic, queue_id, timestamp)
+        response = await self.call(
+            address, self.request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, encode(header))
+        )
+        return int(response.ext_fields.get("offset", 0))
+
+    # --- messages ---------------------------------------------------------------------------
+
+    async def view_message(self, address: str, physical_offset: int) -> StoredMessage:
+        request = self.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(physical_offset)})
+        response = await self.call(address, request)
+        return decode_record(memoryview(response.body), check_crc=False)
+
+    async def query_message(
+        self, address: str, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> list[StoredMessage]:
+        ext = {
+            "topic": topic,
+            "key": key,
+            "maxNum": str(max_num),
+            "beginTimestamp": str(begin),
+            "endTimestamp": str(end),
+        }
+        request = self.request(RequestCode.QUERY_MESSAGE, ext)
+        response = await self.call(
+            address, request, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
+        )
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return []
+        return decode_records(response.body)
+
+    # --- clients ------------------------------------------------------------------------------
+
+    async def heartbeat(self, address: str, data: HeartbeatData) -> None:
+        await self.call(address, self.request(RequestCode.HEART_BEAT, body=data.encode()))
+
+    async def get_consumer_ids(self, address: str, group: str) -> list[str]:
+        request = self.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+        response = await self.call(address, request)
+        return GetConsumerListByGroupResponseBody.decode(response.body).consumer_id_list
+
+    async def unregister_client(
+        self, address: str, client_id: str, producer_group: str | None, consumer_group: str | None
+    ) -> None:
+        ext = {"clientID": client_id}
+        if producer_group:
+            ext["producerGroup"] = producer_group
+        if consumer_group:
+            ext["consumerGroup"] = consumer_group
+        await self.call(address, self.request(RequestCode.UNREGISTER_CLIENT, ext))
+
+    # --- administration -----------------------------------------------------------------------
+
+    async def create_topic(self, address: str, config: TopicConfig) -> None:
+        ext = {
+            "topic": config.topic_name,
+            "defaultTopic": "TBW102",
+            "readQueueNums": str(config.read_queue_nums),
+            "writeQueueNums": str(config.write_queue_nums),
+            "perm": str(config.perm),
+            "topicFilterType": config.topic_filter_type,
+            "topicSysFlag": str(config.topic_sys_flag),
+            "order": "true" if config.order else "false",
+        }
+        await self.call(address, self.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+
+    async def delete_topic_in_broker(self, address: str, topic: str) -> None:
+        await self.call(address, self.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}))
+
+    async def all_topic_config(self, address: str) -> TopicConfigSerializeWrapper:
+        response = await self.call(address, self.request(RequestCode.GET_ALL_TOPIC_CONFIG))
+        return TopicConfigSerializeWrapper.from_dict(_object(response.body))
+
+    async def update_subscription_group(
+        self, address: str, config: SubscriptionGroupConfig
+    ) -> None:
+        request = self.request(
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=dumps(config.to_dict())
+        )
+        await self.call(address, request)
+
+
+def _object(body: bytes | bytearray | memoryview) -> dict[str, object]:
+    obj = loads_fastjson(body)
+    if not isinstance(obj, dict):
+        raise BrokerResponseError(ResponseCode.SYSTEM_ERROR, "response body is not a JSON object")
+    return obj

@@ -1,0 +1,211 @@
+"""brokerd and namesrvd as real processes, driven through our remoting client (client.api)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from client.api import BrokerAPI, PullStatus, SendStatus
+from client.errors import TopicNotExistError
+from client.protocol.headers import (
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
+    PullMessageRequestHeader,
+    SendMessageRequestHeader,
+)
+from client.remoting.codes import SerializeType
+from store.record import encode_properties
+from tests.support.processes import Daemon, ProcessGroup
+
+pytestmark = pytest.mark.asyncio
+
+
+async def wait_route(api: BrokerAPI, namesrv: str, topic: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await api.get_route(namesrv, topic) is not None:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no route for {topic} after {timeout} s")
+
+
+def send_header(topic: str, queue_id: int, **props: str) -> SendMessageRequestHeader:
+    return SendMessageRequestHeader(
+        producer_group="PG",
+        topic=topic,
+        queue_id=queue_id,
+        born_timestamp=int(time.time() * 1000),
+        properties=encode_properties(props),
+        default_topic_queue_nums=4,
+    )
+
+
+def pull_header(
+    topic: str,
+    queue_id: int,
+    offset: int,
+    *,
+    suspend_ms: int = 0,
+    commit: int = 0,
+    group: str = "CG",
+) -> PullMessageRequestHeader:
+    flags = PULL_FLAG_SUBSCRIPTION
+    if suspend_ms:
+        flags |= PULL_FLAG_SUSPEND
+    if commit:
+        flags |= PULL_FLAG_COMMIT_OFFSET
+    return PullMessageRequestHeader(
+        consumer_group=group,
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_msg_nums=32,
+        sys_flag=flags,
+        commit_offset=commit,
+        suspend_timeout_millis=suspend_ms,
+        sub_version=0,
+        subscription="*",
+    )
+
+
+@pytest.fixture
+async def api() -> object:
+    client = BrokerAPI()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def test_send_pull_and_route(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
+) -> None:
+    broker = processes.brokerd(namesrv.address, tmp_path / "store-a")
+    for i in range(10):
+        result = await api.send(
+            broker.address, send_header("T1", 1, TAGS="A", KEYS=f"k{i}"), b"x%d" % i
+        )
+        assert result.status is SendStatus.SEND_OK
+        assert result.queue_offset == i
+    await wait_route(api, namesrv.address, "T1")
+    route = await api.get_route(namesrv.address, "T1")
+    assert route is not None
+    assert [q.broker_name for q in route.queue_datas] == ["broker-a"]
+    assert route.broker_datas[0].broker_addrs == {0: broker.address}
+    pulled = await api.pull(broker.address, pull_header("T1", 1, 0))
+    assert pulled.status is PullStatus.FOUND
+    assert [m.body for m in pulled.messages] == [b"x%d" % i for i in range(10)]
+    assert [m.queue_offset for m in pulled.messages] == list(range(10))
+    assert pulled.messages[3].keys == "k3"
+    assert pulled.next_begin_offset == 10
+    again = await api.pull(broker.address, pull_header("T1", 1, 10))
+    assert again.status is PullStatus.NO_NEW_MSG
+
+
+async def test_json_and_binary_serialisations(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    broker = processes.brokerd(namesrv.address, tmp_path / "store-a")
+    for kind in (SerializeType.JSON, SerializeType.ROCKETMQ, SerializeType.MSGPACK):
+        client = BrokerAPI(serialize_type=kind)
+        try:
+            result = await client.send(broker.address, send_header("TS", 0), kind.name.encode())
+            assert result.status is SendStatus.SEND_OK
+            pulled = await client.pull(broker.address, pull_header("TS", 0, result.queue_offset))
+            assert pulled.messages[0].body == kind.name.encode()
+        finally:
+            await client.close()
+
+
+async def test_long_polling_pull_returns_soon_after_send(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
+) -> None:
+    broker = processes.brokerd(namesrv.address, tmp_path / "store-a")
+    await api.send(broker.address, send_header("TL", 0), b"first")
+    pull = asyncio.create_task(
+        api.pull(broker.address, pull_header("TL", 0, 1, suspend_ms=10_000), timeout=20)
+    )
+    await asyncio.sleep(0.5)
+    assert not pull.done(), "an empty pull with the suspend flag must be held"
+    sent_at = time.monotonic()
+    await api.send(broker.address, send_header("TL", 0), b"second")
+    result = await pull
+    latency = time.monotonic() - sent_at
+    assert result.status is PullStatus.FOUND
+    assert [m.body for m in result.messages] == [b"second"]
+    # Held pulls are woken by the arrival, not by the 5 s check: generous bound for CI noise.
+    assert latency < 1.0, f"held pull answered {latency * 1000:.0f} ms after the send"
+
+
+async def test_held_pull_times_out_empty(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
+) -> None:
+    broker = processes.brokerd(namesrv.address, tmp_path / "store-a")
+    await api.send(broker.address, send_header("TE", 0), b"only")
+    started = time.monotonic()
+    result = await api.pull(broker.address, pull_header("TE", 0, 1, suspend_ms=700), timeout=10)
+    assert result.status is PullStatus.NO_NEW_MSG
+    assert time.monotonic() - started >= 0.6
+
+
+async def test_offsets_persist_across_restart(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
+) -> None:
+    store = tmp_path / "store-a"
+    broker = processes.brokerd(namesrv.address, store)
+    for _ in range(5):
+        await api.send(broker.address, send_header("TO", 2), b"m")
+    await api.update_consumer_offset(broker.address, "CG", "TO", 2, 3)
+    # A pull with the commit flag also stores the offset (on a master).
+    await api.pull(broker.address, pull_header("TO", 1, 0, commit=0))
+    assert await api.query_consumer_offset(broker.address, "CG", "TO", 2) == 3
+    assert broker.stop() == 0
+    restarted = processes.brokerd(namesrv.address, store, port=broker.port)
+    await api.remoting.close()
+    api.remoting = type(api.remoting)()
+    assert await api.query_consumer_offset(restarted.address, "CG", "TO", 2) == 3
+    assert await api.get_max_offset(restarted.address, "TO", 2) == 5
+    pulled = await api.pull(restarted.address, pull_header("TO", 2, 3))
+    assert [m.queue_offset for m in pulled.messages] == [3, 4]
+
+
+async def test_commit_offset_flag_on_pull(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
+) -> None:
+    broker = processes.brokerd(namesrv.address, tmp_path / "store-a")
+    await api.send(broker.address, send_header("TC", 0), b"m")
+    await api.pull(broker.address, pull_header("TC", 0, 0, commit=7, group="G7"))
+    assert await api.query_consumer_offset(broker.address, "G7", "TC", 0) == 7
+
+
+async def test_topic_not_created_when_auto_create_is_off(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
+) -> None:
+    broker = processes.brokerd(namesrv.address, tmp_path / "store-a", "autoCreateTopicEnable=false")
+    with pytest.raises(TopicNotExistError):
+        await api.send(broker.address, send_header("Nope", 0), b"m")
+    assert await api.get_max_offset(broker.address, "Nope", 0) == 0
+
+
+async def test_query_by_key_and_view_by_offset(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
+) -> None:
+    broker = processes.brokerd(namesrv.address, tmp_path / "store-a")
+    result = await api.send(broker.address, send_header("TQ", 0, KEYS="order-42"), b"payload")
+    now = int(time.time() * 1000)
+    found = []
+    for _ in range(50):  # the index is built by dispatch, right after the append
+        found = await api.query_message(
+            broker.address, "TQ", "order-42", 10, now - 60_000, now + 60_000
+        )
+        if found:
+            break
+        await asyncio.sleep(0.05)
+    assert [m.body for m in found] == [b"payload"]
+    viewed = await api.view_message(broker.address, found[0].physical_offset)
+    assert viewed.msg_id == result.msg_id
+    assert await api.search_offset(broker.address, "TQ", 0, now - 60_000) == 0

@@ -1,0 +1,1 @@
+"""Helpers shared by the integration and fault tests: real daemons on loopback ports."""

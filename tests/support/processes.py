@@ -1,0 +1,291 @@
+"""Real daemons for integration tests: free ports, start, wait for the port, stop, kill.
+
+`Daemon(args, port=..., log_path=...)` runs a command with stdout and stderr going to a log file,
+and `start()` returns once its TCP port on 127.0.0.1 accepts connections; if the process exits
+first, or the port does not open within `start_timeout`, it is killed and `DaemonError` carries
+the end of its log. `stop()` sends SIGTERM and waits, then SIGKILLs after `timeout`; `kill()`
+SIGKILLs. Both return the exit status (negative: the signal). A `Daemon` is a context manager,
+and every daemon still running when the interpreter exits is killed, so a test run never leaves
+processes behind.
+
+`ProcessGroup` owns the daemons one test starts (`namesrvd(...)` builds and starts a name server
+on a free port with bindAddress=127.0.0.1) and stops them all in `stop_all()`, which the
+fixtures call even when the test failed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Final, Self
+
+__all__ = [
+    "LOOPBACK",
+    "RESERVED_PORTS",
+    "Daemon",
+    "DaemonError",
+    "ProcessGroup",
+    "brokerd_command",
+    "free_port",
+    "namesrvd_command",
+    "port_open",
+]
+
+LOOPBACK: Final = "127.0.0.1"
+# RocketMQ's defaults: a developer may have a real name server or broker running on them.
+RESERVED_PORTS: Final = frozenset({9876, 10911, 10912})
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+
+_running: set[Daemon] = set()
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port nothing listens on right now (the OS's choice), never one of RocketMQ's."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            port: int = probe.getsockname()[1]
+        if port not in RESERVED_PORTS:
+            return port
+    raise RuntimeError("no free port found")
+
+
+def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class DaemonError(RuntimeError):
+    """A daemon did not start (its log's tail is in the message)."""
+
+
+class Daemon:
+    def __init__(
+        self,
+        args: Sequence[str],
+        *,
+        port: int,
+        log_path: Path,
+        host: str = LOOPBACK,
+        name: str | None = None,
+        env: Mapping[str, str] | None = None,
+        start_timeout: float = 15.0,
+    ) -> None:
+        self.args = list(args)
+        self.port = port
+        self.host = host
+        self.log_path = log_path
+        self.name = name or Path(self.args[0]).name
+        self.env = dict(os.environ if env is None else env)
+        self.start_timeout = start_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> Self:
+        if self.process is not None:
+            raise DaemonError(f"{self.name} was already started")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            self.args,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=REPO_ROOT,
+        )
+        _running.add(self)
+        try:
+            self._wait_listening()
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def _wait_listening(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            code = self.returncode
+            if code is not None:
+                raise DaemonError(
+                    f"{self.name} exited with status {code} before listening on "
+                    f"{self.address}; log {self.log_path}:\n{self.log_tail()}"
+                )
+            if port_open(self.host, self.port):
+                return
+            time.sleep(0.05)
+        raise DaemonError(
+            f"{self.name} did not listen on {self.address} within {self.start_timeout} s; "
+            f"log {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit status."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self._finish()
+
+    def kill(self) -> int | None:
+        """SIGKILL at once. Returns the exit status."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        return self._finish()
+
+    def signal(self, sig: signal.Signals, timeout: float = 10.0) -> int | None:
+        """Send `sig` and wait up to `timeout` for the process to exit (SIGKILL after)."""
+        assert self.process is not None
+        self.process.send_signal(sig)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return self.kill()
+        return self._finish()
+
+    def _finish(self) -> int | None:
+        _running.discard(self)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return None if self.process is None else self.process.returncode
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def __enter__(self) -> Self:
+        return self if self.process is not None else self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<Daemon {self.name} {self.address} pid={self.pid} rc={self.returncode}>"
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for daemon in list(_running):
+        daemon.kill()
+
+
+def namesrvd_command(port: int, *overrides: str, config_file: Path | None = None) -> list[str]:
+    """`python -m broker.namesrv` on 127.0.0.1:`port`, with `key=value` overrides."""
+    args = [sys.executable, "-m", "broker.namesrv"]
+    if config_file is not None:
+        args += ["-c", str(config_file)]
+    return [*args, f"bindAddress={LOOPBACK}", f"listenPort={port}", *overrides]
+
+
+# Small files so tests cross segment boundaries and never allocate 1 GiB sparse files.
+TEST_STORE_OVERRIDES: Final = (
+    "mappedFileSizeCommitLog=4194304",
+    "mappedFileSizeConsumeQueue=6000",
+    "maxHashSlotNum=5000",
+    "maxIndexNum=20000",
+    "maxMessageSize=1048576",
+)
+
+
+def brokerd_command(
+    port: int, namesrv: str, store_dir: Path, *overrides: str, config_file: Path | None = None
+) -> list[str]:
+    """`python -m broker` on 127.0.0.1:`port` with its store in `store_dir`."""
+    args = [sys.executable, "-m", "broker"]
+    if config_file is not None:
+        args += ["-c", str(config_file)]
+    return [
+        *args,
+        f"bindAddress={LOOPBACK}",
+        f"brokerIP1={LOOPBACK}",
+        f"listenPort={port}",
+        f"haListenPort={free_port()}",
+        f"namesrvAddr={namesrv}",
+        f"storePathRootDir={store_dir}",
+        "brokerName=broker-a",
+        *TEST_STORE_OVERRIDES,
+        *overrides,
+    ]
+
+
+class ProcessGroup:
+    """The daemons of one test, logging under `log_dir`; `stop_all()` stops every one."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.daemons: list[Daemon] = []
+
+    def start(self, args: Sequence[str], *, port: int, name: str) -> Daemon:
+        daemon = Daemon(args, port=port, log_path=self.log_dir / f"{name}.log", name=name)
+        self.daemons.append(daemon)
+        return daemon.start()
+
+    def namesrvd(self, *overrides: str, name: str | None = None) -> Daemon:
+        port = free_port()
+        name = name or f"namesrvd-{len(self.daemons)}"
+        return self.start(namesrvd_command(port, *overrides), port=port, name=name)
+
+    def brokerd(
+        self,
+        namesrv: str,
+        store_dir: Path,
+        *overrides: str,
+        port: int | None = None,
+        name: str | None = None,
+    ) -> Daemon:
+        """A broker registered with `namesrv`; later `key=value` overrides win."""
+        port = port or free_port()
+        name = name or f"brokerd-{len(self.daemons)}"
+        return self.start(
+            brokerd_command(port, namesrv, store_dir, *overrides), port=port, name=name
+        )
+
+    def stop_all(self) -> None:
+        for daemon in reversed(self.daemons):
+            daemon.stop()

@@ -1,0 +1,422 @@
+"""The CommitLog (store/commitlog.py): file roll, batches, transactions and raw appends.
+
+Segments are 4 KiB and bodies at most 1 KiB, so a handful of messages crosses a file boundary.
+Positions are predicted by an independent model of RocketMQ's rule: a record goes into the current
+file only if the record plus the 8-byte end-of-file blank fits, otherwise the rest of the file
+starts with `[4 remaining][4 0xCBD43194]` and the record opens the next file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from store.commitlog import CommitLog, PutStatus
+from store.config import BrokerRole, StoreConfig
+from store.errors import OffsetMismatchError
+from store.message_store import MessageStore
+from store.record import MessageToStore, decode_record, encode_properties
+from store.segment_queue import SegmentQueue
+
+FILE = 4096
+MAGIC = 0xDAA320A7
+BLANK_MAGIC = 0xCBD43194
+CQ_FILE = 20 * 16
+
+
+def make_config(root: Path, **overrides: Any) -> StoreConfig:
+    values: dict[str, Any] = {
+        "store_path_root_dir": str(root),
+        "mapped_file_size_commit_log": FILE,
+        "max_message_size": 1024,
+        "mapped_file_size_consume_queue": CQ_FILE,
+        "message_index_enable": False,
+    }
+    values.update(overrides)
+    config = StoreConfig(**values)
+    config.validate()
+    return config
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[CommitLog]:
+    config = make_config(tmp_path)
+    segments = SegmentQueue(config.commit_log_dir, FILE)
+    segments.load()
+    yield CommitLog(config, segments)
+    segments.close()
+
+
+def record_size(body_len: int, topic: str = "T", props: str = "") -> int:
+    return 91 + body_len + len(topic.encode()) + len(props.encode())
+
+
+def body_for(size: int, topic: str = "T") -> bytes:
+    """A body that makes a record of exactly `size` bytes."""
+    return b"b" * (size - record_size(0, topic))
+
+
+def read_file(directory: Path, start: int) -> bytes:
+    return (directory / f"{start:020d}").read_bytes()
+
+
+@dataclass
+class Model:
+    """Where RocketMQ puts records: the position rule, applied without the store's code."""
+
+    pos: int = 0
+
+    def place(self, size: int) -> tuple[int, int | None]:
+        """(record offset, offset of an end-of-file blank written first or None)."""
+        file_start = self.pos - self.pos % FILE
+        remaining = file_start + FILE - self.pos
+        blank = None
+        if size + 8 > remaining:
+            blank = self.pos
+            self.pos = file_start + FILE
+        at = self.pos
+        self.pos += size
+        return at, blank
+
+
+# --- file roll ----------------------------------------------------------------------------
+
+
+def test_roll_writes_blank_and_opens_file_named_by_offset(log: CommitLog) -> None:
+    model = Model()
+    sizes = [record_size(100 + 37 * (i % 23)) for i in range(40)]
+    blanks = []
+    for i, size in enumerate(sizes):
+        at, blank = model.place(size)
+        result = log.put(MessageToStore("T", 0, body_for(size)))
+        assert result.status is PutStatus.PUT_OK
+        assert (result.wrote_offset, result.wrote_bytes, result.queue_offset) == (at, size, i)
+        if blank is not None:
+            blanks.append(blank)
+    assert len(blanks) >= 3
+    directory = log.segments.directory
+    names = sorted(p.name for p in directory.iterdir())
+    assert names == [f"{k * FILE:020d}" for k in range(len(blanks) + 1)]
+    for name in names:
+        assert (directory / name).stat().st_size == FILE  # created at full size
+    for blank in blanks:
+        data = read_file(directory, blank - blank % FILE)
+        position = blank % FILE
+        remaining = FILE - position
+        assert remaining >= 8
+        assert data[position : position + 8] == struct.pack(">iI", remaining, BLANK_MAGIC)
+        assert data[position + 8 :] == bytes(remaining - 8)  # the rest is left as it is
+    # Every record is where the model says, with its own offsets inside.
+    model = Model()
+    for i, size in enumerate(sizes):
+        at, _ = model.place(size)
+        data = read_file(directory, at - at % FILE)
+        msg = decode_record(data, at % FILE)
+        assert (msg.physical_offset, msg.queue_offset, msg.total_size) == (at, i, size)
+    assert log.max_offset == model.pos
+
+
+def test_exact_fit_leaves_an_8_byte_blank(log: CommitLog) -> None:
+    for _ in range(3):
+        log.put(MessageToStore("T", 0, b"x" * 1000))  # 3 x 1092 = 3276
+    remaining = FILE - 3276
+    result = log.put(MessageToStore("T", 0, body_for(remaining - 8)))
+    assert result.wrote_offset == 3276  # record + 8 fits exactly
+    nxt = log.put(MessageToStore("T", 0, b""))
+    assert nxt.wrote_offset == FILE
+    assert read_file(log.segments.directory, 0)[FILE - 8 :] == struct.pack(">iI", 8, BLANK_MAGIC)
+
+
+def test_one_byte_too_many_goes_to_next_file(log: CommitLog) -> None:
+    for _ in range(3):
+        log.put(MessageToStore("T", 0, b"x" * 1000))
+    remaining = FILE - 3276
+    result = log.put(MessageToStore("T", 0, body_for(remaining - 7)))
+    assert result.wrote_offset == FILE
+    data = read_file(log.segments.directory, 0)
+    assert data[3276:3284] == struct.pack(">iI", remaining, BLANK_MAGIC)
+
+
+# --- batches --------------------------------------------------------------------------------
+
+
+def test_batch_is_contiguous_with_consecutive_offsets(log: CommitLog) -> None:
+    log.put(MessageToStore("B", 2, b"first"))
+    msgs = [MessageToStore("B", 2, f"m{i}".encode()) for i in range(5)]
+    result = log.put_batch(msgs)
+    assert result.status is PutStatus.PUT_OK
+    assert (result.queue_offset, result.msg_num, len(result.msg_ids)) == (1, 5, 5)
+    assert [m.queue_offset for m in msgs] == [1, 2, 3, 4, 5]
+    start = record_size(5, "B")
+    size = record_size(2, "B")
+    assert (result.wrote_offset, result.wrote_bytes) == (start, 5 * size)
+    data = read_file(log.segments.directory, 0)
+    for i in range(5):
+        msg = decode_record(data, start + i * size)
+        assert (msg.queue_offset, msg.physical_offset, msg.body) == (
+            1 + i,
+            start + i * size,
+            msgs[i].body,
+        )
+        assert result.msg_ids[i] == msg.msg_id
+    assert log.topic_queue_table["B-2"] == 6
+
+
+def test_batch_that_does_not_fit_goes_whole_into_next_file(log: CommitLog) -> None:
+    for _ in range(3):
+        log.put(MessageToStore("T", 0, b"x" * 1000))
+    remaining = FILE - 3276  # 820: one 400-byte record would fit, three do not
+    msgs = [MessageToStore("T", 0, body_for(400)) for _ in range(3)]
+    result = log.put_batch(msgs)
+    assert result.status is PutStatus.PUT_OK
+    assert result.wrote_offset == FILE
+    assert [m.queue_offset for m in msgs] == [3, 4, 5]
+    data = read_file(log.segments.directory, 0)
+    assert data[3276:3284] == struct.pack(">iI", remaining, BLANK_MAGIC)
+    nxt = read_file(log.segments.directory, FILE)
+    assert [decode_record(nxt, 400 * i).physical_offset for i in range(3)] == [
+        FILE,
+        FILE + 400,
+        FILE + 800,
+    ]
+
+
+def test_batch_larger_than_a_file_is_illegal(log: CommitLog) -> None:
+    log.put(MessageToStore("T", 0, b"x"))
+    before = log.max_offset
+    msgs = [MessageToStore("T", 0, b"y" * 1000) for _ in range(4)]  # 4368 bytes
+    result = log.put_batch(msgs)
+    assert result.status is PutStatus.MESSAGE_ILLEGAL
+    assert log.max_offset == before
+    assert log.topic_queue_table == {"T-0": 1}
+    assert len(log.segments) == 1
+    # A batch of exactly file - 8 bytes fits into an empty file.
+    exact = [MessageToStore("T", 0, body_for(1022)) for _ in range(4)]
+    assert log.put_batch(exact).wrote_offset == FILE
+    assert log.max_offset == 2 * FILE - 8
+
+
+async def test_put_messages_through_the_store(tmp_path: Path) -> None:
+    store = MessageStore(make_config(tmp_path))
+    store.load()
+    try:
+        await store.put_message(MessageToStore("T", 1, b"x" * 1000))
+        await store.put_message(MessageToStore("T", 1, b"x" * 1000))
+        await store.put_message(MessageToStore("T", 1, b"x" * 1000))
+        batch = [MessageToStore("T", 1, body_for(500)) for _ in range(2)]
+        result = await store.put_messages(batch)
+        assert result.status is PutStatus.PUT_OK
+        assert result.append is not None and result.append.wrote_offset == FILE
+        too_big = [MessageToStore("T", 1, b"z" * 1000) for _ in range(4)]
+        assert (await store.put_messages(too_big)).status is PutStatus.MESSAGE_ILLEGAL
+        store.reput.dispatch_available(1 << 62)
+        queue = store.find_consume_queue("T", 1)
+        assert queue is not None and queue.max_offset == 5
+        assert [u.physical_offset for u in queue.units(3, 10) or []] == [FILE, FILE + 500]
+    finally:
+        await store.stop()
+
+
+# --- transactions ---------------------------------------------------------------------------
+
+
+async def test_prepared_and_rollback_take_no_queue_offset(tmp_path: Path) -> None:
+    store = MessageStore(make_config(tmp_path))
+    store.load()
+    try:
+        flags = [0x0, 0x4, 0x8, 0xC, 0x0, 0x4, 0x8]
+        results = []
+        for i, flag in enumerate(flags):
+            result = await store.put_message(
+                MessageToStore("TX", 0, f"m{i}".encode(), sys_flag=flag)
+            )
+            assert result.append is not None
+            results.append(result.append)
+        assert [r.queue_offset for r in results] == [0, 0, 1, 0, 2, 0, 3]
+        assert store.commitlog.topic_queue_table["TX-0"] == 4
+        size = record_size(2, "TX")
+        assert [r.wrote_offset for r in results] == [size * i for i in range(7)]
+        data = read_file(store.config.commit_log_dir, 0)
+        stored = [decode_record(data, r.wrote_offset) for r in results]
+        assert [m.queue_offset for m in stored] == [0, 0, 1, 0, 2, 0, 3]
+        assert [m.sys_flag for m in stored] == flags
+        store.reput.dispatch_available(1 << 62)
+        queue = store.find_consume_queue("TX", 0)
+        assert queue is not None and queue.max_offset == 4
+        units = queue.units(0, 10) or []
+        assert [u.physical_offset for u in units] == [size * i for i in (0, 2, 4, 6)]
+    finally:
+        await store.stop()
+
+
+# --- raw appends ----------------------------------------------------------------------------
+
+
+def test_append_raw_refuses_an_offset_that_is_not_the_end(log: CommitLog) -> None:
+    log.put(MessageToStore("T", 0, b"abc"))
+    end = log.max_offset
+    for wrong in (0, end - 1, end + 1, FILE):
+        with pytest.raises(OffsetMismatchError) as info:
+            log.append_raw(wrong, b"\x00" * 4)
+        assert (info.value.expected, info.value.got) == (end, wrong)
+        assert str(end) in str(info.value) and str(wrong) in str(info.value)
+    assert log.max_offset == end
+    log.append_raw(end, b"\x01\x02")
+    assert log.max_offset == end + 2
+
+
+@pytest.mark.parametrize("offset", [0, 5000, 2 * FILE, 7 * FILE + 1])
+def test_empty_log_accepts_any_offset(log: CommitLog, offset: int) -> None:
+    log.append_raw(offset, b"\x07" * 10)
+    start = offset - offset % FILE
+    assert [s.start_offset for s in log.segments] == [start]
+    path = log.segments.directory / f"{start:020d}"
+    assert path.stat().st_size == FILE
+    assert log.min_offset == start
+    assert log.max_offset == offset + 10
+    assert path.read_bytes()[offset - start : offset - start + 10] == b"\x07" * 10
+    with pytest.raises(OffsetMismatchError):
+        log.append_raw(offset, b"\x07")
+    log.append_raw(offset + 10, b"\x08" * (FILE + 5))  # crosses into the next file
+    end = offset + 10 + FILE + 5
+    assert log.max_offset == end
+    last = (end - 1) // FILE * FILE
+    assert [s.start_offset for s in log.segments] == list(range(start, last + 1, FILE))
+
+
+# A master with every kind of record: several topics and queues, tags (non-ASCII too), keys,
+# transactions, a delayed message, a batch, and enough of them to fill several files.
+TOPICS = ["A", "B", "\u4e3b\u9898"]  # "主题"
+
+
+@dataclass(frozen=True)
+class Master:
+    commitlog: dict[str, bytes]
+    consumequeue: dict[str, bytes]
+    log_bytes: bytes
+    # (end offset, goes to a ConsumeQueue) of every record, in log order
+    records: list[tuple[int, bool]]
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+async def _build_master(root: Path) -> Master:
+    store = MessageStore(make_config(root))
+    store.load()
+    records: list[tuple[int, bool]] = []
+    try:
+        for i in range(60):
+            topic = TOPICS[i % 3]
+            props: dict[str, str] = {"KEYS": f"k{i}"}
+            if i % 4:
+                props["TAGS"] = ["TagA", "\u6807\u7b7e", "T\U0001f600"][i % 3]
+            if i % 17 == 5:
+                props["DELAY"] = str(3 + i)
+            tran = [0x0, 0x4, 0x8, 0xC][i % 4] if i % 5 == 0 else 0
+            msg = MessageToStore(
+                topic, i % 2, f"body-{i}".encode() * (1 + i % 7), encode_properties(props)
+            )
+            msg.sys_flag = tran
+            result = await store.put_message(msg)
+            assert result.status is PutStatus.PUT_OK and result.append is not None
+            records.append((result.append.end_offset, tran not in (0x4, 0xC)))
+            if i % 20 == 19:
+                batch = [MessageToStore("B", 3, b"batch" * 30) for _ in range(4)]
+                result = await store.put_messages(batch)
+                assert result.status is PutStatus.PUT_OK and result.append is not None
+                size = result.append.wrote_bytes // 4
+                start = result.append.wrote_offset
+                records += [(start + size * (k + 1), True) for k in range(4)]
+        store.reput.dispatch_available(1 << 62)
+        assert len(store.commitlog.segments) >= 3
+        end = store.max_phy_offset
+    finally:
+        await store.stop()
+    commitlog = tree(root / "commitlog")
+    log_bytes = b"".join(commitlog.values())[:end]
+    return Master(commitlog, tree(root / "consumequeue"), log_bytes, records)
+
+
+@pytest.fixture(scope="module")
+def master(tmp_path_factory: pytest.TempPathFactory) -> Master:
+    return asyncio.run(_build_master(tmp_path_factory.mktemp("master")))
+
+
+def _open_slave(root: Path) -> MessageStore:
+    store = MessageStore(make_config(root, broker_role=BrokerRole.SLAVE))
+    store.load()
+    return store
+
+
+def _units(store: MessageStore) -> int:
+    return sum(q.max_offset - q.min_offset for q in store.consume_queues.values())
+
+
+def _deliver(store: MessageStore, master: Master, cuts: list[int]) -> None:
+    data = master.log_bytes
+    bounds = [0, *cuts, len(data)]
+    for start, end in itertools.pairwise(bounds):
+        store.append_to_commitlog(start, data[start:end])
+        store.reput.dispatch_available(1 << 62)
+        complete = sum(1 for rec_end, to_cq in master.records if to_cq and rec_end <= end)
+        assert _units(store) == complete, f"after delivering up to {end}"
+        assert store.reput.stalled_at < 0
+
+
+def _assert_identical(store: MessageStore, master: Master) -> None:
+    root = store.root
+    assert tree(root / "commitlog") == master.commitlog
+    assert tree(root / "consumequeue") == master.consumequeue
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_raw_copy_in_arbitrary_splits_builds_identical_store(master: Master, data: Any) -> None:
+    length = len(master.log_bytes)
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, length - 1), max_size=40))))
+    with tempfile.TemporaryDirectory() as tmp:
+        slave = _open_slave(Path(tmp))
+        try:
+            _deliver(slave, master, cuts)
+            _assert_identical(slave, master)
+        finally:
+            asyncio.run(slave.stop())
+
+
+async def test_raw_copy_byte_by_byte_then_reload(tmp_path: Path, master: Master) -> None:
+    first_records = master.records[2][0] + 3  # a little into the fourth record
+    blank_at = max(end for end, _ in master.records if end <= FILE)  # file 0's end-of-file blank
+    assert FILE - blank_at >= 8
+    cuts = [*range(1, first_records), blank_at + 3, blank_at + 6, 2 * FILE - 3, 2 * FILE + 5]
+    slave = _open_slave(tmp_path)
+    try:
+        _deliver(slave, master, cuts)
+        _assert_identical(slave, master)
+    finally:
+        await slave.stop()
+    again = _open_slave(tmp_path)
+    try:
+        _assert_identical(again, master)
+        assert again.max_phy_offset == len(master.log_bytes)
+    finally:
+        await again.stop()

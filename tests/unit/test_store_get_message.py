@@ -1,0 +1,346 @@
+"""getMessage (store/get_message.py): every status of the table, nextBeginOffset, the caps.
+
+`corr(old, new)` is `new` except on a slave without offsetCheckInSlave, where a client's offset is
+never moved. The transfer caps are RocketMQ's: 32 messages / 256 KiB while the data is in memory,
+8 / 64 KiB once it is older than RAM * accessMessageInMemoryMaxRatio (`physical_memory_bytes`
+fixes the RAM size here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store.config import BrokerRole, StoreConfig
+from store.get_message import GetMessageResult, GetMessageStatus
+from store.message_store import MessageStore
+from store.record import MessageToStore, decode_record, encode_properties
+from store.tags import parse_tag_expression
+
+S = GetMessageStatus
+FILE = 4096
+CQ_UNITS = 16
+HUGE_RAM = 1 << 50
+
+
+def make_config(root: Path, **overrides: Any) -> StoreConfig:
+    values: dict[str, Any] = {
+        "store_path_root_dir": str(root),
+        "mapped_file_size_commit_log": FILE,
+        "max_message_size": 1024,
+        "mapped_file_size_consume_queue": 20 * 1000,
+        "message_index_enable": False,
+        "physical_memory_bytes": HUGE_RAM,
+    }
+    values.update(overrides)
+    config = StoreConfig(**values)
+    config.validate()
+    return config
+
+
+def open_store(root: Path, **overrides: Any) -> MessageStore:
+    store = MessageStore(make_config(root, **overrides))
+    store.load()
+    return store
+
+
+async def fill(
+    store: MessageStore, topic: str, count: int, body: int = 100, tags: list[str] | None = None
+) -> None:
+    for i in range(count):
+        props = {"TAGS": tags[i % len(tags)]} if tags else {}
+        msg = MessageToStore(topic, 0, bytes([65 + i % 26]) * body, encode_properties(props))
+        result = await store.put_message(msg)
+        assert result.ok
+    store.reput.dispatch_available(1 << 62)
+
+
+def check_found(store: MessageStore, result: GetMessageResult, first: int, count: int) -> None:
+    assert result.status is S.FOUND
+    assert result.message_count == count
+    assert result.queue_offsets == list(range(first, first + count))
+    total = 0
+    for queue_offset, raw in zip(result.queue_offsets, result.messages, strict=True):
+        msg = decode_record(raw)
+        assert msg.queue_offset == queue_offset
+        again = store.look_message_by_offset(msg.physical_offset)
+        assert again is not None and again.body == msg.body
+        total += len(raw)
+    assert result.buffer_total_size == total
+
+
+# --- the status table on a master and on slaves --------------------------------------------
+
+ROLES = [
+    pytest.param(BrokerRole.ASYNC_MASTER, False, True, id="master"),
+    pytest.param(BrokerRole.SYNC_MASTER, False, True, id="sync-master"),
+    pytest.param(BrokerRole.SLAVE, False, False, id="slave"),
+    pytest.param(BrokerRole.SLAVE, True, True, id="slave-offsetCheckInSlave"),
+]
+
+
+async def _queue_with_min_42(tmp_path: Path, role: BrokerRole, check: bool) -> MessageStore:
+    """Queue Q-0 with units 42..59 (min 42, max 60) over two ConsumeQueue files (32.., 48..)."""
+    master = open_store(tmp_path / "master", mapped_file_size_consume_queue=20 * CQ_UNITS)
+    await fill(master, "Q", 60)  # 192-byte records: 21 per CommitLog file
+    await fill(master, "Z", 1)
+    if role is not BrokerRole.SLAVE:
+        assert await master.delete_expired_commitlog(0, True, 2) == 2
+        assert master.commitlog.min_offset == 2 * FILE
+        return master
+    slave = open_store(
+        tmp_path / "slave",
+        broker_role=role,
+        offset_check_in_slave=check,
+        mapped_file_size_consume_queue=20 * CQ_UNITS,
+    )
+    end = master.max_phy_offset
+    offset = 2 * FILE
+    while offset < end:
+        got = master.get_commitlog_data(offset)
+        assert got is not None
+        slave.append_to_commitlog(offset, bytes(got[1]))
+        offset += len(got[1])
+    slave.reput.dispatch_available(1 << 62)
+    await master.stop()
+    return slave
+
+
+@pytest.mark.parametrize(("role", "check", "moves"), ROLES)
+async def test_status_table(tmp_path: Path, role: BrokerRole, check: bool, moves: bool) -> None:
+    store = await _queue_with_min_42(tmp_path, role, check)
+
+    def corr(old: int, new: int) -> int:
+        return new if moves else old
+
+    def get(topic: str, offset: int, max_msgs: int = 32) -> GetMessageResult:
+        return store.get_message("group", topic, 0, offset, max_msgs)
+
+    try:
+        queue = store.find_consume_queue("Q", 0)
+        assert queue is not None
+        assert (queue.min_offset, queue.max_offset) == (42, 60)
+
+        r = store.get_message("group", "Unknown", 0, 7, 32)
+        assert (r.status, r.next_begin_offset) == (S.NO_MATCHED_LOGIC_QUEUE, corr(7, 0))
+
+        store.find_or_create_consume_queue("Empty", 0)
+        r = get("Empty", 3)
+        assert (r.status, r.next_begin_offset) == (S.NO_MESSAGE_IN_QUEUE, corr(3, 0))
+
+        r = get("Q", 5)
+        assert (r.status, r.next_begin_offset) == (S.OFFSET_TOO_SMALL, corr(5, 42))
+        assert (r.min_offset, r.max_offset, r.message_count) == (42, 60, 0)
+
+        r = get("Q", 60)
+        assert (r.status, r.next_begin_offset) == (S.OFFSET_OVERFLOW_ONE, 60)
+
+        r = get("Q", 75)
+        assert (r.status, r.next_begin_offset) == (S.OFFSET_OVERFLOW_BADLY, corr(75, 60))
+        assert (r.min_offset, r.max_offset) == (42, 60)
+
+        r = get("Q", 42, 5)
+        check_found(store, r, 42, 5)
+        assert r.next_begin_offset == 47
+        assert (r.min_offset, r.max_offset) == (42, 60)
+
+        r = get("Q", 44)  # a read never crosses a ConsumeQueue file: 44..47
+        check_found(store, r, 44, 4)
+        assert r.next_begin_offset == 48
+
+        # The ConsumeQueue file holding the offset is gone, its minimum not yet corrected.
+        queue.segments.delete_head(1)
+        r = get("Q", 42)
+        assert (r.status, r.next_begin_offset) == (S.OFFSET_FOUND_NULL, corr(42, 48))
+    finally:
+        await store.stop()
+
+
+async def test_overflow_badly_with_min_zero_goes_to_max_not_zero(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    try:
+        await fill(store, "Q", 10)
+        r = store.get_message("g", "Q", 0, 1000, 32)
+        assert (r.status, r.next_begin_offset) == (S.OFFSET_OVERFLOW_BADLY, 10)
+        assert (r.min_offset, r.max_offset) == (0, 10)
+        r = store.get_message("g", "Q", 0, 11, 32)
+        assert (r.status, r.next_begin_offset) == (S.OFFSET_OVERFLOW_BADLY, 10)
+    finally:
+        await store.stop()
+
+
+# --- found, filters and the scan limit -----------------------------------------------------
+
+
+async def test_found_returns_the_stored_records(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    try:
+        await fill(store, "Q", 30, body=150)
+        r = store.get_message("g", "Q", 0, 0, 32)
+        check_found(store, r, 0, 30)
+        assert r.next_begin_offset == 30
+        assert not r.suggest_pulling_from_slave
+        # The views are the bytes in the CommitLog, not copies of something else.
+        data = b"".join(p.read_bytes() for p in sorted((tmp_path / "commitlog").iterdir()))
+        first = decode_record(r.messages[0])
+        assert bytes(r.messages[0]) == data[first.physical_offset : first.physical_offset + 242]
+        r = store.get_message("g", "Q", 0, 10, 4)
+        check_found(store, r, 10, 4)
+        assert r.next_begin_offset == 14
+    finally:
+        await store.stop()
+
+
+async def test_tag_filter(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    try:
+        await fill(store, "Q", 30, tags=["TagA", "TagB", "TagC"])
+        r = store.get_message("g", "Q", 0, 0, 32, parse_tag_expression("TagX || TagY"))
+        assert (r.status, r.next_begin_offset, r.message_count) == (S.NO_MATCHED_MESSAGE, 30, 0)
+        r = store.get_message("g", "Q", 0, 0, 4, parse_tag_expression("TagB"))
+        assert r.status is S.FOUND
+        assert r.queue_offsets == [1, 4, 7, 10]
+        assert r.next_begin_offset == 11  # filtered units count as scanned
+        assert all(decode_record(m).tags == "TagB" for m in r.messages)
+        r = store.get_message("g", "Q", 0, 0, 32, parse_tag_expression("TagA || TagC"))
+        assert r.queue_offsets == [i for i in range(30) if i % 3 != 1]
+        assert r.next_begin_offset == 30
+        r = store.get_message("g", "Q", 0, 0, 32, parse_tag_expression("*"))
+        assert r.message_count == 30
+    finally:
+        await store.stop()
+
+
+async def test_tag_filter_is_by_hash_code_as_in_rocketmq(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    try:
+        await fill(store, "Q", 4, tags=["Aa", "BB", "Cc", "BB"])  # "Aa" and "BB" share a hash
+        r = store.get_message("g", "Q", 0, 0, 32, parse_tag_expression("Aa"))
+        assert r.queue_offsets == [0, 1, 3]
+    finally:
+        await store.stop()
+
+
+async def test_scan_is_limited_to_800_units_or_max_msg_nums(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    try:
+        await fill(store, "Q", 1000, body=8, tags=["TagA"])
+        nothing = parse_tag_expression("TagZ")
+        r = store.get_message("g", "Q", 0, 0, 32, nothing)
+        assert (r.status, r.next_begin_offset) == (S.NO_MATCHED_MESSAGE, 800)
+        r = store.get_message("g", "Q", 0, 100, 900, nothing)
+        assert (r.status, r.next_begin_offset) == (S.NO_MATCHED_MESSAGE, 1000)
+        r = store.get_message("g", "Q", 0, 0, 900, nothing)
+        assert r.next_begin_offset == 900
+    finally:
+        await store.stop()
+
+
+# --- MESSAGE_WAS_REMOVING ---------------------------------------------------------------------
+
+
+async def test_message_was_removing_while_commitlog_files_are_deleted(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    try:
+        for i in range(42):  # CommitLog files 0 and 1: A and M alternately
+            await fill(store, "A" if i % 2 else "M", 1)
+        await fill(store, "M", 21)  # file 2
+        await fill(store, "B", 5)  # file 3
+        assert store.commitlog.segments.last is not None
+        assert store.commitlog.segments.last.start_offset == 3 * FILE
+
+        task = asyncio.create_task(store.delete_expired_commitlog(0, False, 2))
+        await asyncio.sleep(0)
+        # The files are out of the CommitLog, the ConsumeQueues not yet corrected.
+        assert not task.done()
+        assert store.commitlog.min_offset == 2 * FILE
+        removing = store.get_message("g", "A", 0, 0, 32)
+        skipping = store.get_message("g", "M", 0, 0, 32)
+        assert await task == 2
+
+        assert (removing.status, removing.message_count) == (S.MESSAGE_WAS_REMOVING, 0)
+        assert removing.next_begin_offset == 21
+        # Removed units are skipped file by file; what follows is found.
+        check_found(store, skipping, 21, 21)
+        assert skipping.next_begin_offset == 42
+
+        # Afterwards the minimums have followed the CommitLog.
+        assert store.min_offset_in_queue("A", 0) == 21
+        assert store.min_offset_in_queue("M", 0) == 21
+        r = store.get_message("g", "M", 0, 0, 32)
+        assert (r.status, r.next_begin_offset) == (S.OFFSET_TOO_SMALL, 21)
+        r = store.get_message("g", "A", 0, 0, 32)
+        assert (r.status, r.next_begin_offset) == (S.OFFSET_TOO_SMALL, 21)
+    finally:
+        await store.stop()
+
+
+# --- transfer caps and pulling from the slave ----------------------------------------------
+
+
+def expected_batch(sizes: list[int], max_msgs: int, max_bytes: int, max_count: int) -> int:
+    """RocketMQ's isTheBatchFull, applied to records of the given sizes."""
+    count = total = 0
+    for size in sizes:
+        if count and (count >= max_msgs or total + size > max_bytes or count > max_count - 1):
+            break
+        count += 1
+        total += size
+    return count
+
+
+CAPS = [
+    pytest.param(HUGE_RAM, 40, 100, 64, 32, id="memory-count"),
+    pytest.param(HUGE_RAM, 20, 16 * 1024, 64, 15, id="memory-bytes"),
+    pytest.param(HUGE_RAM, 40, 100, 5, 5, id="max-msg-nums"),
+    pytest.param(1, 40, 100, 64, 8, id="disk-count"),
+    pytest.param(1, 20, 16 * 1024, 64, 3, id="disk-bytes"),
+    pytest.param(1, 20, 100, 2, 2, id="disk-max-msg-nums"),
+]
+
+
+@pytest.mark.parametrize(("ram", "count", "body", "max_msgs", "expected"), CAPS)
+async def test_transfer_caps(
+    tmp_path: Path, ram: int, count: int, body: int, max_msgs: int, expected: int
+) -> None:
+    store = open_store(
+        tmp_path,
+        mapped_file_size_commit_log=1024 * 1024,
+        max_message_size=64 * 1024,
+        physical_memory_bytes=ram,
+        access_message_in_memory_max_ratio=40,
+    )
+    try:
+        await fill(store, "Q", count, body=body)
+        size = 91 + body + 1
+        in_disk = ram == 1
+        caps = (64 * 1024, 8) if in_disk else (256 * 1024, 32)
+        assert expected_batch([size] * count, max_msgs, *caps) == expected
+        r = store.get_message("g", "Q", 0, 0, max_msgs)
+        check_found(store, r, 0, expected)
+        assert r.next_begin_offset == expected
+        assert r.suggest_pulling_from_slave is in_disk
+    finally:
+        await store.stop()
+
+
+async def test_suggest_pulling_from_slave(tmp_path: Path) -> None:
+    # RAM 10000 bytes * 40 % = 4000 bytes "in memory"; the queue spans ~11.5 KB.
+    store = open_store(tmp_path, physical_memory_bytes=10_000)
+    try:
+        await fill(store, "Q", 60)
+        r = store.get_message("g", "Q", 0, 0, 1)
+        assert r.suggest_pulling_from_slave
+        r = store.get_message("g", "Q", 0, 0, 32)
+        assert r.message_count == 8  # the oldest records are "on disk"
+        assert r.suggest_pulling_from_slave  # judged by the last unit scanned
+        r = store.get_message("g", "Q", 0, 45, 32)
+        assert r.message_count == 15
+        assert not r.suggest_pulling_from_slave
+        r = store.get_message("g", "Q", 0, 59, 32)
+        assert not r.suggest_pulling_from_slave
+    finally:
+        await store.stop()

@@ -1,0 +1,280 @@
+"""Recovery at load (store/commitlog.py, store/consume_queue.py, store/message_store.py).
+
+A stopped store is damaged on disk, then loaded again: with the abort file absent (normal
+recovery) and present (abnormal recovery, as after a crash).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store.commitlog import PutStatus
+from store.config import StoreConfig
+from store.errors import CorruptStoreError
+from store.get_message import GetMessageStatus
+from store.message_store import MessageStore
+from store.record import MessageToStore, decode_record, encode_properties
+
+FILE = 4096
+CQ_FILE = 20 * 8
+T0 = 4_102_444_800_000  # store times are set from here: files' first records are seconds apart
+
+
+def make_config(root: Path, **overrides: Any) -> StoreConfig:
+    values: dict[str, Any] = {
+        "store_path_root_dir": str(root),
+        "mapped_file_size_commit_log": FILE,
+        "max_message_size": 1024,
+        "mapped_file_size_consume_queue": CQ_FILE,
+        "max_hash_slot_num": 64,
+        "max_index_num": 512,
+    }
+    values.update(overrides)
+    config = StoreConfig(**values)
+    config.validate()
+    return config
+
+
+def open_store(root: Path) -> MessageStore:
+    store = MessageStore(make_config(root))
+    store.load()
+    return store
+
+
+@dataclass
+class Sent:
+    topic: str
+    queue_id: int
+    body: bytes
+    phy: int
+    size: int
+    queue_offset: int
+
+
+async def put(store: MessageStore, topic: str, queue_id: int, i: int, ts: int) -> Sent:
+    store.commitlog.last_store_timestamp = ts
+    body = f"{topic}/{queue_id}/{i}:".encode() * (1 + i % 5)
+    props = encode_properties({"TAGS": f"t{i % 3}", "KEYS": f"key{i}"})
+    result = await store.put_message(MessageToStore(topic, queue_id, body, props))
+    assert result.status is PutStatus.PUT_OK and result.append is not None
+    a = result.append
+    return Sent(topic, queue_id, body, a.wrote_offset, a.wrote_bytes, a.queue_offset)
+
+
+def queue_bodies(store: MessageStore, topic: str, queue_id: int) -> list[bytes]:
+    out: list[bytes] = []
+    offset = store.min_offset_in_queue(topic, queue_id)
+    while True:
+        r = store.get_message("g", topic, queue_id, offset, 32)
+        if r.status is not GetMessageStatus.FOUND:
+            return out
+        out += [decode_record(m).body for m in r.messages]
+        offset = r.next_begin_offset
+
+
+def segment_path(root: Path, phy: int) -> Path:
+    return root / "commitlog" / f"{phy - phy % FILE:020d}"
+
+
+def flip(path: Path, position: int, mask: int = 0x01) -> bytes:
+    data = bytearray(path.read_bytes())
+    data[position] ^= mask
+    path.write_bytes(data)
+    return bytes(data)
+
+
+async def build(root: Path, count: int, last_first_in_file: bool = False) -> list[Sent]:
+    """`count` messages over queues R-0 and R-1 (several files); the last one goes to R-1."""
+    store = open_store(root)
+    await store.start()
+    sent: list[Sent] = []
+    try:
+        for i in range(count):
+            sent.append(await put(store, "R", i % 2, i, T0 + 1000 * i))
+        if last_first_in_file:
+            i = count
+            while sent[-1].phy % FILE != 0 or sent[-1].queue_id != 1:
+                sent.append(await put(store, "R", i % 2, i, T0 + 1000 * i))
+                i += 1
+        elif sent[-1].queue_id != 1:
+            sent.append(await put(store, "R", 1, count, T0 + 1000 * count))
+        assert sent[-1].phy >= 2 * FILE
+    finally:
+        await store.stop()
+    return sent
+
+
+# --- a corrupt last record --------------------------------------------------------------------
+
+# Where to flip a bit, relative to the record's start.
+CORRUPTIONS = {
+    "body": 90,  # the third byte of the body, which starts at 88 (IPv4 hosts)
+    "magic": 5,
+    "total-size": 2,
+    "crc": 9,
+}
+
+
+@pytest.mark.parametrize("abort", [False, True], ids=["normal", "abnormal"])
+@pytest.mark.parametrize("where", ["body", "magic", "total-size", "crc"])
+async def test_corrupt_last_record_is_cut_and_kept_aside(
+    tmp_path: Path, abort: bool, where: str
+) -> None:
+    sent = await build(tmp_path, 90)
+    last = sent[-1]
+    path = segment_path(tmp_path, last.phy)
+    at = last.phy % FILE + CORRUPTIONS[where]
+    if where == "body":
+        assert path.read_bytes()[at - 2 : at + 3] == last.body[:5]
+    damaged = flip(path, at)
+    record = damaged[last.phy % FILE : last.phy % FILE + last.size]
+    assert record[-1] == 0x02  # the properties end the record: nothing of it is a zero tail
+    if abort:
+        (tmp_path / "abort").touch()
+
+    store = open_store(tmp_path)
+    try:
+        assert store.last_exit_ok is not abort
+        assert store.max_phy_offset == last.phy
+        assert store.max_offset_in_queue("R", 1) == last.queue_offset
+        assert store.max_offset_in_queue("R", 0) == sum(1 for s in sent if s.queue_id == 0)
+        torn = sorted((tmp_path / "commitlog").glob("*.torn"))
+        assert [p.name for p in torn] == [f"{path.name}.{last.phy % FILE}.torn"]
+        assert torn[0].read_bytes() == record
+        # The index forgets the cut message.
+        assert store.query_message("R", f"key{len(sent) - 1}", 10, 0, 2**62).messages == []
+        for q in (0, 1):
+            assert queue_bodies(store, "R", q) == [s.body for s in sent[:-1] if s.queue_id == q]
+        # Appends continue where the valid data ends, with the right queue offsets.
+        again = await put(store, "R", 1, 999, T0 + 10**7)
+        assert (again.phy, again.queue_offset) == (last.phy, last.queue_offset)
+        nxt = await put(store, "R", 0, 1000, T0 + 10**7 + 1)
+        assert nxt.queue_offset == sum(1 for s in sent if s.queue_id == 0)
+        store.reput.dispatch_available(1 << 62)
+        assert queue_bodies(store, "R", 1)[-1] == again.body
+    finally:
+        await store.stop()
+    store = open_store(tmp_path)
+    try:
+        assert store.max_phy_offset == nxt.phy + nxt.size
+        assert queue_bodies(store, "R", 1) == [
+            *(s.body for s in sent[:-1] if s.queue_id == 1),
+            again.body,
+        ]
+    finally:
+        await store.stop()
+
+
+@pytest.mark.parametrize("abort", [False, True], ids=["normal", "abnormal"])
+async def test_corrupt_first_record_of_the_last_file(tmp_path: Path, abort: bool) -> None:
+    sent = await build(tmp_path, 70, last_first_in_file=True)
+    last = sent[-1]
+    assert last.phy % FILE == 0
+    flip(segment_path(tmp_path, last.phy), 40)  # born timestamp: a CRC-clean field...
+    flip(segment_path(tmp_path, last.phy), 5)  # ...and the magic
+    if abort:
+        (tmp_path / "abort").touch()
+    store = open_store(tmp_path)
+    try:
+        assert store.max_phy_offset == last.phy  # the end of the previous file
+        assert store.max_offset_in_queue("R", 1) == last.queue_offset
+        again = await put(store, "R", 1, 5000, T0 + 10**7)
+        assert (again.phy, again.queue_offset) == (last.phy, last.queue_offset)
+    finally:
+        await store.stop()
+
+
+async def test_a_queue_whose_only_message_was_cut(tmp_path: Path) -> None:
+    sent = await build(tmp_path, 70)
+    store = open_store(tmp_path)
+    await store.start()
+    try:
+        solo = await put(store, "Solo", 0, 1, T0 + 10**6)
+        await store.reput.wait_idle()
+    finally:
+        await store.stop()
+    flip(segment_path(tmp_path, solo.phy), solo.phy % FILE + 5)
+    store = open_store(tmp_path)
+    try:
+        assert store.max_phy_offset == solo.phy == sent[-1].phy + sent[-1].size
+        r = store.get_message("g", "Solo", 0, 0, 32)
+        assert (r.status, r.next_begin_offset) == (GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0)
+        assert (await put(store, "Solo", 0, 2, T0 + 10**6 + 1)).queue_offset == 0
+    finally:
+        await store.stop()
+
+
+# --- a ConsumeQueue file of garbage ----------------------------------------------------------
+
+
+def cq_tree(root: Path) -> dict[str, bytes]:
+    folder = root / "consumequeue"
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("abort", [False, True], ids=["normal", "abnormal"])
+@pytest.mark.parametrize("which", [0, 2, -1], ids=["first", "middle", "last"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_garbage_consume_queue_file_is_rebuilt(
+    tmp_path: Path, abort: bool, which: int, seed: int
+) -> None:
+    sent = await build(tmp_path, 90)
+    before = cq_tree(tmp_path)
+    folder = tmp_path / "consumequeue" / "R" / "1"
+    files = sorted(folder.iterdir())
+    assert len(files) >= 5
+    victim = files[which]
+    victim.write_bytes(random.Random(seed).randbytes(CQ_FILE))
+    if abort:
+        (tmp_path / "abort").touch()
+    store = open_store(tmp_path)
+    try:
+        assert cq_tree(tmp_path) == before
+        for q in (0, 1):
+            assert queue_bodies(store, "R", q) == [s.body for s in sent if s.queue_id == q]
+    finally:
+        await store.stop()
+
+
+async def test_all_consume_queues_deleted_are_rebuilt(tmp_path: Path) -> None:
+    await build(tmp_path, 90)
+    before = cq_tree(tmp_path)
+    for path in sorted((tmp_path / "consumequeue").rglob("*"), reverse=True):
+        if path.is_file():
+            path.unlink()
+    store = open_store(tmp_path)
+    try:
+        assert cq_tree(tmp_path) == before
+    finally:
+        await store.stop()
+
+
+# --- files that cannot be loaded -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [FILE - 1, FILE + 1, 0])
+async def test_commitlog_segment_of_the_wrong_size(tmp_path: Path, size: int) -> None:
+    await build(tmp_path, 90)
+    path = tmp_path / "commitlog" / f"{FILE:020d}"
+    original = path.read_bytes()
+    path.write_bytes(original[:size] if size < FILE else original + b"\x00")
+    with pytest.raises(CorruptStoreError) as info:
+        open_store(tmp_path)
+    assert str(path) in str(info.value)
+    path.write_bytes(original)
+    store = open_store(tmp_path)  # the failed load released the lock
+    await store.stop()
+
+
+async def test_a_missing_middle_segment_is_refused(tmp_path: Path) -> None:
+    await build(tmp_path, 90)
+    (tmp_path / "commitlog" / f"{FILE:020d}").unlink()
+    with pytest.raises(CorruptStoreError, match=f"{2 * FILE:020d}"):
+        open_store(tmp_path)
