@@ -30,13 +30,18 @@ from broker.processors.query import QueryProcessor
 from broker.processors.send import SendProcessor
 from broker.rebalance_lock import RebalanceLockManager
 from broker.registration import BrokerIdentity, NameServerRegistration
+from broker.slave_sync import OffsetReconciler, SlaveSynchronize
 from broker.stats import BrokerStats
 from client.protocol.namesrv import RegisterBrokerResult
 from client.remoting.client import RemotingClient
-from client.remoting.codes import RequestCode
+from client.remoting.codes import RequestCode, ResponseCode
 from client.remoting.command import RemotingCommand
 from client.remoting.connection import RemotingConnection
+from client.remoting.json_body import dumps
 from client.remoting.server import RemotingServer
+from ha.config import HAConfig
+from ha.master import HAService
+from ha.slave import ClientState, HAClient
 from store.config import BrokerRole, StoreConfig
 from store.message_store import MessageStore
 from store.record import pack_host
@@ -52,12 +57,12 @@ class Broker:
         config: BrokerConfig,
         store_config: StoreConfig,
         remoting: RemotingConfig | None = None,
-        *,
-        ha_listen_port: int | None = None,
+        ha_config: HAConfig | None = None,
     ) -> None:
         self.config = config
         self.store_config = store_config
         self.remoting = remoting or RemotingConfig()
+        self.ha_config = ha_config or HAConfig()
         self.store = MessageStore(store_config)
         folder = config_dir(store_config.root)
         self.topics = TopicConfigManager(
@@ -91,7 +96,15 @@ class Broker:
         )
         self.namesrv_client = RemotingClient(idle_timeout=0)
         self.registration: NameServerRegistration | None = None
-        self.ha_listen_port = ha_listen_port
+        self.ha_service: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.slave_sync: SlaveSynchronize | None = None
+        self.offset_reconciler: OffsetReconciler | None = None
+        if store_config.broker_role is BrokerRole.SLAVE:
+            self.ha_client = HAClient(self.store, self.ha_config, resync=self._resync)
+            self.slave_sync = SlaveSynchronize(self, self.ha_config.slave_synchronize_interval)
+        else:
+            self.offset_reconciler = OffsetReconciler(self)
         self.store_host = pack_host("127.0.0.1", config.listen_port)
         self.last_register_result: RegisterBrokerResult | None = None
         self.register_result_listeners: list[Callable[[RegisterBrokerResult], None]] = []
@@ -110,9 +123,17 @@ class Broker:
         return f"{self.config.advertised_ip}:{self.listen_port}"
 
     @property
+    def ha_listen_port(self) -> int:
+        if self.ha_service is not None:
+            return self.ha_service.port
+        configured = self.ha_config.ha_listen_port
+        if configured >= 0:
+            return configured
+        return self.listen_port + 1 if self.listen_port else 0
+
+    @property
     def ha_server_address(self) -> str:
-        port = self.ha_listen_port if self.ha_listen_port is not None else self.listen_port + 1
-        return f"{self.config.ha_ip}:{port}"
+        return f"{self.config.ha_ip}:{self.ha_listen_port}"
 
     @property
     def role(self) -> BrokerRole:
@@ -154,6 +175,7 @@ class Broker:
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.all_groups,
             RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_offsets,
             RequestCode.GET_ALL_DELAY_OFFSET: admin.all_delay_offsets,
+            RequestCode.GET_BROKER_HA_STATUS: self._ha_status,
         }
         for code, processor in table.items():
             self.server.register(code, processor)
@@ -187,8 +209,37 @@ class Broker:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    async def _ha_status(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        del connection
+        info = self.ha_runtime_info()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, None, body=dumps(info))
+
+    def ha_runtime_info(self) -> dict[str, object]:
+        if self.ha_service is not None:
+            return self.ha_service.runtime_info()
+        if self.ha_client is not None:
+            return self.ha_client.runtime_info()
+        return {}
+
+    def _resync(self, state: ClientState, local: int, master: int) -> bool:
+        """A slave told to resynchronise (haSlaveAutoTruncate / haSlaveAutoResync)."""
+        del local
+        if state is ClientState.DIVERGED:
+            self.store.truncate_for_resync(master)
+            return True
+        if state is ClientState.BEHIND_RETENTION:
+            self.store.reset_for_resync()
+            return True
+        return False
+
     def _on_register_result(self, result: RegisterBrokerResult) -> None:
         self.last_register_result = result
+        if self.ha_client is not None:
+            self.ha_client.update_master_address(result.ha_server_addr)
+        if self.slave_sync is not None:
+            self.slave_sync.set_master_address(result.master_addr)
         for listener in self.register_result_listeners:
             listener(result)
 
@@ -202,6 +253,16 @@ class Broker:
         await self.store.start()
         await self.server.start()
         self.store_host = pack_host(self.config.advertised_ip, self.listen_port)
+        if self.ha_client is not None:
+            await self.ha_client.start()
+        else:
+            self.ha_service = HAService(
+                self.store, self.ha_config, self.remoting.bind_address, self.ha_listen_port
+            )
+            await self.ha_service.start()
+            if self.offset_reconciler is not None:
+                reconciler = self.offset_reconciler
+                self.ha_service.slave_listeners.append(lambda _address: reconciler.request())
         self.store.add_arrival_listener(self.pull_holds.notify_arrival)
         await self.pull_holds.start()
         identity = BrokerIdentity(
@@ -221,6 +282,10 @@ class Broker:
             on_result=self._on_register_result,
         )
         await self.registration.start()
+        if self.slave_sync is not None:
+            await self.slave_sync.start()
+        if self.offset_reconciler is not None:
+            self.offset_reconciler.request()
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._persist_offsets_periodically(), name="persist-offsets"),
@@ -262,6 +327,14 @@ class Broker:
         # Held pulls answer now (with whatever they find) instead of holding up the stop.
         await self.pull_holds.stop()
         await self.server.stop()
+        if self.ha_service is not None:
+            await self.ha_service.stop()
+        if self.ha_client is not None:
+            await self.ha_client.stop()
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
+        if self.offset_reconciler is not None:
+            await self.offset_reconciler.stop()
         if self.registration is not None:
             await self.registration.stop()
         for task in self._tasks:

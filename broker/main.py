@@ -22,14 +22,14 @@ import click
 from broker.broker import Broker
 from broker.config import BrokerConfig, RemotingConfig
 from broker.daemon import configure_logging, read_properties, run_until_signal
+from ha.config import HAConfig
 from store.config import BrokerRole, StoreConfig
 from store.errors import ConfigError, StoreError
 from store.settings import from_properties, to_properties, unknown_keys
 
 log = logging.getLogger("broker")
 
-CONFIG_CLASSES: tuple[type, ...] = (BrokerConfig, StoreConfig, RemotingConfig)
-EXTRA_KEYS = {"haListenPort"}
+CONFIG_CLASSES: tuple[type, ...] = (BrokerConfig, StoreConfig, RemotingConfig, HAConfig)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -37,17 +37,15 @@ class BrokerSettings:
     broker: BrokerConfig
     store: StoreConfig
     remoting: RemotingConfig
-    ha_listen_port: int | None
+    ha: HAConfig
     unknown: list[str]
 
     def effective(self) -> dict[str, str]:
         props: dict[str, str] = {}
-        for config in (self.broker, self.store, self.remoting):
+        for config in (self.broker, self.store, self.remoting, self.ha):
             props.update(to_properties(config))
-        port = (
-            self.ha_listen_port if self.ha_listen_port is not None else self.broker.listen_port + 1
-        )
-        props["haListenPort"] = str(port)
+        if self.ha.ha_listen_port < 0:
+            props["haListenPort"] = str(self.broker.listen_port + 1)
         return dict(sorted(props.items()))
 
 
@@ -55,21 +53,13 @@ def load_settings(props: dict[str, str]) -> BrokerSettings:
     broker = from_properties(BrokerConfig, props)
     store = from_properties(StoreConfig, props)
     remoting = from_properties(RemotingConfig, props)
+    ha = from_properties(HAConfig, props)
     if store.broker_role is BrokerRole.SLAVE and broker.broker_id <= 0:
         raise ConfigError("brokerId: a SLAVE's brokerId must be > 0")
     if store.broker_role is not BrokerRole.SLAVE and broker.broker_id != 0:
         # RocketMQ forces a master's id to 0 (MASTER_ID).
         broker = dataclasses.replace(broker, broker_id=0)
-    ha_port: int | None = None
-    if "haListenPort" in props:
-        try:
-            ha_port = int(props["haListenPort"])
-        except ValueError:
-            raise ConfigError(
-                f"haListenPort: expected an integer, got {props['haListenPort']!r}"
-            ) from None
-    unknown = [k for k in unknown_keys(props, CONFIG_CLASSES) if k not in EXTRA_KEYS]
-    return BrokerSettings(broker, store, remoting, ha_port, unknown)
+    return BrokerSettings(broker, store, remoting, ha, unknown_keys(props, CONFIG_CLASSES))
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -108,9 +98,7 @@ def main(
     configure_logging(f"{settings.broker.broker_name}/{role}")
     for key in settings.unknown:
         log.warning("unknown configuration key %s ignored", key)
-    broker = Broker(
-        settings.broker, settings.store, settings.remoting, ha_listen_port=settings.ha_listen_port
-    )
+    broker = Broker(settings.broker, settings.store, settings.remoting, settings.ha)
 
     async def start() -> None:
         try:

@@ -177,10 +177,9 @@ class BrokerAPI:
         timeout: float | None = None,
         batch: bool = False,
     ) -> SendResult:
-        if batch:
-            request = self.request(RequestCode.SEND_BATCH_MESSAGE, encode(header), body)
-        else:
-            request = self.request(RequestCode.SEND_MESSAGE_V2, encode(header, SEND_V2_KEYS), body)
+        # Like Java's client, both codes carry the one-letter V2 header keys.
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        request = self.request(code, encode(header, SEND_V2_KEYS), body)
         response = await self.call(address, request, ok=tuple(_SEND_STATUS), timeout=timeout)
         ext = response.ext_fields
         return SendResult(

@@ -442,10 +442,11 @@ class AckValidator:
 
     The first report is the slave's request offset: where to start sending. Every later report
     is an ack and is the only kind that may release SYNC_MASTER writes, so a slave that
-    reconnects cannot vouch for data with its first word. A report above the master's max
-    offset, or below the connection's previous report, is a violation. RocketMQ 4.9.2+ exempts
-    the first report from the max check; we do not, because a request past the master's end
-    cannot be served and would only earn heartbeats that confirm the slave's offset forever.
+    reconnects cannot vouch for data with its first word. An ack above the master's max offset,
+    or any report below the connection's previous one, is a violation. A first report above the
+    master's max is not: it is a slave that holds more than its master (diverged), and the
+    master answers it with a heartbeat at its own max so that the slave sees and reports the
+    divergence instead of reconnecting forever (RocketMQ 4.9.2+ exempts it the same way).
     """
 
     __slots__ = ("_last", "slave_ack_offset", "slave_request_offset")
@@ -467,10 +468,9 @@ class AckValidator:
             HAProtocolError: the report is above ``master_max_offset`` or below the previous
                 report of this connection.
         """
-        if offset > master_max_offset:
-            what = "request offset" if self._last is None else "ack"
+        if offset > master_max_offset and self._last is not None:
             raise HAProtocolError(
-                f"slave {what} {offset} is above the master's max offset {master_max_offset}"
+                f"slave ack {offset} is above the master's max offset {master_max_offset}"
             )
         if self._last is not None and offset < self._last:
             raise HAProtocolError(f"slave ack {offset} is below its previous report {self._last}")

@@ -187,9 +187,13 @@ class CommitLog:
     def append_raw(self, offset: int, data: bytes | memoryview) -> None:
         """Append replicated bytes exactly at `offset`, which must be the end of the log.
 
-        An empty log accepts any offset and starts there (a slave joining its master).
+        An empty log accepts an offset at a file boundary and starts there (a slave joining its
+        master, which always starts it at the beginning of a file: a start inside a file would
+        leave zeros before the first record that recovery and dispatch read as the end).
         """
         if not self.segments.segments:
+            if offset % self.file_size:
+                raise OffsetMismatchError(offset - offset % self.file_size, offset)
             self.segments.reset_empty_at(offset)
         end = self.segments.max_wrote_offset
         if offset != end:
@@ -292,7 +296,15 @@ class CommitLog:
             return position, False
         return position, True
 
-    def _preserve_and_clear_tail(self, valid_end: int) -> None:
+    def truncate_to(self, offset: int, suffix: str) -> None:
+        """Cut the log at `offset`, keeping the bytes after it in `<segment>.<pos>.<suffix>`."""
+        self._preserve_and_clear_tail(offset, suffix)
+        self.segments.truncate_after(offset)
+        last = self.segments.last
+        if last is not None and last.start_offset <= offset < last.end_offset:
+            last.set_positions(offset - last.start_offset)
+
+    def _preserve_and_clear_tail(self, valid_end: int, suffix: str = "torn") -> None:
         for segment in self.segments.segments:
             if segment.end_offset <= valid_end:
                 continue
@@ -300,11 +312,10 @@ class CommitLog:
             tail_end = _last_nonzero(segment.path, start, segment.size) + 1
             if tail_end <= start:
                 continue
-            torn = segment.path.with_name(f"{segment.path.name}.{start}.torn")
+            torn = segment.path.with_name(f"{segment.path.name}.{start}.{suffix}")
             torn.write_bytes(segment.view[start:tail_end])
             log.warning(
-                "CommitLog: %d bytes past the last valid record (physical offset %d) "
-                "copied to %s before truncation",
+                "CommitLog: %d bytes past physical offset %d copied to %s before truncation",
                 tail_end - start,
                 segment.start_offset + start,
                 torn,

@@ -85,9 +85,15 @@ class ReputService:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
+    def limit(self) -> int:
+        """How far dispatch may go: the CommitLog's readable end, or the HA cap when set."""
+        end = self.store.commitlog.max_offset
+        cap = self.store.dispatch_cap
+        return end if cap is None else min(end, cap())
+
     @property
     def behind_bytes(self) -> int:
-        return max(0, self.store.commitlog.max_offset - self.reput_from_offset)
+        return max(0, self.limit() - self.reput_from_offset)
 
     def wakeup(self) -> None:
         self._wakeup.set()
@@ -125,14 +131,17 @@ class ReputService:
     def dispatch_available(self, budget: int) -> int:
         """Dispatch up to about `budget` bytes of records; returns how many bytes were consumed."""
         commitlog = self.store.commitlog
+        limit = self.limit()
         done = 0
-        while done < budget and self.reput_from_offset < commitlog.max_offset:
+        while done < budget and self.reput_from_offset < limit:
             if self.reput_from_offset < commitlog.min_offset:
                 self.reput_from_offset = commitlog.min_offset
             got = commitlog.get_data(self.reput_from_offset)
             if got is None:
                 break
             start, view = got
+            if start + len(view) > limit:
+                view = view[: limit - start]
             consumed, next_file = self._dispatch_view(start, view, budget - done)
             done += consumed
             self.reput_from_offset = start + consumed
@@ -172,7 +181,7 @@ class ReputService:
     ) -> None:
         store = self.store
         tran = info.sys_flag & TRANSACTION_MASK
-        if tran != TRANSACTION_PREPARED_TYPE and tran != TRANSACTION_ROLLBACK_TYPE:
+        if tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
             queue = store.find_or_create_consume_queue(info.topic, info.queue_id)
             # A unit the queue holds already (dispatch restarted below its end at recovery) is
             # neither written nor announced again.

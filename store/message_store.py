@@ -21,8 +21,10 @@ import asyncio
 import fcntl
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from store.checkpoint import StoreCheckpoint
@@ -37,13 +39,12 @@ from store.index import IndexService
 from store.record import (
     MAGIC_V1,
     NAME_VALUE_SEPARATOR,
-    OFFSET_QUEUE_ID,
-    OFFSET_QUEUE_OFFSET,
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_SEPARATOR,
     PROPERTY_WAIT,
+    RECORD_MIN_SIZE,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
@@ -52,8 +53,8 @@ from store.record import (
     decode_properties,
     decode_record,
     encode_properties,
+    read_queue_position,
     read_topic,
-    read_total_size_and_magic,
 )
 from store.segment_queue import SegmentQueue
 from store.services import (
@@ -166,6 +167,10 @@ class MessageStore:
             // 100,
         )
         self.replication: ReplicationHook | None = None
+        # Called whenever readers may see more CommitLog bytes (HA write services wait on it).
+        self.data_listeners: list[Callable[[], None]] = []
+        # An upper bound on what dispatch may index (haReadReplicatedOnly), None = no bound.
+        self.dispatch_cap: Callable[[], int] | None = None
         self.disk_full = False
         self.disk_used_ratio = 0.0
         self.last_exit_ok = True
@@ -310,16 +315,12 @@ class MessageStore:
         def check(phy: int, size: int, queue_offset: int) -> bool:
             if phy < commitlog_min:
                 return True  # deleted by retention: nothing left to check it against
-            record = commitlog.get_record(phy, size)
+            record = commitlog.get_record(phy, size) if size >= RECORD_MIN_SIZE else None
             if record is None:
                 return False
-            total, magic = read_total_size_and_magic(record, 0)
+            total, magic, stored_queue_id, stored_offset = read_queue_position(record, 0)
             if magic != MAGIC_V1 or total != size:
                 return False
-            stored_queue_id = int.from_bytes(record[OFFSET_QUEUE_ID : OFFSET_QUEUE_ID + 4], "big")
-            stored_offset = int.from_bytes(
-                record[OFFSET_QUEUE_OFFSET : OFFSET_QUEUE_OFFSET + 8], "big", signed=True
-            )
             return (
                 stored_queue_id == queue_id
                 and stored_offset == queue_offset
@@ -447,6 +448,7 @@ class MessageStore:
             return PutMessageResult(append.status, append, append.remark)
         if self.pool is None:
             self.reput.wakeup()
+            self._notify_data()
         status = PutStatus.PUT_OK
         if self._group_commit is not None and wait_store:
             if not await self._group_commit.wait_flushed(append.end_offset):
@@ -461,6 +463,10 @@ class MessageStore:
                 status = PutStatus.FLUSH_SLAVE_TIMEOUT
         return PutMessageResult(status, append)
 
+    def _notify_data(self) -> None:
+        for listener in self.data_listeners:
+            listener()
+
     def append_to_commitlog(self, offset: int, data: bytes | memoryview) -> None:
         """The slave side of HA: append the master's bytes at exactly `offset`."""
         self.commitlog.append_raw(offset, data)
@@ -469,6 +475,7 @@ class MessageStore:
     def on_committed(self) -> None:
         """The commit service moved bytes into the files: readers may see more, buffers return."""
         self.reput.wakeup()
+        self._notify_data()
         if self._flush is not None:
             self._flush.wakeup()
         if self.pool is not None:
@@ -646,6 +653,51 @@ class MessageStore:
 
     def add_arrival_listener(self, listener: Callable[[str, int, int, int, int], None]) -> None:
         self.reput.listeners.append(listener)
+
+    # --- resynchronising a slave with its master ------------------------------------------
+
+    def truncate_for_resync(self, offset: int) -> None:
+        """A diverged slave: keep its bytes past `offset` aside (`*.diverged`) and cut there."""
+        log.warning("resync: truncating the CommitLog at %d (the tail is kept aside)", offset)
+        self.commitlog.truncate_to(offset, "diverged")
+        for queue in self.consume_queues.values():
+            queue.truncate_dirty(offset)
+        if self.index is not None:
+            self.index.truncate_after(offset)
+        self._recover_topic_queue_table()
+        self.reput.reput_from_offset = min(self.reput.reput_from_offset, offset)
+
+    def reset_for_resync(self) -> Path:
+        """A slave behind its master's retention: move all its data aside and start empty.
+
+        Returns the folder the CommitLog, ConsumeQueues and index were moved to.
+        """
+        aside = self.root / f"resync-{int(time.time() * 1000)}"
+        aside.mkdir(parents=True)
+        self.close_files()
+        moves = [
+            (self.commitlog.segments.directory, aside / "commitlog"),
+            (self.root / "consumequeue", aside / "consumequeue"),
+            (self.root / "index", aside / "index"),
+        ]
+        for source, target in moves:
+            if source.exists():
+                source.rename(target)
+        log.warning("resync: the whole store was moved to %s; replication starts afresh", aside)
+        old = self.commitlog.segments
+        self.commitlog.segments = SegmentQueue(
+            old.directory, old.segment_size, append_mode=old.append_mode
+        )
+        self.commitlog.topic_queue_table = {}
+        self.consume_queues = {}
+        if self.index is not None:
+            self.index = IndexService(
+                self.root / "index", self.config.max_hash_slot_num, self.config.max_index_num
+            )
+            self.index.load(True, 0)
+        self.reput.reput_from_offset = 0
+        self.reput.stalled_at = -1
+        return aside
 
     def delete_topics(self, topics: set[str]) -> None:
         for key in [k for k in self.consume_queues if k[0] in topics]:

@@ -497,18 +497,29 @@ def scan_record(buf: bytes | memoryview, pos: int, *, check_crc: bool) -> Dispat
 def read_topic(buf: bytes | memoryview, pos: int, total: int) -> bytes | None:
     """The raw topic of the record of `total` bytes at `pos`, None if its lengths disagree."""
     sys_flag = _INT.unpack_from(buf, pos + OFFSET_SYS_FLAG)[0]
-    at = pos + store_timestamp_offset(sys_flag) + 8 + host_length(sys_flag, store=True) + 12
+    middle = _SCAN_MIDDLE[sys_flag & _HOST_FLAGS]
+    at = pos + _PREFIX.size
     end = pos + total
-    if at + 4 > end:
+    if at + middle.size > end:
         return None
-    body_len = _INT.unpack_from(buf, at)[0]
-    at += 4 + body_len
+    body_len = middle.unpack_from(buf, at)[1]
+    at += middle.size + body_len
     if body_len < 0 or at + 1 > end:
         return None
     topic_len = buf[at]
     if at + 1 + topic_len + 2 > end:
         return None
     return bytes(buf[at + 1 : at + 1 + topic_len])
+
+
+_QUEUE_POSITION = struct.Struct(">ii4xI4xq")  # TOTALSIZE MAGICCODE . QUEUEID . QUEUEOFFSET
+RECORD_MIN_SIZE: Final = _PREFIX.size
+
+
+def read_queue_position(buf: bytes | memoryview, pos: int) -> tuple[int, int, int, int]:
+    """(total size, magic, queue id, queue offset) of the record at `pos` (one unpack)."""
+    total, magic, queue_id, queue_offset = _QUEUE_POSITION.unpack_from(buf, pos)
+    return total, magic, queue_id, queue_offset
 
 
 def read_store_timestamp(buf: bytes | memoryview, pos: int) -> int:

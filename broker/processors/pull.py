@@ -29,7 +29,7 @@ from client.protocol.headers import (
     PullMessageRequestHeader,
     decode,
 )
-from client.protocol.models import MASTER_ID, PERM_READ
+from client.protocol.models import MASTER_ID, PERM_READ, TopicConfig
 from client.remoting.codes import ResponseCode
 from client.remoting.command import RemotingCommand
 from client.remoting.connection import RemotingConnection
@@ -113,6 +113,10 @@ class PullProcessor:
                 f"subscription group no permission, {header.consumer_group}",
             )
         topic = broker.topics.select(header.topic)
+        if topic is None and self._replicated_queue(header):
+            # A slave that has the queue's data but not yet the master's topic table (the
+            # master died before SlaveSynchronize ran) still serves it.
+            topic = TopicConfig(header.topic, header.queue_id + 1, header.queue_id + 1)
         if topic is None:
             return _error(
                 request,
@@ -150,6 +154,13 @@ class PullProcessor:
                 )
             tag_filter = parse_tag_expression(subscription.sub_string)
         return tag_filter, group.which_broker_when_consume_slowly, group.broker_id
+
+    def _replicated_queue(self, header: PullMessageRequestHeader) -> bool:
+        store = self.broker.store
+        return (
+            store.role is BrokerRole.SLAVE
+            and store.find_consume_queue(header.topic, header.queue_id) is not None
+        )
 
     def _read(
         self,

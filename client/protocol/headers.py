@@ -2,8 +2,9 @@
 
 Every header is a dataclass whose fields map to extFields keys in camelCase (RocketMQ's Java
 field names); values travel as strings. `decode(cls, ext)` converts and checks them, raising
-`HeaderFieldError` naming the field when a required one is missing or malformed; `encode(h)`
-gives the extFields dict. SEND_MESSAGE_V2 uses one-letter keys (`a`..`n`), see `SEND_V2_KEYS`.
+`HeaderFieldError` naming the field when a required one is missing or malformed (an integer
+must fit Java's type: 64 bits, or 32 for the fields marked `bits=32`); `encode(h)` gives the
+extFields dict. SEND_MESSAGE_V2 uses one-letter keys (`a`..`n`), see `SEND_V2_KEYS`.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ def _camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-_FIELD_CACHE: dict[type[Any], list[tuple[str, str, Any, bool]]] = {}
+_Field = tuple[str, str, Any, bool, int]
+_FIELD_CACHE: dict[type[Any], list[_Field]] = {}
 
 
-def _fields(cls: type[Any]) -> list[tuple[str, str, Any, bool]]:
-    """(attribute, extFields key, type, required) per field."""
+def _fields(cls: type[Any]) -> list[_Field]:
+    """(attribute, extFields key, type, required, bits of an integer) per field."""
     cached = _FIELD_CACHE.get(cls)
     if cached is not None:
         return cached
@@ -42,18 +44,24 @@ def _fields(cls: type[Any]) -> list[tuple[str, str, Any, bool]]:
         optional = type(None) in typing.get_args(kind)
         if optional:
             kind = next(a for a in typing.get_args(kind) if a is not type(None))
-        required = f.default is _MISSING and f.default_factory is _MISSING and not optional
-        out.append((f.name, f.metadata.get("key") or _camel(f.name), kind, required))
+        required = f.metadata.get("required", False) or (
+            f.default is _MISSING and f.default_factory is _MISSING and not optional
+        )
+        key = f.metadata.get("key") or _camel(f.name)
+        out.append((f.name, key, kind, required, f.metadata.get("bits", 64)))
     _FIELD_CACHE[cls] = out
     return out
 
 
-def _convert(cls_name: str, key: str, raw: str, kind: Any) -> Any:
+def _convert(cls_name: str, key: str, raw: str, kind: Any, bits: int) -> Any:
     if kind is int:
         try:
-            return int(raw)
+            value = int(raw)
         except ValueError:
             raise HeaderFieldError(f"{cls_name}.{key}: not an integer: {raw!r}") from None
+        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):  # Java: Integer or Long
+            raise HeaderFieldError(f"{cls_name}.{key}: {raw!r} does not fit {bits} bits")
+        return value
     if kind is bool:
         return raw.strip().lower() == "true"
     return raw
@@ -62,20 +70,20 @@ def _convert(cls_name: str, key: str, raw: str, kind: Any) -> Any:
 def decode(cls: type[H], ext: dict[str, str], keys: dict[str, str] | None = None) -> H:
     """Build header `cls` from extFields; `keys` renames fields (attribute -> wire key)."""
     values: dict[str, Any] = {}
-    for name, key, kind, required in _fields(cls):
+    for name, key, kind, required, bits in _fields(cls):
         wire = keys.get(name, key) if keys else key
         raw = ext.get(wire)
         if raw is None or (raw == "" and kind is int):
             if required:
                 raise HeaderFieldError(f"the custom field <{key}> is null")
             continue
-        values[name] = _convert(cls.__name__, key, raw, kind)
+        values[name] = _convert(cls.__name__, key, raw, kind, bits)
     return cls(**values)
 
 
 def encode(header: Any, keys: dict[str, str] | None = None) -> dict[str, str]:
     out: dict[str, str] = {}
-    for name, key, _kind, _required in _fields(type(header)):
+    for name, key, _kind, _required, _bits in _fields(type(header)):
         value = getattr(header, name)
         if value is None:
             continue
@@ -90,21 +98,28 @@ def encode(header: Any, keys: dict[str, str] | None = None) -> dict[str, str]:
 # --- send -------------------------------------------------------------------------------------
 
 
+# A field a caller may leave at its default but a request must carry (Java's @CFNotNull), and
+# an integer field that is a Java Integer rather than a Long.
+_REQUIRED = {"required": True}
+_INT32 = {"bits": 32}
+_REQUIRED_INT32 = {**_REQUIRED, **_INT32}
+
+
 @dataclass(slots=True)
 class SendMessageRequestHeader:
     producer_group: str
     topic: str
-    default_topic: str = "TBW102"
-    default_topic_queue_nums: int = 4
-    queue_id: int = -1
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    flag: int = 0
+    default_topic: str = dataclasses.field(default="TBW102", metadata=_REQUIRED)
+    default_topic_queue_nums: int = dataclasses.field(default=4, metadata=_REQUIRED_INT32)
+    queue_id: int = dataclasses.field(default=-1, metadata=_REQUIRED_INT32)
+    sys_flag: int = dataclasses.field(default=0, metadata=_REQUIRED_INT32)
+    born_timestamp: int = dataclasses.field(default=0, metadata=_REQUIRED)
+    flag: int = dataclasses.field(default=0, metadata=_REQUIRED_INT32)
     properties: str | None = None
-    reconsume_times: int | None = None
+    reconsume_times: int | None = dataclasses.field(default=None, metadata=_INT32)
     unit_mode: bool = False
     batch: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: int | None = dataclasses.field(default=None, metadata=_INT32)
 
 
 SEND_V2_KEYS = {

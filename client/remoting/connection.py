@@ -3,7 +3,8 @@
 Either side may send requests: a client sends requests and receives responses matched by
 `opaque`, and also serves requests the broker initiates (NOTIFY_CONSUMER_IDS_CHANGED); a server
 does the reverse. Every wait for a response has a timeout. A frame that does not decode closes
-this connection (with a log line) and fails its pending calls; nothing else is affected.
+this connection (with a log line) and fails its pending calls; nothing else is affected. A
+connection that closes in the middle of a frame logs how many bytes of it were discarded.
 
 Requests are handled each in its own task, so a long-polling pull does not hold up the requests
 behind it; responses go back in whatever order they complete, as RocketMQ's do.
@@ -94,6 +95,12 @@ class RemotingConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        if self._decoder.buffered:  # a frame cut short; a failed decoder has buffered nothing
+            log.warning(
+                "connection %s closed with an incomplete frame: %d bytes discarded",
+                self.peer,
+                self._decoder.buffered,
+            )
         error = ConnectionClosedError(f"connection to {self.peer or self.name} closed")
         for future in self._pending.values():
             if not future.done():

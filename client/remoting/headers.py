@@ -410,7 +410,9 @@ def decode_msgpack_header(data: HeaderBytes, body: Body = b"") -> RemotingComman
     try:
         obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
     except (ValueError, TypeError) as exc:  # msgpack's own errors are ValueErrors
-        raise HeaderDecodeError(f"msgpack header does not parse: {exc}") from exc
+        # FormatError (a reserved byte) and StackError (nested too deep) come without a message
+        reason = str(exc) or type(exc).__name__
+        raise HeaderDecodeError(f"msgpack header does not parse: {reason}") from exc
     return _command_from_mapping(obj, body, SerializeType.MSGPACK, "msgpack")
 
 

@@ -542,11 +542,14 @@ def test_forged_ack_above_the_masters_max_is_refused() -> None:
     assert validator.slave_ack_offset is None
 
 
-def test_request_above_the_masters_max_is_refused() -> None:
+def test_request_above_the_masters_max_is_a_diverged_slave_not_a_violation() -> None:
     validator = AckValidator()
-    with pytest.raises(HAProtocolError, match="request offset 2000 is above"):
+    # The master answers with a heartbeat at its max; the slave then sees the divergence.
+    assert validator.report(2000, master_max_offset=1000) is None
+    assert validator.slave_request_offset == 2000
+    with pytest.raises(HAProtocolError, match="ack 2000 is above the master's max offset 1000"):
         validator.report(2000, master_max_offset=1000)
-    assert validator.slave_request_offset is None
+    assert validator.slave_ack_offset is None
 
 
 def test_ack_below_the_previous_report_is_refused() -> None:

@@ -275,23 +275,31 @@ def test_append_raw_refuses_an_offset_that_is_not_the_end(log: CommitLog) -> Non
     assert log.max_offset == end + 2
 
 
-@pytest.mark.parametrize("offset", [0, 5000, 2 * FILE, 7 * FILE + 1])
-def test_empty_log_accepts_any_offset(log: CommitLog, offset: int) -> None:
+@pytest.mark.parametrize("offset", [0, FILE, 5 * FILE])
+def test_empty_log_accepts_an_offset_at_a_file_boundary(log: CommitLog, offset: int) -> None:
     log.append_raw(offset, b"\x07" * 10)
-    start = offset - offset % FILE
-    assert [s.start_offset for s in log.segments] == [start]
-    path = log.segments.directory / f"{start:020d}"
+    assert [s.start_offset for s in log.segments] == [offset]
+    path = log.segments.directory / f"{offset:020d}"
     assert path.stat().st_size == FILE
-    assert log.min_offset == start
+    assert log.min_offset == offset
     assert log.max_offset == offset + 10
-    assert path.read_bytes()[offset - start : offset - start + 10] == b"\x07" * 10
+    assert path.read_bytes()[:10] == b"\x07" * 10
     with pytest.raises(OffsetMismatchError):
         log.append_raw(offset, b"\x07")
     log.append_raw(offset + 10, b"\x08" * (FILE + 5))  # crosses into the next file
     end = offset + 10 + FILE + 5
     assert log.max_offset == end
     last = (end - 1) // FILE * FILE
-    assert [s.start_offset for s in log.segments] == list(range(start, last + 1, FILE))
+    assert [s.start_offset for s in log.segments] == list(range(offset, last + 1, FILE))
+
+
+@pytest.mark.parametrize("offset", [1, FILE - 1, 5 * FILE + 123])
+def test_empty_log_refuses_an_offset_inside_a_file(log: CommitLog, offset: int) -> None:
+    # Zeros before the first record would read as the end of the log to recovery and dispatch.
+    with pytest.raises(OffsetMismatchError) as raised:
+        log.append_raw(offset, b"\x07" * 10)
+    assert raised.value.expected == offset - offset % FILE
+    assert list(log.segments) == []
 
 
 # A master with every kind of record: several topics and queues, tags (non-ASCII too), keys,

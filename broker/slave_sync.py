@@ -1,0 +1,134 @@
+"""Copying the master's tables to a slave, and the master taking offsets back from its slaves.
+
+SlaveSynchronize (RocketMQ's): on a SLAVE whose master address is known (from the registration
+result), every slaveSynchronizeInterval (10 s; first after 3 s): GET_ALL_TOPIC_CONFIG and
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG replace the slave's tables when their DataVersion differs;
+GET_ALL_CONSUMER_OFFSET merges the master's offsets without ever moving one backwards (offsets
+consumers committed to the slave while the master was down survive, RocketMQ #1094);
+GET_ALL_DELAY_OFFSET replaces the delay progress.
+
+OffsetReconciler (tidemq): when the master (re)starts, and whenever a slave connects to it, the
+master asks each slave of its group (addresses from the name server's cluster info) for its
+consumer offsets and adopts the larger offset of each queue: a master that was down does not
+hand back its stale offsets to consumers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from broker.managers.consumer_offset import parse_offset_table
+from broker.managers.delay_offset import parse_delay_offsets
+from broker.managers.subscription_group import SubscriptionGroupWrapper
+from broker.managers.topic_config import parse_topic_wrapper
+from client.api import BrokerAPI
+from client.errors import TideMQError
+from client.remoting.codes import RequestCode, SerializeType
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+FIRST_SYNC_DELAY = 3.0
+SYNC_TIMEOUT = 3.0
+
+
+class SlaveSynchronize:
+    def __init__(self, broker: Broker, interval_ms: int) -> None:
+        self.broker = broker
+        self.interval = interval_ms / 1000
+        self.master_address: str | None = None
+        self.api = BrokerAPI(serialize_type=SerializeType.JSON, timeout=SYNC_TIMEOUT)
+        self.syncs = 0
+        self._task: asyncio.Task[None] | None = None
+        self._now = asyncio.Event()
+
+    def set_master_address(self, address: str | None) -> None:
+        if address and address != self.master_address:
+            log.info("SlaveSynchronize: master is %s", address)
+            self.master_address = address
+            self._now.set()
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="slave-synchronize")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.api.close()
+
+    async def _run(self) -> None:
+        await asyncio.sleep(min(FIRST_SYNC_DELAY, self.interval))
+        while True:
+            if self.master_address and self.master_address != self.broker.advertised_address:
+                try:
+                    await self.sync_all(self.master_address)
+                except (TideMQError, ValueError) as exc:
+                    log.warning("SlaveSynchronize from %s failed: %s", self.master_address, exc)
+            self._now.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._now.wait(), self.interval)
+
+    async def sync_all(self, master: str) -> None:
+        api, broker = self.api, self.broker
+        topics = await api.call(master, api.request(RequestCode.GET_ALL_TOPIC_CONFIG))
+        broker.topics.replace_all(parse_topic_wrapper(bytes(topics.body)))
+        offsets = await api.call(master, api.request(RequestCode.GET_ALL_CONSUMER_OFFSET))
+        merged = broker.offsets.merge_from_master(parse_offset_table(bytes(offsets.body)))
+        broker.offsets.persist_quietly()
+        delays = await api.call(master, api.request(RequestCode.GET_ALL_DELAY_OFFSET))
+        broker.delay_offsets.replace(parse_delay_offsets(bytes(delays.body)))
+        groups = await api.call(master, api.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        broker.groups.replace_all(SubscriptionGroupWrapper.decode(bytes(groups.body)))
+        self.syncs += 1
+        log.debug("SlaveSynchronize from %s done: %s", master, merged)
+
+
+class OffsetReconciler:
+    """On a master: adopt the larger consumer offsets its slaves hold."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.api = BrokerAPI(serialize_type=SerializeType.JSON, timeout=SYNC_TIMEOUT)
+        self._running: asyncio.Task[None] | None = None
+
+    def request(self) -> None:
+        if self._running is None or self._running.done():
+            self._running = asyncio.get_running_loop().create_task(self._reconcile())
+
+    async def _reconcile(self) -> None:
+        broker = self.broker
+        for namesrv in broker.config.name_servers:
+            try:
+                info = await self.api.get_cluster_info(namesrv)
+            except TideMQError as exc:
+                log.debug("offset reconcile: cluster info from %s failed: %s", namesrv, exc)
+                continue
+            data = info.broker_addr_table.get(broker.config.broker_name)
+            slaves = [a for i, a in (data.broker_addrs.items() if data else []) if i != 0]
+            for address in slaves:
+                try:
+                    response = await self.api.call(
+                        address, self.api.request(RequestCode.GET_ALL_CONSUMER_OFFSET)
+                    )
+                except TideMQError as exc:
+                    log.info("offset reconcile: slave %s did not answer: %s", address, exc)
+                    continue
+                result = broker.offsets.merge_from_master(parse_offset_table(bytes(response.body)))
+                log.info("offset reconcile with slave %s: %s", address, result)
+                broker.offsets.persist_quietly()
+            return
+
+    async def stop(self) -> None:
+        if self._running is not None:
+            self._running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._running
+        await self.api.close()

@@ -1,0 +1,354 @@
+"""The master side of replication: HAService (accept) and HAConnection (read + write services).
+
+Each slave connection runs two services (RocketMQ's ReadSocketService and WriteSocketService):
+
+- read: 8-byte reports from the slave. The first is where the slave stands (its request
+  offset); each later one is an ack, validated (never above the master's max offset, never
+  backwards) before it may release SYNC_MASTER sends. No report for haHousekeepingInterval
+  closes the connection; slaves ack at least every heartbeat interval, so an idle but healthy
+  link is never dropped.
+- write: starts where the slave asked (a slave that reports 0 starts at the beginning of the
+  master's last CommitLog file, as RocketMQ does) and ships `[8 offset][4 size]` + up to
+  haTransferBatchSize raw CommitLog bytes per frame, never crossing a file. It is woken as soon
+  as new data is readable (not every 100 ms), sends a heartbeat (size 0) after
+  haSendHeartbeatInterval without data, and waits for the socket to drain (backpressure).
+
+A slave whose request is outside what the master holds is told so with a heartbeat at the edge
+of the master's data, and the connection's state says why: DIVERGED (the slave holds more than
+the master) or BEHIND_RETENTION (the slave needs data the master has deleted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+from ha.codec import (
+    AckDecoder,
+    AckValidator,
+    HAProtocolError,
+    encode_heartbeat,
+    encode_transfer_header,
+)
+from ha.config import HAConfig
+from ha.group_transfer import GroupTransferService
+from store.config import BrokerRole
+from store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 64 * 1024
+LAG_LOG_INTERVAL = 30.0
+
+
+class SlaveState(enum.Enum):
+    HANDSHAKE = "HANDSHAKE"  # connected, no report yet
+    TRANSFER = "TRANSFER"
+    DIVERGED = "DIVERGED"
+    BEHIND_RETENTION = "BEHIND_RETENTION"
+
+
+class TransferRate:
+    """Bytes per second over the last few seconds."""
+
+    def __init__(self, window: float = 3.0) -> None:
+        self.window = window
+        self._samples: deque[tuple[float, int]] = deque()
+        self.total = 0
+
+    def add(self, size: int) -> None:
+        now = time.monotonic()
+        self.total += size
+        self._samples.append((now, size))
+        while self._samples and now - self._samples[0][0] > self.window:
+            self._samples.popleft()
+
+    def per_second(self) -> float:
+        now = time.monotonic()
+        recent = sum(size for at, size in self._samples if now - at <= self.window)
+        return recent / self.window
+
+
+class HAConnection:
+    def __init__(
+        self,
+        service: HAService,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self.service = service
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.validator = AckValidator()
+        self.decoder = AckDecoder()
+        self.state = SlaveState.HANDSHAKE
+        self.slave_request_offset = -1
+        self.slave_ack_offset = -1
+        self.next_transfer_from = -1
+        self.last_read = time.monotonic()
+        self.last_write = time.monotonic()
+        self.rate = TransferRate()
+        self._data = asyncio.Event()
+        self._reported = asyncio.Event()
+        self._last_lag_log = 0.0
+
+    @property
+    def known_offset(self) -> int:
+        """Where the slave is known to be: its last ack, else its request offset."""
+        return self.slave_ack_offset if self.slave_ack_offset >= 0 else self.slave_request_offset
+
+    @property
+    def reported(self) -> bool:
+        return self._reported.is_set()
+
+    def wake(self) -> None:
+        self._data.set()
+
+    async def run(self) -> None:
+        read = asyncio.create_task(self._read_service(), name=f"ha-read {self.address}")
+        write = asyncio.create_task(self._write_service(), name=f"ha-write {self.address}")
+        try:
+            done, _pending = await asyncio.wait({read, write}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    log.warning("HA connection %s failed: %s", self.address, task.exception())
+        finally:
+            for task in (read, write):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    # --- read service: reports and acks -------------------------------------------------------
+
+    async def _read_service(self) -> None:
+        housekeeping = self.service.config.ha_housekeeping_interval / 1000
+        while True:
+            remaining = housekeeping - (time.monotonic() - self.last_read)
+            try:
+                data = await asyncio.wait_for(self.reader.read(READ_CHUNK), max(remaining, 0.01))
+            except TimeoutError:
+                log.warning(
+                    "HA: slave %s sent nothing for %.0f ms (haHousekeepingInterval): closing",
+                    self.address,
+                    housekeeping * 1000,
+                )
+                return
+            if not data:
+                log.info("HA: slave %s closed the connection", self.address)
+                return
+            self.last_read = time.monotonic()
+            try:
+                for event in self.decoder.feed(data):
+                    self._on_report(event.offset)
+            except HAProtocolError as exc:
+                log.error("HA: closing connection of slave %s: %s", self.address, exc)  # noqa: TRY400
+                return
+
+    def _on_report(self, offset: int) -> None:
+        store = self.service.store
+        acked = self.validator.report(offset, store.max_phy_offset)
+        if acked is None:
+            self.slave_request_offset = offset
+            log.info("HA: slave %s connected, its CommitLog ends at %d", self.address, offset)
+            self._reported.set()
+            for listener in self.service.slave_listeners:
+                listener(self.address)
+            return
+        self.slave_ack_offset = acked
+        self.service.transfer.on_ack(acked)
+        self._log_lag(store.max_phy_offset - acked)
+
+    def _log_lag(self, lag: int) -> None:
+        threshold = self.service.config.ha_lag_warn_bytes
+        now = time.monotonic()
+        if threshold and lag > threshold and now - self._last_lag_log > LAG_LOG_INTERVAL:
+            self._last_lag_log = now
+            log.warning("HA: slave %s lags %d bytes behind the master", self.address, lag)
+
+    # --- write service: transfers and heartbeats -------------------------------------------
+
+    def _start_offset(self) -> int:
+        store = self.service.store
+        request = self.slave_request_offset
+        master_max, master_min = store.max_phy_offset, store.min_phy_offset
+        if request == 0:
+            file_size = store.config.mapped_file_size_commit_log
+            return max(master_min, master_max - master_max % file_size)
+        if request > master_max:
+            self.state = SlaveState.DIVERGED
+            log.error(
+                "HA: slave %s is DIVERGED: its CommitLog ends at %d, beyond the master's end %d",
+                self.address,
+                request,
+                master_max,
+            )
+            return master_max
+        if request < master_min:
+            self.state = SlaveState.BEHIND_RETENTION
+            log.error(
+                "HA: slave %s is BEHIND_RETENTION: it needs offset %d, but the master's oldest "
+                "retained offset is %d",
+                self.address,
+                request,
+                master_min,
+            )
+            return master_min
+        return request
+
+    async def _write_service(self) -> None:
+        await self._reported.wait()
+        self.next_transfer_from = self._start_offset()
+        if self.state is SlaveState.HANDSHAKE:
+            self.state = SlaveState.TRANSFER
+            log.info("HA: transfer to slave %s starts at %d", self.address, self.next_transfer_from)
+        else:
+            # Tell the slave where the master stands, at once: it reports the mismatch.
+            await self._send_heartbeat()
+        config = self.service.config
+        heartbeat = config.ha_send_heartbeat_interval / 1000
+        batch = config.ha_transfer_batch_size
+        store = self.service.store
+        while True:
+            self._data.clear()
+            got = None
+            if self.state is SlaveState.TRANSFER:
+                got = store.get_commitlog_data(self.next_transfer_from)
+            if got is not None:
+                start, view = got
+                if start != self.next_transfer_from:
+                    # A slave that reported 0 whose start file is gone: follow the master's data.
+                    self.next_transfer_from = start
+                size = min(len(view), batch)
+                self.writer.write(encode_transfer_header(start, size))
+                self.writer.write(view[:size])
+                self.next_transfer_from = start + size
+                self.last_write = time.monotonic()
+                self.rate.add(size)
+                await self.writer.drain()
+                continue
+            idle = time.monotonic() - self.last_write
+            if idle >= heartbeat:
+                await self._send_heartbeat()
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._data.wait(), heartbeat - idle)
+
+    async def _send_heartbeat(self) -> None:
+        self.writer.write(encode_heartbeat(self.next_transfer_from))
+        self.last_write = time.monotonic()
+        await self.writer.drain()
+
+    def runtime_info(self, master_max: int) -> dict[str, object]:
+        known = self.known_offset
+        return {
+            "addr": self.address,
+            "state": self.state.value,
+            "slaveRequestOffset": self.slave_request_offset,
+            "slaveAckOffset": self.slave_ack_offset,
+            "diff": master_max - known if known >= 0 else master_max,
+            "inSync": self.state is SlaveState.TRANSFER
+            and master_max - max(known, 0) < self.service.config.ha_slave_fallbehind_max,
+            "transferredByteInSecond": int(self.rate.per_second()),
+            "transferFromWhere": self.next_transfer_from,
+        }
+
+
+class HAService:
+    """The master's HA port: one HAConnection per slave, and SYNC_MASTER acknowledgement."""
+
+    def __init__(self, store: MessageStore, config: HAConfig, host: str, port: int) -> None:
+        self.store = store
+        self.config = config
+        self.host = host
+        self.port = port
+        self.connections: set[HAConnection] = set()
+        self.transfer = GroupTransferService(
+            self._usable_slaves,
+            slave_timeout_ms=config.slave_timeout,
+            fallbehind_max=config.ha_slave_fallbehind_max,
+        )
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        # Called with a slave's address once it has reported where it stands.
+        self.slave_listeners: list[Callable[[str], None]] = []
+
+    def _usable_slaves(self) -> list[HAConnection]:
+        return [c for c in self.connections if c.reported and c.state is SlaveState.TRANSFER]
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._accept, self.host, self.port, reuse_address=True
+        )
+        sockets = self._server.sockets
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        self.store.data_listeners.append(self._wake_all)
+        if self.store.role is BrokerRole.SYNC_MASTER:
+            self.store.replication = self.transfer
+            if self.config.ha_read_replicated_only:
+                self.store.dispatch_cap = lambda: self.transfer.acked_offset
+                self.transfer.ack_listeners.append(lambda _offset: self.store.reput.wakeup())
+        log.info("HA service listening on %s:%d", self.host, self.port)
+
+    def _wake_all(self) -> None:
+        for connection in self.connections:
+            connection.wake()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = HAConnection(self, reader, writer)
+        log.info("HA: slave connected from %s", connection.address)
+        self.connections.add(connection)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await connection.run()
+        finally:
+            self.connections.discard(connection)
+            if task is not None:
+                self._tasks.discard(task)
+            log.info(
+                "HA: slave %s disconnected (%d left)", connection.address, len(self.connections)
+            )
+
+    def runtime_info(self) -> dict[str, object]:
+        master_max = self.store.max_phy_offset
+        infos = [
+            c.runtime_info(master_max) for c in sorted(self.connections, key=lambda c: c.address)
+        ]
+        return {
+            "master": True,
+            "masterCommitLogMaxOffset": master_max,
+            "inSyncSlaveNums": sum(1 for i in infos if i["inSync"]),
+            "ackedOffset": self.transfer.acked_offset,
+            "haConnectionInfo": infos,
+        }
+
+    async def stop(self) -> None:
+        if self._wake_all in self.store.data_listeners:
+            self.store.data_listeners.remove(self._wake_all)
+        if self.store.replication is self.transfer:
+            self.store.replication = None
+        self.store.dispatch_cap = None
+        self.transfer.fail_all()
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            self._server = None

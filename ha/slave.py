@@ -1,0 +1,235 @@
+"""The slave side of replication (RocketMQ's HAClient).
+
+The slave connects to its master's HA address (learned from its name-server registration, or
+fixed by haMasterAddress), reports its CommitLog's max offset at once, and then appends every
+batch at exactly the offset its header names, acknowledging after each batch and at least every
+heartbeat interval. Its own dispatch builds ConsumeQueues and the index from the replicated
+bytes.
+
+Every header is checked against the local max offset (heartbeats included). A mismatch is never
+papered over:
+
+- the master is behind the slave (DIVERGED: the slave holds bytes the master does not). With
+  haSlaveAutoTruncate the slave copies its extra tail into a `.diverged` file beside the segment,
+  truncates to the master's end and resynchronises; otherwise it reports the divergence (log,
+  status) and checks again only every haDivergedRetryInterval;
+- the master is ahead of the slave's end (BEHIND_RETENTION: the master deleted what the slave
+  needs). With haSlaveAutoResync the slave moves its whole CommitLog and ConsumeQueues aside and
+  restarts from the master's oldest retained offset; otherwise it reports and waits likewise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable
+
+from ha.codec import (
+    BatchReceived,
+    HAProtocolError,
+    HeartbeatReceived,
+    TransferDecoder,
+    encode_ack,
+)
+from ha.config import HAConfig
+from ha.master import TransferRate
+from store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 256 * 1024
+CONNECT_TIMEOUT = 5.0
+
+
+class ClientState(enum.Enum):
+    READY = "READY"  # no master address, or waiting to reconnect
+    TRANSFER = "TRANSFER"
+    DIVERGED = "DIVERGED"
+    BEHIND_RETENTION = "BEHIND_RETENTION"
+    SHUTDOWN = "SHUTDOWN"
+
+
+class MismatchError(Exception):
+    def __init__(self, state: ClientState, local: int, master: int) -> None:
+        super().__init__(f"{state.value}: slave CommitLog ends at {local}, master sends {master}")
+        self.state = state
+        self.local = local
+        self.master = master
+
+
+Resync = Callable[[ClientState, int, int], bool]
+
+
+class HAClient:
+    def __init__(
+        self, store: MessageStore, config: HAConfig, *, resync: Resync | None = None
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.master_address = config.ha_master_address or ""
+        self.fixed_address = bool(config.ha_master_address)
+        self.state = ClientState.READY
+        self.last_mismatch: MismatchError | None = None
+        self.last_read = 0.0
+        self.last_write = 0.0
+        self.reported_offset = -1
+        self.rate = TransferRate()
+        self.connects = 0
+        self._resync = resync
+        self._task: asyncio.Task[None] | None = None
+        self._address_changed = asyncio.Event()
+
+    def update_master_address(self, address: str | None) -> None:
+        """From the registration result; ignored when haMasterAddress is configured."""
+        if self.fixed_address or not address or address == self.master_address:
+            return
+        log.info(
+            "HA: master HA address is now %s (was %s)", address, self.master_address or "unset"
+        )
+        self.master_address = address
+        self._address_changed.set()
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-client")
+
+    async def stop(self) -> None:
+        self.state = ClientState.SHUTDOWN
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            if not self.master_address:
+                self._address_changed.clear()
+                await self._address_changed.wait()
+                continue
+            pause = self.config.ha_reconnect_interval / 1000
+            try:
+                await self._session(self.master_address)
+            except MismatchError as exc:
+                pause = self._on_mismatch(exc)
+            except (OSError, TimeoutError, HAProtocolError, EOFError) as exc:
+                log.warning("HA: connection to master %s ended: %s", self.master_address, exc)
+                if self.state is not ClientState.SHUTDOWN:
+                    self.state = ClientState.READY
+            self._address_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._address_changed.wait(), pause)
+
+    def _on_mismatch(self, exc: MismatchError) -> float:
+        self.last_mismatch = exc
+        self.state = exc.state
+        log.error(
+            "HA: %s (master %s). %s",
+            exc,
+            self.master_address,
+            "Resynchronising." if self._resync_allowed(exc.state) else "Waiting for an operator.",
+        )
+        resync = self._resync
+        if (
+            self._resync_allowed(exc.state)
+            and resync is not None
+            and resync(exc.state, exc.local, exc.master)
+        ):
+            self.state = ClientState.READY
+            return 0.0
+        return self.config.ha_diverged_retry_interval / 1000
+
+    def _resync_allowed(self, state: ClientState) -> bool:
+        if state is ClientState.DIVERGED:
+            return self.config.ha_slave_auto_truncate
+        if state is ClientState.BEHIND_RETENTION:
+            return self.config.ha_slave_auto_resync
+        return False
+
+    async def _session(self, address: str) -> None:
+        host, _sep, port = address.rpartition(":")
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_TIMEOUT
+        )
+        self.connects += 1
+        try:
+            log.info("HA: connected to master %s", address)
+            decoder = TransferDecoder()
+            await self._report(writer)
+            await self._receive(reader, writer, decoder)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _report(self, writer: asyncio.StreamWriter) -> None:
+        offset = self.store.max_phy_offset
+        writer.write(encode_ack(offset))
+        self.reported_offset = offset
+        self.last_write = time.monotonic()
+        await writer.drain()
+
+    async def _receive(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: TransferDecoder
+    ) -> None:
+        config = self.config
+        heartbeat = config.ha_send_heartbeat_interval / 1000
+        housekeeping = config.ha_housekeeping_interval / 1000
+        self.last_read = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now - self.last_read > housekeeping:
+                raise TimeoutError(f"nothing from the master for {housekeeping * 1000:.0f} ms")
+            wait = min(heartbeat - (now - self.last_write), housekeeping - (now - self.last_read))
+            try:
+                data = await asyncio.wait_for(reader.read(READ_CHUNK), max(wait, 0.01))
+            except TimeoutError:
+                data = None
+            if data is not None:
+                if not data:
+                    raise EOFError("the master closed the connection")
+                self.last_read = time.monotonic()
+                for event in decoder.feed(data):
+                    self._apply(event)
+            if self.store.max_phy_offset > self.reported_offset or (
+                time.monotonic() - self.last_write >= heartbeat
+            ):
+                await self._report(writer)
+
+    def _apply(self, event: BatchReceived | HeartbeatReceived) -> None:
+        local = self.store.max_phy_offset
+        if local != 0 and event.offset != local:
+            state = ClientState.DIVERGED if event.offset < local else ClientState.BEHIND_RETENTION
+            raise MismatchError(state, local, event.offset)
+        if local == 0 and event.offset % self.store.config.mapped_file_size_commit_log:
+            # An empty slave can start only at a file boundary; the master's data starts elsewhere.
+            raise MismatchError(ClientState.BEHIND_RETENTION, local, event.offset)
+        if self.state is not ClientState.TRANSFER:
+            self.state = ClientState.TRANSFER
+            self.last_mismatch = None
+        if isinstance(event, BatchReceived):
+            self.store.append_to_commitlog(event.offset, event.body)
+            self.rate.add(event.size)
+
+    def runtime_info(self) -> dict[str, object]:
+        mismatch = self.last_mismatch
+        return {
+            "master": False,
+            "masterAddr": self.master_address,
+            "state": self.state.value,
+            "maxOffset": self.store.max_phy_offset,
+            "reportedOffset": self.reported_offset,
+            "transferredByteInSecond": int(self.rate.per_second()),
+            "lastReadTimestamp": int(self.last_read * 1000),
+            "lastWriteTimestamp": int(self.last_write * 1000),
+            "connects": self.connects,
+            "mismatch": None
+            if mismatch is None
+            else {
+                "state": mismatch.state.value,
+                "slaveOffset": mismatch.local,
+                "masterOffset": mismatch.master,
+            },
+        }
