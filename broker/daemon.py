@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterable
@@ -43,6 +44,16 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
+STOP_TIMEOUT = 60.0
+
+
+def _force_exit(sig: signal.Signals) -> None:
+    """A second signal while stopping: the operator wants out now."""
+    log.error("%s received again while stopping: exiting at once", sig.name)
+    logging.shutdown()
+    os._exit(130)
+
+
 def run_until_signal(
     start: Callable[[], Awaitable[Any]],
     stop: Callable[[], Awaitable[Any]],
@@ -54,7 +65,7 @@ def run_until_signal(
         try:
             await start()
         except OSError as exc:
-            log.error("cannot start: %s", exc)  # noqa: TRY400 - the OS error says it all
+            log.error("cannot start: %s", exc)
             await stop()
             return 1
         done = asyncio.Event()
@@ -71,7 +82,13 @@ def run_until_signal(
             click.echo(banner())
             await done.wait()
             log.info("%s received, stopping", received[0])
-            await stop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, _force_exit, sig)
+            try:
+                await asyncio.wait_for(stop(), STOP_TIMEOUT)
+            except TimeoutError:
+                log.error("shutdown did not finish within %.0f s: exiting anyway", STOP_TIMEOUT)
+                return 1
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)

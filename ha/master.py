@@ -151,7 +151,7 @@ class HAConnection:
                 for event in self.decoder.feed(data):
                     self._on_report(event.offset)
             except HAProtocolError as exc:
-                log.error("HA: closing connection of slave %s: %s", self.address, exc)  # noqa: TRY400
+                log.error("HA: closing connection of slave %s: %s", self.address, exc)
                 return
 
     def _on_report(self, offset: int) -> None:
@@ -312,7 +312,9 @@ class HAService:
         if task is not None:
             self._tasks.add(task)
         try:
-            await connection.run()
+            # Cancelled by stop(): end quietly (asyncio 3.11 logs a cancelled handler's error).
+            with contextlib.suppress(asyncio.CancelledError):
+                await connection.run()
         finally:
             self.connections.discard(connection)
             if task is not None:

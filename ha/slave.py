@@ -36,6 +36,7 @@ from ha.codec import (
 )
 from ha.config import HAConfig
 from ha.master import TransferRate
+from store.errors import OffsetMismatchError
 from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,11 @@ class HAClient:
                 log.warning("HA: connection to master %s ended: %s", self.master_address, exc)
                 if self.state is not ClientState.SHUTDOWN:
                     self.state = ClientState.READY
+            except Exception:
+                # Never end replication silently: log it and reconnect after the pause.
+                log.exception("HA: replication from master %s failed", self.master_address)
+                if self.state is not ClientState.SHUTDOWN:
+                    self.state = ClientState.READY
             self._address_changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._address_changed.wait(), pause)
@@ -138,8 +144,23 @@ class HAClient:
             and resync(exc.state, exc.local, exc.master)
         ):
             self.state = ClientState.READY
+            if exc.state is ClientState.BEHIND_RETENTION:
+                self._start_empty_log_at(exc.master)
             return 0.0
         return self.config.ha_diverged_retry_interval / 1000
+
+    def _start_empty_log_at(self, offset: int) -> None:
+        """Continue an emptied store at the master's oldest retained offset (Part C).
+
+        Reporting 0 instead would get only the master's last file (RocketMQ's rule for a new
+        slave), leaving out the older files the master still holds.
+        """
+        if self.store.max_phy_offset or offset % self.store.config.mapped_file_size_commit_log:
+            return
+        try:
+            self.store.append_to_commitlog(offset, b"")
+        except OffsetMismatchError as exc:
+            log.warning("HA: the slave's CommitLog cannot start at %d: %s", offset, exc)
 
     def _resync_allowed(self, state: ClientState) -> bool:
         if state is ClientState.DIVERGED:
@@ -210,7 +231,16 @@ class HAClient:
             self.state = ClientState.TRANSFER
             self.last_mismatch = None
         if isinstance(event, BatchReceived):
-            self.store.append_to_commitlog(event.offset, event.body)
+            try:
+                self.store.append_to_commitlog(event.offset, event.body)
+            except OffsetMismatchError as exc:
+                # E.g. an empty first file at 0 left by a crash: the store cannot start elsewhere.
+                state = (
+                    ClientState.DIVERGED
+                    if event.offset < exc.expected
+                    else ClientState.BEHIND_RETENTION
+                )
+                raise MismatchError(state, exc.expected, event.offset) from exc
             self.rate.add(event.size)
 
     def runtime_info(self) -> dict[str, object]:

@@ -15,7 +15,8 @@ of StoreConfig: 1 GiB (sparse) CommitLog files, the message index on with its de
    and in seconds of appends at the measured rate; and dispatch alone: `dispatch_available` over
    everything the "alone" appends wrote.
 4. Baseline: the same encoded records copied into a fresh sparse file through a map (and written
-   with pwrite) with no store logic; the batched store rates are printed as ratios of the map copy.
+   with pwrite) with no store logic, best of three; the batched store rates are printed as ratios
+   of the map copy.
 5. Recovery: a child process fills a store (started, so ConsumeQueues, index and checkpoint are
    built as in a broker) to TIDEMQ_BENCH_RECOVERY_BYTES (2 GiB) and goes on appending; half a
    second later it is SIGKILLed, and a fresh process times `MessageStore(config).load()`, an
@@ -75,6 +76,7 @@ SYNC_SECONDS = env_int("TIDEMQ_BENCH_SYNC_SECONDS", 5)
 TARGET_BATCH_RATE = 200_000.0  # msg/s, batched appends
 TARGET_LAG_SECONDS = 1.0  # ConsumeQueue lag, in seconds of appends
 TARGET_RECOVERY_SECONDS = 10.0
+NOISE = 0.05  # run-to-run differences on a shared 2-core machine are about this large
 
 DEFAULT_MODE = StoreConfig().append_mode
 BORN_HOST = pack_host("10.0.0.17", 52344)
@@ -162,6 +164,7 @@ class AppendRun:
     messages: int
     bytes: int
     seconds: float
+    cpu_seconds: float  # this process's CPU time during the appends (all threads)
     lag_bytes: int = 0  # store running: dispatch behind when the appends ended
     dispatch_seconds: float = 0.0  # appends only: dispatch_available over everything afterwards
 
@@ -176,6 +179,11 @@ class AppendRun:
     @property
     def lag_seconds(self) -> float:
         return self.lag_bytes / (self.bytes / self.seconds)
+
+    @property
+    def cpu_share(self) -> float:
+        """CPU time over wall time: well under 1 means other processes had the CPU."""
+        return self.cpu_seconds / self.seconds
 
     @property
     def dispatch_rate(self) -> float:
@@ -209,9 +217,10 @@ def append_run(mode: AppendMode, batch: int, count: int, *, running: bool) -> Ap
                 await store.start()
             try:
                 with frozen_gc():
-                    began = time.perf_counter()
+                    began, cpu_began = time.perf_counter(), time.process_time()
                     await asyncio.gather(*(_producer(store, queue) for queue in puts))
                     seconds = time.perf_counter() - began
+                    cpu_seconds = time.process_time() - cpu_began
                     lag = store.reput.behind_bytes
                     began = time.perf_counter()
                     if running:
@@ -228,6 +237,7 @@ def append_run(mode: AppendMode, batch: int, count: int, *, running: bool) -> Ap
                     expected,
                     store.max_phy_offset,
                     seconds,
+                    cpu_seconds,
                     lag if running else 0,
                     dispatch_seconds,
                 )
@@ -361,14 +371,45 @@ def fill_until_killed(root: Path, target: int) -> None:
     run_loop(main)
 
 
+def _time_phases(store: MessageStore, phases: dict[str, float], redispatched: list[int]) -> None:
+    """Wrap the steps of load() on this instance to time them (names may move: then skipped)."""
+
+    def timed(name: str, owner: object, method: str) -> None:
+        inner = getattr(owner, method, None)
+        if inner is None:
+            return
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                result = inner(*args, **kwargs)
+            finally:
+                phases[name] = phases.get(name, 0.0) + time.perf_counter() - began
+            if method == "dispatch_available":
+                redispatched.append(int(result))
+            return result
+
+        setattr(owner, method, wrapper)
+
+    timed("CommitLog check (CRC) from the safe file", store.commitlog, "recover")
+    timed("ConsumeQueue check", store, "_recover_consume_queues")
+    timed("index load", store.index, "load")
+    timed("re-dispatch (ConsumeQueues, index)", store.reput, "dispatch_available")
+
+
 def recover(root: Path) -> dict[str, Any]:
     """Child: time construction and load() of the store, i.e. its recovery."""
+    phases: dict[str, float] = {}
+    redispatched: list[int] = []
     began = time.perf_counter()
     store = MessageStore(bench_config(root))
+    _time_phases(store, phases, redispatched)
     store.load()
     seconds = time.perf_counter() - began
     info = {
         "seconds": seconds,
+        "phases": phases,
+        "redispatched_bytes": sum(redispatched),
         "last_exit_ok": store.last_exit_ok,
         "commitlog_end": store.max_phy_offset,
         "queue_units": sum(q.max_offset for q in store.consume_queues.values()),
@@ -440,8 +481,8 @@ def run() -> list[Result]:
         "   'running': store started, dispatch and flush interleaved on the loop (a broker)"
     )
     _say(
-        f"   {'mode':<7} {'put':<16} {'alone msg/s':>12} {'MB/s':>7} "
-        f"{'running msg/s':>14} {'MB/s':>7} {'lag at end':>11}"
+        f"   {'mode':<7} {'put':<16} {'alone msg/s':>12} {'MB/s':>7} {'cpu':>4} "
+        f"{'running msg/s':>14} {'MB/s':>7} {'cpu':>4} {'lag at end':>11}"
     )
     alone: dict[tuple[AppendMode, int], AppendRun] = {}
     running: dict[tuple[AppendMode, int], AppendRun] = {}
@@ -451,14 +492,17 @@ def run() -> list[Result]:
             r = running[(mode, batch)] = append_run(mode, batch, count, running=True)
             _say(
                 f"   {mode.name:<7} {_put_label(batch):<16} {a.rate:>12,.0f} {a.mb_per_s:>7.1f} "
-                f"{r.rate:>14,.0f} {r.mb_per_s:>7.1f} {r.lag_bytes:>9,} B"
+                f"{a.cpu_share:>4.0%} {r.rate:>14,.0f} {r.mb_per_s:>7.1f} {r.cpu_share:>4.0%} "
+                f"{r.lag_bytes:>9,} B"
             )
+    _say("   (cpu: this process's CPU time / wall time; well under 100% = a busy machine)")
     for batch in (1, BATCH):
         for table, how in ((alone, "alone"), (running, "running")):
             fast = max(AppendMode, key=lambda m: table[(m, batch)].rate)
             slow = min(AppendMode, key=lambda m: table[(m, batch)].rate)
             gain = table[(fast, batch)].rate / table[(slow, batch)].rate - 1
-            _say(f"   {_put_label(batch)}, {how}: {fast.name} faster by {gain:.1%}")
+            noise = " (within the noise)" if gain < NOISE else ""
+            _say(f"   {_put_label(batch)}, {how}: {fast.name} faster by {gain:.1%}{noise}")
     _say(f"   the store's default (StoreConfig.append_mode, key appendMode): {DEFAULT_MODE.name}")
     for (mode, batch), a in alone.items():
         r = running[(mode, batch)]
@@ -514,7 +558,7 @@ def run() -> list[Result]:
     _say("\n4. baseline: the same encoded records copied into a fresh file, no store logic")
     batches = encoded_batches(count)
     volume = sum(len(b) for b in batches)
-    base = {mode: baseline_run(batches, mode) for mode in AppendMode}
+    base = {mode: min(baseline_run(batches, mode) for _ in range(3)) for mode in AppendMode}
     del batches
     for mode, seconds in base.items():
         _say(
@@ -539,6 +583,9 @@ def run() -> list[Result]:
             f"CommitLog ends at {info['commitlog_end']:,}, "
             f"{info['queue_units']:,} ConsumeQueue units, {info['index_files']} index file(s)"
         )
+        for phase, phase_seconds in info["phases"].items():
+            _say(f"     {phase:<42} {phase_seconds:6.2f} s")
+        _say(f"     re-dispatched {info['redispatched_bytes'] / GiB:.2f} GiB of CommitLog")
         if info["commitlog_end"] < rec.filled_bytes:
             raise RuntimeError("recovery lost records that were in the page cache")
         results.append(

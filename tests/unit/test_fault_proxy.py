@@ -1,0 +1,206 @@
+"""The test fault proxy: pass-through, re-chunking, partition and heal, drops, start and stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from tests.support.fault_proxy import FaultProxy, Mode
+
+
+class Echo:
+    """An echo server on the test's loop; `received` keeps what each connection sent."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+        self.received: list[bytearray] = []
+        self.handlers: set[asyncio.Task[object]] = set()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
+        got = bytearray()
+        self.received.append(got)
+        try:
+            while data := await reader.read(65536):
+                got += data
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+
+@pytest.fixture
+async def echo() -> AsyncIterator[Echo]:
+    server = Echo()
+    server.server = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    try:
+        yield server
+    finally:
+        server.server.close()
+        await server.server.wait_closed()
+        for task in server.handlers:
+            task.cancel()
+        await asyncio.gather(*server.handlers, return_exceptions=True)
+
+
+@pytest.fixture
+def proxy(echo: Echo) -> Iterator[FaultProxy]:
+    with FaultProxy("127.0.0.1", echo.port, seed=7) as started:
+        yield started
+
+
+async def connect(proxy: FaultProxy) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(proxy.host, proxy.port)
+
+
+async def close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
+
+
+async def test_pass_through_round_trip(proxy: FaultProxy) -> None:
+    reader, writer = await connect(proxy)
+    try:
+        payload = os.urandom(300_000)
+        writer.write(payload)
+        await writer.drain()
+        assert await reader.readexactly(len(payload)) == payload
+    finally:
+        await close(writer)
+    assert proxy.accepted == 1
+    assert proxy.bytes_forwarded == 2 * len(payload)
+    assert proxy.splits == 0
+
+
+async def test_rechunk_splits_and_coalesces_without_changing_bytes(
+    proxy: FaultProxy, echo: Echo
+) -> None:
+    proxy.rechunk()
+    reader, writer = await connect(proxy)
+    try:
+        sent = bytearray()
+        for i in range(2000):
+            message = i.to_bytes(4, "big") + os.urandom(i % 60)
+            sent += message
+            writer.write(message)
+            if i % 4 == 0:
+                await asyncio.sleep(0)
+        await writer.drain()
+        assert await asyncio.wait_for(reader.readexactly(len(sent)), 20) == sent
+    finally:
+        await close(writer)
+    assert echo.received[0] == sent
+    assert proxy.splits > 0
+    assert proxy.merges > 0
+
+
+async def test_partition_holds_bytes_and_connections_until_healed(proxy: FaultProxy) -> None:
+    reader, writer = await connect(proxy)
+    late_writer: asyncio.StreamWriter | None = None
+    try:
+        writer.write(b"before")
+        assert await reader.readexactly(6) == b"before"
+        proxy.partition()
+        writer.write(b"during")
+        await writer.drain()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.read(100), 0.3)
+        # A connection made during the partition is accepted but reaches nothing.
+        late_reader, late_writer = await connect(proxy)
+        late_writer.write(b"late")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(late_reader.read(100), 0.3)
+        assert proxy.open_connections == 2
+        proxy.heal()
+        assert await asyncio.wait_for(reader.readexactly(6), 5) == b"during"
+        assert await asyncio.wait_for(late_reader.readexactly(4), 5) == b"late"
+    finally:
+        await close(writer)
+        if late_writer is not None:
+            await close(late_writer)
+
+
+async def test_partition_propagates_a_close_only_after_healing(proxy: FaultProxy) -> None:
+    reader, writer = await connect(proxy)
+    try:
+        writer.write(b"x")
+        assert await reader.readexactly(1) == b"x"
+        proxy.partition()
+        writer.write(b"held")
+        writer.write_eof()
+        await asyncio.sleep(0.2)
+        assert proxy.open_connections == 1
+        proxy.heal()
+        assert await asyncio.wait_for(reader.read(100), 5) == b"held"
+        assert await asyncio.wait_for(reader.read(100), 5) == b""
+    finally:
+        await close(writer)
+
+
+async def test_drop_aborts_open_connections_and_refuses_new_ones(proxy: FaultProxy) -> None:
+    reader, writer = await connect(proxy)
+    try:
+        writer.write(b"ping")
+        assert await reader.readexactly(4) == b"ping"
+        assert proxy.drop_connections() == 1
+        with contextlib.suppress(ConnectionError):
+            assert await asyncio.wait_for(reader.read(100), 5) == b""
+    finally:
+        await close(writer)
+    proxy.set_mode(Mode.DROP)
+    reader, writer = await connect(proxy)
+    try:
+        with contextlib.suppress(ConnectionError):
+            assert await asyncio.wait_for(reader.read(100), 5) == b""
+    finally:
+        await close(writer)
+    proxy.pass_through()
+    reader, writer = await connect(proxy)
+    try:
+        writer.write(b"again")
+        assert await asyncio.wait_for(reader.readexactly(5), 5) == b"again"
+    finally:
+        await close(writer)
+
+
+def test_start_and_stop_from_sync_code() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        proxy = FaultProxy("127.0.0.1", listener.getsockname()[1]).start()
+        try:
+            with socket.create_connection((proxy.host, proxy.port), timeout=5) as client:
+                upstream, _ = listener.accept()
+                with upstream:
+                    client.sendall(b"hello")
+                    upstream.settimeout(5)
+                    assert upstream.recv(100) == b"hello"
+                    proxy.stop()
+                    # Stopping closes both sides of every connection.
+                    assert upstream.recv(100) == b""
+                    client.settimeout(5)
+                    with contextlib.suppress(ConnectionError):
+                        assert client.recv(100) == b""
+        finally:
+            proxy.stop()
+        with pytest.raises(OSError), socket.create_connection((proxy.host, proxy.port), 1):
+            pass
+        proxy.stop()  # idempotent
