@@ -44,8 +44,8 @@ class SegmentQueue:
         files = sorted(p for p in self.directory.iterdir() if p.is_file())
         for path in files:
             if name_to_offset(path.name) is None:
-                if path.name.endswith(".torn"):
-                    continue  # torn tails kept aside by recovery
+                if path.name.endswith((".torn", ".diverged")):
+                    continue  # tails kept aside by recovery, and by a diverged slave's resync
                 if path.name.endswith(TMP_SUFFIX) and name_to_offset(path.stem) is not None:
                     log.warning("removing %s: a segment creation cut short by a crash", path)
                     path.unlink()
