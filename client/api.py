@@ -15,6 +15,7 @@ import enum
 from dataclasses import dataclass, field
 
 from client.errors import BrokerResponseError, ConnectError, RequestTimeoutError
+from client.message import SendStatus
 from client.protocol.headers import (
     SEND_V2_KEYS,
     PullMessageRequestHeader,
@@ -40,13 +41,6 @@ from client.remoting.json_body import dumps, loads_fastjson
 from store.record import StoredMessage, decode_record
 
 DEFAULT_TIMEOUT = 3.0
-
-
-class SendStatus(enum.Enum):
-    SEND_OK = "SEND_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
 _SEND_STATUS = {

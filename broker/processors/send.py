@@ -6,21 +6,17 @@ default topic when missing (autoCreateTopicEnable), and the queue id must exist.
 map to response codes as `SendMessageProcessor.handlePutMessageResult` does; the three "stored,
 but" statuses carry msgId, queueId and queueOffset like a success.
 
-A batch body is a run of messages in MessageDecoder.encodeMessages' layout, big-endian:
-
-    [4 total size][4 magic (0)][4 body CRC (0)][4 flag][4 body length][body]
-    [2 properties length][properties]
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import struct
 import time
 from typing import TYPE_CHECKING
 
 from broker.managers.topic_config import is_not_allowed_send_topic, validate_topic_name
+from client.protocol.batch import BatchDecodeError, decode_batch_body
 from client.protocol.headers import (
     SEND_V2_KEYS,
     HeaderFieldError,
@@ -48,55 +44,11 @@ log = logging.getLogger(__name__)
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-_BATCH_HEAD = struct.Struct(">iiiii")
-_SHORT = struct.Struct(">h")
 
 _NOT_AVAILABLE_REMARK = (
     "service not available now. It may be caused by one of the following reasons: "
     "the broker's disk is full, messages are put to the slave, message store has been shut down"
 )
-
-
-class BatchDecodeError(ValueError):
-    pass
-
-
-def decode_batch_body(body: bytes | bytearray | memoryview) -> list[tuple[int, bytes, str]]:
-    """(flag, body, properties) per message of a SEND_BATCH_MESSAGE body; sizes are checked."""
-    view = memoryview(body)
-    out: list[tuple[int, bytes, str]] = []
-    pos = 0
-    while pos < len(view):
-        if pos + _BATCH_HEAD.size > len(view):
-            raise BatchDecodeError("batch body ends inside a message header")
-        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(view, pos)
-        end = pos + total
-        start = pos + _BATCH_HEAD.size
-        if total < _BATCH_HEAD.size + 2 or end > len(view) or body_len < 0:
-            raise BatchDecodeError(f"batch message at {pos} has a bad size {total}")
-        if start + body_len + 2 > end:
-            raise BatchDecodeError(f"batch message at {pos}: body length {body_len} too large")
-        msg_body = bytes(view[start : start + body_len])
-        props_len = _SHORT.unpack_from(view, start + body_len)[0]
-        props_start = start + body_len + 2
-        if props_len < 0 or props_start + props_len != end:
-            raise BatchDecodeError(f"batch message at {pos}: properties length mismatch")
-        props = bytes(view[props_start:end]).decode("utf-8", "replace")
-        out.append((flag, msg_body, props))
-        pos = end
-    return out
-
-
-def encode_batch_body(messages: list[tuple[int, bytes, str]]) -> bytes:
-    parts = []
-    for flag, body, props in messages:
-        raw_props = props.encode()
-        total = _BATCH_HEAD.size + len(body) + 2 + len(raw_props)
-        parts.append(_BATCH_HEAD.pack(total, 0, 0, flag, len(body)))
-        parts.append(body)
-        parts.append(_SHORT.pack(len(raw_props)))
-        parts.append(raw_props)
-    return b"".join(parts)
 
 
 def _decode_header(request: RemotingCommand) -> SendMessageRequestHeader:

@@ -18,8 +18,8 @@ import struct
 import time
 import uuid
 
-from broker.processors.send import encode_batch_body
 from client.api import BrokerAPI, SendStatus
+from client.protocol.batch import encode_batch_body
 from client.protocol.headers import (
     PULL_FLAG_SUBSCRIPTION,
     PullMessageRequestHeader,

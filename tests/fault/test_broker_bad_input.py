@@ -38,8 +38,8 @@ from typing import Final
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
-from broker.processors.send import encode_batch_body
 from client.api import BrokerAPI, PullResult, PullStatus, SendStatus
+from client.protocol.batch import encode_batch_body
 from client.protocol.headers import (
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
