@@ -3,10 +3,11 @@
 Each slave connection runs two services (RocketMQ's ReadSocketService and WriteSocketService):
 
 - read: 8-byte reports from the slave. The first is where the slave stands (its request
-  offset); each later one is an ack, validated (never above the master's max offset, never
-  backwards) before it may release SYNC_MASTER sends. No report for haHousekeepingInterval
-  closes the connection; slaves ack at least every heartbeat interval, so an idle but healthy
-  link is never dropped.
+  offset) and decides where the transfer starts and the connection's state; each later one is
+  an ack, validated (never above the master's max offset, never backwards, never above what
+  this connection was sent) before it may release SYNC_MASTER sends, which only the acks of a
+  connection in TRANSFER do. No report for haHousekeepingInterval closes the connection; slaves
+  ack at least every heartbeat interval, so an idle but healthy link is never dropped.
 - write: starts where the slave asked (a slave that reports 0 starts at the beginning of the
   master's last CommitLog file, as RocketMQ does) and ships `[8 offset][4 size]` + up to
   haTransferBatchSize raw CommitLog bytes per frame, never crossing a file. It is woken as soon
@@ -15,7 +16,8 @@ Each slave connection runs two services (RocketMQ's ReadSocketService and WriteS
 
 A slave whose request is outside what the master holds is told so with a heartbeat at the edge
 of the master's data, and the connection's state says why: DIVERGED (the slave holds more than
-the master) or BEHIND_RETENTION (the slave needs data the master has deleted).
+the master) or BEHIND_RETENTION (the slave needs data the master has deleted, found at its
+first report or when retention deletes a file the transfer has not reached yet).
 """
 
 from __future__ import annotations
@@ -92,6 +94,9 @@ class HAConnection:
         self.slave_request_offset = -1
         self.slave_ack_offset = -1
         self.next_transfer_from = -1
+        # End of the CommitLog bytes handed to this connection (the request offset until the
+        # first batch): a slave cannot hold more, so it cannot acknowledge more.
+        self.sent_offset = -1
         self.last_read = time.monotonic()
         self.last_write = time.monotonic()
         self.rate = TransferRate()
@@ -159,12 +164,23 @@ class HAConnection:
         acked = self.validator.report(offset, store.max_phy_offset)
         if acked is None:
             self.slave_request_offset = offset
+            self.sent_offset = offset
             log.info("HA: slave %s connected, its CommitLog ends at %d", self.address, offset)
+            # Decided with the first report, so that no later report is judged before it.
+            self.next_transfer_from = self._start_offset()
             self._reported.set()
             for listener in self.service.slave_listeners:
                 listener(self.address)
             return
+        if acked > self.sent_offset:
+            # Within the master's max, but bytes it was never sent (a DIVERGED connection is
+            # sent none): it cannot hold them, so the ack is forged.
+            raise HAProtocolError(
+                f"slave ack {acked} is above what the master sent it ({self.sent_offset})"
+            )
         self.slave_ack_offset = acked
+        if self.state is not SlaveState.TRANSFER:
+            return  # a DIVERGED or BEHIND_RETENTION slave's report vouches for nothing
         self.service.transfer.on_ack(acked)
         self._log_lag(store.max_phy_offset - acked)
 
@@ -183,6 +199,7 @@ class HAConnection:
         master_max, master_min = store.max_phy_offset, store.min_phy_offset
         if request == 0:
             file_size = store.config.mapped_file_size_commit_log
+            self.state = SlaveState.TRANSFER
             return max(master_min, master_max - master_max % file_size)
         if request > master_max:
             self.state = SlaveState.DIVERGED
@@ -203,13 +220,28 @@ class HAConnection:
                 master_min,
             )
             return master_min
+        self.state = SlaveState.TRANSFER
         return request
+
+    def _behind_retention(self) -> bool:
+        """A transferring slave whose next offset retention deleted meanwhile (#3388)."""
+        master_min = self.service.store.min_phy_offset
+        if self.next_transfer_from >= master_min:
+            return False
+        self.state = SlaveState.BEHIND_RETENTION
+        log.error(
+            "HA: slave %s is BEHIND_RETENTION: it needs offset %d, but retention deleted it; "
+            "the master's oldest retained offset is %d",
+            self.address,
+            self.next_transfer_from,
+            master_min,
+        )
+        self.next_transfer_from = master_min
+        return True
 
     async def _write_service(self) -> None:
         await self._reported.wait()
-        self.next_transfer_from = self._start_offset()
-        if self.state is SlaveState.HANDSHAKE:
-            self.state = SlaveState.TRANSFER
+        if self.state is SlaveState.TRANSFER:
             log.info("HA: transfer to slave %s starts at %d", self.address, self.next_transfer_from)
         else:
             # Tell the slave where the master stands, at once: it reports the mismatch.
@@ -231,10 +263,13 @@ class HAConnection:
                 size = min(len(view), batch)
                 self.writer.write(encode_transfer_header(start, size))
                 self.writer.write(view[:size])
-                self.next_transfer_from = start + size
+                self.next_transfer_from = self.sent_offset = start + size
                 self.last_write = time.monotonic()
                 self.rate.add(size)
                 await self.writer.drain()
+                continue
+            if self.state is SlaveState.TRANSFER and self._behind_retention():
+                await self._send_heartbeat()  # at the master's oldest offset: the slave sees it
                 continue
             idle = time.monotonic() - self.last_write
             if idle >= heartbeat:

@@ -817,11 +817,6 @@ async def test_an_unexpected_error_does_not_end_replication(
     assert any("injected" in (r.exc_text or "") for r in caplog.records if r.name == "ha.slave")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store bug: SegmentQueue.load refuses the `<file>.<pos>.diverged` side files that "
-    "truncate_for_resync leaves in the CommitLog folder (it skips only `.torn`)",
-)
 async def test_slave_store_reopens_after_a_diverged_truncation(h: Harness) -> None:
     master, slave, _slave_max = await diverged_pair(h)
     service = await h.service(master)
