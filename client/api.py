@@ -18,6 +18,7 @@ from client.errors import BrokerResponseError, ConnectError, RequestTimeoutError
 from client.message import SendStatus
 from client.protocol.headers import (
     SEND_V2_KEYS,
+    ConsumerSendMsgBackRequestHeader,
     PullMessageRequestHeader,
     QueryConsumerOffsetRequestHeader,
     SearchOffsetRequestHeader,
@@ -26,7 +27,14 @@ from client.protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
     encode,
 )
-from client.protocol.heartbeat import GetConsumerListByGroupResponseBody, HeartbeatData
+from client.protocol.heartbeat import (
+    GetConsumerListByGroupResponseBody,
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    MessageQueue,
+    UnlockBatchRequestBody,
+)
 from client.protocol.models import (
     ClusterInfo,
     SubscriptionGroupConfig,
@@ -322,6 +330,28 @@ class BrokerAPI:
     async def all_topic_config(self, address: str) -> TopicConfigSerializeWrapper:
         response = await self.call(address, self.request(RequestCode.GET_ALL_TOPIC_CONFIG))
         return TopicConfigSerializeWrapper.from_dict(_object(response.body))
+
+    async def consumer_send_msg_back(
+        self,
+        address: str,
+        header: ConsumerSendMsgBackRequestHeader,
+        timeout: float | None = None,
+    ) -> None:
+        """CONSUMER_SEND_MSG_BACK: the broker re-queues a failed message for a later retry."""
+        request = self.request(RequestCode.CONSUMER_SEND_MSG_BACK, encode(header))
+        await self.call(address, request, timeout=timeout)
+
+    async def lock_batch(
+        self, address: str, body: LockBatchRequestBody, timeout: float | None = None
+    ) -> list[MessageQueue]:
+        """LOCK_BATCH_MQ: the queues this client now holds the lock of (orderly consumers)."""
+        request = self.request(RequestCode.LOCK_BATCH_MQ, body=body.encode())
+        response = await self.call(address, request, timeout=timeout)
+        return LockBatchResponseBody.decode(response.body).lock_ok_mq_set
+
+    async def unlock_batch(self, address: str, body: UnlockBatchRequestBody) -> None:
+        request = self.request(RequestCode.UNLOCK_BATCH_MQ, body=body.encode())
+        await self.call(address, request)
 
     async def update_subscription_group(
         self, address: str, config: SubscriptionGroupConfig

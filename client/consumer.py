@@ -1,0 +1,604 @@
+"""Push consumers: `AsyncPushConsumer` (asyncio) and `PushConsumer` (blocking), same methods.
+
+RocketMQ's DefaultMQPushConsumer (reference Part A §8):
+
+- rebalance every 20 s and at once on NOTIFY_CONSUMER_IDS_CHANGED: the group's queues of each
+  subscribed topic are allocated among the group's client ids (CLUSTERING) or all taken
+  (BROADCASTING); queues lost are dropped (their offsets persisted first), queues gained start
+  where the offset store says, or per ConsumeFromWhere (LAST, FIRST, TIMESTAMP);
+- one pull loop per queue (long polling, 15 s suspend), following the broker's
+  suggestWhichBrokerId, so a cold consumer reads from the slave and a consumer whose master is
+  gone reads from any broker of the group; flow control by pullThresholdForQueue,
+  pullThresholdSizeForQueue and consumeConcurrentlyMaxSpan;
+- concurrently: listener calls bounded by `max_concurrency`; the committed offset of a queue is
+  its lowest message still in flight (so a crash re-delivers, never skips); a failed message
+  (RECONSUME_LATER or an exception) is sent back to the broker for a later retry, or consumed
+  again locally 5 s later if the send-back fails;
+- orderly: one message at a time per queue, in queue order, with the queue locked on its broker
+  (LOCK_BATCH_MQ, renewed every 20 s); a failure suspends the queue for a second and retries the
+  same message.
+
+A listener is a function or an async function taking a `ReceivedMessage` and returning
+`ConsumeResult.SUCCESS` (or None) or `ConsumeResult.RECONSUME_LATER`; raising counts as
+RECONSUME_LATER. Plain functions run in a thread pool so they may block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import enum
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeAlias
+
+from client.allocate import AllocateMessageQueueAveragely, AllocateStrategy
+from client.api import PullResult, PullStatus
+from client.config import ClientConfig
+from client.errors import ClientError, TideMQError
+from client.instance import ClientInstance, get_instance
+from client.message import ReceivedMessage
+from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
+from client.protocol.headers import ConsumerSendMsgBackRequestHeader
+from client.protocol.heartbeat import (
+    ConsumeFromWhere,
+    ConsumerData,
+    ConsumeType,
+    LockBatchRequestBody,
+    MessageModel,
+    MessageQueue,
+    SubscriptionData,
+    UnlockBatchRequestBody,
+)
+from client.pulling import RETRY_PREFIX, allocate_queues, compute_pull_from, pull_queue
+from client.sync import call
+from store.tags import parse_tag_expression
+
+log = logging.getLogger(__name__)
+
+PULL_SUSPEND_MS = 15_000
+FLOW_CONTROL_BACKOFF = 0.05
+PULL_ERROR_BACKOFF = 3.0
+LOCAL_RETRY_DELAY = 5.0
+ORDERLY_SUSPEND = 1.0
+LOCK_RENEW_INTERVAL = 20.0
+
+
+class ConsumeResult(enum.Enum):
+    SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+Listener: TypeAlias = Callable[
+    [ReceivedMessage], "ConsumeResult | Awaitable[ConsumeResult | None] | None"
+]
+
+
+@dataclass(eq=False)
+class ProcessQueue:
+    """Messages pulled from one queue and not yet consumed, in offset order."""
+
+    queue: MessageQueue
+    messages: dict[int, ReceivedMessage] = field(default_factory=dict)
+    size_bytes: int = 0
+    max_offset_seen: int = -1
+    dropped: bool = False
+    locked: bool = False
+    last_pull: float = field(default_factory=time.monotonic)
+    task: asyncio.Task[None] | None = None
+    ordered_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def put(self, msgs: list[ReceivedMessage]) -> list[ReceivedMessage]:
+        added = []
+        for msg in msgs:
+            if msg.queue_offset not in self.messages:
+                self.messages[msg.queue_offset] = msg
+                self.size_bytes += len(msg.body)
+                added.append(msg)
+            self.max_offset_seen = max(self.max_offset_seen, msg.queue_offset)
+        return added
+
+    def remove(self, msg: ReceivedMessage) -> int:
+        """Forget a consumed message; returns the offset to commit (-1: nothing new)."""
+        if self.messages.pop(msg.queue_offset, None) is not None:
+            self.size_bytes -= len(msg.body)
+        if self.messages:
+            # Offsets are inserted in increasing order, so the first key is the lowest.
+            return next(iter(self.messages))
+        return self.max_offset_seen + 1 if self.max_offset_seen >= 0 else -1
+
+    @property
+    def span(self) -> int:
+        if not self.messages:
+            return 0
+        return self.max_offset_seen - next(iter(self.messages))
+
+
+@dataclass(slots=True)
+class _Subscription:
+    data: SubscriptionData
+    listener: Listener | None
+
+
+class AsyncPushConsumer:
+    """An asyncio push consumer; `subscribe()` topics, then `start()`."""
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | list[str] | None = None,
+        *,
+        config: ClientConfig | None = None,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp: int | None = None,
+        allocate_strategy: AllocateStrategy | None = None,
+        orderly: bool = False,
+        pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100 * 1024 * 1024,
+        consume_concurrently_max_span: int = 2000,
+        max_concurrency: int = 20,
+        max_reconsume_times: int = 16,
+        offset_store_dir: str | Path | None = None,
+        executor: concurrent.futures.Executor | None = None,
+    ) -> None:
+        if not group:
+            raise ClientError("a consumer needs a group name")
+        self.group = group
+        self.config = config or ClientConfig.create(namesrv_addr)
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        self.consume_timestamp = consume_timestamp or int((time.time() - 1800) * 1000)
+        self.allocate_strategy = allocate_strategy or AllocateMessageQueueAveragely()
+        self.orderly = orderly
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
+        self.consume_concurrently_max_span = consume_concurrently_max_span
+        self.max_reconsume_times = max_reconsume_times
+        self.offset_store_dir = Path(offset_store_dir or Path.home() / ".tidemq_offsets")
+        self._executor = executor
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._subscriptions: dict[str, _Subscription] = {}
+        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        self._pull_from: dict[MessageQueue, int] = {}
+        self._instance: ClientInstance | None = None
+        self.offset_store: OffsetStore | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._lock_task: asyncio.Task[None] | None = None
+        self._rebalance_lock = asyncio.Lock()
+        self._running = False
+
+    # --- subscriptions ----------------------------------------------------------------------
+
+    def subscribe(
+        self, topic: str, expression: str = "*", listener: Listener | None = None
+    ) -> None:
+        """Consume `topic` messages matching `expression` (`*` or `TagA || TagB`)."""
+        if self._running:
+            raise ClientError("subscribe before start()")
+        self._subscriptions[topic] = _Subscription(
+            SubscriptionData.from_expression(topic, expression), listener
+        )
+
+    def register_listener(self, listener: Listener) -> None:
+        """The listener for every subscription that has none of its own."""
+        for sub in self._subscriptions.values():
+            if sub.listener is None:
+                sub.listener = listener
+        self._default_listener = listener
+
+    def consumer_data(self) -> ConsumerData:
+        return ConsumerData(
+            group_name=self.group,
+            consume_type=ConsumeType.CONSUME_PASSIVELY,
+            message_model=self.message_model,
+            consume_from_where=self.consume_from_where,
+            subscriptions=[s.data for s in self._subscriptions.values()],
+        )
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    @property
+    def instance(self) -> ClientInstance:
+        if self._instance is None:
+            raise ClientError(f"consumer {self.group} is not started")
+        return self._instance
+
+    async def start(self) -> None:
+        if self._running:
+            return
+        if not self._subscriptions:
+            raise ClientError("subscribe to at least one topic before start()")
+        default = getattr(self, "_default_listener", None)
+        for topic, sub in self._subscriptions.items():
+            if sub.listener is None:
+                sub.listener = default
+            if sub.listener is None:
+                raise ClientError(f"no listener for topic {topic}")
+        if self.message_model is MessageModel.CLUSTERING:
+            retry = RETRY_PREFIX + self.group
+            first = next(iter(self._subscriptions.values()))
+            self._subscriptions.setdefault(
+                retry, _Subscription(SubscriptionData.from_expression(retry, "*"), first.listener)
+            )
+        instance = get_instance(self.config)
+        await instance.start()
+        self._instance = instance
+        if self.message_model is MessageModel.BROADCASTING:
+            self.offset_store = LocalFileOffsetStore(
+                self.group, self.config.client_id, self.offset_store_dir
+            )
+        else:
+            self.offset_store = RemoteBrokerOffsetStore(
+                self.group, instance.api, instance.find_offset_broker
+            )
+        await self.offset_store.load()
+        self._running = True
+        if self.orderly and self.message_model is MessageModel.CLUSTERING:
+            self._lock_task = asyncio.get_running_loop().create_task(self._renew_locks())
+        await instance.register_consumer(self)
+
+    async def shutdown(self) -> None:
+        if not self._running:
+            return
+        self._running = False
+        instance = self.instance
+        if self._lock_task is not None:
+            self._lock_task.cancel()
+        queues = list(self.process_queues.values())
+        for pq in queues:
+            pq.dropped = True
+            if pq.task is not None:
+                pq.task.cancel()
+        for pq in queues:
+            if pq.task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pq.task
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=5)
+        await self.persist_offsets()
+        if self.orderly:
+            await self._unlock_all(queues)
+        self.process_queues.clear()
+        await instance.unregister_consumer(self.group)
+        await instance.shutdown()
+        self._instance = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+
+    # --- rebalance --------------------------------------------------------------------------
+
+    async def do_rebalance(self) -> None:
+        if not self._running:
+            return
+        async with self._rebalance_lock:
+            wanted: set[MessageQueue] = set()
+            for topic in list(self._subscriptions):
+                wanted |= await self._allocate(topic)
+            for mq, pq in list(self.process_queues.items()):
+                if mq not in wanted:
+                    await self._drop(mq, pq)
+            for mq in sorted(wanted - set(self.process_queues)):
+                await self._add(mq)
+
+    async def _allocate(self, topic: str) -> set[MessageQueue]:
+        current = {mq for mq in self.process_queues if mq.topic == topic}
+        return await allocate_queues(
+            self.instance, self.group, topic, self.message_model, self.allocate_strategy, current
+        )
+
+    async def _drop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        pq.dropped = True
+        if pq.task is not None:
+            pq.task.cancel()
+        assert self.offset_store is not None
+        await self.offset_store.persist(mq)
+        await self.offset_store.remove_offset(mq)
+        if self.orderly:
+            await self._unlock_all([pq])
+        self.process_queues.pop(mq, None)
+        log.info("consumer %s: queue %s released", self.group, mq)
+
+    async def _add(self, mq: MessageQueue) -> None:
+        offset = await self._compute_pull_from(mq)
+        if offset < 0:
+            log.info("consumer %s: no start offset for %s yet, skipped this round", self.group, mq)
+            return
+        pq = ProcessQueue(mq)
+        self.process_queues[mq] = pq
+        pq.task = asyncio.get_running_loop().create_task(
+            self._pull_loop(pq, offset), name=f"pull {mq}"
+        )
+        log.info("consumer %s: queue %s assigned, starting at offset %d", self.group, mq, offset)
+
+    async def _compute_pull_from(self, mq: MessageQueue) -> int:
+        assert self.offset_store is not None
+        return await compute_pull_from(
+            self.instance,
+            self.offset_store,
+            mq,
+            self.consume_from_where,
+            self.consume_timestamp,
+        )
+
+    # --- pulling ------------------------------------------------------------------------------
+
+    async def _pull_loop(self, pq: ProcessQueue, offset: int) -> None:
+        mq = pq.queue
+        sub = self._subscriptions[mq.topic]
+        tag_filter = parse_tag_expression(sub.data.sub_string)
+        assert self.offset_store is not None
+        await self.offset_store.update_offset(mq, offset, increase_only=False)
+        while not pq.dropped:
+            if self.orderly and self.message_model is MessageModel.CLUSTERING and not pq.locked:
+                await self._lock([pq])
+                if not pq.locked:
+                    await asyncio.sleep(ORDERLY_SUSPEND)
+                    continue
+            if self._flow_controlled(pq):
+                await asyncio.sleep(FLOW_CONTROL_BACKOFF)
+                continue
+            try:
+                result = await self._pull_once(pq, offset, sub)
+            except TideMQError as exc:
+                log.info("pull %s at %d failed: %s", mq, offset, exc)
+                await asyncio.sleep(PULL_ERROR_BACKOFF)
+                continue
+            pq.last_pull = time.monotonic()
+            if result.status is PullStatus.FOUND:
+                msgs = [
+                    ReceivedMessage.from_stored(m, mq.broker_name)
+                    for m in result.messages
+                    if tag_filter.match_tags(m.properties.get("TAGS"))
+                ]
+                added = pq.put(msgs)
+                if not msgs:
+                    # Everything filtered out by tag string (hash collisions): nothing to wait on.
+                    pq.max_offset_seen = max(pq.max_offset_seen, result.next_begin_offset - 1)
+                    if not pq.messages:
+                        await self._commit(mq, result.next_begin_offset)
+                self._dispatch(pq, added, result)
+            elif result.status is PullStatus.OFFSET_ILLEGAL:
+                log.warning(
+                    "consumer %s: offset %d of %s is illegal, moving to %d",
+                    self.group,
+                    offset,
+                    mq,
+                    result.next_begin_offset,
+                )
+                await self.offset_store.update_offset(
+                    mq, result.next_begin_offset, increase_only=False
+                )
+            elif not pq.messages and result.next_begin_offset > offset:
+                await self._commit(mq, result.next_begin_offset)
+            offset = result.next_begin_offset
+
+    def _flow_controlled(self, pq: ProcessQueue) -> bool:
+        if len(pq.messages) > self.pull_threshold_for_queue:
+            return True
+        if pq.size_bytes > self.pull_threshold_size_for_queue:
+            return True
+        return not self.orderly and pq.span > self.consume_concurrently_max_span
+
+    async def _pull_once(self, pq: ProcessQueue, offset: int, sub: _Subscription) -> PullResult:
+        assert self.offset_store is not None
+        return await pull_queue(
+            self.instance,
+            self.group,
+            pq.queue,
+            offset,
+            sub.data,
+            self._pull_from,
+            self.offset_store,
+            self.pull_batch_size,
+            PULL_SUSPEND_MS,
+        )
+
+    # --- consuming ----------------------------------------------------------------------------
+
+    def _dispatch(self, pq: ProcessQueue, msgs: list[ReceivedMessage], result: PullResult) -> None:
+        del result
+        if not msgs:
+            return
+        if self.orderly:
+            self._spawn(self._consume_orderly(pq))
+            return
+        for msg in msgs:
+            self._spawn(self._consume_one(pq, msg))
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _call_listener(self, msg: ReceivedMessage) -> ConsumeResult:
+        listener = self._subscriptions[msg.topic].listener
+        if msg.topic.startswith(RETRY_PREFIX):
+            real = msg.properties.get("RETRY_TOPIC")
+            if real and real in self._subscriptions:
+                listener = self._subscriptions[real].listener
+                msg = _as_topic(msg, real)
+        assert listener is not None
+        try:
+            if inspect.iscoroutinefunction(listener):
+                outcome = await listener(msg)
+            else:
+                loop = asyncio.get_running_loop()
+                outcome = await loop.run_in_executor(self._executor, listener, msg)
+                if inspect.isawaitable(outcome):
+                    outcome = await outcome
+        except Exception:
+            log.exception("listener of %s failed on message %s", self.group, msg.msg_id)
+            return ConsumeResult.RECONSUME_LATER
+        if outcome is None or outcome is ConsumeResult.SUCCESS:
+            return ConsumeResult.SUCCESS
+        if isinstance(outcome, ConsumeResult):
+            return outcome
+        log.warning("listener returned %r: treated as RECONSUME_LATER", outcome)
+        return ConsumeResult.RECONSUME_LATER
+
+    async def _consume_one(self, pq: ProcessQueue, msg: ReceivedMessage) -> None:
+        async with self._slots:
+            if pq.dropped:
+                return
+            result = await self._call_listener(msg)
+        if result is ConsumeResult.RECONSUME_LATER and not await self._send_back(msg):
+            await asyncio.sleep(LOCAL_RETRY_DELAY)
+            if not pq.dropped:
+                self._spawn(self._consume_one(pq, msg))
+            return
+        offset = pq.remove(msg)
+        if offset >= 0 and not pq.dropped:
+            await self._commit(pq.queue, offset)
+
+    async def _consume_orderly(self, pq: ProcessQueue) -> None:
+        async with pq.ordered_lock:
+            while pq.messages and not pq.dropped:
+                offset = next(iter(pq.messages))
+                msg = pq.messages[offset]
+                async with self._slots:
+                    result = await self._call_listener(msg)
+                if result is ConsumeResult.RECONSUME_LATER:
+                    if msg.reconsume_times >= self.max_reconsume_times and await self._send_back(
+                        msg
+                    ):
+                        pass  # to the DLQ via the broker; go on with the next message
+                    else:
+                        pq.messages[offset] = _with_reconsume(msg, msg.reconsume_times + 1)
+                        await asyncio.sleep(ORDERLY_SUSPEND)
+                        continue
+                next_offset = pq.remove(msg)
+                if next_offset >= 0:
+                    await self._commit(pq.queue, next_offset)
+
+    async def _commit(self, mq: MessageQueue, offset: int) -> None:
+        assert self.offset_store is not None
+        await self.offset_store.update_offset(mq, offset, increase_only=True)
+
+    async def _send_back(self, msg: ReceivedMessage) -> bool:
+        """CONSUMER_SEND_MSG_BACK to the message's broker; False when it could not be done."""
+        if self.message_model is MessageModel.BROADCASTING:
+            return True  # RocketMQ drops failed broadcast messages (logged)
+        instance = self.instance
+        address = instance.find_broker_address_in_publish(msg.broker_name)
+        if address is None:
+            return False
+        header = ConsumerSendMsgBackRequestHeader(
+            offset=msg.commit_log_offset,
+            group=self.group,
+            delay_level=0,
+            origin_msg_id=msg.msg_id,
+            origin_topic=msg.topic,
+            max_reconsume_times=self.max_reconsume_times,
+        )
+        try:
+            await instance.api.consumer_send_msg_back(address, header)
+        except TideMQError as exc:
+            log.info("send back of %s failed (%s): consumed again locally later", msg.msg_id, exc)
+            return False
+        return True
+
+    async def persist_offsets(self) -> None:
+        if self.offset_store is not None:
+            await self.offset_store.persist_all(set(self.process_queues))
+
+    # --- orderly locks --------------------------------------------------------------------
+
+    async def _lock(self, queues: list[ProcessQueue]) -> None:
+        by_broker: dict[str, list[ProcessQueue]] = {}
+        for pq in queues:
+            by_broker.setdefault(pq.queue.broker_name, []).append(pq)
+        for broker_name, pqs in by_broker.items():
+            address = self.instance.find_broker_address_in_publish(broker_name)
+            if address is None:
+                continue
+            body = LockBatchRequestBody(self.group, self.instance.client_id, [p.queue for p in pqs])
+            try:
+                granted = set(await self.instance.api.lock_batch(address, body))
+            except TideMQError as exc:
+                log.info("lock of %s queues failed: %s", broker_name, exc)
+                continue
+            for pq in pqs:
+                pq.locked = pq.queue in granted
+
+    async def _unlock_all(self, queues: list[ProcessQueue]) -> None:
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for pq in queues:
+            by_broker.setdefault(pq.queue.broker_name, []).append(pq.queue)
+        for broker_name, mqs in by_broker.items():
+            address = self.instance.find_broker_address_in_publish(broker_name)
+            if address is None:
+                continue
+            with contextlib.suppress(TideMQError):
+                await self.instance.api.unlock_batch(
+                    address, UnlockBatchRequestBody(self.group, self.instance.client_id, mqs)
+                )
+
+    async def _renew_locks(self) -> None:
+        while True:
+            await asyncio.sleep(LOCK_RENEW_INTERVAL)
+            await self._lock(list(self.process_queues.values()))
+
+
+def _as_topic(msg: ReceivedMessage, topic: str) -> ReceivedMessage:
+    """A retried message as its listener expects it: under its original topic."""
+    return dataclasses.replace(msg, topic=topic)
+
+
+def _with_reconsume(msg: ReceivedMessage, times: int) -> ReceivedMessage:
+    return dataclasses.replace(msg, reconsume_times=times)
+
+
+class PushConsumer:
+    """The blocking twin of `AsyncPushConsumer`; listeners run in a thread pool."""
+
+    def __init__(
+        self, group: str, namesrv_addr: str | list[str] | None = None, **kwargs: Any
+    ) -> None:
+        self._async = AsyncPushConsumer(group, namesrv_addr, **kwargs)
+        self.group = group
+
+    def subscribe(
+        self, topic: str, expression: str = "*", listener: Listener | None = None
+    ) -> None:
+        self._async.subscribe(topic, expression, listener)
+
+    def register_listener(self, listener: Listener) -> None:
+        self._async.register_listener(listener)
+
+    def start(self) -> None:
+        call(self._async.start())
+
+    def shutdown(self) -> None:
+        call(self._async.shutdown())
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()

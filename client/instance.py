@@ -1,0 +1,334 @@
+"""The client instance (RocketMQ's MQClientInstance): what producers and consumers share.
+
+One instance per client id and event loop holds the connections, the topic routes (refreshed
+from the name servers every pollNameServerInterval), the broker address table, the heartbeats to
+every broker (every heartbeatBrokerInterval, and at once when a producer or consumer joins), the
+rebalance service (every 20 s, and at once on NOTIFY_CONSUMER_IDS_CHANGED), and the periodic
+persistence of consumer offsets. Brokers that vanish from every route are forgotten
+(cleanOfflineBroker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from client.api import BrokerAPI
+from client.config import ClientConfig
+from client.errors import TideMQError
+from client.protocol.heartbeat import ConsumerData, HeartbeatData, MessageQueue, ProducerData
+from client.protocol.models import MASTER_ID, TopicRouteData
+from client.remoting.client import RemotingClient
+from client.remoting.codes import RequestCode, ResponseCode
+from client.remoting.command import RemotingCommand
+from client.remoting.connection import RemotingConnection
+from client.routing import (
+    FindBrokerResult,
+    TopicPublishInfo,
+    find_broker_address_in_subscribe,
+    topic_route_to_subscribe_queues,
+)
+
+log = logging.getLogger(__name__)
+
+REBALANCE_INTERVAL = 20.0
+
+
+class ConsumerHandle(Protocol):
+    """What the instance needs of a consumer."""
+
+    group: str
+
+    def consumer_data(self) -> ConsumerData: ...
+
+    async def do_rebalance(self) -> None: ...
+
+    async def persist_offsets(self) -> None: ...
+
+
+class ClientInstance:
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.client_id = config.client_id
+        self.remoting = RemotingClient(self._serve, connect_timeout=config.mq_client_api_timeout)
+        self.api = BrokerAPI(
+            self.remoting,
+            serialize_type=config.serialize_type,
+            timeout=config.mq_client_api_timeout,
+        )
+        self.routes: dict[str, TopicRouteData] = {}
+        self.publish_infos: dict[str, TopicPublishInfo] = {}
+        self.subscribe_queues: dict[str, set[MessageQueue]] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self.producer_groups: set[str] = set()
+        self.consumers: dict[str, ConsumerHandle] = {}
+        self._users = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._rebalance_now = asyncio.Event()
+        self._route_lock = asyncio.Lock()
+        self.started = False
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._users += 1
+        if self.started:
+            return
+        if not self.config.namesrv_addr:
+            raise TideMQError("no name server address: set namesrv_addr or NAMESRV_ADDR")
+        self.started = True
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(
+                self._every(self.config.poll_name_server_interval, self.refresh_routes),
+                name="routes",
+            ),
+            loop.create_task(
+                self._every(self.config.heartbeat_broker_interval, self._heartbeat_and_clean),
+                name="heartbeat",
+            ),
+            loop.create_task(
+                self._every(self.config.persist_consumer_offset_interval, self.persist_offsets),
+                name="offsets",
+            ),
+            loop.create_task(self._rebalance_loop(), name="rebalance"),
+        ]
+
+    async def shutdown(self) -> None:
+        self._users -= 1
+        if self._users > 0 or not self.started:
+            return
+        self.started = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        await self.api.close()
+        _forget(self)
+
+    async def _every(self, interval: float, work: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await work()
+            except TideMQError as exc:
+                log.warning("%s failed: %s", getattr(work, "__name__", "task"), exc)
+            except Exception:
+                log.exception("%s failed", getattr(work, "__name__", "task"))
+
+    # --- routes -----------------------------------------------------------------------------
+
+    async def update_route(self, topic: str) -> TopicRouteData | None:
+        """Ask the name servers (random start, each in turn) for `topic`'s route."""
+        servers = list(self.config.namesrv_addr)
+        start = random.randrange(len(servers))
+        last_error: TideMQError | None = None
+        for i in range(len(servers)):
+            address = servers[(start + i) % len(servers)]
+            try:
+                route = await self.api.get_route(address, topic)
+            except TideMQError as exc:
+                last_error = exc
+                continue
+            if route is not None:
+                self._store_route(topic, route)
+            return route
+        if last_error is not None:
+            raise last_error
+        return None
+
+    def _store_route(self, topic: str, route: TopicRouteData) -> None:
+        self.routes[topic] = route
+        for broker in route.broker_datas:
+            self.broker_addrs[broker.broker_name] = dict(broker.broker_addrs)
+        self.publish_infos[topic] = TopicPublishInfo.from_route(topic, route)
+        self.subscribe_queues[topic] = topic_route_to_subscribe_queues(topic, route)
+
+    async def refresh_routes(self) -> None:
+        topics = set(self.routes) | set(self.publish_infos)
+        for consumer in list(self.consumers.values()):
+            topics |= {s.topic for s in consumer.consumer_data().subscriptions}
+        for topic in sorted(topics):
+            try:
+                await self.update_route(topic)
+            except TideMQError as exc:
+                log.debug("route of %s not refreshed: %s", topic, exc)
+
+    async def publish_info(self, topic: str) -> TopicPublishInfo | None:
+        info = self.publish_infos.get(topic)
+        if info is None or not info.ok:
+            async with self._route_lock:
+                info = self.publish_infos.get(topic)
+                if info is None or not info.ok:
+                    await self.update_route(topic)
+                    info = self.publish_infos.get(topic)
+        return info
+
+    async def subscribe_queue_set(self, topic: str) -> set[MessageQueue]:
+        if topic not in self.subscribe_queues:
+            await self.update_route(topic)
+        return self.subscribe_queues.get(topic, set())
+
+    def find_broker_address_in_publish(self, broker_name: str) -> str | None:
+        return self.broker_addrs.get(broker_name, {}).get(MASTER_ID)
+
+    def find_broker_address_in_subscribe(
+        self, broker_name: str, broker_id: int, only_this_broker: bool
+    ) -> FindBrokerResult | None:
+        addrs = self.broker_addrs.get(broker_name)
+        if not addrs:
+            return None
+        return find_broker_address_in_subscribe(addrs, broker_id, only_this_broker)
+
+    async def find_offset_broker(self, broker_name: str) -> str | None:
+        """Where a group's offsets of a queue go: the master, else (master gone) a slave."""
+        found = self.find_broker_address_in_subscribe(broker_name, MASTER_ID, True)
+        if found is None:
+            await self.refresh_routes()
+            found = self.find_broker_address_in_subscribe(broker_name, MASTER_ID, False)
+        return found.address if found else None
+
+    def any_broker_of_topic(self, topic: str) -> str | None:
+        route = self.routes.get(topic)
+        if route is None or not route.broker_datas:
+            return None
+        broker = random.choice(route.broker_datas)
+        return broker.select_broker_addr()
+
+    # --- heartbeats ---------------------------------------------------------------------------
+
+    def heartbeat_data(self) -> HeartbeatData:
+        return HeartbeatData(
+            self.client_id,
+            [ProducerData(g) for g in sorted(self.producer_groups)],
+            [c.consumer_data() for c in self.consumers.values()],
+        )
+
+    async def heartbeat_all(self) -> None:
+        data = self.heartbeat_data()
+        if not data.producers and not data.consumers:
+            return
+        tasks = []
+        for addrs in list(self.broker_addrs.values()):
+            for broker_id, address in addrs.items():
+                if broker_id != MASTER_ID and not data.consumers:
+                    continue  # producer-only clients skip slaves, as RocketMQ's do
+                tasks.append(self._heartbeat(address, data))
+        await asyncio.gather(*tasks)
+
+    async def _heartbeat(self, address: str, data: HeartbeatData) -> None:
+        try:
+            await self.api.heartbeat(address, data)
+        except TideMQError as exc:
+            log.debug("heartbeat to %s failed: %s", address, exc)
+
+    async def _heartbeat_and_clean(self) -> None:
+        self.clean_offline_brokers()
+        await self.heartbeat_all()
+
+    def clean_offline_brokers(self) -> None:
+        """Forget broker addresses that no cached route mentions any more."""
+        live: dict[str, set[str]] = {}
+        for route in self.routes.values():
+            for broker in route.broker_datas:
+                live.setdefault(broker.broker_name, set()).update(broker.broker_addrs.values())
+        for name, addrs in list(self.broker_addrs.items()):
+            kept = {i: a for i, a in addrs.items() if a in live.get(name, set())}
+            if kept:
+                self.broker_addrs[name] = kept
+            else:
+                del self.broker_addrs[name]
+
+    # --- producers and consumers ------------------------------------------------------------
+
+    def register_producer(self, group: str) -> None:
+        self.producer_groups.add(group)
+
+    def unregister_producer(self, group: str) -> None:
+        self.producer_groups.discard(group)
+
+    async def register_consumer(self, consumer: ConsumerHandle) -> None:
+        if consumer.group in self.consumers:
+            raise TideMQError(
+                f"consumer group {consumer.group} is already registered in this client"
+            )
+        self.consumers[consumer.group] = consumer
+        for subscription in consumer.consumer_data().subscriptions:
+            with contextlib.suppress(TideMQError):
+                await self.update_route(subscription.topic)
+        await self.heartbeat_all()
+        self.rebalance_immediately()
+
+    async def unregister_consumer(self, group: str) -> None:
+        self.consumers.pop(group, None)
+        for addrs in list(self.broker_addrs.values()):
+            for address in addrs.values():
+                with contextlib.suppress(TideMQError):
+                    await self.api.unregister_client(address, self.client_id, None, group)
+
+    def rebalance_immediately(self) -> None:
+        self._rebalance_now.set()
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._rebalance_now.wait(), REBALANCE_INTERVAL)
+            self._rebalance_now.clear()
+            await self.rebalance_all()
+
+    async def rebalance_all(self) -> None:
+        for consumer in list(self.consumers.values()):
+            try:
+                await consumer.do_rebalance()
+            except TideMQError as exc:
+                log.warning("rebalance of %s failed: %s", consumer.group, exc)
+            except Exception:
+                log.exception("rebalance of %s failed", consumer.group)
+
+    async def persist_offsets(self) -> None:
+        for consumer in list(self.consumers.values()):
+            await consumer.persist_offsets()
+
+    # --- requests from brokers ----------------------------------------------------------
+
+    async def _serve(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand | None:
+        if request.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            log.info(
+                "consumer ids of group %s changed (told by %s): rebalance now",
+                request.ext_fields.get("consumerGroup"),
+                connection.peer,
+            )
+            self.rebalance_immediately()
+            return None
+        return RemotingCommand.response_to(
+            request,
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+            f"request code {request.code} not supported by the tidemq client",
+        )
+
+
+_instances: dict[tuple[str, int], ClientInstance] = {}
+
+
+def get_instance(config: ClientConfig) -> ClientInstance:
+    """The instance for this client id on the running loop, created on first use."""
+    key = (config.client_id, id(asyncio.get_running_loop()))
+    instance = _instances.get(key)
+    if instance is None:
+        instance = ClientInstance(config)
+        _instances[key] = instance
+    return instance
+
+
+def _forget(instance: ClientInstance) -> None:
+    for key, value in list(_instances.items()):
+        if value is instance:
+            del _instances[key]

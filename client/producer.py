@@ -1,0 +1,384 @@
+"""Producers: `AsyncProducer` (asyncio) and `Producer` (blocking), with the same methods.
+
+Routing and retries follow RocketMQ's DefaultMQProducer (reference Part A §8):
+
+- the topic's publish queues come from its route (masters only); a topic without a route is sent
+  through the default topic TBW102's queues so that brokers with autoCreateTopicEnable create it;
+- a queue is picked round robin; a retry avoids the broker that just failed; with
+  `latency_fault_enabled` brokers that were slow or failing are avoided for a while;
+- a sync send is tried 1 + `retry_times` times while the total stays within `timeout`: errors
+  that RocketMQ retries (network errors, TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR,
+  NO_PERMISSION, ...) go to another queue; other errors raise at once;
+- SEND_OK and the "stored, but" statuses (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
+  SLAVE_NOT_AVAILABLE) are results; a stored-but status is retried only when
+  `retry_another_broker_when_not_store_ok` (it would store a duplicate);
+- the default timeout (10 s) is longer than a broker's slaveTimeout plus syncFlushTimeout, so a
+  slow SYNC_MASTER answers with its status instead of the client timing out (RocketMQ #5657).
+
+Bodies over `compress_over` bytes are zlib-compressed (sysFlag bit 0), as RocketMQ's are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import logging
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+from client.api import SendResult as RawSendResult
+from client.config import ClientConfig
+from client.errors import BrokerResponseError, ClientError, RemotingError, TideMQError
+from client.instance import ClientInstance, get_instance
+from client.latency import MQFaultStrategy
+from client.message import Message, SendResult, UniqueIdGenerator
+from client.protocol.batch import encode_batch_body
+from client.protocol.headers import SendMessageRequestHeader
+from client.protocol.heartbeat import MessageQueue
+from client.remoting.codes import ResponseCode
+from client.routing import TopicPublishInfo
+from client.sync import call, submit
+from store.record import FLAG_COMPRESSED, pack_host
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEND_TIMEOUT = 10.0
+AUTO_CREATE_TOPIC = "TBW102"
+RETRIED_CODES = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.NO_BUYER_ID,
+        ResponseCode.NOT_IN_CURRENT_UNIT,
+    }
+)
+
+QueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
+SendCallback = Callable[[SendResult | None, BaseException | None], None]
+
+
+def hash_selector(queues: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+    """Orderly sends: the same sharding key always maps to the same queue."""
+    del msg
+    digest = hashlib.md5(str(arg).encode(), usedforsecurity=False).digest()
+    return queues[int.from_bytes(digest[:4], "big") % len(queues)]
+
+
+def _compress(body: bytes, threshold: int) -> tuple[bytes, int]:
+    if threshold > 0 and len(body) > threshold:
+        return zlib.compress(body, 5), FLAG_COMPRESSED
+    return body, 0
+
+
+class AsyncProducer:
+    """An asyncio producer; `async with AsyncProducer("group", "127.0.0.1:9876") as p: ...`."""
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | list[str] | None = None,
+        *,
+        config: ClientConfig | None = None,
+        timeout: float = DEFAULT_SEND_TIMEOUT,
+        retry_times: int = 2,
+        retry_another_broker_when_not_store_ok: bool = False,
+        compress_over: int = 4096,
+        max_message_size: int = 4 * 1024 * 1024,
+        default_topic_queue_nums: int = 4,
+        latency_fault_enabled: bool = False,
+    ) -> None:
+        if not group:
+            raise ClientError("a producer needs a group name")
+        self.group = group
+        self.config = config or ClientConfig.create(namesrv_addr)
+        self.timeout = timeout
+        self.retry_times = retry_times
+        self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
+        self.compress_over = compress_over
+        self.max_message_size = max_message_size
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.fault = MQFaultStrategy(enabled=latency_fault_enabled)
+        self._ids = UniqueIdGenerator(pack_host(self.config.client_ip, 0)[:-4])
+        self._instance: ClientInstance | None = None
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    @property
+    def instance(self) -> ClientInstance:
+        if self._instance is None:
+            raise ClientError(f"producer {self.group} is not started")
+        return self._instance
+
+    async def start(self) -> None:
+        if self._instance is not None:
+            return
+        instance = get_instance(self.config)
+        await instance.start()
+        instance.register_producer(self.group)
+        self._instance = instance
+
+    async def shutdown(self) -> None:
+        instance, self._instance = self._instance, None
+        if instance is not None:
+            instance.unregister_producer(self.group)
+            await instance.shutdown()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+
+    # --- sending ----------------------------------------------------------------------------
+
+    def _check(self, msg: Message) -> None:
+        if not msg.topic:
+            raise ClientError("message topic is empty")
+        if len(msg.body) > self.max_message_size:
+            raise ClientError(
+                f"message body of {len(msg.body)} bytes exceeds {self.max_message_size}"
+            )
+
+    async def _route(self, topic: str) -> tuple[TopicPublishInfo, bool]:
+        """Publish queues of the topic, or of TBW102 (auto-creation) when it has no route yet."""
+        info = await self.instance.publish_info(topic)
+        if info is not None and info.ok:
+            return info, False
+        fallback = await self.instance.publish_info(AUTO_CREATE_TOPIC)
+        if fallback is not None and fallback.ok:
+            return fallback.for_topic(topic, self.default_topic_queue_nums), True
+        raise BrokerResponseError.for_code(
+            ResponseCode.TOPIC_NOT_EXIST, f"No route info of this topic: {topic}"
+        )
+
+    def _header(
+        self, msg: Message, queue: MessageQueue, properties: str, sys_flag: int
+    ) -> SendMessageRequestHeader:
+        return SendMessageRequestHeader(
+            producer_group=self.group,
+            topic=msg.topic,
+            default_topic=AUTO_CREATE_TOPIC,
+            default_topic_queue_nums=self.default_topic_queue_nums,
+            queue_id=queue.queue_id,
+            sys_flag=sys_flag,
+            born_timestamp=int(time.time() * 1000),
+            flag=msg.flag,
+            properties=properties,
+            reconsume_times=0,
+        )
+
+    async def send(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send and wait for the broker's answer; retries per the class docstring."""
+        self._check(msg)
+        uniq = self._ids.next_id()
+        body, sys_flag = _compress(msg.body, self.compress_over)
+        properties = msg.encoded_properties(uniq)
+        return await self._send_with_retries(
+            msg, body, properties, sys_flag, uniq, queue, selector, arg, timeout, batch=False
+        )
+
+    async def send_batch(
+        self, msgs: Sequence[Message], *, timeout: float | None = None
+    ) -> SendResult:
+        """One SEND_BATCH_MESSAGE: messages of one topic, stored contiguously in one queue."""
+        if not msgs:
+            raise ClientError("an empty batch")
+        topic = msgs[0].topic
+        if any(m.topic != topic for m in msgs):
+            raise ClientError("a batch must hold messages of one topic")
+        if any(m.delay_level > 0 for m in msgs):
+            raise ClientError("delayed messages cannot be sent in a batch")
+        for msg in msgs:
+            self._check(msg)
+        ids = [self._ids.next_id() for _ in msgs]
+        body = encode_batch_body(
+            [(m.flag, m.body, m.encoded_properties(i)) for m, i in zip(msgs, ids, strict=True)]
+        )
+        carrier = Message(topic, body)
+        return await self._send_with_retries(
+            carrier, body, "", 0, ",".join(ids), None, None, None, timeout, batch=True
+        )
+
+    async def send_orderly(
+        self, msg: Message, sharding_key: Any, *, timeout: float | None = None
+    ) -> SendResult:
+        """Messages with one sharding key go to one queue, in order (no retry on another queue)."""
+        return await self.send(msg, selector=hash_selector, arg=sharding_key, timeout=timeout)
+
+    def send_async(
+        self, msg: Message, callback: SendCallback | None = None, *, timeout: float | None = None
+    ) -> asyncio.Task[SendResult]:
+        """Start a send; the task's result is the SendResult, and `callback(result, error)` runs."""
+        task = asyncio.get_running_loop().create_task(self.send(msg, timeout=timeout))
+        if callback is not None:
+
+            def done(t: asyncio.Task[SendResult]) -> None:
+                if t.cancelled():
+                    callback(None, asyncio.CancelledError())
+                elif t.exception() is not None:
+                    callback(None, t.exception())
+                else:
+                    callback(t.result(), None)
+
+            task.add_done_callback(done)
+        return task
+
+    async def send_oneway(self, msg: Message) -> None:
+        """Send without waiting for an answer: no result, no retry."""
+        self._check(msg)
+        info, _auto = await self._route(msg.topic)
+        queue = self.fault.select_one_message_queue(info, None)
+        address = self.instance.find_broker_address_in_publish(queue.broker_name)
+        if address is None:
+            raise ClientError(f"broker {queue.broker_name} has no master address")
+        body, sys_flag = _compress(msg.body, self.compress_over)
+        header = self._header(msg, queue, msg.encoded_properties(self._ids.next_id()), sys_flag)
+        await self.instance.api.send_oneway(address, header, body)
+
+    async def _send_with_retries(
+        self,
+        msg: Message,
+        body: bytes,
+        properties: str,
+        sys_flag: int,
+        uniq: str,
+        fixed_queue: MessageQueue | None,
+        selector: QueueSelector | None,
+        arg: Any,
+        timeout: float | None,
+        *,
+        batch: bool,
+    ) -> SendResult:
+        budget = timeout if timeout is not None else self.timeout
+        started = time.monotonic()
+        attempts = 1 if fixed_queue is not None or selector is not None else 1 + self.retry_times
+        last_broker: str | None = None
+        last_error: TideMQError | None = None
+        for attempt in range(attempts):
+            remaining = budget - (time.monotonic() - started)
+            if remaining <= 0:
+                break
+            info, _auto = await self._route(msg.topic)
+            if fixed_queue is not None:
+                queue = fixed_queue
+            elif selector is not None:
+                queue = selector(list(info.queues), msg, arg)
+            else:
+                queue = self.fault.select_one_message_queue(info, last_broker)
+            address = self.instance.find_broker_address_in_publish(queue.broker_name)
+            if address is None:
+                await self.instance.update_route(msg.topic)
+                address = self.instance.find_broker_address_in_publish(queue.broker_name)
+            if address is None:
+                last_error = ClientError(f"broker {queue.broker_name} has no master address")
+                last_broker = queue.broker_name
+                continue
+            header = self._header(msg, queue, properties, sys_flag)
+            header.batch = batch
+            sent_at = time.monotonic()
+            try:
+                raw = await self.instance.api.send(
+                    address, header, body, timeout=remaining, batch=batch
+                )
+            except (RemotingError, BrokerResponseError) as exc:
+                self.fault.update_fault_item(queue.broker_name, 30_000, isolation=True)
+                retriable = isinstance(exc, RemotingError) or exc.code in RETRIED_CODES
+                log.info("send to %s (attempt %d) failed: %s", queue.broker_name, attempt + 1, exc)
+                last_error, last_broker = exc, queue.broker_name
+                if not retriable:
+                    raise
+                continue
+            self.fault.update_fault_item(
+                queue.broker_name, (time.monotonic() - sent_at) * 1000, isolation=False
+            )
+            result = _result(raw, queue, uniq)
+            if result.ok or not self.retry_another_broker_when_not_store_ok:
+                return result
+            last_broker = queue.broker_name
+        if last_error is not None:
+            raise last_error
+        raise RemotingError(f"send of a message to {msg.topic} timed out after {budget:.1f} s")
+
+
+def _result(raw: RawSendResult, queue: MessageQueue, uniq: str) -> SendResult:
+    return SendResult(
+        status=raw.status,
+        msg_id=uniq,
+        offset_msg_id=raw.msg_id,
+        message_queue=MessageQueue(queue.topic, queue.broker_name, raw.queue_id),
+        queue_offset=raw.queue_offset,
+    )
+
+
+class Producer:
+    """The blocking twin of `AsyncProducer`: same constructor, same methods."""
+
+    def __init__(
+        self, group: str, namesrv_addr: str | list[str] | None = None, **kwargs: Any
+    ) -> None:
+        self._async = AsyncProducer(group, namesrv_addr, **kwargs)
+        self.group = group
+
+    def start(self) -> None:
+        call(self._async.start())
+
+    def shutdown(self) -> None:
+        call(self._async.shutdown())
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+    def send(self, msg: Message, **kwargs: Any) -> SendResult:
+        return call(self._async.send(msg, **kwargs))
+
+    def send_batch(self, msgs: Sequence[Message], **kwargs: Any) -> SendResult:
+        return call(self._async.send_batch(msgs, **kwargs))
+
+    def send_orderly(self, msg: Message, sharding_key: Any, **kwargs: Any) -> SendResult:
+        return call(self._async.send_orderly(msg, sharding_key, **kwargs))
+
+    def send_oneway(self, msg: Message) -> None:
+        call(self._async.send_oneway(msg))
+
+    def send_async(
+        self, msg: Message, callback: SendCallback | None = None, **kwargs: Any
+    ) -> concurrent.futures.Future[SendResult]:
+        """A thread-safe future of the SendResult; `callback(result, error)` runs on completion."""
+        future = submit(self._async.send(msg, **kwargs))
+        if callback is not None:
+
+            def done(f: concurrent.futures.Future[SendResult]) -> None:
+                error = f.exception()
+                callback(None if error else f.result(), error)
+
+            future.add_done_callback(done)
+        return future
