@@ -27,9 +27,11 @@ from broker.processors.admin import AdminProcessor
 from broker.processors.consumer import ConsumerProcessor
 from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
+from broker.processors.retry import RetryProcessor
 from broker.processors.send import SendProcessor
 from broker.rebalance_lock import RebalanceLockManager
 from broker.registration import BrokerIdentity, NameServerRegistration
+from broker.schedule import ScheduleMessageService
 from broker.slave_sync import OffsetReconciler, SlaveSynchronize
 from broker.stats import BrokerStats
 from client.protocol.namesrv import RegisterBrokerResult
@@ -100,6 +102,7 @@ class Broker:
         self.ha_client: HAClient | None = None
         self.slave_sync: SlaveSynchronize | None = None
         self.offset_reconciler: OffsetReconciler | None = None
+        self.schedule: ScheduleMessageService | None = None
         if store_config.broker_role is BrokerRole.SLAVE:
             self.ha_client = HAClient(self.store, self.ha_config, resync=self._resync)
             self.slave_sync = SlaveSynchronize(self, self.ha_config.slave_synchronize_interval)
@@ -176,6 +179,7 @@ class Broker:
             RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_offsets,
             RequestCode.GET_ALL_DELAY_OFFSET: admin.all_delay_offsets,
             RequestCode.GET_BROKER_HA_STATUS: self._ha_status,
+            RequestCode.CONSUMER_SEND_MSG_BACK: RetryProcessor(self).send_back,
         }
         for code, processor in table.items():
             self.server.register(code, processor)
@@ -260,6 +264,10 @@ class Broker:
                 self.store, self.ha_config, self.remoting.bind_address, self.ha_listen_port
             )
             await self.ha_service.start()
+            self.schedule = ScheduleMessageService(
+                self.store, self.delay_offsets, lambda: self.store_host
+            )
+            await self.schedule.start()
             if self.offset_reconciler is not None:
                 reconciler = self.offset_reconciler
                 self.ha_service.slave_listeners.append(lambda _address: reconciler.request())
@@ -327,6 +335,8 @@ class Broker:
         # Held pulls answer now (with whatever they find) instead of holding up the stop.
         await self.pull_holds.stop()
         await self.server.stop()
+        if self.schedule is not None:
+            await self.schedule.stop()
         if self.ha_service is not None:
             await self.ha_service.stop()
         if self.ha_client is not None:

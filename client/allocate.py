@@ -66,12 +66,14 @@ class AllocateStrategy(Protocol):
     @property
     def name(self) -> str: ...
 
+    # Lists here so that a user's strategy declared with lists conforms; ours take any
+    # Sequence.
     def allocate(
         self,
         consumer_group: str,
         current_cid: str,
-        mq_all: Sequence[MessageQueue],
-        cid_all: Sequence[str],
+        mq_all: list[MessageQueue],
+        cid_all: list[str],
     ) -> list[MessageQueue]: ...
 
 

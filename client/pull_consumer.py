@@ -387,7 +387,8 @@ class AsyncPullConsumer:
         else:
             for mq, offset in offsets.items():
                 await self.offset_store.update_offset(mq, offset, increase_only=False)
-            queues = set(offsets)
+            # persist_all keeps in memory only the queues it is given: give it every one.
+            queues = set(self._queues) | set(offsets)
         await self.offset_store.persist_all(queues)
 
     def commit_async(self, offsets: dict[MessageQueue, int] | None = None) -> asyncio.Task[None]:

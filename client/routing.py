@@ -145,6 +145,7 @@ class TopicPublishInfo:
         broker creates the topic on the first message with that many queues.
         """
         if self.route is None:
+            # Built from a queue list, not a route: cut each broker's queue ids instead.
             return TopicPublishInfo(
                 topic,
                 [

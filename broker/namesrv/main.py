@@ -79,9 +79,7 @@ async def _serve(namesrv: NamesrvConfig, remoting: RemotingConfig) -> int:
         await server.start()
     except OSError as exc:
         # One line, no traceback: the OS error says all there is (address in use, no such host).
-        log.error(
-            "cannot listen on %s:%d: %s", remoting.bind_address, namesrv.listen_port, exc
-        )
+        log.error("cannot listen on %s:%d: %s", remoting.bind_address, namesrv.listen_port, exc)
         return 1
     stop = asyncio.Event()
     received: list[str] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -29,14 +30,10 @@ def _camel(name: str) -> str:
 
 
 _Field = tuple[str, str, Any, bool, int]
-_FIELD_CACHE: dict[type[Any], list[_Field]] = {}
 
 
 def _fields(cls: type[Any]) -> list[_Field]:
     """(attribute, extFields key, type, required, bits of an integer) per field."""
-    cached = _FIELD_CACHE.get(cls)
-    if cached is not None:
-        return cached
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
@@ -49,50 +46,123 @@ def _fields(cls: type[Any]) -> list[_Field]:
         )
         key = f.metadata.get("key") or _camel(f.name)
         out.append((f.name, key, kind, required, f.metadata.get("bits", 64)))
-    _FIELD_CACHE[cls] = out
     return out
 
 
-def _convert(cls_name: str, key: str, raw: str, kind: Any, bits: int) -> Any:
-    if kind is int:
+def _int_converter(cls_name: str, key: str, bits: int) -> Callable[[str], int]:
+    low, high = -(1 << (bits - 1)), 1 << (bits - 1)  # Java: Integer or Long
+
+    def convert(raw: str) -> int:
         try:
             value = int(raw)
         except ValueError:
             raise HeaderFieldError(f"{cls_name}.{key}: not an integer: {raw!r}") from None
-        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):  # Java: Integer or Long
+        if not low <= value < high:
             raise HeaderFieldError(f"{cls_name}.{key}: {raw!r} does not fit {bits} bits")
         return value
+
+    return convert
+
+
+def _bool_converter(raw: str) -> bool:
+    return raw.strip().lower() == "true"
+
+
+def _converter(cls_name: str, key: str, kind: Any, bits: int) -> Callable[[str], Any] | None:
+    if kind is int:
+        return _int_converter(cls_name, key, bits)
     if kind is bool:
-        return raw.strip().lower() == "true"
-    return raw
+        return _bool_converter
+    return None
+
+
+class _WireField(typing.NamedTuple):
+    name: str  # the attribute
+    wire: str  # its extFields key under the codec's renaming
+    key: str  # its Java name, for error messages
+    convert: Callable[[str], Any] | None  # None: the string itself
+    is_int: bool  # an empty string counts as missing
+    required: bool
+
+
+class _Codec:
+    """decode/encode of one header class under one key renaming, its field table built once.
+
+    Headers are read and written on every request, so the table resolves up front what the
+    generic walk over `dataclasses.fields` would look up per field: wire key, converter, bounds.
+    """
+
+    __slots__ = ("cls", "fields", "keys")
+
+    def __init__(self, cls: type[Any], keys: dict[str, str] | None) -> None:
+        self.cls = cls
+        self.keys = keys
+        self.fields = tuple(
+            _WireField(
+                name,
+                keys.get(name, key) if keys else key,
+                key,
+                _converter(cls.__name__, key, kind, bits),
+                kind is int,
+                required,
+            )
+            for name, key, kind, required, bits in _fields(cls)
+        )
+
+    def decode(self, ext: dict[str, str]) -> Any:
+        values: dict[str, Any] = {}
+        for name, wire, key, convert, is_int, required in self.fields:
+            raw = ext.get(wire)
+            if raw is None or (is_int and raw == ""):
+                if required:
+                    raise HeaderFieldError(f"the custom field <{key}> is null")
+                continue
+            values[name] = raw if convert is None else convert(raw)
+        return self.cls(**values)
+
+    def encode(self, header: Any) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name, wire, _key, _convert, _is_int, _required in self.fields:
+            value = getattr(header, name)
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                out[wire] = "true" if value else "false"
+            else:
+                out[wire] = str(value)
+        return out
+
+
+_CODECS: dict[type[Any], _Codec] = {}
+# Renamings are dicts, which cannot be hashed: their codecs are found by the dict's identity
+# (callers pass module constants such as SEND_V2_KEYS) and checked against a copy of it, so a
+# reused id or a mutated mapping only costs a rebuild.
+_RENAMED_CODECS: dict[tuple[type[Any], int], _Codec] = {}
+_MAX_RENAMED_CODECS = 64
+
+
+def _codec(cls: type[Any], keys: dict[str, str] | None) -> _Codec:
+    if not keys:
+        codec = _CODECS.get(cls)
+        if codec is None:
+            codec = _CODECS[cls] = _Codec(cls, None)
+        return codec
+    codec = _RENAMED_CODECS.get((cls, id(keys)))
+    if codec is None or codec.keys != keys:
+        if len(_RENAMED_CODECS) >= _MAX_RENAMED_CODECS:
+            _RENAMED_CODECS.clear()  # callers building renamings on the fly: stay bounded
+        codec = _RENAMED_CODECS[(cls, id(keys))] = _Codec(cls, dict(keys))
+    return codec
 
 
 def decode(cls: type[H], ext: dict[str, str], keys: dict[str, str] | None = None) -> H:
     """Build header `cls` from extFields; `keys` renames fields (attribute -> wire key)."""
-    values: dict[str, Any] = {}
-    for name, key, kind, required, bits in _fields(cls):
-        wire = keys.get(name, key) if keys else key
-        raw = ext.get(wire)
-        if raw is None or (raw == "" and kind is int):
-            if required:
-                raise HeaderFieldError(f"the custom field <{key}> is null")
-            continue
-        values[name] = _convert(cls.__name__, key, raw, kind, bits)
-    return cls(**values)
+    header: H = _codec(cls, keys).decode(ext)
+    return header
 
 
 def encode(header: Any, keys: dict[str, str] | None = None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, key, _kind, _required, _bits in _fields(type(header)):
-        value = getattr(header, name)
-        if value is None:
-            continue
-        wire = keys.get(name, key) if keys else key
-        if isinstance(value, bool):
-            out[wire] = "true" if value else "false"
-        else:
-            out[wire] = str(value)
-    return out
+    return _codec(type(header), keys).encode(header)
 
 
 # --- send -------------------------------------------------------------------------------------

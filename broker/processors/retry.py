@@ -1,0 +1,126 @@
+"""CONSUMER_SEND_MSG_BACK (36): a consumer gives back a message it failed to consume.
+
+As RocketMQ 4.9.7's asyncConsumerSendMsgBack: the broker looks the message up by its CommitLog
+offset and stores a copy in the group's retry topic `%RETRY%<group>` with delay level
+`3 + reconsumeTimes` (unless the consumer asked for a level), reconsumeTimes + 1, the original
+topic in RETRY_TOPIC and the original id in ORIGIN_MESSAGE_ID. The delay schedule then delivers
+it to the retry topic, which every push consumer of the group subscribes to. A message that has
+been retried maxReconsumeTimes times (the request's, else the group's retryMaxTimes, 16 by
+default), or sent back with a negative level, goes to the dead-letter topic `%DLQ%<group>`
+instead, and the broker logs the move.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import TYPE_CHECKING
+
+from client.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
+from client.protocol.headers import ConsumerSendMsgBackRequestHeader, HeaderFieldError, decode
+from client.protocol.models import PERM_READ, PERM_WRITE
+from client.remoting.codes import ResponseCode
+from client.remoting.command import RemotingCommand
+from client.remoting.connection import RemotingConnection
+from store.record import (
+    PROPERTY_DELAY,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    MessageToStore,
+    encode_properties,
+    pack_host,
+)
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+DLQ_QUEUE_NUMS = 1
+
+
+def _reply(request: RemotingCommand, code: int, remark: str | None = None) -> RemotingCommand:
+    return RemotingCommand.response_to(request, code, remark)
+
+
+class RetryProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def send_back(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        try:
+            header = decode(ConsumerSendMsgBackRequestHeader, request.ext_fields)
+        except HeaderFieldError as exc:
+            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        broker = self.broker
+        group = broker.groups.find(header.group)
+        if group is None:
+            return _reply(
+                request,
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {header.group}",
+            )
+        if not broker.config.broker_permission & PERM_WRITE:
+            return _reply(
+                request,
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.advertised_address}] sending message is forbidden",
+            )
+        if group.retry_queue_nums <= 0:
+            return _reply(request, ResponseCode.SUCCESS)
+        stored = broker.store.look_message_by_offset(header.offset)
+        if stored is None:
+            return _reply(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"look message by offset failed, {header.offset}",
+            )
+        props = dict(stored.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, stored.topic)
+        props[PROPERTY_WAIT] = "false"
+        max_times = (
+            header.max_reconsume_times
+            if header.max_reconsume_times is not None
+            else group.retry_max_times
+        )
+        delay = header.delay_level
+        if stored.reconsume_times >= max_times or delay < 0:
+            topic = DLQ_PREFIX + header.group
+            queue_nums = DLQ_QUEUE_NUMS
+            props.pop(PROPERTY_DELAY, None)
+            log.warning(
+                "message %s of group %s moved to %s after %d reconsume times (original topic %s)",
+                props.get(PROPERTY_UNIQ_KEY, stored.msg_id),
+                header.group,
+                topic,
+                stored.reconsume_times,
+                props[PROPERTY_RETRY_TOPIC],
+            )
+        else:
+            topic = RETRY_PREFIX + header.group
+            queue_nums = group.retry_queue_nums
+            props[PROPERTY_DELAY] = str(delay if delay > 0 else 3 + stored.reconsume_times)
+        config = broker.topics.create_in_send_back(topic, queue_nums, PERM_READ | PERM_WRITE, 0)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, header.origin_msg_id or stored.msg_id)
+        msg = MessageToStore(
+            topic=topic,
+            queue_id=random.randrange(max(1, config.write_queue_nums)),
+            body=stored.body,
+            properties=encode_properties(props),
+            flag=stored.flag,
+            sys_flag=stored.sys_flag,
+            born_timestamp=stored.born_timestamp or int(time.time() * 1000),
+            born_host=pack_host(*stored.born_host),
+            store_host=broker.store_host,
+            reconsume_times=stored.reconsume_times + 1,
+        )
+        result = await broker.store.put_message(msg)
+        if not result.ok:
+            return _reply(request, ResponseCode.SYSTEM_ERROR, result.remark or result.status.value)
+        del connection
+        return _reply(request, ResponseCode.SUCCESS)
