@@ -6,10 +6,10 @@ of StoreConfig: 1 GiB (sparse) CommitLog files, the message index on with its de
 
 1. Appends (ASYNC_FLUSH), for each append mode: `put_message` one at a time, and `put_messages`
    in batches of 32 of one queue; one producer task per queue, each yielding to the event loop
-   after every put as a connection handler does between requests. Each case runs twice: "alone",
-   into a store that is loaded but not started (the append path only: nothing dispatches or
-   flushes meanwhile), and "running", into a started store, where dispatch (the reput task) and
-   the flush service share the event loop with the appends, as in a broker.
+   after every put as a connection handler does between requests. Each case runs two ways:
+   "alone", into a store that is loaded but not started (the append path only: nothing
+   dispatches or flushes meanwhile), and "running", into a started store, where dispatch (the
+   reput task) and the flush service share the event loop with the appends, as in a broker.
 2. SYNC_FLUSH: 64 tasks awaiting `put_message` concurrently (group commit shares fsyncs).
 3. Dispatch: how far the ConsumeQueue build is behind when the "running" appends end, in bytes
    and in seconds of appends at the measured rate; and dispatch alone: `dispatch_available` over
@@ -21,11 +21,17 @@ of StoreConfig: 1 GiB (sparse) CommitLog files, the message index on with its de
    built as in a broker) to TIDEMQ_BENCH_RECOVERY_BYTES (2 GiB) and goes on appending; half a
    second later it is SIGKILLed, and a fresh process times `MessageStore(config).load()`, an
    abnormal recovery. With the default 2 GiB the kill lands just after the CommitLog rolled into
-   its third file: the checkpoint is then older than that file, so recovery starts at the second
-   file and re-checks and re-dispatches all of its 1 GiB, the worst case. The killed process's
-   pages are still in the page cache, exactly as after a real SIGKILL.
+   its third file: the checkpoint is then older than that file, so recovery CRC-checks the whole
+   second file (1 GiB), the worst case; re-dispatch starts there too, or further back when load()
+   destroyed index files newer than the checkpoint (they are rebuilt from the CommitLog). The
+   time of each step is printed. The killed process's pages are still in the page cache, exactly
+   as after a real SIGKILL.
 
-Knobs: TIDEMQ_BENCH_MESSAGES (messages per append run, default 300000), TIDEMQ_BENCH_RECOVERY_BYTES
+Every append case runs in TIDEMQ_BENCH_ROUNDS (3) rounds, each a fresh store taking its share of
+TIDEMQ_BENCH_MESSAGES (300000), and the best round is shown: on a machine shared with other work,
+the best round is the one the others disturbed least.
+
+Knobs: TIDEMQ_BENCH_MESSAGES (messages per append case, default 300000), TIDEMQ_BENCH_RECOVERY_BYTES
 (0 skips recovery), TIDEMQ_BENCH_SYNC_SECONDS (default 5), TIDEMQ_BENCH_DIR (where stores go).
 
 The prepared messages are moved out of the garbage collector's sight (`gc.freeze`) while a run
@@ -39,6 +45,7 @@ the recovery benchmark, run as child processes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import json
 import mmap
@@ -70,6 +77,7 @@ SYNC_WRITERS = 64
 GiB = 1024**3
 
 MESSAGES = env_int("TIDEMQ_BENCH_MESSAGES", 300_000)
+ROUNDS = max(1, env_int("TIDEMQ_BENCH_ROUNDS", 3))
 RECOVERY_BYTES = env_int("TIDEMQ_BENCH_RECOVERY_BYTES", 2 * GiB)
 SYNC_SECONDS = env_int("TIDEMQ_BENCH_SYNC_SECONDS", 5)
 
@@ -247,6 +255,16 @@ def append_run(mode: AppendMode, batch: int, count: int, *, running: bool) -> Ap
         return run_loop(main)
 
 
+def best_of(mode: AppendMode, batch: int, count: int, *, running: bool) -> AppendRun:
+    runs = [append_run(mode, batch, count, running=running) for _ in range(ROUNDS)]
+    best = max(runs, key=lambda r: r.rate)
+    if not running:
+        # Dispatch alone is timed in every round too: keep its best as well.
+        fastest = min(r.dispatch_seconds for r in runs)
+        best = dataclasses.replace(best, dispatch_seconds=fastest)
+    return best
+
+
 # --- 2: SYNC_FLUSH -------------------------------------------------------------------------
 
 
@@ -419,9 +437,12 @@ def recover(root: Path) -> dict[str, Any]:
     return info
 
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
 def _child(*args: str, stdout: Any = subprocess.PIPE, stderr: Any = None) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", __name__, *args]
-    return subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True)
+    return subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True, cwd=REPO_ROOT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,11 +490,12 @@ def _put_label(batch: int) -> str:
 
 
 def run() -> list[Result]:
-    count = MESSAGES - MESSAGES % (BATCH * QUEUES)
+    per_round = MESSAGES // ROUNDS
+    count = per_round - per_round % (BATCH * QUEUES)
     results: list[Result] = []
     _say(
-        f"{count:,} messages per run, {BODY_SIZE} B bodies, {QUEUES} queues, "
-        f"ASYNC_FLUSH; default append mode: {DEFAULT_MODE.name}"
+        f"{count:,} messages per round, best of {ROUNDS} rounds; {BODY_SIZE} B bodies, "
+        f"{QUEUES} queues, ASYNC_FLUSH; default append mode: {DEFAULT_MODE.name}"
     )
 
     _say(
@@ -488,8 +510,8 @@ def run() -> list[Result]:
     running: dict[tuple[AppendMode, int], AppendRun] = {}
     for mode in AppendMode:
         for batch in (1, BATCH):
-            a = alone[(mode, batch)] = append_run(mode, batch, count, running=False)
-            r = running[(mode, batch)] = append_run(mode, batch, count, running=True)
+            a = alone[(mode, batch)] = best_of(mode, batch, count, running=False)
+            r = running[(mode, batch)] = best_of(mode, batch, count, running=True)
             _say(
                 f"   {mode.name:<7} {_put_label(batch):<16} {a.rate:>12,.0f} {a.mb_per_s:>7.1f} "
                 f"{a.cpu_share:>4.0%} {r.rate:>14,.0f} {r.mb_per_s:>7.1f} {r.cpu_share:>4.0%} "

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_fault_check import Writers
+from tests.fault.store_fault_check import Writers
 
 from tests.integration.conftest import namesrv, processes, remoting_client  # noqa: F401
 

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store_writer import MessageSpec, message_spec, parse_identity, store_config
+from tests.fault.store_writer import MessageSpec, message_spec, parse_identity, store_config
 
 from store.dispatch import SCHEDULE_TOPIC
 from store.get_message import GetMessageStatus

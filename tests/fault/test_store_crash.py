@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from store_fault_check import (
+from tests.fault.store_fault_check import (
     History,
     RecordAt,
     WriterRun,
@@ -27,7 +27,7 @@ from store_fault_check import (
     last_record,
     tree_digest,
 )
-from store_writer import BASE_PROPS, message_spec, parse_identity, store_config
+from tests.fault.store_writer import BASE_PROPS, message_spec, parse_identity, store_config
 
 from store.errors import CorruptStoreError
 from store.message_store import MessageStore

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from store_fault_check import History, Writers, check_store
-from store_writer import BASE_PROPS, store_config
+from tests.fault.store_fault_check import History, Writers, check_store
+from tests.fault.store_writer import BASE_PROPS, store_config
 
 from store.commitlog import PutStatus
 from store.get_message import GetMessageStatus
