@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# e.g. make run RUN_ARGS='-o namesrv:listenPort=19876' (see tidemq-cluster run --help)
+RUN_ARGS ?=
 
 .DEFAULT_GOAL := help
 
@@ -28,8 +30,8 @@ install: $(STAMP) ## create .venv and install tidemq with its extras (quick when
 		echo "note: no java on PATH; Spark needs Java 17 (Debian/Ubuntu: apt-get install openjdk-17-jre-headless)"
 
 .PHONY: run
-run: install ## start a local name server and broker on the default ports (Ctrl-C stops them)
-	@bash deploy/run-local.sh data
+run: install ## a local name server, SYNC_MASTER and SLAVE with a status line (Ctrl-C stops them)
+	@$(BIN)/tidemq-cluster run local --data data $(RUN_ARGS)
 
 .PHONY: fmt
 fmt: install ## format the code

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -23,8 +24,10 @@ from broker.managers.consumer_offset import ConsumerOffsetManager
 from broker.managers.delay_offset import DelayOffsetTable
 from broker.managers.subscription_group import SubscriptionGroupManager
 from broker.managers.topic_config import TopicConfigChanged, TopicConfigManager
+from broker.metrics import BrokerCollector, MetricsServer, registry_for
 from broker.processors.admin import AdminProcessor
 from broker.processors.consumer import ConsumerProcessor
+from broker.processors.ops import OpsProcessor, mask_permission
 from broker.processors.pull import PullProcessor
 from broker.processors.query import QueryProcessor
 from broker.processors.retry import RetryProcessor
@@ -33,7 +36,8 @@ from broker.rebalance_lock import RebalanceLockManager
 from broker.registration import BrokerIdentity, NameServerRegistration
 from broker.schedule import ScheduleMessageService
 from broker.slave_sync import OffsetReconciler, SlaveSynchronize
-from broker.stats import BrokerStats
+from broker.stats import BrokerStats, RateSampler
+from client.protocol.models import TopicConfigSerializeWrapper
 from client.protocol.namesrv import RegisterBrokerResult
 from client.remoting.client import RemotingClient
 from client.remoting.codes import RequestCode, ResponseCode
@@ -51,6 +55,9 @@ from store.record import pack_host
 log = logging.getLogger(__name__)
 
 CLIENT_SCAN_INTERVAL = 10.0
+RATE_SAMPLE_INTERVAL = 1.0
+
+Processor = Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
 class Broker:
@@ -89,6 +96,8 @@ class Broker:
         )
         self.pull_holds = PullRequestHoldService(self.store.max_offset_in_queue, check_interval)
         self.stats = BrokerStats()
+        self.rates = RateSampler(self.stats)
+        self.metrics: MetricsServer | None = None
         self.server = RemotingServer(
             self.remoting.bind_address,
             config.listen_port,
@@ -150,12 +159,12 @@ class Broker:
         query = QueryProcessor(self)
         consumer = ConsumerProcessor(self)
         admin = AdminProcessor(self)
-        table: dict[
-            int, Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
-        ] = {
-            RequestCode.SEND_MESSAGE: send.process,
-            RequestCode.SEND_MESSAGE_V2: send.process,
-            RequestCode.SEND_BATCH_MESSAGE: send.process,
+        ops = self.ops = OpsProcessor(self)
+        timed_send = self._timed(send.process)
+        table: dict[int, Processor] = {
+            RequestCode.SEND_MESSAGE: timed_send,
+            RequestCode.SEND_MESSAGE_V2: timed_send,
+            RequestCode.SEND_BATCH_MESSAGE: timed_send,
             RequestCode.PULL_MESSAGE: pull.process,
             RequestCode.GET_MAX_OFFSET: query.offsets,
             RequestCode.GET_MIN_OFFSET: query.offsets,
@@ -180,10 +189,43 @@ class Broker:
             RequestCode.GET_ALL_DELAY_OFFSET: admin.all_delay_offsets,
             RequestCode.GET_BROKER_HA_STATUS: self._ha_status,
             RequestCode.CONSUMER_SEND_MSG_BACK: RetryProcessor(self).send_back,
+            RequestCode.GET_BROKER_RUNTIME_INFO: ops.get_runtime_info,
+            RequestCode.GET_TOPIC_STATS_INFO: ops.get_topic_stats,
+            RequestCode.GET_CONSUME_STATS: ops.get_consume_stats,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: ops.get_consumer_connections,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: ops.get_producer_connections,
+            RequestCode.UPDATE_BROKER_CONFIG: ops.update_broker_config,
+            RequestCode.GET_BROKER_CONFIG: ops.get_config,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: ops.invoke_reset_offset,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: ops.topic_consumed_by,
         }
         for code, processor in table.items():
             self.server.register(code, processor)
         self.server.on_connection_closed.append(self._on_connection_closed)
+
+    def _timed(self, processor: Processor) -> Processor:
+        """`processor`, its time to answer recorded in the send latency histogram."""
+
+        async def timed(
+            connection: RemotingConnection, request: RemotingCommand
+        ) -> RemotingCommand | None:
+            started = time.perf_counter()
+            try:
+                return await processor(connection, request)
+            finally:
+                self.stats.on_send_latency(time.perf_counter() - started)
+
+        return timed
+
+    def _registration_topics(self) -> TopicConfigSerializeWrapper:
+        """The topic table as registered: perms limited by a read- or write-only broker."""
+        wrapper = self.topics.wrapper()
+        permission = self.config.broker_permission
+        for name, topic in list(wrapper.topic_config_table.items()):
+            perm = mask_permission(topic.perm, permission)
+            if perm != topic.perm:
+                wrapper.topic_config_table[name] = dataclasses.replace(topic, perm=perm)
+        return wrapper
 
     def _on_connection_closed(self, connection: RemotingConnection) -> None:
         self.consumers.do_channel_close_event(connection)
@@ -195,14 +237,16 @@ class Broker:
                 request = RemotingCommand.request(
                     RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}
                 )
-                self._spawn(channel.oneway(request))
+                self.spawn(channel.oneway(request))
 
     def _on_topic_change(self, change: TopicConfigChanged) -> None:
         del change  # the manager has persisted it; the name servers must learn of it
         if self.registration is not None:
             self.registration.request_registration()
 
-    def _spawn(self, work: Awaitable[None]) -> None:
+    def spawn(self, work: Awaitable[None]) -> None:
+        """Run `work` in the background; connection failures are only logged (debug)."""
+
         async def run() -> None:
             try:
                 await work
@@ -284,7 +328,7 @@ class Broker:
             identity,
             self.config.name_servers,
             self.namesrv_client,
-            self.topics.wrapper,
+            self._registration_topics,
             period_ms=self.config.register_name_server_period,
             timeout_ms=self.config.register_broker_timeout_mills,
             on_result=self._on_register_result,
@@ -298,7 +342,15 @@ class Broker:
         self._tasks = [
             loop.create_task(self._persist_offsets_periodically(), name="persist-offsets"),
             loop.create_task(self._scan_clients_periodically(), name="scan-clients"),
+            loop.create_task(self._sample_rates_periodically(), name="sample-rates"),
         ]
+        if self.config.metrics_port >= 0:
+            self.metrics = MetricsServer(
+                registry_for(BrokerCollector(self)),
+                self.remoting.bind_address,
+                self.config.metrics_port,
+            )
+            await self.metrics.start()
         log.info(
             "broker %s (id %d, %s) boot success at %s in %.2f s",
             self.config.broker_name,
@@ -319,6 +371,11 @@ class Broker:
                 except OSError:
                     log.exception("cannot persist %s", manager.path)
 
+    async def _sample_rates_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(RATE_SAMPLE_INTERVAL)
+            self.rates.sample()
+
     async def _scan_clients_periodically(self) -> None:
         while True:
             await asyncio.sleep(CLIENT_SCAN_INTERVAL)
@@ -332,6 +389,8 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("broker %s shutting down", self.config.broker_name)
+        if self.metrics is not None:
+            await self.metrics.stop()
         # Held pulls answer now (with whatever they find) instead of holding up the stop.
         await self.pull_holds.stop()
         await self.server.stop()

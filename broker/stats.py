@@ -6,8 +6,13 @@ interval: the status line of the local cluster, `clusterList`'s InTPS/OutTPS and
 
 from __future__ import annotations
 
+import bisect
+import datetime
+import itertools
+import math
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -30,6 +35,8 @@ class BrokerStats:
     get_by_group_topic: defaultdict[tuple[str, str], Counter] = field(
         default_factory=lambda: defaultdict(Counter)
     )
+    send_latency: LatencyHistogram = field(default_factory=lambda: LatencyHistogram())
+    pull_latency: LatencyHistogram = field(default_factory=lambda: LatencyHistogram())
 
     def on_put(self, topic: str, messages: int, size: int) -> None:
         self.put_total.add(messages, size)
@@ -38,3 +45,138 @@ class BrokerStats:
     def on_get(self, group: str, topic: str, messages: int, size: int) -> None:
         self.get_total.add(messages, size)
         self.get_by_group_topic[(group, topic)].add(messages, size)
+
+    def on_send_latency(self, seconds: float) -> None:
+        self.send_latency.observe(seconds)
+
+    def on_pull_latency(self, seconds: float) -> None:
+        self.pull_latency.observe(seconds)
+
+
+# Upper bounds (seconds) of the latency buckets; RocketMQ's putMessageDistributeTime steps.
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.001,
+    0.005,
+    0.01,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    3.0,
+    5.0,
+    10.0,
+)
+
+
+@dataclass(slots=True)
+class LatencyHistogram:
+    """Request latencies in `LATENCY_BUCKETS` (plus one bucket for anything slower)."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    total_seconds: float = 0.0
+    count: int = 0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total_seconds += seconds
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(upper bound, observations at or below it), ending with (+inf, count)."""
+        running = list(itertools.accumulate(self.counts))
+        return [*zip(LATENCY_BUCKETS, running, strict=False), (math.inf, running[-1])]
+
+
+@dataclass(slots=True)
+class _Sample:
+    at: float
+    put: int
+    get: int
+    put_by_topic: dict[str, int]
+    get_by_group_topic: dict[tuple[str, str], int]
+
+
+class RateSampler:
+    """Rates from `BrokerStats` counters, sampled once a second by the broker.
+
+    Totals are kept for 600 s (RocketMQ's putTps/getTransferedTps report 10 s, 60 s and 600 s
+    windows); per-topic and per-group counters for `KEY_WINDOW` seconds. The totals at the first
+    sample of each local day are kept too: RocketMQ's msgPutTotalTodayMorning and
+    msgPutTotalYesterdayMorning (0 until the broker has run through a midnight).
+    """
+
+    MAX_WINDOW = 600
+    KEY_WINDOW = 10
+
+    def __init__(
+        self,
+        stats: BrokerStats,
+        clock: Callable[[], float] = time.monotonic,
+        today: Callable[[], datetime.date] = datetime.date.today,
+    ) -> None:
+        self.stats = stats
+        self.clock = clock
+        self.today = today
+        self._totals: deque[tuple[float, int, int]] = deque(maxlen=self.MAX_WINDOW + 1)
+        self._keyed: deque[_Sample] = deque(maxlen=self.KEY_WINDOW + 1)
+        self._date = today()
+        self.today_morning = (0, 0)
+        self.yesterday_morning = (0, 0)
+        self.sample()
+
+    def sample(self) -> None:
+        stats = self.stats
+        now = self.clock()
+        put, get = stats.put_total.messages, stats.get_total.messages
+        self._totals.append((now, put, get))
+        self._keyed.append(
+            _Sample(
+                now,
+                put,
+                get,
+                {t: c.messages for t, c in stats.put_by_topic.items()},
+                {k: c.messages for k, c in stats.get_by_group_topic.items()},
+            )
+        )
+        date = self.today()
+        if date != self._date:
+            self._date = date
+            self.yesterday_morning = self.today_morning
+            self.today_morning = (put, get)
+
+    def _window(self, seconds: float) -> tuple[tuple[float, int, int], tuple[float, int, int]]:
+        last = self._totals[-1]
+        first = last
+        for entry in reversed(self._totals):
+            first = entry
+            if last[0] - entry[0] >= seconds:
+                break
+        return first, last
+
+    def tps(self, seconds: float) -> tuple[float, float]:
+        """(messages put, messages got) per second over the last `seconds`."""
+        first, last = self._window(seconds)
+        span = last[0] - first[0]
+        if span <= 0:
+            return 0.0, 0.0
+        return (last[1] - first[1]) / span, (last[2] - first[2]) / span
+
+    def topic_put_tps(self) -> dict[str, float]:
+        first, last = self._keyed[0], self._keyed[-1]
+        span = last.at - first.at
+        if span <= 0:
+            return {t: 0.0 for t in last.put_by_topic}
+        return {t: (n - first.put_by_topic.get(t, 0)) / span for t, n in last.put_by_topic.items()}
+
+    def group_get_tps(self) -> dict[tuple[str, str], float]:
+        """Messages per second read by (group, topic)."""
+        first, last = self._keyed[0], self._keyed[-1]
+        span = last.at - first.at
+        if span <= 0:
+            return {k: 0.0 for k in last.get_by_group_topic}
+        return {
+            k: (n - first.get_by_group_topic.get(k, 0)) / span
+            for k, n in last.get_by_group_topic.items()
+        }

@@ -254,7 +254,10 @@ class AsyncPushConsumer:
         instance = self.instance
         if self._lock_task is not None:
             self._lock_task.cancel()
-        queues = list(self.process_queues.values())
+        async with self._rebalance_lock:
+            # A rebalance under way (a NOTIFY_CONSUMER_IDS_CHANGED, say) finishes first, so no
+            # queue it adds is left pulling after shutdown; later ones see _running False.
+            queues = list(self.process_queues.values())
         for pq in queues:
             pq.dropped = True
             if pq.task is not None:
@@ -288,9 +291,9 @@ class AsyncPushConsumer:
     # --- rebalance --------------------------------------------------------------------------
 
     async def do_rebalance(self) -> None:
-        if not self._running:
-            return
         async with self._rebalance_lock:
+            if not self._running:
+                return  # not started, or shut down while this rebalance waited for the lock
             wanted: set[MessageQueue] = set()
             for topic in list(self._subscriptions):
                 wanted |= await self._allocate(topic)
@@ -348,7 +351,7 @@ class AsyncPushConsumer:
         tag_filter = parse_tag_expression(sub.data.sub_string)
         assert self.offset_store is not None
         await self.offset_store.update_offset(mq, offset, increase_only=False)
-        while not pq.dropped:
+        while not pq.dropped and self._running:
             if self.orderly and self.message_model is MessageModel.CLUSTERING and not pq.locked:
                 await self._lock([pq])
                 if not pq.locked:
@@ -520,6 +523,25 @@ class AsyncPushConsumer:
     async def persist_offsets(self) -> None:
         if self.offset_store is not None:
             await self.offset_store.persist_all(set(self.process_queues))
+
+    async def reset_offset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """An admin reset (RESET_CONSUMER_CLIENT_OFFSET): drop the topic's queues, take the new
+        offsets, commit them, and rebalance so the queues start again from there."""
+        if not self._running or self.offset_store is None:
+            return
+        async with self._rebalance_lock:
+            for mq, offset in offsets.items():
+                if mq.topic != topic:
+                    continue
+                pq = self.process_queues.pop(mq, None)
+                if pq is not None:
+                    pq.dropped = True
+                    if pq.task is not None:
+                        pq.task.cancel()
+                await self.offset_store.update_offset(mq, offset, increase_only=False)
+                await self.offset_store.persist(mq)
+        log.info("consumer %s: offsets of %s reset, rebalancing", self.group, topic)
+        self.instance.rebalance_immediately()
 
     # --- orderly locks --------------------------------------------------------------------
 

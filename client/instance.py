@@ -20,12 +20,15 @@ from typing import Protocol
 from client.api import BrokerAPI
 from client.config import ClientConfig
 from client.errors import TideMQError
+from client.protocol.admin import ResetOffsetBody, ResetOffsetRequestHeader
+from client.protocol.headers import HeaderFieldError, decode
 from client.protocol.heartbeat import ConsumerData, HeartbeatData, MessageQueue, ProducerData
 from client.protocol.models import MASTER_ID, TopicRouteData
 from client.remoting.client import RemotingClient
 from client.remoting.codes import RequestCode, ResponseCode
 from client.remoting.command import RemotingCommand
 from client.remoting.connection import RemotingConnection
+from client.remoting.errors import BodyDecodeError
 from client.routing import (
     FindBrokerResult,
     TopicPublishInfo,
@@ -70,6 +73,7 @@ class ClientInstance:
         self._tasks: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
         self._route_lock = asyncio.Lock()
+        self._resets: set[asyncio.Task[None]] = set()
         self.started = False
 
     # --- life cycle -------------------------------------------------------------------------
@@ -148,7 +152,20 @@ class ClientInstance:
         for broker in route.broker_datas:
             self.broker_addrs[broker.broker_name] = dict(broker.broker_addrs)
         self.publish_infos[topic] = TopicPublishInfo.from_route(topic, route)
-        self.subscribe_queues[topic] = topic_route_to_subscribe_queues(topic, route)
+        queues = topic_route_to_subscribe_queues(topic, route)
+        previous = self.subscribe_queues.get(topic)
+        self.subscribe_queues[topic] = queues
+        if previous != queues and self._subscribed(topic):
+            # New or vanished queues (a retry topic just created, a broker back): rebalance
+            # now rather than at the next 20 s round.
+            self.rebalance_immediately()
+
+    def _subscribed(self, topic: str) -> bool:
+        return any(
+            s.topic == topic
+            for consumer in self.consumers.values()
+            for s in consumer.consumer_data().subscriptions
+        )
 
     async def refresh_routes(self) -> None:
         topics = set(self.routes) | set(self.publish_infos)
@@ -308,11 +325,45 @@ class ClientInstance:
             )
             self.rebalance_immediately()
             return None
+        if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            self._reset_offset(connection, request)
+            return None
         return RemotingCommand.response_to(
             request,
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
             f"request code {request.code} not supported by the tidemq client",
         )
+
+    def _reset_offset(self, connection: RemotingConnection, request: RemotingCommand) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (an admin's resetOffsetByTime): hand the new offsets
+        to the group's consumer if it can take them (a `reset_offset(topic, offsets)` method);
+        the broker has committed them already, so a consumer without one picks them up when
+        it next reads its offsets from the broker (a restart)."""
+        try:
+            header = decode(ResetOffsetRequestHeader, request.ext_fields)
+            offsets = ResetOffsetBody.decode(request.body).offset_table
+        except (HeaderFieldError, BodyDecodeError) as exc:
+            log.warning("bad offset reset from %s: %s", connection.peer, exc)
+            return
+        consumer = self.consumers.get(header.group)
+        reset = getattr(consumer, "reset_offset", None)
+        if reset is None:
+            log.info(
+                "offset reset of group %s from %s: no consumer here takes it",
+                header.group,
+                connection.peer,
+            )
+            return
+        log.info(
+            "offset reset of group %s topic %s from %s: %d queues",
+            header.group,
+            header.topic,
+            connection.peer,
+            len(offsets),
+        )
+        task = asyncio.get_running_loop().create_task(reset(header.topic, offsets))
+        self._resets.add(task)
+        task.add_done_callback(self._resets.discard)
 
 
 _instances: dict[tuple[str, int], ClientInstance] = {}

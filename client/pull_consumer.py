@@ -117,7 +117,9 @@ class AsyncPullConsumer:
             raise ClientError("subscribe() and assign() cannot be mixed")
         self._assigned = list(queues)
         if self._running:
-            await self._apply_assignment(set(queues))
+            if self.group not in self.instance.consumers:
+                await self.instance.register_consumer(self)
+            await self.do_rebalance()
 
     def assignment(self) -> set[MessageQueue]:
         return set(self._queues)
@@ -159,9 +161,9 @@ class AsyncPullConsumer:
             self._auto_commit_task = asyncio.get_running_loop().create_task(
                 self._auto_commit_loop()
             )
-        if self._assigned is not None:
-            await self._apply_assignment(set(self._assigned))
-        elif self._subscriptions:
+        if self._assigned is not None or self._subscriptions:
+            # Registered in both modes (as RocketMQ's lite pull consumer is): heartbeats, and
+            # the rebalance rounds that retry assigned queues whose offset could not be read.
             await instance.register_consumer(self)
             await self.do_rebalance()
 
@@ -197,9 +199,13 @@ class AsyncPullConsumer:
     # --- rebalance ----------------------------------------------------------------------------
 
     async def do_rebalance(self) -> None:
-        if not self._running or self._assigned is not None:
+        if not self._running:
             return
         async with self._rebalance_lock:
+            if self._assigned is not None:
+                # Queues skipped last time (start offset not readable) are tried again.
+                await self._apply_assignment(set(self._assigned))
+                return
             wanted: set[MessageQueue] = set()
             for topic in list(self._subscriptions):
                 current = {mq for mq in self._queues if mq.topic == topic}
@@ -221,7 +227,14 @@ class AsyncPullConsumer:
                 await self.offset_store.persist(mq)
                 await self._stop_fetch(state)
                 del self._queues[mq]
-        for mq in sorted(wanted - set(self._queues)):
+        added = sorted(wanted - set(self._queues))
+        for topic in sorted({mq.topic for mq in added}):
+            # Assigned topics are in no subscription: fetch their routes (and broker addresses).
+            try:
+                await self.instance.subscribe_queue_set(topic)
+            except TideMQError as exc:
+                log.info("route of %s: %s", topic, exc)
+        for mq in added:
             offset = await compute_pull_from(
                 self.instance,
                 self.offset_store,

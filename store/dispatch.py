@@ -162,13 +162,14 @@ class ReputService:
         while pos < end and pos < budget:
             if end - pos < 8:
                 break
-            total, magic = read_total_size_and_magic(view, pos)
-            if magic == BLANK_MAGIC:
-                return pos, True
-            if magic == MAGIC_V1 and total > 0 and pos + total > end:
-                break  # the rest of this record has not arrived yet
             info = scan_record(view, pos, check_crc=False)
             if info.size <= 0:
+                # Looked at only when the scan fails, which keeps the common case to one parse.
+                total, magic = read_total_size_and_magic(view, pos)
+                if magic == BLANK_MAGIC:
+                    return pos, True
+                if magic == MAGIC_V1 and total > 0 and pos + total > end:
+                    break  # the rest of this record has not arrived yet
                 self.stalled_at = start + pos
                 log.error("malformed record at physical offset %d: dispatch stops", start + pos)
                 break

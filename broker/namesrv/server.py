@@ -4,7 +4,8 @@
 codes of `broker.namesrv.processor`, forgets a broker as soon as its connection closes, and every
 `scanNotActiveBrokerInterval` ms drops (and disconnects) brokers that have not registered for
 `brokerChannelExpiredTime` ms. Routes are soft state: nothing is written to disk, brokers
-rebuild them by registering every 30 s.
+rebuild them by registering every 30 s. With `metricsPort` set (-1 = off) it also serves
+Prometheus metrics (`broker.metrics.NamesrvCollector`).
 
 Log lines (logger `broker.namesrv`): one per broker registered, one per broker address removed
 with its reason (connection closed, unregistered, expired).
@@ -19,6 +20,7 @@ from types import TracebackType
 from typing import Self
 
 from broker.config import NamesrvConfig, RemotingConfig
+from broker.metrics import MetricsServer, NamesrvCollector, registry_for
 from broker.namesrv.kv_config import KvConfigStore
 from broker.namesrv.processor import NamesrvProcessor, log_broker_removed
 from broker.namesrv.route_info import RouteInfoManager
@@ -63,6 +65,13 @@ class NameServer:
         self.server.on_connection_closed.append(self._connection_closed)
         self._scan_task: asyncio.Task[None] | None = None
         self._stopping = False
+        self.metrics: MetricsServer | None = None
+        if config.metrics_port >= 0:
+            self.metrics = MetricsServer(
+                registry_for(NamesrvCollector(self.routes)),
+                remoting.bind_address,
+                config.metrics_port,
+            )
 
     @property
     def host(self) -> str:
@@ -75,6 +84,8 @@ class NameServer:
 
     async def start(self) -> None:
         await self.server.start()
+        if self.metrics is not None:
+            await self.metrics.start()
         self._scan_task = asyncio.get_running_loop().create_task(
             self._scan_periodically(), name="namesrv-scan"
         )
@@ -86,6 +97,8 @@ class NameServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scan_task
             self._scan_task = None
+        if self.metrics is not None:
+            await self.metrics.stop()
         await self.server.stop()
 
     async def __aenter__(self) -> Self:

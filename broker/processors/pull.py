@@ -19,6 +19,7 @@ client's offset is never moved by a slave. The response body is the raw records,
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from client.protocol.headers import (
@@ -73,6 +74,7 @@ class PullProcessor:
         if isinstance(checked, RemotingCommand):
             return checked
         tag_filter, which_broker, group_broker_id = checked
+        started = time.perf_counter()
         response = self._read(request, header, tag_filter, which_broker, group_broker_id)
         self._commit_offset(connection, header)
         allow_suspend = bool(header.sys_flag & PULL_FLAG_SUSPEND)
@@ -80,10 +82,14 @@ class PullProcessor:
             timeout_ms = header.suspend_timeout_millis
             if not self.broker.config.long_polling_enable:
                 timeout_ms = self.broker.config.short_polling_time_mills
+            held = time.perf_counter()
             await self.broker.pull_holds.hold(
                 header.topic, header.queue_id, header.queue_offset, tag_filter, timeout_ms / 1000
             )
+            # The latency histogram measures the broker's work, not the long-polling wait.
+            started += time.perf_counter() - held
             response = self._read(request, header, tag_filter, which_broker, group_broker_id)
+        self.broker.stats.on_pull_latency(time.perf_counter() - started)
         return response
 
     def _check(

@@ -10,6 +10,7 @@ but" statuses carry msgId, queueId and queueOffset like a success.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -30,7 +31,9 @@ from client.remoting.connection import RemotingConnection
 from store.commitlog import PutStatus
 from store.message_store import PutMessageResult
 from store.record import (
+    NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
+    PROPERTY_SEPARATOR,
     MessageToStore,
     decode_properties,
     encode_properties,
@@ -148,11 +151,6 @@ class SendProcessor:
 
     # --- storing ----------------------------------------------------------------------------
 
-    def _properties(self, raw: str | None) -> str:
-        props = decode_properties(raw or "")
-        props[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
-        return encode_properties(props)
-
     def _message(
         self, header: SendMessageRequestHeader, body: bytes, properties: str, flag: int, born: bytes
     ) -> MessageToStore:
@@ -172,9 +170,8 @@ class SendProcessor:
     async def _send_one(
         self, request: RemotingCommand, header: SendMessageRequestHeader, born: bytes
     ) -> RemotingCommand:
-        msg = self._message(
-            header, bytes(request.body), self._properties(header.properties), header.flag, born
-        )
+        properties = with_cluster(header.properties or "", self.broker.config.broker_cluster_name)
+        msg = self._message(header, bytes(request.body), properties, header.flag, born)
         result = await self.broker.store.put_message(msg)
         return self._answer(request, header, result)
 
@@ -188,11 +185,33 @@ class SendProcessor:
         if not inner:
             return _response(request, ResponseCode.MESSAGE_ILLEGAL, "empty batch")
         outer = decode_properties(header.properties or "")
+        cluster = self.broker.config.broker_cluster_name
+        # What the header says is the same for every message: looked up once, not per message.
+        topic, queue_id, sys_flag = header.topic, header.queue_id, header.sys_flag
+        born_timestamp = header.born_timestamp or int(time.time() * 1000)
+        store_host = self.broker.store_host
+        reconsume_times = header.reconsume_times or 0
         msgs = []
         for flag, body, props in inner:
-            merged = {**outer, **decode_properties(props)}
-            merged[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
-            msgs.append(self._message(header, body, encode_properties(merged), flag, born))
+            if outer:
+                merged = {**outer, **decode_properties(props), PROPERTY_CLUSTER: cluster}
+                properties = encode_properties(merged)
+            else:
+                properties = with_cluster(props, cluster)
+            msgs.append(
+                MessageToStore(
+                    topic=topic,
+                    queue_id=queue_id,
+                    body=body,
+                    properties=properties,
+                    flag=flag,
+                    sys_flag=sys_flag,
+                    born_timestamp=born_timestamp,
+                    born_host=born,
+                    store_host=store_host,
+                    reconsume_times=reconsume_times,
+                )
+            )
         result = await self.broker.store.put_messages(msgs)
         return self._answer(request, header, result)
 
@@ -244,8 +263,31 @@ _STATUS_CODES: dict[PutStatus, tuple[int, str | None]] = {
 }
 
 
+def with_cluster(properties: str, cluster: str) -> str:
+    """`properties` with CLUSTER set: `encode_properties(decode_properties(p) | {CLUSTER: c})`."""
+    props = decode_properties(properties)
+    if PROPERTY_CLUSTER not in props and (
+        not properties
+        or (
+            properties[-1] == PROPERTY_SEPARATOR
+            and len(props) == properties.count(PROPERTY_SEPARATOR)
+        )
+    ):
+        # Every item decoded, none twice: the text is exactly what encode_properties would write
+        # for `props`, so the CLUSTER pair can be appended instead of encoding everything again.
+        return f"{properties}{PROPERTY_CLUSTER}{NAME_VALUE_SEPARATOR}{cluster}{PROPERTY_SEPARATOR}"
+    props[PROPERTY_CLUSTER] = cluster
+    return encode_properties(props)
+
+
 def _peer_host(connection: RemotingConnection) -> bytes:
-    host, _sep, port = connection.peer.rpartition(":")
+    return _born_host(connection.peer)
+
+
+# Every request of a connection comes from the same address: parse it once, not per send.
+@functools.lru_cache(maxsize=4096)
+def _born_host(peer: str) -> bytes:
+    host, _sep, port = peer.rpartition(":")
     try:
         return pack_host(host.strip("[]"), int(port))
     except ValueError:

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.fault.store_fault_check import Writers
 
+from tests.fault.store_fault_check import Writers
 from tests.integration.conftest import namesrv, processes, remoting_client  # noqa: F401
 
 

@@ -31,8 +31,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.fault.store_writer import MessageSpec, message_spec, parse_identity, store_config
-
 from store.dispatch import SCHEDULE_TOPIC
 from store.get_message import GetMessageStatus
 from store.javahash import java_string_hash
@@ -46,6 +44,7 @@ from store.record import (
     host_length,
     read_total_size_and_magic,
 )
+from tests.fault.store_writer import MessageSpec, message_spec, parse_identity, store_config
 
 WRITER = Path(__file__).with_name("store_writer.py")
 REPO = Path(__file__).resolve().parents[2]

@@ -18,6 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+from store.errors import CorruptStoreError
+from store.message_store import MessageStore
 from tests.fault.store_fault_check import (
     History,
     RecordAt,
@@ -28,9 +31,6 @@ from tests.fault.store_fault_check import (
     tree_digest,
 )
 from tests.fault.store_writer import BASE_PROPS, message_spec, parse_identity, store_config
-
-from store.errors import CorruptStoreError
-from store.message_store import MessageStore
 
 SEGMENT = int(BASE_PROPS["mappedFileSizeCommitLog"])
 CQ_FILE = int(BASE_PROPS["mappedFileSizeConsumeQueue"])

@@ -1,0 +1,419 @@
+"""Operations calls: runtime info, topic and consume stats, connections, config, offset reset.
+
+GET_BROKER_RUNTIME_INFO (28), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208),
+GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204), UPDATE_BROKER_CONFIG (25),
+GET_BROKER_CONFIG (26), INVOKE_BROKER_TO_RESET_OFFSET (222), QUERY_TOPIC_CONSUME_BY_WHO (300).
+
+Bodies are RocketMQ's (`client.protocol.admin`); the three keyed by MessageQueue are written in
+fastjson's object-key form to a JAVA requester and in tidemq's pairs form to everyone else.
+
+Differences from RocketMQ 4.9.7, on purpose:
+
+- UPDATE_BROKER_CONFIG accepts only the keys that take effect at once (`RUNTIME_KEYS`) and
+  refuses the others with the reason, instead of storing values that silently do nothing until
+  a restart. Changes live in memory: put them in the properties file to keep them.
+- INVOKE_BROKER_TO_RESET_OFFSET also commits the new offsets to this broker's offset table, so
+  a group with no consumer online is reset too (RocketMQ answers CONSUMER_NOT_ONLINE and its
+  mqadmin falls back to committing offsets itself). Online consumers get
+  RESET_CONSUMER_CLIENT_OFFSET (220) as in RocketMQ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import time
+from typing import TYPE_CHECKING, Final
+
+from broker.config import BrokerConfig
+from client.protocol.admin import (
+    ConsumeStats,
+    GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetProducerConnectionListRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    MapForm,
+    OffsetWrapper,
+    ResetOffsetBody,
+    ResetOffsetRequestHeader,
+    TopicOffset,
+    TopicStatsTable,
+    decode_properties_text,
+    encode_properties_text,
+)
+from client.protocol.headers import HeaderFieldError, decode, encode
+from client.protocol.heartbeat import MessageQueue
+from client.protocol.models import PERM_READ, PERM_WRITE, perm_to_string
+from client.protocol.namesrv import KVTable
+from client.remoting.codes import DEFAULT_VERSION, LanguageCode, RequestCode, ResponseCode
+from client.remoting.command import RemotingCommand
+from client.remoting.connection import RemotingConnection
+from client.remoting.errors import BodyDecodeError
+from client.remoting.json_body import dumps
+from store.errors import ConfigError
+from store.services import disk_used_ratio
+from store.settings import from_properties, to_properties
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+VERSION_DESC: Final = "V4_9_4"  # what DEFAULT_VERSION (401) means to RocketMQ's tools
+TIDEMQ_VERSION: Final = "0.1.0"
+
+# BrokerConfig keys whose new value is read by the broker at its next use.
+RUNTIME_KEYS: Final = frozenset(
+    {
+        "brokerPermission",
+        "slaveReadEnable",
+        "longPollingEnable",
+        "shortPollingTimeMills",
+        "channelExpiredTimeout",
+        "flushConsumerOffsetInterval",
+    }
+)
+
+
+def _reply(
+    request: RemotingCommand, code: int, remark: str | None = None, body: bytes = b""
+) -> RemotingCommand:
+    return RemotingCommand.response_to(request, code, remark, body=body)
+
+
+def map_form(request: RemotingCommand) -> MapForm:
+    """fastjson's object keys for Java tools, standard JSON pairs for everyone else."""
+    return MapForm.FASTJSON if request.language == LanguageCode.JAVA else MapForm.PAIRS
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    return (
+        f"[ {s // 86400} days, {s // 3600 % 24} hours, {s // 60 % 60} minutes, {s % 60} seconds ]"
+    )
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.2f} GiB"
+
+
+class OpsProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    # --- runtime info ---------------------------------------------------------------------
+
+    def runtime_info(self) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO's table (RocketMQ's keys; values are strings)."""
+        broker = self.broker
+        store = broker.store
+        sampler = broker.rates
+        put10, get10 = sampler.tps(10)
+        put60, get60 = sampler.tps(60)
+        put600, get600 = sampler.tps(600)
+        stats = broker.stats
+        commitlog_dir = store.config.commit_log_dir
+        ratio = disk_used_ratio(commitlog_dir if commitlog_dir.exists() else store.root)
+        try:
+            usage = shutil.disk_usage(store.root)
+            capacity = f"Total : {_gib(usage.total)}, Free : {_gib(usage.free)}."
+        except OSError:
+            capacity = "Total : 0, Free : 0."
+        min_phy = store.min_phy_offset
+        earliest = (
+            store.commitlog.store_timestamp_at(min_phy) if store.max_phy_offset > min_phy else 0
+        )
+        send_hist = stats.send_latency
+        average_size = stats.put_total.bytes / max(stats.put_total.messages, 1)
+        return {
+            "brokerVersionDesc": VERSION_DESC,
+            "brokerVersion": str(DEFAULT_VERSION),
+            "tidemqVersion": TIDEMQ_VERSION,
+            "brokerRole": broker.role.value,
+            "brokerActive": "true",
+            "bootTimestamp": str(int(stats.started_at * 1000)),
+            "runtime": _duration(time.time() - stats.started_at),
+            "msgPutTotalYesterdayMorning": str(sampler.yesterday_morning[0]),
+            "msgPutTotalTodayMorning": str(sampler.today_morning[0]),
+            "msgPutTotalTodayNow": str(stats.put_total.messages),
+            "msgGetTotalYesterdayMorning": str(sampler.yesterday_morning[1]),
+            "msgGetTotalTodayMorning": str(sampler.today_morning[1]),
+            "msgGetTotalTodayNow": str(stats.get_total.messages),
+            "putMessageSizeTotal": str(stats.put_total.bytes),
+            "putMessageTimesTotal": str(send_hist.count),
+            "putMessageAverageSize": f"{average_size:.2f}",
+            "putTps": f"{put10:.2f} {put60:.2f} {put600:.2f}",
+            "getTransferedTps": f"{get10:.2f} {get60:.2f} {get600:.2f}",
+            "sendThreadPoolQueueSize": "0",
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": "0",
+            "commitLogDiskRatio": f"{max(ratio, 0.0):.4f}",
+            "consumeQueueDiskRatio": f"{max(ratio, 0.0):.4f}",
+            "commitLogDirCapacity": capacity,
+            "commitLogMaxOffset": str(store.max_phy_offset),
+            "commitLogMinOffset": str(min_phy),
+            "remainHowManyDataToFlush": _gib(
+                max(store.max_phy_offset - store.commitlog.segments.flushed_where, 0)
+            ),
+            "dispatchBehindBytes": str(store.reput.behind_bytes),
+            "earliestMessageTimeStamp": str(max(earliest, 0)),
+            "timerReadBehind": "0",
+            "timerOffsetBehind": "0",
+            "timerCongestNum": "0",
+            "timerEnqueueTps": "0.0",
+            "timerDequeueTps": "0.0",
+        }
+
+    async def get_runtime_info(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        del connection
+        return _reply(request, ResponseCode.SUCCESS, body=KVTable(self.runtime_info()).encode())
+
+    # --- topic and consume stats ----------------------------------------------------------
+
+    def topic_stats(self, topic: str) -> TopicStatsTable | None:
+        broker = self.broker
+        config = broker.topics.select(topic)
+        if config is None:
+            return None
+        store = broker.store
+        table: dict[MessageQueue, TopicOffset] = {}
+        for qid in range(config.write_queue_nums):
+            high = store.max_offset_in_queue(topic, qid)
+            last = store.message_store_timestamp(topic, qid, high - 1) if high > 0 else 0
+            table[MessageQueue(topic, broker.config.broker_name, qid)] = TopicOffset(
+                store.min_offset_in_queue(topic, qid), high, max(last, 0)
+            )
+        return TopicStatsTable(table)
+
+    async def get_topic_stats(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        del connection
+        try:
+            header = decode(GetTopicStatsInfoRequestHeader, request.ext_fields)
+        except HeaderFieldError as exc:
+            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        stats = self.topic_stats(header.topic)
+        if stats is None:
+            return _reply(request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist")
+        return _reply(request, ResponseCode.SUCCESS, body=stats.encode(map_form(request)))
+
+    def consume_stats(self, group: str, topic: str = "") -> ConsumeStats:
+        """The group's offsets against each queue's max, over `topic` or every topic it holds
+        offsets of (its retry topic included, as in RocketMQ)."""
+        broker = self.broker
+        store = broker.store
+        topics = [topic] if topic else sorted(broker.offsets.topics_of_group(group))
+        table: dict[MessageQueue, OffsetWrapper] = {}
+        for name in topics:
+            config = broker.topics.select(name)
+            if config is None:
+                continue
+            for qid in range(config.write_queue_nums):
+                consumer = max(broker.offsets.query(group, name, qid), 0)
+                last = store.message_store_timestamp(name, qid, consumer - 1) if consumer else 0
+                table[MessageQueue(name, broker.config.broker_name, qid)] = OffsetWrapper(
+                    store.max_offset_in_queue(name, qid), consumer, max(last, 0)
+                )
+        rates = broker.rates.group_get_tps()
+        tps = sum(rate for (g, t), rate in rates.items() if g == group and t in topics)
+        return ConsumeStats(table, tps)
+
+    async def get_consume_stats(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        del connection
+        try:
+            header = decode(GetConsumeStatsRequestHeader, request.ext_fields)
+        except HeaderFieldError as exc:
+            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        if header.topic and self.broker.topics.select(header.topic) is None:
+            return _reply(request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist")
+        stats = self.consume_stats(header.consumer_group, header.topic)
+        return _reply(request, ResponseCode.SUCCESS, body=stats.encode(map_form(request)))
+
+    # --- connections ----------------------------------------------------------------------
+
+    async def get_consumer_connections(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        del connection
+        try:
+            header = decode(GetConsumerConnectionListRequestHeader, request.ext_fields)
+        except HeaderFieldError as exc:
+            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        found = self.broker.consumers.consumer_connection(header.consumer_group)
+        if found is None or not found.connections:
+            return _reply(
+                request,
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"the consumer group[{header.consumer_group}] not online",
+            )
+        return _reply(request, ResponseCode.SUCCESS, body=dumps(found.to_dict()))
+
+    async def get_producer_connections(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        del connection
+        try:
+            header = decode(GetProducerConnectionListRequestHeader, request.ext_fields)
+        except HeaderFieldError as exc:
+            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        found = self.broker.producers.producer_connection(header.producer_group)
+        if found is None or not found.connections:
+            return _reply(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"the producer group[{header.producer_group}] not exist",
+            )
+        return _reply(request, ResponseCode.SUCCESS, body=dumps(found.to_dict()))
+
+    async def topic_consumed_by(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """QUERY_TOPIC_CONSUME_BY_WHO (300): groups online on the topic or holding its offsets."""
+        del connection
+        topic = request.ext_fields.get("topic", "")
+        broker = self.broker
+        groups = broker.consumers.groups_of_topic(topic) | broker.offsets.groups_of_topic(topic)
+        return _reply(request, ResponseCode.SUCCESS, body=dumps({"groupList": sorted(groups)}))
+
+    # --- configuration --------------------------------------------------------------------
+
+    def config_properties(self) -> dict[str, str]:
+        """Every configuration key of this broker with its effective value."""
+        broker = self.broker
+        props: dict[str, str] = {}
+        for config in (broker.config, broker.store_config, broker.remoting, broker.ha_config):
+            props.update(to_properties(config))
+        props["listenPort"] = str(broker.listen_port)
+        props["haListenPort"] = str(broker.ha_listen_port)
+        return dict(sorted(props.items()))
+
+    async def get_config(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        del connection
+        response = _reply(
+            request, ResponseCode.SUCCESS, body=encode_properties_text(self.config_properties())
+        )
+        response.ext_fields = {"version": dumps(self.broker.topics.data_version.to_dict()).decode()}
+        return response
+
+    def update_config(self, changes: dict[str, str]) -> str | None:
+        """Apply `changes`; None on success, else the reason nothing was changed."""
+        refused = sorted(set(changes) - RUNTIME_KEYS)
+        if refused:
+            return (
+                f"cannot change {', '.join(refused)} while the broker runs (changeable: "
+                f"{', '.join(sorted(RUNTIME_KEYS))}); set it in the properties file and restart"
+            )
+        broker = self.broker
+        props = {**to_properties(broker.config), **changes}
+        try:
+            new = from_properties(BrokerConfig, props)
+        except ConfigError as exc:
+            return str(exc)
+        old = broker.config
+        broker.config = dataclasses.replace(new)
+        for key, value in changes.items():
+            log.info("broker config %s changed to %s", key, value)
+        if new.broker_permission != old.broker_permission:
+            log.info(
+                "broker permission now %s: registering with the name servers",
+                perm_to_string(new.broker_permission),
+            )
+            broker.topics.data_version.next_version()
+            if broker.registration is not None:
+                broker.registration.request_registration()
+        return None
+
+    async def update_broker_config(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        try:
+            changes = decode_properties_text(request.body)
+        except BodyDecodeError as exc:
+            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        log.info("update broker config %s requested by %s", changes, connection.peer)
+        problem = self.update_config(changes)
+        if problem is not None:
+            return _reply(request, ResponseCode.SYSTEM_ERROR, problem)
+        return _reply(request, ResponseCode.SUCCESS)
+
+    # --- offset reset ---------------------------------------------------------------------
+
+    def reset_offsets(self, header: ResetOffsetRequestHeader) -> dict[MessageQueue, int] | str:
+        """Offsets for each queue of the topic at `header.timestamp` (-1: the end); a reason
+        string when the topic or the group's offsets are unknown."""
+        broker = self.broker
+        config = broker.topics.select(header.topic)
+        if config is None:
+            return f"[reset-offset] topic[{header.topic}] not exist"
+        store = broker.store
+        table: dict[MessageQueue, int] = {}
+        for qid in range(config.write_queue_nums):
+            current = broker.offsets.query(header.group, header.topic, qid)
+            if header.timestamp == -1:
+                target = store.max_offset_in_queue(header.topic, qid)
+            else:
+                target = store.offset_in_queue_by_time(header.topic, qid, header.timestamp)
+            target = max(target, 0)
+            if not header.is_force and current >= 0 and target >= current:
+                target = current  # without force, offsets only move back
+            table[MessageQueue(header.topic, broker.config.broker_name, qid)] = target
+        return table
+
+    async def invoke_reset_offset(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        try:
+            header = decode(ResetOffsetRequestHeader, request.ext_fields)
+        except HeaderFieldError as exc:
+            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        table = self.reset_offsets(header)
+        if isinstance(table, str):
+            return _reply(request, ResponseCode.SYSTEM_ERROR, table)
+        broker = self.broker
+        for mq, offset in table.items():
+            broker.offsets.commit(connection.peer, header.group, mq.topic, mq.queue_id, offset)
+        log.info(
+            "[reset-offset] group %s topic %s to timestamp %d (force %s) by %s: %s",
+            header.group,
+            header.topic,
+            header.timestamp,
+            header.is_force,
+            connection.peer,
+            {mq.queue_id: offset for mq, offset in table.items()},
+        )
+        info = broker.consumers.get_group_info(header.group)
+        channels = [] if info is None else info.all_channels()
+        for channel in channels:
+            if isinstance(channel, RemotingConnection):
+                command = RemotingCommand.request(
+                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                    encode(header),
+                    ResetOffsetBody(table).encode(
+                        MapForm.FASTJSON
+                        if info is not None
+                        and (found := info.channels.get(channel)) is not None
+                        and found.language == "JAVA"
+                        else MapForm.PAIRS
+                    ),
+                )
+                broker.spawn(channel.oneway(command))
+        return _reply(
+            request, ResponseCode.SUCCESS, body=ResetOffsetBody(table).encode(map_form(request))
+        )
+
+
+def mask_permission(perm: int, broker_permission: int) -> int:
+    """A topic's permission as registered: limited by a broker that is not readable/writable."""
+    if broker_permission & PERM_READ and broker_permission & PERM_WRITE:
+        return perm
+    return perm & broker_permission

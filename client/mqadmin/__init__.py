@@ -1,0 +1,10 @@
+"""`mqadmin`: RocketMQ's admin command line for tidemq (click).
+
+Subcommands keep RocketMQ's names, flags and output columns (rocketmq-reference.md Part B §1);
+`--json` prints the same data for scripts. The modules register their commands on `main`.
+"""
+
+from client.mqadmin import cluster, group, message, topic
+from client.mqadmin.base import main
+
+__all__ = ["cluster", "group", "main", "message", "topic"]

@@ -1,0 +1,166 @@
+"""What every mqadmin subcommand shares: the click group, `-n`/NAMESRV_ADDR and `--json`, the
+admin client's life cycle, tables, and turning failures into one line and exit status 1.
+
+Each subcommand is an `async` function of an `AdminClient` returning an `Output`: the table or
+lines a person reads, and the data `--json` prints. `make_admin` builds the client; tests replace
+it with a fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+import click
+
+from client.admin import AdminClient
+from client.errors import BrokerResponseError, TideMQError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_NAMESRV: Final = "127.0.0.1:9876"
+TIMESTAMP_FORMAT: Final = "%Y-%m-%d#%H:%M:%S:%f"
+
+
+def make_admin(namesrv_addr: str) -> AdminClient:
+    return AdminClient(namesrv_addr)
+
+
+@dataclass(slots=True)
+class Table:
+    columns: list[str]
+    rows: list[list[object]] = field(default_factory=list)
+
+    def render(self) -> list[str]:
+        cells = [[str(c) for c in row] for row in self.rows]
+        widths = [len(c) for c in self.columns]
+        for row in cells:
+            for i, cell in enumerate(row):
+                widths[i] = max(widths[i], len(cell))
+
+        def line(values: Sequence[str]) -> str:
+            return "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
+
+        return [line(self.columns), *(line(row) for row in cells)]
+
+
+@dataclass(slots=True)
+class Output:
+    """What a command shows: `lines` around `tables` for people, `data` for `--json`."""
+
+    data: Any
+    lines_before: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    lines_after: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        out = list(self.lines_before)
+        for table in self.tables:
+            out.extend(table.render())
+        out.extend(self.lines_after)
+        return "\n".join(out)
+
+
+class CommandError(Exception):
+    """A failure worth one line (bad arguments found late, nothing to show)."""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """mqadmin: RocketMQ's admin commands for a tidemq cluster.
+
+    Every command takes -n host:port[;host:port] (default: $NAMESRV_ADDR, else 127.0.0.1:9876)
+    and --json (machine-readable output). On failure it prints one line to stderr and exits 1.
+    """
+
+
+def common(func: F) -> F:
+    """Add `-n/--namesrvAddr` and `--json` to a subcommand."""
+    func = click.option(
+        "-n",
+        "--namesrvAddr",
+        "namesrv_addr",
+        default=None,
+        help="Name servers 'host:port;host:port' [default: $NAMESRV_ADDR or 127.0.0.1:9876].",
+    )(func)
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(func)
+
+
+def run(
+    name: str,
+    namesrv_addr: str | None,
+    as_json: bool,
+    work: Callable[[AdminClient], Awaitable[Output]],
+) -> None:
+    """Run `work` with an admin client and print its output; failures exit 1 with one line."""
+    address = namesrv_addr or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
+
+    async def go() -> Output:
+        admin = make_admin(address)
+        try:
+            return await work(admin)
+        finally:
+            await admin.close()
+
+    try:
+        output = asyncio.run(go())
+    except BrokerResponseError as exc:
+        _fail(name, f"{exc.remark or 'error'} (code {exc.code})")
+    except (TideMQError, CommandError, OSError, TimeoutError, ValueError) as exc:
+        _fail(name, str(exc) or type(exc).__name__)
+    except Exception as exc:  # noqa: BLE001 - the contract is one line and status 1, not a trace
+        _fail(name, f"{type(exc).__name__}: {exc}")
+    if as_json:
+        click.echo(json.dumps(output.data, indent=2, sort_keys=False, default=str))
+    else:
+        text = output.text()
+        if text:
+            click.echo(text)
+
+
+def _fail(name: str, reason: str) -> None:
+    click.echo(f"mqadmin {name}: {reason.splitlines()[0] if reason else 'failed'}", err=True)
+    sys.exit(1)
+
+
+def need_one(name: str, **options: object) -> None:
+    """RocketMQ's `-c|-b`: exactly one of the options must be given."""
+    given = [k for k, v in options.items() if v is not None]
+    if len(given) != 1:
+        flags = " or ".join(f"-{k}" for k in options)
+        raise click.UsageError(f"{name}: give one of {flags}")
+
+
+def parse_timestamp(text: str) -> int:
+    """`now` (-1), milliseconds, or `yyyy-MM-dd#HH:mm:ss:SSS` (local time) as ms."""
+    text = text.strip()
+    if text == "now":
+        return -1
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.datetime.strptime(text, TIMESTAMP_FORMAT)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: expected now, milliseconds or yyyy-MM-dd#HH:mm:ss:SSS"
+        ) from None
+    return int(moment.timestamp() * 1000)
+
+
+def format_time(ms: int) -> str:
+    if ms <= 0:
+        return ""
+    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+
+
+def parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise click.BadParameter(f"{text!r}: expected true or false")
+    return value == "true"

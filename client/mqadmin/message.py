@@ -1,0 +1,249 @@
+"""Message commands: queryMsgById, queryMsgByKey, queryMsgByOffset, sendMessage,
+consumeMessage."""
+
+from __future__ import annotations
+
+import click
+
+from client.admin import AdminClient
+from client.api import PullStatus
+from client.errors import TideMQError
+from client.message import Message
+from client.mqadmin.base import CommandError, Output, Table, common, format_time, main, run
+from store.record import StoredMessage
+
+BODY_PREVIEW = 512
+
+
+def _body_text(body: bytes) -> str:
+    text = body[:BODY_PREVIEW].decode("utf-8", errors="replace")
+    return text + ("..." if len(body) > BODY_PREVIEW else "")
+
+
+def message_data(msg: StoredMessage, broker_name: str = "") -> dict[str, object]:
+    return {
+        "msgId": msg.properties.get("UNIQ_KEY", msg.msg_id),
+        "offsetMsgId": msg.msg_id,
+        "topic": msg.topic,
+        "brokerName": broker_name,
+        "queueId": msg.queue_id,
+        "queueOffset": msg.queue_offset,
+        "commitLogOffset": msg.physical_offset,
+        "tags": msg.tags,
+        "keys": msg.keys,
+        "reconsumeTimes": msg.reconsume_times,
+        "bornTimestamp": msg.born_timestamp,
+        "storeTimestamp": msg.store_timestamp,
+        "bornHost": f"{msg.born_host[0]}:{msg.born_host[1]}",
+        "storeHost": f"{msg.store_host[0]}:{msg.store_host[1]}",
+        "sysFlag": msg.sys_flag,
+        "properties": msg.properties,
+        "body": _body_text(msg.body),
+    }
+
+
+def message_lines(msg: StoredMessage) -> list[str]:
+    rows = [
+        ("OffsetID:", msg.msg_id),
+        ("Topic:", msg.topic),
+        ("Tags:", f"[{msg.tags or ''}]"),
+        ("Keys:", f"[{msg.keys or ''}]"),
+        ("Queue ID:", msg.queue_id),
+        ("Queue Offset:", msg.queue_offset),
+        ("CommitLog Offset:", msg.physical_offset),
+        ("Reconsume Times:", msg.reconsume_times),
+        ("Born Timestamp:", format_time(msg.born_timestamp)),
+        ("Store Timestamp:", format_time(msg.store_timestamp)),
+        ("Born Host:", f"{msg.born_host[0]}:{msg.born_host[1]}"),
+        ("Store Host:", f"{msg.store_host[0]}:{msg.store_host[1]}"),
+        ("System Flag:", msg.sys_flag),
+        ("Properties:", msg.properties),
+        ("Message Body:", _body_text(msg.body)),
+    ]
+    return [f"{k:<20s} {v}" for k, v in rows]
+
+
+@main.command("queryMsgById")
+@common
+@click.option("-i", "--msgId", "msg_id", required=True, help="offsetMsgId, or msgId with -t.")
+@click.option("-t", "--topic", default=None, help="Topic, to look a client msgId up.")
+def query_msg_by_id(
+    namesrv_addr: str | None, as_json: bool, msg_id: str, topic: str | None
+) -> None:
+    """Print a message by its offsetMsgId (or its client msgId, UNIQ_KEY, with -t)."""
+
+    async def work(admin: AdminClient) -> Output:
+        msg: StoredMessage | None = None
+        try:
+            msg = await admin.view_message(msg_id)
+        except TideMQError:
+            if topic is None:
+                raise
+        if msg is None and topic is not None:
+            found = [m for _, m in await admin.query_message(topic, msg_id, 32)]
+            found = [m for m in found if m.properties.get("UNIQ_KEY") == msg_id] or found
+            if not found:
+                raise CommandError(f"message {msg_id} not found in topic {topic}")
+            msg = found[0]
+        assert msg is not None
+        return Output(message_data(msg), lines_before=message_lines(msg))
+
+    run("queryMsgById", namesrv_addr, as_json, work)
+
+
+@main.command("queryMsgByKey")
+@common
+@click.option("-t", "--topic", required=True, help="Topic.")
+@click.option("-k", "--msgKey", "key", required=True, help="Message key.")
+@click.option("-b", "--beginTimestamp", "begin", type=int, default=0, help="From (ms).")
+@click.option("-e", "--endTimestamp", "end", type=int, default=None, help="To (ms, default now).")
+@click.option("-m", "--maxNum", "max_num", type=int, default=64, show_default=True)
+def query_msg_by_key(
+    namesrv_addr: str | None,
+    as_json: bool,
+    topic: str,
+    key: str,
+    begin: int,
+    end: int | None,
+    max_num: int,
+) -> None:
+    """List the messages of a topic carrying a key."""
+
+    async def work(admin: AdminClient) -> Output:
+        found = await admin.query_message(topic, key, max_num, begin, end)
+        table = Table(["#Message ID", "#QID", "#Offset"])
+        data = []
+        for broker_name, msg in found[:max_num]:
+            table.rows.append(
+                [msg.properties.get("UNIQ_KEY", msg.msg_id), msg.queue_id, msg.queue_offset]
+            )
+            data.append(message_data(msg, broker_name))
+        return Output(data, tables=[table])
+
+    run("queryMsgByKey", namesrv_addr, as_json, work)
+
+
+@main.command("queryMsgByOffset")
+@common
+@click.option("-t", "--topic", required=True, help="Topic.")
+@click.option("-b", "--brokerName", "broker_name", required=True, help="Broker group name.")
+@click.option("-i", "--queueId", "queue_id", type=int, required=True, help="Queue id.")
+@click.option("-o", "--offset", type=int, required=True, help="Queue offset.")
+def query_msg_by_offset(
+    namesrv_addr: str | None,
+    as_json: bool,
+    topic: str,
+    broker_name: str,
+    queue_id: int,
+    offset: int,
+) -> None:
+    """Print the message at a queue offset."""
+
+    async def work(admin: AdminClient) -> Output:
+        result = await admin.pull(broker_name, topic, queue_id, offset, 1)
+        if result.status is not PullStatus.FOUND or not result.messages:
+            raise CommandError(
+                f"no message at {topic}/{broker_name}/{queue_id} offset {offset} "
+                f"({result.status.value}; queue holds {result.min_offset}..{result.max_offset})"
+            )
+        msg = result.messages[0]
+        return Output(message_data(msg, broker_name), lines_before=message_lines(msg))
+
+    run("queryMsgByOffset", namesrv_addr, as_json, work)
+
+
+@main.command("sendMessage")
+@common
+@click.option("-t", "--topic", required=True, help="Topic.")
+@click.option("-p", "--body", required=True, help="Message body (UTF-8).")
+@click.option("-k", "--key", default=None, help="Message key(s).")
+@click.option("-c", "--tags", default=None, help="Message tag.")
+@click.option("-b", "--broker", "broker_name", default=None, help="Broker group to send to.")
+@click.option("-i", "--qid", "queue_id", type=int, default=None, help="Queue id to send to.")
+def send_message(
+    namesrv_addr: str | None,
+    as_json: bool,
+    topic: str,
+    body: str,
+    key: str | None,
+    tags: str | None,
+    broker_name: str | None,
+    queue_id: int | None,
+) -> None:
+    """Send one message."""
+
+    async def work(admin: AdminClient) -> Output:
+        msg = Message(topic, body.encode("utf-8"), tags=tags, keys=key)
+        name, qid, result = await admin.send_message(msg, broker_name, queue_id)
+        table = Table(["#Broker Name", "#QID", "#Send Result", "#MsgId"])
+        table.rows.append([name, qid, result.status.value, result.msg_id])
+        data = {
+            "brokerName": name,
+            "queueId": qid,
+            "sendStatus": result.status.value,
+            "msgId": result.msg_id,
+            "queueOffset": result.queue_offset,
+        }
+        return Output(data, tables=[table])
+
+    run("sendMessage", namesrv_addr, as_json, work)
+
+
+@main.command("consumeMessage")
+@common
+@click.option("-t", "--topic", required=True, help="Topic.")
+@click.option("-b", "--brokerName", "broker_name", default=None, help="Only this broker group.")
+@click.option("-i", "--queueId", "queue_id", type=int, default=None, help="Only this queue.")
+@click.option("-o", "--offset", type=int, default=None, help="Start offset (default: queue min).")
+@click.option("-c", "--MessageNumber", "count", type=int, default=128, show_default=True)
+def consume_message(
+    namesrv_addr: str | None,
+    as_json: bool,
+    topic: str,
+    broker_name: str | None,
+    queue_id: int | None,
+    offset: int | None,
+    count: int,
+) -> None:
+    """Read messages from a topic's queues (no group, no offset commits)."""
+
+    async def work(admin: AdminClient) -> Output:
+        route = await admin.topic_route(topic)
+        queues = sorted(
+            (q.broker_name, qid)
+            for q in route.queue_datas
+            for qid in range(q.read_queue_nums)
+            if (broker_name is None or q.broker_name == broker_name)
+            and (queue_id is None or qid == queue_id)
+        )
+        if not queues:
+            raise CommandError(f"no queue of topic {topic} matches")
+        table = Table(["#Broker Name", "#QID", "#Offset", "#MsgId", "#Tags", "#Keys", "#Body"])
+        data: list[dict[str, object]] = []
+        for name, qid in queues:
+            position = -1 if offset is None else offset
+            while len(data) < count:
+                if position < 0:
+                    first = await admin.pull(name, topic, qid, 0, 1)
+                    position = first.min_offset
+                result = await admin.pull(name, topic, qid, position, min(32, count - len(data)))
+                if result.status is not PullStatus.FOUND:
+                    break
+                for msg in result.messages:
+                    uniq = msg.properties.get("UNIQ_KEY", msg.msg_id)
+                    table.rows.append(
+                        [
+                            name,
+                            qid,
+                            msg.queue_offset,
+                            uniq,
+                            msg.tags or "",
+                            msg.keys or "",
+                            _body_text(msg.body),
+                        ]
+                    )
+                    data.append(message_data(msg, name))
+                position = result.next_begin_offset
+        return Output(data, tables=[table], lines_after=[f"Consumed {len(data)} messages"])
+
+    run("consumeMessage", namesrv_addr, as_json, work)

@@ -1,0 +1,258 @@
+"""Client benchmark: the Python client (asyncio API) against namesrvd and brokerd processes.
+
+- producer, single sends: 1 KiB messages, `AsyncProducer.send`, 64 in flight;
+- producer, batches: `send_batch` of 32 x 1 KiB messages, 8 batches in flight;
+- push consumer, end to end: an `AsyncPushConsumer` (CLUSTERING, from the first offset) drains
+  the backlog of the single sends: pulls, decoding, one listener call per message, offset
+  commits. Rate = messages / time from start() to the last listener call;
+- latency: a caught-up push consumer long-polling (the broker holds its pulls and answers when a
+  message arrives) while a producer sends 1 KiB messages paced at 1,000 msg/s; the latency of a
+  message is the time from the `send()` call to the listener's call, both in this process.
+  Target p99 <= 10 ms.
+
+Knobs: TIDEMQ_BENCH_CLIENT_MESSAGES (single sends and the consumer's backlog, default 30,000;
+batched sends are 4x that), TIDEMQ_BENCH_CLIENT_LATENCY_SECONDS (default 5). The client shares
+the 2 cores with the broker, and every figure is client plus broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import struct
+import time
+
+from client.api import BrokerAPI
+from client.config import ClientConfig
+from client.consumer import AsyncPushConsumer, ConsumeResult
+from client.message import Message, ReceivedMessage, SendResult, SendStatus
+from client.producer import AsyncProducer
+from client.protocol.heartbeat import ConsumeFromWhere
+from client.protocol.models import TopicConfig
+from tests.bench import Result, env_int, temp_dir
+from tests.support.processes import ProcessGroup
+
+BODY = os.urandom(1024)
+QUEUES = 8
+LATENCY_RATE = 1000
+_INDEX = struct.Struct(">q")
+
+
+def _config(namesrv: str) -> ClientConfig:
+    return ClientConfig.create(
+        namesrv, poll_name_server_interval=5.0, heartbeat_broker_interval=5.0
+    )
+
+
+async def _create_topics(namesrv: str, broker: str, *topics: str) -> None:
+    api = BrokerAPI()
+    try:
+        for topic in topics:
+            await api.create_topic(broker, TopicConfig(topic, QUEUES, QUEUES))
+        deadline = time.monotonic() + 15
+        for topic in topics:
+            while await api.get_route(namesrv, topic) is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no route for {topic}")
+                await asyncio.sleep(0.05)
+    finally:
+        await api.close()
+
+
+async def _single_sends(producer: AsyncProducer, topic: str, messages: int) -> float:
+    remaining = messages
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            result = await producer.send(Message(topic, BODY))
+            assert result.status is SendStatus.SEND_OK
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(64)))
+    return messages / (time.perf_counter() - started)
+
+
+async def _batched_sends(producer: AsyncProducer, topic: str, messages: int) -> float:
+    batches = messages // 32
+    remaining = batches
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            result = await producer.send_batch([Message(topic, BODY) for _ in range(32)])
+            assert result.status is SendStatus.SEND_OK
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(8)))
+    return batches * 32 / (time.perf_counter() - started)
+
+
+async def _drain(namesrv: str, topic: str, messages: int) -> float:
+    consumed = 0
+    done = asyncio.Event()
+    last = 0.0
+
+    async def listener(msg: ReceivedMessage) -> ConsumeResult:
+        nonlocal consumed, last
+        consumed += 1
+        if consumed >= messages:
+            last = time.perf_counter()
+            done.set()
+        return ConsumeResult.SUCCESS
+
+    consumer = AsyncPushConsumer(
+        "BenchDrainCG",
+        config=_config(namesrv),
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    consumer.subscribe(topic, "*", listener)
+    started = time.perf_counter()
+    await consumer.start()
+    try:
+        await asyncio.wait_for(done.wait(), 120)
+    finally:
+        await consumer.shutdown()
+    return consumed / (last - started)
+
+
+def _percentile(sorted_values: list[float], fraction: float) -> float:
+    index = min(len(sorted_values) - 1, max(0, round(fraction * len(sorted_values)) - 1))
+    return sorted_values[index]
+
+
+async def _latency(namesrv: str, producer: AsyncProducer, topic: str, seconds: int) -> list[float]:
+    """Latencies in ms of `seconds` x 1,000 paced sends, after a 1 s warm-up.
+
+    Per-message bookkeeping is two preallocated lists of floats and no retained task, so the
+    bench itself adds nothing for the garbage collector to walk (a full collection over a
+    large heap pauses the whole process, sender and consumer alike).
+    """
+    warmup = LATENCY_RATE
+    expected = warmup + seconds * LATENCY_RATE
+    sent_at = [0.0] * expected
+    received_at = [0.0] * expected
+    received = 0
+    acked = 0
+    failures: list[BaseException] = []
+    all_in = asyncio.Event()
+    all_acked = asyncio.Event()
+
+    async def listener(msg: ReceivedMessage) -> ConsumeResult:
+        nonlocal received
+        index = _INDEX.unpack_from(msg.body)[0]
+        if not received_at[index]:
+            received_at[index] = time.perf_counter()
+            received += 1
+            if received >= expected:
+                all_in.set()
+        return ConsumeResult.SUCCESS
+
+    def on_sent(task: asyncio.Task[SendResult]) -> None:
+        nonlocal acked
+        acked += 1
+        error = task.exception()
+        if error is not None:
+            failures.append(error)
+        elif task.result().status is not SendStatus.SEND_OK:
+            failures.append(RuntimeError(str(task.result().status)))
+        if acked >= expected:
+            all_acked.set()
+
+    consumer = AsyncPushConsumer("BenchLatencyCG", config=_config(namesrv))
+    consumer.subscribe(topic, "*", listener)
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + 15
+        while len([mq for mq in consumer.process_queues if mq.topic == topic]) < QUEUES:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the latency consumer got no queues")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # every queue's first pull is held by the broker now
+        gc.collect()  # start clean: what earlier sections left is not this section's cost
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        for i in range(expected):
+            delay = began + i / LATENCY_RATE - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            body = _INDEX.pack(i) + BODY[_INDEX.size :]
+            sent_at[i] = time.perf_counter()
+            loop.create_task(producer.send(Message(topic, body))).add_done_callback(on_sent)
+        await asyncio.wait_for(all_acked.wait(), 30)
+        if failures:
+            raise RuntimeError(f"{len(failures)} sends failed, first: {failures[0]!r}")
+        await asyncio.wait_for(all_in.wait(), 30)
+    finally:
+        await consumer.shutdown()
+    return sorted((received_at[i] - sent_at[i]) * 1000 for i in range(warmup, expected))
+
+
+async def _run(namesrv: str, broker: str, messages: int, seconds: int) -> list[Result]:
+    await _create_topics(namesrv, broker, "BenchSingle", "BenchBatch", "BenchLatency")
+    producer = AsyncProducer("BenchPG", config=_config(namesrv))
+    await producer.start()
+    try:
+        await _single_sends(producer, "BenchBatch", 2000)  # warm up: routes, connections
+        single = await _single_sends(producer, "BenchSingle", messages)
+        print(f"single sends (1 KiB, 64 in flight):   {single:,.0f} msg/s", flush=True)
+        batched = await _batched_sends(producer, "BenchBatch", messages * 4)
+        print(f"batched sends (32 x 1 KiB, 8 in flight): {batched:,.0f} msg/s", flush=True)
+        drained = await _drain(namesrv, "BenchSingle", messages)
+        print(f"push consumer, end to end:            {drained:,.0f} msg/s", flush=True)
+        latencies = await _latency(namesrv, producer, "BenchLatency", seconds)
+    finally:
+        await producer.shutdown()
+    p50, p99 = _percentile(latencies, 0.50), _percentile(latencies, 0.99)
+    worst = latencies[-1]
+    print(
+        f"send -> listener at {LATENCY_RATE} msg/s ({len(latencies)} messages): "
+        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {worst:.2f} ms",
+        flush=True,
+    )
+    return [
+        Result("producer single sends, 1 KiB, 64 in flight", single, "msg/s"),
+        Result("producer batches of 32 x 1 KiB, 8 in flight", batched, "msg/s"),
+        Result("push consumer end to end, 1 KiB", drained, "msg/s"),
+        Result("send -> listener p50 at 1,000 msg/s", p50, "ms", higher_is_better=False),
+        Result("send -> listener p99 at 1,000 msg/s", p99, "ms", 10.0, higher_is_better=False),
+    ]
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run() -> list[Result]:
+    messages = env_int("TIDEMQ_BENCH_CLIENT_MESSAGES", 30_000)
+    seconds = env_int("TIDEMQ_BENCH_CLIENT_LATENCY_SECONDS", 5)
+    with temp_dir("client") as folder:
+        group = ProcessGroup(folder / "logs")
+        try:
+            namesrv = group.namesrvd(name="namesrvd")
+            broker = group.brokerd(
+                namesrv.address,
+                folder / "store",
+                "mappedFileSizeCommitLog=1073741824",
+                "mappedFileSizeConsumeQueue=6000000",
+                "maxHashSlotNum=5000000",
+                "maxIndexNum=20000000",
+                "maxMessageSize=4194304",
+                name="brokerd",
+            )
+            loop = _event_loop()
+            try:
+                return loop.run_until_complete(
+                    _run(namesrv.address, broker.address, messages, seconds)
+                )
+            finally:
+                loop.close()
+        finally:
+            group.stop_all()

@@ -1,0 +1,339 @@
+"""Operations against a real 2m-2s cluster started by the launcher (deploy/2m-2s-async).
+
+One cluster for the module (name server, broker-a and broker-b with a slave each, on free
+ports); `mqadmin` runs in-process through click's CliRunner; clients use the blocking API (its
+own background loop), so a consumer keeps running while mqadmin commands are invoked. The
+launcher is stopped with SIGINT at the end, passed or failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from prometheus_client.parser import text_string_to_metric_families
+
+from client.admin import AdminClient
+from client.config import ClientConfig
+from client.consumer import ConsumeResult, PushConsumer
+from client.message import Message, ReceivedMessage
+from client.mqadmin import main as mqadmin
+from client.producer import Producer
+from client.protocol.heartbeat import ConsumeFromWhere
+from tests.support.launcher import LaunchedCluster, alive
+
+pytestmark = pytest.mark.slow
+
+TIMING = (
+    "slaveSynchronizeInterval=1000",
+    "flushConsumerOffsetInterval=500",
+    "haSendHeartbeatInterval=500",
+    "slaveReadEnable=true",
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedCluster]:
+    launched = LaunchedCluster.start("2m-2s-async", tmp_path_factory.mktemp("2m2s"), *TIMING)
+    try:
+        yield launched
+    finally:
+        launched.stop()
+
+
+def admin_cli(cluster: LaunchedCluster, *args: str) -> Result:
+    result = CliRunner().invoke(mqadmin, [args[0], "-n", cluster.namesrv_addr, *args[1:]])
+    assert result.exit_code == 0, f"mqadmin {' '.join(args)} failed: {result.output}"
+    return result
+
+
+def admin_json(cluster: LaunchedCluster, *args: str) -> object:
+    return json.loads(admin_cli(cluster, *args, "--json").output)
+
+
+def eventually(predicate: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def client_config(cluster: LaunchedCluster) -> ClientConfig:
+    return ClientConfig.create(
+        cluster.namesrv_addr,
+        poll_name_server_interval=1.0,
+        heartbeat_broker_interval=1.0,
+        persist_consumer_offset_interval=1.0,
+    )
+
+
+class Received:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.messages: list[ReceivedMessage] = []
+
+    def listener(self, msg: ReceivedMessage) -> ConsumeResult:
+        with self.lock:
+            self.messages.append(msg)
+        return ConsumeResult.SUCCESS
+
+    def bodies(self) -> list[bytes]:
+        with self.lock:
+            return [m.body for m in self.messages]
+
+
+def create_topic(cluster: LaunchedCluster, topic: str) -> None:
+    admin_cli(cluster, "updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "2", "-w", "2")
+
+    def routed() -> bool:
+        route = admin_json(cluster, "topicRoute", "-t", topic)
+        assert isinstance(route, dict)
+        return len(route["queueDatas"]) == 2
+
+    eventually(routed, 20, f"route of {topic}")
+
+
+def send(producer: Producer, topic: str, prefix: str, count: int) -> list[str]:
+    brokers = []
+    for i in range(count):
+        result = producer.send(Message(topic, f"{prefix}-{i}".encode(), keys=f"{prefix}-{i}"))
+        brokers.append(result.message_queue.broker_name)
+    return brokers
+
+
+def test_cluster_list_shows_four_brokers(cluster: LaunchedCluster) -> None:
+    text = admin_cli(cluster, "clusterList").output
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["#Cluster", "Name", "#Broker"]
+    assert "#InTPS(LOAD)" in lines[0] and "#ACTIVATED" in lines[0]
+    rows = [line.split() for line in lines[1:]]
+    assert sorted((r[1], r[2]) for r in rows) == [
+        ("broker-a", "0"),
+        ("broker-a", "1"),
+        ("broker-b", "0"),
+        ("broker-b", "1"),
+    ]
+    data = admin_json(cluster, "clusterList")
+    assert isinstance(data, list) and len(data) == 4
+    assert {b["address"] for b in data} == {cluster.address(n) for n in cluster.ports}
+
+
+def test_ha_status_shows_each_slave_lag(cluster: LaunchedCluster) -> None:
+    text = admin_cli(cluster, "haStatus", "-c", "DefaultCluster").output
+    assert text.count("#SlaveAddr") == 2
+    assert text.count("#MasterAddr") == 2
+    statuses = admin_json(cluster, "haStatus", "-c", "DefaultCluster")
+    assert isinstance(statuses, list)
+    assert sorted(s["brokerAddr"] for s in statuses) == sorted(
+        [cluster.address("broker-a"), cluster.address("broker-b")]
+    )
+    for status in statuses:
+        assert status["master"] is True
+        [slave] = status["ha_connection_info"]
+        assert slave["diff"] >= 0
+        assert slave["slave_ack_offset"] <= status["master_commit_log_max_offset"]
+
+
+def test_progress_diff_reaches_zero_and_reset_by_time_reads_again(
+    cluster: LaunchedCluster,
+) -> None:
+    topic, group = "OpsProgress", "ops-progress"
+    create_topic(cluster, topic)
+    before = int(time.time() * 1000) - 1000
+    received = Received()
+    consumer = PushConsumer(
+        group,
+        config=client_config(cluster),
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    consumer.subscribe(topic, "*", received.listener)
+    producer = Producer("ops-progress-pg", config=client_config(cluster))
+    consumer.start()
+    producer.start()
+    try:
+        send(producer, topic, "m", 30)
+        eventually(lambda: len(set(received.bodies())) == 30, 30, "30 messages consumed")
+
+        def drained() -> bool:
+            data = admin_json(cluster, "consumerProgress", "-g", group, "-t", topic)
+            assert isinstance(data, dict)
+            return data["diffTotal"] == 0 and len(data["queues"]) == 4
+
+        eventually(drained, 20, "consumerProgress diff 0")
+        text = admin_cli(cluster, "consumerProgress", "-g", group).output
+        assert [c.strip() for c in text.splitlines()[0].split("#")[1:]] == [
+            "Topic",
+            "Broker Name",
+            "QID",
+            "Broker Offset",
+            "Consumer Offset",
+            "Client IP",
+            "Diff",
+            "Inflight",
+            "LastTime",
+        ]
+        assert "Diff Total: 0" in text
+
+        conn = admin_json(cluster, "consumerConnection", "-g", group)
+        assert isinstance(conn, dict) and len(conn["connectionSet"]) == 1
+        assert topic in conn["subscriptionTable"]
+        prod = admin_json(cluster, "producerConnection", "-g", "ops-progress-pg", "-t", topic)
+        assert isinstance(prod, dict) and len(prod["connectionSet"]) == 1
+
+        reset = admin_cli(
+            cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", str(before)
+        ).output
+        assert "#brokerName" in reset
+        eventually(lambda: len(received.bodies()) >= 60, 40, "every message consumed again")
+        assert sorted(set(received.bodies())) == sorted(f"m-{i}".encode() for i in range(30))
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+
+
+def slave_reads(cluster: LaunchedCluster) -> int:
+    total = 0
+    for name in ("broker-a-s", "broker-b-s"):
+        data = admin_json(cluster, "brokerStatus", "-b", cluster.address(name))
+        assert isinstance(data, dict)
+        total += int(data[cluster.address(name)]["msgGetTotalTodayNow"])
+    return total
+
+
+def test_update_sub_group_broker_id_1_reads_from_the_slave(cluster: LaunchedCluster) -> None:
+    topic, group = "OpsSlaveRead", "ops-slave-read"
+    create_topic(cluster, topic)
+    out = admin_cli(cluster, "updateSubGroup", "-c", "DefaultCluster", "-g", group, "-i", "1")
+    assert out.output.count("create subscription group to") == 2
+    assert "brokerId=1" in out.output
+    time.sleep(1.5)  # the slaves copy the group's config (slaveSynchronizeInterval=1000)
+    reads_before = slave_reads(cluster)
+    received = Received()
+    consumer = PushConsumer(
+        group,
+        config=client_config(cluster),
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    consumer.subscribe(topic, "*", received.listener)
+    producer = Producer("ops-slave-read-pg", config=client_config(cluster))
+    consumer.start()
+    producer.start()
+    try:
+        send(producer, topic, "first", 10)
+        eventually(lambda: len(received.bodies()) >= 10, 30, "the first messages")
+        # The master's answers told the consumer to read from broker id 1 from now on.
+        send(producer, topic, "second", 20)
+        eventually(lambda: len(received.bodies()) >= 30, 30, "the second messages")
+        eventually(
+            lambda: slave_reads(cluster) - reads_before >= 15,
+            10,
+            f"reads from slaves (before {reads_before}, now {slave_reads(cluster)})",
+        )
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+
+
+def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return out
+
+
+def commitlog_diff(cluster: LaunchedCluster) -> float:
+    samples = scrape(cluster.ports["broker-a"].metrics)["rocketmq_broker_commitlog_diff"]
+    [(labels, value)] = samples
+    assert labels["broker"] == "broker-a" and labels["cluster"] == "DefaultCluster"
+    return value
+
+
+def test_metrics_show_ha_lag_rising_while_a_slave_is_stopped(cluster: LaunchedCluster) -> None:
+    topic = "OpsMetrics"
+    create_topic(cluster, topic)
+    eventually(lambda: commitlog_diff(cluster) == 0, 20, "no HA lag to start with")
+    slave_pid = cluster.pids["broker-a-s"]
+    os.kill(slave_pid, signal.SIGSTOP)
+    try:
+
+        async def send_to_a(count: int) -> None:
+            async with AdminClient(cluster.namesrv_addr) as admin:
+                for _ in range(count):
+                    await admin.send_message(Message(topic, b"x" * 2048), "broker-a")
+
+        asyncio.run(send_to_a(40))
+        lag = commitlog_diff(cluster)
+        assert lag >= 40 * 2048
+        asyncio.run(send_to_a(10))
+        assert commitlog_diff(cluster) > lag  # still rising
+    finally:
+        os.kill(slave_pid, signal.SIGCONT)
+    eventually(lambda: commitlog_diff(cluster) == 0, 30, "the slave to catch up")
+
+    metrics = scrape(cluster.ports["broker-a"].metrics)
+    offsets = {s[0]["topic"]: s[1] for s in metrics["rocketmq_producer_offset"]}
+    assert offsets[topic] == 50
+    assert any(v > 0 for _, v in metrics["rocketmq_producer_tps"])
+    [(_, count)] = metrics["tidemq_send_latency_seconds_count"]
+    assert count >= 50
+    assert "tidemq_pull_latency_seconds_bucket" in metrics
+    assert "rocketmq_brokeruntime_commitlog_disk_ratio" in metrics
+    assert "rocketmq_group_diff" in metrics
+    slave_metrics = scrape(cluster.ports["broker-a-s"].metrics)
+    assert slave_metrics["rocketmq_broker_tps"][0][0]["broker"] == "broker-a"
+
+
+def test_wipe_write_perm_moves_producers_to_the_other_master(cluster: LaunchedCluster) -> None:
+    topic = "OpsWipe"
+    create_topic(cluster, topic)
+    producer = Producer("ops-wipe-pg", config=client_config(cluster))
+    producer.start()
+    try:
+        assert set(send(producer, topic, "before", 20)) == {"broker-a", "broker-b"}
+        out = admin_cli(cluster, "wipeWritePerm", "-b", "broker-a").output
+        assert f"wipe write perm of broker[broker-a] in name server[{cluster.namesrv_addr}] OK" in (
+            out
+        )
+        time.sleep(2.5)  # the producer refreshes its routes every second
+        assert set(send(producer, topic, "during", 20)) == {"broker-b"}
+        admin_cli(cluster, "addWritePerm", "-b", "broker-a")
+        time.sleep(2.5)
+        assert set(send(producer, topic, "after", 20)) == {"broker-a", "broker-b"}
+    finally:
+        producer.shutdown()
+        CliRunner().invoke(mqadmin, ["addWritePerm", "-n", cluster.namesrv_addr, "-b", "broker-a"])
+
+
+def test_make_run_starts_the_local_cluster_and_ctrl_c_stops_every_process(
+    tmp_path: Path,
+) -> None:
+    """`make run` (free ports through RUN_ARGS), then SIGINT to its process group: a terminal's
+    Ctrl-C. The launcher stops the slave, the master and the name server, in that order."""
+    launched = LaunchedCluster.start("local", tmp_path / "local", via_make=True)
+    try:
+        assert set(launched.pids) == {"namesrv", "broker-a", "broker-a-s"}
+        assert all(alive(pid) for pid in launched.pids.values())
+        eventually(lambda: "HA lag: broker-a<-" in launched.output(), 10, "the status line")
+        launched.interrupt()
+        launched.process.wait(60)
+        eventually(lambda: "stopped; stores and logs kept" in launched.output(), 30, "the end")
+    finally:
+        launched.stop()
+    assert not [name for name, pid in launched.pids.items() if alive(pid)]
+    output = launched.output()
+    assert output.index("stopped broker-a-s") < output.index("stopped broker-a ")
+    assert output.index("stopped broker-a ") < output.index("stopped namesrv")
+    assert (tmp_path / "local" / "logs" / "broker-a.log").exists()

@@ -1,0 +1,158 @@
+"""RemotingConnection: frames queued in one loop iteration are written together; timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from client.remoting.command import RemotingCommand
+from client.remoting.connection import ConnectionClosedError, RemotingConnection
+from client.remoting.frame import FrameDecoder, encode_command
+
+
+class FakeTransport:
+    """Records each write call; enough of a transport for RemotingConnection."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closing = False
+
+    def get_extra_info(self, name: str) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else None
+
+    def set_write_buffer_limits(self, high: int) -> None:
+        pass
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def writelines(self, parts: list[bytes]) -> None:
+        self.writes.append(b"".join(bytes(p) for p in parts))
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def abort(self) -> None:
+        self.closing = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def connect(handler: Any = None) -> tuple[RemotingConnection, FakeTransport]:
+    connection = RemotingConnection(handler)
+    transport = FakeTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    return connection, transport
+
+
+def commands_in(data: bytes) -> list[RemotingCommand]:
+    return FrameDecoder().feed(data)
+
+
+async def test_frames_of_one_iteration_go_out_in_one_write() -> None:
+    connection, transport = connect()
+    oneway = [RemotingCommand.request(100 + i, {"i": str(i)}, b"body" * i) for i in range(5)]
+    for command in oneway:
+        await connection.oneway(command)
+    assert transport.writes == []  # not yet: the loop has not finished this iteration
+    await asyncio.sleep(0)
+    assert len(transport.writes) == 1
+    got = commands_in(transport.writes[0])
+    assert [(c.code, c.ext_fields, bytes(c.body)) for c in got] == [
+        (c.code, c.ext_fields, bytes(c.body)) for c in oneway
+    ]
+
+
+async def test_responses_to_requests_read_together_are_written_together() -> None:
+    async def echo(_connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        return RemotingCommand.response_to(request, 0, ext_fields=dict(request.ext_fields))
+
+    connection, transport = connect(echo)
+    requests = [RemotingCommand.request(1, {"n": str(n)}, opaque=n + 1) for n in range(10)]
+    connection.data_received(b"".join(encode_command(r) for r in requests))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert len(transport.writes) == 1
+    answers = commands_in(transport.writes[0])
+    assert sorted((a.opaque, a.ext_fields["n"]) for a in answers) == [
+        (n + 1, str(n)) for n in range(10)
+    ]
+    assert all(a.is_response for a in answers)
+
+
+async def test_close_writes_what_is_queued_first() -> None:
+    connection, transport = connect()
+    await connection.oneway(RemotingCommand.request(7))
+    connection.close()
+    assert transport.closing
+    assert [c.code for c in commands_in(b"".join(transport.writes))] == [7]
+    await asyncio.sleep(0)
+    assert len(transport.writes) == 1  # the flush scheduled earlier finds nothing left
+
+
+async def test_frames_queued_when_the_connection_is_lost_are_dropped() -> None:
+    connection, transport = connect()
+    await connection.oneway(RemotingCommand.request(7))
+    connection.connection_lost(None)
+    await asyncio.sleep(0)
+    assert transport.writes == []
+    await connection.oneway(RemotingCommand.request(8))  # closed: dropped at once
+    await asyncio.sleep(0)
+    assert transport.writes == []
+
+
+async def test_request_gets_its_response() -> None:
+    connection, transport = connect()
+    call = asyncio.ensure_future(connection.request(RemotingCommand.request(5), 5.0))
+    await asyncio.sleep(0.01)
+    (sent,) = commands_in(b"".join(transport.writes))
+    connection.data_received(encode_command(RemotingCommand.response_to(sent, 0, "fine")))
+    response = await call
+    assert (response.opaque, response.remark) == (sent.opaque, "fine")
+    assert not connection._pending
+
+
+async def test_request_times_out_and_forgets_the_call() -> None:
+    connection, _transport = connect()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(TimeoutError):
+        await connection.request(RemotingCommand.request(5), 0.05)
+    assert 0.04 <= loop.time() - started < 1.0
+    assert not connection._pending
+
+
+async def test_a_late_response_after_a_timeout_is_ignored() -> None:
+    connection, transport = connect()
+    with pytest.raises(TimeoutError):
+        await connection.request(RemotingCommand.request(5), 0.01)
+    (sent,) = commands_in(b"".join(transport.writes))
+    connection.data_received(encode_command(RemotingCommand.response_to(sent, 0)))
+
+
+async def test_a_cancelled_request_forgets_the_call() -> None:
+    connection, _transport = connect()
+    call = asyncio.ensure_future(connection.request(RemotingCommand.request(5), 5.0))
+    await asyncio.sleep(0.01)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert not connection._pending
+
+
+async def test_a_request_fails_when_the_connection_closes() -> None:
+    connection, _transport = connect()
+    call = asyncio.ensure_future(connection.request(RemotingCommand.request(5), 5.0))
+    await asyncio.sleep(0.01)
+    connection.connection_lost(None)
+    with pytest.raises(ConnectionClosedError):
+        await call
