@@ -32,8 +32,10 @@ from store.record import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     EncodedRecord,
+    MessageBatch,
     MessageToStore,
     RecordTooLargeError,
+    encode_batch,
     encode_blank,
     encode_record,
     message_id,
@@ -84,6 +86,11 @@ class AppendResult:
         return self.wrote_offset + self.wrote_bytes
 
 
+def _refused(exc: RecordTooLargeError) -> AppendResult:
+    status = PutStatus.PROPERTIES_SIZE_EXCEEDED if exc.properties else PutStatus.MESSAGE_ILLEGAL
+    return AppendResult(status, remark=str(exc))
+
+
 def queue_key(topic: str, queue_id: int) -> str:
     return f"{topic}-{queue_id}"
 
@@ -108,10 +115,7 @@ class CommitLog:
         try:
             encoded = encode_record(msg, self.config.max_message_size)
         except RecordTooLargeError as exc:
-            status = (
-                PutStatus.PROPERTIES_SIZE_EXCEEDED if exc.properties else PutStatus.MESSAGE_ILLEGAL
-            )
-            return AppendResult(status, remark=str(exc))
+            return _refused(exc)
         result = self._append_encoded([encoded], msg.store_host)
         msg.queue_offset = result.queue_offset
         return result
@@ -123,14 +127,21 @@ class CommitLog:
         try:
             encoded = [encode_record(msg, self.config.max_message_size) for msg in msgs]
         except RecordTooLargeError as exc:
-            status = (
-                PutStatus.PROPERTIES_SIZE_EXCEEDED if exc.properties else PutStatus.MESSAGE_ILLEGAL
-            )
-            return AppendResult(status, remark=str(exc))
+            return _refused(exc)
         result = self._append_encoded(encoded, msgs[0].store_host)
         for i, msg in enumerate(msgs):
             msg.queue_offset = result.queue_offset + i
         return result
+
+    def put_message_batch(self, batch: MessageBatch) -> AppendResult:
+        """`put_batch` of `batch.as_messages()`, encoded straight from the batch."""
+        if not batch.messages:
+            return AppendResult(PutStatus.MESSAGE_ILLEGAL, remark="empty batch")
+        try:
+            encoded = encode_batch(batch, self.config.max_message_size)
+        except RecordTooLargeError as exc:
+            return _refused(exc)
+        return self._append_encoded(encoded, batch.store_host)
 
     def _append_encoded(self, records: list[EncodedRecord], store_host: bytes) -> AppendResult:
         total = sum(len(r.data) for r in records)

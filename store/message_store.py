@@ -48,6 +48,7 @@ from store.record import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
+    MessageBatch,
     MessageToStore,
     StoredMessage,
     decode_properties,
@@ -441,6 +442,15 @@ class MessageStore:
             return refused
         append = self.commitlog.put_batch(msgs)
         wait = bool(msgs) and _waits_for_store(msgs[0].properties)
+        return await self._after_append(append, wait)
+
+    async def put_message_batch(self, batch: MessageBatch) -> PutMessageResult:
+        """`put_messages(batch.as_messages())`, without a MessageToStore per message."""
+        refused = self._check_writable()
+        if refused is not None:
+            return refused
+        append = self.commitlog.put_message_batch(batch)
+        wait = bool(batch.messages) and _waits_for_store(batch.messages[0][2])
         return await self._after_append(append, wait)
 
     async def _after_append(self, append: AppendResult, wait_store: bool) -> PutMessageResult:

@@ -34,6 +34,7 @@ from store.record import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_SEPARATOR,
+    MessageBatch,
     MessageToStore,
     decode_properties,
     encode_properties,
@@ -186,33 +187,25 @@ class SendProcessor:
             return _response(request, ResponseCode.MESSAGE_ILLEGAL, "empty batch")
         outer = decode_properties(header.properties or "")
         cluster = self.broker.config.broker_cluster_name
-        # What the header says is the same for every message: looked up once, not per message.
-        topic, queue_id, sys_flag = header.topic, header.queue_id, header.sys_flag
-        born_timestamp = header.born_timestamp or int(time.time() * 1000)
-        store_host = self.broker.store_host
-        reconsume_times = header.reconsume_times or 0
-        msgs = []
+        messages = []
         for flag, body, props in inner:
             if outer:
                 merged = {**outer, **decode_properties(props), PROPERTY_CLUSTER: cluster}
                 properties = encode_properties(merged)
             else:
                 properties = with_cluster(props, cluster)
-            msgs.append(
-                MessageToStore(
-                    topic=topic,
-                    queue_id=queue_id,
-                    body=body,
-                    properties=properties,
-                    flag=flag,
-                    sys_flag=sys_flag,
-                    born_timestamp=born_timestamp,
-                    born_host=born,
-                    store_host=store_host,
-                    reconsume_times=reconsume_times,
-                )
-            )
-        result = await self.broker.store.put_messages(msgs)
+            messages.append((flag, body, properties))
+        batch = MessageBatch(
+            topic=header.topic,
+            queue_id=header.queue_id,
+            messages=messages,
+            sys_flag=header.sys_flag,
+            born_timestamp=header.born_timestamp or int(time.time() * 1000),
+            born_host=born,
+            store_host=self.broker.store_host,
+            reconsume_times=header.reconsume_times or 0,
+        )
+        result = await self.broker.store.put_message_batch(batch)
         return self._answer(request, header, result)
 
     def _answer(
