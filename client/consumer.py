@@ -36,8 +36,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self, TypeAlias
+from typing import Any, TypeAlias
 
 from client.allocate import AllocateMessageQueueAveragely, AllocateStrategy
 from client.api import PullResult, PullStatus
@@ -58,7 +57,7 @@ from client.protocol.heartbeat import (
     UnlockBatchRequestBody,
 )
 from client.pulling import RETRY_PREFIX, allocate_queues, compute_pull_from, pull_queue
-from client.sync import call
+from client.sync import AsyncLifecycle, BlockingTwin
 from store.tags import parse_tag_expression
 
 log = logging.getLogger(__name__)
@@ -127,7 +126,7 @@ class _Subscription:
     listener: Listener | None
 
 
-class AsyncPushConsumer:
+class AsyncPushConsumer(AsyncLifecycle):
     """An asyncio push consumer; `subscribe()` topics, then `start()`."""
 
     def __init__(
@@ -275,18 +274,6 @@ class AsyncPushConsumer:
         await instance.unregister_consumer(self.group)
         await instance.shutdown()
         self._instance = None
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.shutdown()
 
     # --- rebalance --------------------------------------------------------------------------
 
@@ -590,7 +577,7 @@ def _with_reconsume(msg: ReceivedMessage, times: int) -> ReceivedMessage:
     return dataclasses.replace(msg, reconsume_times=times)
 
 
-class PushConsumer:
+class PushConsumer(BlockingTwin[AsyncPushConsumer]):
     """The blocking twin of `AsyncPushConsumer`; listeners run in a thread pool."""
 
     def __init__(
@@ -606,21 +593,3 @@ class PushConsumer:
 
     def register_listener(self, listener: Listener) -> None:
         self._async.register_listener(listener)
-
-    def start(self) -> None:
-        call(self._async.start())
-
-    def shutdown(self) -> None:
-        call(self._async.shutdown())
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.shutdown()

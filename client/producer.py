@@ -27,8 +27,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from client.api import SendResult as RawSendResult
 from client.config import ClientConfig
@@ -41,7 +40,7 @@ from client.protocol.headers import SendMessageRequestHeader
 from client.protocol.heartbeat import MessageQueue
 from client.remoting.codes import ResponseCode
 from client.routing import TopicPublishInfo
-from client.sync import call, submit
+from client.sync import AsyncLifecycle, BlockingTwin, call, submit
 from store.record import FLAG_COMPRESSED, pack_host
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,7 @@ def _compress(body: bytes, threshold: int) -> tuple[bytes, int]:
     return body, 0
 
 
-class AsyncProducer:
+class AsyncProducer(AsyncLifecycle):
     """An asyncio producer; `async with AsyncProducer("group", "127.0.0.1:9876") as p: ...`."""
 
     def __init__(
@@ -128,18 +127,6 @@ class AsyncProducer:
         if instance is not None:
             instance.unregister_producer(self.group)
             await instance.shutdown()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.shutdown()
 
     # --- sending ----------------------------------------------------------------------------
 
@@ -330,7 +317,7 @@ def _result(raw: RawSendResult, queue: MessageQueue, uniq: str) -> SendResult:
     )
 
 
-class Producer:
+class Producer(BlockingTwin[AsyncProducer]):
     """The blocking twin of `AsyncProducer`: same constructor, same methods."""
 
     def __init__(
@@ -338,24 +325,6 @@ class Producer:
     ) -> None:
         self._async = AsyncProducer(group, namesrv_addr, **kwargs)
         self.group = group
-
-    def start(self) -> None:
-        call(self._async.start())
-
-    def shutdown(self) -> None:
-        call(self._async.shutdown())
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.shutdown()
 
     def send(self, msg: Message, **kwargs: Any) -> SendResult:
         return call(self._async.send(msg, **kwargs))

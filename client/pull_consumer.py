@@ -18,8 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from client.allocate import AllocateMessageQueueAveragely, AllocateStrategy
 from client.api import PullStatus
@@ -42,7 +41,7 @@ from client.protocol.heartbeat import (
     SubscriptionData,
 )
 from client.pulling import allocate_queues, compute_pull_from, pull_queue
-from client.sync import call
+from client.sync import AsyncLifecycle, BlockingTwin, call
 from store.tags import parse_tag_expression
 
 log = logging.getLogger(__name__)
@@ -62,7 +61,7 @@ class _QueueState:
     generation: int = 0
 
 
-class AsyncPullConsumer:
+class AsyncPullConsumer(AsyncLifecycle):
     def __init__(
         self,
         group: str,
@@ -183,18 +182,6 @@ class AsyncPullConsumer:
         await instance.shutdown()
         self._queues.clear()
         self._instance = None
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.shutdown()
 
     # --- rebalance ----------------------------------------------------------------------------
 
@@ -424,7 +411,7 @@ class AsyncPullConsumer:
                 log.info("auto commit of %s failed: %s", self.group, exc)
 
 
-class PullConsumer:
+class PullConsumer(BlockingTwin[AsyncPullConsumer]):
     """The blocking twin of `AsyncPullConsumer`; iterate it or call `poll()`."""
 
     def __init__(
@@ -441,24 +428,6 @@ class PullConsumer:
 
     def assignment(self) -> set[MessageQueue]:
         return self._async.assignment()
-
-    def start(self) -> None:
-        call(self._async.start())
-
-    def shutdown(self) -> None:
-        call(self._async.shutdown())
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.shutdown()
 
     def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ReceivedMessage]:
         return call(self._async.poll(timeout, max_records))

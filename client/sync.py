@@ -12,7 +12,8 @@ import atexit
 import concurrent.futures
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 T = TypeVar("T")
 
@@ -68,3 +69,58 @@ def _stop_loop() -> None:
     loop = _loop
     if loop is not None and loop.is_running():
         loop.call_soon_threadsafe(loop.stop)
+
+
+class _Lifecycle(Protocol):
+    async def start(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+
+L = TypeVar("L", bound=_Lifecycle)
+
+
+class AsyncLifecycle:
+    """`async with` for the asyncio classes: start on entry, shut down on exit."""
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def shutdown(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+
+
+class BlockingTwin(Generic[L]):
+    """The blocking classes' shared part: `start`, `shutdown` and `with` over the async twin."""
+
+    _async: L
+
+    def start(self) -> None:
+        call(self._async.start())
+
+    def shutdown(self) -> None:
+        call(self._async.shutdown())
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
