@@ -154,7 +154,11 @@ def run(settings: IngestSettings, spark: Any | None = None, *, out: Any = None) 
         stopper.install()
     status = 0
     try:
-        query = start_query(spark, settings)
+        try:
+            query = start_query(spark, settings)
+        except Exception as exc:  # noqa: BLE001 (Spark wraps every failure: report it, exit 1)
+            print(f"cannot start the query: {short_error(exc)}", file=out, flush=True)
+            return EXIT_FAILED
         print(
             f"query {query.id} started: {settings.source_options.get('topic')} -> "
             f"{settings.output} (checkpoint {settings.checkpoint})",
@@ -167,6 +171,15 @@ def run(settings: IngestSettings, spark: Any | None = None, *, out: Any = None) 
         if own_session:
             spark.stop()
     return status
+
+
+def short_error(exc: BaseException) -> str:
+    """The line that says what went wrong, out of Spark's wrapped Python tracebacks."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in reversed(lines):
+        if any(name in line for name in ("OptionError:", "SourceError:", "DataLossError:")):
+            return line
+    return lines[0] if lines else type(exc).__name__
 
 
 def _follow(query: Any, stopper: _Stopper, out: Any) -> int:
@@ -197,7 +210,7 @@ def _follow(query: Any, stopper: _Stopper, out: Any) -> int:
     error = query.exception()
     elapsed = time.monotonic() - started
     if error is not None:
-        print(f"query failed: {error}", file=out, flush=True)
+        print(f"query failed: {short_error(error)}", file=out, flush=True)
         return EXIT_FAILED
     print(f"stopped: {batches} batches, {total} rows in {elapsed:.1f} s", file=out, flush=True)
     return 0

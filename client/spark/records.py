@@ -51,6 +51,7 @@ from store.record import (
     FLAG_STOREHOST_V6,
     MAGIC_V1,
     NAME_VALUE_SEPARATOR,
+    OFFSET_PHYSICAL_OFFSET,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
@@ -115,9 +116,12 @@ _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _H = struct.Struct(">h")
 _BORN_HOST_AT = _PREFIX.size  # 48
-# The same plus, for IPv4 hosts (the usual case), born host, store timestamp, store host,
-# reconsume times, prepared offset and the body length: one unpack per record.
-_V4 = struct.Struct(">iiiiiqqiq8xq8x12xi")
+# For IPv4 hosts (the usual case), the fields the fast path needs in one unpack per record:
+# total, magic, queue offset, sys flag, born and store timestamps, body length (fields the
+# fast path does not need are skipped with x: fewer Python ints made per record).
+_V4 = struct.Struct(">ii12xq8xiq8xq8x12xi")
+_V4_TOTAL, _V4_MAGIC, _V4_QUEUE_OFFSET, _V4_FLAGS, _V4_BORN, _V4_STORED, _V4_BODY_LEN = range(7)
+_PHYSICAL_OFFSET = struct.Struct(">q")
 # Records the fast path leaves to the general one: IPv6 hosts shift the fields after them,
 # a compressed body must be inflated.
 _GENERAL_PATH = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6 | FLAG_COMPRESSED
@@ -232,16 +236,17 @@ class ColumnBuffer:
             record = unpack(body, pos)
             rows_append(record)
             starts_append(pos)
-            if record[0] < header + 3:  # also keeps a zero size from looping forever
+            if record[_V4_TOTAL] < header + 3:  # also keeps a zero size from looping forever
                 raise _bad_record(body, pos)
-            pos += record[0]
+            pos += record[_V4_TOTAL]
         if pos != limit:
             raise RecordFormatError(f"pull body of {limit} bytes ends inside a record at {pos}")
         n = len(rows)
         if n == 0:
             return -1, -1, 0
         columns = list(zip(*rows, strict=True))
-        totals, magics, flags, body_lens = columns[0], columns[1], columns[7], columns[10]
+        totals, magics = columns[_V4_TOTAL], columns[_V4_MAGIC]
+        flags, body_lens = columns[_V4_FLAGS], columns[_V4_BODY_LEN]
         if magics.count(MAGIC_V1) != n:
             bad = next(i for i, magic in enumerate(magics) if magic != MAGIC_V1)
             raise _bad_record(body, starts[bad])
@@ -264,7 +269,7 @@ class ColumnBuffer:
         pairs = itertools.chain.from_iterable
         value_offsets = [0, *pairs(zip(value_starts, value_ends, strict=True)), limit]
         props_offsets = [0, *pairs(zip(props_starts, record_ends, strict=True)), limit]
-        queue_offsets = columns[5]
+        queue_offsets = columns[_V4_QUEUE_OFFSET]
         first, last = queue_offsets[0], queue_offsets[-1]
         keep: list[int] | None = None
         if start <= first and last < end:
@@ -283,15 +288,23 @@ class ColumnBuffer:
         def fallback_ids() -> list[str]:
             # Only called for a body with records without UNIQ_KEY (from clients that set none):
             # the broker's offsetMsgIds, made on demand so the usual case costs nothing.
-            return [_offset_msg_id(body, starts[i], flags[i], rows[i][6]) for i in kept]
+            return [
+                _offset_msg_id(
+                    body,
+                    starts[i],
+                    flags[i],
+                    _PHYSICAL_OFFSET.unpack_from(body, starts[i] + OFFSET_PHYSICAL_OFFSET)[0],
+                )
+                for i in kept
+            ]
 
         self._keep(
             _Piece(
                 _slices(data, value_offsets).take(picked),
                 _slices(data, props_offsets).take(picked),
-                column(5),
-                column(9),
-                column(8),
+                column(_V4_QUEUE_OFFSET),
+                column(_V4_STORED),
+                column(_V4_BORN),
                 fallback_ids,
             )
         )

@@ -1,0 +1,505 @@
+"""The `tidemq` data source in Spark local mode against real name servers and brokers.
+
+One Spark session for the whole module (`spark` fixture). Every check of what a query read is
+made through Spark (aggregates over the sink, or over `spark.read.parquet`, which lists a file
+sink through its `_spark_metadata` log), never by listing files: a killed query may leave a file
+in the directory that belongs to no batch.
+
+"Exactly once" below means: the rows' (brokerName, queueId, queueOffset) are all distinct, each
+queue's offsets run without a gap over exactly the range the brokers hold, and the keys are the
+keys that were sent, each once, read from the queue it was sent to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client.spark.records import spark_schema
+from tests.spark.conftest import Cluster, spark_subprocess_env, start_cluster
+from tests.support.processes import REPO_ROOT, ProcessGroup
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+QueueRef = tuple[str, int]
+
+
+def stream(spark: Any, cluster: Cluster, topic: str, **options: Any) -> Any:
+    reader = (
+        spark.readStream.format("tidemq")
+        .option("namesrvAddr", cluster.namesrv_addr)
+        .option("topic", topic)
+    )
+    for key, value in {"startingOffsets": "earliest", **options}.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def batch(spark: Any, cluster: Cluster, topic: str, **options: Any) -> Any:
+    reader = (
+        spark.read.format("tidemq")
+        .option("namesrvAddr", cluster.namesrv_addr)
+        .option("topic", topic)
+    )
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def assert_exactly_once(
+    df: Any,
+    placed: Mapping[str, QueueRef],
+    ranges: Mapping[QueueRef, tuple[int, int]],
+) -> None:
+    """`df` holds each message of `placed` once, and each queue exactly its [lo, hi) range."""
+    from pyspark.sql import functions as F
+
+    per_queue = {
+        (r["brokerName"], r["queueId"]): r
+        for r in df.groupBy("brokerName", "queueId")
+        .agg(
+            F.count("*").alias("rows"),
+            F.countDistinct("queueOffset").alias("distinct"),
+            F.min("queueOffset").alias("lo"),
+            F.max("queueOffset").alias("hi"),
+        )
+        .collect()
+    }
+    expected = {q: (lo, hi) for q, (lo, hi) in ranges.items() if hi > lo}
+    assert set(per_queue) == set(expected)
+    for queue, (lo, hi) in expected.items():
+        row = per_queue[queue]
+        assert (row["rows"], row["distinct"], row["lo"], row["hi"]) == (
+            hi - lo,
+            hi - lo,
+            lo,
+            hi - 1,
+        ), (
+            queue,
+            row,
+        )
+    keys = df.select(F.col("key").cast("string").alias("k"), "brokerName", "queueId").collect()
+    seen = {r["k"]: (r["brokerName"], r["queueId"]) for r in keys}
+    assert len(seen) == len(keys) == len(placed)
+    assert seen == dict(placed)
+
+
+def all_queues(
+    cluster: Cluster, queues: int, brokers: Sequence[str] | None = None
+) -> list[QueueRef]:
+    return [(b, q) for b in (brokers or sorted(cluster.masters)) for q in range(queues)]
+
+
+def whole_range(
+    cluster: Cluster, topic: str, queues: Sequence[QueueRef]
+) -> dict[QueueRef, tuple[int, int]]:
+    return {q: (0, hi) for q, hi in cluster.max_offsets(topic, queues).items()}
+
+
+def executed(query: Any) -> list[Any]:
+    """Progress events of batches that ran (idle triggers post events too)."""
+    return [p for p in query.recentProgress if "addBatch" in (p["durationMs"] or {})]
+
+
+# --- batch --------------------------------------------------------------------------------------
+
+
+def test_batch_read_returns_every_message_once(spark: Any, cluster: Cluster) -> None:
+    topic = "SparkBatch"
+    cluster.create_topic(topic, queues=4)
+    queues = all_queues(cluster, 4)
+    placed = cluster.produce(topic, 2000, "b", queues, tags=("TagA", "TagB", None))
+    df = batch(spark, cluster, topic)
+    assert df.schema == spark_schema(False)
+    assert_exactly_once(df, placed, whole_range(cluster, topic, queues))
+    # Reading the same range again gives the same rows.
+    first = sorted(
+        tuple(r) for r in df.select("brokerName", "queueId", "queueOffset", "msgId").collect()
+    )
+    again = sorted(
+        tuple(r) for r in df.select("brokerName", "queueId", "queueOffset", "msgId").collect()
+    )
+    assert first == again and len(first) == 2000
+    row = df.where("queueOffset = 0 and brokerName = 'broker-a' and queueId = 0").first()
+    assert row["key"] == b"b-0" and row["value"].startswith(b"b-0:") and row["msgId"] == "b-id-0"
+    assert row["topic"] == topic and row["tags"] == "TagA" and row["storeTimestamp"] is not None
+
+
+def test_batch_offsets_tags_properties_and_partitions(spark: Any, cluster: Cluster) -> None:
+    topic = "SparkBatchOptions"
+    cluster.create_topic(topic, queues=2)
+    queues = all_queues(cluster, 2)
+    placed = cluster.produce(topic, 400, "o", queues, tags=("TagA", "TagB"))
+    maxes = cluster.max_offsets(topic, queues)
+    assert all(v == 100 for v in maxes.values())
+    # A JSON start and end for two queues; the others from earliest to latest.
+    starting = {topic: {"broker-a": {"0": 10, "1": -2}}}
+    ending = {topic: {"broker-a": {"0": 20}, "broker-b": {"1": -1}}}
+    df = batch(
+        spark,
+        cluster,
+        topic,
+        startingOffsets=json.dumps(starting),
+        endingOffsets=json.dumps(ending),
+    )
+    ranges = {
+        ("broker-a", 0): (10, 20),
+        ("broker-a", 1): (0, 100),
+        ("broker-b", 0): (0, 100),
+        ("broker-b", 1): (0, 100),
+    }
+    wanted = {k: q for k, q in placed.items() if _offset_of(k, q, queues) in range(*ranges[q])}
+    assert_exactly_once(df, wanted, ranges)
+    # Tags: only TagB, filtered by the broker (and re-checked by the reader).
+    tagged = batch(spark, cluster, topic, tags="TagB")
+    assert tagged.count() == 200 and tagged.where("tags <> 'TagB'").count() == 0
+    # The properties map.
+    with_props = batch(spark, cluster, topic, includeProperties="true")
+    assert with_props.schema == spark_schema(True)
+    assert with_props.where("properties['KEYS'] = cast(key as string)").count() == 400
+    # minPartitions splits queue ranges into more tasks.
+    assert batch(spark, cluster, topic, minPartitions=16).rdd.getNumPartitions() >= 16
+
+
+def _offset_of(key: str, queue: QueueRef, queues: Sequence[QueueRef]) -> int:
+    # produce() places message i on queues[i % n], in order: its offset is i // n.
+    return int(key.rsplit("-", 1)[1]) // len(queues)
+
+
+def test_starting_timestamp(spark: Any, cluster: Cluster) -> None:
+    topic = "SparkTimestamp"
+    cluster.create_topic(topic, queues=1, brokers=["broker-a"])
+    queues = [("broker-a", 0)]
+    cluster.produce(topic, 50, "early", queues)
+    time.sleep(0.05)
+    middle = int(time.time() * 1000)
+    time.sleep(0.05)
+    later = cluster.produce(topic, 30, "late", queues)
+    df = batch(spark, cluster, topic, startingTimestamp=middle)
+    assert_exactly_once(df, later, {("broker-a", 0): (50, 80)})
+
+
+# --- streaming ---------------------------------------------------------------------------------
+
+
+def test_max_offsets_per_trigger_bounds_batches(spark: Any, cluster: Cluster) -> None:
+    topic = "SparkBounded"
+    cluster.create_topic(topic, queues=4)
+    queues = all_queues(cluster, 4)
+    placed = cluster.produce(topic, 1000, "m", queues)
+    query = (
+        stream(spark, cluster, topic, maxOffsetsPerTrigger=300)
+        .writeStream.format("memory")
+        .queryName("bounded")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    sizes = [p["numInputRows"] for p in executed(query)]
+    assert sizes == [300, 300, 300, 100]
+    assert_exactly_once(spark.table("bounded"), placed, whole_range(cluster, topic, queues))
+
+
+def test_stopped_midway_then_restarted_reads_everything_once(
+    spark: Any, cluster: Cluster, tmp_path: Path
+) -> None:
+    """Messages sent while the query runs are read; a stop mid-way and a restart lose nothing."""
+    topic = "SparkRestart"
+    cluster.create_topic(topic, queues=2)
+    queues = all_queues(cluster, 2)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    placed = cluster.produce(topic, 400, "w1", queues)
+
+    def start(**trigger: Any) -> Any:
+        return (
+            stream(spark, cluster, topic, maxOffsetsPerTrigger=100)
+            .writeStream.format("parquet")
+            .option("path", out)
+            .option("checkpointLocation", checkpoint)
+            .trigger(**trigger)
+            .start()
+        )
+
+    def rows(where: str = "true") -> int:
+        try:
+            return int(spark.read.parquet(out).where(where).count())
+        except Exception:  # nothing committed yet: no _spark_metadata, no schema
+            return 0
+
+    query = start(processingTime="200 milliseconds")
+    wait_for(lambda: rows() >= 200, 90, "the first batches")
+    placed |= cluster.produce(topic, 400, "w2", queues)  # arrives while the query runs
+    wait_for(lambda: rows("cast(key as string) like 'w2-%'") > 0, 90, "messages sent later")
+    query.stop()
+    assert query.exception() is None
+    assert rows() < 800, "the query was to be stopped mid-way"
+    restarted = start(availableNow=True)
+    restarted.awaitTermination(120)
+    assert restarted.exception() is None
+    assert_exactly_once(spark.read.parquet(out), placed, whole_range(cluster, topic, queues))
+
+
+def _ingest_command(cluster: Cluster, topic: str, out: Path, checkpoint: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "client.spark.ingest",
+        "--namesrv",
+        cluster.namesrv_addr,
+        "--topic",
+        topic,
+        "--output",
+        str(out),
+        "--checkpoint",
+        str(checkpoint),
+        "--max-offsets-per-trigger",
+        "150",
+        "--trigger-interval",
+        "200 milliseconds",
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.driver.extraJavaOptions=-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+        "--conf",
+        "spark.sql.shuffle.partitions=1",
+    ]
+
+
+def _batches(checkpoint: Path, kind: str) -> int:
+    folder = checkpoint / kind
+    if not folder.is_dir():
+        return 0
+    return sum(1 for f in folder.iterdir() if f.name.isdigit())
+
+
+@pytest.mark.slow
+def test_ingest_stopped_and_killed_then_restarted_reads_everything_once(
+    spark: Any, cluster: Cluster, tmp_path: Path
+) -> None:
+    """`tidemq-ingest` in a subprocess: Ctrl-C stops it cleanly; SIGKILL mid-batch loses nothing."""
+    topic = "SparkIngest"
+    cluster.create_topic(topic, queues=2)
+    queues = all_queues(cluster, 2)
+    placed = cluster.produce(topic, 3000, "i", queues)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    command = _ingest_command(cluster, topic, out, checkpoint)
+
+    # 1. Ctrl-C (SIGINT) after a few batches: a clean stop, exit status 0.
+    log1 = tmp_path / "ingest1.log"
+    with log1.open("wb") as sink:
+        first = subprocess.Popen(
+            command,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            env=spark_subprocess_env(),
+            start_new_session=True,
+        )
+        try:
+            wait_for(lambda: "batch 2:" in log1.read_text(errors="replace"), 120, "3 batches")
+            first.send_signal(signal.SIGINT)
+            assert first.wait(60) == 0, log1.read_text(errors="replace")[-3000:]
+        finally:
+            if first.poll() is None:
+                os.killpg(first.pid, signal.SIGKILL)
+    text = log1.read_text(errors="replace")
+    assert "SIGINT: stopping the query" in text and "stopped:" in text
+    assert "rows/s), lag " in text
+    done = _batches(checkpoint, "commits")
+    assert done >= 3 and rows_of(spark, out) < 3000
+
+    # 2. Restart, then SIGKILL the driver, its JVM and workers while a batch is in flight.
+    log2 = tmp_path / "ingest2.log"
+    with log2.open("wb") as sink:
+        second = subprocess.Popen(
+            command,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            env=spark_subprocess_env(),
+            start_new_session=True,
+        )
+        try:
+
+            def mid_batch() -> bool:
+                planned, committed = (
+                    _batches(checkpoint, "offsets"),
+                    _batches(checkpoint, "commits"),
+                )
+                return committed >= done + 2 and planned > committed
+
+            wait_for(mid_batch, 120, "a batch in flight after the restart")
+        finally:
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait(30)
+    assert _batches(checkpoint, "offsets") > _batches(checkpoint, "commits")
+
+    # 3. Restart in this process (same checkpoint): the logged batch is replayed, then the rest.
+    query = (
+        stream(spark, cluster, topic, maxOffsetsPerTrigger=1000)
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert_exactly_once(spark.read.parquet(str(out)), placed, whole_range(cluster, topic, queues))
+
+
+def rows_of(spark: Any, out: Path) -> int:
+    return int(spark.read.parquet(str(out)).count())
+
+
+# --- retention ----------------------------------------------------------------------------------
+
+RETENTION = (
+    # Small CommitLog files, kept for 0 hours, deleted whatever the hour, checked every 200 ms:
+    # every file but the one being written goes as soon as it is full.
+    "mappedFileSizeCommitLog=65536",
+    "maxMessageSize=16384",
+    "fileReservedTime=0",
+    "deleteWhen=" + ";".join(f"{h:02d}" for h in range(24)),
+    "cleanResourceInterval=200",
+)
+
+
+def test_fail_on_data_loss(spark: Any, tmp_path: Path) -> None:
+    processes = ProcessGroup(tmp_path / "logs")
+    try:
+        retention = start_cluster(processes, tmp_path, ["broker-r"], *RETENTION)
+        topic = "SparkRetention"
+        retention.create_topic(topic, queues=2)
+        queues = all_queues(retention, 2)
+        placed = retention.produce(topic, 600, "r", queues, body_size=1000, batch=8)
+        maxes = retention.max_offsets(topic, queues)
+        mins: dict[QueueRef, int] = {}
+
+        def deleted() -> bool:
+            nonlocal mins
+            now = retention.min_offsets(topic, queues)
+            settled = now == mins and any(v > 0 for v in now.values())
+            mins = now
+            return settled
+
+        wait_for(deleted, 30, "retention to delete the oldest CommitLog files")
+        kept = {q: (mins[q], maxes[q]) for q in queues}
+        survivors = {k: q for k, q in placed.items() if _offset_of(k, q, queues) >= mins[q]}
+        zero: dict[str, dict[str, int]] = {}
+        for broker, queue_id in queues:
+            zero.setdefault(broker, {})[str(queue_id)] = 0
+        from_zero = json.dumps({topic: zero})
+
+        # failOnDataLoss=true (the default): the query fails and says why.
+        failing = (
+            stream(spark, retention, topic, startingOffsets=from_zero)
+            .writeStream.format("memory")
+            .queryName("lossy")
+            .trigger(availableNow=True)
+            .start()
+        )
+        with pytest.raises(Exception, match=r"are lost"):
+            failing.awaitTermination(120)
+        with pytest.raises(Exception, match=r"are lost"):
+            batch(spark, retention, topic, startingOffsets=from_zero).count()
+
+        # failOnDataLoss=false: the lost offsets are skipped, everything still there is read.
+        tolerant = (
+            stream(spark, retention, topic, startingOffsets=from_zero, failOnDataLoss="false")
+            .writeStream.format("memory")
+            .queryName("tolerant")
+            .trigger(availableNow=True)
+            .start()
+        )
+        tolerant.awaitTermination(120)
+        assert tolerant.exception() is None
+        assert_exactly_once(spark.table("tolerant"), survivors, kept)
+        # earliest is the queues' min offset: no loss to report.
+        assert_exactly_once(batch(spark, retention, topic), survivors, kept)
+    finally:
+        processes.stop_all()
+
+
+# --- master down ---------------------------------------------------------------------------------
+
+HA_TIMING = (
+    "haSendHeartbeatInterval=500",
+    "haHousekeepingInterval=3000",
+    "haReconnectInterval=300",
+    "slaveSynchronizeInterval=500",
+)
+
+
+@pytest.mark.slow
+def test_master_down_query_goes_on_from_the_slave(spark: Any, tmp_path: Path) -> None:
+    processes = ProcessGroup(tmp_path / "logs")
+    try:
+        namesrv = processes.namesrvd(name="namesrvd")
+        master = processes.brokerd(
+            namesrv.address,
+            tmp_path / "master",
+            "brokerRole=SYNC_MASTER",
+            *HA_TIMING,
+            name="master",
+        )
+        slave = processes.brokerd(
+            namesrv.address,
+            tmp_path / "slave",
+            "brokerRole=SLAVE",
+            "brokerId=1",
+            *HA_TIMING,
+            name="slave",
+        )
+        ha = Cluster(processes, namesrv, {"broker-a": master.address})
+        topic = "SparkFailover"
+        ha.create_topic(topic, queues=2)
+        queues = all_queues(ha, 2)
+        time.sleep(1.5)  # SlaveSynchronize copies the topic to the slave
+        placed = ha.produce(topic, 1500, "f", queues)  # SYNC_MASTER: on the slave too
+        ranges = whole_range(ha, topic, queues)
+        query = (
+            stream(spark, ha, topic, maxOffsetsPerTrigger=150)
+            .writeStream.format("memory")
+            .queryName("failover")
+            .trigger(processingTime="300 milliseconds")
+            .start()
+        )
+
+        def count() -> int:
+            return int(spark.table("failover").count())
+
+        try:
+            wait_for(lambda: count() >= 300, 90, "batches from the master")
+            master.kill()
+            wait_for(lambda: count() >= 1500 or not query.isActive, 120, "the rest from the slave")
+            assert query.isActive and query.exception() is None
+            assert count() == 1500
+            assert_exactly_once(spark.table("failover"), placed, ranges)
+        finally:
+            query.stop()
+        assert slave.running
+        # A batch read with the master gone, preferring the slave or not.
+        for prefer in ("false", "true"):
+            assert batch(spark, ha, topic, readFromSlave=prefer).count() == 1500
+    finally:
+        processes.stop_all()
