@@ -7,9 +7,10 @@ range is read. Nothing here is shared across processes or pickled.
 Which member of a broker group answers:
 - offset look-ups (max, min, search by time) go to the master while the route lists it, else to
   the member with the lowest id (a slave serves its replicated queues);
-- a member that refuses the connection or times out is skipped until the route is fetched again,
-  and every failure refreshes the route from the name servers (a dead master disappears from it),
-  so a query keeps going on the slave while the master is down.
+- a member that refuses the connection or times out is tried last for DOWN_FOR seconds (a hung
+  master costs one timeout, not one per request), and a request that no member answers refreshes
+  the route from the name servers (a dead master disappears from it), so a query keeps going on
+  the slave while the master is down.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ ROUTE_TTL = 10.0
 """Seconds a route is trusted before it is fetched again (RocketMQ polls every 30 s)."""
 REQUEST_TIMEOUT = 5.0
 ATTEMPTS = 4
+DOWN_FOR = 30.0
 RETRY_INTERVAL = 0.25
 
 
@@ -55,7 +57,8 @@ class BrokerClient:
         # brokerName -> {brokerId: address}, from the latest routes.
         self.addrs: dict[str, dict[int, str]] = {}
         self.queue_keys: list[QueueKey] = []
-        self.down: set[str] = set()
+        # address -> when it last failed: tried last while that is recent.
+        self.down: dict[str, float] = {}
         self._routes_at = -ROUTE_TTL
 
     async def close(self) -> None:
@@ -82,7 +85,6 @@ class BrokerClient:
                 keys.add((mq.topic, mq.broker_name, mq.queue_id))
         self.addrs = addrs
         self.queue_keys = sorted(keys)
-        self.down.clear()
         self._routes_at = time.monotonic()
 
     async def _route(self, topic: str) -> Any:
@@ -98,8 +100,14 @@ class BrokerClient:
 
     def members(self, broker_name: str, prefer: int = MASTER_ID) -> list[tuple[int, str]]:
         """The group's (id, address), `prefer` first, then by id; unreachable ones last."""
+        now = time.monotonic()
+
+        def is_down(address: str) -> bool:
+            failed = self.down.get(address)
+            return failed is not None and now - failed < DOWN_FOR
+
         members = sorted(self.addrs.get(broker_name, {}).items())
-        members.sort(key=lambda m: (m[1] in self.down, m[0] != prefer))
+        members.sort(key=lambda m: (is_down(m[1]), m[0] != prefer))
         return members
 
     # --- offsets ------------------------------------------------------------------------------
@@ -122,7 +130,7 @@ class BrokerClient:
                 try:
                     return await call(address)
                 except RemotingError as exc:
-                    self.down.add(address)
+                    self.down[address] = time.monotonic()
                     last = exc
                 except BrokerResponseError as exc:
                     # e.g. a slave that has not synchronised the topic yet: ask another member.

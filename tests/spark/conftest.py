@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -38,6 +39,8 @@ FILLER = b"." * 200
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
+    if shutil.which("java") is None:
+        pytest.skip("Spark needs Java 17 on the PATH")
     from client.spark import local_session
 
     session = local_session(
