@@ -44,7 +44,7 @@ from client.config import ClientConfig
 from client.errors import ClientError, TideMQError
 from client.instance import ClientInstance, get_instance
 from client.message import ReceivedMessage
-from client.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
+from client.offset_store import OffsetStore
 from client.protocol.headers import ConsumerSendMsgBackRequestHeader
 from client.protocol.heartbeat import (
     ConsumeFromWhere,
@@ -56,7 +56,13 @@ from client.protocol.heartbeat import (
     SubscriptionData,
     UnlockBatchRequestBody,
 )
-from client.pulling import RETRY_PREFIX, allocate_queues, compute_pull_from, pull_queue
+from client.pulling import (
+    RETRY_PREFIX,
+    allocate_queues,
+    compute_pull_from,
+    open_offset_store,
+    pull_queue,
+)
 from client.sync import AsyncLifecycle, BlockingTwin
 from store.tags import parse_tag_expression
 
@@ -232,15 +238,9 @@ class AsyncPushConsumer(AsyncLifecycle):
         instance = get_instance(self.config)
         await instance.start()
         self._instance = instance
-        if self.message_model is MessageModel.BROADCASTING:
-            self.offset_store = LocalFileOffsetStore(
-                self.group, self.config.client_id, self.offset_store_dir
-            )
-        else:
-            self.offset_store = RemoteBrokerOffsetStore(
-                self.group, instance.api, instance.find_offset_broker
-            )
-        await self.offset_store.load()
+        self.offset_store = await open_offset_store(
+            instance, self.group, self.message_model, self.offset_store_dir
+        )
         self._running = True
         if self.orderly and self.message_model is MessageModel.CLUSTERING:
             self._lock_task = asyncio.get_running_loop().create_task(self._renew_locks())

@@ -27,10 +27,8 @@ from client.errors import ClientError, TideMQError
 from client.instance import ClientInstance, get_instance
 from client.message import ReceivedMessage
 from client.offset_store import (
-    LocalFileOffsetStore,
     OffsetStore,
     ReadOffsetType,
-    RemoteBrokerOffsetStore,
 )
 from client.protocol.heartbeat import (
     ConsumeFromWhere,
@@ -40,7 +38,7 @@ from client.protocol.heartbeat import (
     MessageQueue,
     SubscriptionData,
 )
-from client.pulling import allocate_queues, compute_pull_from, pull_queue
+from client.pulling import allocate_queues, compute_pull_from, open_offset_store, pull_queue
 from client.sync import AsyncLifecycle, BlockingTwin, call
 from store.tags import parse_tag_expression
 
@@ -146,15 +144,9 @@ class AsyncPullConsumer(AsyncLifecycle):
         instance = get_instance(self.config)
         await instance.start()
         self._instance = instance
-        if self.message_model is MessageModel.BROADCASTING:
-            self.offset_store = LocalFileOffsetStore(
-                self.group, self.config.client_id, self.offset_store_dir
-            )
-        else:
-            self.offset_store = RemoteBrokerOffsetStore(
-                self.group, instance.api, instance.find_offset_broker
-            )
-        await self.offset_store.load()
+        self.offset_store = await open_offset_store(
+            instance, self.group, self.message_model, self.offset_store_dir
+        )
         self._running = True
         if self.auto_commit:
             self._auto_commit_task = asyncio.get_running_loop().create_task(

@@ -7,6 +7,8 @@
 - `compute_pull_from`: where a newly assigned queue starts (computePullFromWhereWithException):
   the stored offset; else by ConsumeFromWhere (LAST: the queue's max offset; FIRST: 0;
   TIMESTAMP: the offset at that time); a retry topic starts at 0; -1 when not known yet.
+- `open_offset_store`: the group's offsets on the brokers (CLUSTERING) or in a local file
+  (BROADCASTING), loaded.
 - `pull_queue`: one PULL_MESSAGE to the broker the previous answer suggested (master by default;
   any broker of the group when the master is gone), with the suspend and subscription flags and
   the commit-offset flag when the target is a master (a slave never takes offsets from pulls).
@@ -15,12 +17,18 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from client.allocate import AllocateStrategy
 from client.api import PullResult
 from client.errors import ClientError, TideMQError
 from client.instance import ClientInstance
-from client.offset_store import OffsetStore, ReadOffsetType
+from client.offset_store import (
+    LocalFileOffsetStore,
+    OffsetStore,
+    ReadOffsetType,
+    RemoteBrokerOffsetStore,
+)
 from client.protocol.headers import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
@@ -58,6 +66,18 @@ async def allocate_queues(
         log.info("consumer ids of %s from %s: %s", group, address, exc)
         return current
     return set(strategy.allocate(group, instance.client_id, queues, cids))
+
+
+async def open_offset_store(
+    instance: ClientInstance, group: str, model: MessageModel, directory: Path
+) -> OffsetStore:
+    store: OffsetStore
+    if model is MessageModel.BROADCASTING:
+        store = LocalFileOffsetStore(group, instance.client_id, directory)
+    else:
+        store = RemoteBrokerOffsetStore(group, instance.api, instance.find_offset_broker)
+    await store.load()
+    return store
 
 
 async def compute_pull_from(
