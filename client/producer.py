@@ -121,6 +121,9 @@ class AsyncProducer(AsyncLifecycle):
         await instance.start()
         instance.register_producer(self.group)
         self._instance = instance
+        # RocketMQ's start(): sendHeartbeatToAllBrokerWithLock, so that the brokers this client
+        # already knows list the group at once (not only after the next periodic heartbeat).
+        await instance.heartbeat_all()
 
     async def shutdown(self) -> None:
         instance, self._instance = self._instance, None

@@ -31,6 +31,7 @@ from store.record import (
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    EncodedBatch,
     EncodedRecord,
     MessageBatch,
     MessageToStore,
@@ -141,10 +142,37 @@ class CommitLog:
             encoded = encode_batch(batch, self.config.max_message_size)
         except RecordTooLargeError as exc:
             return _refused(exc)
-        return self._append_encoded(encoded, batch.store_host)
+        return self._append_batch(encoded, batch.store_host)
 
-    def _append_encoded(self, records: list[EncodedRecord], store_host: bytes) -> AppendResult:
-        total = sum(len(r.data) for r in records)
+    def _append_batch(self, batch: EncodedBatch, store_host: bytes) -> AppendResult:
+        """`_append_encoded` for records of one topic, queue and sysFlag in one buffer."""
+        buffer = batch.data
+        total = len(buffer)
+        started = self._start_append(total)
+        if isinstance(started, AppendResult):
+            return started
+        segment, store_ts = started
+        wrote_offset = segment.start_offset + segment.wrote
+        takes = _takes_queue_offset(batch.sys_flag)
+        key = queue_key(batch.topic, batch.queue_id)
+        first_queue_offset = self.topic_queue_table.get(key, 0) if takes else 0
+        host_hex = store_host.hex().upper()
+        msg_ids: list[str] = []
+        store_ts_at = batch.store_ts_at
+        for i, at in enumerate(batch.offsets):
+            phy = wrote_offset + at
+            stamp_record(
+                buffer, at, store_ts_at, first_queue_offset + i if takes else 0, phy, store_ts
+            )
+            # message_id(store_host, phy), for a non-negative offset
+            msg_ids.append(f"{host_hex}{phy:016X}")
+        if takes:
+            self.topic_queue_table[key] = first_queue_offset + len(batch.offsets)
+        segment.append(buffer)
+        return _appended(wrote_offset, total, msg_ids, first_queue_offset, store_ts)
+
+    def _start_append(self, total: int) -> tuple[Segment, int] | AppendResult:
+        """The segment with room for `total` bytes and the store timestamp, or a refusal."""
         if total + END_OF_FILE_MIN_BLANK > self.file_size:
             return AppendResult(
                 PutStatus.MESSAGE_ILLEGAL,
@@ -155,6 +183,14 @@ class CommitLog:
         # Store timestamps never go backwards, so that lookups by time can binary-search.
         store_ts = max(now, self.last_store_timestamp)
         self.last_store_timestamp = store_ts
+        return segment, store_ts
+
+    def _append_encoded(self, records: list[EncodedRecord], store_host: bytes) -> AppendResult:
+        total = sum(len(r.data) for r in records)
+        started = self._start_append(total)
+        if isinstance(started, AppendResult):
+            return started
+        segment, store_ts = started
         wrote_offset = segment.start_offset + segment.wrote
         if len(records) == 1:
             buffer = records[0].data
@@ -176,16 +212,7 @@ class CommitLog:
             msg_ids.append(message_id(store_host, phy))
             at += len(record.data)
         segment.append(buffer)
-        return AppendResult(
-            PutStatus.PUT_OK,
-            wrote_offset=wrote_offset,
-            wrote_bytes=total,
-            msg_id=",".join(msg_ids),
-            queue_offset=first_queue_offset,
-            store_timestamp=store_ts,
-            msg_num=len(records),
-            msg_ids=msg_ids,
-        )
+        return _appended(wrote_offset, total, msg_ids, first_queue_offset, store_ts)
 
     def _segment_with_room(self, size: int) -> Segment:
         segment = self.segments.last_for_append(0)
@@ -371,6 +398,21 @@ def _last_nonzero(path: Path, start: int, end: int) -> int:
     finally:
         os.close(fd)
     return last
+
+
+def _appended(
+    wrote_offset: int, total: int, msg_ids: list[str], first_queue_offset: int, store_ts: int
+) -> AppendResult:
+    return AppendResult(
+        PutStatus.PUT_OK,
+        wrote_offset=wrote_offset,
+        wrote_bytes=total,
+        msg_id=",".join(msg_ids),
+        queue_offset=first_queue_offset,
+        store_timestamp=store_ts,
+        msg_num=len(msg_ids),
+        msg_ids=msg_ids,
+    )
 
 
 def _zero_range(segment: Segment, start: int, end: int) -> None:

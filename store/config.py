@@ -90,6 +90,9 @@ class StoreConfig:
     check_crc_on_recover: bool = setting(True, key="checkCRCOnRecover")
     message_index_enable: bool = setting(True)
     message_index_safe: bool = setting(False)
+    message_index_worker_enable: bool = setting(
+        True, doc="a started store builds the index in a child process (store/index_worker.py)"
+    )
     max_hash_slot_num: int = setting(5_000_000, min_value=1)
     max_index_num: int = setting(5_000_000 * 4, min_value=2)
     access_message_in_memory_max_ratio: int = setting(40, min_value=0, max_value=100)

@@ -27,8 +27,16 @@ log = logging.getLogger(__name__)
 
 _UNIT = struct.Struct(">qiq")
 assert _UNIT.size == CQ_UNIT_SIZE
-BLANK_UNIT = _UNIT.pack(0, 0x7FFFFFFF, 0)
+_BLANK_SIZE = 0x7FFFFFFF
+BLANK_UNIT = _UNIT.pack(0, _BLANK_SIZE, 0)
 
+# ConsumeQueue recovery cross-checks these units against the CommitLog (see `recover`): every
+# SAMPLE_EVERY-th queue offset and the queue's last SAMPLE_TAIL units (and each file's first and
+# last unit).
+SAMPLE_EVERY = 1024
+SAMPLE_TAIL = 256
+
+pack_unit = _UNIT.pack  # (phy, size, tagsCode) -> the 20 bytes of a unit
 iter_units = _UNIT.iter_unpack  # (phy, size, tagsCode) per unit of a raw_units() view
 
 # Checks a unit against the CommitLog during recovery: (phy offset, size, queue offset) -> ok.
@@ -98,6 +106,25 @@ class ConsumeQueue:
         self._append(_UNIT.pack(physical_offset, size, tags_code))
         self.max_physical_offset = physical_offset + size
         return True
+
+    def can_append_at(self, queue_offset: int) -> bool:
+        """True when `queue_offset` is exactly the next unit of a queue that has a file."""
+        return bool(self.segments.segments) and (
+            queue_offset * CQ_UNIT_SIZE == self.segments.max_wrote_offset
+        )
+
+    def put_units(self, units: bytes, end_physical_offset: int) -> None:
+        """Append encoded units (`pack_unit`) that follow on: `can_append_at` held for the first.
+
+        The batch form of `put` for dispatch, split at file boundaries.
+        """
+        view = memoryview(units)
+        while view:
+            segment = self.segments.last_for_append()
+            take = min(len(view), segment.size - segment.wrote)
+            segment.append(view[:take])
+            view = view[take:]
+        self.max_physical_offset = end_physical_offset
 
     def _append(self, unit: bytes) -> None:
         self.segments.last_for_append().append(unit)
@@ -183,43 +210,41 @@ class ConsumeQueue:
     def recover(self, checker: UnitChecker, commitlog_end: int) -> bool:
         """Keep the valid prefix of units; returns False if garbage was cut off (rebuild needed).
 
-        A unit is valid when its size is positive, physical offsets grow, and `checker` confirms
-        that the CommitLog holds this queue's record of that size and queue offset there. The
-        last three files are checked unit by unit. Older files are spot-checked (first and last
-        unit) and the unit-by-unit check starts at the first of them that fails. Units whose
-        record lies past `commitlog_end` (the CommitLog lost its tail) are cut off too. Anything
-        non-zero left past the valid prefix means units are missing: the result is then False,
-        so that dispatch rebuilds them from the CommitLog.
+        Older files are spot-checked against the CommitLog (their first and last unit, through
+        `checker`), and the full check starts at the first of them that fails, else at the
+        third file from the end. From there every unit is checked structurally, at C speed
+        (`struct.iter_unpack`): its size is positive, physical offsets grow strictly, and its
+        record ends within `commitlog_end`; blank padding units are skipped, and a zero unit
+        is the end. A unit whose record lies past `commitlog_end` (the CommitLog lost its
+        tail) ends the prefix too.
+
+        `checker` (the CommitLog holds this queue's record of that size and queue offset at
+        that physical offset; about 3 us a unit) then runs on samples of the structurally valid
+        units only: every `SAMPLE_EVERY`-th queue offset, the first and last unit of each
+        file, and the last `SAMPLE_TAIL` units of the queue, where a crash leaves its damage.
+        When a sample fails, the units from the previous passing sample on are checked one by
+        one and the prefix ends at the first that fails.
+
+        The accepted trade-off: a unit that is structurally valid (its offset between its
+        neighbours', a plausible size) but points at the wrong record, lying between two
+        samples, is not found. Damage from a crash or a lost page does not look like that: a
+        zeroed page ends the prefix, garbage fails the structure, and units shifted by a lost
+        or repeated unit fail every later sample. RocketMQ checks nothing against the CommitLog
+        here (its recoverConsumeQueue checks the last three files structurally only).
+
+        Anything non-zero left past the valid prefix means units are missing: the result is
+        then False, so that dispatch rebuilds them from the CommitLog.
         """
         segments = self.segments.segments
         if not segments:
             return True
         first = segments[0]
         start_index = self._first_suspect_file(checker, max(0, len(segments) - 3))
-        valid_end = segments[start_index].start_offset
-        damaged = False
-        last_phy = -1
-        for segment in segments[start_index:]:
-            position = 0
-            view = segment.view
-            while position < segment.size:
-                phy, size, _tags = _UNIT.unpack_from(view, position)
-                if size == 0x7FFFFFFF and phy == 0:
-                    position += CQ_UNIT_SIZE  # padding
-                    continue
-                if phy == 0 and size == 0:
-                    break  # never written: the end
-                if size > 0 and phy > last_phy and phy + size > commitlog_end:
-                    break  # the record is past the CommitLog's end
-                queue_offset = (segment.start_offset + position) // CQ_UNIT_SIZE
-                if phy < 0 or size <= 0 or phy <= last_phy or not checker(phy, size, queue_offset):
-                    damaged = True
-                    break
-                last_phy = phy
-                position += CQ_UNIT_SIZE
-            valid_end = segment.start_offset + position
-            if position < segment.size:
-                break
+        check_from = segments[start_index].start_offset
+        valid_end, damaged = self._check_structure(start_index, commitlog_end)
+        bad = self._check_samples(checker, check_from, valid_end)
+        if bad >= 0:
+            valid_end, damaged = bad * CQ_UNIT_SIZE, True
         cut_data = self._has_data_after(valid_end)
         if damaged:
             log.warning(
@@ -233,6 +258,68 @@ class ConsumeQueue:
         self.min_logic_offset = max(self.min_logic_offset, first.start_offset)
         self._skip_head_padding()
         return not cut_data
+
+    def _check_structure(self, start_index: int, commitlog_end: int) -> tuple[int, bool]:
+        """(byte offset where the structurally valid units from file `start_index` end, and
+        whether a unit failed there rather than the data ending or passing `commitlog_end`)."""
+        last_phy = -1
+        segments = self.segments.segments
+        valid_end = segments[start_index].start_offset
+        for segment in segments[start_index:]:
+            size_bytes = segment.size - segment.size % CQ_UNIT_SIZE
+            count = 0
+            for phy, size, _tags in iter_units(segment.view[:size_bytes]):
+                if phy > last_phy and 0 < size < _BLANK_SIZE and phy + size <= commitlog_end:
+                    last_phy = phy
+                    count += 1
+                    continue
+                if size == _BLANK_SIZE and phy == 0:
+                    count += 1  # padding
+                    continue
+                valid_end = segment.start_offset + count * CQ_UNIT_SIZE
+                if phy == 0 and size == 0:
+                    return valid_end, False  # never written: the end
+                if size > 0 and phy > last_phy and phy + size > commitlog_end:
+                    return valid_end, False  # the record is past the CommitLog's end
+                return valid_end, True
+            valid_end = segment.start_offset + count * CQ_UNIT_SIZE
+        return valid_end, False
+
+    def _check_samples(self, checker: UnitChecker, start: int, end: int) -> int:
+        """Cross-check samples of the units in bytes [start, end) with `checker`.
+
+        Returns the queue offset of the first unit that fails, found unit by unit from the last
+        passing sample before the failing one; -1 when every sample passes.
+        """
+        first, stop = start // CQ_UNIT_SIZE, end // CQ_UNIT_SIZE
+        if stop <= first:
+            return -1
+        samples = set(range(-(-first // SAMPLE_EVERY) * SAMPLE_EVERY, stop, SAMPLE_EVERY))
+        samples.update(range(max(first, stop - SAMPLE_TAIL), stop))
+        per_file = self.file_size // CQ_UNIT_SIZE
+        for file_first in range(first - first % per_file, stop, per_file):
+            samples.add(max(file_first, first))
+            samples.add(min(file_first + per_file, stop) - 1)
+        passed = first - 1
+        for sample in sorted(samples):
+            if self._unit_ok(checker, sample):
+                passed = sample
+                continue
+            for queue_offset in range(passed + 1, sample + 1):
+                if not self._unit_ok(checker, queue_offset):
+                    return queue_offset
+            return sample  # not reached: the sample itself fails
+        return -1
+
+    def _unit_ok(self, checker: UnitChecker, queue_offset: int) -> bool:
+        byte_offset = queue_offset * CQ_UNIT_SIZE
+        segment = self.segments.find(byte_offset)
+        if segment is None:
+            return False
+        phy, size, _tags = _UNIT.unpack_from(segment.view, byte_offset - segment.start_offset)
+        if size == _BLANK_SIZE and phy == 0:
+            return True  # padding
+        return checker(phy, size, queue_offset)
 
     def _first_suspect_file(self, checker: UnitChecker, full_from: int) -> int:
         """The first file before `full_from` whose first or last unit fails, else `full_from`."""

@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Final
 
 from store.errors import ConfigError, CorruptStoreError
-from store.javahash import java_string_hash
+from store.javahash import HIGH_DIGITS, LOW_DIGITS, ascii_hash_u32, java_string_hash
 
 __all__ = [
     "ENTRY_SIZE",
@@ -99,6 +99,9 @@ assert _SLOT.size == SLOT_SIZE
 assert _ENTRY.size == ENTRY_SIZE
 
 _INT_MAX: Final = 2**31 - 1
+_ZERO_ENTRY: Final = bytes(ENTRY_SIZE)
+_MASK32: Final = 0xFFFFFFFF
+_POW31: Final = [pow(31, n, 1 << 32) for n in range(256)]
 _MAX_FILE_SIZE: Final = 2**31 - 1  # RocketMQ computes the size in a Java int
 _NAME_DIGITS: Final = 17
 
@@ -121,6 +124,39 @@ def index_key_hash(key: str) -> int:
     if h >= 0:
         return h
     h = -h
+    return h if h <= _INT_MAX else 0
+
+
+def topic_prefix_hash(topic: str) -> int:
+    """Java hashCode of ``topic + "#"``, unsigned: the start of every key hash of the topic."""
+    return java_string_hash(topic + "#") & _MASK32
+
+
+def prefixed_key_hash(prefix_hash: int, key: bytes) -> int:
+    """`index_key_hash` of ``topic#key`` from `topic_prefix_hash(topic)` and the key's UTF-8.
+
+    Java's hash of a concatenation is ``h(a) * 31**len(b) + h(b)`` (mod 2**32, lengths in
+    UTF-16 units), so the topic part is hashed once per topic, not once per key.
+    """
+    units = len(key)
+    if 0 < units < len(_POW31) and key.isascii():
+        # ascii_hash_u32 inlined: this runs twice per message in dispatch.
+        h = (
+            prefix_hash * _POW31[units]
+            + int(key.translate(HIGH_DIGITS), 31) * 31
+            + int(key.translate(LOW_DIGITS), 31)
+        ) & _MASK32
+    else:
+        if key.isascii():
+            tail = ascii_hash_u32(key)
+        else:
+            text = key.decode("utf-8", "replace")
+            units = len(text.encode("utf-16-be", "surrogatepass")) // 2
+            tail = java_string_hash(text)
+        h = (prefix_hash * pow(31, units, 1 << 32) + tail) & _MASK32
+    if h < 1 << 31:
+        return h
+    h = (1 << 32) - h
     return h if h <= _INT_MAX else 0
 
 
@@ -274,6 +310,56 @@ class _IndexFile:
         self.dirty = True
         return True
 
+    def reload_header(self) -> None:
+        """Re-read the header, which another process (the index worker) may have moved on."""
+        fields = _HEADER.unpack_from(self._map, 0)
+        self.begin_timestamp, self.end_timestamp = fields[0], fields[1]
+        self.begin_phy_offset, self.end_phy_offset = fields[2], fields[3]
+        self.hash_slot_count = fields[4]
+        self.index_count = max(fields[5], 1)
+
+    def put_many(self, entries: list[tuple[int, int, int]], start: int) -> int:
+        """`put` for entries[start:] (key hash, phy offset, store time) until the file is full.
+
+        One header write for the lot; returns how many entries went in.
+        """
+        count = self.index_count
+        limit = self.index_num
+        mm = self._map
+        slots = self.hash_slot_num
+        entries_pos = self._entries_pos
+        begin_ts = self.begin_timestamp
+        slot_count = self.hash_slot_count
+        i = start
+        n = len(entries)
+        while i < n and count < limit:
+            key_hash, phy_offset, store_timestamp = entries[i]
+            slot_pos = HEADER_SIZE + (key_hash % slots) * SLOT_SIZE
+            prev = _unpack_slot(mm, slot_pos)[0]
+            if prev <= INVALID_INDEX or prev > count:
+                prev = INVALID_INDEX
+                slot_count += 1
+            diff = 0
+            if count > 1 and begin_ts > 0 and store_timestamp > begin_ts:
+                diff = (store_timestamp - begin_ts) // 1000
+                if diff > _INT_MAX:
+                    diff = _INT_MAX
+            _pack_entry(mm, entries_pos + count * ENTRY_SIZE, key_hash, phy_offset, diff, prev)
+            _pack_slot(mm, slot_pos, count)
+            if count <= 1:
+                self.begin_phy_offset = phy_offset
+                self.begin_timestamp = begin_ts = store_timestamp
+            count += 1
+            i += 1
+        if i == start:
+            return 0
+        self.index_count = count
+        self.hash_slot_count = slot_count
+        _key_hash, self.end_phy_offset, self.end_timestamp = entries[i - 1]
+        self._write_header()
+        self.dirty = True
+        return i - start
+
     def _write_header(self) -> None:
         _pack_header(
             self._map,
@@ -312,6 +398,37 @@ class _IndexFile:
             if prev <= INVALID_INDEX or prev > count or prev >= current or stored_at < begin:
                 break
             current = prev
+
+    def undo_torn_puts(self) -> int:
+        """Undo the entries a killed process left past indexCount; returns how many.
+
+        A put writes its entry, then the slot, then the header (a batch: all its entries and
+        slots, then the header once). Killed in between, the process leaves entries past
+        indexCount with slots pointing at them, and a later put would take such a slot for
+        empty (or for its own entry) and cut the chain of the slot's older entries. Undone
+        newest first, each slot goes back to the entry's prevIndex, as in `discard_from`; the
+        header never counted them. Entries past indexCount are otherwise zero (files are
+        created sparse and `discard_from` zeroes what it undoes), so the first zero entry ends
+        the torn run.
+        """
+        mm = self._map
+        count = self.index_count
+        end = count
+        while end < self.index_num:
+            pos = self._entries_pos + end * ENTRY_SIZE
+            if mm[pos : pos + ENTRY_SIZE] == _ZERO_ENTRY:
+                break
+            end += 1
+        for current in range(end - 1, count - 1, -1):
+            pos = self._entries_pos + current * ENTRY_SIZE
+            h, _phy, _diff, prev = _unpack_entry(mm, pos)
+            slot_pos = HEADER_SIZE + (h % self.hash_slot_num) * SLOT_SIZE
+            if _unpack_slot(mm, slot_pos)[0] == current:
+                _pack_slot(mm, slot_pos, prev)
+            _pack_entry(mm, pos, 0, 0, 0, 0)
+        if end > count:
+            self.dirty = True
+        return end - count
 
     def discard_from(self, phy_offset: int) -> None:
         """Undo the newest puts whose offset is >= phy_offset, newest first.
@@ -396,7 +513,9 @@ class IndexService:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def load(self, last_exit_ok: bool, index_checkpoint_timestamp: int) -> None:
+    def load(
+        self, last_exit_ok: bool, index_checkpoint_timestamp: int, *, keep_newer: bool = False
+    ) -> None:
         """Open the existing files, oldest first.
 
         After a crash, files that end after the checkpoint's indexMsgTimestamp may miss entries
@@ -404,6 +523,14 @@ class IndexService:
         `rebuild_from` says where re-dispatch must start to rebuild them: the end of the last
         file kept. It is worked out on every abnormal load, not only on one that destroys files,
         so that a crash during the rebuild cannot lose the entries of the files destroyed before.
+
+        `keep_newer` keeps those files: the process died but the machine did not, so every
+        page it wrote is still there and the files hold exactly what dispatch put (the store's
+        same-boot recovery). `rebuild_from` is then where the index stops: the newest indexed
+        record, whose entries may be half written (0 without files).
+
+        After any crash, entries a put left past a file's indexCount are undone
+        (`undo_torn_puts`).
         """
         if self._files:
             raise RuntimeError("IndexService.load called twice")
@@ -413,7 +540,8 @@ class IndexService:
             f = self._open_existing(path)
             if f is None:
                 continue
-            if not last_exit_ok and (destroying or f.end_timestamp > index_checkpoint_timestamp):
+            newer = destroying or f.end_timestamp > index_checkpoint_timestamp
+            if not last_exit_ok and not keep_newer and newer:
                 log.info("destroying index file %s: newer than the checkpoint", path)
                 f.destroy()
                 self._dir_dirty = True
@@ -421,6 +549,10 @@ class IndexService:
                 continue
             self._files.append(f)
         if not last_exit_ok:
+            for f in self._files:
+                undone = f.undo_torn_puts()
+                if undone:
+                    log.warning("index file %s: %d torn entries undone", f.path, undone)
             self.rebuild_from = self._files[-1].end_phy_offset if self._files else 0
 
     def _open_existing(self, path: Path) -> _IndexFile | None:
@@ -468,6 +600,58 @@ class IndexService:
             for key in keys.split(KEY_SEPARATOR):
                 if key:
                     f = self._put(f, prefix + key, phy_offset, store_timestamp)
+
+    @property
+    def indexed_up_to(self) -> int:
+        """endPhyOffset of the last file: messages below it are indexed already."""
+        return self._files[-1].end_phy_offset if self._files else 0
+
+    def refresh(self) -> None:
+        """Catch up with files the index worker writes: headers re-read, new files opened.
+
+        A file is taken only once it has its full size (the worker creates it, then sizes it).
+        """
+        expected = index_file_size(self.max_hash_slot_num, self.max_index_num)
+        with self._lock:
+            for f in self._files:
+                f.reload_header()
+            newest = self._files[-1].name if self._files else ""
+            for path in sorted(self.index_dir.iterdir()):
+                if not _is_index_name(path.name) or path.name <= newest:
+                    continue
+                try:
+                    if path.stat().st_size != expected:
+                        break
+                except FileNotFoundError:
+                    break
+                self._files.append(
+                    _IndexFile.open(path, self.max_hash_slot_num, self.max_index_num)
+                )
+                newest = path.name
+
+    def close_older_files(self) -> None:
+        """Close all but the newest file (the index worker writes only that one)."""
+        with self._lock:
+            for f in self._files[:-1]:
+                f.close()
+            del self._files[:-1]
+
+    def put_hashed(self, entries: list[tuple[int, int, int]]) -> None:
+        """Add (key hash, phy offset, store time) entries in order, rolling files as they fill.
+
+        The batch form of `build_index` for dispatch: the caller has applied build_index's
+        rules (skip messages below `indexed_up_to` and ROLLBACK ones) and hashed the keys with
+        `prefixed_key_hash`.
+        """
+        if not entries:
+            return
+        f = self._files[-1] if self._files else self._roll()
+        done = 0
+        while done < len(entries):
+            put = f.put_many(entries, done)
+            done += put
+            if done < len(entries):
+                f = self._roll()
 
     def _put(self, f: _IndexFile, key: str, phy_offset: int, store_timestamp: int) -> _IndexFile:
         key_hash = index_key_hash(key)

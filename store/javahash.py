@@ -33,6 +33,11 @@ assert len(_DIGITS) == _BASE
 # byte -> its high / low base-31 digit as an ASCII digit character, for bytes.translate.
 _HIGH_DIGIT: Final = bytes(_DIGITS[b // _BASE] for b in range(256))
 _LOW_DIGIT: Final = bytes(_DIGITS[b % _BASE] for b in range(256))
+# Public for callers that inline the ASCII case: for bytes d of length 1..1024,
+# (int(d.translate(HIGH_DIGITS), 31) * 31 + int(d.translate(LOW_DIGITS), 31)) & 0xFFFFFFFF
+# is the unsigned hashCode.
+HIGH_DIGITS: Final = _HIGH_DIGIT
+LOW_DIGITS: Final = _LOW_DIGIT
 
 # int(str, 31) is quadratic in the length and refuses more than sys.get_int_max_str_digits()
 # (4300 by default) digits; long inputs are therefore evaluated in bounded chunks.
@@ -51,6 +56,11 @@ def _poly31(data: bytes) -> int:
         chunk = data[start : start + _CHUNK]
         h = h * pow(_BASE, len(chunk), 1 << 32) + _poly31(chunk)
     return h & _MASK32
+
+
+def ascii_hash_u32(data: bytes) -> int:
+    """Java hashCode, as an unsigned 32-bit int, of the string whose ASCII bytes are `data`."""
+    return _poly31(data) if data else 0
 
 
 def java_string_hash(s: str) -> int:

@@ -6,18 +6,59 @@ Layout under `storePathRootDir`:
     consumequeue/<topic>/<queueId>/<...>   ConsumeQueue files
     index/<yyyyMMddHHmmssSSS>              index files
     checkpoint                             flushed/dispatched store times (see checkpoint.py)
-    abort                                  present while running; left behind by a crash
+    abort                                  present while running (holding the boot id); left
+                                           behind by a crash
     lock                                   flock'ed by the running process
 
 Life cycle: `load()` takes the lock, opens every file and recovers (normal when the abort file is
-absent, abnormal otherwise), then dispatches whatever the ConsumeQueues miss so that every queue's
-offsets match the CommitLog; `start()` starts the services and creates the abort file; `stop()`
-stops them, flushes everything and removes the abort file when dispatch has caught up.
+absent, abnormal otherwise), then dispatches whatever the ConsumeQueues and the index miss so that
+every queue's offsets match the CommitLog; `start()` starts the services and creates the abort
+file, writing the machine's boot id (`/proc/sys/kernel/random/boot_id`; nothing when it cannot be
+read) into it; `stop()` stops them, flushes everything and removes the abort file when dispatch
+has caught up.
+
+Recovery. In every kind the CommitLog is checked record by record (CRC) from a start file to its
+end, a torn or corrupt tail is copied to `<segment>.<position>.torn` and cut, ConsumeQueues keep
+their valid prefix (ConsumeQueue.recover) cut to the CommitLog's end, and index entries past the
+end are undone. Then dispatch restarts at a point below which every record is known to have its
+ConsumeQueue unit and its index entries; re-dispatching more is harmless (units and entries that
+exist are skipped), less would lose them. With M the highest end of a ConsumeQueue's last unit
+and S the start of the CommitLog file the check started from:
+
+- normal (no abort file): the check starts at the third file from the end; dispatch restarts at M.
+- abnormal, other boot (the abort file holds no boot id or another one: the machine restarted,
+  and pages not yet on the disk may be lost): RocketMQ's recovery. The check starts at S, the
+  newest file whose first record is older than the checkpoint's store times (minus 3 s; the
+  index's too with messageIndexSafe); index files newer than the checkpoint are destroyed;
+  dispatch restarts at min(M, S, R) with R where the kept index files end.
+- abnormal, same boot (the abort file holds this boot's id: the process died, SIGKILL or a crash,
+  but the machine kept running): every byte the process wrote, by pwrite or through a map, is in
+  the page cache, so the ConsumeQueues and the index are exactly as dispatch (and the index
+  worker) left them. The CommitLog check still starts at S, but no index file is destroyed,
+  and dispatch restarts where it had got to: min(M, max(R, S)) with R the newest indexed record
+  (the last index file's endPhyOffset); without the index, min(M, S).
+
+Why those are safe. Records are indexed in CommitLog order, and a record's index entries are
+written only after the ConsumeQueue units of every record up to it: dispatch writes a record's unit
+before its entries (in a batch: all units, queue by queue, then all entries), and the index worker
+(store/index_worker.py) indexes only below the offset dispatch has finished. So every record below
+R has its unit and its entries; R's own record is dispatched again, as its entries may be half
+written (those it has are added twice, which queries absorb). M alone proves nothing: a batch
+writes queue by queue, so one queue can end at M while another still lacks units below it, and
+records without a unit (transaction PREPARED and ROLLBACK ones) matter to the index only. Taking
+the minimum with M only ever starts lower (when no queue got that far, e.g. after PREPARED
+records). S is safe by RocketMQ's reasoning (the checkpoint holds store times dispatched and
+flushed, and store times grow along the CommitLog); max(R, S) keeps an index that stopped long ago
+(no keyed message since) from sending dispatch back further than S. Without an index nothing shows
+where dispatch got to, hence S. In every kind dispatch restarts lower still where a damaged queue
+must be rebuilt (at the end of its valid prefix), and never below the CommitLog's minimum. The
+warning logged on an abnormal load names the kind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import fcntl
 import logging
 import os
@@ -36,6 +77,10 @@ from store.dispatch import SCHEDULE_TOPIC, ReputService
 from store.errors import StoreLockedError
 from store.get_message import GetMessageResult, TransferLimits, get_message
 from store.index import IndexService
+from store.index_worker import LOCK_WAIT as INDEX_LOCK_WAIT
+from store.index_worker import IndexWorker, WorkerSpec
+from store.index_worker import release_lock as release_index_lock
+from store.index_worker import take_lock as take_index_lock
 from store.record import (
     MAGIC_V1,
     NAME_VALUE_SEPARATOR,
@@ -78,6 +123,40 @@ class ReplicationHook(Protocol):
     def is_slave_ok(self, master_put_where: int) -> bool: ...
 
     def wait_for_slave(self, next_offset: int) -> Awaitable[bool]: ...
+
+
+class Recovery(enum.Enum):
+    """Which recovery load() ran (module docstring)."""
+
+    NORMAL = "normal"  # clean shutdown: no abort file
+    SAME_BOOT = "same boot"  # the process died, the machine kept running: pages intact
+    OTHER_BOOT = "other boot"  # the machine restarted, or the abort file holds no boot id
+
+
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+
+def read_boot_id() -> str:
+    """This boot's id (Linux), "" when it cannot be read; tests replace this function."""
+    try:
+        return BOOT_ID_PATH.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _same_boot(abort: Path) -> bool:
+    """Did the process that left `abort` behind run in this boot of the machine?"""
+    try:
+        written = abort.read_text(errors="replace").strip()
+    except OSError:
+        return False
+    return bool(written) and written == read_boot_id()
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredQueues:
+    end: int  # the highest end (offset + size) of a ConsumeQueue's last unit, 0 if none
+    damaged_from: int  # the lowest such end of a queue that lost units to rebuild, -1 if none
 
 
 @dataclass(slots=True)
@@ -152,6 +231,9 @@ class MessageStore:
         self.commitlog = CommitLog(config, segments)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.index: IndexService | None = None
+        # The child process that builds the index while the store runs (store/index_worker.py).
+        self.index_worker: IndexWorker | None = None
+        self._index_lock: int | None = None  # index.lock while this process writes the index
         if config.message_index_enable:
             self.index = IndexService(
                 self.root / "index", config.max_hash_slot_num, config.max_index_num
@@ -175,6 +257,9 @@ class MessageStore:
         self.disk_full = False
         self.disk_used_ratio = 0.0
         self.last_exit_ok = True
+        self.recovery = Recovery.NORMAL
+        # Where load() restarted dispatch (the CommitLog offset), -1 before load().
+        self.redispatch_from = -1
         self._lock_fd: int | None = None
         self._commit = CommitService(self) if self.pool else None
         self._flush: FlushCommitLogService | None = None
@@ -204,6 +289,9 @@ class MessageStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._take_lock()
         try:
+            if self.index is not None:
+                # A worker left by a killed predecessor finishes its batch and exits first.
+                self._index_lock = take_index_lock(self.index.index_dir, INDEX_LOCK_WAIT)
             self._load()
         except BaseException:
             self.close_files()
@@ -213,10 +301,20 @@ class MessageStore:
     def _load(self) -> None:
         abort = self.root / "abort"
         self.last_exit_ok = not abort.exists()
+        if self.last_exit_ok:
+            self.recovery = Recovery.NORMAL
+        elif _same_boot(abort):
+            self.recovery = Recovery.SAME_BOOT
+        else:
+            self.recovery = Recovery.OTHER_BOOT
         self.commitlog.segments.load()
         self._load_consume_queues()
         if self.index is not None:
-            self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+            self.index.load(
+                self.last_exit_ok,
+                self.checkpoint.index_msg_timestamp,
+                keep_newer=self.recovery is Recovery.SAME_BOOT,
+            )
         self._recover()
 
     def _take_lock(self) -> None:
@@ -266,19 +364,58 @@ class MessageStore:
             start_index = max(0, len(segments) - 3)
         else:
             start_index = self._abnormal_start_index()
-            log.warning("store %s was not shut down cleanly: abnormal recovery", self.root)
+        # The checkpoint-safe file: the CommitLog check starts there.
+        safe_start = segments[start_index].start_offset if segments else 0
         end = self.commitlog.recover(start_index)
-        reput_from = self._recover_consume_queues(end)
-        if not self.last_exit_ok and segments:
-            reput_from = min(reput_from, self.commitlog.segments.segments[start_index].start_offset)
+        queues = self._recover_consume_queues(end)
         if self.index is not None:
             self.index.truncate_after(end)
-            if self.index.rebuild_from >= 0:
-                # Index files destroyed by load() may hold entries older than start_index.
-                reput_from = min(reput_from, self.index.rebuild_from)
-        self.reput.reput_from_offset = max(reput_from, self.commitlog.min_offset)
+        reput_from = self._redispatch_start(queues, safe_start)
+        self.redispatch_from = max(reput_from, self.commitlog.min_offset)
+        if self.recovery is not Recovery.NORMAL:
+            how = (
+                "same boot: the pages it wrote are intact, dispatch resumes where it stopped"
+                if self.recovery is Recovery.SAME_BOOT
+                else "another boot (or no boot id): RocketMQ's recovery from the checkpoint"
+            )
+            log.warning(
+                "store %s was not shut down cleanly; abnormal recovery, %s: CommitLog checked "
+                "from %d, ends at %d, re-dispatch from %d",
+                self.root,
+                how,
+                safe_start,
+                end,
+                self.redispatch_from,
+            )
+        self.reput.reput_from_offset = self.redispatch_from
         self.reput.dispatch_available(1 << 62)
         self._recover_topic_queue_table()
+
+    def _redispatch_start(self, queues: RecoveredQueues, safe_start: int) -> int:
+        """Where dispatch must restart for the ConsumeQueues and the index to be complete.
+
+        M = `queues.end` (the highest end of a last unit), S = `safe_start`, R = the index's
+        `rebuild_from`; see the module docstring for the rules and why they are safe.
+        """
+        index = self.index
+        if self.recovery is Recovery.NORMAL:
+            reput_from = queues.end
+        elif self.recovery is Recovery.SAME_BOOT:
+            if index is not None:
+                # R is the start of the newest indexed record, which is dispatched again: its
+                # entries may be half written (UNIQ_KEY but not all KEYS); those it has are
+                # added twice, which queries absorb (query_message lists an offset once).
+                reput_from = min(queues.end, max(index.rebuild_from, safe_start))
+            else:
+                reput_from = min(queues.end, safe_start)
+        else:
+            reput_from = min(queues.end, safe_start)
+            if index is not None and index.rebuild_from >= 0:
+                # Index files destroyed by load() may hold entries older than safe_start.
+                reput_from = min(reput_from, index.rebuild_from)
+        if queues.damaged_from >= 0:
+            reput_from = min(reput_from, queues.damaged_from)
+        return reput_from
 
     def _abnormal_start_index(self) -> int:
         """Newest segment whose first record is older than the checkpoint says is safe."""
@@ -292,19 +429,17 @@ class MessageStore:
                 return index
         return 0
 
-    def _recover_consume_queues(self, commitlog_end: int) -> int:
-        """Recover every queue; returns where dispatch must restart to complete them."""
-        reput_from = 0
+    def _recover_consume_queues(self, commitlog_end: int) -> RecoveredQueues:
+        """Recover every queue: where their units end, and where damaged ones need rebuilding."""
+        end = 0
         damaged_from: list[int] = []
         for queue in self.consume_queues.values():
             clean = queue.recover(self._unit_checker(queue), commitlog_end)
             queue.truncate_dirty(commitlog_end)
             if not clean:
                 damaged_from.append(max(queue.max_physical_offset, 0))
-            reput_from = max(reput_from, queue.max_physical_offset)
-        if damaged_from:
-            reput_from = min([reput_from, *damaged_from])
-        return max(reput_from, 0)
+            end = max(end, queue.max_physical_offset)
+        return RecoveredQueues(end, min(damaged_from, default=-1))
 
     def _unit_checker(self, queue: ConsumeQueue) -> UnitChecker:
         """Does the CommitLog hold this queue's record of this size and queue offset there?"""
@@ -348,14 +483,17 @@ class MessageStore:
         if self._commit is not None:
             await self._commit.start()
         await self._flush_cq.start()
+        await self.start_index_worker()
         await self.reput.start()
         await self.cleaner.start()
-        (self.root / "abort").touch()
+        # The boot id tells the next load whether the machine kept running (module docstring).
+        (self.root / "abort").write_text(read_boot_id())
         self._running = True
         self.reput.wakeup()
 
     async def stop(self) -> None:
         if not self._running:
+            await self.stop_index_worker()
             self.close_files()
             self._release_lock()
             return
@@ -365,6 +503,7 @@ class MessageStore:
             await self._commit.stop()
         await self.reput.wait_idle()
         await self.reput.stop()
+        await self.stop_index_worker()
         if self._group_commit is not None:
             await self._group_commit.stop()
         if self._flush is not None:
@@ -384,6 +523,64 @@ class MessageStore:
             queue.close()
         if self.index is not None:
             self.index.close()
+        if self._index_lock is not None:
+            release_index_lock(self._index_lock)
+            self._index_lock = None
+
+    async def start_index_worker(self) -> None:
+        """Hand the index to a child process (module docstring of store/index_worker.py).
+
+        `start` does this; a loaded store that is not started can too (the benchmarks do).
+        """
+        index = self.index
+        if index is None or not self.config.message_index_worker_enable:
+            return
+        # What recovery indexed here must be on disk before the worker's flushes vouch for it.
+        await asyncio.to_thread(index.flush)
+        if self._index_lock is not None:
+            release_index_lock(self._index_lock)
+            self._index_lock = None
+        self.index_worker = IndexWorker(
+            WorkerSpec(
+                commitlog_dir=str(self.commitlog.segments.directory.resolve()),
+                commitlog_file_size=self.config.mapped_file_size_commit_log,
+                index_dir=str(index.index_dir.resolve()),
+                max_hash_slot_num=self.config.max_hash_slot_num,
+                max_index_num=self.config.max_index_num,
+                start=self.reput.reput_from_offset,
+            )
+        )
+        self.index_worker.start()
+
+    async def stop_index_worker(self) -> None:
+        worker = self.index_worker
+        if worker is None or self.index is None:
+            return
+        worker.advance(self.reput.reput_from_offset)
+        await worker.stop()
+        self.index_worker = None
+        self._index_lock = take_index_lock(self.index.index_dir, INDEX_LOCK_WAIT)
+        self.index.refresh()
+
+    async def wait_index(self, timeout: float = 1.0) -> None:
+        """Until the index covers what is dispatched now, at most `timeout` seconds.
+
+        Queries by key call it first, so that a message is found once its send returned.
+        """
+        worker = self.index_worker
+        if worker is None:
+            return
+        deadline = time.monotonic() + timeout
+        target = self.reput.limit()
+        reput = self.reput
+        # Dispatch first: the worker never indexes past it (recovery relies on that, above).
+        while reput.reput_from_offset < target and reput.stalled_at < 0:
+            if time.monotonic() >= deadline:
+                break
+            reput.wakeup()
+            await asyncio.sleep(0.001)
+        left = max(0.0, deadline - time.monotonic())
+        await worker.wait_indexed(min(target, reput.reput_from_offset), left)
 
     # --- writes -----------------------------------------------------------------------------
 
@@ -506,7 +703,8 @@ class MessageStore:
     async def flush_consume_queues(self, least_pages: int) -> None:
         logics_ts = self.checkpoint.logics_msg_timestamp
         queues = list(self.consume_queues.values())
-        index = self.index
+        worker = self.index_worker
+        index = self.index if worker is None else None
 
         def work() -> int:
             for queue in queues:
@@ -517,6 +715,10 @@ class MessageStore:
         self.checkpoint.logics_msg_timestamp = max(logics_ts, 0)
         if index is not None:
             self.checkpoint.index_msg_timestamp = index_ts
+        elif worker is not None:
+            worker_ts = await worker.flush()
+            if worker_ts is not None:
+                self.checkpoint.index_msg_timestamp = worker_ts
         await asyncio.to_thread(self.checkpoint.flush)
 
     def set_disk_full(self, full: bool, ratio: float) -> None:
@@ -547,6 +749,8 @@ class MessageStore:
         for queue in self.consume_queues.values():
             queue.delete_expired(commitlog_min)
         if self.index is not None:
+            if self.index_worker is not None:
+                self.index.refresh()
             self.index.delete_expired(commitlog_min)
         if self.reput.reput_from_offset < commitlog_min:
             self.reput.reput_from_offset = commitlog_min
@@ -635,6 +839,8 @@ class MessageStore:
         """Messages whose KEYS or UNIQ_KEY contain `key`, stored within [begin, end] ms."""
         if self.index is None:
             return QueryMessageResult([], 0, 0)
+        if self.index_worker is not None:
+            self.index.refresh()
         found = self.index.query_offsets(topic, key, max_num, begin, end)
         messages = []
         # A message re-dispatched after a crash can be indexed twice: list it once.
@@ -672,10 +878,17 @@ class MessageStore:
         self.commitlog.truncate_to(offset, "diverged")
         for queue in self.consume_queues.values():
             queue.truncate_dirty(offset)
+        worker = self.index_worker
+        if worker is not None:
+            worker.kill()  # restarted below at the cut, which undoes what it had past there
         if self.index is not None:
+            if worker is not None:
+                self.index.refresh()
             self.index.truncate_after(offset)
         self._recover_topic_queue_table()
         self.reput.reput_from_offset = min(self.reput.reput_from_offset, offset)
+        if worker is not None:
+            worker.restart_at(min(worker.indexed, offset))
 
     def reset_for_resync(self) -> Path:
         """A slave behind its master's retention: move all its data aside and start empty.
@@ -684,6 +897,9 @@ class MessageStore:
         """
         aside = self.root / f"resync-{int(time.time() * 1000)}"
         aside.mkdir(parents=True)
+        worker = self.index_worker
+        if worker is not None:
+            worker.kill()
         self.close_files()
         moves = [
             (self.commitlog.segments.directory, aside / "commitlog"),
@@ -707,6 +923,8 @@ class MessageStore:
             self.index.load(True, 0)
         self.reput.reput_from_offset = 0
         self.reput.stalled_at = -1
+        if worker is not None:
+            worker.restart_at(0)
         return aside
 
     def delete_topics(self, topics: set[str]) -> None:

@@ -327,12 +327,35 @@ def encode_record(msg: MessageToStore, max_body_size: int) -> EncodedRecord:
 _NO_TIMESTAMP = bytes(8)
 
 
-def encode_batch(batch: MessageBatch, max_body_size: int) -> list[EncodedRecord]:
+@dataclass(slots=True)
+class EncodedBatch:
+    """The records of a batch back to back, encoded except for the append-time fields."""
+
+    data: bytearray
+    offsets: list[int]  # where each record starts in `data`
+    store_ts_at: int
+    topic: str
+    queue_id: int
+    sys_flag: int
+
+    def records(self) -> list[EncodedRecord]:
+        """Each record on its own (what `encode_record` gives for it)."""
+        ends = [*self.offsets[1:], len(self.data)] if self.offsets else []
+        return [
+            EncodedRecord(
+                self.data[a:b], self.store_ts_at, self.topic, self.queue_id, self.sys_flag
+            )
+            for a, b in zip(self.offsets, ends, strict=True)
+        ]
+
+
+def encode_batch(batch: MessageBatch, max_body_size: int) -> EncodedBatch:
     """`encode_record` of each message of `batch`, byte for byte, with the shared parts once.
 
     Everything the messages have in common (topic, hosts, flags, the fields between the born
     timestamp and the body length) is checked and packed once per batch; per message only its
-    own fields remain: half the work of encoding `batch.as_messages()` one by one.
+    own fields remain: half the work of encoding `batch.as_messages()` one by one. The records
+    are joined into one buffer in one copy, the one the CommitLog appends.
     """
     topic_bytes = batch.topic.encode()
     topic_ok = 0 < len(topic_bytes) <= MAX_TOPIC_BYTES  # reported in encode_record's order
@@ -353,7 +376,9 @@ def encode_batch(batch: MessageBatch, max_body_size: int) -> list[EncodedRecord]
     topic_part = bytes((len(topic_bytes),)) + topic_bytes
     store_ts_at = _PREFIX.size + len(born_host)
     topic, queue_id, born_timestamp = batch.topic, batch.queue_id, batch.born_timestamp
-    records = []
+    parts: list[bytes] = []
+    offsets: list[int] = []
+    at = 0
     for flag, body, properties in batch.messages:
         props = properties.encode()
         if len(body) > max_body_size:
@@ -378,11 +403,18 @@ def encode_batch(batch: MessageBatch, max_body_size: int) -> list[EncodedRecord]
             sys_flag,
             born_timestamp,
         )
-        data = bytearray().join(
-            (head, middle, _INT.pack(len(body)), body, topic_part, _SHORT.pack(len(props)), props)
+        parts += (
+            head,
+            middle,
+            _INT.pack(len(body)),
+            body,
+            topic_part,
+            _SHORT.pack(len(props)),
+            props,
         )
-        records.append(EncodedRecord(data, store_ts_at, topic, queue_id, sys_flag))
-    return records
+        offsets.append(at)
+        at += total
+    return EncodedBatch(bytearray().join(parts), offsets, store_ts_at, topic, queue_id, sys_flag)
 
 
 _STAMP = struct.Struct(">qq")

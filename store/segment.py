@@ -102,6 +102,11 @@ class Segment:
         # Flushes run in worker threads; this keeps close() from pulling the descriptor away.
         self._io_lock = threading.Lock()
 
+    @property
+    def map(self) -> mmap.mmap:
+        """The shared map, for readers that search it (`mmap.find`) without copying."""
+        return self._map
+
     # --- positions --------------------------------------------------------------------------
 
     @property

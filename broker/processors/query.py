@@ -105,6 +105,7 @@ class QueryProcessor:
             return _bad_header(request, exc)
         store = self.broker.store
         max_num = max(1, min(header.max_num, QUERY_MAX_NUM))
+        await store.wait_index()
         result = store.query_message(
             header.topic, header.key, max_num, header.begin_timestamp, header.end_timestamp
         )

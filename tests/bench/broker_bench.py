@@ -17,6 +17,9 @@ import os
 import struct
 import time
 import uuid
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
 
 from client.api import BrokerAPI, SendStatus
 from client.protocol.batch import encode_batch_body
@@ -130,23 +133,63 @@ async def _pulls(api: BrokerAPI, address: str, per_queue: int) -> float:
     return pulled / (time.perf_counter() - started)
 
 
-async def _run(address: str, messages: int) -> list[Result]:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _measured(
+    label: str, broker_pid: int, messages: int, phase: Coroutine[Any, Any, float]
+) -> tuple[float, float]:
+    """Run a phase; print its rate and the broker's CPU time per message.
+
+    The CPU figure is what the broker would sustain alone on a core (1e6 / us per message): on a
+    2-core machine shared with the load generator, the wall-clock rate also measures the client.
+    """
+    cpu_before = _cpu_seconds(broker_pid)
+    rate = await phase
+    per_message = (_cpu_seconds(broker_pid) - cpu_before) / messages * 1e6
+    print(
+        f"{label:<42} {rate:>10,.0f} msg/s   broker CPU {per_message:5.1f} us/msg "
+        f"(= {1e6 / per_message:,.0f} msg/s per core)",
+        flush=True,
+    )
+    return rate, per_message
+
+
+async def _run(address: str, broker_pid: int, messages: int) -> list[Result]:
     api = BrokerAPI()
     try:
         await _batched_sends(api, address, 3200)  # warm up: topic creation, connections
-        batched = await _batched_sends(api, address, messages)
-        print(f"batched sends (32 x 1 KiB, 8 in flight): {batched:,.0f} msg/s", flush=True)
-        single = await _single_sends(api, address, messages // 4)
-        print(f"single sends (1 KiB, 64 in flight):      {single:,.0f} msg/s", flush=True)
+        batched, batched_cpu = await _measured(
+            "batched sends (32 x 1 KiB, 8 in flight):",
+            broker_pid,
+            messages // 32 * 32,
+            _batched_sends(api, address, messages),
+        )
+        single, single_cpu = await _measured(
+            "single sends (1 KiB, 64 in flight):",
+            broker_pid,
+            messages // 4,
+            _single_sends(api, address, messages // 4),
+        )
         per_queue = min([await api.get_max_offset(address, TOPIC, q) for q in range(QUEUES)])
-        pulls = await _pulls(api, address, per_queue)
-        print(f"pulls (32 per request, 8 queues):       {pulls:,.0f} msg/s", flush=True)
+        pulls, pulls_cpu = await _measured(
+            "pulls (32 per request, 8 queues):",
+            broker_pid,
+            per_queue * QUEUES,
+            _pulls(api, address, per_queue),
+        )
     finally:
         await api.close()
     return [
         Result("batched sends, 1 KiB x 32", batched, "msg/s", 100_000),
+        Result("batched sends: broker CPU per message", batched_cpu, "us"),
         Result("single sends, 1 KiB, 64 in flight", single, "msg/s"),
+        Result("single sends: broker CPU per message", single_cpu, "us"),
         Result("pulls, 32 per request", pulls, "msg/s", 150_000),
+        Result("pulls: broker CPU per message", pulls_cpu, "us"),
     ]
 
 
@@ -176,7 +219,8 @@ def run() -> list[Result]:
             )
             loop = _event_loop()
             try:
-                return loop.run_until_complete(_run(broker.address, messages))
+                assert broker.pid is not None
+                return loop.run_until_complete(_run(broker.address, broker.pid, messages))
             finally:
                 loop.close()
         finally:

@@ -214,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.kill_at_ftruncate:
         count, _sep, part = args.kill_at_ftruncate.partition(":")
         _kill_inside_ftruncate(int(count), part)
+        if part == "index":
+            # Index files are created by the index worker in a started store; the hook lives in
+            # this process, so build the index here (the worker's own kills: test_index_worker).
+            args.set.append("messageIndexWorkerEnable=false")
     return asyncio.run(run(args))
 
 

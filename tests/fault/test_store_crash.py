@@ -83,8 +83,11 @@ def test_sigkill_rounds_keep_every_acknowledged_message(
     Some writers are killed before they are ready (during start-up or recovery), some stop by
     themselves first (a clean shutdown). Half of the checks run on a copy of the crashed store,
     so that the next writer recovers the crash itself rather than the checker's recovered files.
+    A quarter of the kills are recovered as after a machine restart (another boot id in the
+    abort file), the rest as the same boot (dispatch resumes where it stopped).
     """
     rng = random.Random(seed)
+    reboots = random.Random(seed + 1)  # its own stream: rng's sequence is as before
     store_dir = tmp_path / "store"
     history = History(seed)
     counts: dict[tuple[str, int], int] = {}
@@ -129,6 +132,11 @@ def test_sigkill_rounds_keep_every_acknowledged_message(
                 assert ack.queue_offset >= floor, (
                     f"[seed {seed}] {context}: {ack} reuses a queue offset below {floor}"
                 )
+        if rc == -signal.SIGKILL and reboots.random() < 0.25 and (store_dir / "abort").exists():
+            # As if the machine had restarted with every page on the disk: the abort file's
+            # boot id differs, so recovery takes RocketMQ's path (from the checkpoint).
+            (store_dir / "abort").write_text("another-boot")
+            context += " as after a reboot"
         target = store_dir
         if on_copy:
             target = tmp_path / "copy"

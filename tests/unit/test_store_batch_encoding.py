@@ -78,12 +78,12 @@ def _outcome(fn: Any) -> Any:
 @given(batches())
 def test_encode_batch_is_encode_record_of_each_message(batch: MessageBatch) -> None:
     expected = _outcome(lambda: [encode_record(m, MAX_BODY) for m in batch.as_messages()])
-    assert _outcome(lambda: encode_batch(batch, MAX_BODY)) == expected
+    assert _outcome(lambda: encode_batch(batch, MAX_BODY).records()) == expected
 
 
 def test_properties_over_the_limit_are_reported_as_such() -> None:
     batch = MessageBatch("T", 0, [(0, b"", "a\x01" + "v" * 40000 + "\x02")])
-    assert _outcome(lambda: encode_batch(batch, MAX_BODY)) == (
+    assert _outcome(lambda: encode_batch(batch, MAX_BODY).records()) == (
         "RecordTooLargeError",
         "properties of 40003 bytes exceed 32767",
         True,
@@ -93,7 +93,7 @@ def test_properties_over_the_limit_are_reported_as_such() -> None:
 def test_a_batch_decodes_to_its_messages() -> None:
     host = pack_host("::1", 1)
     batch = MessageBatch("T", 3, [(7, b"abc", "TAGS\x01A\x02"), (8, b"", "")], born_host=host)
-    records = encode_batch(batch, MAX_BODY)
+    records = encode_batch(batch, MAX_BODY).records()
     decoded = [decode_record(bytes(r.data)) for r in records]
     assert [(m.flag, m.body, m.properties, m.queue_id, m.topic) for m in decoded] == [
         (7, b"abc", {"TAGS": "A"}, 3, "T"),

@@ -420,7 +420,9 @@ async def test_transient_store_pool_commit_service(tmp_path: Path) -> None:
         for i in range(30):
             await put_ok(store, message("C", 0, i))
         await asyncio.wait_for(arrived.wait(), 5)  # the commit service made them readable
-        assert seen == list(range(1, 31))
+        # One call per queue and tagsCode for each run of units dispatch writes together.
+        assert seen == sorted(set(seen))
+        assert seen[-1] == 30
         assert len(bodies(store, "C", 0)) == 30
     finally:
         await store.stop()

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
+from store import message_store
 from store.commitlog import PutStatus
 from store.config import StoreConfig
 from store.errors import CorruptStoreError
 from store.get_message import GetMessageStatus
-from store.message_store import MessageStore
+from store.message_store import MessageStore, Recovery
 from store.record import MessageToStore, decode_record, encode_properties
 
 FILE = 4096
@@ -278,3 +279,135 @@ async def test_a_missing_middle_segment_is_refused(tmp_path: Path) -> None:
     (tmp_path / "commitlog" / f"{FILE:020d}").unlink()
     with pytest.raises(CorruptStoreError, match=f"{2 * FILE:020d}"):
         open_store(tmp_path)
+
+
+# --- after a crash: the same boot or another ------------------------------------------------
+
+BOOT = "5b0a7c1e-3f2d-4c6b-9e8a-1d2c3b4a5f60"
+
+
+@pytest.fixture
+def boot(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(message_store, "read_boot_id", lambda: BOOT)
+    return BOOT
+
+
+def safe_start(store: MessageStore) -> int:
+    """Start of the CommitLog file that abnormal recovery checks from (the checkpoint's)."""
+    return store.commitlog.segments.segments[store._abnormal_start_index()].start_offset
+
+
+def check_contents(store: MessageStore, sent: list[Sent]) -> None:
+    for q in (0, 1):
+        assert queue_bodies(store, "R", q) == [s.body for s in sent if s.queue_id == q]
+    for i in (0, len(sent) // 2, *range(len(sent) - 8, len(sent))):
+        found = store.query_message("R", f"key{i}", 10, 0, 2**62).messages
+        assert [m.physical_offset for m in found] == [sent[i].phy], i
+
+
+async def test_the_abort_file_holds_the_boot_id(tmp_path: Path, boot: str) -> None:
+    store = open_store(tmp_path)
+    await store.start()
+    try:
+        assert (tmp_path / "abort").read_text() == boot
+    finally:
+        await store.stop()
+    assert not (tmp_path / "abort").exists()
+
+
+async def test_without_a_boot_id_the_abort_file_is_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(message_store, "read_boot_id", lambda: "")
+    store = open_store(tmp_path)
+    await store.start()
+    try:
+        assert (tmp_path / "abort").read_text() == ""
+    finally:
+        await store.stop()
+    (tmp_path / "abort").touch()  # a crash
+    store = open_store(tmp_path)
+    try:
+        assert store.recovery is Recovery.OTHER_BOOT
+    finally:
+        await store.stop()
+
+
+@pytest.mark.parametrize(
+    ("written", "kind"),
+    [(BOOT, Recovery.SAME_BOOT), ("another-boot", Recovery.OTHER_BOOT), ("", Recovery.OTHER_BOOT)],
+    ids=["same-boot", "other-boot", "no-boot-id"],
+)
+async def test_redispatch_starts_where_dispatch_stopped_only_on_the_same_boot(
+    tmp_path: Path, boot: str, written: str, kind: Recovery
+) -> None:
+    sent = await build(tmp_path, 90)
+    (tmp_path / "abort").write_text(written)
+    store = open_store(tmp_path)
+    try:
+        assert not store.last_exit_ok
+        assert store.recovery is kind
+        assert safe_start(store) < sent[-1].phy
+        if kind is Recovery.SAME_BOOT:
+            # min(M, max(R, S)): R, the newest indexed record, is dispatched again.
+            assert store.redispatch_from == sent[-1].phy
+        else:
+            assert store.redispatch_from == safe_start(store)  # RocketMQ's start
+        check_contents(store, sent)
+    finally:
+        await store.stop()
+
+
+async def test_same_boot_recovery_dispatches_what_dispatch_had_not_reached(
+    tmp_path: Path, boot: str
+) -> None:
+    sent = await build(tmp_path, 90)
+    store = open_store(tmp_path)  # loaded, not started: nothing dispatches the appends below
+    sent += [await put(store, "R", i % 2, i, T0 + 1000 * i) for i in range(90, 130)]
+    assert store.max_offset_in_queue("R", 1) < sum(1 for s in sent if s.queue_id == 1)
+    (tmp_path / "abort").write_text(boot)  # what start() writes
+    await store.stop()  # not started: closes the files and leaves the abort file, as a crash
+    store = open_store(tmp_path)
+    try:
+        assert store.recovery is Recovery.SAME_BOOT
+        assert store.redispatch_from < sent[90].phy
+        check_contents(store, sent)
+    finally:
+        await store.stop()
+
+
+async def test_same_boot_recovery_indexes_what_the_index_missed(tmp_path: Path, boot: str) -> None:
+    """Dispatch killed after a batch's ConsumeQueue units, before its index entries."""
+    sent = await build(tmp_path, 90)
+    store = open_store(tmp_path)
+    assert store.index is not None
+    store.index.truncate_after(sent[-6].phy)
+    assert store.query_message("R", f"key{len(sent) - 1}", 10, 0, 2**62).messages == []
+    await store.stop()
+    (tmp_path / "abort").write_text(boot)
+    (tmp_path / "checkpoint").write_bytes(bytes(4096))  # dispatched store times: none
+    store = open_store(tmp_path)
+    try:
+        assert store.recovery is Recovery.SAME_BOOT
+        assert store.redispatch_from == sent[-7].phy  # R, below M
+        check_contents(store, sent)
+    finally:
+        await store.stop()
+
+
+@pytest.mark.parametrize("which", [0, 2, -1], ids=["first", "middle", "last"])
+async def test_garbage_consume_queue_file_is_rebuilt_on_the_same_boot(
+    tmp_path: Path, boot: str, which: int
+) -> None:
+    sent = await build(tmp_path, 90)
+    before = cq_tree(tmp_path)
+    files = sorted((tmp_path / "consumequeue" / "R" / "1").iterdir())
+    files[which].write_bytes(random.Random(which).randbytes(CQ_FILE))
+    (tmp_path / "abort").write_text(boot)
+    store = open_store(tmp_path)
+    try:
+        assert store.recovery is Recovery.SAME_BOOT
+        assert cq_tree(tmp_path) == before
+        check_contents(store, sent)
+    finally:
+        await store.stop()

@@ -1,0 +1,143 @@
+"""In-place record parsing for the loops that read every record: dispatch and the index worker.
+
+`scan_fast` reads the common record (IPv4 hosts, no transaction bits) straight from the mapped
+CommitLog file with one unpack for the fixed head and checks that its lengths agree; anything
+else (IPv6 hosts change the layout; PREPARED and ROLLBACK records are dispatched differently; a
+blank, a torn or a malformed record) returns None and goes through `record.scan_record`.
+Properties are looked up with `mmap.find` where they lie, never decoded as a whole.
+
+`KeyGatherer` turns a record's UNIQ_KEY and KEYS into index entries
+`(key hash, physical offset, store timestamp)`, RocketMQ's buildIndex order, for
+`IndexService.put_hashed`.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from typing import Final
+
+from store.index import prefixed_key_hash, topic_prefix_hash
+from store.record import (
+    FLAG_BORNHOST_V6,
+    FLAG_STOREHOST_V6,
+    MAGIC_V1,
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_KEY,
+    TRANSACTION_MASK,
+    DispatchInfo,
+    find_property,
+)
+
+# The fixed head of a record with IPv4 hosts, only the fields the loops need: TOTALSIZE,
+# MAGICCODE, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLENGTH.
+_FAST_HEAD = struct.Struct(">ii4xi4xqqi16xq20xi")
+HEAD_SIZE: Final = 88
+assert _FAST_HEAD.size == HEAD_SIZE
+_SHORT = struct.Struct(">h")
+_SLOW_FLAGS: Final = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6 | TRANSACTION_MASK
+
+KEYS_NEEDLE: Final = PROPERTY_KEYS.encode() + b"\x01"
+UNIQ_NEEDLE: Final = PROPERTY_UNIQ_KEY.encode() + b"\x01"
+
+# (total size, queue id, queue offset, physical offset, store timestamp, properties start,
+#  topic) of a record; positions are in the map.
+FastRecord = tuple[int, int, int, int, int, int, bytes]
+
+
+def scan_fast(mm: mmap.mmap, pos: int, end: int) -> FastRecord | None:
+    """The record at `pos` if it is a whole, common one ending by `end`; else None."""
+    if end - pos < HEAD_SIZE:
+        return None
+    total, magic, queue_id, queue_offset, phy, sys_flag, store_ts, body_len = (
+        _FAST_HEAD.unpack_from(mm, pos)
+    )
+    rec_end = pos + total
+    at = pos + HEAD_SIZE + body_len
+    if (
+        magic != MAGIC_V1
+        or sys_flag & _SLOW_FLAGS
+        or rec_end > end
+        or body_len < 0
+        or at + 3 > rec_end
+    ):
+        return None
+    props = at + 3 + mm[at]
+    if props > rec_end or _SHORT.unpack_from(mm, props - 2)[0] != rec_end - props:
+        return None
+    return total, queue_id, queue_offset, phy, store_ts, props, mm[at + 1 : props - 2]
+
+
+def find_value(mm: mmap.mmap, needle: bytes, start: int, end: int) -> bytes | None:
+    """The value of property `needle` (`name\\x01`) in mm[start:end], found in place."""
+    at = mm.find(needle, start, end)
+    if at < 0:
+        return None
+    if at == start or mm[at - 1] == 0x02:
+        begin = at + len(needle)
+        stop = mm.find(b"\x02", begin, end)
+        return mm[begin : stop if stop >= 0 else end]
+    # The name turned up inside another property's value: search properly (rare).
+    return find_property(mm[start:end], needle[:-1])
+
+
+class KeyGatherer:
+    """Index entries of records, with each topic's `topic#` hash worked out once."""
+
+    def __init__(self) -> None:
+        self._prefixes: dict[bytes, int] = {}
+
+    def prefix(self, topic_raw: bytes) -> int:
+        prefix = self._prefixes.get(topic_raw)
+        if prefix is None:
+            topic = str(topic_raw, "utf-8", "replace")
+            prefix = self._prefixes[topic_raw] = topic_prefix_hash(topic)
+        return prefix
+
+    def gather(
+        self,
+        mm: mmap.mmap,
+        entries: list[tuple[int, int, int]],
+        topic_raw: bytes,
+        phy: int,
+        store_ts: int,
+        props: int,
+        rec_end: int,
+    ) -> None:
+        """buildIndex for a record found by `scan_fast`: UNIQ_KEY, then each key of KEYS."""
+        prefix = self._prefixes.get(topic_raw)
+        if prefix is None:
+            prefix = self.prefix(topic_raw)
+        uniq = find_value(mm, UNIQ_NEEDLE, props, rec_end)
+        if uniq:
+            entries.append((prefixed_key_hash(prefix, uniq), phy, store_ts))
+        keys = find_value(mm, KEYS_NEEDLE, props, rec_end)
+        self._add_keys(entries, prefix, keys, phy, store_ts)
+
+    def gather_info(self, info: DispatchInfo, entries: list[tuple[int, int, int]]) -> None:
+        """buildIndex for a record parsed by `scan_record` (the caller skips ROLLBACK ones)."""
+        prefix = self.prefix(info.topic.encode())
+        uniq = find_property(info.properties, UNIQ_NEEDLE[:-1])
+        if uniq:
+            entries.append(
+                (prefixed_key_hash(prefix, uniq), info.physical_offset, info.store_timestamp)
+            )
+        keys = find_property(info.properties, KEYS_NEEDLE[:-1])
+        self._add_keys(entries, prefix, keys, info.physical_offset, info.store_timestamp)
+
+    @staticmethod
+    def _add_keys(
+        entries: list[tuple[int, int, int]],
+        prefix: int,
+        keys: bytes | None,
+        phy: int,
+        store_ts: int,
+    ) -> None:
+        if not keys:
+            return
+        if b" " not in keys:
+            entries.append((prefixed_key_hash(prefix, keys), phy, store_ts))
+            return
+        entries.extend(
+            (prefixed_key_hash(prefix, key), phy, store_ts) for key in keys.split(b" ") if key
+        )
