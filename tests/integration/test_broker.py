@@ -209,3 +209,62 @@ async def test_query_by_key_and_view_by_offset(
     viewed = await api.view_message(broker.address, found[0].physical_offset)
     assert viewed.msg_id == result.msg_id
     assert await api.search_offset(broker.address, "TQ", 0, now - 60_000) == 0
+
+
+def index_workers_of(pid: int) -> list[int]:
+    """Child processes of `pid` running the index worker."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    found = []
+    for child in children:
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+        except FileNotFoundError:
+            continue
+        if b"store.index_worker" in cmdline:
+            found.append(int(child))
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def test_index_worker_builds_the_index_and_exits_with_its_broker(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
+) -> None:
+    """The broker builds its index in a child process; queries see a send at once; a SIGKILLed
+    broker's worker exits, and the restarted broker finds old and new keys."""
+    store = tmp_path / "store-a"
+    broker = processes.brokerd(namesrv.address, store)
+    assert broker.pid is not None
+    workers = index_workers_of(broker.pid)
+    assert len(workers) == 1, workers
+    now = int(time.time() * 1000)
+    for i in range(200):
+        await api.send(broker.address, send_header("TW", i % 4, KEYS=f"k-{i}"), b"m%d" % i)
+    # No retries: the query waits for dispatch and the worker (read your writes).
+    found = await api.query_message(broker.address, "TW", "k-199", 10, now - 60_000, now + 60_000)
+    assert [m.body for m in found] == [b"m199"]
+
+    broker.kill()
+    for _ in range(200):
+        if not pid_alive(workers[0]):
+            break
+        await asyncio.sleep(0.05)
+    assert not pid_alive(workers[0]), "the worker of a killed broker must exit"
+
+    restarted = processes.brokerd(namesrv.address, store, port=broker.port)
+    await api.remoting.close()
+    api.remoting = type(api.remoting)()
+    await api.send(restarted.address, send_header("TW", 0, KEYS="k-new"), b"new")
+    for key, body in (("k-7", b"m7"), ("k-new", b"new")):
+        found = await api.query_message(
+            restarted.address, "TW", key, 10, now - 60_000, int(time.time() * 1000) + 60_000
+        )
+        assert [m.body for m in found] == [body], key
+    assert restarted.pid is not None
+    assert len(index_workers_of(restarted.pid)) == 1
