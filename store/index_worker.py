@@ -38,6 +38,7 @@ import json
 import logging
 import mmap
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -242,6 +243,10 @@ def main(argv: list[str]) -> int:
         level=logging.INFO,
         format="%(asctime)s %(levelname)s index-worker %(name)s: %(message)s",
     )
+    # Ctrl-C and a service manager's SIGTERM reach the whole process group; the broker then
+    # stops this process itself (or its end of input does), after it has indexed what was asked.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     spec = WorkerSpec(**json.loads(argv[0]))
     lock = take_lock(Path(spec.index_dir), LOCK_WAIT)
     try:

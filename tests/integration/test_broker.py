@@ -19,6 +19,7 @@ from client.protocol.headers import (
 )
 from client.remoting.codes import SerializeType
 from store.record import encode_properties
+from tests.support.launcher import alive, index_workers_of
 from tests.support.processes import Daemon, ProcessGroup
 
 pytestmark = pytest.mark.asyncio
@@ -211,28 +212,6 @@ async def test_query_by_key_and_view_by_offset(
     assert await api.search_offset(broker.address, "TQ", 0, now - 60_000) == 0
 
 
-def index_workers_of(pid: int) -> list[int]:
-    """Child processes of `pid` running the index worker."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    found = []
-    for child in children:
-        try:
-            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-        except FileNotFoundError:
-            continue
-        if b"store.index_worker" in cmdline:
-            found.append(int(child))
-    return found
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 async def test_index_worker_builds_the_index_and_exits_with_its_broker(
     processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
 ) -> None:
@@ -243,6 +222,7 @@ async def test_index_worker_builds_the_index_and_exits_with_its_broker(
     assert broker.pid is not None
     workers = index_workers_of(broker.pid)
     assert len(workers) == 1, workers
+    worker = workers.pop()
     now = int(time.time() * 1000)
     for i in range(200):
         await api.send(broker.address, send_header("TW", i % 4, KEYS=f"k-{i}"), b"m%d" % i)
@@ -252,10 +232,10 @@ async def test_index_worker_builds_the_index_and_exits_with_its_broker(
 
     broker.kill()
     for _ in range(200):
-        if not pid_alive(workers[0]):
+        if not alive(worker):
             break
         await asyncio.sleep(0.05)
-    assert not pid_alive(workers[0]), "the worker of a killed broker must exit"
+    assert not alive(worker), "the worker of a killed broker must exit"
 
     restarted = processes.brokerd(namesrv.address, store, port=broker.port)
     await api.remoting.close()

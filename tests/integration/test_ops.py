@@ -29,7 +29,7 @@ from client.message import Message, ReceivedMessage
 from client.mqadmin import main as mqadmin
 from client.producer import Producer
 from client.protocol.heartbeat import ConsumeFromWhere
-from tests.support.launcher import LaunchedCluster, alive
+from tests.support.launcher import LaunchedCluster, alive, index_workers_of
 
 pytestmark = pytest.mark.slow
 
@@ -327,12 +327,19 @@ def test_make_run_starts_the_local_cluster_and_ctrl_c_stops_every_process(
         assert set(launched.pids) == {"namesrv", "broker-a", "broker-a-s"}
         assert all(alive(pid) for pid in launched.pids.values())
         eventually(lambda: "HA lag: broker-a<-" in launched.output(), 10, "the status line")
+        workers = {
+            worker
+            for name in ("broker-a", "broker-a-s")
+            for worker in index_workers_of(launched.pids[name])
+        }
+        assert len(workers) == 2, "each broker builds its index in a worker process"
         launched.interrupt()
         launched.process.wait(60)
         eventually(lambda: "stopped; stores and logs kept" in launched.output(), 30, "the end")
     finally:
         launched.stop()
     assert not [name for name, pid in launched.pids.items() if alive(pid)]
+    assert not [pid for pid in workers if alive(pid)], "index workers outlived Ctrl-C"
     output = launched.output()
     assert output.index("stopped broker-a-s") < output.index("stopped broker-a ")
     assert output.index("stopped broker-a ") < output.index("stopped namesrv")

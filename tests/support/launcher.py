@@ -163,3 +163,16 @@ def children_of(pid: int) -> set[int]:
         if int(fields[1]) == pid:
             found.add(int(entry))
     return found
+
+
+def index_workers_of(pid: int) -> set[int]:
+    """The children of `pid` that run the store's index worker (store/index_worker.py)."""
+    found = set()
+    for child in children_of(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                if b"store.index_worker" in cmdline.read():
+                    found.add(child)
+        except FileNotFoundError:
+            continue
+    return found
