@@ -17,7 +17,9 @@ Protocol: one text line per message, on the child's stdin and stdout.
     child -> parent   indexed <offset>   every record below <offset> is indexed
                       flushed <ts>       entries stored up to <ts> are on disk
 
-The parent keeps one "upto" in flight and sends the newest offset when the answer comes.
+The parent keeps one "upto" in flight, sends the newest offset once ADVANCE_BYTES have gathered
+or ADVANCE_DELAY has passed (a query sends at once), and reads the answers from the event loop
+(a non-blocking pipe): no thread, and a few system calls per megabyte dispatched.
 
 One writer at a time: the child holds an exclusive flock on `index.lock` (beside the index
 folder) while it runs, and `MessageStore.load` takes the same lock, waiting up to LOCK_WAIT
@@ -41,7 +43,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,8 @@ log = logging.getLogger(__name__)
 LOCK_SUFFIX = ".lock"  # the lock file is `index.lock` beside the index folder
 LOCK_WAIT = 10.0  # seconds load waits for an exiting child
 RESTART_DELAY = 1.0  # seconds before a child that died is replaced
+ADVANCE_BYTES = 1024 * 1024  # dispatched bytes that make an "upto" go at once
+ADVANCE_DELAY = 0.01  # seconds a smaller advance waits
 STOP_TIMEOUT = 30.0  # seconds a stopping child gets to finish before it is killed
 
 
@@ -276,6 +279,8 @@ class IndexWorker:
         self._progress = asyncio.Event()
         self._stopping = False
         self._restart: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None  # a delayed "upto"
+        self._replies = b""  # the start of an answer line not yet whole
 
     @property
     def running(self) -> bool:
@@ -306,26 +311,42 @@ class IndexWorker:
         )
         self._process = process
         self._sent = self.indexed
-        threading.Thread(
-            target=self._read_replies, args=(process,), name="index-worker-replies", daemon=True
-        ).start()
+        assert process.stdout is not None
+        os.set_blocking(process.stdout.fileno(), False)
+        self._replies = b""
+        self._loop.add_reader(process.stdout.fileno(), self._on_readable, process)
         log.info("index worker pid %d started at offset %d", process.pid, self.indexed)
         if self._target > self._sent:
             self._send_upto()
 
-    def advance(self, offset: int) -> None:
-        """Records below `offset` are dispatched: let the child index them."""
-        if offset <= self._target:
-            return
-        self._target = offset
-        if self._sent == self.indexed:  # nothing in flight
+    def advance(self, offset: int, *, now: bool = False) -> None:
+        """Records below `offset` are dispatched: let the child index them.
+
+        Sent when ADVANCE_BYTES have gathered or ADVANCE_DELAY has passed (or `now`), with one
+        request in flight at a time: a line per dispatch chunk would cost the broker a system
+        call and a wake-up of the child per batch it stores.
+        """
+        if offset > self._target:
+            self._target = offset
+        self._send_due(now)
+
+    def _send_due(self, now: bool = False) -> None:
+        if self._target <= self._sent or self._sent != self.indexed:
+            return  # nothing new, or a request in flight (its answer comes back here)
+        if now or self._target - self._sent >= ADVANCE_BYTES:
             self._send_upto()
+        elif self._timer is None and self._loop is not None:
+            self._timer = self._loop.call_later(ADVANCE_DELAY, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._send_due(now=True)
 
     async def wait_indexed(self, offset: int, timeout: float) -> bool:
         """Until the child has indexed everything below `offset` (False on timeout)."""
         deadline = time.monotonic() + timeout
         while self.indexed < offset and self.running:
-            self.advance(offset)
+            self.advance(offset, now=True)
             self._progress.clear()
             left = deadline - time.monotonic()
             if left <= 0:
@@ -353,9 +374,7 @@ class IndexWorker:
     async def stop(self) -> None:
         """Index what was dispatched, fsync and exit; killed if it takes over STOP_TIMEOUT."""
         self._stopping = True
-        if self._restart is not None:
-            self._restart.cancel()
-            self._restart = None
+        self._cancel_timers()
         process = self._process
         if process is None:
             return
@@ -370,19 +389,19 @@ class IndexWorker:
                 log.error("index worker pid %d did not stop: killed", process.pid)
                 process.kill()
                 await asyncio.to_thread(process.wait)
+            self._drain(process)  # its last answers: what it indexed and flushed
+        self._detach(process)
         self._process = None
 
     def kill(self) -> None:
         """Stop the child at once (resync): its partial work is undone by the next start."""
         self._stopping = True
-        if self._restart is not None:
-            self._restart.cancel()
-            self._restart = None
+        self._cancel_timers()
         process = self._process
         if process is not None:
             process.kill()
             process.wait()
-            self._close_stdin(process)
+            self._detach(process)
         self._process = None
 
     def restart_at(self, offset: int) -> None:
@@ -392,7 +411,16 @@ class IndexWorker:
 
     # --- plumbing -------------------------------------------------------------------------
 
+    def _cancel_timers(self) -> None:
+        for timer in (self._restart, self._timer):
+            if timer is not None:
+                timer.cancel()
+        self._restart = self._timer = None
+
     def _send_upto(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._write(b"upto %d\n" % self._target):
             self._sent = self._target
 
@@ -413,20 +441,43 @@ class IndexWorker:
             with contextlib.suppress(BrokenPipeError):
                 process.stdin.close()
 
-    def _read_replies(self, process: subprocess.Popen[bytes]) -> None:
-        """Reader thread: hand each answer line to the event loop."""
-        loop = self._loop
-        assert loop is not None and process.stdout is not None
-        try:
-            for line in process.stdout:
-                loop.call_soon_threadsafe(self._on_reply, process, line)
-        except RuntimeError:
-            return  # the event loop is closed: nobody is listening any more
-        finally:
-            process.stdout.close()
-            process.wait()
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(self._on_exit, process)
+    def _on_readable(self, process: subprocess.Popen[bytes]) -> None:
+        """The child's stdout is readable: handle whole answer lines; at its end, its exit."""
+        if not self._drain(process):
+            self._detach(process)
+            self._wait_exit(process)
+
+    def _drain(self, process: subprocess.Popen[bytes]) -> bool:
+        """Read what the child has written; False at the end of its output."""
+        stdout = process.stdout
+        if stdout is None or stdout.closed:
+            return False
+        while True:
+            try:
+                data = os.read(stdout.fileno(), 65536)
+            except BlockingIOError:
+                return True
+            if not data:
+                return False
+            *lines, self._replies = (self._replies + data).split(b"\n")
+            for line in lines:
+                self._on_reply(process, line)
+
+    def _detach(self, process: subprocess.Popen[bytes]) -> None:
+        """Stop watching the child's pipes and close them (idempotent)."""
+        stdout = process.stdout
+        if stdout is not None and not stdout.closed:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(stdout.fileno())
+            stdout.close()
+        self._close_stdin(process)
+
+    def _wait_exit(self, process: subprocess.Popen[bytes]) -> None:
+        # Its output ended: it exits at once (or has); poll rather than block the loop.
+        if process.poll() is None and self._loop is not None:
+            self._loop.call_later(0.01, self._wait_exit, process)
+            return
+        self._on_exit(process)
 
     def _on_reply(self, process: subprocess.Popen[bytes], line: bytes) -> None:
         if process is not self._process:
@@ -435,10 +486,10 @@ class IndexWorker:
         if word == b"indexed":
             self.indexed = int(value)
             self._progress.set()
-            if self._target > self._sent:
-                self._send_upto()
-            elif self._sent > self.indexed:
+            if self._sent > self.indexed:
                 self._sent = self.indexed  # it stopped short of the target: nothing in flight
+            else:
+                self._send_due()
         elif word == b"flushed":
             self.flushed_timestamp = int(value)
             waiters, self._flush_waiters = self._flush_waiters, []
@@ -447,7 +498,6 @@ class IndexWorker:
                     waiter.set_result(self.flushed_timestamp)
 
     def _on_exit(self, process: subprocess.Popen[bytes]) -> None:
-        self._close_stdin(process)
         if process is not self._process:
             return
         self._progress.set()
