@@ -19,7 +19,10 @@ exceeds `length - 4`, when the serialisation is unknown, or when the header does
 input, commands completed earlier in the same `feed` call are dropped with the error, and the
 connection is to be closed.
 
-Decoded bodies are `bytes` copied out of the input, so they outlive the caller's buffers.
+Decoded bodies are `bytes` copied out of the input, so they outlive the caller's buffers. A
+large frame that arrives in many chunks (a 1 MiB pull response comes in a few reads) is not
+grown in the buffer chunk by chunk: once its header is in, the chunks are kept as they are and
+its body joined once it is complete, one copy of each byte.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ _PREFIX_LEN: Final = _PREFIX.size
 assert _PREFIX_LEN == 8
 _MAX_HEADER_LEN: Final = 0xFFFFFF
 _MAX_LENGTH: Final = 2**31 - 1
+# A frame with at least this much still to come is collected as a list of the received chunks
+# and joined once complete (one copy), instead of growing the buffer chunk by chunk.
+_COLLECT_MIN: Final = 64 * 1024
 _KNOWN_TYPES: Final = len(SerializeType)
 
 
@@ -85,7 +91,7 @@ class FrameDecoder:
     Usage: `for cmd in decoder.feed(chunk): ...` for every chunk read; `FrameError` means close.
     """
 
-    __slots__ = ("_buffer", "_error", "_max_frame_size")
+    __slots__ = ("_buffer", "_collected", "_error", "_max_frame_size", "_missing", "_parts")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         if not 4 <= max_frame_size <= _MAX_LENGTH:
@@ -93,6 +99,11 @@ class FrameDecoder:
         self._max_frame_size = max_frame_size
         self._buffer = bytearray()
         self._error: FrameError | None = None
+        # A large frame in collection: its chunks so far (the first holds the prefix and the
+        # whole header), their size, and how many bytes the frame still misses (0: none).
+        self._parts: list[bytes] = []
+        self._collected = 0
+        self._missing = 0
 
     @property
     def max_frame_size(self) -> int:
@@ -102,7 +113,7 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         """Bytes received that do not yet complete a frame."""
-        return len(self._buffer)
+        return len(self._buffer) + self._collected
 
     @property
     def failed(self) -> bool:
@@ -114,6 +125,8 @@ class FrameDecoder:
         if self._error is not None:
             raise FrameError(f"decoder already failed: {self._error}")
         try:
+            if self._missing:
+                return self._feed_collecting(data)
             if self._buffer:
                 return self._feed_buffered(data)
             return self._feed_direct(data)
@@ -121,6 +134,7 @@ class FrameDecoder:
             self._error = exc
             # a new object, not clear(): a view into the old buffer may still be alive here
             self._buffer = bytearray()
+            self._parts, self._collected, self._missing = [], 0, 0
             raise
 
     def _feed_direct(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
@@ -129,6 +143,7 @@ class FrameDecoder:
             commands, used = self._parse(octets)
             if used < len(octets):
                 self._buffer += octets[used:]
+                self._start_collecting()
         return commands
 
     def _feed_buffered(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
@@ -138,7 +153,44 @@ class FrameDecoder:
             commands, used = self._parse(view)
         # the view is released, so the buffer may shrink; deleting a prefix is cheap in CPython
         del buffer[:used]
+        self._start_collecting()
         return commands
+
+    def _start_collecting(self) -> None:
+        # The buffer holds the start of a frame (its prefix checked by `_parse`). When much of
+        # it is still to come and its header is here, collect the rest chunk by chunk.
+        buffer = self._buffer
+        if len(buffer) < _PREFIX_LEN:
+            return
+        length, word = _PREFIX.unpack_from(buffer, 0)
+        missing = 4 + length - len(buffer)
+        if missing < _COLLECT_MIN or len(buffer) < _PREFIX_LEN + (word & _MAX_HEADER_LEN):
+            return
+        self._parts = [bytes(buffer)]
+        self._collected = len(buffer)
+        self._missing = missing
+        self._buffer = bytearray()
+
+    def _feed_collecting(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        size = data.nbytes if isinstance(data, memoryview) else len(data)
+        if size < self._missing:
+            # bytes can be kept as they are; anything else may be reused by the caller
+            self._parts.append(data if isinstance(data, bytes) else bytes(data))
+            self._collected += size
+            self._missing -= size
+            return []
+        with memoryview(data) as view, view.cast("B") as octets:
+            missing = self._missing
+            first, *rest = self._parts
+            self._parts, self._collected, self._missing = [], 0, 0
+            word = _PREFIX.unpack_from(first, 0)[1]
+            header_end = _PREFIX_LEN + (word & _MAX_HEADER_LEN)
+            with memoryview(first) as head:
+                body = b"".join((head[header_end:], *rest, octets[:missing]))
+                command = decode_header(word >> 24, head[_PREFIX_LEN:header_end], body)
+            if missing == len(octets):
+                return [command]
+            return [command, *self._feed_direct(octets[missing:])]
 
     def _parse(self, view: memoryview) -> tuple[list[RemotingCommand], int]:
         commands: list[RemotingCommand] = []

@@ -194,7 +194,10 @@ class RangeReader:
             self._switch_member(pull.code)
             await self._wait(backoff, f"offset {pos} (code {pull.code}, max {pull.max_offset})")
             backoff = min(backoff * 2, BACKOFF_MAX)
-        return buffer.take()
+        try:
+            return buffer.take()  # the window's records decoded, all at once
+        except RecordFormatError as exc:
+            raise SourceError(f"{part}: bad record from the broker: {exc}") from exc
 
     def _check_contiguous(
         self, body: bytes, pos: int, hi: int, first: int, last: int, count: int

@@ -23,14 +23,11 @@ Python data source worker checks (`string` not `large_string`, `int32` queue ids
 
 from __future__ import annotations
 
-import itertools
-import operator
-import re
 import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
 import pyarrow.compute as pc  # type: ignore[import-untyped]
@@ -51,7 +48,10 @@ from store.record import (
     FLAG_STOREHOST_V6,
     MAGIC_V1,
     NAME_VALUE_SEPARATOR,
+    OFFSET_BORN_TIMESTAMP,
     OFFSET_PHYSICAL_OFFSET,
+    OFFSET_QUEUE_OFFSET,
+    OFFSET_SYS_FLAG,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
@@ -96,16 +96,20 @@ def spark_schema(include_properties: bool) -> StructType:
 
 
 _ARROW_SCHEMAS: dict[str, Any] = {}
+_LAST_SCHEMA: list[tuple[StructType, Any]] = []
 
 
 def arrow_schema(schema: StructType) -> Any:
     """The Arrow schema Spark expects for `schema` (its own conversion, so they always agree)."""
+    if _LAST_SCHEMA and _LAST_SCHEMA[0][0] is schema:
+        return _LAST_SCHEMA[0][1]  # a task asks once per window: schema.json() costs ~100 us
     key = schema.json()
     found = _ARROW_SCHEMAS.get(key)
     if found is None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         found = _ARROW_SCHEMAS[key] = to_arrow_schema(schema, timezone="UTC")
+    _LAST_SCHEMA[:] = [(schema, found)]
     return found
 
 
@@ -116,26 +120,27 @@ _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _H = struct.Struct(">h")
 _BORN_HOST_AT = _PREFIX.size  # 48
-# For IPv4 hosts (the usual case), the fields the fast path needs in one unpack per record:
-# total, magic, queue offset, sys flag, born and store timestamps, body length (fields the
-# fast path does not need are skipped with x: fewer Python ints made per record).
-_V4 = struct.Struct(">ii12xq8xiq8xq8x12xi")
-_V4_TOTAL, _V4_MAGIC, _V4_QUEUE_OFFSET, _V4_FLAGS, _V4_BORN, _V4_STORED, _V4_BODY_LEN = range(7)
 _PHYSICAL_OFFSET = struct.Struct(">q")
+
+# The fast path: records with IPv4 hosts and an uncompressed body (what brokers normally hold).
+# Their first _HEAD bytes have a fixed layout: total 0, magic 4, body CRC 8, queue id 12, flag
+# 16, queue offset 20, physical offset 28, sys flag 36, born timestamp 40, born host 48, store
+# timestamp 56, store host 64, reconsume times 72, prepared transaction offset 76, body length
+# 84; the body follows, then the topic's length (1 byte), the topic, the properties' length (2
+# bytes) and the properties.
+_HEAD: Final = 88
+_MIN_RECORD: Final = _HEAD + 3  # an empty body and topic, and the properties' length
+_STORE_TIMESTAMP_V4: Final = _BORN_HOST_AT + 8
+_BODY_LENGTH_V4: Final = 84
+_WALK = struct.Struct(">ii")  # total, magic: all the walk reads of a record
 # Records the fast path leaves to the general one: IPv6 hosts shift the fields after them,
 # a compressed body must be inflated.
-_GENERAL_PATH = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6 | FLAG_COMPRESSED
+_GENERAL_PATH: Final = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6 | FLAG_COMPRESSED
+# Bodies decoded together are joined into one buffer: Arrow's int32 offsets must address it.
+_JOIN_LIMIT: Final = 1 << 30
 
-
-def _property_pattern(name: str) -> str:
-    # RE2 syntax for extract_regex: the value of `name` at the start or after a separator.
-    sep, eq = PROPERTY_SEPARATOR, NAME_VALUE_SEPARATOR
-    return f"(?:^|{sep}){re.escape(name)}{eq}(?P<value>[^{sep}]*)"
-
-
-_TAGS_RE = _property_pattern(PROPERTY_TAGS)
-_KEYS_RE = _property_pattern(PROPERTY_KEYS)
-_UNIQ_KEY_RE = _property_pattern(PROPERTY_UNIQ_KEY)
+_I32 = pa.int32()
+_I64 = pa.int64()
 
 
 def _properties(text: str) -> dict[str, str]:
@@ -160,27 +165,45 @@ def _offset_msg_id(body: bytes, at: int, sys_flag: int, phy: int) -> str:
 
 
 @dataclass(slots=True)
+class _Walked:
+    """One pull body as `add()` leaves it: where its records start, nothing decoded yet."""
+
+    body: bytes
+    starts: list[int]
+    start: int  # the range of queue offsets to keep
+    end: int
+    first: int  # the queue offsets of its first and last records
+    last: int
+
+    @property
+    def all_kept(self) -> bool:
+        return self.start <= self.first and self.last < self.end
+
+
+@dataclass(slots=True)
 class _Piece:
-    """The rows of one pull body, before the per-window vectorised work of `take()`."""
+    """Decoded rows (of one body, or of several decoded together), as Arrow columns."""
 
     values: Any  # BinaryArray
     props: Any  # BinaryArray of the raw `name\x01value\x02...` text
-    offsets: list[int]
-    store_ms: list[int]
-    born_ms: list[int]
+    offsets: Any  # Int64Array
+    store_ms: Any  # Int64Array
+    born_ms: Any  # Int64Array
     fallback_ids: Callable[[], list[str]]  # offsetMsgIds, for records without UNIQ_KEY
 
 
 class ColumnBuffer:
-    """Rows of one queue range, as Arrow pieces, until `take()` makes one RecordBatch of them.
+    """Rows of one queue range, until `take()` makes one RecordBatch of them.
 
-    `add()` does the per-record Python work and nothing more. Its fast path (IPv4 hosts,
-    uncompressed bodies: what brokers normally hold) walks the records with one `struct` unpack
-    each and copies no byte: values and properties are Arrow arrays sliced out of the pull body
-    (junk and value ranges alternate in one BinaryArray over the body; `take` keeps the values).
-    The general path decodes IPv6 hosts and compressed bodies record by record. `take()` then
-    works per column on the whole window: TAGS, KEYS and UNIQ_KEY are cut out of the
-    properties by Arrow's regex kernel, timestamps scaled, tags filtered.
+    `add()` only walks a pull body: one `struct` unpack per record (its size and magic), which
+    also finds the first and last queue offsets the caller checks for holes. `take()` decodes
+    everything added since the last one at once, per column, in Arrow's C++ kernels rather
+    than per record in Python: the bodies (joined when there are several) are one Arrow
+    buffer; each record's fixed-size head is copied out with one `take`, its bytes reversed
+    (big-endian fields become native little-endian ones) and its fields read as int32/int64
+    views; values and properties are sliced out of the buffer by their offsets; TAGS, KEYS
+    and UNIQ_KEY are found by splitting the properties on their separator. Records the fast
+    path does not handle (IPv6 hosts, compressed bodies) are decoded record by record.
     """
 
     def __init__(
@@ -198,11 +221,7 @@ class ColumnBuffer:
         self.pa_schema = arrow_schema(schema)
         self.include_properties = "properties" in schema.fieldNames()
         self.tag_filter = None if tag_filter.matches_all else tag_filter
-        self._pieces: list[_Piece] = []
-        self.rows = 0
-
-    def __len__(self) -> int:
-        return self.rows
+        self._walked: list[_Walked] = []
 
     def add(self, body: bytes, start: int, end: int) -> tuple[int, int, int]:
         """Add the records of a pull body with start <= queueOffset < end.
@@ -210,192 +229,30 @@ class ColumnBuffer:
         Returns (first, last, count) of the queue offsets of every record in the body, kept or
         not, so the caller can check that the queue has no holes (the broker returns records in
         offset order: they are contiguous exactly when count == last - first + 1). Raises
-        RecordFormatError on a malformed record. Tags are filtered in `take()`.
+        RecordFormatError on a record whose size or magic is wrong; `take()` raises it for
+        the other damage it finds. Tags are filtered in `take()`.
         """
-        fast = self._add_fast(body, start, end)
-        if fast is not None:
-            return fast
-        return self._add_general(body, start, end)
-
-    # --- the fast path ------------------------------------------------------------------------
-
-    def _add_fast(self, body: bytes, start: int, end: int) -> tuple[int, int, int] | None:
-        """None when the body needs the general path (IPv6 hosts or a compressed body)."""
-        # The loop does the least it can per record (one unpack, two appends); everything
-        # else is done per column below, in C where Python allows (map, zip, min, count).
-        rows: list[tuple[int, ...]] = []
-        starts: list[int] = []
-        rows_append = rows.append
-        starts_append = starts.append
-        unpack = _V4.unpack_from
-        header = _V4.size
-        limit = len(body)
-        last_header = limit - header
-        pos = 0
-        while pos <= last_header:
-            record = unpack(body, pos)
-            rows_append(record)
-            starts_append(pos)
-            if record[_V4_TOTAL] < header + 3:  # also keeps a zero size from looping forever
-                raise _bad_record(body, pos)
-            pos += record[_V4_TOTAL]
-        if pos != limit:
-            raise RecordFormatError(f"pull body of {limit} bytes ends inside a record at {pos}")
-        n = len(rows)
-        if n == 0:
+        starts = _walk(body)
+        if not starts:
             return -1, -1, 0
-        columns = list(zip(*rows, strict=True))
-        totals, magics = columns[_V4_TOTAL], columns[_V4_MAGIC]
-        flags, body_lens = columns[_V4_FLAGS], columns[_V4_BODY_LEN]
-        if magics.count(MAGIC_V1) != n:
-            bad = next(i for i, magic in enumerate(magics) if magic != MAGIC_V1)
-            raise _bad_record(body, starts[bad])
-        if any(flag & _GENERAL_PATH for flag in set(flags)):
-            return None
-        value_starts = list(map((header).__add__, starts))
-        value_ends = list(map(operator.add, value_starts, body_lens))
-        record_ends = list(map(operator.add, starts, totals))
-        # Past a value: topic length (1 byte), the topic, properties length (2 bytes). Every
-        # record of a queue has the queue's topic: its length is checked on the first and last.
-        topic_len = body[value_ends[0]] if min(body_lens) >= 0 else -1
-        if topic_len < 0 or value_ends[-1] >= limit or body[value_ends[-1]] != topic_len:
-            return None
-        props_starts = list(map((3 + topic_len).__add__, value_ends))
-        if min(map(operator.sub, record_ends, props_starts)) < 0:
-            raise _bad_record(body, starts[0])
-        # Offsets into `body`: 0, value 0 start, value 0 end, value 1 start, ... so that the
-        # odd elements of a BinaryArray over the body are the values (the even ones are the
-        # bytes between them); the same for the properties.
-        pairs = itertools.chain.from_iterable
-        value_offsets = [0, *pairs(zip(value_starts, value_ends, strict=True)), limit]
-        props_offsets = [0, *pairs(zip(props_starts, record_ends, strict=True)), limit]
-        queue_offsets = columns[_V4_QUEUE_OFFSET]
-        first, last = queue_offsets[0], queue_offsets[-1]
-        keep: list[int] | None = None
-        if start <= first and last < end:
-            picked = _odd_indices(n)  # the usual case: the whole body is in the range
-        else:
-            keep = [i for i, o in enumerate(queue_offsets) if start <= o < end]
-            picked = pa.array([2 * i + 1 for i in keep], pa.int32())
-        data = pa.py_buffer(body)
-
-        def column(index: int) -> list[int]:
-            items = columns[index]
-            return list(items) if keep is None else [items[i] for i in keep]
-
-        kept = range(n) if keep is None else keep
-
-        def fallback_ids() -> list[str]:
-            # Only called for a body with records without UNIQ_KEY (from clients that set none):
-            # the broker's offsetMsgIds, made on demand so the usual case costs nothing.
-            return [
-                _offset_msg_id(
-                    body,
-                    starts[i],
-                    flags[i],
-                    _PHYSICAL_OFFSET.unpack_from(body, starts[i] + OFFSET_PHYSICAL_OFFSET)[0],
-                )
-                for i in kept
-            ]
-
-        self._keep(
-            _Piece(
-                _slices(data, value_offsets).take(picked),
-                _slices(data, props_offsets).take(picked),
-                column(_V4_QUEUE_OFFSET),
-                column(_V4_STORED),
-                column(_V4_BORN),
-                fallback_ids,
-            )
-        )
-        return first, last, n
-
-    # --- the general path ---------------------------------------------------------------------
-
-    def _add_general(self, body: bytes, start: int, end: int) -> tuple[int, int, int]:
-        first = last = -1
-        count = 0
-        pos = 0
-        limit = len(body)
-        values: list[bytes] = []
-        props: list[bytes] = []
-        offsets: list[int] = []
-        store_ms: list[int] = []
-        born_ms: list[int] = []
-        fallback_ids: list[str] = []
-        while pos < limit:
-            if pos + _PREFIX.size > limit:
-                raise RecordFormatError(f"pull body ends inside a record header at {pos}")
-            (total, magic, _crc, _qid, _flag, queue_offset, phy, sys_flag, born) = (
-                _PREFIX.unpack_from(body, pos)
-            )
-            if magic != MAGIC_V1 or total < _PREFIX.size or pos + total > limit:
-                raise _bad_record(body, pos)
-            at = pos + _BORN_HOST_AT + (20 if sys_flag & FLAG_BORNHOST_V6 else 8)
-            stored = _Q.unpack_from(body, at)[0]
-            at += 8 + (20 if sys_flag & FLAG_STOREHOST_V6 else 8) + 12
-            body_len = _I.unpack_from(body, at)[0]
-            value_at = at + 4
-            record_end = pos + total
-            at = value_at + body_len
-            if body_len < 0 or at + 3 > record_end:
-                raise RecordFormatError(f"record at {pos}: body length {body_len} too large")
-            at += 1 + body[at]  # the topic: every record of a queue has the queue's topic
-            props_at = at + 2
-            if props_at + _H.unpack_from(body, at)[0] != record_end:
-                raise RecordFormatError(f"record at {pos}: properties length disagrees")
-            record_at = pos
-            pos = record_end
-            if first < 0:
-                first = queue_offset
-            last = queue_offset
-            count += 1
-            if queue_offset < start or queue_offset >= end:
-                continue
-            value = body[value_at : value_at + body_len]
-            if sys_flag & FLAG_COMPRESSED:
-                value = zlib.decompress(value)
-            text = body[props_at:record_end]
-            values.append(value)
-            props.append(text)
-            offsets.append(queue_offset)
-            store_ms.append(stored)
-            born_ms.append(born)
-            fallback_ids.append(_offset_msg_id(body, record_at, sys_flag, phy))
-        self._keep(
-            _Piece(
-                pa.array(values, pa.binary()),
-                pa.array(props, pa.binary()),
-                offsets,
-                store_ms,
-                born_ms,
-                lambda: fallback_ids,
-            )
-        )
-        return first, last, count
-
-    def _keep(self, piece: _Piece) -> None:
-        if piece.offsets:
-            self._pieces.append(piece)
-            self.rows += len(piece.offsets)
+        first = _Q.unpack_from(body, starts[0] + OFFSET_QUEUE_OFFSET)[0]
+        last = _Q.unpack_from(body, starts[-1] + OFFSET_QUEUE_OFFSET)[0]
+        self._walked.append(_Walked(body, starts, start, end, first, last))
+        return first, last, len(starts)
 
     # --- one window's batch -------------------------------------------------------------------
 
     def take(self) -> Any:
         """Everything added so far as one RecordBatch (then the buffer is empty again)."""
-        pieces, self._pieces, self.rows = self._pieces, [], 0
+        walked, self._walked = self._walked, []
+        pieces = [piece for group in _groups(walked) for piece in _decode(group)]
+        pieces = [piece for piece in pieces if len(piece.offsets)]
         n = sum(len(p.offsets) for p in pieces)
         values = _concat([p.values for p in pieces], pa.binary())
         props = _text(_concat([p.props for p in pieces], pa.binary()))
-        offsets: list[int] = []
-        store_ms: list[int] = []
-        born_ms: list[int] = []
-        for piece in pieces:
-            offsets += piece.offsets
-            store_ms += piece.store_ms
-            born_ms += piece.born_ms
-        tags = _extract(props, _TAGS_RE)
-        msg_ids = _extract(props, _UNIQ_KEY_RE)
+        tags, keys, msg_ids = _property_values(
+            props, (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)
+        )
         if msg_ids.null_count:
             fallback: list[str] = []
             for piece in pieces:
@@ -403,15 +260,15 @@ class ColumnBuffer:
             msg_ids = pc.coalesce(msg_ids, pa.array(fallback, pa.string()))
         ts_type = self.pa_schema.field("storeTimestamp").type
         arrays = [
-            _extract(props, _KEYS_RE).cast(pa.binary()),
+            keys.cast(pa.binary()),
             values,
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.broker_name, pa.string()), n),
-            pa.repeat(pa.scalar(self.queue_id, pa.int32()), n),
-            pa.array(offsets, pa.int64()),
+            pa.repeat(pa.scalar(self.queue_id, _I32), n),
+            _concat([p.offsets for p in pieces], _I64),
             tags,
-            _timestamps(store_ms, ts_type),
-            _timestamps(born_ms, ts_type),
+            _timestamps(_concat([p.store_ms for p in pieces], _I64), ts_type),
+            _timestamps(_concat([p.born_ms for p in pieces], _I64), ts_type),
             msg_ids,
         ]
         if self.include_properties:
@@ -425,6 +282,190 @@ class ColumnBuffer:
         return batch
 
 
+def _walk(body: bytes) -> list[int]:
+    """Where each record of a pull body starts; RecordFormatError on a bad size or magic."""
+    # The only loop over records in Python: one unpack, one append per record.
+    starts: list[int] = []
+    append = starts.append
+    unpack = _WALK.unpack_from
+    limit = len(body)
+    last_head = limit - _HEAD
+    pos = 0
+    while pos <= last_head:
+        append(pos)
+        total, magic = unpack(body, pos)
+        if total < _MIN_RECORD or magic != MAGIC_V1:  # a short size could loop forever
+            raise _bad_record(body, pos)
+        pos += total
+    if pos != limit:
+        raise RecordFormatError(f"pull body of {limit} bytes ends inside a record at {pos}")
+    return starts
+
+
+def _groups(walked: list[_Walked]) -> list[list[_Walked]]:
+    """Consecutive bodies small enough together for one buffer with int32 offsets."""
+    groups: list[list[_Walked]] = []
+    size = _JOIN_LIMIT
+    for item in walked:
+        if size + len(item.body) > _JOIN_LIMIT:
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += len(item.body)
+    return groups
+
+
+def _decode(group: list[_Walked]) -> list[_Piece]:
+    fast = _decode_fast(group)
+    if fast is not None:
+        return [fast]
+    return [_decode_general(item.body, item.start, item.end) for item in group]
+
+
+def _decode_fast(group: list[_Walked]) -> _Piece | None:
+    """The rows of `group` decoded together; None when a record needs the general path."""
+    if len(group) == 1:
+        data, starts = group[0].body, group[0].starts
+    else:
+        data = b"".join(item.body for item in group)
+        starts = []
+        base = 0
+        for item in group:
+            starts += map(base.__add__, item.starts) if base else item.starts
+            base += len(item.body)
+    n = len(starts)
+    limit = len(data)
+    buffer = pa.py_buffer(data)
+    record_at = pa.array(starts, _I32)
+    # Each record's head, copied out and reversed: row i's head is bytes [88 i, 88 i + 88) of
+    # `heads`, and a big-endian field at [f, f + size) of a head is a native little-endian one
+    # at [88 - f - size, 88 - f) of the reversed head (each a multiple of its size).
+    heads = pc.binary_reverse(_spans(buffer, record_at, pc.add(record_at, _s32(_HEAD))))
+    head_bytes = heads.buffers()[2]
+    int32s = pa.Array.from_buffers(_I32, n * _HEAD // 4, [None, head_bytes])
+    int64s = pa.Array.from_buffers(_I64, n * _HEAD // 8, [None, head_bytes])
+
+    def field(view: Any, at: int, size: int) -> Any:
+        return view.take(_strided(n, _HEAD // size, (_HEAD - at - size) // size))
+
+    flags = field(int32s, OFFSET_SYS_FLAG, 4)
+    if pc.max(pc.bit_wise_and(flags, _s32(_GENERAL_PATH))).as_py():
+        return None
+    body_lens = field(int32s, _BODY_LENGTH_V4, 4)
+    if pc.min(body_lens).as_py() < 0:
+        return None
+    # Past a value: the topic's length byte. Every record of a queue has the queue's topic:
+    # its length is read from the first record and checked on the last.
+    value_ends = [
+        at + _HEAD + _I.unpack_from(data, at + _BODY_LENGTH_V4)[0] for at in (starts[0], starts[-1])
+    ]
+    if max(value_ends) >= limit or data[value_ends[0]] != data[value_ends[1]]:
+        return None
+    topic_len = data[value_ends[0]]
+    record_end = pa.concat_arrays([record_at.slice(1), pa.array([limit], _I32)])
+    # Room for the value: the record less its head, the topic and the properties' length.
+    room = pc.subtract(record_end, pc.add(record_at, _s32(_HEAD + 3 + topic_len)))
+    if not pc.all(pc.less_equal(body_lens, room)).as_py():
+        raise RecordFormatError(
+            f"bad record in a {limit}-byte pull body: a body length exceeds its record's size"
+        )
+    value_at = pc.add(record_at, _s32(_HEAD))
+    value_end = pc.add(value_at, body_lens)
+    values = _spans(buffer, value_at, value_end)
+    props = _spans(buffer, pc.add(value_end, _s32(3 + topic_len)), record_end)
+    queue_offsets = pc.add(
+        pc.multiply(field(int32s, OFFSET_QUEUE_OFFSET, 4).cast(_I64), _s64(1 << 32)),
+        field(int32s, OFFSET_QUEUE_OFFSET + 4, 4).view(pa.uint32()).cast(_I64),
+    )
+    store_ms = field(int64s, _STORE_TIMESTAMP_V4, 8)
+    born_ms = field(int64s, OFFSET_BORN_TIMESTAMP, 8)
+    kept: Any = None
+    if not all(item.all_kept for item in group):
+        lows: list[int] = []
+        highs: list[int] = []
+        for item in group:
+            lows += [item.start] * len(item.starts)
+            highs += [item.end] * len(item.starts)
+        mask = pc.and_(
+            pc.greater_equal(queue_offsets, pa.array(lows, _I64)),
+            pc.less(queue_offsets, pa.array(highs, _I64)),
+        )
+        kept = pc.indices_nonzero(mask)
+        values, props, queue_offsets, store_ms, born_ms = (
+            column.take(kept) for column in (values, props, queue_offsets, store_ms, born_ms)
+        )
+
+    def fallback_ids() -> list[str]:
+        # Only called for rows without UNIQ_KEY (from clients that set none): the broker's
+        # offsetMsgIds, made on demand so the usual case costs nothing.
+        rows = range(n) if kept is None else kept.to_pylist()
+        return [
+            _offset_msg_id(
+                data,
+                starts[i],
+                0,
+                _PHYSICAL_OFFSET.unpack_from(data, starts[i] + OFFSET_PHYSICAL_OFFSET)[0],
+            )
+            for i in rows
+        ]
+
+    return _Piece(values, props, queue_offsets, store_ms, born_ms, fallback_ids)
+
+
+def _decode_general(body: bytes, start: int, end: int) -> _Piece:
+    """Record by record, any layout: IPv6 hosts, compressed bodies."""
+    pos = 0
+    limit = len(body)
+    values: list[bytes] = []
+    props: list[bytes] = []
+    offsets: list[int] = []
+    store_ms: list[int] = []
+    born_ms: list[int] = []
+    fallback_ids: list[str] = []
+    while pos < limit:
+        if pos + _PREFIX.size > limit:
+            raise RecordFormatError(f"pull body ends inside a record header at {pos}")
+        (total, magic, _crc, _qid, _flag, queue_offset, phy, sys_flag, born) = _PREFIX.unpack_from(
+            body, pos
+        )
+        if magic != MAGIC_V1 or total < _PREFIX.size or pos + total > limit:
+            raise _bad_record(body, pos)
+        at = pos + _BORN_HOST_AT + (20 if sys_flag & FLAG_BORNHOST_V6 else 8)
+        stored = _Q.unpack_from(body, at)[0]
+        at += 8 + (20 if sys_flag & FLAG_STOREHOST_V6 else 8) + 12
+        body_len = _I.unpack_from(body, at)[0]
+        value_at = at + 4
+        record_end = pos + total
+        at = value_at + body_len
+        if body_len < 0 or at + 3 > record_end:
+            raise RecordFormatError(f"record at {pos}: body length {body_len} too large")
+        at += 1 + body[at]  # the topic: every record of a queue has the queue's topic
+        props_at = at + 2
+        if props_at + _H.unpack_from(body, at)[0] != record_end:
+            raise RecordFormatError(f"record at {pos}: properties length disagrees")
+        record_at = pos
+        pos = record_end
+        if queue_offset < start or queue_offset >= end:
+            continue
+        value = body[value_at : value_at + body_len]
+        if sys_flag & FLAG_COMPRESSED:
+            value = zlib.decompress(value)
+        values.append(value)
+        props.append(body[props_at:record_end])
+        offsets.append(queue_offset)
+        store_ms.append(stored)
+        born_ms.append(born)
+        fallback_ids.append(_offset_msg_id(body, record_at, sys_flag, phy))
+    return _Piece(
+        pa.array(values, pa.binary()),
+        pa.array(props, pa.binary()),
+        pa.array(offsets, _I64),
+        pa.array(store_ms, _I64),
+        pa.array(born_ms, _I64),
+        lambda: fallback_ids,
+    )
+
+
 def _bad_record(body: bytes, pos: int) -> RecordFormatError:
     head = body[pos : pos + 8]
     return RecordFormatError(
@@ -432,21 +473,92 @@ def _bad_record(body: bytes, pos: int) -> RecordFormatError:
     )
 
 
-_ODD: list[Any] = []
+# --- Arrow helpers ------------------------------------------------------------------------------
 
 
-def _odd_indices(n: int) -> Any:
-    """1, 3, 5, ... (n of them) as int32, sliced from a cached array (building one costs)."""
-    if not _ODD or len(_ODD[0]) < n:
-        size = max(n, 4096)
-        _ODD[:] = [pa.array(range(1, 2 * size, 2), pa.int32())]
-    return _ODD[0].slice(0, n)
+_SCALARS: dict[tuple[int, bool], Any] = {}
 
 
-def _slices(data: Any, offsets: list[int]) -> Any:
-    """A BinaryArray over `data` whose element i is data[offsets[i]:offsets[i + 1]] (no copy)."""
-    offsets_buffer = pa.array(offsets, pa.int32()).buffers()[1]
-    return pa.BinaryArray.from_buffers(pa.binary(), len(offsets) - 1, [None, offsets_buffer, data])
+def _s32(value: int) -> Any:
+    # Always an Arrow scalar: arithmetic with a Python int costs a failed `import dateutil`
+    # per call inside pyarrow. Made once each (a few microseconds apiece): a few constants.
+    found = _SCALARS.get((value, False))
+    if found is None:
+        found = _SCALARS[(value, False)] = pa.scalar(value, _I32)
+    return found
+
+
+def _s64(value: int) -> Any:
+    found = _SCALARS.get((value, True))
+    if found is None:
+        found = _SCALARS[(value, True)] = pa.scalar(value, _I64)
+    return found
+
+
+class _Series:
+    """Cached int32 arrays `a + b * i` (i = 0, 1, ...), grown on demand and sliced."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[tuple[int, int], Any] = {}
+
+    def get(self, n: int, step: int, base: int) -> Any:
+        found = self._arrays.get((step, base))
+        if found is None or len(found) < n:
+            size = max(n, 4096, 0 if found is None else 2 * len(found))
+            found = self._arrays[(step, base)] = pa.array(
+                range(base, base + step * size, step), _I32
+            )
+        return found.slice(0, n)
+
+
+_SERIES = _Series()
+
+
+def _strided(n: int, step: int, base: int) -> Any:
+    """base, base + step, base + 2 step, ... (n of them)."""
+    return _SERIES.get(n, step, base)
+
+
+def _interleave_order(n: int) -> Any:
+    """0, 1, 1 + n, 2, 2 + n, ..., n, 2n: [0, a..., b...] taken in this order alternates a, b."""
+    steps, odd_even = _HALVES.get(2 * n + 1)  # [0, 1, 1, 2, 2, ...] and [0, 0, 1, 0, 1, ...]
+    return pc.add(steps, pc.multiply(odd_even, pa.scalar(n, _I32)))
+
+
+class _Halves:
+    """Cached [0, 1, 1, 2, 2, ...] and [0, 0, 1, 0, 1, ...], sliced to length."""
+
+    def __init__(self) -> None:
+        self._pair: tuple[Any, Any] | None = None
+
+    def get(self, length: int) -> tuple[Any, Any]:
+        if self._pair is None or len(self._pair[0]) < length:
+            size = max(length, 8193)
+            self._pair = (
+                pa.array([(i + 1) // 2 for i in range(size)], _I32),
+                pa.array([1 if i and i % 2 == 0 else 0 for i in range(size)], _I32),
+            )
+        first, second = self._pair
+        return first.slice(0, length), second.slice(0, length)
+
+
+_HALVES = _Halves()
+
+
+def _spans(data: Any, begins: Any, ends: Any) -> Any:
+    """BinaryArray of data[begins[i]:ends[i]], copied out (begins[i] <= ends[i] <= begins[i+1]).
+
+    A BinaryArray over all of `data` with offsets 0, begins[0], ends[0], begins[1], ... has the
+    wanted spans at its odd positions (the bytes between them at the even ones): `take` copies
+    those out into a compact array.
+    """
+    n = len(begins)
+    offsets = pa.concat_arrays([_ZERO32, begins, ends]).take(_interleave_order(n))
+    spans = pa.BinaryArray.from_buffers(pa.binary(), 2 * n, [None, offsets.buffers()[1], data])
+    return spans.take(_strided(n, 2, 1))
+
+
+_ZERO32 = pa.array([0], _I32)
 
 
 def _concat(arrays: list[Any], type_: Any) -> Any:
@@ -463,15 +575,33 @@ def _text(props: Any) -> Any:
         return pa.array([b.decode("utf-8", "replace") for b in props.to_pylist()], pa.string())
 
 
-def _extract(props: Any, pattern: str) -> Any:
-    """One property's value per row (null where absent), by Arrow's RE2 kernel."""
-    return pc.struct_field(pc.extract_regex(props, pattern), [0])
+def _property_values(props: Any, names: tuple[str, ...]) -> list[Any]:
+    """Per name, its value in each row (the first one; null where absent), as strings.
+
+    The same as the regex `(?:^|\\x02)NAME\\x01([^\\x02]*)`, but cheaper: the properties are
+    split on the property separator once, and each name's items found by their prefix.
+    """
+    n = len(props)
+    items_of = pc.split_pattern(props, PROPERTY_SEPARATOR)
+    items = items_of.flatten()
+    owners = pc.list_parent_indices(items_of)
+    rows = _strided(n, 1, 0).cast(owners.type)
+    out = []
+    for name in names:
+        prefix = name + NAME_VALUE_SEPARATOR
+        found = pc.starts_with(items, prefix)
+        values = pc.utf8_slice_codeunits(items.filter(found), len(prefix))
+        found_in = owners.filter(found)
+        if len(found_in) == n and pc.all(pc.equal(found_in, rows)).as_py():
+            out.append(values)  # once in every row: the usual case
+        else:
+            out.append(values.take(pc.index_in(rows, value_set=found_in)))
+    return out
 
 
-def _timestamps(millis: list[int], type_: Any) -> Any:
-    # Casts only: int64 to timestamp[ms] is a relabel, ms to us one C loop. (Arithmetic with a
-    # Python int scalar would cost a failed `import dateutil` per call inside pyarrow.)
-    return pa.array(millis, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(type_)
+def _timestamps(millis: Any, type_: Any) -> Any:
+    # Casts only: int64 to timestamp[ms] is a relabel, ms to us one C loop.
+    return millis.cast(pa.timestamp("ms", tz="UTC")).cast(type_)
 
 
 def record_offsets(body: bytes) -> list[int]:

@@ -422,6 +422,51 @@ def test_empty_window_is_an_empty_batch_of_the_schema() -> None:
     assert decode([]).num_rows == 0
 
 
+def test_bodies_of_a_window_decoded_together_keep_their_rows_and_ranges() -> None:
+    # Several pulls per window (a broker's default cap is 32 messages per pull): decoded as
+    # one buffer, each body's own range applied; a v6 body sends the window the general way.
+    big = 5 << 32  # queue offsets past 32 bits: read as two words
+    first = b"".join(record(big + i, b"a%d" % i, props(i)) for i in range(4))
+    second = b"".join(record(big + i, b"b%d" % i * 300, props(i)) for i in range(4, 9))
+    schema = spark_schema(False)
+    buffer = ColumnBuffer("T", "broker-a", 2, schema, parse_tag_expression("*"))
+    assert buffer.add(first, big + 1, big + 7) == (big, big + 3, 4)
+    assert buffer.add(second, big + 4, big + 7) == (big + 4, big + 8, 5)
+    rows = buffer.take().to_pylist()
+    assert [r["queueOffset"] - big for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r["value"] for r in rows[:4]] == [b"a1", b"a2", b"a3", b"b4" * 300]
+    assert [r["key"] for r in rows] == [b"k%d other" % i for i in range(1, 7)]
+    assert rows[5]["msgId"] == "ID" + "0" * 29 + "6"
+    v6 = record(big + 9, b"c", props(9), v6=True)
+    offsets = decode([first, v6], end=big + 10).column("queueOffset").to_pylist()
+    assert offsets == [big + i for i in (0, 1, 2, 3, 9)]
+
+
+def test_properties_first_occurrence_nulls_and_names_inside_values() -> None:
+    text = ["KEYS\x01k1\x02TAGS\x01t1\x02TAGS\x01t2\x02", "XTAGS\x01no\x02V\x01TAGS\x01\x02"]
+    raw = []
+    for offset, props_text in enumerate(text):
+        # No properties, then the text put in place of the empty properties and their length.
+        data = bytearray(record(offset, b"x", {})[:-2])
+        encoded = props_text.encode()
+        data += len(encoded).to_bytes(2, "big") + encoded
+        data[0:4] = len(data).to_bytes(4, "big")
+        raw.append(bytes(data))
+    rows = decode([b"".join(raw)]).to_pylist()
+    assert [(r["key"], r["tags"]) for r in rows] == [(b"k1", "t1"), (None, None)]
+    assert rows[1]["msgId"] == message_id(V4_HOST, 1000)
+
+
+def test_a_body_length_past_its_record_is_refused_when_decoded() -> None:
+    body = bytearray(record(0, b"x" * 10, props(0)) + record(1, b"y", props(1)))
+    body[84:88] = (60).to_bytes(4, "big")  # the first record's body length, past its end
+    schema = spark_schema(False)
+    buffer = ColumnBuffer("T", "broker-a", 2, schema, parse_tag_expression("*"))
+    assert buffer.add(bytes(body), 0, 10) == (0, 1, 2)
+    with pytest.raises(ValueError, match="length"):  # whichever check sees it first
+        buffer.take()
+
+
 def test_a_damaged_record_is_refused() -> None:
     body = bytearray(record(0, b"x" * 10, props(0)))
     body[4] ^= 0xFF  # magic

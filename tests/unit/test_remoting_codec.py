@@ -522,6 +522,47 @@ def test_stream_random_splits(cmds: list[RemotingCommand], cuts: list[int]) -> N
     assert decoder.buffered == 0
 
 
+@settings(max_examples=30)
+@given(
+    sizes=st.lists(st.sampled_from([0, 10, 65_000, 70_000, 300_000]), min_size=1, max_size=5),
+    cuts=st.lists(st.integers(0, 10**6), max_size=20),
+    kind=st.sampled_from([bytes, bytearray, memoryview]),
+)
+def test_large_frames_collected_from_random_chunks(
+    sizes: list[int], cuts: list[int], kind: type
+) -> None:
+    # Frames with 64 KiB or more still to come are collected chunk by chunk, then joined.
+    cmds = [
+        RemotingCommand(code=i, opaque=i, remark="r" * i, body=bytes([i % 251]) * size)
+        for i, size in enumerate(sizes)
+    ]
+    wire = b"".join(encode_command(c) for c in cmds)
+    points = sorted({0, len(wire), *(c % (len(wire) + 1) for c in cuts)})
+    decoder = FrameDecoder()
+    out: list[RemotingCommand] = []
+    for a, b in itertools.pairwise(points):
+        chunk = kind(wire[a:b])
+        out.extend(decoder.feed(chunk))
+        assert decoder.buffered == b - sum(len(encode_command(c)) for c in out)
+        if isinstance(chunk, bytearray):
+            chunk[:] = bytes(len(chunk))  # the caller reuses its buffer: nothing may alias it
+    assert out == cmds
+    assert all(type(c.body) is bytes for c in out)
+
+
+def test_a_bad_header_of_a_collected_frame_fails_the_decoder() -> None:
+    good = encode_command(RemotingCommand(code=1, opaque=1, body=b"x" * 200_000))
+    bad = bytearray(good)
+    bad[8:9] = b"!"  # the JSON header's first byte
+    decoder = FrameDecoder()
+    assert decoder.feed(bad[:1000]) == []
+    assert decoder.buffered == 1000
+    assert decoder.feed(bad[1000:5000]) == []
+    with pytest.raises(FrameError):
+        decoder.feed(bytes(bad[5000:]) + good)
+    assert decoder.failed and decoder.buffered == 0
+
+
 def test_coalesced_frames_and_a_partial_tail() -> None:
     cmds = [
         RemotingCommand(code=i, opaque=i, body=bytes([i]) * i, serialize_type=SerializeType(i % 3))
