@@ -120,16 +120,33 @@ class _Pipe:
             if proxy.mode is Mode.RECHUNK:
                 roll = rng.random()
                 if roll < 0.1:
-                    # Let more of the sender's writes arrive: the next piece may coalesce them.
-                    await asyncio.sleep(rng.uniform(0, proxy.max_delay))
-                elif roll < 0.4:
-                    await asyncio.sleep(0)
-                await proxy._flowing.wait()
-                size = self._piece_size()
+                    # Hold back until two of the sender's reads wait here (or max_delay has
+                    # passed), then send all as one piece: a merge, whatever the timing.
+                    await self._wait_for_reads(2, proxy.max_delay)
+                    await proxy._flowing.wait()
+                    size = self.pending
+                else:
+                    if roll < 0.4:
+                        await asyncio.sleep(0)
+                    await proxy._flowing.wait()
+                    size = self._piece_size()
             else:
                 size = self.pending
             self._write(size)
             await self.writer.drain()
+
+    async def _wait_for_reads(self, count: int, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.eof and sum(1 for e in self.read_ends if e > self.written_total) < count:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), left)
+            except TimeoutError:
+                return
 
     def _piece_size(self) -> int:
         rng = self.rng
