@@ -18,6 +18,12 @@ A slave whose request is outside what the master holds is told so with a heartbe
 of the master's data, and the connection's state says why: DIVERGED (the slave holds more than
 the master) or BEHIND_RETENTION (the slave needs data the master has deleted, found at its
 first report or when retention deletes a file the transfer has not reached yet).
+
+Known limit: the protocol carries offsets only, so a slave that diverged (it holds bytes the
+master never had) but reconnects after the master has grown past its end looks like a slave that
+is merely behind, and is sent the master's bytes from its own end on. Catching that needs the
+content of the slave's tail (a record checksum, for instance), which RocketMQ's HA protocol does
+not carry; it is not done yet.
 """
 
 from __future__ import annotations

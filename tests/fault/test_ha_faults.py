@@ -593,9 +593,12 @@ async def test_diverged_slave_reports_waits_and_auto_truncates(
     slave = start_slave(
         processes, namesrv, tmp_path / "slave", "haSlaveAutoTruncate=true", name="slave-3"
     )
+    # The master must not grow past the slave's end before the slave has reported it: with
+    # only offsets in the protocol, a diverged slave whose end the master has since passed
+    # cannot be told from one that is behind (a known limit; see ha/master.py).
+    await wait_state(api, slave, "TRANSFER")
     placed |= await send_many(api, master, "HAFD", 200, start=300)
     end = await wait_caught_up(api, master, slave)
-    await wait_state(api, slave, "TRANSFER")
     aside = list((tmp_path / "slave" / "commitlog").glob("*.diverged"))
     assert len(aside) == 1, aside
     # The side file holds the tail up to its last non-zero byte.
