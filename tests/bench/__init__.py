@@ -20,14 +20,30 @@ where they go; the default is the system's temporary directory).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
+
+from tests.support.processes import Daemon, ProcessGroup
+
+T = TypeVar("T")
+
+# What a production broker uses (the tests shrink these): 1 GiB CommitLog files, RocketMQ's
+# ConsumeQueue and index sizes, 4 MiB messages.
+BROKER_SIZES = (
+    "mappedFileSizeCommitLog=1073741824",
+    "mappedFileSizeConsumeQueue=6000000",
+    "maxHashSlotNum=5000000",
+    "maxIndexNum=20000000",
+    "maxMessageSize=4194304",
+)
 
 __all__ = ["Result", "env_int", "temp_dir"]
 
@@ -87,3 +103,30 @@ def temp_dir(tag: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def one_broker(tag: str) -> Iterator[tuple[Daemon, Daemon]]:
+    """(namesrvd, brokerd) as processes with BROKER_SIZES in a temporary folder; stopped after."""
+    with temp_dir(tag) as folder:
+        group = ProcessGroup(folder / "logs")
+        try:
+            namesrv = group.namesrvd(name="namesrvd")
+            broker = group.brokerd(namesrv.address, folder / "store", *BROKER_SIZES, name="brokerd")
+            yield namesrv, broker
+        finally:
+            group.stop_all()
+
+
+def run_on_uvloop(main: Coroutine[Any, Any, T]) -> T:
+    """Run `main` on a fresh uvloop (the client's loop), or asyncio's without uvloop."""
+    try:
+        import uvloop
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    else:
+        loop = uvloop.new_event_loop()
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        loop.close()

@@ -31,8 +31,7 @@ from client.protocol.headers import (
 )
 from client.remoting.codes import RequestCode, ResponseCode
 from store.record import encode_properties
-from tests.bench import Result, env_int, temp_dir
-from tests.support.processes import ProcessGroup
+from tests.bench import Result, env_int, one_broker, run_on_uvloop
 
 BODY = os.urandom(1024)
 TOPIC = "BenchTopic"
@@ -193,35 +192,8 @@ async def _run(address: str, broker_pid: int, messages: int) -> list[Result]:
     ]
 
 
-def _event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 def run() -> list[Result]:
     messages = env_int("TIDEMQ_BENCH_BROKER_MESSAGES", 200_000)
-    with temp_dir("broker") as folder:
-        group = ProcessGroup(folder / "logs")
-        try:
-            namesrv = group.namesrvd(name="namesrvd")
-            broker = group.brokerd(
-                namesrv.address,
-                folder / "store",
-                "mappedFileSizeCommitLog=1073741824",
-                "mappedFileSizeConsumeQueue=6000000",
-                "maxHashSlotNum=5000000",
-                "maxIndexNum=20000000",
-                "maxMessageSize=4194304",
-                name="brokerd",
-            )
-            loop = _event_loop()
-            try:
-                assert broker.pid is not None
-                return loop.run_until_complete(_run(broker.address, broker.pid, messages))
-            finally:
-                loop.close()
-        finally:
-            group.stop_all()
+    with one_broker("broker") as (_namesrv, broker):
+        assert broker.pid is not None
+        return run_on_uvloop(_run(broker.address, broker.pid, messages))

@@ -30,8 +30,7 @@ from client.message import Message, ReceivedMessage, SendResult, SendStatus
 from client.producer import AsyncProducer
 from client.protocol.heartbeat import ConsumeFromWhere
 from client.protocol.models import TopicConfig
-from tests.bench import Result, env_int, temp_dir
-from tests.support.processes import ProcessGroup
+from tests.bench import Result, env_int, one_broker, run_on_uvloop
 
 BODY = os.urandom(1024)
 QUEUES = 8
@@ -222,37 +221,8 @@ async def _run(namesrv: str, broker: str, messages: int, seconds: int) -> list[R
     ]
 
 
-def _event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 def run() -> list[Result]:
     messages = env_int("TIDEMQ_BENCH_CLIENT_MESSAGES", 30_000)
     seconds = env_int("TIDEMQ_BENCH_CLIENT_LATENCY_SECONDS", 5)
-    with temp_dir("client") as folder:
-        group = ProcessGroup(folder / "logs")
-        try:
-            namesrv = group.namesrvd(name="namesrvd")
-            broker = group.brokerd(
-                namesrv.address,
-                folder / "store",
-                "mappedFileSizeCommitLog=1073741824",
-                "mappedFileSizeConsumeQueue=6000000",
-                "maxHashSlotNum=5000000",
-                "maxIndexNum=20000000",
-                "maxMessageSize=4194304",
-                name="brokerd",
-            )
-            loop = _event_loop()
-            try:
-                return loop.run_until_complete(
-                    _run(namesrv.address, broker.address, messages, seconds)
-                )
-            finally:
-                loop.close()
-        finally:
-            group.stop_all()
+    with one_broker("client") as (namesrv, broker):
+        return run_on_uvloop(_run(namesrv.address, broker.address, messages, seconds))

@@ -24,20 +24,14 @@ from client.api import BrokerAPI, SendStatus
 from client.protocol.headers import SendMessageRequestHeader
 from client.remoting.codes import RequestCode
 from store.record import encode_properties
-from tests.bench import Result, env_int, temp_dir
+from tests.bench import BROKER_SIZES, Result, env_int, run_on_uvloop, temp_dir
 from tests.support.processes import Daemon, ProcessGroup
 
 BODY_1K = os.urandom(1024)
 # An empty slave is sent only the master's last CommitLog file (RocketMQ's rule), so the
 # catch-up pair uses files larger than the backlog.
 CATCH_UP_STORE = ("mappedFileSizeCommitLog=4294967296",)
-BIG_STORE = (
-    "mappedFileSizeCommitLog=1073741824",
-    "mappedFileSizeConsumeQueue=6000000",
-    "maxHashSlotNum=5000000",
-    "maxIndexNum=20000000",
-    "maxMessageSize=4194304",
-)
+BIG_STORE = BROKER_SIZES
 
 RAW_SINK = """
 import socket, sys
@@ -263,23 +257,11 @@ async def _run(group: ProcessGroup, namesrv: Daemon, folder: Path) -> list[Resul
     ]
 
 
-def _event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 def run() -> list[Result]:
     with temp_dir("ha") as folder:
         group = ProcessGroup(folder / "logs")
         try:
             namesrv = group.namesrvd(name="namesrvd")
-            loop = _event_loop()
-            try:
-                return loop.run_until_complete(_run(group, namesrv, folder))
-            finally:
-                loop.close()
+            return run_on_uvloop(_run(group, namesrv, folder))
         finally:
             group.stop_all()
