@@ -35,12 +35,12 @@ from client.errors import BrokerResponseError, ClientError, RemotingError, TideM
 from client.instance import ClientInstance, get_instance
 from client.latency import MQFaultStrategy
 from client.message import Message, SendResult, UniqueIdGenerator
-from client.protocol.batch import encode_batch_body
 from client.protocol.headers import SendMessageRequestHeader
 from client.protocol.heartbeat import MessageQueue
 from client.remoting.codes import ResponseCode
 from client.routing import TopicPublishInfo
 from client.sync import AsyncLifecycle, BlockingTwin, call, submit
+from store.batch_body import encode_batch_body
 from store.record import FLAG_COMPRESSED, pack_host
 
 log = logging.getLogger(__name__)

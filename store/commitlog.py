@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from store.batch_body import BatchDecodeError
 from store.config import StoreConfig
 from store.errors import OffsetMismatchError
 from store.record import (
@@ -136,15 +137,24 @@ class CommitLog:
 
     def put_message_batch(self, batch: MessageBatch) -> AppendResult:
         """`put_batch` of `batch.as_messages()`, encoded straight from the batch."""
-        if not batch.messages:
-            return AppendResult(PutStatus.MESSAGE_ILLEGAL, remark="empty batch")
+        encoded = self.encode_message_batch(batch)
+        if isinstance(encoded, AppendResult):
+            return encoded
+        return self.append_batch(encoded, batch.store_host)
+
+    def encode_message_batch(self, batch: MessageBatch) -> EncodedBatch | AppendResult:
+        """The records of `batch`, or the refusal a malformed or oversized batch gets."""
         try:
             encoded = encode_batch(batch, self.config.max_message_size)
         except RecordTooLargeError as exc:
             return _refused(exc)
-        return self._append_batch(encoded, batch.store_host)
+        except BatchDecodeError as exc:
+            return AppendResult(PutStatus.MESSAGE_ILLEGAL, remark=str(exc))
+        if not encoded.offsets:
+            return AppendResult(PutStatus.MESSAGE_ILLEGAL, remark="empty batch")
+        return encoded
 
-    def _append_batch(self, batch: EncodedBatch, store_host: bytes) -> AppendResult:
+    def append_batch(self, batch: EncodedBatch, store_host: bytes) -> AppendResult:
         """`_append_encoded` for records of one topic, queue and sysFlag in one buffer."""
         buffer = batch.data
         total = len(buffer)

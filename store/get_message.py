@@ -13,7 +13,10 @@
 
 `corr(old, new)` is `new` except on a slave without offsetCheckInSlave, where it is `old`: a
 slave never moves a client's offset. Records come back as views of the mapped files: nothing is
-copied until the caller writes them to a socket.
+copied until the caller writes them to a socket. Records that follow each other in the CommitLog
+(a producer's batch, a queue written alone) share one view, a span: a pull of thousands of
+records costs a handful of views, and `messages` cuts the spans into records for callers that
+look at them one by one.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 
 from store.commitlog import CommitLog
 from store.consume_queue import ConsumeQueue, iter_units
+from store.segment import Segment
 from store.tags import TagFilter
 
 _BLANK_SIZE = 0x7FFFFFFF
@@ -46,14 +50,33 @@ class GetMessageResult:
     next_begin_offset: int
     min_offset: int = 0
     max_offset: int = 0
-    messages: list[memoryview] = field(default_factory=list)
+    spans: list[memoryview] = field(default_factory=list)  # the records, back to back
+    span_counts: list[int] = field(default_factory=list)  # how many records each span holds
+    sizes: list[int] = field(default_factory=list)  # each record's size, in order
     queue_offsets: list[int] = field(default_factory=list)
     buffer_total_size: int = 0
     suggest_pulling_from_slave: bool = False
 
     @property
     def message_count(self) -> int:
-        return len(self.messages)
+        return len(self.sizes)
+
+    @property
+    def messages(self) -> list[memoryview]:
+        """Each record's own view: the spans cut at the record sizes."""
+        out: list[memoryview] = []
+        sizes = iter(self.sizes)
+        for span, count in zip(self.spans, self.span_counts, strict=True):
+            if count == 1:
+                next(sizes)
+                out.append(span)
+                continue
+            pos = 0
+            for _ in range(count):
+                size = next(sizes)
+                out.append(span[pos : pos + size])
+                pos += size
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +163,13 @@ def _scan_units(
     max_phy_pulled = 0
     scanned = 0
     total = 0
-    messages = result.messages
+    count = 0
+    sizes = result.sizes
     queue_offsets = result.queue_offsets
     match_all = tag_filter.matches_all
+    # The open span: [span_start, span_end) of the log, readable up to span_limit in its segment.
+    span_segment: Segment | None = None
+    span_start = span_end = span_limit = span_records = 0
     for phy, size, tags_code in iter_units(units):
         if size == _BLANK_SIZE:
             scanned += 1
@@ -152,22 +179,47 @@ def _scan_units(
             scanned += 1
             continue
         in_disk = commitlog_max - phy > limits.memory_bytes
-        if _batch_full(limits, size, max_msg_nums, total, len(messages), in_disk):
+        if _batch_full(limits, size, max_msg_nums, total, count, in_disk):
             break
         scanned += 1
         if not match_all and not tag_filter.match_code(tags_code):
             continue
-        record = commitlog.get_record(phy, size)
-        if record is None:
-            if not messages:
-                result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
-            next_file_start = commitlog.next_segment_offset(phy)
-            continue
-        messages.append(record)
+        if phy == span_end and size > 0 and phy + size <= span_limit:
+            span_end += size  # the record right after the last one: the span grows
+            span_records += 1
+        else:
+            segment = commitlog.segments.find(phy)
+            record = None if segment is None else segment.select(phy - segment.start_offset, size)
+            if segment is None or record is None:
+                if not count:
+                    result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_file_start = commitlog.next_segment_offset(phy)
+                continue
+            if span_segment is not None:
+                _close_span(result, span_segment, span_start, span_end, span_records)
+            if size > 0:
+                span_segment, span_start, span_end, span_records = segment, phy, phy + size, 1
+                span_limit = segment.start_offset + segment.read_position
+            else:  # a damaged unit: its record stands alone, as the segment gave it
+                result.spans.append(record)
+                result.span_counts.append(1)
+                span_segment, span_end, span_limit = None, -1, -1
+        sizes.append(size)
         queue_offsets.append(offset + scanned - 1)
         total += size
+        count += 1
         result.status = GetMessageStatus.FOUND
         next_file_start = -1
+    if span_segment is not None:
+        _close_span(result, span_segment, span_start, span_end, span_records)
     result.buffer_total_size = total
     result.next_begin_offset = offset + scanned
     result.suggest_pulling_from_slave = commitlog_max - max_phy_pulled > limits.memory_bytes
+
+
+def _close_span(
+    result: GetMessageResult, segment: Segment, start: int, end: int, records: int
+) -> None:
+    base = segment.start_offset
+    result.spans.append(segment.view[start - base : end - base])
+    result.span_counts.append(records)

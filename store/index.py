@@ -71,6 +71,7 @@ from typing import Final
 
 from store.errors import ConfigError, CorruptStoreError
 from store.javahash import HIGH_DIGITS, LOW_DIGITS, ascii_hash_u32, java_string_hash
+from store.segment import preallocate
 
 __all__ = [
     "ENTRY_SIZE",
@@ -233,10 +234,9 @@ class _IndexFile:
         size = index_file_size(hash_slot_num, index_num)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            # Sparse, as RocketMQ's: a 420 MB file costs only the pages written. The price is
-            # that a store into the map on a full disk raises SIGBUS; the store's disk-usage
-            # limits are meant to stop writes long before that.
-            os.ftruncate(fd, size)
+            # Preallocated (see `preallocate`): the index worker's stores into fresh pages of a
+            # sparse file cost a block allocation each, and on a full disk a SIGBUS.
+            preallocate(fd, size)
             f = cls(path, fd, hash_slot_num, index_num)
         except BaseException:
             os.close(fd)

@@ -87,8 +87,6 @@ from store.record import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_SEPARATOR,
-    PROPERTY_WAIT,
     RECORD_MIN_SIZE,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
@@ -101,6 +99,7 @@ from store.record import (
     encode_properties,
     read_queue_position,
     read_topic,
+    waits_for_store,
 )
 from store.segment_queue import SegmentQueue
 from store.services import (
@@ -630,7 +629,7 @@ class MessageStore:
             return refused
         self._apply_delay(msg)
         append = self.commitlog.put(msg)
-        return await self._after_append(append, _waits_for_store(msg.properties))
+        return await self._after_append(append, waits_for_store(msg.properties))
 
     async def put_messages(self, msgs: Sequence[MessageToStore]) -> PutMessageResult:
         """A batch of one topic and queue, stored contiguously."""
@@ -638,7 +637,7 @@ class MessageStore:
         if refused is not None:
             return refused
         append = self.commitlog.put_batch(msgs)
-        wait = bool(msgs) and _waits_for_store(msgs[0].properties)
+        wait = bool(msgs) and waits_for_store(msgs[0].properties)
         return await self._after_append(append, wait)
 
     async def put_message_batch(self, batch: MessageBatch) -> PutMessageResult:
@@ -646,9 +645,11 @@ class MessageStore:
         refused = self._check_writable()
         if refused is not None:
             return refused
-        append = self.commitlog.put_message_batch(batch)
-        wait = bool(batch.messages) and _waits_for_store(batch.messages[0][2])
-        return await self._after_append(append, wait)
+        encoded = self.commitlog.encode_message_batch(batch)
+        if isinstance(encoded, AppendResult):
+            return PutMessageResult(encoded.status, encoded, encoded.remark)
+        append = self.commitlog.append_batch(encoded, batch.store_host)
+        return await self._after_append(append, encoded.wait_store)
 
     async def _after_append(self, append: AppendResult, wait_store: bool) -> PutMessageResult:
         if append.status is not PutStatus.PUT_OK:
@@ -939,13 +940,6 @@ class MessageStore:
                     sub.rmdir()
             if folder.is_dir():
                 folder.rmdir()
-
-
-def _waits_for_store(properties: str) -> bool:
-    """RocketMQ's isWaitStoreMsgOK: property WAIT, true unless it says "false"."""
-    marker = f"{PROPERTY_SEPARATOR}{PROPERTY_WAIT}{NAME_VALUE_SEPARATOR}false"
-    text = PROPERTY_SEPARATOR + properties + PROPERTY_SEPARATOR
-    return marker + PROPERTY_SEPARATOR not in text
 
 
 def _has_key(msg: StoredMessage, key: str) -> bool:

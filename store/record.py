@@ -31,9 +31,11 @@ from __future__ import annotations
 import ipaddress
 import struct
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
+
+from store.batch_body import decode_batch_body, read_batch_message
 
 MAGIC_V1: Final = -626843481  # 0xDAA320A7 as a Java int
 BLANK_MAGIC: Final = -875286124  # 0xCBD43194 as a Java int
@@ -222,14 +224,18 @@ class MessageToStore:
 class MessageBatch:
     """The messages of one SEND_BATCH_MESSAGE (RocketMQ's MessageExtBatch).
 
-    They share one topic and queue and the fields the request header gives; each has its own flag,
-    body and encoded properties. The store encodes the records straight from this, without a
-    `MessageToStore` per message.
+    `body` is the request body as the producer encoded it (`store.batch_body`): each message's
+    flag, body and properties. `properties` are the batch's own (the request header's, with
+    CLUSTER), which every record gets after the message's own, as RocketMQ's
+    MessageExtBatchEncoder writes them: the message's property bytes as sent, a separator when
+    they do not end with one, then the batch's. Nothing is decoded or merged; a name present in
+    both stands twice, and a reader's map keeps the last (the batch's).
     """
 
     topic: str
     queue_id: int
-    messages: Sequence[tuple[int, bytes, str]]  # (flag, body, properties)
+    body: bytes | bytearray | memoryview
+    properties: str = ""
     sys_flag: int = 0
     born_timestamp: int = 0
     born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
@@ -238,13 +244,21 @@ class MessageBatch:
     prepared_transaction_offset: int = 0
 
     def as_messages(self) -> list[MessageToStore]:
-        """The same messages one by one (what `encode_batch` must encode them as)."""
+        """The same messages one by one (what `encode_batch` must encode them as).
+
+        Raises BatchDecodeError for a malformed body.
+        """
+        shared = self.properties
         return [
             MessageToStore(
                 topic=self.topic,
                 queue_id=self.queue_id,
                 body=body,
-                properties=properties,
+                properties=(
+                    f"{own}{PROPERTY_SEPARATOR}{shared}"
+                    if own and shared and not own.endswith(PROPERTY_SEPARATOR)
+                    else own + shared
+                ),
                 flag=flag,
                 sys_flag=self.sys_flag,
                 born_timestamp=self.born_timestamp,
@@ -253,7 +267,7 @@ class MessageBatch:
                 reconsume_times=self.reconsume_times,
                 prepared_transaction_offset=self.prepared_transaction_offset,
             )
-            for flag, body, properties in self.messages
+            for flag, body, own in decode_batch_body(self.body)
         ]
 
 
@@ -325,6 +339,8 @@ def encode_record(msg: MessageToStore, max_body_size: int) -> EncodedRecord:
 
 
 _NO_TIMESTAMP = bytes(8)
+_SEPARATOR_BYTE = 0x02
+_SEPARATOR_BYTES = b"\x02"
 
 
 @dataclass(slots=True)
@@ -337,6 +353,7 @@ class EncodedBatch:
     topic: str
     queue_id: int
     sys_flag: int
+    wait_store: bool = True  # the first message's WAIT property (see `waits_for_store`)
 
     def records(self) -> list[EncodedRecord]:
         """Each record on its own (what `encode_record` gives for it)."""
@@ -350,12 +367,15 @@ class EncodedBatch:
 
 
 def encode_batch(batch: MessageBatch, max_body_size: int) -> EncodedBatch:
-    """`encode_record` of each message of `batch`, byte for byte, with the shared parts once.
+    """`encode_record` of each of `batch.as_messages()`, byte for byte, in one pass over the body.
 
-    Everything the messages have in common (topic, hosts, flags, the fields between the born
-    timestamp and the body length) is checked and packed once per batch; per message only its
-    own fields remain: half the work of encoding `batch.as_messages()` one by one. The records
-    are joined into one buffer in one copy, the one the CommitLog appends.
+    Everything the messages share (topic, hosts, flags, the fields between the born timestamp
+    and the body length, the batch's properties) is checked and packed once per batch. Per
+    message only its own head is packed and its CRC computed: the body (with the length before
+    it, laid out as a record lays it out) and its properties are sliced out of the request, never
+    decoded, and the parts are joined into one buffer in one copy, the one the CommitLog appends.
+    Raises BatchDecodeError for a malformed body and RecordTooLargeError for a limit, the former
+    first when a body has both (as decoding it before encoding would).
     """
     topic_bytes = batch.topic.encode()
     topic_ok = 0 < len(topic_bytes) <= MAX_TOPIC_BYTES  # reported in encode_record's order
@@ -374,47 +394,83 @@ def encode_batch(batch: MessageBatch, max_body_size: int) -> EncodedBatch:
         )
     )
     topic_part = bytes((len(topic_bytes),)) + topic_bytes
+    shared = batch.properties.encode()
     store_ts_at = _PREFIX.size + len(born_host)
-    topic, queue_id, born_timestamp = batch.topic, batch.queue_id, batch.born_timestamp
-    parts: list[bytes] = []
+    queue_id, born_timestamp = batch.queue_id, batch.born_timestamp
+    view = memoryview(batch.body)
+    size = len(view)
+    parts: list[bytes | memoryview] = []
     offsets: list[int] = []
-    at = 0
-    for flag, body, properties in batch.messages:
-        props = properties.encode()
-        if len(body) > max_body_size:
-            raise RecordTooLargeError(f"message body of {len(body)} bytes exceeds {max_body_size}")
-        if not topic_ok:
-            raise RecordTooLargeError(f"topic must be 1-{MAX_TOPIC_BYTES} bytes")
-        if len(props) > MAX_PROPERTIES_BYTES:
-            raise RecordTooLargeError(
-                f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_BYTES}", properties=True
+    at = pos = 0
+    wait_store = True
+    try:
+        while pos < size:
+            body_at, props_at, end, flag = read_batch_message(view, pos)
+            props_len = end - props_at
+            separator = props_len > 0 and len(shared) > 0 and view[end - 1] != _SEPARATOR_BYTE
+            props_total = props_len + separator + len(shared)
+            body_len = props_at - 2 - body_at
+            if body_len > max_body_size:
+                raise RecordTooLargeError(
+                    f"message body of {body_len} bytes exceeds {max_body_size}"
+                )
+            if not topic_ok:
+                raise RecordTooLargeError(f"topic must be 1-{MAX_TOPIC_BYTES} bytes")
+            if props_total > MAX_PROPERTIES_BYTES:
+                raise RecordTooLargeError(
+                    f"properties of {props_total} bytes exceed {MAX_PROPERTIES_BYTES}",
+                    properties=True,
+                )
+            total = fixed_length + body_len + props_total
+            if total > max_body_size + 64 * 1024:
+                raise RecordTooLargeError(f"record of {total} bytes exceeds body limit + 64 KiB")
+            parts += (
+                _PREFIX.pack(
+                    total,
+                    MAGIC_V1,
+                    zlib.crc32(view[body_at : props_at - 2]) & 0x7FFFFFFF,
+                    queue_id,
+                    flag,
+                    0,
+                    0,
+                    sys_flag,
+                    born_timestamp,
+                ),
+                middle,
+                view[body_at - 4 : props_at - 2],  # [4 body length][body], as in the record
+                topic_part,
+                _SHORT.pack(props_total),
+                view[props_at:end],
             )
-        total = fixed_length + len(body) + len(props)
-        if total > max_body_size + 64 * 1024:
-            raise RecordTooLargeError(f"record of {total} bytes exceeds body limit + 64 KiB")
-        head = _PREFIX.pack(
-            total,
-            MAGIC_V1,
-            zlib.crc32(body) & 0x7FFFFFFF,
-            queue_id,
-            flag,
-            0,
-            0,
-            sys_flag,
-            born_timestamp,
-        )
-        parts += (
-            head,
-            middle,
-            _INT.pack(len(body)),
-            body,
-            topic_part,
-            _SHORT.pack(len(props)),
-            props,
-        )
-        offsets.append(at)
-        at += total
-    return EncodedBatch(bytearray().join(parts), offsets, store_ts_at, topic, queue_id, sys_flag)
+            if separator:
+                parts.append(_SEPARATOR_BYTES)
+            if shared:
+                parts.append(shared)
+            if not offsets:
+                first = bytes(view[props_at:end]) + (_SEPARATOR_BYTES if separator else b"")
+                wait_store = waits_for_store((first + shared).decode("utf-8", "replace"))
+            offsets.append(at)
+            at += total
+            pos = end
+    except RecordTooLargeError:
+        decode_batch_body(view)  # a malformed body is reported first
+        raise
+    return EncodedBatch(
+        bytearray().join(parts),
+        offsets,
+        store_ts_at,
+        batch.topic,
+        queue_id,
+        sys_flag,
+        wait_store,
+    )
+
+
+def waits_for_store(properties: str) -> bool:
+    """RocketMQ's isWaitStoreMsgOK: property WAIT, true unless it says "false"."""
+    marker = f"{PROPERTY_SEPARATOR}{PROPERTY_WAIT}{NAME_VALUE_SEPARATOR}false"
+    text = PROPERTY_SEPARATOR + properties + PROPERTY_SEPARATOR
+    return marker + PROPERTY_SEPARATOR not in text
 
 
 _STAMP = struct.Struct(">qq")

@@ -212,7 +212,7 @@ class PullProcessor:
             "maxOffset": str(result.max_offset),
         }
         if code == ResponseCode.SUCCESS:
-            response.body = b"".join(result.messages)
+            response.body = b"".join(result.spans)
             broker.stats.on_get(
                 header.consumer_group, header.topic, result.message_count, result.buffer_total_size
             )

@@ -17,7 +17,6 @@ import time
 from typing import TYPE_CHECKING
 
 from broker.managers.topic_config import is_not_allowed_send_topic, validate_topic_name
-from client.protocol.batch import BatchDecodeError, decode_batch_body
 from client.protocol.headers import (
     SEND_V2_KEYS,
     HeaderFieldError,
@@ -179,26 +178,14 @@ class SendProcessor:
     async def _send_batch(
         self, request: RemotingCommand, header: SendMessageRequestHeader, born: bytes
     ) -> RemotingCommand:
-        try:
-            inner = decode_batch_body(request.body)
-        except BatchDecodeError as exc:
-            return _response(request, ResponseCode.MESSAGE_ILLEGAL, str(exc))
-        if not inner:
-            return _response(request, ResponseCode.MESSAGE_ILLEGAL, "empty batch")
-        outer = decode_properties(header.properties or "")
-        cluster = self.broker.config.broker_cluster_name
-        messages = []
-        for flag, body, props in inner:
-            if outer:
-                merged = {**outer, **decode_properties(props), PROPERTY_CLUSTER: cluster}
-                properties = encode_properties(merged)
-            else:
-                properties = with_cluster(props, cluster)
-            messages.append((flag, body, properties))
+        # The batch's own properties, CLUSTER included, follow each message's (see MessageBatch).
+        shared = decode_properties(header.properties or "")
+        shared[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
         batch = MessageBatch(
             topic=header.topic,
             queue_id=header.queue_id,
-            messages=messages,
+            body=request.body,
+            properties=encode_properties(shared),
             sys_flag=header.sys_flag,
             born_timestamp=header.born_timestamp or int(time.time() * 1000),
             born_host=born,

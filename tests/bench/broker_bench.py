@@ -18,11 +18,11 @@ import struct
 import time
 import uuid
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from client.api import BrokerAPI, SendStatus
-from client.protocol.batch import encode_batch_body
 from client.protocol.headers import (
     PULL_FLAG_SUBSCRIPTION,
     PullMessageRequestHeader,
@@ -30,6 +30,7 @@ from client.protocol.headers import (
     encode,
 )
 from client.remoting.codes import RequestCode, ResponseCode
+from store.batch_body import encode_batch_body
 from store.record import encode_properties
 from tests.bench import Result, env_int, one_broker, run_on_uvloop
 
@@ -132,29 +133,64 @@ async def _pulls(api: BrokerAPI, address: str, per_queue: int) -> float:
     return pulled / (time.perf_counter() - started)
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+@dataclass(frozen=True)
+class _Cpu:
+    """CPU seconds so far: the broker's user and system time, its children's, this process's."""
+
+    broker_user: float
+    broker_system: float
+    workers: float
+    client: float
+
+    @classmethod
+    def now(cls, broker_pid: int) -> _Cpu:
+        tick = os.sysconf("SC_CLK_TCK")
+        user, system = _user_system(broker_pid)
+        children = Path(f"/proc/{broker_pid}/task/{broker_pid}/children").read_text().split()
+        workers = sum(sum(_user_system(int(pid))) for pid in children)
+        own = os.times()
+        return cls(user / tick, system / tick, workers / tick, own.user + own.system)
+
+    def per_message(self, before: _Cpu, messages: int) -> dict[str, float]:
+        """Microseconds per message since `before`, by part."""
+        return {
+            name: (getattr(self, name) - getattr(before, name)) / messages * 1e6
+            for name in ("broker_user", "broker_system", "workers", "client")
+        }
+
+
+def _user_system(pid: int) -> tuple[int, int]:
+    """User and system clock ticks of process `pid` so far (Linux /proc), 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0, 0
+    return int(fields[11]), int(fields[12])
 
 
 async def _measured(
     label: str, broker_pid: int, messages: int, phase: Coroutine[Any, Any, float]
 ) -> tuple[float, float]:
-    """Run a phase; print its rate and the broker's CPU time per message.
+    """Run a phase; print its rate and the CPU time per message of each process.
 
-    The CPU figure is what the broker would sustain alone on a core (1e6 / us per message): on a
-    2-core machine shared with the load generator, the wall-clock rate also measures the client.
+    The broker's CPU figure is what it would sustain alone on a core (1e6 / us per message): on
+    a 2-core machine shared with the load generator, the wall-clock rate also measures the
+    client. Its system part is the kernel's: socket copies and the page cache (on a VM, a page
+    touched for the first time can cost 10 us or more, which moves between runs); its user part
+    is tidemq's own Python. "workers" is the broker's child processes (the index worker).
     """
-    cpu_before = _cpu_seconds(broker_pid)
+    before = _Cpu.now(broker_pid)
     rate = await phase
-    per_message = (_cpu_seconds(broker_pid) - cpu_before) / messages * 1e6
+    cpu = _Cpu.now(broker_pid).per_message(before, messages)
+    broker = cpu["broker_user"] + cpu["broker_system"]
     print(
-        f"{label:<42} {rate:>10,.0f} msg/s   broker CPU {per_message:5.1f} us/msg "
-        f"(= {1e6 / per_message:,.0f} msg/s per core)",
+        f"{label:<42} {rate:>10,.0f} msg/s   broker CPU {broker:5.1f} us/msg "
+        f"(user {cpu['broker_user']:.1f}, system {cpu['broker_system']:.1f}; "
+        f"= {1e6 / broker:,.0f} msg/s per core), index worker {cpu['workers']:.1f}, "
+        f"client {cpu['client']:.1f} us/msg",
         flush=True,
     )
-    return rate, per_message
+    return rate, broker
 
 
 async def _run(address: str, broker_pid: int, messages: int) -> list[Result]:

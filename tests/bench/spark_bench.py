@@ -48,11 +48,11 @@ from pyspark.sql.types import StructType
 
 from client.api import BrokerAPI
 from client.message import SendStatus
-from client.protocol.batch import encode_batch_body
 from client.protocol.headers import SendMessageRequestHeader
 from client.protocol.models import TopicConfig
 from client.spark.records import spark_schema
 from client.spark.source import allocate
+from store.batch_body import encode_batch_body
 from store.record import encode_properties
 from tests.bench import Result, env_int, temp_dir
 from tests.support.processes import REPO_ROOT, ProcessGroup

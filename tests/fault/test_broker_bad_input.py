@@ -39,7 +39,6 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from client.api import BrokerAPI, PullResult, PullStatus, SendStatus
-from client.protocol.batch import encode_batch_body
 from client.protocol.headers import (
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
@@ -58,6 +57,7 @@ from client.remoting.headers import (
     encode_msgpack_header,
     encode_rocketmq_header,
 )
+from store.batch_body import encode_batch_body
 from store.record import StoredMessage, encode_properties
 from tests.support.processes import TEST_STORE_OVERRIDES, Daemon, ProcessGroup
 

@@ -27,9 +27,9 @@ import pytest
 
 from client.api import BrokerAPI
 from client.message import SendStatus
-from client.protocol.batch import encode_batch_body
 from client.protocol.headers import SendMessageRequestHeader
 from client.protocol.models import TopicConfig
+from store.batch_body import encode_batch_body
 from store.record import encode_properties
 from tests.support.processes import Daemon, ProcessGroup
 

@@ -1,9 +1,9 @@
 """`encode_batch` and `put_message_batch`: the same bytes as the messages one by one.
 
-A SEND_BATCH_MESSAGE is encoded straight from its `MessageBatch`; `encode_record` of each of
+A SEND_BATCH_MESSAGE is encoded straight from its request body; `encode_record` of each of
 `batch.as_messages()` is the reference. Both must give identical records, or the same error, for
-any batch; and a CommitLog filled through `put_message_batch` must equal one filled through
-`put_batch`, file for file, with the same append results.
+any batch (malformed bodies included); and a CommitLog filled through `put_message_batch` must
+equal one filled through `put_batch`, file for file, with the same append results.
 """
 
 from __future__ import annotations
@@ -12,9 +12,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from store.batch_body import (
+    BatchDecodeError,
+    decode_batch_body,
+    encode_batch_body,
+    read_batch_message,
+)
 from store.commitlog import CommitLog, PutStatus
 from store.config import StoreConfig
 from store.message_store import MessageStore
@@ -27,6 +34,7 @@ from store.record import (
     encode_properties,
     encode_record,
     pack_host,
+    record_length,
 )
 from store.segment_queue import SegmentQueue
 
@@ -58,7 +66,10 @@ def batches(draw: st.DrawFn, max_messages: int = 6) -> MessageBatch:
     return MessageBatch(
         topic=draw(TOPICS),
         queue_id=draw(st.integers(0, 2**31 - 1)),
-        messages=messages,
+        body=encode_batch_body(messages),
+        properties=draw(
+            st.sampled_from(["", "CLUSTER\x01DefaultCluster\x02", "WAIT\x01false\x02"])
+        ),
         sys_flag=draw(st.integers(0, 2**31 - 1)),
         born_timestamp=draw(st.integers(0, 2**63 - 1)),
         born_host=draw(HOSTS),
@@ -73,6 +84,8 @@ def _outcome(fn: Any) -> Any:
         return fn()
     except RecordTooLargeError as exc:
         return ("RecordTooLargeError", str(exc), exc.properties)
+    except BatchDecodeError as exc:
+        return ("BatchDecodeError", str(exc))
 
 
 @given(batches())
@@ -81,25 +94,82 @@ def test_encode_batch_is_encode_record_of_each_message(batch: MessageBatch) -> N
     assert _outcome(lambda: encode_batch(batch, MAX_BODY).records()) == expected
 
 
+@settings(max_examples=300)
+@given(batches(), st.data())
+def test_a_damaged_body_fails_as_decoding_it_does(batch: MessageBatch, data: st.DataObject) -> None:
+    """A malformed body fails with decoding's error; any other is copied byte for byte (property
+    bytes that are not UTF-8 included, as RocketMQ copies them)."""
+    body = bytearray(batch.body)
+    if body:
+        for _ in range(data.draw(st.integers(1, 3))):
+            body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
+    batch.body = bytes(body[: data.draw(st.integers(0, len(body)))])
+    try:
+        messages = decode_batch_body(batch.body)
+    except BatchDecodeError as exc:
+        with pytest.raises(BatchDecodeError) as raised:
+            encode_batch(batch, MAX_BODY)
+        assert str(raised.value) == str(exc)
+        return
+    try:
+        records = encode_batch(batch, MAX_BODY).records()
+    except RecordTooLargeError:
+        return  # the limits: test_encode_batch_is_encode_record_of_each_message
+    view, pos, shared = memoryview(batch.body), 0, batch.properties.encode()
+    assert len(records) == len(messages)
+    for record, (flag, msg_body, _props) in zip(records, messages, strict=True):
+        _body_at, props_at, end, _flag = read_batch_message(view, pos)
+        own = bytes(view[props_at:end])
+        props = own + (b"\x02" if own and shared and not own.endswith(b"\x02") else b"") + shared
+        stored = decode_record(bytes(record.data), check_crc=True)
+        assert (stored.flag, stored.body) == (flag, msg_body)
+        assert bytes(record.data).endswith(len(props).to_bytes(2, "big") + props)
+        pos = end
+
+
 def test_properties_over_the_limit_are_reported_as_such() -> None:
-    batch = MessageBatch("T", 0, [(0, b"", "a\x01" + "v" * 40000 + "\x02")])
+    own = "a\x01" + "v" * 32760 + "\x02"  # 32763 bytes: fits a batch message
+    batch = MessageBatch("T", 0, encode_batch_body([(0, b"", own)]), "CLUSTER\x01C\x02")
     assert _outcome(lambda: encode_batch(batch, MAX_BODY).records()) == (
         "RecordTooLargeError",
-        "properties of 40003 bytes exceed 32767",
+        "properties of 32773 bytes exceed 32767",
         True,
     )
 
 
 def test_a_batch_decodes_to_its_messages() -> None:
     host = pack_host("::1", 1)
-    batch = MessageBatch("T", 3, [(7, b"abc", "TAGS\x01A\x02"), (8, b"", "")], born_host=host)
+    body = encode_batch_body([(7, b"abc", "TAGS\x01A\x02"), (8, b"", ""), (9, b"x", "K\x01v")])
+    batch = MessageBatch("T", 3, body, "CLUSTER\x01C\x02", born_host=host)
     records = encode_batch(batch, MAX_BODY).records()
     decoded = [decode_record(bytes(r.data)) for r in records]
     assert [(m.flag, m.body, m.properties, m.queue_id, m.topic) for m in decoded] == [
-        (7, b"abc", {"TAGS": "A"}, 3, "T"),
-        (8, b"", {}, 3, "T"),
+        (7, b"abc", {"TAGS": "A", "CLUSTER": "C"}, 3, "T"),
+        (8, b"", {"CLUSTER": "C"}, 3, "T"),
+        (9, b"x", {"K": "v", "CLUSTER": "C"}, 3, "T"),
     ]
     assert all(m.sys_flag & FLAG_BORNHOST_V6 for m in decoded)
+
+
+def test_properties_are_the_messages_bytes_then_the_batchs_as_rocketmq_writes_them() -> None:
+    """MessageExtBatchEncoder: own bytes as sent, a separator if missing, then the batch's."""
+    body = encode_batch_body([(0, b"", "A\x011\x02A\x012\x02"), (0, b"", "B\x011")])
+    batch = MessageBatch("T", 0, body, "A\x01batch\x02")
+    records = [bytes(r.data) for r in encode_batch(batch, MAX_BODY).records()]
+    props = [r[record_length(decode_record(r).sys_flag, 0, 1, 0) :].decode() for r in records]
+    assert props == ["A\x011\x02A\x012\x02A\x01batch\x02", "B\x011\x02A\x01batch\x02"]
+
+
+def test_wait_comes_from_the_first_message() -> None:
+    def wait(messages: list[tuple[int, bytes, str]], shared: str = "") -> bool:
+        return encode_batch(
+            MessageBatch("T", 0, encode_batch_body(messages), shared), 64
+        ).wait_store
+
+    assert wait([(0, b"", "WAIT\x01false\x02"), (0, b"", "")]) is False
+    assert wait([(0, b"", ""), (0, b"", "WAIT\x01false\x02")]) is True
+    assert wait([(0, b"", "TAGS\x01a")], "WAIT\x01false\x02") is False
+    assert wait([(0, b"", "")]) is True
 
 
 def _commitlog(root: Path) -> CommitLog:
@@ -143,13 +213,14 @@ async def test_message_store_put_message_batch(tmp_path: Path) -> None:
     store = MessageStore(StoreConfig(store_path_root_dir=str(tmp_path), message_index_enable=False))
     store.load()
     try:
-        batch = MessageBatch("T", 1, [(0, b"a", "WAIT\x01false\x02"), (0, b"b", "")])
+        body = encode_batch_body([(0, b"a", "WAIT\x01false\x02"), (0, b"b", "")])
+        batch = MessageBatch("T", 1, body)
         result = await store.put_message_batch(batch)
         assert result.ok and result.append is not None
         assert (result.append.queue_offset, result.append.msg_num) == (0, 2)
         store.reput.dispatch_available(1 << 62)
         assert store.max_offset_in_queue("T", 1) == 2
-        empty = await store.put_message_batch(MessageBatch("T", 1, []))
+        empty = await store.put_message_batch(MessageBatch("T", 1, b""))
         assert (empty.status, empty.remark) == (PutStatus.MESSAGE_ILLEGAL, "empty batch")
     finally:
         await store.stop()

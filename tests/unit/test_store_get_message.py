@@ -13,11 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from store.batch_body import encode_batch_body
 from store.config import BrokerRole, StoreConfig
+from store.consume_queue import iter_units
 from store.get_message import GetMessageResult, GetMessageStatus
 from store.message_store import MessageStore
-from store.record import MessageToStore, decode_record, encode_properties
+from store.record import MessageBatch, MessageToStore, decode_record, encode_properties
 from store.tags import parse_tag_expression
 
 S = GetMessageStatus
@@ -342,5 +346,145 @@ async def test_suggest_pulling_from_slave(tmp_path: Path) -> None:
         assert not r.suggest_pulling_from_slave
         r = store.get_message("g", "Q", 0, 59, 32)
         assert not r.suggest_pulling_from_slave
+    finally:
+        await store.stop()
+
+
+# --- spans: records that follow each other in the CommitLog share one view ----------------------
+
+
+def reference_scan(store: MessageStore, topic: str, offset: int, max_msgs: int, tags: str) -> Any:
+    """The scan one record at a time (one `get_record` each): what the spans must equal."""
+    queue = store.find_consume_queue(topic, 0)
+    assert queue is not None
+    units = queue.raw_units(offset, max(800, max_msgs))
+    assert units is not None
+    tag_filter, limits, commitlog = parse_tag_expression(tags), store.limits, store.commitlog
+    status, records, offsets, total, scanned, last_phy, next_file = (
+        S.NO_MATCHED_MESSAGE,
+        [],
+        [],
+        0,
+        0,
+        0,
+        -1,
+    )
+    for phy, size, tags_code in iter_units(units):
+        last_phy = phy
+        if next_file != -1 and phy < next_file:
+            scanned += 1
+            continue
+        in_disk = commitlog.max_offset - phy > limits.memory_bytes
+        cap_bytes, cap_count = (
+            (limits.bytes_in_disk, limits.count_in_disk)
+            if in_disk
+            else (limits.bytes_in_memory, limits.count_in_memory)
+        )
+        if records and (
+            len(records) >= max_msgs or total + size > cap_bytes or len(records) >= cap_count
+        ):
+            break
+        scanned += 1
+        if not tag_filter.matches_all and not tag_filter.match_code(tags_code):
+            continue
+        record = commitlog.get_record(phy, size)
+        if record is None:
+            status = S.MESSAGE_WAS_REMOVING if not records else status
+            next_file = commitlog.next_segment_offset(phy)
+            continue
+        records.append(bytes(record))
+        offsets.append(offset + scanned - 1)
+        total += size
+        status, next_file = S.FOUND, -1
+    suggest = commitlog.max_offset - last_phy > limits.memory_bytes
+    return status, offset + scanned, records, offsets, total, suggest
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    writes=st.lists(
+        st.tuples(st.sampled_from(["Q", "R"]), st.integers(1, 12), st.booleans()),
+        min_size=1,
+        max_size=25,
+    ),
+    pulls=st.lists(
+        st.tuples(
+            st.integers(0, 150), st.integers(1, 40), st.sampled_from(["*", "TagA", "TagA||TagB"])
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    ram=st.sampled_from([HUGE_RAM, 6000]),
+)
+def test_spans_hold_the_records_a_scan_one_by_one_finds(
+    tmp_path_factory: pytest.TempPathFactory,
+    writes: list[tuple[str, int, bool]],
+    pulls: list[tuple[int, int, str]],
+    ram: int,
+) -> None:
+    """Batches and single sends of two topics interleave, so records of a queue sit in runs of
+    every length, across CommitLog files; every pull must match the record-by-record scan."""
+    root = tmp_path_factory.mktemp("spans")
+
+    async def scenario() -> None:
+        store = open_store(root, physical_memory_bytes=ram)
+        try:
+            sent = 0
+            for topic, count, batched in writes:
+                props = [
+                    encode_properties({"TAGS": "TagA" if (sent + i) % 3 else "TagB"})
+                    for i in range(count)
+                ]
+                bodies = [
+                    bytes([65 + (sent + i) % 26]) * (20 + (sent + i) % 90) for i in range(count)
+                ]
+                if batched:
+                    body = encode_batch_body(
+                        [(0, b, p) for b, p in zip(bodies, props, strict=True)]
+                    )
+                    assert (await store.put_message_batch(MessageBatch(topic, 0, body))).ok
+                else:
+                    for b, p in zip(bodies, props, strict=True):
+                        assert (await store.put_message(MessageToStore(topic, 0, b, p))).ok
+                sent += count
+            store.reput.dispatch_available(1 << 62)
+            for topic in ("Q", "R"):
+                queue = store.find_consume_queue(topic, 0)
+                if queue is None:
+                    continue
+                for offset, max_msgs, tags in pulls:
+                    if offset >= queue.max_offset:
+                        continue
+                    r = store.get_message(
+                        "g", topic, 0, offset, max_msgs, parse_tag_expression(tags)
+                    )
+                    got = (
+                        r.status,
+                        r.next_begin_offset,
+                        [bytes(m) for m in r.messages],
+                        r.queue_offsets,
+                        r.buffer_total_size,
+                        r.suggest_pulling_from_slave,
+                    )
+                    assert got == reference_scan(store, topic, offset, max_msgs, tags)
+                    assert b"".join(r.spans) == b"".join(got[2])
+                    assert sum(r.span_counts) == r.message_count == len(r.sizes)
+        finally:
+            await store.stop()
+
+    asyncio.run(scenario())
+
+
+async def test_a_batch_comes_back_as_one_span(tmp_path: Path) -> None:
+    store = open_store(tmp_path, mapped_file_size_commit_log=1 << 20)
+    try:
+        body = encode_batch_body([(0, bytes([i]) * 50, "") for i in range(20)])
+        assert (await store.put_message_batch(MessageBatch("Q", 0, body))).ok
+        await fill(store, "Q", 3)  # single sends right after: the same run
+        r = store.get_message("g", "Q", 0, 0, 32)
+        check_found(store, r, 0, 23)
+        assert (len(r.spans), r.span_counts) == (1, [23])
     finally:
         await store.stop()
