@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from client.memory import retain_freed_memory
 from store.properties import load_properties, parse_overrides
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ def run_until_signal(
     """Start a service, print its banner, run until SIGTERM/SIGINT, stop it; the exit status."""
 
     async def serve() -> int:
+        if retain_freed_memory():
+            log.info("malloc keeps freed memory for reuse (client/memory.py)")
         try:
             await start()
         except OSError as exc:

@@ -90,18 +90,6 @@ class TransferLimits:
     memory_bytes: int  # RAM * accessMessageInMemoryMaxRatio: older data counts as "on disk"
 
 
-def _batch_full(
-    limits: TransferLimits, size: int, max_msgs: int, total: int, count: int, in_disk: bool
-) -> bool:
-    if total == 0 or count == 0:
-        return False
-    if count >= max_msgs:
-        return True
-    if in_disk:
-        return total + size > limits.bytes_in_disk or count > limits.count_in_disk - 1
-    return total + size > limits.bytes_in_memory or count > limits.count_in_memory - 1
-
-
 def get_message(
     queue: ConsumeQueue | None,
     offset: int,
@@ -167,6 +155,9 @@ def _scan_units(
     sizes = result.sizes
     queue_offsets = result.queue_offsets
     match_all = tag_filter.matches_all
+    on_disk_below = commitlog_max - limits.memory_bytes  # older records count as on disk
+    count_in_memory = min(max_msg_nums, limits.count_in_memory)
+    count_on_disk = min(max_msg_nums, limits.count_in_disk)
     # The open span: [span_start, span_end) of the log, readable up to span_limit in its segment.
     span_segment: Segment | None = None
     span_start = span_end = span_limit = span_records = 0
@@ -178,9 +169,13 @@ def _scan_units(
         if next_file_start != -1 and phy < next_file_start:
             scanned += 1
             continue
-        in_disk = commitlog_max - phy > limits.memory_bytes
-        if _batch_full(limits, size, max_msg_nums, total, count, in_disk):
-            break
+        # The batch caps (RocketMQ's isTheBatchFull), inline: this runs for every unit scanned.
+        if total and count:
+            if phy < on_disk_below:
+                if count >= count_on_disk or total + size > limits.bytes_in_disk:
+                    break
+            elif count >= count_in_memory or total + size > limits.bytes_in_memory:
+                break
         scanned += 1
         if not match_all and not tag_filter.match_code(tags_code):
             continue

@@ -24,7 +24,8 @@ Names follow Spark's Kafka source where there is an equivalent (defaults in brac
 - `includeProperties` [false]: add the `properties` map column;
 - `consumerGroup` [tidemq-spark]: the group pulls name (offsets are never committed to it);
 - `minPartitions` [unset]: split queue ranges into at least this many tasks;
-- `pullBatchSize` [1024]: messages asked for per PULL_MESSAGE (and rows per Arrow batch);
+- `pullBatchSize` [2048]: messages asked for per PULL_MESSAGE (and rows per Arrow batch; a
+  window's decoding has a fixed cost, which 2048 rows halve against 1024);
 - `pullsInFlight` [4]: concurrent pulls per task;
 - `pollTimeoutMs` [120000]: how long a task waits for data it expects before failing;
 - `offsetFetchIntervalMs` [100]: streaming, how long queue max offsets are reused.
@@ -87,7 +88,7 @@ class SourceOptions:
     include_properties: bool = False
     consumer_group: str = DEFAULT_GROUP
     min_partitions: int | None = None
-    pull_batch_size: int = 1024
+    pull_batch_size: int = 2048
     pulls_in_flight: int = 4
     poll_timeout_ms: int = 120_000
     offset_fetch_interval_ms: int = 100
@@ -147,7 +148,7 @@ class SourceOptions:
             include_properties=_bool(opts, "includeProperties", False),
             consumer_group=opts.get("consumergroup", DEFAULT_GROUP).strip() or DEFAULT_GROUP,
             min_partitions=_positive(opts, "minPartitions"),
-            pull_batch_size=_positive(opts, "pullBatchSize") or 1024,
+            pull_batch_size=_positive(opts, "pullBatchSize") or 2048,
             pulls_in_flight=_positive(opts, "pullsInFlight") or 4,
             poll_timeout_ms=_positive(opts, "pollTimeoutMs") or 120_000,
             offset_fetch_interval_ms=100 if fetch_interval is None else fetch_interval,

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from client.memory import GLIBC_TUNABLES
 from client.spark.source import TideMQDataSource
 
 # Start-up and noise: no web UI (a port and a second of start-up), no progress bars in logs,
@@ -24,6 +25,10 @@ DEFAULT_CONF: Mapping[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "2",
 }
+
+# Python workers keep freed memory (client/memory.py): every pull response is a block of a
+# megabyte or more, and glibc would otherwise map fresh pages for each one.
+WORKER_ENV_CONF: Mapping[str, str] = {"spark.executorEnv.GLIBC_TUNABLES": GLIBC_TUNABLES}
 
 # For short-lived sessions (tests): a JVM that starts faster and stays slower (C1 only).
 FAST_START_CONF: Mapping[str, str] = {
@@ -61,6 +66,7 @@ def local_session(
         builder = builder.master(master)
     settings = {
         **(DEFAULT_CONF if defaults else {}),
+        **(WORKER_ENV_CONF if defaults else {}),
         **(FAST_START_CONF if fast_start else {}),
         **(conf or {}),
     }

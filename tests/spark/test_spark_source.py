@@ -503,3 +503,19 @@ def test_master_down_query_goes_on_from_the_slave(spark: Any, tmp_path: Path) ->
             assert batch(spark, ha, topic, readFromSlave=prefer).count() == 1500
     finally:
         processes.stop_all()
+
+
+def test_python_workers_keep_the_memory_they_free(spark: Any) -> None:
+    """local_session() starts every Python worker with the malloc tunables (client/memory.py).
+
+    Checked in a worker Spark starts for an RDD task: data source workers come from the same
+    worker factory and get the same environment.
+    """
+    from client.memory import GLIBC_TUNABLES
+
+    seen = (
+        spark.sparkContext.parallelize([0], 1)
+        .map(lambda _: os.environ.get("GLIBC_TUNABLES"))
+        .collect()
+    )
+    assert seen == [GLIBC_TUNABLES]

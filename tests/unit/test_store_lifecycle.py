@@ -5,6 +5,7 @@ transient store pool.
 from __future__ import annotations
 
 import asyncio
+import os
 import struct
 import threading
 import time
@@ -467,3 +468,35 @@ def test_checkpoint_layout_and_concurrent_flushes(tmp_path: Path) -> None:
     assert (again.physic_msg_timestamp, again.logics_msg_timestamp) == (9000, 5000)
     assert again.min_timestamp == 2000  # min(physic, logics) - 3 s
     assert again.min_timestamp_index == 1000
+
+
+async def test_segment_and_index_files_have_their_blocks_reserved(tmp_path: Path) -> None:
+    """Created files are preallocated (store.segment.preallocate) where the file system can."""
+    probe = tmp_path / "probe"
+    with probe.open("wb") as f:
+        try:
+            os.posix_fallocate(f.fileno(), 0, 1 << 20)
+            can_reserve = True
+        except OSError:
+            can_reserve = False
+    probe.unlink()
+    store = open_store(tmp_path, message_index_enable=True)
+    try:
+        await put_ok(store, message("T", 0, 0, KEYS="k"))
+        store.reput.dispatch_available(1 << 62)
+        files = [
+            path
+            for folder in ("commitlog", "consumequeue", "index")
+            for path in (tmp_path / folder).rglob("*")
+            if path.is_file()
+        ]
+        assert {path.relative_to(tmp_path).parts[0] for path in files} == {
+            "commitlog",
+            "consumequeue",
+            "index",
+        }
+        for path in files:
+            stat = path.stat()
+            assert (stat.st_blocks * 512 >= stat.st_size) is can_reserve, path
+    finally:
+        await store.stop()
