@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -48,14 +49,39 @@ _running: set[Daemon] = set()
 
 
 def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port nothing listens on right now (the OS's choice), never one of RocketMQ's."""
-    for _ in range(100):
+    """A TCP port nothing listens on right now, never one of RocketMQ's, never handed out twice.
+
+    Taken below the kernel's ephemeral range: a port from `bind(0)` comes from that range, the
+    one outgoing connections take their source ports from, so between the pick and a daemon's
+    bind a connection could take it ("address already in use"; seen with a slave started
+    after its masters had connected out). Below the range only a listener can take a port.
+    """
+    low, _high = _ephemeral_range()
+    for _ in range(200):
+        port = _random.randrange(_PICK_FROM, low) if low > _PICK_FROM + 100 else 0
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind((host, 0))
-            port: int = probe.getsockname()[1]
-        if port not in RESERVED_PORTS:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            port = probe.getsockname()[1]
+        if port not in RESERVED_PORTS and port not in _handed_out:
+            _handed_out.add(port)
             return port
     raise RuntimeError("no free port found")
+
+
+_PICK_FROM: Final = 20000
+_random = random.Random()
+_handed_out: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
