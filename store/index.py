@@ -234,8 +234,9 @@ class _IndexFile:
         size = index_file_size(hash_slot_num, index_num)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            # Preallocated (see `preallocate`): the index worker's stores into fresh pages of a
-            # sparse file cost a block allocation each, and on a full disk a SIGBUS.
+            # Preallocated (see `preallocate`): in a sparse file each of the index worker's
+            # stores into a fresh page costs a block allocation, and a full disk turns it into
+            # a SIGBUS; with the blocks reserved up front neither can happen.
             preallocate(fd, size)
             f = cls(path, fd, hash_slot_num, index_num)
         except BaseException:
