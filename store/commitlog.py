@@ -32,6 +32,7 @@ from store.record import (
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    AppendStamp,
     EncodedBatch,
     EncodedRecord,
     MessageBatch,
@@ -143,9 +144,23 @@ class CommitLog:
         return self.append_batch(encoded, batch.store_host)
 
     def encode_message_batch(self, batch: MessageBatch) -> EncodedBatch | AppendResult:
-        """The records of `batch`, or the refusal a malformed or oversized batch gets."""
+        """The records of `batch`, or the refusal a malformed or oversized batch gets.
+
+        They are stamped for the end of the log as it is now, so that an `append_batch` that
+        follows with no other append in between writes them as they are.
+        """
+        takes = _takes_queue_offset(batch.sys_flag)
+        last = self.segments.last
+        stamp = AppendStamp(
+            physical_offset=0 if last is None else last.start_offset + last.wrote,
+            queue_offset=self.topic_queue_table.get(queue_key(batch.topic, batch.queue_id), 0)
+            if takes
+            else 0,
+            takes_queue_offsets=takes,
+            store_timestamp=self._next_store_timestamp(),
+        )
         try:
-            encoded = encode_batch(batch, self.config.max_message_size)
+            encoded = encode_batch(batch, self.config.max_message_size, stamp)
         except RecordTooLargeError as exc:
             return _refused(exc)
         except BatchDecodeError as exc:
@@ -155,10 +170,16 @@ class CommitLog:
         return encoded
 
     def append_batch(self, batch: EncodedBatch, store_host: bytes) -> AppendResult:
-        """`_append_encoded` for records of one topic, queue and sysFlag in one buffer."""
+        """`_append_encoded` for records of one topic, queue and sysFlag in one buffer.
+
+        Records stamped for somewhere else (the batch starts a new file, or it was encoded
+        before another append) are stamped again here.
+        """
         buffer = batch.data
         total = len(buffer)
-        started = self._start_append(total)
+        started = self._start_append(
+            total, 0 if batch.stamp is None else batch.stamp.store_timestamp
+        )
         if isinstance(started, AppendResult):
             return started
         segment, store_ts = started
@@ -166,34 +187,49 @@ class CommitLog:
         takes = _takes_queue_offset(batch.sys_flag)
         key = queue_key(batch.topic, batch.queue_id)
         first_queue_offset = self.topic_queue_table.get(key, 0) if takes else 0
-        host_hex = store_host.hex().upper()
-        msg_ids: list[str] = []
-        store_ts_at = batch.store_ts_at
-        for i, at in enumerate(batch.offsets):
-            phy = wrote_offset + at
-            stamp_record(
-                buffer, at, store_ts_at, first_queue_offset + i if takes else 0, phy, store_ts
-            )
-            # message_id(store_host, phy), for a non-negative offset
-            msg_ids.append(f"{host_hex}{phy:016X}")
+        stamp = AppendStamp(wrote_offset, first_queue_offset, takes, store_ts)
+        if batch.stamp != stamp:
+            for i, at in enumerate(batch.offsets):
+                stamp_record(
+                    buffer,
+                    at,
+                    batch.store_ts_at,
+                    first_queue_offset + i if takes else 0,
+                    wrote_offset + at,
+                    store_ts,
+                )
+            batch.stamp = stamp
         if takes:
             self.topic_queue_table[key] = first_queue_offset + len(batch.offsets)
         segment.append(buffer)
+        # message_id(store_host, phy), for a non-negative offset
+        host_hex = store_host.hex().upper()
+        msg_ids = [f"{host_hex}{wrote_offset + at:016X}" for at in batch.offsets]
         return _appended(wrote_offset, total, msg_ids, first_queue_offset, store_ts)
 
-    def _start_append(self, total: int) -> tuple[Segment, int] | AppendResult:
-        """The segment with room for `total` bytes and the store timestamp, or a refusal."""
+    def _start_append(
+        self, total: int, encoded_at: int | None = None
+    ) -> tuple[Segment, int] | AppendResult:
+        """The segment with room for `total` bytes and the store timestamp, or a refusal.
+
+        `encoded_at`: the store timestamp the records were encoded with, kept unless the clock
+        of the log has passed it.
+        """
         if total + END_OF_FILE_MIN_BLANK > self.file_size:
             return AppendResult(
                 PutStatus.MESSAGE_ILLEGAL,
                 remark=f"{total} bytes do not fit in a CommitLog file of {self.file_size}",
             )
         segment = self._segment_with_room(total)
-        now = int(time.time() * 1000)
-        # Store timestamps never go backwards, so that lookups by time can binary-search.
-        store_ts = max(now, self.last_store_timestamp)
-        self.last_store_timestamp = store_ts
+        if encoded_at is not None and encoded_at >= self.last_store_timestamp:
+            store_ts = self.last_store_timestamp = encoded_at
+        else:
+            store_ts = self.last_store_timestamp = self._next_store_timestamp()
         return segment, store_ts
+
+    def _next_store_timestamp(self) -> int:
+        # Store timestamps never go backwards, so that lookups by time can binary-search.
+        return max(int(time.time() * 1000), self.last_store_timestamp)
 
     def _append_encoded(self, records: list[EncodedRecord], store_host: bytes) -> AppendResult:
         total = sum(len(r.data) for r in records)

@@ -11,23 +11,31 @@ at the end of the chunk, queue by queue, then the chunk's index entries, then th
 called once per queue and tagsCode. While the store runs with an index worker
 (store/index_worker.py), the index is not built here: after each chunk the worker is told how far
 dispatch got, and it indexes up to there in its own process.
+
+Batches appended on this broker skip the scan: the append hands dispatch an `AppendedBatch`
+(where each record and its properties start; topic, queue, first queue offset and store time are
+the batch's), and when dispatch reaches its first byte it writes the batch's ConsumeQueue units
+from that, looking only at each record's TAGS in place. Whatever the hint cannot cover (the index
+built in this process, a queue that does not follow on, a hint that does not match the bytes)
+goes through the scan, so the result is the same either way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import struct
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Final
 
 from store.consume_queue import ConsumeQueue, pack_unit
-from store.fast_scan import KeyGatherer, find_value, scan_fast
-from store.javahash import java_string_hash
+from store.fast_scan import SLOW_FLAGS, KeyGatherer, find_value, scan_fast
 from store.record import (
     BLANK_MAGIC,
     MAGIC_V1,
+    OFFSET_QUEUE_OFFSET,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -36,10 +44,12 @@ from store.record import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     DispatchInfo,
+    EncodedBatch,
     find_property,
     read_total_size_and_magic,
     scan_record,
 )
+from store.tags import tags_code_for
 
 if TYPE_CHECKING:
     from store.index import IndexService
@@ -67,6 +77,26 @@ CHUNK_BYTES = 1024 * 1024
 _SCHEDULE_RAW = SCHEDULE_TOPIC.encode()
 _TAGS_NEEDLE = _TAGS + b"\x01"
 
+# Appended batches remembered for dispatch; when dispatch falls further behind, the oldest are
+# forgotten and their records are scanned.
+APPENDED_BATCHES_MAX = 4096
+# TOTALSIZE, QUEUEOFFSET, PHYSICALOFFSET (which follows it)
+_RECORD_CHECK = struct.Struct(f">i{OFFSET_QUEUE_OFFSET - 4}xqq")
+
+
+@dataclass(slots=True, frozen=True)
+class AppendedBatch:
+    """Records of one topic and queue appended back to back on this broker, for dispatch."""
+
+    start: int  # physical offset of the first record
+    end: int
+    topic: str
+    queue_id: int
+    first_queue_offset: int
+    store_timestamp: int
+    offsets: list[int]  # where each record starts, from `start`
+    properties_at: list[int]  # where each record's properties start, from `start`
+
 
 @dataclass(slots=True)
 class _QueueRun:
@@ -92,16 +122,7 @@ def tags_code_of(info: DispatchInfo, delay_levels: list[int]) -> int:
             if level > 0:
                 level = min(level, len(delay_levels))
                 return info.store_timestamp + delay_levels[level - 1]
-    tags = find_property(info.properties, _TAGS)
-    if not tags:
-        return 0
-    return _tags_hash(tags)
-
-
-@lru_cache(maxsize=4096)
-def _tags_hash(tags: bytes) -> int:
-    # A topic has a handful of tags, so nearly every message hits the cache.
-    return java_string_hash(tags.decode("utf-8", "replace"))
+    return tags_code_for(find_property(info.properties, _TAGS))
 
 
 class ReputService:
@@ -116,6 +137,7 @@ class ReputService:
         self._wakeup = asyncio.Event()
         self._topic_names: dict[bytes, str] = {}
         self._keys = KeyGatherer()
+        self._appended: deque[AppendedBatch] = deque(maxlen=APPENDED_BATCHES_MAX)
         self._task: asyncio.Task[None] | None = None
 
     def index_in_process(self) -> IndexService | None:
@@ -124,6 +146,32 @@ class ReputService:
         if not store.config.message_index_enable or store.index_worker is not None:
             return None
         return store.index
+
+    def note_appended(
+        self, batch: EncodedBatch, wrote_offset: int, first_queue_offset: int, store_ts: int
+    ) -> None:
+        """A batch was appended at `wrote_offset`: dispatch may take its layout from here."""
+        if batch.sys_flag & SLOW_FLAGS or batch.topic == SCHEDULE_TOPIC or not batch.offsets:
+            return  # records the scan's general path handles
+        if self.index_in_process() is not None:
+            return  # the scan gathers index keys as it goes
+        self._appended.append(
+            AppendedBatch(
+                wrote_offset,
+                wrote_offset + len(batch.data),
+                batch.topic,
+                batch.queue_id,
+                first_queue_offset,
+                store_ts,
+                batch.offsets,
+                batch.properties_at,
+            )
+        )
+
+    def rewind(self, offset: int) -> None:
+        """Dispatch again from `offset` (the CommitLog was cut or replaced there)."""
+        self.reput_from_offset = offset
+        self._appended.clear()
 
     def limit(self) -> int:
         """How far dispatch may go: the CommitLog's readable end, or the HA cap when set."""
@@ -188,6 +236,16 @@ class ReputService:
             readable = min(segment.read_position, limit - base)
             if position >= readable:
                 break
+            appended = self._next_appended()
+            if appended is not None:
+                if appended.start == self.reput_from_offset and appended.end - base <= readable:
+                    self._appended.popleft()
+                    if self._dispatch_appended(segment, appended):
+                        done += appended.end - appended.start
+                        self.reput_from_offset = appended.end
+                        continue
+                elif base + position < appended.start < base + readable:
+                    readable = appended.start - base  # scan up to it, take it from there
             consumed, next_file = self._dispatch_segment(segment, position, readable, budget - done)
             done += consumed
             self.reput_from_offset = base + position + consumed
@@ -197,6 +255,53 @@ class ReputService:
             elif consumed == 0:
                 break
         return done
+
+    def _next_appended(self) -> AppendedBatch | None:
+        """The first remembered batch at or past where dispatch is (older ones are dropped)."""
+        appended = self._appended
+        while appended and appended[0].start < self.reput_from_offset:
+            appended.popleft()
+        return appended[0] if appended else None
+
+    def _dispatch_appended(self, segment: Segment, batch: AppendedBatch) -> bool:
+        """Dispatch `batch`'s records from its layout; False when the scan must do it."""
+        queue = self.store.find_or_create_consume_queue(batch.topic, batch.queue_id)
+        if batch.end <= queue.max_physical_offset:
+            return True  # built already
+        if queue.max_physical_offset > batch.start or not queue.can_append_at(
+            batch.first_queue_offset
+        ):
+            return False
+        mm = segment.map
+        at = batch.start - segment.start_offset
+        offsets = batch.offsets
+        count = len(offsets)
+        last = offsets[-1]
+        sizes = [
+            b - a for a, b in zip(offsets, [*offsets[1:], batch.end - batch.start], strict=True)
+        ]
+        # The bytes must be the ones the batch describes (first and last record's head).
+        if _RECORD_CHECK.unpack_from(mm, at) != (sizes[0], batch.first_queue_offset, batch.start):
+            return False
+        if _RECORD_CHECK.unpack_from(mm, at + last) != (
+            sizes[-1],
+            batch.first_queue_offset + count - 1,
+            batch.start + last,
+        ):
+            return False
+        codes = [
+            tags_code_for(find_value(mm, _TAGS_NEEDLE, at + p, at + o + size))
+            for p, o, size in zip(batch.properties_at, offsets, sizes, strict=True)
+        ]
+        queue.put_units(
+            b"".join(map(pack_unit, [batch.start + o for o in offsets], sizes, codes)), batch.end
+        )
+        next_offset = batch.first_queue_offset + count
+        for code in set(codes):
+            for listener in self.listeners:
+                listener(batch.topic, batch.queue_id, next_offset, code, batch.store_timestamp)
+        self.store.checkpoint.logics_msg_timestamp = batch.store_timestamp
+        return True
 
     def _dispatch_segment(
         self, segment: Segment, pos: int, end: int, budget: int
@@ -237,8 +342,7 @@ class ReputService:
                     continue
                 total, queue_id, queue_offset, phy, store_ts, props, topic_raw = record
                 rec_end = pos + total
-                tags = find_value(mm, _TAGS_NEEDLE, props, rec_end)
-                tags_code = _tags_hash(tags) if tags else 0
+                tags_code = tags_code_for(find_value(mm, _TAGS_NEEDLE, props, rec_end))
                 run = runs.get((topic_raw, queue_id))
                 if run is not None and run.next_offset == queue_offset:
                     run.units.append(pack_unit(phy, total, tags_code))

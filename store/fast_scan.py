@@ -35,7 +35,9 @@ _FAST_HEAD = struct.Struct(">ii4xi4xqqi16xq20xi")
 HEAD_SIZE: Final = 88
 assert _FAST_HEAD.size == HEAD_SIZE
 _SHORT = struct.Struct(">h")
-_SLOW_FLAGS: Final = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6 | TRANSACTION_MASK
+# Records `scan_fast` leaves to the general path: IPv6 hosts change the layout, and transaction
+# states are dispatched differently.
+SLOW_FLAGS: Final = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6 | TRANSACTION_MASK
 
 KEYS_NEEDLE: Final = PROPERTY_KEYS.encode() + b"\x01"
 UNIQ_NEEDLE: Final = PROPERTY_UNIQ_KEY.encode() + b"\x01"
@@ -56,7 +58,7 @@ def scan_fast(mm: mmap.mmap, pos: int, end: int) -> FastRecord | None:
     at = pos + HEAD_SIZE + body_len
     if (
         magic != MAGIC_V1
-        or sys_flag & _SLOW_FLAGS
+        or sys_flag & SLOW_FLAGS
         or rec_end > end
         or body_len < 0
         or at + 3 > rec_end

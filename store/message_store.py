@@ -649,6 +649,10 @@ class MessageStore:
         if isinstance(encoded, AppendResult):
             return PutMessageResult(encoded.status, encoded, encoded.remark)
         append = self.commitlog.append_batch(encoded, batch.store_host)
+        if append.status is PutStatus.PUT_OK:
+            self.reput.note_appended(
+                encoded, append.wrote_offset, append.queue_offset, append.store_timestamp
+            )
         return await self._after_append(append, encoded.wait_store)
 
     async def _after_append(self, append: AppendResult, wait_store: bool) -> PutMessageResult:
@@ -887,7 +891,7 @@ class MessageStore:
                 self.index.refresh()
             self.index.truncate_after(offset)
         self._recover_topic_queue_table()
-        self.reput.reput_from_offset = min(self.reput.reput_from_offset, offset)
+        self.reput.rewind(min(self.reput.reput_from_offset, offset))
         if worker is not None:
             worker.restart_at(min(worker.indexed, offset))
 
@@ -922,7 +926,7 @@ class MessageStore:
                 self.root / "index", self.config.max_hash_slot_num, self.config.max_index_num
             )
             self.index.load(True, 0)
-        self.reput.reput_from_offset = 0
+        self.reput.rewind(0)
         self.reput.stalled_at = -1
         if worker is not None:
             worker.restart_at(0)

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NoReturn
 
 from store.batch_body import decode_batch_body, read_batch_message
+from store.crc import crc32, java_crc32
 
 MAGIC_V1: Final = -626843481  # 0xDAA320A7 as a Java int
 BLANK_MAGIC: Final = -875286124  # 0xCBD43194 as a Java int
@@ -118,7 +118,7 @@ def record_length(sys_flag: int, body_len: int, topic_len: int, properties_len: 
 
 
 def body_crc(body: bytes | memoryview) -> int:
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return java_crc32(body)
 
 
 # --- hosts -------------------------------------------------------------------------------
@@ -315,7 +315,7 @@ def encode_record(msg: MessageToStore, max_body_size: int) -> EncodedRecord:
     head = _PREFIX.pack(
         total,
         MAGIC_V1,
-        zlib.crc32(body) & 0x7FFFFFFF,
+        java_crc32(body),
         msg.queue_id,
         msg.flag,
         0,
@@ -343,9 +343,19 @@ _SEPARATOR_BYTE = 0x02
 _SEPARATOR_BYTES = b"\x02"
 
 
+@dataclass(frozen=True, slots=True)
+class AppendStamp:
+    """The append-time fields of a batch's records, for where it is expected to land."""
+
+    physical_offset: int  # of the first record; each next one follows it
+    queue_offset: int  # of the first record
+    takes_queue_offsets: bool  # False: every record's is 0 (PREPARED and ROLLBACK records)
+    store_timestamp: int
+
+
 @dataclass(slots=True)
 class EncodedBatch:
-    """The records of a batch back to back, encoded except for the append-time fields."""
+    """The records of a batch back to back; the append-time fields as `stamp` says, or 0."""
 
     data: bytearray
     offsets: list[int]  # where each record starts in `data`
@@ -354,6 +364,9 @@ class EncodedBatch:
     queue_id: int
     sys_flag: int
     wait_store: bool = True  # the first message's WAIT property (see `waits_for_store`)
+    # where each record's properties start in `data` (they end where the record does)
+    properties_at: list[int] = field(default_factory=list)
+    stamp: AppendStamp | None = None
 
     def records(self) -> list[EncodedRecord]:
         """Each record on its own (what `encode_record` gives for it)."""
@@ -366,8 +379,13 @@ class EncodedBatch:
         ]
 
 
-def encode_batch(batch: MessageBatch, max_body_size: int) -> EncodedBatch:
+def encode_batch(
+    batch: MessageBatch, max_body_size: int, stamp: AppendStamp | None = None
+) -> EncodedBatch:
     """`encode_record` of each of `batch.as_messages()`, byte for byte, in one pass over the body.
+
+    With a `stamp`, the records get its append-time fields (as `stamp_record` would write them),
+    so that an append at the expected place writes the buffer as it is.
 
     Everything the messages share (topic, hosts, flags, the fields between the born timestamp
     and the body length, the batch's properties) is checked and packed once per batch. Per
@@ -384,11 +402,11 @@ def encode_batch(batch: MessageBatch, max_body_size: int) -> EncodedBatch:
         born_host, store_host
     )
     fixed_length = record_length(sys_flag, 0, len(topic_bytes), 0)
-    # BORNHOST, STORETIMESTAMP (stamped at append), STOREHOST, RECONSUMETIMES, PREPARED OFFSET
+    # BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES, PREPARED OFFSET
     middle = b"".join(
         (
             born_host,
-            _NO_TIMESTAMP,
+            _NO_TIMESTAMP if stamp is None else _TS.pack(stamp.store_timestamp),
             store_host,
             _RECONSUME_PREPARED.pack(batch.reconsume_times, batch.prepared_transaction_offset),
         )
@@ -397,60 +415,71 @@ def encode_batch(batch: MessageBatch, max_body_size: int) -> EncodedBatch:
     shared = batch.properties.encode()
     store_ts_at = _PREFIX.size + len(born_host)
     queue_id, born_timestamp = batch.queue_id, batch.born_timestamp
+    # QUEUEOFFSET counts up by queue_step from queue_offset, PHYSICALOFFSET is phy_start + at*step.
+    # Without a stamp the steps are 0 and so are the fields (queue offsets also for PREPARED and
+    # ROLLBACK records).
+    queue_offset = phy_start = step = queue_step = 0
+    if stamp is not None:
+        phy_start, step = stamp.physical_offset, 1
+        if stamp.takes_queue_offsets:
+            queue_offset, queue_step = stamp.queue_offset, 1
     view = memoryview(batch.body)
     size = len(view)
+    # Per record: [prefix and the shared middle][body length, body][topic, properties length]
+    # [own properties][separator and the batch's properties, or the latter alone].
+    pack_head = struct.Struct(f"{_PREFIX.format}{len(middle)}s").pack
+    pack_topic = struct.Struct(f">{len(topic_part)}sh").pack
+    shared_len = len(shared)
+    shared_after_separator = _SEPARATOR_BYTES + shared
     parts: list[bytes | memoryview] = []
+    append = parts.append
     offsets: list[int] = []
+    properties_at: list[int] = []
     at = pos = 0
     wait_store = True
     try:
         while pos < size:
             body_at, props_at, end, flag = read_batch_message(view, pos)
-            props_len = end - props_at
-            separator = props_len > 0 and len(shared) > 0 and view[end - 1] != _SEPARATOR_BYTE
-            props_total = props_len + separator + len(shared)
             body_len = props_at - 2 - body_at
-            if body_len > max_body_size:
-                raise RecordTooLargeError(
-                    f"message body of {body_len} bytes exceeds {max_body_size}"
-                )
-            if not topic_ok:
-                raise RecordTooLargeError(f"topic must be 1-{MAX_TOPIC_BYTES} bytes")
-            if props_total > MAX_PROPERTIES_BYTES:
-                raise RecordTooLargeError(
-                    f"properties of {props_total} bytes exceed {MAX_PROPERTIES_BYTES}",
-                    properties=True,
-                )
+            props_len = end - props_at
+            separator = props_len > 0 and shared_len > 0 and view[end - 1] != _SEPARATOR_BYTE
+            props_total = props_len + separator + shared_len
             total = fixed_length + body_len + props_total
-            if total > max_body_size + 64 * 1024:
-                raise RecordTooLargeError(f"record of {total} bytes exceeds body limit + 64 KiB")
-            parts += (
-                _PREFIX.pack(
+            if (
+                body_len > max_body_size
+                or not topic_ok
+                or props_total > MAX_PROPERTIES_BYTES
+                or total > max_body_size + 64 * 1024
+            ):
+                _refuse_batch_message(body_len, max_body_size, topic_ok, props_total, total)
+            append(
+                pack_head(
                     total,
                     MAGIC_V1,
-                    zlib.crc32(view[body_at : props_at - 2]) & 0x7FFFFFFF,
+                    crc32(view[body_at : props_at - 2]) & 0x7FFFFFFF,
                     queue_id,
                     flag,
-                    0,
-                    0,
+                    queue_offset,
+                    phy_start + at * step,
                     sys_flag,
                     born_timestamp,
-                ),
-                middle,
-                view[body_at - 4 : props_at - 2],  # [4 body length][body], as in the record
-                topic_part,
-                _SHORT.pack(props_total),
-                view[props_at:end],
+                    middle,
+                )
             )
+            append(view[body_at - 4 : props_at - 2])  # [4 body length][body], as in the record
+            append(pack_topic(topic_part, props_total))
+            append(view[props_at:end])
             if separator:
-                parts.append(_SEPARATOR_BYTES)
-            if shared:
-                parts.append(shared)
+                append(shared_after_separator)
+            elif shared_len:
+                append(shared)
             if not offsets:
                 first = bytes(view[props_at:end]) + (_SEPARATOR_BYTES if separator else b"")
                 wait_store = waits_for_store((first + shared).decode("utf-8", "replace"))
             offsets.append(at)
             at += total
+            properties_at.append(at - props_total)
+            queue_offset += queue_step
             pos = end
     except RecordTooLargeError:
         decode_batch_body(view)  # a malformed body is reported first
@@ -463,7 +492,24 @@ def encode_batch(batch: MessageBatch, max_body_size: int) -> EncodedBatch:
         queue_id,
         sys_flag,
         wait_store,
+        properties_at,
+        stamp,
     )
+
+
+def _refuse_batch_message(
+    body_len: int, max_body_size: int, topic_ok: bool, props_total: int, total: int
+) -> NoReturn:
+    """The RecordTooLargeError `encode_record` raises for the first limit a message breaks."""
+    if body_len > max_body_size:
+        raise RecordTooLargeError(f"message body of {body_len} bytes exceeds {max_body_size}")
+    if not topic_ok:
+        raise RecordTooLargeError(f"topic must be 1-{MAX_TOPIC_BYTES} bytes")
+    if props_total > MAX_PROPERTIES_BYTES:
+        raise RecordTooLargeError(
+            f"properties of {props_total} bytes exceed {MAX_PROPERTIES_BYTES}", properties=True
+        )
+    raise RecordTooLargeError(f"record of {total} bytes exceeds body limit + 64 KiB")
 
 
 def waits_for_store(properties: str) -> bool:
@@ -660,7 +706,7 @@ def scan_record(buf: bytes | memoryview, pos: int, *, check_crc: bool) -> Dispat
     at += middle.size
     if body_len < 0 or at + body_len + 3 > end:
         return INVALID
-    if check_crc and zlib.crc32(buf[at : at + body_len]) & 0x7FFFFFFF != crc:
+    if check_crc and java_crc32(buf[at : at + body_len]) != crc:
         return INVALID
     at += body_len
     topic_end = at + 1 + buf[at]

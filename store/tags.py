@@ -8,6 +8,7 @@ strings because different tags can share a hash code.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from store.javahash import java_string_hash
 
@@ -42,3 +43,14 @@ def parse_tag_expression(expression: str | None) -> TagFilter:
 
 
 MATCH_ALL = parse_tag_expression(SUB_ALL)
+
+
+def tags_code_for(tags: bytes | None) -> int:
+    """The tagsCode of a message's TAGS property value as stored; 0 when it has none."""
+    return _tags_hash(tags) if tags else 0
+
+
+@lru_cache(maxsize=4096)
+def _tags_hash(tags: bytes) -> int:
+    # A topic has a handful of tags, so nearly every message hits the cache.
+    return java_string_hash(tags.decode("utf-8", "replace"))

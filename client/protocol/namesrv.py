@@ -73,6 +73,7 @@ from client.remoting.codes import RequestCode, ResponseCode
 from client.remoting.command import Body, RemotingCommand
 from client.remoting.errors import BodyDecodeError
 from client.remoting.json_body import dumps, loads_fastjson
+from store.crc import java_crc32
 
 __all__ = [
     "MAX_DECOMPRESSED_BODY",
@@ -145,7 +146,7 @@ class NamesrvResponseError(Exception):
 
 def body_crc32(body: Body) -> int:
     """RocketMQ's UtilAll.crc32: CRC-32 of the bytes, masked to a non-negative Java int."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return java_crc32(body)
 
 
 # --- request headers ------------------------------------------------------------------------

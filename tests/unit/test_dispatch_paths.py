@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import random
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
 
+from store import dispatch
+from store.batch_body import encode_batch_body
 from store.config import StoreConfig
 from store.dispatch import ReputService
 from store.message_store import MessageStore
@@ -24,19 +27,23 @@ from store.record import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    MessageBatch,
     MessageToStore,
+    decode_properties,
     encode_properties,
     pack_host,
 )
+from store.segment import Segment
 
 TOPICS = ["Orders", "主题", "T"]
 TAGS = [None, "TagA", "TagB", "标签", ""]
 KEYS = [None, "k1", "k1 k2", "键 k3", "  spaced  key ", ""]
 
 
-def config(root: Path) -> StoreConfig:
+def config(root: Path, *, index: bool = True) -> StoreConfig:
     cfg = StoreConfig(
         store_path_root_dir=str(root),
+        message_index_enable=index,
         mapped_file_size_commit_log=8192,
         max_message_size=2048,
         mapped_file_size_consume_queue=20 * 16,
@@ -140,3 +147,88 @@ async def test_fast_and_general_paths_build_the_same_files(
     fast_index = index_contents(built[True])
     assert fast_index == index_contents(built[False])
     assert len(fast_index) > 1  # rolled over
+
+
+def random_batch(rng: random.Random, i: int) -> MessageBatch:
+    """A SEND_BATCH_MESSAGE as a producer sends it: own properties per message, shared ones."""
+    messages = []
+    for j in range(rng.randint(1, 6)):
+        props = dict(decode_properties(random_message(rng, i * 100 + j).properties))
+        props.pop("DELAY", None)
+        own = encode_properties(props)
+        if rng.random() < 0.2:
+            own += "\x02"  # a body that ends with the separator gets none added
+        messages.append((rng.randint(0, 3), rng.randbytes(rng.randint(0, 300)), own))
+    shared = rng.choice(["", "CLUSTER\x01c", "TAGS\x01shared\x02CLUSTER\x01c"])
+    host = pack_host("10.0.0.3", 1)
+    return MessageBatch(
+        topic=rng.choice(TOPICS),
+        queue_id=rng.randint(0, 2),
+        body=encode_batch_body(messages),
+        properties=shared,
+        born_timestamp=1_700_000_000_000 + i,
+        born_host=host,
+        store_host=host,
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_appended_batches_dispatch_like_the_scan(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Live dispatch from appended batches' layouts builds what a scan of the CommitLog does.
+
+    Dispatch runs at random points, so it meets remembered batches at, ahead of and behind its
+    position; a short memory drops some; single sends in between are scanned.
+    """
+    monkeypatch.setattr(dispatch, "APPENDED_BATCHES_MAX", 8)
+    rng = random.Random(seed)
+    live = MessageStore(config(tmp_path / "live", index=False))
+    live.load()
+    await live.start()
+    taken: list[bool] = []
+    dispatch_appended = ReputService._dispatch_appended
+
+    def spy(self: ReputService, segment: Segment, batch: dispatch.AppendedBatch) -> bool:
+        taken.append(dispatch_appended(self, segment, batch))
+        return taken[-1]
+
+    monkeypatch.setattr(ReputService, "_dispatch_appended", spy)
+    arrivals: list[tuple[str, int, int, int]] = []
+    live.add_arrival_listener(lambda t, q, n, code, ts: arrivals.append((t, q, n, code)))
+    try:
+        for i in range(300):
+            if rng.random() < 0.7:
+                result = await live.put_message_batch(random_batch(rng, i))
+            else:
+                result = await live.put_message(random_message(rng, i))
+            assert result.append is not None, result.remark
+            if rng.random() < 0.3:
+                await live.reput.wait_idle()
+        await live.reput.wait_idle()
+        assert live.reput.stalled_at < 0
+    finally:
+        await live.stop()
+    assert taken.count(True) > 20  # the layouts were used, not only scanned past
+
+    scanned = tmp_path / "scanned"
+    shutil.copytree(tmp_path / "live" / "commitlog", scanned / "commitlog")
+    store = MessageStore(config(scanned, index=False))
+    store.load()  # dispatches the whole CommitLog by scanning it
+    await store.stop()
+    queues = tree(scanned / "consumequeue")
+    assert tree(tmp_path / "live" / "consumequeue") == queues
+    assert len(queues) > 9
+
+    # Long polling: every unit was announced for its queue and tagsCode, past its offset.
+    units: dict[tuple[str, int], bytes] = {}
+    for path, data in queues.items():  # files of a queue in offset order
+        topic, queue_id, _ = path.split("/")
+        units[(topic, int(queue_id))] = units.get((topic, int(queue_id)), b"") + data
+    for (topic, queue_id), data in units.items():
+        for offset, (_, size, code) in enumerate(struct.iter_unpack(">qiq", data)):
+            if size == 0:
+                break  # the unwritten end of the last file
+            assert any(
+                (t, q, c) == (topic, queue_id, code) and n > offset for t, q, n, c in arrivals
+            ), (topic, queue_id, offset, code)
