@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import struct
 
-_BATCH_HEAD = struct.Struct(">iiiii")
+BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body CRC, flag, body length
 _SHORT = struct.Struct(">h")
-HEAD_SIZE = _BATCH_HEAD.size
+HEAD_SIZE = BATCH_HEAD.size
 
 
 class BatchDecodeError(ValueError):
@@ -32,7 +32,7 @@ def read_batch_message(view: memoryview, pos: int) -> tuple[int, int, int, int]:
     size = len(view)
     if pos + HEAD_SIZE > size:
         raise BatchDecodeError("batch body ends inside a message header")
-    total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(view, pos)
+    total, _magic, _crc, flag, body_len = BATCH_HEAD.unpack_from(view, pos)
     end = pos + total
     body_at = pos + HEAD_SIZE
     if total < HEAD_SIZE + 2 or end > size or body_len < 0:
@@ -63,8 +63,8 @@ def encode_batch_body(messages: list[tuple[int, bytes, str]]) -> bytes:
     parts = []
     for flag, body, props in messages:
         raw_props = props.encode()
-        total = _BATCH_HEAD.size + len(body) + 2 + len(raw_props)
-        parts.append(_BATCH_HEAD.pack(total, 0, 0, flag, len(body)))
+        total = BATCH_HEAD.size + len(body) + 2 + len(raw_props)
+        parts.append(BATCH_HEAD.pack(total, 0, 0, flag, len(body)))
         parts.append(body)
         parts.append(_SHORT.pack(len(raw_props)))
         parts.append(raw_props)

@@ -93,6 +93,12 @@ class StoreConfig:
     message_index_worker_enable: bool = setting(
         True, doc="a started store builds the index in a child process (store/index_worker.py)"
     )
+    message_index_worker_nice: int = setting(
+        10,
+        min_value=0,
+        max_value=19,
+        doc="tidemq: how much lower the index worker's CPU priority is than the broker's",
+    )
     max_hash_slot_num: int = setting(5_000_000, min_value=1)
     max_index_num: int = setting(5_000_000 * 4, min_value=2)
     access_message_in_memory_max_ratio: int = setting(40, min_value=0, max_value=100)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
@@ -80,6 +81,9 @@ class WorkerSpec:
     max_hash_slot_num: int
     max_index_num: int
     start: int
+    # Indexing is background work: below the broker's priority, it never delays the event loop
+    # that serves clients when both want the same core. It catches up when the broker idles.
+    nice: int = 0
 
 
 # --- the lock ------------------------------------------------------------------------------
@@ -251,6 +255,8 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     spec = WorkerSpec(**json.loads(argv[0]))
+    if spec.nice > 0:
+        os.nice(spec.nice)
     lock = take_lock(Path(spec.index_dir), LOCK_WAIT)
     try:
         serve(spec, sys.stdin.buffer, sys.stdout.buffer)
@@ -286,19 +292,14 @@ class IndexWorker:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = False
-        spec = json.dumps(
-            {
-                "commitlog_dir": self.spec.commitlog_dir,
-                "commitlog_file_size": self.spec.commitlog_file_size,
-                "index_dir": self.spec.index_dir,
-                "max_hash_slot_num": self.spec.max_hash_slot_num,
-                "max_index_num": self.spec.max_index_num,
-                "start": self.indexed,
-            }
-        )
+        spec = json.dumps(dataclasses.asdict(dataclasses.replace(self.spec, start=self.indexed)))
         # The child imports this very copy of the package, installed or not.
         source_root = str(Path(__file__).resolve().parent.parent)
         env = dict(os.environ)

@@ -547,6 +547,7 @@ class MessageStore:
                 max_hash_slot_num=self.config.max_hash_slot_num,
                 max_index_num=self.config.max_index_num,
                 start=self.reput.reput_from_offset,
+                nice=self.config.message_index_worker_nice,
             )
         )
         self.index_worker.start()

@@ -34,7 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, NoReturn
 
-from store.batch_body import decode_batch_body, read_batch_message
+from store.batch_body import BATCH_HEAD, decode_batch_body, read_batch_message
+from store.batch_body import HEAD_SIZE as BATCH_HEAD_SIZE
 from store.crc import crc32, java_crc32
 
 MAGIC_V1: Final = -626843481  # 0xDAA320A7 as a Java int
@@ -429,6 +430,7 @@ def encode_batch(
     # [own properties][separator and the batch's properties, or the latter alone].
     pack_head = struct.Struct(f"{_PREFIX.format}{len(middle)}s").pack
     pack_topic = struct.Struct(f">{len(topic_part)}sh").pack
+    unpack_batch_head, unpack_short = BATCH_HEAD.unpack_from, _SHORT.unpack_from
     shared_len = len(shared)
     shared_after_separator = _SEPARATOR_BYTES + shared
     parts: list[bytes | memoryview] = []
@@ -439,8 +441,21 @@ def encode_batch(
     wait_store = True
     try:
         while pos < size:
-            body_at, props_at, end, flag = read_batch_message(view, pos)
-            body_len = props_at - 2 - body_at
+            # read_batch_message's checks in one test; it says what is wrong when one fails
+            if pos + BATCH_HEAD_SIZE > size:
+                _refuse_batch_body(view, pos)
+            message_total, _, _, flag, body_len = unpack_batch_head(view, pos)
+            end = pos + message_total
+            body_at = pos + BATCH_HEAD_SIZE
+            props_at = body_at + body_len + 2
+            if (
+                message_total < BATCH_HEAD_SIZE + 2
+                or end > size
+                or body_len < 0
+                or props_at > end
+                or unpack_short(view, props_at - 2)[0] != end - props_at
+            ):
+                _refuse_batch_body(view, pos)
             props_len = end - props_at
             separator = props_len > 0 and shared_len > 0 and view[end - 1] != _SEPARATOR_BYTE
             props_total = props_len + separator + shared_len
@@ -495,6 +510,12 @@ def encode_batch(
         properties_at,
         stamp,
     )
+
+
+def _refuse_batch_body(view: memoryview, pos: int) -> NoReturn:
+    """The BatchDecodeError for the message at `pos`, which failed one of the reader's checks."""
+    read_batch_message(view, pos)  # raises, saying which check
+    raise AssertionError(f"batch message at {pos}: the reader accepts what encode_batch refused")
 
 
 def _refuse_batch_message(

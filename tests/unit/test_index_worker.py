@@ -154,3 +154,29 @@ async def test_restart_keeps_the_index(tmp_path: Path) -> None:
     finally:
         await store.stop()
     assert index_contents(root) == built_in_process(tmp_path, root)
+
+
+async def test_the_worker_runs_below_the_broker_priority_also_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(config(tmp_path / "store"))
+    store.load()
+    await store.start()
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    expected = min(19, own + store.config.message_index_worker_nice)
+    try:
+        worker = store.index_worker
+        assert worker is not None
+        assert store.config.message_index_worker_nice == 10  # the default
+        for first in (0, 10):
+            await put(store, first, 10)
+            await store.wait_index(timeout=10)  # the child is up and has indexed them
+            uniq = f"U{first + 9:08d}"
+            found = store.query_message(message(first + 9).topic, uniq, 10, 0, 2**62)
+            assert [m.properties["UNIQ_KEY"] for m in found.messages] == [uniq]
+            assert worker.pid is not None
+            assert os.getpriority(os.PRIO_PROCESS, worker.pid) == expected
+            worker.kill()
+            worker.restart_at(worker.indexed)
+    finally:
+        await store.stop()
