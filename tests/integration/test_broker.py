@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from client.protocol.headers import (
     SendMessageRequestHeader,
 )
 from client.remoting.codes import SerializeType
+from store.batch_body import encode_batch_body
 from store.record import encode_properties
 from tests.support.launcher import alive, index_workers_of
 from tests.support.processes import Daemon, ProcessGroup
@@ -53,6 +55,7 @@ def pull_header(
     suspend_ms: int = 0,
     commit: int = 0,
     group: str = "CG",
+    subscription: str = "*",
 ) -> PullMessageRequestHeader:
     flags = PULL_FLAG_SUBSCRIPTION
     if suspend_ms:
@@ -69,7 +72,7 @@ def pull_header(
         commit_offset=commit,
         suspend_timeout_millis=suspend_ms,
         sub_version=0,
-        subscription="*",
+        subscription=subscription,
     )
 
 
@@ -229,6 +232,9 @@ async def test_index_worker_builds_the_index_and_exits_with_its_broker(
     # No retries: the query waits for dispatch and the worker (read your writes).
     found = await api.query_message(broker.address, "TW", "k-199", 10, now - 60_000, now + 60_000)
     assert [m.body for m in found] == [b"m199"]
+    # Background work: messageIndexWorkerNice (10) below the broker.
+    broker_priority = os.getpriority(os.PRIO_PROCESS, broker.pid)
+    assert os.getpriority(os.PRIO_PROCESS, worker) == min(19, broker_priority + 10)
 
     broker.kill()
     for _ in range(200):
@@ -248,3 +254,53 @@ async def test_index_worker_builds_the_index_and_exits_with_its_broker(
         assert [m.body for m in found] == [body], key
     assert restarted.pid is not None
     assert len(index_workers_of(restarted.pid)) == 1
+
+
+async def test_batches_are_queued_filtered_by_tag_and_indexed(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
+) -> None:
+    """SEND_BATCH_MESSAGE with a tag per message, between single sends: the broker's queue
+    holds each message at its offset with its tag's code (a tag subscription gets exactly its
+    messages from the broker, before any client-side check), and each key is indexed."""
+    broker = processes.brokerd(namesrv.address, tmp_path / "store-a")
+    tags_cycle = ["A", "B", "", "标签", "A"]
+    expected: list[tuple[bytes, str]] = []
+    for round_ in range(6):
+        messages = []
+        for j in range(7):
+            n = len(expected)
+            tags = tags_cycle[(round_ + j) % len(tags_cycle)]
+            props = {"KEYS": f"key-{n}", "UNIQ_KEY": f"U{n:010d}"} | (
+                {"TAGS": tags} if tags else {}
+            )
+            messages.append((0, b"b%d" % n, encode_properties(props)))
+            expected.append((b"b%d" % n, tags))
+        header = send_header("TB", 0)
+        header.properties = None
+        header.batch = True
+        result = await api.send(broker.address, header, encode_batch_body(messages), batch=True)
+        assert result.status is SendStatus.SEND_OK
+        assert result.queue_offset == len(expected) - 7
+        single = await api.send(broker.address, send_header("TB", 0, TAGS="B"), b"s%d" % round_)
+        assert single.queue_offset == len(expected)
+        expected.append((b"s%d" % round_, "B"))
+
+    async def pull_all(subscription: str) -> list[tuple[int, bytes, str]]:
+        offset, got = 0, []
+        while offset < len(expected):
+            pulled = await api.pull(
+                broker.address, pull_header("TB", 0, offset, subscription=subscription)
+            )
+            got += [(m.queue_offset, m.body, m.tags or "") for m in pulled.messages]
+            offset = pulled.next_begin_offset
+        return got
+
+    stored = [(offset, body, tags) for offset, (body, tags) in enumerate(expected)]
+    assert await pull_all("*") == stored
+    for subscription, wanted in (("A", {"A"}), ("标签 || B", {"标签", "B"})):
+        got = await pull_all(subscription)
+        assert got == [m for m in stored if m[2] in wanted], subscription
+
+    now = int(time.time() * 1000)
+    found = await api.query_message(broker.address, "TB", "key-40", 10, now - 60_000, now + 60_000)
+    assert [m.body for m in found] == [b"b40"]
