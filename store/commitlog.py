@@ -150,12 +150,11 @@ class CommitLog:
         follows with no other append in between writes them as they are.
         """
         takes = _takes_queue_offset(batch.sys_flag)
+        key = queue_key(batch.topic, batch.queue_id)
         last = self.segments.last
         stamp = AppendStamp(
             physical_offset=0 if last is None else last.start_offset + last.wrote,
-            queue_offset=self.topic_queue_table.get(queue_key(batch.topic, batch.queue_id), 0)
-            if takes
-            else 0,
+            queue_offset=self.topic_queue_table.get(key, 0) if takes else 0,
             takes_queue_offsets=takes,
             store_timestamp=self._next_store_timestamp(),
         )
@@ -178,7 +177,7 @@ class CommitLog:
         buffer = batch.data
         total = len(buffer)
         started = self._start_append(
-            total, 0 if batch.stamp is None else batch.stamp.store_timestamp
+            total, None if batch.stamp is None else batch.stamp.store_timestamp
         )
         if isinstance(started, AppendResult):
             return started

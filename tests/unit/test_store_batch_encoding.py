@@ -224,3 +224,25 @@ async def test_message_store_put_message_batch(tmp_path: Path) -> None:
         assert (empty.status, empty.remark) == (PutStatus.MESSAGE_ILLEGAL, "empty batch")
     finally:
         await store.stop()
+
+
+def test_an_unstamped_batch_is_stamped_where_it_lands(tmp_path: Path) -> None:
+    """`encode_batch` without a stamp leaves the append-time fields 0; the append fills them,
+    the store time from the clock also in a log that holds nothing yet."""
+    log = _commitlog(tmp_path)
+    try:
+        body = encode_batch_body([(0, b"a", ""), (0, b"bb", "TAGS\x01x")])
+        encoded = encode_batch(MessageBatch("T", 0, body), MAX_BODY)
+        assert encoded.stamp is None
+        result = log.append_batch(encoded, pack_host("127.0.0.1", 10911))
+        assert result.status is PutStatus.PUT_OK and result.store_timestamp > 0
+        segment = log.segments.last
+        assert segment is not None
+        at = result.wrote_offset - segment.start_offset
+        records = [decode_record(segment.view, at + offset) for offset in encoded.offsets]
+        assert [(r.queue_offset, r.physical_offset, r.store_timestamp) for r in records] == [
+            (0, 0, result.store_timestamp),
+            (1, encoded.offsets[1], result.store_timestamp),
+        ]
+    finally:
+        log.segments.close()
