@@ -471,6 +471,7 @@ def encode_batch(
                 pack_head(
                     total,
                     MAGIC_V1,
+                    # java_crc32 without a call per message
                     crc32(view[body_at : props_at - 2]) & 0x7FFFFFFF,
                     queue_id,
                     flag,
