@@ -36,6 +36,7 @@ from broker.rebalance_lock import RebalanceLockManager
 from broker.registration import BrokerIdentity, NameServerRegistration
 from broker.schedule import ScheduleMessageService
 from broker.slave_sync import OffsetReconciler, SlaveSynchronize
+from broker.state import BrokerState
 from broker.stats import BrokerStats, RateSampler
 from client.protocol.models import TopicConfigSerializeWrapper
 from client.protocol.namesrv import RegisterBrokerResult
@@ -68,7 +69,12 @@ class Broker:
         remoting: RemotingConfig | None = None,
         ha_config: HAConfig | None = None,
     ) -> None:
-        self.config = config
+        # What the processors read that changes while the broker runs (see broker.state).
+        self.state = BrokerState(
+            config,
+            f"{config.advertised_ip}:{config.listen_port}",
+            pack_host("127.0.0.1", config.listen_port),
+        )
         self.store_config = store_config
         self.remoting = remoting or RemotingConfig()
         self.ha_config = ha_config or HAConfig()
@@ -114,10 +120,16 @@ class Broker:
         self.schedule: ScheduleMessageService | None = None
         if store_config.broker_role is BrokerRole.SLAVE:
             self.ha_client = HAClient(self.store, self.ha_config, resync=self._resync)
-            self.slave_sync = SlaveSynchronize(self, self.ha_config.slave_synchronize_interval)
+            self.slave_sync = SlaveSynchronize(
+                self.state,
+                self.topics,
+                self.groups,
+                self.offsets,
+                self.delay_offsets,
+                self.ha_config.slave_synchronize_interval,
+            )
         else:
-            self.offset_reconciler = OffsetReconciler(self)
-        self.store_host = pack_host("127.0.0.1", config.listen_port)
+            self.offset_reconciler = OffsetReconciler(self.state, self.offsets)
         self.last_register_result: RegisterBrokerResult | None = None
         self.register_result_listeners: list[Callable[[RegisterBrokerResult], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -127,12 +139,21 @@ class Broker:
     # --- identity -------------------------------------------------------------------------
 
     @property
+    def config(self) -> BrokerConfig:
+        """The configuration now (UPDATE_BROKER_CONFIG replaces it)."""
+        return self.state.config
+
+    @property
     def listen_port(self) -> int:
         return self.server.port
 
     @property
     def advertised_address(self) -> str:
-        return f"{self.config.advertised_ip}:{self.listen_port}"
+        return self.state.advertised_address
+
+    @property
+    def store_host(self) -> bytes:
+        return self.state.store_host
 
     @property
     def ha_listen_port(self) -> int:
@@ -154,17 +175,50 @@ class Broker:
     # --- wiring -----------------------------------------------------------------------------
 
     def _register_processors(self) -> None:
-        send = SendProcessor(self)
-        pull = PullProcessor(self)
-        query = QueryProcessor(self)
-        consumer = ConsumerProcessor(self)
-        admin = AdminProcessor(self)
-        ops = self.ops = OpsProcessor(self)
-        timed_send = self._timed(send.process)
+        # Each processor gets the managers and services it uses, never the Broker.
+        state, store, topics, groups = self.state, self.store, self.topics, self.groups
+        send = SendProcessor(state, topics, store, self.stats)
+        pull = PullProcessor(
+            state,
+            store,
+            topics,
+            groups,
+            self.consumers,
+            self.offsets,
+            self.pull_holds,
+            self.stats,
+        )
+        query = QueryProcessor(store)
+        consumer = ConsumerProcessor(
+            state,
+            store,
+            topics,
+            groups,
+            self.consumers,
+            self.producers,
+            self.offsets,
+            self.rebalance_locks,
+        )
+        admin = AdminProcessor(state, store, topics, groups, self.offsets, self.delay_offsets)
+        retry = RetryProcessor(state, store, topics, groups)
+        ops = self.ops = OpsProcessor(
+            state,
+            store,
+            topics,
+            self.offsets,
+            self.consumers,
+            self.producers,
+            self.stats,
+            self.rates,
+            fixed_configs=(self.store_config, self.remoting, self.ha_config),
+            listen_ports=lambda: (self.listen_port, self.ha_listen_port),
+            request_registration=self.request_registration,
+            spawn=self.spawn,
+        )
         table: dict[int, Processor] = {
-            RequestCode.SEND_MESSAGE: timed_send,
-            RequestCode.SEND_MESSAGE_V2: timed_send,
-            RequestCode.SEND_BATCH_MESSAGE: timed_send,
+            RequestCode.SEND_MESSAGE: send.process,
+            RequestCode.SEND_MESSAGE_V2: send.process,
+            RequestCode.SEND_BATCH_MESSAGE: send.process,
             RequestCode.PULL_MESSAGE: pull.process,
             RequestCode.GET_MAX_OFFSET: query.offsets,
             RequestCode.GET_MIN_OFFSET: query.offsets,
@@ -188,7 +242,7 @@ class Broker:
             RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_offsets,
             RequestCode.GET_ALL_DELAY_OFFSET: admin.all_delay_offsets,
             RequestCode.GET_BROKER_HA_STATUS: self._ha_status,
-            RequestCode.CONSUMER_SEND_MSG_BACK: RetryProcessor(self).send_back,
+            RequestCode.CONSUMER_SEND_MSG_BACK: retry.send_back,
             RequestCode.GET_BROKER_RUNTIME_INFO: ops.get_runtime_info,
             RequestCode.GET_TOPIC_STATS_INFO: ops.get_topic_stats,
             RequestCode.GET_CONSUME_STATS: ops.get_consume_stats,
@@ -202,20 +256,6 @@ class Broker:
         for code, processor in table.items():
             self.server.register(code, processor)
         self.server.on_connection_closed.append(self._on_connection_closed)
-
-    def _timed(self, processor: Processor) -> Processor:
-        """`processor`, its time to answer recorded in the send latency histogram."""
-
-        async def timed(
-            connection: RemotingConnection, request: RemotingCommand
-        ) -> RemotingCommand | None:
-            started = time.perf_counter()
-            try:
-                return await processor(connection, request)
-            finally:
-                self.stats.on_send_latency(time.perf_counter() - started)
-
-        return timed
 
     def _registration_topics(self) -> TopicConfigSerializeWrapper:
         """The topic table as registered: perms limited by a read- or write-only broker."""
@@ -241,6 +281,10 @@ class Broker:
 
     def _on_topic_change(self, change: TopicConfigChanged) -> None:
         del change  # the manager has persisted it; the name servers must learn of it
+        self.request_registration()
+
+    def request_registration(self) -> None:
+        """Register with the name servers soon (once registration has started)."""
         if self.registration is not None:
             self.registration.request_registration()
 
@@ -300,7 +344,8 @@ class Broker:
             manager.load()
         await self.store.start()
         await self.server.start()
-        self.store_host = pack_host(self.config.advertised_ip, self.listen_port)
+        self.state.advertised_address = f"{self.config.advertised_ip}:{self.listen_port}"
+        self.state.store_host = pack_host(self.config.advertised_ip, self.listen_port)
         if self.ha_client is not None:
             await self.ha_client.start()
         else:
@@ -345,8 +390,19 @@ class Broker:
             loop.create_task(self._sample_rates_periodically(), name="sample-rates"),
         ]
         if self.config.metrics_port >= 0:
+            collector = BrokerCollector(
+                self.state,
+                self.store,
+                self.topics,
+                self.offsets,
+                self.consumers,
+                self.stats,
+                self.rates,
+                ha_runtime_info=self.ha_runtime_info,
+                runtime_info=self.ops.runtime_info,
+            )
             self.metrics = MetricsServer(
-                registry_for(BrokerCollector(self)),
+                registry_for(collector),
                 self.remoting.bind_address,
                 self.config.metrics_port,
             )

@@ -38,19 +38,23 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from broker.managers.clients import ConsumerManager
+from broker.managers.consumer_offset import ConsumerOffsetManager
+from broker.managers.topic_config import TopicConfigManager
 from broker.processors.ops import VERSION_DESC
-from broker.stats import LatencyHistogram
+from broker.state import BrokerState
+from broker.stats import BrokerStats, LatencyHistogram, RateSampler
 from store.config import BrokerRole
+from store.message_store import MessageStore
 
 if TYPE_CHECKING:
-    from broker.broker import Broker
     from broker.namesrv.route_info import RouteInfoManager
 
 __all__ = ["BrokerCollector", "MetricsServer", "NamesrvCollector", "registry_for"]
@@ -81,17 +85,39 @@ def _histogram(
 
 
 class BrokerCollector(Collector):
-    """Reads a running `Broker` at scrape time."""
+    """Reads a running broker's tables and counters at scrape time."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        state: BrokerState,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        consumers: ConsumerManager,
+        stats: BrokerStats,
+        rates: RateSampler,
+        *,
+        ha_runtime_info: Callable[[], dict[str, object]],
+        runtime_info: Callable[[], dict[str, str]],
+    ) -> None:
+        """`ha_runtime_info`: GET_BROKER_HA_STATUS's table; `runtime_info`:
+        GET_BROKER_RUNTIME_INFO's (`OpsProcessor.runtime_info`)."""
+        self.state = state
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.consumers = consumers
+        self.stats = stats
+        self.rates = rates
+        self.ha_runtime_info = ha_runtime_info
+        self.runtime_info = runtime_info
 
     def collect(self) -> Iterator[Metric]:
-        broker = self.broker
-        cluster = broker.config.broker_cluster_name
-        name = broker.config.broker_name
-        address = broker.advertised_address
-        rates = broker.rates
+        config = self.state.config
+        cluster = config.broker_cluster_name
+        name = config.broker_name
+        address = self.state.advertised_address
+        rates = self.rates
         put10, get10 = rates.tps(10)
 
         tps = _gauge("rocketmq_broker_tps", "BrokerPutNums", _BROKER_LABELS)
@@ -99,7 +125,7 @@ class BrokerCollector(Collector):
         qps = _gauge("rocketmq_broker_qps", "BrokerGetNums", _BROKER_LABELS)
         qps.add_metric([cluster, address, name], get10)
         diff = _gauge("rocketmq_broker_commitlog_diff", "brokerCommitLogDiffGauge", _BROKER_LABELS)
-        info = broker.ha_runtime_info()
+        info = self.ha_runtime_info()
         slaves = info.get("haConnectionInfo") if info.get("master") else None
         for slave in slaves if isinstance(slaves, list) else []:
             if isinstance(slave, dict):
@@ -114,11 +140,11 @@ class BrokerCollector(Collector):
             consumer_tps.add_metric([cluster, name, topic, group], rate)
         yield from (producer_tps, consumer_tps)
 
-        if broker.role is not BrokerRole.SLAVE:
+        if self.store.role is not BrokerRole.SLAVE:
             yield from self._offsets(cluster, name)
         yield from self._runtime(cluster, address)
         labels = ["cluster", "broker"]
-        stats = broker.stats
+        stats = self.stats
         yield _histogram(
             "tidemq_send_latency_seconds",
             "Time to serve a send (replication wait included)",
@@ -135,22 +161,22 @@ class BrokerCollector(Collector):
         )
 
     def _offsets(self, cluster: str, name: str) -> Iterable[Metric]:
-        broker = self.broker
-        store = broker.store
+        store = self.store
+        topics = self.topics
         producer_offset = _gauge("rocketmq_producer_offset", "TopicOffset", _TOPIC_LABELS)
         consumer_offset = _gauge(
             "rocketmq_consumer_offset", "GroupBrokerTotalOffset", _GROUP_LABELS
         )
         group_diff = _gauge("rocketmq_group_diff", "GroupDiff", _DIFF_LABELS)
         max_by_topic: dict[str, dict[int, int]] = {}
-        for topic in sorted(broker.topics.topics()):
-            config = broker.topics.select(topic)
-            if config is None or broker.topics.is_system_topic(topic):
+        for topic in sorted(topics.topics()):
+            config = topics.select(topic)
+            if config is None or topics.is_system_topic(topic):
                 continue
             highs = {q: store.max_offset_in_queue(topic, q) for q in range(config.write_queue_nums)}
             max_by_topic[topic] = highs
             producer_offset.add_metric([cluster, name, topic], float(sum(highs.values())))
-        snapshot = broker.offsets.snapshot()
+        snapshot = self.offsets.snapshot()
         for key in sorted(snapshot):
             topic, _, group = key.partition("@")
             if topic not in max_by_topic:
@@ -159,16 +185,16 @@ class BrokerCollector(Collector):
             queues = snapshot[key]
             consumer_offset.add_metric([cluster, name, topic, group], float(sum(queues.values())))
             lag = sum(max(high - max(queues.get(q, 0), 0), 0) for q, high in highs.items())
-            info = broker.consumers.get_group_info(group)
+            info = self.consumers.get_group_info(group)
             online = 0 if info is None else len(info.channels)
             model = "" if info is None else info.message_model.value
             group_diff.add_metric([group, topic, str(online), model], float(lag))
         return (producer_offset, consumer_offset, group_diff)
 
     def _runtime(self, cluster: str, address: str) -> Iterable[Metric]:
-        broker = self.broker
-        table = broker.ops.runtime_info()
-        des = broker.config.broker_name + ("" if broker.config.broker_id == 0 else "_slave")
+        config = self.state.config
+        table = self.runtime_info()
+        des = config.broker_name + ("" if config.broker_id == 0 else "_slave")
         values = [cluster, address, address.rpartition(":")[0], des, table["bootTimestamp"]]
         values.append(VERSION_DESC)
         gauges = {

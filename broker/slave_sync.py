@@ -18,18 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
-from broker.managers.consumer_offset import parse_offset_table
-from broker.managers.delay_offset import parse_delay_offsets
-from broker.managers.subscription_group import SubscriptionGroupWrapper
-from broker.managers.topic_config import parse_topic_wrapper
+from broker.managers.consumer_offset import ConsumerOffsetManager, parse_offset_table
+from broker.managers.delay_offset import DelayOffsetTable, parse_delay_offsets
+from broker.managers.subscription_group import SubscriptionGroupManager, SubscriptionGroupWrapper
+from broker.managers.topic_config import TopicConfigManager, parse_topic_wrapper
+from broker.state import BrokerState
 from client.api import BrokerAPI
 from client.errors import TideMQError
 from client.remoting.codes import RequestCode, SerializeType
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +35,20 @@ SYNC_TIMEOUT = 3.0
 
 
 class SlaveSynchronize:
-    def __init__(self, broker: Broker, interval_ms: int) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        state: BrokerState,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        delay_offsets: DelayOffsetTable,
+        interval_ms: int,
+    ) -> None:
+        self.state = state
+        self.topics = topics
+        self.groups = groups
+        self.offsets = offsets
+        self.delay_offsets = delay_offsets
         self.interval = interval_ms / 1000
         self.master_address: str | None = None
         self.api = BrokerAPI(serialize_type=SerializeType.JSON, timeout=SYNC_TIMEOUT)
@@ -67,7 +76,7 @@ class SlaveSynchronize:
     async def _run(self) -> None:
         await asyncio.sleep(min(FIRST_SYNC_DELAY, self.interval))
         while True:
-            if self.master_address and self.master_address != self.broker.advertised_address:
+            if self.master_address and self.master_address != self.state.advertised_address:
                 try:
                     await self.sync_all(self.master_address)
                 except (TideMQError, ValueError) as exc:
@@ -77,16 +86,16 @@ class SlaveSynchronize:
                 await asyncio.wait_for(self._now.wait(), self.interval)
 
     async def sync_all(self, master: str) -> None:
-        api, broker = self.api, self.broker
+        api = self.api
         topics = await api.call(master, api.request(RequestCode.GET_ALL_TOPIC_CONFIG))
-        broker.topics.replace_all(parse_topic_wrapper(bytes(topics.body)))
+        self.topics.replace_all(parse_topic_wrapper(bytes(topics.body)))
         offsets = await api.call(master, api.request(RequestCode.GET_ALL_CONSUMER_OFFSET))
-        merged = broker.offsets.merge_from_master(parse_offset_table(bytes(offsets.body)))
-        broker.offsets.persist_quietly()
+        merged = self.offsets.merge_from_master(parse_offset_table(bytes(offsets.body)))
+        self.offsets.persist_quietly()
         delays = await api.call(master, api.request(RequestCode.GET_ALL_DELAY_OFFSET))
-        broker.delay_offsets.replace(parse_delay_offsets(bytes(delays.body)))
+        self.delay_offsets.replace(parse_delay_offsets(bytes(delays.body)))
         groups = await api.call(master, api.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
-        broker.groups.replace_all(SubscriptionGroupWrapper.decode(bytes(groups.body)))
+        self.groups.replace_all(SubscriptionGroupWrapper.decode(bytes(groups.body)))
         self.syncs += 1
         log.debug("SlaveSynchronize from %s done: %s", master, merged)
 
@@ -94,8 +103,9 @@ class SlaveSynchronize:
 class OffsetReconciler:
     """On a master: adopt the larger consumer offsets its slaves hold."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, state: BrokerState, offsets: ConsumerOffsetManager) -> None:
+        self.state = state
+        self.offsets = offsets
         self.api = BrokerAPI(serialize_type=SerializeType.JSON, timeout=SYNC_TIMEOUT)
         self._running: asyncio.Task[None] | None = None
 
@@ -104,14 +114,14 @@ class OffsetReconciler:
             self._running = asyncio.get_running_loop().create_task(self._reconcile())
 
     async def _reconcile(self) -> None:
-        broker = self.broker
-        for namesrv in broker.config.name_servers:
+        config = self.state.config
+        for namesrv in config.name_servers:
             try:
                 info = await self.api.get_cluster_info(namesrv)
             except TideMQError as exc:
                 log.debug("offset reconcile: cluster info from %s failed: %s", namesrv, exc)
                 continue
-            data = info.broker_addr_table.get(broker.config.broker_name)
+            data = info.broker_addr_table.get(config.broker_name)
             slaves = [a for i, a in (data.broker_addrs.items() if data else []) if i != 0]
             for address in slaves:
                 try:
@@ -121,9 +131,9 @@ class OffsetReconciler:
                 except TideMQError as exc:
                     log.info("offset reconcile: slave %s did not answer: %s", address, exc)
                     continue
-                result = broker.offsets.merge_from_master(parse_offset_table(bytes(response.body)))
+                result = self.offsets.merge_from_master(parse_offset_table(bytes(response.body)))
                 log.info("offset reconcile with slave %s: %s", address, result)
-                broker.offsets.persist_quietly()
+                self.offsets.persist_quietly()
             return
 
     async def stop(self) -> None:

@@ -8,51 +8,65 @@ GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DE
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-from broker.managers.topic_config import validate_topic_name
+from broker.managers.consumer_offset import ConsumerOffsetManager
+from broker.managers.delay_offset import DelayOffsetTable
+from broker.managers.subscription_group import SubscriptionGroupManager
+from broker.managers.topic_config import TopicConfigManager, validate_topic_name
+from broker.processors.decoding import request_body, request_header
+from broker.state import BrokerState
 from client.protocol.headers import (
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
-    HeaderFieldError,
-    decode,
 )
 from client.protocol.models import SubscriptionGroupConfig, TopicConfig
 from client.remoting.codes import ResponseCode
-from client.remoting.command import RemotingCommand
+from client.remoting.command import Body, RemotingCommand
 from client.remoting.connection import RemotingConnection
 from client.remoting.errors import BodyDecodeError
 from client.remoting.json_body import dumps, loads_fastjson
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
+from client.remoting.server import RequestRejected
+from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
+_OK = ResponseCode.SUCCESS
 
-def _reply(
-    request: RemotingCommand, code: int, remark: str | None = None, body: bytes = b""
-) -> RemotingCommand:
-    return RemotingCommand.response_to(request, code, remark, body=body)
+
+def _group_config(body: Body) -> SubscriptionGroupConfig:
+    obj = loads_fastjson(body)
+    if not isinstance(obj, dict):
+        raise BodyDecodeError("subscription group config must be a JSON object")
+    return SubscriptionGroupConfig.from_dict(obj)
 
 
 class AdminProcessor:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        state: BrokerState,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        delay_offsets: DelayOffsetTable,
+    ) -> None:
+        self.state = state
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.offsets = offsets
+        self.delay_offsets = delay_offsets
 
     async def update_topic(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        try:
-            header = decode(CreateTopicRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        header = request_header(CreateTopicRequestHeader, request)
         problem = validate_topic_name(header.topic)
-        if problem is None and header.topic == self.broker.config.broker_cluster_name:
+        if problem is None and header.topic == self.state.config.broker_cluster_name:
             problem = f"the topic[{header.topic}] is conflict with system topic."
         if problem is not None:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, problem)
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, problem)
         config = TopicConfig(
             header.topic,
             header.read_queue_nums,
@@ -63,76 +77,61 @@ class AdminProcessor:
             header.order,
         )
         log.info("update topic %s requested by %s", header.topic, connection.peer)
-        self.broker.topics.update(config)
-        return _reply(request, ResponseCode.SUCCESS)
+        self.topics.update(config)
+        return RemotingCommand.response_to(request, _OK)
 
     async def delete_topic(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        try:
-            header = decode(DeleteTopicRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        header = request_header(DeleteTopicRequestHeader, request)
         log.info("delete topic %s requested by %s", header.topic, connection.peer)
-        broker = self.broker
-        broker.topics.delete(header.topic)
-        broker.offsets.remove_topic(header.topic)
-        broker.store.delete_topics({header.topic})
-        return _reply(request, ResponseCode.SUCCESS)
+        self.topics.delete(header.topic)
+        self.offsets.remove_topic(header.topic)
+        self.store.delete_topics({header.topic})
+        return RemotingCommand.response_to(request, _OK)
 
     async def all_topics(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        return _reply(
-            request, ResponseCode.SUCCESS, body=dumps(self.broker.topics.wrapper().to_dict())
-        )
+        body = dumps(self.topics.wrapper().to_dict())
+        return RemotingCommand.response_to(request, _OK, body=body)
 
     async def update_group(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        try:
-            obj = loads_fastjson(request.body)
-            if not isinstance(obj, dict):
-                raise BodyDecodeError("subscription group config must be a JSON object")
-            config = SubscriptionGroupConfig.from_dict(obj)
-        except (BodyDecodeError, ValueError) as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, f"bad subscription group body: {exc}")
+        config = request_body(_group_config, request, "subscription group")
         if not config.group_name:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, "groupName is empty")
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, "groupName is empty")
         log.info("update subscription group %s requested by %s", config.group_name, connection.peer)
-        self.broker.groups.update(config)
-        return _reply(request, ResponseCode.SUCCESS)
+        self.groups.update(config)
+        return RemotingCommand.response_to(request, _OK)
 
     async def delete_group(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        try:
-            header = decode(DeleteSubscriptionGroupRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        header = request_header(DeleteSubscriptionGroupRequestHeader, request)
         log.info("delete subscription group %s requested by %s", header.group_name, connection.peer)
-        self.broker.groups.delete(header.group_name)
+        self.groups.delete(header.group_name)
         if header.clean_offset:
-            self.broker.offsets.remove_group(header.group_name)
-        return _reply(request, ResponseCode.SUCCESS)
+            self.offsets.remove_group(header.group_name)
+        return RemotingCommand.response_to(request, _OK)
 
     async def all_groups(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        return _reply(
-            request, ResponseCode.SUCCESS, body=dumps(self.broker.groups.wrapper().to_dict())
-        )
+        body = dumps(self.groups.wrapper().to_dict())
+        return RemotingCommand.response_to(request, _OK, body=body)
 
     async def all_offsets(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        return _reply(request, ResponseCode.SUCCESS, body=self.broker.offsets.encode_body())
+        return RemotingCommand.response_to(request, _OK, body=self.offsets.encode_body())
 
     async def all_delay_offsets(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        return _reply(request, ResponseCode.SUCCESS, body=self.broker.delay_offsets.encode_body())
+        return RemotingCommand.response_to(request, _OK, body=self.delay_offsets.encode_body())

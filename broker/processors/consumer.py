@@ -9,17 +9,20 @@ changes reach the group's members as NOTIFY_CONSUMER_IDS_CHANGED (sent by the br
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-from broker.managers.clients import ClientChannelInfo
+from broker.managers.clients import ClientChannelInfo, ConsumerManager, ProducerManager
+from broker.managers.consumer_offset import ConsumerOffsetManager
+from broker.managers.subscription_group import SubscriptionGroupManager
+from broker.managers.topic_config import TopicConfigManager
+from broker.processors.decoding import request_body, request_header
 from broker.processors.send import RETRY_GROUP_TOPIC_PREFIX
+from broker.rebalance_lock import RebalanceLockManager
+from broker.state import BrokerState
 from client.protocol.headers import (
     GetConsumerListByGroupRequestHeader,
-    HeaderFieldError,
     QueryConsumerOffsetRequestHeader,
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
-    decode,
 )
 from client.protocol.heartbeat import (
     GetConsumerListByGroupResponseBody,
@@ -32,39 +35,46 @@ from client.protocol.models import PERM_READ, PERM_WRITE
 from client.remoting.codes import RequestCode, ResponseCode
 from client.remoting.command import RemotingCommand
 from client.remoting.connection import RemotingConnection
-from client.remoting.errors import BodyDecodeError
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
+from client.remoting.server import RequestRejected
+from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
 
-def _reply(request: RemotingCommand, code: int, remark: str | None = None) -> RemotingCommand:
-    return RemotingCommand.response_to(request, code, remark)
-
-
 class ConsumerProcessor:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        state: BrokerState,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        consumers: ConsumerManager,
+        producers: ProducerManager,
+        offsets: ConsumerOffsetManager,
+        rebalance_locks: RebalanceLockManager,
+    ) -> None:
+        self.state = state
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.consumers = consumers
+        self.producers = producers
+        self.offsets = offsets
+        self.rebalance_locks = rebalance_locks
 
     # --- heartbeats -----------------------------------------------------------------------
 
     async def heartbeat(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        try:
-            data = HeartbeatData.decode(request.body)
-        except (BodyDecodeError, ValueError) as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
-        broker = self.broker
+        data = request_body(HeartbeatData.decode, request, "heartbeat")
         language = request.language_name
         for consumer in data.consumers:
-            group_config = broker.groups.find(consumer.group_name)
+            group_config = self.groups.find(consumer.group_name)
             if group_config is None:
                 continue
             if group_config.retry_queue_nums > 0:
-                broker.topics.create_in_send_back(
+                self.topics.create_in_send_back(
                     RETRY_GROUP_TOPIC_PREFIX + consumer.group_name,
                     group_config.retry_queue_nums,
                     PERM_READ | PERM_WRITE,
@@ -72,10 +82,10 @@ class ConsumerProcessor:
                 )
             info = ClientChannelInfo(connection, data.client_id, language, request.version)
             notify = (
-                broker.config.notify_consumer_ids_changed_enable
+                self.state.config.notify_consumer_ids_changed_enable
                 and group_config.notify_consumer_ids_changed_enable
             )
-            changed = broker.consumers.register_consumer(
+            changed = self.consumers.register_consumer(
                 consumer.group_name,
                 info,
                 consumer.consume_type,
@@ -93,43 +103,33 @@ class ConsumerProcessor:
                 )
         for producer in data.producers:
             info = ClientChannelInfo(connection, data.client_id, language, request.version)
-            broker.producers.register_producer(producer.group_name, info)
-        return _reply(request, ResponseCode.SUCCESS)
+            self.producers.register_producer(producer.group_name, info)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def unregister_client(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        try:
-            header = decode(UnregisterClientRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
-        broker = self.broker
+        header = request_header(UnregisterClientRequestHeader, request)
         if header.producer_group:
-            broker.producers.unregister_producer(header.producer_group, connection)
+            self.producers.unregister_producer(header.producer_group, connection)
         if header.consumer_group:
-            group_config = broker.groups.get(header.consumer_group)
+            group_config = self.groups.get(header.consumer_group)
             notify = group_config is None or group_config.notify_consumer_ids_changed_enable
-            broker.consumers.unregister_consumer(header.consumer_group, connection, notify)
-        return _reply(request, ResponseCode.SUCCESS)
+            self.consumers.unregister_consumer(header.consumer_group, connection, notify)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def consumer_list(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        try:
-            header = decode(GetConsumerListByGroupRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
-        ids = self.broker.consumers.get_all_client_ids(header.consumer_group)
+        header = request_header(GetConsumerListByGroupRequestHeader, request)
+        ids = self.consumers.get_all_client_ids(header.consumer_group)
         if not ids:
-            return _reply(
-                request,
-                ResponseCode.SYSTEM_ERROR,
-                f"no consumer for this group, {header.consumer_group}",
+            raise RequestRejected(
+                ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {header.consumer_group}"
             )
-        response = _reply(request, ResponseCode.SUCCESS)
-        response.body = GetConsumerListByGroupResponseBody(ids).encode()
-        return response
+        body = GetConsumerListByGroupResponseBody(ids).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)
 
     # --- offsets ------------------------------------------------------------------------------
 
@@ -137,48 +137,40 @@ class ConsumerProcessor:
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        try:
-            header = decode(QueryConsumerOffsetRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
-        broker = self.broker
-        offset = broker.offsets.query(header.consumer_group, header.topic, header.queue_id)
+        header = request_header(QueryConsumerOffsetRequestHeader, request)
+        offset = self.offsets.query(header.consumer_group, header.topic, header.queue_id)
         if offset < 0:
-            store = broker.store
-            min_offset = store.min_offset_in_queue(header.topic, header.queue_id)
+            min_offset = self.store.min_offset_in_queue(header.topic, header.queue_id)
             # A young queue whose first message is still in memory: start from 0 (RocketMQ).
             if min_offset <= 0 and not self._offset_on_disk(header.topic, header.queue_id, 0):
                 offset = 0
         if offset < 0:
-            return _reply(
+            return RemotingCommand.response_to(
                 request,
                 ResponseCode.QUERY_NOT_FOUND,
                 "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
             )
-        response = _reply(request, ResponseCode.SUCCESS)
-        response.ext_fields = {"offset": str(offset)}
-        return response
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, None, {"offset": str(offset)}
+        )
 
     def _offset_on_disk(self, topic: str, queue_id: int, offset: int) -> bool:
-        store = self.broker.store
+        store = self.store
         phy = store.commitlog_offset_in_queue(topic, queue_id, offset)
         return store.max_phy_offset - phy > store.limits.memory_bytes
 
     async def update_offset(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        try:
-            header = decode(UpdateConsumerOffsetRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
-        self.broker.offsets.commit(
+        header = request_header(UpdateConsumerOffsetRequestHeader, request)
+        self.offsets.commit(
             connection.peer,
             header.consumer_group,
             header.topic,
             header.queue_id,
             header.commit_offset,
         )
-        return _reply(request, ResponseCode.SUCCESS)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     # --- orderly consumption ------------------------------------------------------------------
 
@@ -186,18 +178,12 @@ class ConsumerProcessor:
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        try:
-            if request.code == RequestCode.LOCK_BATCH_MQ:
-                body = LockBatchRequestBody.decode(request.body)
-            else:
-                body = UnlockBatchRequestBody.decode(request.body)
-        except (BodyDecodeError, ValueError) as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, f"bad lock body: {exc}")
-        locks = self.broker.rebalance_locks
+        locks = self.rebalance_locks
         if request.code == RequestCode.UNLOCK_BATCH_MQ:
-            locks.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
-            return _reply(request, ResponseCode.SUCCESS)
-        granted = locks.try_lock_batch(body.consumer_group, body.mq_set, body.client_id)
-        response = _reply(request, ResponseCode.SUCCESS)
-        response.body = LockBatchResponseBody(granted).encode()
-        return response
+            unlock = request_body(UnlockBatchRequestBody.decode, request, "lock")
+            locks.unlock_batch(unlock.consumer_group, unlock.mq_set, unlock.client_id)
+            return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+        lock = request_body(LockBatchRequestBody.decode, request, "lock")
+        granted = locks.try_lock_batch(lock.consumer_group, lock.mq_set, lock.client_id)
+        body = LockBatchResponseBody(granted).encode()
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=body)

@@ -20,13 +20,19 @@ Differences from RocketMQ 4.9.7, on purpose:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
 import time
-from typing import TYPE_CHECKING, Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
 
 from broker.config import BrokerConfig
+from broker.managers.clients import ConsumerManager, ProducerManager
+from broker.managers.consumer_offset import ConsumerOffsetManager
+from broker.managers.topic_config import TopicConfigManager
+from broker.processors.decoding import request_body, request_header
+from broker.state import BrokerState
+from broker.stats import BrokerStats, RateSampler
 from client.protocol.admin import (
     ConsumeStats,
     GetConsumerConnectionListRequestHeader,
@@ -42,21 +48,19 @@ from client.protocol.admin import (
     decode_properties_text,
     encode_properties_text,
 )
-from client.protocol.headers import HeaderFieldError, decode, encode
+from client.protocol.headers import encode
 from client.protocol.heartbeat import MessageQueue
 from client.protocol.models import PERM_READ, PERM_WRITE, perm_to_string
 from client.protocol.namesrv import KVTable
 from client.remoting.codes import DEFAULT_VERSION, LanguageCode, RequestCode, ResponseCode
 from client.remoting.command import RemotingCommand
 from client.remoting.connection import RemotingConnection
-from client.remoting.errors import BodyDecodeError
 from client.remoting.json_body import dumps
+from client.remoting.server import RequestRejected
 from store.errors import ConfigError
+from store.message_store import MessageStore
 from store.services import disk_used_ratio
 from store.settings import from_properties, to_properties
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +80,7 @@ RUNTIME_KEYS: Final = frozenset(
 )
 
 
-def _reply(
-    request: RemotingCommand, code: int, remark: str | None = None, body: bytes = b""
-) -> RemotingCommand:
-    return RemotingCommand.response_to(request, code, remark, body=body)
+_OK = ResponseCode.SUCCESS
 
 
 def map_form(request: RemotingCommand) -> MapForm:
@@ -99,20 +100,49 @@ def _gib(n: int) -> str:
 
 
 class OpsProcessor:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        state: BrokerState,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        consumers: ConsumerManager,
+        producers: ProducerManager,
+        stats: BrokerStats,
+        rates: RateSampler,
+        *,
+        fixed_configs: tuple[Any, ...],
+        listen_ports: Callable[[], tuple[int, int]],
+        request_registration: Callable[[], None],
+        spawn: Callable[[Awaitable[None]], None],
+    ) -> None:
+        """`fixed_configs`: the config dataclasses that do not change while the broker runs
+        (store, remoting, HA), reported by GET_BROKER_CONFIG after the broker's own;
+        `listen_ports`: (remoting, HA) ports; `request_registration`: register with the name
+        servers soon; `spawn`: run a send in the background."""
+        self.state = state
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.consumers = consumers
+        self.producers = producers
+        self.stats = stats
+        self.rates = rates
+        self.fixed_configs = fixed_configs
+        self.listen_ports = listen_ports
+        self.request_registration = request_registration
+        self.spawn = spawn
 
     # --- runtime info ---------------------------------------------------------------------
 
     def runtime_info(self) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO's table (RocketMQ's keys; values are strings)."""
-        broker = self.broker
-        store = broker.store
-        sampler = broker.rates
+        store = self.store
+        sampler = self.rates
         put10, get10 = sampler.tps(10)
         put60, get60 = sampler.tps(60)
         put600, get600 = sampler.tps(600)
-        stats = broker.stats
+        stats = self.stats
         commitlog_dir = store.config.commit_log_dir
         ratio = disk_used_ratio(commitlog_dir if commitlog_dir.exists() else store.root)
         try:
@@ -130,7 +160,7 @@ class OpsProcessor:
             "brokerVersionDesc": VERSION_DESC,
             "brokerVersion": str(DEFAULT_VERSION),
             "tidemqVersion": TIDEMQ_VERSION,
-            "brokerRole": broker.role.value,
+            "brokerRole": store.role.value,
             "brokerActive": "true",
             "bootTimestamp": str(int(stats.started_at * 1000)),
             "runtime": _duration(time.time() - stats.started_at),
@@ -171,21 +201,21 @@ class OpsProcessor:
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        return _reply(request, ResponseCode.SUCCESS, body=KVTable(self.runtime_info()).encode())
+        return RemotingCommand.response_to(request, _OK, body=KVTable(self.runtime_info()).encode())
 
     # --- topic and consume stats ----------------------------------------------------------
 
     def topic_stats(self, topic: str) -> TopicStatsTable | None:
-        broker = self.broker
-        config = broker.topics.select(topic)
+        config = self.topics.select(topic)
         if config is None:
             return None
-        store = broker.store
+        store = self.store
+        broker_name = self.state.config.broker_name
         table: dict[MessageQueue, TopicOffset] = {}
         for qid in range(config.write_queue_nums):
             high = store.max_offset_in_queue(topic, qid)
             last = store.message_store_timestamp(topic, qid, high - 1) if high > 0 else 0
-            table[MessageQueue(topic, broker.config.broker_name, qid)] = TopicOffset(
+            table[MessageQueue(topic, broker_name, qid)] = TopicOffset(
                 store.min_offset_in_queue(topic, qid), high, max(last, 0)
             )
         return TopicStatsTable(table)
@@ -194,33 +224,30 @@ class OpsProcessor:
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        try:
-            header = decode(GetTopicStatsInfoRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        header = request_header(GetTopicStatsInfoRequestHeader, request)
         stats = self.topic_stats(header.topic)
         if stats is None:
-            return _reply(request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist")
-        return _reply(request, ResponseCode.SUCCESS, body=stats.encode(map_form(request)))
+            raise RequestRejected(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist")
+        return RemotingCommand.response_to(request, _OK, body=stats.encode(map_form(request)))
 
     def consume_stats(self, group: str, topic: str = "") -> ConsumeStats:
         """The group's offsets against each queue's max, over `topic` or every topic it holds
         offsets of (its retry topic included, as in RocketMQ)."""
-        broker = self.broker
-        store = broker.store
-        topics = [topic] if topic else sorted(broker.offsets.topics_of_group(group))
+        store = self.store
+        broker_name = self.state.config.broker_name
+        topics = [topic] if topic else sorted(self.offsets.topics_of_group(group))
         table: dict[MessageQueue, OffsetWrapper] = {}
         for name in topics:
-            config = broker.topics.select(name)
+            config = self.topics.select(name)
             if config is None:
                 continue
             for qid in range(config.write_queue_nums):
-                consumer = max(broker.offsets.query(group, name, qid), 0)
+                consumer = max(self.offsets.query(group, name, qid), 0)
                 last = store.message_store_timestamp(name, qid, consumer - 1) if consumer else 0
-                table[MessageQueue(name, broker.config.broker_name, qid)] = OffsetWrapper(
+                table[MessageQueue(name, broker_name, qid)] = OffsetWrapper(
                     store.max_offset_in_queue(name, qid), consumer, max(last, 0)
                 )
-        rates = broker.rates.group_get_tps()
+        rates = self.rates.group_get_tps()
         tps = sum(rate for (g, t), rate in rates.items() if g == group and t in topics)
         return ConsumeStats(table, tps)
 
@@ -228,14 +255,11 @@ class OpsProcessor:
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        try:
-            header = decode(GetConsumeStatsRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
-        if header.topic and self.broker.topics.select(header.topic) is None:
-            return _reply(request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist")
+        header = request_header(GetConsumeStatsRequestHeader, request)
+        if header.topic and self.topics.select(header.topic) is None:
+            raise RequestRejected(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist")
         stats = self.consume_stats(header.consumer_group, header.topic)
-        return _reply(request, ResponseCode.SUCCESS, body=stats.encode(map_form(request)))
+        return RemotingCommand.response_to(request, _OK, body=stats.encode(map_form(request)))
 
     # --- connections ----------------------------------------------------------------------
 
@@ -243,35 +267,27 @@ class OpsProcessor:
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        try:
-            header = decode(GetConsumerConnectionListRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
-        found = self.broker.consumers.consumer_connection(header.consumer_group)
+        header = request_header(GetConsumerConnectionListRequestHeader, request)
+        found = self.consumers.consumer_connection(header.consumer_group)
         if found is None or not found.connections:
-            return _reply(
-                request,
+            raise RequestRejected(
                 ResponseCode.CONSUMER_NOT_ONLINE,
                 f"the consumer group[{header.consumer_group}] not online",
             )
-        return _reply(request, ResponseCode.SUCCESS, body=dumps(found.to_dict()))
+        return RemotingCommand.response_to(request, _OK, body=dumps(found.to_dict()))
 
     async def get_producer_connections(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        try:
-            header = decode(GetProducerConnectionListRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
-        found = self.broker.producers.producer_connection(header.producer_group)
+        header = request_header(GetProducerConnectionListRequestHeader, request)
+        found = self.producers.producer_connection(header.producer_group)
         if found is None or not found.connections:
-            return _reply(
-                request,
+            raise RequestRejected(
                 ResponseCode.SYSTEM_ERROR,
                 f"the producer group[{header.producer_group}] not exist",
             )
-        return _reply(request, ResponseCode.SUCCESS, body=dumps(found.to_dict()))
+        return RemotingCommand.response_to(request, _OK, body=dumps(found.to_dict()))
 
     async def topic_consumed_by(
         self, connection: RemotingConnection, request: RemotingCommand
@@ -279,31 +295,28 @@ class OpsProcessor:
         """QUERY_TOPIC_CONSUME_BY_WHO (300): groups online on the topic or holding its offsets."""
         del connection
         topic = request.ext_fields.get("topic", "")
-        broker = self.broker
-        groups = broker.consumers.groups_of_topic(topic) | broker.offsets.groups_of_topic(topic)
-        return _reply(request, ResponseCode.SUCCESS, body=dumps({"groupList": sorted(groups)}))
+        groups = self.consumers.groups_of_topic(topic) | self.offsets.groups_of_topic(topic)
+        return RemotingCommand.response_to(request, _OK, body=dumps({"groupList": sorted(groups)}))
 
     # --- configuration --------------------------------------------------------------------
 
     def config_properties(self) -> dict[str, str]:
         """Every configuration key of this broker with its effective value."""
-        broker = self.broker
         props: dict[str, str] = {}
-        for config in (broker.config, broker.store_config, broker.remoting, broker.ha_config):
+        for config in (self.state.config, *self.fixed_configs):
             props.update(to_properties(config))
-        props["listenPort"] = str(broker.listen_port)
-        props["haListenPort"] = str(broker.ha_listen_port)
+        listen_port, ha_listen_port = self.listen_ports()
+        props["listenPort"] = str(listen_port)
+        props["haListenPort"] = str(ha_listen_port)
         return dict(sorted(props.items()))
 
     async def get_config(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        response = _reply(
-            request, ResponseCode.SUCCESS, body=encode_properties_text(self.config_properties())
-        )
-        response.ext_fields = {"version": dumps(self.broker.topics.data_version.to_dict()).decode()}
-        return response
+        version = dumps(self.topics.data_version.to_dict()).decode()
+        body = encode_properties_text(self.config_properties())
+        return RemotingCommand.response_to(request, _OK, None, {"version": version}, body)
 
     def update_config(self, changes: dict[str, str]) -> str | None:
         """Apply `changes`; None on success, else the reason nothing was changed."""
@@ -313,14 +326,14 @@ class OpsProcessor:
                 f"cannot change {', '.join(refused)} while the broker runs (changeable: "
                 f"{', '.join(sorted(RUNTIME_KEYS))}); set it in the properties file and restart"
             )
-        broker = self.broker
-        props = {**to_properties(broker.config), **changes}
+        state = self.state
+        old = state.config
+        props = {**to_properties(old), **changes}
         try:
             new = from_properties(BrokerConfig, props)
         except ConfigError as exc:
             return str(exc)
-        old = broker.config
-        broker.config = dataclasses.replace(new)
+        state.config = new
         for key, value in changes.items():
             log.info("broker config %s changed to %s", key, value)
         if new.broker_permission != old.broker_permission:
@@ -328,37 +341,33 @@ class OpsProcessor:
                 "broker permission now %s: registering with the name servers",
                 perm_to_string(new.broker_permission),
             )
-            broker.topics.data_version.next_version()
-            if broker.registration is not None:
-                broker.registration.request_registration()
+            self.topics.data_version.next_version()
+            self.request_registration()
         return None
 
     async def update_broker_config(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        try:
-            changes = decode_properties_text(request.body)
-        except BodyDecodeError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        changes = request_body(decode_properties_text, request, "broker config")
         log.info("update broker config %s requested by %s", changes, connection.peer)
         problem = self.update_config(changes)
         if problem is not None:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, problem)
-        return _reply(request, ResponseCode.SUCCESS)
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, problem)
+        return RemotingCommand.response_to(request, _OK)
 
     # --- offset reset ---------------------------------------------------------------------
 
     def reset_offsets(self, header: ResetOffsetRequestHeader) -> dict[MessageQueue, int] | str:
         """Offsets for each queue of the topic at `header.timestamp` (-1: the end); a reason
         string when the topic or the group's offsets are unknown."""
-        broker = self.broker
-        config = broker.topics.select(header.topic)
+        config = self.topics.select(header.topic)
         if config is None:
             return f"[reset-offset] topic[{header.topic}] not exist"
-        store = broker.store
+        store = self.store
+        broker_name = self.state.config.broker_name
         table: dict[MessageQueue, int] = {}
         for qid in range(config.write_queue_nums):
-            current = broker.offsets.query(header.group, header.topic, qid)
+            current = self.offsets.query(header.group, header.topic, qid)
             if header.timestamp == -1:
                 target = store.max_offset_in_queue(header.topic, qid)
             else:
@@ -366,22 +375,18 @@ class OpsProcessor:
             target = max(target, 0)
             if not header.is_force and current >= 0 and target >= current:
                 target = current  # without force, offsets only move back
-            table[MessageQueue(header.topic, broker.config.broker_name, qid)] = target
+            table[MessageQueue(header.topic, broker_name, qid)] = target
         return table
 
     async def invoke_reset_offset(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        try:
-            header = decode(ResetOffsetRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
+        header = request_header(ResetOffsetRequestHeader, request)
         table = self.reset_offsets(header)
         if isinstance(table, str):
-            return _reply(request, ResponseCode.SYSTEM_ERROR, table)
-        broker = self.broker
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, table)
         for mq, offset in table.items():
-            broker.offsets.commit(connection.peer, header.group, mq.topic, mq.queue_id, offset)
+            self.offsets.commit(connection.peer, header.group, mq.topic, mq.queue_id, offset)
         log.info(
             "[reset-offset] group %s topic %s to timestamp %d (force %s) by %s: %s",
             header.group,
@@ -391,7 +396,7 @@ class OpsProcessor:
             connection.peer,
             {mq.queue_id: offset for mq, offset in table.items()},
         )
-        info = broker.consumers.get_group_info(header.group)
+        info = self.consumers.get_group_info(header.group)
         channels = [] if info is None else info.all_channels()
         for channel in channels:
             if isinstance(channel, RemotingConnection):
@@ -406,10 +411,9 @@ class OpsProcessor:
                         else MapForm.PAIRS
                     ),
                 )
-                broker.spawn(channel.oneway(command))
-        return _reply(
-            request, ResponseCode.SUCCESS, body=ResetOffsetBody(table).encode(map_form(request))
-        )
+                self.spawn(channel.oneway(command))
+        body = ResetOffsetBody(table).encode(map_form(request))
+        return RemotingCommand.response_to(request, _OK, body=body)
 
 
 def mask_permission(perm: int, broker_permission: int) -> int:

@@ -20,26 +20,30 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
+from broker.long_polling import PullRequestHoldService
+from broker.managers.clients import ConsumerManager
+from broker.managers.consumer_offset import ConsumerOffsetManager
+from broker.managers.subscription_group import SubscriptionGroupManager
+from broker.managers.topic_config import TopicConfigManager
+from broker.processors.decoding import request_header
+from broker.state import BrokerState
+from broker.stats import BrokerStats
 from client.protocol.headers import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
-    HeaderFieldError,
     PullMessageRequestHeader,
-    decode,
 )
 from client.protocol.models import MASTER_ID, PERM_READ, TopicConfig
 from client.remoting.codes import ResponseCode
 from client.remoting.command import RemotingCommand
 from client.remoting.connection import RemotingConnection
+from client.remoting.server import RequestRejected
 from store.config import BrokerRole
 from store.get_message import GetMessageResult, GetMessageStatus
+from store.message_store import MessageStore
 from store.tags import TagFilter, parse_tag_expression
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -55,89 +59,90 @@ _CODES = {
 }
 
 
-def _error(request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
-    return RemotingCommand.response_to(request, code, remark)
-
-
 class PullProcessor:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        state: BrokerState,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        consumers: ConsumerManager,
+        offsets: ConsumerOffsetManager,
+        pull_holds: PullRequestHoldService,
+        stats: BrokerStats,
+    ) -> None:
+        self.state = state
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.consumers = consumers
+        self.offsets = offsets
+        self.pull_holds = pull_holds
+        self.stats = stats
 
     async def process(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        try:
-            header = decode(PullMessageRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _error(request, ResponseCode.SYSTEM_ERROR, str(exc))
-        checked = self._check(connection, request, header)
-        if isinstance(checked, RemotingCommand):
-            return checked
-        tag_filter, which_broker, group_broker_id = checked
+        header = request_header(PullMessageRequestHeader, request)
+        tag_filter, which_broker, group_broker_id = self._check(connection, header)
         started = time.perf_counter()
         response = self._read(request, header, tag_filter, which_broker, group_broker_id)
         self._commit_offset(connection, header)
         allow_suspend = bool(header.sys_flag & PULL_FLAG_SUSPEND)
         if response.code == ResponseCode.PULL_NOT_FOUND and allow_suspend:
             timeout_ms = header.suspend_timeout_millis
-            if not self.broker.config.long_polling_enable:
-                timeout_ms = self.broker.config.short_polling_time_mills
+            config = self.state.config
+            if not config.long_polling_enable:
+                timeout_ms = config.short_polling_time_mills
             held = time.perf_counter()
-            await self.broker.pull_holds.hold(
+            await self.pull_holds.hold(
                 header.topic, header.queue_id, header.queue_offset, tag_filter, timeout_ms / 1000
             )
             # The latency histogram measures the broker's work, not the long-polling wait.
             started += time.perf_counter() - held
             response = self._read(request, header, tag_filter, which_broker, group_broker_id)
-        self.broker.stats.on_pull_latency(time.perf_counter() - started)
+        self.stats.on_pull_latency(time.perf_counter() - started)
         return response
 
     def _check(
-        self,
-        connection: RemotingConnection,
-        request: RemotingCommand,
-        header: PullMessageRequestHeader,
-    ) -> RemotingCommand | tuple[TagFilter, int, int]:
-        broker = self.broker
-        if not broker.config.broker_permission & PERM_READ:
-            return _error(
-                request,
+        self, connection: RemotingConnection, header: PullMessageRequestHeader
+    ) -> tuple[TagFilter, int, int]:
+        """The pull's tag filter and the group's slave choice; `RequestRejected` for a pull
+        this broker must not serve."""
+        state = self.state
+        if not state.config.broker_permission & PERM_READ:
+            raise RequestRejected(
                 ResponseCode.NO_PERMISSION,
-                f"the broker[{broker.advertised_address}] pulling message is forbidden",
+                f"the broker[{state.advertised_address}] pulling message is forbidden",
             )
-        group = broker.groups.find(header.consumer_group)
+        group = self.groups.find(header.consumer_group)
         if group is None:
-            return _error(
-                request,
+            raise RequestRejected(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"subscription group [{header.consumer_group}] does not exist",
             )
         if not group.consume_enable:
-            return _error(
-                request,
+            raise RequestRejected(
                 ResponseCode.NO_PERMISSION,
                 f"subscription group no permission, {header.consumer_group}",
             )
-        topic = broker.topics.select(header.topic)
+        topic = self.topics.select(header.topic)
         if topic is None and self._replicated_queue(header):
             # A slave that has the queue's data but not yet the master's topic table (the
             # master died before SlaveSynchronize ran) still serves it.
             topic = TopicConfig(header.topic, header.queue_id + 1, header.queue_id + 1)
         if topic is None:
-            return _error(
-                request,
+            raise RequestRejected(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"topic[{header.topic}] not exist, apply first please!",
             )
         if not topic.perm & PERM_READ:
-            return _error(
-                request,
+            raise RequestRejected(
                 ResponseCode.NO_PERMISSION,
                 f"the topic[{header.topic}] pulling message is forbidden",
             )
         if header.queue_id < 0 or header.queue_id >= topic.read_queue_nums:
-            return _error(
-                request,
+            raise RequestRejected(
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
                 f"topicConfig.readQueueNums:[{topic.read_queue_nums}] consumer:[{connection.peer}]",
@@ -145,16 +150,14 @@ class PullProcessor:
         if header.sys_flag & PULL_FLAG_SUBSCRIPTION:
             tag_filter = parse_tag_expression(header.subscription)
         else:
-            subscription = broker.consumers.find_subscription(header.consumer_group, header.topic)
+            subscription = self.consumers.find_subscription(header.consumer_group, header.topic)
             if subscription is None:
-                return _error(
-                    request,
+                raise RequestRejected(
                     ResponseCode.SUBSCRIPTION_NOT_EXIST,
                     "the consumer's subscription not exist",
                 )
             if subscription.sub_version < header.sub_version:
-                return _error(
-                    request,
+                raise RequestRejected(
                     ResponseCode.SUBSCRIPTION_NOT_LATEST,
                     "the consumer's subscription not latest",
                 )
@@ -162,7 +165,7 @@ class PullProcessor:
         return tag_filter, group.which_broker_when_consume_slowly, group.broker_id
 
     def _replicated_queue(self, header: PullMessageRequestHeader) -> bool:
-        store = self.broker.store
+        store = self.store
         return (
             store.role is BrokerRole.SLAVE
             and store.find_consume_queue(header.topic, header.queue_id) is not None
@@ -176,9 +179,7 @@ class PullProcessor:
         which_broker: int,
         group_broker_id: int,
     ) -> RemotingCommand:
-        broker = self.broker
-        store = broker.store
-        result = store.get_message(
+        result = self.store.get_message(
             header.consumer_group,
             header.topic,
             header.queue_id,
@@ -187,7 +188,7 @@ class PullProcessor:
             tag_filter,
         )
         code = self._code(result, header.queue_offset)
-        if broker.config.slave_read_enable:
+        if self.state.config.slave_read_enable:
             suggest = which_broker if result.suggest_pulling_from_slave else group_broker_id
         else:
             suggest = MASTER_ID
@@ -213,13 +214,13 @@ class PullProcessor:
         }
         if code == ResponseCode.SUCCESS:
             response.body = b"".join(result.spans)
-            broker.stats.on_get(
+            self.stats.on_get(
                 header.consumer_group, header.topic, result.message_count, result.buffer_total_size
             )
         return response
 
     def _moves_offsets(self) -> bool:
-        store = self.broker.store
+        store = self.store
         return store.role is not BrokerRole.SLAVE or store.config.offset_check_in_slave
 
     @staticmethod
@@ -232,11 +233,10 @@ class PullProcessor:
     def _commit_offset(
         self, connection: RemotingConnection, header: PullMessageRequestHeader
     ) -> None:
-        broker = self.broker
         # A slave never takes offsets from pulls: they would diverge from the master's.
-        if not header.sys_flag & PULL_FLAG_COMMIT_OFFSET or broker.store.role is BrokerRole.SLAVE:
+        if not header.sys_flag & PULL_FLAG_COMMIT_OFFSET or self.store.role is BrokerRole.SLAVE:
             return
-        broker.offsets.commit(
+        self.offsets.commit(
             connection.peer,
             header.consumer_group,
             header.topic,

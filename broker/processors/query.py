@@ -9,75 +9,53 @@ index, with `indexLastUpdateTimestamp` and `indexLastUpdatePhyoffset`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from broker.processors.decoding import request_header
 from client.protocol.headers import (
-    HeaderFieldError,
     QueryMessageRequestHeader,
     SearchOffsetRequestHeader,
     TopicQueueRequestHeader,
     ViewMessageRequestHeader,
-    decode,
 )
 from client.remoting.codes import RequestCode, ResponseCode
 from client.remoting.command import RemotingCommand
 from client.remoting.connection import RemotingConnection
+from store.message_store import MessageStore
 from store.record import decode_record
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 QUERY_MAX_NUM = 64  # RocketMQ's maxMsgsNumBatch cap on QUERY_MESSAGE results
 
-
-def _ok(request: RemotingCommand, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
-    response = RemotingCommand.response_to(request, ResponseCode.SUCCESS, None, ext, body)
-    return response
-
-
-def _bad_header(request: RemotingCommand, exc: HeaderFieldError) -> RemotingCommand:
-    return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, str(exc))
+_OK = ResponseCode.SUCCESS
 
 
 class QueryProcessor:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
 
     async def offsets(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        store = self.broker.store
-        try:
-            if request.code == RequestCode.SEARCH_OFFSET_BY_TIMESTAMP:
-                search = decode(SearchOffsetRequestHeader, request.ext_fields)
-                offset = store.offset_in_queue_by_time(
-                    search.topic, search.queue_id, search.timestamp
-                )
-                return _ok(request, {"offset": str(offset)})
-            header = decode(TopicQueueRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _bad_header(request, exc)
+        store = self.store
+        if request.code == RequestCode.SEARCH_OFFSET_BY_TIMESTAMP:
+            search = request_header(SearchOffsetRequestHeader, request)
+            offset = store.offset_in_queue_by_time(search.topic, search.queue_id, search.timestamp)
+            return RemotingCommand.response_to(request, _OK, None, {"offset": str(offset)})
+        header = request_header(TopicQueueRequestHeader, request)
         if request.code == RequestCode.GET_MAX_OFFSET:
-            return _ok(
-                request, {"offset": str(store.max_offset_in_queue(header.topic, header.queue_id))}
-            )
-        if request.code == RequestCode.GET_MIN_OFFSET:
-            return _ok(
-                request, {"offset": str(store.min_offset_in_queue(header.topic, header.queue_id))}
-            )
-        timestamp = store.earliest_message_time(header.topic, header.queue_id)
-        return _ok(request, {"timestamp": str(timestamp)})
+            offset = store.max_offset_in_queue(header.topic, header.queue_id)
+        elif request.code == RequestCode.GET_MIN_OFFSET:
+            offset = store.min_offset_in_queue(header.topic, header.queue_id)
+        else:
+            timestamp = store.earliest_message_time(header.topic, header.queue_id)
+            return RemotingCommand.response_to(request, _OK, None, {"timestamp": str(timestamp)})
+        return RemotingCommand.response_to(request, _OK, None, {"offset": str(offset)})
 
     async def view_by_id(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        try:
-            header = decode(ViewMessageRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _bad_header(request, exc)
-        store = self.broker.store
+        header = request_header(ViewMessageRequestHeader, request)
+        store = self.store
         head = store.commitlog.get_record(header.offset, 4)
         size = int.from_bytes(head, "big", signed=True) if head is not None else 0
         record = store.commitlog.get_record(header.offset, size) if size > 0 else None
@@ -93,17 +71,14 @@ class QueryProcessor:
             return RemotingCommand.response_to(
                 request, ResponseCode.SYSTEM_ERROR, f"no message at offset {header.offset}"
             )
-        return _ok(request, {}, bytes(record))
+        return RemotingCommand.response_to(request, _OK, body=bytes(record))
 
     async def query_message(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        try:
-            header = decode(QueryMessageRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _bad_header(request, exc)
-        store = self.broker.store
+        header = request_header(QueryMessageRequestHeader, request)
+        store = self.store
         max_num = max(1, min(header.max_num, QUERY_MAX_NUM))
         await store.wait_index()
         result = store.query_message(
@@ -125,4 +100,4 @@ class QueryProcessor:
             record = store.commitlog.get_record(msg.physical_offset, msg.total_size)
             if record is not None:
                 parts.append(bytes(record))
-        return _ok(request, ext, b"".join(parts))
+        return RemotingCommand.response_to(request, _OK, None, ext, b"".join(parts))

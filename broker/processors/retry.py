@@ -15,14 +15,19 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import TYPE_CHECKING
 
+from broker.managers.subscription_group import SubscriptionGroupManager
+from broker.managers.topic_config import TopicConfigManager
+from broker.processors.decoding import request_header
+from broker.state import BrokerState
 from client.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
-from client.protocol.headers import ConsumerSendMsgBackRequestHeader, HeaderFieldError, decode
+from client.protocol.headers import ConsumerSendMsgBackRequestHeader
 from client.protocol.models import PERM_READ, PERM_WRITE
 from client.remoting.codes import ResponseCode
 from client.remoting.command import RemotingCommand
 from client.remoting.connection import RemotingConnection
+from client.remoting.server import RequestRejected
+from store.message_store import MessageStore
 from store.record import (
     PROPERTY_DELAY,
     PROPERTY_UNIQ_KEY,
@@ -32,9 +37,6 @@ from store.record import (
     pack_host,
 )
 
-if TYPE_CHECKING:
-    from broker.broker import Broker
-
 log = logging.getLogger(__name__)
 
 RETRY_PREFIX = "%RETRY%"
@@ -42,43 +44,42 @@ DLQ_PREFIX = "%DLQ%"
 DLQ_QUEUE_NUMS = 1
 
 
-def _reply(request: RemotingCommand, code: int, remark: str | None = None) -> RemotingCommand:
-    return RemotingCommand.response_to(request, code, remark)
-
-
 class RetryProcessor:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        state: BrokerState,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+    ) -> None:
+        self.state = state
+        self.store = store
+        self.topics = topics
+        self.groups = groups
 
     async def send_back(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        try:
-            header = decode(ConsumerSendMsgBackRequestHeader, request.ext_fields)
-        except HeaderFieldError as exc:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, str(exc))
-        broker = self.broker
-        group = broker.groups.find(header.group)
+        del connection
+        header = request_header(ConsumerSendMsgBackRequestHeader, request)
+        state = self.state
+        group = self.groups.find(header.group)
         if group is None:
-            return _reply(
-                request,
+            raise RequestRejected(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"subscription group not exist, {header.group}",
             )
-        if not broker.config.broker_permission & PERM_WRITE:
-            return _reply(
-                request,
+        if not state.config.broker_permission & PERM_WRITE:
+            raise RequestRejected(
                 ResponseCode.NO_PERMISSION,
-                f"the broker[{broker.advertised_address}] sending message is forbidden",
+                f"the broker[{state.advertised_address}] sending message is forbidden",
             )
         if group.retry_queue_nums <= 0:
-            return _reply(request, ResponseCode.SUCCESS)
-        stored = broker.store.look_message_by_offset(header.offset)
+            return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+        stored = self.store.look_message_by_offset(header.offset)
         if stored is None:
-            return _reply(
-                request,
-                ResponseCode.SYSTEM_ERROR,
-                f"look message by offset failed, {header.offset}",
+            raise RequestRejected(
+                ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {header.offset}"
             )
         props = dict(stored.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, stored.topic)
@@ -105,7 +106,7 @@ class RetryProcessor:
             topic = RETRY_PREFIX + header.group
             queue_nums = group.retry_queue_nums
             props[PROPERTY_DELAY] = str(delay if delay > 0 else 3 + stored.reconsume_times)
-        config = broker.topics.create_in_send_back(topic, queue_nums, PERM_READ | PERM_WRITE, 0)
+        config = self.topics.create_in_send_back(topic, queue_nums, PERM_READ | PERM_WRITE, 0)
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, header.origin_msg_id or stored.msg_id)
         msg = MessageToStore(
             topic=topic,
@@ -116,11 +117,10 @@ class RetryProcessor:
             sys_flag=stored.sys_flag,
             born_timestamp=stored.born_timestamp or int(time.time() * 1000),
             born_host=pack_host(*stored.born_host),
-            store_host=broker.store_host,
+            store_host=state.store_host,
             reconsume_times=stored.reconsume_times + 1,
         )
-        result = await broker.store.put_message(msg)
+        result = await self.store.put_message(msg)
         if not result.ok:
-            return _reply(request, ResponseCode.SYSTEM_ERROR, result.remark or result.status.value)
-        del connection
-        return _reply(request, ResponseCode.SUCCESS)
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, result.remark or result.status.value)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)

@@ -14,21 +14,23 @@ import functools
 import logging
 import random
 import time
-from typing import TYPE_CHECKING
 
-from broker.managers.topic_config import is_not_allowed_send_topic, validate_topic_name
-from client.protocol.headers import (
-    SEND_V2_KEYS,
-    HeaderFieldError,
-    SendMessageRequestHeader,
-    decode,
+from broker.managers.topic_config import (
+    TopicConfigManager,
+    is_not_allowed_send_topic,
+    validate_topic_name,
 )
+from broker.processors.decoding import request_header
+from broker.state import BrokerState
+from broker.stats import BrokerStats
+from client.protocol.headers import SEND_V2_KEYS, SendMessageRequestHeader
 from client.protocol.models import PERM_WRITE
 from client.remoting.codes import RequestCode, ResponseCode
 from client.remoting.command import RemotingCommand
 from client.remoting.connection import RemotingConnection
+from client.remoting.server import RequestRejected
 from store.commitlog import PutStatus
-from store.message_store import PutMessageResult
+from store.message_store import MessageStore, PutMessageResult
 from store.record import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
@@ -39,9 +41,6 @@ from store.record import (
     encode_properties,
     pack_host,
 )
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +60,7 @@ def _decode_header(request: RemotingCommand) -> SendMessageRequestHeader:
     short = request.code == RequestCode.SEND_MESSAGE_V2 or (
         request.code == RequestCode.SEND_BATCH_MESSAGE and SEND_V2_KEYS["topic"] in ext
     )
-    header = decode(SendMessageRequestHeader, ext, SEND_V2_KEYS if short else None)
+    header = request_header(SendMessageRequestHeader, request, SEND_V2_KEYS if short else None)
     # rocketmq-client-cpp writes booleans as "1"/"0" and sends its batches as SEND_MESSAGE with
     # batch=1: Java's parseBoolean reads false and stores the whole batch as one message
     # (rocketmq-client-cpp#189, #363). A "1" can only mean a batch, so take it as one.
@@ -71,60 +70,61 @@ def _decode_header(request: RemotingCommand) -> SendMessageRequestHeader:
     return header
 
 
-def _response(request: RemotingCommand, code: int, remark: str | None) -> RemotingCommand:
-    return RemotingCommand.response_to(request, code, remark)
-
-
 class SendProcessor:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        state: BrokerState,
+        topics: TopicConfigManager,
+        store: MessageStore,
+        stats: BrokerStats,
+    ) -> None:
+        self.state = state
+        self.topics = topics
+        self.store = store
+        self.stats = stats
 
     async def process(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
+        """Serve a send; its time to answer, refusals included, goes to the latency histogram."""
+        started = time.perf_counter()
         try:
             header = _decode_header(request)
-        except HeaderFieldError as exc:
-            return _response(request, ResponseCode.SYSTEM_ERROR, str(exc))
-        refused = self._check(connection, request, header)
-        if refused is not None:
-            return refused
-        born_host = _peer_host(connection)
-        if request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
-            return await self._send_batch(request, header, born_host)
-        return await self._send_one(request, header, born_host)
+            self._check(connection, header)
+            born_host = _peer_host(connection)
+            if request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
+                return await self._send_batch(request, header, born_host)
+            return await self._send_one(request, header, born_host)
+        finally:
+            self.stats.on_send_latency(time.perf_counter() - started)
 
     # --- checks ---------------------------------------------------------------------------
 
-    def _check(
-        self,
-        connection: RemotingConnection,
-        request: RemotingCommand,
-        header: SendMessageRequestHeader,
-    ) -> RemotingCommand | None:
-        broker = self.broker
-        if not broker.config.broker_permission & PERM_WRITE:
-            return _response(
-                request,
+    def _check(self, connection: RemotingConnection, header: SendMessageRequestHeader) -> None:
+        """Refuse a send this broker must not store (`RequestRejected`); choose a queue for
+        a request that leaves it to the broker (queueId < 0)."""
+        state = self.state
+        if not state.config.broker_permission & PERM_WRITE:
+            raise RequestRejected(
                 ResponseCode.NO_PERMISSION,
-                f"the broker[{broker.advertised_address}] sending message is forbidden",
+                f"the broker[{state.advertised_address}] sending message is forbidden",
             )
         problem = validate_topic_name(header.topic)
         if problem:
-            return _response(request, ResponseCode.SYSTEM_ERROR, problem)
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, problem)
         if is_not_allowed_send_topic(header.topic):
-            return _response(
-                request,
+            raise RequestRejected(
                 ResponseCode.NO_PERMISSION,
                 f"sending message to topic[{header.topic}] is forbidden",
             )
-        config = broker.topics.select(header.topic)
+        topics = self.topics
+        config = topics.select(header.topic)
         if config is None:
             sys_flag = 0
             if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                config = broker.topics.create_in_send_back(header.topic, 1, 6, sys_flag)
+                config = topics.create_in_send_back(header.topic, 1, 6, sys_flag)
             else:
-                config = broker.topics.create_in_send(
+                config = topics.create_in_send(
                     header.topic,
                     header.default_topic,
                     connection.peer,
@@ -132,22 +132,19 @@ class SendProcessor:
                     sys_flag,
                 )
             if config is None:
-                return _response(
-                    request,
+                raise RequestRejected(
                     ResponseCode.TOPIC_NOT_EXIST,
                     f"topic[{header.topic}] not exist, apply first please!",
                 )
         queue_nums = max(config.read_queue_nums, config.write_queue_nums)
         if header.queue_id >= queue_nums:
-            return _response(
-                request,
+            raise RequestRejected(
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{header.queue_id}] is illegal, topic:{header.topic} "
                 f"topicConfig.writeQueueNums:{config.write_queue_nums} consumer:{connection.peer}",
             )
         if header.queue_id < 0:
             header.queue_id = random.randrange(max(1, config.write_queue_nums))
-        return None
 
     # --- storing ----------------------------------------------------------------------------
 
@@ -163,16 +160,16 @@ class SendProcessor:
             sys_flag=header.sys_flag,
             born_timestamp=header.born_timestamp or int(time.time() * 1000),
             born_host=born,
-            store_host=self.broker.store_host,
+            store_host=self.state.store_host,
             reconsume_times=header.reconsume_times or 0,
         )
 
     async def _send_one(
         self, request: RemotingCommand, header: SendMessageRequestHeader, born: bytes
     ) -> RemotingCommand:
-        properties = with_cluster(header.properties or "", self.broker.config.broker_cluster_name)
+        properties = with_cluster(header.properties or "", self.state.config.broker_cluster_name)
         msg = self._message(header, bytes(request.body), properties, header.flag, born)
-        result = await self.broker.store.put_message(msg)
+        result = await self.store.put_message(msg)
         return self._answer(request, header, result)
 
     async def _send_batch(
@@ -180,7 +177,7 @@ class SendProcessor:
     ) -> RemotingCommand:
         # The batch's own properties, CLUSTER included, follow each message's (see MessageBatch).
         shared = decode_properties(header.properties or "")
-        shared[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
+        shared[PROPERTY_CLUSTER] = self.state.config.broker_cluster_name
         batch = MessageBatch(
             topic=header.topic,
             queue_id=header.queue_id,
@@ -189,10 +186,10 @@ class SendProcessor:
             sys_flag=header.sys_flag,
             born_timestamp=header.born_timestamp or int(time.time() * 1000),
             born_host=born,
-            store_host=self.broker.store_host,
+            store_host=self.state.store_host,
             reconsume_times=header.reconsume_times or 0,
         )
-        result = await self.broker.store.put_message_batch(batch)
+        result = await self.store.put_message_batch(batch)
         return self._answer(request, header, result)
 
     def _answer(
@@ -203,7 +200,7 @@ class SendProcessor:
         )
         if result.remark and code != ResponseCode.SUCCESS:
             remark = result.remark  # the store says exactly why (disk full, slave, size)
-        response = _response(request, code, remark)
+        response = RemotingCommand.response_to(request, code, remark)
         append = result.append
         if result.ok and append is not None:
             response.ext_fields = {
@@ -213,7 +210,7 @@ class SendProcessor:
                 "MSG_REGION": "DefaultRegion",
                 "TRACE_ON": "true",
             }
-            self.broker.stats.on_put(header.topic, append.msg_num, append.wrote_bytes)
+            self.stats.on_put(header.topic, append.msg_num, append.wrote_bytes)
         return response
 
 
