@@ -108,7 +108,7 @@ class RemotingServer:
 
     def _new_connection(self) -> RemotingConnection:
         connection = RemotingConnection(
-            self._dispatch,
+            self.dispatch,
             max_frame_size=self.max_frame_size,
             on_close=self._closed,
             name=self.name,
@@ -124,9 +124,12 @@ class RemotingServer:
             except Exception:
                 log.exception("connection-closed listener failed")
 
-    async def _dispatch(
+    async def dispatch(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand | None:
+        """The response to `request` (None: the processor answers nothing). Exceptions other
+        than `RequestRejected` propagate to the connection, which logs them and answers
+        SYSTEM_ERROR."""
         processor = self.processors.get(request.code, self.default_processor)
         if processor is None:
             log.warning(

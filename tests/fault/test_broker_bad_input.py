@@ -351,11 +351,14 @@ def request(
     drop: tuple[str, ...] = (),
     oneway: bool = False,
     opaque: int = 1,
+    serialize_type: SerializeType = SerializeType.JSON,
     **changes: str,
 ) -> RemotingCommand:
-    """A JSON-header request with `drop`ped and changed extFields."""
+    """A request (JSON header unless told) with `drop`ped and changed extFields."""
     fields = {k: v for k, v in ext.items() if k not in drop} | changes
-    return RemotingCommand.request(code, fields, body, oneway=oneway, opaque=opaque)
+    return RemotingCommand.request(
+        code, fields, body, oneway=oneway, opaque=opaque, serialize_type=serialize_type
+    )
 
 
 def send_v2(
@@ -762,6 +765,63 @@ REFUSED: Final = {
         ResponseCode.SYSTEM_ERROR,
         "the custom field <queueId> is null",
     ),
+    # every processor refuses a bad header or body alike, answered in the request's serialisation
+    "pull-without-topic-msgpack": Refused(
+        request(
+            RequestCode.PULL_MESSAGE,
+            pull_ext(),
+            drop=("topic",),
+            serialize_type=SerializeType.MSGPACK,
+        ),
+        ResponseCode.SYSTEM_ERROR,
+        "the custom field <topic> is null",
+    ),
+    "send-queue-id-not-a-number-rocketmq-binary": Refused(
+        request(
+            RequestCode.SEND_MESSAGE_V2,
+            send_ext(),
+            BAD_BODY,
+            serialize_type=SerializeType.ROCKETMQ,
+            e="zero",
+        ),
+        ResponseCode.SYSTEM_ERROR,
+        "queueId: not an integer: 'zero'",
+    ),
+    "update-offset-without-queue-id": Refused(
+        request(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "CG", "topic": VICTIM, "commitOffset": "0"},
+        ),
+        ResponseCode.SYSTEM_ERROR,
+        "the custom field <queueId> is null",
+    ),
+    "send-back-offset-not-a-number": Refused(
+        request(
+            RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": "x", "group": "CG", "delayLevel": "0"}
+        ),
+        ResponseCode.SYSTEM_ERROR,
+        "offset: not an integer: 'x'",
+    ),
+    "create-topic-without-topic": Refused(
+        request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"readQueueNums": "4"}),
+        ResponseCode.SYSTEM_ERROR,
+        "the custom field <topic> is null",
+    ),
+    "consume-stats-without-group": Refused(
+        request(RequestCode.GET_CONSUME_STATS, {"topic": VICTIM}),
+        ResponseCode.SYSTEM_ERROR,
+        "the custom field <consumerGroup> is null",
+    ),
+    "heartbeat-body-not-json": Refused(
+        request(RequestCode.HEART_BEAT, {}, b"{not json"),
+        ResponseCode.SYSTEM_ERROR,
+        "bad heartbeat body: ",
+    ),
+    "lock-body-not-json": Refused(
+        request(RequestCode.LOCK_BATCH_MQ, {}, b"[1, 2"),
+        ResponseCode.SYSTEM_ERROR,
+        "bad lock body: ",
+    ),
 }
 
 REFUSED_ON_STRICT: Final = {
@@ -808,6 +868,7 @@ async def test_refused_request_gets_its_error_and_connection_stays(
         else:
             response = await raw.request(case.request)
             assert response.is_response
+            assert response.serialize_type == case.request.serialize_type
             assert response.code == case.code, (response.code, response.remark)
             assert case.remark in (response.remark or ""), response.remark
         # the same connection goes on serving, and answers nothing else before
