@@ -15,7 +15,7 @@ The request pipeline (RocketMQ's NettyRequestProcessor with its RPCHooks):
   run), `after_response` sees the response about to be sent (None for a processor that answers
   nothing). They are the place for checks and counts that apply to every request (access
   control, flow control, per-request statistics). Hooks are synchronous: they must not wait.
-  With none added, a request costs no more than the processor's own call.
+  With none added, a request pays one test of an empty tuple (no allocation, no extra call).
 """
 
 from __future__ import annotations
@@ -143,18 +143,27 @@ class RemotingServer:
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 f"request type {request.code} not supported",
             )
+        if self.hooks:
+            return await self._dispatch_hooked(processor, connection, request)
+        try:  # free in 3.11 unless something raises
+            return await processor(connection, request)
+        except RequestRejected as rejected:
+            return RemotingCommand.response_to(request, rejected.code, rejected.remark)
+
+    async def _dispatch_hooked(
+        self, processor: Processor, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand | None:
+        # Apart from `dispatch` so that without hooks a request pays one test, not a loop setup.
         hooks = self.hooks
         response: RemotingCommand | None
-        try:  # free in 3.11 unless something raises
-            if hooks:
-                for hook in hooks:
-                    hook.before_request(connection, request)
+        try:
+            for hook in hooks:
+                hook.before_request(connection, request)
             response = await processor(connection, request)
         except RequestRejected as rejected:
             response = RemotingCommand.response_to(request, rejected.code, rejected.remark)
-        if hooks:
-            for hook in hooks:
-                hook.after_response(connection, request, response)
+        for hook in hooks:
+            hook.after_response(connection, request, response)
         return response
 
     async def _close_idle(self) -> None:

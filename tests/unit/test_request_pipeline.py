@@ -222,7 +222,7 @@ async def test_hooks_see_a_processors_rejection_and_a_oneway_none() -> None:
 
 
 def test_without_hooks_the_list_is_an_empty_tuple() -> None:
-    # The dispatch's fast path tests `if hooks:` on this: nothing is built per request.
+    # The dispatch's fast path tests `if self.hooks:`: nothing is built per request.
     server = server_with()
     assert server.hooks == ()
     server.add_hook(Recorder("a", []))
