@@ -205,13 +205,13 @@ class PullProcessor:
                 result.next_begin_offset,
                 result.status.value,
             )
-        response = RemotingCommand.response_to(request, code, result.status.value)
-        response.ext_fields = {
+        ext = {
             "suggestWhichBrokerId": str(suggest),
             "nextBeginOffset": str(result.next_begin_offset),
             "minOffset": str(result.min_offset),
             "maxOffset": str(result.max_offset),
         }
+        response = RemotingCommand.response_to(request, code, result.status.value, ext)
         if code == ResponseCode.SUCCESS:
             response.body = b"".join(result.spans)
             self.stats.on_get(

@@ -200,18 +200,18 @@ class SendProcessor:
         )
         if result.remark and code != ResponseCode.SUCCESS:
             remark = result.remark  # the store says exactly why (disk full, slave, size)
-        response = RemotingCommand.response_to(request, code, remark)
         append = result.append
-        if result.ok and append is not None:
-            response.ext_fields = {
-                "msgId": append.msg_id,
-                "queueId": str(header.queue_id),
-                "queueOffset": str(append.queue_offset),
-                "MSG_REGION": "DefaultRegion",
-                "TRACE_ON": "true",
-            }
-            self.stats.on_put(header.topic, append.msg_num, append.wrote_bytes)
-        return response
+        if not result.ok or append is None:
+            return RemotingCommand.response_to(request, code, remark)
+        self.stats.on_put(header.topic, append.msg_num, append.wrote_bytes)
+        ext = {
+            "msgId": append.msg_id,
+            "queueId": str(header.queue_id),
+            "queueOffset": str(append.queue_offset),
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+        return RemotingCommand.response_to(request, code, remark, ext)
 
 
 _STATUS_CODES: dict[PutStatus, tuple[int, str | None]] = {
