@@ -2,7 +2,7 @@
 
 - `seed`: the seed of a test's randomness, printed; rerun a failure with TIDEMQ_FAULT_SEED=<seed>.
 - `writers`: starts store writer processes (`store_writer.py`) and kills any left at the end.
-- `processes`, `namesrv`, `remoting_client`: the real-daemon fixtures of the integration tests.
+- `processes`, `namesrv`, `remoting_client`, `api` come from tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from tests.fault.store_fault_check import Writers
-from tests.integration.conftest import namesrv, processes, remoting_client  # noqa: F401
 
 
 @pytest.fixture

@@ -32,30 +32,22 @@ import re
 import signal
 import struct
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from client.api import BrokerAPI, PullStatus, SendStatus
-from tests.integration.test_broker import pull_header, send_header
-from tests.integration.test_ha import HA_TIMING, ha_status, wait_until
+from tests.support.conditions import eventually
 from tests.support.fault_proxy import FaultProxy
+from tests.support.ha_brokers import HA_TIMING, ha_status
 from tests.support.processes import Daemon, ProcessGroup, free_port
+from tests.support.wire import pull_header, send_header
 
 pytestmark = pytest.mark.asyncio
 
 FILE_SIZE = 4 * 1024 * 1024  # mappedFileSizeCommitLog of the test stores (processes.py)
 ALL_HOURS = ";".join(f"{h:02d}" for h in range(24))
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[BrokerAPI]:
-    client = BrokerAPI()
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 @pytest.fixture
@@ -143,14 +135,14 @@ async def wait_transfer(api: BrokerAPI, master: Daemon, timeout: float = 15.0) -
     async def connected() -> bool:
         return any(c["state"] == "TRANSFER" for c in await connections(api, master))
 
-    await wait_until(connected, timeout, "a slave in TRANSFER on the master")
+    await eventually(connected, "a slave in TRANSFER on the master", timeout)
 
 
 async def wait_slave_at(api: BrokerAPI, slave: Daemon, target: int, timeout: float = 30.0) -> None:
     async def there() -> bool:
         return await slave_max(api, slave) >= target
 
-    await wait_until(there, timeout, f"the slave to reach offset {target}")
+    await eventually(there, f"the slave to reach offset {target}", timeout)
 
 
 async def wait_caught_up(api: BrokerAPI, master: Daemon, slave: Daemon) -> int:
@@ -163,7 +155,7 @@ async def wait_state(api: BrokerAPI, slave: Daemon, state: str, timeout: float =
     async def reached() -> bool:
         return (await status(api, slave))["state"] == state
 
-    await wait_until(reached, timeout, f"the slave's HA state {state}")
+    await eventually(reached, f"the slave's HA state {state}", timeout)
 
 
 # --- sends ----------------------------------------------------------------------------------
@@ -255,7 +247,7 @@ async def read_all(
     async def topic_known() -> bool:
         return topic in (await api.all_topic_config(broker.address)).topic_config_table
 
-    await wait_until(topic_known, 15, f"topic {topic} on {broker.name}")
+    await eventually(topic_known, f"topic {topic} on {broker.name}", 15)
     found: dict[tuple[int, int], int] = {}
     for queue_id in range(queues):
         got: list[tuple[int, int]] = []
@@ -518,7 +510,7 @@ async def test_ack_from_a_connection_never_sent_the_data_releases_nothing(
         async def diverged() -> bool:
             return any(c["state"] == "DIVERGED" for c in await connections(api, master))
 
-        await wait_until(diverged, 5, "the forged connection to be DIVERGED")
+        await eventually(diverged, "the forged connection to be DIVERGED", 5)
         send = asyncio.create_task(
             api.send(master.address, send_header("HAFC2", 0), b"waiting", timeout=10)
         )
@@ -526,7 +518,7 @@ async def test_ack_from_a_connection_never_sent_the_data_releases_nothing(
         async def appended() -> bool:
             return await master_max(api, master) > start
 
-        await wait_until(appended, 5, "the send to be appended")
+        await eventually(appended, "the send to be appended", 5)
         await forged.report(await master_max(api, master))
         assert await forged.closed_by_master()
         result = await send
@@ -635,7 +627,7 @@ async def test_slave_behind_retention_reports_and_auto_resyncs_from_oldest_file(
     def deleted() -> bool:
         return first_segment(master_store) >= 3 * FILE_SIZE
 
-    await wait_until(deleted, 10, "retention to delete the master's old files")
+    await eventually(deleted, "retention to delete the master's old files", 10)
     # A master that keeps its files again, with two of them: oldest retained != last file.
     master.stop()
     await asyncio.sleep(0.2)  # the client sees its connection close before the port is reused

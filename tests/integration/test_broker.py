@@ -11,18 +11,12 @@ import pytest
 
 from client.api import BrokerAPI, PullStatus, SendStatus
 from client.errors import TopicNotExistError
-from client.protocol.headers import (
-    PULL_FLAG_COMMIT_OFFSET,
-    PULL_FLAG_SUBSCRIPTION,
-    PULL_FLAG_SUSPEND,
-    PullMessageRequestHeader,
-    SendMessageRequestHeader,
-)
 from client.remoting.codes import SerializeType
 from store.batch_body import encode_batch_body
 from store.record import encode_properties
 from tests.support.launcher import alive, index_workers_of
 from tests.support.processes import Daemon, ProcessGroup
+from tests.support.wire import pull_header, send_header
 
 pytestmark = pytest.mark.asyncio
 
@@ -34,55 +28,6 @@ async def wait_route(api: BrokerAPI, namesrv: str, topic: str, timeout: float = 
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"no route for {topic} after {timeout} s")
-
-
-def send_header(topic: str, queue_id: int, **props: str) -> SendMessageRequestHeader:
-    return SendMessageRequestHeader(
-        producer_group="PG",
-        topic=topic,
-        queue_id=queue_id,
-        born_timestamp=int(time.time() * 1000),
-        properties=encode_properties(props),
-        default_topic_queue_nums=4,
-    )
-
-
-def pull_header(
-    topic: str,
-    queue_id: int,
-    offset: int,
-    *,
-    suspend_ms: int = 0,
-    commit: int = 0,
-    group: str = "CG",
-    subscription: str = "*",
-) -> PullMessageRequestHeader:
-    flags = PULL_FLAG_SUBSCRIPTION
-    if suspend_ms:
-        flags |= PULL_FLAG_SUSPEND
-    if commit:
-        flags |= PULL_FLAG_COMMIT_OFFSET
-    return PullMessageRequestHeader(
-        consumer_group=group,
-        topic=topic,
-        queue_id=queue_id,
-        queue_offset=offset,
-        max_msg_nums=32,
-        sys_flag=flags,
-        commit_offset=commit,
-        suspend_timeout_millis=suspend_ms,
-        sub_version=0,
-        subscription=subscription,
-    )
-
-
-@pytest.fixture
-async def api() -> object:
-    client = BrokerAPI()
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 async def test_send_pull_and_route(

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import logging
 import threading
@@ -40,7 +39,8 @@ from client.producer import AsyncProducer, Producer
 from client.protocol.heartbeat import ConsumeFromWhere, MessageModel, MessageQueue
 from client.protocol.models import TopicConfig
 from client.pull_consumer import AsyncPullConsumer, PullConsumer
-from tests.integration.test_ha import HA_TIMING, wait_caught_up
+from tests.support.conditions import eventually, eventually_sync
+from tests.support.ha_brokers import HA_TIMING, wait_caught_up
 from tests.support.processes import Daemon, ProcessGroup
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -102,31 +102,6 @@ def start_cluster(
     return cluster
 
 
-async def eventually(
-    predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05
-) -> float:
-    """Wait until `predicate()` (sync or async) is true; returns the seconds it took."""
-    started = time.monotonic()
-    while True:
-        result = predicate()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(interval)
-
-
-def eventually_sync(predicate: Callable[[], object], timeout: float, what: str) -> float:
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-    return time.monotonic() - started
-
-
 def poll_until(
     consumer: PullConsumer,
     done: Callable[[list[ReceivedMessage]], bool],
@@ -156,13 +131,13 @@ async def create_topic(cluster: Cluster, topic: str, queues: int) -> None:
                 cluster.masters
             )
 
-        await eventually(routed, 15, f"the route of {topic}")
+        await eventually(routed, f"the route of {topic}", 15)
         for slave in cluster.slaves.values():
 
             async def synced(address: str = slave.address) -> bool:
                 return topic in (await api.all_topic_config(address)).topic_config_table
 
-            await eventually(synced, 15, f"{topic} copied to the slave")
+            await eventually(synced, f"{topic} copied to the slave", 15)
     finally:
         await api.close()
 
@@ -311,8 +286,8 @@ def test_producers_spread_over_both_masters_and_survive_a_master_kill(
         publish = fast._async.instance.publish_infos
         eventually_sync(
             lambda: {q.broker_name for q in publish[topic].queues} == {"broker-b"},
-            10,
             "the producer's route to drop broker-a",
+            10,
         )
         caplog.clear()
         later = [fast.send(Message(topic, b"later-%d" % i)) for i in range(20)]
@@ -350,15 +325,15 @@ async def test_three_push_consumers_split_queues_and_take_over_when_one_leaves(
             consumers.append(consumer)
         await eventually(
             lambda: is_partition([topic_queues(c, topic) for c in consumers], queues),
-            20,
             "the three consumers to split the 8 queues",
+            20,
         )
         assignment = [topic_queues(c, topic) for c in consumers]
         assert sorted(len(a) for a in assignment) == [2, 3, 3]
 
         first = set(await send_all(producer, topic, "split", 120))
         await eventually(
-            lambda: set().union(*(r.ids for r in recorders)) >= first, 20, "120 messages consumed"
+            lambda: set().union(*(r.ids for r in recorders)) >= first, "120 messages consumed", 20
         )
         for recorder, mine in zip(recorders, assignment, strict=True):
             got = recorder.snapshot()
@@ -387,8 +362,8 @@ async def test_three_push_consumers_split_queues_and_take_over_when_one_leaves(
         await left.shutdown()
         await eventually(
             lambda: is_partition([topic_queues(c, topic) for c in consumers], queues),
-            20,
             "the remaining consumers to take the leaver's queues",
+            20,
         )
         took = time.monotonic() - leaving
         assert took < 20
@@ -400,8 +375,8 @@ async def test_three_push_consumers_split_queues_and_take_over_when_one_leaves(
         everything = first | set(handover_sent) | after
         await eventually(
             lambda: set().union(*(r.ids for r in recorders)) >= everything,
-            20,
             "every message consumed after the handover",
+            20,
         )
         assert len(handover_sent) > 20
         # After the leaver's shutdown only 1 and 2 consume, each from its own queues.
@@ -438,13 +413,13 @@ async def test_broadcasting_gives_every_consumer_every_message(
             consumers.append(consumer)
         await eventually(
             lambda: all(topic_queues(c, topic) == queues for c in consumers),
-            20,
             "every broadcasting consumer to take every queue",
+            20,
         )
         await producer.start()
         sent = set(await send_all(producer, topic, "bc", 80))
         await eventually(
-            lambda: all(r.ids >= sent for r in recorders), 20, "every consumer to get all 80"
+            lambda: all(r.ids >= sent for r in recorders), "every consumer to get all 80", 20
         )
         for recorder in recorders:
             assert recorder.ids == sent
@@ -517,8 +492,8 @@ async def test_orderly_consumption_keeps_each_keys_order(
                     c.process_queues[mq].locked for c in consumers for mq in topic_queues(c, topic)
                 )
             ),
-            20,
             "two orderly consumers to split and lock the queues",
+            20,
         )
         await producer.start()
         key_queue: dict[str, MessageQueue] = {}
@@ -531,8 +506,8 @@ async def test_orderly_consumption_keeps_each_keys_order(
         assert len({mq.broker_name for mq in key_queue.values()}) == 2, "keys on one broker only"
         await eventually(
             lambda: all(len(consumed[k]) >= per_key for k in keys),
-            30,
             "every keyed message consumed",
+            30,
         )
         for key in keys:
             assert consumed[key] == list(range(per_key)), (key, consumed[key])
@@ -590,7 +565,7 @@ async def test_consumers_fall_back_to_the_slave_and_resume_where_they_were(
         return await committed_offsets(address, f"CG-{group}", topic, queues) == ends
 
     async def wait_offsets(address: str, group: str, ends: dict[int, int], what: str) -> None:
-        await eventually(lambda: offsets_reach(address, group, ends), 10, f"{group}: {what}")
+        await eventually(lambda: offsets_reach(address, group, ends), f"{group}: {what}", 10)
 
     def consumed(*names: str, ids: set[str]) -> Callable[[], bool]:
         return lambda: all(recorders[n].ids >= ids for n in names)
@@ -608,7 +583,7 @@ async def test_consumers_fall_back_to_the_slave_and_resume_where_they_were(
 
         # Phase A, all up: consumed, committed on broker-a's master, synced to its slave.
         phase_a = set(await send_all(producer, topic, "A", 40))
-        await eventually(consumed("live", "handover", ids=phase_a), 20, "phase A consumed")
+        await eventually(consumed("live", "handover", ids=phase_a), "phase A consumed", 20)
         ends_a = await max_offsets(master.address, topic, queues)
         for group in ("live", "handover"):
             await wait_offsets(master.address, group, ends_a, "A committed")
@@ -645,7 +620,7 @@ async def test_consumers_fall_back_to_the_slave_and_resume_where_they_were(
         phase_c = {r.msg_id for r in phase_c_results}
         before_restart = phase_a | phase_b | phase_c
         await eventually(
-            consumed("live", "handover", ids=before_restart), 30, "B and C, master-a down"
+            consumed("live", "handover", ids=before_restart), "B and C, master-a down", 30
         )
         ends_b = await max_offsets(slave.address, topic, queues)
         a_share_of_b = sum(ends_b.values()) - sum(ends_a.values())
@@ -667,7 +642,7 @@ async def test_consumers_fall_back_to_the_slave_and_resume_where_they_were(
                     b.broker_name == "broker-a" and 0 in b.broker_addrs for b in route.broker_datas
                 )
 
-            await eventually(master_routed, 15, "broker-a's master back in the route")
+            await eventually(master_routed, "broker-a's master back in the route", 15)
         finally:
             await api.close()
         # Nobody of `handover` runs: only the master adopting the slave's offsets can do this.
@@ -684,11 +659,11 @@ async def test_consumers_fall_back_to_the_slave_and_resume_where_they_were(
                 MessageQueue(topic, "broker-a", 0) in set(handover_2.process_queues)
                 and producer.instance.find_broker_address_in_publish("broker-a") is not None
             ),
-            15,
             "the new consumer's queues and the producer's route",
+            15,
         )
         phase_d = set(await send_all(producer, topic, "D", 40))
-        await eventually(consumed("live", "handover-2", ids=phase_d), 20, "phase D consumed")
+        await eventually(consumed("live", "handover-2", ids=phase_d), "phase D consumed", 20)
         ends_d = await max_offsets(master.address, topic, queues)
         assert sum(ends_d.values()) > sum(ends_b.values()), "no phase D message on broker-a"
         for group in ("live", "handover"):
@@ -746,7 +721,7 @@ def test_blocking_api_producer_push_consumer_and_pull_consumer(
             producer.send_oneway(Message(topic, b"oneway"))
         assert all(r.ok for r in [*sent, batch, *async_results, *ordered])
         assert len({r.message_queue for r in ordered}) == 1
-        eventually_sync(lambda: len(callbacks) == 6, 5, "send_async callbacks")
+        eventually_sync(lambda: len(callbacks) == 6, "send_async callbacks", 5)
         assert all(r is not None and e is None for r, e in callbacks)
         bodies = (
             {b"sync-%d" % i for i in range(10)}
@@ -755,7 +730,7 @@ def test_blocking_api_producer_push_consumer_and_pull_consumer(
             | {b"ord-%d" % i for i in range(5)}
             | {b"oneway"}
         )
-        eventually_sync(lambda: set(push_recorder.bodies) >= bodies, 20, "push consumption")
+        eventually_sync(lambda: set(push_recorder.bodies) >= bodies, "push consumption", 20)
         assert len(push_recorder.bodies) == len(bodies)
         by_body = {m.body: m for m in push_recorder.snapshot()}
         assert by_body[b"sync-3"].tags == "T" and by_body[b"sync-3"].keys == ("k3",)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,27 +13,12 @@ import pytest
 from client.api import BrokerAPI, PullStatus, SendStatus
 from client.errors import ServiceNotAvailableError
 from client.protocol.models import SubscriptionGroupConfig
-from client.remoting.codes import RequestCode
-from tests.integration.test_broker import pull_header, send_header
+from tests.support.conditions import eventually
+from tests.support.ha_brokers import HA_TIMING, ha_status, wait_caught_up, wait_slave_connected
 from tests.support.processes import Daemon, ProcessGroup
+from tests.support.wire import pull_header, send_header
 
 pytestmark = pytest.mark.asyncio
-
-HA_TIMING = (
-    "haSendHeartbeatInterval=500",
-    "haHousekeepingInterval=3000",
-    "haReconnectInterval=300",
-    "slaveSynchronizeInterval=500",
-)
-
-
-@pytest.fixture
-async def api() -> AsyncIterator[BrokerAPI]:
-    client = BrokerAPI()
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 def start_pair(
@@ -75,47 +58,6 @@ def start_slave_broker(
         port=port,
         name="slave",
     )
-
-
-async def ha_status(api: BrokerAPI, address: str) -> dict[str, object]:
-    response = await api.call(address, api.request(RequestCode.GET_BROKER_HA_STATUS))
-    info = json.loads(bytes(response.body))
-    assert isinstance(info, dict)
-    return info
-
-
-async def wait_until(predicate: object, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()  # type: ignore[operator]
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-async def wait_slave_connected(api: BrokerAPI, master: Daemon, timeout: float = 15.0) -> None:
-    async def connected() -> bool:
-        info = await ha_status(api, master.address)
-        conns = info.get("haConnectionInfo")
-        return isinstance(conns, list) and any(c.get("state") == "TRANSFER" for c in conns)
-
-    await wait_until(connected, timeout, "the slave to connect to the master's HA port")
-
-
-async def wait_caught_up(
-    api: BrokerAPI, master: Daemon, slave: Daemon, timeout: float = 30.0
-) -> int:
-    target = int((await ha_status(api, master.address))["masterCommitLogMaxOffset"])  # type: ignore[call-overload]
-
-    async def caught_up() -> bool:
-        info = await ha_status(api, slave.address)
-        return int(info["maxOffset"]) >= target  # type: ignore[call-overload]
-
-    await wait_until(caught_up, timeout, f"the slave to reach offset {target}")
-    return target
 
 
 def commitlog_bytes(store: Path, upto: int) -> bytes:
@@ -216,7 +158,7 @@ async def test_late_slave_catches_up_and_serves_pulls(
     async def topic_synced() -> bool:
         return "HA5" in (await api.all_topic_config(slave.address)).topic_config_table
 
-    await wait_until(topic_synced, 15, "SlaveSynchronize to copy the topic")
+    await eventually(topic_synced, "SlaveSynchronize to copy the topic", 15)
     pulled = await api.pull(slave.address, pull_header("HA5", 0, 0))
     assert [m.body for m in pulled.messages][:3] == [b"late-0", b"late-1", b"late-2"]
     # Sends to a slave are refused.
@@ -266,7 +208,7 @@ async def test_slave_synchronize_copies_tables_and_keeps_larger_offsets(
         offset0 = await api.query_consumer_offset(slave.address, "G", "HA7", 0)
         return "HA7" in topics.topic_config_table and offset0 == 5
 
-    await wait_until(synced, 15, "SlaveSynchronize to copy the master's tables")
+    await eventually(synced, "SlaveSynchronize to copy the master's tables", 15)
     # An offset committed to the slave (master down, say) is not overwritten by the master's.
     await api.update_consumer_offset(master.address, "G", "HA7", 1, 3)
     await asyncio.sleep(1.5)

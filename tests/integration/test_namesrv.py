@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -37,6 +37,7 @@ from client.protocol.namesrv import (
 from client.remoting.client import RemotingClient
 from client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from client.remoting.command import RemotingCommand
+from tests.support.conditions import eventually
 from tests.support.processes import Daemon, ProcessGroup
 
 TIMEOUT = 3.0
@@ -109,16 +110,6 @@ async def topic_list(client: RemotingClient, namesrv: str, cluster: str | None =
         header = GetTopicsByClusterRequestHeader(cluster)
         request = simple_request(RequestCode.GET_TOPICS_BY_CLUSTER, header)
     return set(parse_topic_list_response(await client.invoke(namesrv, request, TIMEOUT)).topic_list)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 3.0) -> float:
-    """Poll `check` until true; returns the seconds it took, fails after `timeout`."""
-    start = time.monotonic()
-    while not await check():
-        if time.monotonic() - start > timeout:
-            pytest.fail(f"condition not met within {timeout} s")
-        await asyncio.sleep(0.02)
-    return time.monotonic() - start
 
 
 async def test_master_and_slave_route(

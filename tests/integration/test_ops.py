@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +29,7 @@ from client.message import Message, ReceivedMessage
 from client.mqadmin import main as mqadmin
 from client.producer import Producer
 from client.protocol.heartbeat import ConsumeFromWhere
+from tests.support.conditions import eventually_sync
 from tests.support.launcher import LaunchedCluster, alive, index_workers_of
 
 pytestmark = pytest.mark.slow
@@ -58,14 +59,6 @@ def admin_cli(cluster: LaunchedCluster, *args: str) -> Result:
 
 def admin_json(cluster: LaunchedCluster, *args: str) -> object:
     return json.loads(admin_cli(cluster, *args, "--json").output)
-
-
-def eventually(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def client_config(cluster: LaunchedCluster) -> ClientConfig:
@@ -100,7 +93,7 @@ def create_topic(cluster: LaunchedCluster, topic: str) -> None:
         assert isinstance(route, dict)
         return len(route["queueDatas"]) == 2
 
-    eventually(routed, 20, f"route of {topic}")
+    eventually_sync(routed, f"route of {topic}", 20)
 
 
 def send(producer: Producer, topic: str, prefix: str, count: int) -> list[str]:
@@ -162,14 +155,14 @@ def test_progress_diff_reaches_zero_and_reset_by_time_reads_again(
     producer.start()
     try:
         send(producer, topic, "m", 30)
-        eventually(lambda: len(set(received.bodies())) == 30, 30, "30 messages consumed")
+        eventually_sync(lambda: len(set(received.bodies())) == 30, "30 messages consumed", 30)
 
         def drained() -> bool:
             data = admin_json(cluster, "consumerProgress", "-g", group, "-t", topic)
             assert isinstance(data, dict)
             return data["diffTotal"] == 0 and len(data["queues"]) == 4
 
-        eventually(drained, 20, "consumerProgress diff 0")
+        eventually_sync(drained, "consumerProgress diff 0", 20)
         text = admin_cli(cluster, "consumerProgress", "-g", group).output
         assert [c.strip() for c in text.splitlines()[0].split("#")[1:]] == [
             "Topic",
@@ -194,7 +187,7 @@ def test_progress_diff_reaches_zero_and_reset_by_time_reads_again(
             cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", str(before)
         ).output
         assert "#brokerName" in reset
-        eventually(lambda: len(received.bodies()) >= 60, 40, "every message consumed again")
+        eventually_sync(lambda: len(received.bodies()) >= 60, "every message consumed again", 40)
         assert sorted(set(received.bodies())) == sorted(f"m-{i}".encode() for i in range(30))
     finally:
         producer.shutdown()
@@ -230,14 +223,14 @@ def test_update_sub_group_broker_id_1_reads_from_the_slave(cluster: LaunchedClus
     producer.start()
     try:
         send(producer, topic, "first", 10)
-        eventually(lambda: len(received.bodies()) >= 10, 30, "the first messages")
+        eventually_sync(lambda: len(received.bodies()) >= 10, "the first messages", 30)
         # The master's answers told the consumer to read from broker id 1 from now on.
         send(producer, topic, "second", 20)
-        eventually(lambda: len(received.bodies()) >= 30, 30, "the second messages")
-        eventually(
+        eventually_sync(lambda: len(received.bodies()) >= 30, "the second messages", 30)
+        eventually_sync(
             lambda: slave_reads(cluster) - reads_before >= 15,
-            10,
             f"reads from slaves (before {reads_before}, now {slave_reads(cluster)})",
+            10,
         )
     finally:
         producer.shutdown()
@@ -264,7 +257,7 @@ def commitlog_diff(cluster: LaunchedCluster) -> float:
 def test_metrics_show_ha_lag_rising_while_a_slave_is_stopped(cluster: LaunchedCluster) -> None:
     topic = "OpsMetrics"
     create_topic(cluster, topic)
-    eventually(lambda: commitlog_diff(cluster) == 0, 20, "no HA lag to start with")
+    eventually_sync(lambda: commitlog_diff(cluster) == 0, "no HA lag to start with", 20)
     slave_pid = cluster.pids["broker-a-s"]
     os.kill(slave_pid, signal.SIGSTOP)
     try:
@@ -281,7 +274,7 @@ def test_metrics_show_ha_lag_rising_while_a_slave_is_stopped(cluster: LaunchedCl
         assert commitlog_diff(cluster) > lag  # still rising
     finally:
         os.kill(slave_pid, signal.SIGCONT)
-    eventually(lambda: commitlog_diff(cluster) == 0, 30, "the slave to catch up")
+    eventually_sync(lambda: commitlog_diff(cluster) == 0, "the slave to catch up", 30)
 
     metrics = scrape(cluster.ports["broker-a"].metrics)
     offsets = {s[0]["topic"]: s[1] for s in metrics["rocketmq_producer_offset"]}
@@ -326,7 +319,7 @@ def test_make_run_starts_the_local_cluster_and_ctrl_c_stops_every_process(
     try:
         assert set(launched.pids) == {"namesrv", "broker-a", "broker-a-s"}
         assert all(alive(pid) for pid in launched.pids.values())
-        eventually(lambda: "HA lag: broker-a<-" in launched.output(), 10, "the status line")
+        eventually_sync(lambda: "HA lag: broker-a<-" in launched.output(), "the status line", 10)
         workers = {
             worker
             for name in ("broker-a", "broker-a-s")
@@ -335,7 +328,7 @@ def test_make_run_starts_the_local_cluster_and_ctrl_c_stops_every_process(
         assert len(workers) == 2, "each broker builds its index in a worker process"
         launched.interrupt()
         launched.process.wait(60)
-        eventually(lambda: "stopped; stores and logs kept" in launched.output(), 30, "the end")
+        eventually_sync(lambda: "stopped; stores and logs kept" in launched.output(), "the end", 30)
     finally:
         launched.stop()
     assert not [name for name, pid in launched.pids.items() if alive(pid)]

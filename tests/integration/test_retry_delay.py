@@ -17,6 +17,7 @@ from client.message import Message, ReceivedMessage
 from client.producer import AsyncProducer
 from client.protocol.heartbeat import ConsumeFromWhere
 from client.remoting.codes import RequestCode
+from tests.support.conditions import eventually
 from tests.support.processes import Daemon, ProcessGroup
 
 pytestmark = pytest.mark.asyncio
@@ -30,15 +31,6 @@ def config(namesrv: Daemon) -> ClientConfig:
     return ClientConfig.create(
         namesrv.address, poll_name_server_interval=1.0, heartbeat_broker_interval=1.0
     )
-
-
-async def wait_for(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_failed_messages_are_retried_with_the_delay_levels(
@@ -62,8 +54,8 @@ async def test_failed_messages_are_retried_with_the_delay_levels(
         ids = [(await producer.send(Message("RT1", b"m%d" % i))).msg_id for i in range(3)]
         await consumer.start()
         try:
-            await wait_for(
-                lambda: all(len(deliveries[i]) >= 3 for i in ids), 30, "three deliveries each"
+            await eventually(
+                lambda: all(len(deliveries[i]) >= 3 for i in ids), "three deliveries each", 30
             )
             await asyncio.sleep(2.5)  # nothing more may follow a success
         finally:
@@ -143,7 +135,7 @@ async def test_delayed_messages_survive_a_restart_and_arrive_once(
     consumer.subscribe("RT3", "*", listener)
     await consumer.start()
     try:
-        await wait_for(lambda: set(got) >= ids, 30, "every delayed message")
+        await eventually(lambda: set(got) >= ids, "every delayed message", 30)
         await asyncio.sleep(2)
     finally:
         await consumer.shutdown()

@@ -212,15 +212,6 @@ async def cpp_consume(
 # --- our side -------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def api() -> AsyncIterator[BrokerAPI]:
-    client = BrokerAPI()
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
 async def wait_route(api: BrokerAPI, namesrv: Daemon, topic: str, timeout: float = 10.0) -> int:
     """Wait until the name server routes `topic`; its read queue count."""
     deadline = time.monotonic() + timeout

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import pytest
 
 from client.spark.records import spark_schema
 from tests.spark.conftest import Cluster, spark_subprocess_env, start_cluster
+from tests.support.conditions import eventually_sync
 from tests.support.processes import REPO_ROOT, ProcessGroup
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -53,15 +54,6 @@ def batch(spark: Any, cluster: Cluster, topic: str, **options: Any) -> Any:
     for key, value in options.items():
         reader = reader.option(key, str(value))
     return reader.load()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def assert_exactly_once(
@@ -246,9 +238,9 @@ def test_stopped_midway_then_restarted_reads_everything_once(
             return 0
 
     query = start(processingTime="200 milliseconds")
-    wait_for(lambda: rows() >= 200, 90, "the first batches")
+    eventually_sync(lambda: rows() >= 200, "the first batches", 90)
     placed |= cluster.produce(topic, 400, "w2", queues)  # arrives while the query runs
-    wait_for(lambda: rows("cast(key as string) like 'w2-%'") > 0, 90, "messages sent later")
+    eventually_sync(lambda: rows("cast(key as string) like 'w2-%'") > 0, "messages sent later", 90)
     query.stop()
     assert query.exception() is None
     assert rows() < 800, "the query was to be stopped mid-way"
@@ -315,7 +307,9 @@ def test_ingest_stopped_and_killed_then_restarted_reads_everything_once(
             start_new_session=True,
         )
         try:
-            wait_for(lambda: "batch 2:" in log1.read_text(errors="replace"), 120, "3 batches")
+            eventually_sync(
+                lambda: "batch 2:" in log1.read_text(errors="replace"), "3 batches", 120
+            )
             first.send_signal(signal.SIGINT)
             assert first.wait(60) == 0, log1.read_text(errors="replace")[-3000:]
         finally:
@@ -347,7 +341,7 @@ def test_ingest_stopped_and_killed_then_restarted_reads_everything_once(
                 )
                 return committed >= done + 2 and planned > committed
 
-            wait_for(mid_batch, 120, "a batch in flight after the restart")
+            eventually_sync(mid_batch, "a batch in flight after the restart", 120)
         finally:
             os.killpg(second.pid, signal.SIGKILL)
             second.wait(30)
@@ -402,7 +396,7 @@ def test_fail_on_data_loss(spark: Any, tmp_path: Path) -> None:
             mins = now
             return settled
 
-        wait_for(deleted, 30, "retention to delete the oldest CommitLog files")
+        eventually_sync(deleted, "retention to delete the oldest CommitLog files", 30)
         kept = {q: (mins[q], maxes[q]) for q in queues}
         survivors = {k: q for k, q in placed.items() if _offset_of(k, q, queues) >= mins[q]}
         zero: dict[str, dict[str, int]] = {}
@@ -489,9 +483,11 @@ def test_master_down_query_goes_on_from_the_slave(spark: Any, tmp_path: Path) ->
             return int(spark.table("failover").count())
 
         try:
-            wait_for(lambda: count() >= 300, 90, "batches from the master")
+            eventually_sync(lambda: count() >= 300, "batches from the master", 90)
             master.kill()
-            wait_for(lambda: count() >= 1500 or not query.isActive, 120, "the rest from the slave")
+            eventually_sync(
+                lambda: count() >= 1500 or not query.isActive, "the rest from the slave", 120
+            )
             assert query.isActive and query.exception() is None
             assert count() == 1500
             assert_exactly_once(spark.table("failover"), placed, ranges)

@@ -18,7 +18,6 @@ import pytest
 
 from store import dispatch
 from store.batch_body import encode_batch_body
-from store.config import StoreConfig
 from store.dispatch import ReputService
 from store.message_store import MessageStore
 from store.record import (
@@ -34,24 +33,22 @@ from store.record import (
     pack_host,
 )
 from store.segment import Segment
+from tests.support.stores import StoreFactory
 
 TOPICS = ["Orders", "主题", "T"]
 TAGS = [None, "TagA", "TagB", "标签", ""]
 KEYS = [None, "k1", "k1 k2", "键 k3", "  spaced  key ", ""]
 
 
-def config(root: Path, *, index: bool = True) -> StoreConfig:
-    cfg = StoreConfig(
-        store_path_root_dir=str(root),
-        message_index_enable=index,
-        mapped_file_size_commit_log=8192,
-        max_message_size=2048,
-        mapped_file_size_consume_queue=20 * 16,
-        max_hash_slot_num=32,
-        max_index_num=64,
-    )
-    cfg.validate()
-    return cfg
+STORES = StoreFactory(
+    message_index_enable=True,
+    mapped_file_size_commit_log=8192,
+    max_message_size=2048,
+    mapped_file_size_consume_queue=20 * 16,
+    max_hash_slot_num=32,
+    max_index_num=64,
+)
+make_config = STORES.config
 
 
 def random_message(rng: random.Random, i: int) -> MessageToStore:
@@ -112,7 +109,7 @@ async def test_fast_and_general_paths_build_the_same_files(
     tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(seed)
-    source = MessageStore(config(tmp_path / "source"))
+    source = MessageStore(make_config(tmp_path / "source"))
     source.load()  # loaded, not started: the appends are not dispatched here
     for i in range(400):
         msg = random_message(rng, i)
@@ -134,7 +131,7 @@ async def test_fast_and_general_paths_build_the_same_files(
         root = tmp_path / f"fast-{fast}"
         shutil.copytree(tmp_path / "source" / "commitlog", root / "commitlog")
         monkeypatch.setattr(ReputService, "fast_path", fast)
-        store = MessageStore(config(root))
+        store = MessageStore(make_config(root))
         store.load()  # dispatches the whole CommitLog
         assert store.reput.stalled_at < 0
         assert store.reput.behind_bytes == 0
@@ -183,7 +180,7 @@ async def test_appended_batches_dispatch_like_the_scan(
     """
     monkeypatch.setattr(dispatch, "APPENDED_BATCHES_MAX", 8)
     rng = random.Random(seed)
-    live = MessageStore(config(tmp_path / "live", index=False))
+    live = MessageStore(make_config(tmp_path / "live", message_index_enable=False))
     live.load()
     await live.start()
     taken: list[bool] = []
@@ -213,7 +210,7 @@ async def test_appended_batches_dispatch_like_the_scan(
 
     scanned = tmp_path / "scanned"
     shutil.copytree(tmp_path / "live" / "commitlog", scanned / "commitlog")
-    store = MessageStore(config(scanned, index=False))
+    store = MessageStore(make_config(scanned, message_index_enable=False))
     store.load()  # dispatches the whole CommitLog by scanning it
     await store.stop()
     queues = tree(scanned / "consumequeue")

@@ -11,8 +11,7 @@ import asyncio
 import contextlib
 import socket
 import struct
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from store.config import StoreConfig
 from store.message_store import MessageStore
 from store.record import MessageToStore
 from store.settings import from_properties
+from tests.support.conditions import eventually
 
 FILE = 64 * 1024
 HOST = "127.0.0.1"
@@ -68,14 +68,6 @@ async def service(master: MessageStore) -> AsyncIterator[HAService]:
         yield started
     finally:
         await started.stop()
-
-
-async def until(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.002)
 
 
 @contextlib.asynccontextmanager
@@ -134,12 +126,12 @@ async def test_an_ack_above_what_the_connection_was_sent_closes_it(
     ):
         await report(usable, start)  # a slave that will never ack: the put waits for it
         await report(forged, start + 1)  # claims more than the master has: DIVERGED, sent nothing
-        await until(lambda: len(service.connections) == 2, "both connections")
-        await until(lambda: all(c.reported for c in service.connections), "both reports")
+        await eventually(lambda: len(service.connections) == 2, "both connections")
+        await eventually(lambda: all(c.reported for c in service.connections), "both reports")
         assert connection(service, SlaveState.DIVERGED).sent_offset == start + 1
 
         put = asyncio.create_task(master.put_message(message(1)))
-        await until(lambda: service.transfer.waiting == 1, "the put to wait")
+        await eventually(lambda: service.transfer.waiting == 1, "the put to wait")
         # Within the master's max and above its previous report: only what it was sent says no.
         await report(forged, master.max_phy_offset)
         assert await closed(forged_reader)
@@ -160,13 +152,13 @@ async def test_reports_of_a_diverged_connection_release_nothing(
     ):
         await report(usable, start)
         await report(forged, claim)
-        await until(lambda: all(c.reported for c in service.connections), "both reports")
+        await eventually(lambda: all(c.reported for c in service.connections), "both reports")
         assert len(service.connections) == 2
         first = asyncio.create_task(master.put_message(message(1)))
-        await until(lambda: service.transfer.waiting == 1, "the first put to wait")
+        await eventually(lambda: service.transfer.waiting == 1, "the first put to wait")
         assert master.max_phy_offset < claim
         second = asyncio.create_task(master.put_message(message(2)))
-        await until(lambda: service.transfer.waiting == 2, "the second put to wait")
+        await eventually(lambda: service.transfer.waiting == 2, "the second put to wait")
         assert master.max_phy_offset > claim
         # Its own request again: within every bound, but a DIVERGED slave vouches for nothing.
         await report(forged, claim)
@@ -187,7 +179,7 @@ async def test_retention_overtaking_a_transfer_makes_the_slave_behind_retention(
     request = struct.unpack(">i", first_end)[0]  # the end of the first record
     async with raw_slave(service.port, receive_buffer=4096) as (reader, writer):
         await report(writer, request)
-        await until(lambda: any(c.reported for c in service.connections), "the report")
+        await eventually(lambda: any(c.reported for c in service.connections), "the report")
         (conn,) = service.connections
         sock = conn.writer.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)

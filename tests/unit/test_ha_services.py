@@ -40,6 +40,7 @@ from store.message_store import MessageStore
 from store.record import MessageToStore, decode_record, encode_properties
 from store.segment import offset_to_name
 from store.settings import from_properties
+from tests.support.conditions import eventually
 
 FILE = 64 * 1024
 # Not a divisor of FILE: a frame running over a file boundary could not hide.
@@ -148,19 +149,6 @@ def empty_first_file(root: Path) -> None:
 
 def side_files(store: MessageStore, suffix: str) -> list[Path]:
     return sorted(store.config.commit_log_dir.glob(f"*.{suffix}"))
-
-
-async def until(
-    predicate: Callable[[], bool], what: str, timeout: float = 5.0, step: float = 0.002
-) -> float:
-    """Poll `predicate` until it holds; returns the seconds waited. Fails after `timeout`."""
-    started = time.monotonic()
-    deadline = started + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(step)
-    return time.monotonic() - started
 
 
 def caught_up(master: MessageStore, slave: MessageStore) -> Callable[[], bool]:
@@ -388,7 +376,7 @@ def test_is_slave_ok_needs_a_connected_slave_within_fallbehind_max() -> None:
 async def test_wait_for_slave_released_by_a_covering_ack() -> None:
     transfer = GroupTransferService(lambda: [], slave_timeout_ms=2000, fallbehind_max=1 << 30)
     waiter = asyncio.create_task(transfer.wait_for_slave(1000))
-    await until(lambda: transfer.waiting == 1, "the send to wait")
+    await eventually(lambda: transfer.waiting == 1, "the send to wait")
     started = time.monotonic()
     transfer.on_ack(999)
     assert transfer.waiting == 1
@@ -430,7 +418,7 @@ async def test_one_ack_releases_every_waiter_it_covers_and_no_other() -> None:
     transfer.ack_listeners.append(seen.append)
     ends = [300, 100, 200, 400, 250]
     waiters = {end: asyncio.create_task(transfer.wait_for_slave(end)) for end in ends}
-    await until(lambda: transfer.waiting == len(ends), "all sends to wait")
+    await eventually(lambda: transfer.waiting == len(ends), "all sends to wait")
 
     transfer.on_ack(250)
     assert transfer.waiting == 2  # released synchronously, by this one ack
@@ -455,7 +443,7 @@ async def test_one_ack_releases_every_waiter_it_covers_and_no_other() -> None:
 async def test_fail_all_answers_every_waiter_at_once() -> None:
     transfer = GroupTransferService(lambda: [], slave_timeout_ms=60_000, fallbehind_max=1 << 30)
     waiters = [asyncio.create_task(transfer.wait_for_slave(end)) for end in (10, 20, 30)]
-    await until(lambda: transfer.waiting == 3, "all sends to wait")
+    await eventually(lambda: transfer.waiting == 3, "all sends to wait")
     started = time.monotonic()
     transfer.fail_all()
     assert await asyncio.gather(*waiters) == [False, False, False]
@@ -479,7 +467,7 @@ async def test_empty_slave_starts_at_the_start_of_the_masters_last_file(h: Harne
     relay = await h.relay(service.port)
     client = await h.client(slave, relay.port)
 
-    await until(caught_up(master, slave), "the slave to catch up")
+    await eventually(caught_up(master, slave), "the slave to catch up")
     (connection,) = service.connections
     assert connection.slave_request_offset == 0
     assert connection.state is SlaveState.TRANSFER
@@ -493,7 +481,7 @@ async def test_empty_slave_starts_at_the_start_of_the_masters_last_file(h: Harne
     )
 
     # The slave's own dispatch built its ConsumeQueue: it serves the last file's messages.
-    await until(lambda: slave.reput.behind_bytes == 0, "the slave's dispatch")
+    await eventually(lambda: slave.reput.behind_bytes == 0, "the slave's dispatch")
     on_slave = queue_bodies(slave)
     on_master = queue_bodies(master)
     assert on_slave
@@ -503,8 +491,8 @@ async def test_empty_slave_starts_at_the_start_of_the_masters_last_file(h: Harne
 
     # New messages follow, also into the slave's queue.
     await put_many(master, 5, start=250)
-    await until(caught_up(master, slave), "the new messages to reach the slave")
-    await until(lambda: max(queue_bodies(slave)) == 254, "the slave to dispatch them")
+    await eventually(caught_up(master, slave), "the new messages to reach the slave")
+    await eventually(lambda: max(queue_bodies(slave)) == 254, "the slave to dispatch them")
 
 
 async def test_slave_with_the_masters_prefix_resumes_from_its_max(h: Harness) -> None:
@@ -521,7 +509,7 @@ async def test_slave_with_the_masters_prefix_resumes_from_its_max(h: Harness) ->
     relay = await h.relay(service.port)
     await h.client(slave, relay.port)
 
-    await until(caught_up(master, slave), "the slave to catch up")
+    await eventually(caught_up(master, slave), "the slave to catch up")
     (connection,) = service.connections
     assert connection.slave_request_offset == prefix
     assert relay.reports[0] == prefix
@@ -545,9 +533,9 @@ async def test_slave_with_the_masters_prefix_resumes_from_its_max(h: Harness) ->
     assert {FILE, 2 * FILE} <= ends
 
     # The slave acknowledged what it appended; its queue was rebuilt from the replicated bytes.
-    await until(lambda: connection.slave_ack_offset == master.max_phy_offset, "the last ack")
+    await eventually(lambda: connection.slave_ack_offset == master.max_phy_offset, "the last ack")
     assert service.transfer.acked_offset == master.max_phy_offset
-    await until(lambda: slave.reput.behind_bytes == 0, "the slave's dispatch")
+    await eventually(lambda: slave.reput.behind_bytes == 0, "the slave's dispatch")
     assert queue_bodies(slave) == queue_bodies(master)
     assert len(queue_bodies(slave)) == 260
 
@@ -560,7 +548,7 @@ async def test_heartbeats_keep_an_idle_link_alive_past_housekeeping(h: Harness) 
     slave = await h.store("slave", BrokerRole.SLAVE)
     relay = await h.relay(service.port)
     client = await h.client(slave, relay.port, **timing)
-    await until(caught_up(master, slave), "the slave to catch up")
+    await eventually(caught_up(master, slave), "the slave to catch up")
     (connection,) = service.connections
     heartbeats, reports = relay.heartbeats(), len(relay.reports)
 
@@ -588,12 +576,14 @@ async def test_new_data_wakes_the_write_service_at_once(h: Harness) -> None:
     service = await h.service(master, **timing)
     slave = await h.store("slave", BrokerRole.SLAVE)
     await h.client(slave, service.port, **timing)
-    await until(caught_up(master, slave), "the slave to catch up")
+    await eventually(caught_up(master, slave), "the slave to catch up")
 
     delays = []
     for i in range(20):
         (append,) = await put_many(master, 1, start=i + 1)
-        delays.append(await until(holds(slave, append.end_offset), "replication", step=0.001))
+        delays.append(
+            await eventually(holds(slave, append.end_offset), "replication", interval=0.001)
+        )
     average = sum(delays) / len(delays)
     assert average < 0.05, delays  # RocketMQ's ASYNC_MASTER polls every 100 ms
     assert max(delays) < 1.0, delays
@@ -631,7 +621,9 @@ async def test_diverged_slave_reports_both_offsets_and_stops_retrying(
     relay = await h.relay(service.port)
     client = await h.client(slave, relay.port, ha_reconnect_interval=20)
 
-    await until(lambda: client.state is ClientState.DIVERGED, "the slave to see the divergence")
+    await eventually(
+        lambda: client.state is ClientState.DIVERGED, "the slave to see the divergence"
+    )
     mismatch = client.last_mismatch
     assert mismatch is not None
     assert (mismatch.state, mismatch.local, mismatch.master) == (
@@ -669,7 +661,7 @@ async def test_diverged_slave_with_auto_truncate_keeps_its_tail_aside_and_resync
     master, slave, slave_max = await diverged_pair(h)
     master_max = master.max_phy_offset
     tail = commitlog_bytes(slave, master_max, slave_max)
-    await until(lambda: slave.reput.behind_bytes == 0, "the slave's dispatch")
+    await eventually(lambda: slave.reput.behind_bytes == 0, "the slave's dispatch")
     assert len(queue_bodies(slave)) == 130
     calls: list[tuple[ClientState, int, int]] = []
     service = await h.service(master)
@@ -677,7 +669,7 @@ async def test_diverged_slave_with_auto_truncate_keeps_its_tail_aside_and_resync
         slave, service.port, resync=resync_callback(slave, calls), ha_slave_auto_truncate=True
     )
 
-    await until(
+    await eventually(
         lambda: client.state is ClientState.TRANSFER and len(service.connections) == 1,
         "the slave to resynchronise",
     )
@@ -694,13 +686,13 @@ async def test_diverged_slave_with_auto_truncate_keeps_its_tail_aside_and_resync
     assert kept == tail
 
     await put_many(master, 40, start=1000)
-    await until(caught_up(master, slave), "the slave to catch up")
+    await eventually(caught_up(master, slave), "the slave to catch up")
     assert client.connects == 2
     assert commitlog_bytes(slave, 0, slave.max_phy_offset) == commitlog_bytes(
         master, 0, master.max_phy_offset
     )
     # The diverged messages are gone from the slave's queue; the master's replaced them.
-    await until(lambda: slave.reput.behind_bytes == 0, "the slave's dispatch")
+    await eventually(lambda: slave.reput.behind_bytes == 0, "the slave's dispatch")
     assert queue_bodies(slave) == queue_bodies(master)
     assert len(queue_bodies(slave)) == 140
 
@@ -727,7 +719,7 @@ async def test_slave_behind_retention_reports_and_waits(
     relay = await h.relay(service.port)
     client = await h.client(slave, relay.port, ha_reconnect_interval=20)
 
-    await until(lambda: client.state is ClientState.BEHIND_RETENTION, "the slave to see it")
+    await eventually(lambda: client.state is ClientState.BEHIND_RETENTION, "the slave to see it")
     mismatch = client.last_mismatch
     assert mismatch is not None
     assert (mismatch.local, mismatch.master) == (FILE, master.min_phy_offset)
@@ -754,7 +746,7 @@ async def test_slave_behind_retention_with_auto_resync_restarts_at_the_oldest_fi
         slave, service.port, resync=resync_callback(slave, calls), ha_slave_auto_resync=True
     )
 
-    await until(caught_up(master, slave), "the slave to resynchronise")
+    await eventually(caught_up(master, slave), "the slave to resynchronise")
     assert calls == [(ClientState.BEHIND_RETENTION, FILE, 2 * FILE)]
     assert client.state is ClientState.TRANSFER
     assert len(list(slave.root.glob("resync-*/commitlog/*"))) == 1  # the old file, moved aside
@@ -763,7 +755,7 @@ async def test_slave_behind_retention_with_auto_resync_restarts_at_the_oldest_fi
     assert commitlog_bytes(slave, 2 * FILE, slave.max_phy_offset) == commitlog_bytes(
         master, 2 * FILE, master.max_phy_offset
     )
-    await until(lambda: slave.reput.behind_bytes == 0, "the slave's dispatch")
+    await eventually(lambda: slave.reput.behind_bytes == 0, "the slave's dispatch")
     on_slave, on_master = queue_bodies(slave), queue_bodies(master)
     assert on_slave == on_master
 
@@ -785,7 +777,7 @@ async def test_slave_whose_store_cannot_start_at_the_masters_offset_resyncs(h: H
     client = await h.client(
         slave, service.port, resync=resync_callback(slave, calls), ha_slave_auto_resync=True
     )
-    await until(caught_up(master, slave), "the slave to resynchronise")
+    await eventually(caught_up(master, slave), "the slave to resynchronise")
     assert calls == [(ClientState.BEHIND_RETENTION, 0, last_file)]
     assert client.state is ClientState.TRANSFER
     assert slave.min_phy_offset == last_file
@@ -811,7 +803,7 @@ async def test_an_unexpected_error_does_not_end_replication(
 
     slave.append_to_commitlog = failing_once  # type: ignore[method-assign]
     client = await h.client(slave, service.port)
-    await until(caught_up(master, slave), "the slave to reconnect and catch up")
+    await eventually(caught_up(master, slave), "the slave to reconnect and catch up")
     assert client.connects == 2
     assert client.state is ClientState.TRANSFER
     assert any("injected" in (r.exc_text or "") for r in caplog.records if r.name == "ha.slave")
@@ -823,8 +815,8 @@ async def test_slave_store_reopens_after_a_diverged_truncation(h: Harness) -> No
     client = await h.client(
         slave, service.port, resync=resync_callback(slave, []), ha_slave_auto_truncate=True
     )
-    await until(caught_up(master, slave), "the slave to resynchronise")
-    await until(lambda: client.state is ClientState.TRANSFER, "the transfer")
+    await eventually(caught_up(master, slave), "the slave to resynchronise")
+    await eventually(lambda: client.state is ClientState.TRANSFER, "the transfer")
     await h.stop(client)
     await h.stop(slave)
     slave = await h.store("slave", BrokerRole.SLAVE)
@@ -846,7 +838,7 @@ async def test_sync_master_put_statuses(h: Harness) -> None:
     slave = await h.store("slave", BrokerRole.SLAVE)
     relay = await h.relay(service.port)
     client = await h.client(slave, relay.port)
-    await until(reported(service), "the slave to connect")
+    await eventually(reported(service), "the slave to connect")
 
     result = await master.put_message(message(1))
     assert result.status is PutStatus.PUT_OK
@@ -863,16 +855,16 @@ async def test_sync_master_put_statuses(h: Harness) -> None:
     assert result.append is not None
     assert 0.29 <= elapsed < 1.0, elapsed
     end = result.append.end_offset
-    await until(lambda: slave.max_phy_offset >= end, "the slave to receive it anyway")
+    await eventually(lambda: slave.max_phy_offset >= end, "the slave to receive it anyway")
     assert service.transfer.acked_offset < end
 
     relay.release_reports()
-    await until(lambda: service.transfer.acked_offset >= end, "the held acks to arrive")
+    await eventually(lambda: service.transfer.acked_offset >= end, "the held acks to arrive")
     result = await master.put_message(message(3))
     assert result.status is PutStatus.PUT_OK
 
     await h.stop(client)
-    await until(lambda: not service.connections, "the master to see the slave go")
+    await eventually(lambda: not service.connections, "the master to see the slave go")
     result = await master.put_message(message(4))
     assert result.status is PutStatus.SLAVE_NOT_AVAILABLE
 
@@ -889,13 +881,13 @@ async def test_read_replicated_only_dispatches_only_acknowledged_messages(h: Har
     slave = await h.store("slave", BrokerRole.SLAVE)
     relay = await h.relay(service.port)
     await h.client(slave, relay.port)
-    await until(reported(service), "the slave to connect")
+    await eventually(reported(service), "the slave to connect")
     relay.hold_reports()
 
     put = asyncio.create_task(master.put_message(message(0)))
-    await until(lambda: master.max_phy_offset > 0, "the put to append")
+    await eventually(lambda: master.max_phy_offset > 0, "the put to append")
     end = master.max_phy_offset
-    await until(lambda: slave.max_phy_offset == end, "the slave to receive it")
+    await eventually(lambda: slave.max_phy_offset == end, "the slave to receive it")
     # Dispatch stops at what a slave acknowledged, even when asked directly.
     assert master.reput.dispatch_available(1 << 20) == 0
     assert not found(master, 0)
@@ -904,8 +896,8 @@ async def test_read_replicated_only_dispatches_only_acknowledged_messages(h: Har
     relay.release_reports()
     result = await put
     assert result.status is PutStatus.PUT_OK
-    await until(lambda: found(master, 0), "the master to dispatch the acknowledged message")
-    await until(lambda: found(slave, 0), "the slave to dispatch it")
+    await eventually(lambda: found(master, 0), "the master to dispatch the acknowledged message")
+    await eventually(lambda: found(slave, 0), "the slave to dispatch it")
 
 
 # --- 5. reports that must not count as acks --------------------------------------------------
@@ -948,10 +940,10 @@ async def test_forged_ack_above_the_masters_max_closes_and_releases_nothing(h: H
     async with raw_slave(service.port) as (reader, writer):
         writer.write(encode_ack(start))
         await writer.drain()
-        await until(reported(service), "the first report")
+        await eventually(reported(service), "the first report")
 
         put = asyncio.create_task(master.put_message(message(1)))
-        await until(lambda: service.transfer.waiting == 1, "the send to wait")
+        await eventually(lambda: service.transfer.waiting == 1, "the send to wait")
         end = master.max_phy_offset
         assert (await read_frames(reader, 1))[0] == (start, end - start)
 
@@ -959,7 +951,7 @@ async def test_forged_ack_above_the_masters_max_closes_and_releases_nothing(h: H
         await writer.drain()
         await read_to_eof(reader)  # the master hung up
 
-    await until(lambda: not service.connections, "the connection to go")
+    await eventually(lambda: not service.connections, "the connection to go")
     assert service.transfer.acked_offset == 0
     assert (await put).status is PutStatus.FLUSH_SLAVE_TIMEOUT
 
@@ -983,16 +975,16 @@ async def test_a_first_report_is_where_the_slave_stands_not_an_ack(h: Harness) -
     async with raw_slave(service.port) as (_reader_a, writer_a):
         writer_a.write(encode_ack(master.max_phy_offset))
         await writer_a.drain()
-        await until(reported(service), "the first slave")
+        await eventually(reported(service), "the first slave")
         put = asyncio.create_task(master.put_message(message(1)))
-        await until(lambda: service.transfer.waiting == 1, "the send to wait")
+        await eventually(lambda: service.transfer.waiting == 1, "the send to wait")
         end = master.max_phy_offset
 
         async with raw_slave(service.port) as (_reader_b, writer_b):
             # A (re)connecting slave claims to hold everything: it counts as usable, no more.
             writer_b.write(encode_ack(end))
             await writer_b.drain()
-            await until(reported(service, 2), "the second slave")
+            await eventually(reported(service, 2), "the second slave")
             assert service.transfer.acked_offset == 0
             assert service.transfer.waiting == 1
             assert not put.done()

@@ -12,29 +12,24 @@ from pathlib import Path
 import pytest
 
 import store.message_store as message_store_module
-from store.config import StoreConfig
 from store.errors import StoreLockedError
 from store.index_worker import take_lock
 from store.message_store import MessageStore
 from store.record import MessageToStore, encode_properties, pack_host
+from tests.support.stores import StoreFactory
+
+STORES = StoreFactory(
+    mapped_file_size_commit_log=16384,
+    max_message_size=2048,
+    max_index_num=200,
+    flush_interval_consume_queue=50,
+    message_index_worker_enable=True,
+)
+make_config = STORES.config
 
 
-def config(root: Path, *, worker: bool = True) -> StoreConfig:
-    cfg = StoreConfig(
-        store_path_root_dir=str(root),
-        mapped_file_size_commit_log=16384,
-        max_message_size=2048,
-        mapped_file_size_consume_queue=20 * 64,
-        max_hash_slot_num=64,
-        max_index_num=200,
-        flush_interval_consume_queue=50,
-        message_index_worker_enable=worker,
-    )
-    cfg.validate()
-    return cfg
-
-
-def message(i: int) -> MessageToStore:
+def order(i: int) -> MessageToStore:
+    """Order `i`: two topics (one not ASCII), two queues, keys to look up, some IPv6 hosts."""
     props = {"UNIQ_KEY": f"U{i:08d}", "KEYS": f"order-{i} 键{i % 7}", "TAGS": "A"}
     return MessageToStore(
         topic="Orders" if i % 3 else "话题",
@@ -47,7 +42,7 @@ def message(i: int) -> MessageToStore:
 
 async def put(store: MessageStore, first: int, count: int) -> None:
     for i in range(first, first + count):
-        result = await store.put_message(message(i))
+        result = await store.put_message(order(i))
         assert result.append is not None, result.remark
 
 
@@ -59,7 +54,7 @@ def built_in_process(tmp_path: Path, source: Path) -> list[bytes]:
     """The index that load() builds in process from a copy of `source`'s CommitLog."""
     root = tmp_path / "reference"
     shutil.copytree(source / "commitlog", root / "commitlog")
-    reference = MessageStore(config(root, worker=False))
+    reference = MessageStore(make_config(root, message_index_worker_enable=False))
     reference.load()
     reference.close_files()
     return index_contents(root)
@@ -67,7 +62,7 @@ def built_in_process(tmp_path: Path, source: Path) -> list[bytes]:
 
 async def test_worker_builds_what_dispatch_builds_and_queries_see_it(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    store = MessageStore(config(root))
+    store = MessageStore(make_config(root))
     store.load()
     await store.start()
     try:
@@ -89,7 +84,7 @@ async def test_worker_builds_what_dispatch_builds_and_queries_see_it(tmp_path: P
 
 async def test_a_killed_worker_is_replaced_without_duplicates(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    store = MessageStore(config(root))
+    store = MessageStore(make_config(root))
     store.load()
     await store.start()
     try:
@@ -127,22 +122,22 @@ async def test_load_waits_for_the_index_writer_lock(
     held = take_lock(root / "index", 0)
     try:
         with pytest.raises(StoreLockedError, match=r"index\.lock"):
-            MessageStore(config(root)).load()
+            MessageStore(make_config(root)).load()
     finally:
         os.close(held)
-    store = MessageStore(config(root))
+    store = MessageStore(make_config(root))
     store.load()  # free now
     store.close_files()
 
 
 async def test_restart_keeps_the_index(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    store = MessageStore(config(root))
+    store = MessageStore(make_config(root))
     store.load()
     await store.start()
     await put(store, 0, 100)
     await store.stop()
-    store = MessageStore(config(root))
+    store = MessageStore(make_config(root))
     store.load()
     assert store.last_exit_ok
     await store.start()
@@ -159,7 +154,7 @@ async def test_restart_keeps_the_index(tmp_path: Path) -> None:
 async def test_the_worker_runs_below_the_broker_priority_also_after_a_restart(
     tmp_path: Path,
 ) -> None:
-    store = MessageStore(config(tmp_path / "store"))
+    store = MessageStore(make_config(tmp_path / "store"))
     store.load()
     await store.start()
     own = os.getpriority(os.PRIO_PROCESS, 0)
@@ -172,7 +167,7 @@ async def test_the_worker_runs_below_the_broker_priority_also_after_a_restart(
             await put(store, first, 10)
             await store.wait_index(timeout=10)  # the child is up and has indexed them
             uniq = f"U{first + 9:08d}"
-            found = store.query_message(message(first + 9).topic, uniq, 10, 0, 2**62)
+            found = store.query_message(order(first + 9).topic, uniq, 10, 0, 2**62)
             assert [m.properties["UNIQ_KEY"] for m in found.messages] == [uniq]
             assert worker.pid is not None
             assert os.getpriority(os.PRIO_PROCESS, worker.pid) == expected

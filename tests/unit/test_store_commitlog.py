@@ -22,30 +22,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store.commitlog import CommitLog, PutStatus
-from store.config import BrokerRole, StoreConfig
+from store.config import BrokerRole
 from store.errors import OffsetMismatchError
 from store.message_store import MessageStore
 from store.record import MessageToStore, decode_record, encode_properties
 from store.segment_queue import SegmentQueue
+from tests.support.stores import StoreFactory
 
 FILE = 4096
 MAGIC = 0xDAA320A7
 BLANK_MAGIC = 0xCBD43194
 CQ_FILE = 20 * 16
 
-
-def make_config(root: Path, **overrides: Any) -> StoreConfig:
-    values: dict[str, Any] = {
-        "store_path_root_dir": str(root),
-        "mapped_file_size_commit_log": FILE,
-        "max_message_size": 1024,
-        "mapped_file_size_consume_queue": CQ_FILE,
-        "message_index_enable": False,
-    }
-    values.update(overrides)
-    config = StoreConfig(**values)
-    config.validate()
-    return config
+STORES = StoreFactory(
+    mapped_file_size_commit_log=FILE,
+    mapped_file_size_consume_queue=CQ_FILE,
+    message_index_enable=False,
+)
+make_config = STORES.config
 
 
 @pytest.fixture

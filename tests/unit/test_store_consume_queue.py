@@ -10,18 +10,25 @@ from __future__ import annotations
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from store.config import BrokerRole, StoreConfig
+from store.config import BrokerRole
 from store.consume_queue import ConsumeQueue
 from store.message_store import MessageStore
 from store.record import MessageToStore, encode_properties
+from tests.support.stores import StoreFactory
 
 FILE = 4096
 UNITS_PER_FILE = 16
 CQ_FILE = 20 * UNITS_PER_FILE
+
+STORES = StoreFactory(
+    mapped_file_size_commit_log=FILE,
+    mapped_file_size_consume_queue=CQ_FILE,
+    message_index_enable=False,
+)
+make_config = STORES.config
 T0 = 4_102_444_800_000  # 2100-01-01: store times are set from here, ahead of the clock
 
 
@@ -49,18 +56,6 @@ def unit(phy: int, size: int, tags_code: int) -> bytes:
 
 
 BLANK_UNIT = unit(0, 0x7FFFFFFF, 0)
-
-
-def make_config(root: Path, **overrides: Any) -> StoreConfig:
-    values: dict[str, Any] = {
-        "store_path_root_dir": str(root),
-        "mapped_file_size_commit_log": FILE,
-        "max_message_size": 1024,
-        "mapped_file_size_consume_queue": CQ_FILE,
-        "message_index_enable": False,
-    }
-    values.update(overrides)
-    return StoreConfig(**values)
 
 
 @pytest.fixture

@@ -17,38 +17,27 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store.batch_body import encode_batch_body
-from store.config import BrokerRole, StoreConfig
+from store.config import BrokerRole
 from store.consume_queue import iter_units
 from store.get_message import GetMessageResult, GetMessageStatus
 from store.message_store import MessageStore
 from store.record import MessageBatch, MessageToStore, decode_record, encode_properties
 from store.tags import parse_tag_expression
+from tests.support.stores import StoreFactory
 
 S = GetMessageStatus
 FILE = 4096
 CQ_UNITS = 16
 HUGE_RAM = 1 << 50
 
-
-def make_config(root: Path, **overrides: Any) -> StoreConfig:
-    values: dict[str, Any] = {
-        "store_path_root_dir": str(root),
-        "mapped_file_size_commit_log": FILE,
-        "max_message_size": 1024,
-        "mapped_file_size_consume_queue": 20 * 1000,
-        "message_index_enable": False,
-        "physical_memory_bytes": HUGE_RAM,
-    }
-    values.update(overrides)
-    config = StoreConfig(**values)
-    config.validate()
-    return config
-
-
-def open_store(root: Path, **overrides: Any) -> MessageStore:
-    store = MessageStore(make_config(root, **overrides))
-    store.load()
-    return store
+STORES = StoreFactory(
+    mapped_file_size_commit_log=FILE,
+    mapped_file_size_consume_queue=20 * 1000,
+    message_index_enable=False,
+    physical_memory_bytes=HUGE_RAM,
+)
+make_config = STORES.config
+open_store = STORES.open
 
 
 async def fill(

@@ -9,57 +9,31 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import PutStatus
-from store.config import BrokerRole, FlushDiskType, StoreConfig
+from store.config import BrokerRole, FlushDiskType
 from store.errors import StoreLockedError
 from store.get_message import GetMessageStatus
 from store.message_store import MessageStore, PutMessageResult
-from store.record import MessageToStore, decode_record, encode_properties
+from store.record import MessageToStore, decode_record
+from tests.support.messages import message
+from tests.support.stores import StoreFactory
 
 FILE = 4096
+
+STORES = StoreFactory(
+    mapped_file_size_commit_log=FILE,
+    flush_interval_commit_log=20,
+    flush_interval_consume_queue=20,
+    commit_interval_commit_log=20,
+)
+make_config = STORES.config
+open_store = STORES.open
 T0 = 4_102_444_800_000  # 2100-01-01: store times set from here are ahead of the clock
-
-
-def make_config(root: Path, **overrides: Any) -> StoreConfig:
-    values: dict[str, Any] = {
-        "store_path_root_dir": str(root),
-        "mapped_file_size_commit_log": FILE,
-        "max_message_size": 1024,
-        "mapped_file_size_consume_queue": 20 * 64,
-        "max_hash_slot_num": 64,
-        "max_index_num": 256,
-        "flush_interval_commit_log": 20,
-        "flush_interval_consume_queue": 20,
-        "commit_interval_commit_log": 20,
-    }
-    values.update(overrides)
-    config = StoreConfig(**values)
-    config.validate()
-    return config
-
-
-def open_store(
-    root: Path, *, disk_usage: Callable[[Path], float] | None = None, **kw: Any
-) -> MessageStore:
-    config = make_config(root, **kw)
-    store = (
-        MessageStore(config) if disk_usage is None else MessageStore(config, disk_usage=disk_usage)
-    )
-    store.load()
-    return store
-
-
-def message(topic: str, queue_id: int, i: int, **props: str) -> MessageToStore:
-    return MessageToStore(
-        topic, queue_id, f"{topic}-{queue_id}-{i}".encode() * 8, encode_properties(props)
-    )
 
 
 async def put_ok(store: MessageStore, msg: MessageToStore) -> PutMessageResult:
@@ -99,7 +73,9 @@ async def test_restart_keeps_offsets_and_continues(tmp_path: Path) -> None:
                 assert bodies(store, *q) == sent[q]
             for i in range(24):
                 topic, queue_id = queues[i % 3]
-                msg = message(topic, queue_id, 100 * round_no + i, KEYS=f"key-{round_no}-{i}")
+                msg = message(
+                    100 * round_no + i, topic=topic, queue_id=queue_id, KEYS=f"key-{round_no}-{i}"
+                )
                 result = await put_ok(store, msg)
                 assert result.append is not None
                 assert result.append.queue_offset == len(sent[(topic, queue_id)])
@@ -122,7 +98,7 @@ async def test_restart_keeps_offsets_and_continues(tmp_path: Path) -> None:
     try:
         assert store.commitlog.topic_queue_table == {f"{t}-{q}": 24 for t, q in queues}
         found = store.query_message("A", "key-1-3", 10, 0, 2**62)
-        assert [m.body for m in found.messages] == [message("A", 0, 103).body]
+        assert [m.body for m in found.messages] == [message(103, topic="A", queue_id=0).body]
     finally:
         await store.stop()
 
@@ -143,13 +119,15 @@ async def test_sync_flush_put_is_flushed(tmp_path: Path) -> None:
     await store.start()
     try:
         for i in range(30):
-            result = await put_ok(store, message("S", 0, i))
+            result = await put_ok(store, message(i, topic="S", queue_id=0))
             assert result.append is not None
             assert store.commitlog.segments.flushed_where >= result.append.end_offset
             last = store.commitlog.segments.last
             assert last is not None and last.flushed == last.wrote
         # Concurrent puts share flushes and all come back flushed.
-        results = await asyncio.gather(*(store.put_message(message("S", 1, i)) for i in range(20)))
+        results = await asyncio.gather(
+            *(store.put_message(message(i, topic="S", queue_id=1)) for i in range(20))
+        )
         assert all(r.status is PutStatus.PUT_OK for r in results)
         end = max(r.append.end_offset for r in results if r.append is not None)
         assert store.commitlog.segments.flushed_where >= end
@@ -169,7 +147,7 @@ async def test_sync_flush_timeout_still_stores(
             return False
 
         monkeypatch.setattr(store, "flush_commitlog", stuck)
-        result = await store.put_message(message("S", 0, 0))
+        result = await store.put_message(message(0, topic="S", queue_id=0))
         assert result.status is PutStatus.FLUSH_DISK_TIMEOUT
         assert result.ok
         monkeypatch.undo()
@@ -179,7 +157,7 @@ async def test_sync_flush_timeout_still_stores(
 
 async def test_abort_file_is_kept_when_dispatch_is_stalled(tmp_path: Path) -> None:
     store = open_store(tmp_path, broker_role=BrokerRole.SLAVE)
-    refused = await store.put_message(message("S", 0, 0))
+    refused = await store.put_message(message(0, topic="S", queue_id=0))
     assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE
     assert "slave" in refused.remark
     await store.start()
@@ -205,7 +183,9 @@ async def test_delay_moves_message_to_schedule_topic(
     store = open_store(tmp_path)
     try:
         store.commitlog.last_store_timestamp = T0
-        result = await put_ok(store, message("Real", 5, 0, TAGS="TagA", DELAY=delay, KEYS="k"))
+        result = await put_ok(
+            store, message(0, topic="Real", queue_id=5, TAGS="TagA", DELAY=delay, KEYS="k")
+        )
         assert result.append is not None and result.append.store_timestamp == T0
         store.reput.dispatch_available(1 << 62)
         stored = store.look_message_by_offset(result.append.wrote_offset)
@@ -229,8 +209,8 @@ async def test_delay_moves_message_to_schedule_topic(
 async def test_no_delay_for_level_zero_or_prepared_transactions(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     try:
-        plain = await put_ok(store, message("Real", 0, 0, DELAY="0"))
-        prepared = message("Real", 0, 1, DELAY="2")
+        plain = await put_ok(store, message(0, topic="Real", queue_id=0, DELAY="0"))
+        prepared = message(1, topic="Real", queue_id=0, DELAY="2")
         prepared.sys_flag = 0x4
         tran = await put_ok(store, prepared)
         for result in (plain, tran):
@@ -254,24 +234,24 @@ async def test_disk_full_refuses_writes_until_space_is_back(tmp_path: Path) -> N
     store = open_store(tmp_path, disk_usage=lambda p: usage[0], delete_when=not_this_hour())
     try:
         for i in range(5):
-            await put_ok(store, message("D", 0, i))
+            await put_ok(store, message(i, topic="D", queue_id=0))
         await store.cleaner.tick()
         assert not store.disk_full
         usage[0] = 0.95
         await store.cleaner.tick()
         assert store.disk_full
         end = store.max_phy_offset
-        result = await store.put_message(message("D", 0, 99))
+        result = await store.put_message(message(99, topic="D", queue_id=0))
         assert result.status is PutStatus.SERVICE_NOT_AVAILABLE
         assert "disk is full" in result.remark
         assert not result.ok
-        batch = await store.put_messages([message("D", 0, 100)])
+        batch = await store.put_messages([message(100, topic="D", queue_id=0)])
         assert batch.status is PutStatus.SERVICE_NOT_AVAILABLE
         assert store.max_phy_offset == end
         usage[0] = 0.5
         await store.cleaner.tick()
         assert not store.disk_full
-        result = await put_ok(store, message("D", 0, 101))
+        result = await put_ok(store, message(101, topic="D", queue_id=0))
         assert result.append is not None and result.append.queue_offset == 5
     finally:
         await store.stop()
@@ -282,12 +262,12 @@ async def _fill_files(store: MessageStore, files: int) -> dict[tuple[str, int], 
     i = 0
     while len(store.commitlog.segments) < files:
         q = ("R", i % 2)
-        await put_ok(store, message(*q, i))
+        await put_ok(store, message(i, topic="R", queue_id=i % 2))
         counts[q] = counts.get(q, 0) + 1
         i += 1
     for k in range(6):  # both queues get messages in the last file
         q = ("R", k % 2)
-        await put_ok(store, message(*q, i + k))
+        await put_ok(store, message(i + k, topic="R", queue_id=k % 2))
         counts[q] += 1
     assert len(store.commitlog.segments) == files
     store.reput.dispatch_available(1 << 62)
@@ -377,11 +357,17 @@ async def test_transient_store_pool_reads_after_commit_and_matches_normal_store(
     assert pooled.pool is not None and normal.pool is None
     try:
         for round_no in range(3):  # commit between rounds: buffers go back and are reused
-            msgs = [message("P", i % 2, 50 * round_no + i, TAGS="t") for i in range(45)]
+            msgs = [
+                message(50 * round_no + i, topic="P", queue_id=i % 2, TAGS="t") for i in range(45)
+            ]
             before = pooled.max_phy_offset
             await _put_fixed_time(pooled, msgs)
             await _put_fixed_time(
-                normal, [message("P", i % 2, 50 * round_no + i, TAGS="t") for i in range(45)]
+                normal,
+                [
+                    message(50 * round_no + i, topic="P", queue_id=i % 2, TAGS="t")
+                    for i in range(45)
+                ],
             )
             pooled.reput.dispatch_available(1 << 62)
             normal.reput.dispatch_available(1 << 62)
@@ -419,7 +405,7 @@ async def test_transient_store_pool_commit_service(tmp_path: Path) -> None:
     await store.start()
     try:
         for i in range(30):
-            await put_ok(store, message("C", 0, i))
+            await put_ok(store, message(i, topic="C", queue_id=0))
         await asyncio.wait_for(arrived.wait(), 5)  # the commit service made them readable
         # One call per queue and tagsCode for each run of units dispatch writes together.
         assert seen == sorted(set(seen))
@@ -482,7 +468,7 @@ async def test_segment_and_index_files_have_their_blocks_reserved(tmp_path: Path
     probe.unlink()
     store = open_store(tmp_path, message_index_enable=True)
     try:
-        await put_ok(store, message("T", 0, 0, KEYS="k"))
+        await put_ok(store, message(0, topic="T", queue_id=0, KEYS="k"))
         store.reput.dispatch_available(1 << 62)
         files = [
             path

@@ -9,42 +9,26 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from store import message_store
 from store.commitlog import PutStatus
-from store.config import StoreConfig
 from store.errors import CorruptStoreError
 from store.get_message import GetMessageStatus
 from store.message_store import MessageStore, Recovery
 from store.record import MessageToStore, decode_record, encode_properties
+from tests.support.stores import StoreFactory
 
 FILE = 4096
 CQ_FILE = 20 * 8
+
+STORES = StoreFactory(
+    mapped_file_size_commit_log=FILE, mapped_file_size_consume_queue=CQ_FILE, max_index_num=512
+)
+make_config = STORES.config
+open_store = STORES.open
 T0 = 4_102_444_800_000  # store times are set from here: files' first records are seconds apart
-
-
-def make_config(root: Path, **overrides: Any) -> StoreConfig:
-    values: dict[str, Any] = {
-        "store_path_root_dir": str(root),
-        "mapped_file_size_commit_log": FILE,
-        "max_message_size": 1024,
-        "mapped_file_size_consume_queue": CQ_FILE,
-        "max_hash_slot_num": 64,
-        "max_index_num": 512,
-    }
-    values.update(overrides)
-    config = StoreConfig(**values)
-    config.validate()
-    return config
-
-
-def open_store(root: Path) -> MessageStore:
-    store = MessageStore(make_config(root))
-    store.load()
-    return store
 
 
 @dataclass

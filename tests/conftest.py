@@ -1,9 +1,12 @@
-"""Fixtures for tests against real daemons on 127.0.0.1.
+"""Fixtures shared by every test folder (helpers that are not fixtures live in tests/support).
 
 - `processes`: a `ProcessGroup` whose daemons log under the test's tmp dir and are all stopped
   when the test ends, passed or failed.
 - `namesrv`: a running name server (a `Daemon`; `.address` is "127.0.0.1:port").
 - `remoting_client`: a `RemotingClient`, closed when the test ends.
+- `api`: a `BrokerAPI` with its default timeout, closed when the test ends.
+- `memory_network`: an in-memory network for HA services (tests/support/memory_streams.py);
+  the connections it made are closed when the test ends.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from client.api import BrokerAPI
 from client.remoting.client import RemotingClient
 from tests.support.processes import Daemon, ProcessGroup
 
@@ -34,6 +38,15 @@ def namesrv(processes: ProcessGroup) -> Daemon:
 @pytest.fixture
 async def remoting_client() -> AsyncIterator[RemotingClient]:
     client = RemotingClient()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[BrokerAPI]:
+    client = BrokerAPI()
     try:
         yield client
     finally:
