@@ -45,6 +45,7 @@ from ha.codec import (
 )
 from ha.config import HAConfig
 from ha.group_transfer import GroupTransferService
+from ha.transport import Listen, Listening, listen_tcp
 from store.config import BrokerRole
 from store.message_store import MessageStore
 
@@ -307,7 +308,15 @@ class HAConnection:
 class HAService:
     """The master's HA port: one HAConnection per slave, and SYNC_MASTER acknowledgement."""
 
-    def __init__(self, store: MessageStore, config: HAConfig, host: str, port: int) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        config: HAConfig,
+        host: str,
+        port: int,
+        *,
+        listen: Listen = listen_tcp,
+    ) -> None:
         self.store = store
         self.config = config
         self.host = host
@@ -318,7 +327,8 @@ class HAService:
             slave_timeout_ms=config.slave_timeout,
             fallbehind_max=config.ha_slave_fallbehind_max,
         )
-        self._server: asyncio.Server | None = None
+        self._listen = listen
+        self._server: Listening | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # Called with a slave's address once it has reported where it stands.
         self.slave_listeners: list[Callable[[str], None]] = []
@@ -327,12 +337,7 @@ class HAService:
         return [c for c in self.connections if c.reported and c.state is SlaveState.TRANSFER]
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._accept, self.host, self.port, reuse_address=True
-        )
-        sockets = self._server.sockets
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        self._server, self.port = await self._listen(self._accept, self.host, self.port)
         self.store.data_listeners.append(self._wake_all)
         if self.store.role is BrokerRole.SYNC_MASTER:
             self.store.replication = self.transfer

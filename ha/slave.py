@@ -36,6 +36,7 @@ from ha.codec import (
 )
 from ha.config import HAConfig
 from ha.master import TransferRate
+from ha.transport import Connect, connect_tcp
 from store.errors import OffsetMismatchError
 from store.message_store import MessageStore
 
@@ -66,7 +67,12 @@ Resync = Callable[[ClientState, int, int], bool]
 
 class HAClient:
     def __init__(
-        self, store: MessageStore, config: HAConfig, *, resync: Resync | None = None
+        self,
+        store: MessageStore,
+        config: HAConfig,
+        *,
+        resync: Resync | None = None,
+        connect: Connect = connect_tcp,
     ) -> None:
         self.store = store
         self.config = config
@@ -80,6 +86,7 @@ class HAClient:
         self.rate = TransferRate()
         self.connects = 0
         self._resync = resync
+        self._connect = connect
         self._task: asyncio.Task[None] | None = None
         self._address_changed = asyncio.Event()
 
@@ -170,10 +177,7 @@ class HAClient:
         return False
 
     async def _session(self, address: str) -> None:
-        host, _sep, port = address.rpartition(":")
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host.strip("[]"), int(port)), CONNECT_TIMEOUT
-        )
+        reader, writer = await asyncio.wait_for(self._connect(address), CONNECT_TIMEOUT)
         self.connects += 1
         try:
             log.info("HA: connected to master %s", address)

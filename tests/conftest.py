@@ -5,8 +5,9 @@
 - `namesrv`: a running name server (a `Daemon`; `.address` is "127.0.0.1:port").
 - `remoting_client`: a `RemotingClient`, closed when the test ends.
 - `api`: a `BrokerAPI` with its default timeout, closed when the test ends.
-- `memory_network`: an in-memory network for HA services (tests/support/memory_streams.py);
-  the connections it made are closed when the test ends.
+- `ha`: a `Harness` (tests/support/ha_harness.py) whose HA services, clients and relays talk
+  over an in-memory network: no sockets. It stops what it made when the test ends and fails the
+  test if asyncio logged an error meanwhile.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import pytest
 
 from client.api import BrokerAPI
 from client.remoting.client import RemotingClient
+from tests.support.ha_harness import Harness, harness
+from tests.support.memory_streams import MemoryNetwork
 from tests.support.processes import Daemon, ProcessGroup
 
 
@@ -51,3 +54,9 @@ async def api() -> AsyncIterator[BrokerAPI]:
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture
+async def ha(tmp_path: Path) -> AsyncIterator[Harness]:
+    async with harness(tmp_path, MemoryNetwork()) as made:
+        yield made

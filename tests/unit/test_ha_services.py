@@ -1,10 +1,9 @@
 """In-process tests of the HA services: GroupTransferService, HAService/HAConnection and HAClient.
 
-Real MessageStores on tmp_path with 64 KiB CommitLog files (so files roll), the services on
-127.0.0.1 port 0 and short intervals. `Relay`, a small TCP relay between a slave and its master,
-decodes both directions (frames and reports) and can hold the slave's reports back: a slave that
-is connected but no longer acknowledges. Waits poll with deadlines; the only fixed sleeps check
-that something does *not* happen.
+Real MessageStores on tmp_path with 64 KiB CommitLog files (so files roll) and short intervals;
+master, slave and `Relay` (which decodes both directions and can hold the slave's reports back)
+talk over an in-memory network, no sockets (the `ha` fixture, tests/support/ha_harness.py).
+Waits are conditions; the only fixed sleeps check that something does *not* happen.
 """
 
 from __future__ import annotations
@@ -13,343 +12,50 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ha.codec import (
-    ACK_SIZE,
-    AckDecoder,
-    BatchReceived,
-    TransferDecoder,
-    encode_ack,
-)
-from ha.config import HAConfig
+from ha.codec import encode_ack
 from ha.group_transfer import GroupTransferService
-from ha.master import HAService, SlaveState
-from ha.slave import ClientState, HAClient, Resync
-from store.commitlog import AppendResult, PutStatus
-from store.config import BrokerRole, StoreConfig
-from store.get_message import GetMessageStatus
+from ha.master import SlaveState
+from ha.slave import ClientState
+from store.commitlog import PutStatus
+from store.config import BrokerRole
 from store.message_store import MessageStore
-from store.record import MessageToStore, decode_record, encode_properties
-from store.segment import offset_to_name
-from store.settings import from_properties
+from store.record import MessageToStore, encode_properties
 from tests.support.conditions import eventually
-
-FILE = 64 * 1024
-# Not a divisor of FILE: a frame running over a file boundary could not hide.
-BATCH = 5000
-TOPIC = "HaTopic"
-HOST = "127.0.0.1"
-
+from tests.support.ha_harness import (
+    BATCH,
+    FILE,
+    SIZE,
+    TOPIC,
+    Harness,
+    caught_up,
+    commitlog_bytes,
+    copy_commitlog,
+    empty_first_file,
+    found,
+    holds,
+    put_many,
+    queue_bodies,
+    read_frames,
+    read_to_eof,
+    reported,
+    resync_callback,
+    side_files,
+)
+from tests.support.messages import message
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def store_config(root: Path, role: BrokerRole, extra: dict[str, str]) -> StoreConfig:
-    props = {
-        "storePathRootDir": str(root),
-        "mappedFileSizeCommitLog": str(FILE),
-        "maxMessageSize": "8192",
-        "mappedFileSizeConsumeQueue": str(20 * 256),
-        "maxHashSlotNum": "64",
-        "maxIndexNum": "256",
-        "brokerRole": role.name,
-        "flushIntervalCommitLog": "50",
-        "flushIntervalConsumeQueue": "50",
-        **extra,
-    }
-    return from_properties(StoreConfig, props)
-
-
-def ha_config(**overrides: Any) -> HAConfig:
-    values: dict[str, Any] = {
-        "ha_send_heartbeat_interval": 100,
-        "ha_housekeeping_interval": 1000,
-        "ha_transfer_batch_size": BATCH,
-        "ha_reconnect_interval": 50,
-        "ha_diverged_retry_interval": 60_000,
-        "slave_timeout": 1000,
-    }
-    values.update(overrides)
-    return HAConfig(**values)
-
-
-def message(i: int, *, queue_id: int = 0, size: int = 900) -> MessageToStore:
-    body = (f"message-{i:06d};" * (size // 15 + 1)).encode()[:size]
-    return MessageToStore(TOPIC, queue_id, body, encode_properties({"KEYS": f"key-{i}"}))
-
-
-async def put_many(store: MessageStore, count: int, start: int = 0) -> list[AppendResult]:
-    appends = []
-    for i in range(start, start + count):
-        result = await store.put_message(message(i))
-        assert result.status is PutStatus.PUT_OK, result.remark
-        assert result.append is not None
-        appends.append(result.append)
-    return appends
-
-
-def commitlog_bytes(store: MessageStore, start: int, end: int) -> bytes:
-    """The CommitLog's bytes in [start, end), read the way the HA write service reads them."""
-    out = bytearray()
-    at = start
-    while at < end:
-        got = store.get_commitlog_data(at)
-        assert got is not None, f"{store.root.name}: no CommitLog data at {at}"
-        first, view = got
-        assert first == at
-        n = min(len(view), end - at)
-        out += view[:n]
-        view.release()
-        at += n
-    return bytes(out)
-
-
-def queue_bodies(store: MessageStore, queue_id: int = 0) -> dict[int, bytes]:
-    """queue offset -> body of every message `get_message` serves from the queue."""
-    out: dict[int, bytes] = {}
-    offset = store.min_offset_in_queue(TOPIC, queue_id)
-    while True:
-        result = store.get_message("g", TOPIC, queue_id, offset, 32)
-        if result.status is not GetMessageStatus.FOUND:
-            return out
-        for queue_offset, raw in zip(result.queue_offsets, result.messages, strict=True):
-            out[queue_offset] = decode_record(raw).body
-            raw.release()
-        offset = result.next_begin_offset
-
-
-def found(store: MessageStore, queue_offset: int) -> bool:
-    result = store.get_message("g", TOPIC, 0, queue_offset, 1)
-    for raw in result.messages:
-        raw.release()
-    return result.status is GetMessageStatus.FOUND
-
-
-def copy_commitlog(source: MessageStore, root: Path, files: int | None = None) -> None:
-    """Copy the first `files` CommitLog files (all by default) into the store folder `root`."""
-    target = root / "commitlog"
-    target.mkdir(parents=True, exist_ok=True)
-    for segment in source.commitlog.segments.segments[:files]:
-        shutil.copyfile(segment.path, target / segment.path.name)
-
-
-def empty_first_file(root: Path) -> None:
-    folder = root / "commitlog"
-    folder.mkdir(parents=True)
-    (folder / offset_to_name(0)).write_bytes(bytes(FILE))
-
-
-def side_files(store: MessageStore, suffix: str) -> list[Path]:
-    return sorted(store.config.commit_log_dir.glob(f"*.{suffix}"))
-
-
-def caught_up(master: MessageStore, slave: MessageStore) -> Callable[[], bool]:
-    return lambda: slave.max_phy_offset == master.max_phy_offset > 0
-
-
-def holds(store: MessageStore, offset: int) -> Callable[[], bool]:
-    return lambda: store.max_phy_offset >= offset
-
-
-def reported(service: HAService, count: int = 1) -> Callable[[], bool]:
-    return lambda: sum(1 for c in service.connections if c.reported) == count
 
 
 @dataclass
 class FakeSlave:
     known_offset: int
     address: str = "10.0.0.1:10912"
-
-
-class Relay:
-    """A TCP relay from a slave to the master's HA port that decodes what it forwards.
-
-    `frames` lists every master frame as (offset, body size), 0 for a heartbeat; `reports` every
-    slave report. `hold_reports()` stops forwarding the slave's reports (the first report of a
-    connection still passes: it is where the slave stands); `release_reports()` resumes.
-    """
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = 0
-        self.accepted = 0
-        self.frames: list[tuple[int, int]] = []
-        self.reports: list[int] = []
-        self._flowing = asyncio.Event()
-        self._flowing.set()
-        self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[Any]] = set()
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, HOST, 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    def hold_reports(self) -> None:
-        self._flowing.clear()
-
-    def release_reports(self) -> None:
-        self._flowing.set()
-
-    def heartbeats(self) -> int:
-        return sum(1 for _offset, size in self.frames if size == 0)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        handler = asyncio.current_task()
-        assert handler is not None
-        self._handlers.add(handler)
-        self.accepted += 1
-        up_writer: asyncio.StreamWriter | None = None
-        pumps: list[asyncio.Task[None]] = []
-        try:
-            up_reader, up_writer = await asyncio.open_connection(HOST, self.target_port)
-            pumps = [
-                asyncio.create_task(self._downstream(up_reader, writer)),
-                asyncio.create_task(self._upstream(reader, up_writer)),
-            ]
-            with contextlib.suppress(asyncio.CancelledError):  # stop(): end quietly
-                await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for pump in pumps:
-                pump.cancel()
-            await asyncio.gather(*pumps, return_exceptions=True)
-            for w in (writer, up_writer):
-                if w is not None:
-                    w.close()
-                    with contextlib.suppress(Exception):
-                        await w.wait_closed()
-            self._handlers.discard(handler)
-
-    async def _downstream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        decoder = TransferDecoder()
-        while data := await reader.read(256 * 1024):
-            for event in decoder.feed(data):
-                size = event.size if isinstance(event, BatchReceived) else 0
-                self.frames.append((event.offset, size))
-            writer.write(data)
-            await writer.drain()
-
-    async def _upstream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        decoder = AckDecoder()
-        forwarded = 0
-        while data := await reader.read(64 * 1024):
-            self.reports += [event.offset for event in decoder.feed(data)]
-            if forwarded < ACK_SIZE:
-                head = data[: ACK_SIZE - forwarded]
-                writer.write(head)
-                forwarded += len(head)
-                data = data[len(head) :]
-            if data:
-                await self._flowing.wait()
-                writer.write(data)
-                forwarded += len(data)
-            await writer.drain()
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for handler in list(self._handlers):
-            handler.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-
-
-class Harness:
-    """Makes stores and HA services and stops them, newest first, at the end of the test."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp = tmp_path
-        self._cleanups: list[tuple[object, Callable[[], Awaitable[None]]]] = []
-
-    async def store(
-        self, name: str, role: BrokerRole = BrokerRole.ASYNC_MASTER, **extra: str
-    ) -> MessageStore:
-        store = MessageStore(store_config(self.tmp / name, role, extra))
-        store.load()
-        self._cleanups.append((store, store.stop))
-        await store.start()
-        return store
-
-    async def service(self, store: MessageStore, **overrides: Any) -> HAService:
-        service = HAService(store, ha_config(**overrides), HOST, 0)
-        self._cleanups.append((service, service.stop))
-        await service.start()
-        return service
-
-    async def client(
-        self, store: MessageStore, port: int, *, resync: Resync | None = None, **overrides: Any
-    ) -> HAClient:
-        config = ha_config(ha_master_address=f"{HOST}:{port}", **overrides)
-        client = HAClient(store, config, resync=resync)
-        self._cleanups.append((client, client.stop))
-        await client.start()
-        return client
-
-    async def relay(self, port: int) -> Relay:
-        relay = Relay(port)
-        self._cleanups.append((relay, relay.stop))
-        await relay.start()
-        return relay
-
-    async def stop(self, thing: object) -> None:
-        for i, (owner, stop) in enumerate(self._cleanups):
-            if owner is thing:
-                del self._cleanups[i]
-                await stop()
-                return
-        raise AssertionError(f"{thing!r} is not managed here")
-
-    async def close(self) -> None:
-        while self._cleanups:
-            _owner, stop = self._cleanups.pop()
-            await stop()
-
-
-class ErrorRecords(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-@pytest.fixture
-async def h(tmp_path: Path) -> AsyncIterator[Harness]:
-    # asyncio logs what tasks and callbacks let escape, e.g. a cancelled connection handler.
-    escaped = ErrorRecords()
-    logging.getLogger("asyncio").addHandler(escaped)
-    harness = Harness(tmp_path)
-    try:
-        yield harness
-        await harness.close()
-    finally:
-        logging.getLogger("asyncio").removeHandler(escaped)
-    assert [r.getMessage() for r in escaped.records] == []
-
-
-def resync_callback(store: MessageStore, calls: list[tuple[ClientState, int, int]]) -> Resync:
-    """What the broker does when its slave is told to resynchronise."""
-
-    def resync(state: ClientState, local: int, master: int) -> bool:
-        calls.append((state, local, master))
-        if state is ClientState.DIVERGED:
-            store.truncate_for_resync(master)
-            return True
-        if state is ClientState.BEHIND_RETENTION:
-            store.reset_for_resync()
-            return True
-        return False
-
-    return resync
 
 
 # --- 1. GroupTransferService ----------------------------------------------------------------
@@ -456,16 +162,16 @@ async def test_fail_all_answers_every_waiter_at_once() -> None:
 # --- 2. master + slave in one event loop ----------------------------------------------------
 
 
-async def test_empty_slave_starts_at_the_start_of_the_masters_last_file(h: Harness) -> None:
-    master = await h.store("master")
+async def test_empty_slave_starts_at_the_start_of_the_masters_last_file(ha: Harness) -> None:
+    master = await ha.store("master")
     await put_many(master, 250)
     assert len(master.commitlog.segments) >= 3
     last_file = master.max_phy_offset - master.max_phy_offset % FILE
     assert last_file >= 2 * FILE
-    service = await h.service(master)
-    slave = await h.store("slave", BrokerRole.SLAVE)
-    relay = await h.relay(service.port)
-    client = await h.client(slave, relay.port)
+    service = await ha.service(master)
+    slave = await ha.store("slave", BrokerRole.SLAVE)
+    relay = await ha.relay(service.port)
+    client = await ha.client(slave, relay.port)
 
     await eventually(caught_up(master, slave), "the slave to catch up")
     (connection,) = service.connections
@@ -495,19 +201,19 @@ async def test_empty_slave_starts_at_the_start_of_the_masters_last_file(h: Harne
     await eventually(lambda: max(queue_bodies(slave)) == 254, "the slave to dispatch them")
 
 
-async def test_slave_with_the_masters_prefix_resumes_from_its_max(h: Harness) -> None:
-    master = await h.store("master")
+async def test_slave_with_the_masters_prefix_resumes_from_its_max(ha: Harness) -> None:
+    master = await ha.store("master")
     await put_many(master, 60)
-    copy_commitlog(master, h.tmp / "slave")
+    copy_commitlog(master, ha.tmp / "slave")
     prefix = master.max_phy_offset
     assert prefix % FILE != 0  # the slave resumes inside a file
     await put_many(master, 200, start=60)
     assert master.max_phy_offset > prefix + 2 * FILE
-    service = await h.service(master)
-    slave = await h.store("slave", BrokerRole.SLAVE)
+    service = await ha.service(master)
+    slave = await ha.store("slave", BrokerRole.SLAVE)
     assert slave.max_phy_offset == prefix
-    relay = await h.relay(service.port)
-    await h.client(slave, relay.port)
+    relay = await ha.relay(service.port)
+    await ha.client(slave, relay.port)
 
     await eventually(caught_up(master, slave), "the slave to catch up")
     (connection,) = service.connections
@@ -540,14 +246,14 @@ async def test_slave_with_the_masters_prefix_resumes_from_its_max(h: Harness) ->
     assert len(queue_bodies(slave)) == 260
 
 
-async def test_heartbeats_keep_an_idle_link_alive_past_housekeeping(h: Harness) -> None:
+async def test_heartbeats_keep_an_idle_link_alive_past_housekeeping(ha: Harness) -> None:
     timing: dict[str, Any] = {"ha_send_heartbeat_interval": 100, "ha_housekeeping_interval": 300}
-    master = await h.store("master")
+    master = await ha.store("master")
     await put_many(master, 3)
-    service = await h.service(master, **timing)
-    slave = await h.store("slave", BrokerRole.SLAVE)
-    relay = await h.relay(service.port)
-    client = await h.client(slave, relay.port, **timing)
+    service = await ha.service(master, **timing)
+    slave = await ha.store("slave", BrokerRole.SLAVE)
+    relay = await ha.relay(service.port)
+    client = await ha.client(slave, relay.port, **timing)
     await eventually(caught_up(master, slave), "the slave to catch up")
     (connection,) = service.connections
     heartbeats, reports = relay.heartbeats(), len(relay.reports)
@@ -565,17 +271,17 @@ async def test_heartbeats_keep_an_idle_link_alive_past_housekeeping(h: Harness) 
     assert relay.frames[-1][0] == master.max_phy_offset  # a heartbeat carries the next offset
 
 
-async def test_new_data_wakes_the_write_service_at_once(h: Harness) -> None:
+async def test_new_data_wakes_the_write_service_at_once(ha: Harness) -> None:
     # Heartbeats every 5 s: only the store's data listener can explain a quick transfer.
     timing: dict[str, Any] = {
         "ha_send_heartbeat_interval": 5000,
         "ha_housekeeping_interval": 20_000,
     }
-    master = await h.store("master")
+    master = await ha.store("master")
     await put_many(master, 1)
-    service = await h.service(master, **timing)
-    slave = await h.store("slave", BrokerRole.SLAVE)
-    await h.client(slave, service.port, **timing)
+    service = await ha.service(master, **timing)
+    slave = await ha.store("slave", BrokerRole.SLAVE)
+    await ha.client(slave, service.port, **timing)
     await eventually(caught_up(master, slave), "the slave to catch up")
 
     delays = []
@@ -592,19 +298,19 @@ async def test_new_data_wakes_the_write_service_at_once(h: Harness) -> None:
 # --- 3. mismatches: DIVERGED and BEHIND_RETENTION --------------------------------------------
 
 
-async def diverged_pair(h: Harness) -> tuple[MessageStore, MessageStore, int]:
+async def diverged_pair(ha: Harness) -> tuple[MessageStore, MessageStore, int]:
     """A master and a slave that holds the master's log plus a tail the master never had.
 
     Returns the stores and the slave's max offset.
     """
-    ahead = await h.store("ahead")
+    ahead = await ha.store("ahead")
     await put_many(ahead, 100)
-    copy_commitlog(ahead, h.tmp / "master")
+    copy_commitlog(ahead, ha.tmp / "master")
     await put_many(ahead, 30, start=100)
-    copy_commitlog(ahead, h.tmp / "slave")
-    await h.stop(ahead)
-    master = await h.store("master")
-    slave = await h.store("slave", BrokerRole.SLAVE)
+    copy_commitlog(ahead, ha.tmp / "slave")
+    await ha.stop(ahead)
+    master = await ha.store("master")
+    slave = await ha.store("slave", BrokerRole.SLAVE)
     assert slave.max_phy_offset > master.max_phy_offset
     assert commitlog_bytes(slave, 0, master.max_phy_offset) == commitlog_bytes(
         master, 0, master.max_phy_offset
@@ -613,13 +319,13 @@ async def diverged_pair(h: Harness) -> tuple[MessageStore, MessageStore, int]:
 
 
 async def test_diverged_slave_reports_both_offsets_and_stops_retrying(
-    h: Harness, caplog: pytest.LogCaptureFixture
+    ha: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    master, slave, slave_max = await diverged_pair(h)
-    service = await h.service(master)
-    relay = await h.relay(service.port)
-    client = await h.client(slave, relay.port, ha_reconnect_interval=20)
+    master, slave, slave_max = await diverged_pair(ha)
+    service = await ha.service(master)
+    relay = await ha.relay(service.port)
+    client = await ha.client(slave, relay.port, ha_reconnect_interval=20)
 
     await eventually(
         lambda: client.state is ClientState.DIVERGED, "the slave to see the divergence"
@@ -656,16 +362,16 @@ async def test_diverged_slave_reports_both_offsets_and_stops_retrying(
 
 
 async def test_diverged_slave_with_auto_truncate_keeps_its_tail_aside_and_resyncs(
-    h: Harness,
+    ha: Harness,
 ) -> None:
-    master, slave, slave_max = await diverged_pair(h)
+    master, slave, slave_max = await diverged_pair(ha)
     master_max = master.max_phy_offset
     tail = commitlog_bytes(slave, master_max, slave_max)
     await eventually(lambda: slave.reput.behind_bytes == 0, "the slave's dispatch")
     assert len(queue_bodies(slave)) == 130
     calls: list[tuple[ClientState, int, int]] = []
-    service = await h.service(master)
-    client = await h.client(
+    service = await ha.service(master)
+    client = await ha.client(
         slave, service.port, resync=resync_callback(slave, calls), ha_slave_auto_truncate=True
     )
 
@@ -697,27 +403,27 @@ async def test_diverged_slave_with_auto_truncate_keeps_its_tail_aside_and_resync
     assert len(queue_bodies(slave)) == 140
 
 
-async def behind_pair(h: Harness) -> tuple[MessageStore, MessageStore]:
+async def behind_pair(ha: Harness) -> tuple[MessageStore, MessageStore]:
     """A master whose two oldest files were deleted, and a slave that holds only the first."""
-    master = await h.store("master")
+    master = await ha.store("master")
     await put_many(master, 250)
-    copy_commitlog(master, h.tmp / "slave", files=1)
+    copy_commitlog(master, ha.tmp / "slave", files=1)
     assert len(master.commitlog.segments) >= 4
     assert await master.delete_expired_commitlog(0, True, 2) == 2
     assert master.min_phy_offset == 2 * FILE
-    slave = await h.store("slave", BrokerRole.SLAVE)
+    slave = await ha.store("slave", BrokerRole.SLAVE)
     assert slave.max_phy_offset == FILE
     return master, slave
 
 
 async def test_slave_behind_retention_reports_and_waits(
-    h: Harness, caplog: pytest.LogCaptureFixture
+    ha: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    master, slave = await behind_pair(h)
-    service = await h.service(master)
-    relay = await h.relay(service.port)
-    client = await h.client(slave, relay.port, ha_reconnect_interval=20)
+    master, slave = await behind_pair(ha)
+    service = await ha.service(master)
+    relay = await ha.relay(service.port)
+    client = await ha.client(slave, relay.port, ha_reconnect_interval=20)
 
     await eventually(lambda: client.state is ClientState.BEHIND_RETENTION, "the slave to see it")
     mismatch = client.last_mismatch
@@ -737,12 +443,12 @@ async def test_slave_behind_retention_reports_and_waits(
 
 
 async def test_slave_behind_retention_with_auto_resync_restarts_at_the_oldest_file(
-    h: Harness,
+    ha: Harness,
 ) -> None:
-    master, slave = await behind_pair(h)
+    master, slave = await behind_pair(ha)
     calls: list[tuple[ClientState, int, int]] = []
-    service = await h.service(master)
-    client = await h.client(
+    service = await ha.service(master)
+    client = await ha.client(
         slave, service.port, resync=resync_callback(slave, calls), ha_slave_auto_resync=True
     )
 
@@ -760,21 +466,21 @@ async def test_slave_behind_retention_with_auto_resync_restarts_at_the_oldest_fi
     assert on_slave == on_master
 
 
-async def test_slave_whose_store_cannot_start_at_the_masters_offset_resyncs(h: Harness) -> None:
+async def test_slave_whose_store_cannot_start_at_the_masters_offset_resyncs(ha: Harness) -> None:
     """An empty first file at 0 (a crash before any data) makes the log start at 0.
 
     The master starts such a slave (it reports 0) at its last file; the store refuses that
     append. The slave says so (BEHIND_RETENTION) and, with haSlaveAutoResync, starts afresh.
     """
-    master = await h.store("master")
+    master = await ha.store("master")
     await put_many(master, 250)
     last_file = master.max_phy_offset - master.max_phy_offset % FILE
-    empty_first_file(h.tmp / "slave")
-    slave = await h.store("slave", BrokerRole.SLAVE)
+    empty_first_file(ha.tmp / "slave")
+    slave = await ha.store("slave", BrokerRole.SLAVE)
     assert (slave.max_phy_offset, len(slave.commitlog.segments)) == (0, 1)
     calls: list[tuple[ClientState, int, int]] = []
-    service = await h.service(master)
-    client = await h.client(
+    service = await ha.service(master)
+    client = await ha.client(
         slave, service.port, resync=resync_callback(slave, calls), ha_slave_auto_resync=True
     )
     await eventually(caught_up(master, slave), "the slave to resynchronise")
@@ -787,12 +493,12 @@ async def test_slave_whose_store_cannot_start_at_the_masters_offset_resyncs(h: H
 
 
 async def test_an_unexpected_error_does_not_end_replication(
-    h: Harness, caplog: pytest.LogCaptureFixture
+    ha: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    master = await h.store("master")
+    master = await ha.store("master")
     await put_many(master, 5)
-    service = await h.service(master)
-    slave = await h.store("slave", BrokerRole.SLAVE)
+    service = await ha.service(master)
+    slave = await ha.store("slave", BrokerRole.SLAVE)
     append = slave.append_to_commitlog
     failures = [RuntimeError("injected")]
 
@@ -802,45 +508,45 @@ async def test_an_unexpected_error_does_not_end_replication(
         append(offset, data)
 
     slave.append_to_commitlog = failing_once  # type: ignore[method-assign]
-    client = await h.client(slave, service.port)
+    client = await ha.client(slave, service.port)
     await eventually(caught_up(master, slave), "the slave to reconnect and catch up")
     assert client.connects == 2
     assert client.state is ClientState.TRANSFER
     assert any("injected" in (r.exc_text or "") for r in caplog.records if r.name == "ha.slave")
 
 
-async def test_slave_store_reopens_after_a_diverged_truncation(h: Harness) -> None:
-    master, slave, _slave_max = await diverged_pair(h)
-    service = await h.service(master)
-    client = await h.client(
+async def test_slave_store_reopens_after_a_diverged_truncation(ha: Harness) -> None:
+    master, slave, _slave_max = await diverged_pair(ha)
+    service = await ha.service(master)
+    client = await ha.client(
         slave, service.port, resync=resync_callback(slave, []), ha_slave_auto_truncate=True
     )
     await eventually(caught_up(master, slave), "the slave to resynchronise")
     await eventually(lambda: client.state is ClientState.TRANSFER, "the transfer")
-    await h.stop(client)
-    await h.stop(slave)
-    slave = await h.store("slave", BrokerRole.SLAVE)
+    await ha.stop(client)
+    await ha.stop(slave)
+    slave = await ha.store("slave", BrokerRole.SLAVE)
     assert slave.max_phy_offset == master.max_phy_offset
 
 
 # --- 4. SYNC_MASTER through the store -------------------------------------------------------
 
 
-async def test_sync_master_put_statuses(h: Harness) -> None:
-    master = await h.store("master", BrokerRole.SYNC_MASTER)
-    service = await h.service(master, slave_timeout=300, ha_housekeeping_interval=5000)
+async def test_sync_master_put_statuses(ha: Harness) -> None:
+    master = await ha.store("master", BrokerRole.SYNC_MASTER)
+    service = await ha.service(master, slave_timeout=300, ha_housekeeping_interval=5000)
 
-    result = await master.put_message(message(0))
+    result = await master.put_message(message(0, topic=TOPIC, size=SIZE))
     assert result.status is PutStatus.SLAVE_NOT_AVAILABLE  # no slave: at once...
     assert result.append is not None  # ...and stored all the same
     assert master.max_phy_offset == result.append.end_offset
 
-    slave = await h.store("slave", BrokerRole.SLAVE)
-    relay = await h.relay(service.port)
-    client = await h.client(slave, relay.port)
+    slave = await ha.store("slave", BrokerRole.SLAVE)
+    relay = await ha.relay(service.port)
+    client = await ha.client(slave, relay.port)
     await eventually(reported(service), "the slave to connect")
 
-    result = await master.put_message(message(1))
+    result = await master.put_message(message(1, topic=TOPIC, size=SIZE))
     assert result.status is PutStatus.PUT_OK
     assert result.append is not None
     assert slave.max_phy_offset >= result.append.end_offset
@@ -849,7 +555,7 @@ async def test_sync_master_put_statuses(h: Harness) -> None:
     # Connected but no longer acknowledging: the send waits slaveTimeout, then times out.
     relay.hold_reports()
     started = time.monotonic()
-    result = await master.put_message(message(2))
+    result = await master.put_message(message(2, topic=TOPIC, size=SIZE))
     elapsed = time.monotonic() - started
     assert result.status is PutStatus.FLUSH_SLAVE_TIMEOUT
     assert result.append is not None
@@ -860,12 +566,12 @@ async def test_sync_master_put_statuses(h: Harness) -> None:
 
     relay.release_reports()
     await eventually(lambda: service.transfer.acked_offset >= end, "the held acks to arrive")
-    result = await master.put_message(message(3))
+    result = await master.put_message(message(3, topic=TOPIC, size=SIZE))
     assert result.status is PutStatus.PUT_OK
 
-    await h.stop(client)
+    await ha.stop(client)
     await eventually(lambda: not service.connections, "the master to see the slave go")
-    result = await master.put_message(message(4))
+    result = await master.put_message(message(4, topic=TOPIC, size=SIZE))
     assert result.status is PutStatus.SLAVE_NOT_AVAILABLE
 
     # A send that does not wait for its store (WAIT=false) is not held by replication.
@@ -875,16 +581,16 @@ async def test_sync_master_put_statuses(h: Harness) -> None:
     assert result.status is PutStatus.PUT_OK
 
 
-async def test_read_replicated_only_dispatches_only_acknowledged_messages(h: Harness) -> None:
-    master = await h.store("master", BrokerRole.SYNC_MASTER)
-    service = await h.service(master, slave_timeout=5000, ha_read_replicated_only=True)
-    slave = await h.store("slave", BrokerRole.SLAVE)
-    relay = await h.relay(service.port)
-    await h.client(slave, relay.port)
+async def test_read_replicated_only_dispatches_only_acknowledged_messages(ha: Harness) -> None:
+    master = await ha.store("master", BrokerRole.SYNC_MASTER)
+    service = await ha.service(master, slave_timeout=5000, ha_read_replicated_only=True)
+    slave = await ha.store("slave", BrokerRole.SLAVE)
+    relay = await ha.relay(service.port)
+    await ha.client(slave, relay.port)
     await eventually(reported(service), "the slave to connect")
     relay.hold_reports()
 
-    put = asyncio.create_task(master.put_message(message(0)))
+    put = asyncio.create_task(master.put_message(message(0, topic=TOPIC, size=SIZE)))
     await eventually(lambda: master.max_phy_offset > 0, "the put to append")
     end = master.max_phy_offset
     await eventually(lambda: slave.max_phy_offset == end, "the slave to receive it")
@@ -903,46 +609,17 @@ async def test_read_replicated_only_dispatches_only_acknowledged_messages(h: Har
 # --- 5. reports that must not count as acks --------------------------------------------------
 
 
-async def read_frames(reader: asyncio.StreamReader, count: int) -> list[tuple[int, int]]:
-    decoder = TransferDecoder()
-    frames: list[tuple[int, int]] = []
-    while len(frames) < count:
-        data = await asyncio.wait_for(reader.read(64 * 1024), 5)
-        assert data, "the master closed the connection"
-        for event in decoder.feed(data):
-            frames.append((event.offset, event.size if isinstance(event, BatchReceived) else 0))
-    return frames
-
-
-async def read_to_eof(reader: asyncio.StreamReader, timeout: float = 1.0) -> None:
-    """Until the master hangs up, well before its housekeeping would (5 s in these tests)."""
-    async with asyncio.timeout(timeout):
-        while await reader.read(64 * 1024):
-            pass
-
-
-@contextlib.asynccontextmanager
-async def raw_slave(port: int) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
-    reader, writer = await asyncio.open_connection(HOST, port)
-    try:
-        yield reader, writer
-    finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
-
-
-async def test_forged_ack_above_the_masters_max_closes_and_releases_nothing(h: Harness) -> None:
-    master = await h.store("master", BrokerRole.SYNC_MASTER)
-    service = await h.service(master, slave_timeout=400, ha_housekeeping_interval=5000)
-    await master.put_message(message(0))
+async def test_forged_ack_above_the_masters_max_closes_and_releases_nothing(ha: Harness) -> None:
+    master = await ha.store("master", BrokerRole.SYNC_MASTER)
+    service = await ha.service(master, slave_timeout=400, ha_housekeeping_interval=5000)
+    await master.put_message(message(0, topic=TOPIC, size=SIZE))
     start = master.max_phy_offset
-    async with raw_slave(service.port) as (reader, writer):
+    async with ha.raw_slave(service.port) as (reader, writer):
         writer.write(encode_ack(start))
         await writer.drain()
         await eventually(reported(service), "the first report")
 
-        put = asyncio.create_task(master.put_message(message(1)))
+        put = asyncio.create_task(master.put_message(message(1, topic=TOPIC, size=SIZE)))
         await eventually(lambda: service.transfer.waiting == 1, "the send to wait")
         end = master.max_phy_offset
         assert (await read_frames(reader, 1))[0] == (start, end - start)
@@ -956,31 +633,31 @@ async def test_forged_ack_above_the_masters_max_closes_and_releases_nothing(h: H
     assert (await put).status is PutStatus.FLUSH_SLAVE_TIMEOUT
 
 
-async def test_ack_below_the_previous_report_closes_the_connection(h: Harness) -> None:
-    master = await h.store("master", BrokerRole.SYNC_MASTER)
-    service = await h.service(master, ha_housekeeping_interval=5000)
-    await master.put_message(message(0))
+async def test_ack_below_the_previous_report_closes_the_connection(ha: Harness) -> None:
+    master = await ha.store("master", BrokerRole.SYNC_MASTER)
+    service = await ha.service(master, ha_housekeeping_interval=5000)
+    await master.put_message(message(0, topic=TOPIC, size=SIZE))
     end = master.max_phy_offset
-    async with raw_slave(service.port) as (reader, writer):
+    async with ha.raw_slave(service.port) as (reader, writer):
         writer.write(encode_ack(end) + encode_ack(end) + encode_ack(end - 1))
         await writer.drain()
         await read_to_eof(reader)
     assert service.transfer.acked_offset == end  # the valid ack before it counted
 
 
-async def test_a_first_report_is_where_the_slave_stands_not_an_ack(h: Harness) -> None:
-    master = await h.store("master", BrokerRole.SYNC_MASTER)
-    service = await h.service(master, slave_timeout=5000)
-    await master.put_message(message(0))
-    async with raw_slave(service.port) as (_reader_a, writer_a):
+async def test_a_first_report_is_where_the_slave_stands_not_an_ack(ha: Harness) -> None:
+    master = await ha.store("master", BrokerRole.SYNC_MASTER)
+    service = await ha.service(master, slave_timeout=5000)
+    await master.put_message(message(0, topic=TOPIC, size=SIZE))
+    async with ha.raw_slave(service.port) as (_reader_a, writer_a):
         writer_a.write(encode_ack(master.max_phy_offset))
         await writer_a.drain()
         await eventually(reported(service), "the first slave")
-        put = asyncio.create_task(master.put_message(message(1)))
+        put = asyncio.create_task(master.put_message(message(1, topic=TOPIC, size=SIZE)))
         await eventually(lambda: service.transfer.waiting == 1, "the send to wait")
         end = master.max_phy_offset
 
-        async with raw_slave(service.port) as (_reader_b, writer_b):
+        async with ha.raw_slave(service.port) as (_reader_b, writer_b):
             # A (re)connecting slave claims to hold everything: it counts as usable, no more.
             writer_b.write(encode_ack(end))
             await writer_b.drain()
@@ -995,11 +672,11 @@ async def test_a_first_report_is_where_the_slave_stands_not_an_ack(h: Harness) -
             assert service.transfer.acked_offset == end
 
 
-async def test_a_request_above_the_masters_max_gets_a_heartbeat_at_the_max(h: Harness) -> None:
-    master = await h.store("master", BrokerRole.SYNC_MASTER)
-    service = await h.service(master, ha_housekeeping_interval=5000)
-    await master.put_message(message(0))
-    async with raw_slave(service.port) as (reader, writer):
+async def test_a_request_above_the_masters_max_gets_a_heartbeat_at_the_max(ha: Harness) -> None:
+    master = await ha.store("master", BrokerRole.SYNC_MASTER)
+    service = await ha.service(master, ha_housekeeping_interval=5000)
+    await master.put_message(message(0, topic=TOPIC, size=SIZE))
+    async with ha.raw_slave(service.port) as (reader, writer):
         writer.write(encode_ack(10**12))
         await writer.drain()
         assert await read_frames(reader, 1) == [(master.max_phy_offset, 0)]
