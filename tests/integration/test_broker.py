@@ -14,6 +14,7 @@ from client.errors import TopicNotExistError
 from client.remoting.codes import SerializeType
 from store.batch_body import encode_batch_body
 from store.record import encode_properties
+from tests.support.conditions import eventually
 from tests.support.launcher import alive, index_workers_of
 from tests.support.processes import Daemon, ProcessGroup
 from tests.support.wire import pull_header, send_header
@@ -22,12 +23,10 @@ pytestmark = pytest.mark.asyncio
 
 
 async def wait_route(api: BrokerAPI, namesrv: str, topic: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await api.get_route(namesrv, topic) is not None:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no route for {topic} after {timeout} s")
+    async def routed() -> bool:
+        return await api.get_route(namesrv, topic) is not None
+
+    await eventually(routed, f"a route for {topic}", timeout)
 
 
 async def test_send_pull_and_route(

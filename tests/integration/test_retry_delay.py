@@ -94,11 +94,10 @@ async def test_poison_message_reaches_the_dlq(
         async def in_dlq() -> int:
             return await api.get_max_offset(broker.address, "%DLQ%G-poison", 0)
 
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if await in_dlq() >= 1:
-                break
-            await asyncio.sleep(0.1)
+        async def moved() -> bool:
+            return await in_dlq() >= 1
+
+        await eventually(moved, "the poison message in %DLQ%G-poison", 30)
         assert await in_dlq() == 1
         await asyncio.sleep(3)
         assert calls == [0, 1, 2], calls  # no delivery after the move to the DLQ
@@ -181,12 +180,11 @@ async def test_slave_takes_over_the_delay_offsets(
             table = json.loads(bytes(response.body))["offsetTable"]
             return {str(k): int(v) for k, v in table.items()}
 
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+        async def copied() -> bool:
             on_master = await delay_offsets(master.address)
-            if on_master.get("1") == 3 and await delay_offsets(slave.address) == on_master:
-                break
-            await asyncio.sleep(0.2)
+            return on_master.get("1") == 3 and await delay_offsets(slave.address) == on_master
+
+        await eventually(copied, "the slave to copy the master's delay offsets", 20)
         assert (await delay_offsets(master.address)).get("1") == 3
         assert await delay_offsets(slave.address) == await delay_offsets(master.address)
     finally:

@@ -39,6 +39,7 @@ from client.protocol.headers import (
     SendMessageRequestHeader,
 )
 from store.record import StoredMessage, encode_properties
+from tests.support.conditions import eventually
 from tests.support.processes import Daemon, ProcessGroup
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
@@ -214,13 +215,16 @@ async def cpp_consume(
 
 async def wait_route(api: BrokerAPI, namesrv: Daemon, topic: str, timeout: float = 10.0) -> int:
     """Wait until the name server routes `topic`; its read queue count."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    queues: list[int] = []
+
+    async def routed() -> bool:
         route = await api.get_route(namesrv.address, topic)
         if route is not None and route.queue_datas:
-            return max(q.read_queue_nums for q in route.queue_datas)
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no route for {topic} after {timeout} s")
+            queues.append(max(q.read_queue_nums for q in route.queue_datas))
+        return bool(queues)
+
+    await eventually(routed, f"a route for {topic}", timeout)
+    return queues[-1]
 
 
 async def start_broker(

@@ -51,6 +51,7 @@ class FakeInstance:
         self.routed: set[str] = set()
         self.unregistered = asyncio.Event()
         self.unregister_gate: asyncio.Event | None = None
+        self.unregistering = asyncio.Event()
 
     async def start(self) -> None:
         pass
@@ -62,6 +63,7 @@ class FakeInstance:
         self.consumers[consumer.group] = consumer
 
     async def unregister_consumer(self, group: str) -> None:
+        self.unregistering.set()
         if self.unregister_gate is not None:
             await self.unregister_gate.wait()
         self.consumers.pop(group, None)
@@ -120,9 +122,9 @@ async def test_push_consumer_shutdown_during_a_rebalance_leaves_no_pull_loop(
     # allocating, and is itself slow to unregister; the rebalance then adds its queue.
     fake.unregister_gate = asyncio.Event()
     shutdown = asyncio.get_running_loop().create_task(consumer.shutdown())
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # nothing to observe: shutdown waits for the rebalance's lock
     allocation_gate.set()
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(fake.unregistering.wait(), 2)  # the rebalance is over, so is its lock
     fake.unregister_gate.set()
     await asyncio.wait_for(shutdown, 2)
     await asyncio.wait_for(rebalance, 2)

@@ -16,6 +16,7 @@ from store.errors import StoreLockedError
 from store.index_worker import take_lock
 from store.message_store import MessageStore
 from store.record import MessageToStore, encode_properties, pack_host
+from tests.support.conditions import eventually
 from tests.support.stores import StoreFactory
 
 STORES = StoreFactory(
@@ -101,10 +102,9 @@ async def test_a_killed_worker_is_replaced_without_duplicates(tmp_path: Path) ->
         await asyncio.sleep(0.002)
         os.kill(process.pid, signal.SIGKILL)
         await put(store, 170, 130)
-        for _ in range(100):
-            if worker.running and worker._process is not process:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: worker.running and worker._process is not process, "a new index worker"
+        )
         assert worker.running and worker._process is not process
         await store.wait_index(timeout=10)
         found = store.query_message("Orders", "order-298", 10, 0, 2**62)

@@ -10,6 +10,7 @@ import pytest
 from client.remoting.command import RemotingCommand
 from client.remoting.connection import ConnectionClosedError, RemotingConnection
 from client.remoting.frame import FrameDecoder, encode_command
+from tests.support.conditions import eventually
 
 
 class FakeTransport:
@@ -113,7 +114,7 @@ async def test_frames_queued_when_the_connection_is_lost_are_dropped() -> None:
 async def test_request_gets_its_response() -> None:
     connection, transport = connect()
     call = asyncio.ensure_future(connection.request(RemotingCommand.request(5), 5.0))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: transport.writes, "the request on the wire")
     (sent,) = commands_in(b"".join(transport.writes))
     connection.data_received(encode_command(RemotingCommand.response_to(sent, 0, "fine")))
     response = await call
@@ -140,9 +141,9 @@ async def test_a_late_response_after_a_timeout_is_ignored() -> None:
 
 
 async def test_a_cancelled_request_forgets_the_call() -> None:
-    connection, _transport = connect()
+    connection, transport = connect()
     call = asyncio.ensure_future(connection.request(RemotingCommand.request(5), 5.0))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: transport.writes, "the request on the wire")
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
@@ -150,9 +151,9 @@ async def test_a_cancelled_request_forgets_the_call() -> None:
 
 
 async def test_a_request_fails_when_the_connection_closes() -> None:
-    connection, _transport = connect()
+    connection, transport = connect()
     call = asyncio.ensure_future(connection.request(RemotingCommand.request(5), 5.0))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: transport.writes, "the request on the wire")
     connection.connection_lost(None)
     with pytest.raises(ConnectionClosedError):
         await call
