@@ -13,7 +13,7 @@ from client.api import BrokerAPI, PullStatus, SendStatus
 from client.errors import TopicNotExistError
 from client.remoting.codes import SerializeType
 from store.batch_body import encode_batch_body
-from store.record import encode_properties
+from store.record import StoredMessage, encode_properties
 from tests.support.conditions import eventually
 from tests.support.launcher import alive, index_workers_of
 from tests.support.processes import Daemon, ProcessGroup
@@ -146,13 +146,15 @@ async def test_query_by_key_and_view_by_offset(
     result = await api.send(broker.address, send_header("TQ", 0, KEYS="order-42"), b"payload")
     now = int(time.time() * 1000)
     found = []
-    for _ in range(50):  # the index is built by dispatch, right after the append
-        found = await api.query_message(
+
+    async def query() -> list[StoredMessage]:
+        return await api.query_message(
             broker.address, "TQ", "order-42", 10, now - 60_000, now + 60_000
         )
-        if found:
-            break
-        await asyncio.sleep(0.05)
+
+    # The index is built by dispatch, right after the append.
+    await eventually(query, "the key in the broker's index", 2.5)
+    found = await query()
     assert [m.body for m in found] == [b"payload"]
     viewed = await api.view_message(broker.address, found[0].physical_offset)
     assert viewed.msg_id == result.msg_id
@@ -181,10 +183,7 @@ async def test_index_worker_builds_the_index_and_exits_with_its_broker(
     assert os.getpriority(os.PRIO_PROCESS, worker) == min(19, broker_priority + 10)
 
     broker.kill()
-    for _ in range(200):
-        if not alive(worker):
-            break
-        await asyncio.sleep(0.05)
+    await eventually(lambda: not alive(worker), "the worker of the killed broker to exit", 10)
     assert not alive(worker), "the worker of a killed broker must exit"
 
     restarted = processes.brokerd(namesrv.address, store, port=broker.port)

@@ -356,7 +356,7 @@ async def test_three_push_consumers_split_queues_and_take_over_when_one_leaves(
                 await asyncio.sleep(0.01)
 
         sender = asyncio.get_running_loop().create_task(trickle())
-        await asyncio.sleep(0.5)
+        await eventually(lambda: len(handover_sent) >= 20, "sends before the handover")
         left = consumers.pop()
         leaving = time.monotonic()
         await left.shutdown()
@@ -368,7 +368,8 @@ async def test_three_push_consumers_split_queues_and_take_over_when_one_leaves(
         took = time.monotonic() - leaving
         assert took < 20
         print(f"queues taken over {took:.2f} s after the consumer started leaving")
-        await asyncio.sleep(0.5)
+        at_takeover = len(handover_sent)
+        await eventually(lambda: len(handover_sent) >= at_takeover + 20, "sends after the handover")
         stop.set()
         await sender
         after = set(await send_all(producer, topic, "after", 60))

@@ -289,6 +289,12 @@ def test_metrics_show_ha_lag_rising_while_a_slave_is_stopped(cluster: LaunchedCl
     assert slave_metrics["rocketmq_broker_tps"][0][0]["broker"] == "broker-a"
 
 
+def publishing_brokers(producer: Producer, topic: str) -> set[str]:
+    """The brokers whose queues the producer sends `topic` to now."""
+    info = producer._async.instance.publish_infos.get(topic)
+    return set() if info is None else {q.broker_name for q in info.queues}
+
+
 def test_wipe_write_perm_moves_producers_to_the_other_master(cluster: LaunchedCluster) -> None:
     topic = "OpsWipe"
     create_topic(cluster, topic)
@@ -300,10 +306,19 @@ def test_wipe_write_perm_moves_producers_to_the_other_master(cluster: LaunchedCl
         assert f"wipe write perm of broker[broker-a] in name server[{cluster.namesrv_addr}] OK" in (
             out
         )
-        time.sleep(2.5)  # the producer refreshes its routes every second
+        # The producer refreshes its routes every second; it sends only to writable queues.
+        eventually_sync(
+            lambda: publishing_brokers(producer, topic) == {"broker-b"},
+            "broker-a's queues to go",
+            10,
+        )
         assert set(send(producer, topic, "during", 20)) == {"broker-b"}
         admin_cli(cluster, "addWritePerm", "-b", "broker-a")
-        time.sleep(2.5)
+        eventually_sync(
+            lambda: publishing_brokers(producer, topic) == {"broker-a", "broker-b"},
+            "broker-a's queues to come back",
+            10,
+        )
         assert set(send(producer, topic, "after", 20)) == {"broker-a", "broker-b"}
     finally:
         producer.shutdown()
