@@ -45,6 +45,7 @@ from store.record import (
     read_total_size_and_magic,
 )
 from tests.fault.store_writer import MessageSpec, message_spec, parse_identity, store_config
+from tests.support.conditions import eventually_sync
 
 WRITER = Path(__file__).with_name("store_writer.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -97,6 +98,15 @@ class WriterRun:
                     )
                 )
         return acks
+
+    def wait_acks(self, count: int, timeout: float = 30.0) -> None:
+        """Until the writer acknowledged `count` messages; fails at once if it exits first."""
+
+        def enough() -> bool:
+            assert self.proc.poll() is None, f"writer exited early: {self.stderr()}"
+            return len(self.acks()) >= count
+
+        eventually_sync(enough, f"{count} acknowledgements", timeout, interval=0.01)
 
     def stderr(self) -> str:
         return self.err.read_text()

@@ -59,6 +59,7 @@ from client.remoting.headers import (
 )
 from store.batch_body import encode_batch_body
 from store.record import StoredMessage, encode_properties
+from tests.support.conditions import eventually
 from tests.support.processes import TEST_STORE_OVERRIDES, Daemon, ProcessGroup
 
 TIMEOUT: Final = 5.0
@@ -177,14 +178,14 @@ class Witness:
 
     async def expect_log(self, needle: str) -> None:
         """A broker log line written since the watch began contains `needle`."""
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            written = self.daemon.log_text()[self.log_mark :]
-            if needle in written:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no log line with {needle!r} in:\n{written[-3000:]}")
-            await asyncio.sleep(0.05)
+
+        def written() -> str:
+            return self.daemon.log_text()[self.log_mark :]
+
+        try:
+            await eventually(lambda: needle in written(), f"a log line with {needle!r}", TIMEOUT)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc} in:\n{written()[-3000:]}") from None
 
 
 @contextlib.asynccontextmanager

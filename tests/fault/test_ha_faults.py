@@ -402,7 +402,7 @@ async def test_master_killed_and_restarted_slave_reconnects_and_continues(
     master.kill()
     placed |= await sender
     assert len(placed) < 6000, "the kill came after every send"
-    await asyncio.sleep(0.5)  # the slave sees the close and retries (haReconnectInterval)
+    await wait_state(api, slave, "READY", 5)  # the slave sees the close and retries
     info = await status(api, slave)
     assert info["state"] == "READY", info
 
@@ -629,8 +629,10 @@ async def test_slave_behind_retention_reports_and_auto_resyncs_from_oldest_file(
 
     await eventually(deleted, "retention to delete the master's old files", 10)
     # A master that keeps its files again, with two of them: oldest retained != last file.
+    to_master = await api.remoting.connection(master.address)
     master.stop()
-    await asyncio.sleep(0.2)  # the client sees its connection close before the port is reused
+    # The client sees its connection close before the port is reused.
+    await asyncio.wait_for(to_master.closed.wait(), 5)
     master, _ = start_master(
         processes,
         namesrv,

@@ -39,11 +39,7 @@ VARIANTS: list[dict[str, str]] = [{}, {"appendMode": "mmap"}, {"flushDiskType": 
 
 
 def _kill_after_acks(run: WriterRun, acks: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while len(run.acks()) < acks:
-        assert run.proc.poll() is None, f"writer exited early: {run.stderr()}"
-        assert time.monotonic() < deadline, f"fewer than {acks} acknowledgements"
-        time.sleep(0.01)
+    run.wait_acks(acks, timeout)
     assert run.kill() == -signal.SIGKILL
 
 

@@ -205,9 +205,7 @@ def test_index_files_destroyed_by_a_crash_are_rebuilt_whole(
     run = writers.start(store_dir, seed=seed, round_no=2, tasks=2)
     try:
         run.wait_ready()
-        while len(run.acks()) < 100:
-            assert run.proc.poll() is None, run.stderr()
-            time.sleep(0.01)
+        run.wait_acks(100)
     finally:
         run.kill()
     if boot == "other":

@@ -31,6 +31,7 @@ from client.protocol.headers import SendMessageRequestHeader
 from client.protocol.models import TopicConfig
 from store.batch_body import encode_batch_body
 from store.record import encode_properties
+from tests.support.conditions import eventually
 from tests.support.processes import Daemon, ProcessGroup
 
 BATCH = 64
@@ -81,13 +82,14 @@ class Cluster:
         try:
             for name in brokers:
                 await api.create_topic(self.masters[name], TopicConfig(topic, queues, queues))
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
+
+            async def routed() -> bool:
                 route = await api.get_route(self.namesrv_addr, topic)
-                if route is not None and {q.broker_name for q in route.queue_datas} >= set(brokers):
-                    return
-                await asyncio.sleep(0.1)
-            raise AssertionError(f"route of {topic} not registered")
+                return route is not None and {q.broker_name for q in route.queue_datas} >= set(
+                    brokers
+                )
+
+            await eventually(routed, f"the route of {topic} on {brokers}", 20)
         finally:
             await api.close()
 

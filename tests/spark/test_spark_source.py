@@ -12,6 +12,7 @@ keys that were sent, each once, read from the queue it was sent to.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -24,9 +25,11 @@ from typing import Any
 
 import pytest
 
+from client.api import BrokerAPI
 from client.spark.records import spark_schema
 from tests.spark.conftest import Cluster, spark_subprocess_env, start_cluster
 from tests.support.conditions import eventually_sync
+from tests.support.ha_brokers import HA_TIMING
 from tests.support.processes import REPO_ROOT, ProcessGroup
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -436,12 +439,13 @@ def test_fail_on_data_loss(spark: Any, tmp_path: Path) -> None:
 
 # --- master down ---------------------------------------------------------------------------------
 
-HA_TIMING = (
-    "haSendHeartbeatInterval=500",
-    "haHousekeepingInterval=3000",
-    "haReconnectInterval=300",
-    "slaveSynchronizeInterval=500",
-)
+
+async def knows_topic(address: str, topic: str) -> bool:
+    api = BrokerAPI()
+    try:
+        return topic in (await api.all_topic_config(address)).topic_config_table
+    finally:
+        await api.close()
 
 
 @pytest.mark.slow
@@ -468,7 +472,11 @@ def test_master_down_query_goes_on_from_the_slave(spark: Any, tmp_path: Path) ->
         topic = "SparkFailover"
         ha.create_topic(topic, queues=2)
         queues = all_queues(ha, 2)
-        time.sleep(1.5)  # SlaveSynchronize copies the topic to the slave
+        eventually_sync(
+            lambda: asyncio.run(knows_topic(slave.address, topic)),
+            "SlaveSynchronize to copy the topic to the slave",
+            15,
+        )
         placed = ha.produce(topic, 1500, "f", queues)  # SYNC_MASTER: on the slave too
         ranges = whole_range(ha, topic, queues)
         query = (
