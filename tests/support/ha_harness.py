@@ -1,7 +1,7 @@
 """In-process HA: real MessageStores, HAService and HAClient, over memory or loopback TCP.
 
 Stores live on the test's tmp dir with 64 KiB CommitLog files (so files roll) and short
-intervals (`store_config`, `ha_config`). `Harness` makes stores, services, clients and relays
+intervals (`STORES`, `ha_config`). `Harness` makes stores, services, clients and relays
 and stops them at the end; `Relay` sits between a slave and its master, decodes both directions
 (frames and reports) and can hold the slave's reports back: a slave that is connected but no
 longer acknowledges. `raw_slave` is a connection the test drives by hand (`encode_ack` to
@@ -24,14 +24,14 @@ from ha.master import HAService
 from ha.slave import ClientState, HAClient, Resync
 from ha.transport import Connect, Listen, Listening, Streams, connect_tcp, listen_tcp
 from store.commitlog import AppendResult, PutStatus
-from store.config import BrokerRole, StoreConfig
+from store.config import BrokerRole
 from store.get_message import GetMessageStatus
 from store.message_store import MessageStore
 from store.record import decode_record
 from store.segment import offset_to_name
-from store.settings import from_properties
 from tests.support.memory_streams import MemoryNetwork
 from tests.support.messages import message
+from tests.support.stores import StoreFactory
 
 FILE = 64 * 1024
 # Not a divisor of FILE: a frame running over a file boundary could not hide.
@@ -41,20 +41,13 @@ TOPIC = "HaTopic"
 HOST = "127.0.0.1"
 
 
-def store_config(root: Path, role: BrokerRole, extra: dict[str, str]) -> StoreConfig:
-    props = {
-        "storePathRootDir": str(root),
-        "mappedFileSizeCommitLog": str(FILE),
-        "maxMessageSize": "8192",
-        "mappedFileSizeConsumeQueue": str(20 * 256),
-        "maxHashSlotNum": "64",
-        "maxIndexNum": "256",
-        "brokerRole": role.name,
-        "flushIntervalCommitLog": "50",
-        "flushIntervalConsumeQueue": "50",
-        **extra,
-    }
-    return from_properties(StoreConfig, props)
+STORES = StoreFactory(
+    mapped_file_size_commit_log=FILE,
+    max_message_size=8192,
+    mapped_file_size_consume_queue=20 * 256,
+    flush_interval_commit_log=50,
+    flush_interval_consume_queue=50,
+)
 
 
 def ha_config(**overrides: Any) -> HAConfig:
@@ -256,10 +249,9 @@ class Harness:
         self._cleanups: list[tuple[object, Callable[[], Awaitable[None]]]] = []
 
     async def store(
-        self, name: str, role: BrokerRole = BrokerRole.ASYNC_MASTER, **extra: str
+        self, name: str, role: BrokerRole = BrokerRole.ASYNC_MASTER, **overrides: Any
     ) -> MessageStore:
-        store = MessageStore(store_config(self.tmp / name, role, extra))
-        store.load()
+        store = STORES.open(self.tmp / name, broker_role=role, **overrides)
         self._cleanups.append((store, store.stop))
         await store.start()
         return store
