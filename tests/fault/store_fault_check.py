@@ -26,7 +26,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,17 +111,18 @@ class WriterRun:
         return self.err.read_text()
 
     def wait_ready(self, timeout: float = 20.0) -> int:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in self.lines():
-                if line.startswith("READY "):
-                    return int(line.split()[1])
-            if self.proc.poll() is not None:
+        """Until the writer says READY; its pid. Fails at once if it exits first."""
+
+        def ready() -> list[str]:
+            lines = [line for line in self.lines() if line.startswith("READY ")]
+            if not lines and self.proc.poll() is not None:
                 raise AssertionError(
                     f"writer exited with {self.proc.returncode} before READY: {self.stderr()}"
                 )
-            time.sleep(0.005)
-        raise AssertionError(f"writer not ready after {timeout} s: {self.stderr()}")
+            return lines
+
+        eventually_sync(ready, f"the writer to be ready ({self.err})", timeout, interval=0.005)
+        return int(ready()[0].split()[1])
 
     def kill(self) -> int:
         if self.proc.poll() is None:
