@@ -102,8 +102,10 @@ class WriterRun:
         """Until the writer acknowledged `count` messages; fails at once if it exits first."""
 
         def enough() -> bool:
+            if len(self.acks()) >= count:
+                return True
             assert self.proc.poll() is None, f"writer exited early: {self.stderr()}"
-            return len(self.acks()) >= count
+            return False
 
         eventually_sync(enough, f"{count} acknowledgements", timeout, interval=0.01)
 
