@@ -1,8 +1,9 @@
 """Typed remote calls to brokers and name servers (RocketMQ's MQClientAPIImpl), asyncio.
 
 One method per request: it builds the header, sends it through a `RemotingClient`, checks the
-response code and returns a typed result. Error codes become `BrokerResponseError` leaves, and
-connection or timeout failures `ConnectError` / `RequestTimeoutError`. Send statuses SEND_OK,
+response code and returns a typed result. Error codes become `BrokerResponseError` leaves;
+connection and timeout failures arrive as the remoting client raises them (`ConnectError`,
+`RequestTimeoutError`), not translated again. Send statuses SEND_OK,
 FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are results, not errors: the
 message is stored in all four cases. Pulled records are decoded with the store's record codec.
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from client.errors import BrokerResponseError, ConnectError, RequestTimeoutError
+from client.errors import BrokerResponseError
 from client.message import SendStatus
 from client.protocol.headers import (
     SEND_V2_KEYS,
@@ -42,7 +43,7 @@ from client.protocol.models import (
     TopicConfigSerializeWrapper,
     TopicRouteData,
 )
-from client.remoting.client import RemotingClient, RemotingConnectError, RemotingTimeoutError
+from client.remoting.client import RemotingClient
 from client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from client.remoting.command import RemotingCommand
 from client.remoting.json_body import dumps, loads_fastjson
@@ -132,12 +133,7 @@ class BrokerAPI:
     async def invoke(
         self, address: str, request: RemotingCommand, timeout: float | None = None
     ) -> RemotingCommand:
-        try:
-            return await self.remoting.invoke(address, request, timeout or self.timeout)
-        except RemotingTimeoutError as exc:
-            raise RequestTimeoutError(str(exc)) from exc
-        except RemotingConnectError as exc:
-            raise ConnectError(str(exc)) from exc
+        return await self.remoting.invoke(address, request, timeout or self.timeout)
 
     async def call(
         self,
@@ -196,10 +192,7 @@ class BrokerAPI:
         self, address: str, header: SendMessageRequestHeader, body: bytes
     ) -> None:
         request = self.request(RequestCode.SEND_MESSAGE_V2, encode(header, SEND_V2_KEYS), body)
-        try:
-            await self.remoting.invoke_oneway(address, request)
-        except RemotingConnectError as exc:
-            raise ConnectError(str(exc)) from exc
+        await self.remoting.invoke_oneway(address, request)
 
     # --- pulling ----------------------------------------------------------------------------
 

@@ -1,25 +1,71 @@
 """tidemq's exception tree, shared by the client, the admin tools and the broker.
 
-    TideMQError
-    +-- ClientError              local misuse: bad arguments, a client that is not started
-    +-- RemotingError            the network: RequestTimeoutError, ConnectError
-    +-- BrokerResponseError      the broker or name server answered with an error code
-        +-- one leaf per response code (TopicNotExistError, NoPermissionError, ...)
+Every error a user of the client can catch is a `TideMQError`. The root and `DecodeError` live in
+`store.errors` (the lowest layer, so that store and ha errors belong to the same tree) and are
+re-exported here. `retriable` (False unless marked R) says the same call may succeed if made
+again, or sent to another broker::
 
-`BrokerResponseError.for_code(code, remark)` builds the leaf for a response code (any unknown
-code gives the base class). `retriable` tells whether RocketMQ's producer would try another
-broker after it (TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR, NO_PERMISSION, ...).
+    TideMQError                   store.errors
+    +-- ClientError               local misuse: bad arguments, a client that is not started
+    |   +-- OptionError           a Spark source option (client.spark.options; also ValueError)
+    +-- RemotingError          R  the request got no answer
+    |   +-- RequestTimeoutError R no response in time (also TimeoutError)
+    |   +-- ConnectError       R  the address cannot be reached (also ConnectionError)
+    |       +-- ConnectionClosedError  R  closed while waiting (client.remoting.connection)
+    +-- BrokerResponseError       a broker or name server answered with an error code
+    |   +-- one leaf per response code (TopicNotExistError R, NoPermissionError R, ...)
+    |   +-- NamesrvResponseError  the name server's answer; its leaves are the same codes' leaves
+    +-- DecodeError               store.errors: input does not follow its format
+    |   +-- HeaderFieldError      a request header field (client.protocol.headers; ValueError)
+    |   +-- NamesrvProtocolError  a name-server header or body (client.protocol.namesrv; ValueError)
+    |   +-- FrameError            a frame from the peer (client.remoting.errors)
+    |   |   +-- HeaderDecodeError its header
+    |   +-- BodyDecodeError       a JSON body (client.remoting.errors; ValueError)
+    |   +-- RecordFormatError     a stored record (store.record; ValueError)
+    |   +-- BatchDecodeError      a batch body (store.batch_body; ValueError)
+    |   +-- HAProtocolError       the HA stream (ha.codec)
+    +-- RemotingProtocolError     the remoting codec (client.remoting.errors): FrameError and
+    |   +-- EncodeError           BodyDecodeError above, and a command we cannot send (ValueError)
+    +-- SourceError               the Spark source cannot go on (client.spark.brokers)
+    |   +-- DataLossError
+    +-- StoreError                store.errors: ConfigError, StoreLockedError, CorruptStoreError
+
+`BrokerResponseError.for_code(code, remark)` builds the leaf for a response code (an unknown code
+gives the base class); `NamesrvResponseError.for_code` builds the same leaf, also a
+`NamesrvResponseError`, so `except TopicNotExistError` and `except NamesrvResponseError` both
+catch a name server's TOPIC_NOT_EXIST. A leaf is `retriable` where retrying can help (RocketMQ's
+producer retries TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR, NO_PERMISSION; SYSTEM_BUSY
+and FLOW_CONTROL clear with time).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from client.remoting.codes import ResponseCode
+from store.errors import DecodeError, TideMQError
 
-
-class TideMQError(Exception):
-    """Root of every tidemq error."""
+__all__ = [
+    "BrokerResponseError",
+    "BrokerSystemError",
+    "ClientError",
+    "ConnectError",
+    "DecodeError",
+    "FlowControlError",
+    "MessageIllegalError",
+    "NamesrvResponseError",
+    "NoPermissionError",
+    "QueryNotFoundError",
+    "RemotingError",
+    "RequestCodeNotSupportedError",
+    "RequestTimeoutError",
+    "ServiceNotAvailableError",
+    "SubscriptionGroupNotExistError",
+    "SubscriptionNotExistError",
+    "SystemBusyError",
+    "TideMQError",
+    "TopicNotExistError",
+]
 
 
 class ClientError(TideMQError):
@@ -29,40 +75,74 @@ class ClientError(TideMQError):
 class RemotingError(TideMQError):
     """The request did not get an answer: no connection, or no response in time."""
 
+    retriable = True
+
 
 class RequestTimeoutError(RemotingError, TimeoutError):
-    pass
+    """No response arrived in time."""
 
 
 class ConnectError(RemotingError, ConnectionError):
-    pass
+    """The address could not be reached, or the connection closed before the answer."""
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ResponseCode(code).name
+    except ValueError:
+        return str(code)
 
 
 class BrokerResponseError(TideMQError):
     """A server's error response; `code` is its ResponseCode number, `remark` its text."""
 
     code: int = -1
-    retriable: ClassVar[bool] = False
     _registry: ClassVar[dict[int, type[BrokerResponseError]]] = {}
 
     def __init__(self, code: int, remark: str | None = None) -> None:
         self.code = code
         self.remark = remark or ""
-        try:
-            name = ResponseCode(code).name
-        except ValueError:
-            name = str(code)
-        super().__init__(f"CODE: {code} ({name}) DESC: {self.remark}")
+        super().__init__(self._message(_code_name(code)))
+
+    def _message(self, name: str) -> str:
+        return f"CODE: {self.code} ({name}) DESC: {self.remark}"  # as RocketMQ's clients say
 
     def __init_subclass__(cls, code: int | None = None, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if code is not None:
             BrokerResponseError._registry[code] = cls
 
-    @staticmethod
-    def for_code(code: int, remark: str | None = None) -> BrokerResponseError:
-        cls = BrokerResponseError._registry.get(code, BrokerResponseError)
-        return cls(code, remark)
+    @classmethod
+    def for_code(cls, code: int, remark: str | None = None) -> BrokerResponseError:
+        """The error for `code`: its registered leaf, made a `cls` too when `cls` is a branch."""
+        leaf = BrokerResponseError._registry.get(code, BrokerResponseError)
+        if cls is not BrokerResponseError:
+            leaf = _branch_leaf(cls, leaf)
+        return leaf(code, remark)
+
+
+_BRANCH_LEAVES: dict[tuple[type[BrokerResponseError], type[BrokerResponseError]], type[Any]] = {}
+
+
+def _branch_leaf(
+    branch: type[BrokerResponseError], leaf: type[BrokerResponseError]
+) -> type[BrokerResponseError]:
+    """The class that is both `branch` (who answered) and `leaf` (what the code means)."""
+    if issubclass(leaf, branch):
+        return leaf
+    combined = _BRANCH_LEAVES.get((branch, leaf))
+    if combined is None:
+        name = f"{branch.__name__.removesuffix('ResponseError')}{leaf.__name__}"
+        combined = type(name, (branch, leaf), {"__module__": __name__, "__qualname__": name})
+        _BRANCH_LEAVES[(branch, leaf)] = combined
+    return combined
+
+
+class NamesrvResponseError(BrokerResponseError):
+    """The name server answered a request with a code other than the one expected."""
+
+    def _message(self, name: str) -> str:
+        return f"name server answered {name} ({self.code}): {self.remark}".rstrip(": ")
 
 
 class BrokerSystemError(BrokerResponseError, code=ResponseCode.SYSTEM_ERROR):

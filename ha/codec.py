@@ -39,6 +39,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
+from store.errors import DecodeError
+
 __all__ = [
     "ACK_SIZE",
     "DEFAULT_MAX_BODY_SIZE",
@@ -93,7 +95,7 @@ ReadableBuffer: TypeAlias = bytes | bytearray | memoryview
 """Byte buffers accepted as input (unsigned-byte format)."""
 
 
-class HAProtocolError(Exception):
+class HAProtocolError(DecodeError):
     """The peer broke the HA protocol; close the connection (and log the message)."""
 
 

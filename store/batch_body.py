@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import struct
 
+from store.errors import DecodeError
+
 BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body CRC, flag, body length
 _SHORT = struct.Struct(">h")
 HEAD_SIZE = BATCH_HEAD.size
 
 
-class BatchDecodeError(ValueError):
-    pass
+class BatchDecodeError(DecodeError, ValueError):
+    """A batch body's sizes or magic do not add up; the message says where."""
 
 
 def read_batch_message(view: memoryview, pos: int) -> tuple[int, int, int, int]:

@@ -1,14 +1,35 @@
-"""The store's exception tree.
+"""The bottom of tidemq's exception tree, and the store's branch of it.
 
-`StoreError` is the root. Configuration mistakes, on-disk corruption found at load time and a
-store that another process holds are separate leaves, so that a daemon can turn each into a clear
-start-up message.
+`TideMQError` is the root of every tidemq error; it lives here, in the lowest layer, so that
+store, ha and client errors can all derive from it (`client.errors` re-exports it and draws the
+whole tree). `DecodeError` is the base of every "these bytes or this text do not follow their
+format" error, whichever layer's format it is (records, batches, frames, headers, HA streams).
+
+`StoreError` roots the store's own errors. Configuration mistakes, on-disk corruption found at
+load time and a store that another process holds are separate leaves, so that a daemon can turn
+each into a clear start-up message.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
 
-class StoreError(Exception):
+
+class TideMQError(Exception):
+    """Root of every tidemq error.
+
+    `retriable` says whether the same call may succeed if repeated (or sent to another broker):
+    RocketMQ's producer retries after such an error, and so may a caller.
+    """
+
+    retriable: ClassVar[bool] = False
+
+
+class DecodeError(TideMQError):
+    """Input does not follow its format; the message names the part (field, offset) at fault."""
+
+
+class StoreError(TideMQError):
     """Root of every error raised by the store."""
 
 

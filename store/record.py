@@ -37,6 +37,7 @@ from typing import Final, NoReturn
 from store.batch_body import BATCH_HEAD, decode_batch_body, read_batch_message
 from store.batch_body import HEAD_SIZE as BATCH_HEAD_SIZE
 from store.crc import crc32, java_crc32
+from store.errors import DecodeError
 
 MAGIC_V1: Final = -626843481  # 0xDAA320A7 as a Java int
 BLANK_MAGIC: Final = -875286124  # 0xCBD43194 as a Java int
@@ -598,7 +599,7 @@ class StoredMessage:
         return self.properties.get(PROPERTY_KEYS)
 
 
-class RecordFormatError(ValueError):
+class RecordFormatError(DecodeError, ValueError):
     """The bytes are not a valid record (bad magic, lengths that disagree, CRC mismatch)."""
 
 

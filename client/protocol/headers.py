@@ -1,157 +1,57 @@
 """Custom command headers: the typed `extFields` of RocketMQ's requests and responses.
 
 Every header is a dataclass whose fields map to extFields keys in camelCase (RocketMQ's Java
-field names); values travel as strings. `decode(cls, ext)` converts and checks them, raising
-`HeaderFieldError` naming the field when a required one is missing or malformed (an integer
-must fit Java's type: 64 bits, or 32 for the fields marked `bits=32`); `encode(h)` gives the
-extFields dict. SEND_MESSAGE_V2 uses one-letter keys (`a`..`n`), see `SEND_V2_KEYS`.
+field names); values travel as strings. The mapping is a `store.schema.Schema` in the lenient
+dialect Java's `decodeCommandCustomHeader` reads: `decode(cls, ext)` converts and checks the
+values, raising `HeaderFieldError` naming the field when a required one is missing or malformed
+(an integer must fit Java's type: 64 bits, or 32 for the fields marked `bits=32`); `encode(h)`
+gives the extFields dict. SEND_MESSAGE_V2 uses one-letter keys (`a`..`m`), see `SEND_V2_KEYS`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import typing
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from store.errors import DecodeError
+from store.schema import Dialect, Schema
+
 H = TypeVar("H")
 
-_MISSING = dataclasses.MISSING
 
-
-class HeaderFieldError(ValueError):
+class HeaderFieldError(DecodeError, ValueError):
     """A request header field is missing or malformed (answered with an error response)."""
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+REQUEST_HEADER = Dialect(
+    error=HeaderFieldError,
+    strict=False,
+    missing="the custom field <{key}> is null",  # RocketMQ's remark, word for word
+    malformed="{owner}.{key}: not {expected}: {raw!r}",
+    too_wide="{owner}.{key}: {raw!r} does not fit {bits} bits",
+)
 
-
-_Field = tuple[str, str, Any, bool, int]
-
-
-def _fields(cls: type[Any]) -> list[_Field]:
-    """(attribute, extFields key, type, required, bits of an integer) per field."""
-    hints = typing.get_type_hints(cls)
-    out = []
-    for f in dataclasses.fields(cls):
-        kind = hints[f.name]
-        optional = type(None) in typing.get_args(kind)
-        if optional:
-            kind = next(a for a in typing.get_args(kind) if a is not type(None))
-        required = f.metadata.get("required", False) or (
-            f.default is _MISSING and f.default_factory is _MISSING and not optional
-        )
-        key = f.metadata.get("key") or _camel(f.name)
-        out.append((f.name, key, kind, required, f.metadata.get("bits", 64)))
-    return out
-
-
-def _int_converter(cls_name: str, key: str, bits: int) -> Callable[[str], int]:
-    low, high = -(1 << (bits - 1)), 1 << (bits - 1)  # Java: Integer or Long
-
-    def convert(raw: str) -> int:
-        try:
-            value = int(raw)
-        except ValueError:
-            raise HeaderFieldError(f"{cls_name}.{key}: not an integer: {raw!r}") from None
-        if not low <= value < high:
-            raise HeaderFieldError(f"{cls_name}.{key}: {raw!r} does not fit {bits} bits")
-        return value
-
-    return convert
-
-
-def _bool_converter(raw: str) -> bool:
-    return raw.strip().lower() == "true"
-
-
-def _converter(cls_name: str, key: str, kind: Any, bits: int) -> Callable[[str], Any] | None:
-    if kind is int:
-        return _int_converter(cls_name, key, bits)
-    if kind is bool:
-        return _bool_converter
-    return None
-
-
-class _WireField(typing.NamedTuple):
-    name: str  # the attribute
-    wire: str  # its extFields key under the codec's renaming
-    key: str  # its Java name, for error messages
-    convert: Callable[[str], Any] | None  # None: the string itself
-    is_int: bool  # an empty string counts as missing
-    required: bool
-
-
-class _Codec:
-    """decode/encode of one header class under one key renaming, its field table built once.
-
-    Headers are read and written on every request, so the table resolves up front what the
-    generic walk over `dataclasses.fields` would look up per field: wire key, converter, bounds.
-    """
-
-    __slots__ = ("cls", "fields", "keys")
-
-    def __init__(self, cls: type[Any], keys: dict[str, str] | None) -> None:
-        self.cls = cls
-        self.keys = keys
-        self.fields = tuple(
-            _WireField(
-                name,
-                keys.get(name, key) if keys else key,
-                key,
-                _converter(cls.__name__, key, kind, bits),
-                kind is int,
-                required,
-            )
-            for name, key, kind, required, bits in _fields(cls)
-        )
-
-    def decode(self, ext: dict[str, str]) -> Any:
-        values: dict[str, Any] = {}
-        for name, wire, key, convert, is_int, required in self.fields:
-            raw = ext.get(wire)
-            if raw is None or (is_int and raw == ""):
-                if required:
-                    raise HeaderFieldError(f"the custom field <{key}> is null")
-                continue
-            values[name] = raw if convert is None else convert(raw)
-        return self.cls(**values)
-
-    def encode(self, header: Any) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for name, wire, _key, _convert, _is_int, _required in self.fields:
-            value = getattr(header, name)
-            if value is None:
-                continue
-            if isinstance(value, bool):
-                out[wire] = "true" if value else "false"
-            else:
-                out[wire] = str(value)
-        return out
-
-
-_CODECS: dict[type[Any], _Codec] = {}
-# Renamings are dicts, which cannot be hashed: their codecs are found by the dict's identity
-# (callers pass module constants such as SEND_V2_KEYS) and checked against a copy of it, so a
-# reused id or a mutated mapping only costs a rebuild.
-_RENAMED_CODECS: dict[tuple[type[Any], int], _Codec] = {}
+# Schemas by class, and by (class, renaming): plain dicts looked up on every request, cheaper
+# than a general cache. Renamings are dicts, which cannot be hashed: their schemas are found by
+# the dict's identity (callers pass module constants such as SEND_V2_KEYS) and checked against
+# a copy of it, so a reused id or a mutated mapping only costs a rebuild.
+_CODECS: dict[type[Any], Schema[Any]] = {}
+_RENAMED_CODECS: dict[tuple[type[Any], int], Schema[Any]] = {}
 _MAX_RENAMED_CODECS = 64
 
 
-def _codec(cls: type[Any], keys: dict[str, str] | None) -> _Codec:
+def _codec(cls: type[Any], keys: dict[str, str] | None) -> Schema[Any]:
     if not keys:
         codec = _CODECS.get(cls)
         if codec is None:
-            codec = _CODECS[cls] = _Codec(cls, None)
+            codec = _CODECS[cls] = Schema(cls, REQUEST_HEADER)
         return codec
     codec = _RENAMED_CODECS.get((cls, id(keys)))
     if codec is None or codec.keys != keys:
         if len(_RENAMED_CODECS) >= _MAX_RENAMED_CODECS:
             _RENAMED_CODECS.clear()  # callers building renamings on the fly: stay bounded
-        codec = _RENAMED_CODECS[(cls, id(keys))] = _Codec(cls, dict(keys))
+        codec = _RENAMED_CODECS[(cls, id(keys))] = Schema(cls, REQUEST_HEADER, keys)
     return codec
 
 

@@ -2,9 +2,12 @@
 
 Shared by the name server (`broker.namesrv`), the broker's registration client and admin tools.
 A request header travels as the command's `extFields` (string to string); its keys are the
-dataclass fields in camelCase, as RocketMQ's `CommandCustomHeader` classes name them. Booleans
-are "true"/"false" (read as Java's `Boolean.parseBoolean`), numbers are decimal text; a missing
-required key, or a number that does not parse, is a `NamesrvProtocolError` naming the key.
+dataclass fields in camelCase, as RocketMQ's `CommandCustomHeader` classes name them, read and
+written by the same `store.schema` dialect as every request header. Booleans are "true"/"false"
+(read as Java's `Boolean.parseBoolean`), numbers are decimal text (an empty one is absent); a
+missing required key, or a number that does not parse or fit a Java long, is a
+`NamesrvProtocolError` naming the key. An error answer is a `NamesrvResponseError` (from
+`client.errors`), the leaf of its response code.
 
 Requests (code: extFields; body) and what a success answers:
 
@@ -52,16 +55,14 @@ sender did not compute it, and the name server then skips the check.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import struct
-import types
-import typing
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, Self
+from typing import Any, Final, Self
 
+from client.errors import NamesrvResponseError
 from client.protocol.models import (
     ClusterInfo,
     DataVersion,
@@ -74,6 +75,8 @@ from client.remoting.command import Body, RemotingCommand
 from client.remoting.errors import BodyDecodeError
 from client.remoting.json_body import dumps, loads_fastjson
 from store.crc import java_crc32
+from store.errors import DecodeError
+from store.schema import Dialect, schema_for
 
 __all__ = [
     "MAX_DECOMPRESSED_BODY",
@@ -127,21 +130,8 @@ _INT32: Final = struct.Struct(">i")
 _TOPIC_FILTER_TYPES: Final = frozenset({"SINGLE_TAG", "MULTI_TAG"})
 
 
-class NamesrvProtocolError(ValueError):
+class NamesrvProtocolError(DecodeError, ValueError):
     """A name-server header or body does not follow its format; the message says which part."""
-
-
-class NamesrvResponseError(Exception):
-    """The name server answered a request with a code other than the one expected."""
-
-    def __init__(self, code: int, remark: str | None) -> None:
-        try:
-            name = ResponseCode(code).name
-        except ValueError:
-            name = str(code)
-        super().__init__(f"name server answered {name} ({code}): {remark or ''}".rstrip(": "))
-        self.code = code
-        self.remark = remark
 
 
 def body_crc32(body: Body) -> int:
@@ -152,78 +142,28 @@ def body_crc32(body: Body) -> int:
 # --- request headers ------------------------------------------------------------------------
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-def _to_text(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _from_text(key: str, text: str, kind: Any) -> object:
-    if kind is bool:
-        return text.strip().lower() == "true"  # Java's Boolean.parseBoolean
-    if kind is int:
-        try:
-            return int(text.strip())
-        except ValueError:
-            raise NamesrvProtocolError(f"{key}: expected an integer, got {text!r}") from None
-    return text
-
-
-def _optional_inner(kind: Any) -> Any:
-    """`X` for `X | None`, else None."""
-    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
-        args = [a for a in typing.get_args(kind) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return None
+# Java's decodeCommandCustomHeader reading, as for every request header (client.protocol.headers).
+EXT_FIELDS = Dialect(
+    error=NamesrvProtocolError, strict=False, missing="{owner}: extFields lack {key}"
+)
 
 
 class ExtFieldsHeader:
     """Base of the request and response headers that travel as `extFields`.
 
-    Subclasses are dataclasses; a field without a default is required on decoding, a field whose
-    value is None is left out on encoding.
+    Subclasses are dataclasses read and written through their `store.schema` schema: a field
+    without a default is required on decoding, a field whose value is None is left out on
+    encoding.
     """
 
     __slots__ = ()
-    _hints: ClassVar[dict[str, Any]]
 
     def to_ext_fields(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if value is not None:
-                out[_camel(f.name)] = _to_text(value)
-        return out
+        return schema_for(type(self), EXT_FIELDS).encode(self)
 
     @classmethod
     def from_ext_fields(cls, ext: Mapping[str, str]) -> Self:
-        hints = cls._type_hints()
-        values: dict[str, object] = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            key = _camel(f.name)
-            text = ext.get(key)
-            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            if text is None:
-                if required:
-                    raise NamesrvProtocolError(f"{cls.__name__}: extFields lack {key}")
-                continue
-            kind = hints[f.name]
-            values[f.name] = _from_text(key, text, _optional_inner(kind) or kind)
-        return cls(**values)
-
-    @classmethod
-    def _type_hints(cls) -> dict[str, Any]:
-        hints = cls.__dict__.get("_hints")
-        if hints is None:
-            hints = typing.get_type_hints(cls)
-            cls._hints = hints
-        return hints
+        return schema_for(cls, EXT_FIELDS).decode(ext)
 
 
 @dataclass(frozen=True, slots=True)
@@ -580,9 +520,9 @@ def topic_config_wrapper(
 
 
 def check_success(response: RemotingCommand, *also: ResponseCode) -> None:
-    """Raise `NamesrvResponseError` unless the response is SUCCESS or one of `also`."""
+    """Raise the code's `NamesrvResponseError` unless the response is SUCCESS or one of `also`."""
     if response.code != ResponseCode.SUCCESS and response.code not in also:
-        raise NamesrvResponseError(response.code, response.remark)
+        raise NamesrvResponseError.for_code(response.code, response.remark)
 
 
 def parse_register_broker_response(response: RemotingCommand) -> RegisterBrokerResult:

@@ -4,6 +4,11 @@
 sends without waiting. A broken connection is dropped and the next call reconnects. Requests the
 peer initiates (NOTIFY_CONSUMER_IDS_CHANGED, RESET_CONSUMER_CLIENT_OFFSET, ...) go to the
 handler given at construction. Connections unused for `idle_timeout` are closed.
+
+Failures are `client.errors` exceptions, raised here and nowhere translated again: `ConnectError`
+(the address cannot be reached, or `ConnectionClosedError`: the connection closed while a call
+waited) and `RequestTimeoutError`. They keep the builtin bases `ConnectionError` and
+`TimeoutError`, so `except TimeoutError` still catches a call that timed out.
 """
 
 from __future__ import annotations
@@ -12,21 +17,14 @@ import asyncio
 import logging
 import time
 
+from client.errors import ConnectError, RequestTimeoutError
 from client.remoting.command import RemotingCommand
-from client.remoting.connection import ConnectionClosedError, RemotingConnection, RequestHandler
+from client.remoting.connection import RemotingConnection, RequestHandler
 from client.remoting.frame import DEFAULT_MAX_FRAME_SIZE
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONNECT_TIMEOUT = 3.0
-
-
-class RemotingConnectError(ConnectionError):
-    """The address could not be reached."""
-
-
-class RemotingTimeoutError(TimeoutError):
-    """No response arrived in time."""
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -67,7 +65,7 @@ class RemotingClient:
 
     async def _connect(self, address: str) -> RemotingConnection:
         if self._closed:
-            raise RemotingConnectError("client is shut down")
+            raise ConnectError("client is shut down")
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
 
@@ -84,7 +82,7 @@ class RemotingClient:
                 loop.create_connection(factory, host, port), self.connect_timeout
             )
         except (OSError, TimeoutError) as exc:
-            raise RemotingConnectError(f"cannot connect to {address}: {exc}") from exc
+            raise ConnectError(f"cannot connect to {address}: {exc}") from exc
         self._connections[address] = connection
         if self._idle_task is None and self.idle_timeout > 0:
             self._idle_task = loop.create_task(self._close_idle(), name="remoting-client-idle")
@@ -102,15 +100,13 @@ class RemotingClient:
         connection = await self.connection(address)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise RemotingTimeoutError(f"timed out connecting to {address}")
+            raise RequestTimeoutError(f"timed out connecting to {address}")
         try:
             return await connection.request(request, remaining)
         except TimeoutError:
-            raise RemotingTimeoutError(
+            raise RequestTimeoutError(
                 f"no response from {address} to request code {request.code} in {timeout:.1f} s"
             ) from None
-        except ConnectionClosedError as exc:
-            raise RemotingConnectError(str(exc)) from exc
 
     async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
         connection = await self.connection(address)

@@ -25,6 +25,7 @@ import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from client.errors import ConnectError
 from client.remoting.codes import ResponseCode
 from client.remoting.command import Body, RemotingCommand
 from client.remoting.errors import FrameError
@@ -40,7 +41,7 @@ RequestHandler = Callable[
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 
 
-class ConnectionClosedError(ConnectionError):
+class ConnectionClosedError(ConnectError):
     """The connection closed while a call was waiting for its response."""
 
 

@@ -25,6 +25,7 @@ from client.protocol.headers import (
     decode,
     encode,
 )
+from store.schema import camel_case
 
 HEADER_CLASSES = sorted(
     (
@@ -52,7 +53,7 @@ def _reference_fields(cls: type[Any]) -> list[tuple[str, str, Any, bool, int]]:
             and f.default_factory is dataclasses.MISSING
             and not optional
         )
-        key = f.metadata.get("key") or headers._camel(f.name)
+        key = f.metadata.get("key") or camel_case(f.name)
         out.append((f.name, key, kind, required, f.metadata.get("bits", 64)))
     return out
 

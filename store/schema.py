@@ -1,0 +1,267 @@
+"""One declarative schema: a dataclass read from and written to camelCase string keys.
+
+Three kinds of document in tidemq are maps of strings whose keys are Java field names: a
+request's `extFields` (`client.protocol.headers`), a name-server request's `extFields`
+(`client.protocol.namesrv`) and a properties file (`store.settings`). Each declares a dataclass;
+`Schema(cls, dialect)` resolves once per class what each field reads and writes:
+
+- key: the attribute in camelCase (`queue_id` -> `queueId`), or `metadata["key"]`. A `keys`
+  renaming (attribute -> key) given to the schema wins over both: SEND_MESSAGE_V2 sends `a`..`m`.
+  Error messages name the field by its Java name, never by a renamed key.
+- type: `str`, `int`, `bool`, `float` or an `Enum` (by member name); `X | None` is an `X` that
+  may be absent. An int must fit Java's type: 64 bits, or `metadata["bits"]` (32: an Integer).
+  `metadata["min"]` and `metadata["max"]` bound a number.
+- required: no default and not `X | None`, or `metadata["required"]` (Java's @CFNotNull).
+  An absent optional field keeps its default; keys the class does not declare are ignored.
+
+Encoding leaves out None and writes booleans as `true`/`false`, enums by name, numbers with
+`str()`, text as it is. `decode(encode(x)) == x` for every value that fits its type.
+
+A `Dialect` says how text reads and how a problem is reported:
+
+    =============  =========================================  ===============================
+                   lenient (RocketMQ's decodeCommandCustom-   strict (configuration)
+                   Header: extFields)
+    =============  =========================================  ===============================
+    text           as it is                                   stripped
+    bool           "true" in any case is True, else False     "true" or "false", else error
+                   (Java's Boolean.parseBoolean)
+    empty number   absent                                     error
+    =============  =========================================  ===============================
+
+A problem is the dialect's exception with a message from its templates, which may use
+`{owner}` (the class name), `{key}`, `{raw}`, `{expected}`, `{bits}`, `{bound}`, `{value}`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, NamedTuple, TypeVar
+
+T = TypeVar("T")
+
+_MISSING = dataclasses.MISSING
+
+
+def camel_case(name: str) -> str:
+    """`queue_id` -> `queueId`: a Python attribute as the Java field it stands for."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # a dialect is itself: hashed by identity
+class Dialect:
+    """How a kind of document spells its values and reports a missing or malformed one."""
+
+    error: Callable[[str], Exception]
+    strict: bool
+    missing: str = "{owner}: lacks {key}"
+    malformed: str = "{key}: expected {expected}, got {raw!r}"
+    too_wide: str = "{key}: {raw!r} does not fit {bits} bits"
+    out_of_range: str = "{key}: must be {bound}, got {value}"
+
+
+class _Problem:
+    """Builds a dialect's exception for one field (only ever on the error path)."""
+
+    __slots__ = ("dialect", "key", "owner")
+
+    def __init__(self, dialect: Dialect, owner: str, key: str) -> None:
+        self.dialect = dialect
+        self.owner = owner
+        self.key = key
+
+    def __call__(self, template: str, **values: object) -> Exception:
+        return self.dialect.error(template.format(owner=self.owner, key=self.key, **values))
+
+
+Reader = Callable[[str], Any]
+Writer = Callable[[Any], str]
+
+
+def _int_reader(problem: _Problem, bits: int, low: Any, high: Any) -> Reader:
+    wide_low, wide_high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1  # Java: Integer or Long
+    # One comparison on the way through; which limit was crossed is sorted out only on failure.
+    least = wide_low if low is None else max(wide_low, low)
+    most = wide_high if high is None else min(wide_high, high)
+    templates = problem.dialect
+
+    def read(raw: str) -> int:
+        try:
+            value = int(raw)  # int() ignores surrounding blanks itself
+        except ValueError:
+            raise problem(templates.malformed, raw=raw, expected="an integer") from None
+        if least <= value <= most:
+            return value
+        if not wide_low <= value <= wide_high:
+            raise problem(templates.too_wide, raw=raw, bits=bits)
+        raise _out_of_range(problem, value, low, high)
+
+    return read
+
+
+def _out_of_range(problem: _Problem, value: float, low: Any, high: Any) -> Exception:
+    bound = f"at least {low}" if low is not None and value < low else f"at most {high}"
+    return problem(problem.dialect.out_of_range, bound=bound, value=value)
+
+
+def _float_reader(problem: _Problem, low: Any, high: Any) -> Reader:
+    templates = problem.dialect
+
+    def read(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise problem(templates.malformed, raw=raw, expected="a number") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise _out_of_range(problem, value, low, high)
+        return value
+
+    return read
+
+
+def _java_bool(raw: str) -> bool:
+    return raw.strip().lower() == "true"
+
+
+def _strict_bool_reader(problem: _Problem) -> Reader:
+    def read(raw: str) -> bool:
+        text = raw.strip().lower()
+        if text not in ("true", "false"):
+            raise problem(problem.dialect.malformed, raw=raw, expected="true or false")
+        return text == "true"
+
+    return read
+
+
+def _enum_reader(problem: _Problem, kind: type[enum.Enum], strict: bool) -> Reader:
+    names = ", ".join(m.name for m in kind)
+
+    def read(raw: str) -> enum.Enum:
+        try:
+            return kind[raw.strip() if strict else raw]
+        except KeyError:
+            raise problem(problem.dialect.malformed, raw=raw, expected=f"one of {names}") from None
+
+    return read
+
+
+def _reader(kind: Any, problem: _Problem, meta: Mapping[str, Any]) -> Reader | None:
+    """The field's text-to-value converter; None: the text itself."""
+    strict = problem.dialect.strict
+    low, high = meta.get("min"), meta.get("max")
+    if kind is bool:
+        return _strict_bool_reader(problem) if strict else _java_bool
+    if kind is int:
+        return _int_reader(problem, meta.get("bits", 64), low, high)
+    if kind is float:
+        return _float_reader(problem, low, high)
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return _enum_reader(problem, kind, strict)
+    if kind is str:
+        return str.strip if strict else None
+    raise TypeError(f"{problem.owner}.{problem.key}: a schema field cannot be {kind!r}")
+
+
+def _bool_text(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _enum_text(value: enum.Enum) -> str:
+    return value.name
+
+
+def _writer(kind: Any) -> Writer | None:
+    """The field's value-to-text converter; None: the value is its own text."""
+    if kind is bool:
+        return _bool_text
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return _enum_text
+    if kind is str:
+        return None
+    return str
+
+
+class SchemaField(NamedTuple):
+    """One field as decoding walks it, everything looked up once."""
+
+    name: str  # the attribute
+    wire: str  # its key in the document, after the schema's renaming
+    key: str  # its Java name, for error messages
+    read: Reader | None
+    empty_is_absent: bool  # a lenient dialect reads an empty number as no value
+    required: bool
+
+
+class Schema(Generic[T]):
+    """decode/encode of dataclass `cls` under `dialect` (and a key renaming), built once.
+
+    Headers are read on every request, so the table resolves up front what a walk over
+    `dataclasses.fields` would look up per field: key, converter, bounds.
+    """
+
+    __slots__ = ("cls", "dialect", "fields", "keys", "writers")
+
+    def __init__(
+        self, cls: type[T], dialect: Dialect, keys: Mapping[str, str] | None = None
+    ) -> None:
+        self.cls = cls
+        self.dialect = dialect
+        self.keys = dict(keys) if keys else None
+        hints = typing.get_type_hints(cls)
+        fields: list[SchemaField] = []
+        writers: list[tuple[str, str, Writer | None]] = []
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            kind = hints[f.name]
+            optional = type(None) in typing.get_args(kind)
+            if optional:
+                kind = next(a for a in typing.get_args(kind) if a is not type(None))
+            required = f.metadata.get("required", False) or (
+                f.default is _MISSING and f.default_factory is _MISSING and not optional
+            )
+            key = f.metadata.get("key") or camel_case(f.name)
+            wire = self.keys.get(f.name, key) if self.keys else key
+            read = _reader(kind, _Problem(dialect, cls.__name__, key), f.metadata)
+            empty_is_absent = not dialect.strict and kind in (int, float)
+            fields.append(SchemaField(f.name, wire, key, read, empty_is_absent, required))
+            writers.append((f.name, wire, _writer(kind)))
+        self.fields = tuple(fields)
+        self.writers = tuple(writers)
+
+    def decode(self, doc: Mapping[str, str]) -> T:
+        """The instance the document describes."""
+        values: dict[str, Any] = {}
+        for name, wire, key, read, empty_is_absent, required in self.fields:
+            raw = doc.get(wire)
+            if raw is None or (empty_is_absent and raw == ""):
+                if required:
+                    raise _Problem(self.dialect, self.cls.__name__, key)(self.dialect.missing)
+                continue
+            values[name] = raw if read is None else read(raw)
+        return self.cls(**values)
+
+    def encode(self, obj: T) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name, wire, write in self.writers:
+            value = getattr(obj, name)
+            if value is not None:
+                out[wire] = value if write is None else write(value)
+        return out
+
+    def wire_keys(self) -> list[str]:
+        return [f.wire for f in self.fields]
+
+
+_SCHEMAS: dict[tuple[type[Any], Dialect], Schema[Any]] = {}
+
+
+def schema_for(cls: type[T], dialect: Dialect) -> Schema[T]:
+    """The schema of `cls` under `dialect` without renaming, built on first use."""
+    schema = _SCHEMAS.get((cls, dialect))
+    if schema is None:
+        schema = _SCHEMAS[(cls, dialect)] = Schema(cls, dialect)
+    return schema
