@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Self
 
 from client.api import BrokerAPI, PullResult, SendResult
+from client.config import parse_namesrv_addr
 from client.errors import BrokerResponseError, ClientError, TideMQError, TopicNotExistError
 from client.message import Message, UniqueIdGenerator
 from client.protocol.admin import (
@@ -60,15 +61,6 @@ DEFAULT_ADMIN_TIMEOUT = 5.0
 ADMIN_PRODUCER_GROUP = "TOOLS_PRODUCER"
 
 
-def parse_namesrv_addr(value: str | Iterable[str]) -> list[str]:
-    """`"h1:9876;h2:9876"` (or a list) as a list of addresses; ClientError when empty."""
-    parts = value.split(";") if isinstance(value, str) else list(value)
-    addrs = [a.strip() for a in parts if a.strip()]
-    if not addrs:
-        raise ClientError("no name server address: pass -n host:port or set NAMESRV_ADDR")
-    return addrs
-
-
 @dataclass(frozen=True, slots=True, order=True)
 class BrokerAddress:
     cluster: str
@@ -80,12 +72,14 @@ class BrokerAddress:
 class AdminClient:
     def __init__(
         self,
-        namesrv_addr: str | Iterable[str],
+        namesrv_addr: str | Iterable[str] | None,
         *,
         timeout: float = DEFAULT_ADMIN_TIMEOUT,
         serialize_type: SerializeType = SerializeType.JSON,
     ) -> None:
         self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
+        if not self.namesrv_addrs:
+            raise ClientError("no name server address: pass -n host:port or set NAMESRV_ADDR")
         self.api = BrokerAPI(
             RemotingClient(connect_timeout=timeout), serialize_type=serialize_type, timeout=timeout
         )

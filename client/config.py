@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from client.errors import ClientError
 from client.remoting.codes import SerializeType
 
 DEFAULT_INSTANCE = "DEFAULT"
+_SEPARATORS = re.compile(r"[;,]")
 
 
 def local_ip() -> str:
@@ -31,12 +35,35 @@ def local_ip() -> str:
     return "127.0.0.1"
 
 
-def parse_namesrv_addr(value: str | list[str] | tuple[str, ...] | None) -> list[str]:
-    """'h1:9876;h2:9876' (RocketMQ's form), a list, or NAMESRV_ADDR from the environment."""
+def parse_namesrv_addr(value: str | Iterable[str] | None) -> list[str]:
+    """Name-server addresses from RocketMQ's `"h1:9876;h2:9876"`, a list, or NAMESRV_ADDR.
+
+    None reads the NAMESRV_ADDR environment variable. Entries are separated by `;` (`,` is taken
+    too); blanks around an entry and empty entries are ignored. An entry that is not `host:port`
+    (port 1..65535, an IPv6 host in brackets) is a `ClientError` naming it. The list may be empty:
+    whoever needs a name server says so.
+    """
     if value is None:
         value = os.environ.get("NAMESRV_ADDR", "")
-    items = value.split(";") if isinstance(value, str) else list(value)
-    return [a.strip() for a in items if a.strip()]
+    entries = _SEPARATORS.split(value) if isinstance(value, str) else list(value)
+    addrs = [entry.strip() for entry in entries if entry.strip()]
+    for addr in addrs:
+        if not _is_host_port(addr):
+            raise ClientError(f"name server address {addr!r} is not host:port")
+    return addrs
+
+
+def _is_host_port(addr: str) -> bool:
+    host, sep, port = addr.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]  # an IPv6 literal
+    elif ":" in host:
+        return False  # an IPv6 literal without brackets, or two entries run together
+    return bool(sep and host and not any(c.isspace() for c in host)) and _is_port(port)
+
+
+def _is_port(text: str) -> bool:
+    return text.isascii() and text.isdigit() and 0 < int(text) < 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +80,7 @@ class ClientConfig:
 
     @classmethod
     def create(
-        cls, namesrv_addr: str | list[str] | tuple[str, ...] | None = None, **kwargs: object
+        cls, namesrv_addr: str | Iterable[str] | None = None, **kwargs: object
     ) -> ClientConfig:
         config = cls(namesrv_addr=tuple(parse_namesrv_addr(namesrv_addr)), **kwargs)  # type: ignore[arg-type]
         if config.instance_name == DEFAULT_INSTANCE:

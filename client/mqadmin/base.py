@@ -20,7 +20,7 @@ from typing import Any, Final, TypeVar
 import click
 
 from client.admin import AdminClient
-from client.errors import BrokerResponseError, TideMQError
+from client.errors import BrokerResponseError, ClientError, TideMQError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -67,7 +67,7 @@ class Output:
         return "\n".join(out)
 
 
-class CommandError(Exception):
+class CommandError(ClientError):
     """A failure worth one line (bad arguments found late, nothing to show)."""
 
 

@@ -45,6 +45,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from client.config import parse_namesrv_addr
+from client.errors import ClientError
 from store.tags import parse_tag_expression
 
 EARLIEST: Final = -2
@@ -57,7 +59,7 @@ QueueKey = tuple[str, str, int]
 """(topic, brokerName, queueId): one message queue, one Spark partition (or more)."""
 
 
-class OptionError(ValueError):
+class OptionError(ClientError, ValueError):
     """An option is missing or malformed; the message names it."""
 
 
@@ -182,13 +184,12 @@ _KNOWN: Final = (
 
 
 def _namesrv(value: str) -> tuple[str, ...]:
-    addrs = tuple(a.strip() for a in re.split(r"[;,]", value) if a.strip())
+    try:
+        addrs = tuple(parse_namesrv_addr(value))
+    except ClientError as exc:
+        raise OptionError(f"namesrvAddr: {exc}") from None
     if not addrs:
         raise OptionError("option namesrvAddr is required (or NAMESRV_ADDR): host:port[;...]")
-    for addr in addrs:
-        host, sep, port = addr.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise OptionError(f"namesrvAddr: {addr!r} is not host:port")
     return addrs
 
 
