@@ -8,6 +8,7 @@ again, or sent to another broker::
     TideMQError                   store.errors
     +-- ClientError               local misuse: bad arguments, a client that is not started
     |   +-- OptionError           a Spark source option (client.spark.options; also ValueError)
+    |   +-- CommandError          an mqadmin command's one-line failure (client.mqadmin.base)
     +-- RemotingError          R  the request got no answer
     |   +-- RequestTimeoutError R no response in time (also TimeoutError)
     |   +-- ConnectError       R  the address cannot be reached (also ConnectionError)
@@ -28,6 +29,7 @@ again, or sent to another broker::
     |   +-- EncodeError           BodyDecodeError above, and a command we cannot send (ValueError)
     +-- SourceError               the Spark source cannot go on (client.spark.brokers)
     |   +-- DataLossError
+    +-- RecordTooLargeError       a message over a size limit (store.record; ValueError)
     +-- StoreError                store.errors: ConfigError, StoreLockedError, CorruptStoreError
 
 `BrokerResponseError.for_code(code, remark)` builds the leaf for a response code (an unknown code

@@ -37,7 +37,7 @@ from typing import Final, NoReturn
 from store.batch_body import BATCH_HEAD, decode_batch_body, read_batch_message
 from store.batch_body import HEAD_SIZE as BATCH_HEAD_SIZE
 from store.crc import crc32, java_crc32
-from store.errors import DecodeError
+from store.errors import DecodeError, TideMQError
 
 MAGIC_V1: Final = -626843481  # 0xDAA320A7 as a Java int
 BLANK_MAGIC: Final = -875286124  # 0xCBD43194 as a Java int
@@ -273,7 +273,7 @@ class MessageBatch:
         ]
 
 
-class RecordTooLargeError(ValueError):
+class RecordTooLargeError(TideMQError, ValueError):
     """A limit is exceeded: MESSAGE_ILLEGAL, or PROPERTIES_SIZE_EXCEEDED when `properties`."""
 
     def __init__(self, reason: str, *, properties: bool = False) -> None:

@@ -58,7 +58,7 @@ from client.spark.options import OptionError
 from ha.codec import AckDecoder, HAProtocolError
 from store import errors as store_errors
 from store.batch_body import BatchDecodeError, read_batch_message
-from store.record import RecordFormatError, decode_record
+from store.record import RecordFormatError, RecordTooLargeError, decode_record
 
 
 def _client_modules() -> list[Any]:
@@ -88,7 +88,7 @@ def test_every_exception_class_of_the_client_is_a_tidemq_error() -> None:
 
 
 def test_store_and_ha_errors_a_client_can_meet_are_in_the_tree() -> None:
-    for cls in (RecordFormatError, BatchDecodeError, HAProtocolError):
+    for cls in (RecordFormatError, BatchDecodeError, HAProtocolError, RecordTooLargeError):
         assert issubclass(cls, TideMQError)
     for cls in _exceptions_defined_in(store_errors):
         assert issubclass(cls, TideMQError), cls
@@ -105,6 +105,7 @@ def test_builtin_bases_are_kept_where_callers_catch_them() -> None:
         EncodeError,
         RecordFormatError,
         BatchDecodeError,
+        RecordTooLargeError,
         OptionError,
     ):
         assert issubclass(cls, ValueError), cls
