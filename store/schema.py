@@ -83,11 +83,16 @@ Reader = Callable[[str], Any]
 Writer = Callable[[Any], str]
 
 
+def _int_range(bits: int, low: Any, high: Any) -> tuple[int, int]:
+    """The values an int field takes: its Java type's (Integer or Long) within its bounds."""
+    least, most = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return (least if low is None else max(least, low), most if high is None else min(most, high))
+
+
 def _int_reader(problem: _Problem, bits: int, low: Any, high: Any) -> Reader:
-    wide_low, wide_high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1  # Java: Integer or Long
+    wide_low, wide_high = _int_range(bits, None, None)
     # One comparison on the way through; which limit was crossed is sorted out only on failure.
-    least = wide_low if low is None else max(wide_low, low)
-    most = wide_high if high is None else min(wide_high, high)
+    least, most = _int_range(bits, low, high)
     templates = problem.dialect
 
     def read(raw: str) -> int:
@@ -195,16 +200,19 @@ class SchemaField(NamedTuple):
     read: Reader | None
     empty_is_absent: bool  # a lenient dialect reads an empty number as no value
     required: bool
+    int_range: tuple[int, int] | None  # an int field's values (its reader checks the same)
 
 
 class Schema(Generic[T]):
     """decode/encode of dataclass `cls` under `dialect` (and a key renaming), built once.
 
-    Headers are read on every request, so the table resolves up front what a walk over
-    `dataclasses.fields` would look up per field: key, converter, bounds.
+    Headers are read on every request, so the schema resolves up front what a walk over
+    `dataclasses.fields` would look up per field (key, converter, bounds, default) and compiles
+    `decode` into straight-line code (`_compile_decode`). A field that may be absent needs a
+    default.
     """
 
-    __slots__ = ("cls", "dialect", "fields", "keys", "writers")
+    __slots__ = ("cls", "decode", "dialect", "fields", "keys", "writers")
 
     def __init__(
         self, cls: type[T], dialect: Dialect, keys: Mapping[str, str] | None = None
@@ -215,6 +223,7 @@ class Schema(Generic[T]):
         hints = typing.get_type_hints(cls)
         fields: list[SchemaField] = []
         writers: list[tuple[str, str, Writer | None]] = []
+        defaults: dict[str, Callable[[], Any] | _Constant] = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             kind = hints[f.name]
             optional = type(None) in typing.get_args(kind)
@@ -227,22 +236,21 @@ class Schema(Generic[T]):
             wire = self.keys.get(f.name, key) if self.keys else key
             read = _reader(kind, _Problem(dialect, cls.__name__, key), f.metadata)
             empty_is_absent = not dialect.strict and kind in (int, float)
-            fields.append(SchemaField(f.name, wire, key, read, empty_is_absent, required))
+            meta = f.metadata
+            int_range = (
+                _int_range(meta.get("bits", 64), meta.get("min"), meta.get("max"))
+                if kind is int
+                else None
+            )
+            fields.append(
+                SchemaField(f.name, wire, key, read, empty_is_absent, required, int_range)
+            )
             writers.append((f.name, wire, _writer(kind)))
+            if not required:
+                defaults[f.name] = _default_of(f, cls.__name__)
         self.fields = tuple(fields)
         self.writers = tuple(writers)
-
-    def decode(self, doc: Mapping[str, str]) -> T:
-        """The instance the document describes."""
-        values: dict[str, Any] = {}
-        for name, wire, key, read, empty_is_absent, required in self.fields:
-            raw = doc.get(wire)
-            if raw is None or (empty_is_absent and raw == ""):
-                if required:
-                    raise _Problem(self.dialect, self.cls.__name__, key)(self.dialect.missing)
-                continue
-            values[name] = raw if read is None else read(raw)
-        return self.cls(**values)
+        self.decode: Callable[[Mapping[str, str]], T] = _compile_decode(self, defaults)
 
     def encode(self, obj: T) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -254,6 +262,71 @@ class Schema(Generic[T]):
 
     def wire_keys(self) -> list[str]:
         return [f.wire for f in self.fields]
+
+
+class _Constant(NamedTuple):
+    value: Any
+
+
+def _default_of(f: dataclasses.Field[Any], owner: str) -> Callable[[], Any] | _Constant:
+    if f.default_factory is not _MISSING:
+        return f.default_factory
+    if f.default is _MISSING:
+        raise TypeError(f"{owner}.{f.name}: an optional field needs a default")
+    return _Constant(f.default)
+
+
+def _compile_decode(
+    schema: Schema[T], defaults: Mapping[str, Callable[[], Any] | _Constant]
+) -> Callable[[Mapping[str, str]], T]:
+    """The schema's decode as straight-line code, one block per field.
+
+    A loop over the field table pays, per field, for unpacking its row, for the tests that do
+    not apply to it and for a converter call; the generated function has none of that: an int
+    is read inline (the field's reader runs only to raise the error that names the field), and
+    the class is called with keywords, so no dict is built either. Only names, numbers and
+    repr()'d keys go into the source; everything else comes through its namespace.
+    """
+    namespace: dict[str, Any] = {"cls": schema.cls}
+    lines = ["def decode(doc):", "    get = doc.get"]
+    arguments = []
+    for i, f in enumerate(schema.fields):
+        namespace[f"read{i}"] = f.read
+        absent = "raw is None or raw == ''" if f.empty_is_absent else "raw is None"
+        if f.int_range is not None:
+            least, most = f.int_range
+            present = [
+                "try:",
+                f"    v{i} = int(raw)",
+                "except ValueError:",
+                f"    v{i} = read{i}(raw)",  # raises
+                f"if not {least} <= v{i} <= {most}:",
+                f"    v{i} = read{i}(raw)",  # raises
+            ]
+        else:
+            present = [f"v{i} = raw" if f.read is None else f"v{i} = read{i}(raw)"]
+        if f.required:
+            namespace[f"missing{i}"] = _Problem(schema.dialect, schema.cls.__name__, f.key)
+            absent_lines = [f"raise missing{i}(template{i})"]
+            namespace[f"template{i}"] = schema.dialect.missing
+        else:
+            default = defaults[f.name]
+            if isinstance(default, _Constant):
+                namespace[f"default{i}"] = default.value
+                absent_lines = [f"v{i} = default{i}"]
+            else:
+                namespace[f"factory{i}"] = default
+                absent_lines = [f"v{i} = factory{i}()"]
+        lines.append(f"    raw = get({f.wire!r})")
+        lines.append(f"    if {absent}:")
+        lines += [f"        {line}" for line in absent_lines]
+        lines.append("    else:")
+        lines += [f"        {line}" for line in present]
+        arguments.append(f"{f.name}=v{i}")
+    lines.append(f"    return cls({', '.join(arguments)})")
+    exec("\n".join(lines), namespace)  # the source holds only names, numbers and reprs
+    decode: Callable[[Mapping[str, str]], T] = namespace["decode"]
+    return decode
 
 
 _SCHEMAS: dict[tuple[type[Any], Dialect], Schema[Any]] = {}

@@ -160,6 +160,24 @@ def test_a_field_of_an_unsupported_type_is_refused_when_the_schema_is_built() ->
     with pytest.raises(TypeError, match=r"Odd\.items"):
         Schema(Odd, LENIENT)
 
+    @dataclass
+    class NoDefault:
+        name: str | None
+
+    with pytest.raises(TypeError, match=r"NoDefault\.name: an optional field needs a default"):
+        Schema(NoDefault, LENIENT)
+
+
+def test_an_absent_field_takes_its_default_or_a_fresh_one_from_its_factory() -> None:
+    @dataclass
+    class Made:
+        name: str = dataclasses.field(default_factory=lambda: "made")
+        count: int = 7
+
+    schema = Schema(Made, STRICT)
+    assert schema.decode({}) == Made("made", 7)
+    assert schema.decode({"name": "n", "count": "1"}) == Made("n", 1)
+
 
 def test_the_three_users_share_the_one_codec() -> None:
     header = headers._codec(SendMessageRequestHeader, None)
