@@ -20,12 +20,18 @@ from client.message import SendStatus
 from client.protocol.headers import (
     SEND_V2_KEYS,
     ConsumerSendMsgBackRequestHeader,
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    GetConsumerListByGroupRequestHeader,
     PullMessageRequestHeader,
     QueryConsumerOffsetRequestHeader,
+    QueryMessageRequestHeader,
     SearchOffsetRequestHeader,
     SendMessageRequestHeader,
     TopicQueueRequestHeader,
+    UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
+    ViewMessageRequestHeader,
     encode,
 )
 from client.protocol.heartbeat import (
@@ -43,6 +49,7 @@ from client.protocol.models import (
     TopicConfigSerializeWrapper,
     TopicRouteData,
 )
+from client.protocol.namesrv import GetRouteInfoRequestHeader
 from client.remoting.client import RemotingClient
 from client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from client.remoting.command import RemotingCommand
@@ -152,7 +159,9 @@ class BrokerAPI:
     # --- name server ------------------------------------------------------------------------
 
     async def get_route(self, namesrv: str, topic: str) -> TopicRouteData | None:
-        request = self.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        request = self.request(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, GetRouteInfoRequestHeader(topic).to_ext_fields()
+        )
         response = await self.call(
             namesrv, request, ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST)
         )
@@ -260,21 +269,17 @@ class BrokerAPI:
     # --- messages ---------------------------------------------------------------------------
 
     async def view_message(self, address: str, physical_offset: int) -> StoredMessage:
-        request = self.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(physical_offset)})
+        request = self.request(
+            RequestCode.VIEW_MESSAGE_BY_ID, encode(ViewMessageRequestHeader(physical_offset))
+        )
         response = await self.call(address, request)
         return decode_record(memoryview(response.body), check_crc=False)
 
     async def query_message(
         self, address: str, topic: str, key: str, max_num: int, begin: int, end: int
     ) -> list[StoredMessage]:
-        ext = {
-            "topic": topic,
-            "key": key,
-            "maxNum": str(max_num),
-            "beginTimestamp": str(begin),
-            "endTimestamp": str(end),
-        }
-        request = self.request(RequestCode.QUERY_MESSAGE, ext)
+        header = QueryMessageRequestHeader(topic, key, max_num, begin, end)
+        request = self.request(RequestCode.QUERY_MESSAGE, encode(header))
         response = await self.call(
             address, request, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
         )
@@ -288,37 +293,42 @@ class BrokerAPI:
         await self.call(address, self.request(RequestCode.HEART_BEAT, body=data.encode()))
 
     async def get_consumer_ids(self, address: str, group: str) -> list[str]:
-        request = self.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+        request = self.request(
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+            encode(GetConsumerListByGroupRequestHeader(group)),
+        )
         response = await self.call(address, request)
         return GetConsumerListByGroupResponseBody.decode(response.body).consumer_id_list
 
     async def unregister_client(
         self, address: str, client_id: str, producer_group: str | None, consumer_group: str | None
     ) -> None:
-        ext = {"clientID": client_id}
-        if producer_group:
-            ext["producerGroup"] = producer_group
-        if consumer_group:
-            ext["consumerGroup"] = consumer_group
-        await self.call(address, self.request(RequestCode.UNREGISTER_CLIENT, ext))
+        header = UnregisterClientRequestHeader(
+            client_id, producer_group or None, consumer_group or None
+        )
+        await self.call(address, self.request(RequestCode.UNREGISTER_CLIENT, encode(header)))
 
     # --- administration -----------------------------------------------------------------------
 
     async def create_topic(self, address: str, config: TopicConfig) -> None:
-        ext = {
-            "topic": config.topic_name,
-            "defaultTopic": "TBW102",
-            "readQueueNums": str(config.read_queue_nums),
-            "writeQueueNums": str(config.write_queue_nums),
-            "perm": str(config.perm),
-            "topicFilterType": config.topic_filter_type,
-            "topicSysFlag": str(config.topic_sys_flag),
-            "order": "true" if config.order else "false",
-        }
-        await self.call(address, self.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+        header = CreateTopicRequestHeader(
+            topic=config.topic_name,
+            read_queue_nums=config.read_queue_nums,
+            write_queue_nums=config.write_queue_nums,
+            perm=config.perm,
+            topic_filter_type=config.topic_filter_type,
+            topic_sys_flag=config.topic_sys_flag,
+            order=config.order,
+        )
+        await self.call(address, self.request(RequestCode.UPDATE_AND_CREATE_TOPIC, encode(header)))
 
     async def delete_topic_in_broker(self, address: str, topic: str) -> None:
-        await self.call(address, self.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic}))
+        await self.call(
+            address,
+            self.request(
+                RequestCode.DELETE_TOPIC_IN_BROKER, encode(DeleteTopicRequestHeader(topic))
+            ),
+        )
 
     async def all_topic_config(self, address: str) -> TopicConfigSerializeWrapper:
         response = await self.call(address, self.request(RequestCode.GET_ALL_TOPIC_CONFIG))
