@@ -3,7 +3,8 @@
 Three kinds of document in tidemq are maps of strings whose keys are Java field names: a
 request's `extFields` (`client.protocol.headers`), a name-server request's `extFields`
 (`client.protocol.namesrv`) and a properties file (`store.settings`). Each declares a dataclass;
-`Schema(cls, dialect)` resolves once per class what each field reads and writes:
+`Schema(cls, dialect)` resolves once per class what each field reads and writes, and compiles
+its decode into straight-line code (headers are read on every request):
 
 - key: the attribute in camelCase (`queue_id` -> `queueId`), or `metadata["key"]`. A `keys`
   renaming (attribute -> key) given to the schema wins over both: SEND_MESSAGE_V2 sends `a`..`m`.
@@ -12,7 +13,8 @@ request's `extFields` (`client.protocol.headers`), a name-server request's `extF
   may be absent. An int must fit Java's type: 64 bits, or `metadata["bits"]` (32: an Integer).
   `metadata["min"]` and `metadata["max"]` bound a number.
 - required: no default and not `X | None`, or `metadata["required"]` (Java's @CFNotNull).
-  An absent optional field keeps its default; keys the class does not declare are ignored.
+  An absent optional field keeps its default (it must have one); keys the class does not
+  declare are ignored.
 
 Encoding leaves out None and writes booleans as `true`/`false`, enums by name, numbers with
 `str()`, text as it is. `decode(encode(x)) == x` for every value that fits its type.
