@@ -30,6 +30,7 @@ again, or sent to another broker::
     +-- SourceError               the Spark source cannot go on (client.spark.brokers)
     |   +-- DataLossError
     +-- RecordTooLargeError       a message over a size limit (store.record; ValueError)
+    +-- RequestRejected           a server refusing a request with a code (client.remoting.server)
     +-- StoreError                store.errors: ConfigError, StoreLockedError, CorruptStoreError
 
 `BrokerResponseError.for_code(code, remark)` builds the leaf for a response code (an unknown code

@@ -30,6 +30,7 @@ from client.remoting.codes import ResponseCode
 from client.remoting.command import RemotingCommand
 from client.remoting.connection import RemotingConnection
 from client.remoting.frame import DEFAULT_MAX_FRAME_SIZE
+from store.errors import TideMQError
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ Processor = Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCo
 ConnectionListener = Callable[[RemotingConnection], None]
 
 
-class RequestRejected(Exception):
+class RequestRejected(TideMQError):
     """A request refused with a response `code` and a `remark` saying why (h11's
     `RemoteProtocolError(error_status_hint=)`): raised by processors and hooks, answered by the
     server's dispatch. Not an error of the server: nothing is logged."""
