@@ -109,10 +109,11 @@ class RemotingConnection(asyncio.Protocol):
                 self.peer,
                 self._decoder.buffered,
             )
-        error = ConnectionClosedError(f"connection to {self.peer or self.name} closed")
+        reason = f"connection to {self.peer or self.name} closed"
         for future in self._pending.values():
             if not future.done():
-                future.set_exception(error)
+                # One exception per waiter: it reaches the caller as it is, with its own traceback.
+                future.set_exception(ConnectionClosedError(reason))
         self._pending.clear()
         self._can_write.set()
         self.closed.set()
