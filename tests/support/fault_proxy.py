@@ -8,11 +8,32 @@ change is in effect when the call returns. Modes (`Mode`), switchable at run tim
 - `PASS`: bytes are forwarded as they are read. A side's close reaches the other side once what
   it sent is delivered (a half-close); the connection ends when both directions ended, or at
   once on an error (a reset).
-- `RECHUNK`: the byte stream is cut at random boundaries and written in random-sized pieces, with
-  small random delays, so the receiver sees both frames split (down to single bytes) and frames
-  coalesced (a piece may span several of the sender's writes). Sizes and delays come from a
-  `random.Random` seeded per direction from ``seed``; which reads are coalesced still depends on
-  timing, so runs with one seed are alike, not identical.
+- `RECHUNK`: the proxy cuts every read of the sender into pieces, written one by one, and
+  joins some reads' last piece to the next read's first. How a read is cut depends only on the
+  seed, the connection's index (in accepted order), the direction, the read's index in that
+  direction and its length (`rechunk_plan`), never on timing: how the kernel splits the stream
+  into reads is the only thing left to chance, and the same reads always give the same writes.
+
+  - A read is at most READ_SIZE bytes. A read of one byte (a lone byte) is joined to the read
+    after it, so every read that is cut has at least 2 bytes.
+  - A read is cut into at least 2 pieces of 1 to PIECE_MAX bytes each; no piece crosses the
+    read's end. A write that ends inside a read is a split: a read of n bytes gives at least
+    max(1, ceil(n / PIECE_MAX) - 1) >= n / (2 * PIECE_MAX) of them.
+  - In every block of MERGE_EVERY consecutive reads (index // MERGE_EVERY), one read other than
+    the block's last is a merge read: its last piece is held back and written in one piece
+    together with the next read's first piece, a merge.
+  - Held bytes (that last piece, a lone byte) wait for the next read. EOF releases them (written
+    alone, before the half-close), and so does a mode change (written as the new mode says).
+    A peer that waits for the answer to held bytes would wait for ever, so after ``max_hold``
+    seconds (1 by default) without a read they are written alone and counted in
+    `idle_releases`; ``max_hold=None`` waits for the next read however long it takes, for a
+    stream with heartbeats (HA) or a sender that closes its side when done.
+
+  Hence a direction that delivered D bytes in RECHUNK mode, with no idle release and no mode
+  change, made at least `rechunk_minimum(D)` = (floor((D - 1) / (2 * PIECE_MAX)),
+  floor((D - 1) / (READ_SIZE * MERGE_EVERY))) splits and merges: the reads that were cut hold
+  all those bytes but a lone byte at EOF, and there are at least D / READ_SIZE of them. The
+  counters add up every direction of every connection.
 - `PARTITION`: nothing moves, and nothing is closed. Bytes are **held**, never dropped, as TCP
   retransmission holds them: the proxy stops reading from both sockets and stops writing what it
   read already, so the kernels' buffers fill and the senders block. A close on either side is
@@ -24,9 +45,9 @@ change is in effect when the call returns. Modes (`Mode`), switchable at run tim
   the mode lasts are aborted as soon as they are accepted. `drop_connections()` aborts the open
   connections without changing the mode.
 
-Counters (`accepted`, `open_connections`, `bytes_forwarded`, `splits`, `merges`) let tests check
-that a fault really happened: a split is a write that ends inside one of the sender's reads, a
-merge a write that spans a boundary between two reads.
+Counters (`accepted`, `open_connections`, `bytes_forwarded`, `splits`, `merges`,
+`idle_releases`) let tests check that a fault really happened. `splits` and `merges` count
+RECHUNK's writes as defined above; the other modes write what they read as it comes.
 """
 
 from __future__ import annotations
@@ -42,11 +63,21 @@ from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
-__all__ = ["FaultProxy", "Mode"]
+__all__ = [
+    "MERGE_EVERY",
+    "PIECE_MAX",
+    "READ_SIZE",
+    "FaultProxy",
+    "Mode",
+    "rechunk_minimum",
+    "rechunk_plan",
+]
 
 _T = TypeVar("_T")
 
 READ_SIZE: Final = 64 * 1024
+PIECE_MAX: Final = 16 * 1024
+MERGE_EVERY: Final = 4
 # A direction stops reading while this much is waiting to be written (backpressure).
 BUFFER_LIMIT: Final = 256 * 1024
 CONTROL_TIMEOUT: Final = 10.0
@@ -59,6 +90,37 @@ class Mode(enum.Enum):
     DROP = "drop"
 
 
+def rechunk_plan(stream: str, index: int, size: int) -> tuple[list[int], bool]:
+    """The pieces read ``index`` (``size`` >= 2 bytes) of ``stream`` is cut into, in order, and
+    whether it is a merge read; ``stream`` names the direction ("<seed>-<connection>-up")."""
+    block, place = divmod(index, MERGE_EVERY)
+    merge = random.Random(f"{stream}-block-{block}").randrange(MERGE_EVERY - 1) == place
+    rng = random.Random(f"{stream}-read-{index}")
+    pieces: list[int] = []
+    left = size
+    while left:
+        kind = rng.random()
+        if kind < 0.4:
+            piece = rng.randint(1, 16)  # splits headers and 8-byte reports
+        elif kind < 0.8:
+            piece = rng.randint(1, PIECE_MAX)
+        else:
+            piece = PIECE_MAX
+        if left == size and piece >= size:
+            piece = rng.randint(1, size - 1)  # never the whole read: at least one split
+        piece = min(piece, left)
+        pieces.append(piece)
+        left -= piece
+    return pieces, merge
+
+
+def rechunk_minimum(delivered: int) -> tuple[int, int]:
+    """The fewest (splits, merges) RECHUNK makes in a direction that delivered ``delivered``
+    bytes, with no idle release and no mode change (see the module doc)."""
+    planned = max(delivered - 1, 0)  # but a lone byte released alone at EOF
+    return planned // (2 * PIECE_MAX), planned // (READ_SIZE * MERGE_EVERY)
+
+
 class _Pipe:
     """One direction of one connection: a reader task fills a buffer, a writer task empties it."""
 
@@ -67,19 +129,21 @@ class _Pipe:
         proxy: FaultProxy,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        rng: random.Random,
+        stream: str,
     ) -> None:
         self.proxy = proxy
         self.reader = reader
         self.writer = writer
-        self.rng = rng
+        self.stream = stream
         self.buffer = bytearray()
         self.pos = 0  # bytes of `buffer` already written
         self.read_total = 0  # stream offset of the end of what was read
         self.written_total = 0  # stream offset of the end of what was written
         self.read_ends: deque[int] = deque()  # stream offsets where the sender's reads ended
+        self.planned_total = 0  # stream offset of the end of the reads cut so far
+        self.reads = 0  # reads cut in RECHUNK mode: the index of the next one
         self.eof = False
-        self.changed = asyncio.Event()  # data arrived, EOF, or the buffer drained
+        self.changed = asyncio.Event()  # data arrived, EOF, the buffer drained, or a mode change
 
     @property
     def pending(self) -> int:
@@ -89,9 +153,9 @@ class _Pipe:
         while True:
             await self.proxy._flowing.wait()
             while self.pending >= BUFFER_LIMIT:
-                self.changed.clear()
-                await self.changed.wait()
-            data = await self.reader.read(READ_SIZE)
+                await self._wait(None)
+            # One byte less, so that a lone byte joined to the next read makes at most READ_SIZE.
+            data = await self.reader.read(READ_SIZE - 1)
             if not data:
                 self.eof = True
                 self.changed.set()
@@ -106,74 +170,79 @@ class _Pipe:
 
     async def drain(self) -> None:
         proxy = self.proxy
-        rng = self.rng
         while True:
             while not self.pending and not self.eof:
-                self.changed.clear()
-                await self.changed.wait()
+                await self._wait(None)
             await proxy._flowing.wait()
-            if not self.pending:
+            if proxy.mode is Mode.RECHUNK:
+                read = self._next_read()
+                if read is not None:
+                    await self._rechunk(*read)
+                    continue
+                if self.pending and not self.eof:
+                    # Held bytes (a merge read's last piece, a lone byte) wait for the next read.
+                    if await self._wait(proxy.max_hold):
+                        continue
+                    proxy.idle_releases += 1
+            if self.pending:
+                # Everything read so far, as one write (also what RECHUNK releases alone).
+                self._write(self.pending)
+                self.planned_total = self.written_total
+                self.read_ends.clear()
+                await self.writer.drain()
+            elif self.eof:
                 # EOF and everything delivered: pass the half-close on.
                 if self.writer.can_write_eof():
                     self.writer.write_eof()
                 return
-            if proxy.mode is Mode.RECHUNK:
-                roll = rng.random()
-                if roll < 0.1:
-                    # Hold back until two of the sender's reads wait here (or max_delay has
-                    # passed), then send all as one piece: a merge, whatever the timing.
-                    await self._wait_for_reads(2, proxy.max_delay)
-                    await proxy._flowing.wait()
-                    size = self.pending
-                else:
-                    if roll < 0.4:
-                        await asyncio.sleep(0)
-                    await proxy._flowing.wait()
-                    size = self._piece_size()
-            else:
-                size = self.pending
-            self._write(size)
-            await self.writer.drain()
 
-    async def _wait_for_reads(self, count: int, timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not self.eof and sum(1 for e in self.read_ends if e > self.written_total) < count:
-            left = deadline - loop.time()
-            if left <= 0:
-                return
-            self.changed.clear()
-            try:
-                await asyncio.wait_for(self.changed.wait(), left)
-            except TimeoutError:
-                return
-
-    def _piece_size(self) -> int:
-        rng = self.rng
-        pending = self.pending
-        kind = rng.random()
-        if kind < 0.4:
-            size = rng.randint(1, 16)  # splits headers and 8-byte reports
-        elif kind < 0.8:
-            size = rng.randint(1, 4096)
-        else:
-            size = pending  # everything there is: coalesces what arrived meanwhile
-        return min(size, pending)
-
-    def _write(self, size: int) -> None:
-        start, end = self.written_total, self.written_total + size
+    def _next_read(self) -> tuple[int, int] | None:
+        """The stream offsets of the next read to cut, a lone byte joined to the read after it;
+        None while there is no such read yet."""
         ends = self.read_ends
+        start = self.planned_total
         while ends and ends[0] <= start:
             ends.popleft()
-        if ends and ends[0] < end:
-            self.proxy.merges += 1  # the piece spans the end of a read
-        while ends and ends[0] < end:
-            ends.popleft()
-        if ends and ends[0] != end:
-            self.proxy.splits += 1  # the piece ends inside a read
+        if not ends:
+            return None
+        if ends[0] - start > 1:
+            return start, ends[0]
+        return (start, ends[1]) if len(ends) > 1 else None
+
+    async def _rechunk(self, start: int, end: int) -> None:
+        proxy = self.proxy
+        pieces, merge = rechunk_plan(self.stream, self.reads, end - start)
+        self.reads += 1
+        self.planned_total = end
+        piece_end = start
+        for piece in pieces:
+            piece_end += piece
+            if merge and piece_end == end:
+                return  # held back: written with the next read's first piece
+            await proxy._flowing.wait()
+            if proxy.mode is not Mode.RECHUNK:
+                return  # the rest goes out as the new mode says
+            if self.written_total < start:
+                proxy.merges += 1  # the previous read's held last piece goes in this write
+            if piece_end < end:
+                proxy.splits += 1
+            self._write(piece_end - self.written_total)
+            await self.writer.drain()
+            await asyncio.sleep(0)  # let the other direction and the receiver run in between
+
+    async def _wait(self, timeout: float | None) -> bool:
+        """Wait for `changed`; False if ``timeout`` seconds passed first."""
+        self.changed.clear()
+        try:
+            await asyncio.wait_for(self.changed.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def _write(self, size: int) -> None:
         self.writer.write(bytes(self.buffer[self.pos : self.pos + size]))
         self.pos += size
-        self.written_total = end
+        self.written_total += size
         self.proxy.bytes_forwarded += size
         if self.pending < BUFFER_LIMIT:
             self.changed.set()
@@ -184,6 +253,7 @@ class _Connection:
         self.proxy = proxy
         self.index = index
         self.writers: list[asyncio.StreamWriter] = []
+        self.pipes: list[_Pipe] = []
         self.task: asyncio.Task[None] | None = None
 
     def abort(self) -> None:
@@ -202,19 +272,20 @@ class FaultProxy:
         host: str = "127.0.0.1",
         seed: int = 0,
         mode: Mode = Mode.PASS,
-        max_delay: float = 0.002,
+        max_hold: float | None = 1.0,
     ) -> None:
         self.target_host = target_host
         self.target_port = target_port
         self.host = host
         self.port = 0
         self.seed = seed
-        self.max_delay = max_delay
+        self.max_hold = max_hold
         self.mode = mode
         self.accepted = 0
         self.bytes_forwarded = 0
         self.splits = 0
         self.merges = 0
+        self.idle_releases = 0
         self._connections: set[_Connection] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -333,6 +404,9 @@ class FaultProxy:
             self._flowing.clear()
         else:
             self._flowing.set()
+        for connection in self._connections:
+            for pipe in connection.pipes:
+                pipe.changed.set()  # held bytes go out as the new mode says
         if mode is Mode.DROP:
             await self._drop_all()
 
@@ -387,11 +461,11 @@ class FaultProxy:
                 connection.abort()
                 return
             base = f"{self.seed}-{connection.index}"
-            pipes = [
-                _Pipe(self, client_reader, upstream_writer, random.Random(f"{base}-up")),
-                _Pipe(self, upstream_reader, client_writer, random.Random(f"{base}-down")),
+            connection.pipes = [
+                _Pipe(self, client_reader, upstream_writer, f"{base}-up"),
+                _Pipe(self, upstream_reader, client_writer, f"{base}-down"),
             ]
-            await self._forward(pipes)
+            await self._forward(connection.pipes)
         finally:
             self._connections.discard(connection)
             for writer in connection.writers:

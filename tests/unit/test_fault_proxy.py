@@ -1,4 +1,5 @@
-"""The test fault proxy: pass-through, re-chunking, partition and heal, drops, start and stop."""
+"""The test fault proxy: pass-through, re-chunking (its plan and what it guarantees), partition and
+heal, drops, start and stop."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tests.support.fault_proxy import FaultProxy, Mode
+from tests.support.fault_proxy import (
+    MERGE_EVERY,
+    PIECE_MAX,
+    FaultProxy,
+    Mode,
+    rechunk_minimum,
+    rechunk_plan,
+)
 
 
 class Echo:
@@ -90,26 +98,85 @@ async def test_pass_through_round_trip(proxy: FaultProxy) -> None:
     assert proxy.splits == 0
 
 
-async def test_rechunk_splits_and_coalesces_without_changing_bytes(
-    proxy: FaultProxy, echo: Echo
+def test_rechunk_plan_depends_on_the_seed_alone_and_keeps_its_promises() -> None:
+    for stream in ("7-0-up", "7-0-down", "8-3-up"):
+        merge_reads = []
+        for index in range(40 * MERGE_EVERY):
+            size = 2 + (index * 7919) % 70_000
+            pieces, merge = rechunk_plan(stream, index, size)
+            assert (pieces, merge) == rechunk_plan(stream, index, size)
+            assert sum(pieces) == size
+            assert len(pieces) >= 2
+            assert all(1 <= piece <= PIECE_MAX for piece in pieces)
+            if merge:
+                merge_reads.append(index)
+        # One merge read in every block, never the block's last (a next read is in the block).
+        assert [i // MERGE_EVERY for i in merge_reads] == list(range(40))
+        assert all(i % MERGE_EVERY != MERGE_EVERY - 1 for i in merge_reads)
+    plans = [rechunk_plan(f"{seed}-0-up", 0, 5000) for seed in range(10)]
+    assert len({str(plan) for plan in plans}) > 1
+
+
+async def test_rechunk_splits_and_coalesces_without_changing_bytes(echo: Echo) -> None:
+    # No idle release: the client closes its side when it is done, which releases held bytes
+    # (as does the echo server's close), so `rechunk_minimum` holds in both directions.
+    with FaultProxy("127.0.0.1", echo.port, seed=7, mode=Mode.RECHUNK, max_hold=None) as proxy:
+        reader, writer = await connect(proxy)
+        try:
+            messages = [i.to_bytes(4, "big") + os.urandom(i % 500) for i in range(2000)]
+            sent = b"".join(messages)
+            # Read while writing: the echo must not wait on a full socket buffer.
+            received = asyncio.create_task(reader.readexactly(len(sent)))
+            for i, message in enumerate(messages):
+                writer.write(message)
+                if i % 4 == 0:
+                    await asyncio.sleep(0)
+            writer.write_eof()
+            await writer.drain()
+            assert await asyncio.wait_for(received, 20) == sent
+        finally:
+            await close(writer)
+        assert echo.received[0] == sent
+        splits, merges = rechunk_minimum(len(sent))
+        assert splits > 0 and merges > 0
+        assert proxy.splits >= 2 * splits and proxy.merges >= 2 * merges
+        assert proxy.idle_releases == 0
+
+
+async def test_rechunk_holds_a_lone_byte_until_the_mode_changes(echo: Echo) -> None:
+    with FaultProxy("127.0.0.1", echo.port, seed=7, mode=Mode.RECHUNK, max_hold=None) as proxy:
+        reader, writer = await connect(proxy)
+        try:
+            writer.write(b"x")
+            # Held: a byte is cut only together with the read after it.
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(reader.read(100), 0.3)
+            proxy.pass_through()
+            assert await asyncio.wait_for(reader.readexactly(1), 5) == b"x"
+        finally:
+            await close(writer)
+
+
+async def test_rechunk_releases_held_bytes_to_a_peer_that_waits_for_the_answer(
+    echo: Echo,
 ) -> None:
-    proxy.rechunk()
-    reader, writer = await connect(proxy)
-    try:
-        sent = bytearray()
-        for i in range(2000):
-            message = i.to_bytes(4, "big") + os.urandom(i % 60)
-            sent += message
-            writer.write(message)
-            if i % 4 == 0:
-                await asyncio.sleep(0)
-        await writer.drain()
-        assert await asyncio.wait_for(reader.readexactly(len(sent)), 20) == sent
-    finally:
-        await close(writer)
-    assert echo.received[0] == sent
-    assert proxy.splits > 0
-    assert proxy.merges > 0
+    with FaultProxy("127.0.0.1", echo.port, seed=7, mode=Mode.RECHUNK, max_hold=0.05) as proxy:
+        reader, writer = await connect(proxy)
+        try:
+            # One byte in flight at a time: every read is a lone byte, released alone each way.
+            for i in range(4):
+                writer.write(bytes([i]))
+                assert await asyncio.wait_for(reader.readexactly(1), 5) == bytes([i])
+            assert proxy.idle_releases == 8
+            assert (proxy.splits, proxy.merges) == (0, 0)
+            # Requests of several bytes: merge reads among them, whose last pieces are held.
+            for i in range(4 * MERGE_EVERY):
+                request = os.urandom(20 + i)
+                writer.write(request)
+                assert await asyncio.wait_for(reader.readexactly(len(request)), 5) == request
+            assert proxy.splits > 0
+        finally:
+            await close(writer)
 
 
 async def test_partition_holds_bytes_and_connections_until_healed(proxy: FaultProxy) -> None:
