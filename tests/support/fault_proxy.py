@@ -240,10 +240,11 @@ class _Pipe:
         return True
 
     def _write(self, size: int) -> None:
+        # Counted before the bytes leave: a peer that has them sees them counted.
+        self.proxy.bytes_forwarded += size
         self.writer.write(bytes(self.buffer[self.pos : self.pos + size]))
         self.pos += size
         self.written_total += size
-        self.proxy.bytes_forwarded += size
         if self.pending < BUFFER_LIMIT:
             self.changed.set()
 
