@@ -3,9 +3,10 @@
 One handler per request code, each `(connection, request) -> response`, over a
 `RouteInfoManager` and a `KvConfigStore`. Headers and bodies are read and written with
 `client.protocol.namesrv` (formats documented there); bodies are JSON. A header that lacks a
-required key or has a malformed number, or a body that does not decode, is answered
-SYSTEM_ERROR with the reason as remark (RocketMQ answers a RemotingCommandException the same
-way). Responses keep the request's serialisation (`RemotingCommand.response_to`).
+required key or has a malformed number, or a body that does not decode, refuses the request
+(`RequestRejected`) with SYSTEM_ERROR and the reason as remark (RocketMQ answers a
+RemotingCommandException the same way); the remoting server's dispatch answers refusals, in the
+request's serialisation.
 
 Codes served: REGISTER_BROKER 103, UNREGISTER_BROKER 104, GET_ROUTEINFO_BY_TOPIC 105,
 GET_BROKER_CLUSTER_INFO 106, PUT/GET/DELETE_KV_CONFIG 100/101/102, GET_KVLIST_BY_NAMESPACE 219,
@@ -49,6 +50,7 @@ from client.remoting.codes import RequestCode, ResponseCode
 from client.remoting.command import RemotingCommand
 from client.remoting.connection import RemotingConnection
 from client.remoting.json_body import dumps
+from client.remoting.server import RequestRejected
 
 __all__ = ["NamesrvProcessor", "log_broker_removed"]
 
@@ -73,10 +75,6 @@ def log_broker_removed(removed: BrokerRemoved) -> None:
 
 def _ok(request: RemotingCommand, body: bytes = b"", **ext: str) -> RemotingCommand:
     return RemotingCommand.response_to(request, ResponseCode.SUCCESS, ext_fields=ext, body=body)
-
-
-def _error(request: RemotingCommand, code: ResponseCode, remark: str) -> RemotingCommand:
-    return RemotingCommand.response_to(request, code, remark)
 
 
 class NamesrvProcessor:
@@ -121,19 +119,13 @@ class NamesrvProcessor:
     async def process(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        """The remoting server's processor: dispatch by code, bad input becomes SYSTEM_ERROR."""
-        handler = self.handlers.get(request.code)
-        if handler is None:
-            return _error(
-                request,
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                f"request type {request.code} not supported",
-            )
+        """The remoting server's processor for the codes of `processors()`: bad input refuses
+        the request with SYSTEM_ERROR."""
         try:
-            return handler(connection, request)
+            return self.handlers[request.code](connection, request)
         except NamesrvProtocolError as exc:
             log.warning("bad request code %d from %s: %s", request.code, connection.peer, exc)
-            return _error(request, ResponseCode.SYSTEM_ERROR, str(exc))
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, str(exc)) from None
 
     def processors(
         self,
@@ -151,7 +143,7 @@ class NamesrvProcessor:
             log.warning(
                 "registration of %s from %s: crc32 not match", header.broker_addr, connection.peer
             )
-            return _error(request, ResponseCode.SYSTEM_ERROR, "crc32 not match")
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         if len(request.body):
             body = RegisterBrokerBody.decode(request.body, header.compressed)
         else:
@@ -242,8 +234,7 @@ class NamesrvProcessor:
         topic = GetRouteInfoRequestHeader.from_ext_fields(request.ext_fields).topic
         route = self.routes.get_route(topic)
         if route is None:
-            return _error(
-                request,
+            raise RequestRejected(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic route info in name server for the topic: {topic}",
             )
@@ -312,8 +303,7 @@ class NamesrvProcessor:
         header = GetKVConfigRequestHeader.from_ext_fields(request.ext_fields)
         value = self.kv_config.get(header.namespace, header.key)
         if value is None:
-            return _error(
-                request,
+            raise RequestRejected(
                 ResponseCode.QUERY_NOT_FOUND,
                 f"No config item, Namespace: {header.namespace} Key: {header.key}",
             )
@@ -335,8 +325,8 @@ class NamesrvProcessor:
         namespace = GetKVListByNamespaceRequestHeader.from_ext_fields(request.ext_fields).namespace
         table = self.kv_config.namespace(namespace)
         if table is None:
-            return _error(
-                request, ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}"
+            raise RequestRejected(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}"
             )
         return _ok(request, KVTable(table).encode())
 

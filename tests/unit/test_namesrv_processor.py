@@ -31,6 +31,7 @@ from client.protocol.namesrv import (
 )
 from client.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType
 from client.remoting.connection import RemotingConnection
+from client.remoting.server import RemotingServer
 
 M, S = "10.0.0.1:10911", "10.0.0.2:10911"
 
@@ -47,9 +48,15 @@ class Namesrv:
             config_text="listenPort=9876\n",
         )
         self.connection = RemotingConnection()
+        # The server's dispatch (never started: no socket) answers refusals and unknown codes.
+        self.server = RemotingServer("127.0.0.1", 0, name="namesrv")
+        for code, processor in self.processor.processors().items():
+            self.server.register(code, processor)
 
     async def call(self, request: RemotingCommand) -> RemotingCommand:
-        return await self.processor.process(self.connection, request)
+        response = await self.server.dispatch(self.connection, request)
+        assert response is not None
+        return response
 
     async def simple(
         self, code: RequestCode, header: ExtFieldsHeader | None = None
