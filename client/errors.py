@@ -123,8 +123,17 @@ class BrokerResponseError(TideMQError):
             leaf = _branch_leaf(cls, leaf)
         return leaf(code, remark)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        branch = _BRANCH_OF.get(type(self))
+        if branch is not None:
+            # Built by `for_code` for a branch, so in no module where pickle (Spark,
+            # multiprocessing) could find it: rebuilt the way it was made, from the branch.
+            return (branch.for_code, (self.code, self.remark))
+        return (type(self), (self.code, self.remark))
+
 
 _BRANCH_LEAVES: dict[tuple[type[BrokerResponseError], type[BrokerResponseError]], type[Any]] = {}
+_BRANCH_OF: dict[type[BrokerResponseError], type[BrokerResponseError]] = {}
 
 
 def _branch_leaf(
@@ -138,6 +147,7 @@ def _branch_leaf(
         name = f"{branch.__name__.removesuffix('ResponseError')}{leaf.__name__}"
         combined = type(name, (branch, leaf), {"__module__": __name__, "__qualname__": name})
         _BRANCH_LEAVES[(branch, leaf)] = combined
+        _BRANCH_OF[combined] = branch
     return combined
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import pickle
 import pkgutil
 from typing import Any
 
@@ -271,3 +272,21 @@ async def test_an_unreachable_address_is_a_connect_error(monkeypatch: pytest.Mon
     assert isinstance(caught.value, ConnectionError) and caught.value.retriable
     with pytest.raises(ConnectError):
         await api.send_oneway("h:1", SendMessageRequestHeader("PG", "T"), b"x")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        BrokerResponseError.for_code(ResponseCode.TOPIC_NOT_EXIST, "no route"),
+        BrokerResponseError.for_code(9999, "unknown"),
+        NamesrvResponseError.for_code(ResponseCode.TOPIC_NOT_EXIST, "no route"),
+        NamesrvResponseError.for_code(9999, "unknown"),
+        NamesrvResponseError(ResponseCode.SYSTEM_ERROR, "bad"),
+        TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST, "no route"),
+    ],
+)
+def test_response_errors_survive_pickle(error: BrokerResponseError) -> None:
+    # Spark ships exceptions between processes; the name server's leaves are built at run time.
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert (copy.code, copy.remark, str(copy)) == (error.code, error.remark, str(error))
