@@ -11,24 +11,12 @@ import os
 import socket
 from dataclasses import dataclass
 
+from client.config import local_ip
 from store.errors import ConfigError
 from store.settings import setting
 
 DEFAULT_NAMESRV_PORT = 9876
 DEFAULT_BROKER_PORT = 10911
-
-
-def local_ip() -> str:
-    """The address RocketMQ would advertise: the host's first non-loopback IPv4, else 127.0.0.1."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: no packet is sent by connect() on UDP
-            address = probe.getsockname()[0]
-            if isinstance(address, str) and not address.startswith("127."):
-                return address
-    except OSError:
-        pass
-    return "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True)
