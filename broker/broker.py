@@ -353,6 +353,7 @@ class Broker:
                 self.store, self.ha_config, self.remoting.bind_address, self.ha_listen_port
             )
             await self.ha_service.start()
+            self.store.attach_replication(self.ha_service.replication())
             self.schedule = ScheduleMessageService(
                 self.store, self.delay_offsets, lambda: self.store_host
             )
@@ -453,6 +454,7 @@ class Broker:
         if self.schedule is not None:
             await self.schedule.stop()
         if self.ha_service is not None:
+            self.store.detach_replication()
             await self.ha_service.stop()
         if self.ha_client is not None:
             await self.ha_client.stop()

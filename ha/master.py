@@ -47,7 +47,7 @@ from ha.config import HAConfig
 from ha.group_transfer import GroupTransferService
 from ha.transport import Listen, Listening, listen_tcp
 from store.config import BrokerRole
-from store.message_store import MessageStore
+from store.message_store import MessageStore, Replication
 
 log = logging.getLogger(__name__)
 
@@ -338,13 +338,16 @@ class HAService:
 
     async def start(self) -> None:
         self._server, self.port = await self._listen(self._accept, self.host, self.port)
-        self.store.data_listeners.append(self._wake_all)
-        if self.store.role is BrokerRole.SYNC_MASTER:
-            self.store.replication = self.transfer
-            if self.config.ha_read_replicated_only:
-                self.store.dispatch_cap = lambda: self.transfer.acked_offset
-                self.transfer.ack_listeners.append(lambda _offset: self.store.reput.wakeup())
         log.info("HA service listening on %s:%d", self.host, self.port)
+
+    def replication(self) -> Replication:
+        """What the store is given to attach HA (`MessageStore.attach_replication`): wake-ups
+        for the connections' writers; on a SYNC_MASTER the acknowledgement waiter, and the
+        dispatch cap with haReadReplicatedOnly."""
+        if self.store.role is not BrokerRole.SYNC_MASTER:
+            return Replication(self._wake_all)
+        cap = self.transfer if self.config.ha_read_replicated_only else None
+        return Replication(self._wake_all, sync=self.transfer, dispatch_cap=cap)
 
     def _wake_all(self) -> None:
         for connection in self.connections:
@@ -383,11 +386,6 @@ class HAService:
         }
 
     async def stop(self) -> None:
-        if self._wake_all in self.store.data_listeners:
-            self.store.data_listeners.remove(self._wake_all)
-        if self.store.replication is self.transfer:
-            self.store.replication = None
-        self.store.dispatch_cap = None
         self.transfer.fail_all()
         if self._server is not None:
             self._server.close()

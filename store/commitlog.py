@@ -55,6 +55,16 @@ log = logging.getLogger(__name__)
 _ZERO_CHUNK = bytes(1 << 20)
 
 
+@dataclass(frozen=True, slots=True)
+class KeptTail:
+    """Bytes [start, end) of the CommitLog file at `segment_offset`, to be copied to `aside`."""
+
+    segment_offset: int
+    start: int
+    end: int
+    aside: Path
+
+
 class PutStatus(enum.Enum):
     """RocketMQ's PutMessageStatus."""
 
@@ -119,29 +129,9 @@ class CommitLog:
             encoded = encode_record(msg, self.config.max_message_size)
         except RecordTooLargeError as exc:
             return _refused(exc)
-        result = self._append_encoded([encoded], msg.store_host)
+        result = self._append_record(encoded, msg.store_host)
         msg.queue_offset = result.queue_offset
         return result
-
-    def put_batch(self, msgs: Sequence[MessageToStore]) -> AppendResult:
-        """Append messages of one topic and queue as one contiguous run (a SEND_BATCH_MESSAGE)."""
-        if not msgs:
-            return AppendResult(PutStatus.MESSAGE_ILLEGAL, remark="empty batch")
-        try:
-            encoded = [encode_record(msg, self.config.max_message_size) for msg in msgs]
-        except RecordTooLargeError as exc:
-            return _refused(exc)
-        result = self._append_encoded(encoded, msgs[0].store_host)
-        for i, msg in enumerate(msgs):
-            msg.queue_offset = result.queue_offset + i
-        return result
-
-    def put_message_batch(self, batch: MessageBatch) -> AppendResult:
-        """`put_batch` of `batch.as_messages()`, encoded straight from the batch."""
-        encoded = self.encode_message_batch(batch)
-        if isinstance(encoded, AppendResult):
-            return encoded
-        return self.append_batch(encoded, batch.store_host)
 
     def encode_message_batch(self, batch: MessageBatch) -> EncodedBatch | AppendResult:
         """The records of `batch`, or the refusal a malformed or oversized batch gets.
@@ -169,7 +159,7 @@ class CommitLog:
         return encoded
 
     def append_batch(self, batch: EncodedBatch, store_host: bytes) -> AppendResult:
-        """`_append_encoded` for records of one topic, queue and sysFlag in one buffer.
+        """Append records of one topic, queue and sysFlag in one buffer, as one contiguous run.
 
         Records stamped for somewhere else (the batch starts a new file, or it was encoded
         before another append) are stamped again here.
@@ -230,34 +220,22 @@ class CommitLog:
         # Store timestamps never go backwards, so that lookups by time can binary-search.
         return max(int(time.time() * 1000), self.last_store_timestamp)
 
-    def _append_encoded(self, records: list[EncodedRecord], store_host: bytes) -> AppendResult:
-        total = sum(len(r.data) for r in records)
+    def _append_record(self, record: EncodedRecord, store_host: bytes) -> AppendResult:
+        buffer = record.data
+        total = len(buffer)
         started = self._start_append(total)
         if isinstance(started, AppendResult):
             return started
         segment, store_ts = started
-        wrote_offset = segment.start_offset + segment.wrote
-        if len(records) == 1:
-            buffer = records[0].data
-        else:
-            buffer = bytearray().join(r.data for r in records)
-        first_queue_offset = -1
-        msg_ids: list[str] = []
-        at = 0
-        for record in records:
-            key = queue_key(record.topic, record.queue_id)
-            takes = _takes_queue_offset(record.sys_flag)
-            queue_offset = self.topic_queue_table.get(key, 0) if takes else 0
-            phy = wrote_offset + at
-            stamp_record(buffer, at, record.store_ts_at, queue_offset, phy, store_ts)
-            if takes:
-                self.topic_queue_table[key] = queue_offset + 1
-            if first_queue_offset < 0:
-                first_queue_offset = queue_offset
-            msg_ids.append(message_id(store_host, phy))
-            at += len(record.data)
+        phy = segment.start_offset + segment.wrote
+        key = queue_key(record.topic, record.queue_id)
+        takes = _takes_queue_offset(record.sys_flag)
+        queue_offset = self.topic_queue_table.get(key, 0) if takes else 0
+        stamp_record(buffer, 0, record.store_ts_at, queue_offset, phy, store_ts)
+        if takes:
+            self.topic_queue_table[key] = queue_offset + 1
         segment.append(buffer)
-        return _appended(wrote_offset, total, msg_ids, first_queue_offset, store_ts)
+        return _appended(phy, total, [message_id(store_host, phy)], queue_offset, store_ts)
 
     def _segment_with_room(self, size: int) -> Segment:
         segment = self.segments.last_for_append(0)
@@ -337,11 +315,11 @@ class CommitLog:
 
     # --- recovery ---------------------------------------------------------------------------
 
-    def recover(self, start_index: int) -> int:
-        """Scan from segment `start_index`, truncate after the last valid record; returns the end.
+    def scan_valid_end(self, start_index: int) -> int:
+        """Where valid records end, scanning from segment `start_index`; nothing is changed.
 
-        Bytes past the end that are not zero are copied to `<segment>.torn` before they are
-        zeroed, so a torn or corrupt tail is kept for inspection, never silently dropped.
+        The scan stops at the first record that is torn, garbage or fails its CRC
+        (checkCRCOnRecover), or that does not sit at its own physical offset.
         """
         segments = self.segments.segments
         if not segments:
@@ -353,13 +331,16 @@ class CommitLog:
             valid_end = segment.start_offset + position
             if not complete:
                 break
-        self._preserve_and_clear_tail(valid_end)
+        return valid_end
+
+    def cut_recovered(self, valid_end: int, tails: Sequence[KeptTail]) -> None:
+        """Recovery's cut: keep `tails` aside (`tails_past(valid_end)`), truncate at the end."""
+        self.keep_aside(tails)
         self.segments.truncate_after(valid_end)
         last = self.segments.last
         if last is not None and last.start_offset + last.wrote < valid_end:
             last.set_positions(valid_end - last.start_offset)
         log.info("CommitLog recovered: valid data ends at physical offset %d", valid_end)
-        return valid_end
 
     @staticmethod
     def _scan_segment(segment: Segment, check_crc: bool) -> tuple[int, bool]:
@@ -381,29 +362,39 @@ class CommitLog:
 
     def truncate_to(self, offset: int, suffix: str) -> None:
         """Cut the log at `offset`, keeping the bytes after it in `<segment>.<pos>.<suffix>`."""
-        self._preserve_and_clear_tail(offset, suffix)
+        self.keep_aside(self.tails_past(offset, suffix))
         self.segments.truncate_after(offset)
         last = self.segments.last
         if last is not None and last.start_offset <= offset < last.end_offset:
             last.set_positions(offset - last.start_offset)
 
-    def _preserve_and_clear_tail(self, valid_end: int, suffix: str = "torn") -> None:
+    def tails_past(self, valid_end: int, suffix: str = "torn") -> list[KeptTail]:
+        """The non-zero bytes past `valid_end`, file by file, to keep aside before a cut."""
+        tails = []
         for segment in self.segments.segments:
             if segment.end_offset <= valid_end:
                 continue
             start = max(0, valid_end - segment.start_offset)
             tail_end = _last_nonzero(segment.path, start, segment.size) + 1
-            if tail_end <= start:
-                continue
-            torn = segment.path.with_name(f"{segment.path.name}.{start}.{suffix}")
-            torn.write_bytes(segment.view[start:tail_end])
+            if tail_end > start:
+                aside = segment.path.with_name(f"{segment.path.name}.{start}.{suffix}")
+                tails.append(KeptTail(segment.start_offset, start, tail_end, aside))
+        return tails
+
+    def keep_aside(self, tails: Sequence[KeptTail]) -> None:
+        """Copy each tail to its file beside the segment, then zero it in the segment."""
+        for tail in tails:
+            segment = self.segments.find(tail.segment_offset)
+            if segment is None or segment.start_offset != tail.segment_offset:
+                raise ValueError(f"no CommitLog file at {tail.segment_offset} for {tail.aside}")
+            tail.aside.write_bytes(segment.view[tail.start : tail.end])
             log.warning(
                 "CommitLog: %d bytes past physical offset %d copied to %s before truncation",
-                tail_end - start,
-                segment.start_offset + start,
-                torn,
+                tail.end - tail.start,
+                tail.segment_offset + tail.start,
+                tail.aside,
             )
-            _zero_range(segment, start, tail_end)
+            _zero_range(segment, tail.start, tail.end)
 
     def first_record_timestamp(self, segment: Segment) -> int:
         """Store time of a segment's first record, or -1 if it does not start with one."""

@@ -28,8 +28,10 @@ import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
+from store.checkpoint import StoreCheckpoint
+from store.commitlog import CommitLog
 from store.consume_queue import ConsumeQueue, pack_unit
 from store.fast_scan import SLOW_FLAGS, KeyGatherer, find_value, scan_fast
 from store.record import (
@@ -49,11 +51,11 @@ from store.record import (
     read_total_size_and_magic,
     scan_record,
 )
+from store.services import cancel_task
 from store.tags import tags_code_for
 
 if TYPE_CHECKING:
     from store.index import IndexService
-    from store.message_store import MessageStore
     from store.segment import Segment
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,19 @@ SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 # distinct tagsCode for the units written together (up to a chunk's worth), after they are
 # readable: the max offset covers them all, the timestamp is the newest one's.
 ArrivalListener = Callable[[str, int, int, int, int], None]
+# The ConsumeQueue of (topic, queue id), created when it does not exist yet.
+QueueLookup = Callable[[str, int], ConsumeQueue]
+
+
+class IndexSink(Protocol):
+    """Where dispatch's index work goes (store/index_keeper.py IndexKeeper)."""
+
+    def in_process(self) -> IndexService | None:
+        """The index to build in this process, None when it is off or the worker builds it."""
+
+    def advance(self, dispatched: int) -> None:
+        """Dispatch has finished everything below `dispatched`."""
+
 
 _TAGS = PROPERTY_TAGS.encode()
 _KEYS = PROPERTY_KEYS.encode()
@@ -129,8 +144,21 @@ class ReputService:
     # False sends every record through the general path; tests compare the two paths' output.
     fast_path = True
 
-    def __init__(self, store: MessageStore) -> None:
-        self.store = store
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        checkpoint: StoreCheckpoint,
+        queues: QueueLookup,
+        index: IndexSink,
+        delay_levels: list[int],
+    ) -> None:
+        self.commitlog = commitlog
+        self.checkpoint = checkpoint
+        self.queues = queues
+        self.index = index
+        self.delay_levels = delay_levels
+        # An upper bound on what dispatch may index (HA's haReadReplicatedOnly), None = none.
+        self.dispatch_cap: Callable[[], int] | None = None
         self.reput_from_offset = 0
         self.listeners: list[ArrivalListener] = []
         self.stalled_at = -1  # offset of a malformed record that stopped dispatch
@@ -142,10 +170,7 @@ class ReputService:
 
     def index_in_process(self) -> IndexService | None:
         """The index to build here: none when it is off or the index worker builds it."""
-        store = self.store
-        if not store.config.message_index_enable or store.index_worker is not None:
-            return None
-        return store.index
+        return self.index.in_process()
 
     def note_appended(
         self, batch: EncodedBatch, wrote_offset: int, first_queue_offset: int, store_ts: int
@@ -175,8 +200,8 @@ class ReputService:
 
     def limit(self) -> int:
         """How far dispatch may go: the CommitLog's readable end, or the HA cap when set."""
-        end = self.store.commitlog.max_offset
-        cap = self.store.dispatch_cap
+        end = self.commitlog.max_offset
+        cap = self.dispatch_cap
         return end if cap is None else min(end, cap())
 
     @property
@@ -190,8 +215,6 @@ class ReputService:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="reput")
 
     async def stop(self) -> None:
-        from store.services import cancel_task
-
         await cancel_task(self._task)
         self._task = None
 
@@ -203,9 +226,7 @@ class ReputService:
                 # Yield between chunks so appends and pulls are served meanwhile.
                 while True:
                     dispatched = self.dispatch_available(CHUNK_BYTES)
-                    worker = self.store.index_worker
-                    if worker is not None:
-                        worker.advance(self.reput_from_offset)
+                    self.index.advance(self.reput_from_offset)
                     if dispatched == 0:
                         break
                     await asyncio.sleep(0)
@@ -222,7 +243,7 @@ class ReputService:
 
     def dispatch_available(self, budget: int) -> int:
         """Dispatch up to about `budget` bytes of records; returns how many bytes were consumed."""
-        commitlog = self.store.commitlog
+        commitlog = self.commitlog
         limit = self.limit()
         done = 0
         while done < budget and self.reput_from_offset < limit:
@@ -265,7 +286,7 @@ class ReputService:
 
     def _dispatch_appended(self, segment: Segment, batch: AppendedBatch) -> bool:
         """Dispatch `batch`'s records from its layout; False when the scan must do it."""
-        queue = self.store.find_or_create_consume_queue(batch.topic, batch.queue_id)
+        queue = self.queues(batch.topic, batch.queue_id)
         if batch.end <= queue.max_physical_offset:
             return True  # built already
         if queue.max_physical_offset > batch.start or not queue.can_append_at(
@@ -300,7 +321,7 @@ class ReputService:
         for code in set(codes):
             for listener in self.listeners:
                 listener(batch.topic, batch.queue_id, next_offset, code, batch.store_timestamp)
-        self.store.checkpoint.logics_msg_timestamp = batch.store_timestamp
+        self.checkpoint.logics_msg_timestamp = batch.store_timestamp
         return True
 
     def _dispatch_segment(
@@ -378,7 +399,7 @@ class ReputService:
         if (topic_raw, queue_id) in runs:
             self._write_runs(runs)
         topic = self._topic_names.get(topic_raw) or self._name(topic_raw)
-        queue = self.store.find_or_create_consume_queue(topic, queue_id)
+        queue = self.queues(topic, queue_id)
         if phy + size <= queue.max_physical_offset:
             return  # built already: re-dispatch after recovery
         if queue.can_append_at(queue_offset):
@@ -423,7 +444,7 @@ class ReputService:
             index.put_hashed(entries)
             entries.clear()
         if last_ts >= 0:
-            self.store.checkpoint.logics_msg_timestamp = last_ts
+            self.checkpoint.logics_msg_timestamp = last_ts
 
     def _dispatch_general(
         self, view: memoryview, base: int, pos: int, end: int
@@ -447,17 +468,15 @@ class ReputService:
             self.stalled_at = base + pos
             log.error("malformed record at physical offset %d: dispatch stops", base + pos)
             return 0, False
-        store = self.store
-        self._dispatch_record(info, store.delay_levels, self.index_in_process())
+        self._dispatch_record(info, self.delay_levels, self.index_in_process())
         return info.size, False
 
     def _dispatch_record(
         self, info: DispatchInfo, levels: list[int], index: IndexService | None
     ) -> None:
-        store = self.store
         tran = info.sys_flag & TRANSACTION_MASK
         if tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
-            queue = store.find_or_create_consume_queue(info.topic, info.queue_id)
+            queue = self.queues(info.topic, info.queue_id)
             # A unit the queue holds already (dispatch restarted below its end at recovery) is
             # neither written nor announced again.
             if info.physical_offset + info.size > queue.max_physical_offset:
@@ -483,4 +502,4 @@ class ReputService:
                     info.store_timestamp,
                     info.sys_flag,
                 )
-        store.checkpoint.logics_msg_timestamp = info.store_timestamp
+        self.checkpoint.logics_msg_timestamp = info.store_timestamp

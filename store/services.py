@@ -26,10 +26,10 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from store.message_store import MessageStore
+from store.config import StoreConfig
+from store.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
 
@@ -92,53 +92,74 @@ class PeriodicService:
         """Work done once at stop (a last flush)."""
 
 
+class Flusher(Protocol):
+    """What the flush services call (store/flushing.py StoreFlusher)."""
+
+    async def flush_commitlog(self, least_pages: int) -> bool:
+        """fsync the CommitLog once that many pages are pending (0: all); True if it did."""
+
+    async def flush_consume_queues(self, least_pages: int) -> None:
+        """Flush ConsumeQueues, index and checkpoint."""
+
+
+# Delete expired CommitLog files: (reserved ms, at once, at most that many) -> how many.
+DeleteExpired = Callable[[int, bool, int], Awaitable[int]]
+
+
 class CommitService(PeriodicService):
     name = "commit-commitlog"
 
-    def __init__(self, store: MessageStore) -> None:
-        super().__init__(store.config.commit_interval_commit_log)
-        self.store = store
+    def __init__(
+        self, config: StoreConfig, segments: SegmentQueue, on_committed: Callable[[], None]
+    ) -> None:
+        super().__init__(config.commit_interval_commit_log)
+        self.config = config
+        self.segments = segments
+        self.on_committed = on_committed
         self._last_thorough = _now_ms()
 
     async def tick(self) -> None:
-        config = self.store.config
+        config = self.config
         least = config.commit_commit_log_least_pages
         now = _now_ms()
         if now - self._last_thorough >= config.commit_commit_log_thorough_interval:
             least, self._last_thorough = 0, now
-        if await asyncio.to_thread(self.store.commitlog.segments.commit, least):
-            self.store.on_committed()
+        if await asyncio.to_thread(self.segments.commit, least):
+            self.on_committed()
 
     async def final(self) -> None:
-        if await asyncio.to_thread(self.store.commitlog.segments.commit, 0):
-            self.store.on_committed()
+        if await asyncio.to_thread(self.segments.commit, 0):
+            self.on_committed()
 
 
 class FlushCommitLogService(PeriodicService):
     name = "flush-commitlog"
 
-    def __init__(self, store: MessageStore) -> None:
-        super().__init__(store.config.flush_interval_commit_log)
-        self.store = store
+    def __init__(self, config: StoreConfig, flusher: Flusher) -> None:
+        super().__init__(config.flush_interval_commit_log)
+        self.config = config
+        self.flusher = flusher
         self._last_thorough = _now_ms()
 
     async def tick(self) -> None:
-        config = self.store.config
+        config = self.config
         least = config.flush_commit_log_least_pages
         now = _now_ms()
         if now - self._last_thorough >= config.flush_commit_log_thorough_interval:
             least, self._last_thorough = 0, now
-        await self.store.flush_commitlog(least)
+        await self.flusher.flush_commitlog(least)
 
     async def final(self) -> None:
-        await self.store.flush_commitlog(0)
+        await self.flusher.flush_commitlog(0)
 
 
 class GroupCommitService:
     """SYNC_FLUSH: waiters share fsyncs; each waits at most syncFlushTimeout."""
 
-    def __init__(self, store: MessageStore) -> None:
-        self.store = store
+    def __init__(self, config: StoreConfig, segments: SegmentQueue, flusher: Flusher) -> None:
+        self.config = config
+        self.segments = segments
+        self.flusher = flusher
         self._waiting: list[tuple[int, asyncio.Future[bool]]] = []
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -152,7 +173,7 @@ class GroupCommitService:
         self._waiting.append((offset, future))
         self._wakeup.set()
         try:
-            return await asyncio.wait_for(future, self.store.config.sync_flush_timeout / 1000)
+            return await asyncio.wait_for(future, self.config.sync_flush_timeout / 1000)
         except TimeoutError:
             return False
 
@@ -162,14 +183,14 @@ class GroupCommitService:
             self._wakeup.clear()
             batch, self._waiting = self._waiting, []
             try:
-                await self.store.flush_commitlog(0)
+                await self.flusher.flush_commitlog(0)
             except Exception:
                 log.exception("group commit flush failed")
                 self._waiting = batch + self._waiting
                 await asyncio.sleep(0.1)
                 self._wakeup.set()
                 continue
-            flushed = self.store.commitlog.segments.flushed_where
+            flushed = self.segments.flushed_where
             for offset, future in batch:
                 if future.done():
                     continue
@@ -182,7 +203,7 @@ class GroupCommitService:
     async def stop(self) -> None:
         await cancel_task(self._task)
         self._task = None
-        await self.store.flush_commitlog(0)
+        await self.flusher.flush_commitlog(0)
         for _offset, future in self._waiting:
             if not future.done():
                 future.set_result(True)
@@ -192,21 +213,22 @@ class GroupCommitService:
 class FlushConsumeQueueService(PeriodicService):
     name = "flush-consumequeue"
 
-    def __init__(self, store: MessageStore) -> None:
-        super().__init__(store.config.flush_interval_consume_queue)
-        self.store = store
+    def __init__(self, config: StoreConfig, flusher: Flusher) -> None:
+        super().__init__(config.flush_interval_consume_queue)
+        self.config = config
+        self.flusher = flusher
         self._last_thorough = _now_ms()
 
     async def tick(self) -> None:
-        config = self.store.config
+        config = self.config
         least = config.flush_consume_queue_least_pages
         now = _now_ms()
         if now - self._last_thorough >= config.flush_consume_queue_thorough_interval:
             least, self._last_thorough = 0, now
-        await self.store.flush_consume_queues(least)
+        await self.flusher.flush_consume_queues(least)
 
     async def final(self) -> None:
-        await self.store.flush_consume_queues(0)
+        await self.flusher.flush_consume_queues(0)
 
 
 DiskUsage = Callable[[Path], float]
@@ -221,14 +243,37 @@ def disk_used_ratio(path: Path) -> float:
     return (usage.total - usage.free) / usage.total if usage.total else -1.0
 
 
+class DiskState:
+    """How full the CommitLog's disk is; writes are refused while `full`."""
+
+    def __init__(self) -> None:
+        self.full = False
+        self.used_ratio = 0.0
+
+    def set_full(self, full: bool, ratio: float) -> None:
+        if full and not self.full:
+            log.error("disk %.0f%% used: writes refused until space is freed", ratio * 100)
+        elif not full and self.full:
+            log.info("disk %.0f%% used: writes accepted again", ratio * 100)
+        self.full = full
+
+
 class CleanService(PeriodicService):
     """Retention: expired files at deleteWhen, sooner when the disk fills; refuse writes at 90 %."""
 
     name = "clean-files"
 
-    def __init__(self, store: MessageStore, disk_usage: DiskUsage = disk_used_ratio) -> None:
-        super().__init__(store.config.clean_resource_interval)
-        self.store = store
+    def __init__(
+        self,
+        config: StoreConfig,
+        disk: DiskState,
+        delete_expired: DeleteExpired,
+        disk_usage: DiskUsage = disk_used_ratio,
+    ) -> None:
+        super().__init__(config.clean_resource_interval)
+        self.config = config
+        self.disk = disk
+        self.delete_expired = delete_expired
         self.disk_usage = disk_usage
         self.manual_delete_times = 0
         self.clean_immediately = False
@@ -241,22 +286,22 @@ class CleanService(PeriodicService):
         self.manual_delete_times = times
 
     def _space_to_delete(self) -> bool:
-        config = self.store.config
-        ratio = self.disk_usage(self.store.config.commit_log_dir)
-        self.store.disk_used_ratio = ratio
+        config = self.config
+        ratio = self.disk_usage(config.commit_log_dir)
+        self.disk.used_ratio = ratio
         self.clean_immediately = False
         if ratio > config.disk_space_warning_level_ratio:
-            self.store.set_disk_full(True, ratio)
+            self.disk.set_full(True, ratio)
             self.clean_immediately = True
         elif ratio > config.disk_space_clean_forcibly_ratio:
             self.clean_immediately = True
-            self.store.set_disk_full(False, ratio)
+            self.disk.set_full(False, ratio)
         else:
-            self.store.set_disk_full(False, ratio)
+            self.disk.set_full(False, ratio)
         return ratio < 0 or ratio > config.disk_max_used_space_ratio / 100
 
     def _time_to_delete(self) -> bool:
-        return time.localtime().tm_hour in self.store.config.delete_hours
+        return time.localtime().tm_hour in self.config.delete_hours
 
     async def tick(self) -> None:
         time_up = self._time_to_delete()
@@ -266,10 +311,10 @@ class CleanService(PeriodicService):
             return
         if manual:
             self.manual_delete_times -= 1
-        config = self.store.config
+        config = self.config
         at_once = config.clean_file_forcibly_enable and self.clean_immediately
         reserved_ms = config.file_reserved_time * 3_600_000
-        await self.store.delete_expired_commitlog(reserved_ms, at_once, DELETE_FILE_BATCH_MAX)
+        await self.delete_expired(reserved_ms, at_once, DELETE_FILE_BATCH_MAX)
 
 
 AsyncAction = Callable[[], Awaitable[None]]

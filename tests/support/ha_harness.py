@@ -260,6 +260,7 @@ class Harness:
         service = HAService(store, ha_config(**overrides), HOST, 0, listen=self.listen)
         self._cleanups.append((service, service.stop))
         await service.start()
+        store.attach_replication(service.replication())  # as the broker does
         return service
 
     async def client(

@@ -115,11 +115,20 @@ async def test_fast_and_general_paths_build_the_same_files(
         msg = random_message(rng, i)
         if rng.random() < 0.3:
             batch = [msg, *(random_message(rng, i * 1000 + j) for j in range(rng.randint(1, 5)))]
-            for m in batch:
-                m.topic, m.queue_id, m.sys_flag = msg.topic, msg.queue_id, 0
-                m.born_host = m.store_host = pack_host("10.0.0.3", 1)
-                m.properties = m.properties.replace("DELAY", "NODELAY")
-            result = await source.put_messages(batch)
+            host = pack_host("10.0.0.3", 1)
+            body = encode_batch_body(
+                [(m.flag, m.body, m.properties.replace("DELAY", "NODELAY")) for m in batch]
+            )
+            result = await source.put_message_batch(
+                MessageBatch(
+                    msg.topic,
+                    msg.queue_id,
+                    body,
+                    born_timestamp=msg.born_timestamp,
+                    born_host=host,
+                    store_host=host,
+                )
+            )
         else:
             result = await source.put_message(msg)
         assert result.append is not None, result.remark

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import store.message_store as message_store_module
+import store.index_keeper as index_keeper_module
 from store.errors import StoreLockedError
 from store.index_worker import take_lock
 from store.message_store import MessageStore
@@ -117,7 +117,7 @@ async def test_a_killed_worker_is_replaced_without_duplicates(tmp_path: Path) ->
 async def test_load_waits_for_the_index_writer_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(message_store_module, "INDEX_LOCK_WAIT", 0.2)
+    monkeypatch.setattr(index_keeper_module, "LOCK_WAIT", 0.2)
     root = tmp_path / "store"
     held = take_lock(root / "index", 0)
     try:

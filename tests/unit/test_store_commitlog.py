@@ -21,11 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.commitlog import CommitLog, PutStatus
+from store.batch_body import encode_batch_body
+from store.commitlog import AppendResult, CommitLog, PutStatus
 from store.config import BrokerRole
 from store.errors import OffsetMismatchError
 from store.message_store import MessageStore
-from store.record import MessageToStore, decode_record, encode_properties
+from store.record import MessageBatch, MessageToStore, decode_record, encode_properties
 from store.segment_queue import SegmentQueue
 from tests.support.stores import StoreFactory
 
@@ -58,6 +59,19 @@ def record_size(body_len: int, topic: str = "T", props: str = "") -> int:
 def body_for(size: int, topic: str = "T") -> bytes:
     """A body that makes a record of exactly `size` bytes."""
     return b"b" * (size - record_size(0, topic))
+
+
+def batch_of(topic: str, queue_id: int, bodies: list[bytes]) -> MessageBatch:
+    """A SEND_BATCH_MESSAGE of messages without properties (records as `MessageToStore`'s)."""
+    return MessageBatch(topic, queue_id, encode_batch_body([(0, body, "") for body in bodies]))
+
+
+def append_batch(log: CommitLog, batch: MessageBatch) -> AppendResult:
+    """What `MessageStore.put_message_batch` does with the CommitLog: encode, then append."""
+    encoded = log.encode_message_batch(batch)
+    if isinstance(encoded, AppendResult):
+        return encoded
+    return log.append_batch(encoded, batch.store_host)
 
 
 def read_file(directory: Path, start: int) -> bytes:
@@ -146,11 +160,10 @@ def test_one_byte_too_many_goes_to_next_file(log: CommitLog) -> None:
 
 def test_batch_is_contiguous_with_consecutive_offsets(log: CommitLog) -> None:
     log.put(MessageToStore("B", 2, b"first"))
-    msgs = [MessageToStore("B", 2, f"m{i}".encode()) for i in range(5)]
-    result = log.put_batch(msgs)
+    bodies = [f"m{i}".encode() for i in range(5)]
+    result = append_batch(log, batch_of("B", 2, bodies))
     assert result.status is PutStatus.PUT_OK
     assert (result.queue_offset, result.msg_num, len(result.msg_ids)) == (1, 5, 5)
-    assert [m.queue_offset for m in msgs] == [1, 2, 3, 4, 5]
     start = record_size(5, "B")
     size = record_size(2, "B")
     assert (result.wrote_offset, result.wrote_bytes) == (start, 5 * size)
@@ -160,7 +173,7 @@ def test_batch_is_contiguous_with_consecutive_offsets(log: CommitLog) -> None:
         assert (msg.queue_offset, msg.physical_offset, msg.body) == (
             1 + i,
             start + i * size,
-            msgs[i].body,
+            bodies[i],
         )
         assert result.msg_ids[i] == msg.msg_id
     assert log.topic_queue_table["B-2"] == 6
@@ -170,14 +183,13 @@ def test_batch_that_does_not_fit_goes_whole_into_next_file(log: CommitLog) -> No
     for _ in range(3):
         log.put(MessageToStore("T", 0, b"x" * 1000))
     remaining = FILE - 3276  # 820: one 400-byte record would fit, three do not
-    msgs = [MessageToStore("T", 0, body_for(400)) for _ in range(3)]
-    result = log.put_batch(msgs)
+    result = append_batch(log, batch_of("T", 0, [body_for(400)] * 3))
     assert result.status is PutStatus.PUT_OK
     assert result.wrote_offset == FILE
-    assert [m.queue_offset for m in msgs] == [3, 4, 5]
     data = read_file(log.segments.directory, 0)
     assert data[3276:3284] == struct.pack(">iI", remaining, BLANK_MAGIC)
     nxt = read_file(log.segments.directory, FILE)
+    assert [decode_record(nxt, 400 * i).queue_offset for i in range(3)] == [3, 4, 5]
     assert [decode_record(nxt, 400 * i).physical_offset for i in range(3)] == [
         FILE,
         FILE + 400,
@@ -188,31 +200,29 @@ def test_batch_that_does_not_fit_goes_whole_into_next_file(log: CommitLog) -> No
 def test_batch_larger_than_a_file_is_illegal(log: CommitLog) -> None:
     log.put(MessageToStore("T", 0, b"x"))
     before = log.max_offset
-    msgs = [MessageToStore("T", 0, b"y" * 1000) for _ in range(4)]  # 4368 bytes
-    result = log.put_batch(msgs)
+    result = append_batch(log, batch_of("T", 0, [b"y" * 1000] * 4))  # 4368 bytes
     assert result.status is PutStatus.MESSAGE_ILLEGAL
     assert log.max_offset == before
     assert log.topic_queue_table == {"T-0": 1}
     assert len(log.segments) == 1
     # A batch of exactly file - 8 bytes fits into an empty file.
-    exact = [MessageToStore("T", 0, body_for(1022)) for _ in range(4)]
-    assert log.put_batch(exact).wrote_offset == FILE
+    exact = batch_of("T", 0, [body_for(1022)] * 4)
+    assert append_batch(log, exact).wrote_offset == FILE
     assert log.max_offset == 2 * FILE - 8
 
 
-async def test_put_messages_through_the_store(tmp_path: Path) -> None:
+async def test_put_message_batch_through_the_store(tmp_path: Path) -> None:
     store = MessageStore(make_config(tmp_path))
     store.load()
     try:
         await store.put_message(MessageToStore("T", 1, b"x" * 1000))
         await store.put_message(MessageToStore("T", 1, b"x" * 1000))
         await store.put_message(MessageToStore("T", 1, b"x" * 1000))
-        batch = [MessageToStore("T", 1, body_for(500)) for _ in range(2)]
-        result = await store.put_messages(batch)
+        result = await store.put_message_batch(batch_of("T", 1, [body_for(500)] * 2))
         assert result.status is PutStatus.PUT_OK
         assert result.append is not None and result.append.wrote_offset == FILE
-        too_big = [MessageToStore("T", 1, b"z" * 1000) for _ in range(4)]
-        assert (await store.put_messages(too_big)).status is PutStatus.MESSAGE_ILLEGAL
+        too_big = batch_of("T", 1, [b"z" * 1000] * 4)
+        assert (await store.put_message_batch(too_big)).status is PutStatus.MESSAGE_ILLEGAL
         store.reput.dispatch_available(1 << 62)
         queue = store.find_consume_queue("T", 1)
         assert queue is not None and queue.max_offset == 5
@@ -339,8 +349,7 @@ async def _build_master(root: Path) -> Master:
             assert result.status is PutStatus.PUT_OK and result.append is not None
             records.append((result.append.end_offset, tran not in (0x4, 0xC)))
             if i % 20 == 19:
-                batch = [MessageToStore("B", 3, b"batch" * 30) for _ in range(4)]
-                result = await store.put_messages(batch)
+                result = await store.put_message_batch(batch_of("B", 3, [b"batch" * 30] * 4))
                 assert result.status is PutStatus.PUT_OK and result.append is not None
                 size = result.append.wrote_bytes // 4
                 start = result.append.wrote_offset

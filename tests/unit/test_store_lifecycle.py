@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from store.batch_body import encode_batch_body
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import PutStatus
 from store.config import BrokerRole, FlushDiskType
 from store.errors import StoreLockedError
 from store.get_message import GetMessageStatus
 from store.message_store import MessageStore, PutMessageResult
-from store.record import MessageToStore, decode_record
+from store.record import MessageBatch, MessageToStore, decode_record
 from tests.support.messages import message
 from tests.support.stores import StoreFactory
 
@@ -146,7 +147,7 @@ async def test_sync_flush_timeout_still_stores(
             await asyncio.sleep(0.5)
             return False
 
-        monkeypatch.setattr(store, "flush_commitlog", stuck)
+        monkeypatch.setattr(store.flusher, "flush_commitlog", stuck)
         result = await store.put_message(message(0, topic="S", queue_id=0))
         assert result.status is PutStatus.FLUSH_DISK_TIMEOUT
         assert result.ok
@@ -245,7 +246,10 @@ async def test_disk_full_refuses_writes_until_space_is_back(tmp_path: Path) -> N
         assert result.status is PutStatus.SERVICE_NOT_AVAILABLE
         assert "disk is full" in result.remark
         assert not result.ok
-        batch = await store.put_messages([message(100, topic="D", queue_id=0)])
+        one = message(100, topic="D", queue_id=0)
+        batch = await store.put_message_batch(
+            MessageBatch("D", 0, encode_batch_body([(0, one.body, one.properties)]))
+        )
         assert batch.status is PutStatus.SERVICE_NOT_AVAILABLE
         assert store.max_phy_offset == end
         usage[0] = 0.5

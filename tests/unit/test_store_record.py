@@ -18,12 +18,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.commitlog import CommitLog, PutStatus
+from store.batch_body import encode_batch_body
+from store.commitlog import AppendResult, CommitLog, PutStatus
 from store.config import StoreConfig
 from store.message_store import MessageStore
 from store.record import (
     BLANK,
     INVALID,
+    MessageBatch,
     MessageToStore,
     RecordFormatError,
     body_crc,
@@ -437,9 +439,11 @@ def test_commitlog_put_limits(big_commitlog: CommitLog) -> None:
     _put_expect(log, MessageToStore("", 0, b"x"), PutStatus.MESSAGE_ILLEGAL)
     props = "k\x01" + "v" * 32765 + "\x02"  # 32768 bytes
     _put_expect(log, MessageToStore("T", 0, b"x", props), PutStatus.PROPERTIES_SIZE_EXCEEDED)
-    # A batch with one bad message is refused whole.
-    batch = [MessageToStore("T", 0, b"ok"), MessageToStore("T", 0, b"x", props)]
-    assert log.put_batch(batch).status is PutStatus.PROPERTIES_SIZE_EXCEEDED
+    # A batch with one bad message is refused whole: its own 32767 bytes plus the batch's.
+    body = encode_batch_body([(0, b"ok", ""), (0, b"x", props[:-2] + "\x02")])
+    refused = log.encode_message_batch(MessageBatch("T", 0, body, "CLUSTER\x01C\x02"))
+    assert isinstance(refused, AppendResult)
+    assert refused.status is PutStatus.PROPERTIES_SIZE_EXCEEDED
     assert log.segments.max_wrote_offset == 0
     # The limits themselves are accepted.
     ok = log.put(MessageToStore("T", 0, b"\x00" * (4 * MiB)))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from store import message_store
+from store import recovery
 from store.commitlog import PutStatus
 from store.errors import CorruptStoreError
 from store.get_message import GetMessageStatus
@@ -272,13 +272,14 @@ BOOT = "5b0a7c1e-3f2d-4c6b-9e8a-1d2c3b4a5f60"
 
 @pytest.fixture
 def boot(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(message_store, "read_boot_id", lambda: BOOT)
+    monkeypatch.setattr(recovery, "read_boot_id", lambda: BOOT)
     return BOOT
 
 
 def safe_start(store: MessageStore) -> int:
     """Start of the CommitLog file that abnormal recovery checks from (the checkpoint's)."""
-    return store.commitlog.segments.segments[store._abnormal_start_index()].start_offset
+    assert store.recovery_plan is not None
+    return store.recovery_plan.check_from
 
 
 def check_contents(store: MessageStore, sent: list[Sent]) -> None:
@@ -302,7 +303,7 @@ async def test_the_abort_file_holds_the_boot_id(tmp_path: Path, boot: str) -> No
 async def test_without_a_boot_id_the_abort_file_is_empty(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(message_store, "read_boot_id", lambda: "")
+    monkeypatch.setattr(recovery, "read_boot_id", lambda: "")
     store = open_store(tmp_path)
     await store.start()
     try:

@@ -1,0 +1,63 @@
+"""Flushing the store to disk: the CommitLog (async flush and group commit), then the rest.
+
+The flush services (store/services.py) call these. The checkpoint (store/checkpoint.py) records
+the newest store time of what each flush covered: the CommitLog's when its fsync returned, the
+ConsumeQueues' and the index's after theirs, so that recovery after a crash of the machine knows
+which CommitLog file to check from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from store.checkpoint import StoreCheckpoint
+from store.commitlog import CommitLog
+from store.consume_queue import ConsumeQueue
+from store.index_keeper import IndexKeeper
+
+
+class StoreFlusher:
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        checkpoint: StoreCheckpoint,
+        consume_queues: dict[tuple[str, int], ConsumeQueue],
+        index: IndexKeeper,
+    ) -> None:
+        self.commitlog = commitlog
+        self.checkpoint = checkpoint
+        self.consume_queues = consume_queues
+        self.index = index
+        self._lock = asyncio.Lock()
+
+    async def flush_commitlog(self, least_pages: int) -> bool:
+        """fsync the CommitLog off the loop; records the flushed store time in the checkpoint."""
+        async with self._lock:
+            store_ts = self.commitlog.last_store_timestamp
+            flushed = await asyncio.to_thread(self.commitlog.segments.flush, least_pages)
+            if flushed:
+                self.checkpoint.physic_msg_timestamp = store_ts
+            return flushed
+
+    async def flush_consume_queues(self, least_pages: int) -> None:
+        """ConsumeQueues and the index (or the worker's), then the checkpoint."""
+        checkpoint = self.checkpoint
+        logics_ts = checkpoint.logics_msg_timestamp
+        queues = list(self.consume_queues.values())
+        worker = self.index.worker
+        index = self.index.index if worker is None else None
+
+        def work() -> int:
+            for queue in queues:
+                queue.flush(least_pages)
+            return index.flush() if index is not None else 0
+
+        index_ts = await asyncio.to_thread(work)
+        checkpoint.logics_msg_timestamp = max(logics_ts, 0)
+        if index is not None:
+            checkpoint.index_msg_timestamp = index_ts
+        elif worker is not None:
+            worker_ts = await worker.flush()
+            if worker_ts is not None:
+                checkpoint.index_msg_timestamp = worker_ts
+        await asyncio.to_thread(checkpoint.flush)

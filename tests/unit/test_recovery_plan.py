@@ -1,0 +1,210 @@
+"""Recovery's two halves on their own (store/recovery.py): the plan changes nothing, the step
+applies exactly the plan, and the re-dispatch rule is a function of what they found.
+
+A store is filled and stopped cleanly, then its parts are opened by hand (the CommitLog, its
+ConsumeQueue, the checkpoint) as `MessageStore.load` opens them, without the façade.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store.checkpoint import StoreCheckpoint
+from store.commitlog import CommitLog, KeptTail
+from store.config import StoreConfig
+from store.consume_queue import ConsumeQueue
+from store.message_store import MessageStore
+from store.record import MessageToStore, decode_record
+from store.recovery import (
+    RecoveredQueues,
+    Recovery,
+    RecoveryPlan,
+    apply_recovery,
+    check_start_index,
+    plan_recovery,
+    redispatch_start,
+)
+from store.segment_queue import SegmentQueue
+
+FILE = 4096
+CQ_FILE = 20 * 8
+GARBAGE = bytes(range(1, 101))  # a torn record: non-zero bytes that are no record
+
+
+def make_config(root: Path, **overrides: Any) -> StoreConfig:
+    values: dict[str, Any] = {
+        "store_path_root_dir": str(root),
+        "mapped_file_size_commit_log": FILE,
+        "max_message_size": 1024,
+        "mapped_file_size_consume_queue": CQ_FILE,
+        "message_index_enable": False,
+    }
+    values.update(overrides)
+    config = StoreConfig(**values)
+    config.validate()
+    return config
+
+
+async def fill(root: Path, count: int) -> list[int]:
+    """`count` messages into queue T-0 of a store stopped cleanly; their physical offsets."""
+    store = MessageStore(make_config(root))
+    store.load()
+    await store.start()
+    offsets = []
+    try:
+        for i in range(count):
+            result = await store.put_message(MessageToStore("T", 0, b"m%03d" % i * 40))
+            assert result.append is not None
+            offsets.append(result.append.wrote_offset)
+        offsets.append(store.max_phy_offset)
+    finally:
+        await store.stop()
+    return offsets
+
+
+def open_commitlog(root: Path) -> CommitLog:
+    config = make_config(root)
+    segments = SegmentQueue(config.commit_log_dir, FILE)
+    segments.load()
+    return CommitLog(config, segments)
+
+
+def open_queue(root: Path) -> ConsumeQueue:
+    queue = ConsumeQueue(root / "consumequeue", "T", 0, CQ_FILE)
+    queue.load()
+    return queue
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def tear(root: Path, end: int) -> Path:
+    """Write GARBAGE where the CommitLog ends (a record torn by a crash); the file written."""
+    path = root / "commitlog" / f"{end - end % FILE:020d}"
+    with path.open("r+b") as f:
+        f.seek(end % FILE)
+        f.write(GARBAGE)
+    return path
+
+
+async def test_the_plan_finds_the_cut_and_the_torn_tail_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    offsets = await fill(tmp_path, 60)  # 16 records a file: 4 files
+    end = offsets[-1]
+    segment = tear(tmp_path, end)
+    before = files(tmp_path)
+    commitlog = open_commitlog(tmp_path)
+    try:
+        config = make_config(tmp_path)
+        checkpoint = StoreCheckpoint(tmp_path / "checkpoint")
+        plan = plan_recovery(Recovery.NORMAL, commitlog, checkpoint, config)
+    finally:
+        commitlog.segments.close()
+    start = end % FILE
+    assert plan == RecoveryPlan(
+        kind=Recovery.NORMAL,
+        check_from_segment=1,  # the third file from the end
+        check_from=FILE,
+        commitlog_end=end,
+        kept_aside=(
+            KeptTail(
+                end - start,
+                start,
+                start + len(GARBAGE),
+                segment.with_name(f"{segment.name}.{start}.torn"),
+            ),
+        ),
+    )
+    assert end // FILE == 3
+    assert files(tmp_path) == before  # nothing written, nothing kept aside yet
+
+
+async def test_applying_a_plan_keeps_the_tail_aside_cuts_there_and_redispatches_from_the_queues(
+    tmp_path: Path,
+) -> None:
+    offsets = await fill(tmp_path, 60)
+    cut = offsets[20]  # a plan that cuts below the real end: apply follows the plan only
+    before = files(tmp_path)
+    commitlog = open_commitlog(tmp_path)
+    queue = open_queue(tmp_path)
+    try:
+        plan = RecoveryPlan(Recovery.NORMAL, 0, 0, cut, tuple(commitlog.tails_past(cut, "torn")))
+        redispatch_from = apply_recovery(plan, commitlog, {("T", 0): queue}, None, tmp_path)
+        assert commitlog.max_offset == cut
+        # The queue keeps the units of the records left, and dispatch restarts where they end.
+        assert (queue.max_offset, queue.max_physical_offset) == (20, cut)
+        assert redispatch_from == cut
+    finally:
+        commitlog.segments.close()
+        queue.close()
+    after = files(tmp_path)
+    segment_name = f"commitlog/{cut - cut % FILE:020d}"
+    original = before[segment_name]
+    start = cut % FILE
+    assert after[f"{segment_name}.{start}.torn"] == original[start:].rstrip(b"\0")
+    assert after[segment_name][start:] == bytes(FILE - start)
+    assert after[segment_name][:start] == original[:start]
+    assert decode_record(after[segment_name], offsets[19] % FILE).queue_offset == 19
+    # Later files were removed by the cut, their bytes kept aside too.
+    later = [n for n in before if n.startswith("commitlog/") and int(n[10:]) > cut]
+    assert len(later) == 2
+    for name in later:
+        assert name not in after
+        assert after[f"{name}.0.torn"] == before[name].rstrip(b"\0")
+
+
+@pytest.mark.parametrize(
+    ("kind", "queues", "rebuild_from", "expected"),
+    [
+        # Normal: M, or lower where a damaged queue must be rebuilt.
+        (Recovery.NORMAL, RecoveredQueues(900, -1), 100, 900),
+        (Recovery.NORMAL, RecoveredQueues(900, 700), None, 700),
+        # Same boot: min(M, max(R, S)); without an index min(M, S).
+        (Recovery.SAME_BOOT, RecoveredQueues(900, -1), 800, 800),
+        (Recovery.SAME_BOOT, RecoveredQueues(900, -1), 100, 500),
+        (Recovery.SAME_BOOT, RecoveredQueues(600, -1), 800, 600),
+        (Recovery.SAME_BOOT, RecoveredQueues(900, -1), None, 500),
+        (Recovery.SAME_BOOT, RecoveredQueues(900, 300), 800, 300),
+        # Other boot: min(M, S, R), R only where index files remain.
+        (Recovery.OTHER_BOOT, RecoveredQueues(900, -1), 800, 500),
+        (Recovery.OTHER_BOOT, RecoveredQueues(900, -1), 200, 200),
+        (Recovery.OTHER_BOOT, RecoveredQueues(900, -1), -1, 500),
+        (Recovery.OTHER_BOOT, RecoveredQueues(400, -1), None, 400),
+        (Recovery.OTHER_BOOT, RecoveredQueues(900, 100), 200, 100),
+    ],
+)
+def test_redispatch_start_follows_the_rules(
+    kind: Recovery, queues: RecoveredQueues, rebuild_from: int | None, expected: int
+) -> None:
+    assert redispatch_start(kind, queues, 500, rebuild_from) == expected
+
+
+async def test_an_abnormal_check_starts_at_the_newest_file_older_than_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    await fill(tmp_path, 60)
+    commitlog = open_commitlog(tmp_path)
+    try:
+        config = make_config(tmp_path)
+        segments = commitlog.segments.segments
+        assert len(segments) >= 4
+        firsts = [commitlog.first_record_timestamp(s) for s in segments]
+        checkpoint = StoreCheckpoint(tmp_path / "checkpoint")
+        # The checkpoint's times as if the third file's first record were the last flushed.
+        checkpoint.physic_msg_timestamp = checkpoint.logics_msg_timestamp = firsts[2] + 3000
+        assert check_start_index(Recovery.OTHER_BOOT, commitlog, checkpoint, config) == 2
+        assert check_start_index(Recovery.SAME_BOOT, commitlog, checkpoint, config) == 2
+        assert (
+            check_start_index(Recovery.NORMAL, commitlog, checkpoint, config) == len(segments) - 3
+        )
+        checkpoint.physic_msg_timestamp = checkpoint.logics_msg_timestamp = 0
+        assert check_start_index(Recovery.OTHER_BOOT, commitlog, checkpoint, config) == 0
+    finally:
+        commitlog.segments.close()

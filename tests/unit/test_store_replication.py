@@ -1,0 +1,120 @@
+"""HA attaches to the store through one call, `MessageStore.attach_replication`, and detaches.
+
+The store is given fakes of what HA provides (ha.master.HAService.replication): the wake-up for
+the connections' writers, the SYNC_MASTER waiter and the haReadReplicatedOnly dispatch cap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from store.commitlog import PutStatus
+from store.config import BrokerRole, StoreConfig
+from store.message_store import MessageStore, Replication
+from store.record import MessageToStore
+
+
+@dataclass
+class FakeTransfer:
+    """A ReplicationHook and a ReplicatedCap, as ha.GroupTransferService is both."""
+
+    slave_ok: bool = True
+    acked: bool = True
+    acked_offset: int = 0
+    ack_listeners: list[Callable[[int], None]] = field(default_factory=list)
+    asked: list[int] = field(default_factory=list)
+
+    def is_slave_ok(self, master_put_where: int) -> bool:
+        self.asked.append(master_put_where)
+        return self.slave_ok
+
+    async def wait_for_slave(self, next_offset: int) -> bool:
+        return self.acked
+
+    def ack(self, offset: int) -> None:
+        self.acked_offset = offset
+        for listener in self.ack_listeners:
+            listener(offset)
+
+
+async def open_store(root: Path, role: BrokerRole) -> MessageStore:
+    config = StoreConfig(
+        store_path_root_dir=str(root), broker_role=role, message_index_enable=False
+    )
+    config.validate()
+    store = MessageStore(config)
+    store.load()
+    await store.start()
+    return store
+
+
+@pytest.fixture
+async def sync_master(tmp_path: Path) -> AsyncIterator[MessageStore]:
+    store = await open_store(tmp_path, BrokerRole.SYNC_MASTER)
+    try:
+        yield store
+    finally:
+        await store.stop()
+
+
+async def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.001)
+
+
+async def put(store: MessageStore, i: int) -> PutStatus:
+    return (await store.put_message(MessageToStore("T", 0, b"m%d" % i))).status
+
+
+async def test_a_sync_master_asks_the_attached_waiter_until_detached(
+    sync_master: MessageStore,
+) -> None:
+    store = sync_master
+    transfer = FakeTransfer(slave_ok=False)
+    woken: list[None] = []
+    store.attach_replication(Replication(lambda: woken.append(None), sync=transfer))
+    assert await put(store, 0) is PutStatus.SLAVE_NOT_AVAILABLE
+    assert transfer.asked == [store.max_phy_offset]
+    assert woken  # the HA writers were told that there are bytes to send
+    transfer.slave_ok, transfer.acked = True, False
+    assert await put(store, 1) is PutStatus.FLUSH_SLAVE_TIMEOUT
+    store.detach_replication()
+    woken.clear()
+    assert await put(store, 2) is PutStatus.PUT_OK
+    assert len(transfer.asked) == 2 and not woken
+
+
+async def test_only_a_sync_master_waits_for_a_slave(tmp_path: Path) -> None:
+    store = await open_store(tmp_path, BrokerRole.ASYNC_MASTER)
+    try:
+        transfer = FakeTransfer(slave_ok=False)
+        store.attach_replication(Replication(lambda: None, sync=transfer))
+        assert await put(store, 0) is PutStatus.PUT_OK
+        assert transfer.asked == []
+    finally:
+        await store.stop()
+
+
+async def test_the_dispatch_cap_holds_dispatch_until_an_ack_moves_it(
+    sync_master: MessageStore,
+) -> None:
+    store = sync_master
+    transfer = FakeTransfer()
+    store.attach_replication(Replication(lambda: None, sync=transfer, dispatch_cap=transfer))
+    assert await put(store, 0) is PutStatus.PUT_OK
+    await store.reput.wait_idle()
+    assert store.max_offset_in_queue("T", 0) == 0  # nothing acknowledged: nothing readable
+    transfer.ack(store.max_phy_offset)  # wakes dispatch
+    await eventually(lambda: store.max_offset_in_queue("T", 0) == 1)
+    store.detach_replication()
+    assert transfer.ack_listeners == []
+    assert await put(store, 1) is PutStatus.PUT_OK
+    await eventually(lambda: store.max_offset_in_queue("T", 0) == 2)  # no cap any more
