@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from broker.managers.delay_offset import DelayOffsetTable
-from store.dispatch import SCHEDULE_TOPIC
+from store.delay import SCHEDULE_TOPIC
 from store.message_store import MessageStore
 from store.record import (
     PROPERTY_DELAY,

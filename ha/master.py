@@ -47,7 +47,8 @@ from ha.config import HAConfig
 from ha.group_transfer import GroupTransferService
 from ha.transport import Listen, Listening, listen_tcp
 from store.config import BrokerRole
-from store.message_store import MessageStore, Replication
+from store.message_store import MessageStore
+from store.replication import Replication
 
 log = logging.getLogger(__name__)
 

@@ -28,11 +28,12 @@ import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog
 from store.consume_queue import ConsumeQueue, pack_unit
+from store.delay import SCHEDULE_TOPIC
 from store.fast_scan import SLOW_FLAGS, KeyGatherer, find_value, scan_fast
 from store.record import (
     BLANK_MAGIC,
@@ -59,8 +60,6 @@ if TYPE_CHECKING:
     from store.segment import Segment
 
 log = logging.getLogger(__name__)
-
-SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 
 # (topic, queue id, new max queue offset, tagsCode, store timestamp). Called once per queue and
 # distinct tagsCode for the units written together (up to a chunk's worth), after they are

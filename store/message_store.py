@@ -26,38 +26,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import AppendResult, CommitLog, PutStatus
 from store.config import BrokerRole, FlushDiskType, StoreConfig
 from store.consume_queue import ConsumeQueue
-from store.delay import parse_delay_levels
-from store.dispatch import SCHEDULE_TOPIC, ArrivalListener, ReputService
+from store.delay import park_delayed, parse_delay_levels
+from store.dispatch import ArrivalListener, ReputService
 from store.flushing import StoreFlusher
 from store.get_message import GetMessageResult, TransferLimits, get_message
 from store.index import IndexService
 from store.index_keeper import IndexKeeper
 from store.index_worker import IndexWorker
-from store.record import (
-    NAME_VALUE_SEPARATOR,
-    PROPERTY_DELAY,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
-    MessageBatch,
-    MessageToStore,
-    StoredMessage,
-    decode_properties,
-    decode_record,
-    encode_properties,
-    waits_for_store,
-)
+from store.record import MessageBatch, MessageToStore, StoredMessage, decode_record, waits_for_store
 from store.recovery import (
     Recovery,
     RecoveryPlan,
@@ -67,6 +51,7 @@ from store.recovery import (
     recovery_kind,
     write_abort_file,
 )
+from store.replication import Replication, ReplicationHook
 from store.resync import reset_for_resync, truncate_for_resync
 from store.retention import Retention
 from store.segment_queue import SegmentQueue
@@ -82,37 +67,11 @@ from store.services import (
 )
 from store.store_lock import StoreLock
 from store.tags import MATCH_ALL, TagFilter
+from store.transient_pool import TransientStorePool
 
 __all__ = ["MessageStore", "PutMessageResult", "QueryMessageResult", "Recovery", "Replication"]
 
 log = logging.getLogger(__name__)
-
-
-class ReplicationHook(Protocol):
-    """What the store asks of HA on a SYNC_MASTER (implemented by ha.GroupTransferService)."""
-
-    def is_slave_ok(self, master_put_where: int) -> bool: ...
-
-    def wait_for_slave(self, next_offset: int) -> Awaitable[bool]: ...
-
-
-class ReplicatedCap(Protocol):
-    """haReadReplicatedOnly: dispatch stays below what a slave has acknowledged."""
-
-    @property
-    def acked_offset(self) -> int: ...
-
-    @property
-    def ack_listeners(self) -> list[Callable[[int], None]]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Replication:
-    """What HA hands the store in `attach_replication` (ha.master.HAService.replication)."""
-
-    on_data: Callable[[], None]  # readers may see more CommitLog bytes (wakes the HA writers)
-    sync: ReplicationHook | None = None  # SYNC_MASTER: sends that wait for a slave
-    dispatch_cap: ReplicatedCap | None = None  # haReadReplicatedOnly
 
 
 @dataclass(slots=True)
@@ -144,27 +103,6 @@ def physical_memory_bytes() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return 8 * 1024**3
-
-
-class TransientStorePool:
-    """Reusable write buffers of one segment's size (RocketMQ's TransientStorePool)."""
-
-    def __init__(self, count: int, size: int) -> None:
-        self.size = size
-        self._free = [bytearray(size) for _ in range(count)]
-
-    def borrow(self) -> bytearray | None:
-        if not self._free:
-            log.warning("transient store pool exhausted: appends go straight to the file")
-            return None
-        return self._free.pop()
-
-    def give_back(self, buffer: bytearray) -> None:
-        self._free.append(buffer)
-
-    @property
-    def available(self) -> int:
-        return len(self._free)
 
 
 class MessageStore:
@@ -221,7 +159,7 @@ class MessageStore:
             self.commitlog, self.consume_queues, self.index_keeper, self.reput
         )
         self._commit = (
-            CommitService(config, self.commitlog.segments, self.on_committed) if self.pool else None
+            CommitService(config, self.commitlog, self.on_committed) if self.pool else None
         )
         self._flush: FlushCommitLogService | None = None
         self._group_commit: GroupCommitService | None = None
@@ -309,7 +247,7 @@ class MessageStore:
     async def start(self) -> None:
         config = self.config
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self._group_commit = GroupCommitService(config, self.commitlog.segments, self.flusher)
+            self._group_commit = GroupCommitService(config, self.commitlog, self.flusher)
             await self._group_commit.start()
         else:
             self._flush = FlushCommitLogService(config, self.flusher)
@@ -431,34 +369,11 @@ class MessageStore:
             )
         return None
 
-    def _apply_delay(self, msg: MessageToStore) -> None:
-        """A DELAY=n message is parked in SCHEDULE_TOPIC_XXXX queue n-1 (levels beyond clamp)."""
-        marker = PROPERTY_DELAY + NAME_VALUE_SEPARATOR
-        if marker not in msg.properties:
-            return
-        tran = msg.sys_flag & TRANSACTION_MASK
-        if tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-            return
-        props = decode_properties(msg.properties)
-        try:
-            level = int(props.get(PROPERTY_DELAY, "0"))
-        except ValueError:
-            return
-        if level <= 0:
-            return
-        level = min(level, len(self.delay_levels))
-        props[PROPERTY_DELAY] = str(level)
-        props[PROPERTY_REAL_TOPIC] = msg.topic
-        props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
-        msg.properties = encode_properties(props)
-        msg.topic = SCHEDULE_TOPIC
-        msg.queue_id = level - 1
-
     async def put_message(self, msg: MessageToStore) -> PutMessageResult:
         refused = self._check_writable()
         if refused is not None:
             return refused
-        self._apply_delay(msg)
+        park_delayed(msg, self.delay_levels)
         append = self.commitlog.put(msg)
         return await self._after_append(append, waits_for_store(msg.properties))
 

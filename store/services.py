@@ -28,8 +28,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
+from store.commitlog import CommitLog
 from store.config import StoreConfig
-from store.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +110,11 @@ class CommitService(PeriodicService):
     name = "commit-commitlog"
 
     def __init__(
-        self, config: StoreConfig, segments: SegmentQueue, on_committed: Callable[[], None]
+        self, config: StoreConfig, commitlog: CommitLog, on_committed: Callable[[], None]
     ) -> None:
         super().__init__(config.commit_interval_commit_log)
         self.config = config
-        self.segments = segments
+        self.commitlog = commitlog
         self.on_committed = on_committed
         self._last_thorough = _now_ms()
 
@@ -124,11 +124,11 @@ class CommitService(PeriodicService):
         now = _now_ms()
         if now - self._last_thorough >= config.commit_commit_log_thorough_interval:
             least, self._last_thorough = 0, now
-        if await asyncio.to_thread(self.segments.commit, least):
+        if await asyncio.to_thread(self.commitlog.segments.commit, least):
             self.on_committed()
 
     async def final(self) -> None:
-        if await asyncio.to_thread(self.segments.commit, 0):
+        if await asyncio.to_thread(self.commitlog.segments.commit, 0):
             self.on_committed()
 
 
@@ -156,9 +156,9 @@ class FlushCommitLogService(PeriodicService):
 class GroupCommitService:
     """SYNC_FLUSH: waiters share fsyncs; each waits at most syncFlushTimeout."""
 
-    def __init__(self, config: StoreConfig, segments: SegmentQueue, flusher: Flusher) -> None:
+    def __init__(self, config: StoreConfig, commitlog: CommitLog, flusher: Flusher) -> None:
         self.config = config
-        self.segments = segments
+        self.commitlog = commitlog
         self.flusher = flusher
         self._waiting: list[tuple[int, asyncio.Future[bool]]] = []
         self._wakeup = asyncio.Event()
@@ -190,7 +190,7 @@ class GroupCommitService:
                 await asyncio.sleep(0.1)
                 self._wakeup.set()
                 continue
-            flushed = self.segments.flushed_where
+            flushed = self.commitlog.segments.flushed_where
             for offset, future in batch:
                 if future.done():
                     continue

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store.dispatch import SCHEDULE_TOPIC
+from store.delay import SCHEDULE_TOPIC
 from store.get_message import GetMessageStatus
 from store.javahash import java_string_hash
 from store.message_store import MessageStore

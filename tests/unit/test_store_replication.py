@@ -15,8 +15,9 @@ import pytest
 
 from store.commitlog import PutStatus
 from store.config import BrokerRole, StoreConfig
-from store.message_store import MessageStore, Replication
+from store.message_store import MessageStore
 from store.record import MessageToStore
+from store.replication import Replication
 
 
 @dataclass
