@@ -27,7 +27,7 @@ of StoreConfig: 1 GiB (sparse) CommitLog files, the message index on with its de
    its third file: the checkpoint is then older than that file, so recovery CRC-checks the whole
    second file (1 GiB), the worst case. The killed process's pages are still in the page cache,
    exactly as after a real SIGKILL, and the abort file holds this boot's id: a same-boot
-   recovery, whose re-dispatch starts where dispatch had got to (store/message_store.py). That
+   recovery, whose re-dispatch starts where dispatch had got to (store/recovery.py). That
    time is the one held against the 10 s target; the time of each step is printed. After a
    machine restart the boot id differs and recovery takes RocketMQ's path: re-dispatch from the
    checkpoint's file, or further back where load() destroyed index files newer than the

@@ -1,4 +1,4 @@
-"""Recovery at load (store/commitlog.py, store/consume_queue.py, store/message_store.py).
+"""Recovery at load (store/commitlog.py, store/consume_queue.py, store/recovery.py).
 
 A stopped store is damaged on disk, then loaded again: with the abort file absent (normal
 recovery) and present (abnormal recovery, as after a crash).
