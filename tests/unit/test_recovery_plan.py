@@ -8,13 +8,11 @@ ConsumeQueue, the checkpoint) as `MessageStore.load` opens them, without the faÃ
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import CommitLog, KeptTail
-from store.config import StoreConfig
 from store.consume_queue import ConsumeQueue
 from store.message_store import MessageStore
 from store.record import MessageToStore, decode_record
@@ -28,24 +26,20 @@ from store.recovery import (
     redispatch_start,
 )
 from store.segment_queue import SegmentQueue
+from tests.support.stores import StoreFactory
 
 FILE = 4096
 CQ_FILE = 20 * 8
+T0 = 4_102_444_800_000  # 2100-01-01: store times set from here are ahead of the clock
 GARBAGE = bytes(range(1, 101))  # a torn record: non-zero bytes that are no record
 
 
-def make_config(root: Path, **overrides: Any) -> StoreConfig:
-    values: dict[str, Any] = {
-        "store_path_root_dir": str(root),
-        "mapped_file_size_commit_log": FILE,
-        "max_message_size": 1024,
-        "mapped_file_size_consume_queue": CQ_FILE,
-        "message_index_enable": False,
-    }
-    values.update(overrides)
-    config = StoreConfig(**values)
-    config.validate()
-    return config
+STORES = StoreFactory(
+    mapped_file_size_commit_log=FILE,
+    mapped_file_size_consume_queue=CQ_FILE,
+    message_index_enable=False,
+)
+make_config = STORES.config
 
 
 async def fill(root: Path, count: int) -> list[int]:
@@ -56,6 +50,8 @@ async def fill(root: Path, count: int) -> list[int]:
     offsets = []
     try:
         for i in range(count):
+            # Store times a second apart: each file's first record has its own.
+            store.commitlog.last_store_timestamp = T0 + 1000 * i
             result = await store.put_message(MessageToStore("T", 0, b"m%03d" % i * 40))
             assert result.append is not None
             offsets.append(result.append.wrote_offset)

@@ -6,7 +6,6 @@ the connections' writers, the SYNC_MASTER waiter and the haReadReplicatedOnly di
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from store.commitlog import PutStatus
-from store.config import BrokerRole, StoreConfig
+from store.config import BrokerRole
 from store.message_store import MessageStore
 from store.record import MessageToStore
 from store.replication import Replication
+from tests.support.conditions import eventually
+from tests.support.stores import StoreFactory
 
 
 @dataclass
@@ -43,13 +44,11 @@ class FakeTransfer:
             listener(offset)
 
 
+STORES = StoreFactory(message_index_enable=False)
+
+
 async def open_store(root: Path, role: BrokerRole) -> MessageStore:
-    config = StoreConfig(
-        store_path_root_dir=str(root), broker_role=role, message_index_enable=False
-    )
-    config.validate()
-    store = MessageStore(config)
-    store.load()
+    store = STORES.open(root, broker_role=role)
     await store.start()
     return store
 
@@ -61,14 +60,6 @@ async def sync_master(tmp_path: Path) -> AsyncIterator[MessageStore]:
         yield store
     finally:
         await store.stop()
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.001)
 
 
 async def put(store: MessageStore, i: int) -> PutStatus:
@@ -114,8 +105,8 @@ async def test_the_dispatch_cap_holds_dispatch_until_an_ack_moves_it(
     await store.reput.wait_idle()
     assert store.max_offset_in_queue("T", 0) == 0  # nothing acknowledged: nothing readable
     transfer.ack(store.max_phy_offset)  # wakes dispatch
-    await eventually(lambda: store.max_offset_in_queue("T", 0) == 1)
+    await eventually(lambda: store.max_offset_in_queue("T", 0) == 1, "dispatch after the ack")
     store.detach_replication()
     assert transfer.ack_listeners == []
     assert await put(store, 1) is PutStatus.PUT_OK
-    await eventually(lambda: store.max_offset_in_queue("T", 0) == 2)  # no cap any more
+    await eventually(lambda: store.max_offset_in_queue("T", 0) == 2, "dispatch without a cap")
