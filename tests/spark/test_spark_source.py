@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from client.admin import AdminClient
 from client.api import BrokerAPI
 from client.spark.records import spark_schema
 from tests.spark.conftest import Cluster, spark_subprocess_env, start_cluster
@@ -57,6 +58,11 @@ def batch(spark: Any, cluster: Cluster, topic: str, **options: Any) -> Any:
     for key, value in options.items():
         reader = reader.option(key, str(value))
     return reader.load()
+
+
+async def _runtime_info(namesrv: str, address: str) -> dict[str, str]:
+    async with AdminClient(namesrv) as admin:
+        return await admin.runtime_info(address)
 
 
 def assert_exactly_once(
@@ -370,10 +376,11 @@ def rows_of(spark: Any, out: Path) -> int:
 
 # --- retention ----------------------------------------------------------------------------------
 
+RETENTION_FILE_SIZE = 65536
 RETENTION = (
     # Small CommitLog files, kept for 0 hours, deleted whatever the hour, checked every 200 ms:
     # every file but the one being written goes as soon as it is full.
-    "mappedFileSizeCommitLog=65536",
+    f"mappedFileSizeCommitLog={RETENTION_FILE_SIZE}",
     "maxMessageSize=16384",
     "fileReservedTime=0",
     "deleteWhen=" + ";".join(f"{h:02d}" for h in range(24)),
@@ -392,14 +399,23 @@ def test_fail_on_data_loss(spark: Any, tmp_path: Path) -> None:
         maxes = retention.max_offsets(topic, queues)
         mins: dict[QueueRef, int] = {}
 
+        def only_last_file_left() -> bool:
+            # Retention keeps only the file being written (RETENTION), so this is its end.
+            info = asyncio.run(_runtime_info(retention.namesrv_addr, retention.masters["broker-r"]))
+            last_file = (int(info["commitLogMaxOffset"]) - 1) // RETENTION_FILE_SIZE
+            return int(info["commitLogMinOffset"]) == last_file * RETENTION_FILE_SIZE
+
         def deleted() -> bool:
+            # The queues' minimums follow the CommitLog's in the same clean-up: equal on two
+            # polls further apart than cleanResourceInterval, they have followed.
             nonlocal mins
             now = retention.min_offsets(topic, queues)
             settled = now == mins and any(v > 0 for v in now.values())
             mins = now
             return settled
 
-        eventually_sync(deleted, "retention to delete the oldest CommitLog files", 30)
+        eventually_sync(only_last_file_left, "retention to delete all but the last file", 30)
+        eventually_sync(deleted, "the queues' minimums to follow the CommitLog's", 30, interval=0.5)
         kept = {q: (mins[q], maxes[q]) for q in queues}
         survivors = {k: q for k, q in placed.items() if _offset_of(k, q, queues) >= mins[q]}
         zero: dict[str, dict[str, int]] = {}
