@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from store.lifecycle import BackgroundTask, Service, Step
 from store.tags import TagFilter
 
 log = logging.getLogger(__name__)
@@ -29,22 +30,20 @@ class HeldPull:
     woken: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-class PullRequestHoldService:
+class PullRequestHoldService(Service):
+    """Children: at stop, after the check loop, every held pull is answered."""
+
     def __init__(
         self, max_offset_of: Callable[[str, int], int], check_interval: float = 5.0
     ) -> None:
+        super().__init__()
         self._max_offset_of = max_offset_of
         self.check_interval = check_interval
         self._held: dict[tuple[str, int], list[HeldPull]] = {}
-        self._task: asyncio.Task[None] | None = None
+        self.add_child(Step(stop=self._release_all))
+        self.add_child(BackgroundTask(self._check_loop, "pull-hold"))
 
-    async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._check_loop(), name="pull-hold")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+    def _release_all(self) -> None:
         for pulls in self._held.values():
             for pull in pulls:
                 pull.woken.set()

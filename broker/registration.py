@@ -28,6 +28,7 @@ from client.protocol.namesrv import (
 )
 from client.remoting.client import RemotingClient
 from client.remoting.codes import RequestCode
+from store.lifecycle import BackgroundTask, Service, Step
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,9 @@ def registration_period_ms(configured: int) -> int:
     return max(10_000, min(configured, 60_000))
 
 
-class NameServerRegistration:
+class NameServerRegistration(Service):
+    """Children: the first registration and, at stop, the unregistration; the periodic loop."""
+
     def __init__(
         self,
         identity: BrokerIdentity,
@@ -67,13 +70,11 @@ class NameServerRegistration:
         self.period = registration_period_ms(period_ms) / 1000
         self.timeout = timeout_ms / 1000
         self.on_result = on_result
-        self._task: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self.registrations = 0
-
-    async def start(self) -> None:
-        await self.register_all()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="register-broker")
+        super().__init__()
+        self.add_child(Step(start=self.register_all, stop=self._unregister_all))
+        self.add_child(BackgroundTask(self._run, "register-broker"))
 
     def request_registration(self) -> None:
         """Register soon (the topic table changed)."""
@@ -124,10 +125,7 @@ class NameServerRegistration:
             )
             return None
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+    async def _unregister_all(self) -> None:
         await asyncio.gather(*(self._unregister_one(a) for a in self.name_servers))
 
     async def _unregister_one(self, address: str) -> None:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
 
 from broker.managers.delay_offset import DelayOffsetTable
 from store.delay import SCHEDULE_TOPIC
+from store.lifecycle import BackgroundTask, Service, Step
 from store.message_store import MessageStore
 from store.record import (
     PROPERTY_DELAY,
@@ -64,7 +66,10 @@ def delivered_message(stored: StoredMessage, store_host: bytes) -> MessageToStor
     )
 
 
-class ScheduleMessageService:
+class ScheduleMessageService(Service):
+    """Children: the arrival listener and, at stop, a last persist of the delay offsets; one
+    delivery task per delay level."""
+
     def __init__(
         self,
         store: MessageStore,
@@ -76,25 +81,18 @@ class ScheduleMessageService:
         self.store_host = store_host
         self.levels = len(store.delay_levels)
         self._wakeups = [asyncio.Event() for _ in range(self.levels)]
-        self._tasks: list[asyncio.Task[None]] = []
         self.delivered = 0
+        super().__init__()
+        self.add_child(Step(start=self._listen, stop=self.offsets.persist_quietly))
+        for level in range(1, self.levels + 1):
+            self.add_child(
+                BackgroundTask(
+                    functools.partial(self._deliver_level, level), f"schedule-level-{level}"
+                )
+            )
 
-    async def start(self) -> None:
+    def _listen(self) -> None:
         self.store.add_arrival_listener(self._on_arrival)
-        loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(self._deliver_level(level), name=f"schedule-level-{level}")
-            for level in range(1, self.levels + 1)
-        ]
-
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
-        self.offsets.persist_quietly()
 
     def _on_arrival(
         self, topic: str, queue_id: int, max_offset: int, tags_code: int, ts: int

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -35,6 +36,7 @@ from client.routing import (
     find_broker_address_in_subscribe,
     topic_route_to_subscribe_queues,
 )
+from store.lifecycle import BackgroundTask, Service, Step
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +55,12 @@ class ConsumerHandle(Protocol):
     async def persist_offsets(self) -> None: ...
 
 
-class ClientInstance:
+class ClientInstance(Service):
+    """Children: the periodic route refresh, heartbeat, offset persistence and rebalance; at
+    stop, after them, the connections close and the instance leaves the registry."""
+
     def __init__(self, config: ClientConfig) -> None:
+        super().__init__()
         self.config = config
         self.client_id = config.client_id
         self.remoting = RemotingClient(self._serve, connect_timeout=config.mq_client_api_timeout)
@@ -70,49 +76,42 @@ class ClientInstance:
         self.producer_groups: set[str] = set()
         self.consumers: dict[str, ConsumerHandle] = {}
         self._users = 0
-        self._tasks: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
         self._route_lock = asyncio.Lock()
         self._resets: set[asyncio.Task[None]] = set()
-        self.started = False
+        self.add_child(Step(stop=self._close))
+        config = self.config
+        for interval, work, name in (
+            (config.poll_name_server_interval, self.refresh_routes, "routes"),
+            (config.heartbeat_broker_interval, self._heartbeat_and_clean, "heartbeat"),
+            (config.persist_consumer_offset_interval, self.persist_offsets, "offsets"),
+        ):
+            self.add_child(BackgroundTask(functools.partial(self._every, interval, work), name))
+        self.add_child(BackgroundTask(self._rebalance_loop, "rebalance"))
 
     # --- life cycle -------------------------------------------------------------------------
 
+    @property
+    def started(self) -> bool:
+        return self.running
+
     async def start(self) -> None:
+        """Start on the first user's start; later users only count themselves in."""
         self._users += 1
-        if self.started:
+        if self.running:
             return
         if not self.config.namesrv_addr:
             raise TideMQError("no name server address: set namesrv_addr or NAMESRV_ADDR")
-        self.started = True
-        loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(
-                self._every(self.config.poll_name_server_interval, self.refresh_routes),
-                name="routes",
-            ),
-            loop.create_task(
-                self._every(self.config.heartbeat_broker_interval, self._heartbeat_and_clean),
-                name="heartbeat",
-            ),
-            loop.create_task(
-                self._every(self.config.persist_consumer_offset_interval, self.persist_offsets),
-                name="offsets",
-            ),
-            loop.create_task(self._rebalance_loop(), name="rebalance"),
-        ]
+        await super().start()
 
     async def shutdown(self) -> None:
+        """Stop once the last user has shut down."""
         self._users -= 1
-        if self._users > 0 or not self.started:
+        if self._users > 0:
             return
-        self.started = False
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        await self.stop()
+
+    async def _close(self) -> None:
         await self.api.close()
         _forget(self)
 

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from client.errors import ClientError, QueryNotFoundError, TideMQError
 from client.protocol.heartbeat import MessageQueue
+from store.files import sibling, write_file_safely
 
 __all__ = [
     "OFFSET_NOT_FOUND",
@@ -262,7 +263,7 @@ def load_offsets_file(path: Path) -> dict[MessageQueue, int]:
     Raises ClientError when a file exists but neither can be read: starting empty would
     silently move every queue to its ConsumeFromWhere position.
     """
-    backup = path.with_name(path.name + ".bak")
+    backup = sibling(path, ".bak")
     problem = None
     try:
         table = _read_offsets_file(path)
@@ -287,42 +288,13 @@ def load_offsets_file(path: Path) -> dict[MessageQueue, int]:
     return {}
 
 
-def _fsync_write(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def write_offsets_file(path: Path, text: str) -> None:
     """Replace `path` atomically, its previous content kept in `path`.bak.
 
-    Order: new content to path.tmp; old content to path.bak (through path.bak.tmp); rename
-    path.tmp over path. Every rename is atomic, so at every moment path holds the old or the
-    new table whole, and path.bak a whole earlier one.
+    At every moment path holds the old or the new table whole, and path.bak a whole earlier one
+    (`store.files.write_file_safely`).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    backup = path.with_name(path.name + ".bak")
-    _fsync_write(tmp, text.encode("utf-8"))
-    try:
-        previous = path.read_bytes()
-    except FileNotFoundError:
-        previous = None
-    if previous is not None:
-        backup_tmp = backup.with_name(backup.name + ".tmp")
-        _fsync_write(backup_tmp, previous)
-        os.replace(backup_tmp, backup)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_file_safely(path, text.encode("utf-8"))
 
 
 class LocalFileOffsetStore(_MemoryTable):

@@ -8,10 +8,11 @@ from the newest CommitLog file whose first message is older than `min_timestamp`
 
 from __future__ import annotations
 
-import os
 import struct
 import threading
 from pathlib import Path
+
+from store.files import write_file_safely
 
 _FIELDS = struct.Struct(">qqq")
 FILE_SIZE = 4096
@@ -54,12 +55,5 @@ class StoreCheckpoint:
             self.logics_msg_timestamp,
             self.index_msg_timestamp,
         )
-        tmp = self.path.with_name(self.path.name + ".tmp")
         with self._flush_lock:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, page)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
+            write_file_safely(self.path, bytes(page), keep_backup=False)

@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Final
 
 from store.errors import ConfigError, CorruptStoreError
+from store.files import fsync_dir
 from store.javahash import HIGH_DIGITS, LOW_DIGITS, ascii_hash_u32, java_string_hash
 from store.segment import preallocate
 
@@ -741,7 +742,7 @@ class IndexService:
             for fd in fds:
                 os.close(fd)
         if sync_dir:
-            _fsync_dir(self.index_dir)
+            fsync_dir(self.index_dir)
         return end_ts
 
     def delete_expired(self, commitlog_min_offset: int) -> int:
@@ -777,12 +778,3 @@ class IndexService:
                 self._files.remove(f)
                 f.destroy()
             self._dir_dirty = True
-
-
-def _fsync_dir(path: Path) -> None:
-    # Makes created and unlinked names durable, not only the files' contents.
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -5,10 +5,8 @@ RocketMQ's `ConfigManager` keeps each table in one JSON file under `<storePathRo
 previous version, `<file>.bak`. tidemq keeps the same names and layout so a store directory moves
 between the two, and writes each file so that a crash at any moment leaves a loadable one:
 
-1. the new text goes to `<file>.tmp`, which is fsynced;
-2. the current file is hard-linked as `<file>.bak` (through `<file>.bak.tmp` and a rename, so an
-   old `.bak` is replaced atomically; copied when the file system has no hard links);
-3. `<file>.tmp` is renamed over `<file>` and the directory is fsynced.
+`<file>.tmp` fsynced, the current file kept as `<file>.bak`, `<file>.tmp` renamed over `<file>`,
+the directory fsynced (`store.files.write_file_safely`, which states the exact order).
 
 The main file is therefore never missing or half written once it exists. Reading (`load`) takes
 the main file; when it is missing or empty, or does not decode, it takes `.bak` and logs which
@@ -26,8 +24,6 @@ from __future__ import annotations
 import abc
 import json
 import logging
-import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
@@ -35,6 +31,7 @@ from typing import Any, Final, Generic, TypeVar
 from client.remoting.errors import BodyDecodeError
 from client.remoting.json_body import loads_fastjson
 from store.errors import CorruptStoreError
+from store.files import sibling, write_file_safely
 
 __all__ = [
     "CONSUMER_OFFSET_FILE",
@@ -95,52 +92,13 @@ def decode_json_object(text: str | bytes, what: str, build: Callable[[dict[str, 
         raise BodyDecodeError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
-def _sibling(path: Path, suffix: str) -> Path:
-    return path.with_name(path.name + suffix)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-
-
-def _keep_backup(path: Path, bak: Path) -> None:
-    """Make `bak` the current content of `path`, replacing any older backup atomically."""
-    staging = _sibling(path, ".bak.tmp")
-    staging.unlink(missing_ok=True)
-    try:
-        os.link(path, staging)
-    except OSError:
-        # No hard links here (some network or FUSE file systems): a synced copy does as well.
-        shutil.copyfile(path, staging)
-        with open(staging, "rb") as copied:
-            os.fsync(copied.fileno())
-    os.replace(staging, bak)
-
-
 def persist(path: Path, text: str) -> None:
     """Replace `path` with `text` crash-safely, keeping the previous version as `<path>.bak`.
 
     Blocks on two fsyncs: call it off the event loop when the file is large or written often.
     Raises `OSError` when the file cannot be written; the previous file is then left in place.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _sibling(path, ".tmp")
-    _write_synced(tmp, text.encode("utf-8"))
-    if path.exists():
-        _keep_backup(path, _sibling(path, ".bak"))
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    write_file_safely(path, text.encode("utf-8"))
 
 
 def _read_text(path: Path) -> str | None:
@@ -176,7 +134,7 @@ def load(path: Path, decode: Callable[[str], T]) -> T | None:
     value, problem = _try_decode(path, decode)
     if value is not None:
         return value
-    bak = _sibling(path, ".bak")
+    bak = sibling(path, ".bak")
     why = f"is unreadable ({problem})" if problem else "is missing or empty"
     backup, bak_problem = _try_decode(bak, decode)
     if backup is not None:

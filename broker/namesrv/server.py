@@ -14,10 +14,7 @@ with its reason (connection closed, unregistered, expired).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from types import TracebackType
-from typing import Self
 
 from broker.config import NamesrvConfig, RemotingConfig
 from broker.metrics import MetricsServer, NamesrvCollector, registry_for
@@ -26,6 +23,7 @@ from broker.namesrv.processor import NamesrvProcessor, log_broker_removed
 from broker.namesrv.route_info import RouteInfoManager
 from client.remoting.connection import RemotingConnection
 from client.remoting.server import RemotingServer
+from store.lifecycle import BackgroundTask, Service, Step
 from store.settings import to_properties
 
 __all__ = ["NameServer", "effective_properties"]
@@ -38,8 +36,11 @@ def effective_properties(namesrv: NamesrvConfig, remoting: RemotingConfig) -> di
     return {**to_properties(namesrv), **to_properties(remoting)}
 
 
-class NameServer:
+class NameServer(Service):
+    """Children, in start order: the remoting server, the metrics server, the expiry scan."""
+
     def __init__(self, config: NamesrvConfig, remoting: RemotingConfig) -> None:
+        super().__init__()
         self.config = config
         self.remoting_config = remoting
         self.routes = RouteInfoManager(
@@ -63,15 +64,20 @@ class NameServer:
         for code, processor in self.processor.processors().items():
             self.server.register(code, processor)
         self.server.on_connection_closed.append(self._connection_closed)
-        self._scan_task: asyncio.Task[None] | None = None
         self._stopping = False
+        self.add_child(self.server)
         self.metrics: MetricsServer | None = None
         if config.metrics_port >= 0:
-            self.metrics = MetricsServer(
-                registry_for(NamesrvCollector(self.routes)),
-                remoting.bind_address,
-                config.metrics_port,
+            self.metrics = self.add_child(
+                MetricsServer(
+                    registry_for(NamesrvCollector(self.routes)),
+                    remoting.bind_address,
+                    config.metrics_port,
+                )
             )
+        self.add_child(BackgroundTask(self._scan_periodically, "namesrv-scan"))
+        # Stops first: the tables die with the process, "removed" lines would only be noise.
+        self.add_child(Step(stop=self._set_stopping))
 
     @property
     def host(self) -> str:
@@ -82,40 +88,12 @@ class NameServer:
         """The port listened on (the one the OS chose when listenPort is 0)."""
         return self.server.port
 
-    async def start(self) -> None:
-        await self.server.start()
-        if self.metrics is not None:
-            await self.metrics.start()
-        self._scan_task = asyncio.get_running_loop().create_task(
-            self._scan_periodically(), name="namesrv-scan"
-        )
-
-    async def stop(self) -> None:
+    def _set_stopping(self) -> None:
         self._stopping = True
-        if self._scan_task is not None:
-            self._scan_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scan_task
-            self._scan_task = None
-        if self.metrics is not None:
-            await self.metrics.stop()
-        await self.server.stop()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     def _connection_closed(self, connection: RemotingConnection) -> None:
         if self._stopping:
-            return  # the tables die with the process; "removed" lines would only be noise
+            return
         for removed in self.routes.on_connection_destroyed(connection):
             log_broker_removed(removed)
 

@@ -1,0 +1,85 @@
+"""store.files.write_file_safely: content, the `.bak` of the previous version, and a crash
+between writing the temporary file and renaming it (os.replace raising) leaving the old file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from store import files
+from store.files import fsync_dir, write_file_safely
+
+
+def test_first_write_creates_the_file_and_its_folder_without_a_backup(tmp_path: Path) -> None:
+    path = tmp_path / "config" / "topics.json"
+    write_file_safely(path, b"one")
+    assert path.read_bytes() == b"one"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["topics.json"]
+
+
+def test_each_write_keeps_the_previous_version_as_bak(tmp_path: Path) -> None:
+    path = tmp_path / "offsets.json"
+    write_file_safely(path, b"one")
+    write_file_safely(path, b"two")
+    assert (path.read_bytes(), (tmp_path / "offsets.json.bak").read_bytes()) == (b"two", b"one")
+    write_file_safely(path, b"three")
+    assert (path.read_bytes(), (tmp_path / "offsets.json.bak").read_bytes()) == (
+        b"three",
+        b"two",
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["offsets.json", "offsets.json.bak"]
+
+
+def test_without_backup_only_the_file_is_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint"
+    write_file_safely(path, b"old", keep_backup=False)
+    write_file_safely(path, b"new", keep_backup=False)
+    assert path.read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]
+
+
+def test_backup_is_a_copy_where_hard_links_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "f"
+    write_file_safely(path, b"one")
+
+    def no_links(src: object, dst: object) -> None:
+        raise OSError("no hard links on this file system")
+
+    monkeypatch.setattr(files.os, "link", no_links)
+    write_file_safely(path, b"two")
+    assert (path.read_bytes(), (tmp_path / "f.bak").read_bytes()) == (b"two", b"one")
+
+
+def test_a_crash_before_the_rename_leaves_the_old_file_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "consumerOffset.json"
+    write_file_safely(path, b"old table")
+    real_replace = os.replace
+
+    def crash_on_main_rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        if Path(dst) == path:
+            raise OSError("power lost")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", crash_on_main_rename)
+    with pytest.raises(OSError, match="power lost"):
+        write_file_safely(path, b"new table")
+    assert path.read_bytes() == b"old table"
+    assert (tmp_path / "consumerOffset.json.bak").read_bytes() == b"old table"
+    # The new content was written whole to the temporary file, which the next write replaces.
+    assert (tmp_path / "consumerOffset.json.tmp").read_bytes() == b"new table"
+    monkeypatch.setattr(files.os, "replace", real_replace)
+    write_file_safely(path, b"newer table")
+    assert path.read_bytes() == b"newer table"
+    assert not (tmp_path / "consumerOffset.json.tmp").exists()
+
+
+def test_fsync_dir_accepts_a_directory_and_rejects_a_missing_one(tmp_path: Path) -> None:
+    fsync_dir(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        fsync_dir(tmp_path / "missing")
