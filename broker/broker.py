@@ -1,24 +1,28 @@
 """The broker (RocketMQ's BrokerController): store, managers, processors, registration.
 
 Start order: load the store (recovery) and the managers' files, start the store's services,
-listen, register with the name servers, then the periodic tasks. Stop runs in reverse: stop
-accepting and let requests in flight finish, unregister, persist every table, flush and stop the
-store (which removes the abort file).
+listen, start HA (the slave's client, or the master's service and the delayed-message schedule),
+long polling, register with the name servers, then the periodic tasks and metrics. Each is a
+child of the broker's `Service` and stops in reverse, except that right after metrics the
+broker stops serving: held pulls answer, the server stops and lets requests in flight finish,
+the schedule and HA stop. Then the periodic tasks end, the broker unregisters, every table is
+persisted, the store flushes and stops (which removes the abort file), and the name-server
+client closes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from broker.config import BrokerConfig, RemotingConfig
 from broker.long_polling import PullRequestHoldService
 from broker.managers.clients import Channel, ConsumerManager, ProducerManager
-from broker.managers.config_file import config_dir
+from broker.managers.config_file import ConfigManager, config_dir
 from broker.managers.config_file import persist as persist_file
 from broker.managers.consumer_offset import ConsumerOffsetManager
 from broker.managers.delay_offset import DelayOffsetTable
@@ -50,6 +54,7 @@ from ha.config import HAConfig
 from ha.master import HAService
 from ha.slave import ClientState, HAClient
 from store.config import BrokerRole, StoreConfig
+from store.lifecycle import BackgroundTask, Service, Step
 from store.message_store import MessageStore
 from store.record import pack_host
 
@@ -61,7 +66,7 @@ RATE_SAMPLE_INTERVAL = 1.0
 Processor = Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
-class Broker:
+class Broker(Service):
     def __init__(
         self,
         config: BrokerConfig,
@@ -69,6 +74,7 @@ class Broker:
         remoting: RemotingConfig | None = None,
         ha_config: HAConfig | None = None,
     ) -> None:
+        super().__init__()
         # What the processors read that changes while the broker runs (see broker.state).
         self.state = BrokerState(
             config,
@@ -132,7 +138,6 @@ class Broker:
             self.offset_reconciler = OffsetReconciler(self.state, self.offsets)
         self.last_register_result: RegisterBrokerResult | None = None
         self.register_result_listeners: list[Callable[[RegisterBrokerResult], None]] = []
-        self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._register_processors()
 
@@ -337,32 +342,40 @@ class Broker:
 
     # --- life cycle -------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def on_start(self) -> None:
+        """Start the children in the order of the module docstring; each stops in reverse."""
         started = time.monotonic()
         self.store.load()
-        for manager in (self.topics, self.groups, self.offsets, self.delay_offsets):
+        for manager in self._managers():
             manager.load()
-        await self.store.start()
-        await self.server.start()
+        await self.start_child(Step(stop=self.namesrv_client.close))
+        await self.start_child(self.store)
+        await self.start_child(Step(stop=self._persist_managers))
+        await self.start_child(self.server)
         self.state.advertised_address = f"{self.config.advertised_ip}:{self.listen_port}"
         self.state.store_host = pack_host(self.config.advertised_ip, self.listen_port)
         if self.ha_client is not None:
-            await self.ha_client.start()
+            await self.start_child(self.ha_client)
         else:
-            self.ha_service = HAService(
-                self.store, self.ha_config, self.remoting.bind_address, self.ha_listen_port
+            ha_service = self.ha_service = await self.start_child(
+                HAService(
+                    self.store, self.ha_config, self.remoting.bind_address, self.ha_listen_port
+                )
             )
-            await self.ha_service.start()
-            self.store.attach_replication(self.ha_service.replication())
-            self.schedule = ScheduleMessageService(
-                self.store, self.delay_offsets, lambda: self.store_host
+            await self.start_child(
+                Step(
+                    start=lambda: self.store.attach_replication(ha_service.replication()),
+                    stop=self.store.detach_replication,
+                )
             )
-            await self.schedule.start()
+            self.schedule = await self.start_child(
+                ScheduleMessageService(self.store, self.delay_offsets, lambda: self.store_host)
+            )
             if self.offset_reconciler is not None:
                 reconciler = self.offset_reconciler
                 self.ha_service.slave_listeners.append(lambda _address: reconciler.request())
         self.store.add_arrival_listener(self.pull_holds.notify_arrival)
-        await self.pull_holds.start()
+        await self.start_child(self.pull_holds)
         identity = BrokerIdentity(
             self.config.broker_cluster_name,
             self.config.broker_name,
@@ -370,26 +383,29 @@ class Broker:
             self.advertised_address,
             self.ha_server_address,
         )
-        self.registration = NameServerRegistration(
-            identity,
-            self.config.name_servers,
-            self.namesrv_client,
-            self._registration_topics,
-            period_ms=self.config.register_name_server_period,
-            timeout_ms=self.config.register_broker_timeout_mills,
-            on_result=self._on_register_result,
+        self.registration = await self.start_child(
+            NameServerRegistration(
+                identity,
+                self.config.name_servers,
+                self.namesrv_client,
+                self._registration_topics,
+                period_ms=self.config.register_name_server_period,
+                timeout_ms=self.config.register_broker_timeout_mills,
+                on_result=self._on_register_result,
+            )
         )
-        await self.registration.start()
         if self.slave_sync is not None:
-            await self.slave_sync.start()
+            await self.start_child(self.slave_sync)
         if self.offset_reconciler is not None:
-            self.offset_reconciler.request()
-        loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(self._persist_offsets_periodically(), name="persist-offsets"),
-            loop.create_task(self._scan_clients_periodically(), name="scan-clients"),
-            loop.create_task(self._sample_rates_periodically(), name="sample-rates"),
-        ]
+            reconciler = self.offset_reconciler
+            await self.start_child(Step(start=reconciler.request, stop=reconciler.stop))
+        for run, name in (
+            (self._persist_offsets_periodically, "persist-offsets"),
+            (self._scan_clients_periodically, "scan-clients"),
+            (self._sample_rates_periodically, "sample-rates"),
+        ):
+            await self.start_child(BackgroundTask(run, name))
+        await self.start_child(Step(stop=self._stop_serving))
         if self.config.metrics_port >= 0:
             collector = BrokerCollector(
                 self.state,
@@ -402,12 +418,11 @@ class Broker:
                 ha_runtime_info=self.ha_runtime_info,
                 runtime_info=self.ops.runtime_info,
             )
-            self.metrics = MetricsServer(
-                registry_for(collector),
-                self.remoting.bind_address,
-                self.config.metrics_port,
+            self.metrics = await self.start_child(
+                MetricsServer(
+                    registry_for(collector), self.remoting.bind_address, self.config.metrics_port
+                )
             )
-            await self.metrics.start()
         log.info(
             "broker %s (id %d, %s) boot success at %s in %.2f s",
             self.config.broker_name,
@@ -416,6 +431,22 @@ class Broker:
             self.advertised_address,
             time.monotonic() - started,
         )
+
+    def _managers(self) -> tuple[ConfigManager[Any], ...]:
+        return (self.topics, self.groups, self.offsets, self.delay_offsets)
+
+    def _persist_managers(self) -> None:
+        for manager in self._managers():
+            manager.persist_quietly()
+
+    async def _stop_serving(self) -> None:
+        """Right after metrics, ahead of the reverse order (their own stops later find nothing
+        to do): held pulls answer now, with whatever they find, instead of holding up the stop;
+        the server stops accepting and lets requests in flight finish; delayed delivery and
+        replication end before the broker unregisters, as in RocketMQ's shutdown."""
+        for part in (self.pull_holds, self.server, self.schedule, self.ha_service, self.ha_client):
+            if part is not None:
+                await part.stop()
 
     async def _persist_offsets_periodically(self) -> None:
         while True:
@@ -445,32 +476,8 @@ class Broker:
                     channel.close()
 
     async def stop(self) -> None:
+        if not self.running:
+            return
         log.info("broker %s shutting down", self.config.broker_name)
-        if self.metrics is not None:
-            await self.metrics.stop()
-        # Held pulls answer now (with whatever they find) instead of holding up the stop.
-        await self.pull_holds.stop()
-        await self.server.stop()
-        if self.schedule is not None:
-            await self.schedule.stop()
-        if self.ha_service is not None:
-            self.store.detach_replication()
-            await self.ha_service.stop()
-        if self.ha_client is not None:
-            await self.ha_client.stop()
-        if self.slave_sync is not None:
-            await self.slave_sync.stop()
-        if self.offset_reconciler is not None:
-            await self.offset_reconciler.stop()
-        if self.registration is not None:
-            await self.registration.stop()
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
-        for manager in (self.topics, self.groups, self.offsets, self.delay_offsets):
-            manager.persist_quietly()
-        await self.store.stop()
-        await self.namesrv_client.close()
+        await super().stop()
         log.info("broker %s stopped", self.config.broker_name)

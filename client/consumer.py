@@ -64,6 +64,7 @@ from client.pulling import (
     pull_queue,
 )
 from client.sync import AsyncLifecycle, BlockingTwin
+from store.lifecycle import cancel_and_wait
 from store.tags import parse_tag_expression
 
 log = logging.getLogger(__name__)
@@ -259,12 +260,7 @@ class AsyncPushConsumer(AsyncLifecycle):
             queues = list(self.process_queues.values())
         for pq in queues:
             pq.dropped = True
-            if pq.task is not None:
-                pq.task.cancel()
-        for pq in queues:
-            if pq.task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pq.task
+        await cancel_and_wait(*(pq.task for pq in queues))
         if self._background:
             await asyncio.wait(list(self._background), timeout=5)
         await self.persist_offsets()

@@ -40,6 +40,7 @@ from client.protocol.heartbeat import (
 )
 from client.pulling import allocate_queues, compute_pull_from, open_offset_store, pull_queue
 from client.sync import AsyncLifecycle, BlockingTwin, call
+from store.lifecycle import cancel_and_wait
 from store.tags import parse_tag_expression
 
 log = logging.getLogger(__name__)
@@ -240,10 +241,7 @@ class AsyncPullConsumer(AsyncLifecycle):
 
     async def _stop_fetch(self, state: _QueueState) -> None:
         task, state.task = state.task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def _fetch_loop(self, state: _QueueState, generation: int) -> None:
         assert self.offset_store is not None
