@@ -40,6 +40,7 @@ from broker.config import DEFAULT_BROKER_PORT, DEFAULT_NAMESRV_PORT
 from client.admin import AdminClient
 from client.errors import TideMQError
 from store.errors import ConfigError
+from store.lifecycle import cancel_and_wait
 from store.properties import load_properties
 
 __all__ = ["ClusterError", "Launcher", "Process", "Topology", "load_topology", "main"]
@@ -397,9 +398,8 @@ async def run_cluster(
             waiter = asyncio.ensure_future(stop.wait())
             await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)
             if not start.done():
-                start.cancel()
-                with contextlib.suppress(asyncio.CancelledError, ClusterError):
-                    await start
+                with contextlib.suppress(ClusterError):
+                    await cancel_and_wait(start)
                 launcher.echo("interrupted while starting")
             else:
                 waiter.cancel()

@@ -27,6 +27,7 @@ from broker.state import BrokerState
 from client.api import BrokerAPI
 from client.errors import TideMQError
 from client.remoting.codes import RequestCode, SerializeType
+from store.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +67,8 @@ class SlaveSynchronize:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="slave-synchronize")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
         await self.api.close()
 
     async def _run(self) -> None:
@@ -137,8 +135,5 @@ class OffsetReconciler:
             return
 
     async def stop(self) -> None:
-        if self._running is not None:
-            self._running.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._running
+        await cancel_and_wait(self._running)
         await self.api.close()

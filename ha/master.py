@@ -47,6 +47,7 @@ from ha.config import HAConfig
 from ha.group_transfer import GroupTransferService
 from ha.transport import Listen, Listening, listen_tcp
 from store.config import BrokerRole
+from store.lifecycle import Service, Step, cancel_and_wait
 from store.message_store import MessageStore
 from store.replication import Replication
 
@@ -133,10 +134,8 @@ class HAConnection:
                 if not task.cancelled() and task.exception() is not None:
                     log.warning("HA connection %s failed: %s", self.address, task.exception())
         finally:
-            for task in (read, write):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            with contextlib.suppress(Exception):  # a failure was logged above
+                await cancel_and_wait(read, write)
             self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
@@ -306,7 +305,7 @@ class HAConnection:
         }
 
 
-class HAService:
+class HAService(Service):
     """The master's HA port: one HAConnection per slave, and SYNC_MASTER acknowledgement."""
 
     def __init__(
@@ -318,6 +317,8 @@ class HAService:
         *,
         listen: Listen = listen_tcp,
     ) -> None:
+        super().__init__()
+        self.add_child(Step(stop=self._close))
         self.store = store
         self.config = config
         self.host = host
@@ -337,7 +338,7 @@ class HAService:
     def _usable_slaves(self) -> list[HAConnection]:
         return [c for c in self.connections if c.reported and c.state is SlaveState.TRANSFER]
 
-    async def start(self) -> None:
+    async def on_start(self) -> None:
         self._server, self.port = await self._listen(self._accept, self.host, self.port)
         log.info("HA service listening on %s:%d", self.host, self.port)
 
@@ -386,15 +387,12 @@ class HAService:
             "haConnectionInfo": infos,
         }
 
-    async def stop(self) -> None:
+    async def _close(self) -> None:
         self.transfer.fail_all()
         if self._server is not None:
             self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        with contextlib.suppress(Exception):  # each connection logged its own failure
+            await cancel_and_wait(*self._tasks)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)

@@ -38,6 +38,7 @@ from ha.config import HAConfig
 from ha.master import TransferRate
 from ha.transport import Connect, connect_tcp
 from store.errors import OffsetMismatchError
+from store.lifecycle import BackgroundTask, Service, Step
 from store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class MismatchError(Exception):
 Resync = Callable[[ClientState, int, int], bool]
 
 
-class HAClient:
+class HAClient(Service):
     def __init__(
         self,
         store: MessageStore,
@@ -74,6 +75,7 @@ class HAClient:
         resync: Resync | None = None,
         connect: Connect = connect_tcp,
     ) -> None:
+        super().__init__()
         self.store = store
         self.config = config
         self.master_address = config.ha_master_address or ""
@@ -87,8 +89,10 @@ class HAClient:
         self.connects = 0
         self._resync = resync
         self._connect = connect
-        self._task: asyncio.Task[None] | None = None
         self._address_changed = asyncio.Event()
+        self.add_child(BackgroundTask(self._run, "ha-client"))
+        # Stops first: the loop, cancelled next, must not take itself for READY again.
+        self.add_child(Step(stop=self._shut_down))
 
     def update_master_address(self, address: str | None) -> None:
         """From the registration result; ignored when haMasterAddress is configured."""
@@ -100,16 +104,8 @@ class HAClient:
         self.master_address = address
         self._address_changed.set()
 
-    async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-client")
-
-    async def stop(self) -> None:
+    def _shut_down(self) -> None:
         self.state = ClientState.SHUTDOWN
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     async def _run(self) -> None:
         while True:

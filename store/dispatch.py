@@ -35,6 +35,7 @@ from store.commitlog import CommitLog
 from store.consume_queue import ConsumeQueue, pack_unit
 from store.delay import SCHEDULE_TOPIC
 from store.fast_scan import SLOW_FLAGS, KeyGatherer, find_value, scan_fast
+from store.lifecycle import cancel_and_wait
 from store.record import (
     BLANK_MAGIC,
     MAGIC_V1,
@@ -52,7 +53,6 @@ from store.record import (
     read_total_size_and_magic,
     scan_record,
 )
-from store.services import cancel_task
 from store.tags import tags_code_for
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ class ReputService:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="reput")
 
     async def stop(self) -> None:
-        await cancel_task(self._task)
+        await cancel_and_wait(self._task)
         self._task = None
 
     async def _run(self) -> None:

@@ -30,6 +30,7 @@ from typing import Protocol
 
 from store.commitlog import CommitLog
 from store.config import StoreConfig
+from store.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +39,6 @@ DELETE_FILE_BATCH_MAX = 10
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-async def cancel_task(task: asyncio.Task[None] | None) -> None:
-    """Cancel a service task and wait until it has ended."""
-    if task is None:
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 class PeriodicService:
@@ -84,7 +76,7 @@ class PeriodicService:
 
     async def stop(self) -> None:
         self._stopping = True
-        await cancel_task(self._task)
+        await cancel_and_wait(self._task)
         self._task = None
         await self.final()
 
@@ -201,7 +193,7 @@ class GroupCommitService:
                     self._wakeup.set()
 
     async def stop(self) -> None:
-        await cancel_task(self._task)
+        await cancel_and_wait(self._task)
         self._task = None
         await self.flusher.flush_commitlog(0)
         for _offset, future in self._waiting:
