@@ -14,8 +14,6 @@ import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Self
 
 from client.api import BrokerAPI, PullResult, SendResult
 from client.config import parse_namesrv_addr
@@ -53,6 +51,7 @@ from client.protocol.namesrv import KVTable, TopicList
 from client.remoting.client import RemotingClient
 from client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from client.remoting.json_body import loads_fastjson
+from store.lifecycle import Service, Step
 from store.record import StoredMessage, decode_message_id, pack_host
 
 __all__ = ["AdminClient", "BrokerAddress", "parse_namesrv_addr"]
@@ -69,7 +68,9 @@ class BrokerAddress:
     address: str
 
 
-class AdminClient:
+class AdminClient(Service):
+    """Usable at once; `async with` closes it at the end, as `close()` does."""
+
     def __init__(
         self,
         namesrv_addr: str | Iterable[str] | None,
@@ -84,20 +85,11 @@ class AdminClient:
             RemotingClient(connect_timeout=timeout), serialize_type=serialize_type, timeout=timeout
         )
         self._ids: UniqueIdGenerator | None = None
+        super().__init__()
+        self.add_child(Step(stop=self.close))
 
     async def close(self) -> None:
         await self.api.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     # --- plumbing -------------------------------------------------------------------------
 

@@ -252,8 +252,8 @@ class AsyncPushConsumer(AsyncLifecycle):
             return
         self._running = False
         instance = self.instance
-        if self._lock_task is not None:
-            self._lock_task.cancel()
+        task, self._lock_task = self._lock_task, None
+        await cancel_and_wait(task)
         async with self._rebalance_lock:
             # A rebalance under way (a NOTIFY_CONSUMER_IDS_CHANGED, say) finishes first, so no
             # queue it adds is left pulling after shutdown; later ones see _running False.

@@ -163,8 +163,8 @@ class AsyncPullConsumer(AsyncLifecycle):
         if not self._running:
             return
         self._running = False
-        if self._auto_commit_task is not None:
-            self._auto_commit_task.cancel()
+        task, self._auto_commit_task = self._auto_commit_task, None
+        await cancel_and_wait(task)
         for state in list(self._queues.values()):
             await self._stop_fetch(state)
         if self.auto_commit:

@@ -100,55 +100,56 @@ class Service:
     """Ordered children, started in order and stopped in reverse; an async context manager."""
 
     def __init__(self) -> None:
-        self._children: list[Startable] = []
-        self._started: list[Startable] = []
-        self._running = False
+        # Prefixed: subclasses often have a `_running` or `_children` of their own.
+        self._service_children: list[Startable] = []
+        self._service_started: list[Startable] = []
+        self._service_running = False
 
     @property
     def running(self) -> bool:
-        return self._running
+        return self._service_running
 
     def add_child(self, child: ChildT) -> ChildT:
         """Start `child` at every start, after the children added before it."""
-        self._children.append(child)
+        self._service_children.append(child)
         return child
 
     async def start_child(self, child: ChildT) -> ChildT:
         """Start `child` now (during `on_start`); it stops in reverse order with the others."""
         await child.start()
-        self._started.append(child)
+        self._service_started.append(child)
         return child
 
     async def on_start(self) -> None:
         """The service's own start work, after its children; may call `start_child`."""
 
     async def start(self) -> None:
-        if self._running:
+        if self._service_running:
             return
-        self._running = True
+        self._service_running = True
         try:
-            for child in self._children:
+            for child in self._service_children:
                 await self.start_child(child)
             await self.on_start()
         except BaseException:
-            self._running = False
+            self._service_running = False
             failure = await self._stop_started()
             if failure is not None:
                 log.error("stopping after a failed start also failed", exc_info=failure)
             raise
 
     async def stop(self) -> None:
-        if not self._running:
+        if not self._service_running:
             return
-        self._running = False
+        self._service_running = False
         failure = await self._stop_started()
         if failure is not None:
             raise failure
 
     async def _stop_started(self) -> Exception | None:
         first: Exception | None = None
-        while self._started:
-            child = self._started.pop()
+        while self._service_started:
+            child = self._service_started.pop()
             try:
                 await child.stop()
             except Exception as exc:
