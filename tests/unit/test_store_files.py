@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from store import files
 from store.files import fsync_dir, write_file_safely
 
 
@@ -49,7 +48,7 @@ def test_backup_is_a_copy_where_hard_links_fail(
     def no_links(src: object, dst: object) -> None:
         raise OSError("no hard links on this file system")
 
-    monkeypatch.setattr(files.os, "link", no_links)
+    monkeypatch.setattr(os, "link", no_links)
     write_file_safely(path, b"two")
     assert (path.read_bytes(), (tmp_path / "f.bak").read_bytes()) == (b"two", b"one")
 
@@ -66,14 +65,14 @@ def test_a_crash_before_the_rename_leaves_the_old_file_readable(
             raise OSError("power lost")
         real_replace(src, dst)
 
-    monkeypatch.setattr(files.os, "replace", crash_on_main_rename)
+    monkeypatch.setattr(os, "replace", crash_on_main_rename)
     with pytest.raises(OSError, match="power lost"):
         write_file_safely(path, b"new table")
     assert path.read_bytes() == b"old table"
     assert (tmp_path / "consumerOffset.json.bak").read_bytes() == b"old table"
     # The new content was written whole to the temporary file, which the next write replaces.
     assert (tmp_path / "consumerOffset.json.tmp").read_bytes() == b"new table"
-    monkeypatch.setattr(files.os, "replace", real_replace)
+    monkeypatch.setattr(os, "replace", real_replace)
     write_file_safely(path, b"newer table")
     assert path.read_bytes() == b"newer table"
     assert not (tmp_path / "consumerOffset.json.tmp").exists()
