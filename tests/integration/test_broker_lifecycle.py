@@ -1,6 +1,7 @@
 """The order in which an in-process master broker (loopback, port 0) stops its parts: metrics
-first, then it stops accepting (held pulls answered, server stopped), then the rest in reverse of
-starting, the tables persisted and the store stopped last, the name-server client closed after."""
+first, then it stops serving (held pulls answered, server, schedule, HA), then the rest in
+reverse of starting: unregistered, the tables persisted, the store stopped, the name-server
+client closed."""
 
 from __future__ import annotations
 
@@ -73,17 +74,17 @@ async def test_a_master_stops_its_parts_in_order(
     finally:
         await broker.stop()
     assert not broker.running
-    # The schedule persists the delay offsets at its own stop; the server and the held pulls are
-    # stopped early and again, harmlessly, at their place in the reverse order.
+    # The schedule persists the delay offsets at its own stop; the parts stopped early are
+    # stopped again, harmlessly, at their place in the reverse order.
     first_calls = list(dict.fromkeys(calls))
     assert first_calls == [
         "metrics",
         "pull holds",
         "server",
-        "registration",
         "schedule",
         "persist delayOffset.json",
         "ha service",
+        "registration",
         "persist topics.json",
         "persist subscriptionGroup.json",
         "persist consumerOffset.json",
