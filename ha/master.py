@@ -134,9 +134,12 @@ class HAConnection:
                 if not task.cancelled() and task.exception() is not None:
                     log.warning("HA connection %s failed: %s", self.address, task.exception())
         finally:
-            with contextlib.suppress(Exception):  # a failure was logged above
-                await cancel_and_wait(read, write)
-            self.writer.close()
+            try:
+                with contextlib.suppress(Exception):  # a failure was logged above
+                    await cancel_and_wait(read, write)
+            finally:
+                # Also when the service's stop cancels this connection while it winds down.
+                self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
 
