@@ -191,10 +191,13 @@ class Relay:
         finally:
             for pump in pumps:
                 pump.cancel()
-            await asyncio.gather(*pumps, return_exceptions=True)
+            # Closed before any wait: stop() may cancel this handler while it cleans up.
             for w in (writer, up_writer):
                 if w is not None:
                     w.close()
+            await asyncio.gather(*pumps, return_exceptions=True)
+            for w in (writer, up_writer):
+                if w is not None:
                     with contextlib.suppress(Exception):
                         await w.wait_closed()
             self._handlers.discard(handler)
