@@ -443,10 +443,16 @@ class Broker(Service):
         """Right after metrics, ahead of the reverse order (their own stops later find nothing
         to do): held pulls answer now, with whatever they find, instead of holding up the stop;
         the server stops accepting and lets requests in flight finish; delayed delivery and
-        replication end before the broker unregisters, as in RocketMQ's shutdown."""
-        for part in (self.pull_holds, self.server, self.schedule, self.ha_service, self.ha_client):
+        replication end before the broker unregisters, as in RocketMQ's shutdown (the store lets
+        go of HA before HA stops)."""
+        for part in (self.pull_holds, self.server, self.schedule):
             if part is not None:
                 await part.stop()
+        if self.ha_service is not None:
+            self.store.detach_replication()
+            await self.ha_service.stop()
+        if self.ha_client is not None:
+            await self.ha_client.stop()
 
     async def _persist_offsets_periodically(self) -> None:
         while True:
