@@ -22,7 +22,18 @@ $(STAMP): pyproject.toml
 	@{ $(BIN)/python -m pip install --upgrade pip && \
 	   $(BIN)/python -m pip install -e '.[dev,spark]'; } > $(VENV)/install.log 2>&1 || \
 		{ tail -30 $(VENV)/install.log; echo "install failed: see $(VENV)/install.log"; exit 1; }
+	@$(MAKE) --no-print-directory typing-tree
 	@touch $(STAMP)
+
+# mypy reads the packages under their installed names: a tree of links, tidemq/store -> store/
+# and so on, as pyproject.toml's package-dir maps them (the editable install's import hook is
+# invisible to mypy). Links to folders, so new modules need no reinstall.
+TYPING := $(VENV)/typing/tidemq
+.PHONY: typing-tree
+typing-tree:
+	@mkdir -p $(TYPING)
+	@for package in store ha client broker; do ln -sfn ../../../$$package $(TYPING)/$$package; done
+	@ln -sf ../../../client/_tidemq/__init__.py ../../../client/_tidemq/py.typed $(TYPING)/
 
 .PHONY: install
 install: $(STAMP) ## create .venv and install tidemq with its extras (quick when nothing changed)

@@ -1,3 +1,3 @@
-from broker.main import main
+from tidemq.broker.main import main
 
 main()

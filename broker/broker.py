@@ -19,44 +19,44 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.config import BrokerConfig, RemotingConfig
-from broker.long_polling import PullRequestHoldService
-from broker.managers.clients import Channel, ConsumerManager, ProducerManager
-from broker.managers.config_file import ConfigManager, config_dir
-from broker.managers.config_file import persist as persist_file
-from broker.managers.consumer_offset import ConsumerOffsetManager
-from broker.managers.delay_offset import DelayOffsetTable
-from broker.managers.subscription_group import SubscriptionGroupManager
-from broker.managers.topic_config import TopicConfigChanged, TopicConfigManager
-from broker.metrics import BrokerCollector, MetricsServer, registry_for
-from broker.processors.admin import AdminProcessor
-from broker.processors.consumer import ConsumerProcessor
-from broker.processors.ops import OpsProcessor, mask_permission
-from broker.processors.pull import PullProcessor
-from broker.processors.query import QueryProcessor
-from broker.processors.retry import RetryProcessor
-from broker.processors.send import SendProcessor
-from broker.rebalance_lock import RebalanceLockManager
-from broker.registration import BrokerIdentity, NameServerRegistration
-from broker.schedule import ScheduleMessageService
-from broker.slave_sync import OffsetReconciler, SlaveSynchronize
-from broker.state import BrokerState
-from broker.stats import BrokerStats, RateSampler
-from client.protocol.models import TopicConfigSerializeWrapper
-from client.protocol.namesrv import RegisterBrokerResult
-from client.remoting.client import RemotingClient
-from client.remoting.codes import RequestCode, ResponseCode
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import RemotingConnection
-from client.remoting.json_body import dumps
-from client.remoting.server import RemotingServer
-from ha.config import HAConfig
-from ha.master import HAService
-from ha.slave import ClientState, HAClient
-from store.config import BrokerRole, StoreConfig
-from store.lifecycle import BackgroundTask, Service, Step
-from store.message_store import MessageStore
-from store.record import pack_host
+from tidemq.broker.config import BrokerConfig, RemotingConfig
+from tidemq.broker.long_polling import PullRequestHoldService
+from tidemq.broker.managers.clients import Channel, ConsumerManager, ProducerManager
+from tidemq.broker.managers.config_file import ConfigManager, config_dir
+from tidemq.broker.managers.config_file import persist as persist_file
+from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
+from tidemq.broker.managers.delay_offset import DelayOffsetTable
+from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
+from tidemq.broker.managers.topic_config import TopicConfigChanged, TopicConfigManager
+from tidemq.broker.metrics import BrokerCollector, MetricsServer, registry_for
+from tidemq.broker.processors.admin import AdminProcessor
+from tidemq.broker.processors.consumer import ConsumerProcessor
+from tidemq.broker.processors.ops import OpsProcessor, mask_permission
+from tidemq.broker.processors.pull import PullProcessor
+from tidemq.broker.processors.query import QueryProcessor
+from tidemq.broker.processors.retry import RetryProcessor
+from tidemq.broker.processors.send import SendProcessor
+from tidemq.broker.rebalance_lock import RebalanceLockManager
+from tidemq.broker.registration import BrokerIdentity, NameServerRegistration
+from tidemq.broker.schedule import ScheduleMessageService
+from tidemq.broker.slave_sync import OffsetReconciler, SlaveSynchronize
+from tidemq.broker.state import BrokerState
+from tidemq.broker.stats import BrokerStats, RateSampler
+from tidemq.client.protocol.models import TopicConfigSerializeWrapper
+from tidemq.client.protocol.namesrv import RegisterBrokerResult
+from tidemq.client.remoting.client import RemotingClient
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.json_body import dumps
+from tidemq.client.remoting.server import RemotingServer
+from tidemq.ha.config import HAConfig
+from tidemq.ha.master import HAService
+from tidemq.ha.slave import ClientState, HAClient
+from tidemq.store.config import BrokerRole, StoreConfig
+from tidemq.store.lifecycle import BackgroundTask, Service, Step
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import pack_host
 
 log = logging.getLogger(__name__)
 

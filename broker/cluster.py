@@ -36,12 +36,12 @@ from typing import IO, Final
 
 import click
 
-from broker.config import DEFAULT_BROKER_PORT, DEFAULT_NAMESRV_PORT
-from client.admin import AdminClient
-from client.errors import TideMQError
-from store.errors import ConfigError
-from store.lifecycle import cancel_and_wait
-from store.properties import load_properties
+from tidemq.broker.config import DEFAULT_BROKER_PORT, DEFAULT_NAMESRV_PORT
+from tidemq.client.admin import AdminClient
+from tidemq.client.errors import TideMQError
+from tidemq.store.errors import ConfigError
+from tidemq.store.lifecycle import cancel_and_wait
+from tidemq.store.properties import load_properties
 
 __all__ = ["ClusterError", "Launcher", "Process", "Topology", "load_topology", "main"]
 
@@ -152,7 +152,7 @@ def load_topology(folder: Path, data_dir: Path, overrides: Sequence[str] = ()) -
         return props, extra
 
     ns_props, ns_extra = props_of(namesrv_file, "namesrv", False)
-    ns_args = [sys.executable, "-m", "broker.namesrv"]
+    ns_args = [sys.executable, "-m", "tidemq.broker.namesrv"]
     if namesrv_file.exists():
         ns_args += ["-c", str(namesrv_file)]
     namesrv = Process("namesrv", [*ns_args, *ns_extra], ns_props, is_namesrv=True)
@@ -163,7 +163,7 @@ def load_topology(folder: Path, data_dir: Path, overrides: Sequence[str] = ()) -
         fixed = {"namesrvAddr": namesrv_addr, "storePathRootDir": str(data_dir / file.stem)}
         fixed = {k: v for k, v in fixed.items() if not any(e.startswith(k + "=") for e in extra)}
         props.update(fixed)
-        args = [sys.executable, "-m", "broker", "-c", str(file)]
+        args = [sys.executable, "-m", "tidemq.broker", "-c", str(file)]
         args += [f"{k}={v}" for k, v in fixed.items()] + extra
         brokers.append(Process(file.stem, args, props))
     return Topology(folder, namesrv, brokers)

@@ -11,9 +11,9 @@ import os
 import socket
 from dataclasses import dataclass
 
-from client.config import local_ip
-from store.errors import ConfigError
-from store.settings import setting
+from tidemq.client.config import local_ip
+from tidemq.store.errors import ConfigError
+from tidemq.store.settings import setting
 
 DEFAULT_NAMESRV_PORT = 9876
 DEFAULT_BROKER_PORT = 10911

@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from client.memory import retain_freed_memory
-from store.properties import load_properties, parse_overrides
+from tidemq.client.memory import retain_freed_memory
+from tidemq.store.properties import load_properties, parse_overrides
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from store.lifecycle import BackgroundTask, Service, Step
-from store.tags import TagFilter
+from tidemq.store.lifecycle import BackgroundTask, Service, Step
+from tidemq.store.tags import TagFilter
 
 log = logging.getLogger(__name__)
 

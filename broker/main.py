@@ -19,13 +19,13 @@ from pathlib import Path
 
 import click
 
-from broker.broker import Broker
-from broker.config import BrokerConfig, RemotingConfig
-from broker.daemon import configure_logging, read_properties, run_until_signal
-from ha.config import HAConfig
-from store.config import BrokerRole, StoreConfig
-from store.errors import ConfigError, StoreError
-from store.settings import from_properties, to_properties, unknown_keys
+from tidemq.broker.broker import Broker
+from tidemq.broker.config import BrokerConfig, RemotingConfig
+from tidemq.broker.daemon import configure_logging, read_properties, run_until_signal
+from tidemq.ha.config import HAConfig
+from tidemq.store.config import BrokerRole, StoreConfig
+from tidemq.store.errors import ConfigError, StoreError
+from tidemq.store.settings import from_properties, to_properties, unknown_keys
 
 log = logging.getLogger("broker")
 

@@ -45,17 +45,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from broker.managers.clients import ConsumerManager
-from broker.managers.consumer_offset import ConsumerOffsetManager
-from broker.managers.topic_config import TopicConfigManager
-from broker.processors.ops import VERSION_DESC
-from broker.state import BrokerState
-from broker.stats import BrokerStats, LatencyHistogram, RateSampler
-from store.config import BrokerRole
-from store.message_store import MessageStore
+from tidemq.broker.managers.clients import ConsumerManager
+from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
+from tidemq.broker.managers.topic_config import TopicConfigManager
+from tidemq.broker.processors.ops import VERSION_DESC
+from tidemq.broker.state import BrokerState
+from tidemq.broker.stats import BrokerStats, LatencyHistogram, RateSampler
+from tidemq.store.config import BrokerRole
+from tidemq.store.message_store import MessageStore
 
 if TYPE_CHECKING:
-    from broker.namesrv.route_info import RouteInfoManager
+    from tidemq.broker.namesrv.route_info import RouteInfoManager
 
 __all__ = ["BrokerCollector", "MetricsServer", "NamesrvCollector", "registry_for"]
 

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from client.protocol.heartbeat import MessageQueue
+from tidemq.client.protocol.heartbeat import MessageQueue
 
 log = logging.getLogger(__name__)
 

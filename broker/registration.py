@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from client.protocol.models import TopicConfigSerializeWrapper
-from client.protocol.namesrv import (
+from tidemq.client.protocol.models import TopicConfigSerializeWrapper
+from tidemq.client.protocol.namesrv import (
     NamesrvResponseError,
     RegisterBrokerBody,
     RegisterBrokerResult,
@@ -26,9 +26,9 @@ from client.protocol.namesrv import (
     register_broker_request,
     simple_request,
 )
-from client.remoting.client import RemotingClient
-from client.remoting.codes import RequestCode
-from store.lifecycle import BackgroundTask, Service, Step
+from tidemq.client.remoting.client import RemotingClient
+from tidemq.client.remoting.codes import RequestCode
+from tidemq.store.lifecycle import BackgroundTask, Service, Step
 
 log = logging.getLogger(__name__)
 

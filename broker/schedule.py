@@ -21,11 +21,11 @@ import logging
 import time
 from collections.abc import Callable
 
-from broker.managers.delay_offset import DelayOffsetTable
-from store.delay import SCHEDULE_TOPIC
-from store.lifecycle import BackgroundTask, Service, Step
-from store.message_store import MessageStore
-from store.record import (
+from tidemq.broker.managers.delay_offset import DelayOffsetTable
+from tidemq.store.delay import SCHEDULE_TOPIC
+from tidemq.store.lifecycle import BackgroundTask, Service, Step
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,

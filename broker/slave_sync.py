@@ -19,15 +19,18 @@ import asyncio
 import contextlib
 import logging
 
-from broker.managers.consumer_offset import ConsumerOffsetManager, parse_offset_table
-from broker.managers.delay_offset import DelayOffsetTable, parse_delay_offsets
-from broker.managers.subscription_group import SubscriptionGroupManager, SubscriptionGroupWrapper
-from broker.managers.topic_config import TopicConfigManager, parse_topic_wrapper
-from broker.state import BrokerState
-from client.api import BrokerAPI
-from client.errors import TideMQError
-from client.remoting.codes import RequestCode, SerializeType
-from store.lifecycle import cancel_and_wait
+from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager, parse_offset_table
+from tidemq.broker.managers.delay_offset import DelayOffsetTable, parse_delay_offsets
+from tidemq.broker.managers.subscription_group import (
+    SubscriptionGroupManager,
+    SubscriptionGroupWrapper,
+)
+from tidemq.broker.managers.topic_config import TopicConfigManager, parse_topic_wrapper
+from tidemq.broker.state import BrokerState
+from tidemq.client.api import BrokerAPI
+from tidemq.client.errors import TideMQError
+from tidemq.client.remoting.codes import RequestCode, SerializeType
+from tidemq.store.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.config import BrokerConfig
+from tidemq.broker.config import BrokerConfig
 
 
 @dataclass(slots=True)

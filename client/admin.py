@@ -15,11 +15,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from client.api import BrokerAPI, PullResult, SendResult
-from client.config import parse_namesrv_addr
-from client.errors import BrokerResponseError, ClientError, TideMQError, TopicNotExistError
-from client.message import Message, UniqueIdGenerator
-from client.protocol.admin import (
+from tidemq.client.api import BrokerAPI, PullResult, SendResult
+from tidemq.client.config import parse_namesrv_addr
+from tidemq.client.errors import BrokerResponseError, ClientError, TideMQError, TopicNotExistError
+from tidemq.client.message import Message, UniqueIdGenerator
+from tidemq.client.protocol.admin import (
     ConsumeStats,
     GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
@@ -32,14 +32,14 @@ from client.protocol.admin import (
     decode_properties_text,
     encode_properties_text,
 )
-from client.protocol.headers import (
+from tidemq.client.protocol.headers import (
     PULL_FLAG_SUBSCRIPTION,
     PullMessageRequestHeader,
     SendMessageRequestHeader,
     encode,
 )
-from client.protocol.heartbeat import ConsumerConnection, MessageQueue, ProducerConnection
-from client.protocol.models import (
+from tidemq.client.protocol.heartbeat import ConsumerConnection, MessageQueue, ProducerConnection
+from tidemq.client.protocol.models import (
     MASTER_ID,
     PERM_WRITE,
     ClusterInfo,
@@ -47,12 +47,12 @@ from client.protocol.models import (
     TopicConfig,
     TopicRouteData,
 )
-from client.protocol.namesrv import KVTable, TopicList
-from client.remoting.client import RemotingClient
-from client.remoting.codes import RequestCode, ResponseCode, SerializeType
-from client.remoting.json_body import loads_fastjson
-from store.lifecycle import Service, Step
-from store.record import StoredMessage, decode_message_id, pack_host
+from tidemq.client.protocol.namesrv import KVTable, TopicList
+from tidemq.client.remoting.client import RemotingClient
+from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
+from tidemq.client.remoting.json_body import loads_fastjson
+from tidemq.store.lifecycle import Service, Step
+from tidemq.store.record import StoredMessage, decode_message_id, pack_host
 
 __all__ = ["AdminClient", "BrokerAddress", "parse_namesrv_addr"]
 

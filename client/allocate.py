@@ -37,8 +37,8 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from client.errors import ClientError
-from client.protocol.heartbeat import MessageQueue
+from tidemq.client.errors import ClientError
+from tidemq.client.protocol.heartbeat import MessageQueue
 
 __all__ = [
     "DEFAULT_VIRTUAL_NODES",

@@ -15,9 +15,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from client.errors import BrokerResponseError
-from client.message import SendStatus
-from client.protocol.headers import (
+from tidemq.client.errors import BrokerResponseError
+from tidemq.client.message import SendStatus
+from tidemq.client.protocol.headers import (
     SEND_V2_KEYS,
     ConsumerSendMsgBackRequestHeader,
     CreateTopicRequestHeader,
@@ -34,7 +34,7 @@ from client.protocol.headers import (
     ViewMessageRequestHeader,
     encode,
 )
-from client.protocol.heartbeat import (
+from tidemq.client.protocol.heartbeat import (
     GetConsumerListByGroupResponseBody,
     HeartbeatData,
     LockBatchRequestBody,
@@ -42,19 +42,19 @@ from client.protocol.heartbeat import (
     MessageQueue,
     UnlockBatchRequestBody,
 )
-from client.protocol.models import (
+from tidemq.client.protocol.models import (
     ClusterInfo,
     SubscriptionGroupConfig,
     TopicConfig,
     TopicConfigSerializeWrapper,
     TopicRouteData,
 )
-from client.protocol.namesrv import GetRouteInfoRequestHeader
-from client.remoting.client import RemotingClient
-from client.remoting.codes import RequestCode, ResponseCode, SerializeType
-from client.remoting.command import RemotingCommand
-from client.remoting.json_body import dumps, loads_fastjson
-from store.record import StoredMessage, decode_record
+from tidemq.client.protocol.namesrv import GetRouteInfoRequestHeader
+from tidemq.client.remoting.client import RemotingClient
+from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.json_body import dumps, loads_fastjson
+from tidemq.store.record import StoredMessage, decode_record
 
 DEFAULT_TIMEOUT = 3.0
 

@@ -15,8 +15,8 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from client.errors import ClientError
-from client.remoting.codes import SerializeType
+from tidemq.client.errors import ClientError
+from tidemq.client.remoting.codes import SerializeType
 
 DEFAULT_INSTANCE = "DEFAULT"
 _SEPARATORS = re.compile(r"[;,]")

@@ -38,15 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from client.allocate import AllocateMessageQueueAveragely, AllocateStrategy
-from client.api import PullResult, PullStatus
-from client.config import ClientConfig
-from client.errors import ClientError, TideMQError
-from client.instance import ClientInstance, get_instance
-from client.message import ReceivedMessage
-from client.offset_store import OffsetStore
-from client.protocol.headers import ConsumerSendMsgBackRequestHeader
-from client.protocol.heartbeat import (
+from tidemq.client.allocate import AllocateMessageQueueAveragely, AllocateStrategy
+from tidemq.client.api import PullResult, PullStatus
+from tidemq.client.config import ClientConfig
+from tidemq.client.errors import ClientError, TideMQError
+from tidemq.client.instance import ClientInstance, get_instance
+from tidemq.client.message import ReceivedMessage
+from tidemq.client.offset_store import OffsetStore
+from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
+from tidemq.client.protocol.heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
@@ -56,16 +56,16 @@ from client.protocol.heartbeat import (
     SubscriptionData,
     UnlockBatchRequestBody,
 )
-from client.pulling import (
+from tidemq.client.pulling import (
     RETRY_PREFIX,
     allocate_queues,
     compute_pull_from,
     open_offset_store,
     pull_queue,
 )
-from client.sync import AsyncLifecycle, BlockingTwin
-from store.lifecycle import cancel_and_wait
-from store.tags import parse_tag_expression
+from tidemq.client.sync import AsyncLifecycle, BlockingTwin
+from tidemq.store.lifecycle import cancel_and_wait
+from tidemq.store.tags import parse_tag_expression
 
 log = logging.getLogger(__name__)
 

@@ -45,8 +45,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from client.remoting.codes import ResponseCode
-from store.errors import DecodeError, TideMQError
+from tidemq.client.remoting.codes import ResponseCode
+from tidemq.store.errors import DecodeError, TideMQError
 
 __all__ = [
     "BrokerResponseError",

@@ -18,25 +18,25 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from client.api import BrokerAPI
-from client.config import ClientConfig
-from client.errors import TideMQError
-from client.protocol.admin import ResetOffsetBody, ResetOffsetRequestHeader
-from client.protocol.headers import HeaderFieldError, decode
-from client.protocol.heartbeat import ConsumerData, HeartbeatData, MessageQueue, ProducerData
-from client.protocol.models import MASTER_ID, TopicRouteData
-from client.remoting.client import RemotingClient
-from client.remoting.codes import RequestCode, ResponseCode
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import RemotingConnection
-from client.remoting.errors import BodyDecodeError
-from client.routing import (
+from tidemq.client.api import BrokerAPI
+from tidemq.client.config import ClientConfig
+from tidemq.client.errors import TideMQError
+from tidemq.client.protocol.admin import ResetOffsetBody, ResetOffsetRequestHeader
+from tidemq.client.protocol.headers import HeaderFieldError, decode
+from tidemq.client.protocol.heartbeat import ConsumerData, HeartbeatData, MessageQueue, ProducerData
+from tidemq.client.protocol.models import MASTER_ID, TopicRouteData
+from tidemq.client.remoting.client import RemotingClient
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.errors import BodyDecodeError
+from tidemq.client.routing import (
     FindBrokerResult,
     TopicPublishInfo,
     find_broker_address_in_subscribe,
     topic_route_to_subscribe_queues,
 )
-from store.lifecycle import BackgroundTask, Service, Step
+from tidemq.store.lifecycle import BackgroundTask, Service, Step
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from client.protocol.heartbeat import MessageQueue
-from client.routing import SendQueueIndex, TopicPublishInfo
+from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.routing import SendQueueIndex, TopicPublishInfo
 
 __all__ = [
     "ISOLATION_LATENCY_MS",

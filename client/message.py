@@ -19,8 +19,8 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from client.protocol.heartbeat import MessageQueue
-from store.record import (
+from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.store.record import (
     FLAG_COMPRESSED,
     PROPERTY_DELAY,
     PROPERTY_KEYS,

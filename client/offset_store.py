@@ -31,9 +31,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from client.errors import ClientError, QueryNotFoundError, TideMQError
-from client.protocol.heartbeat import MessageQueue
-from store.files import sibling, write_file_safely
+from tidemq.client.errors import ClientError, QueryNotFoundError, TideMQError
+from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.store.files import sibling, write_file_safely
 
 __all__ = [
     "OFFSET_NOT_FOUND",

@@ -29,19 +29,19 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from client.api import SendResult as RawSendResult
-from client.config import ClientConfig
-from client.errors import BrokerResponseError, ClientError, RemotingError, TideMQError
-from client.instance import ClientInstance, get_instance
-from client.latency import MQFaultStrategy
-from client.message import Message, SendResult, UniqueIdGenerator
-from client.protocol.headers import SendMessageRequestHeader
-from client.protocol.heartbeat import MessageQueue
-from client.remoting.codes import ResponseCode
-from client.routing import TopicPublishInfo
-from client.sync import AsyncLifecycle, BlockingTwin, call, submit
-from store.batch_body import encode_batch_body
-from store.record import FLAG_COMPRESSED, pack_host
+from tidemq.client.api import SendResult as RawSendResult
+from tidemq.client.config import ClientConfig
+from tidemq.client.errors import BrokerResponseError, ClientError, RemotingError, TideMQError
+from tidemq.client.instance import ClientInstance, get_instance
+from tidemq.client.latency import MQFaultStrategy
+from tidemq.client.message import Message, SendResult, UniqueIdGenerator
+from tidemq.client.protocol.headers import SendMessageRequestHeader
+from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.routing import TopicPublishInfo
+from tidemq.client.sync import AsyncLifecycle, BlockingTwin, call, submit
+from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.record import FLAG_COMPRESSED, pack_host
 
 log = logging.getLogger(__name__)
 

@@ -20,17 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from client.allocate import AllocateMessageQueueAveragely, AllocateStrategy
-from client.api import PullStatus
-from client.config import ClientConfig
-from client.errors import ClientError, TideMQError
-from client.instance import ClientInstance, get_instance
-from client.message import ReceivedMessage
-from client.offset_store import (
+from tidemq.client.allocate import AllocateMessageQueueAveragely, AllocateStrategy
+from tidemq.client.api import PullStatus
+from tidemq.client.config import ClientConfig
+from tidemq.client.errors import ClientError, TideMQError
+from tidemq.client.instance import ClientInstance, get_instance
+from tidemq.client.message import ReceivedMessage
+from tidemq.client.offset_store import (
     OffsetStore,
     ReadOffsetType,
 )
-from client.protocol.heartbeat import (
+from tidemq.client.protocol.heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
@@ -38,10 +38,10 @@ from client.protocol.heartbeat import (
     MessageQueue,
     SubscriptionData,
 )
-from client.pulling import allocate_queues, compute_pull_from, open_offset_store, pull_queue
-from client.sync import AsyncLifecycle, BlockingTwin, call
-from store.lifecycle import cancel_and_wait
-from store.tags import parse_tag_expression
+from tidemq.client.pulling import allocate_queues, compute_pull_from, open_offset_store, pull_queue
+from tidemq.client.sync import AsyncLifecycle, BlockingTwin, call
+from tidemq.store.lifecycle import cancel_and_wait
+from tidemq.store.tags import parse_tag_expression
 
 log = logging.getLogger(__name__)
 

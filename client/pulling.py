@@ -19,24 +19,29 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from client.allocate import AllocateStrategy
-from client.api import PullResult
-from client.errors import ClientError, TideMQError
-from client.instance import ClientInstance
-from client.offset_store import (
+from tidemq.client.allocate import AllocateStrategy
+from tidemq.client.api import PullResult
+from tidemq.client.errors import ClientError, TideMQError
+from tidemq.client.instance import ClientInstance
+from tidemq.client.offset_store import (
     LocalFileOffsetStore,
     OffsetStore,
     ReadOffsetType,
     RemoteBrokerOffsetStore,
 )
-from client.protocol.headers import (
+from tidemq.client.protocol.headers import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
     PullMessageRequestHeader,
 )
-from client.protocol.heartbeat import ConsumeFromWhere, MessageModel, MessageQueue, SubscriptionData
-from client.protocol.models import MASTER_ID
+from tidemq.client.protocol.heartbeat import (
+    ConsumeFromWhere,
+    MessageModel,
+    MessageQueue,
+    SubscriptionData,
+)
+from tidemq.client.protocol.models import MASTER_ID
 
 log = logging.getLogger(__name__)
 

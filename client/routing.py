@@ -27,9 +27,9 @@ import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from client.errors import ClientError
-from client.protocol.heartbeat import MessageQueue
-from client.protocol.models import MASTER_ID, PERM_READ, PERM_WRITE, TopicRouteData
+from tidemq.client.errors import ClientError
+from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.protocol.models import MASTER_ID, PERM_READ, PERM_WRITE, TopicRouteData
 
 __all__ = [
     "FindBrokerResult",

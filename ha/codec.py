@@ -39,7 +39,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
-from store.errors import DecodeError
+from tidemq.store.errors import DecodeError
 
 __all__ = [
     "ACK_SIZE",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store.settings import setting
+from tidemq.store.settings import setting
 
 
 @dataclass(frozen=True, slots=True)

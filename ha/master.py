@@ -36,20 +36,20 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from ha.codec import (
+from tidemq.ha.codec import (
     AckDecoder,
     AckValidator,
     HAProtocolError,
     encode_heartbeat,
     encode_transfer_header,
 )
-from ha.config import HAConfig
-from ha.group_transfer import GroupTransferService
-from ha.transport import Listen, Listening, listen_tcp
-from store.config import BrokerRole
-from store.lifecycle import Service, Step, cancel_and_wait
-from store.message_store import MessageStore
-from store.replication import Replication
+from tidemq.ha.config import HAConfig
+from tidemq.ha.group_transfer import GroupTransferService
+from tidemq.ha.transport import Listen, Listening, listen_tcp
+from tidemq.store.config import BrokerRole
+from tidemq.store.lifecycle import Service, Step, cancel_and_wait
+from tidemq.store.message_store import MessageStore
+from tidemq.store.replication import Replication
 
 log = logging.getLogger(__name__)
 

@@ -27,19 +27,19 @@ import logging
 import time
 from collections.abc import Callable
 
-from ha.codec import (
+from tidemq.ha.codec import (
     BatchReceived,
     HAProtocolError,
     HeartbeatReceived,
     TransferDecoder,
     encode_ack,
 )
-from ha.config import HAConfig
-from ha.master import TransferRate
-from ha.transport import Connect, connect_tcp
-from store.errors import OffsetMismatchError
-from store.lifecycle import BackgroundTask, Service, Step
-from store.message_store import MessageStore
+from tidemq.ha.config import HAConfig
+from tidemq.ha.master import TransferRate
+from tidemq.ha.transport import Connect, connect_tcp
+from tidemq.store.errors import OffsetMismatchError
+from tidemq.store.lifecycle import BackgroundTask, Service, Step
+from tidemq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store.batch_body import BatchDecodeError
-from store.config import StoreConfig
-from store.errors import OffsetMismatchError
-from store.record import (
+from tidemq.store.batch_body import BatchDecodeError
+from tidemq.store.config import StoreConfig
+from tidemq.store.errors import OffsetMismatchError
+from tidemq.store.record import (
     BLANK_MAGIC,
     END_OF_FILE_MIN_BLANK,
     MAGIC_V1,
@@ -47,8 +47,8 @@ from store.record import (
     scan_record,
     stamp_record,
 )
-from store.segment import Segment
-from store.segment_queue import SegmentQueue
+from tidemq.store.segment import Segment
+from tidemq.store.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
 
@@ -465,6 +465,6 @@ def _zero_range(segment: Segment, start: int, end: int) -> None:
 
 
 def segment_path(directory: Path, offset: int) -> Path:
-    from store.segment import offset_to_name
+    from tidemq.store.segment import offset_to_name
 
     return directory / offset_to_name(offset)

@@ -11,8 +11,8 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
-from store.errors import ConfigError
-from store.settings import setting
+from tidemq.store.errors import ConfigError
+from tidemq.store.settings import setting
 
 CQ_UNIT_SIZE = 20
 MAX_TOPIC_LENGTH = 127
@@ -148,6 +148,6 @@ class StoreConfig:
         if self.mapped_file_size_commit_log <= self.max_message_size:
             # A record must always fit into an empty file.
             raise ConfigError("mappedFileSizeCommitLog: must be larger than maxMessageSize")
-        from store.delay import parse_delay_levels
+        from tidemq.store.delay import parse_delay_levels
 
         parse_delay_levels(self.message_delay_level)

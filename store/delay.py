@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from store.errors import ConfigError
-from store.record import (
+from tidemq.store.errors import ConfigError
+from tidemq.store.record import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,

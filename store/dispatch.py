@@ -30,13 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from store.checkpoint import StoreCheckpoint
-from store.commitlog import CommitLog
-from store.consume_queue import ConsumeQueue, pack_unit
-from store.delay import SCHEDULE_TOPIC
-from store.fast_scan import SLOW_FLAGS, KeyGatherer, find_value, scan_fast
-from store.lifecycle import cancel_and_wait
-from store.record import (
+from tidemq.store.checkpoint import StoreCheckpoint
+from tidemq.store.commitlog import CommitLog
+from tidemq.store.consume_queue import ConsumeQueue, pack_unit
+from tidemq.store.delay import SCHEDULE_TOPIC
+from tidemq.store.fast_scan import SLOW_FLAGS, KeyGatherer, find_value, scan_fast
+from tidemq.store.lifecycle import cancel_and_wait
+from tidemq.store.record import (
     BLANK_MAGIC,
     MAGIC_V1,
     OFFSET_QUEUE_OFFSET,
@@ -53,11 +53,11 @@ from store.record import (
     read_total_size_and_magic,
     scan_record,
 )
-from store.tags import tags_code_for
+from tidemq.store.tags import tags_code_for
 
 if TYPE_CHECKING:
-    from store.index import IndexService
-    from store.segment import Segment
+    from tidemq.store.index import IndexService
+    from tidemq.store.segment import Segment
 
 log = logging.getLogger(__name__)
 

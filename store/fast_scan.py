@@ -17,8 +17,8 @@ import mmap
 import struct
 from typing import Final
 
-from store.index import prefixed_key_hash, topic_prefix_hash
-from store.record import (
+from tidemq.store.index import prefixed_key_hash, topic_prefix_hash
+from tidemq.store.record import (
     FLAG_BORNHOST_V6,
     FLAG_STOREHOST_V6,
     MAGIC_V1,

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 
-from store.checkpoint import StoreCheckpoint
-from store.commitlog import CommitLog
-from store.consume_queue import ConsumeQueue
-from store.index_keeper import IndexKeeper
+from tidemq.store.checkpoint import StoreCheckpoint
+from tidemq.store.commitlog import CommitLog
+from tidemq.store.consume_queue import ConsumeQueue
+from tidemq.store.index_keeper import IndexKeeper
 
 
 class StoreFlusher:

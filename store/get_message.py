@@ -24,10 +24,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from store.commitlog import CommitLog
-from store.consume_queue import ConsumeQueue, iter_units
-from store.segment import Segment
-from store.tags import TagFilter
+from tidemq.store.commitlog import CommitLog
+from tidemq.store.consume_queue import ConsumeQueue, iter_units
+from tidemq.store.segment import Segment
+from tidemq.store.tags import TagFilter
 
 _BLANK_SIZE = 0x7FFFFFFF
 

@@ -69,10 +69,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from store.errors import ConfigError, CorruptStoreError
-from store.files import fsync_dir
-from store.javahash import HIGH_DIGITS, LOW_DIGITS, ascii_hash_u32, java_string_hash
-from store.segment import preallocate
+from tidemq.store.errors import ConfigError, CorruptStoreError
+from tidemq.store.files import fsync_dir
+from tidemq.store.javahash import HIGH_DIGITS, LOW_DIGITS, ascii_hash_u32, java_string_hash
+from tidemq.store.segment import preallocate
 
 __all__ = [
     "ENTRY_SIZE",

@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from store.config import StoreConfig
-from store.index import IndexService
-from store.index_worker import LOCK_WAIT, IndexWorker, WorkerSpec, release_lock, take_lock
+from tidemq.store.config import StoreConfig
+from tidemq.store.index import IndexService
+from tidemq.store.index_worker import LOCK_WAIT, IndexWorker, WorkerSpec, release_lock, take_lock
 
 if TYPE_CHECKING:
-    from store.dispatch import ReputService
+    from tidemq.store.dispatch import ReputService
 
 
 class IndexKeeper:

@@ -49,17 +49,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from store.errors import StoreLockedError
-from store.fast_scan import KeyGatherer, scan_fast
-from store.index import IndexService
-from store.record import (
+from tidemq.store.errors import StoreLockedError
+from tidemq.store.fast_scan import KeyGatherer, scan_fast
+from tidemq.store.index import IndexService
+from tidemq.store.record import (
     BLANK_MAGIC,
     TRANSACTION_MASK,
     TRANSACTION_ROLLBACK_TYPE,
     read_total_size_and_magic,
     scan_record,
 )
-from store.segment import offset_to_name
+from tidemq.store.segment import offset_to_name
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +305,7 @@ class IndexWorker:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [source_root, env.get("PYTHONPATH")]))
         process = subprocess.Popen(
-            [sys.executable, "-m", "store.index_worker", spec],
+            [sys.executable, "-m", "tidemq.store.index_worker", spec],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,

@@ -30,19 +30,25 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from store.checkpoint import StoreCheckpoint
-from store.commitlog import AppendResult, CommitLog, PutStatus
-from store.config import BrokerRole, FlushDiskType, StoreConfig
-from store.consume_queue import ConsumeQueue
-from store.delay import park_delayed, parse_delay_levels
-from store.dispatch import ArrivalListener, ReputService
-from store.flushing import StoreFlusher
-from store.get_message import GetMessageResult, TransferLimits, get_message
-from store.index import IndexService
-from store.index_keeper import IndexKeeper
-from store.index_worker import IndexWorker
-from store.record import MessageBatch, MessageToStore, StoredMessage, decode_record, waits_for_store
-from store.recovery import (
+from tidemq.store.checkpoint import StoreCheckpoint
+from tidemq.store.commitlog import AppendResult, CommitLog, PutStatus
+from tidemq.store.config import BrokerRole, FlushDiskType, StoreConfig
+from tidemq.store.consume_queue import ConsumeQueue
+from tidemq.store.delay import park_delayed, parse_delay_levels
+from tidemq.store.dispatch import ArrivalListener, ReputService
+from tidemq.store.flushing import StoreFlusher
+from tidemq.store.get_message import GetMessageResult, TransferLimits, get_message
+from tidemq.store.index import IndexService
+from tidemq.store.index_keeper import IndexKeeper
+from tidemq.store.index_worker import IndexWorker
+from tidemq.store.record import (
+    MessageBatch,
+    MessageToStore,
+    StoredMessage,
+    decode_record,
+    waits_for_store,
+)
+from tidemq.store.recovery import (
     Recovery,
     RecoveryPlan,
     apply_recovery,
@@ -51,11 +57,11 @@ from store.recovery import (
     recovery_kind,
     write_abort_file,
 )
-from store.replication import Replication, ReplicationHook
-from store.resync import reset_for_resync, truncate_for_resync
-from store.retention import Retention
-from store.segment_queue import SegmentQueue
-from store.services import (
+from tidemq.store.replication import Replication, ReplicationHook
+from tidemq.store.resync import reset_for_resync, truncate_for_resync
+from tidemq.store.retention import Retention
+from tidemq.store.segment_queue import SegmentQueue
+from tidemq.store.services import (
     CleanService,
     CommitService,
     DiskState,
@@ -65,9 +71,9 @@ from store.services import (
     GroupCommitService,
     disk_used_ratio,
 )
-from store.store_lock import StoreLock
-from store.tags import MATCH_ALL, TagFilter
-from store.transient_pool import TransientStorePool
+from tidemq.store.store_lock import StoreLock
+from tidemq.store.tags import MATCH_ALL, TagFilter
+from tidemq.store.transient_pool import TransientStorePool
 
 __all__ = ["MessageStore", "PutMessageResult", "QueryMessageResult", "Recovery", "Replication"]
 

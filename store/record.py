@@ -34,10 +34,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, NoReturn
 
-from store.batch_body import BATCH_HEAD, decode_batch_body, read_batch_message
-from store.batch_body import HEAD_SIZE as BATCH_HEAD_SIZE
-from store.crc import crc32, java_crc32
-from store.errors import DecodeError, TideMQError
+from tidemq.store.batch_body import BATCH_HEAD, decode_batch_body, read_batch_message
+from tidemq.store.batch_body import HEAD_SIZE as BATCH_HEAD_SIZE
+from tidemq.store.crc import crc32, java_crc32
+from tidemq.store.errors import DecodeError, TideMQError
 
 MAGIC_V1: Final = -626843481  # 0xDAA320A7 as a Java int
 BLANK_MAGIC: Final = -875286124  # 0xCBD43194 as a Java int

@@ -55,12 +55,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from store.checkpoint import StoreCheckpoint
-from store.commitlog import CommitLog, KeptTail
-from store.config import StoreConfig
-from store.consume_queue import ConsumeQueue, UnitChecker
-from store.index import IndexService
-from store.record import MAGIC_V1, RECORD_MIN_SIZE, read_queue_position, read_topic
+from tidemq.store.checkpoint import StoreCheckpoint
+from tidemq.store.commitlog import CommitLog, KeptTail
+from tidemq.store.config import StoreConfig
+from tidemq.store.consume_queue import ConsumeQueue, UnitChecker
+from tidemq.store.index import IndexService
+from tidemq.store.record import MAGIC_V1, RECORD_MIN_SIZE, read_queue_position, read_topic
 
 log = logging.getLogger(__name__)
 

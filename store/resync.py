@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from store.commitlog import CommitLog
-from store.consume_queue import ConsumeQueue
-from store.dispatch import ReputService
-from store.index_keeper import IndexKeeper
-from store.recovery import rebuild_queue_offsets
-from store.segment_queue import SegmentQueue
+from tidemq.store.commitlog import CommitLog
+from tidemq.store.consume_queue import ConsumeQueue
+from tidemq.store.dispatch import ReputService
+from tidemq.store.index_keeper import IndexKeeper
+from tidemq.store.recovery import rebuild_queue_offsets
+from tidemq.store.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
 

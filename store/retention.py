@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from store.commitlog import CommitLog
-from store.consume_queue import ConsumeQueue
-from store.dispatch import ReputService
-from store.index_keeper import IndexKeeper
+from tidemq.store.commitlog import CommitLog
+from tidemq.store.consume_queue import ConsumeQueue
+from tidemq.store.dispatch import ReputService
+from tidemq.store.index_keeper import IndexKeeper
 
 log = logging.getLogger(__name__)
 

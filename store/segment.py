@@ -21,8 +21,8 @@ import os
 import threading
 from pathlib import Path
 
-from store.config import AppendMode
-from store.errors import CorruptStoreError
+from tidemq.store.config import AppendMode
+from tidemq.store.errors import CorruptStoreError
 
 log = logging.getLogger(__name__)
 

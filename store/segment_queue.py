@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from store.config import AppendMode
-from store.errors import CorruptStoreError
-from store.segment import TMP_SUFFIX, Segment, name_to_offset, offset_to_name
+from tidemq.store.config import AppendMode
+from tidemq.store.errors import CorruptStoreError
+from tidemq.store.segment import TMP_SUFFIX, Segment, name_to_offset, offset_to_name
 
 log = logging.getLogger(__name__)
 

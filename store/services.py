@@ -28,9 +28,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
-from store.commitlog import CommitLog
-from store.config import StoreConfig
-from store.lifecycle import cancel_and_wait
+from tidemq.store.commitlog import CommitLog
+from tidemq.store.config import StoreConfig
+from tidemq.store.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-from store.errors import ConfigError
-from store.schema import Dialect, schema_for
+from tidemq.store.errors import ConfigError
+from tidemq.store.schema import Dialect, schema_for
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from store.errors import StoreLockedError
+from tidemq.store.errors import StoreLockedError
 
 
 class StoreLock:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from client.api import BrokerAPI
-from client.remoting.client import RemotingClient
 from tests.support.ha_harness import Harness, harness
 from tests.support.memory_streams import MemoryNetwork
 from tests.support.processes import Daemon, ProcessGroup
+from tidemq.client.api import BrokerAPI
+from tidemq.client.remoting.client import RemotingClient
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 RocketMQ's JSON config files under `<storePathRootDir>/config/`), and the live producers and
 consumers (soft state from heartbeats). Pure Python, no I/O but the config files."""
 
-from broker.managers.clients import (
+from tidemq.broker.managers.clients import (
     Channel,
     ClientChannelInfo,
     ConsumerGroupInfo,
@@ -10,11 +10,11 @@ from broker.managers.clients import (
     ExpiredChannel,
     ProducerManager,
 )
-from broker.managers.config_file import ConfigFileCorruptError, config_dir
-from broker.managers.consumer_offset import ConsumerOffsetManager, OffsetMergeResult
-from broker.managers.delay_offset import DelayOffsetTable
-from broker.managers.subscription_group import SubscriptionGroupManager
-from broker.managers.topic_config import (
+from tidemq.broker.managers.config_file import ConfigFileCorruptError, config_dir
+from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager, OffsetMergeResult
+from tidemq.broker.managers.delay_offset import DelayOffsetTable
+from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
+from tidemq.broker.managers.topic_config import (
     TopicChange,
     TopicConfigChanged,
     TopicConfigManager,

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from client.protocol.heartbeat import (
+from tidemq.client.protocol.heartbeat import (
     Connection,
     ConsumeFromWhere,
     ConsumerConnection,

@@ -28,10 +28,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
-from client.remoting.errors import BodyDecodeError
-from client.remoting.json_body import loads_fastjson
-from store.errors import CorruptStoreError
-from store.files import sibling, write_file_safely
+from tidemq.client.remoting.errors import BodyDecodeError
+from tidemq.client.remoting.json_body import loads_fastjson
+from tidemq.store.errors import CorruptStoreError
+from tidemq.store.files import sibling, write_file_safely
 
 __all__ = [
     "CONSUMER_OFFSET_FILE",

@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from broker.managers.config_file import (
+from tidemq.broker.managers.config_file import (
     CONSUMER_OFFSET_FILE,
     ConfigManager,
     decode_json_object,
     pretty_json,
 )
-from client.remoting.json_body import dumps
+from tidemq.client.remoting.json_body import dumps
 
 __all__ = ["ConsumerOffsetManager", "OffsetMergeResult", "OffsetTable", "parse_offset_table"]
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from broker.managers.config_file import (
+from tidemq.broker.managers.config_file import (
     DELAY_OFFSET_FILE,
     ConfigManager,
     decode_json_object,
     pretty_json,
 )
-from client.remoting.json_body import dumps
+from tidemq.client.remoting.json_body import dumps
 
 __all__ = ["DelayOffsetTable", "parse_delay_offsets"]
 

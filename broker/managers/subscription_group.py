@@ -23,13 +23,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-from broker.managers.config_file import (
+from tidemq.broker.managers.config_file import (
     SUBSCRIPTION_GROUP_FILE,
     ConfigManager,
     decode_json_object,
     pretty_json,
 )
-from client.protocol.models import DataVersion, SubscriptionGroupConfig
+from tidemq.client.protocol.models import DataVersion, SubscriptionGroupConfig
 
 __all__ = [
     "SYSTEM_GROUPS",

@@ -32,14 +32,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
-from broker.config import BrokerConfig
-from broker.managers.config_file import (
+from tidemq.broker.config import BrokerConfig
+from tidemq.broker.managers.config_file import (
     TOPICS_FILE,
     ConfigManager,
     decode_json_object,
     pretty_json,
 )
-from client.protocol.models import (
+from tidemq.client.protocol.models import (
     PERM_INHERIT,
     PERM_READ_WRITE,
     DataVersion,

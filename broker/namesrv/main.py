@@ -24,15 +24,15 @@ from pathlib import Path
 
 import click
 
-from broker.config import NamesrvConfig, RemotingConfig
-from broker.namesrv.server import NameServer, effective_properties
-from store.errors import ConfigError
-from store.properties import load_properties, parse_overrides
-from store.settings import from_properties, unknown_keys
+from tidemq.broker.config import NamesrvConfig, RemotingConfig
+from tidemq.broker.namesrv.server import NameServer, effective_properties
+from tidemq.store.errors import ConfigError
+from tidemq.store.properties import load_properties, parse_overrides
+from tidemq.store.settings import from_properties, unknown_keys
 
 __all__ = ["load_config", "main", "run"]
 
-log = logging.getLogger("broker.namesrv")
+log = logging.getLogger("tidemq.broker.namesrv")
 
 _CONFIG_CLASSES = (NamesrvConfig, RemotingConfig)
 _LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s"

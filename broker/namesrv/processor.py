@@ -22,9 +22,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from broker.namesrv.kv_config import KvConfigStore
-from broker.namesrv.route_info import BrokerRemoved, RouteInfoManager
-from client.protocol.namesrv import (
+from tidemq.broker.namesrv.kv_config import KvConfigStore
+from tidemq.broker.namesrv.route_info import BrokerRemoved, RouteInfoManager
+from tidemq.client.protocol.namesrv import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     AddWritePermOfBrokerRequestHeader,
     DeleteKVConfigRequestHeader,
@@ -46,15 +46,15 @@ from client.protocol.namesrv import (
     body_crc32,
     decode_data_version,
 )
-from client.remoting.codes import RequestCode, ResponseCode
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import RemotingConnection
-from client.remoting.json_body import dumps
-from client.remoting.server import RequestRejected
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.json_body import dumps
+from tidemq.client.remoting.server import RequestRejected
 
 __all__ = ["NamesrvProcessor", "log_broker_removed"]
 
-log = logging.getLogger("broker.namesrv")
+log = logging.getLogger("tidemq.broker.namesrv")
 
 Handler = Callable[[RemotingConnection, RemotingCommand], RemotingCommand]
 

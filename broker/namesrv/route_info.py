@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from client.protocol.models import (
+from tidemq.client.protocol.models import (
     MASTER_ID,
     PERM_READ,
     PERM_WRITE,
@@ -41,7 +41,7 @@ from client.protocol.models import (
     TopicConfigSerializeWrapper,
     TopicRouteData,
 )
-from client.protocol.namesrv import TopicList
+from tidemq.client.protocol.namesrv import TopicList
 
 __all__ = [
     "DEFAULT_BROKER_CHANNEL_EXPIRED_TIME",

@@ -16,19 +16,19 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from broker.config import NamesrvConfig, RemotingConfig
-from broker.metrics import MetricsServer, NamesrvCollector, registry_for
-from broker.namesrv.kv_config import KvConfigStore
-from broker.namesrv.processor import NamesrvProcessor, log_broker_removed
-from broker.namesrv.route_info import RouteInfoManager
-from client.remoting.connection import RemotingConnection
-from client.remoting.server import RemotingServer
-from store.lifecycle import BackgroundTask, Service, Step
-from store.settings import to_properties
+from tidemq.broker.config import NamesrvConfig, RemotingConfig
+from tidemq.broker.metrics import MetricsServer, NamesrvCollector, registry_for
+from tidemq.broker.namesrv.kv_config import KvConfigStore
+from tidemq.broker.namesrv.processor import NamesrvProcessor, log_broker_removed
+from tidemq.broker.namesrv.route_info import RouteInfoManager
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.server import RemotingServer
+from tidemq.store.lifecycle import BackgroundTask, Service, Step
+from tidemq.store.settings import to_properties
 
 __all__ = ["NameServer", "effective_properties"]
 
-log = logging.getLogger("broker.namesrv")
+log = logging.getLogger("tidemq.broker.namesrv")
 
 
 def effective_properties(namesrv: NamesrvConfig, remoting: RemotingConfig) -> dict[str, str]:

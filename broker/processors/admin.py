@@ -9,25 +9,25 @@ from __future__ import annotations
 
 import logging
 
-from broker.managers.consumer_offset import ConsumerOffsetManager
-from broker.managers.delay_offset import DelayOffsetTable
-from broker.managers.subscription_group import SubscriptionGroupManager
-from broker.managers.topic_config import TopicConfigManager, validate_topic_name
-from broker.processors.decoding import request_body, request_header
-from broker.state import BrokerState
-from client.protocol.headers import (
+from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
+from tidemq.broker.managers.delay_offset import DelayOffsetTable
+from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
+from tidemq.broker.managers.topic_config import TopicConfigManager, validate_topic_name
+from tidemq.broker.processors.decoding import request_body, request_header
+from tidemq.broker.state import BrokerState
+from tidemq.client.protocol.headers import (
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
 )
-from client.protocol.models import SubscriptionGroupConfig, TopicConfig
-from client.remoting.codes import ResponseCode
-from client.remoting.command import Body, RemotingCommand
-from client.remoting.connection import RemotingConnection
-from client.remoting.errors import BodyDecodeError
-from client.remoting.json_body import dumps, loads_fastjson
-from client.remoting.server import RequestRejected
-from store.message_store import MessageStore
+from tidemq.client.protocol.models import SubscriptionGroupConfig, TopicConfig
+from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.command import Body, RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.errors import BodyDecodeError
+from tidemq.client.remoting.json_body import dumps, loads_fastjson
+from tidemq.client.remoting.server import RequestRejected
+from tidemq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 

@@ -10,33 +10,33 @@ from __future__ import annotations
 
 import logging
 
-from broker.managers.clients import ClientChannelInfo, ConsumerManager, ProducerManager
-from broker.managers.consumer_offset import ConsumerOffsetManager
-from broker.managers.subscription_group import SubscriptionGroupManager
-from broker.managers.topic_config import TopicConfigManager
-from broker.processors.decoding import request_body, request_header
-from broker.processors.send import RETRY_GROUP_TOPIC_PREFIX
-from broker.rebalance_lock import RebalanceLockManager
-from broker.state import BrokerState
-from client.protocol.headers import (
+from tidemq.broker.managers.clients import ClientChannelInfo, ConsumerManager, ProducerManager
+from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
+from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
+from tidemq.broker.managers.topic_config import TopicConfigManager
+from tidemq.broker.processors.decoding import request_body, request_header
+from tidemq.broker.processors.send import RETRY_GROUP_TOPIC_PREFIX
+from tidemq.broker.rebalance_lock import RebalanceLockManager
+from tidemq.broker.state import BrokerState
+from tidemq.client.protocol.headers import (
     GetConsumerListByGroupRequestHeader,
     QueryConsumerOffsetRequestHeader,
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-from client.protocol.heartbeat import (
+from tidemq.client.protocol.heartbeat import (
     GetConsumerListByGroupResponseBody,
     HeartbeatData,
     LockBatchRequestBody,
     LockBatchResponseBody,
     UnlockBatchRequestBody,
 )
-from client.protocol.models import PERM_READ, PERM_WRITE
-from client.remoting.codes import RequestCode, ResponseCode
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import RemotingConnection
-from client.remoting.server import RequestRejected
-from store.message_store import MessageStore
+from tidemq.client.protocol.models import PERM_READ, PERM_WRITE
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.server import RequestRejected
+from tidemq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 

@@ -26,14 +26,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from broker.config import BrokerConfig
-from broker.managers.clients import ConsumerManager, ProducerManager
-from broker.managers.consumer_offset import ConsumerOffsetManager
-from broker.managers.topic_config import TopicConfigManager
-from broker.processors.decoding import request_body, request_header
-from broker.state import BrokerState
-from broker.stats import BrokerStats, RateSampler
-from client.protocol.admin import (
+from tidemq.broker.config import BrokerConfig
+from tidemq.broker.managers.clients import ConsumerManager, ProducerManager
+from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
+from tidemq.broker.managers.topic_config import TopicConfigManager
+from tidemq.broker.processors.decoding import request_body, request_header
+from tidemq.broker.state import BrokerState
+from tidemq.broker.stats import BrokerStats, RateSampler
+from tidemq.client.protocol.admin import (
     ConsumeStats,
     GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
@@ -48,19 +48,19 @@ from client.protocol.admin import (
     decode_properties_text,
     encode_properties_text,
 )
-from client.protocol.headers import encode
-from client.protocol.heartbeat import MessageQueue
-from client.protocol.models import PERM_READ, PERM_WRITE, perm_to_string
-from client.protocol.namesrv import KVTable
-from client.remoting.codes import DEFAULT_VERSION, LanguageCode, RequestCode, ResponseCode
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import RemotingConnection
-from client.remoting.json_body import dumps
-from client.remoting.server import RequestRejected
-from store.errors import ConfigError
-from store.message_store import MessageStore
-from store.services import disk_used_ratio
-from store.settings import from_properties, to_properties
+from tidemq.client.protocol.headers import encode
+from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.protocol.models import PERM_READ, PERM_WRITE, perm_to_string
+from tidemq.client.protocol.namesrv import KVTable
+from tidemq.client.remoting.codes import DEFAULT_VERSION, LanguageCode, RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.json_body import dumps
+from tidemq.client.remoting.server import RequestRejected
+from tidemq.store.errors import ConfigError
+from tidemq.store.message_store import MessageStore
+from tidemq.store.services import disk_used_ratio
+from tidemq.store.settings import from_properties, to_properties
 
 log = logging.getLogger(__name__)
 

@@ -21,29 +21,29 @@ from __future__ import annotations
 import logging
 import time
 
-from broker.long_polling import PullRequestHoldService
-from broker.managers.clients import ConsumerManager
-from broker.managers.consumer_offset import ConsumerOffsetManager
-from broker.managers.subscription_group import SubscriptionGroupManager
-from broker.managers.topic_config import TopicConfigManager
-from broker.processors.decoding import request_header
-from broker.state import BrokerState
-from broker.stats import BrokerStats
-from client.protocol.headers import (
+from tidemq.broker.long_polling import PullRequestHoldService
+from tidemq.broker.managers.clients import ConsumerManager
+from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
+from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
+from tidemq.broker.managers.topic_config import TopicConfigManager
+from tidemq.broker.processors.decoding import request_header
+from tidemq.broker.state import BrokerState
+from tidemq.broker.stats import BrokerStats
+from tidemq.client.protocol.headers import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
     PullMessageRequestHeader,
 )
-from client.protocol.models import MASTER_ID, PERM_READ, TopicConfig
-from client.remoting.codes import ResponseCode
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import RemotingConnection
-from client.remoting.server import RequestRejected
-from store.config import BrokerRole
-from store.get_message import GetMessageResult, GetMessageStatus
-from store.message_store import MessageStore
-from store.tags import TagFilter, parse_tag_expression
+from tidemq.client.protocol.models import MASTER_ID, PERM_READ, TopicConfig
+from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.server import RequestRejected
+from tidemq.store.config import BrokerRole
+from tidemq.store.get_message import GetMessageResult, GetMessageStatus
+from tidemq.store.message_store import MessageStore
+from tidemq.store.tags import TagFilter, parse_tag_expression
 
 log = logging.getLogger(__name__)
 

@@ -9,18 +9,18 @@ index, with `indexLastUpdateTimestamp` and `indexLastUpdatePhyoffset`.
 
 from __future__ import annotations
 
-from broker.processors.decoding import request_header
-from client.protocol.headers import (
+from tidemq.broker.processors.decoding import request_header
+from tidemq.client.protocol.headers import (
     QueryMessageRequestHeader,
     SearchOffsetRequestHeader,
     TopicQueueRequestHeader,
     ViewMessageRequestHeader,
 )
-from client.remoting.codes import RequestCode, ResponseCode
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import RemotingConnection
-from store.message_store import MessageStore
-from store.record import decode_record
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import decode_record
 
 QUERY_MAX_NUM = 64  # RocketMQ's maxMsgsNumBatch cap on QUERY_MESSAGE results
 

@@ -16,19 +16,19 @@ import logging
 import random
 import time
 
-from broker.managers.subscription_group import SubscriptionGroupManager
-from broker.managers.topic_config import TopicConfigManager
-from broker.processors.decoding import request_header
-from broker.state import BrokerState
-from client.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
-from client.protocol.headers import ConsumerSendMsgBackRequestHeader
-from client.protocol.models import PERM_READ, PERM_WRITE
-from client.remoting.codes import ResponseCode
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import RemotingConnection
-from client.remoting.server import RequestRejected
-from store.message_store import MessageStore
-from store.record import (
+from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
+from tidemq.broker.managers.topic_config import TopicConfigManager
+from tidemq.broker.processors.decoding import request_header
+from tidemq.broker.state import BrokerState
+from tidemq.client.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
+from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
+from tidemq.client.protocol.models import PERM_READ, PERM_WRITE
+from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.server import RequestRejected
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import (
     PROPERTY_DELAY,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,

@@ -15,23 +15,23 @@ import logging
 import random
 import time
 
-from broker.managers.topic_config import (
+from tidemq.broker.managers.topic_config import (
     TopicConfigManager,
     is_not_allowed_send_topic,
     validate_topic_name,
 )
-from broker.processors.decoding import request_header
-from broker.state import BrokerState
-from broker.stats import BrokerStats
-from client.protocol.headers import SEND_V2_KEYS, SendMessageRequestHeader
-from client.protocol.models import PERM_WRITE
-from client.remoting.codes import RequestCode, ResponseCode
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import RemotingConnection
-from client.remoting.server import RequestRejected
-from store.commitlog import PutStatus
-from store.message_store import MessageStore, PutMessageResult
-from store.record import (
+from tidemq.broker.processors.decoding import request_header
+from tidemq.broker.state import BrokerState
+from tidemq.broker.stats import BrokerStats
+from tidemq.client.protocol.headers import SEND_V2_KEYS, SendMessageRequestHeader
+from tidemq.client.protocol.models import PERM_WRITE
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.server import RequestRejected
+from tidemq.store.commitlog import PutStatus
+from tidemq.store.message_store import MessageStore, PutMessageResult
+from tidemq.store.record import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_SEPARATOR,

@@ -19,8 +19,8 @@ from typing import Any, Final, TypeVar
 
 import click
 
-from client.admin import AdminClient
-from client.errors import BrokerResponseError, ClientError, TideMQError
+from tidemq.client.admin import AdminClient
+from tidemq.client.errors import BrokerResponseError, ClientError, TideMQError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -9,10 +9,10 @@ from dataclasses import asdict
 
 import click
 
-from client.admin import AdminClient
-from client.errors import TideMQError
-from client.mqadmin.base import Output, Table, common, format_time, main, need_one, run
-from client.protocol.admin import HARuntimeInfo
+from tidemq.client.admin import AdminClient
+from tidemq.client.errors import TideMQError
+from tidemq.client.mqadmin.base import Output, Table, common, format_time, main, need_one, run
+from tidemq.client.protocol.admin import HARuntimeInfo
 
 CLUSTER_COLUMNS = [
     "#Cluster Name",

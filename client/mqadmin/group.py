@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import click
 
-from client.admin import AdminClient
-from client.errors import TideMQError
-from client.mqadmin.base import (
+from tidemq.client.admin import AdminClient
+from tidemq.client.errors import TideMQError
+from tidemq.client.mqadmin.base import (
     Output,
     Table,
     common,
@@ -18,8 +18,8 @@ from client.mqadmin.base import (
     parse_timestamp,
     run,
 )
-from client.protocol.heartbeat import ConsumeType
-from client.protocol.models import SubscriptionGroupConfig
+from tidemq.client.protocol.heartbeat import ConsumeType
+from tidemq.client.protocol.models import SubscriptionGroupConfig
 
 RETRY_PREFIX = "%RETRY%"
 

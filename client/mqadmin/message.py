@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import click
 
-from client.admin import AdminClient
-from client.api import PullStatus
-from client.errors import TideMQError
-from client.message import Message
-from client.mqadmin.base import CommandError, Output, Table, common, format_time, main, run
-from store.record import StoredMessage
+from tidemq.client.admin import AdminClient
+from tidemq.client.api import PullStatus
+from tidemq.client.errors import TideMQError
+from tidemq.client.message import Message
+from tidemq.client.mqadmin.base import CommandError, Output, Table, common, format_time, main, run
+from tidemq.store.record import StoredMessage
 
 BODY_PREVIEW = 512
 

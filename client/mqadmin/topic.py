@@ -7,9 +7,9 @@ import json
 
 import click
 
-from client.admin import AdminClient
-from client.errors import TideMQError
-from client.mqadmin.base import (
+from tidemq.client.admin import AdminClient
+from tidemq.client.errors import TideMQError
+from tidemq.client.mqadmin.base import (
     Output,
     Table,
     common,
@@ -19,7 +19,7 @@ from client.mqadmin.base import (
     parse_bool,
     run,
 )
-from client.protocol.models import MASTER_ID, TopicConfig, perm_to_string
+from tidemq.client.protocol.models import MASTER_ID, TopicConfig, perm_to_string
 
 
 def topic_config_line(config: TopicConfig) -> str:

@@ -31,9 +31,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from client.protocol.heartbeat import MessageQueue
-from client.remoting.errors import BodyDecodeError
-from client.remoting.json_body import dumps, loads_fastjson
+from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.remoting.errors import BodyDecodeError
+from tidemq.client.remoting.json_body import dumps, loads_fastjson
 
 __all__ = [
     "ConsumeStats",

@@ -14,8 +14,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from store.errors import DecodeError
-from store.schema import Dialect, Schema
+from tidemq.store.errors import DecodeError
+from tidemq.store.schema import Dialect, Schema
 
 H = TypeVar("H")
 

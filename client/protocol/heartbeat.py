@@ -33,9 +33,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from client.remoting.errors import BodyDecodeError
-from client.remoting.json_body import dumps, loads_fastjson
-from store.javahash import java_string_hash
+from tidemq.client.remoting.errors import BodyDecodeError
+from tidemq.client.remoting.json_body import dumps, loads_fastjson
+from tidemq.store.javahash import java_string_hash
 
 __all__ = [
     "SUB_ALL",

@@ -62,21 +62,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Self
 
-from client.errors import NamesrvResponseError
-from client.protocol.models import (
+from tidemq.client.errors import NamesrvResponseError
+from tidemq.client.protocol.models import (
     ClusterInfo,
     DataVersion,
     TopicConfig,
     TopicConfigSerializeWrapper,
     TopicRouteData,
 )
-from client.remoting.codes import RequestCode, ResponseCode
-from client.remoting.command import Body, RemotingCommand
-from client.remoting.errors import BodyDecodeError
-from client.remoting.json_body import dumps, loads_fastjson
-from store.crc import java_crc32
-from store.errors import DecodeError
-from store.schema import Dialect, schema_for
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import Body, RemotingCommand
+from tidemq.client.remoting.errors import BodyDecodeError
+from tidemq.client.remoting.json_body import dumps, loads_fastjson
+from tidemq.store.crc import java_crc32
+from tidemq.store.errors import DecodeError
+from tidemq.store.schema import Dialect, schema_for
 
 __all__ = [
     "MAX_DECOMPRESSED_BODY",

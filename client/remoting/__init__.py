@@ -8,7 +8,7 @@
 - `errors`: `RemotingProtocolError` and its leaves.
 """
 
-from client.remoting.codes import (
+from tidemq.client.remoting.codes import (
     DEFAULT_VERSION,
     CommandFlag,
     LanguageCode,
@@ -16,22 +16,22 @@ from client.remoting.codes import (
     ResponseCode,
     SerializeType,
 )
-from client.remoting.command import Body, RemotingCommand
-from client.remoting.errors import (
+from tidemq.client.remoting.command import Body, RemotingCommand
+from tidemq.client.remoting.errors import (
     BodyDecodeError,
     EncodeError,
     FrameError,
     HeaderDecodeError,
     RemotingProtocolError,
 )
-from client.remoting.frame import (
+from tidemq.client.remoting.frame import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameDecoder,
     encode_command,
     encode_command_parts,
 )
-from client.remoting.headers import decode_header, encode_header
-from client.remoting.json_body import dumps, loads_fastjson
+from tidemq.client.remoting.headers import decode_header, encode_header
+from tidemq.client.remoting.json_body import dumps, loads_fastjson
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",

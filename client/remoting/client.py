@@ -17,10 +17,10 @@ import asyncio
 import logging
 import time
 
-from client.errors import ConnectError, RequestTimeoutError
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import RemotingConnection, RequestHandler
-from client.remoting.frame import DEFAULT_MAX_FRAME_SIZE
+from tidemq.client.errors import ConnectError, RequestTimeoutError
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection, RequestHandler
+from tidemq.client.remoting.frame import DEFAULT_MAX_FRAME_SIZE
 
 log = logging.getLogger(__name__)
 

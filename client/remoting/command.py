@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
-from client.remoting.codes import DEFAULT_VERSION, LanguageCode, SerializeType
+from tidemq.client.remoting.codes import DEFAULT_VERSION, LanguageCode, SerializeType
 
 __all__ = ["Body", "RemotingCommand"]
 

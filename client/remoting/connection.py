@@ -25,11 +25,11 @@ import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from client.errors import ConnectError
-from client.remoting.codes import ResponseCode
-from client.remoting.command import Body, RemotingCommand
-from client.remoting.errors import FrameError
-from client.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command_parts
+from tidemq.client.errors import ConnectError
+from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.command import Body, RemotingCommand
+from tidemq.client.remoting.errors import FrameError
+from tidemq.client.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command_parts
 
 log = logging.getLogger(__name__)
 

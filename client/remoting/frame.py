@@ -30,10 +30,10 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from client.remoting.codes import SerializeType
-from client.remoting.command import Body, RemotingCommand
-from client.remoting.errors import EncodeError, FrameError
-from client.remoting.headers import decode_header, encode_header
+from tidemq.client.remoting.codes import SerializeType
+from tidemq.client.remoting.command import Body, RemotingCommand
+from tidemq.client.remoting.errors import EncodeError, FrameError
+from tidemq.client.remoting.headers import decode_header, encode_header
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",

@@ -53,9 +53,9 @@ from typing import Any, Final, TypeAlias
 
 import msgpack  # type: ignore[import-untyped]
 
-from client.remoting.codes import LanguageCode, SerializeType
-from client.remoting.command import Body, RemotingCommand
-from client.remoting.errors import EncodeError, HeaderDecodeError
+from tidemq.client.remoting.codes import LanguageCode, SerializeType
+from tidemq.client.remoting.command import Body, RemotingCommand
+from tidemq.client.remoting.errors import EncodeError, HeaderDecodeError
 
 __all__ = [
     "decode_header",

@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any, Final
 
-from client.remoting.errors import BodyDecodeError, EncodeError
+from tidemq.client.remoting.errors import BodyDecodeError, EncodeError
 
 __all__ = ["DEFAULT_MAX_BODY_SIZE", "dumps", "loads_fastjson", "quote_bare_keys"]
 

@@ -26,11 +26,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from client.remoting.codes import ResponseCode
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import RemotingConnection
-from client.remoting.frame import DEFAULT_MAX_FRAME_SIZE
-from store.errors import TideMQError
+from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.frame import DEFAULT_MAX_FRAME_SIZE
+from tidemq.store.errors import TideMQError
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """tidemq for Apache Spark: the `tidemq` Python data source and the `tidemq-ingest` command.
 
-    from client.spark import register, local_session
+    from tidemq.client.spark import register, local_session
 
     spark = local_session("local[2]")        # or any SparkSession, then register(spark)
     df = spark.read.format("tidemq").option("namesrvAddr", "127.0.0.1:9876") \\
@@ -16,7 +16,7 @@ Importing this package imports pyspark and pyarrow (the `spark` extra).
 
 from __future__ import annotations
 
-from client.spark.session import local_session, register
-from client.spark.source import FORMAT, TideMQDataSource
+from tidemq.client.spark.session import local_session, register
+from tidemq.client.spark.source import FORMAT, TideMQDataSource
 
 __all__ = ["FORMAT", "TideMQDataSource", "local_session", "register"]

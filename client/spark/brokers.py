@@ -22,11 +22,11 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
-from client.api import BrokerAPI
-from client.errors import BrokerResponseError, RemotingError, TideMQError
-from client.protocol.models import MASTER_ID
-from client.routing import topic_route_to_subscribe_queues
-from client.spark.options import QueueKey, SourceOptions
+from tidemq.client.api import BrokerAPI
+from tidemq.client.errors import BrokerResponseError, RemotingError, TideMQError
+from tidemq.client.protocol.models import MASTER_ID
+from tidemq.client.routing import topic_route_to_subscribe_queues
+from tidemq.client.spark.options import QueueKey, SourceOptions
 
 log = logging.getLogger(__name__)
 

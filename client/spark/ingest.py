@@ -39,8 +39,8 @@ from typing import Any
 
 import click
 
-from client.spark.options import offsets_from_json
-from client.spark.source import FORMAT
+from tidemq.client.spark.options import offsets_from_json
+from tidemq.client.spark.source import FORMAT
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -140,7 +140,7 @@ def run(settings: IngestSettings, spark: Any | None = None, *, out: Any = None) 
     out = out or sys.stdout
     own_session = spark is None
     if spark is None:
-        from client.spark.session import local_session
+        from tidemq.client.spark.session import local_session
 
         submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started us
         master = settings.master

@@ -45,9 +45,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from client.config import parse_namesrv_addr
-from client.errors import ClientError
-from store.tags import parse_tag_expression
+from tidemq.client.config import parse_namesrv_addr
+from tidemq.client.errors import ClientError
+from tidemq.store.tags import parse_tag_expression
 
 EARLIEST: Final = -2
 LATEST: Final = -1

@@ -40,14 +40,14 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from client.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader, encode
-from client.protocol.models import MASTER_ID
-from client.remoting.codes import RequestCode, ResponseCode
-from client.spark.brokers import BrokerClient, DataLossError, SourceError, new_event_loop
-from client.spark.options import EARLIEST, SourceOptions
-from client.spark.records import ColumnBuffer, record_offsets
-from store.record import RecordFormatError
-from store.tags import parse_tag_expression
+from tidemq.client.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader, encode
+from tidemq.client.protocol.models import MASTER_ID
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.spark.brokers import BrokerClient, DataLossError, SourceError, new_event_loop
+from tidemq.client.spark.options import EARLIEST, SourceOptions
+from tidemq.client.spark.records import ColumnBuffer, record_offsets
+from tidemq.store.record import RecordFormatError
+from tidemq.store.tags import parse_tag_expression
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from store.record import (
+from tidemq.store.record import (
     FLAG_BORNHOST_V6,
     FLAG_COMPRESSED,
     FLAG_STOREHOST_V6,
@@ -60,7 +60,7 @@ from store.record import (
     decode_properties,
     message_id,
 )
-from store.tags import TagFilter
+from tidemq.store.tags import TagFilter
 
 COLUMNS = (
     "key",

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from client.memory import GLIBC_TUNABLES
-from client.spark.source import TideMQDataSource
+from tidemq.client.memory import GLIBC_TUNABLES
+from tidemq.client.spark.source import TideMQDataSource
 
 # Start-up and noise: no web UI (a port and a second of start-up), no progress bars in logs,
 # few shuffle partitions (the source's queries rarely shuffle; 200 empty tasks cost seconds).

@@ -1,6 +1,6 @@
 """The `tidemq` PySpark data source: batch (`spark.read`) and streaming (`spark.readStream`).
 
-    from client.spark import register
+    from tidemq.client.spark import register
     register(spark)
     df = (spark.readStream.format("tidemq")
           .option("namesrvAddr", "127.0.0.1:9876").option("topic", "Orders")
@@ -55,8 +55,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from client.spark.brokers import DriverClient, SourceError
-from client.spark.options import (
+from tidemq.client.spark.brokers import DriverClient, SourceError
+from tidemq.client.spark.options import (
     EARLIEST,
     LATEST,
     OptionError,
@@ -65,8 +65,8 @@ from client.spark.options import (
     offsets_from_json,
     offsets_to_json,
 )
-from client.spark.reader import QueueRange, read_range
-from client.spark.records import spark_schema
+from tidemq.client.spark.reader import QueueRange, read_range
+from tidemq.client.spark.records import spark_schema
 
 log = logging.getLogger(__name__)
 

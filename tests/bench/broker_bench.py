@@ -22,17 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client.api import BrokerAPI, SendStatus
-from client.protocol.headers import (
+from tests.bench import Result, env_int, one_broker, run_on_uvloop
+from tidemq.client.api import BrokerAPI, SendStatus
+from tidemq.client.protocol.headers import (
     PULL_FLAG_SUBSCRIPTION,
     PullMessageRequestHeader,
     SendMessageRequestHeader,
     encode,
 )
-from client.remoting.codes import RequestCode, ResponseCode
-from store.batch_body import encode_batch_body
-from store.record import encode_properties
-from tests.bench import Result, env_int, one_broker, run_on_uvloop
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.record import encode_properties
 
 BODY = os.urandom(1024)
 TOPIC = "BenchTopic"

@@ -23,14 +23,14 @@ import os
 import struct
 import time
 
-from client.api import BrokerAPI
-from client.config import ClientConfig
-from client.consumer import AsyncPushConsumer, ConsumeResult
-from client.message import Message, ReceivedMessage, SendResult, SendStatus
-from client.producer import AsyncProducer
-from client.protocol.heartbeat import ConsumeFromWhere
-from client.protocol.models import TopicConfig
 from tests.bench import Result, env_int, one_broker, run_on_uvloop
+from tidemq.client.api import BrokerAPI
+from tidemq.client.config import ClientConfig
+from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult
+from tidemq.client.message import Message, ReceivedMessage, SendResult, SendStatus
+from tidemq.client.producer import AsyncProducer
+from tidemq.client.protocol.heartbeat import ConsumeFromWhere
+from tidemq.client.protocol.models import TopicConfig
 
 BODY = os.urandom(1024)
 QUEUES = 8

@@ -20,12 +20,12 @@ import sys
 import time
 from pathlib import Path
 
-from client.api import BrokerAPI, SendStatus
-from client.protocol.headers import SendMessageRequestHeader
-from client.remoting.codes import RequestCode
-from store.record import encode_properties
 from tests.bench import BROKER_SIZES, Result, env_int, run_on_uvloop, temp_dir
 from tests.support.processes import Daemon, ProcessGroup
+from tidemq.client.api import BrokerAPI, SendStatus
+from tidemq.client.protocol.headers import SendMessageRequestHeader
+from tidemq.client.remoting.codes import RequestCode
+from tidemq.store.record import encode_properties
 
 BODY_1K = os.urandom(1024)
 # An empty slave is sent only the master's last CommitLog file (RocketMQ's rule), so the

@@ -46,16 +46,16 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from client.api import BrokerAPI
-from client.message import SendStatus
-from client.protocol.headers import SendMessageRequestHeader
-from client.protocol.models import TopicConfig
-from client.spark.records import spark_schema
-from client.spark.source import allocate
-from store.batch_body import encode_batch_body
-from store.record import encode_properties
 from tests.bench import Result, env_int, temp_dir
 from tests.support.processes import REPO_ROOT, ProcessGroup
+from tidemq.client.api import BrokerAPI
+from tidemq.client.message import SendStatus
+from tidemq.client.protocol.headers import SendMessageRequestHeader
+from tidemq.client.protocol.models import TopicConfig
+from tidemq.client.spark.records import spark_schema
+from tidemq.client.spark.source import allocate
+from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.record import encode_properties
 
 TOPIC = "SparkBench"
 QUEUES = 4
@@ -182,8 +182,8 @@ async def _fill(namesrv: str, broker: str, messages: int) -> None:
 
 def _snapshot(namesrv: str, folder: Path) -> dict[str, int]:
     """The topic read once with the source's own reader into q<N>.arrow files: row counts."""
-    from client.spark.options import SourceOptions
-    from client.spark.source import TideMQBatchReader
+    from tidemq.client.spark.options import SourceOptions
+    from tidemq.client.spark.source import TideMQBatchReader
 
     options = SourceOptions.parse({"namesrvAddr": namesrv, "topic": TOPIC}, streaming=False)
     reader = TideMQBatchReader(options, spark_schema(False))
@@ -316,7 +316,7 @@ def run() -> list[Result]:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
     )
-    from client.spark import local_session
+    from tidemq.client.spark import local_session
 
     with temp_dir("spark") as folder:
         group = ProcessGroup(folder / "logs")

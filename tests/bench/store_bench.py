@@ -68,20 +68,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from store import recovery
-from store.batch_body import encode_batch_body
-from store.commitlog import PutStatus
-from store.config import AppendMode, FlushDiskType, StoreConfig
-from store.message_store import MessageStore, PutMessageResult
-from store.record import (
+from tests.bench import Result, env_int, temp_dir
+from tidemq.store import recovery
+from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.commitlog import PutStatus
+from tidemq.store.config import AppendMode, FlushDiskType, StoreConfig
+from tidemq.store.message_store import MessageStore, PutMessageResult
+from tidemq.store.record import (
     MessageBatch,
     MessageToStore,
     encode_properties,
     encode_record,
     pack_host,
 )
-from store.settings import from_properties
-from tests.bench import Result, env_int, temp_dir
+from tidemq.store.settings import from_properties
 
 T = TypeVar("T")
 

@@ -30,11 +30,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store.delay import SCHEDULE_TOPIC
-from store.get_message import GetMessageStatus
-from store.javahash import java_string_hash
-from store.message_store import MessageStore
-from store.record import (
+from tests.fault.store_writer import MessageSpec, message_spec, parse_identity, store_config
+from tests.support.conditions import eventually_sync
+from tidemq.store.delay import SCHEDULE_TOPIC
+from tidemq.store.get_message import GetMessageStatus
+from tidemq.store.javahash import java_string_hash
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import (
     BLANK_MAGIC,
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
@@ -43,8 +45,6 @@ from store.record import (
     host_length,
     read_total_size_and_magic,
 )
-from tests.fault.store_writer import MessageSpec, message_spec, parse_identity, store_config
-from tests.support.conditions import eventually_sync
 
 WRITER = Path(__file__).with_name("store_writer.py")
 REPO = Path(__file__).resolve().parents[2]

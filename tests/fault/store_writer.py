@@ -30,11 +30,11 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from store.commitlog import PutStatus
-from store.config import StoreConfig
-from store.errors import StoreError
-from store.message_store import MessageStore
-from store.record import (
+from tidemq.store.commitlog import PutStatus
+from tidemq.store.config import StoreConfig
+from tidemq.store.errors import StoreError
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -43,7 +43,7 @@ from store.record import (
     MessageToStore,
     encode_properties,
 )
-from store.settings import from_properties
+from tidemq.store.settings import from_properties
 
 BASE_PROPS: dict[str, str] = {
     "flushDiskType": "SYNC_FLUSH",

@@ -38,8 +38,10 @@ from typing import Final
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
-from client.api import BrokerAPI, PullResult, PullStatus, SendStatus
-from client.protocol.headers import (
+from tests.support.conditions import eventually
+from tests.support.processes import TEST_STORE_OVERRIDES, Daemon, ProcessGroup
+from tidemq.client.api import BrokerAPI, PullResult, PullStatus, SendStatus
+from tidemq.client.protocol.headers import (
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
     SEND_V2_KEYS,
@@ -47,20 +49,18 @@ from client.protocol.headers import (
     SendMessageRequestHeader,
     encode,
 )
-from client.protocol.models import TopicConfig
-from client.remoting.codes import RequestCode, ResponseCode, SerializeType
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import RemotingConnection
-from client.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command
-from client.remoting.headers import (
+from tidemq.client.protocol.models import TopicConfig
+from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command
+from tidemq.client.remoting.headers import (
     encode_json_header,
     encode_msgpack_header,
     encode_rocketmq_header,
 )
-from store.batch_body import encode_batch_body
-from store.record import StoredMessage, encode_properties
-from tests.support.conditions import eventually
-from tests.support.processes import TEST_STORE_OVERRIDES, Daemon, ProcessGroup
+from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.record import StoredMessage, encode_properties
 
 TIMEOUT: Final = 5.0
 STRICT_MAX_FRAME: Final = 65536

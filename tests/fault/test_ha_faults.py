@@ -37,12 +37,12 @@ from pathlib import Path
 
 import pytest
 
-from client.api import BrokerAPI, PullStatus, SendStatus
 from tests.support.conditions import eventually
 from tests.support.fault_proxy import FaultProxy, rechunk_minimum
 from tests.support.ha_brokers import HA_TIMING, ha_status
 from tests.support.processes import Daemon, ProcessGroup, free_port
 from tests.support.wire import pull_header, send_header
+from tidemq.client.api import BrokerAPI, PullStatus, SendStatus
 
 pytestmark = pytest.mark.asyncio
 

@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from store.errors import CorruptStoreError
-from store.message_store import MessageStore
 from tests.fault.store_fault_check import (
     History,
     RecordAt,
@@ -31,6 +29,8 @@ from tests.fault.store_fault_check import (
     tree_digest,
 )
 from tests.fault.store_writer import BASE_PROPS, message_spec, parse_identity, store_config
+from tidemq.store.errors import CorruptStoreError
+from tidemq.store.message_store import MessageStore
 
 SEGMENT = int(BASE_PROPS["mappedFileSizeCommitLog"])
 CQ_FILE = int(BASE_PROPS["mappedFileSizeConsumeQueue"])

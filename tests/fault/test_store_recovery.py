@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from store.commitlog import PutStatus
-from store.get_message import GetMessageStatus
-from store.message_store import MessageStore
-from store.record import MessageToStore, decode_record
 from tests.fault.store_fault_check import History, Writers, check_store
 from tests.fault.store_writer import BASE_PROPS, store_config
+from tidemq.store.commitlog import PutStatus
+from tidemq.store.get_message import GetMessageStatus
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import MessageToStore, decode_record
 
 SEGMENT = int(BASE_PROPS["mappedFileSizeCommitLog"])
 CQ_FILE = int(BASE_PROPS["mappedFileSizeConsumeQueue"])

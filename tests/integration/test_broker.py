@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from client.api import BrokerAPI, PullStatus, SendStatus
-from client.errors import TopicNotExistError
-from client.remoting.codes import SerializeType
-from store.batch_body import encode_batch_body
-from store.record import StoredMessage, encode_properties
 from tests.support.conditions import eventually
 from tests.support.launcher import alive, index_workers_of
 from tests.support.processes import Daemon, ProcessGroup
 from tests.support.wire import pull_header, send_header
+from tidemq.client.api import BrokerAPI, PullStatus, SendStatus
+from tidemq.client.errors import TopicNotExistError
+from tidemq.client.remoting.codes import SerializeType
+from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.record import StoredMessage, encode_properties
 
 pytestmark = pytest.mark.asyncio
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from broker.broker import Broker
-from broker.config import BrokerConfig, RemotingConfig
-from ha.config import HAConfig
-from store.config import StoreConfig
+from tidemq.broker.broker import Broker
+from tidemq.broker.config import BrokerConfig, RemotingConfig
+from tidemq.ha.config import HAConfig
+from tidemq.store.config import StoreConfig
 
 
 def recorded(calls: list[str], name: str, action: Callable[[], Any]) -> Callable[[], Any]:

@@ -31,17 +31,17 @@ from pathlib import Path
 
 import pytest
 
-from client.api import BrokerAPI
-from client.config import ClientConfig
-from client.consumer import AsyncPushConsumer, ConsumeResult, PushConsumer
-from client.message import Message, ReceivedMessage, SendResult, SendStatus
-from client.producer import AsyncProducer, Producer
-from client.protocol.heartbeat import ConsumeFromWhere, MessageModel, MessageQueue
-from client.protocol.models import TopicConfig
-from client.pull_consumer import AsyncPullConsumer, PullConsumer
 from tests.support.conditions import eventually, eventually_sync
 from tests.support.ha_brokers import HA_TIMING, wait_caught_up
 from tests.support.processes import Daemon, ProcessGroup
+from tidemq.client.api import BrokerAPI
+from tidemq.client.config import ClientConfig
+from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult, PushConsumer
+from tidemq.client.message import Message, ReceivedMessage, SendResult, SendStatus
+from tidemq.client.producer import AsyncProducer, Producer
+from tidemq.client.protocol.heartbeat import ConsumeFromWhere, MessageModel, MessageQueue
+from tidemq.client.protocol.models import TopicConfig
+from tidemq.client.pull_consumer import AsyncPullConsumer, PullConsumer
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 # Consumer offsets flushed to consumerOffset.json every 0.5 s (a SIGKILLed master keeps them).
@@ -242,7 +242,7 @@ def test_producers_spread_over_both_masters_and_survive_a_master_kill(
     cluster = start_cluster(processes, namesrv, tmp_path)
     topic = "SpreadT"
     asyncio.run(create_topic(cluster, topic, 4))
-    caplog.set_level(logging.INFO, logger="client.producer")
+    caplog.set_level(logging.INFO, logger="tidemq.client.producer")
     fast = Producer("PG-spread", config=cluster.config(), timeout=5.0)
     stale_config = ClientConfig.create(namesrv.address, poll_name_server_interval=60.0)
     stale = Producer("PG-spread-stale", config=stale_config, timeout=5.0)

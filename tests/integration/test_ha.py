@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from client.api import BrokerAPI, PullStatus, SendStatus
-from client.errors import ServiceNotAvailableError
-from client.protocol.models import SubscriptionGroupConfig
 from tests.support.conditions import eventually
 from tests.support.ha_brokers import HA_TIMING, ha_status, wait_caught_up, wait_slave_connected
 from tests.support.processes import Daemon, ProcessGroup
 from tests.support.wire import pull_header, send_header
+from tidemq.client.api import BrokerAPI, PullStatus, SendStatus
+from tidemq.client.errors import ServiceNotAvailableError
+from tidemq.client.protocol.models import SubscriptionGroupConfig
 
 pytestmark = pytest.mark.asyncio
 

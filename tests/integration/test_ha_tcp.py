@@ -12,9 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from ha.master import SlaveState
-from ha.slave import ClientState
-from store.config import BrokerRole
 from tests.support.conditions import eventually
 from tests.support.ha_harness import (
     FILE,
@@ -26,6 +23,9 @@ from tests.support.ha_harness import (
     put_many,
     queue_bodies,
 )
+from tidemq.ha.master import SlaveState
+from tidemq.ha.slave import ClientState
+from tidemq.store.config import BrokerRole
 
 
 @pytest.fixture

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from client.protocol.models import ClusterInfo, DataVersion, TopicConfig, TopicRouteData
-from client.protocol.namesrv import (
+from tests.support.conditions import eventually
+from tests.support.processes import Daemon, ProcessGroup
+from tidemq.client.protocol.models import ClusterInfo, DataVersion, TopicConfig, TopicRouteData
+from tidemq.client.protocol.namesrv import (
     DeleteTopicFromNamesrvRequestHeader,
     GetRouteInfoRequestHeader,
     GetTopicsByClusterRequestHeader,
@@ -34,11 +36,9 @@ from client.protocol.namesrv import (
     simple_request,
     topic_config_wrapper,
 )
-from client.remoting.client import RemotingClient
-from client.remoting.codes import RequestCode, ResponseCode, SerializeType
-from client.remoting.command import RemotingCommand
-from tests.support.conditions import eventually
-from tests.support.processes import Daemon, ProcessGroup
+from tidemq.client.remoting.client import RemotingClient
+from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
+from tidemq.client.remoting.command import RemotingCommand
 
 TIMEOUT = 3.0
 CLUSTER = "DefaultCluster"
@@ -349,7 +349,7 @@ async def test_answers_in_the_request_serialisation_and_refuses_unknown_codes(
 
 def run_namesrvd(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "broker.namesrv", *args],
+        [sys.executable, "-m", "tidemq.broker.namesrv", *args],
         capture_output=True,
         text=True,
         timeout=30,

@@ -22,15 +22,15 @@ import pytest
 from click.testing import CliRunner, Result
 from prometheus_client.parser import text_string_to_metric_families
 
-from client.admin import AdminClient
-from client.config import ClientConfig
-from client.consumer import ConsumeResult, PushConsumer
-from client.message import Message, ReceivedMessage
-from client.mqadmin import main as mqadmin
-from client.producer import Producer
-from client.protocol.heartbeat import ConsumeFromWhere
 from tests.support.conditions import eventually_sync
 from tests.support.launcher import LaunchedCluster, alive, index_workers_of
+from tidemq.client.admin import AdminClient
+from tidemq.client.config import ClientConfig
+from tidemq.client.consumer import ConsumeResult, PushConsumer
+from tidemq.client.message import Message, ReceivedMessage
+from tidemq.client.mqadmin import main as mqadmin
+from tidemq.client.producer import Producer
+from tidemq.client.protocol.heartbeat import ConsumeFromWhere
 
 pytestmark = pytest.mark.slow
 

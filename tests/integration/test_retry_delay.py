@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from client.api import BrokerAPI
-from client.config import ClientConfig
-from client.consumer import AsyncPushConsumer, ConsumeResult
-from client.message import Message, ReceivedMessage
-from client.producer import AsyncProducer
-from client.protocol.heartbeat import ConsumeFromWhere
-from client.remoting.codes import RequestCode
 from tests.support.conditions import eventually
 from tests.support.processes import Daemon, ProcessGroup
+from tidemq.client.api import BrokerAPI
+from tidemq.client.config import ClientConfig
+from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult
+from tidemq.client.message import Message, ReceivedMessage
+from tidemq.client.producer import AsyncProducer
+from tidemq.client.protocol.heartbeat import ConsumeFromWhere
+from tidemq.client.remoting.codes import RequestCode
 
 pytestmark = pytest.mark.asyncio
 

@@ -32,15 +32,15 @@ pytest.importorskip(
     exc_type=ImportError,
 )
 
-from client.api import BrokerAPI, PullStatus, SendStatus
-from client.protocol.headers import (
+from tests.support.conditions import eventually
+from tests.support.processes import Daemon, ProcessGroup
+from tidemq.client.api import BrokerAPI, PullStatus, SendStatus
+from tidemq.client.protocol.headers import (
     PULL_FLAG_SUBSCRIPTION,
     PullMessageRequestHeader,
     SendMessageRequestHeader,
 )
-from store.record import StoredMessage, encode_properties
-from tests.support.conditions import eventually
-from tests.support.processes import Daemon, ProcessGroup
+from tidemq.store.record import StoredMessage, encode_properties
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 

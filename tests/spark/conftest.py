@@ -25,14 +25,14 @@ from typing import Any
 
 import pytest
 
-from client.api import BrokerAPI
-from client.message import SendStatus
-from client.protocol.headers import SendMessageRequestHeader
-from client.protocol.models import TopicConfig
-from store.batch_body import encode_batch_body
-from store.record import encode_properties
 from tests.support.conditions import eventually
 from tests.support.processes import Daemon, ProcessGroup
+from tidemq.client.api import BrokerAPI
+from tidemq.client.message import SendStatus
+from tidemq.client.protocol.headers import SendMessageRequestHeader
+from tidemq.client.protocol.models import TopicConfig
+from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.record import encode_properties
 
 BATCH = 64
 FILLER = b"." * 200
@@ -42,7 +42,7 @@ FILLER = b"." * 200
 def spark() -> Iterator[Any]:
     if shutil.which("java") is None:
         pytest.skip("Spark needs Java 17 on the PATH")
-    from client.spark import local_session
+    from tidemq.client.spark import local_session
 
     session = local_session(
         "local[2]",

@@ -25,13 +25,13 @@ from typing import Any
 
 import pytest
 
-from client.admin import AdminClient
-from client.api import BrokerAPI
-from client.spark.records import spark_schema
 from tests.spark.conftest import Cluster, spark_subprocess_env, start_cluster
 from tests.support.conditions import eventually_sync
 from tests.support.ha_brokers import HA_TIMING
 from tests.support.processes import REPO_ROOT, ProcessGroup
+from tidemq.client.admin import AdminClient
+from tidemq.client.api import BrokerAPI
+from tidemq.client.spark.records import spark_schema
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -263,7 +263,7 @@ def _ingest_command(cluster: Cluster, topic: str, out: Path, checkpoint: Path) -
     return [
         sys.executable,
         "-m",
-        "client.spark.ingest",
+        "tidemq.client.spark.ingest",
         "--namesrv",
         cluster.namesrv_addr,
         "--topic",
@@ -531,7 +531,7 @@ def test_python_workers_keep_the_memory_they_free(spark: Any) -> None:
     Checked in a worker Spark starts for an RDD task: data source workers come from the same
     worker factory and get the same environment.
     """
-    from client.memory import GLIBC_TUNABLES
+    from tidemq.client.memory import GLIBC_TUNABLES
 
     seen = (
         spark.sparkContext.parallelize([0], 1)

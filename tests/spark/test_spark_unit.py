@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from client.spark.brokers import DataLossError
-from client.spark.ingest import cli, lag_of, progress_line, short_error
-from client.spark.options import (
+from tidemq.client.spark.brokers import DataLossError
+from tidemq.client.spark.ingest import cli, lag_of, progress_line, short_error
+from tidemq.client.spark.options import (
     EARLIEST,
     OptionError,
     QueueKey,
@@ -31,10 +31,10 @@ from client.spark.options import (
     offsets_to_json,
     parse_duration_ms,
 )
-from client.spark.reader import QueueRange, RangeReader, _Pull
-from client.spark.records import ColumnBuffer, record_offsets, spark_schema
-from client.spark.source import TideMQStreamReader, allocate, plan_ranges
-from store.record import (
+from tidemq.client.spark.reader import QueueRange, RangeReader, _Pull
+from tidemq.client.spark.records import ColumnBuffer, record_offsets, spark_schema
+from tidemq.client.spark.source import TideMQStreamReader, allocate, plan_ranges
+from tidemq.store.record import (
     FLAG_COMPRESSED,
     MessageToStore,
     encode_properties,
@@ -42,7 +42,7 @@ from store.record import (
     message_id,
     stamp_record,
 )
-from store.tags import parse_tag_expression
+from tidemq.store.tags import parse_tag_expression
 
 NS = "127.0.0.1:9876"
 V4_HOST = b"\x7f\x00\x00\x01\x00\x00\x27\x11"

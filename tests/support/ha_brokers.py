@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 
-from client.api import BrokerAPI
-from client.remoting.codes import RequestCode
 from tests.support.conditions import eventually
 from tests.support.processes import Daemon
+from tidemq.client.api import BrokerAPI
+from tidemq.client.remoting.codes import RequestCode
 
 HA_TIMING = (
     "haSendHeartbeatInterval=500",

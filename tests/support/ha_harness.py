@@ -18,20 +18,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ha.codec import ACK_SIZE, AckDecoder, BatchReceived, TransferDecoder
-from ha.config import HAConfig
-from ha.master import HAService
-from ha.slave import ClientState, HAClient, Resync
-from ha.transport import Connect, Listen, Listening, Streams, connect_tcp, listen_tcp
-from store.commitlog import AppendResult, PutStatus
-from store.config import BrokerRole
-from store.get_message import GetMessageStatus
-from store.message_store import MessageStore
-from store.record import decode_record
-from store.segment import offset_to_name
 from tests.support.memory_streams import MemoryNetwork
 from tests.support.messages import message
 from tests.support.stores import StoreFactory
+from tidemq.ha.codec import ACK_SIZE, AckDecoder, BatchReceived, TransferDecoder
+from tidemq.ha.config import HAConfig
+from tidemq.ha.master import HAService
+from tidemq.ha.slave import ClientState, HAClient, Resync
+from tidemq.ha.transport import Connect, Listen, Listening, Streams, connect_tcp, listen_tcp
+from tidemq.store.commitlog import AppendResult, PutStatus
+from tidemq.store.config import BrokerRole
+from tidemq.store.get_message import GetMessageStatus
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import decode_record
+from tidemq.store.segment import offset_to_name
 
 FILE = 64 * 1024
 # Not a divisor of FILE: a frame running over a file boundary could not hide.

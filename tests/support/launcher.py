@@ -69,7 +69,7 @@ class LaunchedCluster:
         args = [
             sys.executable,
             "-m",
-            "broker.cluster",
+            "tidemq.broker.cluster",
             "run",
             str(folder),
             "--data",
@@ -171,7 +171,7 @@ def index_workers_of(pid: int) -> set[int]:
     for child in children_of(pid):
         try:
             with open(f"/proc/{child}/cmdline", "rb") as cmdline:
-                if b"store.index_worker" in cmdline.read():
+                if b"tidemq.store.index_worker" in cmdline.read():
                     found.add(child)
         except FileNotFoundError:
             continue

@@ -21,7 +21,7 @@ import asyncio
 import itertools
 from typing import Any
 
-from ha.transport import Accept, Listening, Streams
+from tidemq.ha.transport import Accept, Listening, Streams
 
 DEFAULT_LIMIT = 64 * 1024
 

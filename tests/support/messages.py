@@ -7,7 +7,7 @@ keyword arguments are its properties (KEYS, TAGS, DELAY, WAIT, ...).
 
 from __future__ import annotations
 
-from store.record import MessageToStore, encode_properties
+from tidemq.store.record import MessageToStore, encode_properties
 
 
 def message(

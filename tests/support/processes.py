@@ -243,7 +243,7 @@ def _kill_leftovers() -> None:
 
 def namesrvd_command(port: int, *overrides: str, config_file: Path | None = None) -> list[str]:
     """`python -m broker.namesrv` on 127.0.0.1:`port`, with `key=value` overrides."""
-    args = [sys.executable, "-m", "broker.namesrv"]
+    args = [sys.executable, "-m", "tidemq.broker.namesrv"]
     if config_file is not None:
         args += ["-c", str(config_file)]
     return [*args, f"bindAddress={LOOPBACK}", f"listenPort={port}", *overrides]
@@ -263,7 +263,7 @@ def brokerd_command(
     port: int, namesrv: str, store_dir: Path, *overrides: str, config_file: Path | None = None
 ) -> list[str]:
     """`python -m broker` on 127.0.0.1:`port` with its store in `store_dir`."""
-    args = [sys.executable, "-m", "broker"]
+    args = [sys.executable, "-m", "tidemq.broker"]
     if config_file is not None:
         args += ["-c", str(config_file)]
     return [

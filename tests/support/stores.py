@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from store.config import StoreConfig
-from store.message_store import MessageStore
+from tidemq.store.config import StoreConfig
+from tidemq.store.message_store import MessageStore
 
 SMALL: dict[str, Any] = {
     "mapped_file_size_commit_log": 4096,

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import time
 
-from client.protocol.headers import (
+from tidemq.client.protocol.headers import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
     PullMessageRequestHeader,
     SendMessageRequestHeader,
 )
-from store.record import encode_properties
+from tidemq.store.record import encode_properties
 
 
 def send_header(topic: str, queue_id: int, **props: str) -> SendMessageRequestHeader:

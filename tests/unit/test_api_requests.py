@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from client.api import BrokerAPI
-from client.protocol.models import TopicConfig
-from client.remoting.client import RemotingClient
-from client.remoting.codes import RequestCode, ResponseCode
-from client.remoting.command import RemotingCommand
+from tidemq.client.api import BrokerAPI
+from tidemq.client.protocol.models import TopicConfig
+from tidemq.client.remoting.client import RemotingClient
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
 
 
 class _Recorder(RemotingClient):

@@ -14,18 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig
-from broker.managers import config_file
-from broker.managers.clients import (
+from tidemq.broker.config import BrokerConfig
+from tidemq.broker.managers import config_file
+from tidemq.broker.managers.clients import (
     ClientChannelInfo,
     ConsumerManager,
     ProducerManager,
 )
-from broker.managers.config_file import ConfigFileCorruptError
-from broker.managers.consumer_offset import ConsumerOffsetManager, parse_offset_table
-from broker.managers.delay_offset import DelayOffsetTable
-from broker.managers.subscription_group import SubscriptionGroupManager, SubscriptionGroupWrapper
-from broker.managers.topic_config import (
+from tidemq.broker.managers.config_file import ConfigFileCorruptError
+from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager, parse_offset_table
+from tidemq.broker.managers.delay_offset import DelayOffsetTable
+from tidemq.broker.managers.subscription_group import (
+    SubscriptionGroupManager,
+    SubscriptionGroupWrapper,
+)
+from tidemq.broker.managers.topic_config import (
     TopicChange,
     TopicConfigChanged,
     TopicConfigManager,
@@ -33,13 +36,13 @@ from broker.managers.topic_config import (
     parse_topic_wrapper,
     validate_topic_name,
 )
-from client.protocol.heartbeat import (
+from tidemq.client.protocol.heartbeat import (
     ConsumeFromWhere,
     ConsumeType,
     MessageModel,
     SubscriptionData,
 )
-from client.protocol.models import (
+from tidemq.client.protocol.models import (
     PERM_INHERIT,
     PERM_READ,
     PERM_READ_WRITE,
@@ -49,7 +52,7 @@ from client.protocol.models import (
     TopicConfig,
     TopicConfigSerializeWrapper,
 )
-from client.remoting.errors import BodyDecodeError
+from tidemq.client.remoting.errors import BodyDecodeError
 
 BROKER = BrokerConfig(broker_cluster_name="DefaultCluster", broker_name="broker-a")
 

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.allocate import (
+from tidemq.client.allocate import (
     AllocateMachineRoomNearby,
     AllocateMessageQueueAveragely,
     AllocateMessageQueueAveragelyByCircle,
@@ -37,8 +37,8 @@ from client.allocate import (
     md5_hash,
     message_queue_key,
 )
-from client.errors import ClientError
-from client.protocol.heartbeat import MessageQueue
+from tidemq.client.errors import ClientError
+from tidemq.client.protocol.heartbeat import MessageQueue
 
 GROUP = "cg"
 
@@ -126,7 +126,7 @@ def test_client_ids_sort_as_strings() -> None:
 
 
 def test_unknown_consumer_gets_nothing_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="client.allocate")
+    caplog.set_level(logging.INFO, logger="tidemq.client.allocate")
     for strategy in all_group_strategies():
         assert strategy.allocate(GROUP, "stranger", queues(4), cids(2)) == []
     assert "stranger" in caplog.text

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from client import consumer as consumer_module
-from client import pull_consumer as pull_consumer_module
-from client.config import ClientConfig
-from client.consumer import AsyncPushConsumer
-from client.errors import RequestTimeoutError
-from client.protocol.heartbeat import ConsumeFromWhere, MessageQueue
-from client.pull_consumer import AsyncPullConsumer
-from client.routing import FindBrokerResult
+from tidemq.client import consumer as consumer_module
+from tidemq.client import pull_consumer as pull_consumer_module
+from tidemq.client.config import ClientConfig
+from tidemq.client.consumer import AsyncPushConsumer
+from tidemq.client.errors import RequestTimeoutError
+from tidemq.client.protocol.heartbeat import ConsumeFromWhere, MessageQueue
+from tidemq.client.pull_consumer import AsyncPullConsumer
+from tidemq.client.routing import FindBrokerResult
 
 MQ = MessageQueue("T", "broker-a", 0)
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from client.errors import (
+from tidemq.client.errors import (
     BrokerResponseError,
     ClientError,
     QueryNotFoundError,
     RequestTimeoutError,
 )
-from client.offset_store import (
+from tidemq.client.offset_store import (
     OFFSET_NOT_FOUND,
     OFFSET_READ_ERROR,
     LocalFileOffsetStore,
@@ -24,8 +24,8 @@ from client.offset_store import (
     decode_offset_table,
     encode_offset_table,
 )
-from client.protocol.heartbeat import MessageQueue
-from client.remoting.codes import ResponseCode
+from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.remoting.codes import ResponseCode
 
 MQ0 = MessageQueue("T", "broker-a", 0)
 MQ1 = MessageQueue("T", "broker-a", 1)

@@ -7,14 +7,14 @@ import random
 
 import pytest
 
-from client.errors import ClientError
-from client.latency import (
+from tidemq.client.errors import ClientError
+from tidemq.client.latency import (
     LatencyFaultTolerance,
     MQFaultStrategy,
     compute_not_available_duration,
 )
-from client.protocol.heartbeat import MessageQueue
-from client.protocol.models import (
+from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.protocol.models import (
     PERM_READ,
     PERM_READ_WRITE,
     PERM_WRITE,
@@ -22,7 +22,7 @@ from client.protocol.models import (
     QueueData,
     TopicRouteData,
 )
-from client.routing import (
+from tidemq.client.routing import (
     FindBrokerResult,
     SendQueueIndex,
     TopicPublishInfo,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from store.consume_queue import SAMPLE_EVERY, SAMPLE_TAIL, ConsumeQueue
+from tidemq.store.consume_queue import SAMPLE_EVERY, SAMPLE_TAIL, ConsumeQueue
 
 UNITS_PER_FILE = 2000
 CQ_FILE = 20 * UNITS_PER_FILE

@@ -7,7 +7,7 @@ import zlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store import crc
+from tidemq.store import crc
 
 
 @given(st.binary(max_size=4096), st.integers(0, 4096))

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from store import dispatch
-from store.batch_body import encode_batch_body
-from store.dispatch import ReputService
-from store.message_store import MessageStore
-from store.record import (
+from tests.support.stores import StoreFactory
+from tidemq.store import dispatch
+from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.dispatch import ReputService
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import (
     FLAG_BORNHOST_V6,
     FLAG_STOREHOST_V6,
     TRANSACTION_COMMIT_TYPE,
@@ -32,8 +33,7 @@ from store.record import (
     encode_properties,
     pack_host,
 )
-from store.segment import Segment
-from tests.support.stores import StoreFactory
+from tidemq.store.segment import Segment
 
 TOPICS = ["Orders", "主题", "T"]
 TAGS = [None, "TagA", "TagB", "标签", ""]

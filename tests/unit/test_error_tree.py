@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-import client
-from client.api import BrokerAPI
-from client.errors import (
+from tidemq import client
+from tidemq.client.api import BrokerAPI
+from tidemq.client.errors import (
     BrokerResponseError,
     BrokerSystemError,
     ClientError,
@@ -33,37 +33,37 @@ from client.errors import (
     TideMQError,
     TopicNotExistError,
 )
-from client.mqadmin.base import CommandError
-from client.protocol.headers import HeaderFieldError, SendMessageRequestHeader, decode
-from client.protocol.namesrv import (
+from tidemq.client.mqadmin.base import CommandError
+from tidemq.client.protocol.headers import HeaderFieldError, SendMessageRequestHeader, decode
+from tidemq.client.protocol.namesrv import (
     GetRouteInfoRequestHeader,
     NamesrvProtocolError,
     TopicList,
     check_success,
 )
-from client.remoting.client import RemotingClient
-from client.remoting.codes import RequestCode, ResponseCode
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import ConnectionClosedError
-from client.remoting.errors import (
+from tidemq.client.remoting.client import RemotingClient
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import ConnectionClosedError
+from tidemq.client.remoting.errors import (
     BodyDecodeError,
     EncodeError,
     FrameError,
     HeaderDecodeError,
     RemotingProtocolError,
 )
-from client.remoting.frame import FrameDecoder
-from client.remoting.json_body import loads_fastjson
-from client.spark.brokers import DataLossError, SourceError
-from client.spark.options import OptionError
-from ha.codec import AckDecoder, HAProtocolError
-from store import errors as store_errors
-from store.batch_body import BatchDecodeError, read_batch_message
-from store.record import RecordFormatError, RecordTooLargeError, decode_record
+from tidemq.client.remoting.frame import FrameDecoder
+from tidemq.client.remoting.json_body import loads_fastjson
+from tidemq.client.spark.brokers import DataLossError, SourceError
+from tidemq.client.spark.options import OptionError
+from tidemq.ha.codec import AckDecoder, HAProtocolError
+from tidemq.store import errors as store_errors
+from tidemq.store.batch_body import BatchDecodeError, read_batch_message
+from tidemq.store.record import RecordFormatError, RecordTooLargeError, decode_record
 
 
 def _client_modules() -> list[Any]:
-    names = [m.name for m in pkgutil.walk_packages(client.__path__, "client.")]
+    names = [m.name for m in pkgutil.walk_packages(client.__path__, "tidemq.client.")]
     return [importlib.import_module(name) for name in sorted(names)]
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ha.codec import (
+from tidemq.ha.codec import (
     ACK_SIZE,
     DEFAULT_MAX_BODY_SIZE,
     DEFAULT_TRANSFER_BATCH_SIZE,

@@ -12,15 +12,15 @@ import struct
 
 import pytest
 
-from ha.codec import encode_ack
-from ha.master import HAConnection, HAService, SlaveState
-from store.commitlog import PutStatus
-from store.config import BrokerRole
-from store.message_store import MessageStore
 from tests.support.conditions import eventually
 from tests.support.ha_harness import FILE, SIZE, Harness
 from tests.support.memory_streams import write_blocked
 from tests.support.messages import message
+from tidemq.ha.codec import encode_ack
+from tidemq.ha.master import HAConnection, HAService, SlaveState
+from tidemq.store.commitlog import PutStatus
+from tidemq.store.config import BrokerRole
+from tidemq.store.message_store import MessageStore
 
 
 @pytest.fixture

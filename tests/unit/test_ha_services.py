@@ -18,14 +18,6 @@ from typing import Any
 
 import pytest
 
-from ha.codec import encode_ack
-from ha.group_transfer import GroupTransferService
-from ha.master import SlaveState
-from ha.slave import ClientState
-from store.commitlog import PutStatus
-from store.config import BrokerRole
-from store.message_store import MessageStore
-from store.record import MessageToStore, encode_properties
 from tests.support.conditions import eventually
 from tests.support.ha_harness import (
     BATCH,
@@ -48,6 +40,14 @@ from tests.support.ha_harness import (
     side_files,
 )
 from tests.support.messages import message
+from tidemq.ha.codec import encode_ack
+from tidemq.ha.group_transfer import GroupTransferService
+from tidemq.ha.master import SlaveState
+from tidemq.ha.slave import ClientState
+from tidemq.store.commitlog import PutStatus
+from tidemq.store.config import BrokerRole
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import MessageToStore, encode_properties
 
 # --- helpers ------------------------------------------------------------------------------------
 
@@ -343,7 +343,7 @@ async def test_diverged_slave_reports_both_offsets_and_stops_retrying(
     assert any(
         "DIVERGED" in r.getMessage() and str(master.max_phy_offset) in r.getMessage()
         for r in caplog.records
-        if r.name == "ha.master"
+        if r.name == "tidemq.ha.master"
     )
     # ...released nothing, and the slave waits for an operator: no reconnect loop.
     assert service.transfer.acked_offset == 0
@@ -433,7 +433,7 @@ async def test_slave_behind_retention_reports_and_waits(
     assert any(
         "BEHIND_RETENTION" in r.getMessage() and str(master.min_phy_offset) in r.getMessage()
         for r in caplog.records
-        if r.name == "ha.master"
+        if r.name == "tidemq.ha.master"
     )
     await asyncio.sleep(0.3)
     assert client.connects == 1
@@ -512,7 +512,9 @@ async def test_an_unexpected_error_does_not_end_replication(
     await eventually(caught_up(master, slave), "the slave to reconnect and catch up")
     assert client.connects == 2
     assert client.state is ClientState.TRANSFER
-    assert any("injected" in (r.exc_text or "") for r in caplog.records if r.name == "ha.slave")
+    assert any(
+        "injected" in (r.exc_text or "") for r in caplog.records if r.name == "tidemq.ha.slave"
+    )
 
 
 async def test_slave_store_reopens_after_a_diverged_truncation(ha: Harness) -> None:

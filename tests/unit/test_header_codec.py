@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.protocol import headers
-from client.protocol.headers import (
+from tidemq.client.protocol import headers
+from tidemq.client.protocol.headers import (
     SEND_V2_KEYS,
     HeaderFieldError,
     PullMessageRequestHeader,
@@ -25,7 +25,7 @@ from client.protocol.headers import (
     decode,
     encode,
 )
-from store.schema import camel_case
+from tidemq.store.schema import camel_case
 
 HEADER_CLASSES = sorted(
     (

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.protocol.heartbeat import (
+from tidemq.client.protocol.heartbeat import (
     SUB_ALL,
     Connection,
     ConsumeFromWhere,
@@ -31,7 +31,7 @@ from client.protocol.heartbeat import (
     SubscriptionData,
     UnlockBatchRequestBody,
 )
-from client.remoting.errors import BodyDecodeError
+from tidemq.client.remoting.errors import BodyDecodeError
 
 # String.hashCode() values worked out by hand: "A" = 65, "B" = 66,
 # "TagA" = 84*31^3 + 97*31^2 + 103*31 + 65, "TagB" = the same + 1.

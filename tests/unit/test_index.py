@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.errors import CorruptStoreError
-from store.index import IndexService, index_key_hash
-from store.javahash import cached_java_string_hash, java_string_hash
+from tidemq.store.errors import CorruptStoreError
+from tidemq.store.index import IndexService, index_key_hash
+from tidemq.store.javahash import cached_java_string_hash, java_string_hash
 
 SLOTS = 16
 ENTRIES = 64

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store.index import IndexService
+from tidemq.store.index import IndexService
 
 SLOTS = 16
 ENTRIES = 64

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-import store.index_keeper as index_keeper_module
-from store.errors import StoreLockedError
-from store.index_worker import take_lock
-from store.message_store import MessageStore
-from store.record import MessageToStore, encode_properties, pack_host
+import tidemq.store.index_keeper as index_keeper_module
 from tests.support.conditions import eventually
 from tests.support.stores import StoreFactory
+from tidemq.store.errors import StoreLockedError
+from tidemq.store.index_worker import take_lock
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import MessageToStore, encode_properties, pack_host
 
 STORES = StoreFactory(
     mapped_file_size_commit_log=16384,

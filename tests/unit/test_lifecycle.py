@@ -1,5 +1,5 @@
-"""store.lifecycle: start order, reverse stop, failed starts, idempotent stop, `async with`, and
-`cancel_and_wait` absorbing only the cancellation it caused."""
+"""tidemq.store.lifecycle: start order, reverse stop, failed starts, idempotent stop,
+`async with`, and `cancel_and_wait` absorbing only the cancellation it caused."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from store.lifecycle import BackgroundTask, Service, Step, cancel_and_wait
+from tidemq.store.lifecycle import BackgroundTask, Service, Step, cancel_and_wait
 
 
 class Recorded:

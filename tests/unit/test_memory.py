@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from client.memory import GLIBC_TUNABLES, MMAP_THRESHOLD, TRIM_THRESHOLD, retain_freed_memory
+from tidemq.client.memory import GLIBC_TUNABLES, MMAP_THRESHOLD, TRIM_THRESHOLD, retain_freed_memory
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 

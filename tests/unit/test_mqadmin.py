@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from client.admin import BrokerAddress
-from client.api import PullResult, PullStatus, SendResult
-from client.errors import BrokerResponseError, ConnectError
-from client.message import SendStatus
-from client.mqadmin import base
-from client.mqadmin import main as mqadmin
-from client.protocol.admin import (
+from tidemq.client.admin import BrokerAddress
+from tidemq.client.api import PullResult, PullStatus, SendResult
+from tidemq.client.errors import BrokerResponseError, ConnectError
+from tidemq.client.message import SendStatus
+from tidemq.client.mqadmin import base
+from tidemq.client.mqadmin import main as mqadmin
+from tidemq.client.protocol.admin import (
     ConsumeStats,
     HAClientRuntimeInfo,
     HAConnectionRuntimeInfo,
@@ -23,21 +23,21 @@ from client.protocol.admin import (
     TopicOffset,
     TopicStatsTable,
 )
-from client.protocol.heartbeat import (
+from tidemq.client.protocol.heartbeat import (
     Connection,
     ConsumerConnection,
     MessageQueue,
     ProducerConnection,
     SubscriptionData,
 )
-from client.protocol.models import (
+from tidemq.client.protocol.models import (
     BrokerData,
     ClusterInfo,
     QueueData,
     SubscriptionGroupConfig,
     TopicRouteData,
 )
-from store.record import StoredMessage
+from tidemq.store.record import StoredMessage
 
 A, AS, B = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"
 RUNTIME = {

@@ -11,12 +11,12 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.cluster import ClusterError, load_topology, parse_override
-from broker.metrics import NamesrvCollector, registry_for
-from broker.namesrv.route_info import RouteInfoManager
-from broker.processors.ops import mask_permission
-from broker.stats import LATENCY_BUCKETS, BrokerStats, LatencyHistogram, RateSampler
-from client.protocol.admin import (
+from tidemq.broker.cluster import ClusterError, load_topology, parse_override
+from tidemq.broker.metrics import NamesrvCollector, registry_for
+from tidemq.broker.namesrv.route_info import RouteInfoManager
+from tidemq.broker.processors.ops import mask_permission
+from tidemq.broker.stats import LATENCY_BUCKETS, BrokerStats, LatencyHistogram, RateSampler
+from tidemq.client.protocol.admin import (
     ConsumeStats,
     HARuntimeInfo,
     MapForm,
@@ -27,9 +27,9 @@ from client.protocol.admin import (
     decode_properties_text,
     encode_properties_text,
 )
-from client.protocol.heartbeat import MessageQueue
-from client.protocol.models import TopicConfig, TopicConfigSerializeWrapper
-from client.remoting.errors import BodyDecodeError
+from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.protocol.models import TopicConfig, TopicConfigSerializeWrapper
+from tidemq.client.remoting.errors import BodyDecodeError
 
 MQ0 = MessageQueue("T", "broker-a", 0)
 MQ1 = MessageQueue("T", "broker-b", 1)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from client import admin
-from client.admin import AdminClient
-from client.config import ClientConfig, parse_namesrv_addr
-from client.errors import ClientError
-from client.spark.options import OptionError, SourceOptions
+from tidemq.client import admin
+from tidemq.client.admin import AdminClient
+from tidemq.client.config import ClientConfig, parse_namesrv_addr
+from tidemq.client.errors import ClientError
+from tidemq.client.spark.options import OptionError, SourceOptions
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ from unittest import mock
 import pytest
 from click.testing import CliRunner
 
-from broker.config import NamesrvConfig, RemotingConfig
-from broker.namesrv import main as namesrvd
-from store.errors import ConfigError
+from tidemq.broker.config import NamesrvConfig, RemotingConfig
+from tidemq.broker.namesrv import main as namesrvd
+from tidemq.store.errors import ConfigError
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_bad_value_is_one_line_and_status_1(run: mock.MagicMock) -> None:
 def test_unknown_keys_are_warned_about(
     run: mock.MagicMock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="broker.namesrv"):
+    with caplog.at_level(logging.WARNING, logger="tidemq.broker.namesrv"):
         result = CliRunner().invoke(namesrvd.main, ["kvConfigPath=/tmp/kv.json"])
     assert result.exit_code == 0
     assert "unknown configuration key kvConfigPath ignored" in caplog.text

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from broker.namesrv.kv_config import KvConfigStore
-from broker.namesrv.processor import NamesrvProcessor
-from broker.namesrv.route_info import RouteInfoManager
-from client.protocol.models import DataVersion, TopicConfig
-from client.protocol.namesrv import (
+from tidemq.broker.namesrv.kv_config import KvConfigStore
+from tidemq.broker.namesrv.processor import NamesrvProcessor
+from tidemq.broker.namesrv.route_info import RouteInfoManager
+from tidemq.client.protocol.models import DataVersion, TopicConfig
+from tidemq.client.protocol.namesrv import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     AddWritePermOfBrokerRequestHeader,
     DeleteKVConfigRequestHeader,
@@ -29,9 +29,9 @@ from client.protocol.namesrv import (
     simple_request,
     topic_config_wrapper,
 )
-from client.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType
-from client.remoting.connection import RemotingConnection
-from client.remoting.server import RemotingServer
+from tidemq.client.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.server import RemotingServer
 
 M, S = "10.0.0.1:10911", "10.0.0.2:10911"
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.protocol import namesrv
-from client.protocol.models import DataVersion, TopicConfig, TopicConfigSerializeWrapper
-from client.protocol.namesrv import (
+from tidemq.client.protocol import namesrv
+from tidemq.client.protocol.models import DataVersion, TopicConfig, TopicConfigSerializeWrapper
+from tidemq.client.protocol.namesrv import (
     DeleteTopicFromNamesrvRequestHeader,
     GetRouteInfoRequestHeader,
     KVTable,
@@ -38,7 +38,7 @@ from client.protocol.namesrv import (
     simple_request,
     topic_config_wrapper,
 )
-from client.remoting import RemotingCommand, RequestCode, ResponseCode
+from tidemq.client.remoting import RemotingCommand, RequestCode, ResponseCode
 
 # A registration body as RocketMQ 5.x's fastjson writes it (sorted keys, stateVersion, attributes).
 JAVA_BODY = (

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from store.checkpoint import StoreCheckpoint
-from store.commitlog import CommitLog, KeptTail
-from store.consume_queue import ConsumeQueue
-from store.message_store import MessageStore
-from store.record import MessageToStore, decode_record
-from store.recovery import (
+from tests.support.stores import StoreFactory
+from tidemq.store.checkpoint import StoreCheckpoint
+from tidemq.store.commitlog import CommitLog, KeptTail
+from tidemq.store.consume_queue import ConsumeQueue
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import MessageToStore, decode_record
+from tidemq.store.recovery import (
     RecoveredQueues,
     Recovery,
     RecoveryPlan,
@@ -25,8 +26,7 @@ from store.recovery import (
     plan_recovery,
     redispatch_start,
 )
-from store.segment_queue import SegmentQueue
-from tests.support.stores import StoreFactory
+from tidemq.store.segment_queue import SegmentQueue
 
 FILE = 4096
 CQ_FILE = 20 * 8

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.remoting import (
+from tidemq.client.remoting import (
     BodyDecodeError,
     CommandFlag,
     EncodeError,
@@ -31,7 +31,7 @@ from client.remoting import (
     encode_header,
     loads_fastjson,
 )
-from client.remoting.headers import (
+from tidemq.client.remoting.headers import (
     decode_json_header,
     decode_msgpack_header,
     decode_rocketmq_header,

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import ConnectionClosedError, RemotingConnection
-from client.remoting.frame import FrameDecoder, encode_command
 from tests.support.conditions import eventually
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import ConnectionClosedError, RemotingConnection
+from tidemq.client.remoting.frame import FrameDecoder, encode_command
 
 
 class FakeTransport:

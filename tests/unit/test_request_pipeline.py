@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from broker.processors.decoding import request_body, request_header
-from client.protocol.headers import TopicQueueRequestHeader, encode
-from client.protocol.heartbeat import HeartbeatData
-from client.remoting.codes import RequestCode, ResponseCode, SerializeType
-from client.remoting.command import RemotingCommand
-from client.remoting.connection import RemotingConnection
-from client.remoting.server import RemotingServer, RequestRejected
+from tidemq.broker.processors.decoding import request_body, request_header
+from tidemq.client.protocol.headers import TopicQueueRequestHeader, encode
+from tidemq.client.protocol.heartbeat import HeartbeatData
+from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.server import RemotingServer, RequestRejected
 
 TOPIC_QUEUE = encode(TopicQueueRequestHeader(topic="T", queue_id=3))
 

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.namesrv.route_info import (
+from tidemq.broker.namesrv.route_info import (
     DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
     BrokerRemoved,
     RegisterOutcome,
     RemovalReason,
     RouteInfoManager,
 )
-from client.protocol.models import (
+from tidemq.client.protocol.models import (
     PERM_READ,
     PERM_READ_WRITE,
     PERM_WRITE,

@@ -1,4 +1,5 @@
-"""store.schema: one declarative camelCase codec for headers, name-server headers and settings.
+"""tidemq.store.schema: one declarative camelCase codec for headers, name-server headers and
+settings.
 
 Properties: `decode(encode(x)) == x` in both dialects, keys a class does not declare are
 ignored, and a missing or malformed value is the dialect's error naming the field's key. The
@@ -15,13 +16,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.protocol import headers, namesrv
-from client.protocol.headers import HeaderFieldError, SendMessageRequestHeader
-from client.protocol.namesrv import NamesrvProtocolError, RegisterBrokerRequestHeader
-from store import settings
-from store.config import StoreConfig
-from store.errors import ConfigError
-from store.schema import Dialect, Schema, camel_case, schema_for
+from tidemq.client.protocol import headers, namesrv
+from tidemq.client.protocol.headers import HeaderFieldError, SendMessageRequestHeader
+from tidemq.client.protocol.namesrv import NamesrvProtocolError, RegisterBrokerRequestHeader
+from tidemq.store import settings
+from tidemq.store.config import StoreConfig
+from tidemq.store.errors import ConfigError
+from tidemq.store.schema import Dialect, Schema, camel_case, schema_for
 
 
 class Colour(enum.Enum):

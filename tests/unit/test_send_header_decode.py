@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from broker.processors.send import _decode_header
-from client.protocol.headers import SEND_V2_KEYS, SendMessageRequestHeader, encode
-from client.remoting.codes import RequestCode
-from client.remoting.command import RemotingCommand
+from tidemq.broker.processors.send import _decode_header
+from tidemq.client.protocol.headers import SEND_V2_KEYS, SendMessageRequestHeader, encode
+from tidemq.client.remoting.codes import RequestCode
+from tidemq.client.remoting.command import RemotingCommand
 
 
 def header(*, batch: bool = False) -> SendMessageRequestHeader:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.processors.send import _born_host, with_cluster
-from store.record import PROPERTY_CLUSTER, decode_properties, encode_properties, pack_host
+from tidemq.broker.processors.send import _born_host, with_cluster
+from tidemq.store.record import PROPERTY_CLUSTER, decode_properties, encode_properties, pack_host
 
 # Pieces that make well-formed, malformed, repeated and CLUSTER-carrying property texts likely.
 PIECES = st.sampled_from(["\x01", "\x02", "a", "b", "TAGS", PROPERTY_CLUSTER, "\x01x\x02", ""])

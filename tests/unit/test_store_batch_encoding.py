@@ -18,16 +18,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.batch_body import (
+from tidemq.store.batch_body import (
     BatchDecodeError,
     decode_batch_body,
     encode_batch_body,
     read_batch_message,
 )
-from store.commitlog import AppendResult, CommitLog, PutStatus
-from store.config import StoreConfig
-from store.message_store import MessageStore
-from store.record import (
+from tidemq.store.commitlog import AppendResult, CommitLog, PutStatus
+from tidemq.store.config import StoreConfig
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import (
     END_OF_FILE_MIN_BLANK,
     FLAG_BORNHOST_V6,
     MessageBatch,
@@ -40,7 +40,7 @@ from store.record import (
     pack_host,
     record_length,
 )
-from store.segment_queue import SegmentQueue
+from tidemq.store.segment_queue import SegmentQueue
 
 MAX_BODY = 64
 HOSTS = st.sampled_from(

@@ -21,14 +21,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.batch_body import encode_batch_body
-from store.commitlog import AppendResult, CommitLog, PutStatus
-from store.config import BrokerRole
-from store.errors import OffsetMismatchError
-from store.message_store import MessageStore
-from store.record import MessageBatch, MessageToStore, decode_record, encode_properties
-from store.segment_queue import SegmentQueue
 from tests.support.stores import StoreFactory
+from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.commitlog import AppendResult, CommitLog, PutStatus
+from tidemq.store.config import BrokerRole
+from tidemq.store.errors import OffsetMismatchError
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import MessageBatch, MessageToStore, decode_record, encode_properties
+from tidemq.store.segment_queue import SegmentQueue
 
 FILE = 4096
 MAGIC = 0xDAA320A7

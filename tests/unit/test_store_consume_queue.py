@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from store.config import BrokerRole
-from store.consume_queue import ConsumeQueue
-from store.message_store import MessageStore
-from store.record import MessageToStore, encode_properties
 from tests.support.stores import StoreFactory
+from tidemq.store.config import BrokerRole
+from tidemq.store.consume_queue import ConsumeQueue
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import MessageToStore, encode_properties
 
 FILE = 4096
 UNITS_PER_FILE = 16

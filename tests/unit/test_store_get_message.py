@@ -16,14 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.batch_body import encode_batch_body
-from store.config import BrokerRole
-from store.consume_queue import iter_units
-from store.get_message import GetMessageResult, GetMessageStatus
-from store.message_store import MessageStore
-from store.record import MessageBatch, MessageToStore, decode_record, encode_properties
-from store.tags import parse_tag_expression
 from tests.support.stores import StoreFactory
+from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.config import BrokerRole
+from tidemq.store.consume_queue import iter_units
+from tidemq.store.get_message import GetMessageResult, GetMessageStatus
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import MessageBatch, MessageToStore, decode_record, encode_properties
+from tidemq.store.tags import parse_tag_expression
 
 S = GetMessageStatus
 FILE = 4096

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from store.batch_body import encode_batch_body
-from store.checkpoint import StoreCheckpoint
-from store.commitlog import PutStatus
-from store.config import BrokerRole, FlushDiskType
-from store.errors import StoreLockedError
-from store.get_message import GetMessageStatus
-from store.message_store import MessageStore, PutMessageResult
-from store.record import MessageBatch, MessageToStore, decode_record
 from tests.support.messages import message
 from tests.support.stores import StoreFactory
+from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.checkpoint import StoreCheckpoint
+from tidemq.store.commitlog import PutStatus
+from tidemq.store.config import BrokerRole, FlushDiskType
+from tidemq.store.errors import StoreLockedError
+from tidemq.store.get_message import GetMessageStatus
+from tidemq.store.message_store import MessageStore, PutMessageResult
+from tidemq.store.record import MessageBatch, MessageToStore, decode_record
 
 FILE = 4096
 

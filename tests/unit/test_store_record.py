@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.batch_body import encode_batch_body
-from store.commitlog import AppendResult, CommitLog, PutStatus
-from store.config import StoreConfig
-from store.message_store import MessageStore
-from store.record import (
+from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.commitlog import AppendResult, CommitLog, PutStatus
+from tidemq.store.config import StoreConfig
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import (
     BLANK,
     INVALID,
     MessageBatch,
@@ -40,7 +40,7 @@ from store.record import (
     scan_record,
     stamp_record,
 )
-from store.segment_queue import SegmentQueue
+from tidemq.store.segment_queue import SegmentQueue
 
 MiB = 1024 * 1024
 MAGIC = 0xDAA320A7

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from store import recovery
-from store.commitlog import PutStatus
-from store.errors import CorruptStoreError
-from store.get_message import GetMessageStatus
-from store.message_store import MessageStore, Recovery
-from store.record import MessageToStore, decode_record, encode_properties
 from tests.support.stores import StoreFactory
+from tidemq.store import recovery
+from tidemq.store.commitlog import PutStatus
+from tidemq.store.errors import CorruptStoreError
+from tidemq.store.get_message import GetMessageStatus
+from tidemq.store.message_store import MessageStore, Recovery
+from tidemq.store.record import MessageToStore, decode_record, encode_properties
 
 FILE = 4096
 CQ_FILE = 20 * 8

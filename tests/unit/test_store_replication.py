@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from store.commitlog import PutStatus
-from store.config import BrokerRole
-from store.message_store import MessageStore
-from store.record import MessageToStore
-from store.replication import Replication
 from tests.support.conditions import eventually
 from tests.support.stores import StoreFactory
+from tidemq.store.commitlog import PutStatus
+from tidemq.store.config import BrokerRole
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import MessageToStore
+from tidemq.store.replication import Replication
 
 
 @dataclass

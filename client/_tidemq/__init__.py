@@ -1,0 +1,27 @@
+"""tidemq: a message broker on the design of Apache RocketMQ 4.x, and its Python client.
+
+The repository keeps `store/`, `ha/`, `client/` and `broker/` at its top level; packaging maps
+them to `tidemq.store`, `tidemq.ha`, `tidemq.client` and `tidemq.broker` (pyproject.toml,
+`[tool.setuptools] package-dir`), and this file, the package itself, lives in `client/_tidemq/`.
+The names most programs need are re-exported here::
+
+    from tidemq import Producer, PushConsumer, Message
+"""
+
+from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult, PushConsumer
+from tidemq.client.errors import TideMQError
+from tidemq.client.message import Message
+from tidemq.client.producer import AsyncProducer, Producer
+from tidemq.client.pull_consumer import AsyncPullConsumer, PullConsumer
+
+__all__ = [
+    "AsyncProducer",
+    "AsyncPullConsumer",
+    "AsyncPushConsumer",
+    "ConsumeResult",
+    "Message",
+    "Producer",
+    "PullConsumer",
+    "PushConsumer",
+    "TideMQError",
+]

@@ -1,0 +1,81 @@
+"""`pip install .` puts one new top-level import name into an environment: `tidemq`.
+
+The wheel is built from a copy of the sources (so the work tree gets no build/ or egg-info) and
+installed without its dependencies into a fresh virtual environment, which reaches them through
+a path entry to this environment's site-packages (a path entry only: this environment's editable
+finder is not installed there, so nothing of the repository can leak in).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ("pyproject.toml", "README.md", "store", "ha", "client", "broker")
+SCRIPTS = ("namesrvd", "brokerd", "mqadmin", "tidemq-cluster", "tidemq-ingest")
+
+
+def _build_wheel(tmp_path: Path) -> Path:
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in SOURCES:
+        path = REPO_ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(path, source / name)
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
+        check=True,
+        timeout=600,
+    )
+    (wheel,) = wheels.glob("tidemq-*.whl")
+    return wheel
+
+
+def test_the_wheel_and_a_fresh_environment_hold_only_tidemq(tmp_path: Path) -> None:
+    wheel = _build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/")[0] for name in archive.namelist()}
+        assert "tidemq/client/spark/source.py" in archive.namelist()
+        assert "tidemq/py.typed" in archive.namelist()
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"tidemq"}
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [python, "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True, timeout=300
+    )
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (Path(purelib) / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    probe = (
+        "import importlib.util as u, tidemq\n"
+        "from tidemq import Producer, PushConsumer, Message\n"
+        "import tidemq.broker.main, tidemq.ha.master, tidemq.store.message_store\n"
+        "print(tidemq.__file__)\n"
+        "print(sorted(n for n in ('client', 'store', 'broker', 'ha') if u.find_spec(n)))\n"
+    )
+    run = subprocess.run(
+        [python, "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path
+    )
+    installed, old_names = run.stdout.splitlines()
+    assert installed.startswith(purelib)
+    assert old_names == "[]"
+    for script in SCRIPTS:
+        assert (venv / "bin" / script).is_file(), script
+    help_text = subprocess.run(
+        [venv / "bin" / "brokerd", "--help"], check=True, capture_output=True, text=True
+    ).stdout
+    assert "Usage: brokerd" in help_text
