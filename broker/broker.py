@@ -383,17 +383,17 @@ class Broker(Service):
             self.advertised_address,
             self.ha_server_address,
         )
-        self.registration = await self.start_child(
-            NameServerRegistration(
-                identity,
-                self.config.name_servers,
-                self.namesrv_client,
-                self._registration_topics,
-                period_ms=self.config.register_name_server_period,
-                timeout_ms=self.config.register_broker_timeout_mills,
-                on_result=self._on_register_result,
-            )
+        # Known before it starts: a topic made during the first registration asks for another.
+        self.registration = NameServerRegistration(
+            identity,
+            self.config.name_servers,
+            self.namesrv_client,
+            self._registration_topics,
+            period_ms=self.config.register_name_server_period,
+            timeout_ms=self.config.register_broker_timeout_mills,
+            on_result=self._on_register_result,
         )
+        await self.start_child(self.registration)
         if self.slave_sync is not None:
             await self.start_child(self.slave_sync)
         if self.offset_reconciler is not None:

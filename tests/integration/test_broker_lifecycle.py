@@ -5,16 +5,25 @@ client closed."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.conditions import eventually
 from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig, RemotingConfig
+from tidemq.client.protocol.models import TopicConfig
+from tidemq.client.protocol.namesrv import RegisterBrokerBody, RegisterBrokerRequestHeader
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.server import RemotingServer
 from tidemq.ha.config import HAConfig
 from tidemq.store.config import StoreConfig
+from tidemq.store.lifecycle import cancel_and_wait
 
 
 def recorded(calls: list[str], name: str, action: Callable[[], Any]) -> Callable[[], Any]:
@@ -93,3 +102,59 @@ async def test_a_master_stops_its_parts_in_order(
     ]
     await broker.stop()  # idempotent
     assert list(dict.fromkeys(calls)) == first_calls
+
+
+async def test_a_topic_made_during_the_first_registration_is_registered_soon(
+    tmp_path: Path,
+) -> None:
+    # A name server (in process, loopback) that holds the broker's first registration until
+    # the topic exists: the change must still reach it, not wait for the 30 s period.
+    first_held = asyncio.Event()
+    release = asyncio.Event()
+    registered: list[set[str]] = []
+
+    async def register(connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        header = RegisterBrokerRequestHeader.from_ext_fields(request.ext_fields)
+        body = RegisterBrokerBody.decode(request.body, header.compressed)
+        if not registered:
+            first_held.set()
+            await release.wait()
+        registered.append(set(body.topic_config_wrapper.topic_config_table))
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    async def unregister(
+        connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
+
+    namesrv = RemotingServer("127.0.0.1", 0, name="test namesrv")
+    namesrv.register(RequestCode.REGISTER_BROKER, register)
+    namesrv.register(RequestCode.UNREGISTER_BROKER, unregister)
+    await namesrv.start()
+    broker = Broker(
+        BrokerConfig(
+            broker_name="lifecycle",
+            listen_port=0,
+            broker_ip1="127.0.0.1",
+            namesrv_addr=f"127.0.0.1:{namesrv.port}",
+        ),
+        StoreConfig(store_path_root_dir=str(tmp_path)),
+        RemotingConfig(bind_address="127.0.0.1"),
+        HAConfig(ha_listen_port=0),
+    )
+    starting = asyncio.get_running_loop().create_task(broker.start())
+    try:
+        await asyncio.wait_for(first_held.wait(), 10)
+        broker.topics.update(TopicConfig("MadeWhileRegistering", 4, 4))
+        release.set()
+        await asyncio.wait_for(starting, 10)
+        await eventually(
+            lambda: any("MadeWhileRegistering" in topics for topics in registered),
+            "a registration with the new topic",
+            5,
+        )
+    finally:
+        release.set()
+        await cancel_and_wait(starting)
+        await broker.stop()
+        await namesrv.stop()
