@@ -45,6 +45,7 @@ from tidemq.store.record import (
     host_length,
     read_total_size_and_magic,
 )
+from tidemq.store.segment import name_to_offset
 
 WRITER = Path(__file__).with_name("store_writer.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -479,7 +480,10 @@ class RecordAt:
 
 def last_record(store_dir: Path, segment_size: int) -> RecordAt:
     """The last whole record of the CommitLog, read from the files (no store opened)."""
-    files = sorted(p for p in (store_dir / "commitlog").iterdir() if p.suffix != ".torn")
+    # Segments only: a writer killed while creating a segment leaves its `.tmp` (never data).
+    files = sorted(
+        p for p in (store_dir / "commitlog").iterdir() if name_to_offset(p.name) is not None
+    )
     last: RecordAt | None = None
     for path in files:
         data = path.read_bytes()
