@@ -44,6 +44,17 @@ UnitChecker = Callable[[int, int, int], bool]
 
 
 @dataclass(frozen=True, slots=True)
+class QueueCut:
+    """What recovery does to one ConsumeQueue (`ConsumeQueue.check_recovery`)."""
+
+    cut_at: int  # byte offset: units from here on are removed (-1: the queue has no file)
+    min_logic_offset: int  # the queue's minimum afterwards, in bytes
+    max_physical_offset: int  # end of the last kept unit's record afterwards, -1 if none
+    damaged_at: int  # byte offset of the first invalid unit, -1 if none failed
+    clean: bool  # nothing non-zero lay past the valid prefix: no unit to rebuild
+
+
+@dataclass(frozen=True, slots=True)
 class CQUnit:
     queue_offset: int
     physical_offset: int
@@ -208,7 +219,11 @@ class ConsumeQueue:
         self.segments.load()
 
     def recover(self, checker: UnitChecker, commitlog_end: int) -> bool:
-        """Keep the valid prefix of units; returns False if garbage was cut off (rebuild needed).
+        """Check, then cut as checked (`check_recovery`, `apply_recovery`); returns `clean`."""
+        return self.apply_recovery(self.check_recovery(checker, commitlog_end))
+
+    def check_recovery(self, checker: UnitChecker, commitlog_end: int) -> QueueCut:
+        """Where this queue's valid prefix ends and where it is cut; reads only.
 
         Older files are spot-checked against the CommitLog (their first and last unit, through
         `checker`), and the full check starts at the first of them that fails, else at the
@@ -232,12 +247,15 @@ class ConsumeQueue:
         or repeated unit fail every later sample. RocketMQ checks nothing against the CommitLog
         here (its recoverConsumeQueue checks the last three files structurally only).
 
-        Anything non-zero left past the valid prefix means units are missing: the result is
-        then False, so that dispatch rebuilds them from the CommitLog.
+        Anything non-zero left past the valid prefix means units are missing: `clean` is then
+        False, so that dispatch rebuilds them from the CommitLog. Within the prefix, the units
+        at its end whose records pass `commitlog_end` are cut too (RocketMQ's
+        truncateDirtyLogicFiles, `truncate_dirty`), and the minimum skips head padding; the
+        result states the queue as `apply_recovery` leaves it.
         """
         segments = self.segments.segments
         if not segments:
-            return True
+            return QueueCut(-1, self.min_logic_offset, -1, -1, True)
         first = segments[0]
         start_index = self._first_suspect_file(checker, max(0, len(segments) - 3))
         check_from = segments[start_index].start_offset
@@ -245,19 +263,33 @@ class ConsumeQueue:
         bad = self._check_samples(checker, check_from, valid_end)
         if bad >= 0:
             valid_end, damaged = bad * CQ_UNIT_SIZE, True
-        cut_data = self._has_data_after(valid_end)
-        if damaged:
+        clean = not self._has_data_after(valid_end)
+        # The queue as a cut at valid_end leaves it: units below valid_end, unchanged.
+        min_logic = self._head_padding_end(
+            max(self.min_logic_offset, first.start_offset), valid_end
+        )
+        cut, max_physical = self._dirty_cut(
+            commitlog_end, min_logic // CQ_UNIT_SIZE, valid_end // CQ_UNIT_SIZE, valid_end
+        )
+        cut_at = min(valid_end, cut * CQ_UNIT_SIZE)
+        if cut_at < first.start_offset:
+            min_logic = 0  # no file left (`_truncate_to`)
+        return QueueCut(cut_at, min_logic, max_physical, valid_end if damaged else -1, clean)
+
+    def apply_recovery(self, cut: QueueCut) -> bool:
+        """Cut the queue as `check_recovery` said; returns `cut.clean`."""
+        if cut.damaged_at >= 0:
             log.warning(
                 "ConsumeQueue %s-%d: invalid unit at %d; cut there, rebuilt from the CommitLog",
                 self.topic,
                 self.queue_id,
-                valid_end // CQ_UNIT_SIZE,
+                cut.damaged_at // CQ_UNIT_SIZE,
             )
-        self._truncate_to(valid_end)
-        self.max_physical_offset = self._end_of_last_unit()
-        self.min_logic_offset = max(self.min_logic_offset, first.start_offset)
-        self._skip_head_padding()
-        return not cut_data
+        if cut.cut_at >= 0:
+            self._truncate_to(cut.cut_at)
+        self.min_logic_offset = cut.min_logic_offset
+        self.max_physical_offset = cut.max_physical_offset
+        return cut.clean
 
     def _check_structure(self, start_index: int, commitlog_end: int) -> tuple[int, bool]:
         """(byte offset where the structurally valid units from file `start_index` end, and
@@ -358,33 +390,19 @@ class ConsumeQueue:
                 return True
         return False
 
-    def _end_of_last_unit(self) -> int:
-        """End (offset + size) of the record of the last unit, -1 if there is none."""
-        last = self.segments.last
-        if last is None:
-            return -1
-        end = self.segments.max_wrote_offset
-        while end - CQ_UNIT_SIZE >= max(self.min_logic_offset, self.segments.min_offset):
-            segment = self.segments.find(end - CQ_UNIT_SIZE)
-            if segment is None:
-                return -1
-            at = end - CQ_UNIT_SIZE - segment.start_offset
-            phy, size, _tags = _UNIT.unpack_from(segment.view, at)
-            if not (size == 0x7FFFFFFF and phy == 0):
-                return int(phy + size)
-            end -= CQ_UNIT_SIZE
-        return -1
-
-    def _skip_head_padding(self) -> None:
+    def _head_padding_end(self, min_logic: int, limit: int) -> int:
+        """`min_logic` moved past the blank units that pad the first file's head, below `limit`."""
         first = self.segments.first
         if first is None:
-            return
-        position = self.min_logic_offset - first.start_offset
-        while position + CQ_UNIT_SIZE <= first.wrote:
+            return min_logic
+        # A cut at `limit` inside the first file leaves it written up to `limit`.
+        stop = first.wrote if first.end_offset <= limit else limit - first.start_offset
+        position = min_logic - first.start_offset
+        while position + CQ_UNIT_SIZE <= stop:
             if first.view[position : position + CQ_UNIT_SIZE] != BLANK_UNIT:
                 break
             position += CQ_UNIT_SIZE
-        self.min_logic_offset = first.start_offset + position
+        return first.start_offset + position
 
     def _truncate_to(self, byte_offset: int) -> None:
         for segment in self.segments.segments:
@@ -398,19 +416,29 @@ class ConsumeQueue:
     def truncate_dirty(self, commitlog_end: int) -> None:
         """Remove units pointing at or past the CommitLog's end (truncateDirtyLogicFiles)."""
         max_offset = self.max_offset
-        cut = max_offset
-        new_max_phy = -1
-        for queue_offset in range(max_offset - 1, self.min_offset - 1, -1):
-            unit = self.unit(queue_offset)
-            if unit is None:
-                break
-            if unit.physical_offset + unit.size <= commitlog_end:
-                new_max_phy = unit.physical_offset + unit.size
-                break
-            cut = queue_offset
+        cut, self.max_physical_offset = self._dirty_cut(
+            commitlog_end, self.min_offset, max_offset, self.segments.max_wrote_offset
+        )
         if cut < max_offset:
             self._truncate_to(cut * CQ_UNIT_SIZE)
-        self.max_physical_offset = new_max_phy
+
+    def _dirty_cut(self, commitlog_end: int, first: int, stop: int, limit: int) -> tuple[int, int]:
+        """(The queue offset from which units in [first, stop) point past `commitlog_end`, the
+        end of the last unit's record below it or -1), reading units below byte `limit`."""
+        cut = stop
+        for queue_offset in range(stop - 1, first - 1, -1):
+            byte_offset = queue_offset * CQ_UNIT_SIZE
+            segment = self.segments.find(byte_offset)
+            if segment is None or byte_offset >= limit:
+                break
+            position = byte_offset - segment.start_offset
+            if position + CQ_UNIT_SIZE > segment.wrote:
+                break
+            phy, size, _tags = _UNIT.unpack_from(segment.view, position)
+            if phy + size <= commitlog_end:
+                return cut, phy + size
+            cut = queue_offset
+        return cut, -1
 
     def correct_min_offset(self, commitlog_min: int) -> None:
         """Move the minimum to the first unit whose record still exists in the CommitLog."""

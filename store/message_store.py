@@ -221,7 +221,14 @@ class MessageStore:
                 self.checkpoint.index_msg_timestamp,
                 keep_newer=self.recovery is Recovery.SAME_BOOT,
             )
-        plan = plan_recovery(self.recovery, self.commitlog, self.checkpoint, self.config)
+        plan = plan_recovery(
+            self.recovery,
+            self.commitlog,
+            self.checkpoint,
+            self.config,
+            self.consume_queues,
+            self.index.rebuild_from if self.index is not None else None,
+        )
         self.recovery_plan = plan
         self.redispatch_from = apply_recovery(
             plan, self.commitlog, self.consume_queues, self.index, self.root

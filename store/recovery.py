@@ -1,11 +1,12 @@
 """Recovery at load: a plan computed from what is on disk, then a step that applies it.
 
 `plan_recovery` changes nothing: it decides the kind of recovery, the CommitLog file the check
-starts from, checks records from there (CRC) to find where valid data ends, and lists the bytes
-past that end to keep aside (`<segment>.<position>.torn`). `apply_recovery` copies those bytes
-aside, zeroes them and cuts the CommitLog there, recovers every ConsumeQueue against the new end
-(each keeps its valid prefix, see ConsumeQueue.recover), undoes index entries past the end, and
-returns where dispatch must restart (`redispatch_start`, a pure function of what the steps found).
+starts from, checks records from there (CRC) to find where valid data ends, lists the bytes
+past that end to keep aside (`<segment>.<position>.torn`), checks every ConsumeQueue against the
+CommitLog as the cut will leave it (where each is cut: its valid prefix, see
+ConsumeQueue.check_recovery) and computes where dispatch must restart (`redispatch_start`, a pure
+function of what the checks found). `apply_recovery` copies the tails aside, zeroes them and cuts
+the CommitLog, cuts each ConsumeQueue where the plan says, and undoes index entries past the end.
 The model is ZODB FileStorage's read_index then _truncate: scan, stop at the first short or bad
 record, copy the torn bytes aside, truncate.
 
@@ -58,7 +59,7 @@ from pathlib import Path
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import CommitLog, KeptTail
 from tidemq.store.config import StoreConfig
-from tidemq.store.consume_queue import ConsumeQueue, UnitChecker
+from tidemq.store.consume_queue import ConsumeQueue, QueueCut, UnitChecker
 from tidemq.store.index import IndexService
 from tidemq.store.record import MAGIC_V1, RECORD_MIN_SIZE, read_queue_position, read_topic
 
@@ -110,6 +111,8 @@ class RecoveryPlan:
     check_from: int  # S: that file's start offset (0 without files)
     commitlog_end: int  # where valid records end: the CommitLog is cut there
     kept_aside: tuple[KeptTail, ...]  # non-zero bytes past the end, copied aside before the cut
+    queue_cuts: Mapping[tuple[str, int], QueueCut]  # per (topic, queue id): where it is cut
+    redispatch_from: int  # where dispatch restarts, never below the CommitLog's minimum
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,15 +140,41 @@ def check_start_index(
 
 
 def plan_recovery(
-    kind: Recovery, commitlog: CommitLog, checkpoint: StoreCheckpoint, config: StoreConfig
+    kind: Recovery,
+    commitlog: CommitLog,
+    checkpoint: StoreCheckpoint,
+    config: StoreConfig,
+    consume_queues: Mapping[tuple[str, int], ConsumeQueue],
+    index_rebuild_from: int | None,
 ) -> RecoveryPlan:
-    """Check the CommitLog from the safe file on and decide the cut; nothing is written."""
+    """Check the CommitLog from the safe file on and decide every cut; nothing is written.
+
+    `index_rebuild_from` is the loaded index's `rebuild_from` (None without an index).
+    """
     start_index = check_start_index(kind, commitlog, checkpoint, config)
-    segments = commitlog.segments.segments
-    check_from = segments[start_index].start_offset if segments else 0
     end = commitlog.scan_valid_end(start_index)
+    return plan_cut(kind, commitlog, start_index, end, consume_queues, index_rebuild_from)
+
+
+def plan_cut(
+    kind: Recovery,
+    commitlog: CommitLog,
+    check_from_segment: int,
+    end: int,
+    consume_queues: Mapping[tuple[str, int], ConsumeQueue],
+    index_rebuild_from: int | None,
+) -> RecoveryPlan:
+    """The plan for a CommitLog cut at `end`: tails kept aside, queue cuts, re-dispatch."""
+    segments = commitlog.segments.segments
+    check_from = segments[check_from_segment].start_offset if segments else 0
     tails = tuple(commitlog.tails_past(end)) if segments else ()
-    return RecoveryPlan(kind, start_index, check_from, end, tails)
+    queue_cuts, queues = check_consume_queues(consume_queues, commitlog, end)
+    reput_from = redispatch_start(kind, queues, check_from, index_rebuild_from)
+    # The cut keeps the CommitLog's first file (end lies at or past its start): same minimum.
+    redispatch_from = max(reput_from, commitlog.min_offset)
+    return RecoveryPlan(
+        kind, check_from_segment, check_from, end, tails, queue_cuts, redispatch_from
+    )
 
 
 def redispatch_start(
@@ -183,16 +212,14 @@ def apply_recovery(
     index: IndexService | None,
     root: Path,
 ) -> int:
-    """Cut as planned, recover queues and index to the cut; returns where dispatch restarts."""
+    """Cut as planned: CommitLog, ConsumeQueues, index; returns where dispatch restarts."""
     end = plan.commitlog_end
     if commitlog.segments.segments:
         commitlog.cut_recovered(end, plan.kept_aside)
-    queues = recover_consume_queues(consume_queues, commitlog, end)
+    for key, cut in plan.queue_cuts.items():
+        consume_queues[key].apply_recovery(cut)
     if index is not None:
         index.truncate_after(end)
-    rebuild_from = index.rebuild_from if index is not None else None
-    reput_from = redispatch_start(plan.kind, queues, plan.check_from, rebuild_from)
-    redispatch_from = max(reput_from, commitlog.min_offset)
     if plan.kind is not Recovery.NORMAL:
         how = (
             "same boot: the pages it wrote are intact, dispatch resumes where it stopped"
@@ -206,28 +233,31 @@ def apply_recovery(
             how,
             plan.check_from,
             end,
-            redispatch_from,
+            plan.redispatch_from,
         )
-    return redispatch_from
+    return plan.redispatch_from
 
 
-def recover_consume_queues(
+def check_consume_queues(
     consume_queues: Mapping[tuple[str, int], ConsumeQueue], commitlog: CommitLog, end: int
-) -> RecoveredQueues:
-    """Recover every queue: where their units end, and where damaged ones need rebuilding."""
+) -> tuple[dict[tuple[str, int], QueueCut], RecoveredQueues]:
+    """Check every queue against a CommitLog cut at `end` (reads only): each queue's cut, where
+    their units then end, and where damaged ones need rebuilding."""
+    cuts: dict[tuple[str, int], QueueCut] = {}
     queues_end = 0
     damaged_from: list[int] = []
-    for queue in consume_queues.values():
-        clean = queue.recover(unit_checker(commitlog, queue), end)
-        queue.truncate_dirty(end)
-        if not clean:
-            damaged_from.append(max(queue.max_physical_offset, 0))
-        queues_end = max(queues_end, queue.max_physical_offset)
-    return RecoveredQueues(queues_end, min(damaged_from, default=-1))
+    for key, queue in consume_queues.items():
+        cut = queue.check_recovery(unit_checker(commitlog, queue, end), end)
+        cuts[key] = cut
+        if not cut.clean:
+            damaged_from.append(max(cut.max_physical_offset, 0))
+        queues_end = max(queues_end, cut.max_physical_offset)
+    return cuts, RecoveredQueues(queues_end, min(damaged_from, default=-1))
 
 
-def unit_checker(commitlog: CommitLog, queue: ConsumeQueue) -> UnitChecker:
-    """Does the CommitLog hold this queue's record of this size and queue offset there?"""
+def unit_checker(commitlog: CommitLog, queue: ConsumeQueue, end: int) -> UnitChecker:
+    """Does the CommitLog, cut at `end`, hold this queue's record of this size and queue offset
+    there? (A record past `end` is gone after the cut, whatever the bytes hold before it.)"""
     commitlog_min = commitlog.min_offset
     topic = queue.topic.encode()
     queue_id = queue.queue_id
@@ -235,6 +265,8 @@ def unit_checker(commitlog: CommitLog, queue: ConsumeQueue) -> UnitChecker:
     def check(phy: int, size: int, queue_offset: int) -> bool:
         if phy < commitlog_min:
             return True  # deleted by retention: nothing left to check it against
+        if phy + size > end:
+            return False
         record = commitlog.get_record(phy, size) if size >= RECORD_MIN_SIZE else None
         if record is None:
             return False

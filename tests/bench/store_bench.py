@@ -477,7 +477,7 @@ def _time_phases(store: MessageStore, phases: dict[str, float], redispatched: li
         setattr(owner, method, wrapper)
 
     timed("CommitLog check (CRC) from the safe file", store.commitlog, "scan_valid_end")
-    timed("ConsumeQueue check", recovery, "recover_consume_queues")
+    timed("ConsumeQueue check", recovery, "check_consume_queues")
     timed("index load", store.index, "load")
     timed("re-dispatch (ConsumeQueues, index)", store.reput, "dispatch_available")
 

@@ -14,7 +14,8 @@ import pytest
 from tests.support.stores import StoreFactory
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import CommitLog, KeptTail
-from tidemq.store.consume_queue import ConsumeQueue
+from tidemq.store.config import CQ_UNIT_SIZE
+from tidemq.store.consume_queue import ConsumeQueue, QueueCut
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import MessageToStore, decode_record
 from tidemq.store.recovery import (
@@ -23,6 +24,7 @@ from tidemq.store.recovery import (
     RecoveryPlan,
     apply_recovery,
     check_start_index,
+    plan_cut,
     plan_recovery,
     redispatch_start,
 )
@@ -97,12 +99,16 @@ async def test_the_plan_finds_the_cut_and_the_torn_tail_and_changes_nothing(
     segment = tear(tmp_path, end)
     before = files(tmp_path)
     commitlog = open_commitlog(tmp_path)
+    queue = open_queue(tmp_path)
     try:
         config = make_config(tmp_path)
         checkpoint = StoreCheckpoint(tmp_path / "checkpoint")
-        plan = plan_recovery(Recovery.NORMAL, commitlog, checkpoint, config)
+        plan = plan_recovery(
+            Recovery.NORMAL, commitlog, checkpoint, config, {("T", 0): queue}, None
+        )
     finally:
         commitlog.segments.close()
+        queue.close()
     start = end % FILE
     assert plan == RecoveryPlan(
         kind=Recovery.NORMAL,
@@ -117,6 +123,9 @@ async def test_the_plan_finds_the_cut_and_the_torn_tail_and_changes_nothing(
                 segment.with_name(f"{segment.name}.{start}.torn"),
             ),
         ),
+        # The queue is sound: kept whole, and dispatch restarts where its units end.
+        queue_cuts={("T", 0): QueueCut(60 * CQ_UNIT_SIZE, 0, end, -1, True)},
+        redispatch_from=end,
     )
     assert end // FILE == 3
     assert files(tmp_path) == before  # nothing written, nothing kept aside yet
@@ -131,7 +140,11 @@ async def test_applying_a_plan_keeps_the_tail_aside_cuts_there_and_redispatches_
     commitlog = open_commitlog(tmp_path)
     queue = open_queue(tmp_path)
     try:
-        plan = RecoveryPlan(Recovery.NORMAL, 0, 0, cut, tuple(commitlog.tails_past(cut, "torn")))
+        plan = plan_cut(Recovery.NORMAL, commitlog, 0, cut, {("T", 0): queue}, None)
+        assert plan.kept_aside == tuple(commitlog.tails_past(cut, "torn"))
+        # Units past the cut are not clean: the queue is rebuilt from its cut on.
+        assert plan.queue_cuts == {("T", 0): QueueCut(20 * CQ_UNIT_SIZE, 0, cut, -1, False)}
+        assert files(tmp_path) == before  # planned, not applied yet
         redispatch_from = apply_recovery(plan, commitlog, {("T", 0): queue}, None, tmp_path)
         assert commitlog.max_offset == cut
         # The queue keeps the units of the records left, and dispatch restarts where they end.
@@ -204,3 +217,41 @@ async def test_an_abnormal_check_starts_at_the_newest_file_older_than_the_checkp
         assert check_start_index(Recovery.OTHER_BOOT, commitlog, checkpoint, config) == 0
     finally:
         commitlog.segments.close()
+
+
+async def test_applying_a_hand_made_plan_cuts_each_queue_exactly_where_it_says(
+    tmp_path: Path,
+) -> None:
+    offsets = await fill(tmp_path, 60)
+    end = offsets[-1]
+    before = files(tmp_path)
+    commitlog = open_commitlog(tmp_path)
+    queue = open_queue(tmp_path)
+    try:
+        # The CommitLog is kept whole; the queue is cut at unit 10 (in its second file), with a
+        # minimum and a last record end that the plan states, not that a check would find.
+        queue_cut = QueueCut(10 * CQ_UNIT_SIZE, 2 * CQ_UNIT_SIZE, offsets[10], -1, False)
+        plan = RecoveryPlan(Recovery.NORMAL, 0, 0, end, (), {("T", 0): queue_cut}, 12345)
+        assert apply_recovery(plan, commitlog, {("T", 0): queue}, None, tmp_path) == 12345
+        assert commitlog.max_offset == end
+        assert (queue.min_offset, queue.max_offset) == (2, 10)
+        assert queue.max_physical_offset == offsets[10]
+    finally:
+        commitlog.segments.close()
+        queue.close()
+    after = files(tmp_path)
+    units_per_file = CQ_FILE // CQ_UNIT_SIZE
+    cut_file = f"consumequeue/T/0/{CQ_FILE:020d}"
+    assert after[cut_file][: 2 * CQ_UNIT_SIZE] == before[cut_file][: 2 * CQ_UNIT_SIZE]
+    assert after[cut_file][2 * CQ_UNIT_SIZE :] == bytes(CQ_FILE - 2 * CQ_UNIT_SIZE)
+    queue_files = sorted(n for n in before if n.startswith("consumequeue/"))
+    assert len(queue_files) == -(-60 // units_per_file)
+    for name in queue_files:
+        if int(name.rsplit("/", 1)[1]) > CQ_FILE:
+            assert name not in after  # past the cut: removed
+        elif name != cut_file:
+            assert after[name] == before[name]
+    # Everything else (the CommitLog, the checkpoint) is as it was.
+    assert {n: b for n, b in after.items() if not n.startswith("consumequeue/")} == {
+        n: b for n, b in before.items() if not n.startswith("consumequeue/")
+    }
