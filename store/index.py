@@ -173,6 +173,17 @@ def index_file_name(epoch_ms: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexLoadPlan:
+    """What loading the index does to its files (`IndexService.plan_load`), oldest first."""
+
+    kept: tuple[Path, ...]  # opened
+    destroyed: tuple[Path, ...]  # newer than the checkpoint after a crash of the machine
+    empty: tuple[Path, ...]  # created but never sized (a crash): removed
+    undo_torn_puts: bool  # an abnormal load: entries past a file's indexCount are undone
+    rebuild_from: int  # `IndexService.rebuild_from` afterwards (-1 after a clean stop)
+
+
+@dataclass(frozen=True, slots=True)
 class IndexQueryResult:
     """RocketMQ's QueryOffsetResult.
 
@@ -518,7 +529,13 @@ class IndexService:
     def load(
         self, last_exit_ok: bool, index_checkpoint_timestamp: int, *, keep_newer: bool = False
     ) -> None:
-        """Open the existing files, oldest first.
+        """Open the existing files, oldest first: `apply_load` of `plan_load`."""
+        self.apply_load(self.plan_load(last_exit_ok, index_checkpoint_timestamp, keep_newer))
+
+    def plan_load(
+        self, last_exit_ok: bool, index_checkpoint_timestamp: int, keep_newer: bool = False
+    ) -> IndexLoadPlan:
+        """Which files `apply_load` keeps, destroys and removes; reads headers only.
 
         After a crash, files that end after the checkpoint's indexMsgTimestamp may miss entries
         that never reached the disk; they are destroyed (with every later file) and
@@ -532,41 +549,58 @@ class IndexService:
         record, whose entries may be half written (0 without files).
 
         After any crash, entries a put left past a file's indexCount are undone
-        (`undo_torn_puts`).
+        (`undo_torn_puts`, which leaves the header, hence `rebuild_from`, as it is).
         """
         if self._files:
             raise RuntimeError("IndexService.load called twice")
+        kept: list[Path] = []
+        destroyed: list[Path] = []
+        empty: list[Path] = []
+        last_end_phy = 0
+        if self.index_dir.is_dir():
+            for path in sorted(self.index_dir.iterdir()):
+                if not _is_index_name(path.name) or not path.is_file():
+                    log.warning("ignoring %s: not an index file name", path)
+                    continue
+                size = path.stat().st_size
+                if size == 0:
+                    empty.append(path)  # a crash between creating and sizing the file
+                    continue
+                _check_size(path, size, self.max_hash_slot_num, self.max_index_num)
+                with path.open("rb") as f:
+                    header = _HEADER.unpack(f.read(HEADER_SIZE))
+                end_timestamp, end_phy = header[1], header[3]
+                newer = bool(destroyed) or end_timestamp > index_checkpoint_timestamp
+                if not last_exit_ok and not keep_newer and newer:
+                    destroyed.append(path)
+                    continue
+                kept.append(path)
+                last_end_phy = end_phy
+        rebuild_from = -1 if last_exit_ok else (last_end_phy if kept else 0)
+        return IndexLoadPlan(
+            tuple(kept), tuple(destroyed), tuple(empty), not last_exit_ok, rebuild_from
+        )
+
+    def apply_load(self, plan: IndexLoadPlan) -> None:
+        """Remove and destroy the files `plan_load` named, open the others."""
+        if self._files:
+            raise RuntimeError("IndexService.load called twice")
         self.index_dir.mkdir(parents=True, exist_ok=True)
-        destroying = False
-        for path in sorted(self.index_dir.iterdir()):
-            f = self._open_existing(path)
-            if f is None:
-                continue
-            newer = destroying or f.end_timestamp > index_checkpoint_timestamp
-            if not last_exit_ok and not keep_newer and newer:
-                log.info("destroying index file %s: newer than the checkpoint", path)
-                f.destroy()
-                self._dir_dirty = True
-                destroying = True
-                continue
-            self._files.append(f)
-        if not last_exit_ok:
+        for path in plan.empty:
+            log.warning("removing empty index file %s", path)
+            path.unlink()
+        for path in plan.destroyed:
+            log.info("destroying index file %s: newer than the checkpoint", path)
+            path.unlink(missing_ok=True)
+            self._dir_dirty = True
+        for path in plan.kept:
+            self._files.append(_IndexFile.open(path, self.max_hash_slot_num, self.max_index_num))
+        if plan.undo_torn_puts:
             for f in self._files:
                 undone = f.undo_torn_puts()
                 if undone:
                     log.warning("index file %s: %d torn entries undone", f.path, undone)
-            self.rebuild_from = self._files[-1].end_phy_offset if self._files else 0
-
-    def _open_existing(self, path: Path) -> _IndexFile | None:
-        if not _is_index_name(path.name) or not path.is_file():
-            log.warning("ignoring %s: not an index file name", path)
-            return None
-        if path.stat().st_size == 0:
-            # A crash between creating and sizing the file; it never held an entry.
-            log.warning("removing empty index file %s", path)
-            path.unlink()
-            return None
-        return _IndexFile.open(path, self.max_hash_slot_num, self.max_index_num)
+            self.rebuild_from = plan.rebuild_from
 
     def close(self) -> None:
         """Unmap and close every file. Does not fsync: call `flush` first for durability."""

@@ -215,8 +215,9 @@ class MessageStore:
         self.last_exit_ok = self.recovery is Recovery.NORMAL
         self.commitlog.segments.load()
         self._load_consume_queues()
+        index_load = None
         if self.index is not None:
-            self.index.load(
+            index_load = self.index.plan_load(
                 self.last_exit_ok,
                 self.checkpoint.index_msg_timestamp,
                 keep_newer=self.recovery is Recovery.SAME_BOOT,
@@ -227,7 +228,7 @@ class MessageStore:
             self.checkpoint,
             self.config,
             self.consume_queues,
-            self.index.rebuild_from if self.index is not None else None,
+            index_load,
         )
         self.recovery_plan = plan
         self.redispatch_from = apply_recovery(

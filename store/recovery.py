@@ -6,7 +6,8 @@ past that end to keep aside (`<segment>.<position>.torn`), checks every ConsumeQ
 CommitLog as the cut will leave it (where each is cut: its valid prefix, see
 ConsumeQueue.check_recovery) and computes where dispatch must restart (`redispatch_start`, a pure
 function of what the checks found). `apply_recovery` copies the tails aside, zeroes them and cuts
-the CommitLog, cuts each ConsumeQueue where the plan says, and undoes index entries past the end.
+the CommitLog, cuts each ConsumeQueue where the plan says, destroys and opens the index files
+as planned (`IndexService.plan_load`, `apply_load`) and undoes index entries past the end.
 The model is ZODB FileStorage's read_index then _truncate: scan, stop at the first short or bad
 record, copy the torn bytes aside, truncate.
 
@@ -17,8 +18,8 @@ of the machine (`/proc/sys/kernel/random/boot_id`; nothing when it cannot be rea
 - abnormal, other boot (the abort file holds no boot id or another one: the machine restarted,
   and pages not yet on the disk may be lost): RocketMQ's recovery. The check starts at S, the
   newest file whose first record is older than the checkpoint's store times (minus 3 s; the
-  index's too with messageIndexSafe); index files newer than the checkpoint are destroyed (by
-  IndexService.load, before the plan); dispatch restarts at min(M, S, R) with R where the kept
+  index's too with messageIndexSafe); index files newer than the checkpoint are destroyed (the
+  plan names them, IndexService.plan_load); dispatch restarts at min(M, S, R) with R where the kept
   index files end.
 - abnormal, same boot (the abort file holds this boot's id: the process died, SIGKILL or a crash,
   but the machine kept running): every byte the process wrote, by pwrite or through a map, is in
@@ -60,7 +61,7 @@ from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import CommitLog, KeptTail
 from tidemq.store.config import StoreConfig
 from tidemq.store.consume_queue import ConsumeQueue, QueueCut, UnitChecker
-from tidemq.store.index import IndexService
+from tidemq.store.index import IndexLoadPlan, IndexService
 from tidemq.store.record import MAGIC_V1, RECORD_MIN_SIZE, read_queue_position, read_topic
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ class RecoveryPlan:
     commitlog_end: int  # where valid records end: the CommitLog is cut there
     kept_aside: tuple[KeptTail, ...]  # non-zero bytes past the end, copied aside before the cut
     queue_cuts: Mapping[tuple[str, int], QueueCut]  # per (topic, queue id): where it is cut
+    index_load: IndexLoadPlan | None  # index files kept, destroyed, removed (None: no index)
     redispatch_from: int  # where dispatch restarts, never below the CommitLog's minimum
 
 
@@ -145,15 +147,15 @@ def plan_recovery(
     checkpoint: StoreCheckpoint,
     config: StoreConfig,
     consume_queues: Mapping[tuple[str, int], ConsumeQueue],
-    index_rebuild_from: int | None,
+    index_load: IndexLoadPlan | None,
 ) -> RecoveryPlan:
     """Check the CommitLog from the safe file on and decide every cut; nothing is written.
 
-    `index_rebuild_from` is the loaded index's `rebuild_from` (None without an index).
+    `index_load` is `IndexService.plan_load` for this load (None without an index).
     """
     start_index = check_start_index(kind, commitlog, checkpoint, config)
     end = commitlog.scan_valid_end(start_index)
-    return plan_cut(kind, commitlog, start_index, end, consume_queues, index_rebuild_from)
+    return plan_cut(kind, commitlog, start_index, end, consume_queues, index_load)
 
 
 def plan_cut(
@@ -162,18 +164,19 @@ def plan_cut(
     check_from_segment: int,
     end: int,
     consume_queues: Mapping[tuple[str, int], ConsumeQueue],
-    index_rebuild_from: int | None,
+    index_load: IndexLoadPlan | None,
 ) -> RecoveryPlan:
     """The plan for a CommitLog cut at `end`: tails kept aside, queue cuts, re-dispatch."""
     segments = commitlog.segments.segments
     check_from = segments[check_from_segment].start_offset if segments else 0
     tails = tuple(commitlog.tails_past(end)) if segments else ()
     queue_cuts, queues = check_consume_queues(consume_queues, commitlog, end)
-    reput_from = redispatch_start(kind, queues, check_from, index_rebuild_from)
+    rebuild_from = index_load.rebuild_from if index_load is not None else None
+    reput_from = redispatch_start(kind, queues, check_from, rebuild_from)
     # The cut keeps the CommitLog's first file (end lies at or past its start): same minimum.
     redispatch_from = max(reput_from, commitlog.min_offset)
     return RecoveryPlan(
-        kind, check_from_segment, check_from, end, tails, queue_cuts, redispatch_from
+        kind, check_from_segment, check_from, end, tails, queue_cuts, index_load, redispatch_from
     )
 
 
@@ -212,8 +215,11 @@ def apply_recovery(
     index: IndexService | None,
     root: Path,
 ) -> int:
-    """Cut as planned: CommitLog, ConsumeQueues, index; returns where dispatch restarts."""
+    """Cut as planned: index files, CommitLog, ConsumeQueues, index entries past the end;
+    returns where dispatch restarts."""
     end = plan.commitlog_end
+    if index is not None and plan.index_load is not None:
+        index.apply_load(plan.index_load)
     if commitlog.segments.segments:
         commitlog.cut_recovered(end, plan.kept_aside)
     for key, cut in plan.queue_cuts.items():

@@ -478,7 +478,7 @@ def _time_phases(store: MessageStore, phases: dict[str, float], redispatched: li
 
     timed("CommitLog check (CRC) from the safe file", store.commitlog, "scan_valid_end")
     timed("ConsumeQueue check", recovery, "check_consume_queues")
-    timed("index load", store.index, "load")
+    timed("index load", store.index, "apply_load")
     timed("re-dispatch (ConsumeQueues, index)", store.reput, "dispatch_available")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tidemq.store.index import IndexService
+from tidemq.store.index import IndexLoadPlan, IndexService
 
 SLOTS = 16
 ENTRIES = 64
@@ -86,5 +86,38 @@ def test_torn_puts_are_undone_on_another_boot_too(tmp_path: Path) -> None:
     try:
         again.build_index("T", "a", None, 30, T0 + 2_000, 0)
         assert query(again, "a") == [30, 10]
+    finally:
+        again.close()
+
+
+def test_the_load_plan_names_the_files_and_changes_nothing_then_apply_does_it(
+    tmp_path: Path,
+) -> None:
+    s = new_service(tmp_path, slots=4, entries=3)
+    for i in range(6):
+        s.build_index("T", "k", None, i, T0 + i * 1_000, 0)
+    s.close()
+    folder = tmp_path / "index"
+    (folder / "99999999999999999").write_bytes(b"")  # created, never sized: a crash
+    names = sorted(p.name for p in folder.iterdir() if p.stat().st_size)
+    assert len(names) == 3
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    again = IndexService(folder, 4, 3)
+    # Another boot, a checkpoint between the first file's end and the second's: the second and
+    # every later file are destroyed, the dispatch rebuilds from where the first ends.
+    plan = again.plan_load(False, T0 + 1_500)
+    assert plan == IndexLoadPlan(
+        kept=(folder / names[0],),
+        destroyed=(folder / names[1], folder / names[2]),
+        empty=(folder / "99999999999999999",),
+        undo_torn_puts=True,
+        rebuild_from=1,
+    )
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    again.apply_load(plan)
+    try:
+        assert sorted(p.name for p in folder.iterdir()) == [names[0]]
+        assert (again.files, again.rebuild_from) == (1, 1)
+        assert query(again, "k") == [1, 0]
     finally:
         again.close()

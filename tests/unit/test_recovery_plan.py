@@ -125,6 +125,7 @@ async def test_the_plan_finds_the_cut_and_the_torn_tail_and_changes_nothing(
         ),
         # The queue is sound: kept whole, and dispatch restarts where its units end.
         queue_cuts={("T", 0): QueueCut(60 * CQ_UNIT_SIZE, 0, end, -1, True)},
+        index_load=None,
         redispatch_from=end,
     )
     assert end // FILE == 3
@@ -231,7 +232,7 @@ async def test_applying_a_hand_made_plan_cuts_each_queue_exactly_where_it_says(
         # The CommitLog is kept whole; the queue is cut at unit 10 (in its second file), with a
         # minimum and a last record end that the plan states, not that a check would find.
         queue_cut = QueueCut(10 * CQ_UNIT_SIZE, 2 * CQ_UNIT_SIZE, offsets[10], -1, False)
-        plan = RecoveryPlan(Recovery.NORMAL, 0, 0, end, (), {("T", 0): queue_cut}, 12345)
+        plan = RecoveryPlan(Recovery.NORMAL, 0, 0, end, (), {("T", 0): queue_cut}, None, 12345)
         assert apply_recovery(plan, commitlog, {("T", 0): queue}, None, tmp_path) == 12345
         assert commitlog.max_offset == end
         assert (queue.min_offset, queue.max_offset) == (2, 10)
