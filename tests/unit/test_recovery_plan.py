@@ -16,6 +16,7 @@ from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import CommitLog, KeptTail
 from tidemq.store.config import CQ_UNIT_SIZE
 from tidemq.store.consume_queue import ConsumeQueue, QueueCut
+from tidemq.store.index import IndexLoadPlan, IndexService
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import MessageToStore, decode_record
 from tidemq.store.recovery import (
@@ -256,3 +257,46 @@ async def test_applying_a_hand_made_plan_cuts_each_queue_exactly_where_it_says(
     assert {n: b for n, b in after.items() if not n.startswith("consumequeue/")} == {
         n: b for n, b in before.items() if not n.startswith("consumequeue/")
     }
+
+
+async def test_after_a_machine_restart_the_plan_names_the_index_files_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    offsets = await fill(tmp_path, 60)
+    # Index files with entries newer than the checkpoint (store times in 2100): another boot
+    # destroys them all, and dispatch rebuilds from the start.
+    index = IndexService(tmp_path / "index", 4, 3)
+    index.load(True, 0)
+    for i, phy in enumerate(offsets[:6]):
+        index.build_index("T", f"k{i}", None, phy, T0 + 1000 * i, 0)
+    index.flush()
+    index.close()
+    index_files = tuple(sorted((tmp_path / "index").iterdir()))
+    assert len(index_files) == 3
+    tear(tmp_path, offsets[-1])
+    before = files(tmp_path)
+    commitlog = open_commitlog(tmp_path)
+    queue = open_queue(tmp_path)
+    index = IndexService(tmp_path / "index", 4, 3)
+    try:
+        checkpoint = StoreCheckpoint(tmp_path / "checkpoint")
+        index_load = index.plan_load(False, checkpoint.index_msg_timestamp)
+        plan = plan_recovery(
+            Recovery.OTHER_BOOT,
+            commitlog,
+            checkpoint,
+            make_config(tmp_path),
+            {("T", 0): queue},
+            index_load,
+        )
+        assert plan.index_load == IndexLoadPlan((), index_files, (), True, 0)
+        assert plan.redispatch_from == 0
+        assert plan.queue_cuts[("T", 0)].cut_at == 60 * CQ_UNIT_SIZE
+        assert files(tmp_path) == before  # nothing destroyed, cut or kept aside yet
+        assert apply_recovery(plan, commitlog, {("T", 0): queue}, index, tmp_path) == 0
+        assert index.files == 0
+        assert not any((tmp_path / "index").iterdir())
+    finally:
+        commitlog.segments.close()
+        queue.close()
+        index.close()
