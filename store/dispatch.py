@@ -35,7 +35,7 @@ from tidemq.store.commitlog import CommitLog
 from tidemq.store.consume_queue import ConsumeQueue, pack_unit
 from tidemq.store.delay import SCHEDULE_TOPIC
 from tidemq.store.fast_scan import SLOW_FLAGS, KeyGatherer, find_value, scan_fast
-from tidemq.store.lifecycle import cancel_and_wait
+from tidemq.store.lifecycle import BackgroundTask, Service
 from tidemq.store.record import (
     BLANK_MAGIC,
     MAGIC_V1,
@@ -139,7 +139,9 @@ def tags_code_of(info: DispatchInfo, delay_levels: list[int]) -> int:
     return tags_code_for(find_property(info.properties, _TAGS))
 
 
-class ReputService:
+class ReputService(Service):
+    """Dispatch, as a task from start until stop (the store waits for it to be idle first)."""
+
     # False sends every record through the general path; tests compare the two paths' output.
     fast_path = True
 
@@ -151,6 +153,7 @@ class ReputService:
         index: IndexSink,
         delay_levels: list[int],
     ) -> None:
+        super().__init__()
         self.commitlog = commitlog
         self.checkpoint = checkpoint
         self.queues = queues
@@ -165,7 +168,7 @@ class ReputService:
         self._topic_names: dict[bytes, str] = {}
         self._keys = KeyGatherer()
         self._appended: deque[AppendedBatch] = deque(maxlen=APPENDED_BATCHES_MAX)
-        self._task: asyncio.Task[None] | None = None
+        self.add_child(BackgroundTask(self._run, "reput"))
 
     def index_in_process(self) -> IndexService | None:
         """The index to build here: none when it is off or the index worker builds it."""
@@ -209,13 +212,6 @@ class ReputService:
 
     def wakeup(self) -> None:
         self._wakeup.set()
-
-    async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="reput")
-
-    async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -14,7 +14,8 @@ Life cycle: `load()` takes the lock, opens every file and recovers (store/recove
 the abort file is absent, abnormal otherwise), then dispatches whatever the ConsumeQueues and the
 index miss so that every queue's offsets match the CommitLog; `start()` starts the services and
 creates the abort file; `stop()` stops them, flushes everything and removes the abort file when
-dispatch has caught up.
+dispatch has caught up. The store is a `Service` (store/lifecycle.py), its services its children:
+`_add_services` gives both orders.
 
 The parts, one purpose each: dispatch (store/dispatch.py), the index and its worker
 (store/index_keeper.py), flushing (store/flushing.py), retention (store/retention.py), a slave's
@@ -41,6 +42,7 @@ from tidemq.store.get_message import GetMessageResult, TransferLimits, get_messa
 from tidemq.store.index import IndexService
 from tidemq.store.index_keeper import IndexKeeper
 from tidemq.store.index_worker import IndexWorker
+from tidemq.store.lifecycle import Service, Step
 from tidemq.store.record import (
     MessageBatch,
     MessageToStore,
@@ -111,8 +113,9 @@ def physical_memory_bytes() -> int:
         return 8 * 1024**3
 
 
-class MessageStore:
+class MessageStore(Service):
     def __init__(self, config: StoreConfig, *, disk_usage: DiskUsage = disk_used_ratio) -> None:
+        super().__init__()
         self.config = config
         self.root = config.root
         self.delay_levels = parse_delay_levels(config.message_delay_level)
@@ -167,13 +170,20 @@ class MessageStore:
         self._commit = (
             CommitService(config, self.commitlog, self.on_committed) if self.pool else None
         )
+        self._commitlog_flush = (
+            GroupCommitService(config, self.commitlog, self.flusher)
+            if config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+            else FlushCommitLogService(config, self.flusher)
+        )
+        # Looked up on every put; set by start, so that puts to a store that is only loaded
+        # (benchmarks, tests) neither wait for nor wake a flush that does not run.
         self._flush: FlushCommitLogService | None = None
         self._group_commit: GroupCommitService | None = None
         self._flush_cq = FlushConsumeQueueService(config, self.flusher)
         self.cleaner = CleanService(
             config, self.disk, self.retention.delete_expired_commitlog, disk_usage
         )
-        self._running = False
+        self._add_services()
 
     @property
     def transient_pool_enabled(self) -> bool:
@@ -258,43 +268,57 @@ class MessageStore:
         self.consume_queues[(topic, queue_id)] = queue
         return queue
 
-    async def start(self) -> None:
-        config = self.config
-        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self._group_commit = GroupCommitService(config, self.commitlog, self.flusher)
-            await self._group_commit.start()
-        else:
-            self._flush = FlushCommitLogService(config, self.flusher)
-            await self._flush.start()
+    def _add_services(self) -> None:
+        """The services as children, in the start order; they stop in the stop order.
+
+        Start: the CommitLog's flush (group commit or async flush), the commit service, the
+        ConsumeQueues' flush, the index worker, dispatch, retention, then the abort file.
+        Stop: retention; the commit service, whose last commit makes everything readable; dispatch,
+        once idle; the index worker; the CommitLog's last flush, then the ConsumeQueues'. Two
+        parts stop out of the reverse of their start, each through a stop-only Step: the
+        ConsumeQueues' flush (the Step comes first, so it stops last) and the commit service (a
+        Step after dispatch stops it first; its own stop later finds it stopped). Both Steps
+        come no later than their service's start, so a failed start still stops all it started.
+        """
+        flush_cq = self._flush_cq
+        self.add_child(Step(stop=flush_cq.stop))
+        self.add_child(Step(start=self._publish_commitlog_flush))
+        self.add_child(self._commitlog_flush)
         if self._commit is not None:
-            await self._commit.start()
-        await self._flush_cq.start()
-        await self.start_index_worker()
-        await self.reput.start()
-        await self.cleaner.start()
+            self.add_child(self._commit)
+        self.add_child(Step(start=flush_cq.start))
+        self.add_child(Step(start=self.start_index_worker, stop=self.stop_index_worker))
+        self.add_child(self.reput)
+        self.add_child(Step(stop=self.reput.wait_idle))
+        if self._commit is not None:
+            self.add_child(Step(stop=self._commit.stop))
+        self.add_child(self.cleaner)
+
+    def _publish_commitlog_flush(self) -> None:
+        flush = self._commitlog_flush
+        if isinstance(flush, GroupCommitService):
+            self._group_commit = flush
+        else:
+            self._flush = flush
+
+    async def on_start(self) -> None:
         # The boot id tells the next load whether the machine kept running (store/recovery.py).
         write_abort_file(self.root)
-        self._running = True
         self.reput.wakeup()
 
     async def stop(self) -> None:
-        if not self._running:
-            await self.stop_index_worker()
+        """Stop the services (when started), then let go of what load() took: files, lock.
+
+        Only when a started store's services have all stopped cleanly does it flush the
+        checkpoint and remove the abort file (once dispatch has caught up). A failed stop or
+        start leaves any abort file in place: the next load then recovers as after a crash.
+        """
+        if not self.running:
+            await self.stop_index_worker()  # a loaded store can run one unstarted (benchmarks)
             self.close_files()
             self._lock.release()
             return
-        self._running = False
-        await self.cleaner.stop()
-        if self._commit is not None:
-            await self._commit.stop()
-        await self.reput.wait_idle()
-        await self.reput.stop()
-        await self.stop_index_worker()
-        if self._group_commit is not None:
-            await self._group_commit.stop()
-        if self._flush is not None:
-            await self._flush.stop()
-        await self._flush_cq.stop()
+        await super().stop()
         await asyncio.to_thread(self.checkpoint.flush)
         if self.reput.behind_bytes == 0:
             (self.root / "abort").unlink(missing_ok=True)

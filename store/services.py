@@ -1,8 +1,9 @@
 """The store's background services: commit, flush (async and group commit) and retention.
 
-Each service is an asyncio task with `start()`/`stop()`. Anything that can block (fdatasync,
-file deletion) runs in a worker thread through `asyncio.to_thread`, so the event loop keeps
-appending and serving while the disk works.
+Each service is a `Service` (store/lifecycle.py) whose loop runs as a `BackgroundTask`; its work
+at stop (a last commit or flush, releasing waiters) is a `Step` that runs once the loop has ended.
+Anything that can block (fdatasync, file deletion) runs in a worker thread through
+`asyncio.to_thread`, so the event loop keeps appending and serving while the disk works.
 
 - CommitService (transientStorePoolEnable): writes buffered appends into the segment files every
   commitIntervalCommitLog ms once commitCommitLogLeastPages pages are pending (all of them once
@@ -30,7 +31,7 @@ from typing import Protocol
 
 from tidemq.store.commitlog import CommitLog
 from tidemq.store.config import StoreConfig
-from tidemq.store.lifecycle import cancel_and_wait
+from tidemq.store.lifecycle import BackgroundTask, Service, Step
 
 log = logging.getLogger(__name__)
 
@@ -41,26 +42,26 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class PeriodicService:
-    """A task that runs `tick()` every `interval_ms`, or sooner when woken."""
+class PeriodicService(Service):
+    """A task that runs `tick()` every `interval_ms`, or sooner when woken; `final()` at stop."""
 
     name = "service"
 
     def __init__(self, interval_ms: int) -> None:
+        super().__init__()
         self.interval_ms = interval_ms
-        self._task: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
-        self._stopping = False
-
-    async def start(self) -> None:
-        self._stopping = False
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+        # Stop ends the loop, then does the last work: the Step is added first, so it runs last.
+        self.add_child(Step(stop=self.final))
+        self.add_child(BackgroundTask(self._run, self.name))
 
     def wakeup(self) -> None:
         self._wakeup.set()
 
     async def _run(self) -> None:
-        while not self._stopping:
+        # `running` turns False as stop begins, before the task is cancelled: the loop ends even
+        # when a cancellation is lost (3.11's wait_for can drop one that races its timeout).
+        while self.running:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), self.interval_ms / 1000)
             self._wakeup.clear()
@@ -73,12 +74,6 @@ class PeriodicService:
 
     async def tick(self) -> None:
         raise NotImplementedError
-
-    async def stop(self) -> None:
-        self._stopping = True
-        await cancel_and_wait(self._task)
-        self._task = None
-        await self.final()
 
     async def final(self) -> None:
         """Work done once at stop (a last flush)."""
@@ -145,19 +140,21 @@ class FlushCommitLogService(PeriodicService):
         await self.flusher.flush_commitlog(0)
 
 
-class GroupCommitService:
-    """SYNC_FLUSH: waiters share fsyncs; each waits at most syncFlushTimeout."""
+class GroupCommitService(Service):
+    """SYNC_FLUSH: waiters share fsyncs; each waits at most syncFlushTimeout.
+
+    At stop, once the loop has ended: a last flush, then every waiter left is answered flushed.
+    """
 
     def __init__(self, config: StoreConfig, commitlog: CommitLog, flusher: Flusher) -> None:
+        super().__init__()
         self.config = config
         self.commitlog = commitlog
         self.flusher = flusher
         self._waiting: list[tuple[int, asyncio.Future[bool]]] = []
         self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
+        self.add_child(Step(stop=self._flush_and_release))
+        self.add_child(BackgroundTask(self._run, "group-commit"))
 
     async def wait_flushed(self, offset: int) -> bool:
         """True once an fsync covers `offset`; False after syncFlushTimeout."""
@@ -192,9 +189,7 @@ class GroupCommitService:
                     self._waiting.append((offset, future))
                     self._wakeup.set()
 
-    async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
+    async def _flush_and_release(self) -> None:
         await self.flusher.flush_commitlog(0)
         for _offset, future in self._waiting:
             if not future.done():
