@@ -1,9 +1,10 @@
 """Real daemons for integration tests: free ports, start, wait for the port, stop, kill.
 
 `Daemon(args, port=..., log_path=...)` runs a command with stdout and stderr going to a log file,
-and `start()` returns once its TCP port on 127.0.0.1 accepts connections; if the process exits
-first, or the port does not open within `start_timeout`, it is killed and `DaemonError` carries
-the end of its log. `stop()` sends SIGTERM and waits, then SIGKILLs after `timeout`; `kill()`
+and `start()` returns once its TCP port on 127.0.0.1 accepts connections (and, given a
+`ready_text`, once that appeared in its log: a broker is started when it logged its boot, its
+first registration done); if the process exits first, or it is not ready within
+`start_timeout`, it is killed and `DaemonError` carries the end of its log. `stop()` sends SIGTERM and waits, then SIGKILLs after `timeout`; `kill()`
 SIGKILLs. Both return the exit status (negative: the signal). A `Daemon` is a context manager,
 and every daemon still running when the interpreter exits is killed, so a test run never leaves
 processes behind.
@@ -44,6 +45,8 @@ LOOPBACK: Final = "127.0.0.1"
 # RocketMQ's defaults: a developer may have a real name server or broker running on them.
 RESERVED_PORTS: Final = frozenset({9876, 10911, 10912})
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+# What brokerd logs once it has started every part, its first registration included.
+BROKER_BOOTED: Final = ") boot success at "
 
 _running: set[Daemon] = set()
 
@@ -107,7 +110,9 @@ class Daemon:
         name: str | None = None,
         env: Mapping[str, str] | None = None,
         start_timeout: float = 15.0,
+        ready_text: str | None = None,
     ) -> None:
+        """`ready_text`: started means this also appeared in the log, after the port opened."""
         self.args = list(args)
         self.port = port
         self.host = host
@@ -115,8 +120,10 @@ class Daemon:
         self.name = name or Path(self.args[0]).name
         self.env = dict(os.environ if env is None else env)
         self.start_timeout = start_timeout
+        self.ready_text = ready_text
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._log_start = 0  # the log is appended to: what this start wrote begins here
 
     @property
     def address(self) -> str:
@@ -139,6 +146,7 @@ class Daemon:
             raise DaemonError(f"{self.name} was already started")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
+        self._log_start = self._log.tell()
         self.process = subprocess.Popen(
             self.args,
             stdin=subprocess.DEVNULL,
@@ -164,13 +172,20 @@ class Daemon:
                     f"{self.name} exited with status {code} before listening on "
                     f"{self.address}; log {self.log_path}:\n{self.log_tail()}"
                 )
-            if port_open(self.host, self.port):
+            if port_open(self.host, self.port) and self._ready():
                 return
             time.sleep(0.05)
         raise DaemonError(
             f"{self.name} did not listen on {self.address} within {self.start_timeout} s; "
             f"log {self.log_path}:\n{self.log_tail()}"
         )
+
+    def _ready(self) -> bool:
+        if self.ready_text is None:
+            return True
+        with self.log_path.open("rb") as log:
+            log.seek(self._log_start)
+            return self.ready_text.encode() in log.read()
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit status."""
@@ -287,8 +302,16 @@ class ProcessGroup:
         self.log_dir = log_dir
         self.daemons: list[Daemon] = []
 
-    def start(self, args: Sequence[str], *, port: int, name: str) -> Daemon:
-        daemon = Daemon(args, port=port, log_path=self.log_dir / f"{name}.log", name=name)
+    def start(
+        self, args: Sequence[str], *, port: int, name: str, ready_text: str | None = None
+    ) -> Daemon:
+        daemon = Daemon(
+            args,
+            port=port,
+            log_path=self.log_dir / f"{name}.log",
+            name=name,
+            ready_text=ready_text,
+        )
         self.daemons.append(daemon)
         return daemon.start()
 
@@ -305,11 +328,18 @@ class ProcessGroup:
         port: int | None = None,
         name: str | None = None,
     ) -> Daemon:
-        """A broker registered with `namesrv`; later `key=value` overrides win."""
+        """A broker registered with `namesrv`; later `key=value` overrides win.
+
+        Started means booted: the port opens before the broker first registers with its name
+        servers, and a client asking for a route in between would find none.
+        """
         port = port or free_port()
         name = name or f"brokerd-{len(self.daemons)}"
         return self.start(
-            brokerd_command(port, namesrv, store_dir, *overrides), port=port, name=name
+            brokerd_command(port, namesrv, store_dir, *overrides),
+            port=port,
+            name=name,
+            ready_text=BROKER_BOOTED,
         )
 
     def stop_all(self) -> None:
