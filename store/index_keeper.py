@@ -1,9 +1,9 @@
 """Who writes the message index: this process, or the index worker child (store/index_worker.py).
 
 While the store is loaded but not started, this process owns the index and holds `index.lock`
-(recovery and re-dispatch write it here). `start_worker` hands it to a child that indexes what
-dispatch has finished; `stop_worker` takes it back. Queries then read files another process
-writes, so they `refresh()` the index first.
+(recovery and re-dispatch write it here). `start_worker` hands it, with the lock, to a child
+that indexes what dispatch has finished; `stop_worker` takes it back. Queries then read files
+another process writes, so they `refresh()` the index first.
 """
 
 from __future__ import annotations
@@ -71,9 +71,11 @@ class IndexKeeper:
             return
         # What recovery indexed here must be on disk before the worker's flushes vouch for it.
         await asyncio.to_thread(index.flush)
-        self.release_lock()
-        self.worker = IndexWorker(self._worker_spec(index, commitlog_dir, start))
-        self.worker.start()
+        worker = IndexWorker(self._worker_spec(index, commitlog_dir, start))
+        # The lock passes to the child, never free in between (store/index_worker.py).
+        worker.start(self._lock)
+        self._lock = None
+        self.worker = worker
 
     def _worker_spec(self, index: IndexService, commitlog_dir: Path, start: int) -> WorkerSpec:
         config = self.config

@@ -21,14 +21,18 @@ The parent keeps one "upto" in flight, sends the newest offset once ADVANCE_BYTE
 or ADVANCE_DELAY has passed (a query sends at once), and reads the answers from the event loop
 (a non-blocking pipe): no thread, and a few system calls per megabyte dispatched.
 
-One writer at a time: the child holds an exclusive flock on `index.lock` (beside the index
-folder) while it runs, and `MessageStore.load` takes the same lock, waiting up to LOCK_WAIT
-seconds for a child that is still finishing (its parent was killed: the child sees the end of
-its input and exits). On start
-the child forgets entries at or past its start offset (`IndexService.truncate_after`) and indexes
-from there, so a child that died half way through a batch is replaced without duplicates. While
-the child runs, the parent only reads the index files (`IndexService.refresh` before a query) and
-deletes expired ones; the child keeps only its newest file open.
+One writer at a time: an exclusive flock on `index.lock` (beside the index folder) is held by
+whoever writes the index, and `MessageStore.load` takes it, waiting up to LOCK_WAIT seconds for
+a child that is still finishing (its parent was killed: the child sees the end of its input and
+exits). The parent hands its locked descriptor to the child (`WorkerSpec.lock_fd`, inherited
+through the fork) instead of releasing the lock for the child to take: the lock is never free
+while a child is pending. A free moment there let a child that started slowly, and whose parent
+was killed meanwhile, take the lock after the next store had loaded and rebuilt the index, then
+truncate that index at its own stale start and rebuild only what its dead parent had asked for.
+On start the child forgets entries at or past its start offset (`IndexService.truncate_after`)
+and indexes from there, so a child that died half way through a batch is replaced without
+duplicates. While the child runs, the parent only reads the index files (`IndexService.refresh`
+before a query) and deletes expired ones; the child keeps only its newest file open.
 """
 
 from __future__ import annotations
@@ -81,6 +85,9 @@ class WorkerSpec:
     max_hash_slot_num: int
     max_index_num: int
     start: int
+    # The index writer lock, already held: a descriptor inherited from the parent (-1: none,
+    # the child takes the lock itself).
+    lock_fd: int = -1
     # Indexing is background work: below the broker's priority, it never delays the event loop
     # that serves clients when both want the same core. It catches up when the broker idles.
     nice: int = 0
@@ -257,7 +264,7 @@ def main(argv: list[str]) -> int:
     spec = WorkerSpec(**json.loads(argv[0]))
     if spec.nice > 0:
         os.nice(spec.nice)
-    lock = take_lock(Path(spec.index_dir), LOCK_WAIT)
+    lock = spec.lock_fd if spec.lock_fd >= 0 else take_lock(Path(spec.index_dir), LOCK_WAIT)
     try:
         serve(spec, sys.stdin.buffer, sys.stdout.buffer)
     except BrokenPipeError:
@@ -296,20 +303,46 @@ class IndexWorker:
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
-    def start(self) -> None:
+    def start(self, lock: int | None = None) -> None:
+        """Start the child and hand it the index writer lock (module docstring).
+
+        `lock` is the caller's descriptor of the held lock (the store's, at the first start):
+        once the child has it, it is closed here. Without one (a restart: the previous child
+        has exited, which freed the lock) the lock is taken here first.
+        """
         self._loop = asyncio.get_running_loop()
         self._stopping = False
-        spec = json.dumps(dataclasses.asdict(dataclasses.replace(self.spec, start=self.indexed)))
+        owned = lock is None
+        if lock is None:
+            try:
+                lock = take_lock(Path(self.spec.index_dir), 0)
+            except StoreLockedError as exc:
+                log.error("index worker not started: %s; retrying in %.0f s", exc, RESTART_DELAY)
+                self._restart = self._loop.call_later(RESTART_DELAY, self._restart_now)
+                return
+        spec = dataclasses.replace(self.spec, start=self.indexed, lock_fd=lock)
         # The child imports this very copy of the package, installed or not.
         source_root = str(Path(__file__).resolve().parent.parent)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [source_root, env.get("PYTHONPATH")]))
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tidemq.store.index_worker", spec],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-        )
+        try:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tidemq.store.index_worker",
+                    json.dumps(dataclasses.asdict(spec)),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                pass_fds=(lock,),
+            )
+        except BaseException:
+            if owned:
+                release_lock(lock)
+            raise
+        release_lock(lock)  # the child's copy of the descriptor holds the lock now
         self._process = process
         self._sent = self.indexed
         assert process.stdout is not None

@@ -130,6 +130,62 @@ async def test_load_waits_for_the_index_writer_lock(
     store.close_files()
 
 
+def index_lock_is_held(root: Path) -> bool:
+    try:
+        fd = take_lock(root / "index", 0)
+    except StoreLockedError:
+        return True
+    os.close(fd)
+    return False
+
+
+async def test_the_index_lock_passes_to_the_worker_without_a_free_moment(tmp_path: Path) -> None:
+    """From the store to its worker, and from a worker to its replacement, the index lock is
+    never free: each child holds it before it has run a line of its own (it is stopped at once).
+
+    With a free moment there, a worker that was slow to start (a loaded machine) and whose store
+    was killed meanwhile took the lock only after the next store had loaded and indexed; it then
+    truncated the index at its own stale start and re-indexed only what its dead store had asked
+    for, so queries by key no longer found messages indexed in between (one run in about thirty
+    of tests/fault/test_store_crash.py -k killed).
+    """
+    root = tmp_path / "store"
+    store = MessageStore(make_config(root))
+    store.load()
+    await store.start()
+    await put(store, 0, 30)
+    await store.stop()
+    store = MessageStore(make_config(root))
+    store.load()
+    assert index_lock_is_held(root)  # the loaded store's own
+    stopped: list[int] = []
+    try:
+        await store.start_index_worker()  # on a loaded store, as the benchmarks do
+        worker = store.index_worker
+        assert worker is not None and worker.pid is not None
+        os.kill(worker.pid, signal.SIGSTOP)
+        stopped.append(worker.pid)
+        assert index_lock_is_held(root), "free between the store and its worker"
+        os.kill(stopped.pop(), signal.SIGCONT)
+        worker.kill()
+        assert not index_lock_is_held(root)  # the worker's exit freed it
+        worker.restart_at(0)
+        assert worker.pid is not None
+        os.kill(worker.pid, signal.SIGSTOP)
+        stopped.append(worker.pid)
+        assert index_lock_is_held(root), "free between a worker and its replacement"
+        os.kill(stopped.pop(), signal.SIGCONT)
+        # It works with the lock it was handed: it indexes everything again from 0.
+        assert await worker.wait_indexed(store.max_phy_offset, timeout=10)
+        found = store.query_message("Orders", "order-29", 10, 0, 2**62)
+        assert [m.properties["UNIQ_KEY"] for m in found.messages] == ["U00000029"]
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        await store.stop()
+    assert not index_lock_is_held(root)  # taken back from the worker, released with the files
+
+
 async def test_restart_keeps_the_index(tmp_path: Path) -> None:
     root = tmp_path / "store"
     store = MessageStore(make_config(root))
