@@ -4,10 +4,10 @@
 and `start()` returns once its TCP port on 127.0.0.1 accepts connections (and, given a
 `ready_text`, once that appeared in its log: a broker is started when it logged its boot, its
 first registration done); if the process exits first, or it is not ready within
-`start_timeout`, it is killed and `DaemonError` carries the end of its log. `stop()` sends SIGTERM and waits, then SIGKILLs after `timeout`; `kill()`
-SIGKILLs. Both return the exit status (negative: the signal). A `Daemon` is a context manager,
-and every daemon still running when the interpreter exits is killed, so a test run never leaves
-processes behind.
+`start_timeout`, it is killed and `DaemonError` carries the end of its log. `stop()` sends
+SIGTERM and waits, then SIGKILLs after `timeout`; `kill()` SIGKILLs. Both return the exit status
+(negative: the signal). A `Daemon` is a context manager, and every daemon still running when the
+interpreter exits is killed, so a test run never leaves processes behind.
 
 `ProcessGroup` owns the daemons one test starts (`namesrvd(...)` builds and starts a name server
 on a free port with bindAddress=127.0.0.1) and stops them all in `stop_all()`, which the
