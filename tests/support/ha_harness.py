@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -39,6 +40,8 @@ BATCH = 5000
 SIZE = 900  # a message's body: about 65 messages fill a file
 TOPIC = "HaTopic"
 HOST = "127.0.0.1"
+# A part that takes longer to stop is stuck: fail naming it, with every task's stack.
+STOP_TIMEOUT = 20.0
 
 
 STORES = StoreFactory(
@@ -310,8 +313,11 @@ class Harness:
 
     async def close(self) -> None:
         while self._cleanups:
-            _owner, stop = self._cleanups.pop()
-            await stop()
+            owner, stop = self._cleanups.pop()
+            try:
+                await asyncio.wait_for(stop(), STOP_TIMEOUT)
+            except TimeoutError:
+                raise AssertionError(f"{owner!r} did not stop:\n{_task_stacks()}") from None
 
 
 @contextlib.asynccontextmanager
@@ -327,6 +333,13 @@ async def harness(tmp_path: Path, network: MemoryNetwork | None) -> AsyncIterato
     finally:
         logging.getLogger("asyncio").removeHandler(escaped)
     assert [r.getMessage() for r in escaped.records] == []
+
+
+def _task_stacks() -> str:
+    out = io.StringIO()
+    for task in asyncio.all_tasks():
+        task.print_stack(file=out)
+    return out.getvalue()
 
 
 class ErrorRecords(logging.Handler):
