@@ -35,6 +35,7 @@ class Startable(Protocol):
 
 
 ChildT = TypeVar("ChildT", bound=Startable)
+CANCEL_AGAIN_AFTER = 1.0  # seconds: longer than any task's own clean-up once cancelled
 # Sync or async; a result is awaited when awaitable, else ignored (e.g. persist_quietly's bool).
 Action = Callable[[], object]
 
@@ -49,9 +50,13 @@ async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
     live = [task for task in tasks if task is not None]
     if not live:
         return
-    for task in live:
-        task.cancel()
-    await asyncio.wait(live)
+    pending = set(live)
+    while pending:
+        for task in pending:
+            task.cancel()
+        # Python 3.11's wait_for can swallow a cancellation that meets its inner future's
+        # result (gh-86296), and a loop around it then runs on: cancel again until it ends.
+        _done, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_AFTER)
     failures = [t.exception() for t in live if not t.cancelled()]
     for failure in failures:
         if failure is not None:

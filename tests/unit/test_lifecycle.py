@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from tidemq.store import lifecycle
 from tidemq.store.lifecycle import BackgroundTask, Service, Step, cancel_and_wait
 
 
@@ -202,3 +203,27 @@ async def test_cancel_and_wait_does_not_swallow_the_callers_cancellation() -> No
     release.set()
     with pytest.raises(asyncio.CancelledError):
         await inner
+
+
+async def test_cancel_and_wait_ends_a_task_that_swallowed_a_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As 3.11's wait_for does when a cancellation meets its inner future's result: the loop
+    # around it runs on as if nothing had happened.
+    monkeypatch.setattr(lifecycle, "CANCEL_AGAIN_AFTER", 0.05)
+    swallowed = 0
+
+    async def loop_that_swallows_once() -> None:
+        nonlocal swallowed
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed += 1
+
+    task = asyncio.create_task(loop_that_swallows_once())
+    await asyncio.sleep(0)
+    await asyncio.wait_for(cancel_and_wait(task), 5)
+    assert task.cancelled() and swallowed == 1
