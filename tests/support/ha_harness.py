@@ -312,12 +312,15 @@ class Harness:
         raise AssertionError(f"{thing!r} is not managed here")
 
     async def close(self) -> None:
+        stuck = []
         while self._cleanups:
             owner, stop = self._cleanups.pop()
             try:
                 await asyncio.wait_for(stop(), STOP_TIMEOUT)
             except TimeoutError:
-                raise AssertionError(f"{owner!r} did not stop:\n{_task_stacks()}") from None
+                stuck.append(f"{owner!r} did not stop:\n{_task_stacks()}")
+        # Everything else was stopped first: nothing is left running into the next test.
+        assert not stuck, "\n".join(stuck)
 
 
 @contextlib.asynccontextmanager
