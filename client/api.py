@@ -59,12 +59,13 @@ from tidemq.store.record import StoredMessage, decode_record
 DEFAULT_TIMEOUT = 3.0
 
 
-_SEND_STATUS = {
+_SEND_STATUS: dict[int, SendStatus] = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
     ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
     ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
 }
+_SEND_OK = tuple(_SEND_STATUS)
 
 
 class PullStatus(enum.Enum):
@@ -80,6 +81,7 @@ _PULL_STATUS = {
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
+_PULL_OK = tuple(_PULL_STATUS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,10 +189,10 @@ class BrokerAPI:
         # Like Java's client, both codes carry the one-letter V2 header keys.
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         request = self.request(code, encode(header, SEND_V2_KEYS), body)
-        response = await self.call(address, request, ok=tuple(_SEND_STATUS), timeout=timeout)
+        response = await self.call(address, request, ok=_SEND_OK, timeout=timeout)
         ext = response.ext_fields
         return SendResult(
-            _SEND_STATUS[ResponseCode(response.code)],
+            _SEND_STATUS[response.code],
             ext.get("msgId", ""),
             int(ext.get("queueId", header.queue_id)),
             int(ext.get("queueOffset", -1)),
@@ -209,7 +211,7 @@ class BrokerAPI:
         self, address: str, header: PullMessageRequestHeader, timeout: float | None = None
     ) -> PullResult:
         request = self.request(RequestCode.PULL_MESSAGE, encode(header))
-        response = await self.call(address, request, ok=tuple(_PULL_STATUS), timeout=timeout)
+        response = await self.call(address, request, ok=_PULL_OK, timeout=timeout)
         ext = response.ext_fields
         status = _PULL_STATUS[ResponseCode(response.code)]
         messages = decode_records(response.body) if status is PullStatus.FOUND else []

@@ -34,14 +34,14 @@ from tidemq.store.record import (
     TRANSACTION_ROLLBACK_TYPE,
     AppendStamp,
     EncodedBatch,
-    EncodedRecord,
     MessageBatch,
     MessageToStore,
     RecordTooLargeError,
+    check_record,
     encode_batch,
     encode_blank,
-    encode_record,
     message_id,
+    pack_record,
     read_store_timestamp,
     read_total_size_and_magic,
     scan_record,
@@ -125,13 +125,38 @@ class CommitLog:
     # --- appends ----------------------------------------------------------------------------
 
     def put(self, msg: MessageToStore) -> AppendResult:
+        """Append one message. Its place is known before it is packed (the loop appends one
+        message at a time), so the record is packed once with its append-time fields."""
         try:
-            encoded = encode_record(msg, self.config.max_message_size)
+            shape = check_record(msg, self.config.max_message_size)
         except RecordTooLargeError as exc:
             return _refused(exc)
-        result = self._append_record(encoded, msg.store_host)
-        msg.queue_offset = result.queue_offset
-        return result
+        total = shape.total
+        started = self._start_append(total)
+        if isinstance(started, AppendResult):
+            return started
+        segment, store_ts = started
+        phy = segment.start_offset + segment.wrote
+        if _takes_queue_offset(shape.sys_flag):
+            key = f"{msg.topic}-{msg.queue_id}"  # queue_key, inline: once per message
+            table = self.topic_queue_table
+            queue_offset = table.get(key, 0)
+            table[key] = queue_offset + 1
+        else:
+            queue_offset = 0
+        segment.append(pack_record(msg, shape, queue_offset, phy, store_ts))
+        msg.queue_offset = queue_offset
+        msg_id = message_id(msg.store_host, phy)
+        return AppendResult(
+            PutStatus.PUT_OK,
+            wrote_offset=phy,
+            wrote_bytes=total,
+            msg_id=msg_id,
+            queue_offset=queue_offset,
+            store_timestamp=store_ts,
+            msg_num=1,
+            msg_ids=[msg_id],
+        )
 
     def encode_message_batch(self, batch: MessageBatch) -> EncodedBatch | AppendResult:
         """The records of `batch`, or the refusal a malformed or oversized batch gets.
@@ -219,23 +244,6 @@ class CommitLog:
     def _next_store_timestamp(self) -> int:
         # Store timestamps never go backwards, so that lookups by time can binary-search.
         return max(int(time.time() * 1000), self.last_store_timestamp)
-
-    def _append_record(self, record: EncodedRecord, store_host: bytes) -> AppendResult:
-        buffer = record.data
-        total = len(buffer)
-        started = self._start_append(total)
-        if isinstance(started, AppendResult):
-            return started
-        segment, store_ts = started
-        phy = segment.start_offset + segment.wrote
-        key = queue_key(record.topic, record.queue_id)
-        takes = _takes_queue_offset(record.sys_flag)
-        queue_offset = self.topic_queue_table.get(key, 0) if takes else 0
-        stamp_record(buffer, 0, record.store_ts_at, queue_offset, phy, store_ts)
-        if takes:
-            self.topic_queue_table[key] = queue_offset + 1
-        segment.append(buffer)
-        return _appended(phy, total, [message_id(store_host, phy)], queue_offset, store_ts)
 
     def _segment_with_room(self, size: int) -> Segment:
         segment = self.segments.last_for_append(0)

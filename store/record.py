@@ -32,7 +32,7 @@ import ipaddress
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, NoReturn
+from typing import Final, NamedTuple, NoReturn
 
 from tidemq.store.batch_body import BATCH_HEAD, decode_batch_body, read_batch_message
 from tidemq.store.batch_body import HEAD_SIZE as BATCH_HEAD_SIZE
@@ -292,11 +292,17 @@ class EncodedRecord:
     sys_flag: int
 
 
-def encode_record(msg: MessageToStore, max_body_size: int) -> EncodedRecord:
-    """Encode `msg` with placeholder queue offset, physical offset and store timestamp.
+class RecordShape(NamedTuple):
+    """What encoding a message needs beyond the message: its checked variable parts."""
 
-    `stamp_record` fills them in inside the put lock; everything costly (CRC, UTF-8) happens here.
-    """
+    total: int
+    sys_flag: int  # with the host flags its hosts call for
+    topic: bytes
+    properties: bytes
+
+
+def check_record(msg: MessageToStore, max_body_size: int) -> RecordShape:
+    """The shape of `msg`'s record, or RecordTooLargeError for a limit it breaks."""
     body = msg.body
     topic_bytes = msg.topic.encode()
     props = msg.properties.encode()
@@ -314,30 +320,77 @@ def encode_record(msg: MessageToStore, max_body_size: int) -> EncodedRecord:
     total = record_length(sys_flag, len(body), len(topic_bytes), len(props))
     if total > max_body_size + 64 * 1024:
         raise RecordTooLargeError(f"record of {total} bytes exceeds body limit + 64 KiB")
-    head = _PREFIX.pack(
-        total,
-        MAGIC_V1,
-        java_crc32(body),
-        msg.queue_id,
-        msg.flag,
-        0,
-        0,
-        sys_flag,
-        msg.born_timestamp,
-    )
-    data = bytearray(head)
-    data += msg.born_host
-    store_ts_at = len(data)
-    data += b"\x00" * 8
-    data += msg.store_host
-    data += _RECONSUME_PREPARED.pack(msg.reconsume_times, msg.prepared_transaction_offset)
-    data += _INT.pack(len(body))
-    data += body
-    data.append(len(topic_bytes))
-    data += topic_bytes
-    data += _SHORT.pack(len(props))
-    data += props
-    return EncodedRecord(data, store_ts_at, msg.topic, msg.queue_id, sys_flag)
+    return RecordShape(total, sys_flag, topic_bytes, props)
+
+
+# A record with IPv4 hosts up to its body, in one pack: fields 1-9, BORNHOST, STORETIMESTAMP,
+# STOREHOST, RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET, BODYLENGTH.
+_V4_HEAD = struct.Struct(">iiiiiqqiq8sq8siqi")
+
+
+def pack_record(
+    msg: MessageToStore,
+    shape: RecordShape,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+) -> bytes:
+    """The whole record of `msg`, append-time fields included (what a single put writes)."""
+    body = msg.body
+    topic, props = shape.topic, shape.properties
+    born_host, store_host = msg.born_host, msg.store_host
+    if len(born_host) == 8 and len(store_host) == 8:
+        head = _V4_HEAD.pack(
+            shape.total,
+            MAGIC_V1,
+            java_crc32(body),
+            msg.queue_id,
+            msg.flag,
+            queue_offset,
+            physical_offset,
+            shape.sys_flag,
+            msg.born_timestamp,
+            born_host,
+            store_timestamp,
+            store_host,
+            msg.reconsume_times,
+            msg.prepared_transaction_offset,
+            len(body),
+        )
+    else:
+        head = b"".join(
+            (
+                _PREFIX.pack(
+                    shape.total,
+                    MAGIC_V1,
+                    java_crc32(body),
+                    msg.queue_id,
+                    msg.flag,
+                    queue_offset,
+                    physical_offset,
+                    shape.sys_flag,
+                    msg.born_timestamp,
+                ),
+                born_host,
+                _TS.pack(store_timestamp),
+                store_host,
+                _RECONSUME_PREPARED.pack(msg.reconsume_times, msg.prepared_transaction_offset),
+                _INT.pack(len(body)),
+            )
+        )
+    return b"".join((head, body, bytes((len(topic),)), topic, _SHORT.pack(len(props)), props))
+
+
+def encode_record(msg: MessageToStore, max_body_size: int) -> EncodedRecord:
+    """Encode `msg` with placeholder queue offset, physical offset and store timestamp.
+
+    `stamp_record` fills them in at append time. (A single put packs its record whole, already
+    stamped: `check_record` then `pack_record`, the same bytes.)
+    """
+    shape = check_record(msg, max_body_size)
+    data = bytearray(pack_record(msg, shape, 0, 0, 0))
+    store_ts_at = OFFSET_BORN_HOST + len(msg.born_host)
+    return EncodedRecord(data, store_ts_at, msg.topic, msg.queue_id, shape.sys_flag)
 
 
 _NO_TIMESTAMP = bytes(8)

@@ -214,7 +214,7 @@ class Schema(Generic[T]):
     default.
     """
 
-    __slots__ = ("cls", "decode", "dialect", "fields", "keys", "writers")
+    __slots__ = ("cls", "decode", "dialect", "encode", "fields", "keys", "writers")
 
     def __init__(
         self, cls: type[T], dialect: Dialect, keys: Mapping[str, str] | None = None
@@ -253,14 +253,7 @@ class Schema(Generic[T]):
         self.fields = tuple(fields)
         self.writers = tuple(writers)
         self.decode: Callable[[Mapping[str, str]], T] = _compile_decode(self, defaults)
-
-    def encode(self, obj: T) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for name, wire, write in self.writers:
-            value = getattr(obj, name)
-            if value is not None:
-                out[wire] = value if write is None else write(value)
-        return out
+        self.encode: Callable[[T], dict[str, str]] = _compile_encode(self)
 
     def wire_keys(self) -> list[str]:
         return [f.wire for f in self.fields]
@@ -329,6 +322,21 @@ def _compile_decode(
     exec("\n".join(lines), namespace)  # the source holds only names, numbers and reprs
     decode: Callable[[Mapping[str, str]], T] = namespace["decode"]
     return decode
+
+
+def _compile_encode(schema: Schema[T]) -> Callable[[T], dict[str, str]]:
+    """The schema's encode as straight-line code: a request's header is written per request."""
+    namespace: dict[str, Any] = {}
+    lines = ["def encode(obj):", "    out = {}"]
+    for i, (name, wire, write) in enumerate(schema.writers):
+        namespace[f"write{i}"] = write
+        lines.append(f"    v = obj.{name}")
+        lines.append("    if v is not None:")
+        lines.append(f"        out[{wire!r}] = {'v' if write is None else f'write{i}(v)'}")
+    lines.append("    return out")
+    exec("\n".join(lines), namespace)  # the source holds only attribute names and reprs
+    encode: Callable[[T], dict[str, str]] = namespace["encode"]
+    return encode
 
 
 _SCHEMAS: dict[tuple[type[Any], Dialect], Schema[Any]] = {}

@@ -14,16 +14,21 @@ import functools
 import logging
 import random
 import time
+from typing import Final
 
 from tidemq.broker.managers.topic_config import (
     TopicConfigManager,
     is_not_allowed_send_topic,
     validate_topic_name,
 )
-from tidemq.broker.processors.decoding import request_header
 from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats
-from tidemq.client.protocol.headers import SEND_V2_KEYS, SendMessageRequestHeader
+from tidemq.client.protocol.headers import (
+    SEND_V2_KEYS,
+    HeaderFieldError,
+    SendMessageRequestHeader,
+    header_schema,
+)
 from tidemq.client.protocol.models import PERM_WRITE
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
@@ -53,19 +58,30 @@ _NOT_AVAILABLE_REMARK = (
 )
 
 
+_MAX_SENDABLE_NAMES: Final = 100_000
+_DECODE_V1: Final = header_schema(SendMessageRequestHeader).decode
+_DECODE_V2: Final = header_schema(SendMessageRequestHeader, SEND_V2_KEYS).decode
+_V2_TOPIC_KEY: Final = SEND_V2_KEYS["topic"]
+_V2_BATCH_KEY: Final = SEND_V2_KEYS["batch"]
+
+
 def _decode_header(request: RemotingCommand) -> SendMessageRequestHeader:
     ext = request.ext_fields
     # Java sends SEND_BATCH_MESSAGE with SendMessageRequestHeaderV2's one-letter keys (the
     # broker's parseRequestHeader reads it as V2); the long keys are accepted there as well.
-    short = request.code == RequestCode.SEND_MESSAGE_V2 or (
-        request.code == RequestCode.SEND_BATCH_MESSAGE and SEND_V2_KEYS["topic"] in ext
+    code = request.code
+    short = code == RequestCode.SEND_MESSAGE_V2 or (
+        code == RequestCode.SEND_BATCH_MESSAGE and _V2_TOPIC_KEY in ext
     )
-    header = request_header(SendMessageRequestHeader, request, SEND_V2_KEYS if short else None)
+    try:
+        header = _DECODE_V2(ext) if short else _DECODE_V1(ext)
+    except HeaderFieldError as exc:
+        raise RequestRejected(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     # rocketmq-client-cpp writes booleans as "1"/"0" and sends its batches as SEND_MESSAGE with
     # batch=1: Java's parseBoolean reads false and stores the whole batch as one message
     # (rocketmq-client-cpp#189, #363). A "1" can only mean a batch, so take it as one.
-    batch_key = SEND_V2_KEYS["batch"] if short else "batch"
-    if str(ext.get(batch_key, "")).strip() == "1":
+    batch = ext.get(_V2_BATCH_KEY if short else "batch")
+    if batch is not None and str(batch).strip() == "1":
         header.batch = True
     return header
 
@@ -82,6 +98,10 @@ class SendProcessor:
         self.topics = topics
         self.store = store
         self.stats = stats
+        # Topic names that passed validate_topic_name and may be sent to: the checks are a
+        # regular expression and a set lookup per send otherwise. Whether the name may be sent
+        # to never changes; whether the topic exists is looked up on every send.
+        self._sendable_names: set[str] = set()
 
     async def process(
         self, connection: RemotingConnection, request: RemotingCommand
@@ -109,14 +129,8 @@ class SendProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{state.advertised_address}] sending message is forbidden",
             )
-        problem = validate_topic_name(header.topic)
-        if problem:
-            raise RequestRejected(ResponseCode.SYSTEM_ERROR, problem)
-        if is_not_allowed_send_topic(header.topic):
-            raise RequestRejected(
-                ResponseCode.NO_PERMISSION,
-                f"sending message to topic[{header.topic}] is forbidden",
-            )
+        if header.topic not in self._sendable_names:
+            self._check_name(header.topic)
         topics = self.topics
         config = topics.select(header.topic)
         if config is None:
@@ -145,6 +159,18 @@ class SendProcessor:
             )
         if header.queue_id < 0:
             header.queue_id = random.randrange(max(1, config.write_queue_nums))
+
+    def _check_name(self, topic: str) -> None:
+        problem = validate_topic_name(topic)
+        if problem:
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, problem)
+        if is_not_allowed_send_topic(topic):
+            raise RequestRejected(
+                ResponseCode.NO_PERMISSION, f"sending message to topic[{topic}] is forbidden"
+            )
+        if len(self._sendable_names) >= _MAX_SENDABLE_NAMES:
+            self._sendable_names.clear()  # names are checked again, nothing else is lost
+        self._sendable_names.add(topic)
 
     # --- storing ----------------------------------------------------------------------------
 

@@ -41,6 +41,12 @@ _RENAMED_CODECS: dict[tuple[type[Any], int], Schema[Any]] = {}
 _MAX_RENAMED_CODECS = 64
 
 
+def header_schema(cls: type[H], keys: dict[str, str] | None = None) -> Schema[H]:
+    """The schema `decode(cls, ext, keys)` uses: a processor that reads one header on every
+    request keeps it, and calls its `decode` without the lookup."""
+    return _codec(cls, keys)
+
+
 def _codec(cls: type[Any], keys: dict[str, str] | None) -> Schema[Any]:
     if not keys:
         codec = _CODECS.get(cls)

@@ -6,8 +6,11 @@ does the reverse. Every wait for a response has a timeout. A frame that does not
 this connection (with a log line) and fails its pending calls; nothing else is affected. A
 connection that closes in the middle of a frame logs how many bytes of it were discarded.
 
-Requests are handled each in its own task, so a long-polling pull does not hold up the requests
-behind it; responses go back in whatever order they complete, as RocketMQ's do.
+A request is handled as soon as its frame is decoded, in the read callback: a processor that
+answers without waiting (a send to an ASYNC_FLUSH master, most queries) completes there and no
+task is made for it. One that waits (a long-polling pull, a SYNC_MASTER send) continues in a task
+of its own from where it stopped (`_resume`), so it does not hold up the requests behind it;
+responses go back in whatever order they complete, as RocketMQ's do.
 
 Outgoing frames are gathered and written together once the event loop has run everything that was
 ready: the requests that arrived in one read are answered in the same iteration, and one write
@@ -18,11 +21,12 @@ path is the largest single cost of a small request). The delay is that of one lo
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import time
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
 from tidemq.client.errors import ConnectError
@@ -58,6 +62,11 @@ class RemotingConnection(asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame_size)
         self._on_close = on_close
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # (deadline, opaque) of requests in sending order, while their deadlines come in that
+        # order too (one timeout for every request, the usual case): one timer, armed for the
+        # first, serves them all, instead of a timer made and cancelled per request.
+        self._deadlines: collections.deque[tuple[float, int]] = collections.deque()
+        self._expiry: asyncio.TimerHandle | None = None
         self._opaques = itertools.count(1)
         self._transport: asyncio.Transport | None = None
         self._outgoing: list[Body] = []  # frames sent since the last flush, written together
@@ -115,6 +124,10 @@ class RemotingConnection(asyncio.Protocol):
                 # One exception per waiter: it reaches the caller as it is, with its own traceback.
                 future.set_exception(ConnectionClosedError(reason))
         self._pending.clear()
+        self._deadlines.clear()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         self._can_write.set()
         self.closed.set()
         if self._on_close is not None:
@@ -144,7 +157,14 @@ class RemotingConnection(asyncio.Protocol):
                     )
                 )
             return
-        task = asyncio.get_running_loop().create_task(self._handle(request))
+        handling = self._handle(request)
+        try:
+            # Step the handler here, as Python 3.12's eager tasks do: a task costs more than
+            # most requests' whole processing, and most never wait.
+            waiting_on = handling.send(None)
+        except StopIteration:
+            return
+        task = asyncio.get_running_loop().create_task(_resume(handling, waiting_on))
         self._handling.add(task)
         task.add_done_callback(self._handling.discard)
 
@@ -209,18 +229,43 @@ class RemotingConnection(asyncio.Protocol):
             raise ConnectionClosedError(f"connection to {self.peer or self.name} is closed")
         if not self._can_write.is_set():
             await asyncio.wait_for(self._can_write.wait(), timeout)
-        command.opaque = next(self._opaques) & 0x7FFFFFFF
+        command.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
         loop = asyncio.get_running_loop()
         future: asyncio.Future[RemotingCommand] = loop.create_future()
-        self._pending[command.opaque] = future
-        # A timer on the future itself: asyncio.wait_for would wrap every call in a task.
-        timer = loop.call_later(timeout, _time_out, future)
+        self._pending[opaque] = future
+        # Timers on the future itself: asyncio.wait_for would wrap every call in a task.
+        deadline = loop.time() + timeout
+        deadlines = self._deadlines
+        timer = None
+        if not deadlines or deadline >= deadlines[-1][0]:
+            deadlines.append((deadline, opaque))
+            if self._expiry is None:
+                self._expiry = loop.call_at(deadline, self._expire)
+        else:  # sooner than a request sent before it: a timer of its own
+            timer = loop.call_at(deadline, _time_out, future)
         try:
             self.send(command)
             return await future
         finally:
-            timer.cancel()
-            self._pending.pop(command.opaque, None)
+            if timer is not None:
+                timer.cancel()
+            self._pending.pop(opaque, None)
+
+    def _expire(self) -> None:
+        """Fail the requests whose deadline has passed; arm the timer for the next one."""
+        self._expiry = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        deadlines, pending = self._deadlines, self._pending
+        while deadlines:
+            deadline, opaque = deadlines[0]
+            if deadline > now:
+                self._expiry = loop.call_at(deadline, self._expire)
+                return
+            deadlines.popleft()
+            future = pending.get(opaque)  # None: answered meanwhile
+            if future is not None:
+                _time_out(future)
 
     async def oneway(self, command: RemotingCommand) -> None:
         command.flag |= 2
@@ -238,6 +283,45 @@ class RemotingConnection(asyncio.Protocol):
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
+
+
+async def _resume(coroutine: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+    """Run the rest of a started `coroutine`, which is waiting on `waiting_on`, in this task."""
+    await _Continuation(coroutine, waiting_on)
+
+
+class _Continuation:
+    """An awaitable that hands a started coroutine's wait to the task awaiting it, then steps it.
+
+    What the coroutine yielded (a future it blocks on, or None for a bare yield) goes to the task
+    as is, and the task's resumption (a value sent, or an exception such as a cancellation
+    thrown) goes back to the coroutine: the task drives it exactly as if it had started it.
+    """
+
+    __slots__ = ("_coroutine", "_waiting_on")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+        self._coroutine = coroutine
+        self._waiting_on = waiting_on
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        coroutine, waiting_on = self._coroutine, self._waiting_on
+        while True:
+            try:
+                sent = yield waiting_on
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 (a cancellation or whatever the task throws goes on to the coroutine)
+                try:
+                    waiting_on = coroutine.throw(exc)
+                except StopIteration:
+                    return
+            else:
+                try:
+                    waiting_on = coroutine.send(sent)
+                except StopIteration:
+                    return
 
 
 def _time_out(future: asyncio.Future[RemotingCommand]) -> None:

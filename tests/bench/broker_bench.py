@@ -6,8 +6,15 @@
   walking their size fields (the broker's work is the same; a Python consumer that decodes every
   field spends more on its own side).
 
-Targets (issue 3): batched sends >= 100,000 msg/s, pulls >= 150,000 msg/s. The client side is one
-Python process on uvloop; on a 2-core machine it shares the CPU with the broker.
+Beside them, in the same run, the work floor of a Python broker (tests/bench/baseline.py): a
+minimal uvloop + msgpack server that appends each message to a log with RocketMQ's 20-field
+header and its CRC, driven by a minimal client, single sends with 64 in flight and batches of 32
+with 8 in flight, as above.
+
+Targets (issue 15): single sends >= 0.5 of the baseline's, broker CPU per single send <= 25 us,
+client CPU per single send <= 15 us; batched sends >= 0.8 of the baseline's batches and >=
+200,000 msg/s; pulls >= 300,000 msg/s. The client side is one Python process on uvloop; on a
+2-core machine it shares the CPU with the broker.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import sys
 import time
 import uuid
 from collections.abc import Coroutine
@@ -22,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.bench import Result, env_int, one_broker, run_on_uvloop
+from tests.bench import Result, env_int, one_broker, run_on_uvloop, temp_dir
+from tests.bench.baseline import load as baseline_load
+from tests.support.processes import ProcessGroup, free_port
 from tidemq.client.api import BrokerAPI, SendStatus
 from tidemq.client.protocol.headers import (
     PULL_FLAG_SUBSCRIPTION,
@@ -170,7 +180,7 @@ def _user_system(pid: int) -> tuple[int, int]:
 
 async def _measured(
     label: str, broker_pid: int, messages: int, phase: Coroutine[Any, Any, float]
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """Run a phase; print its rate and the CPU time per message of each process.
 
     The broker's CPU figure is what it would sustain alone on a core (1e6 / us per message): on
@@ -190,27 +200,69 @@ async def _measured(
         f"client {cpu['client']:.1f} us/msg",
         flush=True,
     )
-    return rate, broker
+    return rate, broker, cpu["client"]
 
 
-async def _run(address: str, broker_pid: int, messages: int) -> list[Result]:
+@dataclass(frozen=True)
+class _Baseline:
+    single: float
+    single_cpu: float
+    batched: float
+    batched_cpu: float
+
+
+async def _baseline(port: int, pid: int, messages: int) -> _Baseline:
+    await baseline_load(port, 3200, 8, 32, BODY)  # warm up
+    batched, batched_cpu, _client = await _measured(
+        "baseline server, batches (32 x 1 KiB):",
+        pid,
+        messages // 32 * 32,
+        baseline_load(port, messages, 8, 32, BODY),
+    )
+    single, single_cpu, _client = await _measured(
+        "baseline server, single sends (64 in flight):",
+        pid,
+        messages // 4,
+        baseline_load(port, messages // 4, 64, 1, BODY),
+    )
+    return _Baseline(single, single_cpu, batched, batched_cpu)
+
+
+def _run_baseline(messages: int) -> _Baseline:
+    with temp_dir("baseline") as folder:
+        group = ProcessGroup(folder / "logs")
+        try:
+            port = free_port()
+            server = group.start(
+                [sys.executable, "-m", "tests.bench.baseline", str(port), str(folder / "log")],
+                port=port,
+                name="baseline",
+                ready_text="ready",
+            )
+            assert server.pid is not None
+            return run_on_uvloop(_baseline(port, server.pid, messages))
+        finally:
+            group.stop_all()
+
+
+async def _run(address: str, broker_pid: int, messages: int, base: _Baseline) -> list[Result]:
     api = BrokerAPI()
     try:
         await _batched_sends(api, address, 3200)  # warm up: topic creation, connections
-        batched, batched_cpu = await _measured(
+        batched, batched_cpu, _client = await _measured(
             "batched sends (32 x 1 KiB, 8 in flight):",
             broker_pid,
             messages // 32 * 32,
             _batched_sends(api, address, messages),
         )
-        single, single_cpu = await _measured(
+        single, single_cpu, single_client = await _measured(
             "single sends (1 KiB, 64 in flight):",
             broker_pid,
             messages // 4,
             _single_sends(api, address, messages // 4),
         )
         per_queue = min([await api.get_max_offset(address, TOPIC, q) for q in range(QUEUES)])
-        pulls, pulls_cpu = await _measured(
+        pulls, pulls_cpu, _client = await _measured(
             "pulls (32 per request, 8 queues):",
             broker_pid,
             per_queue * QUEUES,
@@ -219,17 +271,37 @@ async def _run(address: str, broker_pid: int, messages: int) -> list[Result]:
     finally:
         await api.close()
     return [
-        Result("batched sends, 1 KiB x 32", batched, "msg/s", 100_000),
+        Result("batched sends, 1 KiB x 32", batched, "msg/s", 200_000),
+        Result(
+            "batched sends / baseline server's batches",
+            batched / base.batched,
+            "x",
+            0.8,
+            note=f"baseline {base.batched:,.0f} msg/s, server CPU {base.batched_cpu:.1f} us/msg",
+        ),
         Result("batched sends: broker CPU per message", batched_cpu, "us"),
         Result("single sends, 1 KiB, 64 in flight", single, "msg/s"),
-        Result("single sends: broker CPU per message", single_cpu, "us"),
-        Result("pulls, 32 per request", pulls, "msg/s", 150_000),
+        Result(
+            "single sends / baseline server's single sends",
+            single / base.single,
+            "x",
+            0.5,
+            note=f"baseline {base.single:,.0f} msg/s, server CPU {base.single_cpu:.1f} us/msg",
+        ),
+        Result(
+            "single sends: broker CPU per message", single_cpu, "us", 25, higher_is_better=False
+        ),
+        Result(
+            "single sends: client CPU per message", single_client, "us", 15, higher_is_better=False
+        ),
+        Result("pulls, 32 per request", pulls, "msg/s", 300_000),
         Result("pulls: broker CPU per message", pulls_cpu, "us"),
     ]
 
 
 def run() -> list[Result]:
     messages = env_int("TIDEMQ_BENCH_BROKER_MESSAGES", 200_000)
+    base = _run_baseline(messages)
     with one_broker("broker") as (_namesrv, broker):
         assert broker.pid is not None
-        return run_on_uvloop(_run(broker.address, broker.pid, messages))
+        return run_on_uvloop(_run(broker.address, broker.pid, messages, base))

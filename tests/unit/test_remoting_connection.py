@@ -157,3 +157,88 @@ async def test_a_request_fails_when_the_connection_closes() -> None:
     connection.connection_lost(None)
     with pytest.raises(ConnectionClosedError):
         await call
+
+
+async def test_requests_sharing_a_timeout_each_time_out_at_their_own_deadline() -> None:
+    connection, _transport = connect()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    first = asyncio.ensure_future(connection.request(RemotingCommand.request(5), 0.05))
+    await asyncio.sleep(0.1)  # sent 0.1 s after the first: a deadline later than the first's
+    second = asyncio.ensure_future(connection.request(RemotingCommand.request(6), 0.05))
+    with pytest.raises(TimeoutError):
+        await first
+    with pytest.raises(TimeoutError):
+        await second
+    assert 0.14 <= loop.time() - started < 1.0  # the second was not failed with the first
+    assert not connection._pending
+    assert not connection._deadlines
+
+
+async def test_a_request_with_a_shorter_timeout_than_the_one_before_is_not_late() -> None:
+    connection, transport = connect()
+    loop = asyncio.get_running_loop()
+    slow = asyncio.ensure_future(connection.request(RemotingCommand.request(5), 30.0))
+    await eventually(lambda: connection._deadlines, "the slow request's deadline queued")
+    started = loop.time()
+    with pytest.raises(TimeoutError):
+        await connection.request(RemotingCommand.request(6), 0.05)
+    assert loop.time() - started < 1.0  # not held to the 30 s deadline queued before it
+    assert not slow.done()
+    (sent_slow,) = [c for c in commands_in(b"".join(transport.writes)) if c.code == 5]
+    connection.data_received(encode_command(RemotingCommand.response_to(sent_slow, 0)))
+    assert (await slow).opaque == sent_slow.opaque
+
+
+async def test_answered_requests_leave_no_timer_behind_once_their_deadline_passed() -> None:
+    connection, transport = connect()
+    for code in range(3):
+        call = asyncio.ensure_future(connection.request(RemotingCommand.request(code), 0.05))
+        await eventually(lambda: transport.writes, "the request on the wire")
+        (sent,) = commands_in(transport.writes.pop())
+        connection.data_received(encode_command(RemotingCommand.response_to(sent, 0)))
+        await call
+    await eventually(lambda: connection._expiry is None, "the deadline timer done")
+    assert not connection._deadlines
+
+
+async def test_a_request_answered_without_waiting_makes_no_task() -> None:
+    async def at_once(_connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        return RemotingCommand.response_to(request, 0)
+
+    connection, transport = connect(at_once)
+    connection.data_received(encode_command(RemotingCommand.request(1, opaque=1)))
+    assert connection.requests_in_flight == 0  # answered in data_received itself
+    await asyncio.sleep(0)
+    assert [c.opaque for c in commands_in(b"".join(transport.writes))] == [1]
+
+
+async def test_a_request_that_waits_goes_on_in_a_task_and_can_be_cancelled() -> None:
+    release = asyncio.Event()
+    steps: list[str] = []
+
+    async def waits(_connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        steps.append("started")
+        await asyncio.sleep(0)  # a bare yield first, then a future
+        steps.append("yielded")
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            steps.append("cancelled")
+            raise
+        return RemotingCommand.response_to(request, 0, remark="late")
+
+    connection, transport = connect(waits)
+    connection.data_received(encode_command(RemotingCommand.request(1, opaque=1)))
+    connection.data_received(encode_command(RemotingCommand.request(1, opaque=2)))
+    assert steps == ["started", "started"]  # both started in data_received
+    assert connection.requests_in_flight == 2
+    await eventually(lambda: steps.count("yielded") == 2, "both past their first yield")
+    first, second = sorted(connection._handling, key=id)
+    second.cancel()
+    release.set()
+    await connection.wait_requests_done(5.0)
+    assert steps.count("cancelled") == 1
+    answers = commands_in(b"".join(transport.writes))
+    assert len(answers) == 1 and answers[0].remark == "late"
+    assert first.done() and second.cancelled()

@@ -29,6 +29,7 @@ from tidemq.store.record import (
     MessageToStore,
     RecordFormatError,
     body_crc,
+    check_record,
     decode_message_id,
     decode_record,
     encode_blank,
@@ -36,6 +37,7 @@ from tidemq.store.record import (
     encode_record,
     message_id,
     pack_host,
+    pack_record,
     record_length,
     scan_record,
     stamp_record,
@@ -278,6 +280,8 @@ def test_round_trip_every_field(
         prepared_transaction_offset=prepared,
     )
     data = encode_stamped(msg, queue_offset, phy, store_ts)
+    # a single put packs its record already stamped: the same bytes
+    assert pack_record(msg, check_record(msg, 4 * MiB), queue_offset, phy, store_ts) == data
     expected_flag = sys_flag | (0x10 if ":" in born[0] else 0) | (0x20 if ":" in store[0] else 0)
     expected_bytes = reference_record(
         queue_id=queue_id,
