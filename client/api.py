@@ -33,6 +33,7 @@ from tidemq.client.protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
     encode,
+    header_schema,
 )
 from tidemq.client.protocol.heartbeat import (
     GetConsumerListByGroupResponseBody,
@@ -66,6 +67,8 @@ _SEND_STATUS: dict[int, SendStatus] = {
     ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
 }
 _SEND_OK = tuple(_SEND_STATUS)
+# Kept, not looked up per send (see header_schema).
+_ENCODE_SEND_V2 = header_schema(SendMessageRequestHeader, SEND_V2_KEYS).encode
 
 
 class PullStatus(enum.Enum):
@@ -188,7 +191,7 @@ class BrokerAPI:
     ) -> SendResult:
         # Like Java's client, both codes carry the one-letter V2 header keys.
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
-        request = self.request(code, encode(header, SEND_V2_KEYS), body)
+        request = self.request(code, _ENCODE_SEND_V2(header), body)
         response = await self.call(address, request, ok=_SEND_OK, timeout=timeout)
         ext = response.ext_fields
         return SendResult(
@@ -202,7 +205,7 @@ class BrokerAPI:
     async def send_oneway(
         self, address: str, header: SendMessageRequestHeader, body: bytes
     ) -> None:
-        request = self.request(RequestCode.SEND_MESSAGE_V2, encode(header, SEND_V2_KEYS), body)
+        request = self.request(RequestCode.SEND_MESSAGE_V2, _ENCODE_SEND_V2(header), body)
         await self.remoting.invoke_oneway(address, request)
 
     # --- pulling ----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from tidemq.store.record import (
 )
 
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
-_DELAY_MARKER: Final = PROPERTY_DELAY + NAME_VALUE_SEPARATOR
+DELAY_MARKER: Final = PROPERTY_DELAY + NAME_VALUE_SEPARATOR
 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -48,7 +48,7 @@ def parse_delay_levels(text: str) -> list[int]:
 
 def park_delayed(msg: MessageToStore, levels: list[int]) -> None:
     """A DELAY=n message is parked in SCHEDULE_TOPIC_XXXX queue n-1 (levels beyond clamp)."""
-    if _DELAY_MARKER not in msg.properties:
+    if DELAY_MARKER not in msg.properties:
         return
     tran = msg.sys_flag & TRANSACTION_MASK
     if tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):

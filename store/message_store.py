@@ -35,6 +35,7 @@ from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import AppendResult, CommitLog, PutStatus
 from tidemq.store.config import BrokerRole, FlushDiskType, StoreConfig
 from tidemq.store.consume_queue import ConsumeQueue
+from tidemq.store.delay import DELAY_MARKER as _DELAY_MARKER
 from tidemq.store.delay import park_delayed, parse_delay_levels
 from tidemq.store.dispatch import ArrivalListener, ReputService
 from tidemq.store.flushing import StoreFlusher
@@ -411,7 +412,8 @@ class MessageStore(Service):
         refused = self._check_writable()
         if refused is not None:
             return refused
-        park_delayed(msg, self.delay_levels)
+        if _DELAY_MARKER in msg.properties:  # park_delayed's own first test, saving the call
+            park_delayed(msg, self.delay_levels)
         append = self.commitlog.put(msg)
         return await self._after_append(append, waits_for_store(msg.properties))
 

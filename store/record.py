@@ -314,15 +314,19 @@ def check_record(msg: MessageToStore, max_body_size: int) -> RecordShape:
         raise RecordTooLargeError(
             f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_BYTES}", properties=True
         )
-    sys_flag = (msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6)) | host_sys_flags(
-        msg.born_host, msg.store_host
-    )
-    total = record_length(sys_flag, len(body), len(topic_bytes), len(props))
+    sys_flag = msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6)
+    if len(msg.born_host) == 8 and len(msg.store_host) == 8:
+        # record_length with IPv4 hosts, inline: this runs for every message
+        total = _V4_FIXED_LENGTH + len(body) + len(topic_bytes) + len(props)
+    else:
+        sys_flag |= host_sys_flags(msg.born_host, msg.store_host)
+        total = record_length(sys_flag, len(body), len(topic_bytes), len(props))
     if total > max_body_size + 64 * 1024:
         raise RecordTooLargeError(f"record of {total} bytes exceeds body limit + 64 KiB")
     return RecordShape(total, sys_flag, topic_bytes, props)
 
 
+_V4_FIXED_LENGTH: Final = record_length(0, 0, 0, 0)
 # A record with IPv4 hosts up to its body, in one pack: fields 1-9, BORNHOST, STORETIMESTAMP,
 # STOREHOST, RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET, BODYLENGTH.
 _V4_HEAD = struct.Struct(">iiiiiqqiq8sq8siqi")
@@ -590,9 +594,13 @@ def _refuse_batch_message(
 
 def waits_for_store(properties: str) -> bool:
     """RocketMQ's isWaitStoreMsgOK: property WAIT, true unless it says "false"."""
-    marker = f"{PROPERTY_SEPARATOR}{PROPERTY_WAIT}{NAME_VALUE_SEPARATOR}false"
+    if _WAIT_FALSE not in properties:  # nearly always: no copy of the text needed
+        return True
     text = PROPERTY_SEPARATOR + properties + PROPERTY_SEPARATOR
-    return marker + PROPERTY_SEPARATOR not in text
+    return PROPERTY_SEPARATOR + _WAIT_FALSE + PROPERTY_SEPARATOR not in text
+
+
+_WAIT_FALSE: Final = f"{PROPERTY_WAIT}{NAME_VALUE_SEPARATOR}false"
 
 
 _STAMP = struct.Struct(">qq")

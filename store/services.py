@@ -222,12 +222,18 @@ DiskUsage = Callable[[Path], float]
 
 
 def disk_used_ratio(path: Path) -> float:
-    """Used fraction of the file system holding `path` (-1 if it cannot be read)."""
+    """Used fraction of the file system holding `path` (-1 if it cannot be read).
+
+    As `df` and RocketMQ's getDiskPartitionSpaceUsedPercent count it: used / (used + available
+    to us). Blocks reserved for root are neither: counting them as used reads a disk with a
+    large reserve as full while it has room (seen: 91% "used" with most of the disk free).
+    """
     try:
         usage = shutil.disk_usage(path)
     except OSError:
         return -1.0
-    return (usage.total - usage.free) / usage.total if usage.total else -1.0
+    room = usage.used + usage.free  # shutil's free is what an unprivileged writer may use
+    return usage.used / room if room else -1.0
 
 
 class DiskState:

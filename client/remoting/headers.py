@@ -116,6 +116,7 @@ _json_chunks: Final[Callable[[Any, int], list[str]] | None] = (
         True,
     )
 )
+_JSON_WHITESPACE: Final = " \t\n\r"  # what JSONDecoder.decode allows around the value
 _json_scan: Final[Callable[[str, int], tuple[Any, int]]] = _JSON_DECODER.scan_once  # type: ignore[attr-defined]
 
 # A msgpack Packer per thread: building one per header costs as much as packing the header.
@@ -252,16 +253,24 @@ def _command_from_mapping(
         version = _int_field(obj, "version", 0)
         opaque = _int_field(obj, "opaque")
         flag = _int_field(obj, "flag", 0)
+    language = get("language")
+    if type(language) is not int or not 0 <= language <= 255:
+        language = _language_field(language)
+    remark = get("remark")
+    if remark is not None and type(remark) is not str:
+        remark = _remark_field(remark)
+    ext = get("extFields")
+    # positional: cheaper than keywords, in RemotingCommand's field order
     return RemotingCommand(
-        code=code,
-        language=_language_field(get("language")),
-        version=version,
-        opaque=opaque,
-        flag=flag,
-        remark=_remark_field(get("remark")),
-        ext_fields=_ext_fields(get("extFields")),
-        body=body,
-        serialize_type=serialize_type,
+        code,
+        language,
+        version,
+        opaque,
+        flag,
+        remark,
+        {} if ext is None else _ext_fields(ext),
+        body,
+        serialize_type,
     )
 
 
@@ -295,8 +304,9 @@ def decode_json_header(data: HeaderBytes, body: Body = b"") -> RemotingCommand:
         text = str(data, "utf-8")
         try:
             obj, end = _json_scan(text, 0)
-            if end != len(text):
-                raise ValueError("not one bare JSON value")
+            # rocketmq-client-cpp ends its headers with a newline (jsoncpp's FastWriter)
+            if end != len(text) and text[end:].strip(_JSON_WHITESPACE):
+                raise ValueError("not one JSON value")
         except (StopIteration, ValueError, RecursionError):
             # Whitespace around the value, or not JSON: the full decoder says which.
             obj = _JSON_DECODER.decode(text)

@@ -780,3 +780,19 @@ def test_fastjson_property(value: object) -> None:
     expected = with_string_keys(value)
     assert loads_fastjson(fastjson_style(value).encode()) == expected
     assert loads_fastjson(dumps(value)) == expected
+
+
+@pytest.mark.parametrize("around", ["\n", " \t\r\n", "\n\n"])
+def test_a_json_header_with_whitespace_after_it_reads_as_without(around: str) -> None:
+    # rocketmq-client-cpp ends every header with a newline
+    text = '{"code":10,"language":"CPP","version":417,"opaque":3,"flag":0,"extFields":{"a":1}}'
+    plain = decode_json_header(text.encode())
+    assert decode_json_header((text + around).encode()) == plain
+    assert decode_json_header((around + text + around).encode()) == plain
+
+
+@pytest.mark.parametrize("extra", ["x", "\n{}", "\x0b", "\u00a0"])
+def test_a_json_header_with_anything_else_after_it_is_refused(extra: str) -> None:
+    text = '{"code":10,"opaque":3}' + extra
+    with pytest.raises(HeaderDecodeError, match="JSON header does not parse: Extra data"):
+        decode_json_header(text.encode())

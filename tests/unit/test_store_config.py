@@ -7,6 +7,7 @@ text a properties file would hold.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from tidemq.store.config import AppendMode, BrokerRole, FlushDiskType, StoreConf
 from tidemq.store.delay import parse_delay_levels
 from tidemq.store.errors import ConfigError, StoreError
 from tidemq.store.properties import load_properties, parse_overrides, parse_properties
+from tidemq.store.services import disk_used_ratio
 from tidemq.store.settings import from_properties, to_properties, unknown_keys
 
 ROCKETMQ_DEFAULTS = {
@@ -250,3 +252,12 @@ def test_fixed_values_bypass_the_file() -> None:
     config = from_properties(StoreConfig, {"maxMessageSize": "x"}, max_message_size=2048)
     assert config.max_message_size == 2048
     assert dataclasses.replace(config, max_message_size=4096).max_message_size == 4096
+
+
+def test_disk_use_is_counted_as_df_and_rocketmq_count_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # 1000 blocks: 100 used, 300 reserved for root, 600 free for us -> 100 / (100 + 600)
+    usage = shutil._ntuple_diskusage(1000, 100, 600)  # type: ignore[attr-defined]
+    monkeypatch.setattr(shutil, "disk_usage", lambda _path: usage)
+    assert disk_used_ratio(tmp_path) == pytest.approx(100 / 700)
