@@ -106,13 +106,16 @@ def temp_dir(tag: str) -> Iterator[Path]:
 
 
 @contextmanager
-def one_broker(tag: str) -> Iterator[tuple[Daemon, Daemon]]:
-    """(namesrvd, brokerd) as processes with BROKER_SIZES in a temporary folder; stopped after."""
+def one_broker(tag: str, *overrides: str) -> Iterator[tuple[Daemon, Daemon]]:
+    """(namesrvd, brokerd) as processes with BROKER_SIZES (then `overrides`, `key=value`) in a
+    temporary folder; stopped after."""
     with temp_dir(tag) as folder:
         group = ProcessGroup(folder / "logs")
         try:
             namesrv = group.namesrvd(name="namesrvd")
-            broker = group.brokerd(namesrv.address, folder / "store", *BROKER_SIZES, name="brokerd")
+            broker = group.brokerd(
+                namesrv.address, folder / "store", *BROKER_SIZES, *overrides, name="brokerd"
+            )
             yield namesrv, broker
         finally:
             group.stop_all()

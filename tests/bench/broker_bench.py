@@ -27,11 +27,11 @@ import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tests.bench import Result, env_int, one_broker, run_on_uvloop, temp_dir
 from tests.bench.baseline import load as baseline_load
+from tests.bench.cpu import BrokerCpu, describe
 from tests.support.processes import ProcessGroup, free_port
 from tidemq.client.api import BrokerAPI, SendStatus
 from tidemq.client.protocol.headers import (
@@ -143,41 +143,6 @@ async def _pulls(api: BrokerAPI, address: str, per_queue: int) -> float:
     return pulled / (time.perf_counter() - started)
 
 
-@dataclass(frozen=True)
-class _Cpu:
-    """CPU seconds so far: the broker's user and system time, its children's, this process's."""
-
-    broker_user: float
-    broker_system: float
-    workers: float
-    client: float
-
-    @classmethod
-    def now(cls, broker_pid: int) -> _Cpu:
-        tick = os.sysconf("SC_CLK_TCK")
-        user, system = _user_system(broker_pid)
-        children = Path(f"/proc/{broker_pid}/task/{broker_pid}/children").read_text().split()
-        workers = sum(sum(_user_system(int(pid))) for pid in children)
-        own = os.times()
-        return cls(user / tick, system / tick, workers / tick, own.user + own.system)
-
-    def per_message(self, before: _Cpu, messages: int) -> dict[str, float]:
-        """Microseconds per message since `before`, by part."""
-        return {
-            name: (getattr(self, name) - getattr(before, name)) / messages * 1e6
-            for name in ("broker_user", "broker_system", "workers", "client")
-        }
-
-
-def _user_system(pid: int) -> tuple[int, int]:
-    """User and system clock ticks of process `pid` so far (Linux /proc), 0 if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0, 0
-    return int(fields[11]), int(fields[12])
-
-
 async def _measured(
     label: str, broker_pid: int, messages: int, phase: Coroutine[Any, Any, float]
 ) -> tuple[float, float, float]:
@@ -189,17 +154,11 @@ async def _measured(
     touched for the first time can cost 10 us or more, which moves between runs); its user part
     is tidemq's own Python. "workers" is the broker's child processes (the index worker).
     """
-    before = _Cpu.now(broker_pid)
+    before = BrokerCpu.now(broker_pid)
     rate = await phase
-    cpu = _Cpu.now(broker_pid).per_message(before, messages)
+    cpu = BrokerCpu.now(broker_pid).per_message(before, messages)
     broker = cpu["broker_user"] + cpu["broker_system"]
-    print(
-        f"{label:<42} {rate:>10,.0f} msg/s   broker CPU {broker:5.1f} us/msg "
-        f"(user {cpu['broker_user']:.1f}, system {cpu['broker_system']:.1f}; "
-        f"= {1e6 / broker:,.0f} msg/s per core), index worker {cpu['workers']:.1f}, "
-        f"client {cpu['client']:.1f} us/msg",
-        flush=True,
-    )
+    print(f"{label:<42} {rate:>10,.0f} msg/s   {describe(cpu)}", flush=True)
     return rate, broker, cpu["client"]
 
 

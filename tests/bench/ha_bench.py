@@ -14,17 +14,16 @@ SYNC p99 <= 5 ms.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
 from tests.bench import BROKER_SIZES, Result, env_int, run_on_uvloop, temp_dir
+from tests.bench.replicas import ha_status, master_with_slave, wait_slave
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI, SendStatus
 from tidemq.client.protocol.headers import SendMessageRequestHeader
-from tidemq.client.remoting.codes import RequestCode
 from tidemq.store.record import encode_properties
 
 BODY_1K = os.urandom(1024)
@@ -57,13 +56,6 @@ def _header(topic: str, queue_id: int) -> SendMessageRequestHeader:
         properties=encode_properties({"WAIT": "true"}),
         default_topic_queue_nums=8,
     )
-
-
-async def _ha_info(api: BrokerAPI, address: str) -> dict[str, object]:
-    response = await api.call(address, api.request(RequestCode.GET_BROKER_HA_STATUS))
-    info = json.loads(bytes(response.body))
-    assert isinstance(info, dict)
-    return info
 
 
 async def _raw_loopback_mb_s(total: int) -> float:
@@ -113,7 +105,7 @@ async def _catch_up(group: ProcessGroup, namesrv: Daemon, folder: Path, backlog:
             name="cu-master",
         )
         await _fill(api, master.address, backlog)
-        target = int((await _ha_info(api, master.address))["masterCommitLogMaxOffset"])  # type: ignore[call-overload]
+        target = int((await ha_status(api, master.address))["masterCommitLogMaxOffset"])  # type: ignore[call-overload]
         slave = group.brokerd(
             namesrv.address,
             folder / "cu-slave",
@@ -127,7 +119,7 @@ async def _catch_up(group: ProcessGroup, namesrv: Daemon, folder: Path, backlog:
         started = time.perf_counter()
         first = None
         while True:
-            info = await _ha_info(api, slave.address)
+            info = await ha_status(api, slave.address)
             offset = int(info.get("maxOffset", 0))  # type: ignore[call-overload]
             if first is None and offset > 0:
                 first = (time.perf_counter(), offset)
@@ -189,41 +181,6 @@ async def _latency(address: str, count: int, rate: float) -> tuple[float, float]
     return latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000
 
 
-def _pair(group: ProcessGroup, namesrv: Daemon, folder: Path, role: str, name: str) -> Daemon:
-    master = group.brokerd(
-        namesrv.address,
-        folder / f"{name}-m",
-        f"brokerRole={role}",
-        *BIG_STORE,
-        f"brokerName={name}",
-        name=f"{name}-master",
-    )
-    group.brokerd(
-        namesrv.address,
-        folder / f"{name}-s",
-        "brokerRole=SLAVE",
-        "brokerId=1",
-        *BIG_STORE,
-        f"brokerName={name}",
-        name=f"{name}-slave",
-    )
-    return master
-
-
-async def _wait_slave(address: str) -> None:
-    api = BrokerAPI()
-    try:
-        for _ in range(200):
-            info = await _ha_info(api, address)
-            conns = info.get("haConnectionInfo")
-            if isinstance(conns, list) and any(c.get("state") == "TRANSFER" for c in conns):
-                return
-            await asyncio.sleep(0.05)
-    finally:
-        await api.close()
-    raise TimeoutError("slave did not connect")
-
-
 async def _run(group: ProcessGroup, namesrv: Daemon, folder: Path) -> list[Result]:
     backlog = env_int("TIDEMQ_BENCH_HA_BACKLOG_MB", 1024) * 1024 * 1024
     messages = env_int("TIDEMQ_BENCH_HA_MESSAGES", 30_000)
@@ -231,10 +188,10 @@ async def _run(group: ProcessGroup, namesrv: Daemon, folder: Path) -> list[Resul
     print(f"raw loopback TCP, 32 KiB chunks: {raw:,.0f} MB/s", flush=True)
     catch_up = await _catch_up(group, namesrv, folder, backlog)
     print(f"catch-up of {backlog >> 20} MiB: {catch_up:,.0f} MB/s ({catch_up / raw:.2f} of raw)")
-    sync_master = _pair(group, namesrv, folder, "SYNC_MASTER", "broker-sync")
-    async_master = _pair(group, namesrv, folder, "ASYNC_MASTER", "broker-async")
-    await _wait_slave(sync_master.address)
-    await _wait_slave(async_master.address)
+    sync_master, _ = master_with_slave(group, namesrv, folder, "SYNC_MASTER", "broker-sync")
+    async_master, _ = master_with_slave(group, namesrv, folder, "ASYNC_MASTER", "broker-async")
+    await wait_slave(sync_master.address)
+    await wait_slave(async_master.address)
     sync_rate = await _throughput(sync_master.address, messages, 64)
     async_rate = await _throughput(async_master.address, messages, 64)
     print(
