@@ -2,14 +2,18 @@
 
 Load: `TIDEMQ_BENCH_CPP_PROCESSES` (4) processes of `cpp_sender.py`, each one C++ producer doing
 `send_sync` of 1 KiB messages in a loop for `TIDEMQ_BENCH_CPP_SECONDS` (8 s) after a warm-up.
-`send_sync` blocks, so each process keeps one send in flight on its own connection: 4 keep the
-broker's core busy (its CPU per message is about three times a sender's), while the senders
-and the broker together fit the 2 cores of the development machine without the senders
-starving the broker; more processes only queue at the broker and raise the latency.
+`send_sync` blocks, so each process keeps one send in flight on its own connection. Why 4: a
+sender spends about 200 us of CPU per send (the binding and the native client, which signs
+every request), more than the broker's 120-150, so the senders and the broker share the 2
+cores of the development machine. On it, 1/2/3/4/6/8 processes gave 2.1k/3.4k/4.1k/4.0k/4.7k/
+4.1k msg/s with p50 0.3/0.5/0.7/0.8/1.1/1.6 ms: the rate levels off from 3, 4 keep it while
+another load takes a share of the machine, and more only queue at the broker (latency) and
+take CPU the broker then lacks.
 
 Cases, in this order, each printed with msg/s, the broker's CPU per message (user + system, as
-in the broker section; the "client" figure is the C++ processes' own CPU), the C++ client's
-send latency p50/p99 and, for the SYNC case, the slave's CPU per message:
+in the broker section; "client" is the senders' own: the C++ processes', or this process's for
+BrokerAPI), the send latency p50/p99 as the client sees it and, for the SYNC case, the slave's
+CPU per message:
 
 - C++ `send_sync` to an ASYNC_MASTER (namesrvd + brokerd processes);
 - our Python client against the same broker: `BrokerAPI.send` with msgpack headers
@@ -17,8 +21,11 @@ send latency p50/p99 and, for the SYNC case, the slave's CPU per message:
   processes, one send in flight on each), first as fast as it goes, then paced at the rate the
   C++ client reached. The broker's CPU per message falls as its load rises (more requests per
   wake-up), so the paced run is the one whose CPU per send compares with the C++ run's: the
-  two header serialisations (the C++ client writes JSON) side by side. Their ratio is a
-  Result (issue 15: JSON must be as cheap as msgpack);
+  two header serialisations side by side. The C++ client writes SEND_MESSAGE (10) with a
+  JSON header of about 490 bytes (16 extFields under their full names, numbers unquoted, and
+  AccessKey/OnsChannel/Signature even without credentials); BrokerAPI writes SEND_MESSAGE_V2
+  with a msgpack header of about 220. Their ratio is a Result (issue 15: JSON must be as cheap
+  as msgpack);
 - C++ `send_sync` to a SYNC_MASTER with its SLAVE (brokerd processes), on fresh processes.
 
 The native client logs under $HOME/logs/rocketmq-cpp: the senders' HOME is a temporary folder.
