@@ -48,7 +48,8 @@ from tests.bench import Result, env_int, one_broker, run_on_uvloop, temp_dir
 from tests.bench.cpu import BrokerCpu, describe, user_system
 from tests.bench.replicas import master_with_slave, wait_slave
 from tests.support.processes import Daemon, ProcessGroup
-from tidemq.client.api import BrokerAPI, SendStatus
+from tidemq.client.api import BrokerAPI
+from tidemq.client.message import SendStatus
 from tidemq.client.protocol.headers import SendMessageRequestHeader
 from tidemq.store.record import encode_properties
 
