@@ -66,6 +66,21 @@ RATE_SAMPLE_INTERVAL = 1.0
 Processor = Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
+class _GatheredAppends:
+    """The remoting server's read scope: the store gathers the appends of a read's requests."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: MessageStore) -> None:
+        self._store = store
+
+    def begin_read(self) -> None:
+        self._store.begin_gathering()
+
+    def end_read(self) -> None:
+        self._store.end_gathering()
+
+
 class Broker(Service):
     def __init__(
         self,
@@ -117,6 +132,8 @@ class Broker(Service):
             idle_timeout=self.remoting.server_channel_max_idle_time_seconds,
             name=f"broker {config.broker_name}",
         )
+        # The sends of one read are appended with one system call (MessageStore.begin_gathering).
+        self.server.read_scope = _GatheredAppends(self.store)
         self.namesrv_client = RemotingClient(idle_timeout=0)
         self.registration: NameServerRegistration | None = None
         self.ha_service: HAService | None = None

@@ -192,7 +192,10 @@ class BrokerAPI:
         # Like Java's client, both codes carry the one-letter V2 header keys.
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         request = self.request(code, _ENCODE_SEND_V2(header), body)
-        response = await self.call(address, request, ok=_SEND_OK, timeout=timeout)
+        # invoke and the code check of `call`, one await deep: a send is the hottest call
+        response = await self.remoting.invoke(address, request, timeout or self.timeout)
+        if response.code not in _SEND_OK:
+            raise BrokerResponseError.for_code(response.code, response.remark)
         ext = response.ext_fields
         return SendResult(
             _SEND_STATUS[response.code],

@@ -107,6 +107,9 @@ class HAConnection:
         # first batch): a slave cannot hold more, so it cannot acknowledge more.
         self.sent_offset = -1
         self.last_read = time.monotonic()
+        # Set once the connection winds down: from then on it vouches for nothing, even before
+        # the service has dropped it (a send answered meanwhile must not count on it).
+        self.ending = False
         self.last_write = time.monotonic()
         self.rate = TransferRate()
         self._data = asyncio.Event()
@@ -134,6 +137,7 @@ class HAConnection:
                 if not task.cancelled() and task.exception() is not None:
                     log.warning("HA connection %s failed: %s", self.address, task.exception())
         finally:
+            self.ending = True
             try:
                 with contextlib.suppress(Exception):  # a failure was logged above
                     await cancel_and_wait(read, write)
@@ -339,7 +343,11 @@ class HAService(Service):
         self.slave_listeners: list[Callable[[str], None]] = []
 
     def _usable_slaves(self) -> list[HAConnection]:
-        return [c for c in self.connections if c.reported and c.state is SlaveState.TRANSFER]
+        return [
+            c
+            for c in self.connections
+            if c.reported and c.state is SlaveState.TRANSFER and not c.ending
+        ]
 
     async def on_start(self) -> None:
         self._server, self.port = await self._listen(self._accept, self.host, self.port)

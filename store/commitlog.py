@@ -121,6 +121,10 @@ class CommitLog:
         # "topic-queueId" -> the queue offset the next message of that queue gets.
         self.topic_queue_table: dict[str, int] = {}
         self.last_store_timestamp = 0
+        # True while the broker handles the requests of one read (`MessageStore.gathering`):
+        # appends are gathered and written together by `write_gathered`.
+        self.gathering = False
+        self._gathered_in: Segment | None = None
 
     # --- appends ----------------------------------------------------------------------------
 
@@ -144,7 +148,11 @@ class CommitLog:
             table[key] = queue_offset + 1
         else:
             queue_offset = 0
-        segment.append(pack_record(msg, shape, queue_offset, phy, store_ts))
+        if self.gathering:
+            segment.gather(pack_record(msg, shape, queue_offset, phy, store_ts))
+            self._gathered_in = segment
+        else:
+            segment.append(pack_record(msg, shape, queue_offset, phy, store_ts))
         msg.queue_offset = queue_offset
         msg_id = message_id(msg.store_host, phy)
         return AppendResult(
@@ -220,6 +228,15 @@ class CommitLog:
         host_hex = store_host.hex().upper()
         msg_ids = [f"{host_hex}{wrote_offset + at:016X}" for at in batch.offsets]
         return _appended(wrote_offset, total, msg_ids, first_queue_offset, store_ts)
+
+    def write_gathered(self) -> bool:
+        """Write what was gathered; True if there was something (readers may see more)."""
+        segment = self._gathered_in
+        if segment is None:
+            return False
+        self._gathered_in = None
+        segment.write_gathered()
+        return True
 
     def _start_append(
         self, total: int, encoded_at: int | None = None

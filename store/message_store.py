@@ -435,7 +435,7 @@ class MessageStore(Service):
     async def _after_append(self, append: AppendResult, wait_store: bool) -> PutMessageResult:
         if append.status is not PutStatus.PUT_OK:
             return PutMessageResult(append.status, append, append.remark)
-        if self.pool is None:
+        if self.pool is None and not self.commitlog.gathering:  # else: end_gathering does it
             self.reput.wakeup()
             self._notify_data()
         status = PutStatus.PUT_OK
@@ -451,6 +451,23 @@ class MessageStore(Service):
             elif not await replica.wait_for_slave(append.end_offset):
                 status = PutStatus.FLUSH_SLAVE_TIMEOUT
         return PutMessageResult(status, append)
+
+    # --- gathered appends: the puts of one read, one system call --------------------------
+
+    def begin_gathering(self) -> None:
+        """Gather the appends that follow until `end_gathering` (ASYNC_FLUSH without a transient
+        pool; otherwise appends go on being written one by one). The remoting server brackets
+        the requests of one read with the two; their responses are written after it."""
+        if self.pool is None and self._group_commit is None:
+            self.commitlog.gathering = True
+
+    def end_gathering(self) -> None:
+        """Write the gathered appends; wake dispatch and replication for them."""
+        commitlog = self.commitlog
+        commitlog.gathering = False
+        if commitlog.write_gathered():
+            self.reput.wakeup()
+            self._notify_data()
 
     def _notify_data(self) -> None:
         replication = self.replication

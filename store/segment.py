@@ -6,10 +6,13 @@ its bytes: `wrote` (appended), `committed` (reached the file; differs from `wrot
 transient write buffer is used) and `flushed` (made durable by fsync).
 
 Appends reach the file by positioned writes into the page cache (`AppendMode.pwrite`) or by copies
-into the map (`AppendMode.mmap`). Either way readers see the bytes through the map at once:
-on Linux both paths land in the same page cache. `flush()` calls fdatasync on the descriptor,
-which also writes back pages dirtied through the map, and releases the GIL, so the flush
-services run it in a worker thread.
+into the map (`AppendMode.mmap`). In pwrite mode, appends may also be gathered (`gather`) and
+written together by one pwritev (`write_gathered`): the requests of one read then cost one system
+call, not one each. Gathered bytes count as appended (`wrote`) but not as committed until written,
+so no reader sees them before they are in the file. Either way readers see the written bytes
+through the map at once: on Linux both paths land in the same page cache. `flush()` calls
+fdatasync on the descriptor, which also writes back pages dirtied through the map, and releases
+the GIL, so the flush services run it in a worker thread.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from tidemq.store.errors import CorruptStoreError
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 4096
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 NAME_DIGITS = 20
 TMP_SUFFIX = ".tmp"
 
@@ -117,6 +121,9 @@ class Segment:
         self.flushed = 0
         # Transient store pool: appends land here and `commit()` writes them to the file.
         self._write_buffer = write_buffer
+        # Appends gathered for one pwritev, and their size (see `gather`).
+        self._gathered: list[bytes] = []
+        self._gathered_bytes = 0
         self.closed = False
         # Flushes run in worker threads; this keeps close() from pulling the descriptor away.
         self._io_lock = threading.Lock()
@@ -130,7 +137,9 @@ class Segment:
 
     @property
     def committed(self) -> int:
-        return self.wrote if self._write_buffer is None else self._committed
+        if self._write_buffer is None:
+            return self.wrote - self._gathered_bytes
+        return self._committed
 
     @property
     def read_position(self) -> int:
@@ -159,6 +168,8 @@ class Segment:
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Append at the wrote position; returns the file position the data starts at."""
+        if self._gathered:
+            self.write_gathered()
         at = self.wrote
         n = len(data)
         if at + n > self.size:
@@ -174,12 +185,45 @@ class Segment:
         self.wrote = at + n
         return at
 
+    def gather(self, data: bytes) -> None:
+        """Append `data` to be written by the next `write_gathered` (pwrite mode; in another
+        mode, or with a write buffer, this is `append`). `data` must not change meanwhile."""
+        if self.append_mode is not AppendMode.pwrite or self._write_buffer is not None:
+            self.append(data)
+            return
+        n = len(data)
+        if self.wrote + n > self.size:
+            raise ValueError(
+                f"append of {n} bytes at {self.wrote} overflows segment {self.path.name}"
+            )
+        self._gathered.append(data)
+        self._gathered_bytes += n
+        self.wrote += n
+
+    def write_gathered(self) -> None:
+        """Write the gathered appends to the file in order: one pwritev per IOV_MAX of them."""
+        gathered = self._gathered
+        if not gathered:
+            return
+        at = self.wrote - self._gathered_bytes
+        for first in range(0, len(gathered), _IOV_MAX):
+            part = gathered[first : first + _IOV_MAX]
+            expected = sum(map(len, part))
+            written = os.pwritev(self._fd, part, at)
+            if written != expected:
+                raise OSError(f"short write to {self.path}: {written} of {expected} bytes")
+            at += written
+        self._gathered = []
+        self._gathered_bytes = 0
+
     def fill_to_end(self) -> None:
         """Mark the segment full (after an end-of-file blank: the tail is left as it is).
 
         A reused transient buffer still holds an older segment's bytes there: zero them, so that
         the committed file is the same as one written directly.
         """
+        if self._gathered:
+            self.write_gathered()
         if self._write_buffer is not None:
             self._write_buffer[self.wrote : self.size] = bytes(self.size - self.wrote)
         self.wrote = self.size
@@ -239,6 +283,8 @@ class Segment:
     # --- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
+        if self._gathered and not self.closed:
+            self.write_gathered()
         with self._io_lock:
             if self.closed:
                 return

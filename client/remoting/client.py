@@ -96,11 +96,15 @@ class RemotingClient:
         self, address: str, request: RemotingCommand, timeout: float
     ) -> RemotingCommand:
         """Send `request` to `address` and return its response within `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        connection = await self.connection(address)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise RequestTimeoutError(f"timed out connecting to {address}")
+        connection = self._connections.get(address)
+        if connection is not None and connection.is_open:
+            remaining = timeout  # connected: nothing of the timeout spent yet
+        else:
+            deadline = time.monotonic() + timeout
+            connection = await self.connection(address)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimeoutError(f"timed out connecting to {address}")
         try:
             return await connection.request(request, remaining)
         except TimeoutError:

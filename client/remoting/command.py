@@ -28,7 +28,10 @@ _PYTHON: Final = int(LanguageCode.PYTHON)
 
 @dataclass(slots=True)
 class RemotingCommand:
-    """One remoting command. Mutable so a connection can stamp its `opaque` before sending."""
+    """One remoting command. Mutable so a connection can stamp its `opaque` before sending.
+
+    Made per request, so the codecs construct it positionally: keep the field order.
+    """
 
     code: int
     language: int = _PYTHON
@@ -73,16 +76,17 @@ class RemotingCommand:
         serialize_type: SerializeType = SerializeType.JSON,
     ) -> RemotingCommand:
         """A request; `opaque` is normally left at 0 for the connection to assign."""
+        # positional, in field order: one is made per request
         return cls(
-            code=int(code),
-            language=int(language),
-            version=version,
-            opaque=opaque,
-            flag=_ONEWAY if oneway else 0,
-            remark=remark,
-            ext_fields={} if ext_fields is None else ext_fields,
-            body=body,
-            serialize_type=serialize_type,
+            int(code),
+            int(language),
+            version,
+            opaque,
+            _ONEWAY if oneway else 0,
+            remark,
+            {} if ext_fields is None else ext_fields,
+            body,
+            serialize_type,
         )
 
     @classmethod
@@ -102,13 +106,13 @@ class RemotingCommand:
         Language and version are the responder's own, as RocketMQ's createResponseCommand does.
         """
         return cls(
-            code=int(code),
-            language=int(language),
-            version=version,
-            opaque=request.opaque,
-            flag=_RESPONSE,
-            remark=remark,
-            ext_fields={} if ext_fields is None else ext_fields,
-            body=body,
-            serialize_type=request.serialize_type,
+            int(code),
+            int(language),
+            version,
+            request.opaque,
+            _RESPONSE,
+            remark,
+            {} if ext_fields is None else ext_fields,
+            body,
+            request.serialize_type,
         )

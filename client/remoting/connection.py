@@ -41,6 +41,17 @@ RequestHandler = Callable[
     ["RemotingConnection", RemotingCommand], Awaitable[RemotingCommand | None]
 ]
 
+
+class ReadScope(typing.Protocol):
+    """Brackets the handling of the requests that arrived in one read (e.g. the store gathers
+    their appends and writes them with one system call at `end_read`, before any response
+    goes out: responses are written only after the read callback returns)."""
+
+    def begin_read(self) -> None: ...
+
+    def end_read(self) -> None: ...
+
+
 # Pause reading from a peer when this much of our output to it is waiting to be sent.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 
@@ -57,8 +68,10 @@ class RemotingConnection(asyncio.Protocol):
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         on_close: Callable[[RemotingConnection], None] | None = None,
         name: str = "",
+        read_scope: ReadScope | None = None,
     ) -> None:
         self._handler = handler
+        self._read_scope = read_scope
         self._decoder = FrameDecoder(max_frame_size)
         self._on_close = on_close
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
@@ -99,6 +112,24 @@ class RemotingConnection(asyncio.Protocol):
             log.warning("closing connection %s: malformed frame: %s", self.peer, exc)
             self.close()
             return
+        scope = self._read_scope
+        if scope is None or len(commands) < 2:
+            self._take(commands)
+            return
+        scope.begin_read()
+        try:
+            self._take(commands)
+        finally:
+            try:
+                scope.end_read()
+            except Exception:
+                # What these requests stored did not reach the file: their answers must not go
+                # out as successes. The peer sees the connection fail instead.
+                log.exception("closing connection %s: its requests' appends failed", self.peer)
+                self._outgoing.clear()
+                self.abort()
+
+    def _take(self, commands: list[RemotingCommand]) -> None:
         for command in commands:
             if command.is_response:
                 future = self._pending.pop(command.opaque, None)

@@ -222,11 +222,17 @@ def _ext_fields(value: Any) -> dict[str, str]:
 
 
 def _normalised_ext_fields(raw: dict[Any, Any]) -> dict[str, str]:
+    # The C++ client sends numbers unquoted: this runs for each of its requests.
     out: dict[str, str] = {}
     for key, item in raw.items():
         if type(key) is not str:
             raise HeaderDecodeError(f"extFields key is not a string: {key!r}")
-        if item is not None:  # Java's makeCustomHeaderToNet never sends null fields either
+        kind = type(item)
+        if kind is str:
+            out[key] = item
+        elif kind is int:
+            out[key] = str(item)
+        elif item is not None:  # Java's makeCustomHeaderToNet never sends null fields either
             out[key] = _text_value(item, f"extFields[{key!r}]")
     return out
 

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.connection import ReadScope, RemotingConnection
 from tidemq.client.remoting.frame import DEFAULT_MAX_FRAME_SIZE
 from tidemq.store.errors import TideMQError
 
@@ -83,6 +83,8 @@ class RemotingServer:
         self.default_processor: Processor | None = None
         self.connections: set[RemotingConnection] = set()
         self.on_connection_closed: list[ConnectionListener] = []
+        # Brackets the requests of each read of every connection accepted after it is set.
+        self.read_scope: ReadScope | None = None
         # A tuple, rebuilt on each add: the dispatch tests it for emptiness and iterates it
         # without a copy or an allocation per request.
         self.hooks: tuple[RequestHook, ...] = ()
@@ -113,6 +115,7 @@ class RemotingServer:
             max_frame_size=self.max_frame_size,
             on_close=self._closed,
             name=self.name,
+            read_scope=self.read_scope,
         )
         self.connections.add(connection)
         return connection

@@ -26,11 +26,12 @@ import os
 import struct
 import sys
 import time
-import uuid
 from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 from isal import isal_zlib
+
+from tidemq.client.message import UniqueIdGenerator
 
 _FRAME = struct.Struct(">ii")
 _LEN = struct.Struct(">i")
@@ -170,6 +171,7 @@ async def load(port: int, messages: int, in_flight: int, batch: int, body: bytes
     requests = messages // batch
     next_request = 0
     opaques = iter(range(1, 2**31))
+    ids = UniqueIdGenerator(b"\x7f\x00\x00\x01")  # as the producer makes UNIQ_KEY
     payload = b"".join(_LEN.pack(len(body)) + body for _ in range(batch)) if batch > 1 else body
 
     async def worker() -> None:
@@ -178,7 +180,7 @@ async def load(port: int, messages: int, in_flight: int, batch: int, body: bytes
             queue_id = next_request % 8
             next_request += 1
             opaque = next(opaques)
-            props = f"UNIQ_KEY\x01{uuid.uuid4().hex.upper()}\x02WAIT\x01true\x02TAGS\x01bench\x02"
+            props = f"UNIQ_KEY\x01{ids.next_id()}\x02WAIT\x01true\x02TAGS\x01bench\x02"
             header = msgpack.packb(
                 {
                     "code": SEND_BATCH if batch > 1 else SEND,

@@ -24,7 +24,6 @@ import os
 import struct
 import sys
 import time
-import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +33,7 @@ from tests.bench.baseline import load as baseline_load
 from tests.bench.cpu import BrokerCpu, describe
 from tests.support.processes import ProcessGroup, free_port
 from tidemq.client.api import BrokerAPI, SendStatus
+from tidemq.client.message import UniqueIdGenerator
 from tidemq.client.protocol.headers import (
     PULL_FLAG_SUBSCRIPTION,
     PullMessageRequestHeader,
@@ -50,10 +50,12 @@ QUEUES = 8
 _TOTAL = struct.Struct(">i")
 
 
+# A UNIQ_KEY per message, made as our producer makes it (tidemq.client.message).
+_IDS = UniqueIdGenerator(b"\x7f\x00\x00\x01")
+
+
 def _props() -> str:
-    return encode_properties(
-        {"UNIQ_KEY": uuid.uuid4().hex.upper(), "WAIT": "true", "TAGS": "bench"}
-    )
+    return encode_properties({"UNIQ_KEY": _IDS.next_id(), "WAIT": "true", "TAGS": "bench"})
 
 
 def _header(queue_id: int, *, batch: bool = False) -> SendMessageRequestHeader:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -796,3 +797,17 @@ def test_a_json_header_with_anything_else_after_it_is_refused(extra: str) -> Non
     text = '{"code":10,"opaque":3}' + extra
     with pytest.raises(HeaderDecodeError, match="JSON header does not parse: Extra data"):
         decode_json_header(text.encode())
+
+
+def test_remoting_command_fields_keep_the_order_positional_construction_relies_on() -> None:
+    assert [f.name for f in dataclasses.fields(RemotingCommand)] == [
+        "code",
+        "language",
+        "version",
+        "opaque",
+        "flag",
+        "remark",
+        "ext_fields",
+        "body",
+        "serialize_type",
+    ]

@@ -242,3 +242,50 @@ async def test_a_request_that_waits_goes_on_in_a_task_and_can_be_cancelled() -> 
     answers = commands_in(b"".join(transport.writes))
     assert len(answers) == 1 and answers[0].remark == "late"
     assert first.done() and second.cancelled()
+
+
+class RecordingScope:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[str] = []
+        self.fail = fail
+
+    def begin_read(self) -> None:
+        self.calls.append("begin")
+
+    def end_read(self) -> None:
+        self.calls.append("end")
+        if self.fail:
+            raise OSError("no space left on device")
+
+
+async def test_the_requests_of_one_read_are_bracketed_by_the_read_scope() -> None:
+    scope = RecordingScope()
+
+    async def noting(_connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        scope.calls.append(f"request {request.opaque}")
+        return RemotingCommand.response_to(request, 0)
+
+    connection = RemotingConnection(noting, read_scope=scope)
+    transport = FakeTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    both = [RemotingCommand.request(1, opaque=n) for n in (1, 2)]
+    connection.data_received(b"".join(encode_command(c) for c in both))
+    assert scope.calls == ["begin", "request 1", "request 2", "end"]
+    connection.data_received(encode_command(RemotingCommand.request(1, opaque=3)))
+    assert scope.calls[-1] == "request 3"  # one request alone: nothing to gather
+    await asyncio.sleep(0)
+    assert [c.opaque for c in commands_in(b"".join(transport.writes))] == [1, 2, 3]
+
+
+async def test_when_the_read_scope_fails_no_answer_of_that_read_goes_out() -> None:
+    async def ok(_connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        return RemotingCommand.response_to(request, 0)
+
+    connection = RemotingConnection(ok, read_scope=RecordingScope(fail=True))
+    transport = FakeTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    both = [RemotingCommand.request(1, opaque=n) for n in (1, 2)]
+    connection.data_received(b"".join(encode_command(c) for c in both))
+    assert transport.closing
+    await asyncio.sleep(0)
+    assert transport.writes == []

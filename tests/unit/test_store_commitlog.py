@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from tests.support.stores import StoreFactory
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.commitlog import AppendResult, CommitLog, PutStatus
-from tidemq.store.config import BrokerRole
+from tidemq.store.config import BrokerRole, FlushDiskType
 from tidemq.store.errors import OffsetMismatchError
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import MessageBatch, MessageToStore, decode_record, encode_properties
@@ -431,3 +431,73 @@ async def test_raw_copy_byte_by_byte_then_reload(tmp_path: Path, master: Master)
         assert again.max_phy_offset == len(master.log_bytes)
     finally:
         await again.stop()
+
+
+# --- gathered appends (the sends of one read, one pwritev) ----------------------------------
+
+
+def test_gathered_appends_are_written_in_order_and_unseen_before(
+    log: CommitLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tidemq.store.segment._IOV_MAX", 2)  # several pwritev calls
+    ungathered = [log.put(MessageToStore("T", 0, bytes([i]) * 100)) for i in range(2)]
+    log.gathering = True
+    gathered = [log.put(MessageToStore("T", 0, bytes([i]) * 100)) for i in range(2, 7)]
+    segment = log.segments.last
+    assert segment is not None
+    written = ungathered[-1].end_offset
+    assert segment.read_position == written  # gathered: not readable yet
+    assert segment.wrote == gathered[-1].end_offset
+    assert read_file(log.segments.directory, 0)[written : written + 4] == b"\0" * 4
+    log.gathering = False
+    assert log.write_gathered()
+    assert not log.write_gathered()  # nothing left
+    assert segment.read_position == gathered[-1].end_offset
+    data = read_file(log.segments.directory, 0)
+    for i, result in enumerate(ungathered + gathered):
+        record = decode_record(data[result.wrote_offset : result.end_offset])
+        assert (record.body, record.queue_offset) == (bytes([i]) * 100, i)
+
+
+def test_a_file_roll_writes_what_was_gathered_before_its_blank(log: CommitLog) -> None:
+    model = Model()
+    log.gathering = True
+    results = [log.put(MessageToStore("T", 0, body_for(1000))) for _ in range(5)]
+    log.gathering = False
+    log.write_gathered()
+    places = [model.place(1000)[0] for _ in range(5)]
+    assert [r.wrote_offset for r in results] == places
+    first = read_file(log.segments.directory, 0)
+    for result in results[:4]:
+        assert decode_record(first[result.wrote_offset : result.end_offset]).queue_offset >= 0
+    blank_at = results[3].end_offset
+    assert struct.unpack_from(">iI", first, blank_at) == (FILE - blank_at, BLANK_MAGIC)
+    second = read_file(log.segments.directory, FILE)
+    assert decode_record(second[: results[4].wrote_bytes]).queue_offset == 4
+
+
+async def test_the_store_gathers_only_between_begin_and_end(tmp_path: Path) -> None:
+    store = STORES.open(tmp_path)
+    try:
+        store.begin_gathering()
+        results = [await store.put_message(MessageToStore("T", 0, b"x" * 10)) for _ in range(3)]
+        assert store.reput.dispatch_available(1 << 62) == 0  # nothing readable yet
+        store.end_gathering()
+        assert store.reput.dispatch_available(1 << 62) > 0
+        got = store.get_message("G", "T", 0, 0, 32)
+        offsets = [decode_record(bytes(m)).queue_offset for m in got.messages]
+        assert offsets == [r.append.queue_offset for r in results if r.append] == [0, 1, 2]
+        assert not store.commitlog.gathering
+    finally:
+        await store.stop()
+
+
+async def test_a_sync_flush_store_does_not_gather(tmp_path: Path) -> None:
+    store = STORES.open(tmp_path, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    try:
+        await store.start()
+        store.begin_gathering()
+        assert not store.commitlog.gathering  # its puts wait for a flush of what they wrote
+        store.end_gathering()
+    finally:
+        await store.stop()
