@@ -7,7 +7,12 @@
 - `Cluster.create_topic` / `Cluster.produce`: topics with a known queue layout and messages sent
   straight to chosen queues (SEND_BATCH_MESSAGE), so each test knows every (brokerName,
   queueId, queueOffset) it must read back. Message i of a run has key `<prefix>-<i>` and a body
-  starting with that key.
+  starting with that key. `Cluster.send` sends such messages with our producer instead, which
+  spreads them over every queue of the route (both broker groups); the send results say where
+  each one went.
+- `standalone`: a Spark standalone cluster (a master and a worker process, see
+  tests/support/spark_standalone.py) for the module, and `cluster_spark`: a session whose
+  master it is, the source registered; stopped before the cluster.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ import pytest
 
 from tests.support.conditions import eventually
 from tests.support.processes import Daemon, ProcessGroup
+from tests.support.spark_standalone import SparkStandalone
 from tidemq.client.api import BrokerAPI
-from tidemq.client.message import SendStatus
+from tidemq.client.message import Message, SendStatus
+from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.headers import SendMessageRequestHeader
 from tidemq.client.protocol.models import TopicConfig
 from tidemq.store.batch_body import encode_batch_body
@@ -56,6 +63,42 @@ def spark() -> Iterator[Any]:
         for query in session.streams.active:
             query.stop()
         session.stop()
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandalone]:
+    if shutil.which("java") is None:
+        pytest.skip("Spark needs Java 17 on the PATH")
+    with SparkStandalone(tmp_path_factory.mktemp("spark-standalone")) as spark_cluster:
+        yield spark_cluster
+
+
+@pytest.fixture(scope="module")
+def cluster_spark(standalone: SparkStandalone) -> Iterator[Any]:
+    """A session on the standalone cluster, using one of its cores (`spark.cores.max`): the
+    other is left for a second application (a `tidemq-ingest` the test starts)."""
+    from tidemq.client.spark import local_session
+
+    session = local_session(
+        standalone.master_url,
+        app_name="tidemq-cluster-tests",
+        conf={**standalone.driver_conf(), **CLUSTER_APP_CONF},
+        fast_start=True,
+    )
+    try:
+        yield session
+    finally:
+        for query in session.streams.active:
+            query.stop()
+        session.stop()
+
+
+# One core and one executor per application, one shuffle partition.
+CLUSTER_APP_CONF = {
+    "spark.cores.max": "1",
+    "spark.executor.cores": "1",
+    "spark.sql.shuffle.partitions": "1",
+}
 
 
 @dataclass
@@ -148,6 +191,30 @@ class Cluster:
                     assert result.status is SendStatus.SEND_OK, result
         finally:
             await api.close()
+        return placed
+
+    def send(
+        self, topic: str, count: int, prefix: str, *, batch: int = 32, body_size: int = 0
+    ) -> dict[str, tuple[str, int]]:
+        """`count` messages by our producer in batches; returns key -> (brokerName, queueId)."""
+        return asyncio.run(self._send(topic, count, prefix, batch, body_size))
+
+    async def _send(
+        self, topic: str, count: int, prefix: str, batch: int, body_size: int
+    ) -> dict[str, tuple[str, int]]:
+        placed: dict[str, tuple[str, int]] = {}
+        filler = (FILLER * (body_size // len(FILLER) + 1))[:body_size]
+        async with AsyncProducer("spark-tests-producer", self.namesrv_addr) as producer:
+            for at in range(0, count, batch):
+                keys = [f"{prefix}-{i}" for i in range(at, min(count, at + batch))]
+                messages = [
+                    Message(topic, key.encode() + b":" + filler, tags="TagA", keys=key)
+                    for key in keys
+                ]
+                result = await producer.send_batch(messages, timeout=15)
+                assert result.ok, result
+                queue = result.message_queue
+                placed.update((key, (queue.broker_name, queue.queue_id)) for key in keys)
         return placed
 
     def max_offsets(

@@ -1,13 +1,7 @@
 """The `tidemq` data source in Spark local mode against real name servers and brokers.
 
-One Spark session for the whole module (`spark` fixture). Every check of what a query read is
-made through Spark (aggregates over the sink, or over `spark.read.parquet`, which lists a file
-sink through its `_spark_metadata` log), never by listing files: a killed query may leave a file
-in the directory that belongs to no batch.
-
-"Exactly once" below means: the rows' (brokerName, queueId, queueOffset) are all distinct, each
-queue's offsets run without a gap over exactly the range the brokers hold, and the keys are the
-keys that were sent, each once, read from the queue it was sent to.
+One Spark session for the whole module (`spark` fixture). Queries and checks ("exactly once")
+are in tests/spark/queries.py.
 """
 
 from __future__ import annotations
@@ -19,13 +13,23 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.spark.conftest import Cluster, spark_subprocess_env, start_cluster
+from tests.spark.queries import (
+    QueueRef,
+    all_queues,
+    assert_exactly_once,
+    batch,
+    executed,
+    stopped_midway_then_restarted,
+    stream,
+    whole_range,
+)
 from tests.support.conditions import eventually_sync
 from tests.support.ha_brokers import HA_TIMING
 from tests.support.processes import REPO_ROOT, ProcessGroup
@@ -35,89 +39,10 @@ from tidemq.client.spark.records import spark_schema
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-QueueRef = tuple[str, int]
-
-
-def stream(spark: Any, cluster: Cluster, topic: str, **options: Any) -> Any:
-    reader = (
-        spark.readStream.format("tidemq")
-        .option("namesrvAddr", cluster.namesrv_addr)
-        .option("topic", topic)
-    )
-    for key, value in {"startingOffsets": "earliest", **options}.items():
-        reader = reader.option(key, str(value))
-    return reader.load()
-
-
-def batch(spark: Any, cluster: Cluster, topic: str, **options: Any) -> Any:
-    reader = (
-        spark.read.format("tidemq")
-        .option("namesrvAddr", cluster.namesrv_addr)
-        .option("topic", topic)
-    )
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return reader.load()
-
 
 async def _runtime_info(namesrv: str, address: str) -> dict[str, str]:
     async with AdminClient(namesrv) as admin:
         return await admin.runtime_info(address)
-
-
-def assert_exactly_once(
-    df: Any,
-    placed: Mapping[str, QueueRef],
-    ranges: Mapping[QueueRef, tuple[int, int]],
-) -> None:
-    """`df` holds each message of `placed` once, and each queue exactly its [lo, hi) range."""
-    from pyspark.sql import functions as F
-
-    per_queue = {
-        (r["brokerName"], r["queueId"]): r
-        for r in df.groupBy("brokerName", "queueId")
-        .agg(
-            F.count("*").alias("rows"),
-            F.countDistinct("queueOffset").alias("distinct"),
-            F.min("queueOffset").alias("lo"),
-            F.max("queueOffset").alias("hi"),
-        )
-        .collect()
-    }
-    expected = {q: (lo, hi) for q, (lo, hi) in ranges.items() if hi > lo}
-    assert set(per_queue) == set(expected)
-    for queue, (lo, hi) in expected.items():
-        row = per_queue[queue]
-        assert (row["rows"], row["distinct"], row["lo"], row["hi"]) == (
-            hi - lo,
-            hi - lo,
-            lo,
-            hi - 1,
-        ), (
-            queue,
-            row,
-        )
-    keys = df.select(F.col("key").cast("string").alias("k"), "brokerName", "queueId").collect()
-    seen = {r["k"]: (r["brokerName"], r["queueId"]) for r in keys}
-    assert len(seen) == len(keys) == len(placed)
-    assert seen == dict(placed)
-
-
-def all_queues(
-    cluster: Cluster, queues: int, brokers: Sequence[str] | None = None
-) -> list[QueueRef]:
-    return [(b, q) for b in (brokers or sorted(cluster.masters)) for q in range(queues)]
-
-
-def whole_range(
-    cluster: Cluster, topic: str, queues: Sequence[QueueRef]
-) -> dict[QueueRef, tuple[int, int]]:
-    return {q: (0, hi) for q, hi in cluster.max_offsets(topic, queues).items()}
-
-
-def executed(query: Any) -> list[Any]:
-    """Progress events of batches that ran (idle triggers post events too)."""
-    return [p for p in query.recentProgress if "addBatch" in (p["durationMs"] or {})]
 
 
 # --- batch --------------------------------------------------------------------------------------
@@ -224,39 +149,7 @@ def test_stopped_midway_then_restarted_reads_everything_once(
     spark: Any, cluster: Cluster, tmp_path: Path
 ) -> None:
     """Messages sent while the query runs are read; a stop mid-way and a restart lose nothing."""
-    topic = "SparkRestart"
-    cluster.create_topic(topic, queues=2)
-    queues = all_queues(cluster, 2)
-    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
-    placed = cluster.produce(topic, 400, "w1", queues)
-
-    def start(**trigger: Any) -> Any:
-        return (
-            stream(spark, cluster, topic, maxOffsetsPerTrigger=100)
-            .writeStream.format("parquet")
-            .option("path", out)
-            .option("checkpointLocation", checkpoint)
-            .trigger(**trigger)
-            .start()
-        )
-
-    def rows(where: str = "true") -> int:
-        try:
-            return int(spark.read.parquet(out).where(where).count())
-        except Exception:  # nothing committed yet: no _spark_metadata, no schema
-            return 0
-
-    query = start(processingTime="200 milliseconds")
-    eventually_sync(lambda: rows() >= 200, "the first batches", 90)
-    placed |= cluster.produce(topic, 400, "w2", queues)  # arrives while the query runs
-    eventually_sync(lambda: rows("cast(key as string) like 'w2-%'") > 0, "messages sent later", 90)
-    query.stop()
-    assert query.exception() is None
-    assert rows() < 800, "the query was to be stopped mid-way"
-    restarted = start(availableNow=True)
-    restarted.awaitTermination(120)
-    assert restarted.exception() is None
-    assert_exactly_once(spark.read.parquet(out), placed, whole_range(cluster, topic, queues))
+    stopped_midway_then_restarted(spark, cluster, "SparkRestart", tmp_path)
 
 
 def _ingest_command(cluster: Cluster, topic: str, out: Path, checkpoint: Path) -> list[str]:
