@@ -61,6 +61,7 @@ def test_two_groups_into_parquet_on_the_cluster_stopped_and_restarted(
     assert {broker for broker, _queue in placed.values()} == BROKERS
     assert_unique_msg_ids(cluster_spark.read.parquet(str(tmp_path / "out")), 2 * count)
     # The tasks ran in the worker's executors: the master lists this application with them.
+    assert standalone.executor_pids()
     apps = standalone.status()["activeapps"]
     assert [a["name"] for a in apps] == ["tidemq-cluster-tests"]
     assert apps[0]["cores"] == 1
