@@ -54,6 +54,9 @@ from tidemq.store.replication import Replication
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 64 * 1024
+# CommitLog bytes the write service takes per turn, framed at haTransferBatchSize (the TCP
+# transport lets a connection hold more than this unsent: ha/transport.py).
+TRANSFER_SPAN = 4 * 1024 * 1024
 LAG_LOG_INTERVAL = 30.0
 
 
@@ -274,12 +277,18 @@ class HAConnection:
                 if start != self.next_transfer_from:
                     # A slave that reported 0 whose start file is gone: follow the master's data.
                     self.next_transfer_from = start
-                size = min(len(view), batch)
-                self.writer.write(encode_transfer_header(start, size))
-                self.writer.write(view[:size])
-                self.next_transfer_from = self.sent_offset = start + size
+                # One contiguous span of the file, cut into the frames the protocol carries
+                # (haTransferBatchSize each, the last one shorter) and written at once.
+                span = min(len(view), TRANSFER_SPAN)
+                frames: list[bytes | memoryview] = []
+                for at in range(0, span, batch):
+                    size = min(span - at, batch)
+                    frames.append(encode_transfer_header(start + at, size))
+                    frames.append(view[at : at + size])
+                self.writer.writelines(frames)
+                self.next_transfer_from = self.sent_offset = start + span
                 self.last_write = time.monotonic()
-                self.rate.add(size)
+                self.rate.add(span)
                 await self.writer.drain()
                 continue
             if self.state is SlaveState.TRANSFER and self._behind_retention():

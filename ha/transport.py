@@ -13,6 +13,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+# The slave's stream buffers up to twice this before it stops reading the socket: a catch-up
+# receives megabytes per event-loop turn (asyncio's 64 KiB default allows 128 KiB a turn).
+SLAVE_READ_LIMIT = 8 * 1024 * 1024
+# What a master's connection may hold unsent before its writer waits (drain): a few transfer
+# spans, so that the socket always has the next one while the service reads the file.
+MASTER_WRITE_BUFFER = 16 * 1024 * 1024
+
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Accept = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -28,11 +35,15 @@ Connect = Callable[[str], Awaitable[Streams]]
 
 
 async def listen_tcp(accept: Accept, host: str, port: int) -> tuple[Listening, int]:
-    server = await asyncio.start_server(accept, host, port, reuse_address=True)
+    async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.transport.set_write_buffer_limits(MASTER_WRITE_BUFFER)
+        await accept(reader, writer)
+
+    server = await asyncio.start_server(accepted, host, port, reuse_address=True)
     sockets = server.sockets
     return server, sockets[0].getsockname()[1] if sockets else port
 
 
 async def connect_tcp(address: str) -> Streams:
     host, _sep, port = address.rpartition(":")
-    return await asyncio.open_connection(host.strip("[]"), int(port))
+    return await asyncio.open_connection(host.strip("[]"), int(port), limit=SLAVE_READ_LIMIT)

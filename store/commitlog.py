@@ -270,8 +270,13 @@ class CommitLog:
             segment = self.segments.last_for_append()
         return segment
 
-    def append_raw(self, offset: int, data: bytes | memoryview) -> None:
+    def append_raw(
+        self, offset: int, data: bytes | memoryview | Sequence[bytes | memoryview]
+    ) -> None:
         """Append replicated bytes exactly at `offset`, which must be the end of the log.
+
+        `data` is one buffer, or a list of buffers that follow each other (a slave's received
+        frames): each run of them that fits in the current file goes in one write.
 
         An empty log accepts an offset at a file boundary and starts there (a slave joining its
         master, which always starts it at the beginning of a file: a start inside a file would
@@ -284,12 +289,34 @@ class CommitLog:
         end = self.segments.max_wrote_offset
         if offset != end:
             raise OffsetMismatchError(end, offset)
-        view = memoryview(data)
-        while view:
-            segment = self.segments.last_for_append()
-            chunk = view[: segment.free]
-            segment.append(chunk)
-            view = view[len(chunk) :]
+        spans = [data] if isinstance(data, bytes | memoryview) else data
+        run: list[bytes | memoryview] = []
+        run_size = 0
+        segment: Segment | None = None
+        for span in spans:
+            if not span:
+                continue
+            if segment is None:
+                segment = self.segments.last_for_append()
+            if run_size + len(span) <= segment.free:
+                run.append(span)
+                run_size += len(span)
+                continue
+            # The span crosses into the next file: the run and what fits go first.
+            if run:
+                segment.append_spans(run, run_size)
+                run, run_size = [], 0
+            view = memoryview(span)
+            while view:
+                segment = self.segments.last_for_append()
+                if len(view) < segment.free:
+                    run, run_size = [view], len(view)
+                    break
+                chunk = view[: segment.free]
+                segment.append(chunk)
+                view = view[len(chunk) :]
+        if run and segment is not None:
+            segment.append_spans(run, run_size)
         self._note_raw_timestamp()
 
     def _note_raw_timestamp(self) -> None:

@@ -208,7 +208,11 @@ class ReputService(Service):
 
     @property
     def behind_bytes(self) -> int:
-        return max(0, self.limit() - self.reput_from_offset)
+        """Readable bytes not dispatched yet (on a slave: received, not yet in the queues).
+
+        Dispatch skips what retention deleted, and an empty slave's log starts where its master
+        started it: neither counts."""
+        return max(0, self.limit() - max(self.reput_from_offset, self.commitlog.min_offset))
 
     def wakeup(self) -> None:
         self._wakeup.set()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -474,8 +474,11 @@ class MessageStore(Service):
         if replication is not None:
             replication.on_data()
 
-    def append_to_commitlog(self, offset: int, data: bytes | memoryview) -> None:
-        """The slave side of HA: append the master's bytes at exactly `offset`."""
+    def append_to_commitlog(
+        self, offset: int, data: bytes | memoryview | Sequence[bytes | memoryview]
+    ) -> None:
+        """The slave side of HA: append the master's bytes at exactly `offset` (one buffer, or
+        the bodies of consecutive frames). Dispatch follows in its own task."""
         self.commitlog.append_raw(offset, data)
         self.reput.wakeup()
 

@@ -200,6 +200,7 @@ def _ha_lines(address: str, info: HARuntimeInfo) -> tuple[list[str], Table | Non
         f"#LastReadTime\t{format_time(client.last_read_timestamp)}",
         f"#LastWriteTime\t{format_time(client.last_write_timestamp)}",
         f"#MasterFlushOffset\t{client.master_flush_offset}",
+        f"#DispatchBehindBytes\t{client.dispatch_behind_bytes}",
     ], None
 
 

@@ -326,6 +326,8 @@ class HAClientRuntimeInfo:
     last_read_timestamp: int
     last_write_timestamp: int
     master_flush_offset: int = 0
+    # tidemq: received from the master but not dispatched yet (absent from RocketMQ's: 0).
+    dispatch_behind_bytes: int = 0
 
     @classmethod
     def from_dict(cls, obj: Any) -> HAClientRuntimeInfo:
@@ -337,6 +339,7 @@ class HAClientRuntimeInfo:
             _int(obj, "lastReadTimestamp"),
             _int(obj, "lastWriteTimestamp"),
             _int(obj, "masterFlushOffset"),
+            _int(obj, "dispatchBehindBytes"),
         )
 
 

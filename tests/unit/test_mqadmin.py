@@ -139,7 +139,9 @@ ANSWERS: dict[str, Any] = {
             ],
         )
         if address != AS
-        else HARuntimeInfo(False, ha_client_runtime_info=HAClientRuntimeInfo(A, 4000, 0, 0, 0))
+        else HARuntimeInfo(
+            False, ha_client_runtime_info=HAClientRuntimeInfo(A, 4000, 0, 0, 0, 0, 1234)
+        )
     ),
     "broker_config": lambda address: {"brokerName": "broker-a", "listenPort": "10911"},
     "update_broker_config": None,
@@ -285,6 +287,7 @@ def test_ha_status(fake: FakeAdmin) -> None:
     assert row.split() == ["10.0.0.2:40000", "4000", "1000", "2.00", "OK", "4000"]
     slave = invoke("haStatus", "-b", AS)
     assert f"#MasterAddr\t{A}" in slave and "#CommitLogMaxOffset\t4000" in slave
+    assert "#DispatchBehindBytes\t1234" in slave
 
 
 def test_broker_config(fake: FakeAdmin) -> None:

@@ -414,6 +414,46 @@ def test_raw_copy_in_arbitrary_splits_builds_identical_store(master: Master, dat
             asyncio.run(slave.stop())
 
 
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_raw_copy_as_lists_of_spans_builds_identical_store(master: Master, data: Any) -> None:
+    """A slave appends a read's frames as one list of spans (some empty, some crossing a file,
+    some filling one exactly): the same files as one append per piece."""
+    log_bytes = master.log_bytes
+    length = len(log_bytes)
+    special = [FILE, 2 * FILE, FILE - 1, FILE + 1]
+    cuts = sorted(
+        set(data.draw(st.lists(st.integers(1, length - 1) | st.sampled_from(special), max_size=60)))
+    )
+    reads = sorted(set(data.draw(st.lists(st.sampled_from(cuts), max_size=8)))) if cuts else []
+    bounds = [0, *cuts, length]
+    spans = [log_bytes[a:b] for a, b in itertools.pairwise(bounds)]
+    # Empty spans here and there (a heartbeat between frames adds nothing).
+    spans = [piece for span in spans for piece in (span, b"")[: 1 + len(span) % 2]]
+    with tempfile.TemporaryDirectory() as tmp:
+        slave = _open_slave(Path(tmp))
+        try:
+            at = 0
+            pending: list[bytes | memoryview] = []
+            for span in spans:
+                pending.append(memoryview(span))
+                if at + sum(map(len, pending)) in reads:
+                    slave.append_to_commitlog(at, pending)
+                    at += sum(map(len, pending))
+                    pending = []
+            slave.append_to_commitlog(at, pending)
+            assert slave.max_phy_offset == length
+            slave.reput.dispatch_available(1 << 62)
+            assert slave.reput.stalled_at < 0
+            _assert_identical(slave, master)
+        finally:
+            asyncio.run(slave.stop())
+
+
 async def test_raw_copy_byte_by_byte_then_reload(tmp_path: Path, master: Master) -> None:
     first_records = master.records[2][0] + 3  # a little into the fourth record
     blank_at = max(end for end, _ in master.records if end <= FILE)  # file 0's end-of-file blank
