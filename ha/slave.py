@@ -38,15 +38,13 @@ from tidemq.ha.codec import (
 )
 from tidemq.ha.config import HAConfig
 from tidemq.ha.master import TransferRate
-from tidemq.ha.transport import Connect, connect_tcp
+from tidemq.ha.transport import ChunkReceiver, Connect, connect_tcp
 from tidemq.store.errors import OffsetMismatchError
 from tidemq.store.lifecycle import BackgroundTask, Service, Step
 from tidemq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
-# Whatever the connection holds, up to this: the bigger a read, the fewer appends and acks.
-READ_CHUNK = 16 * 1024 * 1024
 CONNECT_TIMEOUT = 5.0
 
 
@@ -181,8 +179,14 @@ class HAClient(Service):
         try:
             log.info("HA: connected to master %s", address)
             decoder = TransferDecoder()
+
+            def on_chunk(data: bytes) -> None:
+                self._apply(decoder.feed(data))
+
+            # Before the report: the master sends nothing until it has it.
+            receiver = ChunkReceiver(reader, writer, on_chunk)
             await self._report(writer)
-            await self._receive(reader, writer, decoder)
+            await self._receive(receiver, writer)
         finally:
             writer.close()
             with contextlib.suppress(Exception):
@@ -195,9 +199,11 @@ class HAClient(Service):
         self.last_write = time.monotonic()
         await writer.drain()
 
-    async def _receive(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: TransferDecoder
-    ) -> None:
+    async def _receive(self, receiver: ChunkReceiver, writer: asyncio.StreamWriter) -> None:
+        """Acknowledge what was appended (once per event-loop turn at most), heartbeat when idle.
+
+        The frames are appended as they arrive, by `receiver`'s callback.
+        """
         config = self.config
         heartbeat = config.ha_send_heartbeat_interval / 1000
         housekeeping = config.ha_housekeeping_interval / 1000
@@ -207,16 +213,12 @@ class HAClient(Service):
             if now - self.last_read > housekeeping:
                 raise TimeoutError(f"nothing from the master for {housekeeping * 1000:.0f} ms")
             wait = min(heartbeat - (now - self.last_write), housekeeping - (now - self.last_read))
-            data: bytes | None = None
-            # A timer rather than wait_for: no task per read.
+            # A timer rather than wait_for: no task per wait.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(wait, 0.01)):
-                    data = await reader.read(READ_CHUNK)
-            if data is not None:
-                if not data:
-                    raise EOFError("the master closed the connection")
-                self.last_read = time.monotonic()
-                self._apply(decoder.feed(data))
+                    if not await receiver.received():
+                        raise EOFError("the master closed the connection")
+                    self.last_read = time.monotonic()
             if self.store.max_phy_offset > self.reported_offset or (
                 time.monotonic() - self.last_write >= heartbeat
             ):
