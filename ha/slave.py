@@ -46,6 +46,9 @@ from tidemq.store.message_store import MessageStore
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 5.0
+# The slave's dispatch step per event-loop turn (a master's is 1 MiB): about a millisecond of
+# work, so that the receive path, which takes all the socket holds each turn, is not held up.
+DISPATCH_CHUNK_BYTES = 256 * 1024
 
 
 class ClientState(enum.Enum):
@@ -91,6 +94,7 @@ class HAClient(Service):
         self._resync = resync
         self._connect = connect
         self._address_changed = asyncio.Event()
+        store.reput.chunk_bytes = DISPATCH_CHUNK_BYTES
         self.add_child(BackgroundTask(self._run, "ha-client"))
         # Stops first: the loop, cancelled next, must not take itself for READY again.
         self.add_child(Step(stop=self._shut_down))

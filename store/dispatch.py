@@ -6,11 +6,11 @@ pulls) that a queue grew. On a slave the same service runs over replicated bytes
 in the middle of a record: an incomplete record at the readable end means "wait for more", while a
 complete but malformed one stops dispatch with an error.
 
-Work is done a chunk (CHUNK_BYTES) at a time: units are gathered per queue and written together
-at the end of the chunk, queue by queue, then the chunk's index entries, then the listeners are
-called once per queue and tagsCode. While the store runs with an index worker
-(store/index_worker.py), the index is not built here: after each chunk the worker is told how far
-dispatch got, and it indexes up to there in its own process.
+Work is done a chunk (`chunk_bytes`: CHUNK_BYTES, less on a slave) at a time: units are gathered
+per queue and written together at the end of the chunk, queue by queue, then the chunk's index
+entries, then the listeners are called once per queue and tagsCode. While the store runs with an
+index worker (store/index_worker.py), the index is not built here: after each chunk the worker is
+told how far dispatch got, and it indexes up to there in its own process.
 
 Batches appended on this broker skip the scan: the append hands dispatch an `AppendedBatch`
 (where each record and its properties start; topic, queue, first queue offset and store time are
@@ -164,6 +164,9 @@ class ReputService(Service):
         self.reput_from_offset = 0
         self.listeners: list[ArrivalListener] = []
         self.stalled_at = -1  # offset of a malformed record that stopped dispatch
+        # Bytes dispatched per event-loop turn. A slave takes smaller steps (ha/slave.py), so
+        # that a catch-up's receive path gets the loop often and dispatch follows behind it.
+        self.chunk_bytes = CHUNK_BYTES
         self._wakeup = asyncio.Event()
         self._topic_names: dict[bytes, str] = {}
         self._keys = KeyGatherer()
@@ -224,7 +227,7 @@ class ReputService(Service):
             try:
                 # Yield between chunks so appends and pulls are served meanwhile.
                 while True:
-                    dispatched = self.dispatch_available(CHUNK_BYTES)
+                    dispatched = self.dispatch_available(self.chunk_bytes)
                     self.index.advance(self.reput_from_offset)
                     if dispatched == 0:
                         break
