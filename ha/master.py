@@ -10,7 +10,10 @@ Each slave connection runs two services (RocketMQ's ReadSocketService and WriteS
   ack at least every heartbeat interval, so an idle but healthy link is never dropped.
 - write: starts where the slave asked (a slave that reports 0 starts at the beginning of the
   master's last CommitLog file, as RocketMQ does) and ships `[8 offset][4 size]` + up to
-  haTransferBatchSize raw CommitLog bytes per frame, never crossing a file. It is woken as soon
+  haTransferBatchSize raw CommitLog bytes per frame, never crossing a file. Each turn takes one
+  contiguous span of the file (up to TRANSFER_SPAN readable bytes), cuts it into those frames
+  and hands them to the transport in one call, headers and views of the mapped file (no copy);
+  the bytes on the wire are the ones a frame-at-a-time writer sends. It is woken as soon
   as new data is readable (not every 100 ms), sends a heartbeat (size 0) after
   haSendHeartbeatInterval without data, and waits for the socket to drain (backpressure).
 
@@ -58,6 +61,7 @@ READ_CHUNK = 64 * 1024
 # transport lets a connection hold more than this unsent: ha/transport.py).
 TRANSFER_SPAN = 4 * 1024 * 1024
 LAG_LOG_INTERVAL = 30.0
+RATE_BUCKET = 0.1
 
 
 class SlaveState(enum.Enum):
@@ -68,7 +72,11 @@ class SlaveState(enum.Enum):
 
 
 class TransferRate:
-    """Bytes per second over the last few seconds."""
+    """Bytes per second over the last few seconds.
+
+    Sizes added within RATE_BUCKET seconds of each other share a sample, so that a slave adding
+    every received chunk keeps a few dozen samples, not thousands, for `per_second` to sum.
+    """
 
     def __init__(self, window: float = 3.0) -> None:
         self.window = window
@@ -78,9 +86,14 @@ class TransferRate:
     def add(self, size: int) -> None:
         now = time.monotonic()
         self.total += size
-        self._samples.append((now, size))
-        while self._samples and now - self._samples[0][0] > self.window:
-            self._samples.popleft()
+        samples = self._samples
+        if samples and now - samples[-1][0] < RATE_BUCKET:
+            at, bucket = samples[-1]
+            samples[-1] = (at, bucket + size)
+            return
+        samples.append((now, size))
+        while samples and now - samples[0][0] > self.window:
+            samples.popleft()
 
     def per_second(self) -> float:
         now = time.monotonic()

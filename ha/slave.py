@@ -94,7 +94,10 @@ class HAClient(Service):
         self._resync = resync
         self._connect = connect
         self._address_changed = asyncio.Event()
+        self._arrived = False  # bytes came in since dispatch last asked
+        # Dispatch follows the receive path: small steps, and turns given up while bytes arrive.
         store.reput.chunk_bytes = DISPATCH_CHUNK_BYTES
+        store.reput.defer = self._receiving
         self.add_child(BackgroundTask(self._run, "ha-client"))
         # Stops first: the loop, cancelled next, must not take itself for READY again.
         self.add_child(Step(stop=self._shut_down))
@@ -109,8 +112,14 @@ class HAClient(Service):
         self.master_address = address
         self._address_changed.set()
 
+    def _receiving(self) -> bool:
+        """Whether bytes arrived since the last call (dispatch then lets the turn go by)."""
+        arrived, self._arrived = self._arrived, False
+        return arrived
+
     def _shut_down(self) -> None:
         self.state = ClientState.SHUTDOWN
+        self.store.reput.defer = None
 
     async def _run(self) -> None:
         while True:
@@ -185,6 +194,7 @@ class HAClient(Service):
             decoder = TransferDecoder()
 
             def on_chunk(data: bytes) -> None:
+                self._arrived = True
                 self._apply(decoder.feed(data))
 
             # Before the report: the master sends nothing until it has it.

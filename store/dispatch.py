@@ -91,6 +91,9 @@ CHUNK_BYTES = 1024 * 1024
 _SCHEDULE_RAW = SCHEDULE_TOPIC.encode()
 _TAGS_NEEDLE = _TAGS + b"\x01"
 
+# Turns dispatch lets go by in a row when `defer` asks it to: it keeps at least a quarter.
+DEFERRED_TURNS_MAX = 3
+
 # Appended batches remembered for dispatch; when dispatch falls further behind, the oldest are
 # forgotten and their records are scanned.
 APPENDED_BATCHES_MAX = 4096
@@ -167,6 +170,9 @@ class ReputService(Service):
         # Bytes dispatched per event-loop turn. A slave takes smaller steps (ha/slave.py), so
         # that a catch-up's receive path gets the loop often and dispatch follows behind it.
         self.chunk_bytes = CHUNK_BYTES
+        # True: let this event-loop turn go by (a slave receiving a catch-up), at most
+        # DEFERRED_TURNS_MAX in a row, so dispatch lags but keeps going.
+        self.defer: Callable[[], bool] | None = None
         self._wakeup = asyncio.Event()
         self._topic_names: dict[bytes, str] = {}
         self._keys = KeyGatherer()
@@ -226,7 +232,13 @@ class ReputService(Service):
             self._wakeup.clear()
             try:
                 # Yield between chunks so appends and pulls are served meanwhile.
+                deferred = 0
                 while True:
+                    if deferred < DEFERRED_TURNS_MAX and self.defer is not None and self.defer():
+                        deferred += 1
+                        await asyncio.sleep(0)
+                        continue
+                    deferred = 0
                     dispatched = self.dispatch_available(self.chunk_bytes)
                     self.index.advance(self.reput_from_offset)
                     if dispatched == 0:

@@ -250,3 +250,12 @@ async def test_ha_status_reports_both_sides(
     assert slave_info["master"] is False
     assert slave_info["state"] == "TRANSFER"
     assert slave_info["maxOffset"] == info["masterCommitLogMaxOffset"]
+    # What the slave received and has not dispatched yet: none, once dispatch has followed.
+    assert isinstance(slave_info["dispatchBehindBytes"], int)
+    await eventually(
+        lambda: _dispatch_behind(api, slave.address), "the slave's dispatch to catch up"
+    )
+
+
+async def _dispatch_behind(api: BrokerAPI, address: str) -> bool:
+    return (await ha_status(api, address))["dispatchBehindBytes"] == 0

@@ -287,6 +287,18 @@ def test_metrics_show_ha_lag_rising_while_a_slave_is_stopped(cluster: LaunchedCl
     assert "rocketmq_group_diff" in metrics
     slave_metrics = scrape(cluster.ports["broker-a-s"].metrics)
     assert slave_metrics["rocketmq_broker_tps"][0][0]["broker"] == "broker-a"
+    # The slave's dispatch lag behind what it received: reported, and none once it followed.
+    eventually_sync(
+        lambda: slave_dispatch_behind(cluster) == 0, "the slave's dispatch to catch up", 30
+    )
+    assert "tidemq_ha_slave_dispatch_behind_bytes" not in metrics  # slaves only
+
+
+def slave_dispatch_behind(cluster: LaunchedCluster) -> float:
+    samples = scrape(cluster.ports["broker-a-s"].metrics)["tidemq_ha_slave_dispatch_behind_bytes"]
+    [(labels, value)] = samples
+    assert labels == {"cluster": "DefaultCluster", "broker": "broker-a"}
+    return value
 
 
 def publishing_brokers(producer: Producer, topic: str) -> set[str]:

@@ -120,3 +120,20 @@ async def test_slave_dying_with_dispatch_far_behind_recovers_a_consistent_store(
     await eventually(lambda: crashed.reput.behind_bytes == 0, "its dispatch")
     assert queue_bodies(crashed) == queue_bodies(master)
     assert len(queue_bodies(crashed)) == 360
+
+
+async def test_dispatch_giving_turns_to_a_busy_receive_path_still_follows(ha: Harness) -> None:
+    store = await ha.store("store")
+    store.reput.chunk_bytes = 4096
+    asked: list[int] = []
+
+    def always_busy() -> bool:
+        asked.append(store.reput.reput_from_offset)
+        return True
+
+    store.reput.defer = always_busy
+    await put_many(store, 100)
+    await eventually(lambda: store.reput.behind_bytes == 0, "dispatch, though always deferred")
+    assert len(queue_bodies(store)) == 100
+    # It let turns go by (at most DEFERRED_TURNS_MAX in a row), and moved on between them.
+    assert len(asked) >= 3 and len(set(asked)) > 1
