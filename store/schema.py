@@ -298,6 +298,9 @@ def _compile_decode(
                 f"if not {least} <= v{i} <= {most}:",
                 f"    v{i} = read{i}(raw)",  # raises
             ]
+        elif f.read is _java_bool:
+            # the two spellings every client sends, without a call; anything else to the reader
+            present = [f'v{i} = False if raw == "false" else raw == "true" or read{i}(raw)']
         else:
             present = [f"v{i} = raw" if f.read is None else f"v{i} = read{i}(raw)"]
         if f.required:
