@@ -14,7 +14,10 @@ RUN_ARGS ?=
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# The Cython sources too: `pip install -e` rebuilds the compiled modules when one changed.
+CYTHON_SOURCES := $(shell find store ha client broker -name '*.pyx' 2>/dev/null)
+
+$(STAMP): pyproject.toml $(CYTHON_SOURCES)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "tidemq needs Python >= 3.11 (found $$($(PYTHON) --version))"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -69,6 +69,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from tidemq.store import speedups
 from tidemq.store.errors import ConfigError, CorruptStoreError
 from tidemq.store.files import fsync_dir
 from tidemq.store.javahash import HIGH_DIGITS, LOW_DIGITS, ascii_hash_u32, java_string_hash
@@ -160,6 +161,9 @@ def prefixed_key_hash(prefix_hash: int, key: bytes) -> int:
         return h
     h = (1 << 32) - h
     return h if h <= _INT_MAX else 0
+
+
+prefixed_key_hash = speedups.select(prefixed_key_hash)
 
 
 def index_file_size(max_hash_slot_num: int, max_index_num: int) -> int:

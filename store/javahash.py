@@ -22,6 +22,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Final
 
+from tidemq.store import speedups
+
 __all__ = ["cached_java_string_hash", "java_string_hash"]
 
 _MASK32: Final = 0xFFFFFFFF
@@ -75,6 +77,8 @@ def java_string_hash(s: str) -> int:
         h = ((_poly31(units[0::2]) << 8) + _poly31(units[1::2])) & _MASK32
     return h - (1 << 32) if h & _SIGN32 else h
 
+
+java_string_hash = speedups.select(java_string_hash)
 
 # Tags repeat endlessly (a topic has a handful), so the ConsumeQueue's tagsCode is worth caching;
 # unique keys are not, which is why the plain function stays uncached.

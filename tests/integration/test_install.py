@@ -1,5 +1,9 @@
 """`pip install .` puts one new top-level import name into an environment: `tidemq`.
 
+The wheel carries the compiled tier (store/_speedups.pyx, built by the package build from the
+.pyx alone: the copied sources leave out the work tree's generated .c and .so), and the
+installed package runs it.
+
 The wheel is built from a copy of the sources (so the work tree gets no build/ or egg-info) and
 installed without its dependencies into a fresh virtual environment, which reaches them through
 a path entry to this environment's site-packages (a path entry only: this environment's editable
@@ -26,7 +30,9 @@ def _build_wheel(tmp_path: Path) -> Path:
     for name in SOURCES:
         path = REPO_ROOT / name
         if path.is_dir():
-            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                path, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.c", "*.so")
+            )
         else:
             shutil.copy(path, source / name)
     wheels = tmp_path / "wheels"
@@ -45,6 +51,9 @@ def test_the_wheel_and_a_fresh_environment_hold_only_tidemq(tmp_path: Path) -> N
         tops = {name.split("/")[0] for name in archive.namelist()}
         assert "tidemq/client/spark/source.py" in archive.namelist()
         assert "tidemq/py.typed" in archive.namelist()
+        assert "tidemq/store/_speedups.pyi" in archive.namelist()
+        compiled = [n for n in archive.namelist() if n.startswith("tidemq/store/_speedups.")]
+        assert any(n.endswith(".so") for n in compiled), compiled
     assert {top for top in tops if not top.endswith(".dist-info")} == {"tidemq"}
 
     venv = tmp_path / "venv"
@@ -64,6 +73,9 @@ def test_the_wheel_and_a_fresh_environment_hold_only_tidemq(tmp_path: Path) -> N
         "import importlib.util as u, tidemq\n"
         "from tidemq import Producer, PushConsumer, Message\n"
         "import tidemq.broker.main, tidemq.ha.master, tidemq.store.message_store\n"
+        "from tidemq.store import _speedups, index\n"
+        "assert index.prefixed_key_hash is _speedups.prefixed_key_hash\n"
+        "assert _speedups.__file__.startswith(tidemq.__path__[0])\n"
         "print(tidemq.__file__)\n"
         "print(sorted(n for n in ('client', 'store', 'broker', 'ha') if u.find_spec(n)))\n"
     )
