@@ -8,15 +8,75 @@ check it with hypothesis on random and damaged input).
     java_string_hash   store/javahash.py     Java String.hashCode of a str
     prefixed_key_hash  store/index.py        index key hash of topic#key from the topic's hash
     tags_code_for      store/tags.py         a TAGS value's tagsCode
+    scan_fast          store/fast_scan.py    the common record's fields, read in place
+    find_value         store/fast_scan.py    one property's value, found in place
+    find_property      store/record.py       one property's value in a properties string
+    KeyGatherer        store/fast_scan.py    index entries of records (UNIQ_KEY, KEYS)
+    gather_entries     store/index_worker.py the index worker's loop over a mapped span
+    encode_batch       store/record.py       a SEND_BATCH_MESSAGE body as records
+
+Anything a fast path does not handle (damaged input, values out of its C range, the rare
+layouts) is handed to the pure twin, which gives the result or raises as it always does: that is
+how the errors and their messages stay the same. Records are big-endian (store/record.py).
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.list cimport PyList_Append
+from libc.string cimport memchr, memcmp, memcpy
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 
 
 cdef extern from "Python.h":
     unsigned long long PyLong_AsUnsignedLongLongMask(object) except? <unsigned long long>-1
+    object PyByteArray_FromStringAndSize(const char*, Py_ssize_t)
+    object PyMemoryView_FromMemory(char*, Py_ssize_t, int)
+    int PyBUF_READ
+
+cdef extern from "string.h" nogil:
+    void* memmem(const void*, size_t, const void*, size_t)
+
+import struct as _struct
+
+from tidemq.store.crc import crc32 as _crc32
+from tidemq.store.speedups import PURE_TWINS as _PURE_TWINS
+
+
+cdef object _pure(str key):
+    """The pure twin `key` (module.name), for what the fast paths leave to it."""
+    return _PURE_TWINS[key]
+
+
+# --- big-endian fields ------------------------------------------------------------------------
+
+cdef inline uint32_t _u32(const unsigned char* p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+
+
+cdef inline int32_t _i32(const unsigned char* p) noexcept nogil:
+    return <int32_t>_u32(p)
+
+
+cdef inline int64_t _i64(const unsigned char* p) noexcept nogil:
+    return <int64_t>((<uint64_t>_u32(p) << 32) | _u32(p + 4))
+
+
+cdef inline int16_t _i16(const unsigned char* p) noexcept nogil:
+    return <int16_t>((<uint16_t>p[0] << 8) | p[1])
+
+
+cdef inline void _put32(unsigned char* p, uint32_t v) noexcept nogil:
+    p[0] = v >> 24
+    p[1] = v >> 16
+    p[2] = v >> 8
+    p[3] = v
+
+
+cdef inline void _put64(unsigned char* p, uint64_t v) noexcept nogil:
+    _put32(p, <uint32_t>(v >> 32))
+    _put32(p + 4, <uint32_t>v)
 
 
 cdef inline object _signed(uint32_t h):
@@ -106,3 +166,566 @@ def tags_code_for(tags):
     if _is_ascii(data, n):
         return _signed(_hash_ascii(data, n, 0))
     return _signed(_hash_text(PyUnicode_DecodeUTF8(<char*>data, n, "replace"), 0, &units))
+
+
+
+# --- records read in place: scan_fast, find_value, find_property ----------------------------
+
+cdef enum:
+    _MAGIC_V1 = -626843481  # 0xDAA320A7
+    _BLANK_MAGIC = -875286124  # 0xCBD43194
+    _HEAD_SIZE = 88  # fast_scan's fixed head of a record with IPv4 hosts
+    _SLOW_FLAGS = 0x10 | 0x20 | 0x0C  # IPv6 hosts, transaction states
+    _UNIQ_LEN = 9
+    _KEYS_LEN = 5
+    _PREFIX_SIZE = 48  # fields 1-9 of a record
+    _BATCH_HEAD_SIZE = 20
+    _MAX_TOPIC_BYTES = 127
+    _MAX_PROPERTIES_BYTES = 32767
+
+
+cdef struct _Fast:
+    int32_t total
+    int32_t queue_id
+    int64_t queue_offset
+    int64_t phy
+    int64_t store_ts
+    Py_ssize_t props
+    Py_ssize_t topic_at
+
+
+cdef inline bint _scan(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end, _Fast* out) noexcept nogil:
+    """scan_fast's checks; `end` is within the buffer and pos >= 0."""
+    if end - pos < _HEAD_SIZE:
+        return False
+    cdef const unsigned char* p = data + pos
+    cdef int32_t total = _i32(p)
+    cdef int32_t body_len = _i32(p + 84)
+    cdef Py_ssize_t rec_end = pos + total
+    cdef Py_ssize_t at = pos + _HEAD_SIZE + body_len
+    if (
+        _i32(p + 4) != _MAGIC_V1
+        or _i32(p + 36) & _SLOW_FLAGS
+        or rec_end > end
+        or body_len < 0
+        or at + 3 > rec_end
+    ):
+        return False
+    cdef Py_ssize_t props = at + 3 + data[at]
+    if props > rec_end or _i16(data + props - 2) != rec_end - props:
+        return False
+    out.total = total
+    out.queue_id = _i32(p + 12)
+    out.queue_offset = _i64(p + 20)
+    out.phy = _i64(p + 28)
+    out.store_ts = _i64(p + 56)
+    out.props = props
+    out.topic_at = at + 1
+    return True
+
+
+def scan_fast(mm, Py_ssize_t pos, Py_ssize_t end):
+    """The record at `pos` if it is a whole, common one ending by `end`; else None."""
+    cdef Py_buffer buf
+    cdef _Fast rec
+    cdef bint found
+    PyObject_GetBuffer(mm, &buf, PyBUF_SIMPLE)
+    try:
+        if pos < 0 or end > buf.len:
+            return _pure("tidemq.store.fast_scan.scan_fast")(mm, pos, end)
+        found = _scan(<const unsigned char*>buf.buf, pos, end, &rec)
+        if not found:
+            return None
+        return (
+            rec.total,
+            rec.queue_id,
+            rec.queue_offset,
+            rec.phy,
+            rec.store_ts,
+            rec.props,
+            PyBytes_FromStringAndSize(<char*>buf.buf + rec.topic_at, rec.props - 2 - rec.topic_at),
+        )
+    finally:
+        PyBuffer_Release(&buf)
+
+
+cdef Py_ssize_t _find_value(
+    const unsigned char* data,
+    const unsigned char* needle,
+    Py_ssize_t needle_len,
+    Py_ssize_t start,
+    Py_ssize_t end,
+    Py_ssize_t* stop,
+) noexcept nogil:
+    """Where the value of property `needle` (`name\\x01`) starts in data[start:end], or -1.
+
+    The first `needle` at `start` or after a separator (0x02): a name inside another property's
+    value does not count. `stop[0]` is where the value ends (the next separator, or `end`).
+    """
+    cdef const unsigned char* at
+    cdef const unsigned char* found
+    cdef Py_ssize_t from_ = start
+    cdef Py_ssize_t begin
+    while from_ + needle_len <= end:
+        found = <const unsigned char*>memmem(data + from_, end - from_, needle, needle_len)
+        if found == NULL:
+            return -1
+        at = found
+        if found == data + start or found[-1] == 0x02:
+            begin = (found - data) + needle_len
+            at = <const unsigned char*>memchr(data + begin, 0x02, end - begin)
+            stop[0] = end if at == NULL else at - data
+            return begin
+        from_ = (found - data) + 1
+    return -1
+
+
+cdef inline object _value(const unsigned char* data, Py_ssize_t begin, Py_ssize_t stop):
+    return PyBytes_FromStringAndSize(<const char*>data + begin, stop - begin)
+
+
+def find_value(mm, needle, Py_ssize_t start, Py_ssize_t end):
+    """The value of property `needle` (`name\\x01`) in mm[start:end], found in place."""
+    cdef Py_buffer buf
+    cdef Py_ssize_t begin, stop = 0
+    PyObject_GetBuffer(mm, &buf, PyBUF_SIMPLE)
+    try:
+        if start < 0 or end > buf.len or start > end or type(needle) is not bytes or not needle:
+            return _pure("tidemq.store.fast_scan.find_value")(mm, needle, start, end)
+        begin = _find_value(
+            <const unsigned char*>buf.buf,
+            <const unsigned char*>PyBytes_AS_STRING(needle),
+            PyBytes_GET_SIZE(needle),
+            start,
+            end,
+            &stop,
+        )
+        return None if begin < 0 else _value(<const unsigned char*>buf.buf, begin, stop)
+    finally:
+        PyBuffer_Release(&buf)
+
+
+def find_property(properties, name):
+    """One property's raw value, without decoding the others (the dispatch hot path)."""
+    cdef Py_buffer buf
+    cdef Py_ssize_t begin, stop = 0
+    if type(name) is not bytes:
+        return _pure("tidemq.store.record.find_property")(properties, name)
+    cdef bytes needle = name + b"\x01"
+    try:
+        PyObject_GetBuffer(properties, &buf, PyBUF_SIMPLE)
+    except (TypeError, BufferError):
+        return _pure("tidemq.store.record.find_property")(properties, name)
+    try:
+        begin = _find_value(
+            <const unsigned char*>buf.buf,
+            <const unsigned char*>PyBytes_AS_STRING(needle),
+            PyBytes_GET_SIZE(needle),
+            0,
+            buf.len,
+            &stop,
+        )
+        return None if begin < 0 else _value(<const unsigned char*>buf.buf, begin, stop)
+    finally:
+        PyBuffer_Release(&buf)
+
+
+# --- index entries: KeyGatherer, gather_entries -----------------------------------------------
+
+cdef const unsigned char* _UNIQ_NEEDLE = b"UNIQ_KEY\x01"
+cdef const unsigned char* _KEYS_NEEDLE = b"KEYS\x01"
+
+
+cdef uint32_t _key_hash(uint32_t prefix, const unsigned char* data, Py_ssize_t n) except? 0xFFFFFFFF:
+    """prefixed_key_hash of data[:n] (n > 0), before the index's abs; raises only on memory."""
+    cdef Py_ssize_t units = 0
+    cdef uint32_t tail
+    if _is_ascii(data, n):
+        return prefix * _pow31(n) + _hash_ascii(data, n, 0)
+    tail = _hash_text(PyUnicode_DecodeUTF8(<const char*>data, n, "replace"), 0, &units)
+    return prefix * _pow31(units) + tail
+
+
+cdef inline uint32_t _abs_hash(uint32_t h) noexcept nogil:
+    if h < 0x80000000u:
+        return h
+    h = 0 - h
+    return h if h <= 0x7FFFFFFFu else 0
+
+
+cdef int _add_entries(
+    list entries,
+    uint32_t prefix,
+    const unsigned char* data,
+    Py_ssize_t start,
+    Py_ssize_t end,
+    object phy,
+    object store_ts,
+) except -1:
+    """buildIndex for the properties data[start:end]: UNIQ_KEY, then each key of KEYS."""
+    cdef Py_ssize_t begin, stop = 0, at, key_end
+    begin = _find_value(data, _UNIQ_NEEDLE, _UNIQ_LEN, start, end, &stop)
+    if begin >= 0 and stop > begin:
+        PyList_Append(entries, (_abs_hash(_key_hash(prefix, data + begin, stop - begin)), phy, store_ts))
+    begin = _find_value(data, _KEYS_NEEDLE, _KEYS_LEN, start, end, &stop)
+    if begin < 0:
+        return 0
+    at = begin
+    while at < stop:
+        key_end = at
+        while key_end < stop and data[key_end] != 0x20:
+            key_end += 1
+        if key_end > at:
+            PyList_Append(entries, (_abs_hash(_key_hash(prefix, data + at, key_end - at)), phy, store_ts))
+        at = key_end + 1
+    return 0
+
+
+cdef class KeyGatherer:
+    """Index entries of records, with each topic's `topic#` hash worked out once."""
+
+    cdef dict _prefixes
+
+    def __init__(self):
+        self._prefixes = {}
+
+    cpdef uint32_t prefix(self, bytes topic_raw) except? 0xFFFFFFFF:
+        cdef object known = self._prefixes.get(topic_raw)
+        cdef Py_ssize_t units = 0
+        cdef uint32_t prefix
+        if known is not None:
+            return known
+        # topic_prefix_hash: Java hashCode of `topic#`, unsigned
+        prefix = _hash_text(str(topic_raw, "utf-8", "replace"), 0, &units) * 31 + 0x23
+        self._prefixes[topic_raw] = prefix
+        return prefix
+
+    def gather(self, mm, list entries, bytes topic_raw, phy, store_ts, Py_ssize_t props, Py_ssize_t rec_end):
+        """buildIndex for a record found by `scan_fast`: UNIQ_KEY, then each key of KEYS."""
+        cdef uint32_t prefix = self.prefix(topic_raw)
+        cdef Py_buffer buf
+        PyObject_GetBuffer(mm, &buf, PyBUF_SIMPLE)
+        try:
+            if props < 0 or rec_end > buf.len or props > rec_end:
+                self._gather_values(entries, prefix, find_value(mm, b"UNIQ_KEY\x01", props, rec_end), find_value(mm, b"KEYS\x01", props, rec_end), phy, store_ts)
+                return
+            _add_entries(entries, prefix, <const unsigned char*>buf.buf, props, rec_end, phy, store_ts)
+        finally:
+            PyBuffer_Release(&buf)
+
+    def gather_info(self, info, list entries):
+        """buildIndex for a record parsed by `scan_record` (the caller skips ROLLBACK ones)."""
+        cdef uint32_t prefix = self.prefix(info.topic.encode())
+        properties = info.properties
+        self._gather_values(
+            entries,
+            prefix,
+            find_property(properties, b"UNIQ_KEY"),
+            find_property(properties, b"KEYS"),
+            info.physical_offset,
+            info.store_timestamp,
+        )
+
+    cdef _gather_values(self, list entries, uint32_t prefix, uniq, keys, phy, store_ts):
+        if uniq:
+            entries.append((prefixed_key_hash(prefix, uniq), phy, store_ts))
+        if not keys:
+            return
+        for key in keys.split(b" "):
+            if key:
+                entries.append((prefixed_key_hash(prefix, key), phy, store_ts))
+
+
+def gather_entries(mm, Py_ssize_t pos, Py_ssize_t end, KeyGatherer keys not None, list entries not None):
+    """Index entries of the records in mm[pos:end]; returns (where it stopped, at a blank)."""
+    cdef Py_buffer buf
+    cdef _Fast rec
+    cdef const unsigned char* data
+    cdef bytes topic = None
+    cdef uint32_t prefix = 0
+    cdef Py_ssize_t topic_len
+    PyObject_GetBuffer(mm, &buf, PyBUF_SIMPLE)
+    try:
+        if pos < 0 or end > buf.len:
+            return _pure("tidemq.store.index_worker.gather_entries")(mm, pos, end, keys, entries)
+        data = <const unsigned char*>buf.buf
+        while pos < end:
+            if _scan(data, pos, end, &rec):
+                topic_len = rec.props - 2 - rec.topic_at
+                # Records of one topic follow each other: its hash is looked up once per run.
+                if (
+                    topic is None
+                    or PyBytes_GET_SIZE(topic) != topic_len
+                    or memcmp(PyBytes_AS_STRING(topic), data + rec.topic_at, topic_len) != 0
+                ):
+                    topic = PyBytes_FromStringAndSize(<const char*>data + rec.topic_at, topic_len)
+                    prefix = keys.prefix(topic)
+                _add_entries(entries, prefix, data, rec.props, pos + rec.total, rec.phy, rec.store_ts)
+                pos += rec.total
+                continue
+            if end - pos < 8:
+                break
+            size = _general_entries(mm, pos, end, keys, entries)
+            if size <= 0:
+                return pos, _i32(data + pos + 4) == _BLANK_MAGIC
+            pos += size
+        return pos, False
+    finally:
+        PyBuffer_Release(&buf)
+
+
+cdef object _record_module = None
+
+
+cdef object _record():
+    """store/record.py, imported at first use (it imports this module)."""
+    global _record_module
+    if _record_module is None:
+        from tidemq.store import record
+        _record_module = record
+    return _record_module
+
+
+cdef Py_ssize_t _general_entries(mm, Py_ssize_t pos, Py_ssize_t end, KeyGatherer keys, list entries) except -2:
+    """gather_entries' general path for the record at `pos`: its size, 0 or less to stop."""
+    record = _record()
+    info = record.scan_record(memoryview(mm)[:end], pos, check_crc=False)
+    if info.size <= 0:
+        return info.size
+    if info.sys_flag & 0x0C != 0x0C:  # ROLLBACK records are not indexed
+        keys.gather_info(info, entries)
+    return info.size
+
+
+
+# --- batch encoding ---------------------------------------------------------------------------
+
+_TS = _struct.Struct(">q")
+_RECONSUME_PREPARED = _struct.Struct(">iq")
+
+
+cdef struct _Message:
+    Py_ssize_t body_at  # the body's 4-byte length, then the body
+    int32_t body_len
+    int32_t flag
+    Py_ssize_t props_at
+    Py_ssize_t props_len
+    bint separator
+    int64_t total
+
+
+def encode_batch(batch, max_body_size, stamp=None):
+    """`encode_record` of each of `batch.as_messages()`, byte for byte, in one pass over the body.
+
+    Two passes in C: the first checks every message as the pure twin does and sizes the
+    records, the second writes them into one buffer. A body or a limit the pure twin refuses, an
+    empty body, host addresses of unusual lengths and numbers out of their fields' range are
+    left to the pure twin (it raises, or encodes them as it always has).
+    """
+    cdef bytes topic_bytes, middle, shared
+    cdef int64_t limit, queue_offset = 0, phy_start = 0, step = 0, queue_step = 0
+    cdef int32_t queue_id_c, sys_flag_c
+    cdef int64_t born_ts_c
+    try:
+        topic_bytes = batch.topic.encode()
+        born_host = batch.born_host
+        store_host = batch.store_host
+        if (
+            not 0 < len(topic_bytes) <= _MAX_TOPIC_BYTES
+            or len(born_host) not in (8, 20)
+            or len(store_host) not in (8, 20)
+        ):
+            return _pure("tidemq.store.record.encode_batch")(batch, max_body_size, stamp)
+        sys_flag = (batch.sys_flag & ~0x30) | (0x10 if len(born_host) == 20 else 0) | (
+            0x20 if len(store_host) == 20 else 0
+        )
+        middle = b"".join(
+            (
+                born_host,
+                bytes(8) if stamp is None else _TS.pack(stamp.store_timestamp),
+                store_host,
+                _RECONSUME_PREPARED.pack(batch.reconsume_times, batch.prepared_transaction_offset),
+            )
+        )
+        shared = batch.properties.encode()
+        queue_id = batch.queue_id
+        born_timestamp = batch.born_timestamp
+        queue_id_c = queue_id
+        sys_flag_c = sys_flag
+        born_ts_c = born_timestamp
+        limit = max_body_size
+        if stamp is not None:
+            phy_start, step = stamp.physical_offset, 1
+            if stamp.takes_queue_offsets:
+                queue_offset, queue_step = stamp.queue_offset, 1
+    except Exception:
+        # What the pure twin raises for it (or how it encodes it), as it always has.
+        return _pure("tidemq.store.record.encode_batch")(batch, max_body_size, stamp)
+    cdef Py_buffer buf
+    try:
+        PyObject_GetBuffer(batch.body, &buf, PyBUF_SIMPLE)
+    except (TypeError, BufferError):
+        return _pure("tidemq.store.record.encode_batch")(batch, max_body_size, stamp)
+    try:
+        if buf.len == 0:
+            return _pure("tidemq.store.record.encode_batch")(batch, max_body_size, stamp)
+        result = _encode_messages(
+            <const unsigned char*>buf.buf,
+            buf.len,
+            batch,
+            topic_bytes,
+            middle,
+            shared,
+            sys_flag,
+            queue_id_c,
+            sys_flag_c,
+            born_ts_c,
+            limit,
+            queue_offset,
+            queue_step,
+            phy_start,
+            step,
+        )
+        if result is None:
+            return _pure("tidemq.store.record.encode_batch")(batch, max_body_size, stamp)
+        data, offsets, properties_at, wait_store = result
+    finally:
+        PyBuffer_Release(&buf)
+    return _record().EncodedBatch(
+        data,
+        offsets,
+        _PREFIX_SIZE + len(born_host),
+        batch.topic,
+        queue_id,
+        sys_flag,
+        wait_store,
+        properties_at,
+        stamp,
+    )
+
+
+cdef object _encode_messages(
+    const unsigned char* body,
+    Py_ssize_t size,
+    batch,
+    bytes topic_bytes,
+    bytes middle,
+    bytes shared,
+    sys_flag,
+    int32_t queue_id,
+    int32_t sys_flag_c,
+    int64_t born_ts,
+    int64_t limit,
+    int64_t queue_offset,
+    int64_t queue_step,
+    int64_t phy_start,
+    int64_t step,
+):
+    """(data, offsets, properties_at, wait_store), or None for what the pure twin must do."""
+    cdef Py_ssize_t topic_len = PyBytes_GET_SIZE(topic_bytes)
+    cdef Py_ssize_t middle_len = PyBytes_GET_SIZE(middle)
+    cdef Py_ssize_t shared_len = PyBytes_GET_SIZE(shared)
+    # RocketMQ's calMsgLength without body and properties (host lengths from the flags)
+    cdef int64_t fixed_length = (
+        _PREFIX_SIZE + (20 if sys_flag_c & 0x10 else 8) + 8 + (20 if sys_flag_c & 0x20 else 8)
+        + 4 + 8 + 4 + 1 + topic_len + 2
+    )
+    cdef Py_ssize_t count = 0, pos = 0, i
+    cdef int64_t message_total, end, props_at, props_total, total, data_len = 0
+    cdef int32_t body_len
+    cdef const unsigned char* p
+    # first pass: the pure twin's checks, and the sizes
+    while pos < size:
+        if pos + _BATCH_HEAD_SIZE > size:
+            return None
+        count += 1
+        p = body + pos
+        message_total = _i32(p)
+        body_len = _i32(p + 16)
+        end = pos + message_total
+        props_at = pos + _BATCH_HEAD_SIZE + body_len + 2
+        if (
+            message_total < _BATCH_HEAD_SIZE + 2
+            or end > size
+            or body_len < 0
+            or props_at > end
+            or _i16(body + props_at - 2) != end - props_at
+        ):
+            return None
+        props_total = end - props_at + shared_len
+        if end > props_at and shared_len > 0 and body[end - 1] != 0x02:
+            props_total += 1
+        total = fixed_length + body_len + props_total
+        if (
+            body_len > limit
+            or props_total > _MAX_PROPERTIES_BYTES
+            or total > limit + 64 * 1024
+            or total > 0x7FFFFFFF
+        ):
+            return None
+        data_len += total
+        pos = end
+    if (
+        phy_start > 0x7FFFFFFFFFFFFFFF - data_len
+        or queue_offset > 0x7FFFFFFFFFFFFFFF - count * queue_step
+    ):
+        return None
+    # second pass: the records, into one buffer
+    cdef object data = PyByteArray_FromStringAndSize(NULL, data_len)
+    cdef unsigned char* out = <unsigned char*>PyByteArray_AS_STRING(data)
+    cdef unsigned char* r
+    cdef list offsets = [], properties_at = []
+    cdef int64_t at = 0
+    cdef Py_ssize_t props_len, body_at
+    cdef bint separator
+    cdef object first_props = None
+    pos = 0
+    while pos < size:
+        p = body + pos
+        message_total = _i32(p)
+        body_len = _i32(p + 16)
+        end = pos + message_total
+        body_at = pos + _BATCH_HEAD_SIZE
+        props_at = body_at + body_len + 2
+        props_len = end - props_at
+        separator = props_len > 0 and shared_len > 0 and body[end - 1] != 0x02
+        props_total = props_len + separator + shared_len
+        total = fixed_length + body_len + props_total
+        r = out + at
+        _put32(r, <uint32_t>total)
+        _put32(r + 4, <uint32_t>_MAGIC_V1)
+        _put32(r + 8, <uint32_t>(
+            _crc32(PyMemoryView_FromMemory(<char*>body + body_at, body_len, PyBUF_READ)) & 0x7FFFFFFF
+        ))
+        _put32(r + 12, <uint32_t>queue_id)
+        _put32(r + 16, <uint32_t>_i32(p + 12))  # the message's flag
+        _put64(r + 20, <uint64_t>queue_offset)
+        _put64(r + 28, <uint64_t>(phy_start + at * step))
+        _put32(r + 36, <uint32_t>sys_flag_c)
+        _put64(r + 40, <uint64_t>born_ts)
+        r += 48
+        memcpy(r, PyBytes_AS_STRING(middle), middle_len)
+        r += middle_len
+        memcpy(r, body + body_at - 4, 4 + body_len)  # [4 body length][body], as in the record
+        r += 4 + body_len
+        r[0] = <unsigned char>topic_len
+        memcpy(r + 1, PyBytes_AS_STRING(topic_bytes), topic_len)
+        r += 1 + topic_len
+        r[0] = <unsigned char>(props_total >> 8)
+        r[1] = <unsigned char>props_total
+        r += 2
+        memcpy(r, body + props_at, props_len)
+        r += props_len
+        if separator:
+            r[0] = 0x02
+            r += 1
+        memcpy(r, PyBytes_AS_STRING(shared), shared_len)
+        if first_props is None:
+            first_props = PyBytes_FromStringAndSize(<const char*>out + at + total - props_total, props_total)
+        PyList_Append(offsets, at)
+        at += total
+        PyList_Append(properties_at, at - props_total)
+        queue_offset += queue_step
+        pos = end
+    wait_store = _record().waits_for_store(first_props.decode("utf-8", "replace"))
+    return data, offsets, properties_at, wait_store

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from tidemq.store import speedups
 from tidemq.store.errors import StoreLockedError
 from tidemq.store.fast_scan import KeyGatherer, scan_fast
 from tidemq.store.index import IndexService
@@ -181,6 +182,9 @@ def gather_entries(
             keys.gather_info(info, entries)
         pos += info.size
     return pos, False
+
+
+gather_entries = speedups.select(gather_entries)
 
 
 class IndexBuilder:

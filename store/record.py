@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple, NoReturn
 
+from tidemq.store import speedups
 from tidemq.store.batch_body import BATCH_HEAD, decode_batch_body, read_batch_message
 from tidemq.store.batch_body import HEAD_SIZE as BATCH_HEAD_SIZE
 from tidemq.store.crc import crc32, java_crc32
@@ -193,6 +194,9 @@ def find_property(properties: bytes | memoryview, name: bytes) -> bytes | None:
             end = data.find(b"\x02", begin)
             return data[begin : end if end >= 0 else len(data)]
         start = at + 1
+
+
+find_property = speedups.select(find_property)
 
 
 # --- encoding --------------------------------------------------------------------------------
@@ -602,6 +606,8 @@ def waits_for_store(properties: str) -> bool:
 
 _WAIT_FALSE: Final = f"{PROPERTY_WAIT}{NAME_VALUE_SEPARATOR}false"
 
+
+encode_batch = speedups.select(encode_batch)
 
 _STAMP = struct.Struct(">qq")
 
