@@ -1,5 +1,7 @@
 """Types of the compiled twins in store/_speedups.pyx (mypy cannot read Cython)."""
 
+from typing import Any
+
 from typing_extensions import Buffer
 
 from tidemq.store.record import AppendStamp, DispatchInfo, EncodedBatch, MessageBatch
@@ -15,6 +17,7 @@ def find_property(properties: bytes | memoryview, name: bytes) -> bytes | None: 
 def gather_entries(
     mm: Buffer, pos: int, end: int, keys: KeyGatherer, entries: list[tuple[int, int, int]]
 ) -> tuple[int, bool]: ...
+def put_many(index_file: Any, entries: list[tuple[int, int, int]], start: int) -> int: ...
 def encode_batch(
     batch: MessageBatch, max_body_size: int, stamp: AppendStamp | None = None
 ) -> EncodedBatch: ...

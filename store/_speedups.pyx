@@ -13,6 +13,7 @@ check it with hypothesis on random and damaged input).
     find_property      store/record.py       one property's value in a properties string
     KeyGatherer        store/fast_scan.py    index entries of records (UNIQ_KEY, KEYS)
     gather_entries     store/index_worker.py the index worker's loop over a mapped span
+    put_many           store/index.py        an index file's puts of hashed entries
     encode_batch       store/record.py       a SEND_BATCH_MESSAGE body as records
 
 Anything a fast path does not handle (damaged input, values out of its C range, the rare
@@ -24,6 +25,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_Append
+from cpython.long cimport PyLong_Check
 from libc.string cimport memchr, memcmp, memcpy
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
@@ -505,13 +507,54 @@ _RECONSUME_PREPARED = _struct.Struct(">iq")
 
 
 cdef struct _Message:
-    Py_ssize_t body_at  # the body's 4-byte length, then the body
+    Py_ssize_t end  # where the next message starts
+    Py_ssize_t body_at  # the body's 4-byte length is just before it
     int32_t body_len
     int32_t flag
     Py_ssize_t props_at
     Py_ssize_t props_len
-    bint separator
-    int64_t total
+    bint separator  # between the message's properties and the batch's
+    int64_t props_total  # the record's properties: the message's, separator, the batch's
+    int64_t total  # the record's size
+
+
+cdef inline bint _layout(
+    const unsigned char* body,
+    Py_ssize_t pos,
+    Py_ssize_t size,
+    Py_ssize_t shared_len,
+    int64_t fixed_length,
+    int64_t limit,
+    _Message* m,
+) noexcept nogil:
+    """The message at `pos` and its record, if the pure twin accepts both (else False)."""
+    if pos + _BATCH_HEAD_SIZE > size:
+        return False
+    cdef const unsigned char* p = body + pos
+    cdef int64_t message_total = _i32(p)
+    m.body_len = _i32(p + 16)
+    m.flag = _i32(p + 12)
+    m.end = pos + message_total
+    m.body_at = pos + _BATCH_HEAD_SIZE
+    m.props_at = m.body_at + m.body_len + 2
+    if (
+        message_total < _BATCH_HEAD_SIZE + 2
+        or m.end > size
+        or m.body_len < 0
+        or m.props_at > m.end
+        or _i16(body + m.props_at - 2) != m.end - m.props_at
+    ):
+        return False
+    m.props_len = m.end - m.props_at
+    m.separator = m.props_len > 0 and shared_len > 0 and body[m.end - 1] != 0x02
+    m.props_total = m.props_len + m.separator + shared_len
+    m.total = fixed_length + m.body_len + m.props_total
+    return not (
+        m.body_len > limit
+        or m.props_total > _MAX_PROPERTIES_BYTES
+        or m.total > limit + 64 * 1024
+        or m.total > 0x7FFFFFFF
+    )
 
 
 def encode_batch(batch, max_body_size, stamp=None):
@@ -572,11 +615,9 @@ def encode_batch(batch, max_body_size, stamp=None):
         result = _encode_messages(
             <const unsigned char*>buf.buf,
             buf.len,
-            batch,
             topic_bytes,
             middle,
             shared,
-            sys_flag,
             queue_id_c,
             sys_flag_c,
             born_ts_c,
@@ -607,11 +648,9 @@ def encode_batch(batch, max_body_size, stamp=None):
 cdef object _encode_messages(
     const unsigned char* body,
     Py_ssize_t size,
-    batch,
     bytes topic_bytes,
     bytes middle,
     bytes shared,
-    sys_flag,
     int32_t queue_id,
     int32_t sys_flag_c,
     int64_t born_ts,
@@ -630,41 +669,16 @@ cdef object _encode_messages(
         _PREFIX_SIZE + (20 if sys_flag_c & 0x10 else 8) + 8 + (20 if sys_flag_c & 0x20 else 8)
         + 4 + 8 + 4 + 1 + topic_len + 2
     )
-    cdef Py_ssize_t count = 0, pos = 0, i
-    cdef int64_t message_total, end, props_at, props_total, total, data_len = 0
-    cdef int32_t body_len
-    cdef const unsigned char* p
+    cdef Py_ssize_t count = 0, pos = 0
+    cdef int64_t data_len = 0
+    cdef _Message m
     # first pass: the pure twin's checks, and the sizes
     while pos < size:
-        if pos + _BATCH_HEAD_SIZE > size:
+        if not _layout(body, pos, size, shared_len, fixed_length, limit, &m):
             return None
         count += 1
-        p = body + pos
-        message_total = _i32(p)
-        body_len = _i32(p + 16)
-        end = pos + message_total
-        props_at = pos + _BATCH_HEAD_SIZE + body_len + 2
-        if (
-            message_total < _BATCH_HEAD_SIZE + 2
-            or end > size
-            or body_len < 0
-            or props_at > end
-            or _i16(body + props_at - 2) != end - props_at
-        ):
-            return None
-        props_total = end - props_at + shared_len
-        if end > props_at and shared_len > 0 and body[end - 1] != 0x02:
-            props_total += 1
-        total = fixed_length + body_len + props_total
-        if (
-            body_len > limit
-            or props_total > _MAX_PROPERTIES_BYTES
-            or total > limit + 64 * 1024
-            or total > 0x7FFFFFFF
-        ):
-            return None
-        data_len += total
-        pos = end
+        data_len += m.total
+        pos = m.end
     if (
         phy_start > 0x7FFFFFFFFFFFFFFF - data_len
         or queue_offset > 0x7FFFFFFFFFFFFFFF - count * queue_step
@@ -676,29 +690,21 @@ cdef object _encode_messages(
     cdef unsigned char* r
     cdef list offsets = [], properties_at = []
     cdef int64_t at = 0
-    cdef Py_ssize_t props_len, body_at
-    cdef bint separator
     cdef object first_props = None
     pos = 0
     while pos < size:
-        p = body + pos
-        message_total = _i32(p)
-        body_len = _i32(p + 16)
-        end = pos + message_total
-        body_at = pos + _BATCH_HEAD_SIZE
-        props_at = body_at + body_len + 2
-        props_len = end - props_at
-        separator = props_len > 0 and shared_len > 0 and body[end - 1] != 0x02
-        props_total = props_len + separator + shared_len
-        total = fixed_length + body_len + props_total
+        _layout(body, pos, size, shared_len, fixed_length, limit, &m)
+        if at + m.total > data_len:
+            raise AssertionError("encode_batch: the second pass outgrew the first")
         r = out + at
-        _put32(r, <uint32_t>total)
+        _put32(r, <uint32_t>m.total)
         _put32(r + 4, <uint32_t>_MAGIC_V1)
         _put32(r + 8, <uint32_t>(
-            _crc32(PyMemoryView_FromMemory(<char*>body + body_at, body_len, PyBUF_READ)) & 0x7FFFFFFF
+            _crc32(PyMemoryView_FromMemory(<char*>body + m.body_at, m.body_len, PyBUF_READ))
+            & 0x7FFFFFFF
         ))
         _put32(r + 12, <uint32_t>queue_id)
-        _put32(r + 16, <uint32_t>_i32(p + 12))  # the message's flag
+        _put32(r + 16, <uint32_t>m.flag)
         _put64(r + 20, <uint64_t>queue_offset)
         _put64(r + 28, <uint64_t>(phy_start + at * step))
         _put32(r + 36, <uint32_t>sys_flag_c)
@@ -706,26 +712,140 @@ cdef object _encode_messages(
         r += 48
         memcpy(r, PyBytes_AS_STRING(middle), middle_len)
         r += middle_len
-        memcpy(r, body + body_at - 4, 4 + body_len)  # [4 body length][body], as in the record
-        r += 4 + body_len
+        memcpy(r, body + m.body_at - 4, 4 + m.body_len)  # [4 body length][body], as in a record
+        r += 4 + m.body_len
         r[0] = <unsigned char>topic_len
         memcpy(r + 1, PyBytes_AS_STRING(topic_bytes), topic_len)
         r += 1 + topic_len
-        r[0] = <unsigned char>(props_total >> 8)
-        r[1] = <unsigned char>props_total
+        r[0] = <unsigned char>(m.props_total >> 8)
+        r[1] = <unsigned char>m.props_total
         r += 2
-        memcpy(r, body + props_at, props_len)
-        r += props_len
-        if separator:
+        memcpy(r, body + m.props_at, m.props_len)
+        r += m.props_len
+        if m.separator:
             r[0] = 0x02
             r += 1
         memcpy(r, PyBytes_AS_STRING(shared), shared_len)
         if first_props is None:
-            first_props = PyBytes_FromStringAndSize(<const char*>out + at + total - props_total, props_total)
+            first_props = PyBytes_FromStringAndSize(
+                <const char*>out + at + m.total - m.props_total, m.props_total
+            )
         PyList_Append(offsets, at)
-        at += total
-        PyList_Append(properties_at, at - props_total)
+        at += m.total
+        PyList_Append(properties_at, at - m.props_total)
         queue_offset += queue_step
-        pos = end
+        pos = m.end
     wait_store = _record().waits_for_store(first_props.decode("utf-8", "replace"))
     return data, offsets, properties_at, wait_store
+
+
+# --- index files: put_many ----------------------------------------------------------------------
+
+cdef extern from "Python.h":
+    int PyBUF_WRITABLE
+
+
+cdef enum:
+    _INDEX_HEADER_SIZE = 40
+    _INDEX_SLOT_SIZE = 4
+    _INDEX_ENTRY_SIZE = 20
+
+
+cdef bint _entry_ok(object item, int64_t* key_hash, int64_t* phy, int64_t* ts):
+    """Whether `item` is a (key hash, phy offset, store time) the C loop takes as it is."""
+    if type(item) is not tuple or len(<tuple>item) != 3:
+        return False
+    if not (
+        PyLong_Check((<tuple>item)[0])
+        and PyLong_Check((<tuple>item)[1])
+        and PyLong_Check((<tuple>item)[2])
+    ):
+        return False  # struct's refusal, or an __index__, is the pure twin's to give
+    try:
+        key_hash[0] = (<tuple>item)[0]
+        phy[0] = (<tuple>item)[1]
+        ts[0] = (<tuple>item)[2]
+    except (TypeError, OverflowError):
+        return False
+    return 0 <= key_hash[0] <= 0x7FFFFFFF and -(1LL << 62) < ts[0] < (1LL << 62)
+
+
+def put_many(index_file, list entries not None, Py_ssize_t start):
+    """`put` for entries[start:] (key hash, phy offset, store time) until the file is full.
+
+    One header write for the lot; returns how many entries went in. (IndexFile.put_many: two
+    passes, the first checking that every entry it will write fits its field.)
+    """
+    cdef int64_t count, limit, slots, entries_pos, begin_ts, slot_count
+    cdef int64_t key_hash = 0, phy = 0, ts = 0, diff, prev
+    cdef Py_ssize_t i, n = len(entries), stop
+    cdef Py_buffer buf
+    cdef unsigned char* data
+    cdef unsigned char* entry
+    cdef int64_t slot_pos
+    cdef object begin_phy = None
+    try:
+        count = index_file.index_count
+        limit = index_file.index_num
+        slots = index_file.hash_slot_num
+        entries_pos = index_file._entries_pos
+        begin_ts = index_file.begin_timestamp
+        slot_count = index_file.hash_slot_count
+        mm = index_file._map
+    except (TypeError, OverflowError):
+        return _pure("tidemq.store.index._IndexFile.put_many")(index_file, entries, start)
+    if start >= n or count >= limit:
+        return 0  # the pure twin's loop does not start
+    if start < 0 or slots <= 0 or not 0 <= count <= limit <= 0x7FFFFFFF or not (
+        -(1LL << 62) < begin_ts < (1LL << 62)
+    ):
+        return _pure("tidemq.store.index._IndexFile.put_many")(index_file, entries, start)
+    stop = start + min(n - start, limit - count)
+    for i in range(start, stop):
+        if not _entry_ok(entries[i], &key_hash, &phy, &ts):
+            return _pure("tidemq.store.index._IndexFile.put_many")(index_file, entries, start)
+    try:
+        PyObject_GetBuffer(mm, &buf, PyBUF_SIMPLE | PyBUF_WRITABLE)
+    except (TypeError, BufferError, ValueError):
+        return _pure("tidemq.store.index._IndexFile.put_many")(index_file, entries, start)
+    try:
+        if (
+            buf.len < _INDEX_HEADER_SIZE + slots * _INDEX_SLOT_SIZE
+            or buf.len < entries_pos + limit * _INDEX_ENTRY_SIZE
+            or entries_pos < 0
+        ):
+            return _pure("tidemq.store.index._IndexFile.put_many")(index_file, entries, start)
+        data = <unsigned char*>buf.buf
+        for i in range(start, stop):
+            _entry_ok(entries[i], &key_hash, &phy, &ts)
+            slot_pos = _INDEX_HEADER_SIZE + (key_hash % slots) * _INDEX_SLOT_SIZE
+            prev = _i32(data + slot_pos)
+            if prev <= 0 or prev > count:
+                prev = 0
+                slot_count += 1
+            diff = 0
+            if count > 1 and begin_ts > 0 and ts > begin_ts:
+                diff = (ts - begin_ts) // 1000
+                if diff > 0x7FFFFFFF:
+                    diff = 0x7FFFFFFF
+            entry = data + entries_pos + count * _INDEX_ENTRY_SIZE
+            _put32(entry, <uint32_t>key_hash)
+            _put64(entry + 4, <uint64_t>phy)
+            _put32(entry + 12, <uint32_t>diff)
+            _put32(entry + 16, <uint32_t>prev)
+            _put32(data + slot_pos, <uint32_t>count)
+            if count <= 1:
+                begin_phy = (<tuple>entries[i])[1]
+                begin_ts = ts
+            count += 1
+    finally:
+        PyBuffer_Release(&buf)
+    if begin_phy is not None:
+        index_file.begin_phy_offset = begin_phy
+        index_file.begin_timestamp = begin_ts
+    index_file.index_count = count
+    index_file.hash_slot_count = slot_count
+    _key_hash, index_file.end_phy_offset, index_file.end_timestamp = entries[stop - 1]
+    index_file._write_header()
+    index_file.dirty = True
+    return stop - start

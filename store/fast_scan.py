@@ -9,6 +9,9 @@ Properties are looked up with `mmap.find` where they lie, never decoded as a who
 `KeyGatherer` turns a record's UNIQ_KEY and KEYS into index entries
 `(key hash, physical offset, store timestamp)`, RocketMQ's buildIndex order, for
 `IndexService.put_hashed`.
+
+`scan_fast`, `find_value` and `KeyGatherer` are the pure-Python twins of compiled ones in
+store/_speedups.pyx, which run when built (store/speedups.py picks; same results and errors).
 """
 
 from __future__ import annotations

@@ -162,7 +162,10 @@ class CommitLogReader:
 def gather_entries(
     mm: mmap.mmap, pos: int, end: int, keys: KeyGatherer, entries: list[tuple[int, int, int]]
 ) -> tuple[int, bool]:
-    """Index entries of the records in mm[pos:end]; returns (where it stopped, at a blank)."""
+    """Index entries of the records in mm[pos:end]; returns (where it stopped, at a blank).
+
+    The pure-Python twin of the compiled loop in store/_speedups.pyx (store/speedups.py picks).
+    """
     gather = keys.gather
     while pos < end:
         record = scan_fast(mm, pos, end)

@@ -14,7 +14,9 @@ A Python loop costs ~60 ns per character. Instead the polynomial ``sum(u_i * 31*
 evaluated by CPython's own base-31 integer parser: each byte ``b`` is split into two base-31
 digits ``b // 31`` and ``b % 31`` (a byte is < 31**2), the two digit strings are produced with
 ``bytes.translate`` and parsed with ``int(..., 31)``, all in C. UTF-16 units are 16 bits, so a
-non-ASCII string is evaluated as ``256 * poly(high bytes) + poly(low bytes)``.
+non-ASCII string is evaluated as ``256 * poly(high bytes) + poly(low bytes)``. Where the
+compiled tier is built (store/_speedups.pyx, picked by store/speedups.py), a C loop over the
+code units replaces it; this function stays as its pure-Python twin.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ All integers are big-endian.
 Properties are `name\\x01value\\x02` repeated. At the end of a segment, when a record (plus 8
 bytes) does not fit, the rest of the file starts with a blank `[4 remaining][4 0xCBD43194]`.
 msgId (RocketMQ's offsetMsgId) is the uppercase hex of store ip + store port + physical offset.
+
+`encode_batch` and `find_property` are the pure-Python twins of compiled ones in
+store/_speedups.pyx, which run when built (store/speedups.py picks; same bytes and errors).
 """
 
 from __future__ import annotations

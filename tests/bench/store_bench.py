@@ -40,7 +40,8 @@ the best round is the one the others disturbed least.
 
 Knobs: TIDEMQ_BENCH_MESSAGES (messages per append case, default 300000), TIDEMQ_BENCH_RECOVERY_BYTES
 (0 skips recovery), TIDEMQ_BENCH_RECOVERY_OTHER_BOOT (0; 1 also times the other-boot recovery),
-TIDEMQ_BENCH_SYNC_SECONDS (default 5), TIDEMQ_BENCH_DIR (where stores go).
+TIDEMQ_BENCH_SYNC_SECONDS (default 5), TIDEMQ_BENCH_DIR (where stores go); TIDEMQ_PURE_PYTHON=1
+runs the store's pure-Python twins instead of the compiled loops (store/speedups.py), for an A/B.
 
 The prepared messages are moved out of the garbage collector's sight (`gc.freeze`) while a run
 is timed: a broker does not hold 300,000 messages, and full collections scanning them would be an
@@ -69,7 +70,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.bench import Result, env_int, temp_dir
-from tidemq.store import recovery
+from tidemq.store import recovery, speedups
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.config import AppendMode, FlushDiskType, StoreConfig
@@ -572,6 +573,12 @@ def run() -> list[Result]:
     _say(
         f"{count:,} messages per round, best of {ROUNDS} rounds; {BODY_SIZE} B bodies, "
         f"{QUEUES} queues, ASYNC_FLUSH; default append mode: {DEFAULT_MODE.name}"
+    )
+    compiled = speedups.compiled_module() is not None
+    _say(
+        "per-message loops: "
+        + ("compiled (tidemq.store._speedups)" if compiled else "pure Python")
+        + f"; {speedups.PURE_PYTHON_ENV}=1 runs the pure-Python twins"
     )
 
     _say(

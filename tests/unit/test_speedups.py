@@ -7,19 +7,22 @@ built (`make install` builds it), so a broken build fails these tests rather tha
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidemq.store import _speedups, fast_scan, index, javahash, record, speedups, tags
+from tests.support.speedups_twins import SELECTING_MODULES, selected
+from tidemq.store import _speedups, index, javahash, speedups, tags
 
-# Every selecting module, so that PURE_TWINS is complete.
-SELECTING = (javahash, index, tags, record, fast_scan)
+for _module in SELECTING_MODULES:
+    importlib.import_module(_module)
 
 
 def pure(module: Any, name: str) -> Any:
@@ -38,19 +41,19 @@ def test_every_compiled_function_has_a_pure_twin_and_is_selected() -> None:
     twins = {key.rsplit(".", 1)[1]: key for key in speedups.PURE_TWINS}
     assert set(twins) == compiled_names()
     for name, key in twins.items():
-        module = sys.modules[key.rsplit(".", 1)[0]]
-        assert getattr(module, name) is getattr(_speedups, name), key
+        assert selected(key) is getattr(_speedups, name), key
         assert speedups.PURE_TWINS[key] is not getattr(_speedups, name)
 
 
 PROBE = (
-    "import sys\n"
-    "from tidemq.store import fast_scan, index, javahash, record, speedups, tags\n"
-    "modules = {m.__name__: m for m in (fast_scan, index, javahash, record, tags)}\n"
-    "assert len(speedups.PURE_TWINS) >= 3, speedups.PURE_TWINS\n"
+    "import importlib, sys\n"
+    "from tests.support.speedups_twins import SELECTING_MODULES, selected\n"
+    "for module in SELECTING_MODULES:\n"
+    "    importlib.import_module(module)\n"
+    "from tidemq.store import index, speedups\n"
+    f"assert len(speedups.PURE_TWINS) == {len(speedups.PURE_TWINS)}, speedups.PURE_TWINS\n"
     "for key, twin in speedups.PURE_TWINS.items():\n"
-    "    module, name = key.rsplit('.', 1)\n"
-    "    assert getattr(modules[module], name) is twin, key\n"
+    "    assert selected(key) is twin, key\n"
     "assert index.prefixed_key_hash(topic := index.topic_prefix_hash('T'), b'k') == "
     "index.index_key_hash('T#k')\n"
     "print('pure', sys.modules.get('tidemq.store._speedups') is not None)\n"
@@ -64,6 +67,7 @@ def run_probe(code: str, **env: str) -> str:
         capture_output=True,
         text=True,
         env={**os.environ, **env},
+        cwd=Path(__file__).resolve().parents[2],
         timeout=120,
     ).stdout.strip()
 
@@ -113,7 +117,10 @@ def test_prefixed_key_hash_twins(prefix: int, key: bytes) -> None:
     assert _speedups.prefixed_key_hash(prefix, key) == pure(index, "prefixed_key_hash")(prefix, key)
 
 
-@given(st.text(min_size=1, max_size=20), st.binary(max_size=64) | any_text.map(str.encode))
+@given(
+    st.text(min_size=1, max_size=20),
+    st.binary(max_size=64) | any_text.map(lambda t: t.encode("utf-8", "surrogatepass")),
+)
 def test_prefixed_key_hash_is_the_index_key_hash(topic: str, key: bytes) -> None:
     prefix = index.topic_prefix_hash(topic)
     expected = index.index_key_hash(topic + "#" + key.decode("utf-8", "replace"))

@@ -1,0 +1,25 @@
+"""Helpers of the twin tests (tests/unit/test_speedups*.py) that need no compiled module."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+# Every module that picks a twin, so that speedups.PURE_TWINS is complete once they are imported.
+SELECTING_MODULES = (
+    "tidemq.store.fast_scan",
+    "tidemq.store.index",
+    "tidemq.store.index_worker",
+    "tidemq.store.javahash",
+    "tidemq.store.record",
+    "tidemq.store.tags",
+)
+
+
+def selected(key: str) -> Any:
+    """What `module.name` (or `module.Class.name`) of a twin key is bound to now."""
+    module = max((m for m in SELECTING_MODULES if key.startswith(m + ".")), key=len)
+    owner: Any = sys.modules[module]
+    for part in key[len(module) + 1 :].split("."):
+        owner = owner.__dict__[part] if isinstance(owner, type) else getattr(owner, part)
+    return owner

@@ -1,0 +1,417 @@
+"""The record twins: compiled and pure give the same bytes, values and errors.
+
+For encode_batch, scan_fast, find_value, find_property, KeyGatherer and gather_entries, on
+well-formed input and on damaged input (truncated bodies and records, wrong lengths, bad magic,
+IPv6 hosts, transaction flags, limits, values out of range). On well-formed input the compiled
+fast path must do the work itself: `fast_path_only` makes a hand-over to the pure twin fail.
+"""
+
+from __future__ import annotations
+
+import mmap
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidemq.store import _speedups, speedups
+from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.record import (
+    AppendStamp,
+    MessageBatch,
+    encode_blank,
+    pack_host,
+    scan_record,
+)
+
+
+def pure(key: str) -> Any:
+    return speedups.PURE_TWINS[f"tidemq.store.{key}"]
+
+
+@contextmanager
+def fast_path_only(*keys: str) -> Iterator[None]:
+    """Fail if the compiled functions hand these inputs to the pure twins `keys`."""
+    saved = {key: speedups.PURE_TWINS[f"tidemq.store.{key}"] for key in keys}
+
+    def refuse(*_args: Any) -> None:
+        raise AssertionError("the compiled fast path handed well-formed input to the pure twin")
+
+    try:
+        for key in keys:
+            speedups.PURE_TWINS[f"tidemq.store.{key}"] = refuse
+        yield
+    finally:
+        speedups.PURE_TWINS.update({f"tidemq.store.{k}": v for k, v in saved.items()})
+
+
+def outcome(function: Callable[..., Any], *args: Any) -> tuple[Any, ...]:
+    """The result, or the exception's type, message and `properties` flag."""
+    try:
+        return ("result", function(*args))
+    except Exception as e:
+        return ("error", type(e), str(e), getattr(e, "properties", None))
+
+
+# --- batches ----------------------------------------------------------------------------------
+
+V4 = pack_host("10.0.0.17", 52344)
+V6 = pack_host("fe80::1", 10911)
+# Property text that makes the lookups work: names, separators, names inside values.
+PROPERTY_TEXT = st.text(alphabet="KEYSUNIQ_TAGW a\x01\x02\u00e9", max_size=40)
+MESSAGES = st.lists(
+    st.tuples(st.integers(-(2**31), 2**31 - 1), st.binary(max_size=200), PROPERTY_TEXT),
+    min_size=1,
+    max_size=6,
+)
+STAMPS = st.none() | st.builds(
+    AppendStamp,
+    physical_offset=st.integers(0, 2**50),
+    queue_offset=st.integers(0, 2**50),
+    takes_queue_offsets=st.booleans(),
+    store_timestamp=st.integers(0, 2**45),
+)
+
+
+TOPICS = st.text(min_size=1, max_size=30)
+HOSTS = st.sampled_from([V4, V6])
+NUMBERS = st.integers(0, 2**31 - 1)
+
+
+@st.composite
+def batches(
+    draw: st.DrawFn,
+    topics: st.SearchStrategy[str] = TOPICS,
+    hosts: st.SearchStrategy[bytes] = HOSTS,
+    numbers: st.SearchStrategy[int] = NUMBERS,
+) -> MessageBatch:
+    return MessageBatch(
+        topic=draw(topics),
+        queue_id=draw(numbers),
+        body=encode_batch_body(draw(MESSAGES)),
+        properties=draw(PROPERTY_TEXT),
+        sys_flag=draw(st.integers(0, 0xFF)),
+        born_timestamp=draw(numbers),
+        born_host=draw(hosts),
+        store_host=draw(hosts),
+        reconsume_times=draw(numbers),
+        prepared_transaction_offset=draw(numbers),
+    )
+
+
+def encode_twins(batch: MessageBatch, max_body: int, stamp: AppendStamp | None) -> None:
+    expected = outcome(pure("record.encode_batch"), batch, max_body, stamp)
+    assert outcome(_speedups.encode_batch, batch, max_body, stamp) == expected
+
+
+@given(batches(), STAMPS)
+def test_encode_batch_twins_on_well_formed_batches(batch: MessageBatch, stamp: Any) -> None:
+    expected = pure("record.encode_batch")(batch, 4 << 20, stamp)
+    with fast_path_only("record.encode_batch"):
+        assert _speedups.encode_batch(batch, 4 << 20, stamp) == expected
+        # the body as the broker gets it: a memoryview of the request
+        batch.body = memoryview(bytearray(batch.body))
+        assert _speedups.encode_batch(batch, 4 << 20, stamp) == expected
+
+
+@given(
+    batches(
+        topics=st.text(max_size=140) | st.sampled_from(["", "x" * 127, "x" * 128, "x" * 256]),
+        hosts=st.sampled_from([V4, V6, b"", b"\x01" * 5, b"\x02" * 30]),
+        numbers=st.integers(-(2**64), 2**64) | st.integers(0, 100),
+    ),
+    st.integers(-10, 400),
+    st.none()
+    | st.builds(
+        AppendStamp,
+        physical_offset=st.integers(-(2**64), 2**64),
+        queue_offset=st.integers(2**63 - 10, 2**63) | st.integers(0, 10),
+        takes_queue_offsets=st.booleans(),
+        store_timestamp=st.integers(-(2**64), 2**64),
+    ),
+)
+def test_encode_batch_twins_on_limits_and_out_of_range_fields(
+    batch: MessageBatch, max_body: int, stamp: Any
+) -> None:
+    encode_twins(batch, max_body, stamp)
+
+
+@given(batches(), STAMPS, st.data())
+def test_encode_batch_twins_on_damaged_bodies(
+    batch: MessageBatch, stamp: Any, data: st.DataObject
+) -> None:
+    body = bytearray(batch.body)
+    for _ in range(data.draw(st.integers(1, 3))):
+        how = data.draw(st.sampled_from(["truncate", "overwrite", "length", "extend"]))
+        at = data.draw(st.integers(0, max(len(body) - 1, 0)))
+        if how == "truncate":
+            del body[at:]
+        elif how == "overwrite":
+            body[at : at + 4] = data.draw(st.binary(min_size=1, max_size=4))
+        elif how == "length":  # a message's total, body or properties length
+            value = data.draw(st.integers(-(2**15), 2**15 - 1))
+            body[at : at + 2] = value.to_bytes(2, "big", signed=True)
+        else:
+            body += data.draw(st.binary(max_size=30))
+    batch.body = bytes(body)
+    encode_twins(batch, 4 << 20, stamp)
+
+
+@given(batches(), st.sampled_from([None, object(), "text", [1, 2]]))
+def test_encode_batch_twins_on_wrong_types(batch: MessageBatch, wrong: Any) -> None:
+    for field in ("topic", "body", "properties", "queue_id", "born_host"):
+        broken = MessageBatch(**{**{f: getattr(batch, f) for f in batch.__slots__}, field: wrong})
+        encode_twins(broken, 4 << 20, None)
+
+
+# --- records read in place --------------------------------------------------------------------
+
+
+@st.composite
+def record_spans(draw: st.DrawFn) -> bytes:
+    """Records as a CommitLog holds them (IPv6 hosts and transaction flags too), maybe a blank."""
+    parts = []
+    phy = draw(st.integers(0, 2**40))
+    for _ in range(draw(st.integers(1, 4))):
+        stamp = AppendStamp(phy, draw(st.integers(0, 2**40)), True, draw(st.integers(0, 2**45)))
+        encoded = pure("record.encode_batch")(draw(batches()), 4 << 20, stamp)
+        parts.append(bytes(encoded.data))
+        phy += len(encoded.data)
+    if draw(st.booleans()):
+        parts.append(encode_blank(draw(st.integers(8, 64))) + bytes(draw(st.integers(0, 56))))
+    return b"".join(parts)
+
+
+def damage(span: bytes, data: st.DataObject) -> bytes:
+    out = bytearray(span)
+    for _ in range(data.draw(st.integers(0, 3))):
+        how = data.draw(st.sampled_from(["truncate", "overwrite", "magic", "length", "flags"]))
+        at = data.draw(st.integers(0, len(out) - 1)) if out else 0
+        if how == "truncate":
+            del out[max(at, 1) :]
+        elif how == "overwrite":
+            out[at : at + 4] = data.draw(st.binary(min_size=4, max_size=4))
+        elif how == "magic":  # a record's magic: the blank's, or garbage
+            out[at : at + 4] = data.draw(st.sampled_from([b"\xcb\xd4\x31\x94", b"\x00" * 4]))
+        elif how == "length":
+            width = data.draw(st.sampled_from([1, 2, 4]))
+            value = data.draw(st.integers(0, 256**width - 1))
+            out[at : at + width] = value.to_bytes(width, "big")
+        else:  # SYSFLAG of the first record: IPv6 bits and transaction states
+            out[36:40] = data.draw(st.integers(0, 0xFF)).to_bytes(4, "big")
+    return bytes(out)
+
+
+def as_mmap(span: bytes) -> mmap.mmap:
+    mm = mmap.mmap(-1, max(len(span), 1))
+    mm.write(span)
+    return mm
+
+
+def positions(span: bytes) -> list[int]:
+    """Where each record of an undamaged span starts, and a few places in between."""
+    starts, pos = [], 0
+    while pos + 8 <= len(span):
+        info = scan_record(span, pos, check_crc=False)
+        starts.append(pos)
+        if info.size <= 0:
+            break
+        pos += info.size
+    return starts
+
+
+@given(record_spans(), st.data())
+def test_scan_fast_twins(span: bytes, data: st.DataObject) -> None:
+    starts = positions(span)
+    span = damage(span, data)
+    mm = as_mmap(span)
+    extra = data.draw(st.lists(st.integers(0, len(span)), max_size=4))
+    for buffer in (mm, span):
+        for pos in [*starts, *extra]:
+            end = data.draw(st.integers(pos, len(span)) if pos <= len(span) else st.just(pos))
+            expected = outcome(pure("fast_scan.scan_fast"), buffer, pos, end)
+            assert outcome(_speedups.scan_fast, buffer, pos, end) == expected
+
+
+@given(record_spans())
+def test_scan_fast_reads_well_formed_records_itself(span: bytes) -> None:
+    mm = as_mmap(span)
+    starts = positions(span)
+    expected = [pure("fast_scan.scan_fast")(mm, pos, len(span)) for pos in starts]
+    with fast_path_only("fast_scan.scan_fast"):
+        assert [_speedups.scan_fast(mm, pos, len(span)) for pos in starts] == expected
+
+
+NEEDLES = st.sampled_from([b"KEYS\x01", b"UNIQ_KEY\x01", b"TAGS\x01", b"K\x01", b"\x01"])
+PROPERTY_BYTES = PROPERTY_TEXT.map(str.encode) | st.binary(max_size=40)
+
+
+@given(PROPERTY_BYTES, NEEDLES, st.data())
+def test_find_value_twins(properties: bytes, needle: bytes, data: st.DataObject) -> None:
+    mm = as_mmap(properties)
+    size = len(properties)
+    start = data.draw(st.integers(0, size))
+    end = data.draw(st.integers(start, size))
+    for buffer in (mm, properties):
+        expected = outcome(pure("fast_scan.find_value"), buffer, needle, start, end)
+        with fast_path_only("fast_scan.find_value"):
+            assert outcome(_speedups.find_value, buffer, needle, start, end) == expected
+    # out of the buffer, reversed, an empty needle: the pure twin's answer
+    for odd in ((needle, size, size + 5), (needle, end, start - 1), (b"", 0, 0)):
+        expected = outcome(pure("fast_scan.find_value"), mm, *odd)
+        assert outcome(_speedups.find_value, mm, *odd) == expected
+
+
+@given(PROPERTY_BYTES, NEEDLES.map(lambda n: n[:-1]))
+def test_find_property_twins(properties: bytes, name: bytes) -> None:
+    expected = outcome(pure("record.find_property"), properties, name)
+    with fast_path_only("record.find_property"):
+        assert outcome(_speedups.find_property, properties, name) == expected
+        assert outcome(_speedups.find_property, memoryview(properties), name) == expected
+    for odd in (bytearray(properties), "text", 3, None):
+        expected = outcome(pure("record.find_property"), odd, name)
+        assert outcome(_speedups.find_property, odd, name) == expected
+    expected = outcome(pure("record.find_property"), properties, bytearray(name))
+    assert outcome(_speedups.find_property, properties, bytearray(name)) == expected
+
+
+def gatherers() -> tuple[Any, Any]:
+    return pure("fast_scan.KeyGatherer")(), _speedups.KeyGatherer()
+
+
+@given(record_spans(), st.data())
+def test_key_gatherer_twins(span: bytes, data: st.DataObject) -> None:
+    mm = as_mmap(span)
+    slow, fast = gatherers()
+    for pos in positions(span):
+        record = pure("fast_scan.scan_fast")(mm, pos, len(span))
+        info = scan_record(span, pos, check_crc=False)
+        if info.size <= 0:
+            continue
+        expected: list[tuple[int, int, int]] = []
+        got: list[tuple[int, int, int]] = []
+        if record is not None:
+            total, _q, _o, phy, store_ts, props, topic_raw = record
+            args = (topic_raw, phy, store_ts, props, pos + total)
+            slow.gather(mm, expected, *args)
+            with fast_path_only("fast_scan.find_value"):
+                fast.gather(mm, got, *args)
+            # a properties range past the buffer: the lookups' pure answer
+            odd = (topic_raw, phy, store_ts, props, len(span) + data.draw(st.integers(1, 9)))
+            assert outcome(slow.gather, mm, expected, *odd) == outcome(fast.gather, mm, got, *odd)
+        slow.gather_info(info, expected)
+        fast.gather_info(info, got)
+        assert got == expected
+        assert fast.prefix(info.topic.encode()) == slow.prefix(info.topic.encode())
+
+
+@given(record_spans(), st.data())
+def test_gather_entries_twins(span: bytes, data: st.DataObject) -> None:
+    starts = positions(span)
+    span = damage(span, data)
+    mm = as_mmap(span)
+    pos = min(data.draw(st.sampled_from(starts)), len(span))
+    end = data.draw(st.integers(pos, len(span)))
+    slow, fast = gatherers()
+    expected: list[tuple[int, int, int]] = []
+    got: list[tuple[int, int, int]] = []
+    result = outcome(pure("index_worker.gather_entries"), mm, pos, end, slow, expected)
+    assert outcome(_speedups.gather_entries, mm, pos, end, fast, got) == result
+    assert got == expected
+
+
+@settings(max_examples=30)
+@given(record_spans())
+def test_gather_entries_reads_well_formed_records_itself(span: bytes) -> None:
+    mm = as_mmap(span)
+    slow, fast = gatherers()
+    expected: list[tuple[int, int, int]] = []
+    got: list[tuple[int, int, int]] = []
+    result = pure("index_worker.gather_entries")(mm, 0, len(span), slow, expected)
+    with fast_path_only("index_worker.gather_entries", "fast_scan.scan_fast"):
+        assert _speedups.gather_entries(mm, 0, len(span), fast, got) == result
+    assert got == expected
+
+
+# --- index files ------------------------------------------------------------------------------
+
+ENTRIES = st.lists(
+    st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**50), st.integers(0, 2**45)),
+    max_size=20,
+)
+ODD_VALUES = st.integers(-(2**64), 2**64) | st.sampled_from([-1, 2**31, 2**63, 1.5, None])
+ODD_ENTRIES = st.lists(
+    st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**50), st.integers(0, 2**45))
+    | st.tuples(ODD_VALUES, ODD_VALUES, ODD_VALUES)
+    | st.sampled_from([(1, 2), [1, 2, 3], (1, 2, 3, 4)]),
+    max_size=12,
+)
+INDEX_FIELDS = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset")
+
+
+@contextmanager
+def index_file_pair(
+    slots: int, entries_max: int, begin_ts: int, used: int
+) -> Iterator[tuple[Any, Any]]:
+    """Two equal fresh index files: one for each twin."""
+    from tidemq.store.index import _IndexFile
+
+    with tempfile.TemporaryDirectory() as root:
+        files = [
+            _IndexFile.create(Path(root) / name, slots, entries_max, 0, begin_ts)
+            for name in ("a", "b")
+        ]
+        try:
+            for f in files:
+                f.index_count = used
+                f.begin_timestamp = begin_ts
+            yield files[0], files[1]
+        finally:
+            for f in files:
+                f.close()
+
+
+def put_many_twins(
+    entries: list[Any],
+    start: int,
+    slots: int,
+    room: int,
+    begin_ts: int,
+    used: int,
+    *,
+    fast_only: bool = False,
+) -> None:
+    """Both twins on equal files, twice (from `start`, then from 0): same answers, same files."""
+    with index_file_pair(slots, room, begin_ts, used) as (slow, fast):
+        for chunk_start in (start, 0):
+            expected = outcome(pure("index._IndexFile.put_many"), slow, entries, chunk_start)
+            keys = ("index._IndexFile.put_many",) if fast_only else ()
+            with fast_path_only(*keys):
+                assert outcome(_speedups.put_many, fast, entries, chunk_start) == expected
+            assert fast._map[:] == slow._map[:]
+            for field in (*INDEX_FIELDS, "index_count", "hash_slot_count", "dirty"):
+                assert getattr(fast, field) == getattr(slow, field), field
+
+
+@given(ENTRIES, st.integers(1, 9), st.integers(2, 24), st.integers(-5, 2**45), st.integers(1, 3))
+def test_index_put_many_twins(
+    entries: list[tuple[int, int, int]], slots: int, room: int, begin_ts: int, used: int
+) -> None:
+    put_many_twins(entries, 0, slots, room, begin_ts, used, fast_only=True)
+
+
+@given(ODD_ENTRIES, st.integers(-3, 14), st.integers(1, 9), st.integers(2, 24), st.integers(1, 3))
+def test_index_put_many_twins_on_odd_entries(
+    entries: list[Any], start: int, slots: int, room: int, used: int
+) -> None:
+    put_many_twins(entries, start, slots, room, 1_700_000_000_000, used)
+
+
+def test_index_put_many_is_the_index_files_method() -> None:
+    from tidemq.store.index import _IndexFile
+
+    assert _IndexFile.__dict__["put_many"] is _speedups.put_many
