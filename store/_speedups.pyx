@@ -273,7 +273,7 @@ cdef Py_ssize_t _find_value(
         if found == NULL:
             return -1
         at = found
-        if found == data + start or found[-1] == 0x02:
+        if found == data + start or (found - 1)[0] == 0x02:
             begin = (found - data) + needle_len
             at = <const unsigned char*>memchr(data + begin, 0x02, end - begin)
             stop[0] = end if at == NULL else at - data
