@@ -180,8 +180,16 @@ def test_progress_diff_reaches_zero_and_reset_by_time_reads_again(
         conn = admin_json(cluster, "consumerConnection", "-g", group)
         assert isinstance(conn, dict) and len(conn["connectionSet"]) == 1
         assert topic in conn["subscriptionTable"]
-        prod = admin_json(cluster, "producerConnection", "-g", "ops-progress-pg", "-t", topic)
-        assert isinstance(prod, dict) and len(prod["connectionSet"]) == 1
+
+        # A broker knows the producer from a heartbeat: at the producer's start, to the brokers
+        # its client knew then, else the next periodic one (every second here), which a loaded
+        # machine may delay: wait for it.
+        def producer_listed() -> bool:
+            args = ("producerConnection", "-g", "ops-progress-pg", "-t", topic, "--json")
+            result = admin_cli(cluster, *args)
+            return result.exit_code == 0 and len(json.loads(result.output)["connectionSet"]) == 1
+
+        eventually_sync(producer_listed, "the producer's connection listed", 40)
 
         reset = admin_cli(
             cluster, "resetOffsetByTime", "-g", group, "-t", topic, "-s", str(before)
