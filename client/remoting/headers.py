@@ -58,6 +58,7 @@ import msgpack  # type: ignore[import-untyped]
 from tidemq.client.remoting.codes import LanguageCode, SerializeType
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import EncodeError, HeaderDecodeError
+from tidemq.store import speedups
 
 __all__ = [
     "decode_header",
@@ -278,6 +279,10 @@ def _command_from_mapping(
         body,
         serialize_type,
     )
+
+
+# The compiled twin (client/_speedups.pyx) when built: it is called for every header.
+_command_from_mapping = speedups.select(_command_from_mapping, "tidemq.client._speedups")
 
 
 # -- JSON -------------------------------------------------------------------------------------

@@ -38,7 +38,10 @@ any_text = st.text(alphabet=st.characters(min_codepoint=0, exclude_categories=()
 
 
 def test_every_compiled_function_has_a_pure_twin_and_is_selected() -> None:
-    twins = {key.rsplit(".", 1)[1]: key for key in speedups.PURE_TWINS}
+    # the store's twins (the remoting codec's: test_speedups_remoting.py)
+    twins = {
+        key.rsplit(".", 1)[1]: key for key in speedups.PURE_TWINS if key.startswith("tidemq.store.")
+    }
     assert set(twins) == compiled_names()
     for name, key in twins.items():
         assert selected(key) is getattr(_speedups, name), key
@@ -78,7 +81,11 @@ def test_the_environment_variable_forces_the_pure_twins() -> None:
 
 def test_the_pure_twins_run_when_the_compiled_module_is_absent() -> None:
     # None in sys.modules makes the import fail as for a module that was never built.
-    absent = "import sys\nsys.modules['tidemq.store._speedups'] = None\n" + PROBE
+    absent = (
+        "import sys\n"
+        "sys.modules['tidemq.store._speedups'] = None\n"
+        "sys.modules['tidemq.client._speedups'] = None\n" + PROBE
+    )
     assert run_probe(absent, TIDEMQ_PURE_PYTHON="0") == "pure False"
 
 

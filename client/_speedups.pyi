@@ -1,0 +1,8 @@
+from typing import Any
+
+from tidemq.client.remoting.codes import SerializeType
+from tidemq.client.remoting.command import Body, RemotingCommand
+
+def _command_from_mapping(
+    obj: Any, body: Body, serialize_type: SerializeType, fmt: str
+) -> RemotingCommand: ...
