@@ -27,7 +27,7 @@ from tidemq.client.protocol.headers import (
     SEND_V2_KEYS,
     HeaderFieldError,
     SendMessageRequestHeader,
-    header_schema,
+    decode_send_header,
 )
 from tidemq.client.protocol.models import PERM_WRITE
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
@@ -59,8 +59,6 @@ _NOT_AVAILABLE_REMARK = (
 
 
 _MAX_SENDABLE_NAMES: Final = 100_000
-_DECODE_V1: Final = header_schema(SendMessageRequestHeader).decode
-_DECODE_V2: Final = header_schema(SendMessageRequestHeader, SEND_V2_KEYS).decode
 _V2_TOPIC_KEY: Final = SEND_V2_KEYS["topic"]
 _V2_BATCH_KEY: Final = SEND_V2_KEYS["batch"]
 
@@ -74,7 +72,7 @@ def _decode_header(request: RemotingCommand) -> SendMessageRequestHeader:
         code == RequestCode.SEND_BATCH_MESSAGE and _V2_TOPIC_KEY in ext
     )
     try:
-        header = _DECODE_V2(ext) if short else _DECODE_V1(ext)
+        header = decode_send_header(ext, short)
     except HeaderFieldError as exc:
         raise RequestRejected(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     # rocketmq-client-cpp writes booleans as "1"/"0" and sends its batches as SEND_MESSAGE with

@@ -1,13 +1,14 @@
-"""The remoting codec's compiled twin (client/_speedups.pyx) against its pure-Python reference.
+"""The remoting codec's compiled twins (client/_speedups.pyx) against their pure references.
 
-`_command_from_mapping` turns a decoded JSON or msgpack header into a RemotingCommand. Both
-twins must give equal commands (the very extFields dict when it is kept) or raise the same
-error with the same message, on headers as clients send them and on anything else a decoder
-can produce.
+`_command_from_mapping` turns a decoded JSON or msgpack header into a RemotingCommand, and
+`decode_send_header` a send's extFields into its SendMessageRequestHeader. Both twins must give
+equal results (the very extFields dict when it is kept) or raise the same error with the same
+message, on headers as clients send them and on damaged ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import given
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.support.speedups_twins import selected
 from tidemq.client import _speedups
+from tidemq.client.protocol.headers import SEND_V2_KEYS, SendMessageRequestHeader, encode
 from tidemq.client.remoting import headers
 from tidemq.client.remoting.codes import SerializeType
 from tidemq.store import speedups
@@ -77,3 +79,87 @@ def test_well_formed_headers_give_the_same_command(
 @given(anything, st.sampled_from([SerializeType.JSON, SerializeType.MSGPACK]))
 def test_anything_else_gives_the_same_command_or_error(obj: Any, kind: SerializeType) -> None:
     assert outcome(_speedups._command_from_mapping, obj, kind) == outcome(PURE, obj, kind)
+
+
+# --- decode_send_header -------------------------------------------------------------------------
+
+SEND_KEY = "tidemq.client.protocol.headers.decode_send_header"
+SEND_PURE = speedups.PURE_TWINS[SEND_KEY]
+V1_KEYS = [
+    "producerGroup",
+    "topic",
+    "defaultTopic",
+    "defaultTopicQueueNums",
+    "queueId",
+    "sysFlag",
+    "bornTimestamp",
+    "flag",
+    "properties",
+    "reconsumeTimes",
+    "unitMode",
+    "batch",
+    "maxReconsumeTimes",
+]
+
+send_headers = st.builds(
+    SendMessageRequestHeader,
+    producer_group=st.text(max_size=8),
+    topic=st.text(max_size=8),
+    default_topic=st.text(max_size=8),
+    default_topic_queue_nums=INT32,
+    queue_id=INT32,
+    sys_flag=INT32,
+    born_timestamp=st.integers(-(2**63), 2**63 - 1),
+    flag=INT32,
+    properties=st.none() | st.text(max_size=20),
+    reconsume_times=st.none() | INT32,
+    unit_mode=st.booleans(),
+    batch=st.booleans(),
+    max_reconsume_times=st.none() | INT32,
+)
+# what a damaged or odd header may hold where a value is expected
+ODD_VALUES = st.sampled_from(
+    ["", " 7 ", "1_000", "TRUE", "True", "1", "0", "x", "2147483648", "-2147483649", "9" * 30]
+) | st.text(max_size=6)
+
+
+def send_outcome(twin: Any, ext: dict[str, str], short: bool) -> Any:
+    try:
+        return twin(ext, short)
+    except Exception as exc:
+        return (type(exc), str(exc))
+
+
+def test_the_compiled_send_header_decoder_is_selected() -> None:
+    assert selected(SEND_KEY) is _speedups.decode_send_header
+    assert SEND_PURE is not _speedups.decode_send_header
+
+
+@given(send_headers, st.booleans())
+def test_send_headers_decode_the_same(header: SendMessageRequestHeader, short: bool) -> None:
+    ext = encode(header, SEND_V2_KEYS if short else None)
+    compiled = _speedups.decode_send_header(ext, short)
+    assert compiled == SEND_PURE(ext, short) == header
+
+
+@given(
+    send_headers,
+    st.booleans(),
+    st.dictionaries(st.sampled_from(range(len(V1_KEYS))), ODD_VALUES | st.none(), max_size=4),
+)
+def test_damaged_send_headers_decode_or_fail_the_same(
+    header: SendMessageRequestHeader, short: bool, damage: dict[int, str | None]
+) -> None:
+    ext = encode(header, SEND_V2_KEYS if short else None)
+    for index, value in damage.items():
+        key = SEND_V2_KEYS[_FIELD_NAMES[index]] if short else V1_KEYS[index]
+        if value is None:
+            ext.pop(key, None)
+        else:
+            ext[key] = value
+    assert send_outcome(_speedups.decode_send_header, ext, short) == send_outcome(
+        SEND_PURE, ext, short
+    )
+
+
+_FIELD_NAMES = [f.name for f in dataclasses.fields(SendMessageRequestHeader)]
