@@ -16,7 +16,7 @@ import enum
 from dataclasses import dataclass, field
 
 from tidemq.client.errors import BrokerResponseError
-from tidemq.client.message import SendStatus
+from tidemq.client.message import ReceivedMessage, SendStatus
 from tidemq.client.protocol.headers import (
     SEND_V2_KEYS,
     ConsumerSendMsgBackRequestHeader,
@@ -51,6 +51,7 @@ from tidemq.client.protocol.models import (
     TopicRouteData,
 )
 from tidemq.client.protocol.namesrv import GetRouteInfoRequestHeader
+from tidemq.client.received import decode_received
 from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from tidemq.client.remoting.command import RemotingCommand
@@ -78,7 +79,7 @@ class PullStatus(enum.Enum):
     OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
 
 
-_PULL_STATUS = {
+_PULL_STATUS: dict[int, PullStatus] = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
@@ -98,12 +99,22 @@ class SendResult:
 
 @dataclass(frozen=True, slots=True)
 class PullResult:
+    """A pull's answer. `messages` are its records decoded as `StoredMessage`s, unless the pull
+    left them raw in `body` for the consumers' own decoder (`received`)."""
+
     status: PullStatus
     next_begin_offset: int
     min_offset: int
     max_offset: int
     suggest_which_broker_id: int
     messages: list[StoredMessage] = field(default_factory=list)
+    body: bytes | bytearray | memoryview = b""
+
+    def received(self, broker_name: str) -> list[ReceivedMessage]:
+        """The messages as consumers hand them to listeners."""
+        if self.body:
+            return decode_received(self.body, broker_name)
+        return [ReceivedMessage.from_stored(m, broker_name) for m in self.messages]
 
 
 def decode_records(body: bytes | bytearray | memoryview) -> list[StoredMessage]:
@@ -214,20 +225,27 @@ class BrokerAPI:
     # --- pulling ----------------------------------------------------------------------------
 
     async def pull(
-        self, address: str, header: PullMessageRequestHeader, timeout: float | None = None
+        self,
+        address: str,
+        header: PullMessageRequestHeader,
+        timeout: float | None = None,
+        *,
+        raw: bool = False,
     ) -> PullResult:
+        """PULL_MESSAGE; with `raw` the records stay undecoded in `PullResult.body`."""
         request = self.request(RequestCode.PULL_MESSAGE, encode(header))
         response = await self.call(address, request, ok=_PULL_OK, timeout=timeout)
         ext = response.ext_fields
-        status = _PULL_STATUS[ResponseCode(response.code)]
-        messages = decode_records(response.body) if status is PullStatus.FOUND else []
+        status = _PULL_STATUS[response.code]
+        found = status is PullStatus.FOUND
         return PullResult(
             status,
             int(ext.get("nextBeginOffset", header.queue_offset)),
             int(ext.get("minOffset", 0)),
             int(ext.get("maxOffset", 0)),
             int(ext.get("suggestWhichBrokerId", 0)),
-            messages,
+            decode_records(response.body) if found and not raw else [],
+            response.body if found and raw else b"",
         )
 
     # --- offsets ----------------------------------------------------------------------------

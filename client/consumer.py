@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import dataclasses
 import enum
 import inspect
 import logging
@@ -102,19 +101,34 @@ class ProcessQueue:
     ordered_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def put(self, msgs: list[ReceivedMessage]) -> list[ReceivedMessage]:
+        messages = self.messages
         added = []
+        size = 0
+        highest = self.max_offset_seen
         for msg in msgs:
-            if msg.queue_offset not in self.messages:
-                self.messages[msg.queue_offset] = msg
-                self.size_bytes += len(msg.body)
+            offset = msg.queue_offset
+            if offset not in messages:
+                messages[offset] = msg
+                size += len(msg.body)
                 added.append(msg)
-            self.max_offset_seen = max(self.max_offset_seen, msg.queue_offset)
+            if offset > highest:
+                highest = offset
+        self.size_bytes += size
+        self.max_offset_seen = highest
         return added
 
     def remove(self, msg: ReceivedMessage) -> int:
         """Forget a consumed message; returns the offset to commit (-1: nothing new)."""
+        self.forget(msg)
+        return self.commit_offset()
+
+    def forget(self, msg: ReceivedMessage) -> None:
+        """Forget a consumed message."""
         if self.messages.pop(msg.queue_offset, None) is not None:
             self.size_bytes -= len(msg.body)
+
+    def commit_offset(self) -> int:
+        """The lowest offset not consumed yet (-1: nothing pulled)."""
         if self.messages:
             # Offsets are inserted in increasing order, so the first key is the lowest.
             return next(iter(self.messages))
@@ -131,6 +145,7 @@ class ProcessQueue:
 class _Subscription:
     data: SubscriptionData
     listener: Listener | None
+    is_async: bool = False  # the listener is an async function (known at start())
 
 
 class AsyncPushConsumer(AsyncLifecycle):
@@ -236,6 +251,8 @@ class AsyncPushConsumer(AsyncLifecycle):
             self._subscriptions.setdefault(
                 retry, _Subscription(SubscriptionData.from_expression(retry, "*"), first.listener)
             )
+        for sub in self._subscriptions.values():
+            sub.is_async = inspect.iscoroutinefunction(sub.listener)
         instance = get_instance(self.config)
         await instance.start()
         self._instance = instance
@@ -351,18 +368,16 @@ class AsyncPushConsumer(AsyncLifecycle):
                 continue
             pq.last_pull = time.monotonic()
             if result.status is PullStatus.FOUND:
-                msgs = [
-                    ReceivedMessage.from_stored(m, mq.broker_name)
-                    for m in result.messages
-                    if tag_filter.match_tags(m.properties.get("TAGS"))
-                ]
+                msgs = result.received(mq.broker_name)
+                if not tag_filter.matches_all:
+                    msgs = [m for m in msgs if tag_filter.match_tags(m.tags)]
                 added = pq.put(msgs)
                 if not msgs:
                     # Everything filtered out by tag string (hash collisions): nothing to wait on.
                     pq.max_offset_seen = max(pq.max_offset_seen, result.next_begin_offset - 1)
                     if not pq.messages:
                         await self._commit(mq, result.next_begin_offset)
-                self._dispatch(pq, added, result)
+                self._dispatch(pq, added)
             elif result.status is PullStatus.OFFSET_ILLEGAL:
                 log.warning(
                     "consumer %s: offset %d of %s is illegal, moving to %d",
@@ -401,20 +416,117 @@ class AsyncPushConsumer(AsyncLifecycle):
 
     # --- consuming ----------------------------------------------------------------------------
 
-    def _dispatch(self, pq: ProcessQueue, msgs: list[ReceivedMessage], result: PullResult) -> None:
-        del result
+    def _dispatch(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
         if not msgs:
             return
         if self.orderly:
             self._spawn(self._consume_orderly(pq))
             return
-        for msg in msgs:
-            self._spawn(self._consume_one(pq, msg))
+        self._spawn(self._consume_batch(pq, msgs))
 
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _consume_batch(self, pq: ProcessQueue, msgs: list[ReceivedMessage]) -> None:
+        """Consume one pull's messages (concurrently with other batches), then commit.
+
+        One task per batch, not per message: the listener is called for each message in turn,
+        the batch holding one of the `max_concurrency` slots, so at most that many listener
+        calls run at once (a plain function's batch goes to the thread pool as one job).
+        Successes and messages sent back are
+        removed from the process queue; a message whose send-back failed stays (holding the
+        committed offset below it) and is consumed again locally later. The offset is committed
+        once, after the batch.
+        """
+        sub = self._subscriptions[pq.queue.topic]
+        if pq.queue.topic.startswith(RETRY_PREFIX):
+            results = await self._listen_one_by_one(pq, msgs)  # each to its topic's listener
+        elif sub.is_async:
+            results = await self._listen_async(pq, sub.listener, msgs)
+        else:
+            results = await self._listen_in_thread(pq, sub.listener, msgs)
+        for msg, result in zip(msgs, results, strict=False):  # shorter when pq was dropped
+            if result is ConsumeResult.SUCCESS or await self._send_back(msg):
+                pq.forget(msg)
+            elif not pq.dropped:
+                self._spawn(self._consume_later(pq, msg))
+        if not pq.dropped:
+            offset = pq.commit_offset()
+            if offset >= 0:
+                await self._commit(pq.queue, offset)
+
+    async def _consume_later(self, pq: ProcessQueue, msg: ReceivedMessage) -> None:
+        """A message the broker could not take back: consumed again here, later."""
+        await asyncio.sleep(LOCAL_RETRY_DELAY)
+        if not pq.dropped:
+            await self._consume_batch(pq, [msg])
+
+    async def _listen_async(
+        self, pq: ProcessQueue, listener: Any, msgs: list[ReceivedMessage]
+    ) -> list[ConsumeResult]:
+        results = []
+        success = ConsumeResult.SUCCESS
+        async with self._slots:
+            for msg in msgs:
+                if pq.dropped:
+                    break
+                try:
+                    outcome = await listener(msg)
+                except Exception:
+                    log.exception("listener of %s failed on message %s", self.group, msg.msg_id)
+                    outcome = ConsumeResult.RECONSUME_LATER
+                if outcome is None or outcome is success:
+                    results.append(success)
+                else:
+                    results.append(_consume_result(outcome))
+        return results
+
+    async def _listen_in_thread(
+        self, pq: ProcessQueue, listener: Any, msgs: list[ReceivedMessage]
+    ) -> list[ConsumeResult]:
+        async with self._slots:
+            if pq.dropped:
+                return []
+            loop = asyncio.get_running_loop()
+            outcomes = await loop.run_in_executor(
+                self._executor, self._call_each, pq, listener, msgs
+            )
+        results = []
+        for msg, outcome in zip(msgs, outcomes, strict=False):
+            if inspect.isawaitable(outcome):
+                try:
+                    outcome = await outcome
+                except Exception:
+                    log.exception("listener of %s failed on message %s", self.group, msg.msg_id)
+                    outcome = ConsumeResult.RECONSUME_LATER
+            results.append(_consume_result(outcome))
+        return results
+
+    def _call_each(self, pq: ProcessQueue, listener: Any, msgs: list[ReceivedMessage]) -> list[Any]:
+        """In a pool thread: the listener on each message, until the queue is dropped."""
+        outcomes = []
+        for msg in msgs:
+            if pq.dropped:
+                break
+            try:
+                outcomes.append(listener(msg))
+            except Exception:
+                log.exception("listener of %s failed on message %s", self.group, msg.msg_id)
+                outcomes.append(ConsumeResult.RECONSUME_LATER)
+        return outcomes
+
+    async def _listen_one_by_one(
+        self, pq: ProcessQueue, msgs: list[ReceivedMessage]
+    ) -> list[ConsumeResult]:
+        results = []
+        async with self._slots:
+            for msg in msgs:
+                if pq.dropped:
+                    break
+                results.append(await self._call_listener(msg))
+        return results
 
     async def _call_listener(self, msg: ReceivedMessage) -> ConsumeResult:
         listener = self._subscriptions[msg.topic].listener
@@ -422,7 +534,7 @@ class AsyncPushConsumer(AsyncLifecycle):
             real = msg.properties.get("RETRY_TOPIC")
             if real and real in self._subscriptions:
                 listener = self._subscriptions[real].listener
-                msg = _as_topic(msg, real)
+                msg = msg.replace(topic=real)
         assert listener is not None
         try:
             if inspect.iscoroutinefunction(listener):
@@ -435,26 +547,7 @@ class AsyncPushConsumer(AsyncLifecycle):
         except Exception:
             log.exception("listener of %s failed on message %s", self.group, msg.msg_id)
             return ConsumeResult.RECONSUME_LATER
-        if outcome is None or outcome is ConsumeResult.SUCCESS:
-            return ConsumeResult.SUCCESS
-        if isinstance(outcome, ConsumeResult):
-            return outcome
-        log.warning("listener returned %r: treated as RECONSUME_LATER", outcome)
-        return ConsumeResult.RECONSUME_LATER
-
-    async def _consume_one(self, pq: ProcessQueue, msg: ReceivedMessage) -> None:
-        async with self._slots:
-            if pq.dropped:
-                return
-            result = await self._call_listener(msg)
-        if result is ConsumeResult.RECONSUME_LATER and not await self._send_back(msg):
-            await asyncio.sleep(LOCAL_RETRY_DELAY)
-            if not pq.dropped:
-                self._spawn(self._consume_one(pq, msg))
-            return
-        offset = pq.remove(msg)
-        if offset >= 0 and not pq.dropped:
-            await self._commit(pq.queue, offset)
+        return _consume_result(outcome)
 
     async def _consume_orderly(self, pq: ProcessQueue) -> None:
         async with pq.ordered_lock:
@@ -469,7 +562,7 @@ class AsyncPushConsumer(AsyncLifecycle):
                     ):
                         pass  # to the DLQ via the broker; go on with the next message
                     else:
-                        pq.messages[offset] = _with_reconsume(msg, msg.reconsume_times + 1)
+                        pq.messages[offset] = msg.replace(reconsume_times=msg.reconsume_times + 1)
                         await asyncio.sleep(ORDERLY_SUSPEND)
                         continue
                 next_offset = pq.remove(msg)
@@ -564,13 +657,14 @@ class AsyncPushConsumer(AsyncLifecycle):
             await self._lock(list(self.process_queues.values()))
 
 
-def _as_topic(msg: ReceivedMessage, topic: str) -> ReceivedMessage:
-    """A retried message as its listener expects it: under its original topic."""
-    return dataclasses.replace(msg, topic=topic)
-
-
-def _with_reconsume(msg: ReceivedMessage, times: int) -> ReceivedMessage:
-    return dataclasses.replace(msg, reconsume_times=times)
+def _consume_result(outcome: object) -> ConsumeResult:
+    """What a listener returned, as a ConsumeResult (None is SUCCESS, anything odd a failure)."""
+    if outcome is None or outcome is ConsumeResult.SUCCESS:
+        return ConsumeResult.SUCCESS
+    if isinstance(outcome, ConsumeResult):
+        return outcome
+    log.warning("listener returned %r: treated as RECONSUME_LATER", outcome)
+    return ConsumeResult.RECONSUME_LATER
 
 
 class PushConsumer(BlockingTwin[AsyncPushConsumer]):

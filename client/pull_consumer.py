@@ -270,9 +270,11 @@ class AsyncPullConsumer(AsyncLifecycle):
             if generation != state.generation:
                 return  # a seek happened while the pull was in flight
             if result.status is PullStatus.FOUND:
-                for stored in result.messages:
-                    if tags.match_tags(stored.properties.get("TAGS")):
-                        state.buffer.append(ReceivedMessage.from_stored(stored, mq.broker_name))
+                received = result.received(mq.broker_name)
+                if tags.matches_all:
+                    state.buffer.extend(received)
+                else:
+                    state.buffer.extend(m for m in received if tags.match_tags(m.tags))
                 self._data.set()
             elif result.status is PullStatus.OFFSET_ILLEGAL:
                 log.warning(

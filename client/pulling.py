@@ -12,6 +12,7 @@
 - `pull_queue`: one PULL_MESSAGE to the broker the previous answer suggested (master by default;
   any broker of the group when the master is gone), with the suspend and subscription flags and
   the commit-offset flag when the target is a master (a slave never takes offsets from pulls).
+  Its records stay raw (`PullResult.body`) for the consumer's own decoder (`PullResult.received`).
 """
 
 from __future__ import annotations
@@ -149,6 +150,6 @@ async def pull_queue(
         expression_type="TAG",
     )
     timeout = suspend_ms / 1000 + PULL_TIMEOUT_SLACK
-    result = await instance.api.pull(found.address, header, timeout=timeout)
+    result = await instance.api.pull(found.address, header, timeout=timeout, raw=True)
     pull_from[mq] = result.suggest_which_broker_id
     return result

@@ -113,7 +113,7 @@ def _count_records(body: bytes) -> int:
     return count
 
 
-async def _pulls(api: BrokerAPI, address: str, per_queue: int) -> float:
+async def _pulls(api: BrokerAPI, address: str, per_queue: int, topic: str = TOPIC) -> float:
     pulled = 0
 
     async def worker(queue_id: int) -> None:
@@ -122,7 +122,7 @@ async def _pulls(api: BrokerAPI, address: str, per_queue: int) -> float:
         while offset < per_queue:
             header = PullMessageRequestHeader(
                 consumer_group="BenchCG",
-                topic=TOPIC,
+                topic=topic,
                 queue_id=queue_id,
                 queue_offset=offset,
                 max_msg_nums=32,

@@ -4,7 +4,11 @@
 - producer, batches: `send_batch` of 32 x 1 KiB messages, 8 batches in flight;
 - push consumer, end to end: an `AsyncPushConsumer` (CLUSTERING, from the first offset) drains
   the backlog of the single sends: pulls, decoding, one listener call per message, offset
-  commits. Rate = messages / time from start() to the last listener call;
+  commits. Rate = messages / time from start() to the last listener call. Its baseline, in the
+  same run against the same broker and backlog just before it: raw pulls (PULL_MESSAGE of 32
+  from every queue, records counted by walking their size fields: broker_bench's pull loop).
+  Target (issue 15): push consumer >= 0.5 of raw pulls. The client's CPU per consumed message
+  (user + system of this process over the drain) is reported beside it;
 - latency: a caught-up push consumer long-polling (the broker holds its pulls and answers when a
   message arrives) while a producer sends 1 KiB messages paced at 1,000 msg/s; the latency of a
   message is the time from the `send()` call to the listener's call, both in this process.
@@ -24,6 +28,7 @@ import struct
 import time
 
 from tests.bench import Result, env_int, one_broker, run_on_uvloop
+from tests.bench.broker_bench import _pulls
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult
@@ -88,6 +93,22 @@ async def _batched_sends(producer: AsyncProducer, topic: str, messages: int) -> 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(8)))
     return batches * 32 / (time.perf_counter() - started)
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU of this process so far."""
+    times = os.times()
+    return times.user + times.system
+
+
+async def _raw_pulls(broker: str, topic: str) -> float:
+    """Raw pull rate (msg/s) over the whole backlog of `topic` (broker_bench's pull loop)."""
+    api = BrokerAPI()
+    try:
+        per_queue = min([await api.get_max_offset(broker, topic, q) for q in range(QUEUES)])
+        return await _pulls(api, broker, per_queue, topic)
+    finally:
+        await api.close()
 
 
 async def _drain(namesrv: str, topic: str, messages: int) -> float:
@@ -200,8 +221,16 @@ async def _run(namesrv: str, broker: str, messages: int, seconds: int) -> list[R
         print(f"single sends (1 KiB, 64 in flight):   {single:,.0f} msg/s", flush=True)
         batched = await _batched_sends(producer, "BenchBatch", messages * 4)
         print(f"batched sends (32 x 1 KiB, 8 in flight): {batched:,.0f} msg/s", flush=True)
+        raw = await _raw_pulls(broker, "BenchSingle")
+        print(f"raw pulls of the same backlog:        {raw:,.0f} msg/s", flush=True)
+        cpu_before = _cpu_seconds()
         drained = await _drain(namesrv, "BenchSingle", messages)
-        print(f"push consumer, end to end:            {drained:,.0f} msg/s", flush=True)
+        client_cpu = (_cpu_seconds() - cpu_before) / messages * 1e6
+        print(
+            f"push consumer, end to end:            {drained:,.0f} msg/s "
+            f"({drained / raw:.2f} of raw pulls; client CPU {client_cpu:.1f} us/msg)",
+            flush=True,
+        )
         latencies = await _latency(namesrv, producer, "BenchLatency", seconds)
     finally:
         await producer.shutdown()
@@ -216,6 +245,9 @@ async def _run(namesrv: str, broker: str, messages: int, seconds: int) -> list[R
         Result("producer single sends, 1 KiB, 64 in flight", single, "msg/s"),
         Result("producer batches of 32 x 1 KiB, 8 in flight", batched, "msg/s"),
         Result("push consumer end to end, 1 KiB", drained, "msg/s"),
+        Result("raw pulls of the same backlog, 32 per request", raw, "msg/s"),
+        Result("push consumer / raw pulls", drained / raw, "ratio", 0.5),
+        Result("push consumer: client CPU per message", client_cpu, "us"),
         Result("send -> listener p50 at 1,000 msg/s", p50, "ms", higher_is_better=False),
         Result("send -> listener p99 at 1,000 msg/s", p99, "ms", 10.0, higher_is_better=False),
     ]
