@@ -30,6 +30,7 @@ import concurrent.futures
 import contextlib
 import enum
 import inspect
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -64,7 +65,7 @@ from tidemq.client.pulling import (
 )
 from tidemq.client.sync import AsyncLifecycle, BlockingTwin
 from tidemq.store.lifecycle import cancel_and_wait
-from tidemq.store.tags import parse_tag_expression
+from tidemq.store.tags import TagFilter, parse_tag_expression
 
 log = logging.getLogger(__name__)
 
@@ -351,47 +352,95 @@ class AsyncPushConsumer(AsyncLifecycle):
         tag_filter = parse_tag_expression(sub.data.sub_string)
         assert self.offset_store is not None
         await self.offset_store.update_offset(mq, offset, increase_only=False)
-        while not pq.dropped and self._running:
-            if self.orderly and self.message_model is MessageModel.CLUSTERING and not pq.locked:
-                await self._lock([pq])
-                if not pq.locked:
-                    await asyncio.sleep(ORDERLY_SUSPEND)
+        # The next pull, sent before this one's messages are decoded (pipelining), when the
+        # queue is not flow controlled and the answer had messages (there are likely more).
+        ahead: asyncio.Task[PullResult] | None = None
+        try:
+            while not pq.dropped and self._running:
+                if ahead is not None:
+                    call: Awaitable[PullResult] = ahead
+                    ahead = None
+                else:
+                    if not await self._may_pull(pq):
+                        continue
+                    call = self._pull_once(pq, offset, sub)
+                try:
+                    result = await call
+                except TideMQError as exc:
+                    log.info("pull %s at %d failed: %s", mq, offset, exc)
+                    await asyncio.sleep(PULL_ERROR_BACKOFF)
                     continue
-            if self._flow_controlled(pq):
-                await asyncio.sleep(FLOW_CONTROL_BACKOFF)
-                continue
-            try:
-                result = await self._pull_once(pq, offset, sub)
-            except TideMQError as exc:
-                log.info("pull %s at %d failed: %s", mq, offset, exc)
-                await asyncio.sleep(PULL_ERROR_BACKOFF)
-                continue
-            pq.last_pull = time.monotonic()
-            if result.status is PullStatus.FOUND:
-                msgs = result.received(mq.broker_name)
-                if not tag_filter.matches_all:
-                    msgs = [m for m in msgs if tag_filter.match_tags(m.tags)]
-                added = pq.put(msgs)
-                if not msgs:
-                    # Everything filtered out by tag string (hash collisions): nothing to wait on.
-                    pq.max_offset_seen = max(pq.max_offset_seen, result.next_begin_offset - 1)
-                    if not pq.messages:
-                        await self._commit(mq, result.next_begin_offset)
-                self._dispatch(pq, added)
-            elif result.status is PullStatus.OFFSET_ILLEGAL:
-                log.warning(
-                    "consumer %s: offset %d of %s is illegal, moving to %d",
-                    self.group,
-                    offset,
-                    mq,
-                    result.next_begin_offset,
-                )
-                await self.offset_store.update_offset(
-                    mq, result.next_begin_offset, increase_only=False
-                )
-            elif not pq.messages and result.next_begin_offset > offset:
-                await self._commit(mq, result.next_begin_offset)
-            offset = result.next_begin_offset
+                pq.last_pull = time.monotonic()
+                if (
+                    result.status is PullStatus.FOUND
+                    and self._running
+                    and not pq.dropped
+                    and (pq.locked or not self._locks_queues)
+                    and not self._flow_controlled(pq)
+                ):
+                    ahead = asyncio.get_running_loop().create_task(
+                        self._pull_once(pq, result.next_begin_offset, sub)
+                    )
+                try:
+                    await self._take(pq, tag_filter, offset, result)
+                except TideMQError as exc:  # a damaged answer: pulled again, as a failed pull
+                    log.info("pull %s at %d: %s", mq, offset, exc)
+                    if ahead is not None:
+                        await cancel_and_wait(ahead)
+                        ahead = None
+                    await asyncio.sleep(PULL_ERROR_BACKOFF)
+                    continue
+                offset = result.next_begin_offset
+        finally:
+            if ahead is not None:
+                await cancel_and_wait(ahead)
+
+    @property
+    def _locks_queues(self) -> bool:
+        """Orderly CLUSTERING consumers pull a queue only while they hold its broker lock."""
+        return self.orderly and self.message_model is MessageModel.CLUSTERING
+
+    async def _may_pull(self, pq: ProcessQueue) -> bool:
+        """Whether to pull now; if not, it has waited a little (lock or flow control)."""
+        if self._locks_queues and not pq.locked:
+            await self._lock([pq])
+            if not pq.locked:
+                await asyncio.sleep(ORDERLY_SUSPEND)
+                return False
+        if self._flow_controlled(pq):
+            await asyncio.sleep(FLOW_CONTROL_BACKOFF)
+            return False
+        return True
+
+    async def _take(
+        self, pq: ProcessQueue, tag_filter: TagFilter, offset: int, result: PullResult
+    ) -> None:
+        """A pull's answer: its messages to the process queue and the listener, or the offset
+        moved (illegal offset; nothing new while nothing is in flight)."""
+        mq = pq.queue
+        assert self.offset_store is not None
+        if result.status is PullStatus.FOUND:
+            msgs = result.received(mq.broker_name)
+            if not tag_filter.matches_all:
+                msgs = [m for m in msgs if tag_filter.match_tags(m.tags)]
+            added = pq.put(msgs)
+            if not msgs:
+                # Everything filtered out by tag string (hash collisions): nothing to wait on.
+                pq.max_offset_seen = max(pq.max_offset_seen, result.next_begin_offset - 1)
+                if not pq.messages:
+                    await self._commit(mq, result.next_begin_offset)
+            self._dispatch(pq, added)
+        elif result.status is PullStatus.OFFSET_ILLEGAL:
+            log.warning(
+                "consumer %s: offset %d of %s is illegal, moving to %d",
+                self.group,
+                offset,
+                mq,
+                result.next_begin_offset,
+            )
+            await self.offset_store.update_offset(mq, result.next_begin_offset, increase_only=False)
+        elif not pq.messages and result.next_begin_offset > offset:
+            await self._commit(mq, result.next_begin_offset)
 
     def _flow_controlled(self, pq: ProcessQueue) -> bool:
         if len(pq.messages) > self.pull_threshold_for_queue:
@@ -440,13 +489,7 @@ class AsyncPushConsumer(AsyncLifecycle):
         committed offset below it) and is consumed again locally later. The offset is committed
         once, after the batch.
         """
-        sub = self._subscriptions[pq.queue.topic]
-        if pq.queue.topic.startswith(RETRY_PREFIX):
-            results = await self._listen_one_by_one(pq, msgs)  # each to its topic's listener
-        elif sub.is_async:
-            results = await self._listen_async(pq, sub.listener, msgs)
-        else:
-            results = await self._listen_in_thread(pq, sub.listener, msgs)
+        results = await self._listen(pq, msgs, stop_at_failure=False)
         for msg, result in zip(msgs, results, strict=False):  # shorter when pq was dropped
             if result is ConsumeResult.SUCCESS or await self._send_back(msg):
                 pq.forget(msg)
@@ -463,36 +506,50 @@ class AsyncPushConsumer(AsyncLifecycle):
         if not pq.dropped:
             await self._consume_batch(pq, [msg])
 
+    async def _listen(
+        self, pq: ProcessQueue, msgs: list[ReceivedMessage], *, stop_at_failure: bool
+    ) -> list[ConsumeResult]:
+        """The listener's results for `msgs` in order, holding one slot; fewer when the queue
+        was dropped meanwhile, or after the first failure with `stop_at_failure`."""
+        sub = self._subscriptions[pq.queue.topic]
+        async with self._slots:
+            if pq.queue.topic.startswith(RETRY_PREFIX):
+                # each message to its own topic's listener
+                return await self._listen_one_by_one(pq, msgs, stop_at_failure)
+            if sub.is_async:
+                return await self._listen_async(pq, sub.listener, msgs, stop_at_failure)
+            return await self._listen_in_thread(pq, sub.listener, msgs, stop_at_failure)
+
     async def _listen_async(
-        self, pq: ProcessQueue, listener: Any, msgs: list[ReceivedMessage]
+        self, pq: ProcessQueue, listener: Any, msgs: list[ReceivedMessage], stop: bool
     ) -> list[ConsumeResult]:
         results = []
         success = ConsumeResult.SUCCESS
-        async with self._slots:
-            for msg in msgs:
-                if pq.dropped:
+        for msg in msgs:
+            if pq.dropped:
+                break
+            try:
+                outcome = await listener(msg)
+            except Exception:
+                log.exception("listener of %s failed on message %s", self.group, msg.msg_id)
+                outcome = ConsumeResult.RECONSUME_LATER
+            if outcome is None or outcome is success:
+                results.append(success)
+            else:
+                results.append(_consume_result(outcome))
+                if stop and results[-1] is not success:
                     break
-                try:
-                    outcome = await listener(msg)
-                except Exception:
-                    log.exception("listener of %s failed on message %s", self.group, msg.msg_id)
-                    outcome = ConsumeResult.RECONSUME_LATER
-                if outcome is None or outcome is success:
-                    results.append(success)
-                else:
-                    results.append(_consume_result(outcome))
         return results
 
     async def _listen_in_thread(
-        self, pq: ProcessQueue, listener: Any, msgs: list[ReceivedMessage]
+        self, pq: ProcessQueue, listener: Any, msgs: list[ReceivedMessage], stop: bool
     ) -> list[ConsumeResult]:
-        async with self._slots:
-            if pq.dropped:
-                return []
-            loop = asyncio.get_running_loop()
-            outcomes = await loop.run_in_executor(
-                self._executor, self._call_each, pq, listener, msgs
-            )
+        if pq.dropped:
+            return []
+        loop = asyncio.get_running_loop()
+        outcomes = await loop.run_in_executor(
+            self._executor, self._call_each, pq, listener, msgs, stop
+        )
         results = []
         for msg, outcome in zip(msgs, outcomes, strict=False):
             if inspect.isawaitable(outcome):
@@ -504,28 +561,35 @@ class AsyncPushConsumer(AsyncLifecycle):
             results.append(_consume_result(outcome))
         return results
 
-    def _call_each(self, pq: ProcessQueue, listener: Any, msgs: list[ReceivedMessage]) -> list[Any]:
-        """In a pool thread: the listener on each message, until the queue is dropped."""
-        outcomes = []
+    def _call_each(
+        self, pq: ProcessQueue, listener: Any, msgs: list[ReceivedMessage], stop: bool
+    ) -> list[Any]:
+        """In a pool thread: the listener on each message, until the queue is dropped (or, with
+        `stop`, after an outcome other than success: the loop awaits an awaitable one)."""
+        outcomes: list[Any] = []
         for msg in msgs:
             if pq.dropped:
                 break
             try:
-                outcomes.append(listener(msg))
+                outcome = listener(msg)
             except Exception:
                 log.exception("listener of %s failed on message %s", self.group, msg.msg_id)
-                outcomes.append(ConsumeResult.RECONSUME_LATER)
+                outcome = ConsumeResult.RECONSUME_LATER
+            outcomes.append(outcome)
+            if stop and outcome is not None and outcome is not ConsumeResult.SUCCESS:
+                break
         return outcomes
 
     async def _listen_one_by_one(
-        self, pq: ProcessQueue, msgs: list[ReceivedMessage]
+        self, pq: ProcessQueue, msgs: list[ReceivedMessage], stop: bool
     ) -> list[ConsumeResult]:
         results = []
-        async with self._slots:
-            for msg in msgs:
-                if pq.dropped:
-                    break
-                results.append(await self._call_listener(msg))
+        for msg in msgs:
+            if pq.dropped:
+                break
+            results.append(await self._call_listener(msg))
+            if stop and results[-1] is not ConsumeResult.SUCCESS:
+                break
         return results
 
     async def _call_listener(self, msg: ReceivedMessage) -> ConsumeResult:
@@ -550,24 +614,34 @@ class AsyncPushConsumer(AsyncLifecycle):
         return _consume_result(outcome)
 
     async def _consume_orderly(self, pq: ProcessQueue) -> None:
+        """The queue's messages one at a time in offset order, until none is left.
+
+        Runs of up to `pull_batch_size` of the lowest messages go to the listener in order
+        (a plain listener's run as one pool job), stopping at the first failure: that message is
+        retried after ORDERLY_SUSPEND (or, past max_reconsume_times, sent to the broker's DLQ
+        path and passed). The offset is committed after each run, up to the first message not
+        consumed.
+        """
         async with pq.ordered_lock:
             while pq.messages and not pq.dropped:
-                offset = next(iter(pq.messages))
-                msg = pq.messages[offset]
-                async with self._slots:
-                    result = await self._call_listener(msg)
-                if result is ConsumeResult.RECONSUME_LATER:
-                    if msg.reconsume_times >= self.max_reconsume_times and await self._send_back(
-                        msg
+                run = list(itertools.islice(pq.messages.values(), self.pull_batch_size))
+                results = await self._listen(pq, run, stop_at_failure=True)
+                suspend = False
+                for msg, result in zip(run, results, strict=False):
+                    if result is ConsumeResult.RECONSUME_LATER and not (
+                        msg.reconsume_times >= self.max_reconsume_times
+                        and await self._send_back(msg)  # to the DLQ via the broker: passed
                     ):
-                        pass  # to the DLQ via the broker; go on with the next message
-                    else:
-                        pq.messages[offset] = msg.replace(reconsume_times=msg.reconsume_times + 1)
-                        await asyncio.sleep(ORDERLY_SUSPEND)
-                        continue
-                next_offset = pq.remove(msg)
-                if next_offset >= 0:
-                    await self._commit(pq.queue, next_offset)
+                        times = msg.reconsume_times + 1
+                        pq.messages[msg.queue_offset] = msg.replace(reconsume_times=times)
+                        suspend = True
+                        break
+                    pq.forget(msg)
+                offset = pq.commit_offset()
+                if offset >= 0:
+                    await self._commit(pq.queue, offset)
+                if suspend:
+                    await asyncio.sleep(ORDERLY_SUSPEND)
 
     async def _commit(self, mq: MessageQueue, offset: int) -> None:
         assert self.offset_store is not None

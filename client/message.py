@@ -120,7 +120,7 @@ class _ReceivedFields:
 
     What a listener may never read stays raw until it is read: the properties (and the tags,
     keys and msg_id that come from them), the hosts and the broker's message id. Each of those
-    has a cache slot, _UNSET until computed (or set by the keyword constructor), and the
+    has a cache slot, UNSET until computed (or set by the keyword constructor), and the
     `_raw_*` slots hold the record's bytes they are decoded from.
     """
 
@@ -171,11 +171,11 @@ class _ReceivedFields:
     _store_host: Any
 
     def unset_caches(self) -> None:
-        self._properties = self._tags = self._keys = self._msg_id = _UNSET
-        self._offset_msg_id = self._born_host = self._store_host = _UNSET
+        self._properties = self._tags = self._keys = self._msg_id = UNSET
+        self._offset_msg_id = self._born_host = self._store_host = UNSET
 
 
-_UNSET: Final[Any] = object()
+UNSET: Final[Any] = object()  # a lazily decoded field not decoded yet
 
 
 class ReceivedMessage(_ReceivedFields):
@@ -273,7 +273,7 @@ class ReceivedMessage(_ReceivedFields):
     @property
     def properties(self) -> Mapping[str, str]:
         props = self._properties
-        if props is _UNSET:
+        if props is UNSET:
             props = decode_properties(self._raw_properties.decode("utf-8", "replace"))
             object.__setattr__(self, "_properties", props)
         return props  # type: ignore[no-any-return]
@@ -281,7 +281,7 @@ class ReceivedMessage(_ReceivedFields):
     @property
     def tags(self) -> str | None:
         tags = self._tags
-        if tags is _UNSET:
+        if tags is UNSET:
             tags = self.properties.get(PROPERTY_TAGS)
             object.__setattr__(self, "_tags", tags)
         return tags  # type: ignore[no-any-return]
@@ -289,7 +289,7 @@ class ReceivedMessage(_ReceivedFields):
     @property
     def keys(self) -> tuple[str, ...]:
         keys = self._keys
-        if keys is _UNSET:
+        if keys is UNSET:
             raw = self.properties.get(PROPERTY_KEYS, "")
             keys = tuple(k for k in raw.split(KEY_SEPARATOR) if k)
             object.__setattr__(self, "_keys", keys)
@@ -298,7 +298,7 @@ class ReceivedMessage(_ReceivedFields):
     @property
     def msg_id(self) -> str:
         msg_id = self._msg_id
-        if msg_id is _UNSET:
+        if msg_id is UNSET:
             msg_id = self.properties.get(PROPERTY_UNIQ_KEY)
             if msg_id is None:
                 msg_id = self.offset_msg_id
@@ -308,7 +308,7 @@ class ReceivedMessage(_ReceivedFields):
     @property
     def offset_msg_id(self) -> str:
         offset_id = self._offset_msg_id
-        if offset_id is _UNSET:
+        if offset_id is UNSET:
             offset_id = message_id(self._raw_store_host, self.commit_log_offset)
             object.__setattr__(self, "_offset_msg_id", offset_id)
         return offset_id  # type: ignore[no-any-return]
@@ -316,7 +316,7 @@ class ReceivedMessage(_ReceivedFields):
     @property
     def store_host(self) -> str:
         host = self._store_host
-        if host is _UNSET:
+        if host is UNSET:
             host = _host_text(self._raw_store_host)
             object.__setattr__(self, "_store_host", host)
         return host  # type: ignore[no-any-return]
@@ -324,7 +324,7 @@ class ReceivedMessage(_ReceivedFields):
     @property
     def born_host(self) -> str:
         host = self._born_host
-        if host is _UNSET:
+        if host is UNSET:
             host = _host_text(self._raw_born_host)
             object.__setattr__(self, "_born_host", host)
         return host  # type: ignore[no-any-return]

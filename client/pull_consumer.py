@@ -270,7 +270,12 @@ class AsyncPullConsumer(AsyncLifecycle):
             if generation != state.generation:
                 return  # a seek happened while the pull was in flight
             if result.status is PullStatus.FOUND:
-                received = result.received(mq.broker_name)
+                try:
+                    received = result.received(mq.broker_name)
+                except TideMQError as exc:  # a damaged answer: fetched again, as a failed pull
+                    log.info("fetch %s at %d: %s", mq, state.fetch_offset, exc)
+                    await asyncio.sleep(FETCH_ERROR_BACKOFF)
+                    continue
                 if tags.matches_all:
                     state.buffer.extend(received)
                 else:

@@ -23,7 +23,13 @@ import struct
 import zlib
 from typing import Final
 
-from tidemq.client.message import ReceivedMessage, _ReceivedFields, fields_of_stored, frozen
+from tidemq.client.message import (
+    UNSET,
+    ReceivedMessage,
+    _ReceivedFields,
+    fields_of_stored,
+    frozen,
+)
 from tidemq.store.record import (
     FLAG_BORNHOST_V6,
     FLAG_COMPRESSED,
@@ -35,7 +41,6 @@ from tidemq.store.record import (
 _HEAD: Final = struct.Struct(">iiiiiqqiq8sq8siqi")
 assert _HEAD.size == 88
 _GENERAL_PATH: Final = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6 | FLAG_COMPRESSED
-_UNSET_CACHES = _ReceivedFields.unset_caches
 
 
 def decode_received(
@@ -46,6 +51,8 @@ def decode_received(
     end = len(data)
     unpack = _HEAD.unpack_from
     new = _ReceivedFields
+    received = ReceivedMessage
+    unset = UNSET
     out: list[ReceivedMessage] = []
     append = out.append
     inflate: list[_ReceivedFields] = []
@@ -112,8 +119,10 @@ def decode_received(
         msg._raw_properties = data[props_at:record_end]
         msg._raw_born_host = born_host
         msg._raw_store_host = store_host
-        _UNSET_CACHES(msg)
-        append(frozen(msg))
+        msg._properties = msg._tags = msg._keys = msg._msg_id = unset
+        msg._offset_msg_id = msg._born_host = msg._store_host = unset
+        msg.__class__ = received  # frozen() inline: a call per message is 5% of the loop
+        append(msg)  # type: ignore[arg-type]  # a ReceivedMessage now
         pos = record_end
     for fields in inflate:
         fields.body = zlib.decompress(fields.body)
