@@ -6,9 +6,12 @@
   the backlog of the single sends: pulls, decoding, one listener call per message, offset
   commits. Rate = messages / time from start() to the last listener call. Its baseline, in the
   same run against the same broker and backlog just before it: raw pulls (PULL_MESSAGE of 32
-  from every queue, records counted by walking their size fields: broker_bench's pull loop).
+  from every queue, records counted by walking their size fields: broker_bench's pull loop; the
+  median of three passes).
   Target (issue 15): push consumer >= 0.5 of raw pulls. The client's CPU per consumed message
   (user + system of this process over the drain) is reported beside it;
+- push consumer, blocking API: the same drain by a `PushConsumer` (its own group) with a plain
+  counting function as listener, so listener calls are handed to the consume thread pool;
 - latency: a caught-up push consumer long-polling (the broker holds its pulls and answers when a
   message arrives) while a producer sends 1 KiB messages paced at 1,000 msg/s; the latency of a
   message is the time from the `send()` call to the listener's call, both in this process.
@@ -25,13 +28,14 @@ import asyncio
 import gc
 import os
 import struct
+import threading
 import time
 
 from tests.bench import Result, env_int, one_broker, run_on_uvloop
 from tests.bench.broker_bench import _pulls
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
-from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult
+from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult, PushConsumer
 from tidemq.client.message import Message, ReceivedMessage, SendResult, SendStatus
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere
@@ -101,14 +105,49 @@ def _cpu_seconds() -> float:
     return times.user + times.system
 
 
-async def _raw_pulls(broker: str, topic: str) -> float:
-    """Raw pull rate (msg/s) over the whole backlog of `topic` (broker_bench's pull loop)."""
+async def _raw_pulls(broker: str, topic: str, passes: int = 3) -> float:
+    """Raw pull rate (msg/s) over the whole backlog of `topic` (broker_bench's pull loop): the
+    median of `passes` passes, as one pass takes a tenth of a second and a busy machine's
+    hiccup moves it by half."""
     api = BrokerAPI()
     try:
         per_queue = min([await api.get_max_offset(broker, topic, q) for q in range(QUEUES)])
-        return await _pulls(api, broker, per_queue, topic)
+        rates = sorted([await _pulls(api, broker, per_queue, topic) for _ in range(passes)])
+        return rates[len(rates) // 2]
     finally:
         await api.close()
+
+
+def _drain_blocking(namesrv: str, topic: str, messages: int) -> float:
+    """`_drain` with the blocking `PushConsumer` and a plain function as listener."""
+    consumed = 0
+    lock = threading.Lock()
+    done = threading.Event()
+    last = 0.0
+
+    def listener(msg: ReceivedMessage) -> ConsumeResult:
+        nonlocal consumed, last
+        with lock:
+            consumed += 1
+            if consumed >= messages:
+                last = time.perf_counter()
+                done.set()
+        return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(
+        "BenchDrainBlockingCG",
+        config=_config(namesrv),
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    consumer.subscribe(topic, "*", listener)
+    started = time.perf_counter()
+    consumer.start()
+    try:
+        if not done.wait(120):
+            raise RuntimeError(f"the blocking consumer got {consumed} of {messages} messages")
+    finally:
+        consumer.shutdown()
+    return consumed / (last - started)
 
 
 async def _drain(namesrv: str, topic: str, messages: int) -> float:
@@ -231,6 +270,14 @@ async def _run(namesrv: str, broker: str, messages: int, seconds: int) -> list[R
             f"({drained / raw:.2f} of raw pulls; client CPU {client_cpu:.1f} us/msg)",
             flush=True,
         )
+        cpu_before = _cpu_seconds()
+        blocking = await asyncio.to_thread(_drain_blocking, namesrv, "BenchSingle", messages)
+        blocking_cpu = (_cpu_seconds() - cpu_before) / messages * 1e6
+        print(
+            f"push consumer, blocking API:          {blocking:,.0f} msg/s "
+            f"({blocking / raw:.2f} of raw pulls; client CPU {blocking_cpu:.1f} us/msg)",
+            flush=True,
+        )
         latencies = await _latency(namesrv, producer, "BenchLatency", seconds)
     finally:
         await producer.shutdown()
@@ -248,6 +295,8 @@ async def _run(namesrv: str, broker: str, messages: int, seconds: int) -> list[R
         Result("raw pulls of the same backlog, 32 per request", raw, "msg/s"),
         Result("push consumer / raw pulls", drained / raw, "ratio", 0.5),
         Result("push consumer: client CPU per message", client_cpu, "us"),
+        Result("push consumer, blocking API / raw pulls", blocking / raw, "ratio", 0.5),
+        Result("push consumer, blocking API: client CPU per message", blocking_cpu, "us"),
         Result("send -> listener p50 at 1,000 msg/s", p50, "ms", higher_is_better=False),
         Result("send -> listener p99 at 1,000 msg/s", p99, "ms", 10.0, higher_is_better=False),
     ]
