@@ -10,13 +10,22 @@ RocketMQ's DefaultMQPushConsumer (reference Part A §8):
   suggestWhichBrokerId, so a cold consumer reads from the slave and a consumer whose master is
   gone reads from any broker of the group; flow control by pullThresholdForQueue,
   pullThresholdSizeForQueue and consumeConcurrentlyMaxSpan;
-- concurrently: listener calls bounded by `max_concurrency`; the committed offset of a queue is
-  its lowest message still in flight (so a crash re-delivers, never skips); a failed message
-  (RECONSUME_LATER or an exception) is sent back to the broker for a later retry, or consumed
-  again locally 5 s later if the send-back fails;
+- pipelined: a queue's next pull is sent as soon as an answer with messages arrives (unless the
+  queue is flow controlled), before that answer is decoded and consumed (so a queue may hold
+  one batch more than its thresholds);
+- concurrently: each pulled batch is consumed by one task, its messages in turn, and batches
+  run side by side, at most `max_concurrency` at once (so at most that many listener calls);
+  the committed offset of a queue is its lowest message still in flight (so a crash
+  re-delivers, never skips), committed after each batch; a failed message (RECONSUME_LATER or an
+  exception) is sent back to the broker for a later retry, or consumed again locally 5 s later
+  if the send-back fails;
 - orderly: one message at a time per queue, in queue order, with the queue locked on its broker
   (LOCK_BATCH_MQ, renewed every 20 s); a failure suspends the queue for a second and retries the
   same message.
+
+Messages reach listeners decoded lazily (`ReceivedMessage`: properties, hosts and ids are read
+from the record when first used). A plain function listener gets a batch (or an orderly run) as
+one job of the thread pool, not one job per message.
 
 A listener is a function or an async function taking a `ReceivedMessage` and returning
 `ConsumeResult.SUCCESS` (or None) or `ConsumeResult.RECONSUME_LATER`; raising counts as
@@ -99,6 +108,8 @@ class ProcessQueue:
     locked: bool = False
     last_pull: float = field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
+    # The pull loop waiting for consumption to make room (flow control), woken when it does.
+    room: asyncio.Future[None] | None = None
     ordered_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def put(self, msgs: list[ReceivedMessage]) -> list[ReceivedMessage]:
@@ -117,11 +128,6 @@ class ProcessQueue:
         self.size_bytes += size
         self.max_offset_seen = highest
         return added
-
-    def remove(self, msg: ReceivedMessage) -> int:
-        """Forget a consumed message; returns the offset to commit (-1: nothing new)."""
-        self.forget(msg)
-        return self.commit_offset()
 
     def forget(self, msg: ReceivedMessage) -> None:
         """Forget a consumed message."""
@@ -408,7 +414,13 @@ class AsyncPushConsumer(AsyncLifecycle):
                 await asyncio.sleep(ORDERLY_SUSPEND)
                 return False
         if self._flow_controlled(pq):
-            await asyncio.sleep(FLOW_CONTROL_BACKOFF)
+            # RocketMQ waits 50 ms and looks again; a batch consumed meanwhile wakes us sooner
+            # (a fast listener empties a full queue in less than that, and would then idle).
+            pq.room = asyncio.get_running_loop().create_future()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FLOW_CONTROL_BACKOFF):
+                    await pq.room
+            pq.room = None
             return False
         return True
 
@@ -495,10 +507,17 @@ class AsyncPushConsumer(AsyncLifecycle):
                 pq.forget(msg)
             elif not pq.dropped:
                 self._spawn(self._consume_later(pq, msg))
+        self._made_room(pq)
         if not pq.dropped:
             offset = pq.commit_offset()
             if offset >= 0:
                 await self._commit(pq.queue, offset)
+
+    def _made_room(self, pq: ProcessQueue) -> None:
+        """Wake the queue's pull loop if it waits for room that consumption has now made."""
+        room = pq.room
+        if room is not None and not room.done() and not self._flow_controlled(pq):
+            room.set_result(None)
 
     async def _consume_later(self, pq: ProcessQueue, msg: ReceivedMessage) -> None:
         """A message the broker could not take back: consumed again here, later."""
@@ -637,6 +656,7 @@ class AsyncPushConsumer(AsyncLifecycle):
                         suspend = True
                         break
                     pq.forget(msg)
+                self._made_room(pq)
                 offset = pq.commit_offset()
                 if offset >= 0:
                     await self._commit(pq.queue, offset)

@@ -292,3 +292,28 @@ async def test_orderly_failure_past_max_reconsume_times_is_sent_back_and_passed(
     assert seen == [0, 1, 1, 2]
     assert [(m.queue_offset, m.reconsume_times) for m in sent_back] == [(1, 1)]
     assert offsets.commits[-1] == (MQ, 3)
+
+
+async def test_a_flow_controlled_pull_loop_is_woken_when_consumption_makes_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(consumer_module, "FLOW_CONTROL_BACKOFF", 60.0)
+
+    async def listener(msg: ReceivedMessage) -> None:
+        pass
+
+    consumer, _offsets = consumer_for(listener, pull_threshold_for_queue=5)
+    pq = ProcessQueue(MQ)
+    first = pulled(pq, 0, 8)
+    second = pulled(pq, 8, 8)
+    waiting = asyncio.ensure_future(consumer._may_pull(pq))
+    while pq.room is None:
+        await asyncio.sleep(0)
+    await consumer._consume_batch(pq, second)  # 8 left: still over the threshold
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiting.done(), "woken while still over the threshold"
+    await consumer._consume_batch(pq, first[:4])
+    assert await asyncio.wait_for(waiting, 2) is False  # looks again, well before 60 s
+    assert pq.room is None
+    assert await consumer._may_pull(pq) is True
