@@ -253,6 +253,11 @@ class ReceivedMessage(_ReceivedFields):
         shown = ", ".join(f"{name}={value!r}" for name, value in self.fields().items())
         return f"ReceivedMessage({shown})"
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # pickle and copy: rebuilt from the decoded fields (slots set through __setattr__
+        # would be refused, and the not-yet-decoded marker is not picklable by identity)
+        return (_from_fields, (self.fields(),))
+
     def fields(self) -> dict[str, object]:
         """Every field by name, decoded (what equality compares)."""
         return {name: getattr(self, name) for name in _FIELDS}
@@ -365,6 +370,10 @@ def fields_of_stored(stored: StoredMessage, broker_name: str) -> _ReceivedFields
     fields.unset_caches()
     fields._properties = stored.properties
     return fields
+
+
+def _from_fields(fields: dict[str, Any]) -> ReceivedMessage:
+    return ReceivedMessage(**fields)
 
 
 # Public fields held as they are; the others are read through a decoding property.

@@ -307,8 +307,9 @@ async def test_a_flow_controlled_pull_loop_is_woken_when_consumption_makes_room(
     first = pulled(pq, 0, 8)
     second = pulled(pq, 8, 8)
     waiting = asyncio.ensure_future(consumer._may_pull(pq))
-    while pq.room is None:
-        await asyncio.sleep(0)
+    for _ in range(5):
+        await asyncio.sleep(0)  # the task runs up to its wait
+    assert pq.room is not None
     await consumer._consume_batch(pq, second)  # 8 left: still over the threshold
     for _ in range(5):
         await asyncio.sleep(0)

@@ -9,8 +9,10 @@ fields or raises the same error.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import ipaddress
+import pickle
 import struct
 import zlib
 
@@ -210,3 +212,10 @@ def test_pull_result_received_from_decoded_messages_or_raw_body() -> None:
     decoded = PullResult(PullStatus.FOUND, 1, 0, 1, 0, decode_records(record))
     assert raw.received(BROKER) == decoded.received(BROKER)
     assert [m.tags for m in raw.received(BROKER)] == ["x"]
+
+
+def test_pickle_and_copy_give_an_equal_message() -> None:
+    msg = _one({"TAGS": "a", "UNIQ_KEY": "ID"})
+    for copied in (pickle.loads(pickle.dumps(msg)), copy.copy(msg), copy.deepcopy(msg)):
+        assert copied == msg and copied.fields() == msg.fields()
+        assert isinstance(copied, ReceivedMessage)
