@@ -3,7 +3,8 @@
 - producer, single sends: 1 KiB messages, `AsyncProducer.send`, 64 in flight;
 - producer, batches: `send_batch` of 32 x 1 KiB messages, 8 batches in flight;
 - push consumer, end to end: an `AsyncPushConsumer` (CLUSTERING, from the first offset) drains
-  the backlog of the single sends: pulls, decoding, one listener call per message, offset
+  the backlog of the batched sends (1 KiB messages; 4x the single sends, so the drain lasts long
+  enough to be measured): pulls, decoding, one listener call per message, offset
   commits. Rate = messages / time from start() to the last listener call. Its baseline, in the
   same run against the same broker and backlog just before it: raw pulls (PULL_MESSAGE of 32
   from every queue, records counted by walking their size fields: broker_bench's pull loop; the
@@ -17,8 +18,8 @@
   message is the time from the `send()` call to the listener's call, both in this process.
   Target p99 <= 10 ms.
 
-Knobs: TIDEMQ_BENCH_CLIENT_MESSAGES (single sends and the consumer's backlog, default 30,000;
-batched sends are 4x that), TIDEMQ_BENCH_CLIENT_LATENCY_SECONDS (default 5). The client shares
+Knobs: TIDEMQ_BENCH_CLIENT_MESSAGES (single sends, default 30,000; batched sends, and so the
+consumers' backlog, are 4x that), TIDEMQ_BENCH_CLIENT_LATENCY_SECONDS (default 5). The client shares
 the 2 cores with the broker, and every figure is client plus broker.
 """
 
@@ -103,6 +104,15 @@ def _cpu_seconds() -> float:
     """User + system CPU of this process so far."""
     times = os.times()
     return times.user + times.system
+
+
+async def _backlog(broker: str, topic: str) -> int:
+    """Messages stored in `topic` (every queue starts at offset 0 here)."""
+    api = BrokerAPI()
+    try:
+        return sum([await api.get_max_offset(broker, topic, q) for q in range(QUEUES)])
+    finally:
+        await api.close()
 
 
 async def _raw_pulls(broker: str, topic: str, passes: int = 3) -> float:
@@ -260,19 +270,20 @@ async def _run(namesrv: str, broker: str, messages: int, seconds: int) -> list[R
         print(f"single sends (1 KiB, 64 in flight):   {single:,.0f} msg/s", flush=True)
         batched = await _batched_sends(producer, "BenchBatch", messages * 4)
         print(f"batched sends (32 x 1 KiB, 8 in flight): {batched:,.0f} msg/s", flush=True)
-        raw = await _raw_pulls(broker, "BenchSingle")
+        backlog = await _backlog(broker, "BenchBatch")
+        raw = await _raw_pulls(broker, "BenchBatch")
         print(f"raw pulls of the same backlog:        {raw:,.0f} msg/s", flush=True)
         cpu_before = _cpu_seconds()
-        drained = await _drain(namesrv, "BenchSingle", messages)
-        client_cpu = (_cpu_seconds() - cpu_before) / messages * 1e6
+        drained = await _drain(namesrv, "BenchBatch", backlog)
+        client_cpu = (_cpu_seconds() - cpu_before) / backlog * 1e6
         print(
             f"push consumer, end to end:            {drained:,.0f} msg/s "
             f"({drained / raw:.2f} of raw pulls; client CPU {client_cpu:.1f} us/msg)",
             flush=True,
         )
         cpu_before = _cpu_seconds()
-        blocking = await asyncio.to_thread(_drain_blocking, namesrv, "BenchSingle", messages)
-        blocking_cpu = (_cpu_seconds() - cpu_before) / messages * 1e6
+        blocking = await asyncio.to_thread(_drain_blocking, namesrv, "BenchBatch", backlog)
+        blocking_cpu = (_cpu_seconds() - cpu_before) / backlog * 1e6
         print(
             f"push consumer, blocking API:          {blocking:,.0f} msg/s "
             f"({blocking / raw:.2f} of raw pulls; client CPU {blocking_cpu:.1f} us/msg)",
