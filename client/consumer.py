@@ -391,15 +391,13 @@ class AsyncPushConsumer(AsyncLifecycle):
                     await self._take(pq, tag_filter, offset, result)
                 except TideMQError as exc:  # a damaged answer: pulled again, as a failed pull
                     log.info("pull %s at %d: %s", mq, offset, exc)
-                    if ahead is not None:
-                        await cancel_and_wait(ahead)
-                        ahead = None
+                    await _discard(ahead)
+                    ahead = None
                     await asyncio.sleep(PULL_ERROR_BACKOFF)
                     continue
                 offset = result.next_begin_offset
         finally:
-            if ahead is not None:
-                await cancel_and_wait(ahead)
+            await _discard(ahead)
 
     @property
     def _locks_queues(self) -> bool:
@@ -749,6 +747,12 @@ class AsyncPushConsumer(AsyncLifecycle):
         while True:
             await asyncio.sleep(LOCK_RENEW_INTERVAL)
             await self._lock(list(self.process_queues.values()))
+
+
+async def _discard(pull: asyncio.Task[PullResult] | None) -> None:
+    """A pull sent ahead that no one will read: cancelled, and its failure, if any, dropped."""
+    with contextlib.suppress(TideMQError):
+        await cancel_and_wait(pull)
 
 
 def _consume_result(outcome: object) -> ConsumeResult:

@@ -20,6 +20,7 @@ import pytest
 
 from tidemq.client import consumer as consumer_module
 from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult, ProcessQueue
+from tidemq.client.errors import ConnectError
 from tidemq.client.message import ReceivedMessage
 from tidemq.client.protocol.heartbeat import MessageQueue
 
@@ -318,3 +319,16 @@ async def test_a_flow_controlled_pull_loop_is_woken_when_consumption_makes_room(
     assert await asyncio.wait_for(waiting, 2) is False  # looks again, well before 60 s
     assert pq.room is None
     assert await consumer._may_pull(pq) is True
+
+
+async def test_a_pull_sent_ahead_and_no_longer_wanted_is_cancelled_or_its_failure_dropped() -> None:
+    async def failing() -> Any:
+        raise ConnectError("broker gone")
+
+    failed = asyncio.ensure_future(failing())
+    await asyncio.wait([failed])
+    await consumer_module._discard(failed)  # the pull loop ends quietly, not with this error
+    pending = asyncio.ensure_future(asyncio.Event().wait())
+    await consumer_module._discard(pending)
+    assert pending.cancelled()
+    await consumer_module._discard(None)
