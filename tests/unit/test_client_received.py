@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_store_record import reference_record
+from tests.support.records import reference_record
 from tidemq.client.api import PullResult, PullStatus, decode_records
 from tidemq.client.message import ReceivedMessage
 from tidemq.client.received import decode_received
