@@ -134,6 +134,15 @@ class ProcessQueue:
         if self.messages.pop(msg.queue_offset, None) is not None:
             self.size_bytes -= len(msg.body)
 
+    def forget_all(self, msgs: list[ReceivedMessage]) -> None:
+        """Forget consumed messages (`forget` of each)."""
+        pop = self.messages.pop
+        size = 0
+        for msg in msgs:
+            if pop(msg.queue_offset, None) is not None:
+                size += len(msg.body)
+        self.size_bytes -= size
+
     def commit_offset(self) -> int:
         """The lowest offset not consumed yet (-1: nothing pulled)."""
         if self.messages:
@@ -494,17 +503,20 @@ class AsyncPushConsumer(AsyncLifecycle):
         One task per batch, not per message: the listener is called for each message in turn,
         the batch holding one of the `max_concurrency` slots, so at most that many listener
         calls run at once (a plain function's batch goes to the thread pool as one job).
-        Successes and messages sent back are
-        removed from the process queue; a message whose send-back failed stays (holding the
-        committed offset below it) and is consumed again locally later. The offset is committed
-        once, after the batch.
+        Successes and messages sent back are removed from the process queue; a message whose
+        send-back failed stays (holding the committed offset below it) and is consumed again
+        locally later. The offset is committed once, after the batch.
         """
         results = await self._listen(pq, msgs, stop_at_failure=False)
-        for msg, result in zip(msgs, results, strict=False):  # shorter when pq was dropped
-            if result is ConsumeResult.SUCCESS or await self._send_back(msg):
-                pq.forget(msg)
-            elif not pq.dropped:
-                self._spawn(self._consume_later(pq, msg))
+        handled = len(results)  # fewer than the batch when pq was dropped
+        if results.count(ConsumeResult.SUCCESS) == handled:
+            pq.forget_all(msgs if handled == len(msgs) else msgs[:handled])
+        else:
+            for msg, result in zip(msgs, results, strict=False):
+                if result is ConsumeResult.SUCCESS or await self._send_back(msg):
+                    pq.forget(msg)
+                elif not pq.dropped:
+                    self._spawn(self._consume_later(pq, msg))
         self._made_room(pq)
         if not pq.dropped:
             offset = pq.commit_offset()
