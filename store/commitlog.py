@@ -229,6 +229,12 @@ class CommitLog:
         msg_ids = [f"{host_hex}{wrote_offset + at:016X}" for at in batch.offsets]
         return _appended(wrote_offset, total, msg_ids, first_queue_offset, store_ts)
 
+    @property
+    def holds_gathered(self) -> bool:
+        """Appends are gathered and not yet written (readers will see them at `write_gathered`).
+        A batch is written at once even while gathering, and its readers woken at once."""
+        return self._gathered_in is not None
+
     def write_gathered(self) -> bool:
         """Write what was gathered; True if there was something (readers may see more)."""
         segment = self._gathered_in

@@ -435,7 +435,7 @@ class MessageStore(Service):
     async def _after_append(self, append: AppendResult, wait_store: bool) -> PutMessageResult:
         if append.status is not PutStatus.PUT_OK:
             return PutMessageResult(append.status, append, append.remark)
-        if self.pool is None and not self.commitlog.gathering:  # else: end_gathering does it
+        if self.pool is None and not self.commitlog.holds_gathered:  # else end_gathering does
             self.reput.wakeup()
             self._notify_data()
         status = PutStatus.PUT_OK

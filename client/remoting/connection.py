@@ -280,7 +280,12 @@ class RemotingConnection(asyncio.Protocol):
         finally:
             if timer is not None:
                 timer.cancel()
-            self._pending.pop(opaque, None)
+            pending = self._pending
+            pending.pop(opaque, None)
+            # Forget the answered requests at the front: the queue holds no more than the
+            # requests sent since the oldest one still waiting.
+            while deadlines and deadlines[0][1] not in pending:
+                deadlines.popleft()
 
     def _expire(self) -> None:
         """Fail the requests whose deadline has passed; arm the timer for the next one."""

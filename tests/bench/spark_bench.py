@@ -180,6 +180,14 @@ async def fill_topic(namesrv: str, broker: str, messages: int) -> None:
                 sent += count
 
         await asyncio.gather(*(worker(q) for q in range(QUEUES)))
+        # A send is answered once stored; its ConsumeQueue entry follows when dispatch gets to
+        # it, which may be a moment after the last answer: readers must see every message.
+        deadline = time.monotonic() + 60
+        while True:
+            dispatched = [await api.get_max_offset(broker, TOPIC, q) for q in range(QUEUES)]
+            if sum(dispatched) >= sent or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
     finally:
         await api.close()
 

@@ -198,6 +198,7 @@ async def test_answered_requests_leave_no_timer_behind_once_their_deadline_passe
         (sent,) = commands_in(transport.writes.pop())
         connection.data_received(encode_command(RemotingCommand.response_to(sent, 0)))
         await call
+        assert not connection._deadlines  # an answered request is forgotten at once
     await eventually(lambda: connection._expiry is None, "the deadline timer done")
     assert not connection._deadlines
 

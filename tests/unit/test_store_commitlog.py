@@ -541,3 +541,27 @@ async def test_a_sync_flush_store_does_not_gather(tmp_path: Path) -> None:
         store.end_gathering()
     finally:
         await store.stop()
+
+
+async def test_a_batch_stored_while_gathering_wakes_dispatch(tmp_path: Path) -> None:
+    # A batch is written at once: nothing is left for end_gathering to write, so its readers
+    # must be woken at its append (a read of batches only once left the last ones undispatched).
+    store = STORES.open(tmp_path)
+    try:
+        store.reput._wakeup.clear()
+        store.begin_gathering()
+        result = await store.put_message_batch(batch_of("T", 0, [b"a", b"b"]))
+        assert result.ok
+        store.end_gathering()
+        assert store.reput._wakeup.is_set()
+        store.reput._wakeup.clear()
+        store.begin_gathering()  # a single put gathered, then a batch: woken once written
+        await store.put_message(MessageToStore("T", 0, b"c"))
+        await store.put_message_batch(batch_of("T", 0, [b"d"]))
+        assert not store.reput._wakeup.is_set()
+        store.end_gathering()
+        assert store.reput._wakeup.is_set()
+        assert store.reput.dispatch_available(1 << 62) > 0
+        assert store.get_message("G", "T", 0, 0, 32).next_begin_offset == 4
+    finally:
+        await store.stop()
