@@ -185,8 +185,8 @@ def test_progress_diff_reaches_zero_and_reset_by_time_reads_again(
         # its client knew then, else the next periodic one (every second here), which a loaded
         # machine may delay: wait for it.
         def producer_listed() -> bool:
-            args = ("producerConnection", "-g", "ops-progress-pg", "-t", topic, "--json")
-            result = admin_cli(cluster, *args)
+            args = ["-n", cluster.namesrv_addr, "-g", "ops-progress-pg", "-t", topic, "--json"]
+            result = CliRunner().invoke(mqadmin, ["producerConnection", *args])
             return result.exit_code == 0 and len(json.loads(result.output)["connectionSet"]) == 1
 
         eventually_sync(producer_listed, "the producer's connection listed", 40)
