@@ -336,9 +336,14 @@ def check_record(msg: MessageToStore, max_body_size: int) -> RecordShape:
 
 
 _V4_FIXED_LENGTH: Final = record_length(0, 0, 0, 0)
-# A record with IPv4 hosts up to its body, in one pack: fields 1-9, BORNHOST, STORETIMESTAMP,
-# STOREHOST, RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET, BODYLENGTH.
-_V4_HEAD = struct.Struct(">iiiiiqqiq8sq8siqi")
+# A record up to its body, in one pack, by (born host, store host) length (IPv4 8, IPv6 20):
+# fields 1-9, BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET,
+# BODYLENGTH.
+_HEADS: Final = {
+    (born, store): struct.Struct(f">iiiiiqqiq{born}sq{store}siqi")
+    for born in (8, 20)
+    for store in (8, 20)
+}
 
 
 def pack_record(
@@ -352,45 +357,26 @@ def pack_record(
     body = msg.body
     topic, props = shape.topic, shape.properties
     born_host, store_host = msg.born_host, msg.store_host
-    if len(born_host) == 8 and len(store_host) == 8:
-        head = _V4_HEAD.pack(
-            shape.total,
-            MAGIC_V1,
-            java_crc32(body),
-            msg.queue_id,
-            msg.flag,
-            queue_offset,
-            physical_offset,
-            shape.sys_flag,
-            msg.born_timestamp,
-            born_host,
-            store_timestamp,
-            store_host,
-            msg.reconsume_times,
-            msg.prepared_transaction_offset,
-            len(body),
-        )
-    else:
-        head = b"".join(
-            (
-                _PREFIX.pack(
-                    shape.total,
-                    MAGIC_V1,
-                    java_crc32(body),
-                    msg.queue_id,
-                    msg.flag,
-                    queue_offset,
-                    physical_offset,
-                    shape.sys_flag,
-                    msg.born_timestamp,
-                ),
-                born_host,
-                _TS.pack(store_timestamp),
-                store_host,
-                _RECONSUME_PREPARED.pack(msg.reconsume_times, msg.prepared_transaction_offset),
-                _INT.pack(len(body)),
-            )
-        )
+    head_struct = _HEADS.get((len(born_host), len(store_host)))
+    if head_struct is None:
+        raise ValueError(f"hosts of {len(born_host)} and {len(store_host)} bytes: not 8 or 20")
+    head = head_struct.pack(
+        shape.total,
+        MAGIC_V1,
+        java_crc32(body),
+        msg.queue_id,
+        msg.flag,
+        queue_offset,
+        physical_offset,
+        shape.sys_flag,
+        msg.born_timestamp,
+        born_host,
+        store_timestamp,
+        store_host,
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
+        len(body),
+    )
     return b"".join((head, body, bytes((len(topic),)), topic, _SHORT.pack(len(props)), props))
 
 

@@ -207,14 +207,7 @@ class Segment:
         gathered = self._gathered
         if not gathered:
             return
-        at = self.wrote - self._gathered_bytes
-        for first in range(0, len(gathered), _IOV_MAX):
-            part = gathered[first : first + _IOV_MAX]
-            expected = sum(map(len, part))
-            written = os.pwritev(self._fd, part, at)
-            if written != expected:
-                raise OSError(f"short write to {self.path}: {written} of {expected} bytes")
-            at += written
+        self._pwritev(gathered, self.wrote - self._gathered_bytes)
         self._gathered = []
         self._gathered_bytes = 0
 
@@ -230,7 +223,12 @@ class Segment:
             for span in spans:
                 self.append(span)
             return at
-        position = at
+        self.wrote = self._pwritev(spans, at)
+        return at
+
+    def _pwritev(self, spans: Sequence[bytes | memoryview], position: int) -> int:
+        """Write `spans` back to back from `position`, one pwritev per IOV_MAX of them; returns
+        the position after them."""
         for first in range(0, len(spans), _IOV_MAX):
             group = spans[first : first + _IOV_MAX]
             size = sum(map(len, group))
@@ -239,8 +237,7 @@ class Segment:
                 # A short write (rare on regular files): finish it span by span.
                 self._pwrite_rest(group, position, written)
             position += size
-        self.wrote = position
-        return at
+        return position
 
     def _pwrite_rest(self, spans: Sequence[bytes | memoryview], position: int, done: int) -> None:
         for span in spans:
