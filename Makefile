@@ -38,10 +38,24 @@ typing-tree:
 	@for package in store ha client broker; do ln -sfn ../../../$$package $(TYPING)/$$package; done
 	@ln -sf ../../../client/_tidemq/__init__.py ../../../client/_tidemq/py.typed $(TYPING)/
 
+# Debian packages the tests and daemons run, as command:package. Installed with apt-get when
+# run as root and missing (CI runs as root); otherwise the one command to run is printed.
+SYSTEM_PACKAGES ?= java:openjdk-17-jre-headless
+.PHONY: system-packages
+system-packages:
+	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
+		command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian packages:$$missing (log: /tmp/tidemq-apt.log)"; \
+		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; } \
+			> /tmp/tidemq-apt.log 2>&1 || { tail -20 /tmp/tidemq-apt.log; echo "apt-get failed: see /tmp/tidemq-apt.log"; exit 1; }; \
+	else \
+		echo "missing system packages; run: sudo apt-get install$$missing"; \
+	fi
+
 .PHONY: install
-install: $(STAMP) ## create .venv and install tidemq with its extras (quick when nothing changed)
-	@command -v java >/dev/null 2>&1 || \
-		echo "note: no java on PATH; Spark needs Java 17 (Debian/Ubuntu: apt-get install openjdk-17-jre-headless)"
+install: $(STAMP) system-packages ## create .venv and install tidemq with its extras, and the Debian packages the tests use
 
 .PHONY: run
 run: install ## a local name server, SYNC_MASTER and SLAVE with a status line (Ctrl-C stops them)
