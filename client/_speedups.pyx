@@ -7,6 +7,8 @@ result, same exceptions (tests/unit/test_speedups_remoting.py checks it with hyp
     _command_from_mapping  client/remoting/headers.py  a decoded JSON or msgpack header as a
                                                        RemotingCommand
     decode_send_header     client/protocol/headers.py  a send's extFields as its typed header
+    decode_msgpack_header  client/remoting/headers.py  a msgpack header as a RemotingCommand
+    encode_msgpack_header  client/remoting/headers.py  a RemotingCommand's msgpack header
 
 The fast path takes the header every client sends: integer fields that fit, a numeric language,
 a text remark or none, extFields of text only. Anything else goes to the pure twin, which
@@ -160,3 +162,403 @@ def decode_send_header(dict ext, bint short_keys):
             max_reconsume,
         )
     return _PURE_TWINS[_SEND_PURE_KEY](ext, short_keys)
+
+
+# -- msgpack headers --------------------------------------------------------------------------
+# The header map as tidemq writes it (client/remoting/headers.py): str keys, int fields that fit
+# 32 bits, a str remark or none, extFields of str to str. Anything else (other types, unknown
+# or repeated keys, damaged bytes) goes to the pure twin, which decodes it through msgpack or
+# raises its error.
+
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.string cimport memcmp, memcpy
+from libc.stdlib cimport malloc, free
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
+
+_DECODE_PURE_KEY = "tidemq.client.remoting.headers.decode_msgpack_header"
+_ENCODE_PURE_KEY = "tidemq.client.remoting.headers.encode_msgpack_header"
+_MSGPACK = None  # SerializeType.MSGPACK, looked up at the first call (see decode_send_header)
+
+# key bits: which header keys a map had (a repeated one goes to the pure twin)
+cdef enum:
+    _CODE = 1
+    _LANGUAGE = 2
+    _VERSION = 4
+    _OPAQUE = 8
+    _FLAG = 16
+    _REMARK = 32
+    _EXT = 64
+
+
+cdef struct _Cursor:
+    const unsigned char* data
+    Py_ssize_t pos
+    Py_ssize_t end
+
+
+cdef inline bint _take(_Cursor* cur, Py_ssize_t count, const unsigned char** out):
+    if cur.end - cur.pos < count:
+        return False
+    out[0] = cur.data + cur.pos
+    cur.pos += count
+    return True
+
+
+cdef inline bint _read_uint(_Cursor* cur, int width, unsigned long long* out):
+    cdef const unsigned char* p
+    cdef unsigned long long value = 0
+    cdef int i
+    if not _take(cur, width, &p):
+        return False
+    for i in range(width):
+        value = (value << 8) | p[i]
+    out[0] = value
+    return True
+
+
+cdef bint _read_int32(_Cursor* cur, long long* out):
+    """An int of msgpack's forms up to 32 bits whose value fits a signed 32-bit int."""
+    cdef const unsigned char* p
+    cdef unsigned long long raw
+    cdef unsigned char first
+    if not _take(cur, 1, &p):
+        return False
+    first = p[0]
+    if first <= 0x7F:
+        out[0] = first
+    elif first >= 0xE0:
+        out[0] = <long long>first - 256
+    elif first == 0xCC or first == 0xCD or first == 0xCE:
+        if not _read_uint(cur, 1 << (first - 0xCC), &raw) or raw > 2147483647:
+            return False
+        out[0] = <long long>raw
+    elif first == 0xD0:
+        if not _read_uint(cur, 1, &raw):
+            return False
+        out[0] = <long long>raw - 256 if raw >= 0x80 else <long long>raw
+    elif first == 0xD1:
+        if not _read_uint(cur, 2, &raw):
+            return False
+        out[0] = <long long>raw - 65536 if raw >= 0x8000 else <long long>raw
+    elif first == 0xD2:
+        if not _read_uint(cur, 4, &raw):
+            return False
+        out[0] = <long long>raw - 4294967296 if raw >= 0x80000000 else <long long>raw
+    else:
+        return False
+    return True
+
+
+cdef bint _read_str_len(_Cursor* cur, Py_ssize_t* out):
+    cdef const unsigned char* p
+    cdef unsigned long long raw
+    cdef unsigned char first
+    if not _take(cur, 1, &p):
+        return False
+    first = p[0]
+    if 0xA0 <= first <= 0xBF:
+        out[0] = first & 0x1F
+        return True
+    if first == 0xD9 or first == 0xDA or first == 0xDB:
+        if not _read_uint(cur, 1 << (first - 0xD9), &raw):
+            return False
+        out[0] = <Py_ssize_t>raw
+        return True
+    return False
+
+
+cdef object _read_str(_Cursor* cur):
+    """A str value, or None when the next object is not valid UTF-8 text."""
+    cdef Py_ssize_t size
+    cdef const unsigned char* p
+    if not _read_str_len(cur, &size) or not _take(cur, size, &p):
+        return None
+    try:
+        return PyUnicode_DecodeUTF8(<const char*>p, size, NULL)
+    except UnicodeDecodeError:
+        return None
+
+
+cdef bint _read_map_len(_Cursor* cur, Py_ssize_t* out):
+    cdef const unsigned char* p
+    cdef unsigned long long raw
+    if not _take(cur, 1, &p):
+        return False
+    if 0x80 <= p[0] <= 0x8F:
+        out[0] = p[0] & 0x0F
+        return True
+    if p[0] == 0xDE or p[0] == 0xDF:
+        if not _read_uint(cur, 2 if p[0] == 0xDE else 4, &raw):
+            return False
+        out[0] = <Py_ssize_t>raw
+        return True
+    return False
+
+
+cdef object _read_ext(_Cursor* cur):
+    cdef Py_ssize_t count, i
+    cdef dict ext
+    if not _read_map_len(cur, &count):
+        return None
+    ext = {}
+    for i in range(count):
+        key = _read_str(cur)
+        if key is None:
+            return None
+        value = _read_str(cur)
+        if value is None:
+            return None
+        ext[key] = value
+    return ext
+
+
+cdef object _decode_fast(const unsigned char* data, Py_ssize_t size, object body):
+    cdef _Cursor cur
+    cdef Py_ssize_t count, i, key_len
+    cdef const unsigned char* key
+    cdef int seen = 0, bit
+    cdef long long number
+    cdef long long code = 0, language = 0, version = 0, opaque = 0, flag = 0
+    remark = None
+    ext = None
+    cur.data = data
+    cur.pos = 0
+    cur.end = size
+    if not _read_map_len(&cur, &count):
+        return None
+    for i in range(count):
+        if not _read_str_len(&cur, &key_len) or not _take(&cur, key_len, &key):
+            return None
+        if key_len == 4 and memcmp(key, b"code", 4) == 0:
+            bit = _CODE
+        elif key_len == 8 and memcmp(key, b"language", 8) == 0:
+            bit = _LANGUAGE
+        elif key_len == 7 and memcmp(key, b"version", 7) == 0:
+            bit = _VERSION
+        elif key_len == 6 and memcmp(key, b"opaque", 6) == 0:
+            bit = _OPAQUE
+        elif key_len == 4 and memcmp(key, b"flag", 4) == 0:
+            bit = _FLAG
+        elif key_len == 6 and memcmp(key, b"remark", 6) == 0:
+            bit = _REMARK
+        elif key_len == 9 and memcmp(key, b"extFields", 9) == 0:
+            bit = _EXT
+        else:
+            return None
+        if seen & bit:
+            return None
+        seen |= bit
+        if bit == _REMARK:
+            if cur.pos < cur.end and cur.data[cur.pos] == 0xC0:  # nil
+                cur.pos += 1
+            else:
+                remark = _read_str(&cur)
+                if remark is None:
+                    return None
+        elif bit == _EXT:
+            if cur.pos < cur.end and cur.data[cur.pos] == 0xC0:
+                cur.pos += 1
+            else:
+                ext = _read_ext(&cur)
+                if ext is None:
+                    return None
+        else:
+            if not _read_int32(&cur, &number):
+                return None
+            if bit == _CODE:
+                code = number
+            elif bit == _LANGUAGE:
+                if not 0 <= number <= 255:
+                    return None
+                language = number
+            elif bit == _VERSION:
+                version = number
+            elif bit == _OPAQUE:
+                opaque = number
+            else:
+                flag = number
+    if cur.pos != cur.end or not (seen & _CODE) or not (seen & _OPAQUE):
+        return None
+    return _Command(
+        code, language, version, opaque, flag, remark, {} if ext is None else ext, body, _MSGPACK
+    )
+
+
+def decode_msgpack_header(object data, object body=b""):
+    global _MSGPACK
+    cdef Py_buffer view
+    if _MSGPACK is None:
+        from tidemq.client.remoting.codes import SerializeType
+        _MSGPACK = SerializeType.MSGPACK
+    try:
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    except (TypeError, BufferError):
+        return _PURE_TWINS[_DECODE_PURE_KEY](data, body)
+    try:
+        command = _decode_fast(<const unsigned char*>view.buf, view.len, body)
+    finally:
+        PyBuffer_Release(&view)
+    if command is None:
+        return _PURE_TWINS[_DECODE_PURE_KEY](data, body)
+    return command
+
+
+# -- encoding: msgpack's smallest forms, as msgpack's Packer writes them ------------------------
+
+cdef inline Py_ssize_t _int_size(long long value):
+    if -32 <= value <= 127:
+        return 1
+    if value < 0:
+        return 2 if value >= -128 else (3 if value >= -32768 else 5)
+    return 2 if value <= 0xFF else (3 if value <= 0xFFFF else 5)
+
+
+cdef inline Py_ssize_t _str_head_size(Py_ssize_t size):
+    return 1 if size <= 31 else (2 if size <= 0xFF else (3 if size <= 0xFFFF else 5))
+
+
+cdef inline Py_ssize_t _map_head_size(Py_ssize_t count):
+    return 1 if count <= 15 else (3 if count <= 0xFFFF else 5)
+
+
+cdef inline unsigned char* _put_be(unsigned char* out, unsigned long long value, int width):
+    cdef int i
+    for i in range(width):
+        out[i] = <unsigned char>(value >> (8 * (width - 1 - i)))
+    return out + width
+
+
+cdef unsigned char* _put_int(unsigned char* out, long long value):
+    if -32 <= value <= 127:
+        out[0] = <unsigned char>(value & 0xFF)
+        return out + 1
+    if value < 0:
+        if value >= -128:
+            out[0] = 0xD0
+            return _put_be(out + 1, <unsigned long long>(value & 0xFF), 1)
+        if value >= -32768:
+            out[0] = 0xD1
+            return _put_be(out + 1, <unsigned long long>(value & 0xFFFF), 2)
+        out[0] = 0xD2
+        return _put_be(out + 1, <unsigned long long>(value & 0xFFFFFFFF), 4)
+    if value <= 0xFF:
+        out[0] = 0xCC
+        return _put_be(out + 1, <unsigned long long>value, 1)
+    if value <= 0xFFFF:
+        out[0] = 0xCD
+        return _put_be(out + 1, <unsigned long long>value, 2)
+    out[0] = 0xCE
+    return _put_be(out + 1, <unsigned long long>value, 4)
+
+
+cdef unsigned char* _put_str(unsigned char* out, const char* text, Py_ssize_t size):
+    if size <= 31:
+        out[0] = <unsigned char>(0xA0 | size)
+        out += 1
+    elif size <= 0xFF:
+        out[0] = 0xD9
+        out = _put_be(out + 1, <unsigned long long>size, 1)
+    elif size <= 0xFFFF:
+        out[0] = 0xDA
+        out = _put_be(out + 1, <unsigned long long>size, 2)
+    else:
+        out[0] = 0xDB
+        out = _put_be(out + 1, <unsigned long long>size, 4)
+    memcpy(out, text, size)
+    return out + size
+
+
+cdef unsigned char* _put_map_head(unsigned char* out, Py_ssize_t count):
+    if count <= 15:
+        out[0] = <unsigned char>(0x80 | count)
+        return out + 1
+    if count <= 0xFFFF:
+        out[0] = 0xDE
+        return _put_be(out + 1, <unsigned long long>count, 2)
+    out[0] = 0xDF
+    return _put_be(out + 1, <unsigned long long>count, 4)
+
+
+cdef inline bint _int_in(object value, long long least, long long most):
+    return type(value) is int and least <= value <= most
+
+
+cdef object _encode_fast(object cmd):
+    code, language, version, opaque, flag = cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag
+    remark, ext = cmd.remark, cmd.ext_fields
+    if not (
+        _int_in(code, -2147483648, 2147483647)
+        and _int_in(version, -2147483648, 2147483647)
+        and _int_in(opaque, -2147483648, 2147483647)
+        and _int_in(flag, -2147483648, 2147483647)
+        and _int_in(language, 0, 255)
+        and (remark is None or type(remark) is str)
+        and type(ext) is dict
+    ):
+        return None
+    cdef dict fields = <dict>ext
+    cdef Py_ssize_t count = len(fields), i = 0, size, remark_len = 0, total
+    cdef const char* remark_text = NULL
+    cdef const char** texts
+    cdef Py_ssize_t* lengths
+    cdef unsigned char* out
+    cdef long long c = code, l = language, v = version, o = opaque, f = flag
+    total = 1 + 5 + _int_size(c) + 9 + _int_size(l) + 8 + _int_size(v) + 7 + _int_size(o)
+    total += 5 + _int_size(f)
+    if remark is not None:
+        try:
+            remark_text = PyUnicode_AsUTF8AndSize(remark, &remark_len)
+        except UnicodeEncodeError:
+            return None
+        total += 7 + _str_head_size(remark_len) + remark_len
+    texts = <const char**>malloc(2 * count * sizeof(const char*) + 1)
+    lengths = <Py_ssize_t*>malloc(2 * count * sizeof(Py_ssize_t) + 1)
+    if texts == NULL or lengths == NULL:
+        free(texts)
+        free(lengths)
+        raise MemoryError()
+    try:
+        for key, value in fields.items():
+            if type(key) is not str or type(value) is not str or i >= 2 * count:
+                return None
+            try:
+                texts[i] = PyUnicode_AsUTF8AndSize(key, &lengths[i])
+                texts[i + 1] = PyUnicode_AsUTF8AndSize(value, &lengths[i + 1])
+            except UnicodeEncodeError:
+                return None
+            total += _str_head_size(lengths[i]) + lengths[i]
+            total += _str_head_size(lengths[i + 1]) + lengths[i + 1]
+            i += 2
+        if count:
+            total += 10 + _map_head_size(count)
+        packed = PyBytes_FromStringAndSize(NULL, total)
+        out = <unsigned char*>PyBytes_AS_STRING(packed)
+        out = _put_map_head(out, 5 + (remark is not None) + (count > 0))
+        out = _put_int(_put_str(out, b"code", 4), c)
+        out = _put_int(_put_str(out, b"language", 8), l)
+        out = _put_int(_put_str(out, b"version", 7), v)
+        out = _put_int(_put_str(out, b"opaque", 6), o)
+        out = _put_int(_put_str(out, b"flag", 4), f)
+        if remark is not None:
+            out = _put_str(_put_str(out, b"remark", 6), remark_text, remark_len)
+        if count:
+            out = _put_map_head(_put_str(out, b"extFields", 9), count)
+            for i in range(0, 2 * count, 2):
+                out = _put_str(out, texts[i], lengths[i])
+                out = _put_str(out, texts[i + 1], lengths[i + 1])
+        assert out == <unsigned char*>PyBytes_AS_STRING(packed) + total
+        return packed
+    finally:
+        free(texts)
+        free(lengths)
+
+
+def encode_msgpack_header(object cmd):
+    packed = _encode_fast(cmd)
+    if packed is None:
+        return _PURE_TWINS[_ENCODE_PURE_KEY](cmd)
+    return packed

@@ -1,0 +1,161 @@
+"""The msgpack header codec's compiled twins (client/_speedups.pyx) against the pure references.
+
+`encode_msgpack_header` must write the very bytes msgpack's Packer writes for the header map,
+and `decode_msgpack_header` must give an equal command, or both must raise the same error with
+the same message: on commands and headers as clients send them, on every integer and string
+length form msgpack has, and on damaged, truncated and random bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from tests.support.speedups_twins import selected
+from tidemq.client import _speedups
+from tidemq.client.remoting import headers
+from tidemq.client.remoting.codes import SerializeType
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.store import speedups
+
+ENCODE_KEY = "tidemq.client.remoting.headers.encode_msgpack_header"
+DECODE_KEY = "tidemq.client.remoting.headers.decode_msgpack_header"
+PURE_ENCODE = speedups.PURE_TWINS[ENCODE_KEY]
+PURE_DECODE = speedups.PURE_TWINS[DECODE_KEY]
+
+# every boundary of msgpack's integer forms, and values just outside the 32-bit fields
+BOUNDARIES = [0, 1, 127, 128, 255, 256, 65535, 65536, 2**31 - 1, 2**31, 2**32, 2**32 - 1]
+BOUNDARIES += [-1, -32, -33, -128, -129, -32768, -32769, -(2**31), -(2**31) - 1]
+NUMBERS = st.sampled_from(BOUNDARIES) | st.integers(-(2**31), 2**31 - 1) | st.integers()
+# str lengths across fixstr, str8 and str16; surrogates cannot be encoded
+TEXT = (
+    st.text(max_size=40)
+    | st.text(min_size=250, max_size=300)
+    | st.builds(lambda n: "x" * n, st.sampled_from([31, 32, 255, 256, 65535, 65536]))
+    | st.sampled_from(["\ud800", "é", "日本", "\x00"])
+)
+ODD = (
+    st.none()
+    | st.booleans()
+    | st.floats()
+    | st.binary(max_size=4)
+    | st.lists(st.integers(-(2**63), 2**63 - 1), max_size=3)
+)
+
+commands = st.builds(
+    RemotingCommand,
+    code=NUMBERS,
+    language=st.integers(0, 255) | st.sampled_from([-1, 256]),
+    version=NUMBERS,
+    opaque=NUMBERS,
+    flag=NUMBERS,
+    remark=st.none() | TEXT,
+    ext_fields=st.dictionaries(TEXT, TEXT, max_size=20)
+    | st.dictionaries(st.text(max_size=3), TEXT, min_size=16, max_size=18),
+    body=st.just(b""),
+    serialize_type=st.just(SerializeType.MSGPACK),
+)
+odd_commands = st.builds(
+    RemotingCommand,
+    code=NUMBERS | ODD,
+    language=st.integers(0, 255) | ODD,
+    version=NUMBERS | ODD,
+    opaque=NUMBERS | ODD,
+    flag=NUMBERS | ODD,
+    remark=st.none() | TEXT | ODD,
+    ext_fields=st.dictionaries(TEXT | st.integers(), TEXT | ODD, max_size=4) | ODD,
+)
+
+
+def outcome(function: Any, *args: Any) -> Any:
+    try:
+        return function(*args)
+    except Exception as exc:
+        return (type(exc), str(exc))
+
+
+def test_the_compiled_twins_are_selected() -> None:
+    assert selected(ENCODE_KEY) is _speedups.encode_msgpack_header
+    assert selected(DECODE_KEY) is _speedups.decode_msgpack_header
+    assert headers._DECODERS[SerializeType.MSGPACK] is _speedups.decode_msgpack_header
+    assert headers._ENCODERS[SerializeType.MSGPACK] is _speedups.encode_msgpack_header
+
+
+@given(commands)
+@example(RemotingCommand(310, 12, 417, 2**31 - 1, -(2**31), None, {}, b"", SerializeType.MSGPACK))
+def test_commands_encode_to_the_same_bytes_and_decode_back(command: RemotingCommand) -> None:
+    compiled = outcome(_speedups.encode_msgpack_header, command)
+    assert compiled == outcome(PURE_ENCODE, command)
+    if isinstance(compiled, bytes):
+        for data in (compiled, memoryview(compiled), bytearray(compiled)):
+            decoded = _speedups.decode_msgpack_header(data, b"body")
+            assert decoded == PURE_DECODE(data, b"body")
+            assert decoded.ext_fields == command.ext_fields
+            assert (decoded.code, decoded.opaque, decoded.remark) == (
+                command.code,
+                command.opaque,
+                command.remark,
+            )
+
+
+@given(odd_commands)
+def test_odd_commands_encode_or_fail_the_same(command: RemotingCommand) -> None:
+    assert outcome(_speedups.encode_msgpack_header, command) == outcome(PURE_ENCODE, command)
+
+
+header_maps = st.dictionaries(
+    st.sampled_from(["code", "opaque", "version", "flag", "language", "remark", "extFields"])
+    | st.text(max_size=9),
+    st.integers(-(2**63), 2**64 - 1)  # what msgpack can write
+    | TEXT.filter(lambda t: t != "\ud800")
+    | ODD
+    | st.dictionaries(st.text(), st.text()),
+)
+
+
+@given(header_maps)
+def test_any_header_map_decodes_or_fails_the_same(obj: dict[str, Any]) -> None:
+    data = msgpack.packb(obj, use_bin_type=True)
+    assert outcome(_speedups.decode_msgpack_header, data, b"") == outcome(PURE_DECODE, data, b"")
+
+
+@given(commands, st.data())
+def test_damaged_headers_decode_or_fail_the_same(command: RemotingCommand, data: Any) -> None:
+    try:
+        packed = bytearray(PURE_ENCODE(command))
+    except Exception:
+        return
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(packed) - 1))
+        packed[at] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(packed) + 2))
+    damaged = bytes(packed[:cut]) + data.draw(st.binary(max_size=3))
+    assert outcome(_speedups.decode_msgpack_header, damaged, b"") == outcome(
+        PURE_DECODE, damaged, b""
+    )
+
+
+@given(st.binary(max_size=64))
+def test_random_bytes_decode_or_fail_the_same(data: bytes) -> None:
+    assert outcome(_speedups.decode_msgpack_header, data, b"") == outcome(PURE_DECODE, data, b"")
+
+
+def test_repeated_keys_decode_as_msgpack_reads_them() -> None:
+    # msgpack keeps the last value of a repeated key; the compiled twin hands such maps over
+    code_twice = b"\x83\xa4code\x01\xa6opaque\x02\xa4code\x03"
+    ext_twice = b"\x83\xa4code\x01\xa6opaque\x02\xa9extFields\x82\xa1a\xa1x\xa1a\xa1y"
+    for data in (code_twice, ext_twice):
+        assert _speedups.decode_msgpack_header(data, b"") == PURE_DECODE(data, b"")
+    assert _speedups.decode_msgpack_header(code_twice, b"").code == 3
+    assert _speedups.decode_msgpack_header(ext_twice, b"").ext_fields == {"a": "y"}
+
+
+def test_a_strided_view_is_decoded_by_the_pure_twin() -> None:
+    packed = PURE_ENCODE(RemotingCommand(1, opaque=2, serialize_type=SerializeType.MSGPACK))
+    strided = memoryview(packed * 2)[::2]
+    assert outcome(_speedups.decode_msgpack_header, strided, b"") == outcome(
+        PURE_DECODE, strided, b""
+    )
