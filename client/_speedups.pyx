@@ -9,6 +9,9 @@ result, same exceptions (tests/unit/test_speedups_remoting.py checks it with hyp
     decode_send_header     client/protocol/headers.py  a send's extFields as its typed header
     decode_msgpack_header  client/remoting/headers.py  a msgpack header as a RemotingCommand
     encode_msgpack_header  client/remoting/headers.py  a RemotingCommand's msgpack header
+    encode_command_parts   client/remoting/frame.py    a msgpack command's prefix and header,
+                                                       and its body
+    parse_frames           client/remoting/frame.py    the whole frames of a read as commands
 
 The fast path takes the header every client sends: integer fields that fit, a numeric language,
 a text remark or none, extFields of text only. Anything else goes to the pure twin, which
@@ -487,7 +490,8 @@ cdef inline bint _int_in(object value, long long least, long long most):
     return type(value) is int and least <= value <= most
 
 
-cdef object _encode_fast(object cmd):
+cdef object _encode_fast(object cmd, Py_ssize_t body_len=-1):
+    """The header's bytes; with `body_len` >= 0, after the frame's 8-byte prefix for that body."""
     code, language, version, opaque, flag = cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag
     remark, ext = cmd.remark, cmd.ext_fields
     if not (
@@ -506,6 +510,7 @@ cdef object _encode_fast(object cmd):
     cdef const char** texts
     cdef Py_ssize_t* lengths
     cdef unsigned char* out
+    cdef Py_ssize_t prefix_len
     cdef long long c = code, l = language, v = version, o = opaque, f = flag
     total = 1 + 5 + _int_size(c) + 9 + _int_size(l) + 8 + _int_size(v) + 7 + _int_size(o)
     total += 5 + _int_size(f)
@@ -535,8 +540,17 @@ cdef object _encode_fast(object cmd):
             i += 2
         if count:
             total += 10 + _map_head_size(count)
-        packed = PyBytes_FromStringAndSize(NULL, total)
+        prefix_len = 0
+        if body_len >= 0:
+            # the frame's length word is a signed 32-bit int, the header length 24 bits
+            if total > 0xFFFFFF or 4 + total + body_len > 2147483647:
+                return None
+            prefix_len = 8
+        packed = PyBytes_FromStringAndSize(NULL, prefix_len + total)
         out = <unsigned char*>PyBytes_AS_STRING(packed)
+        if prefix_len:
+            out = _put_be(out, <unsigned long long>(4 + total + body_len), 4)
+            out = _put_be(out, <unsigned long long>((2 << 24) | total), 4)
         out = _put_map_head(out, 5 + (remark is not None) + (count > 0))
         out = _put_int(_put_str(out, b"code", 4), c)
         out = _put_int(_put_str(out, b"language", 8), l)
@@ -550,7 +564,7 @@ cdef object _encode_fast(object cmd):
             for i in range(0, 2 * count, 2):
                 out = _put_str(out, texts[i], lengths[i])
                 out = _put_str(out, texts[i + 1], lengths[i + 1])
-        assert out == <unsigned char*>PyBytes_AS_STRING(packed) + total
+        assert out == <unsigned char*>PyBytes_AS_STRING(packed) + prefix_len + total
         return packed
     finally:
         free(texts)
@@ -562,3 +576,85 @@ def encode_msgpack_header(object cmd):
     if packed is None:
         return _PURE_TWINS[_ENCODE_PURE_KEY](cmd)
     return packed
+
+
+_PARTS_PURE_KEY = "tidemq.client.remoting.frame.encode_command_parts"
+
+
+def encode_command_parts(object cmd):
+    global _MSGPACK
+    if _MSGPACK is None:
+        from tidemq.client.remoting.codes import SerializeType
+        _MSGPACK = SerializeType.MSGPACK
+    body = cmd.body
+    if cmd.serialize_type is _MSGPACK and type(body) is bytes:
+        head = _encode_fast(cmd, len(<bytes>body))
+        if head is not None:
+            return head, body
+    return _PURE_TWINS[_PARTS_PURE_KEY](cmd)
+
+
+# -- frames -----------------------------------------------------------------------------------
+
+_FRAMES_PURE_KEY = "tidemq.client.remoting.frame.parse_frames"
+_check_prefix = None  # client/remoting/frame.py's checks, which raise the errors
+_check_length = None
+_decode_header = None
+
+
+cdef inline long long _be32(const unsigned char* p):
+    return (<long long>p[0] << 24) | (<long long>p[1] << 16) | (<long long>p[2] << 8) | p[3]
+
+
+def parse_frames(object view, Py_ssize_t max_frame_size):
+    global _check_prefix, _check_length, _decode_header, _MSGPACK
+    cdef Py_buffer buffer
+    cdef const unsigned char* data
+    cdef Py_ssize_t pos = 0, end, frame_end, header_end, header_len
+    cdef long long length, word
+    cdef list commands = []
+    if _decode_header is None:
+        from tidemq.client.remoting import frame, headers
+        from tidemq.client.remoting.codes import SerializeType
+        _check_prefix, _check_length = frame._check_prefix, frame._check_length
+        _decode_header = headers.decode_header
+        _MSGPACK = SerializeType.MSGPACK
+    try:
+        PyObject_GetBuffer(view, &buffer, PyBUF_SIMPLE)
+    except (TypeError, BufferError):
+        return _PURE_TWINS[_FRAMES_PURE_KEY](view, max_frame_size)
+    try:
+        data = <const unsigned char*>buffer.buf
+        end = buffer.len
+        while end - pos >= 8:
+            length = _be32(data + pos)
+            if length >= 0x80000000:
+                length -= 0x100000000
+            word = _be32(data + pos + 4)
+            header_len = word & 0xFFFFFF
+            if length < 4 or length > max_frame_size or header_len > length - 4 or word >> 24 >= 3:
+                _check_prefix(length, word, max_frame_size)  # raises the error
+            frame_end = pos + 4 + <Py_ssize_t>length
+            if frame_end > end:
+                break
+            header_end = pos + 8 + header_len
+            if header_end < frame_end:
+                body = PyBytes_FromStringAndSize(<const char*>data + header_end, frame_end - header_end)
+            else:
+                body = b""
+            command = None
+            if word >> 24 == 2:
+                command = _decode_fast(data + pos + 8, header_len, body)
+            if command is None:
+                command = _decode_header(word >> 24, view[pos + 8 : header_end], body)
+            commands.append(command)
+            pos = frame_end
+        if end - pos >= 4:
+            length = _be32(data + pos)
+            if length >= 0x80000000:
+                length -= 0x100000000
+            if length < 4 or length > max_frame_size:
+                _check_length(length, max_frame_size)
+    finally:
+        PyBuffer_Release(&buffer)
+    return commands, pos

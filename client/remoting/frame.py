@@ -34,6 +34,7 @@ from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import EncodeError, FrameError
 from tidemq.client.remoting.headers import decode_header, encode_header
+from tidemq.store import speedups
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -77,6 +78,11 @@ def encode_command_parts(cmd: RemotingCommand) -> tuple[bytes, Body]:
     """The frame of `cmd` as (length, type word and header; body), for a vectored write."""
     prefix, header = _prefix_and_header(cmd)
     return prefix + header, cmd.body
+
+
+# The compiled twin (client/_speedups.pyx) when built: a msgpack command's prefix and header
+# are written into one bytes object (every response and request goes through here).
+encode_command_parts = speedups.select(encode_command_parts, "tidemq.client._speedups")
 
 
 def encode_command(cmd: RemotingCommand) -> bytes:
@@ -140,7 +146,7 @@ class FrameDecoder:
     def _feed_direct(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         # Nothing is pending: parse in place and copy only the incomplete tail.
         with memoryview(data) as view, view.cast("B") as octets:
-            commands, used = self._parse(octets)
+            commands, used = parse_frames(octets, self._max_frame_size)
             if used < len(octets):
                 self._buffer += octets[used:]
                 self._start_collecting()
@@ -150,7 +156,7 @@ class FrameDecoder:
         buffer = self._buffer
         buffer += data
         with memoryview(buffer) as view:
-            commands, used = self._parse(view)
+            commands, used = parse_frames(view, self._max_frame_size)
         # the view is released, so the buffer may shrink; deleting a prefix is cheap in CPython
         del buffer[:used]
         self._start_collecting()
@@ -192,35 +198,45 @@ class FrameDecoder:
                 return [command]
             return [command, *self._feed_direct(octets[missing:])]
 
-    def _parse(self, view: memoryview) -> tuple[list[RemotingCommand], int]:
-        commands: list[RemotingCommand] = []
-        append = commands.append
-        pos = 0
-        end = len(view)
-        while end - pos >= _PREFIX_LEN:
-            length, word = _PREFIX.unpack_from(view, pos)
-            self._check_prefix(length, word)
-            frame_end = pos + 4 + length
-            if frame_end > end:
-                break
-            header_end = pos + _PREFIX_LEN + (word & _MAX_HEADER_LEN)
-            body = bytes(view[header_end:frame_end]) if header_end < frame_end else b""
-            append(decode_header(word >> 24, view[pos + _PREFIX_LEN : header_end], body))
-            pos = frame_end
-        if end - pos >= 4:  # fail fast on a bad length even before the type word arrives
-            self._check_length(_LENGTH.unpack_from(view, pos)[0])
-        return commands, pos
 
-    def _check_prefix(self, length: int, word: int) -> None:
-        self._check_length(length)
-        header_len = word & _MAX_HEADER_LEN
-        if header_len > length - 4:
-            raise FrameError(f"header length {header_len} exceeds frame length {length} - 4")
-        if word >> 24 >= _KNOWN_TYPES:
-            raise FrameError(f"unknown serialize type {word >> 24}")
+def parse_frames(view: memoryview, max_frame_size: int) -> tuple[list[RemotingCommand], int]:
+    """The whole frames at the start of `view` (one-byte items) as commands, and the bytes they
+    take; `FrameError` for a bad prefix (also of a frame not yet complete) or header."""
+    commands: list[RemotingCommand] = []
+    append = commands.append
+    pos = 0
+    end = len(view)
+    while end - pos >= _PREFIX_LEN:
+        length, word = _PREFIX.unpack_from(view, pos)
+        _check_prefix(length, word, max_frame_size)
+        frame_end = pos + 4 + length
+        if frame_end > end:
+            break
+        header_end = pos + _PREFIX_LEN + (word & _MAX_HEADER_LEN)
+        body = bytes(view[header_end:frame_end]) if header_end < frame_end else b""
+        append(decode_header(word >> 24, view[pos + _PREFIX_LEN : header_end], body))
+        pos = frame_end
+    if end - pos >= 4:  # fail fast on a bad length even before the type word arrives
+        _check_length(_LENGTH.unpack_from(view, pos)[0], max_frame_size)
+    return commands, pos
 
-    def _check_length(self, length: int) -> None:
-        if length < 4:
-            raise FrameError(f"frame length {length} is below the minimum of 4")
-        if length > self._max_frame_size:
-            raise FrameError(f"frame length {length} exceeds the maximum {self._max_frame_size}")
+
+def _check_prefix(length: int, word: int, max_frame_size: int) -> None:
+    _check_length(length, max_frame_size)
+    header_len = word & _MAX_HEADER_LEN
+    if header_len > length - 4:
+        raise FrameError(f"header length {header_len} exceeds frame length {length} - 4")
+    if word >> 24 >= _KNOWN_TYPES:
+        raise FrameError(f"unknown serialize type {word >> 24}")
+
+
+def _check_length(length: int, max_frame_size: int) -> None:
+    if length < 4:
+        raise FrameError(f"frame length {length} is below the minimum of 4")
+    if length > max_frame_size:
+        raise FrameError(f"frame length {length} exceeds the maximum {max_frame_size}")
+
+
+# The compiled twin (client/_speedups.pyx) when built: the loop over a read's frames in C, with
+# msgpack headers decoded in place.
+parse_frames = speedups.select(parse_frames, "tidemq.client._speedups")

@@ -19,6 +19,7 @@ from tidemq.client import _speedups
 from tidemq.client.remoting import headers
 from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.frame import encode_command
 from tidemq.store import speedups
 
 ENCODE_KEY = "tidemq.client.remoting.headers.encode_msgpack_header"
@@ -158,4 +159,88 @@ def test_a_strided_view_is_decoded_by_the_pure_twin() -> None:
     strided = memoryview(packed * 2)[::2]
     assert outcome(_speedups.decode_msgpack_header, strided, b"") == outcome(
         PURE_DECODE, strided, b""
+    )
+
+
+# --- encode_command_parts -------------------------------------------------------------------
+
+PARTS_KEY = "tidemq.client.remoting.frame.encode_command_parts"
+PURE_PARTS = speedups.PURE_TWINS[PARTS_KEY]
+
+
+def test_the_compiled_frame_encoder_is_selected() -> None:
+    assert selected(PARTS_KEY) is _speedups.encode_command_parts
+    assert PURE_PARTS is not _speedups.encode_command_parts
+
+
+@given(
+    commands | odd_commands,
+    st.sampled_from(list(SerializeType)),
+    st.binary(max_size=64).flatmap(
+        lambda b: st.sampled_from([b, bytearray(b), memoryview(b), memoryview(b).cast("B")])
+    ),
+)
+def test_frames_encode_to_the_same_parts(
+    command: RemotingCommand, kind: SerializeType, body: Any
+) -> None:
+    command.serialize_type = kind
+    command.body = body
+    compiled = outcome(_speedups.encode_command_parts, command)
+    assert compiled == outcome(PURE_PARTS, command)
+    if isinstance(compiled[0], bytes):  # encoded, not an error
+        assert compiled[1] is body
+
+
+# --- parse_frames ---------------------------------------------------------------------------
+
+FRAMES_KEY = "tidemq.client.remoting.frame.parse_frames"
+PURE_FRAMES = speedups.PURE_TWINS[FRAMES_KEY]
+
+
+def test_the_compiled_frame_parser_is_selected() -> None:
+    assert selected(FRAMES_KEY) is _speedups.parse_frames
+    assert PURE_FRAMES is not _speedups.parse_frames
+
+
+frame_commands = st.builds(
+    RemotingCommand,
+    code=st.integers(-(2**15), 2**15 - 1),
+    opaque=st.integers(0, 2**31 - 1),
+    remark=st.none() | st.text(max_size=10),
+    ext_fields=st.dictionaries(st.text(max_size=4), st.text(max_size=12), max_size=5),
+    body=st.binary(max_size=40),
+    serialize_type=st.sampled_from(list(SerializeType)),
+)
+
+
+def frames_outcome(function: Any, data: bytes, max_frame_size: int) -> Any:
+    with memoryview(data) as view:
+        return outcome(function, view, max_frame_size)
+
+
+@given(st.lists(frame_commands, max_size=6), st.integers(0, 20), st.data())
+def test_streams_parse_the_same(commands: list[RemotingCommand], cut: int, data: Any) -> None:
+    stream = b"".join(encode_command(command) for command in commands)
+    stream = stream[: max(0, len(stream) - cut)]  # a frame cut short: kept for the next read
+    max_frame_size = data.draw(st.sampled_from([4, 64, 16 * 1024 * 1024]))
+    compiled = frames_outcome(_speedups.parse_frames, stream, max_frame_size)
+    assert compiled == frames_outcome(PURE_FRAMES, stream, max_frame_size)
+
+
+@given(st.lists(frame_commands, min_size=1, max_size=4), st.data())
+def test_damaged_streams_parse_or_fail_the_same(commands: list[RemotingCommand], data: Any) -> None:
+    stream = bytearray(b"".join(encode_command(command) for command in commands))
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(stream) - 1))
+        stream[at] = data.draw(st.integers(0, 255))
+    damaged = bytes(stream) + data.draw(st.binary(max_size=9))
+    assert frames_outcome(_speedups.parse_frames, damaged, 1024) == frames_outcome(
+        PURE_FRAMES, damaged, 1024
+    )
+
+
+@given(st.binary(max_size=40), st.integers(4, 2**31 - 1))
+def test_random_bytes_parse_or_fail_the_same(data: bytes, max_frame_size: int) -> None:
+    assert frames_outcome(_speedups.parse_frames, data, max_frame_size) == frames_outcome(
+        PURE_FRAMES, data, max_frame_size
     )
