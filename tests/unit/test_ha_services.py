@@ -622,7 +622,8 @@ async def test_forged_ack_above_the_masters_max_closes_and_releases_nothing(ha: 
         await eventually(reported(service), "the first report")
 
         put = asyncio.create_task(master.put_message(message(1, topic=TOPIC, size=SIZE)))
-        await eventually(lambda: service.transfer.waiting == 1, "the send to wait")
+        # the send waits 400 ms at most: a loaded machine may see it time out already
+        await eventually(lambda: service.transfer.waiting == 1 or put.done(), "the send to wait")
         end = master.max_phy_offset
         assert (await read_frames(reader, 1))[0] == (start, end - start)
 
