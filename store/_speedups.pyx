@@ -11,6 +11,7 @@ check it with hypothesis on random and damaged input).
     scan_fast          store/fast_scan.py    the common record's fields, read in place
     find_value         store/fast_scan.py    one property's value, found in place
     find_property      store/record.py       one property's value in a properties string
+    with_property      store/record.py       a properties string with one name set
     KeyGatherer        store/fast_scan.py    index entries of records (UNIQ_KEY, KEYS)
     gather_entries     store/index_worker.py the index worker's loop over a mapped span
     put_many           store/index.py        an index file's puts of hashed entries
@@ -849,3 +850,58 @@ def put_many(index_file, list entries not None, Py_ssize_t start):
     index_file._write_header()
     index_file.dirty = True
     return stop - start
+
+
+# --- properties text: with_property -----------------------------------------------------------
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
+
+
+cdef bint _canonical_without(const char* text, Py_ssize_t size, const char* name, Py_ssize_t name_size):
+    """Whether `text` is a run of name\x01value\x02 items, no name twice and none `name`
+    (UTF-8; the separators are single bytes there too)."""
+    cdef Py_ssize_t start = 0, end, sep, i, count = 0, other, other_size
+    cdef Py_ssize_t starts[64]
+    cdef Py_ssize_t sizes[64]
+    cdef const char* found
+    while start < size:
+        found = <const char*>memchr(text + start, 0x02, size - start)
+        if found == NULL:
+            return False  # the last item has no \x02 after it
+        end = found - text
+        found = <const char*>memchr(text + start, 0x01, end - start)
+        if found == NULL:
+            return False  # not a pair
+        sep = found - text
+        if memchr(text + sep + 1, 0x01, end - sep - 1) != NULL:
+            return False  # two separators: not a pair either
+        if count == 64:
+            return False  # many properties: the pure twin decides
+        if sep - start == name_size and memcmp(text + start, name, name_size) == 0:
+            return False
+        for i in range(count):
+            other, other_size = starts[i], sizes[i]
+            if other_size == sep - start and memcmp(text + other, text + start, other_size) == 0:
+                return False  # a name twice
+        starts[count] = start
+        sizes[count] = sep - start
+        count += 1
+        start = end + 1
+    return True
+
+
+def with_property(text, name, value):
+    cdef Py_ssize_t size, name_size
+    cdef const char* raw
+    cdef const char* raw_name
+    if type(text) is str and type(name) is str and type(value) is str:
+        try:
+            raw = PyUnicode_AsUTF8AndSize(text, &size)
+            raw_name = PyUnicode_AsUTF8AndSize(name, &name_size)
+        except UnicodeEncodeError:
+            pass
+        else:
+            if _canonical_without(raw, size, raw_name, name_size):
+                return f"{text}{name}\x01{value}\x02"
+    return _pure("tidemq.store.record.with_property")(text, name, value)

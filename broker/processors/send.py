@@ -37,14 +37,13 @@ from tidemq.client.remoting.server import RequestRejected
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.message_store import MessageStore, PutMessageResult
 from tidemq.store.record import (
-    NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
-    PROPERTY_SEPARATOR,
     MessageBatch,
     MessageToStore,
     decode_properties,
     encode_properties,
     pack_host,
+    with_property,
 )
 
 log = logging.getLogger(__name__)
@@ -265,20 +264,8 @@ _STATUS_CODES: dict[PutStatus, tuple[int, str | None]] = {
 
 
 def with_cluster(properties: str, cluster: str) -> str:
-    """`properties` with CLUSTER set: `encode_properties(decode_properties(p) | {CLUSTER: c})`."""
-    props = decode_properties(properties)
-    if PROPERTY_CLUSTER not in props and (
-        not properties
-        or (
-            properties[-1] == PROPERTY_SEPARATOR
-            and len(props) == properties.count(PROPERTY_SEPARATOR)
-        )
-    ):
-        # Every item decoded, none twice: the text is exactly what encode_properties would write
-        # for `props`, so the CLUSTER pair can be appended instead of encoding everything again.
-        return f"{properties}{PROPERTY_CLUSTER}{NAME_VALUE_SEPARATOR}{cluster}{PROPERTY_SEPARATOR}"
-    props[PROPERTY_CLUSTER] = cluster
-    return encode_properties(props)
+    """`properties` with CLUSTER set to `cluster` (appended to canonical text)."""
+    return with_property(properties, PROPERTY_CLUSTER, cluster)
 
 
 def _peer_host(connection: RemotingConnection) -> bytes:

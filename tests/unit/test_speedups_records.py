@@ -24,6 +24,7 @@ from tidemq.store.record import (
     AppendStamp,
     MessageBatch,
     encode_blank,
+    encode_properties,
     pack_host,
     scan_record,
 )
@@ -415,3 +416,58 @@ def test_index_put_many_is_the_index_files_method() -> None:
     from tidemq.store.index import _IndexFile
 
     assert _IndexFile.__dict__["put_many"] is _speedups.put_many
+
+
+# --- with_property ----------------------------------------------------------------------------
+
+# Pieces that make well-formed, malformed, repeated and name-carrying property texts likely.
+PROPERTY_PIECES = st.sampled_from(
+    ["\x01", "\x02", "a", "b", "TAGS", "CLUSTER", "\x01x\x02", "", "é", "\ud800"]
+)
+PROPERTY_TEXTS = st.lists(PROPERTY_PIECES, max_size=14).map("".join)
+PROPERTY_MAPS = st.dictionaries(
+    st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "CLUSTER", "a", "é", ""])
+    | st.text(max_size=3),
+    st.text(alphabet=st.characters(blacklist_characters="\x01\x02"), max_size=6),
+    max_size=70,  # past the compiled check's 64 names
+)
+PROPERTY_NAMES = st.sampled_from(["CLUSTER", "a", "", "é", "\ud800"]) | st.text(max_size=3)
+
+
+@given(PROPERTY_TEXTS, PROPERTY_NAMES, st.text(max_size=5))
+def test_with_property_gives_the_same_text(text: str, name: str, value: str) -> None:
+    assert outcome(_speedups.with_property, text, name, value) == outcome(
+        pure("record.with_property"), text, name, value
+    )
+
+
+@given(PROPERTY_MAPS, PROPERTY_NAMES, st.text(max_size=5))
+def test_with_property_of_encoded_properties_gives_the_same_text(
+    props: dict[str, str], name: str, value: str
+) -> None:
+    text = encode_properties(props)
+    assert outcome(_speedups.with_property, text, name, value) == outcome(
+        pure("record.with_property"), text, name, value
+    )
+    pairs_only = not any("\x01" in key or "\x02" in key for key in props)
+    if pairs_only and name not in props and len(props) < 64 and utf8_encodable(text + name):
+        with fast_path_only("record.with_property"):
+            assert _speedups.with_property(text, name, value) == f"{text}{name}\x01{value}\x02"
+
+
+def utf8_encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False  # a lone surrogate: handed to the pure twin
+    return True
+
+
+def test_with_property_hands_other_types_to_the_pure_twin() -> None:
+    class Text(str):
+        pass
+
+    for args in ((Text("a\x011\x02"), "b", "2"), (b"a\x011\x02", "b", "2"), ("", None, "x")):
+        assert outcome(_speedups.with_property, *args) == outcome(
+            pure("record.with_property"), *args
+        )
