@@ -18,14 +18,33 @@ a text remark or none, extFields of text only. Anything else goes to the pure tw
 converts it or raises as it always does.
 """
 
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object text)
+    Py_ssize_t PyUnicode_GET_LENGTH(object text)
+    void* PyUnicode_DATA(object text)
+
 from tidemq.client.remoting.command import RemotingCommand as _Command
 from tidemq.store.speedups import PURE_TWINS as _PURE_TWINS
 
 _PURE_KEY = "tidemq.client.remoting.headers._command_from_mapping"
 
 
+cdef extern from "Python.h":
+    long long PyLong_AsLongLongAndOverflow(object value, int* overflow) except? -1
+
+
+cdef inline bint _int_in(object value, long long least, long long most):
+    """`value` is an int (not a bool) within [least, most], compared in C."""
+    cdef int overflow = 0
+    cdef long long number
+    if type(value) is not int:
+        return False
+    number = PyLong_AsLongLongAndOverflow(value, &overflow)
+    return overflow == 0 and least <= number <= most
+
+
 cdef inline bint _int32(object value):
-    return type(value) is int and -2147483648 <= value <= 2147483647
+    return _int_in(value, -2147483648, 2147483647)
 
 
 cdef bint _text_only(dict fields):
@@ -82,16 +101,38 @@ _V1_KEYS = (
 _V2_KEYS = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "m", "l")
 
 
-cdef inline object _int_or_none(object raw, object least, object most):
-    """The int `raw` spells within [least, most]; None for anything the pure twin must judge."""
+cdef inline object _int_or_none(object raw, long long least, long long most):
+    """The int `raw` spells within [least, most]; None for anything the pure twin must judge.
+
+    Plain decimals ([-]digits, up to 18 of them) are read in C; anything else int() accepts
+    (a sign, spaces, underscores, other digits) goes through int()."""
+    cdef Py_ssize_t size, i, start = 0
+    cdef const char* text
+    cdef long long value = 0
+    cdef int overflow = 0
     if type(raw) is not str:
         return None
+    if PyUnicode_IS_ASCII(raw):
+        size = PyUnicode_GET_LENGTH(raw)
+        text = <const char*>PyUnicode_DATA(raw)
+        if size > 0 and text[0] == 45:  # "-"
+            start = 1
+        if 0 < size - start <= 18:
+            for i in range(start, size):
+                if not 48 <= text[i] <= 57:
+                    break
+                value = value * 10 + (text[i] - 48)
+            else:
+                if start:
+                    value = -value
+                return value if least <= value <= most else None
     try:
-        value = int(raw)
+        number = int(raw)
     except ValueError:
         return None
-    if least <= value <= most:
-        return value
+    value = PyLong_AsLongLongAndOverflow(number, &overflow)
+    if overflow == 0 and least <= value <= most:
+        return number
     return None
 
 
@@ -484,10 +525,6 @@ cdef unsigned char* _put_map_head(unsigned char* out, Py_ssize_t count):
         return _put_be(out + 1, <unsigned long long>count, 2)
     out[0] = 0xDF
     return _put_be(out + 1, <unsigned long long>count, 4)
-
-
-cdef inline bint _int_in(object value, long long least, long long most):
-    return type(value) is int and least <= value <= most
 
 
 cdef object _encode_fast(object cmd, Py_ssize_t body_len=-1):

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from tidemq.store.batch_body import BatchDecodeError
 from tidemq.store.config import StoreConfig
@@ -99,6 +100,10 @@ class AppendResult:
         return self.wrote_offset + self.wrote_bytes
 
 
+# A module constant: an Enum class attribute goes through EnumType.__getattr__ on Python 3.11.
+_PUT_OK: Final = PutStatus.PUT_OK
+
+
 def _refused(exc: RecordTooLargeError) -> AppendResult:
     status = PutStatus.PROPERTIES_SIZE_EXCEEDED if exc.properties else PutStatus.MESSAGE_ILLEGAL
     return AppendResult(status, remark=str(exc))
@@ -155,16 +160,8 @@ class CommitLog:
             segment.append(pack_record(msg, shape, queue_offset, phy, store_ts))
         msg.queue_offset = queue_offset
         msg_id = message_id(msg.store_host, phy)
-        return AppendResult(
-            PutStatus.PUT_OK,
-            wrote_offset=phy,
-            wrote_bytes=total,
-            msg_id=msg_id,
-            queue_offset=queue_offset,
-            store_timestamp=store_ts,
-            msg_num=1,
-            msg_ids=[msg_id],
-        )
+        # positional, in field order: keywords make type() build a dict per call
+        return AppendResult(_PUT_OK, phy, total, msg_id, queue_offset, store_ts, 1, "", [msg_id])
 
     def encode_message_batch(self, batch: MessageBatch) -> EncodedBatch | AppendResult:
         """The records of `batch`, or the refusal a malformed or oversized batch gets.

@@ -30,6 +30,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import AppendResult, CommitLog, PutStatus
@@ -83,6 +84,20 @@ __all__ = ["MessageStore", "PutMessageResult", "QueryMessageResult", "Recovery",
 log = logging.getLogger(__name__)
 
 
+# Enum members read per message, as module constants: a class attribute of an Enum goes through
+# EnumType.__getattr__ on Python 3.11 and costs ten times a global.
+_PUT_OK: Final = PutStatus.PUT_OK
+_SLAVE: Final = BrokerRole.SLAVE
+_STORED: Final = frozenset(
+    (
+        PutStatus.PUT_OK,
+        PutStatus.FLUSH_DISK_TIMEOUT,
+        PutStatus.FLUSH_SLAVE_TIMEOUT,
+        PutStatus.SLAVE_NOT_AVAILABLE,
+    )
+)
+
+
 @dataclass(slots=True)
 class PutMessageResult:
     status: PutStatus
@@ -92,12 +107,7 @@ class PutMessageResult:
     @property
     def ok(self) -> bool:
         """Stored: PUT_OK, or one of the three 'stored, but' statuses."""
-        return self.status in (
-            PutStatus.PUT_OK,
-            PutStatus.FLUSH_DISK_TIMEOUT,
-            PutStatus.FLUSH_SLAVE_TIMEOUT,
-            PutStatus.SLAVE_NOT_AVAILABLE,
-        )
+        return self.status in _STORED
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +207,7 @@ class MessageStore(Service):
 
     @property
     def is_slave(self) -> bool:
-        return self.role is BrokerRole.SLAVE
+        return self.role is _SLAVE
 
     @property
     def index(self) -> IndexService | None:
@@ -433,12 +443,12 @@ class MessageStore(Service):
         return await self._after_append(append, encoded.wait_store)
 
     async def _after_append(self, append: AppendResult, wait_store: bool) -> PutMessageResult:
-        if append.status is not PutStatus.PUT_OK:
+        if append.status is not _PUT_OK:
             return PutMessageResult(append.status, append, append.remark)
         if self.pool is None and not self.commitlog.holds_gathered:  # else end_gathering does
             self.reput.wakeup()
             self._notify_data()
-        status = PutStatus.PUT_OK
+        status = _PUT_OK
         if self._group_commit is not None and wait_store:
             if not await self._group_commit.wait_flushed(append.end_offset):
                 status = PutStatus.FLUSH_DISK_TIMEOUT

@@ -58,6 +58,12 @@ _NOT_AVAILABLE_REMARK = (
 
 
 _MAX_SENDABLE_NAMES: Final = 100_000
+# Enum members read per send, as module constants: a class attribute of an Enum goes through
+# EnumType.__getattr__ on Python 3.11 and costs ten times a global.
+_SEND_V2: Final = RequestCode.SEND_MESSAGE_V2
+_SEND_BATCH: Final = RequestCode.SEND_BATCH_MESSAGE
+_SUCCESS: Final = ResponseCode.SUCCESS
+_UNKNOWN_STATUS: Final = (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR")
 _V2_TOPIC_KEY: Final = SEND_V2_KEYS["topic"]
 _V2_BATCH_KEY: Final = SEND_V2_KEYS["batch"]
 
@@ -67,9 +73,7 @@ def _decode_header(request: RemotingCommand) -> SendMessageRequestHeader:
     # Java sends SEND_BATCH_MESSAGE with SendMessageRequestHeaderV2's one-letter keys (the
     # broker's parseRequestHeader reads it as V2); the long keys are accepted there as well.
     code = request.code
-    short = code == RequestCode.SEND_MESSAGE_V2 or (
-        code == RequestCode.SEND_BATCH_MESSAGE and _V2_TOPIC_KEY in ext
-    )
+    short = code == _SEND_V2 or (code == _SEND_BATCH and _V2_TOPIC_KEY in ext)
     try:
         header = decode_send_header(ext, short)
     except HeaderFieldError as exc:
@@ -109,7 +113,7 @@ class SendProcessor:
             header = _decode_header(request)
             self._check(connection, header)
             born_host = _peer_host(connection)
-            if request.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
+            if request.code == _SEND_BATCH or header.batch:
                 return await self._send_batch(request, header, born_host)
             return await self._send_one(request, header, born_host)
         finally:
@@ -174,17 +178,18 @@ class SendProcessor:
     def _message(
         self, header: SendMessageRequestHeader, body: bytes, properties: str, flag: int, born: bytes
     ) -> MessageToStore:
+        # positional, in field order: keywords make type() build a dict per message
         return MessageToStore(
-            topic=header.topic,
-            queue_id=header.queue_id,
-            body=body,
-            properties=properties,
-            flag=flag,
-            sys_flag=header.sys_flag,
-            born_timestamp=header.born_timestamp or int(time.time() * 1000),
-            born_host=born,
-            store_host=self.state.store_host,
-            reconsume_times=header.reconsume_times or 0,
+            header.topic,
+            header.queue_id,
+            body,
+            properties,
+            flag,
+            header.sys_flag,
+            header.born_timestamp or int(time.time() * 1000),
+            born,
+            self.state.store_host,
+            header.reconsume_times or 0,
         )
 
     async def _send_one(
@@ -218,10 +223,8 @@ class SendProcessor:
     def _answer(
         self, request: RemotingCommand, header: SendMessageRequestHeader, result: PutMessageResult
     ) -> RemotingCommand:
-        code, remark = _STATUS_CODES.get(
-            result.status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR")
-        )
-        if result.remark and code != ResponseCode.SUCCESS:
+        code, remark = _STATUS_CODES.get(result.status, _UNKNOWN_STATUS)
+        if result.remark and code != _SUCCESS:
             remark = result.remark  # the store says exactly why (disk full, slave, size)
         append = result.append
         if not result.ok or append is None:

@@ -118,9 +118,16 @@ send_headers = st.builds(
     max_reconsume_times=st.none() | INT32,
 )
 # what a damaged or odd header may hold where a value is expected
-ODD_VALUES = st.sampled_from(
-    ["", " 7 ", "1_000", "TRUE", "True", "1", "0", "x", "2147483648", "-2147483649", "9" * 30]
-) | st.text(max_size=6)
+ODD_VALUES = (
+    st.sampled_from(
+        ["", " 7 ", "1_000", "TRUE", "True", "1", "0", "x", "2147483648", "-2147483649", "9" * 30]
+    )
+    # the compiled twin reads plain decimals of up to 18 digits itself, int() the rest
+    | st.sampled_from(["+5", "-", "-0", "007", "\u0661\u0662", "9" * 18, "-" + "9" * 18])
+    | st.sampled_from(["1" + "0" * 18, str(2**63 - 1), str(-(2**63)), str(2**63), "--1"])
+    | st.integers(-(2**64), 2**64).map(str)
+    | st.text(max_size=6)
+)
 
 
 def send_outcome(twin: Any, ext: dict[str, str], short: bool) -> Any:
