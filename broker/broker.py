@@ -19,6 +19,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from tidemq.broker.acl_rules import AclRules
+from tidemq.broker.acl_validator import PlainAccessValidator
+from tidemq.broker.acl_watch import AclWatcher, acl_paths, rocketmq_home
 from tidemq.broker.config import BrokerConfig, RemotingConfig
 from tidemq.broker.long_polling import PullRequestHoldService
 from tidemq.broker.managers.clients import Channel, ConsumerManager, ProducerManager
@@ -134,6 +137,16 @@ class Broker(Service):
         )
         # The sends of one read are appended with one system call (MessageStore.begin_gathering).
         self.server.read_scope = _GatheredAppends(self.store)
+        # Only with aclEnable: without the hook a request pays nothing for ACL.
+        self.acl: PlainAccessValidator | None = None
+        self.acl_watcher: AclWatcher | None = None
+        if config.acl_enable:
+            acl = self.acl = PlainAccessValidator(AclRules())
+            self.server.add_hook(acl)
+            self.acl_watcher = AclWatcher(
+                lambda: acl_paths(config.acl_file, rocketmq_home()),
+                acl.use,
+            )
         self.namesrv_client = RemotingClient(idle_timeout=0)
         self.registration: NameServerRegistration | None = None
         self.ha_service: HAService | None = None
@@ -368,6 +381,8 @@ class Broker(Service):
         await self.start_child(Step(stop=self.namesrv_client.close))
         await self.start_child(self.store)
         await self.start_child(Step(stop=self._persist_managers))
+        if self.acl_watcher is not None:  # the rules are loaded before the first request
+            await self.start_child(self.acl_watcher)
         await self.start_child(self.server)
         self.state.advertised_address = f"{self.config.advertised_ip}:{self.listen_port}"
         self.state.store_host = pack_host(self.config.advertised_ip, self.listen_port)

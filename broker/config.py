@@ -76,6 +76,10 @@ class BrokerConfig:
         120_000, min_value=1000, doc="ms without heartbeat before a client is dropped"
     )
     metrics_port: int = setting(-1, min_value=-1, max_value=65535, doc="tidemq: Prometheus port")
+    acl_enable: bool = setting(False, doc="check every request against the plain ACL files")
+    acl_file: str = setting(
+        "", doc="tidemq: the plain ACL file (default $ROCKETMQ_HOME/conf/plain_acl.yml)"
+    )
 
     @property
     def advertised_ip(self) -> str:
@@ -96,3 +100,5 @@ class BrokerConfig:
                 raise ConfigError(f"namesrvAddr: {address!r} is not host:port")
         if not self.broker_name.strip():
             raise ConfigError("brokerName: must not be empty")
+        if self.acl_enable and not self.acl_file and not os.environ.get("ROCKETMQ_HOME"):
+            raise ConfigError("aclEnable: set aclFile, or ROCKETMQ_HOME for conf/plain_acl.yml")

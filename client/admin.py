@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tidemq.client.api import BrokerAPI, PullResult, SendResult
-from tidemq.client.config import parse_namesrv_addr
+from tidemq.client.config import parse_namesrv_addr, session_credentials
 from tidemq.client.errors import BrokerResponseError, ClientError, TideMQError, TopicNotExistError
 from tidemq.client.message import Message, UniqueIdGenerator
 from tidemq.client.protocol.admin import (
@@ -77,12 +77,17 @@ class AdminClient(Service):
         *,
         timeout: float = DEFAULT_ADMIN_TIMEOUT,
         serialize_type: SerializeType = SerializeType.JSON,
+        access_key: str = "",
+        secret_key: str = "",
     ) -> None:
         self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         if not self.namesrv_addrs:
             raise ClientError("no name server address: pass -n host:port or set NAMESRV_ADDR")
         self.api = BrokerAPI(
-            RemotingClient(connect_timeout=timeout), serialize_type=serialize_type, timeout=timeout
+            RemotingClient(connect_timeout=timeout),
+            serialize_type=serialize_type,
+            timeout=timeout,
+            credentials=session_credentials(access_key, secret_key),
         )
         self._ids: UniqueIdGenerator | None = None
         super().__init__()

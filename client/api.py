@@ -57,6 +57,7 @@ from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.json_body import dumps, loads_fastjson
+from tidemq.client.remoting.signing import RequestSigner, SessionCredentials
 from tidemq.store.record import StoredMessage, decode_record
 
 DEFAULT_TIMEOUT = 3.0
@@ -144,10 +145,13 @@ class BrokerAPI:
         *,
         serialize_type: SerializeType = SerializeType.MSGPACK,
         timeout: float = DEFAULT_TIMEOUT,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.remoting = remoting or RemotingClient()
         self.serialize_type = serialize_type
         self.timeout = timeout
+        # Signs every request built by `request` (RocketMQ's AclClientRPCHook).
+        self._signer = RequestSigner(credentials) if credentials is not None else None
 
     async def close(self) -> None:
         await self.remoting.close()
@@ -157,7 +161,10 @@ class BrokerAPI:
     def request(
         self, code: int, ext: dict[str, str] | None = None, body: bytes = b""
     ) -> RemotingCommand:
-        return RemotingCommand.request(code, ext, body, serialize_type=self.serialize_type)
+        request = RemotingCommand.request(code, ext, body, serialize_type=self.serialize_type)
+        if self._signer is not None:
+            self._signer.sign(request)
+        return request
 
     async def invoke(
         self, address: str, request: RemotingCommand, timeout: float | None = None

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from tidemq.client.errors import ClientError
 from tidemq.client.remoting.codes import SerializeType
+from tidemq.client.remoting.signing import SessionCredentials
 
 DEFAULT_INSTANCE = "DEFAULT"
 _SEPARATORS = re.compile(r"[;,]")
@@ -77,6 +78,8 @@ class ClientConfig:
     persist_consumer_offset_interval: float = 5.0
     mq_client_api_timeout: float = 3.0
     serialize_type: SerializeType = SerializeType.MSGPACK
+    # Every request is signed with these when set (the broker's plain ACL, aclEnable=true).
+    credentials: SessionCredentials | None = None
 
     @classmethod
     def create(
@@ -87,7 +90,31 @@ class ClientConfig:
             config = replace(config, instance_name=f"{os.getpid()}#{random.getrandbits(40):x}")
         return config
 
+    @classmethod
+    def for_client(
+        cls,
+        config: ClientConfig | None,
+        namesrv_addr: str | Iterable[str] | None,
+        *,
+        access_key: str = "",
+        secret_key: str = "",
+    ) -> ClientConfig:
+        """A producer's or consumer's config: `config`, or one made from `namesrv_addr`, signing
+        with `access_key`/`secret_key` when they are given."""
+        config = config or cls.create(namesrv_addr)
+        credentials = session_credentials(access_key, secret_key)
+        return replace(config, credentials=credentials) if credentials else config
+
     @property
     def client_id(self) -> str:
         ident = f"{self.client_ip}@{self.instance_name}"
         return f"{ident}@{self.unit_name}" if self.unit_name else ident
+
+
+def session_credentials(access_key: str, secret_key: str) -> SessionCredentials | None:
+    """Credentials when both keys are given, None when neither is; one alone is an error."""
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise ClientError("an access key needs its secret key, and a secret key its access key")
+    return SessionCredentials(access_key, secret_key)

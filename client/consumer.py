@@ -186,11 +186,15 @@ class AsyncPushConsumer(AsyncLifecycle):
         max_reconsume_times: int = 16,
         offset_store_dir: str | Path | None = None,
         executor: concurrent.futures.Executor | None = None,
+        access_key: str = "",
+        secret_key: str = "",
     ) -> None:
         if not group:
             raise ClientError("a consumer needs a group name")
         self.group = group
-        self.config = config or ClientConfig.create(namesrv_addr)
+        self.config = ClientConfig.for_client(
+            config, namesrv_addr, access_key=access_key, secret_key=secret_key
+        )
         self.message_model = message_model
         self.consume_from_where = consume_from_where
         self.consume_timestamp = consume_timestamp or int((time.time() - 1800) * 1000)

@@ -68,6 +68,7 @@ class ClientInstance(Service):
             self.remoting,
             serialize_type=config.serialize_type,
             timeout=config.mq_client_api_timeout,
+            credentials=config.credentials,
         )
         self.routes: dict[str, TopicRouteData] = {}
         self.publish_infos: dict[str, TopicPublishInfo] = {}

@@ -91,11 +91,15 @@ class AsyncProducer(AsyncLifecycle):
         max_message_size: int = 4 * 1024 * 1024,
         default_topic_queue_nums: int = 4,
         latency_fault_enabled: bool = False,
+        access_key: str = "",
+        secret_key: str = "",
     ) -> None:
         if not group:
             raise ClientError("a producer needs a group name")
         self.group = group
-        self.config = config or ClientConfig.create(namesrv_addr)
+        self.config = ClientConfig.for_client(
+            config, namesrv_addr, access_key=access_key, secret_key=secret_key
+        )
         self.timeout = timeout
         self.retry_times = retry_times
         self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok

@@ -76,11 +76,15 @@ class AsyncPullConsumer(AsyncLifecycle):
         pull_batch_size: int = 32,
         buffer_per_queue: int = 1000,
         offset_store_dir: str | Path | None = None,
+        access_key: str = "",
+        secret_key: str = "",
     ) -> None:
         if not group:
             raise ClientError("a consumer needs a group name")
         self.group = group
-        self.config = config or ClientConfig.create(namesrv_addr)
+        self.config = ClientConfig.for_client(
+            config, namesrv_addr, access_key=access_key, secret_key=secret_key
+        )
         self.message_model = message_model
         self.consume_from_where = consume_from_where
         self.consume_timestamp = consume_timestamp or int((time.time() - 1800) * 1000)

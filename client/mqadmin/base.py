@@ -28,8 +28,30 @@ DEFAULT_NAMESRV: Final = "127.0.0.1:9876"
 TIMESTAMP_FORMAT: Final = "%Y-%m-%d#%H:%M:%S:%f"
 
 
+ACCESS_KEY_ENV: Final = "TIDEMQ_ACCESS_KEY"
+SECRET_KEY_ENV: Final = "TIDEMQ_SECRET_KEY"
+
+
 def make_admin(namesrv_addr: str) -> AdminClient:
-    return AdminClient(namesrv_addr)
+    meta = _command_meta()
+    return AdminClient(
+        namesrv_addr,
+        access_key=meta.get("access_key") or "",
+        secret_key=meta.get("secret_key") or "",
+    )
+
+
+def _command_meta() -> dict[str, Any]:
+    """What the connection options of the running command left in its context (`common`)."""
+    context = click.get_current_context(silent=True)
+    return context.meta if context is not None else {}
+
+
+def _keep(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def store(context: click.Context, _param: click.Parameter, value: Any) -> None:
+        context.meta[name] = value
+
+    return store
 
 
 @dataclass(slots=True)
@@ -75,13 +97,31 @@ class CommandError(ClientError):
 def main() -> None:
     """mqadmin: RocketMQ's admin commands for a tidemq cluster.
 
-    Every command takes -n host:port[;host:port] (default: $NAMESRV_ADDR, else 127.0.0.1:9876)
-    and --json (machine-readable output). On failure it prints one line to stderr and exits 1.
+    Every command takes -n host:port[;host:port] (default: $NAMESRV_ADDR, else 127.0.0.1:9876),
+    --json (machine-readable output) and --ak/--sk (credentials for a broker with aclEnable,
+    default $TIDEMQ_ACCESS_KEY/$TIDEMQ_SECRET_KEY). On failure it prints one line to stderr and
+    exits 1.
     """
 
 
 def common(func: F) -> F:
-    """Add `-n/--namesrvAddr` and `--json` to a subcommand."""
+    """Add `-n/--namesrvAddr`, `--json` and the connection options to a subcommand."""
+    func = click.option(
+        "--ak",
+        "--accessKey",
+        envvar=ACCESS_KEY_ENV,
+        expose_value=False,
+        callback=_keep("access_key"),
+        help=f"Access key of the broker's plain ACL [default: ${ACCESS_KEY_ENV}].",
+    )(func)
+    func = click.option(
+        "--sk",
+        "--secretKey",
+        envvar=SECRET_KEY_ENV,
+        expose_value=False,
+        callback=_keep("secret_key"),
+        help=f"Secret key that signs the requests [default: ${SECRET_KEY_ENV}].",
+    )(func)
     func = click.option(
         "-n",
         "--namesrvAddr",
