@@ -5,7 +5,8 @@ the test runner down and every step starts from a fresh client:
 
     python tests/integration/cpp_peer.py '<json spec>'
 
-Specs (`namesrv`, `group` and `topic` in every one):
+Specs (`namesrv`, `group` and `topic` in every one; `credentials`, `[access_key, secret_key,
+channel]`, in any: the client signs its requests with them, `set_session_credentials`):
 
 - `{"op": "produce", "messages": [{"body": ..., "tags": ..., "keys": ..., "props": {...}}]}`:
   one `send_sync` per message, in order; prints `{"event": "sent", "index", "status",
@@ -65,6 +66,8 @@ def _message(topic: str, spec: dict[str, Any]) -> Message:
 def _producer(spec: dict[str, Any]) -> Producer:
     producer = Producer(spec["group"], timeout=spec.get("send_timeout_ms", 5000))
     producer.set_namesrv_addr(spec["namesrv"])
+    if spec.get("credentials"):
+        producer.set_session_credentials(*spec["credentials"])
     producer.start()
     return producer
 
@@ -129,6 +132,8 @@ def consume(spec: dict[str, Any]) -> None:
 
     consumer = PushConsumer(spec["group"])
     consumer.set_namesrv_addr(spec["namesrv"])
+    if spec.get("credentials"):
+        consumer.set_session_credentials(*spec["credentials"])
     consumer.subscribe(spec["topic"], on_message, spec.get("expression", "*"))
     consumer.start()
     emit(event="started")
