@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from tidemq.client.api import BrokerAPI
+from tidemq.client.config import session_credentials
 from tidemq.client.errors import BrokerResponseError, RemotingError, TideMQError
 from tidemq.client.protocol.models import MASTER_ID
 from tidemq.client.routing import topic_route_to_subscribe_queues
@@ -53,7 +54,10 @@ class BrokerClient:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.api = BrokerAPI(timeout=REQUEST_TIMEOUT)
+        self.api = BrokerAPI(
+            timeout=REQUEST_TIMEOUT,
+            credentials=session_credentials(options.access_key, options.secret_key),
+        )
         # brokerName -> {brokerId: address}, from the latest routes.
         self.addrs: dict[str, dict[int, str]] = {}
         self.queue_keys: list[QueueKey] = []

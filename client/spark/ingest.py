@@ -246,6 +246,12 @@ def _pairs(values: Sequence[str], what: str) -> dict[str, str]:
 @click.option("--read-from-slave", is_flag=True, help="prefer slaves for reads")
 @click.option("--partition-by", help="comma list of columns to partition the output by")
 @click.option(
+    "--access-key", envvar="TIDEMQ_ACCESS_KEY", help="ACL access key [env TIDEMQ_ACCESS_KEY]"
+)
+@click.option(
+    "--secret-key", envvar="TIDEMQ_SECRET_KEY", help="ACL secret key [env TIDEMQ_SECRET_KEY]"
+)
+@click.option(
     "--option",
     "source_option",
     multiple=True,
@@ -271,6 +277,8 @@ def cli(
     fail_on_data_loss: bool,
     read_from_slave: bool,
     partition_by: str | None,
+    access_key: str | None,
+    secret_key: str | None,
     source_option: tuple[str, ...],
     master: str | None,
     spark_conf: tuple[str, ...],
@@ -290,6 +298,8 @@ def cli(
     }
     if max_offsets_per_trigger is not None:
         options["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
+    if access_key or secret_key:
+        options.update(accessKey=access_key or "", secretKey=secret_key or "")
     options.update(_pairs(source_option, "--option"))
     settings = IngestSettings(
         source_options=options,

@@ -28,7 +28,10 @@ Names follow Spark's Kafka source where there is an equivalent (defaults in brac
   window's decoding has a fixed cost, which 2048 rows halve against 1024);
 - `pullsInFlight` [4]: concurrent pulls per task;
 - `pollTimeoutMs` [120000]: how long a task waits for data it expects before failing;
-- `offsetFetchIntervalMs` [100]: streaming, how long queue max offsets are reused.
+- `offsetFetchIntervalMs` [100]: streaming, how long queue max offsets are reused;
+- `accessKey`, `secretKey` [unset]: credentials for brokers with `aclEnable`; every request is
+  signed with them (both or neither; the secret is in the options pickled into each task, as
+  Kafka's `sasl.jaas.config` is, and left out of their repr).
 
 Offsets JSON (`startingOffsets`, `endingOffsets`, and what goes into Spark's checkpoint) is
 `{"<topic>": {"<brokerName>": {"<queueId>": <offset>}}}`: the offset of the next message to read,
@@ -42,10 +45,10 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
-from tidemq.client.config import parse_namesrv_addr
+from tidemq.client.config import parse_namesrv_addr, session_credentials
 from tidemq.client.errors import ClientError
 from tidemq.store.tags import parse_tag_expression
 
@@ -94,6 +97,8 @@ class SourceOptions:
     pulls_in_flight: int = 4
     poll_timeout_ms: int = 120_000
     offset_fetch_interval_ms: int = 100
+    access_key: str = ""
+    secret_key: str = field(default="", repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -135,6 +140,12 @@ class SourceOptions:
             raise OptionError(f"tags: {tags!r} names no tag")
         timestamp = _non_negative(opts, "startingTimestamp")
         fetch_interval = _non_negative(opts, "offsetFetchIntervalMs")
+        access_key = opts.get("accesskey", "").strip()
+        secret_key = opts.get("secretkey", "").strip()
+        try:
+            session_credentials(access_key, secret_key)
+        except ClientError as exc:
+            raise OptionError(f"accessKey/secretKey: {exc}") from None
         return cls(
             namesrv_addr=namesrv,
             topics=topics,
@@ -154,6 +165,8 @@ class SourceOptions:
             pulls_in_flight=_positive(opts, "pullsInFlight") or 4,
             poll_timeout_ms=_positive(opts, "pollTimeoutMs") or 120_000,
             offset_fetch_interval_ms=100 if fetch_interval is None else fetch_interval,
+            access_key=access_key,
+            secret_key=secret_key,
         )
 
     @property
@@ -180,6 +193,8 @@ _KNOWN: Final = (
     "pullsInFlight",
     "pollTimeoutMs",
     "offsetFetchIntervalMs",
+    "accessKey",
+    "secretKey",
 )
 
 

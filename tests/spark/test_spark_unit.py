@@ -632,3 +632,28 @@ def test_ingest_cli_refuses_conflicting_triggers_before_starting_spark() -> None
     assert result.exit_code == 2 and "exclude each other" in result.output
     result = CliRunner().invoke(cli, ["-n", NS, "-t", "T", "-o", "/x", "-c", "/y", "--conf", "x"])
     assert result.exit_code == 2 and "expected key=value" in result.output
+
+
+def test_credentials_options_sign_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidemq.client.spark.brokers import BrokerClient
+
+    parsed = options(accessKey="spark-reader", secretKey="spark-secret")
+    assert (parsed.access_key, parsed.secret_key) == ("spark-reader", "spark-secret")
+    assert "spark-secret" not in repr(parsed)
+    assert pickle.loads(pickle.dumps(parsed)) == parsed
+    request = BrokerClient(parsed).api.request(11, {"topic": "T"})
+    assert request.ext_fields["AccessKey"] == "spark-reader" and "Signature" in request.ext_fields
+    assert "AccessKey" not in BrokerClient(options()).api.request(11, {}).ext_fields
+    with pytest.raises(OptionError, match="accessKey/secretKey"):
+        options(accessKey="spark-reader")
+
+    from click.testing import CliRunner
+
+    import tidemq.client.spark.ingest as ingest
+
+    seen: list[dict[str, str]] = []
+    monkeypatch.setattr(ingest, "run", lambda settings: seen.append(settings.source_options) or 0)
+    args = ["-n", NS, "-t", "T", "-o", "/x", "-c", "/y", "--access-key", "ak-ingest"]
+    result = CliRunner().invoke(cli, args, env={"TIDEMQ_SECRET_KEY": "sk-ingest"})
+    assert result.exit_code == 0, result.output
+    assert seen[0]["accessKey"] == "ak-ingest" and seen[0]["secretKey"] == "sk-ingest"
