@@ -460,3 +460,36 @@ def test_a_bad_file_at_start_stops_start_up(tmp_path: Path) -> None:
     watcher = AclWatcher(lambda: [path], PlainAccessValidator(AclRules()).use)
     with pytest.raises(ConfigError, match=r"^aclFile: .*plain_acl.yml: not YAML"):
         watcher.load_now()
+
+
+# --- our clients sign ------------------------------------------------------------------------
+
+
+def test_every_client_signs_when_given_keys() -> None:
+    from tidemq.client.admin import AdminClient
+    from tidemq.client.consumer import AsyncPushConsumer, PushConsumer
+    from tidemq.client.errors import ClientError
+    from tidemq.client.instance import ClientInstance
+    from tidemq.client.producer import AsyncProducer, Producer
+    from tidemq.client.pull_consumer import AsyncPullConsumer, PullConsumer
+
+    keys = {"access_key": USER.access_key, "secret_key": USER.secret_key}
+    clients = [
+        AsyncProducer("g", "127.0.0.1:1", **keys),
+        AsyncPushConsumer("g", "127.0.0.1:1", **keys),
+        AsyncPullConsumer("g", "127.0.0.1:1", **keys),
+        Producer("g", "127.0.0.1:1", **keys)._async,
+        PushConsumer("g", "127.0.0.1:1", **keys)._async,
+        PullConsumer("g", "127.0.0.1:1", **keys)._async,
+    ]
+    for client in clients:
+        assert client.config.credentials == USER
+        api = ClientInstance(client.config).api
+        request = api.request(RequestCode.SEND_MESSAGE_V2, send_v2("topicB"), b"x")
+        assert refusal(request) is None
+    admin = AdminClient("127.0.0.1:1", **keys)
+    assert refusal(admin.api.request(RequestCode.PULL_MESSAGE, {"topic": "topicC"})) is None
+    unsigned = AsyncProducer("g", "127.0.0.1:1")
+    assert unsigned.config.credentials is None
+    with pytest.raises(ClientError, match="access key needs its secret key"):
+        AsyncProducer("g", "127.0.0.1:1", access_key="only-the-key")
