@@ -134,6 +134,7 @@ class Broker(Service):
             max_frame_size=self.remoting.max_frame_size,
             idle_timeout=self.remoting.server_channel_max_idle_time_seconds,
             name=f"broker {config.broker_name}",
+            tls=self.remoting.server_tls(),
         )
         # The sends of one read are appended with one system call (MessageStore.begin_gathering).
         self.server.read_scope = _GatheredAppends(self.store)
@@ -147,7 +148,10 @@ class Broker(Service):
                 lambda: acl_paths(config.acl_file, rocketmq_home()),
                 acl.use,
             )
-        self.namesrv_client = RemotingClient(idle_timeout=0)
+        client_tls = self.remoting.client_tls()
+        # The broker's own connections (name servers, its master): TLS with tls.enable.
+        self.client_tls = client_tls.context() if client_tls is not None else None
+        self.namesrv_client = RemotingClient(idle_timeout=0, tls=self.client_tls)
         self.registration: NameServerRegistration | None = None
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
@@ -163,9 +167,10 @@ class Broker(Service):
                 self.offsets,
                 self.delay_offsets,
                 self.ha_config.slave_synchronize_interval,
+                tls=self.client_tls,
             )
         else:
-            self.offset_reconciler = OffsetReconciler(self.state, self.offsets)
+            self.offset_reconciler = OffsetReconciler(self.state, self.offsets, self.client_tls)
         self.last_register_result: RegisterBrokerResult | None = None
         self.register_result_listeners: list[Callable[[RegisterBrokerResult], None]] = []
         self._background: set[asyncio.Task[None]] = set()

@@ -12,6 +12,7 @@ import socket
 from dataclasses import dataclass
 
 from tidemq.client.config import local_ip
+from tidemq.client.remoting.tls import ClientAuth, TlsClientSettings, TlsMode, TlsServerSettings
 from tidemq.store.errors import ConfigError
 from tidemq.store.settings import setting
 
@@ -30,6 +31,63 @@ class RemotingConfig:
     max_frame_size: int = setting(
         16 * 1024 * 1024, min_value=1024, doc="largest remoting frame accepted (tidemq)"
     )
+    # RocketMQ's TlsSystemConfig keys (client/remoting/tls.py says what the modes do).
+    tls_server_mode: TlsMode = setting(
+        TlsMode.disabled, key="tls.server.mode", doc="disabled, permissive or enforcing"
+    )
+    tls_server_cert_path: str = setting("", key="tls.server.certPath", doc="PEM certificate")
+    tls_server_key_path: str = setting("", key="tls.server.keyPath", doc="PEM private key")
+    tls_server_key_password: str = setting("", key="tls.server.keyPassword")
+    tls_server_trust_cert_path: str = setting(
+        "", key="tls.server.trustCertPath", doc="PEM CAs that client certificates must chain to"
+    )
+    tls_server_need_client_auth: ClientAuth = setting(
+        ClientAuth.none, key="tls.server.need.client.auth", doc="none, optional or require"
+    )
+    tls_enable: bool = setting(
+        False, key="tls.enable", doc="this daemon's own connections (name servers, master) use TLS"
+    )
+    tls_client_trust_cert_path: str = setting("", key="tls.client.trustCertPath")
+    tls_client_auth_server: bool = setting(
+        True, key="tls.client.authServer", doc="verify the server (RocketMQ's default: false)"
+    )
+    tls_client_cert_path: str = setting("", key="tls.client.certPath")
+    tls_client_key_path: str = setting("", key="tls.client.keyPath")
+    tls_client_key_password: str = setting("", key="tls.client.keyPassword")
+
+    def server_tls(self) -> TlsServerSettings:
+        return TlsServerSettings(
+            self.tls_server_mode,
+            self.tls_server_cert_path,
+            self.tls_server_key_path,
+            self.tls_server_key_password,
+            self.tls_server_trust_cert_path,
+            self.tls_server_need_client_auth,
+        )
+
+    def client_tls(self) -> TlsClientSettings | None:
+        """How this daemon connects to others; None: plaintext."""
+        if not self.tls_enable:
+            return None
+        return TlsClientSettings(
+            self.tls_client_trust_cert_path,
+            self.tls_client_auth_server,
+            self.tls_client_cert_path,
+            self.tls_client_key_path,
+            self.tls_client_key_password,
+        )
+
+    def validate(self) -> None:
+        if self.tls_server_mode is not TlsMode.disabled:
+            for key, path in (
+                ("tls.server.certPath", self.tls_server_cert_path),
+                ("tls.server.keyPath", self.tls_server_key_path),
+            ):
+                if not path:
+                    raise ConfigError(f"{key}: required when tls.server.mode is not disabled")
+        needs_trust = self.tls_server_need_client_auth is not ClientAuth.none
+        if needs_trust and not self.tls_server_trust_cert_path:
+            raise ConfigError("tls.server.trustCertPath: required to authenticate clients")
 
 
 @dataclass(frozen=True, slots=True)

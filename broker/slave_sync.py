@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager, parse_offset_table
 from tidemq.broker.managers.delay_offset import DelayOffsetTable, parse_delay_offsets
@@ -47,6 +48,8 @@ class SlaveSynchronize:
         offsets: ConsumerOffsetManager,
         delay_offsets: DelayOffsetTable,
         interval_ms: int,
+        *,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.state = state
         self.topics = topics
@@ -55,7 +58,7 @@ class SlaveSynchronize:
         self.delay_offsets = delay_offsets
         self.interval = interval_ms / 1000
         self.master_address: str | None = None
-        self.api = BrokerAPI(serialize_type=SerializeType.JSON, timeout=SYNC_TIMEOUT)
+        self.api = BrokerAPI(serialize_type=SerializeType.JSON, timeout=SYNC_TIMEOUT, tls=tls)
         self.syncs = 0
         self._task: asyncio.Task[None] | None = None
         self._now = asyncio.Event()
@@ -104,10 +107,15 @@ class SlaveSynchronize:
 class OffsetReconciler:
     """On a master: adopt the larger consumer offsets its slaves hold."""
 
-    def __init__(self, state: BrokerState, offsets: ConsumerOffsetManager) -> None:
+    def __init__(
+        self,
+        state: BrokerState,
+        offsets: ConsumerOffsetManager,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.state = state
         self.offsets = offsets
-        self.api = BrokerAPI(serialize_type=SerializeType.JSON, timeout=SYNC_TIMEOUT)
+        self.api = BrokerAPI(serialize_type=SerializeType.JSON, timeout=SYNC_TIMEOUT, tls=tls)
         self._running: asyncio.Task[None] | None = None
 
     def request(self) -> None:

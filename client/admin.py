@@ -51,6 +51,7 @@ from tidemq.client.protocol.namesrv import KVTable, TopicList
 from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from tidemq.client.remoting.json_body import loads_fastjson
+from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.store.lifecycle import Service, Step
 from tidemq.store.record import StoredMessage, decode_message_id, pack_host
 
@@ -79,12 +80,13 @@ class AdminClient(Service):
         serialize_type: SerializeType = SerializeType.JSON,
         access_key: str = "",
         secret_key: str = "",
+        tls: TlsClientSettings | None = None,
     ) -> None:
         self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         if not self.namesrv_addrs:
             raise ClientError("no name server address: pass -n host:port or set NAMESRV_ADDR")
         self.api = BrokerAPI(
-            RemotingClient(connect_timeout=timeout),
+            RemotingClient(connect_timeout=timeout, tls=tls.context() if tls is not None else None),
             serialize_type=serialize_type,
             timeout=timeout,
             credentials=session_credentials(access_key, secret_key),

@@ -13,6 +13,7 @@ Our client writes msgpack headers (serialisation type 2) by default; `serialize_
 from __future__ import annotations
 
 import enum
+import ssl
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -146,8 +147,9 @@ class BrokerAPI:
         serialize_type: SerializeType = SerializeType.MSGPACK,
         timeout: float = DEFAULT_TIMEOUT,
         credentials: SessionCredentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        self.remoting = remoting or RemotingClient()
+        self.remoting = remoting or RemotingClient(tls=tls)
         self.serialize_type = serialize_type
         self.timeout = timeout
         # Signs every request built by `request` (RocketMQ's AclClientRPCHook).

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from tidemq.client.errors import ClientError
 from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.signing import SessionCredentials
+from tidemq.client.remoting.tls import TlsClientSettings
 
 DEFAULT_INSTANCE = "DEFAULT"
 _SEPARATORS = re.compile(r"[;,]")
@@ -80,6 +81,8 @@ class ClientConfig:
     serialize_type: SerializeType = SerializeType.MSGPACK
     # Every request is signed with these when set (the broker's plain ACL, aclEnable=true).
     credentials: SessionCredentials | None = None
+    # Connections to name servers and brokers are TLS when set (their tls.server.mode).
+    tls: TlsClientSettings | None = None
 
     @classmethod
     def create(
@@ -98,12 +101,15 @@ class ClientConfig:
         *,
         access_key: str = "",
         secret_key: str = "",
+        tls: TlsClientSettings | None = None,
     ) -> ClientConfig:
         """A producer's or consumer's config: `config`, or one made from `namesrv_addr`, signing
-        with `access_key`/`secret_key` when they are given."""
+        with `access_key`/`secret_key` and connecting with `tls` when they are given."""
         config = config or cls.create(namesrv_addr)
         credentials = session_credentials(access_key, secret_key)
-        return replace(config, credentials=credentials) if credentials else config
+        if credentials is not None:
+            config = replace(config, credentials=credentials)
+        return replace(config, tls=tls) if tls is not None else config
 
     @property
     def client_id(self) -> str:

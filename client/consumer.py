@@ -72,6 +72,7 @@ from tidemq.client.pulling import (
     open_offset_store,
     pull_queue,
 )
+from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.client.sync import AsyncLifecycle, BlockingTwin
 from tidemq.store.lifecycle import cancel_and_wait
 from tidemq.store.tags import TagFilter, parse_tag_expression
@@ -188,12 +189,13 @@ class AsyncPushConsumer(AsyncLifecycle):
         executor: concurrent.futures.Executor | None = None,
         access_key: str = "",
         secret_key: str = "",
+        tls: TlsClientSettings | None = None,
     ) -> None:
         if not group:
             raise ClientError("a consumer needs a group name")
         self.group = group
         self.config = ClientConfig.for_client(
-            config, namesrv_addr, access_key=access_key, secret_key=secret_key
+            config, namesrv_addr, access_key=access_key, secret_key=secret_key, tls=tls
         )
         self.message_model = message_model
         self.consume_from_where = consume_from_where

@@ -63,7 +63,11 @@ class ClientInstance(Service):
         super().__init__()
         self.config = config
         self.client_id = config.client_id
-        self.remoting = RemotingClient(self._serve, connect_timeout=config.mq_client_api_timeout)
+        self.remoting = RemotingClient(
+            self._serve,
+            connect_timeout=config.mq_client_api_timeout,
+            tls=config.tls.context() if config.tls is not None else None,
+        )
         self.api = BrokerAPI(
             self.remoting,
             serialize_type=config.serialize_type,

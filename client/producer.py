@@ -38,6 +38,7 @@ from tidemq.client.message import Message, SendResult, UniqueIdGenerator
 from tidemq.client.protocol.headers import SendMessageRequestHeader
 from tidemq.client.protocol.heartbeat import MessageQueue
 from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.client.routing import TopicPublishInfo
 from tidemq.client.sync import AsyncLifecycle, BlockingTwin, call, submit
 from tidemq.store.batch_body import encode_batch_body
@@ -93,12 +94,13 @@ class AsyncProducer(AsyncLifecycle):
         latency_fault_enabled: bool = False,
         access_key: str = "",
         secret_key: str = "",
+        tls: TlsClientSettings | None = None,
     ) -> None:
         if not group:
             raise ClientError("a producer needs a group name")
         self.group = group
         self.config = ClientConfig.for_client(
-            config, namesrv_addr, access_key=access_key, secret_key=secret_key
+            config, namesrv_addr, access_key=access_key, secret_key=secret_key, tls=tls
         )
         self.timeout = timeout
         self.retry_times = retry_times

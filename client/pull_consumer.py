@@ -39,6 +39,7 @@ from tidemq.client.protocol.heartbeat import (
     SubscriptionData,
 )
 from tidemq.client.pulling import allocate_queues, compute_pull_from, open_offset_store, pull_queue
+from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.client.sync import AsyncLifecycle, BlockingTwin, call
 from tidemq.store.lifecycle import cancel_and_wait
 from tidemq.store.tags import parse_tag_expression
@@ -78,12 +79,13 @@ class AsyncPullConsumer(AsyncLifecycle):
         offset_store_dir: str | Path | None = None,
         access_key: str = "",
         secret_key: str = "",
+        tls: TlsClientSettings | None = None,
     ) -> None:
         if not group:
             raise ClientError("a consumer needs a group name")
         self.group = group
         self.config = ClientConfig.for_client(
-            config, namesrv_addr, access_key=access_key, secret_key=secret_key
+            config, namesrv_addr, access_key=access_key, secret_key=secret_key, tls=tls
         )
         self.message_model = message_model
         self.consume_from_where = consume_from_where

@@ -60,6 +60,7 @@ class NameServer(Service):
             max_frame_size=remoting.max_frame_size,
             idle_timeout=float(remoting.server_channel_max_idle_time_seconds),
             name="namesrv",
+            tls=remoting.server_tls(),
         )
         for code, processor in self.processor.processors().items():
             self.server.register(code, processor)

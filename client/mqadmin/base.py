@@ -21,6 +21,7 @@ import click
 
 from tidemq.client.admin import AdminClient
 from tidemq.client.errors import BrokerResponseError, ClientError, TideMQError
+from tidemq.client.remoting.tls import TlsClientSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,6 +39,21 @@ def make_admin(namesrv_addr: str) -> AdminClient:
         namesrv_addr,
         access_key=meta.get("access_key") or "",
         secret_key=meta.get("secret_key") or "",
+        tls=_tls_settings(meta),
+    )
+
+
+def _tls_settings(meta: dict[str, Any]) -> TlsClientSettings | None:
+    """TLS when --tls or any other TLS option is given; the server is verified unless
+    --tls-insecure."""
+    names = ("tls", "tls_trust", "tls_cert", "tls_key", "tls_insecure")
+    if not any(meta.get(name) for name in names):
+        return None
+    return TlsClientSettings(
+        trust_cert_path=meta.get("tls_trust") or "",
+        verify=not meta.get("tls_insecure"),
+        cert_path=meta.get("tls_cert") or "",
+        key_path=meta.get("tls_key") or "",
     )
 
 
@@ -98,14 +114,34 @@ def main() -> None:
     """mqadmin: RocketMQ's admin commands for a tidemq cluster.
 
     Every command takes -n host:port[;host:port] (default: $NAMESRV_ADDR, else 127.0.0.1:9876),
-    --json (machine-readable output) and --ak/--sk (credentials for a broker with aclEnable,
-    default $TIDEMQ_ACCESS_KEY/$TIDEMQ_SECRET_KEY). On failure it prints one line to stderr and
-    exits 1.
+    --json (machine-readable output), --ak/--sk (credentials for a broker with aclEnable,
+    default $TIDEMQ_ACCESS_KEY/$TIDEMQ_SECRET_KEY) and --tls (with --tls-trust CA file,
+    --tls-cert/--tls-key). On failure it prints one line to stderr and exits 1.
     """
 
 
 def common(func: F) -> F:
     """Add `-n/--namesrvAddr`, `--json` and the connection options to a subcommand."""
+    for flag, name, help_text in (
+        ("--tls", "tls", "Connect with TLS, verifying the servers' certificates [env TIDEMQ_TLS]."),
+        ("--tls-insecure", "tls_insecure", "TLS without verifying the servers (tests only)."),
+    ):
+        func = click.option(
+            flag,
+            is_flag=True,
+            envvar="TIDEMQ_TLS" if name == "tls" else None,
+            expose_value=False,
+            callback=_keep(name),
+            help=help_text,
+        )(func)
+    for flag, name, help_text in (
+        ("--tls-trust", "tls_trust", "PEM CAs to verify servers with [default: the system's]."),
+        ("--tls-cert", "tls_cert", "PEM client certificate, for servers that ask for one."),
+        ("--tls-key", "tls_key", "PEM key of --tls-cert."),
+    ):
+        func = click.option(
+            flag, metavar="FILE", expose_value=False, callback=_keep(name), help=help_text
+        )(func)
     func = click.option(
         "--ak",
         "--accessKey",

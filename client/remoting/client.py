@@ -3,7 +3,8 @@
 `invoke(addr, request, timeout)` sends a request and returns the response; `invoke_oneway`
 sends without waiting. A broken connection is dropped and the next call reconnects. Requests the
 peer initiates (NOTIFY_CONSUMER_IDS_CHANGED, RESET_CONSUMER_CLIENT_OFFSET, ...) go to the
-handler given at construction. Connections unused for `idle_timeout` are closed.
+handler given at construction. Connections unused for `idle_timeout` are closed. With a `tls`
+context every connection is TLS, the server's certificate checked as the context says.
 
 Failures are `client.errors` exceptions, raised here and nowhere translated again: `ConnectError`
 (the address cannot be reached, or `ConnectionClosedError`: the connection closed while a call
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 
 from tidemq.client.errors import ConnectError, RequestTimeoutError
@@ -42,8 +44,11 @@ class RemotingClient:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         idle_timeout: float = 120.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._handler = handler
+        # Connections are TLS with this context (client/remoting/tls.py), verifying the server.
+        self.tls = tls
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self.idle_timeout = idle_timeout
@@ -79,9 +84,16 @@ class RemotingClient:
 
         try:
             _transport, connection = await asyncio.wait_for(
-                loop.create_connection(factory, host, port), self.connect_timeout
+                loop.create_connection(
+                    factory,
+                    host,
+                    port,
+                    ssl=self.tls,
+                    server_hostname=host if self.tls is not None else None,
+                ),
+                self.connect_timeout,
             )
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
             raise ConnectError(f"cannot connect to {address}: {exc}") from exc
         self._connections[address] = connection
         if self._idle_task is None and self.idle_timeout > 0:

@@ -30,6 +30,7 @@ from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.connection import ReadScope, RemotingConnection
 from tidemq.client.remoting.frame import DEFAULT_MAX_FRAME_SIZE
+from tidemq.client.remoting.tls import TlsAcceptor, TlsServerSettings, listening_socket
 from tidemq.store.errors import TideMQError
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class RemotingServer:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         idle_timeout: float = 120.0,
         name: str = "remoting",
+        tls: TlsServerSettings | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -89,6 +91,10 @@ class RemotingServer:
         # without a copy or an allocation per request.
         self.hooks: tuple[RequestHook, ...] = ()
         self._server: asyncio.Server | None = None
+        # TLS ports accept connections themselves (client/remoting/tls.py); plaintext ones
+        # through asyncio's server.
+        self.tls = tls if tls is not None and tls.enabled else None
+        self._tls_acceptor: TlsAcceptor | None = None
         self._idle_task: asyncio.Task[None] | None = None
 
     def register(self, code: int, processor: Processor) -> None:
@@ -100,14 +106,24 @@ class RemotingServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._new_connection, self.host, self.port, reuse_address=True, backlog=1024
-        )
-        sockets = self._server.sockets
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        if self.tls is not None:
+            context = self.tls.context()
+            sock = listening_socket(self.host, self.port)
+            self.port = sock.getsockname()[1]
+            self._tls_acceptor = TlsAcceptor(
+                sock, self._new_connection, context, self.tls.mode, self.name
+            )
+            self._tls_acceptor.start()
+        else:
+            self._server = await loop.create_server(
+                self._new_connection, self.host, self.port, reuse_address=True, backlog=1024
+            )
+            sockets = self._server.sockets
+            if sockets:
+                self.port = sockets[0].getsockname()[1]
         self._idle_task = loop.create_task(self._close_idle(), name=f"{self.name}-idle")
-        log.info("%s listening on %s:%d", self.name, self.host, self.port)
+        tls = f" (TLS {self.tls.mode.value})" if self.tls is not None else ""
+        log.info("%s listening on %s:%d%s", self.name, self.host, self.port, tls)
 
     def _new_connection(self) -> RemotingConnection:
         connection = RemotingConnection(
@@ -189,6 +205,9 @@ class RemotingServer:
             self._idle_task = None
         if self._server is not None:
             self._server.close()
+        if self._tls_acceptor is not None:
+            await self._tls_acceptor.stop()
+            self._tls_acceptor = None
         connections = list(self.connections)
         if connections:
             await asyncio.gather(*(c.wait_requests_done(grace) for c in connections))

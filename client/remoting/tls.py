@@ -1,0 +1,241 @@
+"""TLS for remoting ports (RocketMQ's TlsSystemConfig and TlsHelper): settings, contexts, and the
+accept loop of a port that speaks TLS.
+
+Server modes (`tls.server.mode`): `disabled` (plaintext only; tidemq's default, RocketMQ's is
+permissive with a self-signed test certificate), `permissive` (TLS and plaintext on one port)
+and `enforcing` (TLS only). A TLS port accepts each connection itself and peeks at its first
+byte without consuming it: 0x16 (a TLS handshake record) is handed to asyncio with the server's
+SSL context, anything else is plaintext, taken in permissive mode and closed in enforcing mode
+with one log line naming the peer. A handshake that fails (garbage, an untrusted or expired
+certificate, a client without the certificate a `require` port asks for) closes the connection
+with one log line giving the reason; other connections are not affected. A connection that
+sends nothing for `FIRST_BYTE_TIMEOUT` seconds is closed.
+
+Client authentication (`tls.server.need.client.auth`): `none`, `optional` (a certificate, when
+sent, must be trusted) or `require`. Client certificates are checked against
+`tls.server.trustCertPath` (a PEM bundle of CAs).
+
+A client verifies the server's certificate and name by default (`TlsClientSettings`): against
+its `trust_cert_path` bundle, else the system's CAs. `verify=False` is RocketMQ's
+`tls.client.authServer=false` and is for tests and trusted networks only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import socket
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from tidemq.store.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+TLS_HANDSHAKE: Final = 0x16  # the content type of a TLS handshake record
+FIRST_BYTE_TIMEOUT: Final = 10.0
+HANDSHAKE_TIMEOUT: Final = 10.0
+
+
+# Member names are RocketMQ's words: configuration files name enums by member name.
+class TlsMode(enum.Enum):
+    disabled = "disabled"
+    permissive = "permissive"
+    enforcing = "enforcing"
+
+
+class ClientAuth(enum.Enum):
+    none = "none"
+    optional = "optional"
+    require = "require"
+
+
+class TlsSetupError(ConfigError):
+    """A certificate, key or trust file that cannot be used; the message names its key (a
+    daemon stops at start-up with it, as with any bad setting)."""
+
+
+def _load_chain(
+    context: ssl.SSLContext, cert_path: str, key_path: str, password: str, what: str
+) -> None:
+    try:
+        context.load_cert_chain(cert_path, key_path or None, password or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsSetupError(f"{what}: cannot load {cert_path} / {key_path}: {exc}") from None
+
+
+def _load_trust(context: ssl.SSLContext, trust_path: str, what: str) -> None:
+    try:
+        context.load_verify_locations(cafile=trust_path)
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsSetupError(f"{what}: cannot load {trust_path}: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class TlsServerSettings:
+    mode: TlsMode = TlsMode.disabled
+    cert_path: str = ""
+    key_path: str = ""
+    key_password: str = field(default="", repr=False)
+    trust_cert_path: str = ""
+    client_auth: ClientAuth = ClientAuth.none
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode is not TlsMode.disabled
+
+    def context(self) -> ssl.SSLContext:
+        """The server's SSL context (`TlsSetupError` naming the file that does not load)."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if not self.cert_path:
+            raise TlsSetupError("tls.server.certPath: a TLS port needs a certificate")
+        _load_chain(context, self.cert_path, self.key_path, self.key_password, "tls.server")
+        if self.client_auth is not ClientAuth.none:
+            if not self.trust_cert_path:
+                raise TlsSetupError(
+                    "tls.server.trustCertPath: client authentication needs the CAs to trust"
+                )
+            _load_trust(context, self.trust_cert_path, "tls.server.trustCertPath")
+            context.verify_mode = (
+                ssl.CERT_REQUIRED if self.client_auth is ClientAuth.require else ssl.CERT_OPTIONAL
+            )
+        return context
+
+
+@dataclass(frozen=True, slots=True)
+class TlsClientSettings:
+    """How a client connects with TLS: verifying the server unless `verify` is False."""
+
+    trust_cert_path: str = ""
+    verify: bool = True
+    cert_path: str = ""
+    key_path: str = ""
+    key_password: str = field(default="", repr=False)
+
+    def context(self) -> ssl.SSLContext:
+        try:  # the bundle given, else the system's CAs
+            context = ssl.create_default_context(cafile=self.trust_cert_path or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise TlsSetupError(
+                f"tls.client.trustCertPath: cannot load {self.trust_cert_path}: {exc}"
+            ) from None
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if not self.verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if self.cert_path:
+            _load_chain(context, self.cert_path, self.key_path, self.key_password, "tls.client")
+        return context
+
+
+class TlsAcceptor:
+    """The accept loop of a TLS port (see the module docstring): each accepted socket is
+    peeked at, then handed to `loop.connect_accepted_socket` with or without the context."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        factory: Callable[[], asyncio.Protocol],
+        context: ssl.SSLContext,
+        mode: TlsMode,
+        name: str,
+    ) -> None:
+        self.sock = sock
+        self.factory = factory
+        self.context = context
+        self.mode = mode
+        self.name = name
+        self._task: asyncio.Task[None] | None = None
+        self._admitting: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        self.sock.setblocking(False)
+        self._task = asyncio.get_running_loop().create_task(
+            self._accept_loop(), name=f"{self.name}-tls-accept"
+        )
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, address = await loop.sock_accept(self.sock)
+            except OSError as exc:
+                log.warning("%s: accept failed: %s", self.name, exc)
+                await asyncio.sleep(0.1)
+                continue
+            task = loop.create_task(self._admit(conn, address))
+            self._admitting.add(task)
+            task.add_done_callback(self._admitting.discard)
+
+    async def _admit(self, conn: socket.socket, address: object) -> None:
+        peer = _peer_text(address)
+        conn.setblocking(False)
+        try:
+            first = await asyncio.wait_for(_peek(conn), FIRST_BYTE_TIMEOUT)
+        except (TimeoutError, OSError):
+            conn.close()
+            return
+        if not first:
+            conn.close()
+            return
+        is_tls = first[0] == TLS_HANDSHAKE
+        if not is_tls and self.mode is TlsMode.enforcing:
+            log.warning("%s: plaintext from %s on a TLS-only port: closed", self.name, peer)
+            conn.close()
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            if is_tls:
+                await loop.connect_accepted_socket(
+                    self.factory, conn, ssl=self.context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT
+                )
+            else:
+                await loop.connect_accepted_socket(self.factory, conn)
+        except (ssl.SSLError, OSError, TimeoutError, ConnectionError) as exc:
+            log.warning("%s: TLS handshake with %s failed: %s", self.name, peer, exc or "timeout")
+            conn.close()
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self._admitting) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._task = None
+        self.sock.close()
+
+
+async def _peek(conn: socket.socket) -> bytes:
+    """The first byte `conn` has to read, left in the socket for whoever reads next."""
+    loop = asyncio.get_running_loop()
+    readable = loop.create_future()
+    fd = conn.fileno()
+
+    def wake() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await readable
+    finally:
+        loop.remove_reader(fd)
+    return conn.recv(1, socket.MSG_PEEK)
+
+
+def _peer_text(address: object) -> str:
+    if isinstance(address, tuple) and len(address) >= 2:
+        return f"{address[0]}:{address[1]}"
+    return str(address)
+
+
+def listening_socket(host: str, port: int, backlog: int = 1024) -> socket.socket:
+    """A bound, listening TCP socket, as `create_server` makes one (SO_REUSEADDR)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=backlog)
