@@ -23,6 +23,7 @@ from tidemq.broker.acl_rules import AclRules
 from tidemq.broker.acl_validator import PlainAccessValidator
 from tidemq.broker.acl_watch import AclWatcher, acl_paths, rocketmq_home
 from tidemq.broker.config import BrokerConfig, RemotingConfig
+from tidemq.broker.ha_guard import ha_connect, ha_listen
 from tidemq.broker.long_polling import PullRequestHoldService
 from tidemq.broker.managers.clients import Channel, ConsumerManager, ProducerManager
 from tidemq.broker.managers.config_file import ConfigManager, config_dir
@@ -159,7 +160,12 @@ class Broker(Service):
         self.offset_reconciler: OffsetReconciler | None = None
         self.schedule: ScheduleMessageService | None = None
         if store_config.broker_role is BrokerRole.SLAVE:
-            self.ha_client = HAClient(self.store, self.ha_config, resync=self._resync)
+            self.ha_client = HAClient(
+                self.store,
+                self.ha_config,
+                resync=self._resync,
+                connect=ha_connect(self.ha_config),
+            )
             self.slave_sync = SlaveSynchronize(
                 self.state,
                 self.topics,
@@ -396,7 +402,11 @@ class Broker(Service):
         else:
             ha_service = self.ha_service = await self.start_child(
                 HAService(
-                    self.store, self.ha_config, self.remoting.bind_address, self.ha_listen_port
+                    self.store,
+                    self.ha_config,
+                    self.remoting.bind_address,
+                    self.ha_listen_port,
+                    listen=ha_listen(self.ha_config),
                 )
             )
             await self.start_child(

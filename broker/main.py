@@ -98,7 +98,11 @@ def main(
     configure_logging(f"{settings.broker.broker_name}/{role}")
     for key in settings.unknown:
         log.warning("unknown configuration key %s ignored", key)
-    broker = Broker(settings.broker, settings.store, settings.remoting, settings.ha)
+    try:  # certificates and keys are loaded here
+        broker = Broker(settings.broker, settings.store, settings.remoting, settings.ha)
+    except ConfigError as exc:
+        click.echo(f"brokerd: {exc}", err=True)
+        sys.exit(1)
 
     async def start() -> None:
         try:

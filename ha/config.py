@@ -6,9 +6,13 @@ broker resolves it, so here -1 means "derive".
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
+from tidemq.store.errors import ConfigError
 from tidemq.store.settings import setting
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +45,56 @@ class HAConfig:
     slave_synchronize_interval: int = setting(
         10_000, min_value=100, doc="tidemq: SlaveSynchronize period (RocketMQ: 10 s)"
     )
+    # The HA port's guards (tidemq's own; ha/transport.py says what they do).
+    ha_allowed_slave_addresses: str = setting(
+        "", doc="tidemq: addresses or CIDR networks, ',' or ';' separated; empty: any"
+    )
+    ha_tls_enable: bool = setting(
+        False, doc="tidemq: the HA stream in TLS; both sides present certificates"
+    )
+    ha_tls_cert_path: str = setting("", doc="tidemq: this broker's PEM certificate for HA")
+    ha_tls_key_path: str = setting("", doc="tidemq: its PEM private key")
+    ha_tls_trust_cert_path: str = setting(
+        "", doc="tidemq: PEM CAs the other side's certificate must chain to"
+    )
+
+    @property
+    def allowed_slave_networks(self) -> tuple[Network, ...]:
+        """The allow-list (empty: every address may connect)."""
+        return parse_networks(self.ha_allowed_slave_addresses)
+
+    def validate(self) -> None:
+        parse_networks(self.ha_allowed_slave_addresses)
+        if self.ha_tls_enable:
+            for key, value in (
+                ("haTlsCertPath", self.ha_tls_cert_path),
+                ("haTlsKeyPath", self.ha_tls_key_path),
+                ("haTlsTrustCertPath", self.ha_tls_trust_cert_path),
+            ):
+                if not value:
+                    raise ConfigError(f"{key}: required with haTlsEnable=true")
+
+
+def parse_networks(text: str) -> tuple[Network, ...]:
+    """`haAllowedSlaveAddresses`' networks (ConfigError naming the entry that is not one)."""
+    networks = []
+    for entry in filter(None, (e.strip() for e in text.replace(";", ",").split(","))):
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ConfigError(
+                f"haAllowedSlaveAddresses: {entry!r} is not an address or a CIDR network"
+            ) from None
+    return tuple(networks)
+
+
+def address_allowed(networks: tuple[Network, ...], ip: str) -> bool:
+    """Whether a peer's IP text falls in one of `networks` (an IPv4-mapped IPv6 address counts
+    as its IPv4 address)."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in networks)

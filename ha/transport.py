@@ -6,6 +6,15 @@ when injected (the unit tests wire master and slave to each other in memory).
   port actually bound (port 0 asks for a free one).
 - `Connect(address)` opens one connection to a master's "host:port" HA address.
 
+On TCP, the HA port may be guarded (tidemq's own keys, beyond RocketMQ; the broker builds the
+arguments from ha/config.py): `allow` is asked for each connecting peer's IP before anything
+else happens, and a peer it refuses is closed before a byte is read or sent, with one log line;
+`tls` then upgrades the allowed connection to TLS (the broker's context asks for a client
+certificate trusted by `haTlsTrustCertPath`, so a slave must hold one), and a failed handshake
+is closed and logged the same way. The slave connects with its own context (verifying the
+master's certificate and presenting its own). The bytes inside TLS are RocketMQ's HA stream,
+unchanged.
+
 `ChunkReceiver` is how the slave reads: every received chunk is handed to a callback as soon as
 it arrives. On a transport that lets its protocol be replaced (TCP), the callback runs in the
 transport's own receive callback, so the bytes are appended to the CommitLog while they are
@@ -18,6 +27,8 @@ through their StreamReader.
 from __future__ import annotations
 
 import asyncio
+import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Protocol, cast
 
@@ -26,6 +37,10 @@ STREAM_READ_CHUNK = 1024 * 1024
 # What a master's connection may hold unsent before its writer waits (drain): a few transfer
 # spans, so that the socket always has the next one while the service reads the file.
 MASTER_WRITE_BUFFER = 16 * 1024 * 1024
+
+log = logging.getLogger(__name__)
+
+TLS_HANDSHAKE_TIMEOUT = 10.0
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Accept = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -41,8 +56,17 @@ Listen = Callable[[Accept, str, int], Awaitable[tuple[Listening, int]]]
 Connect = Callable[[str], Awaitable[Streams]]
 
 
-async def listen_tcp(accept: Accept, host: str, port: int) -> tuple[Listening, int]:
+async def listen_tcp(
+    accept: Accept,
+    host: str,
+    port: int,
+    *,
+    allow: Callable[[str], bool] | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> tuple[Listening, int]:
     async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if (allow is not None or tls is not None) and not await _admit(writer, allow, tls):
+            return
         writer.transport.set_write_buffer_limits(MASTER_WRITE_BUFFER)
         await accept(reader, writer)
 
@@ -51,9 +75,37 @@ async def listen_tcp(accept: Accept, host: str, port: int) -> tuple[Listening, i
     return server, sockets[0].getsockname()[1] if sockets else port
 
 
-async def connect_tcp(address: str) -> Streams:
+async def _admit(
+    writer: asyncio.StreamWriter,
+    allow: Callable[[str], bool] | None,
+    tls: ssl.SSLContext | None,
+) -> bool:
+    """Whether a new connection may go on: its address allowed, its TLS handshake done."""
+    peer = writer.get_extra_info("peername")
+    ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+    address = f"{ip}:{peer[1]}" if isinstance(peer, tuple) else ip
+    if allow is not None and not allow(ip):
+        log.warning("HA: connection from %s refused: not in haAllowedSlaveAddresses", address)
+        writer.transport.abort()
+        return False
+    if tls is not None:
+        try:
+            await writer.start_tls(tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
+        except (ssl.SSLError, OSError, TimeoutError) as exc:
+            log.warning("HA: TLS handshake with %s failed: %s", address, exc or "timeout")
+            writer.transport.abort()
+            return False
+    return True
+
+
+async def connect_tcp(address: str, *, tls: ssl.SSLContext | None = None) -> Streams:
     host, _sep, port = address.rpartition(":")
-    return await asyncio.open_connection(host.strip("[]"), int(port))
+    host = host.strip("[]")
+    if tls is None:
+        return await asyncio.open_connection(host, int(port))
+    return await asyncio.open_connection(
+        host, int(port), ssl=tls, server_hostname=host, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT
+    )
 
 
 OnChunk = Callable[[bytes], None]
