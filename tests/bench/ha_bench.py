@@ -179,29 +179,42 @@ async def _dispatch_behind(api: BrokerAPI, address: str) -> int:
     return int(KVTable.decode(response.body).table["dispatchBehindBytes"])
 
 
-async def _catch_up(group: ProcessGroup, namesrv: Daemon, folder: Path, backlog: int) -> CatchUp:
+async def _catch_up(
+    group: ProcessGroup,
+    namesrv: Daemon,
+    folder: Path,
+    backlog: int,
+    *,
+    tag: str = "cu",
+    master_extra: tuple[str, ...] = (),
+    slave_extra: tuple[str, ...] = (),
+) -> CatchUp:
+    """A slave's catch-up of a master's backlog (the pair named after `tag`; `*_extra` are
+    more brokerd overrides, e.g. the security section's TLS keys)."""
     api = BrokerAPI(timeout=30)
     try:
         master = group.brokerd(
             namesrv.address,
-            folder / "cu-master",
+            folder / f"{tag}-master",
             "brokerRole=ASYNC_MASTER",
             *BIG_STORE,
             *_catch_up_store(backlog),
-            "brokerName=broker-cu",
-            name="cu-master",
+            f"brokerName=broker-{tag}",
+            *master_extra,
+            name=f"{tag}-master",
         )
         await _fill(api, master.address, backlog)
         target = int((await ha_status(api, master.address))["masterCommitLogMaxOffset"])  # type: ignore[call-overload]
         slave = group.brokerd(
             namesrv.address,
-            folder / "cu-slave",
+            folder / f"{tag}-slave",
             "brokerRole=SLAVE",
             "brokerId=1",
             *BIG_STORE,
             *_catch_up_store(backlog),
-            "brokerName=broker-cu",
-            name="cu-slave",
+            f"brokerName=broker-{tag}",
+            *slave_extra,
+            name=f"{tag}-slave",
         )
         started = time.perf_counter()
         first = None

@@ -10,6 +10,14 @@
   about 19 us per 32 KiB batch on each side (0.6 us per message), plus some 4 us of Python per
   request on each side for a single send (the sorted ext values, the HMAC object, Base64, the
   permission look-up).
+- TLS pulls: one broker with `tls.server.mode=permissive` (TLS and plaintext on one port) holding
+  a backlog; pulls of 32 from 8 queues, 8 in flight, over plaintext and over TLS in turn, best
+  of `ROUNDS`; the ratio TLS / plaintext (reported, no target).
+- HA catch-up over TLS: a slave catching up a master's backlog (256 MiB by default,
+  TIDEMQ_BENCH_SECURITY_HA_MB), plaintext and then with `haTlsEnable` (certificates on both
+  sides), as the HA section measures it; the ratio TLS / plaintext (reported, no target).
+
+Certificates are made for the run (tests/support/certs.py).
 """
 
 from __future__ import annotations
@@ -18,11 +26,15 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.bench import BROKER_SIZES, Result, env_int, run_on_uvloop, temp_dir
-from tests.bench.broker_bench import _batched_sends, _single_sends
+from tests.bench import BROKER_SIZES, Result, env_int, one_broker, run_on_uvloop, temp_dir
+from tests.bench.broker_bench import QUEUES, TOPIC, _batched_sends, _pulls, _single_sends
+from tests.bench.cpu import BrokerCpu
+from tests.bench.ha_bench import _catch_up
+from tests.support.certs import Pki, make_pki
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI
 from tidemq.client.remoting.signing import SessionCredentials
+from tidemq.client.remoting.tls import TlsClientSettings
 
 ROUNDS = 3
 BENCH_ACCOUNT = SessionCredentials("bench-account", "bench-secret")
@@ -64,38 +76,148 @@ def _brokers(folder: Path) -> Iterator[tuple[Daemon, Daemon]]:
 async def _acl(plain: Daemon, guarded: Daemon, messages: int) -> list[Result]:
     off = BrokerAPI()
     on = BrokerAPI(credentials=BENCH_ACCOUNT)
+    # (kind, ACL on) -> best rate, and least CPU (broker + client, us per message): CPU time is
+    # what a loaded machine moves least.
     best: dict[tuple[str, bool], float] = {}
+    least_cpu: dict[tuple[str, bool], float] = {}
     try:
         for api, address in ((off, plain.address), (on, guarded.address)):
             await _batched_sends(api, address, 3200)  # warm up: topic creation, connections
         for _round in range(ROUNDS):
-            for acl, api, address in ((False, off, plain.address), (True, on, guarded.address)):
-                rates = {
-                    "batched": await _batched_sends(api, address, messages),
-                    "single": await _single_sends(api, address, messages // 4),
-                }
-                for kind, rate in rates.items():
+            for acl, api, broker in ((False, off, plain), (True, on, guarded)):
+                assert broker.pid is not None
+                for kind, count, phase in (
+                    ("batched", messages, _batched_sends),
+                    ("single", messages // 4, _single_sends),
+                ):
+                    before = BrokerCpu.now(broker.pid)
+                    rate = await phase(api, broker.address, count)
+                    cpu = BrokerCpu.now(broker.pid).per_message(before, count)
+                    spent = cpu["broker_user"] + cpu["broker_system"] + cpu["client"]
                     best[kind, acl] = max(best.get((kind, acl), 0.0), rate)
+                    least_cpu[kind, acl] = min(least_cpu.get((kind, acl), spent), spent)
     finally:
         await off.close()
         await on.close()
     results = []
     for kind, label in (("batched", "batched sends (32 x 1 KiB)"), ("single", "single sends")):
         off_rate, on_rate = best[kind, False], best[kind, True]
-        print(f"{label:<32} ACL off {off_rate:>10,.0f} msg/s   ACL on {on_rate:>10,.0f} msg/s")
-        results.append(
+        off_cpu, on_cpu = least_cpu[kind, False], least_cpu[kind, True]
+        print(
+            f"{label:<28} ACL off {off_rate:>9,.0f} msg/s {off_cpu:5.1f} us/msg   "
+            f"ACL on {on_rate:>9,.0f} msg/s {on_cpu:5.1f} us/msg (CPU: broker + client)"
+        )
+        results += [
             Result(
                 f"{label}: ACL on / ACL off",
                 on_rate / off_rate,
                 "x",
                 0.95,
                 note=f"off {off_rate:,.0f} msg/s, on {on_rate:,.0f} msg/s",
-            )
-        )
+            ),
+            Result(
+                f"{label}: CPU per message, ACL on - off",
+                on_cpu - off_cpu,
+                "us",
+                note=f"broker + client: off {off_cpu:.1f} us, on {on_cpu:.1f} us",
+            ),
+        ]
     return results
+
+
+def _server_tls(pki: Pki, mode: str) -> tuple[str, ...]:
+    return (
+        f"tls.server.mode={mode}",
+        f"tls.server.certPath={pki.server.cert}",
+        f"tls.server.keyPath={pki.server.key}",
+    )
+
+
+async def _tls_pulls(broker: Daemon, pki: Pki, messages: int) -> list[Result]:
+    plain = BrokerAPI()
+    tls = BrokerAPI(tls=TlsClientSettings(trust_cert_path=str(pki.ca)).context())
+    best = {False: 0.0, True: 0.0}
+    try:
+        await _batched_sends(plain, broker.address, messages)
+        per_queue = min([await plain.get_max_offset(broker.address, TOPIC, q) for q in range(8)])
+        for _round in range(ROUNDS):
+            for over_tls, api in ((False, plain), (True, tls)):
+                rate = await _pulls(api, broker.address, per_queue)
+                best[over_tls] = max(best[over_tls], rate)
+    finally:
+        await plain.close()
+        await tls.close()
+    print(
+        f"pulls (32 per request, {QUEUES} queues): plaintext {best[False]:,.0f} msg/s, "
+        f"TLS {best[True]:,.0f} msg/s",
+        flush=True,
+    )
+    return [
+        Result(
+            "pulls: TLS / plaintext",
+            best[True] / best[False],
+            "x",
+            note=f"plaintext {best[False]:,.0f} msg/s, TLS {best[True]:,.0f} msg/s",
+        )
+    ]
+
+
+async def _ha_catch_up(folder: Path, pki: Pki, backlog: int) -> list[Result]:
+    group = ProcessGroup(folder / "logs")
+    master_tls = (
+        "haTlsEnable=true",
+        f"haTlsCertPath={pki.server.cert}",
+        f"haTlsKeyPath={pki.server.key}",
+        f"haTlsTrustCertPath={pki.ca}",
+    )
+    slave_tls = (
+        "haTlsEnable=true",
+        f"haTlsCertPath={pki.client.cert}",
+        f"haTlsKeyPath={pki.client.key}",
+        f"haTlsTrustCertPath={pki.ca}",
+    )
+    try:
+        namesrv = group.namesrvd(name="namesrvd")
+        plain = await _catch_up(group, namesrv, folder, backlog, tag="plain")
+        group.stop_all()  # one pair at a time on the disk and the cores
+        group = ProcessGroup(folder / "logs-tls")
+        namesrv = group.namesrvd(name="namesrvd")
+        over_tls = await _catch_up(
+            group,
+            namesrv,
+            folder,
+            backlog,
+            tag="tls",
+            master_extra=master_tls,
+            slave_extra=slave_tls,
+        )
+    finally:
+        group.stop_all()
+    print(
+        f"HA catch-up of {backlog >> 20} MiB: plaintext {plain.mb_s:,.0f} MB/s, "
+        f"TLS {over_tls.mb_s:,.0f} MB/s; slave CPU per GB receiving: "
+        f"{plain.receive_cpu:.2f} s vs {over_tls.receive_cpu:.2f} s",
+        flush=True,
+    )
+    return [
+        Result(
+            "HA catch-up: TLS / plaintext",
+            over_tls.mb_s / plain.mb_s,
+            "x",
+            note=f"plaintext {plain.mb_s:,.0f} MB/s, TLS {over_tls.mb_s:,.0f} MB/s",
+        )
+    ]
 
 
 def run() -> list[Result]:
     messages = env_int("TIDEMQ_BENCH_SECURITY_MESSAGES", 64_000)
-    with temp_dir("security") as folder, _brokers(folder) as (plain, guarded):
-        return run_on_uvloop(_acl(plain, guarded, messages))
+    backlog = env_int("TIDEMQ_BENCH_SECURITY_HA_MB", 256) * 1024 * 1024
+    results: list[Result] = []
+    with temp_dir("security") as folder:
+        pki = make_pki(folder / "pki")
+        with _brokers(folder) as (plain, guarded):
+            results += run_on_uvloop(_acl(plain, guarded, messages))
+        with one_broker("security-tls", *_server_tls(pki, "permissive")) as (_namesrv, broker):
+            results += run_on_uvloop(_tls_pulls(broker, pki, messages))
+        results += run_on_uvloop(_ha_catch_up(folder, pki, backlog))
+    return results

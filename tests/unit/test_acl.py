@@ -493,3 +493,23 @@ def test_every_client_signs_when_given_keys() -> None:
     assert unsigned.config.credentials is None
     with pytest.raises(ClientError, match="access key needs its secret key"):
         AsyncProducer("g", "127.0.0.1:1", access_key="only-the-key")
+
+
+@given(
+    st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=12),
+    st.binary(max_size=64),
+    st.randoms(use_true_random=False),
+)
+def test_signature_is_the_sorted_reference_whatever_the_key_order(
+    ext: dict[str, str], body: bytes, rnd: object
+) -> None:
+    import hashlib
+    import hmac
+
+    content = "".join(ext[k] for k in sorted(ext) if k not in ("Signature", "_UNIQUE_KEY_QUERY"))
+    expected = hmac.new(b"secret-key", content.encode() + body, hashlib.sha1).digest()
+    keys = list(ext)
+    rnd.shuffle(keys)  # type: ignore[attr-defined]
+    for order in (list(ext), keys):
+        shuffled = {k: ext[k] for k in order}
+        assert signature("secret-key", shuffled, body) == base64.b64encode(expected).decode()
