@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import json
 import logging
 from pathlib import Path
 
@@ -513,3 +514,62 @@ def test_signature_is_the_sorted_reference_whatever_the_key_order(
     for order in (list(ext), keys):
         shuffled = {k: ext[k] for k in order}
         assert signature("secret-key", shuffled, body) == base64.b64encode(expected).decode()
+
+
+_CODES = [
+    RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+    RequestCode.PULL_MESSAGE, RequestCode.QUERY_MESSAGE, RequestCode.HEART_BEAT,
+    RequestCode.UNREGISTER_CLIENT, RequestCode.CONSUMER_SEND_MSG_BACK,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP, RequestCode.UPDATE_CONSUMER_OFFSET,
+    RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.GET_MAX_OFFSET,
+]  # fmt: skip
+_FIELDS = st.sampled_from(
+    ["a", "b", "topic", "group", "consumerGroup", "AccessKey", "Signature", "x", "%RETRY%g"]
+)
+_JSON_ISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner),
+    max_leaves=12,
+)
+
+
+@given(
+    st.sampled_from(_CODES),
+    st.dictionaries(_FIELDS | st.text(max_size=6), st.text(max_size=12), max_size=8),
+    st.one_of(
+        st.binary(max_size=64),
+        _JSON_ISH.map(lambda v: json.dumps(v).encode()),
+        # heartbeat-shaped, with anything in its places
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "consumerDataSet": st.lists(
+                    st.fixed_dictionaries(
+                        {},
+                        optional={
+                            "groupName": _JSON_ISH,
+                            "subscriptionDataSet": st.lists(
+                                st.fixed_dictionaries({}, optional={"topic": _JSON_ISH})
+                                | _JSON_ISH,
+                                max_size=3,
+                            )
+                            | _JSON_ISH,
+                        },
+                    )
+                    | _JSON_ISH,
+                    max_size=3,
+                )
+                | _JSON_ISH
+            },
+        ).map(lambda v: json.dumps(v).encode()),
+    ),
+    st.booleans(),
+)
+def test_any_request_is_passed_or_refused_with_a_reason(
+    code: int, ext: dict[str, str], body: bytes, sign: bool
+) -> None:
+    request = signed(code, ext, body, USER if sign else None)
+    try:
+        PlainAccessValidator(rules()).check(PEER, request)
+    except AclRefused as refused:
+        assert str(refused)
