@@ -573,3 +573,26 @@ def test_any_request_is_passed_or_refused_with_a_reason(
         PlainAccessValidator(rules()).check(PEER, request)
     except AclRefused as refused:
         assert str(refused)
+
+
+def test_watcher_sees_files_added_to_the_acl_folder(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "plain_acl.yml").write_text(ACL_YML)
+    validator = PlainAccessValidator(AclRules())
+    watcher = AclWatcher(lambda: acl_paths("", str(tmp_path)), validator.use)
+    watcher.load_now()
+    newcomer = SessionCredentials("team-account", "team-secret")
+    request = signed(RequestCode.SEND_MESSAGE_V2, send_v2("teamTopic"), b"x", newcomer)
+    with pytest.raises(AclRefused, match="No acl config for team-account"):
+        validator.check(PEER, request)
+    (conf / "acl" / "teams").mkdir(parents=True)
+    (conf / "acl" / "teams" / "team.yaml").write_text(
+        "accounts: [{accessKey: team-account, secretKey: team-secret, defaultTopicPerm: PUB}]"
+    )
+    assert watcher.poll()
+    validator.check(PEER, request)
+    (conf / "acl" / "teams" / "team.yaml").unlink()
+    assert watcher.poll()
+    with pytest.raises(AclRefused, match="No acl config"):
+        validator.check(PEER, request)
