@@ -173,7 +173,13 @@ class TlsAcceptor:
             task.add_done_callback(self._admitting.discard)
 
     async def _admit(self, conn: socket.socket, address: object) -> None:
-        peer = _peer_text(address)
+        try:
+            await self._hand_over(conn, _peer_text(address))
+        except BaseException:  # cancelled by stop(): the socket is ours to close
+            conn.close()
+            raise
+
+    async def _hand_over(self, conn: socket.socket, peer: str) -> None:
         conn.setblocking(False)
         try:
             first = await asyncio.wait_for(_peek(conn), FIRST_BYTE_TIMEOUT)
@@ -196,7 +202,7 @@ class TlsAcceptor:
                 )
             else:
                 await loop.connect_accepted_socket(self.factory, conn)
-        except (ssl.SSLError, OSError, TimeoutError, ConnectionError) as exc:
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
             log.warning("%s: TLS handshake with %s failed: %s", self.name, peer, exc or "timeout")
             conn.close()
 
