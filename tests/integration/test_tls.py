@@ -138,9 +138,10 @@ async def test_the_client_verifies_the_server_by_default(pki: Pki) -> None:
 async def test_client_authentication(pki: Pki, caplog: pytest.LogCaptureFixture) -> None:
     client = trusting(pki, cert_path=str(pki.client.cert), key_path=str(pki.client.key))
     stranger = trusting(pki, cert_path=str(pki.stranger.cert), key_path=str(pki.stranger.key))
+    expired = trusting(pki, cert_path=str(pki.expired.cert), key_path=str(pki.expired.key))
     async with server(pki, TlsMode.enforcing, ClientAuth.require) as remoting:
         assert await ping(remoting.port, client) == "pong"
-        for refused in (trusting(pki), stranger):
+        for refused in (trusting(pki), stranger, expired):
             with caplog.at_level(logging.WARNING), pytest.raises((ConnectError, TimeoutError)):
                 await ping(remoting.port, refused)
         await eventually(lambda: "TLS handshake with" in caplog.text, "the refusal log")
