@@ -14,7 +14,6 @@ import itertools
 import os
 import random
 import struct
-import threading
 import time
 import zlib
 from collections.abc import Iterable, Mapping
@@ -417,15 +416,14 @@ class UniqueIdGenerator:
 
     def __init__(self, ip: bytes) -> None:
         prefix = ip[-4:].rjust(4, b"\x00") + struct.pack(">H", os.getpid() & 0xFFFF)
-        self._prefix = prefix + random.getrandbits(32).to_bytes(4, "big")
+        self._prefix = (prefix + random.getrandbits(32).to_bytes(4, "big")).hex().upper()
+        # next() of an itertools.count is one C call, atomic under the GIL: no lock needed
         self._counter = itertools.count(random.getrandbits(16))
-        self._lock = threading.Lock()
         now = time.localtime()
         month_start = time.mktime((now.tm_year, now.tm_mon, 1, 0, 0, 0, 0, 0, -1))
         self._base_ms = int(month_start * 1000)
 
     def next_id(self) -> str:
-        with self._lock:
-            count = next(self._counter) & 0xFFFF
+        count = next(self._counter) & 0xFFFF
         elapsed = (int(time.time() * 1000) - self._base_ms) & 0xFFFFFFFF
-        return (self._prefix + struct.pack(">IH", elapsed, count)).hex().upper()
+        return f"{self._prefix}{elapsed:08X}{count:04X}"

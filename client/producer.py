@@ -162,17 +162,18 @@ class AsyncProducer(AsyncLifecycle):
     def _header(
         self, msg: Message, queue: MessageQueue, properties: str, sys_flag: int
     ) -> SendMessageRequestHeader:
+        # positional, in field order: keywords make type() build a dict per send
         return SendMessageRequestHeader(
-            producer_group=self.group,
-            topic=msg.topic,
-            default_topic=AUTO_CREATE_TOPIC,
-            default_topic_queue_nums=self.default_topic_queue_nums,
-            queue_id=queue.queue_id,
-            sys_flag=sys_flag,
-            born_timestamp=int(time.time() * 1000),
-            flag=msg.flag,
-            properties=properties,
-            reconsume_times=0,
+            self.group,
+            msg.topic,
+            AUTO_CREATE_TOPIC,
+            self.default_topic_queue_nums,
+            queue.queue_id,
+            sys_flag,
+            int(time.time() * 1000),
+            msg.flag,
+            properties,
+            0,
         )
 
     async def send(

@@ -169,9 +169,12 @@ def decode_message_id(msg_id: str) -> tuple[tuple[str, int], int]:
 
 
 def encode_properties(properties: Mapping[str, str]) -> str:
+    # a list, not a generator: join() makes one of a generator first anyway
     return "".join(
-        f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}"
-        for name, value in properties.items()
+        [
+            f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}"
+            for name, value in properties.items()
+        ]
     )
 
 

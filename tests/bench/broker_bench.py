@@ -59,14 +59,20 @@ def _props() -> str:
 
 
 def _header(queue_id: int, *, batch: bool = False) -> SendMessageRequestHeader:
+    # as our producer makes it (tidemq.client.producer): positional, in field order
     return SendMessageRequestHeader(
-        producer_group="BenchPG",
-        topic=TOPIC,
-        queue_id=queue_id,
-        born_timestamp=int(time.time() * 1000),
-        properties=None if batch else _props(),
-        default_topic_queue_nums=QUEUES,
-        batch=batch,
+        "BenchPG",
+        TOPIC,
+        "TBW102",
+        QUEUES,
+        queue_id,
+        0,
+        int(time.time() * 1000),
+        0,
+        None if batch else _props(),
+        None,
+        False,
+        batch,
     )
 
 
