@@ -9,8 +9,10 @@ result, same exceptions (tests/unit/test_speedups_remoting.py checks it with hyp
     decode_send_header     client/protocol/headers.py  a send's extFields as its typed header
     decode_msgpack_header  client/remoting/headers.py  a msgpack header as a RemotingCommand
     encode_msgpack_header  client/remoting/headers.py  a RemotingCommand's msgpack header
-    encode_command_parts   client/remoting/frame.py    a msgpack command's prefix and header,
-                                                       and its body
+    decode_json_header     client/remoting/headers.py  a JSON header as a RemotingCommand
+    encode_json_header     client/remoting/headers.py  a RemotingCommand's JSON header
+    encode_command_parts   client/remoting/frame.py    a msgpack or JSON command's prefix and
+                                                       header, and its body
     parse_frames           client/remoting/frame.py    the whole frames of a read as commands
 
 The fast path takes the header every client sends: integer fields that fit, a numeric language,
@@ -215,7 +217,8 @@ def decode_send_header(dict ext, bint short_keys):
 # raises its error.
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcmp, memcpy
 from libc.stdlib cimport malloc, free
@@ -624,10 +627,18 @@ def encode_command_parts(object cmd):
         from tidemq.client.remoting.codes import SerializeType
         _MSGPACK = SerializeType.MSGPACK
     body = cmd.body
-    if cmd.serialize_type is _MSGPACK and type(body) is bytes:
-        head = _encode_fast(cmd, len(<bytes>body))
-        if head is not None:
-            return head, body
+    if type(body) is bytes:
+        kind = cmd.serialize_type
+        if kind is _MSGPACK:
+            head = _encode_fast(cmd, len(<bytes>body))
+            if head is not None:
+                return head, body
+        elif kind is _JSON or (_JSON is None and kind == 0):
+            if _JSON is None:
+                _json_setup()
+            head = _encode_json_fast(cmd, len(<bytes>body))
+            if head is not None:
+                return head, body
     return _PURE_TWINS[_PARTS_PURE_KEY](cmd)
 
 
@@ -682,6 +693,10 @@ def parse_frames(object view, Py_ssize_t max_frame_size):
             command = None
             if word >> 24 == 2:
                 command = _decode_fast(data + pos + 8, header_len, body)
+            elif word >> 24 == 0:
+                if _JSON is None:
+                    _json_setup()
+                command = _decode_json_fast(data + pos + 8, header_len, body)
             if command is None:
                 command = _decode_header(word >> 24, view[pos + 8 : header_end], body)
             commands.append(command)
@@ -695,3 +710,575 @@ def parse_frames(object view, Py_ssize_t max_frame_size):
     finally:
         PyBuffer_Release(&buffer)
     return commands, pos
+
+
+# -- JSON headers -----------------------------------------------------------------------------
+# The header as RocketMQ clients write it (the C++ client: unquoted numbers among extFields, a
+# trailing newline): an object of known keys whose numbers are integers; strings may have
+# escapes (properties hold \u0001 and \u0002). Anything else (lone surrogates, floats,
+# nesting, null fields, unknown or repeated keys, damaged text) goes to the pure twin, which
+# parses it with the json module or raises.
+
+_JSON_DECODE_PURE_KEY = "tidemq.client.remoting.headers.decode_json_header"
+_JSON_ENCODE_PURE_KEY = "tidemq.client.remoting.headers.encode_json_header"
+_JSON = None  # SerializeType.JSON
+_LANGUAGE_BY_NAME = None  # name -> number, from LanguageCode
+_LANGUAGE_NAME_BYTES = None  # number -> name as UTF-8, from LanguageCode
+cdef int _OTHER_LANGUAGE = 7
+
+
+cdef _json_setup():
+    global _JSON, _LANGUAGE_BY_NAME, _LANGUAGE_NAME_BYTES, _OTHER_LANGUAGE
+    from tidemq.client.remoting.codes import LanguageCode, SerializeType
+    _JSON = SerializeType.JSON
+    _LANGUAGE_BY_NAME = {language.name: int(language) for language in LanguageCode}
+    _LANGUAGE_NAME_BYTES = tuple(language.name.encode() for language in LanguageCode)
+    _OTHER_LANGUAGE = int(LanguageCode.OTHER)
+
+
+cdef inline void _json_space(_Cursor* cur):
+    cdef unsigned char c
+    while cur.pos < cur.end:
+        c = cur.data[cur.pos]
+        if c == 32 or c == 9 or c == 10 or c == 13:
+            cur.pos += 1
+        else:
+            return
+
+
+cdef inline bint _json_char(_Cursor* cur, unsigned char wanted):
+    _json_space(cur)
+    if cur.pos < cur.end and cur.data[cur.pos] == wanted:
+        cur.pos += 1
+        return True
+    return False
+
+
+cdef bint _json_raw_string(_Cursor* cur, const unsigned char** start, Py_ssize_t* size):
+    """A string without escapes or control characters; its bytes between the quotes."""
+    cdef Py_ssize_t at
+    cdef unsigned char c
+    if not _json_char(cur, 34):  # '"'
+        return False
+    at = cur.pos
+    while at < cur.end:
+        c = cur.data[at]
+        if c == 34:
+            start[0] = cur.data + cur.pos
+            size[0] = at - cur.pos
+            cur.pos = at + 1
+            return True
+        if c == 92 or c < 32:  # an escape or a control character: the json module decides
+            return False
+        at += 1
+    return False
+
+
+cdef inline int _hex_digit(unsigned char c):
+    if 48 <= c <= 57:
+        return c - 48
+    if 97 <= c <= 102:
+        return c - 87
+    if 65 <= c <= 70:
+        return c - 55
+    return -1
+
+
+cdef Py_ssize_t _json_hex4(const unsigned char* p):
+    """The value of four hex digits, or -1."""
+    cdef int i, digit
+    cdef Py_ssize_t value = 0
+    for i in range(4):
+        digit = _hex_digit(p[i])
+        if digit < 0:
+            return -1
+        value = value * 16 + digit
+    return value
+
+
+cdef unsigned char* _put_utf8(unsigned char* out, Py_ssize_t code):
+    if code < 0x80:
+        out[0] = <unsigned char>code
+        return out + 1
+    if code < 0x800:
+        out[0] = <unsigned char>(0xC0 | (code >> 6))
+        out[1] = <unsigned char>(0x80 | (code & 0x3F))
+        return out + 2
+    if code < 0x10000:
+        out[0] = <unsigned char>(0xE0 | (code >> 12))
+        out[1] = <unsigned char>(0x80 | ((code >> 6) & 0x3F))
+        out[2] = <unsigned char>(0x80 | (code & 0x3F))
+        return out + 3
+    out[0] = <unsigned char>(0xF0 | (code >> 18))
+    out[1] = <unsigned char>(0x80 | ((code >> 12) & 0x3F))
+    out[2] = <unsigned char>(0x80 | ((code >> 6) & 0x3F))
+    out[3] = <unsigned char>(0x80 | (code & 0x3F))
+    return out + 4
+
+
+cdef object _json_escaped_string(_Cursor* cur):
+    """A string with escapes, its opening quote read: unescaped into UTF-8, then decoded.
+    None for what the json module must judge (a lone surrogate, a bad escape, a control
+    character, no closing quote)."""
+    cdef Py_ssize_t at = cur.pos, code, low
+    cdef unsigned char c
+    cdef unsigned char* buffer = <unsigned char*>malloc(cur.end - cur.pos + 1)
+    cdef unsigned char* out = buffer
+    if buffer == NULL:
+        raise MemoryError()
+    try:
+        while at < cur.end:
+            c = cur.data[at]
+            if c == 34:
+                cur.pos = at + 1
+                try:
+                    return PyUnicode_DecodeUTF8(<const char*>buffer, out - buffer, NULL)
+                except UnicodeDecodeError:
+                    return None
+            if c < 32:
+                return None
+            if c != 92:
+                out[0] = c
+                out += 1
+                at += 1
+                continue
+            if at + 1 >= cur.end:
+                return None
+            c = cur.data[at + 1]
+            at += 2
+            if c == 34 or c == 92 or c == 47:
+                out[0] = c
+            elif c == 98:
+                out[0] = 8
+            elif c == 102:
+                out[0] = 12
+            elif c == 110:
+                out[0] = 10
+            elif c == 114:
+                out[0] = 13
+            elif c == 116:
+                out[0] = 9
+            elif c == 117:
+                if cur.end - at < 4:
+                    return None
+                code = _json_hex4(cur.data + at)
+                at += 4
+                if code < 0:
+                    return None
+                if 0xD800 <= code <= 0xDBFF:
+                    # a surrogate pair is one character; a lone surrogate is not UTF-8
+                    if cur.end - at < 6 or cur.data[at] != 92 or cur.data[at + 1] != 117:
+                        return None
+                    low = _json_hex4(cur.data + at + 2)
+                    if not 0xDC00 <= low <= 0xDFFF:
+                        return None
+                    at += 6
+                    code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                elif 0xDC00 <= code <= 0xDFFF:
+                    return None
+                out = _put_utf8(out, code)
+                continue
+            else:
+                return None
+            out += 1
+        return None
+    finally:
+        free(buffer)
+
+
+cdef object _json_string(_Cursor* cur):
+    cdef const unsigned char* start
+    cdef Py_ssize_t at, size
+    cdef unsigned char c
+    if not _json_char(cur, 34):  # '"'
+        return None
+    at = cur.pos
+    while at < cur.end:
+        c = cur.data[at]
+        if c == 34:
+            start = cur.data + cur.pos
+            size = at - cur.pos
+            cur.pos = at + 1
+            try:
+                return PyUnicode_DecodeUTF8(<const char*>start, size, NULL)
+            except UnicodeDecodeError:
+                return None
+        if c == 92:
+            return _json_escaped_string(cur)
+        if c < 32:
+            return None
+        at += 1
+    return None
+
+
+cdef bint _json_int(_Cursor* cur, long long* out, const unsigned char** start, Py_ssize_t* size):
+    """An integer as JSON writes it (no fraction or exponent), up to 18 digits, not -0."""
+    cdef Py_ssize_t at, digits
+    cdef long long value = 0
+    cdef bint negative = False
+    _json_space(cur)
+    at = cur.pos
+    if at < cur.end and cur.data[at] == 45:  # '-'
+        negative = True
+        at += 1
+    digits = at
+    while at < cur.end and 48 <= cur.data[at] <= 57:
+        value = value * 10 + (cur.data[at] - 48)
+        at += 1
+        if at - digits > 18:
+            return False
+    if at == digits or (cur.data[digits] == 48 and at - digits > 1):
+        return False  # no digits, or a leading zero (not JSON)
+    if at < cur.end and (cur.data[at] == 46 or cur.data[at] == 101 or cur.data[at] == 69):
+        return False  # a fraction or an exponent: a float
+    if negative and value == 0:
+        return False  # -0: int() of it prints "0"; let the json module say so
+    start[0] = cur.data + cur.pos
+    size[0] = at - cur.pos
+    out[0] = -value if negative else value
+    cur.pos = at
+    return True
+
+
+cdef bint _json_literal(_Cursor* cur, const char* word, Py_ssize_t size):
+    _json_space(cur)
+    if cur.end - cur.pos >= size and memcmp(cur.data + cur.pos, word, size) == 0:
+        cur.pos += size
+        return True
+    return False
+
+
+cdef object _json_ext(_Cursor* cur):
+    """The extFields object, values as Java's String fields would hold them."""
+    cdef dict ext = {}
+    cdef long long number
+    cdef const unsigned char* start
+    cdef Py_ssize_t size
+    if not _json_char(cur, 123):  # '{'
+        return None
+    if _json_char(cur, 125):  # '}'
+        return ext
+    while True:
+        key = _json_string(cur)
+        if key is None or not _json_char(cur, 58):  # ':'
+            return None
+        _json_space(cur)
+        if cur.pos >= cur.end:
+            return None
+        if cur.data[cur.pos] == 34:
+            value = _json_string(cur)
+            if value is None:
+                return None
+        elif _json_int(cur, &number, &start, &size):
+            value = PyUnicode_DecodeUTF8(<const char*>start, size, NULL)
+        elif _json_literal(cur, b"true", 4):
+            value = "true"
+        elif _json_literal(cur, b"false", 5):
+            value = "false"
+        else:
+            return None  # null, floats, nested values: the pure twin
+        ext[key] = value
+        if _json_char(cur, 44):  # ','
+            continue
+        if _json_char(cur, 125):
+            return ext
+        return None
+
+
+cdef object _decode_json_fast(const unsigned char* data, Py_ssize_t size, object body):
+    cdef _Cursor cur
+    cdef int seen = 0, bit
+    cdef long long number
+    cdef long long code = 0, language = 0, version = 0, opaque = 0, flag = 0
+    cdef const unsigned char* key
+    cdef const unsigned char* start
+    cdef Py_ssize_t key_len, text_size
+    remark = None
+    ext = None
+    cur.data = data
+    cur.pos = 0
+    cur.end = size
+    if not _json_char(&cur, 123):
+        return None
+    if not _json_char(&cur, 125):
+        while True:
+            if not _json_raw_string(&cur, &key, &key_len) or not _json_char(&cur, 58):
+                return None
+            if key_len == 4 and memcmp(key, b"code", 4) == 0:
+                bit = _CODE
+            elif key_len == 8 and memcmp(key, b"language", 8) == 0:
+                bit = _LANGUAGE
+            elif key_len == 7 and memcmp(key, b"version", 7) == 0:
+                bit = _VERSION
+            elif key_len == 6 and memcmp(key, b"opaque", 6) == 0:
+                bit = _OPAQUE
+            elif key_len == 4 and memcmp(key, b"flag", 4) == 0:
+                bit = _FLAG
+            elif key_len == 6 and memcmp(key, b"remark", 6) == 0:
+                bit = _REMARK
+            elif key_len == 9 and memcmp(key, b"extFields", 9) == 0:
+                bit = _EXT
+            elif key_len == 23 and memcmp(key, b"serializeTypeCurrentRPC", 23) == 0:
+                bit = 128  # Java's, ignored: a plain string
+            else:
+                return None
+            if seen & bit:
+                return None
+            seen |= bit
+            if bit == 128:
+                if not _json_raw_string(&cur, &start, &text_size):
+                    return None
+            elif bit == _REMARK:
+                remark = _json_string(&cur)
+                if remark is None:
+                    return None
+            elif bit == _EXT:
+                ext = _json_ext(&cur)
+                if ext is None:
+                    return None
+            elif bit == _LANGUAGE:
+                _json_space(&cur)
+                if cur.pos < cur.end and cur.data[cur.pos] == 34:
+                    name = _json_string(&cur)
+                    if name is None:
+                        return None
+                    language = _LANGUAGE_BY_NAME.get(name, _OTHER_LANGUAGE)
+                elif _json_int(&cur, &number, &start, &text_size) and 0 <= number <= 255:
+                    language = number
+                else:
+                    return None
+            else:
+                if not _json_int(&cur, &number, &start, &text_size):
+                    return None
+                if not -2147483648 <= number <= 2147483647:
+                    return None
+                if bit == _CODE:
+                    code = number
+                elif bit == _VERSION:
+                    version = number
+                elif bit == _OPAQUE:
+                    opaque = number
+                else:
+                    flag = number
+            if _json_char(&cur, 44):
+                continue
+            if _json_char(&cur, 125):
+                break
+            return None
+    _json_space(&cur)
+    if cur.pos != cur.end or not (seen & _CODE) or not (seen & _OPAQUE):
+        return None
+    return _Command(
+        code, language, version, opaque, flag, remark, {} if ext is None else ext, body, _JSON
+    )
+
+
+def decode_json_header(object data, object body=b""):
+    cdef Py_buffer view
+    if _JSON is None:
+        _json_setup()
+    try:
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    except (TypeError, BufferError):
+        return _PURE_TWINS[_JSON_DECODE_PURE_KEY](data, body)
+    try:
+        command = _decode_json_fast(<const unsigned char*>view.buf, view.len, body)
+    finally:
+        PyBuffer_Release(&view)
+    if command is None:
+        return _PURE_TWINS[_JSON_DECODE_PURE_KEY](data, body)
+    return command
+
+
+cdef inline Py_ssize_t _json_escaped_size(const char* text, Py_ssize_t size):
+    """The size of UTF-8 `text` as the json module writes it (ensure_ascii off): quotes,
+    backslashes and \\b \\f \\n \\r \\t take two bytes, other control characters six."""
+    cdef Py_ssize_t i, total = size
+    cdef unsigned char c
+    for i in range(size):
+        c = <unsigned char>text[i]
+        if c == 34 or c == 92 or c == 8 or c == 12 or c == 10 or c == 13 or c == 9:
+            total += 1
+        elif c < 32:
+            total += 5
+    return total
+
+
+cdef unsigned char* _json_put_escaped(unsigned char* out, const char* text, Py_ssize_t size):
+    cdef Py_ssize_t i
+    cdef unsigned char c
+    out[0] = 34
+    out += 1
+    for i in range(size):
+        c = <unsigned char>text[i]
+        if c >= 32 and c != 34 and c != 92:
+            out[0] = c
+            out += 1
+            continue
+        out[0] = 92
+        if c == 34 or c == 92:
+            out[1] = c
+        elif c == 8:
+            out[1] = 98
+        elif c == 12:
+            out[1] = 102
+        elif c == 10:
+            out[1] = 110
+        elif c == 13:
+            out[1] = 114
+        elif c == 9:
+            out[1] = 116
+        else:
+            out[1] = 117  # \\u00XX, lower-case hex as the json module writes it
+            out[2] = 48
+            out[3] = 48
+            out[4] = b"0123456789abcdef"[c >> 4]
+            out[5] = b"0123456789abcdef"[c & 15]
+            out += 6
+            continue
+        out += 2
+    out[0] = 34
+    return out + 1
+
+
+cdef inline unsigned char* _json_put(unsigned char* out, const char* text, Py_ssize_t size):
+    memcpy(out, text, size)
+    return out + size
+
+
+cdef inline unsigned char* _json_put_string(unsigned char* out, const char* text, Py_ssize_t size):
+    out[0] = 34
+    memcpy(out + 1, text, size)
+    out[size + 1] = 34
+    return out + size + 2
+
+
+cdef unsigned char* _json_put_int(unsigned char* out, long long value):
+    cdef char digits[24]
+    cdef int count = 0, i
+    cdef unsigned long long magnitude
+    if value < 0:
+        out[0] = 45
+        out += 1
+        magnitude = <unsigned long long>(-(value + 1)) + 1
+    else:
+        magnitude = <unsigned long long>value
+    while True:
+        digits[count] = <char>(48 + magnitude % 10)
+        count += 1
+        magnitude //= 10
+        if magnitude == 0:
+            break
+    for i in range(count):
+        out[i] = digits[count - 1 - i]
+    return out + count
+
+
+cdef object _encode_json_fast(object cmd, Py_ssize_t body_len=-1):
+    """The JSON header's bytes; with `body_len` >= 0, after the frame's prefix for that body."""
+    code, language, version, opaque, flag = cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag
+    remark, ext = cmd.remark, cmd.ext_fields
+    if not (
+        _int32(code)
+        and _int32(version)
+        and _int32(opaque)
+        and _int32(flag)
+        and _int_in(language, 0, 255)
+        and (remark is None or type(remark) is str)
+        and type(ext) is dict
+    ):
+        return None
+    cdef dict fields = <dict>ext
+    cdef Py_ssize_t count = len(fields), i = 0, remark_len = 0, total, prefix_len = 0
+    cdef Py_ssize_t name_len = 0
+    cdef const char* remark_text = NULL
+    cdef const char* name_text = NULL
+    cdef const char** texts
+    cdef Py_ssize_t* lengths
+    cdef unsigned char* out
+    cdef unsigned char* begin
+    cdef long long l = language
+    names = _LANGUAGE_NAME_BYTES
+    if l < len(names):
+        name_text = PyBytes_AS_STRING(names[l])
+        name_len = PyBytes_GET_SIZE(names[l])
+    # {"code":,"language":,"version":,"opaque":,"flag":} and five numbers of up to 11 chars
+    total = 50 + 5 * 11 + name_len + 2
+    if remark is not None:
+        try:
+            remark_text = PyUnicode_AsUTF8AndSize(remark, &remark_len)
+        except UnicodeEncodeError:
+            return None
+        total += 12 + _json_escaped_size(remark_text, remark_len)  # ,"remark":""
+    texts = <const char**>malloc(2 * count * sizeof(const char*) + 1)
+    lengths = <Py_ssize_t*>malloc(2 * count * sizeof(Py_ssize_t) + 1)
+    if texts == NULL or lengths == NULL:
+        free(texts)
+        free(lengths)
+        raise MemoryError()
+    try:
+        for key, value in fields.items():
+            if type(key) is not str or type(value) is not str or i >= 2 * count:
+                return None
+            try:
+                texts[i] = PyUnicode_AsUTF8AndSize(key, &lengths[i])
+                texts[i + 1] = PyUnicode_AsUTF8AndSize(value, &lengths[i + 1])
+            except UnicodeEncodeError:
+                return None
+            total += _json_escaped_size(texts[i], lengths[i]) + 6  # "k":"v",
+            total += _json_escaped_size(texts[i + 1], lengths[i + 1])
+            i += 2
+        if count:
+            total += 14  # ,"extFields":{}
+        buffer = PyByteArray_FromStringAndSize(NULL, total + 8)
+        begin = <unsigned char*>PyByteArray_AS_STRING(buffer)
+        out = begin + 8
+        out = _json_put(out, b'{"code":', 8)
+        out = _json_put_int(out, code)
+        out = _json_put(out, b',"language":', 12)
+        if name_text != NULL:
+            out = _json_put_string(out, name_text, name_len)
+        else:
+            out = _json_put_int(out, l)
+        out = _json_put(out, b',"version":', 11)
+        out = _json_put_int(out, version)
+        out = _json_put(out, b',"opaque":', 10)
+        out = _json_put_int(out, opaque)
+        out = _json_put(out, b',"flag":', 8)
+        out = _json_put_int(out, flag)
+        if remark is not None:
+            out = _json_put(out, b',"remark":', 10)
+            out = _json_put_escaped(out, remark_text, remark_len)
+        if count:
+            out = _json_put(out, b',"extFields":{', 14)
+            for i in range(0, 2 * count, 2):
+                if i:
+                    out[0] = 44
+                    out += 1
+                out = _json_put_escaped(out, texts[i], lengths[i])
+                out[0] = 58
+                out = _json_put_escaped(out + 1, texts[i + 1], lengths[i + 1])
+            out[0] = 125
+            out += 1
+        out[0] = 125
+        out += 1
+        total = out - (begin + 8)
+        if body_len >= 0:
+            if total > 0xFFFFFF or 4 + total + body_len > 2147483647:
+                return None
+            _put_be(begin, <unsigned long long>(4 + total + body_len), 4)
+            _put_be(begin + 4, <unsigned long long>total, 4)  # serialize type 0: JSON
+            prefix_len = 8
+        return PyBytes_FromStringAndSize(<const char*>begin + 8 - prefix_len, total + prefix_len)
+    finally:
+        free(texts)
+        free(lengths)
+
+
+def encode_json_header(object cmd):
+    if _JSON is None:
+        _json_setup()
+    packed = _encode_json_fast(cmd)
+    if packed is None:
+        return _PURE_TWINS[_JSON_ENCODE_PURE_KEY](cmd)
+    return packed

@@ -475,8 +475,10 @@ def decode_msgpack_header(data: HeaderBytes, body: Body = b"") -> RemotingComman
     return _command_from_mapping(obj, body, SerializeType.MSGPACK, "msgpack")
 
 
-# The compiled twins (client/_speedups.pyx) when built: they read and write the map directly,
-# without msgpack's intermediate dict, and hand anything unusual to these pure ones.
+# The compiled twins (client/_speedups.pyx) when built: they read and write the header directly,
+# without an intermediate dict, and hand anything unusual to these pure ones.
+encode_json_header = speedups.select(encode_json_header, "tidemq.client._speedups")
+decode_json_header = speedups.select(decode_json_header, "tidemq.client._speedups")
 encode_msgpack_header = speedups.select(encode_msgpack_header, "tidemq.client._speedups")
 decode_msgpack_header = speedups.select(decode_msgpack_header, "tidemq.client._speedups")
 
