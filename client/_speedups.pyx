@@ -14,6 +14,7 @@ result, same exceptions (tests/unit/test_speedups_remoting.py checks it with hyp
     encode_command_parts   client/remoting/frame.py    a msgpack or JSON command's prefix and
                                                        header, and its body
     parse_frames           client/remoting/frame.py    the whole frames of a read as commands
+    decode_received        client/received.py          a pull response's records as messages
 
 The fast path takes the header every client sends: integer fields that fit, a numeric language,
 a text remark or none, extFields of text only. Anything else goes to the pure twin, which
@@ -1282,3 +1283,114 @@ def encode_json_header(object cmd):
     if packed is None:
         return _PURE_TWINS[_JSON_ENCODE_PURE_KEY](cmd)
     return packed
+
+
+# -- pull bodies: decode_received -------------------------------------------------------------
+# The consumers' loop over a pull response's records (client/received.py, the reference): the
+# common record (IPv4 hosts, an uncompressed body, lengths that agree) is read here; any other
+# goes to the pure module's `_general`, exactly where the pure loop sends it.
+
+_RECEIVED_PURE_KEY = "tidemq.client.received.decode_received"
+_received = None  # client/received.py, looked up at the first call (it imports this module)
+_ReceivedFieldsType = None
+_ReceivedMessageType = None
+_UNSET = None
+_zlib_decompress = None
+_frozen = None
+
+
+cdef inline long long _be64(const unsigned char* p):
+    return <long long>((<unsigned long long>_be32(p) << 32) | <unsigned long long>_be32(p + 4))
+
+
+cdef inline long long _i32_at(const unsigned char* p):
+    cdef long long value = _be32(p)
+    return value - 0x100000000 if value >= 0x80000000 else value
+
+
+def decode_received(object body, str broker_name):
+    global _received, _ReceivedFieldsType, _ReceivedMessageType, _UNSET, _zlib_decompress, _frozen
+    cdef const unsigned char* data
+    cdef const unsigned char* p
+    cdef Py_ssize_t end, pos = 0, record_end, at, topic_end, props_at, topic_len = -1
+    cdef long long total, magic, body_len, sys_flag
+    cdef list out = []
+    cdef list inflate = []
+    if _received is None:
+        import zlib
+        from tidemq.client import message, received
+        _received = received
+        _ReceivedFieldsType = message._ReceivedFields
+        _ReceivedMessageType = message.ReceivedMessage
+        _UNSET = message.UNSET
+        _zlib_decompress = zlib.decompress
+        _frozen = message.frozen
+    general = _received._general
+    cdef bytes raw = body if type(body) is bytes else bytes(body)
+    data = <const unsigned char*>PyBytes_AS_STRING(raw)
+    end = PyBytes_GET_SIZE(raw)
+    topic = ""
+    cdef bytes topic_key = b""
+    unset = _UNSET
+    while pos < end:
+        if pos + 88 > end:
+            pos = general(raw, pos, broker_name, out, inflate)  # a short tail: raises
+            continue
+        p = data + pos
+        total = _i32_at(p)
+        magic = _i32_at(p + 4)
+        sys_flag = _i32_at(p + 36)
+        body_len = _i32_at(p + 84)
+        record_end = pos + total
+        at = pos + 88 + body_len
+        if (
+            sys_flag & 0x31  # IPv6 hosts or a compressed body
+            or magic != -626843481
+            or record_end > end
+            or body_len < 0
+            or at + 3 > record_end
+        ):
+            pos = general(raw, pos, broker_name, out, inflate)
+            continue
+        topic_end = at + 1 + data[at]
+        props_at = topic_end + 2
+        if (
+            props_at > record_end
+            or data[topic_end] > 0x7F
+            or props_at + ((data[topic_end] << 8) | data[topic_end + 1]) != record_end
+        ):
+            pos = general(raw, pos, broker_name, out, inflate)
+            continue
+        if topic_end - at != topic_len or memcmp(data + at, PyBytes_AS_STRING(topic_key), topic_len) != 0:
+            topic_key = PyBytes_FromStringAndSize(<const char*>data + at, topic_end - at)
+            topic_len = topic_end - at
+            topic = PyUnicode_DecodeUTF8(<const char*>data + at + 1, topic_len - 1, "replace")
+        msg = _ReceivedFieldsType()
+        msg.topic = topic
+        msg.body = PyBytes_FromStringAndSize(<const char*>p + 88, body_len)
+        msg.queue_id = _i32_at(p + 12)
+        msg.queue_offset = _be64(p + 20)
+        msg.broker_name = broker_name
+        msg.store_timestamp = _be64(p + 56)
+        msg.born_timestamp = _be64(p + 40)
+        msg.reconsume_times = _i32_at(p + 72)
+        msg.commit_log_offset = _be64(p + 28)
+        msg.sys_flag = sys_flag
+        msg.flag = _i32_at(p + 16)
+        msg._raw_properties = PyBytes_FromStringAndSize(<const char*>data + props_at, record_end - props_at)
+        msg._raw_born_host = PyBytes_FromStringAndSize(<const char*>p + 48, 8)
+        msg._raw_store_host = PyBytes_FromStringAndSize(<const char*>p + 64, 8)
+        msg._properties = unset
+        msg._tags = unset
+        msg._keys = unset
+        msg._msg_id = unset
+        msg._offset_msg_id = unset
+        msg._born_host = unset
+        msg._store_host = unset
+        msg.__class__ = _ReceivedMessageType
+        out.append(msg)
+        pos = record_end
+    for fields in inflate:
+        fields.body = _zlib_decompress(fields.body)
+        _frozen(fields)
+    return out

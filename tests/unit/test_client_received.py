@@ -21,9 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.records import reference_record
+from tests.support.speedups_twins import selected
+from tidemq.client import _speedups
 from tidemq.client.api import PullResult, PullStatus, decode_records
-from tidemq.client.message import ReceivedMessage
+from tidemq.client.message import ReceivedMessage, _ReceivedFields
 from tidemq.client.received import decode_received
+from tidemq.store import speedups
 from tidemq.store.record import StoredMessage, encode_properties, unpack_host
 
 BROKER = "broker-a"
@@ -219,3 +222,83 @@ def test_pickle_and_copy_give_an_equal_message() -> None:
     for copied in (pickle.loads(pickle.dumps(msg)), copy.copy(msg), copy.deepcopy(msg)):
         assert copied == msg and copied.fields() == msg.fields()
         assert isinstance(copied, ReceivedMessage)
+
+
+# --- the compiled twin (client/_speedups.pyx) -------------------------------------------------
+
+RECEIVED_KEY = "tidemq.client.received.decode_received"
+
+
+def twin_outcome(decode: object, body: object) -> object:
+    """Every field of every message (the raw ones too), or the error as (type, args)."""
+    try:
+        messages = decode(body, BROKER)  # type: ignore[operator]
+    except Exception as exc:
+        return (type(exc), exc.args)
+    return [
+        (type(m), {name: getattr(m, name) for name in _ReceivedFields.__slots__}) for m in messages
+    ]
+
+
+def test_the_compiled_decoder_is_selected() -> None:
+    assert selected(RECEIVED_KEY) is _speedups.decode_received
+    assert speedups.PURE_TWINS[RECEIVED_KEY] is not _speedups.decode_received
+
+
+@settings(max_examples=300, deadline=None)
+@given(bodies=st.lists(records(), max_size=6))
+def test_the_twins_decode_records_the_same(bodies: list[bytes]) -> None:
+    body = b"".join(bodies)
+    pure = speedups.PURE_TWINS[RECEIVED_KEY]
+    for data in (body, bytearray(body), memoryview(body)):
+        assert twin_outcome(_speedups.decode_received, data) == twin_outcome(pure, data)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    bodies=st.lists(records(), min_size=1, max_size=4),
+    damage=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
+    cut=st.integers(0, 10_000),
+)
+def test_the_twins_fail_the_same_on_damaged_bodies(
+    bodies: list[bytes], damage: list[tuple[int, int]], cut: int
+) -> None:
+    body = bytearray(b"".join(bodies))
+    for at, value in damage:
+        body[at % len(body)] = value
+    if damage:
+        struct.pack_into(">i", body, 0, damage[0][0] % (len(body) + 8))
+    damaged = bytes(body[: len(body) - cut % 4 if cut % 3 else len(body)])
+    pure = speedups.PURE_TWINS[RECEIVED_KEY]
+    assert twin_outcome(_speedups.decode_received, damaged) == twin_outcome(pure, damaged)
+
+
+def test_common_records_are_read_by_the_compiled_loop_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*_args: object) -> int:
+        raise AssertionError("a common record handed to _general")
+
+    common = [
+        reference_record(
+            queue_id=q,
+            flag=0,
+            queue_offset=q * 7,
+            phy=q * 1000,
+            sys_flag=0,
+            born_ts=1,
+            born=("10.0.0.1", 1234),
+            store_ts=2,
+            store=("10.0.0.2", 10911),
+            reconsume=0,
+            prepared=0,
+            body=b"x" * q,
+            topic=topic,
+            props=encode_properties({"TAGS": "t", "KEYS": str(q)}).encode(),
+        )
+        for q, topic in enumerate([b"A", b"A", b"BB", "t\u00e9".encode(), b"\xff"])
+    ]
+    body = b"".join(common)
+    expected = twin_outcome(speedups.PURE_TWINS[RECEIVED_KEY], body)
+    monkeypatch.setattr("tidemq.client.received._general", refuse)
+    assert twin_outcome(_speedups.decode_received, body) == expected
