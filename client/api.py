@@ -55,7 +55,13 @@ from tidemq.client.protocol.models import (
 from tidemq.client.protocol.namesrv import GetRouteInfoRequestHeader
 from tidemq.client.received import decode_received
 from tidemq.client.remoting.client import RemotingClient
-from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
+from tidemq.client.remoting.codes import (
+    DEFAULT_VERSION,
+    LanguageCode,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+)
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.json_body import dumps, loads_fastjson
 from tidemq.client.remoting.signing import RequestSigner, SessionCredentials
@@ -66,8 +72,9 @@ DEFAULT_TIMEOUT = 3.0
 
 # Enum members read per send, as module constants: a class attribute of an Enum goes through
 # EnumType.__getattr__ on Python 3.11 and costs ten times a global.
-_SEND_V2: Final = RequestCode.SEND_MESSAGE_V2
-_SEND_BATCH: Final = RequestCode.SEND_BATCH_MESSAGE
+_SEND_V2: Final = int(RequestCode.SEND_MESSAGE_V2)
+_SEND_BATCH: Final = int(RequestCode.SEND_BATCH_MESSAGE)
+_PYTHON: Final = int(LanguageCode.PYTHON)
 
 _SEND_STATUS: dict[int, SendStatus] = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
@@ -216,8 +223,20 @@ class BrokerAPI:
         batch: bool = False,
     ) -> SendResult:
         # Like Java's client, both codes carry the one-letter V2 header keys.
-        code = _SEND_BATCH if batch else _SEND_V2
-        request = self.request(code, _ENCODE_SEND_V2(header), body)
+        # RemotingCommand.request's fields, positionally: a send is the hottest request
+        request = RemotingCommand(
+            _SEND_BATCH if batch else _SEND_V2,
+            _PYTHON,
+            DEFAULT_VERSION,
+            0,
+            0,
+            None,
+            _ENCODE_SEND_V2(header),
+            body,
+            self.serialize_type,
+        )
+        if self._signer is not None:
+            self._signer.sign(request)
         # invoke and the code check of `call`, one await deep: a send is the hottest call
         response = await self.remoting.invoke(address, request, timeout or self.timeout)
         if response.code not in _SEND_OK:

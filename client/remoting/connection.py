@@ -256,7 +256,8 @@ class RemotingConnection(asyncio.Protocol):
 
     async def request(self, command: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send a request and wait up to `timeout` seconds for its response."""
-        if not self.is_open:
+        transport = self._transport  # is_open, inline
+        if transport is None or transport.is_closing():
             raise ConnectionClosedError(f"connection to {self.peer or self.name} is closed")
         if not self._can_write.is_set():
             await asyncio.wait_for(self._can_write.wait(), timeout)
