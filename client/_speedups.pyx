@@ -223,6 +223,8 @@ from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STR
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcmp, memcpy
 from libc.stdlib cimport malloc, free
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
@@ -319,6 +321,44 @@ cdef bint _read_str_len(_Cursor* cur, Py_ssize_t* out):
     return False
 
 
+# Short texts seen before (extFields keys, and values such as a topic, a group, "true",
+# "DefaultRegion"), kept by their UTF-8 bytes in a small direct-mapped table: a header repeats
+# most of its texts request after request, and reusing the str (immutable) saves making it.
+cdef enum:
+    _CACHED_TEXT_MAX = 24
+    _CACHED_TEXT_SLOTS = 1024
+
+
+cdef struct _CachedText:
+    Py_ssize_t size
+    char text[_CACHED_TEXT_MAX]
+    PyObject* value
+
+
+cdef _CachedText _cached_texts[_CACHED_TEXT_SLOTS]
+
+
+cdef object _utf8_text(const unsigned char* p, Py_ssize_t size):
+    """The str of UTF-8 bytes (UnicodeDecodeError if they are not), reused when seen before."""
+    cdef unsigned int hash = 2166136261u
+    cdef Py_ssize_t i
+    cdef _CachedText* slot
+    if size > _CACHED_TEXT_MAX:
+        return PyUnicode_DecodeUTF8(<const char*>p, size, NULL)
+    for i in range(size):
+        hash = (hash ^ p[i]) * 16777619u
+    slot = &_cached_texts[hash % _CACHED_TEXT_SLOTS]
+    if slot.value != NULL and slot.size == size and memcmp(slot.text, p, size) == 0:
+        return <object>slot.value
+    value = PyUnicode_DecodeUTF8(<const char*>p, size, NULL)
+    Py_XDECREF(slot.value)
+    Py_INCREF(value)
+    slot.value = <PyObject*>value
+    slot.size = size
+    memcpy(slot.text, p, size)
+    return value
+
+
 cdef object _read_str(_Cursor* cur):
     """A str value, or None when the next object is not valid UTF-8 text."""
     cdef Py_ssize_t size
@@ -326,7 +366,7 @@ cdef object _read_str(_Cursor* cur):
     if not _read_str_len(cur, &size) or not _take(cur, size, &p):
         return None
     try:
-        return PyUnicode_DecodeUTF8(<const char*>p, size, NULL)
+        return _utf8_text(p, size)
     except UnicodeDecodeError:
         return None
 
@@ -901,7 +941,7 @@ cdef object _json_string(_Cursor* cur):
             size = at - cur.pos
             cur.pos = at + 1
             try:
-                return PyUnicode_DecodeUTF8(<const char*>start, size, NULL)
+                return _utf8_text(start, size)
             except UnicodeDecodeError:
                 return None
         if c == 92:
@@ -971,7 +1011,7 @@ cdef object _json_ext(_Cursor* cur):
             if value is None:
                 return None
         elif _json_int(cur, &number, &start, &size):
-            value = PyUnicode_DecodeUTF8(<const char*>start, size, NULL)
+            value = _utf8_text(start, size)
         elif _json_literal(cur, b"true", 4):
             value = "true"
         elif _json_literal(cur, b"false", 5):

@@ -23,6 +23,7 @@ from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.frame import encode_command
 from tidemq.store import speedups
 
+MSGPACK = SerializeType.MSGPACK
 ENCODE_KEY = "tidemq.client.remoting.headers.encode_msgpack_header"
 DECODE_KEY = "tidemq.client.remoting.headers.decode_msgpack_header"
 PURE_ENCODE = speedups.PURE_TWINS[ENCODE_KEY]
@@ -202,3 +203,17 @@ def test_random_bytes_parse_or_fail_the_same(data: bytes, max_frame_size: int) -
     assert frames_outcome(_speedups.parse_frames, data, max_frame_size) == frames_outcome(
         PURE_FRAMES, data, max_frame_size
     )
+
+
+def test_texts_reused_from_the_cache_are_the_texts_sent() -> None:
+    # more distinct short texts than the cache has slots, each decoded twice: a slot holding
+    # another text (or the same bytes' earlier str) must never answer for the wrong bytes
+    for round_ in range(2):
+        for n in range(3000):
+            ext = {f"k{n % 7}": f"v{n}", "same": "DefaultRegion", f"é{n}": "\u65e5" * (n % 9)}
+            command = RemotingCommand(1, opaque=n, ext_fields=ext, serialize_type=MSGPACK)
+            decoded = _speedups.decode_msgpack_header(PURE_ENCODE(command), b"")
+            assert decoded.ext_fields == ext, (round_, n)
+    bad = b"\x82\xa4code\x01\xa6opaque\xa2\xc3\x28"  # an invalid UTF-8 value: not cached
+    for _ in range(2):
+        assert outcome(_speedups.decode_msgpack_header, bad, b"") == outcome(PURE_DECODE, bad, b"")
