@@ -80,6 +80,13 @@ test: install lint ## lint, then every test: unit, integration, fault
 test-unit: install ## unit tests only (no processes, no sockets)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
+# make fuzz FUZZ_RUNS=100000 FUZZ_TARGETS='frame header_msgpack' (see tests/fuzz/__main__.py)
+FUZZ_RUNS ?= 1000000
+FUZZ_TARGETS ?=
+.PHONY: fuzz
+fuzz: install ## fuzz every decoder (FUZZ_RUNS executions each); crashing inputs go to fuzz-crashes/
+	$(BIN)/python -m tests.fuzz --runs $(FUZZ_RUNS) --out fuzz-crashes $(FUZZ_TARGETS)
+
 .PHONY: bench
 bench: install ## benchmarks: prints throughput figures and ratios to their baselines
 	$(BIN)/python -m tests.bench

@@ -15,11 +15,11 @@ import os
 import random
 import struct
 import time
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from tidemq.client.inflate import inflate_body
 from tidemq.client.protocol.heartbeat import MessageQueue
 from tidemq.store.record import (
     FLAG_COMPRESSED,
@@ -345,7 +345,7 @@ class ReceivedMessage(_ReceivedFields):
     def from_stored(cls, stored: StoredMessage, broker_name: str) -> ReceivedMessage:
         fields = fields_of_stored(stored, broker_name)
         if stored.sys_flag & FLAG_COMPRESSED:
-            fields.body = zlib.decompress(fields.body)
+            fields.body = inflate_body(fields.body)
         return frozen(fields)
 
 

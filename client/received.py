@@ -20,9 +20,9 @@ body that does not inflate raises the RecordFormatError, as decoding all, then i
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import Final
 
+from tidemq.client.inflate import inflate_body
 from tidemq.client.message import (
     UNSET,
     ReceivedMessage,
@@ -126,7 +126,7 @@ def decode_received(
         append(msg)  # type: ignore[arg-type]  # a ReceivedMessage now
         pos = record_end
     for fields in inflate:
-        fields.body = zlib.decompress(fields.body)
+        fields.body = inflate_body(fields.body)
         frozen(fields)
     return out
 

@@ -699,13 +699,13 @@ def decode_record(
     rec = view[pos : pos + total]
     at = _PREFIX.size
     born_len = host_length(sys_flag, store=False)
+    store_len = host_length(sys_flag, store=True)
+    if at + born_len + 8 + store_len + 16 > total:
+        raise RecordFormatError("record too short for its hosts")
     born_host = unpack_host(rec[at : at + born_len])
     at += born_len
     store_ts = _TS.unpack_from(rec, at)[0]
     at += 8
-    store_len = host_length(sys_flag, store=True)
-    if at + store_len + 16 > total:
-        raise RecordFormatError("record too short for its hosts")
     store_host = unpack_host(rec[at : at + store_len])
     at += store_len
     reconsume, prepared = _RECONSUME_PREPARED.unpack_from(rec, at)

@@ -198,7 +198,11 @@ def _text_value(value: Any, where: str) -> str:
     if type(value) is int:
         return str(value)
     if isinstance(value, dict | list):
-        return _JSON_ENCODER.encode(value)
+        try:
+            return _JSON_ENCODER.encode(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            # msgpack nests what JSON cannot hold (binary, extension types, non-text keys)
+            raise HeaderDecodeError(f"{where} holds a value JSON cannot carry: {exc}") from exc
     raise HeaderDecodeError(f"{where} has a value of unexpected type {type(value).__name__}")
 
 

@@ -24,7 +24,6 @@ Python data source worker checks (`string` not `large_string`, `int32` queue ids
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -42,6 +41,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from tidemq.client.inflate import inflate_body
 from tidemq.store.record import (
     FLAG_BORNHOST_V6,
     FLAG_COMPRESSED,
@@ -431,17 +431,19 @@ def _decode_general(body: bytes, start: int, end: int) -> _Piece:
         if magic != MAGIC_V1 or total < _PREFIX.size or pos + total > limit:
             raise _bad_record(body, pos)
         at = pos + _BORN_HOST_AT + (20 if sys_flag & FLAG_BORNHOST_V6 else 8)
+        record_end = pos + total
+        if at + 8 + (20 if sys_flag & FLAG_STOREHOST_V6 else 8) + 16 > record_end:
+            raise RecordFormatError(f"record at {pos}: {total} bytes cannot hold its hosts")
         stored = _Q.unpack_from(body, at)[0]
         at += 8 + (20 if sys_flag & FLAG_STOREHOST_V6 else 8) + 12
         body_len = _I.unpack_from(body, at)[0]
         value_at = at + 4
-        record_end = pos + total
         at = value_at + body_len
         if body_len < 0 or at + 3 > record_end:
             raise RecordFormatError(f"record at {pos}: body length {body_len} too large")
         at += 1 + body[at]  # the topic: every record of a queue has the queue's topic
         props_at = at + 2
-        if props_at + _H.unpack_from(body, at)[0] != record_end:
+        if props_at > record_end or props_at + _H.unpack_from(body, at)[0] != record_end:
             raise RecordFormatError(f"record at {pos}: properties length disagrees")
         record_at = pos
         pos = record_end
@@ -449,7 +451,7 @@ def _decode_general(body: bytes, start: int, end: int) -> _Piece:
             continue
         value = body[value_at : value_at + body_len]
         if sys_flag & FLAG_COMPRESSED:
-            value = zlib.decompress(value)
+            value = inflate_body(value)
         values.append(value)
         props.append(body[props_at:record_end])
         offsets.append(queue_offset)
@@ -601,7 +603,10 @@ def _property_values(props: Any, names: tuple[str, ...]) -> list[Any]:
 
 def _timestamps(millis: Any, type_: Any) -> Any:
     # Casts only: int64 to timestamp[ms] is a relabel, ms to us one C loop.
-    return millis.cast(pa.timestamp("ms", tz="UTC")).cast(type_)
+    try:
+        return millis.cast(pa.timestamp("ms", tz="UTC")).cast(type_)
+    except pa.ArrowInvalid as exc:  # a damaged record: microseconds overflow past year 294,000
+        raise RecordFormatError(f"pulled record has a timestamp out of range: {exc}") from exc
 
 
 def record_offsets(body: bytes) -> list[int]:

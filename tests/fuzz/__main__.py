@@ -1,0 +1,121 @@
+"""`python -m tests.fuzz [--runs N] [--out DIR] [TARGET ...]`: run the fuzz targets (`make fuzz`).
+
+Each target runs under atheris in a process of its own, from its checked-in seeds, for `--runs`
+executions (default 1,000,000), with a per-input timeout (a hang is a crash) and an RSS limit
+(an allocation beyond the bounds is a crash). New coverage goes to DIR/<target>/corpus, a
+crashing input to DIR/<target>/crash-* (timeout-*, oom-*); DIR (fuzz-crashes/ by default) is
+git-ignored. Prints executions, time and outcome per target; exits 1 when one crashed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.fuzz.targets import TARGETS
+
+SEEDS = Path(__file__).resolve().parent / "corpus"
+REGRESSIONS = Path(__file__).resolve().parent / "regressions"
+_EXECUTED = re.compile(rb"stat::number_of_executed_units: (\d+)")
+
+
+@dataclass
+class Result:
+    target: str
+    executions: int
+    seconds: float
+    returncode: int
+    artifacts: list[Path]
+    output: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.artifacts
+
+
+def fuzz(
+    target: str,
+    runs: int,
+    out: Path,
+    *,
+    seed: int | None = None,
+    timeout: int = 10,
+    rss_limit_mb: int = 2048,
+    max_len: int = 16384,
+    grow_corpus: bool = True,
+) -> Result:
+    """Run `target` for `runs` executions; see the module docstring."""
+    folder = out / target
+    work = folder / "corpus"
+    work.mkdir(parents=True, exist_ok=True)
+    before = set(folder.glob("*-*"))
+    command = [
+        sys.executable,
+        "-m",
+        "tests.fuzz.run",
+        target,
+        f"-runs={runs}",
+        f"-timeout={timeout}",
+        f"-rss_limit_mb={rss_limit_mb}",
+        f"-max_len={max_len}",
+        f"-artifact_prefix={folder}/",
+        "-print_final_stats=1",
+    ]
+    if seed is not None:
+        command.append(f"-seed={seed}")
+    dirs = [work] if grow_corpus else []
+    dirs += [d for d in (SEEDS / target, REGRESSIONS / target) if d.is_dir()]
+    started = time.monotonic()
+    done = subprocess.run(
+        [*command, *map(str, dirs)],
+        capture_output=True,
+        check=False,
+        # unbuffered: libFuzzer ends the process without flushing Python's traceback
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    seconds = time.monotonic() - started
+    output = done.stdout + done.stderr
+    found = _EXECUTED.findall(output)
+    artifacts = sorted(set(folder.glob("*-*")) - before)
+    return Result(
+        target,
+        int(found[-1]) if found else 0,
+        seconds,
+        done.returncode,
+        artifacts,
+        output.decode("utf-8", "replace"),
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__)
+    parser.add_argument("targets", nargs="*", choices=[[], *TARGETS], default=[])
+    parser.add_argument("--runs", type=int, default=1_000_000, help="executions per target")
+    parser.add_argument("--out", type=Path, default=Path("fuzz-crashes"))
+    parser.add_argument("--seed", type=int, default=None, help="libFuzzer's random seed")
+    parser.add_argument("--timeout", type=int, default=10, help="seconds per input")
+    args = parser.parse_args()
+    failed = 0
+    for target in args.targets or list(TARGETS):
+        result = fuzz(target, args.runs, args.out, seed=args.seed, timeout=args.timeout)
+        state = "ok" if result.ok else f"FAILED (exit {result.returncode})"
+        print(
+            f"{target:18} {result.executions:>10} executions {result.seconds:8.1f} s  {state}",
+            flush=True,
+        )
+        if not result.ok:
+            failed += 1
+            print(result.output[-4000:])
+            for artifact in result.artifacts:
+                print(f"  saved: {artifact}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
