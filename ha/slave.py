@@ -8,8 +8,10 @@ and acknowledged at once: the receive path never waits for dispatch, which build
 and the index from the replicated bytes in its own task, a bounded chunk per event-loop turn, and
 may lag behind a catch-up (`dispatchBehindBytes` in the runtime info says by how much).
 
-Every header is checked against the local max offset (heartbeats included). A mismatch is never
-papered over:
+Every header is checked against the local max offset (heartbeats included). A mismatch in the
+middle of a session (after a frame that continued the log) is a protocol error, as in RocketMQ:
+the slave closes and reconnects after haReconnectInterval, reporting its true offset. The first
+frame after the report is the master's answer to it, and a mismatch there is never papered over:
 
 - the master is behind the slave (DIVERGED: the slave holds bytes the master does not). With
   haSlaveAutoTruncate the slave copies its extra tail into a `.diverged` file beside the segment,
@@ -95,6 +97,8 @@ class HAClient(Service):
         self._connect = connect
         self._address_changed = asyncio.Event()
         self._arrived = False  # bytes came in since dispatch last asked
+        # No frame of this session continued the log yet: the next one answers the report.
+        self._answering_report = True
         # Dispatch follows the receive path: small steps, and turns given up while bytes arrive.
         store.reput.chunk_bytes = DISPATCH_CHUNK_BYTES
         store.reput.defer = self._receiving
@@ -189,6 +193,7 @@ class HAClient(Service):
     async def _session(self, address: str) -> None:
         reader, writer = await asyncio.wait_for(self._connect(address), CONNECT_TIMEOUT)
         self.connects += 1
+        self._answering_report = True
         try:
             log.info("HA: connected to master %s", address)
             decoder = TransferDecoder()
@@ -248,13 +253,18 @@ class HAClient(Service):
         for event in events:
             if end != 0 and event.offset != end:
                 self._append(start, bodies)
+                if not self._answering_report:
+                    raise HAProtocolError(
+                        f"master jumped from {end} to {event.offset} in the middle of the stream"
+                    )
                 state = ClientState.DIVERGED if event.offset < end else ClientState.BEHIND_RETENTION
                 raise MismatchError(state, end, event.offset)
             if end == 0 and event.offset % file_size:
                 # An empty slave can start only at a file boundary; the master's data starts
                 # elsewhere.
                 raise MismatchError(ClientState.BEHIND_RETENTION, end, event.offset)
-            if self.state is not ClientState.TRANSFER:
+            if self._answering_report:  # the master answered the report: a session begins
+                self._answering_report = False
                 self.state = ClientState.TRANSFER
                 self.last_mismatch = None
             if isinstance(event, BatchReceived):

@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +41,7 @@ from tests.support.ha_harness import (
     side_files,
 )
 from tests.support.messages import message
-from tidemq.ha.codec import encode_ack
+from tidemq.ha.codec import encode_ack, encode_heartbeat, encode_transfer
 from tidemq.ha.group_transfer import GroupTransferService
 from tidemq.ha.master import SlaveState
 from tidemq.ha.slave import ClientState
@@ -529,6 +530,109 @@ async def test_slave_store_reopens_after_a_diverged_truncation(ha: Harness) -> N
     await ha.stop(slave)
     slave = await ha.store("slave", BrokerRole.SLAVE)
     assert slave.max_phy_offset == master.max_phy_offset
+
+
+class ScriptedMaster:
+    """An HA master that plays a script: `plan(session, report)` gives the frames its
+    `session`-th connection sends after the slave's first report, then heartbeats at `idle_at`
+    every 50 ms until the slave leaves. `reports` holds each session's first report."""
+
+    def __init__(self, plan: Callable[[int, int], list[bytes]], idle_at: int) -> None:
+        self.plan = plan
+        self.idle_at = idle_at
+        self.reports: list[int] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            report = int.from_bytes(await reader.readexactly(8), "big", signed=True)
+            self.reports.append(report)
+            writer.writelines(self.plan(len(self.reports) - 1, report))
+            while not reader.at_eof():
+                writer.write(encode_heartbeat(self.idle_at))
+                await writer.drain()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.05):
+                        await reader.read(4096)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+
+def transfer(offset: int, body: bytes) -> bytes:
+    return b"".join(encode_transfer(offset, body))
+
+
+@pytest.mark.parametrize("jump", [5000, -2000], ids=["ahead", "back"])
+async def test_a_jump_in_the_middle_of_the_stream_reconnects_after_the_reconnect_interval(
+    ha: Harness, caplog: pytest.LogCaptureFixture, jump: int
+) -> None:
+    """Issue 20 item 5: a header at a wrong offset after frames that continued the log is a
+    protocol error, not BEHIND_RETENTION or DIVERGED: the slave reconnects after
+    haReconnectInterval (not haDivergedRetryInterval, here a minute) and reports its true end."""
+    source = await ha.store("source")
+    appends = await put_many(source, 30)
+    end = source.max_phy_offset
+    data = commitlog_bytes(source, 0, end)
+    cut = appends[12].end_offset  # a record boundary: the slave's dispatch completes
+
+    def plan(session: int, report: int) -> list[bytes]:
+        if session == 0:
+            return [
+                transfer(0, data[:cut]),
+                transfer(cut + jump, data[cut + jump : cut + jump + 100]),
+            ]
+        return [transfer(report, data[report:])]
+
+    master = ScriptedMaster(plan, end)
+    _listening, port = await ha.listen(master.serve, "127.0.0.1", 0)
+    slave = await ha.store("slave", BrokerRole.SLAVE)
+    client = await ha.client(
+        slave, port, ha_reconnect_interval=50, ha_diverged_retry_interval=60_000
+    )
+
+    await eventually(lambda: slave.max_phy_offset == end, "the slave to reconnect and catch up")
+    assert master.reports == [0, cut]
+    assert client.connects == 2
+    assert client.state is ClientState.TRANSFER
+    assert client.last_mismatch is None
+    assert commitlog_bytes(slave, 0, end) == data
+    assert any(
+        f"master jumped from {cut} to {cut + jump} in the middle of the stream" in r.getMessage()
+        for r in caplog.records
+        if r.name == "tidemq.ha.slave"
+    )
+
+
+async def test_a_first_frame_ahead_of_a_later_report_is_behind_retention(ha: Harness) -> None:
+    """BEHIND_RETENTION is the answer to a report: the first frame of a session, ahead of it."""
+    source = await ha.store("source")
+    appends = await put_many(source, 30)
+    end = source.max_phy_offset
+    data = commitlog_bytes(source, 0, end)
+    cut = appends[12].end_offset  # a record boundary: the slave's dispatch completes
+
+    def plan(session: int, report: int) -> list[bytes]:
+        if session == 0:
+            return [transfer(0, data[:cut])]
+        return [transfer(report + 5000, data[report + 5000 :])]
+
+    master = ScriptedMaster(plan, cut)
+    _listening, port = await ha.listen(master.serve, "127.0.0.1", 0)
+    slave = await ha.store("slave", BrokerRole.SLAVE)
+    client = await ha.client(slave, port, ha_reconnect_interval=50)
+    await eventually(lambda: slave.max_phy_offset == cut, "the first session")
+    master.idle_at = cut + 5000  # a heartbeat past the slave's end ends the first session
+    await eventually(lambda: client.state is ClientState.BEHIND_RETENTION, "the mismatch")
+    mismatch = client.last_mismatch
+    assert mismatch is not None
+    assert (mismatch.state, mismatch.local, mismatch.master) == (
+        ClientState.BEHIND_RETENTION,
+        cut,
+        cut + 5000,
+    )
+    assert master.reports == [0, cut]
+    assert slave.max_phy_offset == cut
 
 
 # --- 4. SYNC_MASTER through the store -------------------------------------------------------
