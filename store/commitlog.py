@@ -53,6 +53,9 @@ from tidemq.store.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
 
+_NO_SPACE = frozenset((errno.ENOSPC, errno.EDQUOT))
+NO_SPACE_LOG_INTERVAL = 10.0  # seconds between two log lines about refusals for space
+
 _ZERO_CHUNK = bytes(1 << 20)
 
 
@@ -130,6 +133,7 @@ class CommitLog:
         # appends are gathered and written together by `write_gathered`.
         self.gathering = False
         self._gathered_in: Segment | None = None
+        self._no_space_logged = -NO_SPACE_LOG_INTERVAL  # when a refusal for space was logged
 
     # --- appends ----------------------------------------------------------------------------
 
@@ -254,7 +258,21 @@ class CommitLog:
                 PutStatus.MESSAGE_ILLEGAL,
                 remark=f"{total} bytes do not fit in a CommitLog file of {self.file_size}",
             )
-        segment = self._segment_with_room(total)
+        try:
+            segment = self._segment_with_room(total)
+        except OSError as exc:
+            # The next file cannot be created (its blocks are reserved when it is): the record
+            # is refused before any of it is written. The file before ends with its blank.
+            if exc.errno not in _NO_SPACE:
+                raise
+            now = time.monotonic()
+            if now - self._no_space_logged >= NO_SPACE_LOG_INTERVAL:  # not once per message
+                self._no_space_logged = now
+                log.error("CommitLog: cannot create the next file, writes refused: %s", exc)
+            return AppendResult(
+                PutStatus.CREATE_MAPEDFILE_FAILED,
+                remark=f"create mapped file failed, the disk is full: {exc.strerror}",
+            )
         if encoded_at is not None and encoded_at >= self.last_store_timestamp:
             store_ts = self.last_store_timestamp = encoded_at
         else:

@@ -167,6 +167,9 @@ class ReputService(Service):
         self.reput_from_offset = 0
         self.listeners: list[ArrivalListener] = []
         self.stalled_at = -1  # offset of a malformed record that stopped dispatch
+        # The last dispatch attempt failed (e.g. no space for a new ConsumeQueue file): it is
+        # retried every second; a stop does not wait for it (recovery redoes it at start).
+        self.failing = False
         # Bytes dispatched per event-loop turn. A slave takes smaller steps (ha/slave.py), so
         # that a catch-up's receive path gets the loop often and dispatch follows behind it.
         self.chunk_bytes = CHUNK_BYTES
@@ -244,14 +247,18 @@ class ReputService(Service):
                     if dispatched == 0:
                         break
                     await asyncio.sleep(0)
+                self.failing = False
             except Exception:
-                log.exception("dispatch failed at physical offset %d", self.reput_from_offset)
+                if not self.failing:  # one traceback, not one a second
+                    log.exception("dispatch failed at physical offset %d", self.reput_from_offset)
+                self.failing = True
                 await asyncio.sleep(1)
                 self._wakeup.set()
 
     async def wait_idle(self) -> None:
-        """Until dispatch has caught up with the CommitLog (or stopped at a malformed record)."""
-        while self.behind_bytes > 0 and self.stalled_at < 0:
+        """Until dispatch has caught up with the CommitLog (or stopped at a malformed record,
+        or is failing)."""
+        while self.behind_bytes > 0 and self.stalled_at < 0 and not self.failing:
             self.wakeup()
             await asyncio.sleep(0.001)
 
