@@ -125,7 +125,11 @@ class Broker(Service):
         check_interval = (
             5.0 if config.long_polling_enable else config.short_polling_time_mills / 1000
         )
-        self.pull_holds = PullRequestHoldService(self.store.max_offset_in_queue, check_interval)
+        self.pull_holds = PullRequestHoldService(
+            self.store.max_offset_in_queue,
+            check_interval,
+            max_held=config.pull_thread_pool_queue_capacity,
+        )
         self.stats = BrokerStats()
         self.rates = RateSampler(self.stats)
         self.metrics: MetricsServer | None = None

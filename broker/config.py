@@ -123,6 +123,9 @@ class BrokerConfig:
     slave_read_enable: bool = setting(False)
     long_polling_enable: bool = setting(True)
     short_polling_time_mills: int = setting(1000, min_value=1)
+    # RocketMQ's pull queue bound, here the pulls held by long polling at once: one more is
+    # answered SYSTEM_BUSY "[TOO_MANY_REQUESTS]" (a consumer retries it later).
+    pull_thread_pool_queue_capacity: int = setting(100_000, min_value=1)
     notify_consumer_ids_changed_enable: bool = setting(True)
     register_broker_timeout_mills: int = setting(6000, min_value=100)
     register_name_server_period: int = setting(30_000, min_value=1000)

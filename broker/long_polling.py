@@ -5,6 +5,10 @@ a message arrives in that queue (the store's dispatch calls `notify_arrival`) or
 time runs out; the puller then reads again and answers whatever it finds. Arrivals wake a held
 pull at once; a periodic check (every 5 s, or shortPollingTimeMills without long polling) is only
 the safety net for lost wake-ups, e.g. on a slave whose bytes arrive by replication.
+
+At most `max_held` pulls are held at once (`full` says when no more may be): each costs a task
+and its request until it is answered, and consumers that never stop asking could otherwise hold
+any amount of memory. The pull processor answers one more with SYSTEM_BUSY.
 """
 
 from __future__ import annotations
@@ -34,12 +38,18 @@ class PullRequestHoldService(Service):
     """Children: at stop, after the check loop, every held pull is answered."""
 
     def __init__(
-        self, max_offset_of: Callable[[str, int], int], check_interval: float = 5.0
+        self,
+        max_offset_of: Callable[[str, int], int],
+        check_interval: float = 5.0,
+        *,
+        max_held: int = 100_000,
     ) -> None:
         super().__init__()
         self._max_offset_of = max_offset_of
         self.check_interval = check_interval
+        self.max_held = max_held
         self._held: dict[tuple[str, int], list[HeldPull]] = {}
+        self._held_count = 0
         self.add_child(Step(stop=self._release_all))
         self.add_child(BackgroundTask(self._check_loop, "pull-hold"))
 
@@ -51,7 +61,12 @@ class PullRequestHoldService(Service):
 
     @property
     def held_count(self) -> int:
-        return sum(len(p) for p in self._held.values())
+        return self._held_count
+
+    @property
+    def full(self) -> bool:
+        """`max_held` pulls are held: hold no more."""
+        return self._held_count >= self.max_held
 
     async def hold(
         self,
@@ -65,10 +80,12 @@ class PullRequestHoldService(Service):
         key = (topic, queue_id)
         pull = HeldPull(pull_from_offset, tag_filter, time.monotonic() + timeout)
         self._held.setdefault(key, []).append(pull)
+        self._held_count += 1
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(pull.woken.wait(), timeout)
         finally:
+            self._held_count -= 1
             pulls = self._held.get(key)
             if pulls is not None:
                 if pull in pulls:

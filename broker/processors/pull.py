@@ -59,6 +59,10 @@ _CODES = {
 }
 
 
+# RocketMQ's answer when its pull queue is full (BrokerFastFailure, [TOO_MANY_REQUESTS]).
+TOO_MANY_HELD_PULLS = "[TOO_MANY_REQUESTS]broker busy, start flow control for a while"
+
+
 class PullProcessor:
     def __init__(
         self,
@@ -90,6 +94,8 @@ class PullProcessor:
         self._commit_offset(connection, header)
         allow_suspend = bool(header.sys_flag & PULL_FLAG_SUSPEND)
         if response.code == ResponseCode.PULL_NOT_FOUND and allow_suspend:
+            if self.pull_holds.full:
+                raise RequestRejected(ResponseCode.SYSTEM_BUSY, TOO_MANY_HELD_PULLS)
             timeout_ms = header.suspend_timeout_millis
             config = self.state.config
             if not config.long_polling_enable:
