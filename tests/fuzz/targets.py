@@ -40,6 +40,7 @@ import mmap
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Final
 
 from tidemq.client.protocol import admin, heartbeat, models, namesrv
@@ -325,9 +326,18 @@ def _as_mmap(data: bytes) -> mmap.mmap:
     return mm
 
 
-def fuzz_commitlog_record(data: bytes) -> None:
-    from tidemq.store import _speedups
+# The compiled store twins, or the pure ones where none is built (TIDEMQ_PURE_PYTHON=1, no
+# compiler): the comparison is then of the pure twins with themselves.
+_STORE: Final[Any] = speedups.compiled_module() or SimpleNamespace(
+    scan_fast=fast_scan.scan_fast,
+    gather_entries=index_worker.gather_entries,
+    KeyGatherer=fast_scan.KeyGatherer,
+    encode_batch=speedups.PURE_TWINS["tidemq.store.record.encode_batch"],
+)
 
+
+def fuzz_commitlog_record(data: bytes) -> None:
+    _speedups = _STORE
     outcome((RecordFormatError,), decode_record, data)
     info = scan_record(data, 0, check_crc=True)
     scan_record(memoryview(data), 0, check_crc=False)
@@ -356,8 +366,7 @@ _ENCODE_BATCH: Final = "tidemq.store.record.encode_batch"
 
 
 def fuzz_batch_body(data: bytes) -> None:
-    from tidemq.store import _speedups
-
+    _speedups = _STORE
     outcome((BatchDecodeError,), decode_batch_body, data)
     batch = MessageBatch("TopicFuzz", 1, data, properties="CLUSTER\x01c\x02")
     errors = (BatchDecodeError, RecordTooLargeError)
