@@ -81,6 +81,9 @@ class PutStatus(enum.Enum):
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    # tidemq: sendThreadPoolQueueCapacity puts wait for a flush or a slave (RocketMQ refuses
+    # at its send queue, BrokerFastFailure's [TOO_MANY_REQUESTS]: SYSTEM_BUSY)
+    TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 

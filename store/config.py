@@ -86,6 +86,11 @@ class StoreConfig:
         120_000, key="destroyMapedFileIntervalForcibly", min_value=0
     )
     clean_file_forcibly_enable: bool = setting(True)
+    send_thread_pool_queue_capacity: int = setting(
+        10_000,
+        min_value=1,
+        doc="puts waiting for a flush or a slave's ack at once; one more is refused busy",
+    )
     max_message_size: int = setting(4 * 1024 * 1024, min_value=1024)
     check_crc_on_recover: bool = setting(True, key="checkCRCOnRecover")
     message_index_enable: bool = setting(True)

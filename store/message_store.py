@@ -166,6 +166,10 @@ class MessageStore(Service):
         # The SYNC_MASTER waiter of the attached replication, looked up on every put.
         self._sync_replication: ReplicationHook | None = None
         self.disk = DiskState()
+        # Puts stored and waiting for a flush or the slave (SYNC_FLUSH, SYNC_MASTER): each holds
+        # its request until answered, so their number is bounded (sendThreadPoolQueueCapacity).
+        self.puts_waiting = 0
+        self._max_puts_waiting = config.send_thread_pool_queue_capacity
         self.last_exit_ok = True
         self.recovery = Recovery.NORMAL
         self.recovery_plan: RecoveryPlan | None = None  # what load() found and cut
@@ -416,6 +420,14 @@ class MessageStore(Service):
                     f"{self.config.disk_space_warning_level_ratio:.0%})"
                 ),
             )
+        if self.puts_waiting >= self._max_puts_waiting:
+            return PutMessageResult(
+                PutStatus.TOO_MANY_REQUESTS,
+                remark=(
+                    "[TOO_MANY_REQUESTS]broker busy, start flow control for a while: "
+                    f"{self.puts_waiting} sends wait for their flush or the slave"
+                ),
+            )
         return None
 
     async def put_message(self, msg: MessageToStore) -> PutMessageResult:
@@ -450,16 +462,25 @@ class MessageStore(Service):
             self._notify_data()
         status = _PUT_OK
         if self._group_commit is not None and wait_store:
-            if not await self._group_commit.wait_flushed(append.end_offset):
-                status = PutStatus.FLUSH_DISK_TIMEOUT
+            self.puts_waiting += 1
+            try:
+                if not await self._group_commit.wait_flushed(append.end_offset):
+                    status = PutStatus.FLUSH_DISK_TIMEOUT
+            finally:
+                self.puts_waiting -= 1
         elif self._flush is not None and not self.config.flush_commit_log_timed:
             self._flush.wakeup()
         replica = self._sync_replication
         if replica is not None and wait_store:
             if not replica.is_slave_ok(append.end_offset):
                 status = PutStatus.SLAVE_NOT_AVAILABLE
-            elif not await replica.wait_for_slave(append.end_offset):
-                status = PutStatus.FLUSH_SLAVE_TIMEOUT
+            else:
+                self.puts_waiting += 1
+                try:
+                    if not await replica.wait_for_slave(append.end_offset):
+                        status = PutStatus.FLUSH_SLAVE_TIMEOUT
+                finally:
+                    self.puts_waiting -= 1
         return PutMessageResult(status, append)
 
     # --- gathered appends: the puts of one read, one system call --------------------------

@@ -258,6 +258,10 @@ _STATUS_CODES: dict[PutStatus, tuple[int, str | None]] = {
         "the message is illegal, maybe msg properties length limit 32k.",
     ),
     PutStatus.SERVICE_NOT_AVAILABLE: (ResponseCode.SERVICE_NOT_AVAILABLE, _NOT_AVAILABLE_REMARK),
+    PutStatus.TOO_MANY_REQUESTS: (
+        ResponseCode.SYSTEM_BUSY,
+        "[TOO_MANY_REQUESTS]broker busy, start flow control for a while",
+    ),
     PutStatus.OS_PAGECACHE_BUSY: (
         ResponseCode.SYSTEM_ERROR,
         "[PC_SYNCHRONIZED]broker busy, start flow control for a while",

@@ -687,6 +687,35 @@ async def test_sync_master_put_statuses(ha: Harness) -> None:
     assert result.status is PutStatus.PUT_OK
 
 
+async def test_puts_waiting_for_the_slave_beyond_the_capacity_are_refused_busy(
+    ha: Harness,
+) -> None:
+    """Issue 20 item 4: sends waiting for the slave hold their requests; at
+    sendThreadPoolQueueCapacity of them one more is refused (SYSTEM_BUSY at the broker) before
+    it is stored, and accepted again once the waits end."""
+    master = await ha.store("master", BrokerRole.SYNC_MASTER, send_thread_pool_queue_capacity=3)
+    service = await ha.service(master, slave_timeout=30_000, ha_housekeeping_interval=60_000)
+    slave = await ha.store("slave", BrokerRole.SLAVE)
+    relay = await ha.relay(service.port)
+    await ha.client(slave, relay.port)
+    await eventually(reported(service), "the slave to connect")
+    relay.hold_reports()  # connected, no longer acknowledging: sends wait for it
+
+    waiting = [asyncio.create_task(master.put_message(message(i, topic=TOPIC))) for i in range(3)]
+    await eventually(lambda: master.puts_waiting == 3, "three sends waiting for the slave")
+    end = master.max_phy_offset
+    refused = await master.put_message(message(3, topic=TOPIC))
+    assert refused.status is PutStatus.TOO_MANY_REQUESTS
+    assert "[TOO_MANY_REQUESTS]broker busy" in refused.remark
+    assert master.max_phy_offset == end  # refused before it was stored
+
+    relay.release_reports()
+    assert [r.status for r in await asyncio.gather(*waiting)] == [PutStatus.PUT_OK] * 3
+    assert master.puts_waiting == 0
+    accepted = await master.put_message(message(3, topic=TOPIC))
+    assert accepted.status is PutStatus.PUT_OK
+
+
 async def test_read_replicated_only_dispatches_only_acknowledged_messages(ha: Harness) -> None:
     master = await ha.store("master", BrokerRole.SYNC_MASTER)
     service = await ha.service(master, slave_timeout=5000, ha_read_replicated_only=True)
