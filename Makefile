@@ -87,6 +87,13 @@ FUZZ_TARGETS ?=
 fuzz: install ## fuzz every decoder (FUZZ_RUNS executions each); crashing inputs go to fuzz-crashes/
 	$(BIN)/python -m tests.fuzz --runs $(FUZZ_RUNS) --out fuzz-crashes $(FUZZ_TARGETS)
 
+# make soak SOAK_ROUNDS=20 (see tests/fault/soak.py); SOAK_SEED=n repeats a run
+SOAK_ROUNDS ?= 100
+SOAK_SEED ?=
+.PHONY: soak
+soak: install ## kill -9 the master or slave each round under SYNC load; check nothing acknowledged is lost
+	$(BIN)/python -m tests.fault.soak --rounds $(SOAK_ROUNDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
+
 .PHONY: bench
 bench: install ## benchmarks: prints throughput figures and ratios to their baselines
 	$(BIN)/python -m tests.bench
