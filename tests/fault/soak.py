@@ -2,12 +2,15 @@
 
 A name server, a SYNC_MASTER and its SLAVE, both SYNC_FLUSH, run as processes on stores that
 live through the whole soak. Each round our client sends numbered messages (32 in flight, 4
-queues) while, at a random moment, the master or the slave is SIGKILLed; it is restarted on the
-same store and ports, and the round ends with the checker:
+queues), and so does the RocketMQ C++ client (`send_sync`, one at a time, in a cpp_peer.py
+process; left out, with a line saying so, where it cannot be imported), while at a random moment
+the master or the slave is SIGKILLed; it is restarted on the same store and ports, and the round
+ends with the checker:
 
 - every message answered SEND_OK (the slave acknowledged it, the disk flushed it), in this
   round and every earlier one, is read back from the master at the queue offset it was given,
-  with its body's number; messages stored more than once (a send whose answer was lost and
+  with its body's number (the C++ client's, which is not told its queue, anywhere in the
+  topic); messages stored more than once (a send whose answer was lost and
   that a client retried) are counted, never a loss;
 - each queue's offsets run from 0 without a hole (the ConsumeQueues agree with the CommitLog);
 - once the slave has caught up, its CommitLog is byte-identical to the master's: the slave is a
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib.util
 import random
 import sys
 import tempfile
@@ -29,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.cpp_peers import Peer
 from tests.support.ha_processes import (
     assert_identical,
     read_all,
@@ -44,6 +50,44 @@ from tidemq.client.api import BrokerAPI
 TOPIC = "Soak"
 SYNC_FLUSH = "flushDiskType=SYNC_FLUSH"
 PER_ROUND = 3000  # sends a round may make; the kill comes well before they are done
+CPP_PER_ROUND = 300
+CPP_NUMBERS = 50_000_000  # the C++ client's message numbers start here
+SEND_OK = 0  # rocketmq.client.SendStatus.OK
+
+
+def cpp_client_available() -> bool:
+    try:
+        return importlib.util.find_spec("rocketmq.client") is not None
+    except ImportError:
+        return False
+
+
+async def start_cpp_producer(folder: Path, namesrv: Daemon, round_number: int) -> Peer:
+    first = CPP_NUMBERS + round_number * CPP_PER_ROUND
+    spec = {
+        "op": "produce",
+        "namesrv": namesrv.address,
+        "group": "SoakCppPG",
+        "topic": TOPIC,
+        "send_timeout_ms": 3000,
+        "messages": [{"body": f"c{n:08d}|cpp"} for n in range(first, first + CPP_PER_ROUND)],
+    }
+    producer = Peer(folder, spec)
+    await producer.start()
+    return producer
+
+
+async def cpp_acknowledged(producer: Peer, timeout: float = 30.0) -> set[int]:
+    """The numbers of the messages the C++ client got SEND_OK for; the peer is ended."""
+    try:
+        async with asyncio.timeout(timeout):
+            while await producer.next_event() is not None:
+                pass
+    except TimeoutError:
+        pass
+    await producer.kill()
+    bodies = [m["body"] for m in producer.spec["messages"]]
+    return {int(bodies[e["index"]][1:9]) for e in producer.of("sent") if e["status"] == SEND_OK}
 
 
 @dataclass
@@ -72,13 +116,23 @@ async def soak(
     processes = ProcessGroup(folder / "logs")
     api = BrokerAPI()
     acknowledged: dict[tuple[int, int], int] = {}
+    cpp_acked: set[int] = set()
     try:
         namesrv = processes.namesrvd(name="namesrvd")
         master, ha_port = start_master(processes, namesrv, folder / "master", SYNC_FLUSH)
         slave = start_slave(processes, namesrv, folder / "slave", SYNC_FLUSH)
         await wait_transfer(api, master)
+        cpp = cpp_client_available()
+        if not cpp:
+            log("the RocketMQ C++ client cannot be imported: our client's sends only")
         for round_number in range(rounds):
             victim = rng.choice(["master", "slave"])
+            producer = None
+            if cpp:
+                producer = await start_cpp_producer(folder, namesrv, round_number)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(15):  # started: its first send answered
+                        await producer.next_event()
             sender = asyncio.create_task(
                 send_many(
                     api,
@@ -118,14 +172,17 @@ async def soak(
                     name=f"slave-{round_number + 1}",
                 )
             await wait_transfer(api, master, timeout=30)
-            lost, twice = await check(api, master, slave, folder, acknowledged)
+            if producer is not None:
+                cpp_acked |= await cpp_acknowledged(producer)
+            lost, twice = await check(api, master, slave, folder, acknowledged, cpp_acked)
             report.rounds += 1
-            report.acknowledged = len(acknowledged)
+            report.acknowledged = len(acknowledged) + len(cpp_acked)
             report.lost = lost
             report.stored_twice = twice
             log(
                 f"round {round_number + 1}: {victim} killed, {len(placed)} acknowledged "
-                f"({len(acknowledged)} in all), {lost} lost, {twice} stored twice"
+                f"({report.acknowledged} in all, {len(cpp_acked)} from the C++ client), "
+                f"{lost} lost, {twice} stored twice"
             )
             if lost:
                 break
@@ -142,11 +199,13 @@ async def check(
     slave: Daemon,
     folder: Path,
     acknowledged: dict[tuple[int, int], int],
+    cpp_acked: set[int],
 ) -> tuple[int, int]:
     """(acknowledged messages not read back, messages stored more than once); raises when the
     slave is not a byte copy of the master once caught up, or a queue has a hole."""
     found = await read_all(api, master, TOPIC)  # asserts each queue runs from 0 without a hole
     lost = sum(1 for place, number in acknowledged.items() if found.get(place) != number)
+    lost += len(cpp_acked - set(found.values()))
     twice = sum(count - 1 for count in Counter(found.values()).values() if count > 1)
     end = await wait_caught_up(api, master, slave)
     assert_identical(folder / "master", folder / "slave", 0, end)
