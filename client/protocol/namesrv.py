@@ -58,9 +58,9 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Self
+from typing import Any, Final, Self, TypeVar
 
 from tidemq.client.errors import NamesrvResponseError
 from tidemq.client.protocol.models import (
@@ -128,6 +128,9 @@ MAX_DECOMPRESSED_BODY: Final = 256 * 1024 * 1024
 
 _INT32: Final = struct.Struct(">i")
 _TOPIC_FILTER_TYPES: Final = frozenset({"SINGLE_TAG", "MULTI_TAG"})
+
+
+T = TypeVar("T")
 
 
 class NamesrvProtocolError(DecodeError, ValueError):
@@ -256,6 +259,14 @@ def _json_object(body: Body, what: str) -> dict[str, Any]:
     return obj
 
 
+def _from_dict(build: Callable[[dict[str, Any]], T], obj: dict[str, Any], what: str) -> T:
+    """`build(obj)`, its complaints about the values' types and ranges as NamesrvProtocolError."""
+    try:
+        return build(obj)
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise NamesrvProtocolError(f"{what}: a field has a bad value: {exc}") from exc
+
+
 def _str_list(value: object, what: str) -> list[str]:
     if value is None:
         return []
@@ -331,10 +342,7 @@ class RegisterBrokerBody:
             raise NamesrvProtocolError(
                 "RegisterBrokerBody: topicConfigSerializeWrapper is not an object"
             )
-        try:
-            topics = TopicConfigSerializeWrapper.from_dict(wrapper)
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise NamesrvProtocolError(f"RegisterBrokerBody: bad topic table: {exc}") from exc
+        topics = _from_dict(TopicConfigSerializeWrapper.from_dict, wrapper, "RegisterBrokerBody")
         filters = _str_list(obj.get("filterServerList"), "RegisterBrokerBody.filterServerList")
         return cls(topics, filters)
 
@@ -432,7 +440,8 @@ def _decode_compressed(body: Body) -> RegisterBrokerBody:
     except BodyDecodeError as exc:
         raise NamesrvProtocolError(f"compressed filterServerList: {exc}") from exc
     # Whatever follows (5.x topic-queue mapping data) is not ours to read.
-    wrapper = TopicConfigSerializeWrapper(table, DataVersion.from_dict(version))
+    data_version = _from_dict(DataVersion.from_dict, version, "compressed dataVersion")
+    wrapper = TopicConfigSerializeWrapper(table, data_version)
     return RegisterBrokerBody(wrapper, _str_list(filters, "compressed filterServerList"))
 
 
@@ -496,7 +505,7 @@ def register_broker_request(
 
 def decode_data_version(body: Body) -> DataVersion:
     """The DataVersion JSON of a QUERY_DATA_VERSION request or response."""
-    return DataVersion.from_dict(_json_object(body, "DataVersion"))
+    return _from_dict(DataVersion.from_dict, _json_object(body, "DataVersion"), "DataVersion")
 
 
 def query_data_version_request(
@@ -537,12 +546,16 @@ def parse_route_response(response: RemotingCommand) -> TopicRouteData | None:
     check_success(response, ResponseCode.TOPIC_NOT_EXIST)
     if response.code == ResponseCode.TOPIC_NOT_EXIST:
         return None
-    return TopicRouteData.from_dict(_json_object(response.body, "TopicRouteData"))
+    return _from_dict(
+        TopicRouteData.from_dict, _json_object(response.body, "TopicRouteData"), "TopicRouteData"
+    )
 
 
 def parse_cluster_info_response(response: RemotingCommand) -> ClusterInfo:
     check_success(response)
-    return ClusterInfo.from_dict(_json_object(response.body, "ClusterInfo"))
+    return _from_dict(
+        ClusterInfo.from_dict, _json_object(response.body, "ClusterInfo"), "ClusterInfo"
+    )
 
 
 def parse_topic_list_response(response: RemotingCommand) -> TopicList:

@@ -43,9 +43,11 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Final
 
-from tidemq.client.protocol import admin, heartbeat, models, namesrv
+from tidemq.client.protocol import admin, heartbeat, namesrv
 from tidemq.client.protocol import headers as request_headers
 from tidemq.client.remoting import headers
+from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import BodyDecodeError, FrameError, HeaderDecodeError
 from tidemq.client.remoting.frame import FrameDecoder
 from tidemq.client.remoting.json_body import loads_fastjson
@@ -245,10 +247,11 @@ def fuzz_json_bodies(data: bytes) -> None:
         return
     decode = _BODY_DECODERS[data[0] % len(_BODY_DECODERS)]
     outcome(_BODY_ERRORS, decode, data[1:])
-    for build in (models.TopicRouteData.from_dict, models.ClusterInfo.from_dict):
-        parsed = outcome(_BODY_ERRORS, loads_fastjson, data[1:])
-        if parsed[0] == "ok" and isinstance(parsed[1], dict):
-            outcome(_BODY_ERRORS, build, parsed[1])
+    # a name server's answers, as our client parses them
+    answer = RemotingCommand.response_to(RemotingCommand.request(105), ResponseCode.SUCCESS)
+    answer.body = data[1:]
+    for parse in (namesrv.parse_route_response, namesrv.parse_cluster_info_response):
+        outcome(_BODY_ERRORS, parse, answer)
 
 
 # -- HA ----------------------------------------------------------------------------------------

@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from tidemq.client.inflate import inflate_body
+from tidemq.client.protocol.namesrv import (
+    NamesrvProtocolError,
+    RegisterBrokerBody,
+    parse_route_response,
+)
 from tidemq.client.received import decode_received
+from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import HeaderDecodeError
 from tidemq.client.remoting.frame import FrameDecoder
 from tidemq.client.remoting.headers import decode_msgpack_header
@@ -76,3 +83,19 @@ def test_record_shorter_than_its_hosts_is_a_record_format_error() -> None:
     data = (REGRESSIONS / "commitlog_record" / "record-shorter-than-its-hosts").read_bytes()
     with pytest.raises(RecordFormatError, match="too short for its hosts"):
         decode_record(data)
+
+
+def test_a_register_body_with_an_infinite_timestamp_is_a_namesrv_protocol_error() -> None:
+    data = (REGRESSIONS / "namesrv_register" / "data-version-timestamp-infinite").read_bytes()
+    with pytest.raises(NamesrvProtocolError, match="a field has a bad value"):
+        RegisterBrokerBody.decode(data)
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"brokerDatas": 5}', b'{"queueDatas":[{"readQueueNums":"x"}]}'], ids=str
+)
+def test_a_route_with_values_of_the_wrong_type_is_a_namesrv_protocol_error(body: bytes) -> None:
+    answer = RemotingCommand.response_to(RemotingCommand.request(105), ResponseCode.SUCCESS)
+    answer.body = body
+    with pytest.raises(NamesrvProtocolError, match="TopicRouteData: a field has a bad value"):
+        parse_route_response(answer)
