@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import importlib.util
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -219,11 +220,17 @@ def main() -> int:
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     print(f"soak seed {seed} (rerun with --seed {seed})", flush=True)
-    with tempfile.TemporaryDirectory(prefix="tidemq-soak-") as folder:
-        report = asyncio.run(
-            soak(args.rounds, Path(folder), seed, lambda line: print(line, flush=True))
-        )
+    folder = Path(tempfile.mkdtemp(prefix="tidemq-soak-"))
+    try:
+        report = asyncio.run(soak(args.rounds, folder, seed, lambda line: print(line, flush=True)))
+    except BaseException:
+        print(f"the soak failed: stores and logs kept in {folder}")
+        raise
     print(report.line())
+    if report.lost == 0 and report.rounds == args.rounds:
+        shutil.rmtree(folder)
+    else:
+        print(f"stores and logs kept in {folder}")
     return 0 if report.lost == 0 and report.rounds == args.rounds else 1
 
 
