@@ -18,7 +18,7 @@ import msgpack  # type: ignore[import-untyped]
 from tests.fuzz.targets import _HEADER_CLASSES
 from tidemq.client.protocol import namesrv
 from tidemq.client.protocol.heartbeat import HeartbeatData, ProducerData
-from tidemq.client.protocol.models import TopicConfig
+from tidemq.client.protocol.models import DataVersion, TopicConfig
 from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.frame import encode_command
@@ -89,7 +89,8 @@ def seeds() -> dict[str, list[bytes]]:
         [(0, b"one", "TAGS\x01A\x02"), (3, b"", ""), (0, b"x" * 20, "KEYS\x01k\x02")]
     )
     topics = [TopicConfig("TopicTest", 8, 8, 6), TopicConfig("%RETRY%G", 1, 1, 6)]
-    register = namesrv.RegisterBrokerBody(namesrv.topic_config_wrapper(topics), ["f:1"])
+    version = DataVersion(timestamp=1_700_000_000_000, counter=3)  # fixed: the seeds are too
+    register = namesrv.RegisterBrokerBody(namesrv.topic_config_wrapper(topics, version), ["f:1"])
     heartbeat = HeartbeatData("c1", [ProducerData("PG")], [])
     header_seeds = []
     for index, (_cls, keys) in enumerate(_HEADER_CLASSES):

@@ -14,9 +14,11 @@ seeded replay of tests/fuzz/test_fuzz.py, by tracemalloc's peak per input (`ALLO
 
 Targets (name: decoders; errors):
 
-    frame            FrameDecoder (64 KiB frames), whole and split    FrameError
+    frame            FrameDecoder (64 KiB frames), whole and split;   FrameError
+                     parse_frames compiled and pure
     header_json      decode_json_header, compiled and pure mapping    HeaderDecodeError
-    header_msgpack   decode_msgpack_header, compiled and pure mapping HeaderDecodeError
+    header_msgpack   decode_msgpack_header compiled and pure, with    HeaderDecodeError
+                     the compiled and the pure mapping
     header_rocketmq  decode_rocketmq_header                           HeaderDecodeError
     request_headers  every request header schema and namesrv header,  HeaderFieldError,
                      decode_send_header compiled and pure             NamesrvProtocolError
@@ -27,7 +29,8 @@ Targets (name: decoders; errors):
                      gather_entries compiled and pure
     batch_body       decode_batch_body, encode_batch compiled and     BatchDecodeError,
                      pure                                             RecordTooLargeError
-    properties_file  parse_properties, decode_properties              ConfigError
+    properties_file  parse_properties, decode_properties,             ConfigError
+                     with_property compiled and pure
     namesrv_register RegisterBrokerBody.decode (plain and zlib)       NamesrvProtocolError
     pull_body        decode_received (the client's pulled records)    RecordFormatError
     spark_columns    ColumnBuffer.add + take (Arrow columns)          RecordFormatError
@@ -45,7 +48,7 @@ from typing import Any, Final
 
 from tidemq.client.protocol import admin, heartbeat, namesrv
 from tidemq.client.protocol import headers as request_headers
-from tidemq.client.remoting import headers
+from tidemq.client.remoting import frame, headers
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import BodyDecodeError, FrameError, HeaderDecodeError
@@ -59,7 +62,7 @@ from tidemq.ha.codec import (
     SlaveStreamChecker,
     TransferDecoder,
 )
-from tidemq.store import fast_scan, index_worker, speedups
+from tidemq.store import fast_scan, index_worker, record, speedups
 from tidemq.store.batch_body import BatchDecodeError, decode_batch_body
 from tidemq.store.errors import ConfigError
 from tidemq.store.properties import parse_properties
@@ -128,9 +131,18 @@ def _feed_frames(chunks: list[bytes]) -> Any:
     return ("ok", commands, decoder.buffered)
 
 
+_PARSE_FRAMES_KEY: Final = "tidemq.client.remoting.frame.parse_frames"
+
+
 def fuzz_frame(data: bytes) -> None:
     cut = _split_point(data)
     same("frame fed whole and split", _feed_frames([data]), _feed_frames([data[:cut], data[cut:]]))
+    with memoryview(data) as view:
+        same(
+            "parse_frames twins",
+            outcome((FrameError,), pure(_PARSE_FRAMES_KEY), view, FRAME_LIMIT),
+            outcome((FrameError,), frame.parse_frames, view, FRAME_LIMIT),
+        )
 
 
 def _mapping_twins(decode: Callable[[bytes], Any], data: bytes) -> None:
@@ -152,8 +164,18 @@ def fuzz_header_json(data: bytes) -> None:
     _mapping_twins(headers.decode_json_header, data)
 
 
+_MSGPACK_KEY: Final = "tidemq.client.remoting.headers.decode_msgpack_header"
+
+
 def fuzz_header_msgpack(data: bytes) -> None:
-    _mapping_twins(headers.decode_msgpack_header, data)
+    # the compiled decoder reads the map itself; the pure one has msgpack build a dict and
+    # hands it to _command_from_mapping, itself compiled or pure
+    _mapping_twins(pure(_MSGPACK_KEY), data)
+    same(
+        "decode_msgpack_header twins",
+        outcome((HeaderDecodeError,), pure(_MSGPACK_KEY), data),
+        outcome((HeaderDecodeError,), headers.decode_msgpack_header, data),
+    )
 
 
 def fuzz_header_rocketmq(data: bytes) -> None:
@@ -385,10 +407,19 @@ def _batch_view(result: Any) -> Any:
     return ("ok", bytes(encoded.data), encoded.offsets, encoded.properties_at, encoded.wait_store)
 
 
+_WITH_PROPERTY_KEY: Final = "tidemq.store.record.with_property"
+
+
 def fuzz_properties_file(data: bytes) -> None:
     text = data.decode("utf-8", "replace")
     outcome((ConfigError,), parse_properties, text)
+    # a send's properties text (name\x01value\x02...): decoded, and given its CLUSTER
     decode_properties(text)
+    same(
+        "with_property twins",
+        outcome((), pure(_WITH_PROPERTY_KEY), text, "CLUSTER", "DefaultCluster"),
+        outcome((), record.with_property, text, "CLUSTER", "DefaultCluster"),
+    )
 
 
 def fuzz_namesrv_register(data: bytes) -> None:
