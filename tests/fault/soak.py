@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.cpp_peers import Peer
+from tests.support.cpp_peers import SEND_OK, Peer
 from tests.support.ha_processes import (
     assert_identical,
     read_all,
@@ -53,7 +53,6 @@ SYNC_FLUSH = "flushDiskType=SYNC_FLUSH"
 PER_ROUND = 3000  # sends a round may make; the kill comes well before they are done
 CPP_PER_ROUND = 300
 CPP_NUMBERS = 50_000_000  # the C++ client's message numbers start here
-SEND_OK = 0  # rocketmq.client.SendStatus.OK
 
 
 def cpp_client_available() -> bool:

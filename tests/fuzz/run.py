@@ -17,8 +17,9 @@ def main() -> None:
     with atheris.instrument_imports(include=["tidemq"]):
         from tests.fuzz.targets import TARGETS
 
-        if name in ("spark_columns", "pull_body"):
+        if name in ("spark_columns", "pull_body", "acl_file"):
             # imported by the target at its first call: instrumented here
+            import tidemq.broker.acl_rules
             import tidemq.client.received
             import tidemq.client.spark.records  # noqa: F401
     target = TARGETS[name].run

@@ -143,6 +143,15 @@ def seeds() -> dict[str, list[bytes]]:
             b"listenPort 10911\n\n   \nflushDiskType=SYNC_FLUSH   \n",
         ],
         "namesrv_register": [register.encode(), register.encode(compressed=True)],
+        "acl_file": [
+            b"globalWhiteRemoteAddresses:\n  - 10.10.103.*\n  - 192.168.0.{1,2}\naccounts:\n"
+            b"  - accessKey: RocketMQ\n    secretKey: 12345678\n"
+            b"    whiteRemoteAddress: 192.168.0.*\n    admin: false\n"
+            b"    defaultTopicPerm: DENY\n    defaultGroupPerm: SUB\n"
+            b"    topicPerms: [topicA=DENY, topicB=PUB|SUB, topicC=SUB]\n"
+            b"    groupPerms: [groupA=DENY, groupB=PUB|SUB]\n",
+            b"accounts:\n  - accessKey: rocketmq2\n    secretKey: 12345678\n    admin: true\n",
+        ],
         "pull_body": [b"".join(records), _compressed_record()],
         "spark_columns": [b"".join(records), records[0], _compressed_record()],
     }

@@ -34,6 +34,7 @@ Targets (name: decoders; errors):
     namesrv_register RegisterBrokerBody.decode (plain and zlib)       NamesrvProtocolError
     pull_body        decode_received (the client's pulled records)    RecordFormatError
     spark_columns    ColumnBuffer.add + take (Arrow columns)          RecordFormatError
+    acl_file         parse_document (plain_acl.yml rules)             AclFileError
 """
 
 from __future__ import annotations
@@ -454,6 +455,12 @@ def fuzz_spark_columns(data: bytes) -> None:
         outcome((RecordFormatError,), buffer.take)
 
 
+def fuzz_acl_file(data: bytes) -> None:
+    from tidemq.broker.acl_rules import AclFileError, parse_document
+
+    outcome((AclFileError,), parse_document, data.decode("utf-8", "replace"), "plain_acl.yml")
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -477,5 +484,6 @@ TARGETS: Final[dict[str, Target]] = {
         Target("namesrv_register", fuzz_namesrv_register),
         Target("pull_body", fuzz_pull_body),
         Target("spark_columns", fuzz_spark_columns),
+        Target("acl_file", fuzz_acl_file),
     )
 }
