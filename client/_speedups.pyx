@@ -1335,7 +1335,7 @@ _received = None  # client/received.py, looked up at the first call (it imports 
 _ReceivedFieldsType = None
 _ReceivedMessageType = None
 _UNSET = None
-_zlib_decompress = None
+_inflate_body = None
 _frozen = None
 
 
@@ -1349,7 +1349,7 @@ cdef inline long long _i32_at(const unsigned char* p):
 
 
 def decode_received(object body, str broker_name):
-    global _received, _ReceivedFieldsType, _ReceivedMessageType, _UNSET, _zlib_decompress, _frozen
+    global _received, _ReceivedFieldsType, _ReceivedMessageType, _UNSET, _inflate_body, _frozen
     cdef const unsigned char* data
     cdef const unsigned char* p
     cdef Py_ssize_t end, pos = 0, record_end, at, topic_end, props_at, topic_len = -1
@@ -1357,13 +1357,13 @@ def decode_received(object body, str broker_name):
     cdef list out = []
     cdef list inflate = []
     if _received is None:
-        import zlib
         from tidemq.client import message, received
+        from tidemq.client.inflate import inflate_body
         _received = received
         _ReceivedFieldsType = message._ReceivedFields
         _ReceivedMessageType = message.ReceivedMessage
         _UNSET = message.UNSET
-        _zlib_decompress = zlib.decompress
+        _inflate_body = inflate_body
         _frozen = message.frozen
     general = _received._general
     cdef bytes raw = body if type(body) is bytes else bytes(body)
@@ -1431,6 +1431,6 @@ def decode_received(object body, str broker_name):
         out.append(msg)
         pos = record_end
     for fields in inflate:
-        fields.body = _zlib_decompress(fields.body)
+        fields.body = _inflate_body(fields.body)
         _frozen(fields)
     return out
