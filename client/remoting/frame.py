@@ -80,8 +80,8 @@ def encode_command_parts(cmd: RemotingCommand) -> tuple[bytes, Body]:
     return prefix + header, cmd.body
 
 
-# The compiled twin (client/_speedups.pyx) when built: a msgpack command's prefix and header
-# are written into one bytes object (every response and request goes through here).
+# The compiled twin (client/_speedups.pyx) when built: a msgpack or JSON command's prefix and
+# header are written into one bytes object (every response and request goes through here).
 encode_command_parts = speedups.select(encode_command_parts, "tidemq.client._speedups")
 
 
@@ -238,5 +238,5 @@ def _check_length(length: int, max_frame_size: int) -> None:
 
 
 # The compiled twin (client/_speedups.pyx) when built: the loop over a read's frames in C, with
-# msgpack headers decoded in place.
+# msgpack and JSON headers decoded in place.
 parse_frames = speedups.select(parse_frames, "tidemq.client._speedups")
