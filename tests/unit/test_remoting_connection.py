@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -276,6 +277,35 @@ async def test_the_requests_of_one_read_are_bracketed_by_the_read_scope() -> Non
     assert scope.calls[-1] == "request 3"  # one request alone: nothing to gather
     await asyncio.sleep(0)
     assert [c.opaque for c in commands_in(b"".join(transport.writes))] == [1, 2, 3]
+
+
+async def test_a_long_read_is_stored_and_answered_in_steps() -> None:
+    # the answers of each step are written before the next step's requests run, so the peer
+    # starts on them while the rest are stored
+    scope = RecordingScope()
+    transport = FakeTransport()
+
+    async def noting(_connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        scope.calls.append(f"request {request.opaque} after {len(transport.writes)} writes")
+        return RemotingCommand.response_to(request, 0)
+
+    connection = RemotingConnection(noting, read_scope=scope)
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    requests = [RemotingCommand.request(1, opaque=n) for n in range(1, 41)]
+    connection.data_received(b"".join(encode_command(c) for c in requests))
+    steps = [
+        list(group)
+        for is_bracket, group in itertools.groupby(
+            scope.calls, key=lambda call: call in ("begin", "end")
+        )
+        if not is_bracket
+    ]
+    assert [len(step) for step in steps] == [16, 16, 8]
+    assert scope.calls.count("begin") == scope.calls.count("end") == 3
+    assert steps[1][0] == "request 17 after 1 writes"  # the first 16 answers went out
+    assert steps[2][0] == "request 33 after 2 writes"
+    await asyncio.sleep(0)
+    assert [c.opaque for c in commands_in(b"".join(transport.writes))] == list(range(1, 41))
 
 
 async def test_when_the_read_scope_fails_no_answer_of_that_read_goes_out() -> None:
