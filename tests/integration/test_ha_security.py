@@ -18,6 +18,7 @@ from tests.support.ha_brokers import HA_TIMING, wait_caught_up, wait_slave_conne
 from tests.support.processes import Daemon, ProcessGroup, free_port
 from tests.support.wire import send_header
 from tidemq.client.api import BrokerAPI, SendStatus
+from tidemq.ha.transport import TLS_HANDSHAKE_TIMEOUT
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
 
@@ -83,7 +84,9 @@ async def stranger_receives(
     try:
         writer.write(struct.pack(">q", 0))
         await writer.drain()
-        return await asyncio.wait_for(reader.read(), 10)
+        # Plaintext bytes that reach the master before its TLS handshake starts are not seen by
+        # the handshake, which then ends at the master's handshake timeout: wait past it.
+        return await asyncio.wait_for(reader.read(), TLS_HANDSHAKE_TIMEOUT + 10)
     except (ssl.SSLError, ConnectionError):
         return b""
     finally:
