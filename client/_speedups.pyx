@@ -242,6 +242,28 @@ cdef enum:
     _FLAG = 16
     _REMARK = 32
     _EXT = 64
+    _JAVA_ONLY = 128  # serializeTypeCurrentRPC, which Java writes in JSON headers
+
+
+cdef int _header_key_bit(const unsigned char* key, Py_ssize_t size):
+    """The bit of a header key given as its UTF-8 bytes; 0 for a key the fast paths do not read."""
+    if size == 4 and memcmp(key, b"code", 4) == 0:
+        return _CODE
+    if size == 8 and memcmp(key, b"language", 8) == 0:
+        return _LANGUAGE
+    if size == 7 and memcmp(key, b"version", 7) == 0:
+        return _VERSION
+    if size == 6 and memcmp(key, b"opaque", 6) == 0:
+        return _OPAQUE
+    if size == 4 and memcmp(key, b"flag", 4) == 0:
+        return _FLAG
+    if size == 6 and memcmp(key, b"remark", 6) == 0:
+        return _REMARK
+    if size == 9 and memcmp(key, b"extFields", 9) == 0:
+        return _EXT
+    if size == 23 and memcmp(key, b"serializeTypeCurrentRPC", 23) == 0:
+        return _JAVA_ONLY
+    return 0
 
 
 cdef struct _Cursor:
@@ -421,21 +443,8 @@ cdef object _decode_fast(const unsigned char* data, Py_ssize_t size, object body
     for i in range(count):
         if not _read_str_len(&cur, &key_len) or not _take(&cur, key_len, &key):
             return None
-        if key_len == 4 and memcmp(key, b"code", 4) == 0:
-            bit = _CODE
-        elif key_len == 8 and memcmp(key, b"language", 8) == 0:
-            bit = _LANGUAGE
-        elif key_len == 7 and memcmp(key, b"version", 7) == 0:
-            bit = _VERSION
-        elif key_len == 6 and memcmp(key, b"opaque", 6) == 0:
-            bit = _OPAQUE
-        elif key_len == 4 and memcmp(key, b"flag", 4) == 0:
-            bit = _FLAG
-        elif key_len == 6 and memcmp(key, b"remark", 6) == 0:
-            bit = _REMARK
-        elif key_len == 9 and memcmp(key, b"extFields", 9) == 0:
-            bit = _EXT
-        else:
+        bit = _header_key_bit(key, key_len)
+        if bit == 0 or bit == _JAVA_ONLY:
             return None
         if seen & bit:
             return None
@@ -571,19 +580,44 @@ cdef unsigned char* _put_map_head(unsigned char* out, Py_ssize_t count):
     return _put_be(out + 1, <unsigned long long>count, 4)
 
 
+cdef bint _encodable_fields(
+    object code, object language, object version, object opaque, object flag, object remark,
+    object ext
+):
+    """The fields the compiled encoders write as they are: 32-bit ints, a language byte, a str
+    remark or none, a dict of extFields (its items are checked by `_utf8_pairs`)."""
+    return (
+        _int32(code)
+        and _int32(version)
+        and _int32(opaque)
+        and _int32(flag)
+        and _int_in(language, 0, 255)
+        and (remark is None or type(remark) is str)
+        and type(ext) is dict
+    )
+
+
+cdef bint _utf8_pairs(dict fields, const char** texts, Py_ssize_t* lengths):
+    """Each key and value of `fields` as UTF-8 (texts and lengths, key then value); False when
+    one is not a str or not encodable (a lone surrogate), or the dict changed size."""
+    cdef Py_ssize_t i = 0, count = len(fields)
+    for key, value in fields.items():
+        if type(key) is not str or type(value) is not str or i >= 2 * count:
+            return False
+        try:
+            texts[i] = PyUnicode_AsUTF8AndSize(key, &lengths[i])
+            texts[i + 1] = PyUnicode_AsUTF8AndSize(value, &lengths[i + 1])
+        except UnicodeEncodeError:
+            return False
+        i += 2
+    return True
+
+
 cdef object _encode_fast(object cmd, Py_ssize_t body_len=-1):
     """The header's bytes; with `body_len` >= 0, after the frame's 8-byte prefix for that body."""
     code, language, version, opaque, flag = cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag
     remark, ext = cmd.remark, cmd.ext_fields
-    if not (
-        _int_in(code, -2147483648, 2147483647)
-        and _int_in(version, -2147483648, 2147483647)
-        and _int_in(opaque, -2147483648, 2147483647)
-        and _int_in(flag, -2147483648, 2147483647)
-        and _int_in(language, 0, 255)
-        and (remark is None or type(remark) is str)
-        and type(ext) is dict
-    ):
+    if not _encodable_fields(code, language, version, opaque, flag, remark, ext):
         return None
     cdef dict fields = <dict>ext
     cdef Py_ssize_t count = len(fields), i = 0, size, remark_len = 0, total
@@ -608,17 +642,10 @@ cdef object _encode_fast(object cmd, Py_ssize_t body_len=-1):
         free(lengths)
         raise MemoryError()
     try:
-        for key, value in fields.items():
-            if type(key) is not str or type(value) is not str or i >= 2 * count:
-                return None
-            try:
-                texts[i] = PyUnicode_AsUTF8AndSize(key, &lengths[i])
-                texts[i + 1] = PyUnicode_AsUTF8AndSize(value, &lengths[i + 1])
-            except UnicodeEncodeError:
-                return None
+        if not _utf8_pairs(fields, texts, lengths):
+            return None
+        for i in range(2 * count):
             total += _str_head_size(lengths[i]) + lengths[i]
-            total += _str_head_size(lengths[i + 1]) + lengths[i + 1]
-            i += 2
         if count:
             total += 10 + _map_head_size(count)
         prefix_len = 0
@@ -1045,28 +1072,13 @@ cdef object _decode_json_fast(const unsigned char* data, Py_ssize_t size, object
         while True:
             if not _json_raw_string(&cur, &key, &key_len) or not _json_char(&cur, 58):
                 return None
-            if key_len == 4 and memcmp(key, b"code", 4) == 0:
-                bit = _CODE
-            elif key_len == 8 and memcmp(key, b"language", 8) == 0:
-                bit = _LANGUAGE
-            elif key_len == 7 and memcmp(key, b"version", 7) == 0:
-                bit = _VERSION
-            elif key_len == 6 and memcmp(key, b"opaque", 6) == 0:
-                bit = _OPAQUE
-            elif key_len == 4 and memcmp(key, b"flag", 4) == 0:
-                bit = _FLAG
-            elif key_len == 6 and memcmp(key, b"remark", 6) == 0:
-                bit = _REMARK
-            elif key_len == 9 and memcmp(key, b"extFields", 9) == 0:
-                bit = _EXT
-            elif key_len == 23 and memcmp(key, b"serializeTypeCurrentRPC", 23) == 0:
-                bit = 128  # Java's, ignored: a plain string
-            else:
+            bit = _header_key_bit(key, key_len)
+            if bit == 0:
                 return None
             if seen & bit:
                 return None
             seen |= bit
-            if bit == 128:
+            if bit == _JAVA_ONLY:  # ignored: a plain string
                 if not _json_raw_string(&cur, &start, &text_size):
                     return None
             elif bit == _REMARK:
@@ -1219,15 +1231,7 @@ cdef object _encode_json_fast(object cmd, Py_ssize_t body_len=-1):
     """The JSON header's bytes; with `body_len` >= 0, after the frame's prefix for that body."""
     code, language, version, opaque, flag = cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag
     remark, ext = cmd.remark, cmd.ext_fields
-    if not (
-        _int32(code)
-        and _int32(version)
-        and _int32(opaque)
-        and _int32(flag)
-        and _int_in(language, 0, 255)
-        and (remark is None or type(remark) is str)
-        and type(ext) is dict
-    ):
+    if not _encodable_fields(code, language, version, opaque, flag, remark, ext):
         return None
     cdef dict fields = <dict>ext
     cdef Py_ssize_t count = len(fields), i = 0, remark_len = 0, total, prefix_len = 0
@@ -1258,17 +1262,10 @@ cdef object _encode_json_fast(object cmd, Py_ssize_t body_len=-1):
         free(lengths)
         raise MemoryError()
     try:
-        for key, value in fields.items():
-            if type(key) is not str or type(value) is not str or i >= 2 * count:
-                return None
-            try:
-                texts[i] = PyUnicode_AsUTF8AndSize(key, &lengths[i])
-                texts[i + 1] = PyUnicode_AsUTF8AndSize(value, &lengths[i + 1])
-            except UnicodeEncodeError:
-                return None
-            total += _json_escaped_size(texts[i], lengths[i]) + 6  # "k":"v",
-            total += _json_escaped_size(texts[i + 1], lengths[i + 1])
-            i += 2
+        if not _utf8_pairs(fields, texts, lengths):
+            return None
+        for i in range(2 * count):
+            total += _json_escaped_size(texts[i], lengths[i]) + 3  # two quotes, and a colon or comma
         if count:
             total += 14  # ,"extFields":{}
         buffer = PyByteArray_FromStringAndSize(NULL, total + 8)

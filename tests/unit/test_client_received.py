@@ -113,6 +113,17 @@ def records(draw: st.DrawFn) -> bytes:
     )
 
 
+def damaged_body(bodies: list[bytes], damage: list[tuple[int, int]], cut: int) -> bytes:
+    """`bodies` joined, bytes overwritten at `damage`, maybe cut short by a few bytes."""
+    body = bytearray(b"".join(bodies))
+    for at, value in damage:
+        body[at % len(body)] = value
+    # lengths are where damage matters most: hit the first record's size fields too
+    if damage:
+        struct.pack_into(">i", body, 0, damage[0][0] % (len(body) + 8))
+    return bytes(body[: len(body) - cut % 4 if cut % 3 else len(body)])
+
+
 @settings(max_examples=300, deadline=None)
 @given(bodies=st.lists(records(), max_size=6))
 def test_decode_equals_the_old_decoding_on_random_records(bodies: list[bytes]) -> None:
@@ -130,13 +141,7 @@ def test_decode_equals_the_old_decoding_on_random_records(bodies: list[bytes]) -
 def test_damaged_bodies_give_the_same_errors(
     bodies: list[bytes], damage: list[tuple[int, int]], cut: int
 ) -> None:
-    body = bytearray(b"".join(bodies))
-    for at, value in damage:
-        body[at % len(body)] = value
-    # lengths are where damage matters most: hit the first record's size fields too
-    if damage:
-        struct.pack_into(">i", body, 0, damage[0][0] % (len(body) + 8))
-    damaged = bytes(body[: len(body) - cut % 4 if cut % 3 else len(body)])
+    damaged = damaged_body(bodies, damage, cut)
     assert outcome(new_decode, damaged) == outcome(old_decode, damaged)
 
 
@@ -265,12 +270,7 @@ def test_the_twins_decode_records_the_same(bodies: list[bytes]) -> None:
 def test_the_twins_fail_the_same_on_damaged_bodies(
     bodies: list[bytes], damage: list[tuple[int, int]], cut: int
 ) -> None:
-    body = bytearray(b"".join(bodies))
-    for at, value in damage:
-        body[at % len(body)] = value
-    if damage:
-        struct.pack_into(">i", body, 0, damage[0][0] % (len(body) + 8))
-    damaged = bytes(body[: len(body) - cut % 4 if cut % 3 else len(body)])
+    damaged = damaged_body(bodies, damage, cut)
     pure = speedups.PURE_TWINS[RECEIVED_KEY]
     assert twin_outcome(_speedups.decode_received, damaged) == twin_outcome(pure, damaged)
 
