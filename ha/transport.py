@@ -9,9 +9,9 @@ when injected (the unit tests wire master and slave to each other in memory).
 On TCP, the HA port may be guarded (tidemq's own keys, beyond RocketMQ; the broker builds the
 arguments from ha/config.py): `allow` is asked for each connecting peer's IP before anything
 else happens, and a peer it refuses is closed before a byte is read or sent, with one log line;
-`tls` then upgrades the allowed connection to TLS (the broker's context asks for a client
-certificate trusted by `haTlsTrustCertPath`, so a slave must hold one), and a failed handshake
-is closed and logged the same way. The slave connects with its own context (verifying the
+`tls` then starts TLS on the allowed connection as it is made (the broker's context asks for a
+client certificate trusted by `haTlsTrustCertPath`, so a slave must hold one), and a failed
+handshake is closed and logged the same way. The slave connects with its own context (verifying the
 master's certificate and presenting its own). The bytes inside TLS are RocketMQ's HA stream,
 unchanged.
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Protocol, cast
@@ -64,9 +65,11 @@ async def listen_tcp(
     allow: Callable[[str], bool] | None = None,
     tls: ssl.SSLContext | None = None,
 ) -> tuple[Listening, int]:
+    if allow is not None or tls is not None:
+        guarded = GuardedListener(accept, allow, tls)
+        return guarded, await guarded.listen(host, port)
+
     async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if (allow is not None or tls is not None) and not await _admit(writer, allow, tls):
-            return
         writer.transport.set_write_buffer_limits(MASTER_WRITE_BUFFER)
         await accept(reader, writer)
 
@@ -75,27 +78,92 @@ async def listen_tcp(
     return server, sockets[0].getsockname()[1] if sockets else port
 
 
-async def _admit(
-    writer: asyncio.StreamWriter,
-    allow: Callable[[str], bool] | None,
-    tls: ssl.SSLContext | None,
-) -> bool:
-    """Whether a new connection may go on: its address allowed, its TLS handshake done."""
-    peer = writer.get_extra_info("peername")
-    ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
-    address = f"{ip}:{peer[1]}" if isinstance(peer, tuple) else ip
-    if allow is not None and not allow(ip):
-        log.warning("HA: connection from %s refused: not in haAllowedSlaveAddresses", address)
-        writer.transport.abort()
-        return False
-    if tls is not None:
+class GuardedListener:
+    """Accepts sockets itself, so that a peer is judged before its connection has a transport:
+    an address outside the allow-list is closed with nothing read or sent, and TLS starts with the
+    connection (`connect_accepted_socket`), so the handshake reads the peer's first bytes. (A
+    plaintext transport upgraded later with start_tls may already have read them: uvloop starts
+    reading as the connection is made, and a ClientHello sent with the connect then lands in the
+    stream's buffer, where the handshake waits for it until its timeout.)"""
+
+    def __init__(
+        self, accept: Accept, allow: Callable[[str], bool] | None, tls: ssl.SSLContext | None
+    ) -> None:
+        self._accept = accept
+        self._allow = allow
+        self._tls = tls
+        self._socket: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        self._admitting: set[asyncio.Task[None]] = set()
+
+    async def listen(self, host: str, port: int) -> int:
+        listener = socket.create_server((host, port), family=_family(host), backlog=128)
+        listener.setblocking(False)
+        self._socket = listener
+        self._accepting = asyncio.create_task(self._accept_loop(listener))
+        return int(listener.getsockname()[1])
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, peer = await loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE and the like: the port stays open
+                log.warning("HA: accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            ip, address = str(peer[0]), f"{peer[0]}:{peer[1]}"
+            if self._allow is not None and not self._allow(ip):
+                log.warning(
+                    "HA: connection from %s refused: not in haAllowedSlaveAddresses", address
+                )
+                conn.close()
+                continue
+            admitting = asyncio.create_task(self._admit(conn, address))
+            self._admitting.add(admitting)
+            admitting.add_done_callback(self._admitting.discard)
+
+    async def _admit(self, conn: socket.socket, address: str) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(reader)
         try:
-            await writer.start_tls(tls, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
+            if self._tls is None:
+                transport, _ = await loop.connect_accepted_socket(lambda: protocol, conn)
+            else:
+                transport, _ = await loop.connect_accepted_socket(
+                    lambda: protocol,
+                    conn,
+                    ssl=self._tls,
+                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT,
+                )
         except (ssl.SSLError, OSError, TimeoutError) as exc:
             log.warning("HA: TLS handshake with %s failed: %s", address, exc or "timeout")
-            writer.transport.abort()
-            return False
-    return True
+            conn.close()
+            return
+        # Admitted: the connection's life belongs to the service, not to this listener's close.
+        current = asyncio.current_task()
+        if current is not None:
+            self._admitting.discard(current)
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        transport.set_write_buffer_limits(MASTER_WRITE_BUFFER)
+        await self._accept(reader, writer)
+
+    def close(self) -> None:
+        if self._accepting is not None:
+            self._accepting.cancel()
+        for admitting in list(self._admitting):
+            admitting.cancel()
+        if self._socket is not None:
+            self._socket.close()
+
+    async def wait_closed(self) -> None:
+        pending = [task for task in (self._accepting, *self._admitting) if task is not None]
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 async def connect_tcp(address: str, *, tls: ssl.SSLContext | None = None) -> Streams:

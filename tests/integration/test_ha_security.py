@@ -84,9 +84,8 @@ async def stranger_receives(
     try:
         writer.write(struct.pack(">q", 0))
         await writer.drain()
-        # Plaintext bytes that reach the master before its TLS handshake starts are not seen by
-        # the handshake, which then ends at the master's handshake timeout: wait past it.
-        return await asyncio.wait_for(reader.read(), TLS_HANDSHAKE_TIMEOUT + 10)
+        # TLS starts with the connection, so plaintext fails the handshake at once.
+        return await asyncio.wait_for(reader.read(), TLS_HANDSHAKE_TIMEOUT)
     except (ssl.SSLError, ConnectionError):
         return b""
     finally:
