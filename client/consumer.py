@@ -25,7 +25,9 @@ RocketMQ's DefaultMQPushConsumer (reference Part A §8):
 
 Messages reach listeners decoded lazily (`ReceivedMessage`: properties, hosts and ids are read
 from the record when first used). A plain function listener gets a batch (or an orderly run) as
-one job of the thread pool, not one job per message.
+one job of the consume threads (client/consume_threads.py: up to `max_concurrency` threads, as
+RocketMQ's consumeThreadMax; jobs that finish together wake the loop once), not one job per
+message; an `executor` given to the consumer runs the jobs instead.
 
 A listener is a function or an async function taking a `ReceivedMessage` and returning
 `ConsumeResult.SUCCESS` (or None) or `ConsumeResult.RECONSUME_LATER`; raising counts as
@@ -50,6 +52,7 @@ from typing import Any, TypeAlias
 from tidemq.client.allocate import AllocateMessageQueueAveragely, AllocateStrategy
 from tidemq.client.api import PullResult, PullStatus
 from tidemq.client.config import ClientConfig
+from tidemq.client.consume_threads import ConsumeThreads
 from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.instance import ClientInstance, get_instance
 from tidemq.client.message import ReceivedMessage
@@ -209,6 +212,8 @@ class AsyncPushConsumer(AsyncLifecycle):
         self.max_reconsume_times = max_reconsume_times
         self.offset_store_dir = Path(offset_store_dir or Path.home() / ".tidemq_offsets")
         self._executor = executor
+        self._max_concurrency = max_concurrency
+        self._threads: ConsumeThreads | None = None
         self._slots = asyncio.Semaphore(max_concurrency)
         self._subscriptions: dict[str, _Subscription] = {}
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
@@ -282,6 +287,10 @@ class AsyncPushConsumer(AsyncLifecycle):
             instance, self.group, self.message_model, self.offset_store_dir
         )
         self._running = True
+        if self._executor is None:
+            self._threads = ConsumeThreads(
+                asyncio.get_running_loop(), self._max_concurrency, f"tidemq-consume-{self.group}"
+            )
         if self.orderly and self.message_model is MessageModel.CLUSTERING:
             self._lock_task = asyncio.get_running_loop().create_task(self._renew_locks())
         await instance.register_consumer(self)
@@ -302,6 +311,9 @@ class AsyncPushConsumer(AsyncLifecycle):
         await cancel_and_wait(*(pq.task for pq in queues))
         if self._background:
             await asyncio.wait(list(self._background), timeout=5)
+        threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown()
         await self.persist_offsets()
         if self.orderly:
             await self._unlock_all(queues)
@@ -581,10 +593,9 @@ class AsyncPushConsumer(AsyncLifecycle):
     ) -> list[ConsumeResult]:
         if pq.dropped:
             return []
-        loop = asyncio.get_running_loop()
-        outcomes = await loop.run_in_executor(
-            self._executor, self._call_each, pq, listener, msgs, stop
-        )
+        outcomes, all_succeeded = await self._in_thread(self._call_each, pq, listener, msgs, stop)
+        if all_succeeded:
+            return [ConsumeResult.SUCCESS] * len(outcomes)
         results = []
         for msg, outcome in zip(msgs, outcomes, strict=False):
             if inspect.isawaitable(outcome):
@@ -596,12 +607,21 @@ class AsyncPushConsumer(AsyncLifecycle):
             results.append(_consume_result(outcome))
         return results
 
+    def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+        """`fn(*args)` off the loop: on the user's executor, else on the consume threads."""
+        if self._threads is not None:
+            return self._threads.submit(fn, *args)
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
     def _call_each(
         self, pq: ProcessQueue, listener: Any, msgs: list[ReceivedMessage], stop: bool
-    ) -> list[Any]:
+    ) -> tuple[list[Any], bool]:
         """In a pool thread: the listener on each message, until the queue is dropped (or, with
-        `stop`, after an outcome other than success: the loop awaits an awaitable one)."""
+        `stop`, after an outcome other than success: the loop awaits an awaitable one); and
+        whether every outcome was a success (the loop then looks at none of them)."""
         outcomes: list[Any] = []
+        success = ConsumeResult.SUCCESS
+        all_succeeded = True
         for msg in msgs:
             if pq.dropped:
                 break
@@ -611,9 +631,11 @@ class AsyncPushConsumer(AsyncLifecycle):
                 log.exception("listener of %s failed on message %s", self.group, msg.msg_id)
                 outcome = ConsumeResult.RECONSUME_LATER
             outcomes.append(outcome)
-            if stop and outcome is not None and outcome is not ConsumeResult.SUCCESS:
-                break
-        return outcomes
+            if outcome is not None and outcome is not success:
+                all_succeeded = False
+                if stop:
+                    break
+        return outcomes, all_succeeded
 
     async def _listen_one_by_one(
         self, pq: ProcessQueue, msgs: list[ReceivedMessage], stop: bool
@@ -639,8 +661,7 @@ class AsyncPushConsumer(AsyncLifecycle):
             if inspect.iscoroutinefunction(listener):
                 outcome = await listener(msg)
             else:
-                loop = asyncio.get_running_loop()
-                outcome = await loop.run_in_executor(self._executor, listener, msg)
+                outcome = await self._in_thread(listener, msg)
                 if inspect.isawaitable(outcome):
                     outcome = await outcome
         except Exception:
