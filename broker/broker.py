@@ -35,6 +35,7 @@ from tidemq.broker.managers.topic_config import TopicConfigChanged, TopicConfigM
 from tidemq.broker.metrics import BrokerCollector, MetricsServer, registry_for
 from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.consumer import ConsumerProcessor
+from tidemq.broker.processors.group_admin import GroupAdminProcessor
 from tidemq.broker.processors.ops import OpsProcessor, mask_permission
 from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
@@ -45,7 +46,7 @@ from tidemq.broker.registration import BrokerIdentity, NameServerRegistration
 from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.slave_sync import OffsetReconciler, SlaveSynchronize
 from tidemq.broker.state import BrokerState
-from tidemq.broker.stats import BrokerStats, RateSampler
+from tidemq.broker.stats import BrokerStats, RateSampler, StatsWindows
 from tidemq.client.protocol.models import TopicConfigSerializeWrapper
 from tidemq.client.protocol.namesrv import RegisterBrokerResult
 from tidemq.client.remoting.client import RemotingClient
@@ -132,6 +133,7 @@ class Broker(Service):
         )
         self.stats = BrokerStats()
         self.rates = RateSampler(self.stats)
+        self.stats_windows = StatsWindows(self.stats)
         self.metrics: MetricsServer | None = None
         self.server = RemotingServer(
             self.remoting.bind_address,
@@ -265,7 +267,20 @@ class Broker(Service):
             request_registration=self.request_registration,
             spawn=self.spawn,
         )
+        group_admin = GroupAdminProcessor(
+            topics,
+            groups,
+            self.offsets,
+            self.consumers,
+            self.stats_windows,
+            consume_stats=ops.consume_stats,
+            broker_addr=lambda: self.advertised_address,
+        )
         table: dict[int, Processor] = {
+            RequestCode.CLONE_GROUP_OFFSET: group_admin.clone_group_offset,
+            RequestCode.GET_BROKER_CONSUME_STATS: group_admin.get_broker_consume_stats,
+            RequestCode.VIEW_BROKER_STATS_DATA: group_admin.view_broker_stats_data,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: group_admin.get_consumer_running_info,
             RequestCode.SEND_MESSAGE: send.process,
             RequestCode.SEND_MESSAGE_V2: send.process,
             RequestCode.SEND_BATCH_MESSAGE: send.process,
@@ -520,6 +535,7 @@ class Broker(Service):
         while True:
             await asyncio.sleep(RATE_SAMPLE_INTERVAL)
             self.rates.sample()
+            self.stats_windows.sample()
 
     async def _scan_clients_periodically(self) -> None:
         while True:

@@ -39,6 +39,7 @@ import click
 from tidemq.broker.config import DEFAULT_BROKER_PORT, DEFAULT_NAMESRV_PORT
 from tidemq.client.admin import AdminClient
 from tidemq.client.errors import TideMQError
+from tidemq.client.version import version_option
 from tidemq.store.errors import ConfigError
 from tidemq.store.lifecycle import cancel_and_wait
 from tidemq.store.properties import load_properties
@@ -423,6 +424,7 @@ async def run_cluster(
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("tidemq-cluster")
 def main() -> None:
     """Run a tidemq topology on this machine (name server and brokers)."""
 

@@ -22,6 +22,7 @@ import click
 from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig, RemotingConfig
 from tidemq.broker.daemon import configure_logging, read_properties, run_until_signal
+from tidemq.client.version import version_option
 from tidemq.ha.config import HAConfig
 from tidemq.store.config import BrokerRole, StoreConfig
 from tidemq.store.errors import ConfigError, StoreError
@@ -63,6 +64,7 @@ def load_settings(props: dict[str, str]) -> BrokerSettings:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("brokerd")
 @click.option(
     "-c",
     "--config-file",

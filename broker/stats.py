@@ -2,6 +2,9 @@
 
 Counters only ever grow; rates (TPS) are computed by whoever samples them, over their own
 interval: the status line of the local cluster, `clusterList`'s InTPS/OutTPS and the metrics.
+`StatsWindows` keeps snapshots of the per-topic and per-group counters for VIEW_BROKER_STATS_DATA
+(`statsAll`): the messages of the last minute, hour and day, as RocketMQ's StatsItem reports
+them (for a broker younger than the window: since it started).
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from dataclasses import dataclass, field
 class Counter:
     messages: int = 0
     bytes: int = 0
+    calls: int = 0  # requests that added messages: RocketMQ's StatsItem "times"
 
     def add(self, messages: int, size: int) -> None:
         self.messages += messages
         self.bytes += size
+        self.calls += 1
 
 
 @dataclass(slots=True)
@@ -51,6 +56,76 @@ class BrokerStats:
 
     def on_pull_latency(self, seconds: float) -> None:
         self.pull_latency.observe(seconds)
+
+
+TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"  # key: topic
+GROUP_GET_NUMS = "GROUP_GET_NUMS"  # key: topic@group
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    """One window of RocketMQ's StatsSnapshot: messages, messages per second, and messages per
+    request (avgpt)."""
+
+    sum: int
+    tps: float
+    avgpt: float
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    at: float
+    counts: dict[tuple[str, str], tuple[int, int]]  # (stats name, key) -> (messages, calls)
+
+
+class StatsWindows:
+    """Snapshots of `BrokerStats`' keyed counters: every 10 s for a minute, every minute for an
+    hour, every hour for a day. `sample()` is called about once a second; `window()` answers
+    the sum, rate and messages per request over the last minute, hour or day."""
+
+    SPANS: tuple[tuple[str, float, int], ...] = (
+        ("minute", 10.0, 7),
+        ("hour", 60.0, 61),
+        ("day", 3600.0, 25),
+    )
+
+    def __init__(self, stats: BrokerStats, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stats = stats
+        self.clock = clock
+        first = _Snapshot(clock(), {})
+        self._windows = {
+            name: (step, deque([first], maxlen=size)) for name, step, size in self.SPANS
+        }
+
+    def _counts(self) -> dict[tuple[str, str], tuple[int, int]]:
+        out = {
+            (TOPIC_PUT_NUMS, t): (c.messages, c.calls) for t, c in self.stats.put_by_topic.items()
+        }
+        for (group, topic), c in self.stats.get_by_group_topic.items():
+            out[(GROUP_GET_NUMS, f"{topic}@{group}")] = (c.messages, c.calls)
+        return out
+
+    def sample(self) -> None:
+        now = self.clock()
+        snapshot: _Snapshot | None = None
+        for step, snapshots in self._windows.values():
+            if now - snapshots[-1].at >= step:
+                snapshot = snapshot or _Snapshot(now, self._counts())
+                snapshots.append(snapshot)
+
+    def known(self, name: str, key: str) -> bool:
+        return (name, key) in self._counts()
+
+    def window(self, name: str, key: str, span: str) -> WindowStats:
+        """`span`: minute, hour or day. Counts up to now against the oldest snapshot kept."""
+        now = self.clock()
+        messages, calls = self._counts().get((name, key), (0, 0))
+        oldest = self._windows[span][1][0]
+        old_messages, old_calls = oldest.counts.get((name, key), (0, 0))
+        total, times = messages - old_messages, calls - old_calls
+        elapsed = now - oldest.at
+        tps = total / elapsed if elapsed > 0 else 0.0
+        return WindowStats(total, tps, total / times if times else 0.0)
 
 
 # Upper bounds (seconds) of the latency buckets; RocketMQ's putMessageDistributeTime steps.

@@ -32,6 +32,15 @@ from tidemq.client.protocol.admin import (
     decode_properties_text,
     encode_properties_text,
 )
+from tidemq.client.protocol.group_admin import (
+    BrokerStatsData,
+    CloneGroupOffsetRequestHeader,
+    ConsumerRunningInfo,
+    ConsumeStatsList,
+    GetConsumerRunningInfoRequestHeader,
+    GetConsumeStatsInBrokerHeader,
+    ViewBrokerStatsDataRequestHeader,
+)
 from tidemq.client.protocol.headers import (
     PULL_FLAG_SUBSCRIPTION,
     PullMessageRequestHeader,
@@ -58,6 +67,8 @@ from tidemq.store.record import StoredMessage, decode_message_id, pack_host
 __all__ = ["AdminClient", "BrokerAddress", "parse_namesrv_addr"]
 
 DEFAULT_ADMIN_TIMEOUT = 5.0
+# Topics every broker has that hold no user's messages (searched last for a client msgId).
+SYSTEM_TOPICS = frozenset({"TBW102", "SELF_TEST_TOPIC", "BenchmarkTest", "OFFSET_MOVED_EVENT"})
 ADMIN_PRODUCER_GROUP = "TOOLS_PRODUCER"
 
 
@@ -203,6 +214,41 @@ class AdminClient(Service):
             RequestCode.ADD_WRITE_PERM_OF_BROKER, broker_name, "addTopicCount"
         )
 
+    async def namesrv_config(self) -> dict[str, dict[str, str]]:
+        """{name server: its effective configuration} (GET_NAMESRV_CONFIG) of each one."""
+        out = {}
+        for address in self.namesrv_addrs:
+            _, body, _ = await self._call(address, RequestCode.GET_NAMESRV_CONFIG)
+            out[address] = decode_properties_text(body)
+        return out
+
+    async def update_namesrv_config(self, props: dict[str, str]) -> list[str]:
+        """UPDATE_NAMESRV_CONFIG on every name server; the ones changed."""
+        body = encode_properties_text(props)
+        for address in self.namesrv_addrs:
+            await self._call(address, RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
+        return list(self.namesrv_addrs)
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        """PUT_KV_CONFIG on every name server (each keeps its own table, as in RocketMQ)."""
+        ext = {"namespace": namespace, "key": key, "value": value}
+        for address in self.namesrv_addrs:
+            await self._call(address, RequestCode.PUT_KV_CONFIG, ext)
+
+    async def delete_kv_config(self, namespace: str, key: str) -> None:
+        ext = {"namespace": namespace, "key": key}
+        for address in self.namesrv_addrs:
+            await self._call(address, RequestCode.DELETE_KV_CONFIG, ext)
+
+    async def get_kv_config(self, namespace: str, key: str) -> str | None:
+        """The value the first name server that answers holds; None when it has none."""
+        code, _, ext = await self._namesrv(
+            RequestCode.GET_KV_CONFIG,
+            {"namespace": namespace, "key": key},
+            ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
+        )
+        return ext.get("value") if code == ResponseCode.SUCCESS else None
+
     # --- one broker -----------------------------------------------------------------------
 
     async def runtime_info(self, address: str) -> dict[str, str]:
@@ -246,6 +292,16 @@ class AdminClient(Service):
             address, RequestCode.UPDATE_BROKER_CONFIG, body=encode_properties_text(props)
         )
 
+    async def topic_config(self, address: str, topic: str) -> TopicConfig:
+        """The broker's own config of `topic` (GET_ALL_TOPIC_CONFIG)."""
+        table = (await self.api.all_topic_config(address)).topic_config_table
+        config = table.get(topic)
+        if config is None:
+            raise TopicNotExistError(
+                ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist on broker {address}"
+            )
+        return config
+
     async def create_topic(self, address: str, config: TopicConfig) -> None:
         await self.api.create_topic(address, config)
 
@@ -280,7 +336,58 @@ class AdminClient(Service):
         )
         return ResetOffsetBody.decode(body).offset_table
 
+    async def clone_group_offset(
+        self, address: str, src_group: str, dest_group: str, topic: str, offline: bool
+    ) -> None:
+        header = CloneGroupOffsetRequestHeader(src_group, dest_group, topic, offline)
+        await self._call(address, RequestCode.CLONE_GROUP_OFFSET, encode(header))
+
+    async def broker_consume_stats(self, address: str, is_order: bool = False) -> ConsumeStatsList:
+        """GET_BROKER_CONSUME_STATS: every group's progress on that broker."""
+        header = GetConsumeStatsInBrokerHeader(is_order)
+        _, body, _ = await self._call(address, RequestCode.GET_BROKER_CONSUME_STATS, encode(header))
+        return ConsumeStatsList.decode(body)
+
+    async def broker_stats_data(self, address: str, name: str, key: str) -> BrokerStatsData:
+        """VIEW_BROKER_STATS_DATA: a counter's last minute, hour and day on that broker."""
+        header = ViewBrokerStatsDataRequestHeader(name, key)
+        _, body, _ = await self._call(address, RequestCode.VIEW_BROKER_STATS_DATA, encode(header))
+        return BrokerStatsData.decode(body)
+
+    async def consumer_running_info(
+        self, address: str, group: str, client_id: str, jstack: bool = False
+    ) -> ConsumerRunningInfo:
+        """GET_CONSUMER_RUNNING_INFO through the broker at `address` to the consumer client."""
+        header = GetConsumerRunningInfoRequestHeader(group, client_id, jstack)
+        _, body, _ = await self._call(
+            address, RequestCode.GET_CONSUMER_RUNNING_INFO, encode(header)
+        )
+        return ConsumerRunningInfo.decode(body)
+
     # --- across brokers -------------------------------------------------------------------
+
+    async def examine_consumer_running_info(
+        self, group: str, client_id: str, jstack: bool = False
+    ) -> ConsumerRunningInfo:
+        """Ask the consumer through the first master it is connected to."""
+        last: BrokerResponseError | None = None
+        for broker in await self.masters():
+            try:
+                return await self.consumer_running_info(broker.address, group, client_id, jstack)
+            except BrokerResponseError as exc:
+                last = exc
+        raise last or BrokerResponseError(
+            ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online"
+        )
+
+    async def clone_group_offset_everywhere(
+        self, src_group: str, dest_group: str, topic: str, offline: bool
+    ) -> list[str]:
+        """CLONE_GROUP_OFFSET on every master serving `topic`; their addresses."""
+        masters = await self.route_masters(topic)
+        for _, address in masters:
+            await self.clone_group_offset(address, src_group, dest_group, topic, offline)
+        return [address for _, address in masters]
 
     async def route_masters(self, topic: str) -> list[tuple[str, str]]:
         """(broker name, master address) of every group serving `topic`."""
@@ -346,11 +453,42 @@ class AdminClient(Service):
 
     async def view_message(self, msg_id: str) -> StoredMessage:
         """A message by its offsetMsgId (store host + physical offset)."""
-        try:
-            (host, port), offset = decode_message_id(msg_id)
-        except ValueError as exc:
-            raise ClientError(f"not an offset message id: {msg_id}") from exc
-        return await self.api.view_message(f"{host}:{port}", offset)
+        located = offset_message_address(msg_id)
+        if located is None:
+            raise ClientError(f"not an offset message id (no store host in it): {msg_id}")
+        address, offset = located
+        return await self.api.view_message(address, offset)
+
+    async def find_message(self, msg_id: str, topic: str | None = None) -> StoredMessage:
+        """A message by either id a send returns, as RocketMQ's `viewMessage(topic, msgId)`:
+        an offsetMsgId names its store host and offset and is read there; a client msgId
+        (UNIQ_KEY) names no broker and is looked up in the index of `topic`, or of every
+        topic (user topics first) when none is given. Raises `ClientError` for a string that
+        is not a message id and when nothing is found."""
+        located = offset_message_address(msg_id)
+        if located is not None:
+            try:
+                return await self.api.view_message(*located)
+            except TideMQError:
+                pass  # a client msgId that happens to decode as a host and port
+        topics = [topic] if topic else _search_order(await self.topic_list())
+        for name in topics:
+            found = await self.query_unique_key(name, msg_id, 1)
+            if found:
+                return found[0][1]
+        where = f"topic {topic}" if topic else "any topic"
+        raise ClientError(f"message {msg_id} not found in {where}")
+
+    async def query_unique_key(
+        self, topic: str, msg_id: str, max_num: int = 32
+    ) -> list[tuple[str, StoredMessage]]:
+        """(broker name, message) for the messages of `topic` whose UNIQ_KEY is `msg_id` (more
+        than one when a send was retried, or a consumer sent it back)."""
+        found: list[tuple[str, StoredMessage]] = []
+        for name, address in await self.route_masters(topic):
+            messages = await self.api.query_message(address, topic, msg_id, max_num, 0, _now_ms())
+            found.extend((name, m) for m in messages if m.properties.get("UNIQ_KEY") == msg_id)
+        return found[:max_num]
 
     async def query_message(
         self, topic: str, key: str, max_num: int = 64, begin: int = 0, end: int | None = None
@@ -363,14 +501,46 @@ class AdminClient(Service):
             found.extend((name, msg) for msg in messages)
         return found
 
-    async def pull(
-        self, broker_name: str, topic: str, queue_id: int, offset: int, max_nums: int = 32
-    ) -> PullResult:
+    async def _reader_address(self, broker_name: str, topic: str) -> str:
         route = await self.topic_route(topic)
         data = next((b for b in route.broker_datas if b.broker_name == broker_name), None)
         address = None if data is None else data.select_broker_addr()
         if address is None:
             raise ClientError(f"broker {broker_name} does not serve topic {topic}")
+        return address
+
+    async def queue_offsets(
+        self,
+        broker_name: str,
+        topic: str,
+        queue_id: int,
+        begin: int | None = None,
+        end: int | None = None,
+    ) -> tuple[int, int]:
+        """[first, past-last) queue offsets of the messages stored from `begin` to `end` (ms;
+        None: the queue's first / last message), as RocketMQ's printMsg picks them."""
+        address = await self._reader_address(broker_name, topic)
+        if begin is None:
+            low = await self.api.get_min_offset(address, topic, queue_id)
+        else:
+            low = await self.api.search_offset(address, topic, queue_id, begin)
+        if end is None:
+            high = await self.api.get_max_offset(address, topic, queue_id)
+        else:
+            high = await self.api.search_offset(address, topic, queue_id, end)
+        return low, max(low, high)
+
+    async def pull(
+        self,
+        broker_name: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int = 32,
+        subscription: str = "*",
+    ) -> PullResult:
+        """One pull of up to `max_nums` messages matching the tag expression `subscription`."""
+        address = await self._reader_address(broker_name, topic)
         header = PullMessageRequestHeader(
             consumer_group="TOOLS_CONSUMER",
             topic=topic,
@@ -381,7 +551,7 @@ class AdminClient(Service):
             commit_offset=0,
             suspend_timeout_millis=0,
             sub_version=0,
-            subscription="*",
+            subscription=subscription,
             expression_type="TAG",
         )
         return await self.api.pull(address, header)
@@ -418,6 +588,45 @@ class AdminClient(Service):
         )
         result = await self.api.send(address, header, msg.body)
         return name, qid, result
+
+
+def offset_message_address(msg_id: str) -> tuple[str, int] | None:
+    """(store address, commit log offset) an offsetMsgId names; None for an id of the right
+    shape that names no usable host (a client msgId: its pid and random bytes stand where the
+    port would be). Raises `ClientError` for a string that is no message id at all."""
+    text = msg_id.strip()
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raise ClientError(f"not a message id (expected hex digits): {msg_id!r}") from None
+    if len(raw) not in (16, 28):
+        raise ClientError(
+            f"not a message id (expected 32 or 56 hex digits, got {len(text)}): {msg_id!r}"
+        )
+    try:
+        (host, port), offset = decode_message_id(text)
+    except ValueError:
+        return None
+    if not 0 < port <= 0xFFFF or offset < 0 or host in ("0.0.0.0", "::"):
+        return None
+    return (f"[{host}]:{port}" if ":" in host else f"{host}:{port}"), offset
+
+
+def _search_order(topics: list[str]) -> list[str]:
+    """User topics first, then retry and dead-letter topics, then the system ones."""
+
+    def rank(topic: str) -> int:
+        if topic.startswith(("%RETRY%", "%DLQ%")):
+            return 1
+        if topic.startswith(("RMQ_SYS_", "SCHEDULE_TOPIC", "rmq_sys_")) or topic in SYSTEM_TOPICS:
+            return 2
+        return 0
+
+    return sorted(topics, key=lambda t: (rank(t), t))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _object(body: bytes) -> dict[str, object]:

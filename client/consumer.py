@@ -57,6 +57,7 @@ from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.instance import ClientInstance, get_instance
 from tidemq.client.message import ReceivedMessage
 from tidemq.client.offset_store import OffsetStore
+from tidemq.client.protocol.group_admin import ConsumerRunningInfo, ProcessQueueInfo
 from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
 from tidemq.client.protocol.heartbeat import (
     ConsumeFromWhere,
@@ -77,6 +78,7 @@ from tidemq.client.pulling import (
 )
 from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.client.sync import AsyncLifecycle, BlockingTwin
+from tidemq.client.version import TIDEMQ_VERSION
 from tidemq.store.lifecycle import cancel_and_wait
 from tidemq.store.tags import TagFilter, parse_tag_expression
 
@@ -224,6 +226,7 @@ class AsyncPushConsumer(AsyncLifecycle):
         self._lock_task: asyncio.Task[None] | None = None
         self._rebalance_lock = asyncio.Lock()
         self._running = False
+        self._started_at_ms = 0
 
     # --- subscriptions ----------------------------------------------------------------------
 
@@ -252,6 +255,46 @@ class AsyncPushConsumer(AsyncLifecycle):
             consume_from_where=self.consume_from_where,
             subscriptions=[s.data for s in self._subscriptions.values()],
         )
+
+    async def running_info(self) -> ConsumerRunningInfo:
+        """What GET_CONSUMER_RUNNING_INFO (mqadmin consumerStatus) asks a consumer: its
+        settings, subscriptions and, per queue it holds, the committed offset and the messages
+        pulled and not consumed yet. Per-topic rates (statusTable) are not tracked: empty."""
+        props = {
+            "consumerGroup": self.group,
+            "messageModel": self.message_model.value,
+            "consumeFromWhere": self.consume_from_where.value,
+            "consumeTimestamp": str(self.consume_timestamp),
+            "pullBatchSize": str(self.pull_batch_size),
+            "pullThresholdForQueue": str(self.pull_threshold_for_queue),
+            "consumeConcurrentlyMaxSpan": str(self.consume_concurrently_max_span),
+            "maxReconsumeTimes": str(self.max_reconsume_times),
+            "allocateMessageQueueStrategy": type(self.allocate_strategy).__name__,
+            "PROP_NAMESERVER_ADDR": ";".join(self.config.namesrv_addr),
+            "PROP_THREADPOOL_CORE_SIZE": str(self._max_concurrency),
+            "PROP_CONSUMEORDERLY": str(self.orderly).lower(),
+            "PROP_CONSUME_TYPE": ConsumeType.CONSUME_PASSIVELY.value,
+            "PROP_CLIENT_VERSION": f"tidemq {TIDEMQ_VERSION}",
+            "PROP_CONSUMER_START_TIMESTAMP": str(self._started_at_ms),
+        }
+        committed = (
+            {} if self.offset_store is None else await self.offset_store.clone_offset_table()
+        )
+        wall_minus_mono = time.time() - time.monotonic()
+        table = {}
+        for mq, pq in list(self.process_queues.items()):
+            offsets = list(pq.messages)
+            table[mq] = ProcessQueueInfo(
+                commit_offset=committed.get(mq, -1),
+                cached_msg_min_offset=min(offsets, default=0),
+                cached_msg_max_offset=max(offsets, default=0),
+                cached_msg_count=len(offsets),
+                cached_msg_size_in_mi_b=pq.size_bytes // (1024 * 1024),
+                locked=pq.locked,
+                droped=pq.dropped,
+                last_pull_timestamp=int((pq.last_pull + wall_minus_mono) * 1000),
+            )
+        return ConsumerRunningInfo(props, [sub.data for sub in self._subscriptions.values()], table)
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -287,6 +330,7 @@ class AsyncPushConsumer(AsyncLifecycle):
             instance, self.group, self.message_model, self.offset_store_dir
         )
         self._running = True
+        self._started_at_ms = int(time.time() * 1000)
         if self._executor is None:
             self._threads = ConsumeThreads(
                 asyncio.get_running_loop(), self._max_concurrency, f"tidemq-consume-{self.group}"

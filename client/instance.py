@@ -21,12 +21,12 @@ from typing import Protocol
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
 from tidemq.client.errors import TideMQError
-from tidemq.client.protocol.admin import ResetOffsetBody, ResetOffsetRequestHeader
+from tidemq.client.protocol.admin import MapForm, ResetOffsetBody, ResetOffsetRequestHeader
 from tidemq.client.protocol.headers import HeaderFieldError, decode
 from tidemq.client.protocol.heartbeat import ConsumerData, HeartbeatData, MessageQueue, ProducerData
 from tidemq.client.protocol.models import MASTER_ID, TopicRouteData
 from tidemq.client.remoting.client import RemotingClient
-from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.codes import LanguageCode, RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.errors import BodyDecodeError
@@ -332,11 +332,29 @@ class ClientInstance(Service):
         if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             self._reset_offset(connection, request)
             return None
+        if request.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            return await self._running_info(request)
         return RemotingCommand.response_to(
             request,
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
             f"request code {request.code} not supported by the tidemq client",
         )
+
+    async def _running_info(self, request: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO (an admin's consumerStatus, through the broker): the
+        group's consumer here describes itself, as RocketMQ's ClientRemotingProcessor."""
+        group = request.ext_fields.get("consumerGroup", "")
+        consumer = self.consumers.get(group)
+        describe = getattr(consumer, "running_info", None)
+        if describe is None:
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"The Consumer Group <{group}> not exist in this consumer",
+            )
+        info = await describe()
+        form = MapForm.FASTJSON if request.language == LanguageCode.JAVA else MapForm.PAIRS
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, body=info.encode(form))
 
     def _reset_offset(self, connection: RemotingConnection, request: RemotingCommand) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET (an admin's resetOffsetByTime): hand the new offsets

@@ -26,6 +26,7 @@ import click
 
 from tidemq.broker.config import NamesrvConfig, RemotingConfig
 from tidemq.broker.namesrv.server import NameServer, effective_properties
+from tidemq.client.version import version_option
 from tidemq.store.errors import ConfigError
 from tidemq.store.properties import load_properties, parse_overrides
 from tidemq.store.settings import from_properties, unknown_keys
@@ -104,6 +105,7 @@ async def _serve(namesrv: NamesrvConfig, remoting: RemotingConfig) -> int:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("namesrvd")
 @click.option(
     "-c",
     "--config-file",

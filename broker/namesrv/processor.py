@@ -13,8 +13,13 @@ GET_BROKER_CLUSTER_INFO 106, PUT/GET/DELETE_KV_CONFIG 100/101/102, GET_KVLIST_BY
 GET_ALL_TOPIC_LIST_FROM_NAMESERVER 206, DELETE_TOPIC_IN_NAMESRV 216, GET_TOPICS_BY_CLUSTER 224,
 GET_SYSTEM_TOPIC_LIST_FROM_NS 304, GET_UNIT_TOPIC_LIST 311, GET_HAS_UNIT_SUB_TOPIC_LIST 312,
 GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST 313, WIPE_WRITE_PERM_OF_BROKER 205,
-ADD_WRITE_PERM_OF_BROKER 327, QUERY_DATA_VERSION 322, GET_NAMESRV_CONFIG 319. Anything else is
-left to the remoting server, which answers REQUEST_CODE_NOT_SUPPORTED.
+ADD_WRITE_PERM_OF_BROKER 327, QUERY_DATA_VERSION 322, GET_NAMESRV_CONFIG 319,
+UPDATE_NAMESRV_CONFIG 318. Anything else is left to the remoting server, which answers
+REQUEST_CODE_NOT_SUPPORTED.
+
+UPDATE_NAMESRV_CONFIG's body is `key=value` lines, as RocketMQ's; the change is applied by the
+`update_config` callable, which refuses (SYSTEM_ERROR, remark naming the keys) keys that cannot
+change while the name server runs, instead of storing values that do nothing until a restart.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections.abc import Awaitable, Callable
 
 from tidemq.broker.namesrv.kv_config import KvConfigStore
 from tidemq.broker.namesrv.route_info import BrokerRemoved, RouteInfoManager
+from tidemq.client.protocol.admin import decode_properties_text
 from tidemq.client.protocol.namesrv import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     AddWritePermOfBrokerRequestHeader,
@@ -49,6 +55,7 @@ from tidemq.client.protocol.namesrv import (
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.errors import BodyDecodeError
 from tidemq.client.remoting.json_body import dumps
 from tidemq.client.remoting.server import RequestRejected
 
@@ -84,14 +91,17 @@ class NamesrvProcessor:
         kv_config: KvConfigStore,
         *,
         order_message_enable: bool = False,
-        config_text: str = "",
+        config_text: Callable[[], str] = str,
+        update_config: Callable[[dict[str, str]], str | None] | None = None,
     ) -> None:
-        """`config_text` is the effective configuration as properties text, for
-        GET_NAMESRV_CONFIG."""
+        """`config_text()` is the effective configuration as properties text, for
+        GET_NAMESRV_CONFIG; `update_config(changes)` applies UPDATE_NAMESRV_CONFIG, returning
+        None or the reason nothing changed (None: the request is not served)."""
         self.routes = routes
         self.kv_config = kv_config
         self.order_message_enable = order_message_enable
         self.config_text = config_text
+        self.update_config = update_config
         self.handlers: dict[int, Handler] = {
             RequestCode.REGISTER_BROKER: self.register_broker,
             RequestCode.UNREGISTER_BROKER: self.unregister_broker,
@@ -115,6 +125,8 @@ class NamesrvProcessor:
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
             RequestCode.GET_NAMESRV_CONFIG: self.get_config,
         }
+        if update_config is not None:
+            self.handlers[RequestCode.UPDATE_NAMESRV_CONFIG] = self.put_config
 
     async def process(
         self, connection: RemotingConnection, request: RemotingCommand
@@ -333,4 +345,21 @@ class NamesrvProcessor:
     def get_config(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        return _ok(request, self.config_text.encode("utf-8"))
+        return _ok(request, self.config_text().encode("utf-8"))
+
+    def put_config(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        assert self.update_config is not None
+        try:
+            changes = decode_properties_text(request.body)
+        except BodyDecodeError as exc:
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, f"bad config body: {exc}") from None
+        if not changes:
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, "no key=value in the config body")
+        problem = self.update_config(changes)
+        if problem is not None:
+            log.warning("config update %s from %s refused: %s", changes, connection.peer, problem)
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, problem)
+        log.info("config updated: %s (from %s)", changes, connection.peer)
+        return _ok(request)

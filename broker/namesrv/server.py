@@ -4,8 +4,9 @@
 codes of `broker.namesrv.processor`, forgets a broker as soon as its connection closes, and every
 `scanNotActiveBrokerInterval` ms drops (and disconnects) brokers that have not registered for
 `brokerChannelExpiredTime` ms. Routes are soft state: nothing is written to disk, brokers
-rebuild them by registering every 30 s. With `metricsPort` set (-1 = off) it also serves
-Prometheus metrics (`broker.metrics.NamesrvCollector`).
+rebuild them by registering every 30 s. UPDATE_NAMESRV_CONFIG changes `RUNTIME_KEYS` in
+memory. With `metricsPort` set (-1 = off) it also serves Prometheus metrics
+(`broker.metrics.NamesrvCollector`).
 
 Log lines (logger `broker.namesrv`): one per broker registered, one per broker address removed
 with its reason (connection closed, unregistered, expired).
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Final
 
 from tidemq.broker.config import NamesrvConfig, RemotingConfig
 from tidemq.broker.metrics import MetricsServer, NamesrvCollector, registry_for
@@ -23,12 +25,18 @@ from tidemq.broker.namesrv.processor import NamesrvProcessor, log_broker_removed
 from tidemq.broker.namesrv.route_info import RouteInfoManager
 from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.server import RemotingServer
+from tidemq.store.errors import ConfigError
 from tidemq.store.lifecycle import BackgroundTask, Service, Step
-from tidemq.store.settings import to_properties
+from tidemq.store.settings import from_properties, to_properties
 
 __all__ = ["NameServer", "effective_properties"]
 
 log = logging.getLogger("tidemq.broker.namesrv")
+
+# NamesrvConfig keys whose new value is used at once (the scan reads its interval each round).
+RUNTIME_KEYS: Final = frozenset(
+    {"orderMessageEnable", "scanNotActiveBrokerInterval", "brokerChannelExpiredTime"}
+)
 
 
 def effective_properties(namesrv: NamesrvConfig, remoting: RemotingConfig) -> dict[str, str]:
@@ -47,12 +55,12 @@ class NameServer(Service):
             broker_channel_expired_time=config.broker_channel_expired_time
         )
         self.kv_config = KvConfigStore()
-        text = "".join(f"{k}={v}\n" for k, v in effective_properties(config, remoting).items())
         self.processor = NamesrvProcessor(
             self.routes,
             self.kv_config,
             order_message_enable=config.order_message_enable,
-            config_text=text,
+            config_text=self.config_text,
+            update_config=self.update_config,
         )
         self.server = RemotingServer(
             remoting.bind_address,
@@ -89,6 +97,30 @@ class NameServer(Service):
         """The port listened on (the one the OS chose when listenPort is 0)."""
         return self.server.port
 
+    def config_text(self) -> str:
+        """The effective configuration as properties text (GET_NAMESRV_CONFIG)."""
+        props = effective_properties(self.config, self.remoting_config)
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def update_config(self, changes: dict[str, str]) -> str | None:
+        """UPDATE_NAMESRV_CONFIG: apply `changes`; None, or the reason nothing changed. Only
+        `RUNTIME_KEYS` can change while the server runs; changes live in memory (put them in
+        the properties file to keep them)."""
+        refused = sorted(set(changes) - RUNTIME_KEYS)
+        if refused:
+            return (
+                f"cannot change {', '.join(refused)} while the name server runs (changeable: "
+                f"{', '.join(sorted(RUNTIME_KEYS))}); set it in the properties file and restart"
+            )
+        try:
+            new = from_properties(NamesrvConfig, {**to_properties(self.config), **changes})
+        except ConfigError as exc:
+            return str(exc)
+        self.config = new
+        self.routes.broker_channel_expired_time = new.broker_channel_expired_time
+        self.processor.order_message_enable = new.order_message_enable
+        return None
+
     def _set_stopping(self) -> None:
         self._stopping = True
 
@@ -99,9 +131,9 @@ class NameServer(Service):
             log_broker_removed(removed)
 
     async def _scan_periodically(self) -> None:
-        interval = self.config.scan_not_active_broker_interval / 1000
         while True:
-            await asyncio.sleep(interval)
+            # read each round: updateNamesrvConfig may have changed it
+            await asyncio.sleep(self.config.scan_not_active_broker_interval / 1000)
             try:
                 self.scan_not_active_brokers()
             except Exception:

@@ -57,6 +57,7 @@ from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.json_body import dumps
 from tidemq.client.remoting.server import RequestRejected
+from tidemq.client.version import TIDEMQ_VERSION
 from tidemq.store.errors import ConfigError
 from tidemq.store.message_store import MessageStore
 from tidemq.store.services import disk_used_ratio
@@ -65,7 +66,6 @@ from tidemq.store.settings import from_properties, to_properties
 log = logging.getLogger(__name__)
 
 VERSION_DESC: Final = "V4_9_4"  # what DEFAULT_VERSION (401) means to RocketMQ's tools
-TIDEMQ_VERSION: Final = "0.1.0"
 
 # BrokerConfig keys whose new value is read by the broker at its next use.
 RUNTIME_KEYS: Final = frozenset(

@@ -1,10 +1,30 @@
 """`mqadmin`: RocketMQ's admin command line for tidemq (click).
 
 Subcommands keep RocketMQ's names, flags and output columns (rocketmq-reference.md Part B §1);
-`--json` prints the same data for scripts. The modules register their commands on `main`.
+`--json` prints the same data for scripts, with camelCase keys. The modules register their
+commands on `main`, one module per area.
 """
 
-from tidemq.client.mqadmin import cluster, group, message, topic
+from tidemq.client.mqadmin import (
+    cluster,
+    group,
+    message,
+    namesrv,
+    print_messages,
+    send_check,
+    stats,
+    topic,
+)
 from tidemq.client.mqadmin.base import main
 
-__all__ = ["cluster", "group", "main", "message", "topic"]
+__all__ = [
+    "cluster",
+    "group",
+    "main",
+    "message",
+    "namesrv",
+    "print_messages",
+    "send_check",
+    "stats",
+    "topic",
+]

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Final, TypeVar
 
 import click
@@ -22,6 +22,7 @@ import click
 from tidemq.client.admin import AdminClient
 from tidemq.client.errors import BrokerResponseError, ClientError, TideMQError
 from tidemq.client.remoting.tls import TlsClientSettings
+from tidemq.client.version import version_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -105,19 +106,70 @@ class Output:
         return "\n".join(out)
 
 
+def camel_data(value: Any) -> Any:
+    """A dataclass (or dicts and lists of them) as JSON data with camelCase keys: the one key
+    style of every command's --json."""
+    if is_dataclass(value) and not isinstance(value, type):
+        value = asdict(value)
+    if isinstance(value, dict):
+        return {_camel(str(k)): camel_data(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [camel_data(v) for v in value]
+    return value
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
 class CommandError(ClientError):
     """A failure worth one line (bad arguments found late, nothing to show)."""
 
 
+JSON_META: Final = "as_json"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("mqadmin")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    expose_value=False,
+    callback=_keep(JSON_META),
+    help="Print JSON for scripts (also accepted after the subcommand).",
+)
 def main() -> None:
     """mqadmin: RocketMQ's admin commands for a tidemq cluster.
 
     Every command takes -n host:port[;host:port] (default: $NAMESRV_ADDR, else 127.0.0.1:9876),
-    --json (machine-readable output), --ak/--sk (credentials for a broker with aclEnable,
-    default $TIDEMQ_ACCESS_KEY/$TIDEMQ_SECRET_KEY) and --tls (with --tls-trust CA file,
+    --json (machine-readable output, camelCase keys; before or after the command),
+    --ak/--sk (credentials for a broker with aclEnable, default
+    $TIDEMQ_ACCESS_KEY/$TIDEMQ_SECRET_KEY) and --tls (with --tls-trust CA file,
     --tls-cert/--tls-key). On failure it prints one line to stderr and exits 1.
+    `mqadmin help COMMAND` prints a command's options.
     """
+
+
+@main.command("help")
+@click.argument("command", required=False)
+@click.pass_context
+def help_command(context: click.Context, command: str | None) -> None:
+    """Print the options of COMMAND (or the list of commands)."""
+    parent = context.parent
+    assert parent is not None
+    if command is None:
+        click.echo(main.get_help(parent))
+        return
+    found = main.get_command(parent, command)
+    if found is None:
+        names = [n for n in main.list_commands(parent) if n.lower() == command.lower()]
+        hint = f" (did you mean {names[0]}?)" if names else ""
+        click.echo(f"mqadmin help: no command {command}{hint}", err=True)
+        sys.exit(1)
+    with click.Context(found, info_name=command, parent=parent) as sub:
+        click.echo(found.get_help(sub))
 
 
 def common(func: F) -> F:
@@ -184,6 +236,7 @@ def run(
         finally:
             await admin.close()
 
+    as_json = as_json or bool(_command_meta().get(JSON_META))
     try:
         output = asyncio.run(go())
     except BrokerResponseError as exc:

@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import asdict
 
 import click
 
 from tidemq.client.admin import AdminClient
 from tidemq.client.errors import TideMQError
-from tidemq.client.mqadmin.base import Output, Table, common, format_time, main, need_one, run
+from tidemq.client.mqadmin.base import (
+    Output,
+    Table,
+    camel_data,
+    common,
+    format_time,
+    main,
+    need_one,
+    run,
+)
 from tidemq.client.protocol.admin import HARuntimeInfo
 
 CLUSTER_COLUMNS = [
@@ -66,7 +74,7 @@ def cluster_list(namesrv_addr: str | None, as_json: bool, more: bool, cluster: s
         rows, data = [], []
         now = time.time() * 1000
         for broker, info in zip(brokers, infos, strict=True):
-            data.append({**asdict(broker), "runtime": info})
+            data.append({**camel_data(broker), "runtime": info})
             if more:
                 put_now, get_now = (
                     int(info.get(k, 0)) for k in ("msgPutTotalTodayNow", "msgGetTotalTodayNow")
@@ -226,7 +234,7 @@ def ha_status(
             output = Output([])
             for address in await _targets(admin, cluster, broker_addr, masters_only=True):
                 info = await admin.ha_status(address)
-                output.data.append({"brokerAddr": address, **asdict(info)})
+                output.data.append({"brokerAddr": address, **camel_data(info)})
                 head, table = _ha_lines(address, info)
                 output.lines_before.extend(head)
                 if table is not None:

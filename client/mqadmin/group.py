@@ -1,5 +1,6 @@
 """Consumer and producer group commands: updateSubGroup, deleteSubGroup, consumerProgress,
-consumerConnection, producerConnection, resetOffsetByTime."""
+consumerConnection, producerConnection, resetOffsetByTime, skipAccumulatedMessage,
+cloneGroupOffset (consumerStatus is in `stats`)."""
 
 from __future__ import annotations
 
@@ -316,3 +317,65 @@ def reset_offset_by_time(
         return Output(data, lines_before=head, tables=[table])
 
     run("resetOffsetByTime", namesrv_addr, as_json, work)
+
+
+@main.command("skipAccumulatedMessage")
+@common
+@click.option("-g", "--group", required=True, help="Consumer group.")
+@click.option("-t", "--topic", required=True, help="Topic.")
+@click.option("-c", "--cluster", default=None, help="Accepted (the topic's route decides).")
+def skip_accumulated_message(
+    namesrv_addr: str | None, as_json: bool, group: str, topic: str, cluster: str | None
+) -> None:
+    """Move a group's offsets to the end of every queue of a topic: its backlog is skipped."""
+    del cluster
+
+    async def work(admin: AdminClient) -> Output:
+        offsets = await admin.reset_offset_by_time(group, topic, -1, True)
+        table = Table(["#brokerName", "#queueId", "#offset"])
+        data = []
+        for mq in sorted(offsets):
+            table.rows.append([mq.broker_name, mq.queue_id, offsets[mq]])
+            data.append(
+                {"brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": offsets[mq]}
+            )
+        return Output(data, tables=[table])
+
+    run("skipAccumulatedMessage", namesrv_addr, as_json, work)
+
+
+@main.command("cloneGroupOffset")
+@common
+@click.option("-s", "--srcGroup", "src_group", required=True, help="Group to copy from.")
+@click.option("-d", "--destGroup", "dest_group", required=True, help="Group to copy to.")
+@click.option("-t", "--topic", required=True, help="Topic.")
+@click.option(
+    "-o",
+    "--offline",
+    default="false",
+    show_default=True,
+    help="true: copy even if the source's online consumers do not subscribe to the topic.",
+)
+def clone_group_offset(
+    namesrv_addr: str | None,
+    as_json: bool,
+    src_group: str,
+    dest_group: str,
+    topic: str,
+    offline: str,
+) -> None:
+    """Give a group the offsets another group has on a topic (on every master serving it)."""
+    is_offline = parse_bool(offline)
+
+    async def work(admin: AdminClient) -> Output:
+        brokers = await admin.clone_group_offset_everywhere(
+            src_group, dest_group, topic, is_offline
+        )
+        line = (
+            f"clone group offset success. srcGroup[{src_group}], destGroup=[{dest_group}], "
+            f"topic[{topic}]"
+        )
+        data = {"srcGroup": src_group, "destGroup": dest_group, "topic": topic, "brokers": brokers}
+        return Output(data, lines_before=[line])
+
+    run("cloneGroupOffset", namesrv_addr, as_json, work)

@@ -1,13 +1,12 @@
-"""Message commands: queryMsgById, queryMsgByKey, queryMsgByOffset, sendMessage,
-consumeMessage."""
+"""Message commands: queryMsgById, queryMsgByUniqueKey, queryMsgByKey, queryMsgByOffset,
+sendMessage, consumeMessage (printMsg and printMsgByQueue are in `print_messages`)."""
 
 from __future__ import annotations
 
 import click
 
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin import AdminClient, offset_message_address
 from tidemq.client.api import PullStatus
-from tidemq.client.errors import TideMQError
 from tidemq.client.message import Message
 from tidemq.client.mqadmin.base import CommandError, Output, Table, common, format_time, main, run
 from tidemq.store.record import StoredMessage
@@ -44,6 +43,7 @@ def message_data(msg: StoredMessage, broker_name: str = "") -> dict[str, object]
 
 def message_lines(msg: StoredMessage) -> list[str]:
     rows = [
+        ("Message ID:", msg.properties.get("UNIQ_KEY", msg.msg_id)),
         ("OffsetID:", msg.msg_id),
         ("Topic:", msg.topic),
         ("Tags:", f"[{msg.tags or ''}]"),
@@ -65,30 +65,67 @@ def message_lines(msg: StoredMessage) -> list[str]:
 
 @main.command("queryMsgById")
 @common
-@click.option("-i", "--msgId", "msg_id", required=True, help="offsetMsgId, or msgId with -t.")
-@click.option("-t", "--topic", default=None, help="Topic, to look a client msgId up.")
+@click.option(
+    "-i",
+    "--msgId",
+    "msg_ids",
+    required=True,
+    help="The id a send returned: offsetMsgId or client msgId (UNIQ_KEY); comma-separated.",
+)
+@click.option(
+    "-t", "--topic", default=None, help="Topic, to look a client msgId up in it only (faster)."
+)
 def query_msg_by_id(
-    namesrv_addr: str | None, as_json: bool, msg_id: str, topic: str | None
+    namesrv_addr: str | None, as_json: bool, msg_ids: str, topic: str | None
 ) -> None:
-    """Print a message by its offsetMsgId (or its client msgId, UNIQ_KEY, with -t)."""
+    """Print a message by the id a send returned.
+
+    An offsetMsgId names the broker that stores the message, which is asked directly; a client
+    msgId (UNIQ_KEY) names no broker, so it is looked up in the index of -t, or of every topic.
+    """
+    ids = [i.strip() for i in msg_ids.split(",") if i.strip()]
 
     async def work(admin: AdminClient) -> Output:
-        msg: StoredMessage | None = None
-        try:
-            msg = await admin.view_message(msg_id)
-        except TideMQError:
-            if topic is None:
-                raise
-        if msg is None and topic is not None:
-            found = [m for _, m in await admin.query_message(topic, msg_id, 32)]
-            found = [m for m in found if m.properties.get("UNIQ_KEY") == msg_id] or found
-            if not found:
-                raise CommandError(f"message {msg_id} not found in topic {topic}")
-            msg = found[0]
-        assert msg is not None
-        return Output(message_data(msg), lines_before=message_lines(msg))
+        out = Output([])
+        for msg_id in ids:
+            msg = await admin.find_message(msg_id, topic)
+            out.data.append(message_data(msg))
+            if len(out.lines_before):
+                out.lines_before.append("")
+            out.lines_before.extend(message_lines(msg))
+        if len(ids) == 1:
+            out.data = out.data[0]
+        return out
 
     run("queryMsgById", namesrv_addr, as_json, work)
+
+
+@main.command("queryMsgByUniqueKey")
+@common
+@click.option("-i", "--msgId", "msg_id", required=True, help="Client msgId (UNIQ_KEY).")
+@click.option("-t", "--topic", required=True, help="The topic of the message.")
+@click.option("-a", "--showAll", "show_all", is_flag=True, help="Every copy (at most 32).")
+def query_msg_by_unique_key(
+    namesrv_addr: str | None, as_json: bool, msg_id: str, topic: str, show_all: bool
+) -> None:
+    """Print a message by its client msgId (UNIQ_KEY) in a topic."""
+
+    async def work(admin: AdminClient) -> Output:
+        offset_message_address(msg_id)  # refuses what is not an id at all
+        found = await admin.query_unique_key(topic, msg_id, 32)
+        if not found:
+            raise CommandError(f"message {msg_id} not found in topic {topic}")
+        shown = found if show_all else found[:1]
+        out = Output([message_data(m, name) for name, m in shown])
+        for _, msg in shown:
+            if out.lines_before:
+                out.lines_before.append("")
+            out.lines_before.extend(message_lines(msg))
+        if not show_all:
+            out.data = out.data[0]
+        return out
+
+    run("queryMsgByUniqueKey", namesrv_addr, as_json, work)
 
 
 @main.command("queryMsgByKey")

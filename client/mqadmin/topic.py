@@ -1,8 +1,10 @@
-"""Topic commands: updateTopic, deleteTopic, topicList, topicRoute, topicStatus."""
+"""Topic commands: updateTopic, updateTopicPerm, deleteTopic, topicList, topicRoute,
+topicStatus, topicClusterList."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 
 import click
@@ -195,3 +197,67 @@ def topic_status(namesrv_addr: str | None, as_json: bool, topic: str) -> None:
         return Output(data, tables=[table])
 
     run("topicStatus", namesrv_addr, as_json, work)
+
+
+@main.command("updateTopicPerm")
+@common
+@click.option("-t", "--topic", required=True, help="Topic name.")
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="On this broker.")
+@click.option("-c", "--clusterName", "cluster", default=None, help="On every master of it.")
+@click.option(
+    "-p", "--perm", required=True, type=click.Choice(["2", "4", "6"]), help="2=W 4=R 6=RW."
+)
+def update_topic_perm(
+    namesrv_addr: str | None,
+    as_json: bool,
+    topic: str,
+    broker_addr: str | None,
+    cluster: str | None,
+    perm: str,
+) -> None:
+    """Change a topic's permission on a broker (or every master of a cluster), keeping its
+    queues and flags."""
+    need_one("updateTopicPerm", b=broker_addr, c=cluster)
+    new_perm = int(perm)
+
+    async def work(admin: AdminClient) -> Output:
+        if broker_addr is not None:
+            addresses = [broker_addr]
+        else:
+            addresses = [b.address for b in await admin.masters(cluster)]
+        lines, data = [], []
+        for address in addresses:
+            old = await admin.topic_config(address, topic)
+            entry = {"brokerAddr": address, "oldPerm": old.perm, "newPerm": new_perm}
+            data.append(entry)
+            if old.perm == new_perm:
+                lines.append(
+                    f"new perm equals to the old one on {address}: {perm_to_string(old.perm)}"
+                )
+                continue
+            config = dataclasses.replace(old, perm=new_perm)
+            await admin.create_topic(address, config)
+            lines.append(f"update topic perm from {old.perm} to {new_perm} in {address} success.")
+            lines.append(topic_config_line(config))
+        return Output(data, lines_before=lines)
+
+    run("updateTopicPerm", namesrv_addr, as_json, work)
+
+
+@main.command("topicClusterList")
+@common
+@click.option("-t", "--topic", required=True, help="Topic name.")
+def topic_cluster_list(namesrv_addr: str | None, as_json: bool, topic: str) -> None:
+    """Print the clusters that serve a topic."""
+
+    async def work(admin: AdminClient) -> Output:
+        route = await admin.topic_route(topic)
+        info = await admin.cluster_info()
+        cluster_of = {name: data.cluster for name, data in info.broker_addr_table.items()}
+        clusters = sorted(
+            {cluster_of[b.broker_name] for b in route.broker_datas if b.broker_name in cluster_of}
+            | {b.cluster for b in route.broker_datas if b.cluster}
+        )
+        return Output(clusters, lines_before=list(clusters))
+
+    run("topicClusterList", namesrv_addr, as_json, work)

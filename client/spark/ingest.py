@@ -41,6 +41,7 @@ import click
 
 from tidemq.client.spark.options import offsets_from_json
 from tidemq.client.spark.source import FORMAT
+from tidemq.client.version import version_option
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -227,6 +228,7 @@ def _pairs(values: Sequence[str], what: str) -> dict[str, str]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option("tidemq-ingest")
 @click.option("--namesrv", "-n", envvar="NAMESRV_ADDR", required=True, help="host:port[;...]")
 @click.option("--topic", "-t", required=True, help="topic, or a comma list of topics")
 @click.option("--output", "-o", required=True, help="Parquet output directory (any Spark path)")

@@ -132,9 +132,9 @@ def test_ha_status_shows_each_slave_lag(cluster: LaunchedCluster) -> None:
     )
     for status in statuses:
         assert status["master"] is True
-        [slave] = status["ha_connection_info"]
+        [slave] = status["haConnectionInfo"]
         assert slave["diff"] >= 0
-        assert slave["slave_ack_offset"] <= status["master_commit_log_max_offset"]
+        assert slave["slaveAckOffset"] <= status["masterCommitLogMaxOffset"]
 
 
 def test_progress_diff_reaches_zero_and_reset_by_time_reads_again(

@@ -167,8 +167,9 @@ ANSWERS: dict[str, Any] = {
     "examine_producer_connection": lambda group, topic: ProducerConnection([CONN]),
     "reset_offset_by_time": lambda group, topic, ts, force: {MQ_A0: 0, MQ_B1: 2},
     "view_message": lambda msg_id: stored(),
+    "find_message": lambda msg_id, topic=None: stored(),
     "query_message": lambda topic, key, max_num, begin=0, end=None: [("broker-a", stored())],
-    "pull": lambda name, topic, qid, offset, n=32: PullResult(
+    "pull": lambda name, topic, qid, offset, n=32, expression="*": PullResult(
         PullStatus.FOUND if offset < 8 else PullStatus.NO_NEW_MSG,
         offset + 1,
         7,
@@ -213,7 +214,10 @@ def test_every_rocketmq_subcommand_is_there() -> None:
         "consumerProgress", "consumerConnection", "producerConnection", "queryMsgById",
         "queryMsgByKey", "queryMsgByOffset", "sendMessage", "consumeMessage",
         "resetOffsetByTime", "wipeWritePerm", "addWritePerm", "updateBrokerConfig",
-        "getBrokerConfig",
+        "getBrokerConfig", "queryMsgByUniqueKey", "printMsg", "printMsgByQueue", "statsAll",
+        "brokerConsumeStats", "consumerStatus", "clusterRT", "sendMsgStatus", "topicClusterList",
+        "updateTopicPerm", "cloneGroupOffset", "skipAccumulatedMessage", "getNamesrvConfig",
+        "updateNamesrvConfig", "updateKvConfig", "deleteKvConfig", "help",
     }  # fmt: skip
 
 

@@ -45,8 +45,10 @@ class Namesrv:
             self.routes,
             self.kv,
             order_message_enable=order_message_enable,
-            config_text="listenPort=9876\n",
+            config_text=lambda: "listenPort=9876\n",
+            update_config=self.update_config,
         )
+        self.config_changes: list[dict[str, str]] = []
         self.connection = RemotingConnection()
         # The server's dispatch (never started: no socket) answers refusals and unknown codes.
         self.server = RemotingServer("127.0.0.1", 0, name="namesrv")
@@ -57,6 +59,12 @@ class Namesrv:
         response = await self.server.dispatch(self.connection, request)
         assert response is not None
         return response
+
+    def update_config(self, changes: dict[str, str]) -> str | None:
+        if "listenPort" in changes:
+            return "cannot change listenPort while the name server runs"
+        self.config_changes.append(changes)
+        return None
 
     async def simple(
         self, code: RequestCode, header: ExtFieldsHeader | None = None
@@ -313,3 +321,19 @@ async def test_config_and_unknown_codes(ns: Namesrv) -> None:
     assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     assert RequestCode.SEND_MESSAGE not in ns.processor.processors()
     assert RequestCode.REGISTER_BROKER in ns.processor.processors()
+
+
+async def test_update_config_applies_and_refuses_with_the_reason(ns: Namesrv) -> None:
+    def update(body: bytes) -> RemotingCommand:
+        return RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
+
+    ok = await ns.call(update(b"orderMessageEnable=true\n"))
+    assert ok.code == ResponseCode.SUCCESS
+    assert ns.config_changes == [{"orderMessageEnable": "true"}]
+    refused = await ns.call(update(b"listenPort=1\n"))
+    assert refused.code == ResponseCode.SYSTEM_ERROR
+    assert refused.remark is not None and "listenPort" in refused.remark
+    for bad in (b"no separator here\n", b"", b"\xff=1"):
+        answer = await ns.call(update(bad))
+        assert answer.code == ResponseCode.SYSTEM_ERROR and answer.remark
+    assert ns.config_changes == [{"orderMessageEnable": "true"}]

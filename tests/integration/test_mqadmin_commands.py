@@ -1,0 +1,468 @@
+"""The mqadmin commands operators reach for, against a running name server and broker.
+
+One `namesrvd` and one `brokerd` (broker-a of DefaultCluster) for the module, started with
+`tests.support.processes` on free ports and stopped at the end, passed or failed. mqadmin runs
+in-process through click's CliRunner (its output checked), and as the installed console script
+where the test is about what a shell sees: exit status, one line on stderr, no traceback.
+Clients use the blocking API, whose own loop keeps a consumer running while mqadmin runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.support.conditions import eventually_sync
+from tests.support.processes import Daemon, ProcessGroup, free_port
+from tidemq.client.config import ClientConfig
+from tidemq.client.consumer import ConsumeResult, PushConsumer
+from tidemq.client.message import Message, ReceivedMessage
+from tidemq.client.mqadmin import main as mqadmin
+from tidemq.client.producer import Producer
+from tidemq.client.protocol.heartbeat import ConsumeFromWhere
+
+BIN = Path(sys.executable).parent
+CONSOLE_SCRIPTS = ("namesrvd", "brokerd", "mqadmin", "tidemq-cluster", "tidemq-ingest")
+
+
+@dataclass
+class Cluster:
+    namesrv: Daemon
+    broker: Daemon
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.namesrv.address
+
+    @property
+    def broker_addr(self) -> str:
+        return self.broker.address
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("mqadmin")
+    processes = ProcessGroup(root / "logs")
+    try:
+        namesrv = processes.namesrvd(name="namesrvd")
+        broker = processes.brokerd(
+            namesrv.address,
+            root / "store",
+            "flushConsumerOffsetInterval=500",
+            "brokerClusterName=DefaultCluster",
+            name="brokerd",
+        )
+        yield Cluster(namesrv, broker)
+    finally:
+        processes.stop_all()
+
+
+def cli(cluster: Cluster, *args: str, code: int = 0) -> str:
+    result = CliRunner().invoke(mqadmin, [args[0], "-n", cluster.namesrv_addr, *args[1:]])
+    assert result.exit_code == code, f"mqadmin {' '.join(args)}: {result.output}"
+    return result.output
+
+
+def cli_json(cluster: Cluster, *args: str) -> object:
+    """--json before the subcommand: the other place it is accepted."""
+    result = CliRunner().invoke(mqadmin, ["--json", args[0], "-n", cluster.namesrv_addr, *args[1:]])
+    assert result.exit_code == 0, f"mqadmin --json {' '.join(args)}: {result.output}"
+    return json.loads(result.output)
+
+
+def shell(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / args[0]), *args[1:]], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def config(cluster: Cluster) -> ClientConfig:
+    return ClientConfig.create(
+        cluster.namesrv_addr,
+        poll_name_server_interval=1.0,
+        heartbeat_broker_interval=1.0,
+        persist_consumer_offset_interval=1.0,
+    )
+
+
+def create_topic(cluster: Cluster, topic: str, queues: int = 2) -> None:
+    cli(
+        cluster,
+        "updateTopic",
+        "-b",
+        cluster.broker_addr,
+        "-t",
+        topic,
+        "-r",
+        str(queues),
+        "-w",
+        str(queues),
+    )
+    eventually_sync(
+        lambda: (
+            CliRunner()
+            .invoke(mqadmin, ["topicRoute", "-n", cluster.namesrv_addr, "-t", topic])
+            .exit_code
+            == 0
+        ),
+        f"route of {topic}",
+        30,
+    )
+
+
+@pytest.fixture(scope="module")
+def producer(cluster: Cluster) -> Iterator[Producer]:
+    made = Producer("mqadmin-test-pg", config=config(cluster))
+    made.start()
+    try:
+        yield made
+    finally:
+        made.shutdown()
+
+
+class Received:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.bodies: list[bytes] = []
+
+    def listener(self, msg: ReceivedMessage) -> ConsumeResult:
+        with self.lock:
+            self.bodies.append(msg.body)
+        return ConsumeResult.SUCCESS
+
+    def count(self) -> int:
+        with self.lock:
+            return len(set(self.bodies))
+
+
+# --- every console script, help ---------------------------------------------------------------
+
+
+def test_every_console_script_prints_its_version() -> None:
+    for script in CONSOLE_SCRIPTS:
+        done = shell(script, "--version")
+        assert done.returncode == 0, done.stderr
+        name, package, version = done.stdout.split()
+        assert (name, package) == (script, "(tidemq)") and version[0].isdigit()
+
+
+def test_help_prints_a_commands_options_and_refuses_an_unknown_one() -> None:
+    text = CliRunner().invoke(mqadmin, ["help", "queryMsgById"], prog_name="mqadmin").output
+    assert "Usage: mqadmin queryMsgById" in text and "--msgId" in text
+    done = shell("mqadmin", "help", "queryMsgByID")
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip() == "mqadmin help: no command queryMsgByID (did you mean queryMsgById?)"
+    )
+
+
+# --- messages -----------------------------------------------------------------------------------
+
+
+def test_query_msg_by_id_finds_a_message_by_either_id_a_send_returns(
+    cluster: Cluster, producer: Producer
+) -> None:
+    create_topic(cluster, "AdminQuery")
+    result = producer.send(Message("AdminQuery", b"find me", tags="T1", keys="k1"))
+    assert result.msg_id != result.offset_msg_id
+    for msg_id in (result.msg_id, result.offset_msg_id):  # no -t: the bug this fixes
+        text = cli(cluster, "queryMsgById", "-i", msg_id)
+        assert f"Message ID:          {result.msg_id}" in text
+        assert "Topic:               AdminQuery" in text
+        assert "Message Body:        find me" in text
+        data = cli_json(cluster, "queryMsgById", "-i", msg_id)
+        assert isinstance(data, dict)
+        assert (data["msgId"], data["offsetMsgId"]) == (result.msg_id, result.offset_msg_id)
+    both = cli_json(cluster, "queryMsgById", "-i", f"{result.msg_id},{result.offset_msg_id}")
+    assert isinstance(both, list) and len(both) == 2
+
+    text = cli(cluster, "queryMsgByUniqueKey", "-i", result.msg_id, "-t", "AdminQuery")
+    assert f"OffsetID:            {result.offset_msg_id}" in text
+    missing = cli(cluster, "queryMsgByUniqueKey", "-i", "0" * 32, "-t", "AdminQuery", code=1)
+    assert "not found in topic AdminQuery" in missing
+
+
+def test_bad_input_gets_one_line_and_status_1(cluster: Cluster) -> None:
+    ns = cluster.namesrv_addr
+    silent = f"127.0.0.1:{free_port()}"  # nothing listens there
+    cases = [
+        (["queryMsgById", "-n", ns, "-i", "not-an-id"], "not a message id"),
+        (["queryMsgById", "-n", ns, "-i", "ABCD"], "expected 32 or 56 hex digits"),
+        (["queryMsgById", "-n", ns, "-i", "F" * 32], "not found in any topic"),
+        (["topicClusterList", "-n", ns, "-t", "NoSuchTopic"], "No topic route info"),
+        (["consumerStatus", "-n", ns, "-g", "no-such-group"], "not online"),
+        (
+            [
+                "updateTopicPerm",
+                "-n",
+                ns,
+                "-b",
+                cluster.broker_addr,
+                "-t",
+                "NoSuchTopic",
+                "-p",
+                "4",
+            ],
+            "does not exist",
+        ),
+        (["getNamesrvConfig", "-n", silent], "cannot connect"),
+        (
+            ["updateNamesrvConfig", "-n", ns, "-k", "listenPort", "-v", "1"],
+            "cannot change listenPort",
+        ),
+    ]
+    for args, reason in cases:
+        done = shell("mqadmin", *args)
+        assert done.returncode == 1, (args, done.stdout, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in done.stderr, (args, done.stderr)
+        assert lines[0].startswith(f"mqadmin {args[0]}: ") and reason in lines[0], lines
+
+
+def test_print_msg_and_print_msg_by_queue(cluster: Cluster, producer: Producer) -> None:
+    create_topic(cluster, "AdminPrint", queues=1)
+    for i, tag in enumerate(["A", "A", "B"]):
+        producer.send(Message("AdminPrint", f"p-{i}".encode(), tags=tag))
+    text = cli(cluster, "printMsg", "-t", "AdminPrint")
+    assert (
+        "minOffset=0, maxOffset=3, MessageQueue [topic=AdminPrint, brokerName=broker-a, queueId=0]"
+        in text
+    )
+    assert [
+        line.rsplit("BODY: ", 1)[1] for line in text.splitlines() if line.startswith("MSGID: ")
+    ] == [
+        "p-0",
+        "p-1",
+        "p-2",
+    ]
+    only_b = cli_json(cluster, "printMsg", "-t", "AdminPrint", "-s", "B")
+    assert isinstance(only_b, list) and [m["body"] for m in only_b] == ["p-2"]
+
+    text = cli(
+        cluster,
+        "printMsgByQueue",
+        "-t",
+        "AdminPrint",
+        "-a",
+        "broker-a",
+        "-i",
+        "0",
+        "-p",
+        "true",
+        "-d",
+        "true",
+        "-f",
+        "true",
+    )
+    assert text.count("MSGID: ") == 3
+    assert [line.split() for line in text.splitlines() if line.startswith("Tag: ")] == [
+        ["Tag:", "A", "Count:", "2"],
+        ["Tag:", "B", "Count:", "1"],
+    ]
+    future = cli_json(
+        cluster,
+        "printMsgByQueue",
+        "-t",
+        "AdminPrint",
+        "-a",
+        "broker-a",
+        "-i",
+        "0",
+        "-b",
+        "4102444800000",
+    )
+    assert isinstance(future, dict) and future["messageCount"] == 0
+
+
+# --- name server --------------------------------------------------------------------------------
+
+
+def test_namesrv_config_and_kv_config(cluster: Cluster) -> None:
+    text = cli(cluster, "getNamesrvConfig")
+    assert f"============{cluster.namesrv_addr}============" in text
+    assert f"listenPort{' ' * 40}=  {cluster.namesrv.port}" in text
+    assert "update name server config success!" in cli(
+        cluster, "updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "true"
+    )
+    config = cli_json(cluster, "getNamesrvConfig")
+    assert isinstance(config, dict) and config[cluster.namesrv_addr]["orderMessageEnable"] == "true"
+
+    # The KV table is what the name server serves as a route's orderTopicConf.
+    create_topic(cluster, "AdminOrdered")
+    out = cli(
+        cluster,
+        "updateKvConfig",
+        "-s",
+        "ORDER_TOPIC_CONFIG",
+        "-k",
+        "AdminOrdered",
+        "-v",
+        "broker-a:2",
+    )
+    assert out.strip() == "update kv config in namespace success."
+    route = cli_json(cluster, "topicRoute", "-t", "AdminOrdered")
+    assert isinstance(route, dict) and route["orderTopicConf"] == "broker-a:2"
+    out = cli(cluster, "deleteKvConfig", "-s", "ORDER_TOPIC_CONFIG", "-k", "AdminOrdered")
+    assert out.strip() == "delete kv config from namespace success."
+    route = cli_json(cluster, "topicRoute", "-t", "AdminOrdered")
+    assert isinstance(route, dict) and not route.get("orderTopicConf")
+    cli(cluster, "updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "false")
+
+
+# --- topics -------------------------------------------------------------------------------------
+
+
+def test_topic_cluster_list_and_update_topic_perm(cluster: Cluster) -> None:
+    create_topic(cluster, "AdminPerm")
+    assert cli(cluster, "topicClusterList", "-t", "AdminPerm").split() == ["DefaultCluster"]
+    out = cli(cluster, "updateTopicPerm", "-b", cluster.broker_addr, "-t", "AdminPerm", "-p", "4")
+    assert f"update topic perm from 6 to 4 in {cluster.broker_addr} success." in out
+    assert "TopicConfig [topicName=AdminPerm, readQueueNums=2, writeQueueNums=2, perm=R--" in out
+
+    def route_perm() -> object:
+        route = cli_json(cluster, "topicRoute", "-t", "AdminPerm")
+        assert isinstance(route, dict)
+        return route["queueDatas"][0]["perm"]
+
+    eventually_sync(lambda: route_perm() == 4, "the route to show perm 4", 40)
+    sent = shell("mqadmin", "sendMessage", "-n", cluster.namesrv_addr, "-t", "AdminPerm", "-p", "x")
+    assert sent.returncode == 1 and "no writable queue" in sent.stderr
+    again = cli(cluster, "updateTopicPerm", "-c", "DefaultCluster", "-t", "AdminPerm", "-p", "4")
+    assert "new perm equals to the old one" in again
+    cli(cluster, "updateTopicPerm", "-c", "DefaultCluster", "-t", "AdminPerm", "-p", "6")
+    eventually_sync(lambda: route_perm() == 6, "the route to show perm 6", 40)
+
+
+# --- groups, consumers and stats ----------------------------------------------------------------
+
+
+def test_group_commands_against_a_running_consumer(cluster: Cluster, producer: Producer) -> None:
+    topic, group = "AdminGroups", "admin-groups"
+    create_topic(cluster, topic)
+    for i in range(10):
+        producer.send(Message(topic, f"g-{i}".encode()))
+    received = Received()
+    consumer = PushConsumer(
+        group, config=config(cluster), consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    )
+    consumer.subscribe(topic, "*", received.listener)
+    consumer.start()
+    try:
+        eventually_sync(lambda: received.count() == 10, "10 messages consumed", 40)
+
+        def progress(name: str) -> dict[str, object]:
+            data = cli_json(cluster, "consumerProgress", "-g", name, "-t", topic)
+            assert isinstance(data, dict)
+            return data
+
+        eventually_sync(
+            lambda: (
+                progress(group)["diffTotal"] == 0
+                and sum(q["consumerOffset"] for q in progress(group)["queues"]) == 10
+            ),  # type: ignore[attr-defined]
+            "the group's offsets committed to the broker",
+            40,
+        )
+
+        # consumerStatus: the broker asks the consumer client itself.
+        text = cli(cluster, "consumerStatus", "-g", group)
+        assert "Same subscription in the same group of consumer" in text
+        assert "Rebalance OK" in text
+        data = cli_json(cluster, "consumerStatus", "-g", group)
+        assert isinstance(data, dict) and data["rebalanceOk"] is True
+        [(client_id, info)] = data["clients"].items()
+        assert info["properties"]["consumerGroup"] == group
+        assert {
+            q["messageQueue"]["queueId"]
+            for q in info["mqTable"]
+            if q["messageQueue"]["topic"] == topic
+        } == {0, 1}
+        detail = cli(cluster, "consumerStatus", "-g", group, "-i", client_id)
+        assert "#Consumer Properties#" in detail and "#Consumer MQ Detail#" in detail
+        assert f"Topic: {topic}" in detail
+
+        # brokerConsumeStats: every group on the broker, queue by queue.
+        stats = cli(cluster, "brokerConsumeStats", "-b", cluster.broker_addr)
+        assert [c.strip() for c in stats.splitlines()[0].split("#")[1:]] == [
+            "Topic",
+            "Group",
+            "Broker Name",
+            "QID",
+            "Broker Offset",
+            "Consumer Offset",
+            "Diff",
+            "LastTime",
+        ]
+        rows = [line.split() for line in stats.splitlines() if line.startswith(f"{topic} ")]
+        assert sorted((r[1], r[3], r[6]) for r in rows) == [(group, "0", "0"), (group, "1", "0")]
+        assert "Diff Total:" in stats
+
+        # cloneGroupOffset: a new group starts where this one is.
+        out = cli(
+            cluster, "cloneGroupOffset", "-s", group, "-d", "admin-clone", "-t", topic, "-o", "true"
+        )
+        assert (
+            out.strip()
+            == f"clone group offset success. srcGroup[{group}], destGroup=[admin-clone], "
+            f"topic[{topic}]"
+        )
+        cloned = progress("admin-clone")
+        assert sum(q["consumerOffset"] for q in cloned["queues"]) == 10  # type: ignore[attr-defined]
+
+        # statsAll: traffic of the topic and of the group.
+        rows_all = cli_json(cluster, "statsAll", "-t", topic)
+        assert isinstance(rows_all, list)
+        [row] = [r for r in rows_all if r["consumerGroup"] == group]
+        assert row["inMsg24Hour"] == 10 and row["outMsg24Hour"] >= 10 and row["accumulation"] == 0
+        text = cli(cluster, "statsAll", "-t", topic)
+        assert text.split("\n")[0].split() == [
+            "#Topic",
+            "#Consumer",
+            "Group",
+            "#Accumulation",
+            "#InTPS",
+            "#OutTPS",
+            "#InMsg24Hour",
+            "#OutMsg24Hour",
+        ]
+    finally:
+        consumer.shutdown()
+
+    # skipAccumulatedMessage: a group with a backlog jumps to the end.
+    for i in range(4):
+        producer.send(Message(topic, f"late-{i}".encode()))
+    behind = progress(group)
+    assert behind["diffTotal"] == 4
+    out = cli_json(cluster, "skipAccumulatedMessage", "-g", group, "-t", topic)
+    assert isinstance(out, list) and sum(q["offset"] for q in out) == 14
+    assert progress(group)["diffTotal"] == 0
+
+
+def test_send_probes(cluster: Cluster) -> None:
+    text = cli(cluster, "sendMsgStatus", "-b", "broker-a", "-c", "3", "-s", "64")
+    lines = text.strip().splitlines()
+    assert len(lines) == 3 and all(
+        "SendResult=SEND_OK" in line and line.startswith("rt=") for line in lines
+    )
+    rt = cli_json(cluster, "clusterRT", "-a", "5", "-s", "32")
+    assert isinstance(rt, list)
+    assert [(r["clusterName"], r["brokerName"], r["successCount"], r["failCount"]) for r in rt] == [
+        ("DefaultCluster", "broker-a", 5, 0)
+    ]
+    assert rt[0]["rtMs"] > 0
+    header = cli(cluster, "clusterRT", "-a", "1").splitlines()[0]
+    assert [c.strip() for c in header.split("#")[1:]] == [
+        "Cluster Name",
+        "Broker Name",
+        "RT",
+        "successCount",
+        "failCount",
+    ]
