@@ -118,8 +118,11 @@ class AdminClient(Service):
         ext: dict[str, str] | None = None,
         body: bytes = b"",
         ok: tuple[int, ...] = (ResponseCode.SUCCESS,),
+        timeout: float | None = None,
     ) -> tuple[int, bytes, dict[str, str]]:
-        response = await self.api.call(address, self.api.request(code, ext, body), ok=ok)
+        response = await self.api.call(
+            address, self.api.request(code, ext, body), ok=ok, timeout=timeout
+        )
         return response.code, bytes(response.body), dict(response.ext_fields)
 
     async def _namesrv(
@@ -342,10 +345,14 @@ class AdminClient(Service):
         header = CloneGroupOffsetRequestHeader(src_group, dest_group, topic, offline)
         await self._call(address, RequestCode.CLONE_GROUP_OFFSET, encode(header))
 
-    async def broker_consume_stats(self, address: str, is_order: bool = False) -> ConsumeStatsList:
+    async def broker_consume_stats(
+        self, address: str, is_order: bool = False, timeout: float | None = None
+    ) -> ConsumeStatsList:
         """GET_BROKER_CONSUME_STATS: every group's progress on that broker."""
         header = GetConsumeStatsInBrokerHeader(is_order)
-        _, body, _ = await self._call(address, RequestCode.GET_BROKER_CONSUME_STATS, encode(header))
+        _, body, _ = await self._call(
+            address, RequestCode.GET_BROKER_CONSUME_STATS, encode(header), timeout=timeout
+        )
         return ConsumeStatsList.decode(body)
 
     async def broker_stats_data(self, address: str, name: str, key: str) -> BrokerStatsData:
@@ -466,18 +473,19 @@ class AdminClient(Service):
         topic (user topics first) when none is given. Raises `ClientError` for a string that
         is not a message id and when nothing is found."""
         located = offset_message_address(msg_id)
+        view_failure = ""
         if located is not None:
             try:
                 return await self.api.view_message(*located)
-            except TideMQError:
-                pass  # a client msgId that happens to decode as a host and port
+            except TideMQError as exc:  # or a client msgId that decodes as a host and port
+                view_failure = f"; as an offsetMsgId, {located[0]} answered: {exc}"
         topics = [topic] if topic else _search_order(await self.topic_list())
         for name in topics:
             found = await self.query_unique_key(name, msg_id, 1)
             if found:
                 return found[0][1]
         where = f"topic {topic}" if topic else "any topic"
-        raise ClientError(f"message {msg_id} not found in {where}")
+        raise ClientError(f"message {msg_id} not found in {where}{view_failure}")
 
     async def query_unique_key(
         self, topic: str, msg_id: str, max_num: int = 32

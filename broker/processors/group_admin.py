@@ -8,12 +8,14 @@
 - VIEW_BROKER_STATS_DATA (315): a counter's last minute, hour and day (`broker.stats`);
   an unknown name or key answers SYSTEM_ERROR "The stats <name> <key> not exist".
 - GET_CONSUMER_RUNNING_INFO (307): forwarded to the consumer client named by clientId over its
-  own connection; its answer is returned as is. A client not online answers SYSTEM_ERROR, a
+  own connection; its answer is returned as is (re-encoded in fastjson's form for a Java
+  requester). A client not online answers SYSTEM_ERROR, a
   client that does not answer within the timeout CONSUME_MSG_TIMEOUT (RocketMQ's remarks).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -25,11 +27,12 @@ from tidemq.broker.processors.decoding import request_header
 from tidemq.broker.processors.ops import map_form
 from tidemq.broker.stats import StatsWindows
 from tidemq.client.errors import TideMQError
-from tidemq.client.protocol.admin import ConsumeStats
+from tidemq.client.protocol.admin import ConsumeStats, MapForm
 from tidemq.client.protocol.group_admin import (
     BrokerStatsData,
     BrokerStatsItem,
     CloneGroupOffsetRequestHeader,
+    ConsumerRunningInfo,
     ConsumeStatsList,
     GetConsumerRunningInfoRequestHeader,
     GetConsumeStatsInBrokerHeader,
@@ -38,6 +41,7 @@ from tidemq.client.protocol.group_admin import (
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.errors import BodyDecodeError
 from tidemq.client.remoting.server import RequestRejected
 
 log = logging.getLogger(__name__)
@@ -173,4 +177,9 @@ class GroupAdminProcessor:
                 f"invoke consumer <{group}> <{client_id}> Exception: {exc}",
             ) from None
         log.info("consumer running info of %s %s asked by %s", group, client_id, connection.peer)
-        return RemotingCommand.response_to(request, answer.code, answer.remark, body=answer.body)
+        body = answer.body
+        if answer.code == _OK and map_form(request) is MapForm.FASTJSON:
+            # Our clients answer in the pairs form; a Java tool reads fastjson's object keys.
+            with contextlib.suppress(BodyDecodeError):
+                body = ConsumerRunningInfo.decode(body).encode(MapForm.FASTJSON)
+        return RemotingCommand.response_to(request, answer.code, answer.remark, body=body)

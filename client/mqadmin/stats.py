@@ -155,11 +155,12 @@ def broker_consume_stats(
     order: str,
 ) -> None:
     """Print every group's progress on one broker, queue by queue, and its total lag."""
-    del timeout_ms  # the admin client's own timeout applies
     is_order = parse_bool(order)
+    if timeout_ms < 1:
+        raise click.BadParameter("timeoutMillis must be at least 1")
 
     async def work(admin: AdminClient) -> Output:
-        stats = await admin.broker_consume_stats(broker_addr, is_order)
+        stats = await admin.broker_consume_stats(broker_addr, is_order, timeout_ms / 1000)
         table = Table(
             [
                 "#Topic",

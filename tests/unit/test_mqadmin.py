@@ -23,6 +23,7 @@ from tidemq.client.protocol.admin import (
     TopicOffset,
     TopicStatsTable,
 )
+from tidemq.client.protocol.group_admin import ConsumeStatsList
 from tidemq.client.protocol.heartbeat import (
     Connection,
     ConsumerConnection,
@@ -168,6 +169,11 @@ ANSWERS: dict[str, Any] = {
     "reset_offset_by_time": lambda group, topic, ts, force: {MQ_A0: 0, MQ_B1: 2},
     "view_message": lambda msg_id: stored(),
     "find_message": lambda msg_id, topic=None: stored(),
+    "broker_consume_stats": lambda address, is_order=False, timeout=None: ConsumeStatsList(
+        address,
+        3,
+        [("g1", [ConsumeStats({MQ_A0: OffsetWrapper(10, 7, 0), MQ_B1: OffsetWrapper(5, 5, 0)})])],
+    ),
     "query_message": lambda topic, key, max_num, begin=0, end=None: [("broker-a", stored())],
     "pull": lambda name, topic, qid, offset, n=32, expression="*": PullResult(
         PullStatus.FOUND if offset < 8 else PullStatus.NO_NEW_MSG,
@@ -431,3 +437,39 @@ def test_send_and_consume(fake: FakeAdmin) -> None:
     assert header(out) == ["Broker Name", "QID", "Offset", "MsgId", "Tags", "Keys", "Body"]
     assert out.splitlines()[1].split() == ["broker-a", "0", "7", "UNIQ1", "TagA", "k1", "hello"]
     assert out.splitlines()[-1] == "Consumed 1 messages"
+
+
+def test_json_before_the_command_and_one_key_style(fake: FakeAdmin) -> None:
+    before = json.loads(invoke("--json", "clusterList"))
+    after = json.loads(invoke("clusterList", "--json"))
+    assert before == after
+    assert set(before[0]) == {"cluster", "brokerName", "brokerId", "address", "runtime"}
+
+
+def test_query_msg_by_id_passes_the_topic_and_takes_a_list(fake: FakeAdmin) -> None:
+    ids = "0A00000100002A9F00000000000004D2,0A00000100002A9F00000000000004D3"
+    data = json.loads(invoke("queryMsgById", "-i", ids, "-t", "T", "--json"))
+    assert len(data) == 2
+    assert [args for name, args in fake.calls if name == "find_message"] == [
+        ("0A00000100002A9F00000000000004D2", "T"),
+        ("0A00000100002A9F00000000000004D3", "T"),
+    ]
+
+
+def test_broker_consume_stats_filters_by_level(fake: FakeAdmin) -> None:
+    out = invoke("brokerConsumeStats", "-b", A, "-l", "1", "-t", "2000")
+    rows = [line.split() for line in out.splitlines()[1:] if line.startswith("T ")]
+    assert rows == [["T", "g1", "broker-a", "0", "10", "7", "3", "N/A"]]
+    assert out.rstrip().endswith("Diff Total: 3")
+    assert called(fake, "broker_consume_stats") == (A, False, 2.0)
+
+
+def test_new_commands_refuse_bad_options_before_connecting(fake: FakeAdmin) -> None:
+    out = invoke("printMsg", "-t", "T", "-c", "NO-SUCH-CHARSET", code=2)
+    assert "unknown charset" in out
+    invoke("updateTopicPerm", "-t", "T", "-b", A, "-p", "3", code=2)
+    out = invoke("updateTopicPerm", "-t", "T", "-p", "4", code=2)
+    assert "give one of -b or -c" in out
+    out = invoke("printMsgByQueue", "-t", "T", "-a", "broker-a", "-i", "0", "-f", "maybe", code=2)
+    assert "expected true or false" in out
+    assert fake.calls == []
