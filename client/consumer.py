@@ -52,6 +52,7 @@ from typing import Any, TypeAlias
 from tidemq.client.allocate import AllocateMessageQueueAveragely, AllocateStrategy
 from tidemq.client.api import PullResult, PullStatus
 from tidemq.client.config import ClientConfig
+from tidemq.client.consume_stats import ConsumeStatsRecorder
 from tidemq.client.consume_threads import ConsumeThreads
 from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.instance import ClientInstance, get_instance
@@ -227,6 +228,7 @@ class AsyncPushConsumer(AsyncLifecycle):
         self._rebalance_lock = asyncio.Lock()
         self._running = False
         self._started_at_ms = 0
+        self.consume_stats = ConsumeStatsRecorder()
 
     # --- subscriptions ----------------------------------------------------------------------
 
@@ -259,7 +261,7 @@ class AsyncPushConsumer(AsyncLifecycle):
     async def running_info(self) -> ConsumerRunningInfo:
         """What GET_CONSUMER_RUNNING_INFO (mqadmin consumerStatus) asks a consumer: its
         settings, subscriptions and, per queue it holds, the committed offset and the messages
-        pulled and not consumed yet. Per-topic rates (statusTable) are not tracked: empty."""
+        pulled and not consumed yet, and per topic its pull and consume rates (statusTable)."""
         props = {
             "consumerGroup": self.group,
             "messageModel": self.message_model.value,
@@ -294,7 +296,12 @@ class AsyncPushConsumer(AsyncLifecycle):
                 droped=pq.dropped,
                 last_pull_timestamp=int((pq.last_pull + wall_minus_mono) * 1000),
             )
-        return ConsumerRunningInfo(props, [sub.data for sub in self._subscriptions.values()], table)
+        return ConsumerRunningInfo(
+            props,
+            [sub.data for sub in self._subscriptions.values()],
+            table,
+            self.consume_stats.status(),
+        )
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -505,6 +512,7 @@ class AsyncPushConsumer(AsyncLifecycle):
             if not tag_filter.matches_all:
                 msgs = [m for m in msgs if tag_filter.match_tags(m.tags)]
             added = pq.put(msgs)
+            self.consume_stats.pulled(mq.topic, len(msgs))
             if not msgs:
                 # Everything filtered out by tag string (hash collisions): nothing to wait on.
                 pq.max_offset_seen = max(pq.max_offset_seen, result.next_begin_offset - 1)
@@ -532,7 +540,8 @@ class AsyncPushConsumer(AsyncLifecycle):
 
     async def _pull_once(self, pq: ProcessQueue, offset: int, sub: _Subscription) -> PullResult:
         assert self.offset_store is not None
-        return await pull_queue(
+        started = time.monotonic()
+        result = await pull_queue(
             self.instance,
             self.group,
             pq.queue,
@@ -543,6 +552,8 @@ class AsyncPushConsumer(AsyncLifecycle):
             self.pull_batch_size,
             PULL_SUSPEND_MS,
         )
+        self.consume_stats.pull_answered(pq.queue.topic, time.monotonic() - started)
+        return result
 
     # --- consuming ----------------------------------------------------------------------------
 
@@ -569,9 +580,14 @@ class AsyncPushConsumer(AsyncLifecycle):
         send-back failed stays (holding the committed offset below it) and is consumed again
         locally later. The offset is committed once, after the batch.
         """
+        started = time.monotonic()
         results = await self._listen(pq, msgs, stop_at_failure=False)
         handled = len(results)  # fewer than the batch when pq was dropped
-        if results.count(ConsumeResult.SUCCESS) == handled:
+        succeeded = results.count(ConsumeResult.SUCCESS)
+        self.consume_stats.consumed(
+            pq.queue.topic, time.monotonic() - started, succeeded, handled - succeeded
+        )
+        if succeeded == handled:
             pq.forget_all(msgs if handled == len(msgs) else msgs[:handled])
         else:
             for msg, result in zip(msgs, results, strict=False):
@@ -725,7 +741,15 @@ class AsyncPushConsumer(AsyncLifecycle):
         async with pq.ordered_lock:
             while pq.messages and not pq.dropped:
                 run = list(itertools.islice(pq.messages.values(), self.pull_batch_size))
+                started = time.monotonic()
                 results = await self._listen(pq, run, stop_at_failure=True)
+                succeeded = results.count(ConsumeResult.SUCCESS)
+                self.consume_stats.consumed(
+                    pq.queue.topic,
+                    time.monotonic() - started,
+                    succeeded,
+                    len(results) - succeeded,
+                )
                 suspend = False
                 for msg, result in zip(run, results, strict=False):
                     if result is ConsumeResult.RECONSUME_LATER and not (

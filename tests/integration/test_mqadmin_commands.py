@@ -173,6 +173,17 @@ def test_query_msg_by_id_finds_a_message_by_either_id_a_send_returns(
     create_topic(cluster, "AdminQuery")
     result = producer.send(Message("AdminQuery", b"find me", tags="T1", keys="k1"))
     assert result.msg_id != result.offset_msg_id
+    # The broker indexes keys after the send returns (its index worker), as RocketMQ's reput.
+    eventually_sync(
+        lambda: (
+            CliRunner()
+            .invoke(mqadmin, ["queryMsgById", "-n", cluster.namesrv_addr, "-i", result.msg_id])
+            .exit_code
+            == 0
+        ),
+        "the message's UNIQ_KEY indexed",
+        30,
+    )
     for msg_id in (result.msg_id, result.offset_msg_id):  # no -t: the bug this fixes
         text = cli(cluster, "queryMsgById", "-i", msg_id)
         assert f"Message ID:          {result.msg_id}" in text
@@ -231,6 +242,12 @@ def test_print_msg_and_print_msg_by_queue(cluster: Cluster, producer: Producer) 
     create_topic(cluster, "AdminPrint", queues=1)
     for i, tag in enumerate(["A", "A", "B"]):
         producer.send(Message("AdminPrint", f"p-{i}".encode(), tags=tag))
+
+    def dispatched() -> bool:  # the queue's max offset moves when the broker dispatches
+        status = cli_json(cluster, "topicStatus", "-t", "AdminPrint")
+        return isinstance(status, list) and status[0]["maxOffset"] == 3
+
+    eventually_sync(dispatched, "3 messages in the consume queue", 30)
     text = cli(cluster, "printMsg", "-t", "AdminPrint")
     assert (
         "minOffset=0, maxOffset=3, MessageQueue [topic=AdminPrint, brokerName=broker-a, queueId=0]"
@@ -385,8 +402,12 @@ def test_group_commands_against_a_running_consumer(cluster: Cluster, producer: P
             for q in info["mqTable"]
             if q["messageQueue"]["topic"] == topic
         } == {0, 1}
+        rates = info["statusTable"][topic]
+        assert rates["pullTPS"] > 0 and rates["consumeOKTPS"] > 0
+        assert rates["consumeFailedMsgs"] == 0
         detail = cli(cluster, "consumerStatus", "-g", group, "-i", client_id)
         assert "#Consumer Properties#" in detail and "#Consumer MQ Detail#" in detail
+        assert "#Consumer RT&TPS#" in detail
         assert f"Topic: {topic}" in detail
 
         # brokerConsumeStats: every group on the broker, queue by queue.
@@ -439,8 +460,7 @@ def test_group_commands_against_a_running_consumer(cluster: Cluster, producer: P
     # skipAccumulatedMessage: a group with a backlog jumps to the end.
     for i in range(4):
         producer.send(Message(topic, f"late-{i}".encode()))
-    behind = progress(group)
-    assert behind["diffTotal"] == 4
+    eventually_sync(lambda: progress(group)["diffTotal"] == 4, "a backlog of 4", 30)
     out = cli_json(cluster, "skipAccumulatedMessage", "-g", group, "-t", topic)
     assert isinstance(out, list) and sum(q["offset"] for q in out) == 14
     assert progress(group)["diffTotal"] == 0

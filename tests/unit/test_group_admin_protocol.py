@@ -1,5 +1,6 @@
 """The group and statistics admin bodies (client/protocol/group_admin.py), the broker's stats
-windows behind VIEW_BROKER_STATS_DATA, and how mqadmin tells the two message ids apart."""
+windows behind VIEW_BROKER_STATS_DATA, a consumer's rates behind consumerStatus, and how mqadmin
+tells the two message ids apart."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from tidemq.broker.stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, BrokerStats, StatsWindows
 from tidemq.client.admin import offset_message_address
+from tidemq.client.consume_stats import ConsumeStatsRecorder
 from tidemq.client.errors import ClientError
 from tidemq.client.mqadmin.base import camel_data
 from tidemq.client.protocol.admin import ConsumeStats, MapForm, OffsetWrapper
@@ -131,3 +133,24 @@ def test_camel_data_gives_one_key_style() -> None:
     data = camel_data({"broker_name": "a", "queue_infos": [info]})
     assert data["brokerName"] == "a"
     assert data["queueInfos"][0]["commitOffset"] == 3
+
+
+def test_consume_stats_recorder_rates_over_the_last_minute_and_failures_over_the_hour() -> None:
+    clock = Clock()
+    recorder = ConsumeStatsRecorder(clock)
+    clock.now += 10
+    recorder.pull_answered("T", 0.004)
+    recorder.pulled("T", 8)
+    recorder.consumed("T", 0.016, 6, 2)
+    status = recorder.status()["T"]
+    assert status.pull_rt == pytest.approx(4.0)
+    assert status.pull_tps == pytest.approx(0.8)  # 8 messages in the consumer's 10 s
+    assert status.consume_rt == pytest.approx(2.0)  # 16 ms over 8 messages
+    assert (status.consume_ok_tps, status.consume_failed_tps) == (0.6, 0.2)
+    assert status.consume_failed_msgs == 2
+    for _ in range(9):  # 90 s later, nothing new: the minute is quiet, the hour still counts
+        clock.now += 10
+        recorder.pulled("T", 0)
+    later = recorder.status()["T"]
+    assert (later.pull_tps, later.consume_ok_tps, later.pull_rt) == (0.0, 0.0, 0.0)
+    assert later.consume_failed_msgs == 2
