@@ -17,9 +17,11 @@ ADD_WRITE_PERM_OF_BROKER 327, QUERY_DATA_VERSION 322, GET_NAMESRV_CONFIG 319,
 UPDATE_NAMESRV_CONFIG 318. Anything else is left to the remoting server, which answers
 REQUEST_CODE_NOT_SUPPORTED.
 
-UPDATE_NAMESRV_CONFIG's body is `key=value` lines, as RocketMQ's; the change is applied by the
-`update_config` callable, which refuses (SYSTEM_ERROR, remark naming the keys) keys that cannot
-change while the name server runs, instead of storing values that do nothing until a restart.
+UPDATE_NAMESRV_CONFIG's body is `key=value` lines, as RocketMQ's (an empty body changes nothing;
+kvConfigPath or configStorePath answer NO_PERMISSION "Can not update config path"); the change is
+applied by the `update_config` callable, which refuses (SYSTEM_ERROR, remark naming the keys)
+keys that cannot change while the name server runs, instead of storing values that do nothing
+until a restart.
 """
 
 from __future__ import annotations
@@ -356,7 +358,9 @@ class NamesrvProcessor:
         except BodyDecodeError as exc:
             raise RequestRejected(ResponseCode.SYSTEM_ERROR, f"bad config body: {exc}") from None
         if not changes:
-            raise RequestRejected(ResponseCode.SYSTEM_ERROR, "no key=value in the config body")
+            return _ok(request)  # RocketMQ: no body, nothing to change
+        if {"kvConfigPath", "configStorePath"} & set(changes):
+            raise RequestRejected(ResponseCode.NO_PERMISSION, "Can not update config path")
         problem = self.update_config(changes)
         if problem is not None:
             log.warning("config update %s from %s refused: %s", changes, connection.peer, problem)

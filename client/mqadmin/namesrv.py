@@ -53,7 +53,7 @@ def update_kv_config(
     async def work(admin: AdminClient) -> Output:
         await admin.put_kv_config(namespace, key, value)
         data = {"namespace": namespace, "key": key, "value": value}
-        return Output(data, lines_before=["update kv config in namespace success."])
+        return Output(data, lines_before=["create or update kv config to namespace success."])
 
     run("updateKvConfig", namesrv_addr, as_json, work)
 

@@ -231,9 +231,7 @@ def update_topic_perm(
             entry = {"brokerAddr": address, "oldPerm": old.perm, "newPerm": new_perm}
             data.append(entry)
             if old.perm == new_perm:
-                lines.append(
-                    f"new perm equals to the old one on {address}: {perm_to_string(old.perm)}"
-                )
+                lines.append(f"new perm equals to the old one! ({address})")
                 continue
             config = dataclasses.replace(old, perm=new_perm)
             await admin.create_topic(address, config)

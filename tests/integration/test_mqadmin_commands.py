@@ -324,7 +324,7 @@ def test_namesrv_config_and_kv_config(cluster: Cluster) -> None:
         "-v",
         "broker-a:2",
     )
-    assert out.strip() == "update kv config in namespace success."
+    assert out.strip() == "create or update kv config to namespace success."
     route = cli_json(cluster, "topicRoute", "-t", "AdminOrdered")
     assert isinstance(route, dict) and route["orderTopicConf"] == "broker-a:2"
     out = cli(cluster, "deleteKvConfig", "-s", "ORDER_TOPIC_CONFIG", "-k", "AdminOrdered")

@@ -333,7 +333,10 @@ async def test_update_config_applies_and_refuses_with_the_reason(ns: Namesrv) ->
     refused = await ns.call(update(b"listenPort=1\n"))
     assert refused.code == ResponseCode.SYSTEM_ERROR
     assert refused.remark is not None and "listenPort" in refused.remark
-    for bad in (b"no separator here\n", b"", b"\xff=1"):
+    for bad in (b"no separator here\n", b"\xff=1"):
         answer = await ns.call(update(bad))
         assert answer.code == ResponseCode.SYSTEM_ERROR and answer.remark
+    path = await ns.call(update(b"kvConfigPath=/tmp/kv.json\n"))
+    assert (path.code, path.remark) == (ResponseCode.NO_PERMISSION, "Can not update config path")
+    assert (await ns.call(update(b""))).code == ResponseCode.SUCCESS  # nothing to change
     assert ns.config_changes == [{"orderMessageEnable": "true"}]
