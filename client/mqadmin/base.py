@@ -283,9 +283,15 @@ def parse_timestamp(text: str) -> int:
 
 
 def format_time(ms: int) -> str:
+    """Local time with milliseconds; "" for 0 or less, the number itself when it is no time a
+    calendar holds (some clients send uninitialised fields)."""
     if ms <= 0:
         return ""
-    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+    try:
+        moment = datetime.datetime.fromtimestamp(ms / 1000)
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+    return moment.strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
 
 
 def parse_bool(text: str) -> bool:

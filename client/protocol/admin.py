@@ -19,17 +19,21 @@ bodies come in two forms, chosen by `MapForm`:
 
     {"offsetTable":[[{"brokerName":"broker-a","queueId":0,"topic":"T"},{"maxOffset":5,...}]]}
 
-`decode` reads the pairs form (and, for robustness, an object whose keys are `topic@broker@qid`
-strings); it does not read the fastjson form.
+`decode` reads the pairs form, an object whose keys are `topic@broker@qid` strings, and the
+fastjson form: when a body does not parse, each object key that is a flat JSON object
+(`{"brokerName":..,"queueId":..,"topic":..}`, outside string literals) is rewritten into its
+`topic@broker@qid` string and the body parsed again (what a Java broker and the C++ client
+write, e.g. the C++ consumer's ConsumerRunningInfo).
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from tidemq.client.protocol.heartbeat import MessageQueue
 from tidemq.client.remoting.errors import BodyDecodeError
@@ -148,8 +152,40 @@ def _decode_map(value: Any, convert: Callable[[Any], V], what: str) -> dict[Mess
     return out
 
 
+# A string literal (left alone), or an object key that is itself a flat JSON object.
+_OBJECT_KEY: Final = re.compile(
+    r'"[^"\\]*(?:\\.[^"\\]*)*"?'
+    r'|([{,]\s*)(\{[^{}"]*(?:"[^"\\]*(?:\\.[^"\\]*)*"[^{}"]*)*\})(?=\s*:)',
+    re.DOTALL,
+)
+
+
+def _queue_key(match: re.Match[str]) -> str:
+    key = match.group(2)
+    if key is None:
+        return match.group(0)
+    try:
+        obj = json.loads(key)
+        if not (isinstance(obj, dict) and {"topic", "brokerName", "queueId"} <= obj.keys()):
+            return match.group(0)  # not a queue: left for the parser to refuse
+        mq = MessageQueue.from_dict(obj)
+    except ValueError:
+        return match.group(0)
+    return match.group(1) + json.dumps(f"{mq.topic}@{mq.broker_name}@{mq.queue_id}")
+
+
+def queue_keys_as_strings(text: str) -> str:
+    """fastjson's `{{"brokerName":..,"queueId":..,"topic":..}:value}` maps with each queue key
+    written as the string `topic@broker@qid`; string contents are left alone."""
+    return _OBJECT_KEY.sub(_queue_key, text)
+
+
 def _object(body: Body, what: str) -> dict[str, Any]:
-    obj = loads_fastjson(body)
+    try:
+        obj = loads_fastjson(body)
+    except BodyDecodeError:
+        text = body if isinstance(body, str) else bytes(body).decode("utf-8", "replace")
+        obj = loads_fastjson(queue_keys_as_strings(text))
     if not isinstance(obj, dict):
         raise BodyDecodeError(f"{what}: expected a JSON object")
     return obj

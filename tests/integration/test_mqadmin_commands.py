@@ -10,6 +10,7 @@ Clients use the blocking API, whose own loop keeps a consumer running while mqad
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -30,6 +31,7 @@ from tidemq.client.producer import Producer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere
 
 BIN = Path(sys.executable).parent
+CPP_PEER = Path(__file__).parent / "cpp_peer.py"  # the RocketMQ C++ client (rocketmq==0.4.4)
 CONSOLE_SCRIPTS = ("namesrvd", "brokerd", "mqadmin", "tidemq-cluster", "tidemq-ingest")
 
 
@@ -486,3 +488,59 @@ def test_send_probes(cluster: Cluster) -> None:
         "successCount",
         "failCount",
     ]
+
+
+def test_consumer_status_of_a_rocketmq_cpp_consumer(cluster: Cluster, tmp_path: Path) -> None:
+    """The C++ client answers GET_CONSUMER_RUNNING_INFO in fastjson's form (queues as object
+    keys): consumerStatus reads it."""
+    topic, group = "AdminCpp", "admin-cpp"
+    create_topic(cluster, topic)
+    spec = {
+        "op": "consume",
+        "namesrv": cluster.namesrv_addr,
+        "group": group,
+        "topic": topic,
+        "expression": "*",
+        "expect": 1,
+        "timeout": 120,
+        "linger": 0,
+    }
+    (tmp_path / "home").mkdir()
+    with (tmp_path / "cpp-peer.stderr").open("w") as stderr:
+        peer = subprocess.Popen(
+            [sys.executable, str(CPP_PEER), json.dumps(spec)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env={**os.environ, "HOME": str(tmp_path / "home")},
+        )
+    try:
+        assert peer.stdout is not None
+        assert json.loads(peer.stdout.readline())["event"] == "started"
+
+        def queues_held() -> set[int]:
+            result = CliRunner().invoke(
+                mqadmin, ["consumerStatus", "-n", cluster.namesrv_addr, "-g", group, "--json"]
+            )
+            if result.exit_code != 0:
+                return set()
+            [info] = json.loads(result.output)["clients"].values()
+            return {
+                q["messageQueue"]["queueId"]
+                for q in info["mqTable"]
+                if q["messageQueue"]["topic"] == topic
+            }
+
+        eventually_sync(lambda: queues_held() == {0, 1}, "the C++ consumer's queues listed", 60)
+        text = cli(cluster, "consumerStatus", "-g", group)
+        assert "Same subscription in the same group of consumer" in text and "Rebalance OK" in text
+        data = cli_json(cluster, "consumerStatus", "-g", group)
+        assert isinstance(data, dict)
+        [(client_id, info)] = data["clients"].items()
+        assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
+        detail = cli(cluster, "consumerStatus", "-g", group, "-i", client_id)
+        assert f"Topic: {topic}" in detail and "#Consumer MQ Detail#" in detail
+    finally:
+        peer.kill()
+        peer.communicate()  # reaps it and closes its stdout

@@ -28,6 +28,7 @@ from tidemq.client.remoting.errors import BodyDecodeError
 from tidemq.store.record import pack_host
 
 MQ0, MQ1 = MessageQueue("T", "broker-a", 0), MessageQueue("T", "broker-a", 1)
+CPP0, CPP1 = MessageQueue("CppT", "broker-a", 0), MessageQueue("CppT", "broker-a", 1)
 
 
 def test_headers_use_rocketmq_field_names() -> None:
@@ -154,3 +155,44 @@ def test_consume_stats_recorder_rates_over_the_last_minute_and_failures_over_the
     later = recorder.status()["T"]
     assert (later.pull_tps, later.consume_ok_tps, later.pull_rt) == (0.0, 0.0, 0.0)
     assert later.consume_failed_msgs == 2
+
+
+# What the RocketMQ C++ client (rocketmq==0.4.4) answers GET_CONSUMER_RUNNING_INFO with: fastjson
+# object keys, numbers as strings, pretty-printed, a misspelt "flase".
+CPP_RUNNING_INFO = b"""{"mqTable":{{
+   "brokerName" : "broker-a",
+   "queueId" : 0,
+   "topic" : "CppT"
+}:{
+   "cachedMsgCount" : 0,
+   "cachedMsgMaxOffset" : "0",
+   "commitOffset" : "12",
+   "droped" : false,
+   "lastPullTimestamp" : "8242823450249751407",
+   "locked" : false,
+   "tryUnlockTimes" : 0
+}
+,{
+   "brokerName" : "broker-a",
+   "queueId" : 1,
+   "topic" : "CppT"
+}:{
+   "cachedMsgCount" : 2,
+   "commitOffset" : "3",
+   "droped" : false
+}
+},"jstack":"","properties":{"PROP_CLIENT_VERSION":"V3_1_8","PROP_CONSUMEORDERLY":"flase",
+"PROP_CONSUME_TYPE":"CONSUME_PASSIVELY","note":"{\\"a\\":1}:x"},
+"subscriptionSet":[{"subString":"*","subVersion":"1795725890801","topic":"CppT"}]}"""
+
+
+def test_fastjson_queue_keys_are_read_as_the_cpp_client_writes_them() -> None:
+    info = ConsumerRunningInfo.decode(CPP_RUNNING_INFO)
+    assert {mq: pq.commit_offset for mq, pq in info.mq_table.items()} == {CPP0: 12, CPP1: 3}
+    assert info.mq_table[CPP1].cached_msg_count == 2
+    assert info.properties["note"] == '{"a":1}:x'  # string contents are never rewritten
+    assert [s.topic for s in info.subscription_set] == ["CppT"]
+    stats = ConsumeStats({MQ0: OffsetWrapper(10, 7, 123), MQ1: OffsetWrapper(5, 5, 0)}, 1.5)
+    assert ConsumeStats.decode(stats.encode(MapForm.FASTJSON)).offset_table == stats.offset_table
+    with pytest.raises(BodyDecodeError):
+        ConsumerRunningInfo.decode(b'{"mqTable":{{"nope":1}:{}}}')
