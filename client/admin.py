@@ -10,6 +10,7 @@ and merge the answers, as DefaultMQAdminExt does. Failures raise `client.errors`
 
 from __future__ import annotations
 
+import enum
 import random
 import time
 from collections.abc import Iterable
@@ -47,7 +48,12 @@ from tidemq.client.protocol.headers import (
     SendMessageRequestHeader,
     encode,
 )
-from tidemq.client.protocol.heartbeat import ConsumerConnection, MessageQueue, ProducerConnection
+from tidemq.client.protocol.heartbeat import (
+    ConsumerConnection,
+    ConsumeType,
+    MessageQueue,
+    ProducerConnection,
+)
 from tidemq.client.protocol.models import (
     MASTER_ID,
     PERM_WRITE,
@@ -64,12 +70,36 @@ from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.store.lifecycle import Service, Step
 from tidemq.store.record import StoredMessage, decode_message_id, pack_host
 
-__all__ = ["AdminClient", "BrokerAddress", "parse_namesrv_addr"]
+__all__ = ["AdminClient", "BrokerAddress", "MessageTrack", "TrackType", "parse_namesrv_addr"]
 
 DEFAULT_ADMIN_TIMEOUT = 5.0
 # Topics every broker has that hold no user's messages (searched last for a client msgId).
 SYSTEM_TOPICS = frozenset({"TBW102", "SELF_TEST_TOPIC", "BenchmarkTest", "OFFSET_MOVED_EVENT"})
 ADMIN_PRODUCER_GROUP = "TOOLS_PRODUCER"
+
+
+class TrackType(enum.Enum):
+    """What a consumer group did with a message (RocketMQ's TrackType)."""
+
+    CONSUMED = "CONSUMED"
+    CONSUMED_BUT_FILTERED = "CONSUMED_BUT_FILTERED"
+    PULL = "PULL"
+    NOT_CONSUME_YET = "NOT_CONSUME_YET"
+    NOT_ONLINE = "NOT_ONLINE"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageTrack:
+    consumer_group: str
+    track_type: TrackType
+    exception_desc: str | None = None
+
+    def __str__(self) -> str:
+        return (
+            f"MessageTrack [consumerGroup={self.consumer_group}, "
+            f"trackType={self.track_type.value}, exceptionDesc={self.exception_desc}]"
+        )
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -486,6 +516,51 @@ class AdminClient(Service):
                 return found[0][1]
         where = f"topic {topic}" if topic else "any topic"
         raise ClientError(f"message {msg_id} not found in {where}{view_failure}")
+
+    async def message_tracks(self, msg: StoredMessage) -> list[MessageTrack]:
+        """RocketMQ's messageTrackDetail: for each group consuming the message's topic, whether
+        it consumed the message (its offset on the message's queue is past the message)."""
+        groups: set[str] = set()
+        masters = await self.route_masters(msg.topic)
+        for _, address in masters:
+            groups.update(await self.topic_consumed_by(address, msg.topic))
+        store = f"{msg.store_host[0]}:{msg.store_host[1]}"
+        info = await self.cluster_info()
+        broker_name = next(
+            (
+                name
+                for name, data in info.broker_addr_table.items()
+                if data.broker_addrs.get(MASTER_ID) == store
+            ),
+            None,
+        )
+        tracks = []
+        for group in sorted(groups):
+            try:
+                connection = await self.examine_consumer_connection(group)
+            except BrokerResponseError as exc:
+                online = exc.code != ResponseCode.CONSUMER_NOT_ONLINE
+                kind = TrackType.UNKNOWN if online else TrackType.NOT_ONLINE
+                tracks.append(MessageTrack(group, kind, f"CODE:{exc.code} DESC:{exc.remark}"))
+                continue
+            if connection.consume_type is ConsumeType.CONSUME_ACTIVELY:
+                tracks.append(MessageTrack(group, TrackType.PULL))
+                continue
+            stats = await self.examine_consume_stats(group, msg.topic)
+            consumed = any(
+                mq.topic == msg.topic
+                and mq.queue_id == msg.queue_id
+                and mq.broker_name == broker_name
+                and offsets.consumer_offset > msg.queue_offset
+                for mq, offsets in stats.offset_table.items()
+            )
+            kind = TrackType.CONSUMED if consumed else TrackType.NOT_CONSUME_YET
+            sub = connection.subscriptions.get(msg.topic)
+            tags = [] if sub is None else sub.tags_set
+            if consumed and tags and "*" not in tags and (msg.tags or "") not in tags:
+                kind = TrackType.CONSUMED_BUT_FILTERED
+            tracks.append(MessageTrack(group, kind))
+        return tracks
 
     async def query_unique_key(
         self, topic: str, msg_id: str, max_num: int = 32

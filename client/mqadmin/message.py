@@ -82,6 +82,7 @@ def query_msg_by_id(
 
     An offsetMsgId names the broker that stores the message, which is asked directly; a client
     msgId (UNIQ_KEY) names no broker, so it is looked up in the index of -t, or of every topic.
+    Then, for each group consuming the topic, whether it consumed the message (MessageTrack).
     """
     ids = [i.strip() for i in msg_ids.split(",") if i.strip()]
 
@@ -89,10 +90,22 @@ def query_msg_by_id(
         out = Output([])
         for msg_id in ids:
             msg = await admin.find_message(msg_id, topic)
-            out.data.append(message_data(msg))
+            tracks = await admin.message_tracks(msg)
+            data = message_data(msg)
+            data["messageTracks"] = [
+                {
+                    "consumerGroup": t.consumer_group,
+                    "trackType": t.track_type.value,
+                    "exceptionDesc": t.exception_desc,
+                }
+                for t in tracks
+            ]
+            out.data.append(data)
             if len(out.lines_before):
                 out.lines_before.append("")
             out.lines_before.extend(message_lines(msg))
+            out.lines_before.append("")
+            out.lines_before.extend([str(t) for t in tracks] or ["WARN: No Consumer"])
         if len(ids) == 1:
             out.data = out.data[0]
         return out

@@ -366,8 +366,7 @@ def test_topic_cluster_list_and_update_topic_perm(cluster: Cluster) -> None:
 def test_group_commands_against_a_running_consumer(cluster: Cluster, producer: Producer) -> None:
     topic, group = "AdminGroups", "admin-groups"
     create_topic(cluster, topic)
-    for i in range(10):
-        producer.send(Message(topic, f"g-{i}".encode()))
+    sent = [producer.send(Message(topic, f"g-{i}".encode())) for i in range(10)]
     received = Received()
     consumer = PushConsumer(
         group, config=config(cluster), consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -390,6 +389,10 @@ def test_group_commands_against_a_running_consumer(cluster: Cluster, producer: P
             "the group's offsets committed to the broker",
             40,
         )
+
+        # queryMsgById: which groups consumed the message.
+        track = f"MessageTrack [consumerGroup={group}, trackType=CONSUMED, exceptionDesc=None]"
+        assert track in cli(cluster, "queryMsgById", "-i", sent[0].offset_msg_id)
 
         # consumerStatus: the broker asks the consumer client itself.
         text = cli(cluster, "consumerStatus", "-g", group)
@@ -460,9 +463,18 @@ def test_group_commands_against_a_running_consumer(cluster: Cluster, producer: P
         consumer.shutdown()
 
     # skipAccumulatedMessage: a group with a backlog jumps to the end.
-    for i in range(4):
-        producer.send(Message(topic, f"late-{i}".encode()))
+    late_sent = [producer.send(Message(topic, f"late-{i}".encode())) for i in range(4)]
     eventually_sync(lambda: progress(group)["diffTotal"] == 4, "a backlog of 4", 30)
+    late = cli_json(cluster, "queryMsgById", "-i", late_sent[0].offset_msg_id)
+    assert isinstance(late, dict)
+    assert late["messageTracks"] == [  # both hold offsets of the topic, neither is online
+        {
+            "consumerGroup": name,
+            "trackType": "NOT_ONLINE",
+            "exceptionDesc": f"CODE:206 DESC:the consumer group[{name}] not online",
+        }
+        for name in ("admin-clone", group)
+    ]
     out = cli_json(cluster, "skipAccumulatedMessage", "-g", group, "-t", topic)
     assert isinstance(out, list) and sum(q["offset"] for q in out) == 14
     assert progress(group)["diffTotal"] == 0

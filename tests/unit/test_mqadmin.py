@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tidemq.client.admin import BrokerAddress
+from tidemq.client.admin import BrokerAddress, MessageTrack, TrackType
 from tidemq.client.api import PullResult, PullStatus, SendResult
 from tidemq.client.errors import BrokerResponseError, ConnectError
 from tidemq.client.message import SendStatus
@@ -169,6 +169,7 @@ ANSWERS: dict[str, Any] = {
     "reset_offset_by_time": lambda group, topic, ts, force: {MQ_A0: 0, MQ_B1: 2},
     "view_message": lambda msg_id: stored(),
     "find_message": lambda msg_id, topic=None: stored(),
+    "message_tracks": lambda msg: [MessageTrack("g1", TrackType.CONSUMED)],
     "broker_consume_stats": lambda address, is_order=False, timeout=None: ConsumeStatsList(
         address,
         3,
