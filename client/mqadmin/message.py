@@ -7,9 +7,9 @@ import click
 
 from tidemq.client.admin import AdminClient, offset_message_address
 from tidemq.client.api import PullStatus
-from tidemq.client.message import Message
+from tidemq.client.message import Message, UniqueIdGenerator
 from tidemq.client.mqadmin.base import CommandError, Output, Table, common, format_time, main, run
-from tidemq.store.record import StoredMessage
+from tidemq.store.record import StoredMessage, pack_host
 
 BODY_PREVIEW = 512
 
@@ -223,15 +223,20 @@ def send_message(
     """Send one message."""
 
     async def work(admin: AdminClient) -> Output:
-        msg = Message(topic, body.encode("utf-8"), tags=tags, keys=key)
+        # The client msgId is made here so it can be printed, as RocketMQ's sendMessage does.
+        uniq_key = UniqueIdGenerator(pack_host("127.0.0.1", 0)[:4]).next_id()
+        msg = Message(
+            topic, body.encode("utf-8"), tags=tags, keys=key, properties={"UNIQ_KEY": uniq_key}
+        )
         name, qid, result = await admin.send_message(msg, broker_name, queue_id)
         table = Table(["#Broker Name", "#QID", "#Send Result", "#MsgId"])
-        table.rows.append([name, qid, result.status.value, result.msg_id])
+        table.rows.append([name, qid, result.status.value, uniq_key])
         data = {
             "brokerName": name,
             "queueId": qid,
             "sendStatus": result.status.value,
-            "msgId": result.msg_id,
+            "msgId": uniq_key,
+            "offsetMsgId": result.msg_id,
             "queueOffset": result.queue_offset,
         }
         return Output(data, tables=[table])

@@ -197,6 +197,17 @@ def test_query_msg_by_id_finds_a_message_by_either_id_a_send_returns(
     both = cli_json(cluster, "queryMsgById", "-i", f"{result.msg_id},{result.offset_msg_id}")
     assert isinstance(both, list) and len(both) == 2
 
+    # sendMessage prints the client msgId, as RocketMQ's does; queryMsgById takes it.
+    sent = cli_json(cluster, "sendMessage", "-t", "AdminQuery", "-p", "from mqadmin")
+    assert isinstance(sent, dict) and sent["sendStatus"] == "SEND_OK"
+
+    def found_by_its_msg_id() -> bool:
+        args = ["queryMsgById", "-n", cluster.namesrv_addr, "-i", sent["msgId"], "--json"]
+        done = CliRunner().invoke(mqadmin, args)
+        return done.exit_code == 0 and json.loads(done.output)["body"] == "from mqadmin"
+
+    eventually_sync(found_by_its_msg_id, "sendMessage's msgId indexed", 30)
+
     text = cli(cluster, "queryMsgByUniqueKey", "-i", result.msg_id, "-t", "AdminQuery")
     assert f"OffsetID:            {result.offset_msg_id}" in text
     missing = cli(cluster, "queryMsgByUniqueKey", "-i", "0" * 32, "-t", "AdminQuery", code=1)

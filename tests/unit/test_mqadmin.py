@@ -431,8 +431,8 @@ def test_send_and_consume(fake: FakeAdmin) -> None:
         "sendMessage", "-t", "T", "-p", "hi", "-k", "k", "-c", "TagA", "-b", "broker-b", "-i", "1"
     )
     assert header(out) == ["Broker Name", "QID", "Send Result", "MsgId"]
-    assert out.splitlines()[1].split() == ["broker-b", "1", "SEND_OK", "MSGID1"]
     msg, broker, qid = called(fake, "send_message")
+    assert out.splitlines()[1].split() == ["broker-b", "1", "SEND_OK", msg.properties["UNIQ_KEY"]]
     assert (msg.body, msg.tags, msg.keys, broker, qid) == (b"hi", "TagA", "k", "broker-b", 1)
     out = invoke("consumeMessage", "-t", "T", "-b", "broker-a", "-i", "0")
     assert header(out) == ["Broker Name", "QID", "Offset", "MsgId", "Tags", "Keys", "Body"]
