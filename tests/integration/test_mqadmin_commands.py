@@ -9,6 +9,7 @@ Clients use the blocking API, whose own loop keeps a consumer running while mqad
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -23,6 +24,7 @@ from click.testing import CliRunner
 
 from tests.support.conditions import eventually_sync
 from tests.support.processes import Daemon, ProcessGroup, free_port
+from tidemq.client.admin import AdminClient
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer import ConsumeResult, PushConsumer
 from tidemq.client.message import Message, ReceivedMessage
@@ -349,11 +351,21 @@ def test_namesrv_config_and_kv_config(cluster: Cluster) -> None:
     assert out.strip() == "create or update kv config to namespace success."
     route = cli_json(cluster, "topicRoute", "-t", "AdminOrdered")
     assert isinstance(route, dict) and route["orderTopicConf"] == "broker-a:2"
+    assert kv_value(cluster, "ORDER_TOPIC_CONFIG", "AdminOrdered") == "broker-a:2"
     out = cli(cluster, "deleteKvConfig", "-s", "ORDER_TOPIC_CONFIG", "-k", "AdminOrdered")
     assert out.strip() == "delete kv config from namespace success."
     route = cli_json(cluster, "topicRoute", "-t", "AdminOrdered")
     assert isinstance(route, dict) and not route.get("orderTopicConf")
+    assert kv_value(cluster, "ORDER_TOPIC_CONFIG", "AdminOrdered") is None
     cli(cluster, "updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "false")
+
+
+def kv_value(cluster: Cluster, namespace: str, key: str) -> str | None:
+    async def get() -> str | None:
+        async with AdminClient(cluster.namesrv_addr) as admin:
+            return await admin.get_kv_config(namespace, key)
+
+    return asyncio.run(get())
 
 
 # --- topics -------------------------------------------------------------------------------------
