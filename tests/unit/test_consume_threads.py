@@ -71,7 +71,6 @@ async def test_threads_start_as_needed_up_to_the_maximum() -> None:
         assert await threads.submit(int, "8") == 8  # the idle thread takes it
         assert len(threads._threads) == 1
         futures = [threads.submit(blocking_job) for _ in range(5)]
-        await asyncio.sleep(0.2)
         assert len(threads._threads) == 2
         release.set()
         await asyncio.gather(*futures)
