@@ -19,6 +19,7 @@ They need root (namespaces, nftables, iptables); elsewhere they skip with the re
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -136,3 +137,70 @@ async def test_master_slave_cut(tmp_path: Path) -> None:
         found = await agent.call("read_all", address=slave, topic=TOPIC)
         assert sorted(n for _, _, n in found) == list(range(60))
         print(f"during the cut: {statuses(during)}; after the drop: {statuses(later)}")
+
+
+@pytest.mark.parametrize(
+    "lost", [("slave", "master"), ("master", "slave")], ids=["acks-lost", "data-lost"]
+)
+async def test_one_way_master_slave_cut(tmp_path: Path, lost: tuple[str, str]) -> None:
+    async with hosts(tmp_path, GROUP_A) as cluster:
+        agent = await group_a(cluster)
+        master = cluster.broker_addr("master")
+        assert statuses(await send(agent, cluster, 0, 20)) == {"SEND_OK": 20}
+
+        cluster.network.cut(*lost, both=False)
+        during = await send(agent, cluster, 20, 8)
+        assert set(statuses(during)) <= STORED_NOT_REPLICATED, statuses(during)
+
+        cluster.network.heal()
+        await wait_transfer(agent, master)
+        await caught_up(cluster, agent, "master", "slave")
+        found = await agent.call("read_all", address=cluster.broker_addr("slave"), topic=TOPIC)
+        assert sorted(n for _, _, n in found) == list(range(28))
+        print(f"{lost[0]} -> {lost[1]} cut: {statuses(during)}")
+
+
+async def test_delay_and_loss_between_master_and_slave(tmp_path: Path) -> None:
+    """200 ms each way and 5 % loss each way: a SEND_OK waits for the slave's acknowledgement,
+    so it can never come back sooner than the 400 ms round trip; the rest is stored only."""
+    async with hosts(tmp_path, GROUP_A) as cluster:
+        agent = await group_a(cluster)
+        network = cluster.network
+        for a, b in (("master", "slave"), ("slave", "master")):
+            network.delay(a, b, 200)
+            network.loss(a, b, 5)
+        results = await send(agent, cluster, 0, 30)
+        counts = statuses(results)
+        assert set(counts) <= {"SEND_OK"} | STORED_NOT_REPLICATED, counts
+        assert counts["SEND_OK"] > 0, counts
+        fastest_ok = min(r[5] for r in results if r[1] == "SEND_OK")
+        assert fastest_ok >= 0.4, f"a SEND_OK after {fastest_ok:.3f} s: before the slave's ack"
+
+        network.heal()
+        await caught_up(cluster, agent, "master", "slave")
+        print(f"200 ms + 5 % loss: {counts}, fastest SEND_OK {fastest_ok:.3f} s")
+
+
+async def test_flapping_master_slave_link(tmp_path: Path) -> None:
+    async with hosts(tmp_path, GROUP_A) as cluster:
+        agent = await group_a(cluster)
+        network = cluster.network
+        flapping = asyncio.create_task(network.flap("master", "slave", 2.0))
+        results: list[Any] = []
+        try:
+            while network.flaps < 4:
+                results += await send(agent, cluster, len(results), 8)
+        finally:
+            flapping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flapping
+        counts = statuses(results)
+        assert set(counts) <= {"SEND_OK"} | STORED_NOT_REPLICATED, counts
+        assert counts["SEND_OK"] > 0, counts
+
+        await wait_transfer(agent, cluster.broker_addr("master"))
+        await caught_up(cluster, agent, "master", "slave")
+        for host in ("master", "slave"):
+            found = await agent.call("read_all", address=cluster.broker_addr(host), topic=TOPIC)
+            assert sorted(n for _, _, n in found) == list(range(len(results))), host
+        print(f"{network.flaps} flaps of 2 s: {counts}")
