@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -204,3 +205,139 @@ async def test_flapping_master_slave_link(tmp_path: Path) -> None:
             found = await agent.call("read_all", address=cluster.broker_addr(host), topic=TOPIC)
             assert sorted(n for _, _, n in found) == list(range(len(results))), host
         print(f"{network.flaps} flaps of 2 s: {counts}")
+
+
+# Brokers register every 10 s (the least RocketMQ allows, set by NetnsCluster); a name server
+# forgets one that has not registered for 15 s, checking each second.
+QUICK_EXPIRY = ("scanNotActiveBrokerInterval=1000", "brokerChannelExpiredTime=15000")
+
+
+async def produce(agent: ClientAgent, cluster: NetnsCluster, start: int, count: int) -> list[Any]:
+    results: list[Any] = await agent.call(
+        "produce",
+        namesrv=cluster.namesrv_addr,
+        group="PartitionPG",
+        topic=TOPIC,
+        start=start,
+        count=count,
+    )
+    return results
+
+
+async def wait_route(
+    agent: ClientAgent, cluster: NetnsCluster, want: dict[str, set[int]], timeout: float = 60
+) -> None:
+    """Until the name server's route of TOPIC has exactly the broker ids `want` per group."""
+
+    async def there() -> bool:
+        try:
+            route = await agent.call("route", namesrv=cluster.namesrv_addr, topic=TOPIC)
+        except Exception:  # the name server unreachable or slow: ask again
+            return False
+        have = {name: {int(i) for i in addrs} for name, addrs in (route or {}).items()}
+        return have == want
+
+    await eventually(there, f"the route of {TOPIC} to be {want}", timeout, interval=0.5)
+
+
+def assert_forward_only(consumed: list[list[Any]]) -> None:
+    """Each queue's messages came at offsets 0, 1, 2, ...: none skipped, none read again."""
+    per_queue: dict[tuple[str, int], list[int]] = {}
+    for broker, queue, offset, _ in consumed:
+        per_queue.setdefault((broker, queue), []).append(offset)
+    for mq, offsets in per_queue.items():
+        assert offsets == list(range(len(offsets))), f"{mq}: offsets {offsets}"
+
+
+async def consume_until(agent: ClientAgent, consumed: list[list[Any]], numbers: set[int]) -> None:
+    async def all_read() -> bool:
+        consumed.extend(await agent.call("consumer_poll", timeout=0.5))
+        return numbers <= {n for *_, n in consumed}
+
+    await eventually(all_read, f"the consumer to read {len(numbers)} messages", 60, interval=0)
+
+
+async def test_master_cut_from_client_and_name_server(tmp_path: Path) -> None:
+    """Group a's master keeps only its slave: the producer moves to group b, a consumer reads
+    group a from the slave (the master is out of its reach); healed, nothing is read twice."""
+    names = ("namesrv", "master", "slave", "master-b", "slave-b", "client")
+    async with hosts(tmp_path, names) as cluster:
+        cluster.namesrvd(*QUICK_EXPIRY)
+        cluster.brokerd("master", "broker-a", "SYNC_MASTER")
+        cluster.brokerd("slave", "broker-a", "SLAVE", master="master")
+        cluster.brokerd("master-b", "broker-b", "SYNC_MASTER")
+        cluster.brokerd("slave-b", "broker-b", "SLAVE", master="master-b")
+        agent = await cluster.client()
+        for master in ("master", "master-b"):
+            await wait_transfer(agent, cluster.broker_addr(master))
+            await agent.call("create_topic", address=cluster.broker_addr(master), topic=TOPIC,
+                             queues=4)  # fmt: skip
+        await wait_route(agent, cluster, {"broker-a": {0, 1}, "broker-b": {0, 1}})
+        before = await produce(agent, cluster, 0, 40)
+        assert statuses(before) == {"SEND_OK": 40}
+        assert {r[2] for r in before} == {"broker-a", "broker-b"}
+
+        for peer in ("client", "namesrv"):
+            cluster.network.cut("master", peer)
+        during = await produce(agent, cluster, 40, 20)
+        failed = [r for r in during if r[1] != "SEND_OK"]
+        moved = during[during.index(failed[0]) + 1 :] if failed else during
+        assert all(r[1] == "SEND_OK" and r[2] == "broker-b" for r in moved), during
+        assert len(failed) <= 2, failed  # the first send to the cut master, maybe one more
+        resent = [await produce(agent, cluster, r[0], 1) for r in failed]
+        assert all(r[0][1] == "SEND_OK" for r in resent), resent
+
+        # the name server forgets the master; the consumer reads group a from the slave
+        await wait_route(agent, cluster, {"broker-a": {1}, "broker-b": {0, 1}})
+        await agent.call("consumer_start", namesrv=cluster.namesrv_addr, group="PartitionCG",
+                         topic=TOPIC, brokers=["broker-a", "broker-b"], queues=4)  # fmt: skip
+        consumed: list[list[Any]] = []
+        await consume_until(agent, consumed, set(range(60)))
+        from_a = [c for c in consumed if c[0] == "broker-a"]
+        assert {c[3] for c in from_a} == {r[0] for r in before if r[2] == "broker-a"}
+
+        cluster.network.heal()
+        await wait_route(agent, cluster, {"broker-a": {0, 1}, "broker-b": {0, 1}})
+        after = await agent.call("send", address=cluster.broker_addr("master"), topic=TOPIC,
+                                 start=60, count=12)  # fmt: skip
+        assert statuses(after) == {"SEND_OK": 12}
+        await consume_until(agent, consumed, set(range(72)))
+        assert_forward_only(consumed)
+        assert sorted(n for *_, n in consumed) == list(range(72))
+        await agent.call("consumer_stop")
+        print(f"while cut: {len(failed)} send(s) failed then all went to broker-b; "
+              f"{len(from_a)} messages of broker-a read from its slave")  # fmt: skip
+
+
+async def test_name_server_isolated(tmp_path: Path) -> None:
+    async with hosts(tmp_path, GROUP_A) as cluster:
+        agent = await group_a(cluster, *QUICK_EXPIRY)
+        await agent.call("create_topic", address=cluster.broker_addr("master"), topic=TOPIC,
+                         queues=4)  # fmt: skip
+        await wait_route(agent, cluster, {"broker-a": {0, 1}})
+        sent = await produce(agent, cluster, 0, 20)
+
+        for peer in ("master", "slave", "client"):
+            cluster.network.cut("namesrv", peer)
+        namesrv = cluster.daemons[0]
+
+        async def expired() -> bool:
+            sent.extend(await produce(agent, cluster, len(sent), 5))  # from cached routes
+            log = namesrv.log_text()
+            return all(
+                re.search(
+                    rf"broker removed: \S+ {re.escape(cluster.broker_addr(h))} .*expired", log
+                )
+                for h in ("master", "slave")
+            )
+
+        await eventually(expired, "the name server to expire both brokers", 60, interval=0.2)
+
+        cluster.network.heal()
+        await wait_route(agent, cluster, {"broker-a": {0, 1}})
+        sent += await produce(agent, cluster, len(sent), 10)
+        assert statuses(sent) == {"SEND_OK": len(sent)}
+        found = await agent.call("read_all", address=cluster.broker_addr("master"), topic=TOPIC)
+        assert sorted(n for *_, n in found) == list(range(len(sent)))
+        await caught_up(cluster, agent, "master", "slave")
+        print(f"{len(sent)} messages sent across the name server's isolation, none lost")

@@ -190,6 +190,7 @@ class NetnsCluster:
             f"brokerRole={role}",
             f"brokerId={0 if master is None else 1}",
             "messageIndexWorkerEnable=false",  # two cores: no index process per broker
+            "registerNameServerPeriod=10000",  # the least allowed: name servers expire quickly
             *TEST_STORE_OVERRIDES,
             *HA_TIMING,
         ]
