@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import signal
+import subprocess
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -31,7 +33,17 @@ import pytest
 
 from tests.support.conditions import eventually
 from tests.support.ha_processes import assert_identical
-from tests.support.netns import Network, netns_inode, process_netns_inode, skip_reason
+from tests.support.netns import (
+    NETNS_DIR,
+    PREFIX,
+    Network,
+    clean_leftovers,
+    delete_namespace,
+    netns_inode,
+    process_netns_inode,
+    run,
+    skip_reason,
+)
 from tests.support.netns_cluster import ClientAgent, NetnsCluster
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
@@ -341,3 +353,29 @@ async def test_name_server_isolated(tmp_path: Path) -> None:
         assert sorted(n for *_, n in found) == list(range(len(sent)))
         await caught_up(cluster, agent, "master", "slave")
         print(f"{len(sent)} messages sent across the name server's isolation, none lost")
+
+
+def test_leftovers_of_a_crashed_run_are_removed(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    leftover = f"{PREFIX}{gone.pid}-0-router"
+    run("ip", "netns", "add", leftover)
+    inside = subprocess.Popen(["ip", "netns", "exec", leftover, "sleep", "600"])
+    try:
+        assert leftover in clean_leftovers()
+        assert inside.wait(10) == -signal.SIGKILL
+        assert not (NETNS_DIR / leftover).exists()
+    finally:
+        if inside.poll() is None:
+            inside.kill()
+        delete_namespace(leftover)
+
+
+def test_a_failing_test_leaves_no_namespace(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="the test failed"), Network(GROUP_A, tmp_path) as net:
+        names = [net.router, *(net.netns(h) for h in GROUP_A)]
+        net.cut("master", "slave")
+        net.delay("client", "master", 50)
+        assert all((NETNS_DIR / n).exists() for n in names)
+        raise RuntimeError("the test failed")
+    assert not any((NETNS_DIR / n).exists() for n in names)
