@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from tests.fault.cq_check import check_consume_queues
 from tests.support.conditions import eventually
 from tests.support.ha_processes import assert_identical
 from tests.support.netns import (
@@ -90,7 +91,8 @@ async def max_offset(agent: ClientAgent, broker: str, key: str) -> int:
 
 
 async def caught_up(cluster: NetnsCluster, agent: ClientAgent, master: str, slave: str) -> int:
-    """Wait for the slave to hold all the master has; check both CommitLogs are the same bytes."""
+    """Wait for the slave to hold all the master has; check both CommitLogs are the same bytes
+    and each store's ConsumeQueues agree with its CommitLog."""
     end = await max_offset(agent, cluster.broker_addr(master), "masterCommitLogMaxOffset")
 
     async def there() -> bool:
@@ -98,6 +100,8 @@ async def caught_up(cluster: NetnsCluster, agent: ClientAgent, master: str, slav
 
     await eventually(there, f"{slave} to reach {end}", 60, interval=0.2)
     assert_identical(cluster.store(master), cluster.store(slave), 0, end)
+    for host in (master, slave):
+        assert not check_consume_queues(cluster.store(host)).problems, host
     return end
 
 
