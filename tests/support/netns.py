@@ -19,8 +19,9 @@ Faults are rules in the router, on the forward path, so both ends see what a rea
 - `delay(a, b, ms)` holds a's packets to b that long: there is no netem qdisc in this kernel, so
   an iptables NFQUEUE rule hands them to `nfqueue_delay.py`, run in the router namespace, which
   gives each its verdict `ms` later (see that module);
-- `heal()` removes every fault; `flap(a, b, period)` cuts and heals a link every `period`
-  seconds until its task is cancelled (and leaves it healed).
+- `restore(a, b)` removes the cuts between a and b, `heal()` every fault; `flap(a, b, down, up)`
+  cuts a link for `down` seconds and restores it for `up`, again and again until its task is
+  cancelled (and leaves it restored).
 
 The drop rules are one nftables table `inet tidemq`, rewritten whole in one transaction at each
 change. `close()` kills the delayers and every process still inside the namespaces, and deletes
@@ -271,6 +272,12 @@ class Network:
             self._drops.append(f"{self._match(b, a)} drop")
         self._apply()
 
+    def restore(self, a: str, b: str) -> None:
+        """Remove the cuts between a and b (both ways); losses and delays stay."""
+        cuts = {f"{self._match(a, b)} drop", f"{self._match(b, a)} drop"}
+        self._drops = [rule for rule in self._drops if rule not in cuts]
+        self._apply()
+
     def loss(self, a: str, b: str, percent: int) -> None:
         """Drop `percent` % of a's packets to b, at random."""
         self._drops.append(f"{self._match(a, b)} numgen random mod 100 < {percent} drop")
@@ -307,18 +314,18 @@ class Network:
         self._drops.clear()
         self._apply()
 
-    async def flap(self, a: str, b: str, period: float) -> None:
-        """Cut the a-b link for `period` s, heal it for `period` s, and again, until cancelled;
-        the link is left healed. Counts its cuts in `flaps`."""
+    async def flap(self, a: str, b: str, down: float, up: float) -> None:
+        """Cut the a-b link for `down` s, restore it for `up` s, and again, until cancelled;
+        the link is left restored. Counts its cuts in `flaps`."""
         try:
             while True:
                 self.cut(a, b)
                 self.flaps += 1
-                await asyncio.sleep(period)
-                self.heal()
-                await asyncio.sleep(period)
+                await asyncio.sleep(down)
+                self.restore(a, b)
+                await asyncio.sleep(up)
         finally:
-            self.heal()
+            self.restore(a, b)
 
     def ruleset(self) -> str:
         """The router's nftables and iptables rules (for a failing test's message)."""
