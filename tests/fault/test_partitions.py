@@ -333,6 +333,22 @@ async def test_master_cut_from_client_and_name_server(tmp_path: Path) -> None:
         await consume_until(agent, consumed, set(range(72)))
         assert_forward_only(consumed)
         assert sorted(n for *_, n in consumed) == list(range(72))
+        # the group's offsets on the returned master reach what was read, none behind it
+        read = Counter((c[0], c[1]) for c in consumed)
+
+        async def committed() -> bool:
+            master = cluster.broker_addr("master")
+            for queue in range(4):
+                offset = await agent.call(
+                    "committed", address=master, group="PartitionCG", topic=TOPIC, queue_id=queue
+                )
+                if offset != read[("broker-a", queue)]:
+                    return False
+            return True
+
+        await eventually(
+            committed, "broker-a's master to hold the consumed offsets", 30, interval=0.5
+        )
         await agent.call("consumer_stop")
         print(f"while cut: {len(failed)} send(s) failed then all went to broker-b; "
               f"{len(from_a)} messages of broker-a read from its slave")  # fmt: skip

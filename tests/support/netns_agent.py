@@ -13,6 +13,7 @@ a long send does not hold up a status query) and answers `{"id": n, "result": ..
   server, retries, latency fault avoidance on), one at a time; per message `[number, status,
   broker name, queue id, queue offset]`;
 - `ha_status` address, `route` namesrv topic (`{broker name: {id: address}}`, or null),
+  `committed` address group topic queue_id (a group's committed offset there, -1 if none),
   `create_topic` address topic queues, `read_all` address topic queues (`[queue, offset,
   number]` of every message, checking each queue runs from 0 without a hole);
 - `consumer_start` group topic brokers queues, `consumer_poll` [count timeout],
@@ -127,6 +128,9 @@ class Agent:
             return None
         return {b.broker_name: dict(b.broker_addrs) for b in data.broker_datas}
 
+    async def committed(self, address: str, group: str, topic: str, queue_id: int) -> int:
+        return await self.api.query_consumer_offset(address, group, topic, queue_id)
+
     async def create_topic(self, address: str, topic: str, queues: int) -> None:
         await self.api.create_topic(address, TopicConfig(topic, queues, queues))
 
@@ -172,6 +176,7 @@ OPS = (
     "produce",
     "ha_status",
     "route",
+    "committed",
     "create_topic",
     "read_all",
     "consumer_start",
