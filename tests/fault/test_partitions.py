@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from tests.fault.cq_check import check_consume_queues
-from tests.support.conditions import eventually
+from tests.support.conditions import eventually, eventually_sync
 from tests.support.ha_processes import assert_identical
 from tests.support.netns import (
     NETNS_DIR,
@@ -41,6 +41,7 @@ from tests.support.netns import (
     Network,
     clean_leftovers,
     delete_namespace,
+    namespace_pids,
     netns_inode,
     process_netns_inode,
     run,
@@ -395,12 +396,14 @@ def test_leftovers_of_a_crashed_run_are_removed(tmp_path: Path) -> None:
     run("ip", "netns", "add", leftover)
     inside = subprocess.Popen(["ip", "netns", "exec", leftover, "sleep", "600"])
     try:
+        # `ip netns exec` execs in place: the pid is in the namespace once it entered it
+        eventually_sync(lambda: inside.pid in namespace_pids(leftover), "sleep in the namespace")
         assert leftover in clean_leftovers()
         assert inside.wait(10) == -signal.SIGKILL
         assert not (NETNS_DIR / leftover).exists()
     finally:
-        if inside.poll() is None:
-            inside.kill()
+        inside.kill()
+        inside.wait()
         delete_namespace(leftover)
 
 
