@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from tidemq.broker.port_owner import describe_holders, holders, port_is_free
 from tidemq.client.memory import retain_freed_memory
 from tidemq.store.properties import load_properties, parse_overrides
 
@@ -35,6 +36,16 @@ def read_properties(config_file: Path | None, overrides: Iterable[str]) -> dict[
     props = load_properties(config_file) if config_file is not None else {}
     props.update(parse_overrides(overrides))
     return props
+
+
+def busy_port(host: str, ports: Iterable[tuple[str, int]]) -> str | None:
+    """One line naming the first of `ports` ((key, port); 0 and -1 skipped) that another process
+    holds, with who holds it; None when all are free. Checked before a daemon touches its store
+    or connects anywhere, so a daemon that cannot listen stops before it has done anything."""
+    for key, port in ports:
+        if port > 0 and not port_is_free(host, port):
+            return f"{key} {port} on {host} is in use by {describe_holders(holders(port))}"
+    return None
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -13,7 +13,8 @@ every master through the admin API; scrape every broker instead):
   read per second (last 10 s).
 - `rocketmq_broker_commitlog_diff` {cluster, brokerIP, broker}: the HA lag in bytes, master max
   offset minus the slave's acknowledged offset; a master reports one per slave (brokerIP is the
-  slave's address).
+  slave's broker address, `host:listenPort`, once the master has asked it; see
+  broker/slave_names.py).
 - `rocketmq_producer_tps` {cluster, broker, topic}: messages put per second (10 s).
 - `rocketmq_producer_offset` {cluster, broker, topic}: sum of the topic's queue max offsets.
 - `rocketmq_consumer_tps` {cluster, broker, topic, group}: messages read per second (10 s).
@@ -132,7 +133,10 @@ class BrokerCollector(Collector):
         slaves = info.get("haConnectionInfo") if info.get("master") else None
         for slave in slaves if isinstance(slaves, list) else []:
             if isinstance(slave, dict):
-                diff.add_metric([cluster, str(slave["addr"]), name], float(slave["diff"]))
+                # The slave's broker address when known (broker/slave_names.py), not the
+                # temporary port its HA connection comes from.
+                slave_ip = str(slave.get("slaveBrokerAddr") or slave["addr"])
+                diff.add_metric([cluster, slave_ip, name], float(slave["diff"]))
         yield from (tps, qps, diff)
         if info.get("master") is False:
             behind = _gauge(

@@ -1,4 +1,6 @@
-"""Operations against a real 2m-2s cluster started by the launcher (deploy/2m-2s-async).
+"""Operations against a real 2m-2s cluster started by the launcher (deploy/2m-2s-async), and
+the launcher's own behaviour on real processes (busy ports, a daemon that cannot start or dies,
+the status line's rates and names).
 
 One cluster for the module (name server, broker-a and broker-b with a slave each, on free
 ports); `mqadmin` runs in-process through click's CliRunner; clients use the blocking API (its
@@ -11,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
+import socket
 import threading
 import time
 import urllib.request
@@ -23,7 +27,7 @@ from click.testing import CliRunner, Result
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.conditions import eventually_sync
-from tests.support.launcher import LaunchedCluster, alive, index_workers_of
+from tests.support.launcher import LaunchedCluster, alive, choose_ports, index_workers_of
 from tidemq.client.admin import AdminClient
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer import ConsumeResult, PushConsumer
@@ -119,6 +123,25 @@ def test_cluster_list_shows_four_brokers(cluster: LaunchedCluster) -> None:
     data = admin_json(cluster, "clusterList")
     assert isinstance(data, list) and len(data) == 4
     assert {b["address"] for b in data} == {cluster.address(n) for n in cluster.ports}
+
+
+def test_ha_status_and_lag_metric_name_each_slave_by_its_broker(cluster: LaunchedCluster) -> None:
+    """Not by the temporary port of its HA connection: the master asks its slaves
+    (broker/slave_names.py), so the status and `brokerIP` carry the slave's broker address."""
+    slave_address = cluster.address("broker-a-s")
+
+    def named() -> bool:
+        [status] = [
+            s
+            for s in admin_json(cluster, "haStatus", "-c", "DefaultCluster")  # type: ignore[union-attr]
+            if s["brokerAddr"] == cluster.address("broker-a")
+        ]
+        [slave] = status["ha_connection_info"]
+        return bool(slave["slave_broker_addr"] == slave_address and slave["slave_broker_id"] == 1)
+
+    eventually_sync(named, "the master to know its slave's broker address", 30)
+    samples = scrape(cluster.ports["broker-a"].metrics)["rocketmq_broker_commitlog_diff"]
+    assert [labels["brokerIP"] for labels, _ in samples] == [slave_address]
 
 
 def test_ha_status_shows_each_slave_lag(cluster: LaunchedCluster) -> None:
@@ -354,7 +377,7 @@ def test_make_run_starts_the_local_cluster_and_ctrl_c_stops_every_process(
     try:
         assert set(launched.pids) == {"namesrv", "broker-a", "broker-a-s"}
         assert all(alive(pid) for pid in launched.pids.values())
-        eventually_sync(lambda: "HA lag: broker-a<-" in launched.output(), "the status line", 10)
+        eventually_sync(lambda: "HA: broker-a/1 lag" in launched.output(), "the status line", 10)
         workers = {
             worker
             for name in ("broker-a", "broker-a-s")
@@ -372,3 +395,139 @@ def test_make_run_starts_the_local_cluster_and_ctrl_c_stops_every_process(
     assert output.index("stopped broker-a-s") < output.index("stopped broker-a ")
     assert output.index("stopped broker-a ") < output.index("stopped namesrv")
     assert (tmp_path / "local" / "logs" / "broker-a.log").exists()
+
+
+# --- the launcher tells the truth (issue 19) ------------------------------------------------
+
+
+def status_lines(launched: LaunchedCluster) -> list[str]:
+    return [line for line in launched.output().splitlines() if line.startswith("[")]
+
+
+def test_a_busy_port_stops_the_launcher_before_anything_starts(tmp_path: Path) -> None:
+    """Any fixed port held by another program (here the slave's metrics port, held by this
+    test): one line naming the port, what it is for and the holder's pid; exit 1; no daemon."""
+    namesrv_port, ports = choose_ports("local")
+    busy = ports["broker-a-s"].metrics
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", busy))
+        holder.listen()
+        launched = LaunchedCluster.start(
+            "local", tmp_path / "c", ports=(namesrv_port, ports), wait_ready=False
+        )
+        try:
+            assert launched.process.wait(60) == 1
+        finally:
+            launched.stop()
+    output = launched.output()
+    assert f"port {busy} (broker-a-s metricsPort) is in use by pid {os.getpid()} (" in output
+    assert "started " not in output and "cluster ready" not in output
+    assert not (tmp_path / "c" / "logs").exists()
+
+
+def test_a_daemon_that_cannot_start_stops_the_launch_with_status_1(tmp_path: Path) -> None:
+    """The slave refuses its configuration and exits 1: the launcher says so at once (not after
+    its start timeout), stops what it started, exits 1 and never says "cluster ready"."""
+    launched = LaunchedCluster.start(
+        "local",
+        tmp_path / "c",
+        "brokerId=0",  # -o all: a SLAVE with brokerId 0 is refused
+        launcher_args=("--start-timeout", "600"),
+        wait_ready=False,
+    )
+    try:
+        assert launched.process.wait(120) == 1
+    finally:
+        launched.stop()
+    output = launched.output()
+    assert "broker-a-s exited while starting (exit status 1)" in output
+    assert "a SLAVE's brokerId must be > 0" in output
+    assert "cluster ready" not in output
+    assert "stopped broker-a (exit status 0)" in output
+
+
+def test_a_dead_master_is_reported_while_its_slave_keeps_serving(tmp_path: Path) -> None:
+    """Rates over the last second, slaves named by broker name and id; then kill -9 of the
+    master: reported on its own line and as DOWN on the status line, the name server and the
+    slave keep running and serving, and the launcher exits 1 at Ctrl-C (a daemon is down)."""
+    launched = LaunchedCluster.start("local", tmp_path / "c")
+    try:
+        eventually_sync(
+            lambda: any("HA: broker-a/1 lag" in line for line in status_lines(launched)),
+            "the slave named broker-a/1 on the status line",
+            30,
+        )
+
+        sent_from = len(status_lines(launched))
+        with Producer("launcher-pg", launched.namesrv_addr) as producer:
+            for _ in range(400):
+                producer.send(Message("LauncherRates", b"x" * 64))
+        lines_after_sending = len(status_lines(launched))
+        eventually_sync(
+            lambda: any(
+                re.search(r" in [1-9][0-9.]* msg/s", line)
+                for line in status_lines(launched)[sent_from:]
+            ),
+            "a status line with messages in",
+            30,
+        )
+        # Over the last second: the rate is back to 0 once sending stopped (a 10-second
+        # average, as RocketMQ's putTps, would still show most of it).
+        eventually_sync(
+            lambda: any(
+                " in 0.0 msg/s  out 0.0 msg/s (last " in line
+                for line in status_lines(launched)[lines_after_sending + 1 :]
+            ),
+            "the rate back to 0 after sending stopped",
+            30,
+        )
+
+        os.kill(launched.pids["broker-a"], signal.SIGKILL)
+        eventually_sync(
+            lambda: (
+                "broker-a died (killed by SIGKILL); the others keep running" in (launched.output())
+            ),
+            "the death reported",
+            30,
+        )
+        eventually_sync(
+            lambda: "DOWN: broker-a (killed by SIGKILL)" in (status_lines(launched) or [""])[-1],
+            "DOWN on the status line",
+            30,
+        )
+        assert alive(launched.pids["namesrv"]) and alive(launched.pids["broker-a-s"])
+        assert launched.process.poll() is None
+
+        async def slave_role() -> str:
+            async with AdminClient(launched.namesrv_addr) as admin:
+                return (await admin.runtime_info(launched.address("broker-a-s")))["brokerRole"]
+
+        assert asyncio.run(slave_role()) == "SLAVE"
+        launched.interrupt()
+        assert launched.process.wait(60) == 1
+    finally:
+        launched.stop()
+    assert "down at the end: broker-a (killed by SIGKILL)" in launched.output()
+    assert "stopped broker-a-s (exit status 0)" in launched.output()
+
+
+def test_restart_starts_a_dead_daemon_again(tmp_path: Path) -> None:
+    launched = LaunchedCluster.start("single", tmp_path / "c", launcher_args=("--restart",))
+    try:
+        first = launched.pids["broker-a"]
+        os.kill(first, signal.SIGKILL)
+        eventually_sync(lambda: "restarting broker-a" in launched.output(), "the restart", 60)
+        eventually_sync(lambda: launched.refresh_pids()["broker-a"] != first, "a new broker-a", 60)
+        eventually_sync(
+            lambda: (
+                "1 master(s)" in (status_lines(launched) or [""])[-1]
+                and "DOWN" not in status_lines(launched)[-1]
+            ),
+            "the restarted master on the status line",
+            60,
+        )
+        assert alive(launched.pids["broker-a"])
+        launched.interrupt()
+        assert launched.process.wait(60) == 0
+    finally:
+        launched.stop()
