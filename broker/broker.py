@@ -528,8 +528,8 @@ class Broker(Service):
                 text = manager.encode()
                 try:
                     await asyncio.to_thread(persist_file, manager.path, text)
-                except OSError:
-                    log.exception("cannot persist %s", manager.path)
+                except OSError as exc:
+                    log.error("cannot persist %s: %s", manager.path, exc)
 
     async def _sample_rates_periodically(self) -> None:
         while True:

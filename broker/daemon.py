@@ -48,6 +48,31 @@ def busy_port(host: str, ports: Iterable[tuple[str, int]]) -> str | None:
     return None
 
 
+STORE_FOLDERS = ("config", "consumequeue", "index")
+
+
+def unwritable_store(root: Path, commit_log_dir: Path) -> str | None:
+    """One line naming the first store folder this process cannot write, or None.
+
+    The root (or, when it does not exist yet, the nearest folder above it, where it will be
+    made) and those of its folders that exist already: a store left by another user would
+    otherwise start and then fail at every flush and persist."""
+    candidates = [root, commit_log_dir, *(root / name for name in STORE_FOLDERS)]
+    for path in candidates:
+        folder = path
+        while not folder.exists() and folder != folder.parent:
+            if path is not root and path is not commit_log_dir:
+                break  # a folder the store makes under a root already checked
+            folder = folder.parent
+        if not folder.exists():
+            continue
+        if not folder.is_dir():
+            return f"store folder {folder} is not a folder"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"store folder {folder} is not writable by this user (uid {os.getuid()})"
+    return None
+
+
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     try:
         import uvloop

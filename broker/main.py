@@ -21,7 +21,13 @@ import click
 
 from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig, RemotingConfig
-from tidemq.broker.daemon import busy_port, configure_logging, read_properties, run_until_signal
+from tidemq.broker.daemon import (
+    busy_port,
+    configure_logging,
+    read_properties,
+    run_until_signal,
+    unwritable_store,
+)
 from tidemq.ha.config import HAConfig
 from tidemq.store.config import BrokerRole, StoreConfig
 from tidemq.store.errors import ConfigError, StoreError
@@ -109,9 +115,11 @@ def main(
     configure_logging(f"{settings.broker.broker_name}/{role}")
     for key in settings.unknown:
         log.warning("unknown configuration key %s ignored", key)
-    busy = busy_port(settings.remoting.bind_address, settings.fixed_ports())
-    if busy is not None:  # before the store is created or anything connects
-        click.echo(f"brokerd: cannot start: {busy}", err=True)
+    problem = busy_port(settings.remoting.bind_address, settings.fixed_ports())
+    # Before the store is created or anything connects: one line, nothing touched.
+    problem = problem or unwritable_store(settings.store.root, settings.store.commit_log_dir)
+    if problem is not None:
+        click.echo(f"brokerd: cannot start: {problem}", err=True)
         sys.exit(1)
     try:  # certificates and keys are loaded here
         broker = Broker(settings.broker, settings.store, settings.remoting, settings.ha)
