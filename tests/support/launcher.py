@@ -48,6 +48,7 @@ class LaunchedCluster:
     output_path: Path
     namesrv_port: int
     ports: dict[str, Ports]
+    namesrv_metrics_port: int = 0
     pids: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -76,6 +77,7 @@ class LaunchedCluster:
         `launcher_args`: more options of `run` (e.g. `--restart`)."""
         folder = DEPLOY / topology
         namesrv_port, ports = ports or choose_ports(topology)
+        namesrv_metrics_port = free_port()
         args = [
             sys.executable,
             "-m",
@@ -92,7 +94,7 @@ class LaunchedCluster:
             "-o",
             "namesrv:bindAddress=127.0.0.1",
             "-o",
-            f"namesrv:metricsPort={free_port()}",
+            f"namesrv:metricsPort={namesrv_metrics_port}",
         ]
         for name, p in ports.items():
             args += ["-o", f"{name}:listenPort={p.listen}", "-o", f"{name}:haListenPort={p.ha}"]
@@ -113,7 +115,7 @@ class LaunchedCluster:
                 cwd=REPO_ROOT,
                 start_new_session=True,
             )
-        cluster = cls(process, output_path, namesrv_port, ports)
+        cluster = cls(process, output_path, namesrv_port, ports, namesrv_metrics_port)
         if not wait_ready:
             return cluster
         try:

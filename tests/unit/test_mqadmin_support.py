@@ -224,3 +224,20 @@ def test_namesrv_metrics() -> None:
     }
     assert samples["tidemq_namesrv_brokers"] == ({"cluster": "C", "broker": "broker-a"}, 2.0)
     assert samples["tidemq_namesrv_topics"][1] == 1.0
+
+
+def test_put_message_distribute_time_steps_cover_every_bucket_once() -> None:
+    from tidemq.broker.metrics import PMDT_STEPS, _quantile_ms
+    from tidemq.broker.stats import LATENCY_BUCKETS, LatencyHistogram
+
+    covered = [i for first, last in PMDT_STEPS.values() for i in range(first, last)]
+    assert covered == list(range(len(LATENCY_BUCKETS) + 1))  # in order, none twice
+    histogram = LatencyHistogram()
+    assert _quantile_ms(histogram, 0.99) == 0.0
+    for _ in range(98):
+        histogram.observe(0.0005)  # under 1 ms
+    histogram.observe(0.003)
+    histogram.observe(3.5)
+    assert histogram.counts[PMDT_STEPS["3to4s"][0]] == 1
+    assert _quantile_ms(histogram, 0.99) == 5.0  # the 99th of 100 is in the 1-5 ms bucket
+    assert _quantile_ms(histogram, 0.999) == 4000.0
