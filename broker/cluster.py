@@ -384,7 +384,7 @@ class Launcher:
             except ClusterError as exc:
                 self.echo(f"restart of {process.name} failed: {exc}")
 
-    def _down_text(self) -> str:
+    def down_text(self) -> str:
         return ", ".join(f"{p.name} ({p.exit_text})" for p in self.down)
 
     async def watch(self, interval: float, stop: asyncio.Event, *, restart: bool = False) -> None:
@@ -405,7 +405,7 @@ class Launcher:
                     line = await status_line(admin, meter, names)
                 except TideMQError as exc:
                     line = f"status unavailable: {exc}"
-                down = self._down_text()
+                down = self.down_text()
                 if down:
                     line += f"  DOWN: {down}"
                 stamp = time.strftime("%H:%M:%S")
@@ -570,7 +570,7 @@ async def run_cluster(
                 )
                 await launcher.watch(interval, stop, restart=restart)
                 if launcher.down:
-                    launcher.echo(f"down at the end: {launcher._down_text()}")
+                    launcher.echo(f"down at the end: {launcher.down_text()}")
                     status = 1
         except ClusterError as exc:
             click.echo(f"tidemq-cluster: {exc}", err=True)

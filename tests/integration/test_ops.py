@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.conditions import eventually_sync
 from tests.support.launcher import LaunchedCluster, alive, choose_ports, index_workers_of
-from tests.support.processes import REPO_ROOT
+from tests.support.processes import REPO_ROOT, free_port
 from tidemq.client.admin import AdminClient
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer import ConsumeResult, PushConsumer
@@ -688,3 +688,30 @@ def test_restart_starts_a_dead_daemon_again(tmp_path: Path) -> None:
         assert launched.process.wait(60) == 0
     finally:
         launched.stop()
+
+
+def test_sigterm_while_starting_stops_what_started_and_exits_1(tmp_path: Path) -> None:
+    """The slave is pointed at an HA port nobody listens on, so the cluster never becomes
+    healthy; SIGTERM then stops every daemon started so far and the launcher exits 1."""
+    launched = LaunchedCluster.start(
+        "local",
+        tmp_path / "c",
+        launcher_args=(
+            "--start-timeout",
+            "600",
+            "-o",
+            f"broker-a-s:haMasterAddress=127.0.0.1:{free_port()}",
+        ),
+        wait_ready=False,
+    )
+    try:
+        eventually_sync(lambda: "started broker-a-s" in launched.output(), "the slave started", 60)
+        launched.refresh_pids()
+        launched.process.send_signal(signal.SIGTERM)
+        assert launched.process.wait(60) == 1
+    finally:
+        launched.stop()
+    output = launched.output()
+    assert "interrupted while starting: the cluster never came up" in output
+    assert "cluster ready" not in output
+    assert not [name for name, pid in launched.pids.items() if alive(pid)]
