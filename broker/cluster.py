@@ -21,7 +21,9 @@ line) while the others keep running; with `--restart` it is started again (at mo
 
 TOPOLOGY is a folder, or the name of one under the repository's `deploy/` (single,
 2m-noslave, 2m-2s-async, 2m-2s-sync, local). `--data DIR` holds the stores (`DIR/<file stem>`)
-and every process's log (`DIR/logs/<file stem>.log`). `-o STEM:key=value` overrides a key for
+and every process's log (`DIR/logs/<file stem>.log`, appended to; each start of a daemon
+writes a `----- tidemq-cluster: started <time>` line first, and the log tails the launcher
+quotes begin at the last one). `-o STEM:key=value` overrides a key for
 one process (`namesrv`, `broker-a`, ...) and `-o all:key=value` for every broker, so a test can
 run a topology on free ports.
 
@@ -61,6 +63,7 @@ log = logging.getLogger(__name__)
 DEPLOY_DIR: Final = Path(__file__).resolve().parents[1] / "deploy"
 STOP_TIMEOUT: Final = 30.0
 RESTART_PAUSE: Final = 5.0
+START_MARK: Final = "----- tidemq-cluster: started"
 PR_SET_PDEATHSIG: Final = 1
 
 
@@ -276,6 +279,10 @@ class Launcher:
             process.log_file = (self.log_dir / f"{process.name}.log").open("ab")
         process.death_reported = False
         process.last_start = time.monotonic()
+        # Logs are appended run after run: the tails quoted on a failure start at this line,
+        # so they never show an earlier run's lines as this one's.
+        process.log_file.write(f"{START_MARK} {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        process.log_file.flush()
         process.process = await asyncio.create_subprocess_exec(
             *process.args,
             stdin=asyncio.subprocess.DEVNULL,
@@ -292,7 +299,9 @@ class Launcher:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+        _, mark, since = text.rpartition(START_MARK)
+        this_run = since.partition("\n")[2] if mark else text
+        return "\n".join(this_run.splitlines()[-lines:])
 
     async def _wait_started(self, process: Process) -> None:
         """Until the daemon itself listens on each of its fixed ports (not another program)."""

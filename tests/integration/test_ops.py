@@ -585,6 +585,9 @@ def test_a_busy_port_stops_the_launcher_before_anything_starts(tmp_path: Path) -
 def test_a_daemon_that_cannot_start_stops_the_launch_with_status_1(tmp_path: Path) -> None:
     """The slave refuses its configuration and exits 1: the launcher says so at once (not after
     its start timeout), stops what it started, exits 1 and never says "cluster ready"."""
+    logs = tmp_path / "c" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "broker-a-s.log").write_text("an earlier run's last line: broker shutting down\n")
     launched = LaunchedCluster.start(
         "local",
         tmp_path / "c",
@@ -599,7 +602,10 @@ def test_a_daemon_that_cannot_start_stops_the_launch_with_status_1(tmp_path: Pat
     output = launched.output()
     assert "broker-a-s exited while starting (exit status 1)" in output
     assert "a SLAVE's brokerId must be > 0" in output
+    # The log is appended to; the tail quoted is this run's only.
+    assert "\n----- tidemq-cluster: started " in (logs / "broker-a-s.log").read_text()
     assert "cluster ready" not in output
+    assert "an earlier run's last line" not in output
     assert "stopped broker-a (exit status 0)" in output
 
 
