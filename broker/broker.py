@@ -481,6 +481,7 @@ class Broker(Service):
                 self.consumers,
                 self.stats,
                 self.rates,
+                producers=self.producers,
                 ha_runtime_info=self.ha_runtime_info,
                 runtime_info=self.ops.runtime_info,
             )

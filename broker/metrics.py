@@ -28,6 +28,9 @@ every master through the admin API; scrape every broker instead):
   `rocketmq_group_dlqdiff` the messages in its `%DLQ%` topic beyond what it consumed of it.
   msgModel is the exporter's ordinal: 0 BROADCASTING, 1 CLUSTERING (also for a group with no
   consumer online: its offsets are on the broker, so it is a CLUSTERING group).
+- `rocketmq_producer_count` {cluster, broker, group}: producer instances of each group
+  connected; `rocketmq_group_count` {caddr, localaddr, group}: consumers of each group online
+  (their connections' addresses and client ids, comma-joined, as the exporter labels them).
 - `rocketmq_message_accumulation` {cluster, broker, topic, group}: the lag again, labelled as
   the consumer families (the exporter's dashboard computes it from the offsets).
 - `rocketmq_group_get_latency_by_storetime` {cluster, broker, topic, group}: how long (ms) the
@@ -81,7 +84,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from tidemq.broker.managers.clients import ConsumerManager
+from tidemq.broker.managers.clients import ConsumerManager, ProducerManager
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
 from tidemq.broker.processors.ops import VERSION_DESC
@@ -154,6 +157,7 @@ class BrokerCollector(Collector):
         stats: BrokerStats,
         rates: RateSampler,
         *,
+        producers: ProducerManager,
         ha_runtime_info: Callable[[], dict[str, object]],
         runtime_info: Callable[[], dict[str, str]],
     ) -> None:
@@ -164,6 +168,7 @@ class BrokerCollector(Collector):
         self.topics = topics
         self.offsets = offsets
         self.consumers = consumers
+        self.producers = producers
         self.stats = stats
         self.rates = rates
         self.ha_runtime_info = ha_runtime_info
@@ -220,6 +225,7 @@ class BrokerCollector(Collector):
 
         if self.store.role is not BrokerRole.SLAVE:
             yield from self._offsets(cluster, name)
+            yield from self._clients(cluster, name)
         yield from self._runtime(cluster, address)
         labels = ["cluster", "broker"]
         stats = self.stats
@@ -308,6 +314,28 @@ class BrokerCollector(Collector):
             accumulation,
             latency,
         )
+
+    def _clients(self, cluster: str, name: str) -> Iterable[Metric]:
+        """Producer instances per group and the consumers online per group (the exporter's
+        caddr: their connections' addresses, localaddr: their client ids, comma-joined)."""
+        producer_count = _gauge(
+            "rocketmq_producer_count", "producer instance counter", ["cluster", "broker", "group"]
+        )
+        for group in sorted(self.producers.groups()):
+            count = len(self.producers.group_channels(group))
+            producer_count.add_metric([cluster, name, group], float(count))
+        group_count = _gauge("rocketmq_group_count", "GroupCount", ["caddr", "localaddr", "group"])
+        for group in sorted(self.consumers.groups()):
+            info = self.consumers.get_group_info(group)
+            members = (
+                []
+                if info is None
+                else sorted((c.channel.peer, c.client_id) for c in info.channels.values())
+            )
+            caddr = ",".join(peer for peer, _ in members)
+            localaddr = ",".join(client for _, client in members)
+            group_count.add_metric([caddr, localaddr, group], float(len(members)))
+        return (producer_count, group_count)
 
     def _diff_labels(self, group: str, topic: str) -> list[str]:
         """group, topic, countOfOnlineConsumers, msgModel: the exporter writes the model's

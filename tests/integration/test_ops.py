@@ -389,6 +389,24 @@ def test_exporter_families_for_groups_with_lag_retries_and_a_dlq(cluster: Launch
             return models == {"1"}  # CLUSTERING's ordinal, as the exporter writes it
 
         eventually_sync(online_as_clustering, "the groups online, msgModel 1", 30)
+
+        def clients_counted() -> bool:
+            m = scrape(cluster.ports["broker-a"].metrics)
+            members = [
+                (labels, v)
+                for labels, v in m.get("rocketmq_group_count", [])
+                if labels["group"] == "ops-groups-retry"
+            ]
+            producers = family_values(m, "rocketmq_producer_count", group="ops-groups-pg")
+            return (
+                len(members) == 1
+                and members[0][1] == 1
+                and members[0][0]["caddr"].startswith("127.0.0.1:")
+                and "@" in members[0][0]["localaddr"]
+                and producers == [1.0]
+            )
+
+        eventually_sync(clients_counted, "the producer and the consumers counted", 30)
         eventually_sync(
             lambda: all(len(done[g]) >= 9 for g in groups), "9 messages consumed by each", 30
         )
