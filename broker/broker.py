@@ -44,6 +44,7 @@ from tidemq.broker.processors.send import SendProcessor
 from tidemq.broker.rebalance_lock import RebalanceLockManager
 from tidemq.broker.registration import BrokerIdentity, NameServerRegistration
 from tidemq.broker.schedule import ScheduleMessageService
+from tidemq.broker.slave_names import SlaveNames
 from tidemq.broker.slave_sync import OffsetReconciler, SlaveSynchronize
 from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats, RateSampler, StatsWindows
@@ -165,6 +166,7 @@ class Broker(Service):
         self.slave_sync: SlaveSynchronize | None = None
         self.offset_reconciler: OffsetReconciler | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.slave_names: SlaveNames | None = None
         if store_config.broker_role is BrokerRole.SLAVE:
             self.ha_client = HAClient(
                 self.store,
@@ -375,7 +377,15 @@ class Broker(Service):
 
     def ha_runtime_info(self) -> dict[str, object]:
         if self.ha_service is not None:
-            return self.ha_service.runtime_info()
+            info = self.ha_service.runtime_info()
+            connections = info.get("haConnectionInfo")
+            if self.slave_names is not None and isinstance(connections, list):
+                # tidemq: which slave each connection is (broker/slave_names.py).
+                for connection in connections:
+                    named = self.slave_names.lookup(str(connection.get("addr")))
+                    if named is not None:
+                        connection["slaveBrokerAddr"], connection["slaveBrokerId"] = named
+            return info
         if self.ha_client is not None:
             return self.ha_client.runtime_info()
         return {}
@@ -440,6 +450,11 @@ class Broker(Service):
             if self.offset_reconciler is not None:
                 reconciler = self.offset_reconciler
                 self.ha_service.slave_listeners.append(lambda _address: reconciler.request())
+            names = self.slave_names = SlaveNames(
+                self.state, lambda: [c.address for c in ha_service.connections], self.client_tls
+            )
+            await self.start_child(Step(stop=names.stop))
+            ha_service.slave_listeners.append(lambda _address: names.request())
         self.store.add_arrival_listener(self.pull_holds.notify_arrival)
         await self.start_child(self.pull_holds)
         identity = BrokerIdentity(
@@ -481,6 +496,7 @@ class Broker(Service):
                 self.consumers,
                 self.stats,
                 self.rates,
+                producers=self.producers,
                 ha_runtime_info=self.ha_runtime_info,
                 runtime_info=self.ops.runtime_info,
             )
@@ -528,8 +544,8 @@ class Broker(Service):
                 text = manager.encode()
                 try:
                     await asyncio.to_thread(persist_file, manager.path, text)
-                except OSError:
-                    log.exception("cannot persist %s", manager.path)
+                except OSError as exc:
+                    log.error("cannot persist %s: %s", manager.path, exc)
 
     async def _sample_rates_periodically(self) -> None:
         while True:

@@ -4,14 +4,26 @@
 `broker-*.properties` per broker, RocketMQ's sample layout — starts the name server, then the
 masters, then the slaves (each `python -m broker.namesrv` / `python -m broker` with the file and
 `namesrvAddr`/`storePathRootDir` filled in), waits until every broker is registered and every
-slave replicates, then prints a status line (TPS in and out over all masters, each slave's HA
-lag) until SIGINT or SIGTERM. Then it stops the slaves, the masters and the name server, in that
-order (SIGTERM, SIGKILL after `STOP_TIMEOUT`), and exits 0; a second signal kills them at once.
-If a daemon exits on its own, the others are stopped and the exit status is 1.
+slave replicates, then prints a status line (messages in and out per second over all masters
+since the previous line, each slave's HA lag by broker name and id) until SIGINT or SIGTERM.
+Then it stops the slaves, the masters and the name server, in that order (SIGTERM, SIGKILL
+after `STOP_TIMEOUT`); a second signal kills them at once.
+
+Before starting anything it checks every fixed port of every process (listenPort, a master's
+haListenPort, metricsPort; 0 means "any free port" and is not checked): a port taken twice in
+the topology, or held by another process (named with its pid and command line, from /proc),
+stops it with exit status 1 and nothing started. A daemon counts as started once it listens
+itself on all of its fixed ports (its own sockets, from /proc: another program answering on the
+port does not count); one that exits while starting stops the start: exit status 1 with the end
+of its log. Once running, a daemon that dies is reported (one line, and `DOWN` on the status
+line) while the others keep running; with `--restart` it is started again (at most once per
+`RESTART_PAUSE` seconds). The exit status is 1 when a daemon is down at the end, else 0.
 
 TOPOLOGY is a folder, or the name of one under the repository's `deploy/` (single,
 2m-noslave, 2m-2s-async, 2m-2s-sync, local). `--data DIR` holds the stores (`DIR/<file stem>`)
-and every process's log (`DIR/logs/<file stem>.log`). `-o STEM:key=value` overrides a key for
+and every process's log (`DIR/logs/<file stem>.log`, appended to; each start of a daemon
+writes a `----- tidemq-cluster: started <time>` line first, and the log tails the launcher
+quotes begin at the last one). `-o STEM:key=value` overrides a key for
 one process (`namesrv`, `broker-a`, ...) and `-o all:key=value` for every broker, so a test can
 run a topology on free ports.
 
@@ -37,7 +49,8 @@ from typing import IO, Final
 import click
 
 from tidemq.broker.config import DEFAULT_BROKER_PORT, DEFAULT_NAMESRV_PORT
-from tidemq.client.admin import AdminClient
+from tidemq.broker.port_owner import describe_holders, holders, pid_listens_on, port_is_free
+from tidemq.client.admin import AdminClient, BrokerAddress
 from tidemq.client.errors import TideMQError
 from tidemq.client.version import version_option
 from tidemq.store.errors import ConfigError
@@ -50,6 +63,8 @@ log = logging.getLogger(__name__)
 
 DEPLOY_DIR: Final = Path(__file__).resolve().parents[1] / "deploy"
 STOP_TIMEOUT: Final = 30.0
+RESTART_PAUSE: Final = 5.0
+START_MARK: Final = "----- tidemq-cluster: started"
 PR_SET_PDEATHSIG: Final = 1
 
 
@@ -67,11 +82,34 @@ class Process:
     is_namesrv: bool = False
     process: asyncio.subprocess.Process | None = None
     log_file: IO[bytes] | None = None
+    # A death already reported (the status line says DOWN until it runs again).
+    death_reported: bool = False
+    last_start: float = 0.0
+
+    def _int(self, key: str, default: int) -> int:
+        text = self.props.get(key, str(default))
+        try:
+            return int(text)
+        except ValueError:
+            raise ClusterError(f"{self.name}: {key}: not an integer: {text!r}") from None
 
     @property
     def port(self) -> int:
         default = DEFAULT_NAMESRV_PORT if self.is_namesrv else DEFAULT_BROKER_PORT
-        return int(self.props.get("listenPort", default))
+        return self._int("listenPort", default)
+
+    @property
+    def bind_host(self) -> str:
+        return self.props.get("bindAddress", "0.0.0.0")
+
+    def fixed_ports(self) -> list[tuple[str, int]]:
+        """(key, port) of every port the daemon listens on that is not picked at start (0)."""
+        ports = [("listenPort", self.port)]
+        if not self.is_namesrv and not self.is_slave:  # a slave does not listen for HA
+            ha = self._int("haListenPort", -1)
+            ports.append(("haListenPort", ha if ha >= 0 else (self.port + 1 if self.port else 0)))
+        ports.append(("metricsPort", self._int("metricsPort", -1)))
+        return [(key, port) for key, port in ports if port > 0]
 
     @property
     def is_slave(self) -> bool:
@@ -88,6 +126,16 @@ class Process:
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.returncode is None
+
+    @property
+    def exit_text(self) -> str:
+        code = None if self.process is None else self.process.returncode
+        if code is None:
+            return "running"
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+        return f"exit status {code}"
 
 
 @dataclasses.dataclass(slots=True)
@@ -177,17 +225,6 @@ def _die_with_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-async def _port_open(port: int) -> bool:
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1.0)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
-
-
 def _human_bytes(n: int) -> str:
     if abs(n) < 1024:
         return f"{n} B"
@@ -212,15 +249,41 @@ class Launcher:
 
     # --- start ----------------------------------------------------------------------------
 
+    def check_ports(self) -> None:
+        """ClusterError naming every fixed port taken twice or held by another process."""
+        owners: dict[int, str] = {}
+        problems = []
+        for process in self.topology.processes:
+            for key, port in process.fixed_ports():
+                what = f"{process.name} {key}"
+                if port in owners:
+                    problems.append(f"port {port} is both {owners[port]} and {what}")
+                    continue
+                owners[port] = what
+                if not port_is_free(process.bind_host, port):
+                    problems.append(
+                        f"port {port} ({what}) is in use by {describe_holders(holders(port))}"
+                    )
+        if problems:
+            raise ClusterError("nothing started: " + "; ".join(problems))
+
     async def start(self) -> None:
+        self.check_ports()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for process in self.topology.processes:
             await self._spawn(process)
-            await self._wait_port(process)
+            await self._wait_started(process)
         await self._wait_healthy()
 
     async def _spawn(self, process: Process) -> None:
-        process.log_file = (self.log_dir / f"{process.name}.log").open("ab")
+        if process.log_file is None:
+            process.log_file = (self.log_dir / f"{process.name}.log").open("ab")
+        process.death_reported = False
+        process.last_start = time.monotonic()
+        # Logs are appended run after run: the tails quoted on a failure start at this line,
+        # so they never show an earlier run's lines as this one's.
+        process.log_file.write(f"{START_MARK} {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        process.log_file.flush()
         process.process = await asyncio.create_subprocess_exec(
             *process.args,
             stdin=asyncio.subprocess.DEVNULL,
@@ -237,20 +300,29 @@ class Launcher:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+        _, mark, since = text.rpartition(START_MARK)
+        this_run = since.partition("\n")[2] if mark else text
+        return "\n".join(this_run.splitlines()[-lines:])
 
-    async def _wait_port(self, process: Process) -> None:
+    async def _wait_started(self, process: Process) -> None:
+        """Until the daemon itself listens on each of its fixed ports (not another program)."""
         deadline = time.monotonic() + self.start_timeout
+        waiting = [port for _, port in process.fixed_ports()]
         while time.monotonic() < deadline:
-            if not process.running:
+            if not process.running or process.process is None:
                 raise ClusterError(
-                    f"{process.name} exited before listening; its log ends with:\n"
-                    f"{self._log_tail(process)}"
+                    f"{process.name} exited while starting ({process.exit_text}); "
+                    f"its log ends with:\n{self._log_tail(process)}"
                 )
-            if await _port_open(process.port):
+            pid = process.process.pid
+            waiting = [port for port in waiting if not pid_listens_on(pid, port)]
+            if not waiting:
                 return
             await asyncio.sleep(0.1)
-        raise ClusterError(f"{process.name} did not listen on port {process.port}")
+        raise ClusterError(
+            f"{process.name} did not listen on port(s) {', '.join(map(str, waiting))} "
+            f"within {self.start_timeout:.0f} s; its log ends with:\n{self._log_tail(process)}"
+        )
 
     async def _wait_healthy(self) -> None:
         """Every broker registered with the name server, every slave replicating."""
@@ -290,25 +362,62 @@ class Launcher:
         for process in self.topology.processes:
             if process.process is not None and not process.running:
                 raise ClusterError(
-                    f"{process.name} exited with status {process.process.returncode}; "
+                    f"{process.name} exited while starting ({process.exit_text}); "
                     f"its log ends with:\n{self._log_tail(process)}"
                 )
 
-    # --- status ---------------------------------------------------------------------------
+    # --- running --------------------------------------------------------------------------
 
-    async def status_line(self, admin: AdminClient) -> str:
-        return await status_line(admin)
+    @property
+    def down(self) -> list[Process]:
+        return [p for p in self.topology.processes if p.process is not None and not p.running]
 
-    async def watch(self, interval: float, stop: asyncio.Event) -> None:
-        """Print the status line every `interval` until `stop` or a daemon dies."""
+    def _report_deaths(self) -> None:
+        """One line per daemon that died since the last look; the others keep running."""
+        for process in self.down:
+            if not process.death_reported:
+                process.death_reported = True
+                tty_break = "\n" if sys.stdout.isatty() else ""
+                self.echo(
+                    f"{tty_break}{process.name} died ({process.exit_text}); the others keep "
+                    f"running; its log ends with:\n{self._log_tail(process, 5)}"
+                )
+
+    async def _restart_dead(self) -> None:
+        for process in self.down:
+            if time.monotonic() - process.last_start < RESTART_PAUSE:
+                continue
+            self.echo(f"restarting {process.name}")
+            try:
+                await self._spawn(process)
+                await self._wait_started(process)
+            except ClusterError as exc:
+                self.echo(f"restart of {process.name} failed: {exc}")
+
+    def down_text(self) -> str:
+        return ", ".join(f"{p.name} ({p.exit_text})" for p in self.down)
+
+    async def watch(self, interval: float, stop: asyncio.Event, *, restart: bool = False) -> None:
+        """Print the status line every `interval` until `stop`; report (and restart) deaths."""
         tty = sys.stdout.isatty()
+        meter = RateMeter()
+        names = {b.broker_name for b in self.topology.brokers}
         async with AdminClient(self.topology.namesrv_addr, timeout=2.0) as admin:
+            with contextlib.suppress(TideMQError):
+                await status_line(admin, meter, names)  # the rates' starting point
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
             while not stop.is_set():
-                self._check_alive()
+                self._report_deaths()
+                if restart:
+                    await self._restart_dead()
                 try:
-                    line = await self.status_line(admin)
+                    line = await status_line(admin, meter, names)
                 except TideMQError as exc:
                     line = f"status unavailable: {exc}"
+                down = self.down_text()
+                if down:
+                    line += f"  DOWN: {down}"
                 stamp = time.strftime("%H:%M:%S")
                 if tty:
                     sys.stdout.write(f"\r\x1b[2K[{stamp}] {line}")
@@ -354,29 +463,80 @@ class Launcher:
                     process.process.kill()
 
 
-async def status_line(admin: AdminClient) -> str:
-    """`in X msg/s  out Y msg/s  HA lag broker-a 0 B ...` over the cluster's masters."""
-    masters = await admin.masters()
-    total_in = total_out = 0.0
-    lags: list[str] = []
+class RateMeter:
+    """Messages per second from the masters' message totals (msgPutTotalTodayNow and
+    msgGetTotalTodayNow, counted since each broker started) between two samples."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, int]] = {}
+        self._at = 0.0
+
+    def rates(self, totals: dict[str, tuple[int, int]], now: float) -> tuple[float, float, float]:
+        """(in, out, seconds covered) since the previous call; (0, 0, 0) on the first."""
+        previous, at = self._last, self._at
+        self._last, self._at = totals, now
+        span = now - at
+        if not previous or span <= 0:
+            return 0.0, 0.0, 0.0
+        put = got = 0
+        for address, (put_now, get_now) in totals.items():
+            put_before, get_before = previous.get(address, (put_now, get_now))
+            # A restarted broker counts from 0 again: its new total is what it did since.
+            put += put_now - put_before if put_now >= put_before else put_now
+            got += get_now - get_before if get_now >= get_before else get_now
+        return put / span, got / span, span
+
+
+async def status_line(
+    admin: AdminClient, meter: RateMeter, broker_names: set[str] | None = None
+) -> str:
+    """`in X msg/s  out Y msg/s (last 1.0 s)  broker-a/1 lag 0 B ...`: the rates since the
+    previous call over the masters of `broker_names` (all when None), each slave named by its
+    broker name and id."""
+    brokers: list[BrokerAddress] = [
+        b for b in await admin.brokers() if broker_names is None or b.broker_name in broker_names
+    ]
+    masters = [b for b in brokers if b.broker_id == 0]
+    totals: dict[str, tuple[int, int]] = {}
+    parts: list[str] = []
     for master in masters:
-        info = await admin.runtime_info(master.address)
-        total_in += float(info.get("putTps", "0").split()[0])
-        total_out += float(info.get("getTransferedTps", "0").split()[0])
-        ha = await admin.ha_status(master.address)
-        lags.extend(
-            f"{master.broker_name}<-{slave.addr} {_human_bytes(slave.diff)}"
+        try:
+            info = await admin.runtime_info(master.address)
+            totals[master.address] = (
+                int(info.get("msgPutTotalTodayNow", "0")),
+                int(info.get("msgGetTotalTodayNow", "0")),
+            )
+            ha = await admin.ha_status(master.address)
+        except TideMQError:
+            parts.append(f"{master.broker_name} master unreachable")
+            continue
+        parts.extend(
+            f"{master.broker_name}/{slave.slave_broker_id} lag {_human_bytes(slave.diff)}"
+            if slave.slave_broker_id >= 0
+            else f"{master.broker_name}<-{slave.addr} lag {_human_bytes(slave.diff)}"
             for slave in ha.ha_connection_info
         )
-    lag_text = ", ".join(lags) if lags else "no slaves"
+    rate_in, rate_out, span = meter.rates(totals, time.monotonic())
+    live_masters = {m.broker_name for m in masters if m.address in totals}
+    parts.extend(
+        f"{slave.broker_name}/{slave.broker_id} serving reads, no master"
+        for slave in brokers
+        if slave.broker_id > 0 and slave.broker_name not in live_masters
+    )
+    window = f" (last {span:.1f} s)" if span else ""
     return (
-        f"{len(masters)} master(s)  in {total_in:.1f} msg/s  out {total_out:.1f} msg/s  "
-        f"HA lag: {lag_text}"
+        f"{len(totals)} master(s)  in {rate_in:.1f} msg/s  out {rate_out:.1f} msg/s{window}  "
+        f"HA: {', '.join(parts) if parts else 'no slaves'}"
     )
 
 
 async def run_cluster(
-    topology: Topology, data_dir: Path, interval: float, start_timeout: float
+    topology: Topology,
+    data_dir: Path,
+    interval: float,
+    start_timeout: float,
+    *,
+    restart: bool = False,
 ) -> int:
     launcher = Launcher(topology, data_dir, start_timeout=start_timeout)
     loop = asyncio.get_running_loop()
@@ -390,6 +550,11 @@ async def run_cluster(
             return
         stop.set()
 
+    try:
+        launcher.check_ports()
+    except ClusterError as exc:
+        click.echo(f"tidemq-cluster: {exc}", err=True)
+        return 1
     for sig in signals:
         loop.add_signal_handler(sig, on_signal, sig)
     status = 0
@@ -401,16 +566,22 @@ async def run_cluster(
             if not start.done():
                 with contextlib.suppress(ClusterError):
                     await cancel_and_wait(start)
-                launcher.echo("interrupted while starting")
+                launcher.echo("interrupted while starting: the cluster never came up")
+                status = 1
             else:
                 waiter.cancel()
                 start.result()
-                launcher.echo(
-                    f"cluster ready: name server {topology.namesrv_addr}, "
-                    f"{len(topology.brokers)} broker(s); logs in {launcher.log_dir}; "
-                    "Ctrl-C stops everything"
+                names = ", ".join(
+                    f"{p.name} (pid {p.process.pid})" for p in topology.processes if p.process
                 )
-                await launcher.watch(interval, stop)
+                launcher.echo(
+                    f"cluster ready: {names}; name server {topology.namesrv_addr}; "
+                    f"logs in {launcher.log_dir}; Ctrl-C stops everything"
+                )
+                await launcher.watch(interval, stop, restart=restart)
+                if launcher.down:
+                    launcher.echo(f"down at the end: {launcher.down_text()}")
+                    status = 1
         except ClusterError as exc:
             click.echo(f"tidemq-cluster: {exc}", err=True)
             status = 1
@@ -453,22 +624,30 @@ def main() -> None:
 @click.option(
     "--start-timeout", type=float, default=60.0, show_default=True, help="Seconds to be healthy."
 )
+@click.option(
+    "--restart",
+    is_flag=True,
+    help=f"Start a daemon that died again (at most once per {RESTART_PAUSE:.0f} s).",
+)
 def run_command(
     topology: str,
     data_dir: Path | None,
     overrides: tuple[str, ...],
     interval: float,
     start_timeout: float,
+    restart: bool,
 ) -> None:
     """Start TOPOLOGY (a folder or a name under deploy/), show status until Ctrl-C, stop it."""
     try:
         folder = find_topology(topology)
         data = (data_dir or Path("data") / folder.name).resolve()
         parsed = load_topology(folder, data, overrides)
+        for process in parsed.processes:
+            process.fixed_ports()  # a port key that is not a number: one line now
     except (ClusterError, ConfigError) as exc:
         click.echo(f"tidemq-cluster: {exc}", err=True)
         sys.exit(2)
-    sys.exit(asyncio.run(run_cluster(parsed, data, interval, start_timeout)))
+    sys.exit(asyncio.run(run_cluster(parsed, data, interval, start_timeout, restart=restart)))
 
 
 @main.command("status")
@@ -480,11 +659,14 @@ def run_command(
     help="Name server [default: $NAMESRV_ADDR or 127.0.0.1:9876].",
 )
 def status_command(namesrv_addr: str) -> None:
-    """Print one status line of a running cluster."""
+    """Print one status line of a running cluster (rates over one second)."""
 
     async def once() -> str:
         async with AdminClient(namesrv_addr, timeout=3.0) as admin:
-            return await status_line(admin)
+            meter = RateMeter()
+            await status_line(admin, meter)
+            await asyncio.sleep(1.0)
+            return await status_line(admin, meter)
 
     try:
         click.echo(asyncio.run(once()))

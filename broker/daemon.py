@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from tidemq.broker.port_owner import describe_holders, holders, port_is_free
 from tidemq.client.memory import retain_freed_memory
 from tidemq.store.properties import load_properties, parse_overrides
 
@@ -35,6 +36,41 @@ def read_properties(config_file: Path | None, overrides: Iterable[str]) -> dict[
     props = load_properties(config_file) if config_file is not None else {}
     props.update(parse_overrides(overrides))
     return props
+
+
+def busy_port(host: str, ports: Iterable[tuple[str, int]]) -> str | None:
+    """One line naming the first of `ports` ((key, port); 0 and -1 skipped) that another process
+    holds, with who holds it; None when all are free. Checked before a daemon touches its store
+    or connects anywhere, so a daemon that cannot listen stops before it has done anything."""
+    for key, port in ports:
+        if port > 0 and not port_is_free(host, port):
+            return f"{key} {port} on {host} is in use by {describe_holders(holders(port))}"
+    return None
+
+
+STORE_FOLDERS = ("config", "consumequeue", "index")
+
+
+def unwritable_store(root: Path, commit_log_dir: Path) -> str | None:
+    """One line naming the first store folder this process cannot write, or None.
+
+    The root (or, when it does not exist yet, the nearest folder above it, where it will be
+    made) and those of its folders that exist already: a store left by another user would
+    otherwise start and then fail at every flush and persist."""
+    candidates = [root, commit_log_dir, *(root / name for name in STORE_FOLDERS)]
+    for path in candidates:
+        folder = path
+        while not folder.exists() and folder != folder.parent:
+            if path is not root and path is not commit_log_dir:
+                break  # a folder the store makes under a root already checked
+            folder = folder.parent
+        if not folder.exists():
+            continue
+        if not folder.is_dir():
+            return f"store folder {folder} is not a folder"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"store folder {folder} is not writable by this user (uid {os.getuid()})"
+    return None
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

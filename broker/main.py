@@ -21,7 +21,13 @@ import click
 
 from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig, RemotingConfig
-from tidemq.broker.daemon import configure_logging, read_properties, run_until_signal
+from tidemq.broker.daemon import (
+    busy_port,
+    configure_logging,
+    read_properties,
+    run_until_signal,
+    unwritable_store,
+)
 from tidemq.client.version import version_option
 from tidemq.ha.config import HAConfig
 from tidemq.store.config import BrokerRole, StoreConfig
@@ -40,6 +46,15 @@ class BrokerSettings:
     remoting: RemotingConfig
     ha: HAConfig
     unknown: list[str]
+
+    def fixed_ports(self) -> list[tuple[str, int]]:
+        """(key, port) of the ports this broker will listen on (a slave has no HA port)."""
+        ports = [("listenPort", self.broker.listen_port)]
+        if self.store.broker_role is not BrokerRole.SLAVE and self.broker.listen_port > 0:
+            ha = self.ha.ha_listen_port
+            ports.append(("haListenPort", ha if ha >= 0 else self.broker.listen_port + 1))
+        ports.append(("metricsPort", self.broker.metrics_port))
+        return ports
 
     def effective(self) -> dict[str, str]:
         props: dict[str, str] = {}
@@ -93,6 +108,8 @@ def main(
         click.echo(f"brokerd: {exc}", err=True)
         sys.exit(1)
     if print_config:
+        for key in settings.unknown:  # as start-up would log it, on stderr
+            click.echo(f"brokerd: unknown configuration key {key} ignored", err=True)
         for key, value in settings.effective().items():
             click.echo(f"{key}={value}")
         return
@@ -100,6 +117,12 @@ def main(
     configure_logging(f"{settings.broker.broker_name}/{role}")
     for key in settings.unknown:
         log.warning("unknown configuration key %s ignored", key)
+    problem = busy_port(settings.remoting.bind_address, settings.fixed_ports())
+    # Before the store is created or anything connects: one line, nothing touched.
+    problem = problem or unwritable_store(settings.store.root, settings.store.commit_log_dir)
+    if problem is not None:
+        click.echo(f"brokerd: cannot start: {problem}", err=True)
+        sys.exit(1)
     try:  # certificates and keys are loaded here
         broker = Broker(settings.broker, settings.store, settings.remoting, settings.ha)
     except ConfigError as exc:

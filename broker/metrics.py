@@ -13,23 +13,51 @@ every master through the admin API; scrape every broker instead):
   read per second (last 10 s).
 - `rocketmq_broker_commitlog_diff` {cluster, brokerIP, broker}: the HA lag in bytes, master max
   offset minus the slave's acknowledged offset; a master reports one per slave (brokerIP is the
-  slave's address).
-- `rocketmq_producer_tps` {cluster, broker, topic}: messages put per second (10 s).
-- `rocketmq_producer_offset` {cluster, broker, topic}: sum of the topic's queue max offsets.
-- `rocketmq_consumer_tps` {cluster, broker, topic, group}: messages read per second (10 s).
+  slave's broker address, `host:listenPort`, once the master has asked it; see
+  broker/slave_names.py).
+- `rocketmq_producer_tps` {cluster, broker, topic}: messages put per second (10 s);
+  `rocketmq_producer_message_size` the same in bytes per second.
+- `rocketmq_producer_offset` {cluster, broker, topic}: sum of the topic's queue max offsets;
+  `rocketmq_topic_retry_offset` the same for `%RETRY%` topics and `rocketmq_topic_dlq_offset`
+  {cluster, broker, group} for `%DLQ%` topics.
+- `rocketmq_consumer_tps` {cluster, broker, topic, group}: messages read per second (10 s);
+  `rocketmq_consumer_message_size` the same in bytes per second.
 - `rocketmq_consumer_offset` {cluster, broker, topic, group}: sum of committed offsets.
 - `rocketmq_group_diff` {group, topic, countOfOnlineConsumers, msgModel}: the group's lag in
-  messages on this broker. The three offset families come from masters only (as the exporter
-  reads masters), so summing over brokers does not count a group twice.
+  messages on this broker; `rocketmq_group_retrydiff` the same on its `%RETRY%` topic,
+  `rocketmq_group_dlqdiff` the messages in its `%DLQ%` topic beyond what it consumed of it.
+  msgModel is the exporter's ordinal: 0 BROADCASTING, 1 CLUSTERING (also for a group with no
+  consumer online: its offsets are on the broker, so it is a CLUSTERING group).
+- `rocketmq_producer_count` {cluster, broker, group}: producer instances of each group
+  connected; `rocketmq_group_count` {caddr, localaddr, group}: consumers of each group online
+  (their connections' addresses and client ids, comma-joined, as the exporter labels them).
+- `rocketmq_message_accumulation` {cluster, broker, topic, group}: the lag again, labelled as
+  the consumer families (the exporter's dashboard computes it from the offsets).
+- `rocketmq_group_get_latency_by_storetime` {cluster, broker, topic, group}: how long (ms) the
+  oldest message the group has not consumed has been stored, the largest over the queues; 0
+  when caught up. The offset and group families come from masters only (as the exporter reads
+  masters), so summing over brokers does not count a group twice.
 - `rocketmq_brokeruntime_*` {cluster, brokerIP, brokerHost, des, boottime, broker_version}:
-  commitlog_disk_ratio, commitlog_maxoffset, commitlog_minoffset, msg_put_total_today_now,
-  msg_gettotal_today_now, dispatch_behind_bytes, put_tps10, gettransfered_tps10.
+  from GET_BROKER_RUNTIME_INFO's table: commitlog_disk_ratio, consumequeue_disk_ratio,
+  commitlog_maxoffset, commitlog_minoffset, msg_put_total_today_now, msg_gettotal_today_now,
+  msg_puttotal_todaymorning, msg_gettotal_todaymorning, msg_puttotal_yesterdaymorning,
+  msg_gettotal_yesterdaymorning, put_message_size_total, put_message_average_size,
+  putmessage_times_total, earliest_message_timestamp, dispatch_behind_bytes,
+  remain_howmanydata_toflush (GiB, as RocketMQ writes it), put_tps10/60/600,
+  gettransfered_tps10/60/600; commitlogdir_capacity_total/free (bytes); put_latency_99 and
+  put_latency_999 (ms: the upper bound of the histogram bucket holding the quantile) and the
+  pmdt_* counts of sends by time taken in RocketMQ's steps (0ms = under 1 ms, 0to10ms, ...,
+  10stomore). Families tidemq has no number for (thread-pool queues: it has none; page-cache
+  lock time; transient store buffers) are left out rather than reported as a constant 0.
 - `tidemq_ha_slave_dispatch_behind_bytes` {cluster, broker}: on a slave, the bytes received
   from its master that dispatch has not put in the ConsumeQueues yet (a catch-up appends at
   wire speed and dispatch follows; the same number as `dispatchBehindBytes` in its HA status).
 - `tidemq_send_latency_seconds` and `tidemq_pull_latency_seconds` {cluster, broker}: histograms
   of the time to serve a send (replication wait included) and a pull (long-polling wait
   excluded); tidemq's own, the exporter has no latency histograms.
+- The process's own (prometheus_client's collectors): `process_cpu_seconds_total`,
+  `process_resident_memory_bytes`, `process_open_fds`, ..., `python_info`,
+  `python_gc_collections_total`, ... (name servers too).
 
 Name server families (tidemq's own): `tidemq_namesrv_brokers{cluster, broker}` (live addresses
 of each broker group) and `tidemq_namesrv_topics` (topics with a route).
@@ -41,19 +69,28 @@ import asyncio
 import contextlib
 import logging
 import math
+import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Final
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from tidemq.broker.managers.clients import ConsumerManager
+from tidemq.broker.managers.clients import ConsumerManager, ProducerManager
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
 from tidemq.broker.processors.ops import VERSION_DESC
 from tidemq.broker.state import BrokerState
-from tidemq.broker.stats import BrokerStats, LatencyHistogram, RateSampler
+from tidemq.broker.stats import LATENCY_BUCKETS, BrokerStats, LatencyHistogram, RateSampler
+from tidemq.client.protocol.heartbeat import MessageModel
 from tidemq.store.config import BrokerRole
 from tidemq.store.message_store import MessageStore
 
@@ -72,6 +109,26 @@ _TOPIC_LABELS: Final = ["cluster", "broker", "topic"]
 _GROUP_LABELS: Final = ["cluster", "broker", "topic", "group"]
 _DIFF_LABELS: Final = ["group", "topic", "countOfOnlineConsumers", "msgModel"]
 _RUNTIME_LABELS: Final = ["cluster", "brokerIP", "brokerHost", "des", "boottime", "broker_version"]
+RETRY_PREFIX: Final = "%RETRY%"
+DLQ_PREFIX: Final = "%DLQ%"
+MODEL_ORDINALS: Final = {MessageModel.BROADCASTING: "0", MessageModel.CLUSTERING: "1"}
+# rocketmq_brokeruntime_pmdt_<key>: [first, last) slices of LatencyHistogram.counts (buckets up
+# to 1 ms, 5 ms, 10 ms, 50 ms, 100 ms, 200 ms, 500 ms, 1 s, 2 s, 3 s, 4 s, 5 s, 10 s, more).
+PMDT_STEPS: Final = {
+    "0ms": (0, 1),  # under 1 ms (RocketMQ counts whole milliseconds: 0)
+    "0to10ms": (1, 3),
+    "10to50ms": (3, 4),
+    "50to100ms": (4, 5),
+    "100to200ms": (5, 6),
+    "200to500ms": (6, 7),
+    "500to1s": (7, 8),
+    "1to2s": (8, 9),
+    "2to3s": (9, 10),
+    "3to4s": (10, 11),
+    "4to5s": (11, 12),
+    "5to10s": (12, 13),
+    "10stomore": (13, 14),
+}
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -100,6 +157,7 @@ class BrokerCollector(Collector):
         stats: BrokerStats,
         rates: RateSampler,
         *,
+        producers: ProducerManager,
         ha_runtime_info: Callable[[], dict[str, object]],
         runtime_info: Callable[[], dict[str, str]],
     ) -> None:
@@ -110,6 +168,7 @@ class BrokerCollector(Collector):
         self.topics = topics
         self.offsets = offsets
         self.consumers = consumers
+        self.producers = producers
         self.stats = stats
         self.rates = rates
         self.ha_runtime_info = ha_runtime_info
@@ -132,7 +191,10 @@ class BrokerCollector(Collector):
         slaves = info.get("haConnectionInfo") if info.get("master") else None
         for slave in slaves if isinstance(slaves, list) else []:
             if isinstance(slave, dict):
-                diff.add_metric([cluster, str(slave["addr"]), name], float(slave["diff"]))
+                # The slave's broker address when known (broker/slave_names.py), not the
+                # temporary port its HA connection comes from.
+                slave_ip = str(slave.get("slaveBrokerAddr") or slave["addr"])
+                diff.add_metric([cluster, slave_ip, name], float(slave["diff"]))
         yield from (tps, qps, diff)
         if info.get("master") is False:
             behind = _gauge(
@@ -149,10 +211,21 @@ class BrokerCollector(Collector):
         consumer_tps = _gauge("rocketmq_consumer_tps", "GroupGetNums", _GROUP_LABELS)
         for (group, topic), rate in sorted(rates.group_get_tps().items()):
             consumer_tps.add_metric([cluster, name, topic, group], rate)
-        yield from (producer_tps, consumer_tps)
+        producer_size = _gauge(
+            "rocketmq_producer_message_size", "TopicPutMessageSize", _TOPIC_LABELS
+        )
+        for topic, rate in sorted(rates.topic_put_bytes().items()):
+            producer_size.add_metric([cluster, name, topic], rate)
+        consumer_size = _gauge(
+            "rocketmq_consumer_message_size", "GroupGetMessageSize", _GROUP_LABELS
+        )
+        for (group, topic), rate in sorted(rates.group_get_bytes().items()):
+            consumer_size.add_metric([cluster, name, topic, group], rate)
+        yield from (producer_tps, consumer_tps, producer_size, consumer_size)
 
         if self.store.role is not BrokerRole.SLAVE:
             yield from self._offsets(cluster, name)
+            yield from self._clients(cluster, name)
         yield from self._runtime(cluster, address)
         labels = ["cluster", "broker"]
         stats = self.stats
@@ -175,32 +248,121 @@ class BrokerCollector(Collector):
         store = self.store
         topics = self.topics
         producer_offset = _gauge("rocketmq_producer_offset", "TopicOffset", _TOPIC_LABELS)
+        retry_offset = _gauge("rocketmq_topic_retry_offset", "TopicRetryOffset", _TOPIC_LABELS)
+        dlq_offset = _gauge(
+            "rocketmq_topic_dlq_offset", "TopicDLQOffset", ["cluster", "broker", "group"]
+        )
         consumer_offset = _gauge(
             "rocketmq_consumer_offset", "GroupBrokerTotalOffset", _GROUP_LABELS
         )
         group_diff = _gauge("rocketmq_group_diff", "GroupDiff", _DIFF_LABELS)
+        retry_diff = _gauge("rocketmq_group_retrydiff", "GroupRetryDiff", _DIFF_LABELS)
+        dlq_diff = _gauge("rocketmq_group_dlqdiff", "GroupDLQDiff", _DIFF_LABELS)
+        accumulation = _gauge("rocketmq_message_accumulation", "MessageAccumulation", _GROUP_LABELS)
+        latency = _gauge(
+            "rocketmq_group_get_latency_by_storetime", "GroupGetLatencyByStoreTime", _GROUP_LABELS
+        )
         max_by_topic: dict[str, dict[int, int]] = {}
         for topic in sorted(topics.topics()):
             config = topics.select(topic)
-            if config is None or topics.is_system_topic(topic):
+            if config is None:
                 continue
             highs = {q: store.max_offset_in_queue(topic, q) for q in range(config.write_queue_nums)}
             max_by_topic[topic] = highs
-            producer_offset.add_metric([cluster, name, topic], float(sum(highs.values())))
+            total = float(sum(highs.values()))
+            if topic.startswith(RETRY_PREFIX):
+                retry_offset.add_metric([cluster, name, topic], total)
+            elif topic.startswith(DLQ_PREFIX):
+                dlq_offset.add_metric([cluster, name, topic[len(DLQ_PREFIX) :]], total)
+            elif not topics.is_system_topic(topic):
+                producer_offset.add_metric([cluster, name, topic], total)
         snapshot = self.offsets.snapshot()
+        now_ms = int(time.time() * 1000)
         for key in sorted(snapshot):
             topic, _, group = key.partition("@")
-            if topic not in max_by_topic:
+            if topic not in max_by_topic or topics.is_system_topic(topic):
                 continue
             highs = max_by_topic[topic]
             queues = snapshot[key]
-            consumer_offset.add_metric([cluster, name, topic, group], float(sum(queues.values())))
             lag = sum(max(high - max(queues.get(q, 0), 0), 0) for q, high in highs.items())
+            diff_labels = self._diff_labels(group, topic)
+            if topic.startswith(RETRY_PREFIX):
+                retry_diff.add_metric(diff_labels, float(lag))
+                continue
+            if topic.startswith(DLQ_PREFIX):
+                continue  # below, with the DLQs nobody consumes
+            consumer_offset.add_metric([cluster, name, topic, group], float(sum(queues.values())))
+            group_diff.add_metric(diff_labels, float(lag))
+            accumulation.add_metric([cluster, name, topic, group], float(lag))
+            behind = self._oldest_unconsumed_ms(topic, highs, queues, now_ms)
+            latency.add_metric([cluster, name, topic, group], float(behind))
+        for topic, highs in max_by_topic.items():
+            if topic.startswith(DLQ_PREFIX):
+                group = topic[len(DLQ_PREFIX) :]
+                done = snapshot.get(f"{topic}@{group}", {})
+                lows = {q: max(done.get(q, 0), store.min_offset_in_queue(topic, q)) for q in highs}
+                waiting = sum(max(high - lows[q], 0) for q, high in highs.items())
+                dlq_diff.add_metric(self._diff_labels(group, topic), float(waiting))
+        return (
+            producer_offset,
+            retry_offset,
+            dlq_offset,
+            consumer_offset,
+            group_diff,
+            retry_diff,
+            dlq_diff,
+            accumulation,
+            latency,
+        )
+
+    def _clients(self, cluster: str, name: str) -> Iterable[Metric]:
+        """Producer instances per group and the consumers online per group (the exporter's
+        caddr: their connections' addresses, localaddr: their client ids, comma-joined)."""
+        producer_count = _gauge(
+            "rocketmq_producer_count", "producer instance counter", ["cluster", "broker", "group"]
+        )
+        for group in sorted(self.producers.groups()):
+            count = len(self.producers.group_channels(group))
+            producer_count.add_metric([cluster, name, group], float(count))
+        group_count = _gauge("rocketmq_group_count", "GroupCount", ["caddr", "localaddr", "group"])
+        for group in sorted(self.consumers.groups()):
             info = self.consumers.get_group_info(group)
-            online = 0 if info is None else len(info.channels)
-            model = "" if info is None else info.message_model.value
-            group_diff.add_metric([group, topic, str(online), model], float(lag))
-        return (producer_offset, consumer_offset, group_diff)
+            members = (
+                []
+                if info is None
+                else sorted((c.channel.peer, c.client_id) for c in info.channels.values())
+            )
+            caddr = ",".join(peer for peer, _ in members)
+            localaddr = ",".join(client for _, client in members)
+            group_count.add_metric([caddr, localaddr, group], float(len(members)))
+        return (producer_count, group_count)
+
+    def _diff_labels(self, group: str, topic: str) -> list[str]:
+        """group, topic, countOfOnlineConsumers, msgModel: the exporter writes the model's
+        ordinal (0 BROADCASTING, 1 CLUSTERING) and CLUSTERING for a group with no consumer
+        online (its offsets are on the broker, which only a CLUSTERING group's are)."""
+        info = self.consumers.get_group_info(group)
+        online = 0 if info is None else len(info.channels)
+        model = MessageModel.CLUSTERING if info is None else info.message_model
+        return [group, topic, str(online), MODEL_ORDINALS[model]]
+
+    def _oldest_unconsumed_ms(
+        self, topic: str, highs: dict[int, int], done: dict[int, int], now_ms: int
+    ) -> int:
+        """How long the oldest message the group has not consumed has been stored (ms; 0 when
+        it is caught up), the largest over the queues, as the exporter computes it."""
+        store = self.store
+        oldest = 0
+        for queue, high in highs.items():
+            offset = max(done.get(queue, 0), store.min_offset_in_queue(topic, queue))
+            if offset >= high:
+                continue
+            stored = store.commitlog.store_timestamp_at(
+                store.commitlog_offset_in_queue(topic, queue, offset)
+            )
+            if stored > 0:
+                oldest = max(oldest, now_ms - stored)
+        return oldest
 
     def _runtime(self, cluster: str, address: str) -> Iterable[Metric]:
         config = self.state.config
@@ -208,20 +370,64 @@ class BrokerCollector(Collector):
         des = config.broker_name + ("" if config.broker_id == 0 else "_slave")
         values = [cluster, address, address.rpartition(":")[0], des, table["bootTimestamp"]]
         values.append(VERSION_DESC)
+        put_tps = [float(v) for v in table["putTps"].split()]
+        get_tps = [float(v) for v in table["getTransferedTps"].split()]
         gauges = {
             "commitlog_disk_ratio": float(table["commitLogDiskRatio"]),
+            "consumequeue_disk_ratio": float(table["consumeQueueDiskRatio"]),
             "commitlog_maxoffset": float(table["commitLogMaxOffset"]),
             "commitlog_minoffset": float(table["commitLogMinOffset"]),
             "msg_put_total_today_now": float(table["msgPutTotalTodayNow"]),
             "msg_gettotal_today_now": float(table["msgGetTotalTodayNow"]),
+            "msg_puttotal_todaymorning": float(table["msgPutTotalTodayMorning"]),
+            "msg_gettotal_todaymorning": float(table["msgGetTotalTodayMorning"]),
+            "msg_puttotal_yesterdaymorning": float(table["msgPutTotalYesterdayMorning"]),
+            "msg_gettotal_yesterdaymorning": float(table["msgGetTotalYesterdayMorning"]),
+            "put_message_size_total": float(table["putMessageSizeTotal"]),
+            "put_message_average_size": float(table["putMessageAverageSize"]),
+            "putmessage_times_total": float(table["putMessageTimesTotal"]),
+            "earliest_message_timestamp": float(table["earliestMessageTimeStamp"]),
             "dispatch_behind_bytes": float(table["dispatchBehindBytes"]),
-            "put_tps10": float(table["putTps"].split()[0]),
-            "gettransfered_tps10": float(table["getTransferedTps"].split()[0]),
+            # As RocketMQ writes it: GiB (the exporter takes the number before the unit).
+            "remain_howmanydata_toflush": float(table["remainHowManyDataToFlush"].split()[0]),
+            "put_tps10": put_tps[0],
+            "put_tps60": put_tps[1],
+            "put_tps600": put_tps[2],
+            "gettransfered_tps10": get_tps[0],
+            "gettransfered_tps60": get_tps[1],
+            "gettransfered_tps600": get_tps[2],
         }
+        with contextlib.suppress(OSError):
+            usage = shutil.disk_usage(self.store.config.commit_log_dir)
+            gauges["commitlogdir_capacity_total"] = float(usage.total)
+            gauges["commitlogdir_capacity_free"] = float(usage.free)
+        histogram = self.stats.send_latency
+        gauges["put_latency_99"] = _quantile_ms(histogram, 0.99)
+        gauges["put_latency_999"] = _quantile_ms(histogram, 0.999)
         for key, value in gauges.items():
             family = _gauge(f"rocketmq_brokeruntime_{key}", f"brokerRuntime {key}", _RUNTIME_LABELS)
             family.add_metric(values, value)
             yield family
+        # putMessageDistributeTime: sends by time taken, in RocketMQ's steps.
+        counts = histogram.counts
+        for key, (first, last) in PMDT_STEPS.items():
+            family = _gauge(
+                f"rocketmq_brokeruntime_pmdt_{key}", f"PutMessageDistributeTimeMap{key}",
+                _RUNTIME_LABELS,
+            )  # fmt: skip
+            family.add_metric(values, float(sum(counts[first:last])))
+            yield family
+
+
+def _quantile_ms(histogram: LatencyHistogram, q: float) -> float:
+    """The upper bound (ms) of the bucket holding the `q` quantile of the sends; 0 if none."""
+    if histogram.count == 0:
+        return 0.0
+    wanted = q * histogram.count
+    for bound, seen in histogram.cumulative():
+        if seen >= wanted:
+            return bound * 1000 if not math.isinf(bound) else LATENCY_BUCKETS[-1] * 1000
+    return LATENCY_BUCKETS[-1] * 1000
 
 
 class NamesrvCollector(Collector):
@@ -243,8 +449,14 @@ class NamesrvCollector(Collector):
 
 
 def registry_for(collector: Collector) -> CollectorRegistry:
+    """`collector` with the process's own metrics: prometheus_client's process collector
+    (process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ...), Python's
+    (python_info) and its garbage collector's (python_gc_collections_total, ...)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
     return registry
 
 

@@ -17,6 +17,9 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+K = TypeVar("K")
 
 
 @dataclass(slots=True)
@@ -140,6 +143,7 @@ LATENCY_BUCKETS: tuple[float, ...] = (
     1.0,
     2.0,
     3.0,
+    4.0,
     5.0,
     10.0,
 )
@@ -171,6 +175,8 @@ class _Sample:
     get: int
     put_by_topic: dict[str, int]
     get_by_group_topic: dict[tuple[str, str], int]
+    put_bytes_by_topic: dict[str, int]
+    get_bytes_by_group_topic: dict[tuple[str, str], int]
 
 
 class RateSampler:
@@ -213,6 +219,8 @@ class RateSampler:
                 get,
                 {t: c.messages for t, c in stats.put_by_topic.items()},
                 {k: c.messages for k, c in stats.get_by_group_topic.items()},
+                {t: c.bytes for t, c in stats.put_by_topic.items()},
+                {k: c.bytes for k, c in stats.get_by_group_topic.items()},
             )
         )
         date = self.today()
@@ -238,20 +246,25 @@ class RateSampler:
             return 0.0, 0.0
         return (last[1] - first[1]) / span, (last[2] - first[2]) / span
 
-    def topic_put_tps(self) -> dict[str, float]:
+    def _keyed_rates(self, counts: Callable[[_Sample], dict[K, int]]) -> dict[K, float]:
         first, last = self._keyed[0], self._keyed[-1]
         span = last.at - first.at
+        now, before = counts(last), counts(first)
         if span <= 0:
-            return {t: 0.0 for t in last.put_by_topic}
-        return {t: (n - first.put_by_topic.get(t, 0)) / span for t, n in last.put_by_topic.items()}
+            return {k: 0.0 for k in now}
+        return {k: (n - before.get(k, 0)) / span for k, n in now.items()}
+
+    def topic_put_tps(self) -> dict[str, float]:
+        return self._keyed_rates(lambda s: s.put_by_topic)
 
     def group_get_tps(self) -> dict[tuple[str, str], float]:
         """Messages per second read by (group, topic)."""
-        first, last = self._keyed[0], self._keyed[-1]
-        span = last.at - first.at
-        if span <= 0:
-            return {k: 0.0 for k in last.get_by_group_topic}
-        return {
-            k: (n - first.get_by_group_topic.get(k, 0)) / span
-            for k, n in last.get_by_group_topic.items()
-        }
+        return self._keyed_rates(lambda s: s.get_by_group_topic)
+
+    def topic_put_bytes(self) -> dict[str, float]:
+        """Bytes per second put, by topic (rocketmq-exporter's TopicPutMessageSize)."""
+        return self._keyed_rates(lambda s: s.put_bytes_by_topic)
+
+    def group_get_bytes(self) -> dict[tuple[str, str], float]:
+        """Bytes per second read by (group, topic) (the exporter's GroupGetMessageSize)."""
+        return self._keyed_rates(lambda s: s.get_bytes_by_group_topic)

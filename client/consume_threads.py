@@ -65,6 +65,9 @@ class ConsumeThreads:
                 done: _Done = (future, fn(*args), None)
             except BaseException as exc:  # noqa: BLE001 - the awaiting coroutine gets it, as from run_in_executor
                 done = (future, None, exc)
+            # Idle before the outcome can reach the loop: a job submitted on seeing it finds
+            # this thread rather than starting another.
+            self._idle.release()
             with self._finished_lock:
                 wake = not self._finished
                 self._finished.append(done)
@@ -74,7 +77,6 @@ class ConsumeThreads:
                     self._loop.call_soon_threadsafe(self._deliver)
                 except RuntimeError:  # the loop is closed: nobody awaits these any more
                     log.debug("%s: a job finished after its event loop closed", self._name)
-            self._idle.release()
 
     def _deliver(self) -> None:
         with self._finished_lock:

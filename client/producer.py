@@ -71,8 +71,12 @@ def hash_selector(queues: list[MessageQueue], msg: Message, arg: Any) -> Message
 
 
 def _compress(body: bytes, threshold: int) -> tuple[bytes, int]:
+    """The body to send and its sysFlag: compressed only when that makes it smaller, so an
+    incompressible body reaches the broker at the size the user sent (and is judged by it)."""
     if threshold > 0 and len(body) > threshold:
-        return zlib.compress(body, 5), FLAG_COMPRESSED
+        compressed = zlib.compress(body, 5)
+        if len(compressed) < len(body):
+            return compressed, FLAG_COMPRESSED
     return body, 0
 
 

@@ -93,6 +93,7 @@ class HAClient(Service):
         self.reported_offset = -1
         self.rate = TransferRate()
         self.connects = 0
+        self.local_address = ""
         self._resync = resync
         self._connect = connect
         self._address_changed = asyncio.Event()
@@ -194,6 +195,10 @@ class HAClient(Service):
         reader, writer = await asyncio.wait_for(self._connect(address), CONNECT_TIMEOUT)
         self.connects += 1
         self._answering_report = True
+        # The address the master sees this connection come from: it names this slave to the
+        # master (broker/slave_names.py), which only sees a temporary port.
+        local = writer.get_extra_info("sockname")
+        self.local_address = f"{local[0]}:{local[1]}" if isinstance(local, tuple) else ""
         try:
             log.info("HA: connected to master %s", address)
             decoder = TransferDecoder()
@@ -299,6 +304,7 @@ class HAClient(Service):
             "lastReadTimestamp": int(self.last_read * 1000),
             "lastWriteTimestamp": int(self.last_write * 1000),
             "connects": self.connects,
+            "haLocalAddress": self.local_address,
             "mismatch": None
             if mismatch is None
             else {

@@ -337,7 +337,9 @@ def check_record(msg: MessageToStore, max_body_size: int) -> RecordShape:
     topic_bytes = msg.topic.encode()
     props = msg.properties.encode()
     if len(body) > max_body_size:
-        raise RecordTooLargeError(f"message body of {len(body)} bytes exceeds {max_body_size}")
+        # A compressed body is judged as stored: say so, the sender knows a different size.
+        kind = "compressed message body" if msg.sys_flag & FLAG_COMPRESSED else "message body"
+        raise RecordTooLargeError(f"{kind} of {len(body)} bytes exceeds {max_body_size}")
     if not topic_bytes or len(topic_bytes) > MAX_TOPIC_BYTES:
         raise RecordTooLargeError(f"topic must be 1-{MAX_TOPIC_BYTES} bytes")
     if len(props) > MAX_PROPERTIES_BYTES:

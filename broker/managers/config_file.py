@@ -190,7 +190,7 @@ class ConfigManager(abc.ABC, Generic[T]):
         changed the table (RocketMQ logs and goes on); the next successful persist catches up."""
         try:
             self.persist()
-        except OSError:
-            log.exception("cannot persist %s", self.path)
+        except OSError as exc:  # the OS error says it all (permission, disk full): no traceback
+            log.error("cannot persist %s: %s", self.path, exc)
             return False
         return True

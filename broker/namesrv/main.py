@@ -25,6 +25,7 @@ from pathlib import Path
 import click
 
 from tidemq.broker.config import NamesrvConfig, RemotingConfig
+from tidemq.broker.daemon import busy_port
 from tidemq.broker.namesrv.server import NameServer, effective_properties
 from tidemq.client.version import version_option
 from tidemq.store.errors import ConfigError
@@ -134,4 +135,9 @@ def main(config_file: Path | None, print_config: bool, overrides: tuple[str, ...
         for key, value in effective_properties(namesrv, remoting).items():
             click.echo(f"{key}={value}")
         return
+    ports = [("listenPort", namesrv.listen_port), ("metricsPort", namesrv.metrics_port)]
+    busy = busy_port(remoting.bind_address, ports)
+    if busy is not None:
+        click.echo(f"namesrvd: cannot start: {busy}", err=True)
+        sys.exit(1)
     sys.exit(run(namesrv, remoting))

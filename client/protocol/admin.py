@@ -340,6 +340,10 @@ class HAConnectionRuntimeInfo:
     in_sync: bool
     transferred_byte_in_second: int
     transfer_from_where: int
+    # tidemq: the slave's broker address and id when the master knows them (a RocketMQ master
+    # sends neither: "" and -1).
+    slave_broker_addr: str = ""
+    slave_broker_id: int = -1
 
     @classmethod
     def from_dict(cls, obj: Any) -> HAConnectionRuntimeInfo:
@@ -351,6 +355,8 @@ class HAConnectionRuntimeInfo:
             bool(obj.get("inSync", False)),
             _int(obj, "transferredByteInSecond"),
             _int(obj, "transferFromWhere"),
+            str(obj.get("slaveBrokerAddr") or ""),
+            _int(obj, "slaveBrokerId", -1),
         )
 
 

@@ -20,12 +20,18 @@ abandoned and redone on restart, then the command exits 0; a second signal exits
 (130). `--available-now` reads what is there at start-up, in batches of
 `--max-offsets-per-trigger`, and exits. A failed query prints its error and exits 1.
 
+Before Spark starts, the name servers are asked for each topic's route: none of them answering
+prints one line naming them and the error, and exits 1; a topic without a route (it does not
+exist, or not yet) is warned about on one line and the query goes on (it reads that topic once
+it has a route).
+
 Under spark-submit the master and Spark settings come from spark-submit; run directly, the
 command starts a local Spark (`--master`, default local[*]).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -39,6 +45,8 @@ from typing import Any
 
 import click
 
+from tidemq.client.admin import AdminClient
+from tidemq.client.errors import TideMQError, TopicNotExistError
 from tidemq.client.spark.options import offsets_from_json
 from tidemq.client.spark.source import FORMAT
 from tidemq.client.version import version_option
@@ -115,6 +123,44 @@ class _Stopper:
         self.event.set()
 
 
+PREFLIGHT_TIMEOUT = 5.0
+
+
+def missing_topics(namesrv_addr: str, topics: Sequence[str]) -> list[str]:
+    """The topics the name servers have no route for; TideMQError when none answers."""
+
+    async def check() -> list[str]:
+        missing = []
+        async with AdminClient(namesrv_addr, timeout=PREFLIGHT_TIMEOUT) as admin:
+            for topic in topics:
+                try:
+                    await admin.topic_route(topic)
+                except TopicNotExistError:
+                    missing.append(topic)
+        return missing
+
+    return asyncio.run(check())
+
+
+def preflight(options: Mapping[str, str], out: Any) -> bool:
+    """Warn about topics that do not exist; False (after one line) when no name server answers."""
+    namesrv = options.get("namesrvAddr", "")
+    topics = [t.strip() for t in options.get("topic", "").split(",") if t.strip()]
+    try:
+        missing = missing_topics(namesrv, topics)
+    except TideMQError as exc:
+        print(f"tidemq-ingest: name server {namesrv}: {exc}", file=out, flush=True)
+        return False
+    for topic in missing:
+        print(
+            f"tidemq-ingest: warning: topic {topic} does not exist (no route on {namesrv}); "
+            "nothing is read from it until it is created",
+            file=out,
+            flush=True,
+        )
+    return True
+
+
 def start_query(spark: Any, settings: IngestSettings) -> Any:
     reader = spark.readStream.format(FORMAT)
     for key, value in settings.source_options.items():
@@ -139,6 +185,8 @@ def start_query(spark: Any, settings: IngestSettings) -> Any:
 def run(settings: IngestSettings, spark: Any | None = None, *, out: Any = None) -> int:
     """Run the query until it ends (available-now), fails, or a signal stops it. Exit status."""
     out = out or sys.stdout
+    if not preflight(settings.source_options, out):
+        return EXIT_FAILED
     own_session = spark is None
     if spark is None:
         from tidemq.client.spark.session import local_session

@@ -9,7 +9,9 @@
   signature is an HMAC-SHA1 over every request's body, computed twice (client and broker):
   about 19 us per 32 KiB batch on each side (0.6 us per message), plus some 4 us of Python per
   request on each side for a single send (the sorted ext values, the HMAC object, Base64, the
-  permission look-up).
+  permission look-up). The HMAC alone bounds the ratio when client and broker share the
+  machine's cores: off CPU / (off CPU + two HMACs per message), printed beside each ratio
+  (about 0.75 for batches and 0.9 for single sends on the 2-core machine: under the target).
 - TLS pulls: one broker with `tls.server.mode=permissive` (TLS and plaintext on one port) holding
   a backlog; pulls of 32 from 8 queues, 8 in flight, over plaintext and over TLS in turn, best
   of `ROUNDS`; the ratio TLS / plaintext (reported, no target).
@@ -23,6 +25,8 @@ Certificates are made for the run (tests/support/certs.py).
 from __future__ import annotations
 
 import contextlib
+import os
+import timeit
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +37,7 @@ from tests.bench.ha_bench import _catch_up
 from tests.support.certs import Pki, make_pki
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI
-from tidemq.client.remoting.signing import SessionCredentials
+from tidemq.client.remoting.signing import SessionCredentials, signing_key
 from tidemq.client.remoting.tls import TlsClientSettings
 
 ROUNDS = 3
@@ -103,6 +107,7 @@ async def _acl(plain: Daemon, guarded: Daemon, messages: int) -> list[Result]:
     for kind, label in (("batched", "batched sends (32 x 1 KiB)"), ("single", "single sends")):
         off_rate, on_rate = best[kind, False], best[kind, True]
         off_cpu, on_cpu = least_cpu[kind, False], least_cpu[kind, True]
+        floor = 2 * _hmac_us_per_message(32 if kind == "batched" else 1)
         print(
             f"{label:<28} ACL off {off_rate:>9,.0f} msg/s {off_cpu:5.1f} us/msg   "
             f"ACL on {on_rate:>9,.0f} msg/s {on_cpu:5.1f} us/msg (CPU: broker + client)"
@@ -121,8 +126,34 @@ async def _acl(plain: Daemon, guarded: Daemon, messages: int) -> list[Result]:
                 "us",
                 note=f"broker + client: off {off_cpu:.1f} us, on {on_cpu:.1f} us",
             ),
+            # What the protocol's HMAC-SHA1 over every body alone costs, once in the client and
+            # once in the broker: with both cores busy, ACL on cannot beat off / (off + this).
+            Result(
+                f"{label}: ACL on / off bound of the signature's HMAC alone",
+                off_cpu / (off_cpu + floor),
+                "x",
+                note=f"HMAC-SHA1 of the signed content, client + broker: {floor:.2f} us/msg",
+            ),
         ]
     return results
+
+
+def _hmac_us_per_message(messages_per_request: int) -> float:
+    """CPU of one HMAC-SHA1 of a send's signed content (its ext values and 1 KiB bodies), per
+    message: the least of a few timed runs."""
+    key = signing_key(BENCH_ACCOUNT.secret_key)
+    values = b"x" * 200  # the V2 header's values, about this long
+    body = os.urandom(1024 * messages_per_request)
+
+    def sign() -> None:
+        mac = key.copy()
+        mac.update(values)
+        mac.update(body)
+        mac.digest()
+
+    runs = 2000
+    best = min(timeit.repeat(sign, number=runs, repeat=5)) / runs
+    return best / messages_per_request * 1e6
 
 
 def _server_tls(pki: Pki, mode: str) -> tuple[str, ...]:

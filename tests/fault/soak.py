@@ -12,7 +12,11 @@ ends with the checker:
   with its body's number (the C++ client's, which is not told its queue, anywhere in the
   topic); messages stored more than once (a send whose answer was lost and
   that a client retried) are counted, never a loss;
-- each queue's offsets run from 0 without a hole (the ConsumeQueues agree with the CommitLog);
+- each queue's offsets run from 0 without a hole, as the master serves them;
+- an offline walk of both stores' files (`cq_check.py`) finds every ConsumeQueue unit pointing
+  at a record of its topic and queue with the unit's size and tagsCode, at its queue offset,
+  the queue offsets contiguous, and every record indexed (the slave's last ones may still be
+  on their way to its ConsumeQueues);
 - once the slave has caught up, its CommitLog is byte-identical to the master's: the slave is a
   byte prefix of the master at every moment it is behind.
 
@@ -35,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.fault.cq_check import check_consume_queues
 from tests.support.cpp_peers import SEND_OK, Peer
 from tests.support.ha_processes import (
     assert_identical,
@@ -209,6 +214,9 @@ async def check(
     twice = sum(count - 1 for count in Counter(found.values()).values() if count > 1)
     end = await wait_caught_up(api, master, slave)
     assert_identical(folder / "master", folder / "slave", 0, end)
+    for store in ("master", "slave"):
+        queues = check_consume_queues(folder / store)
+        assert not queues.problems, f"the {store}'s ConsumeQueues: {queues.problems}"
     return lost, twice
 
 

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 from collections import Counter, defaultdict
@@ -37,6 +38,7 @@ from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult, PushConsumer
+from tidemq.client.errors import MessageIllegalError
 from tidemq.client.message import Message, ReceivedMessage, SendResult, SendStatus
 from tidemq.client.producer import AsyncProducer, Producer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere, MessageModel, MessageQueue
@@ -872,3 +874,23 @@ async def test_asyncio_producer_and_lite_pull_consumer(
         assert await assigned.committed(mq) == 3
     finally:
         await shutdown_all(consumer, assigned, producer)
+
+
+def test_a_refused_size_is_the_size_the_user_sent(processes: ProcessGroup, tmp_path: Path) -> None:
+    """A broker with a smaller maxMessageSize than the producer's: an incompressible body is
+    sent as is (compressing it would make it larger), so the broker's remark carries the size
+    the user sent; a compressible one that is still too large is named as compressed."""
+    namesrv = processes.namesrvd()
+    processes.brokerd(namesrv.address, tmp_path / "a", "maxMessageSize=65536")
+    random_body = os.urandom(70_000)
+    with Producer("size-remark-pg", namesrv.address) as producer:
+        producer.send(Message("SizeRemark", b"create"))
+        with pytest.raises(MessageIllegalError) as refused:
+            producer.send(Message("SizeRemark", random_body))
+        assert "message body of 70000 bytes exceeds 65536" in str(refused.value)
+        assert "compressed" not in str(refused.value)
+        half = os.urandom(100_000) + bytes(100_000)  # compresses to about 100 KB
+        with pytest.raises(MessageIllegalError) as compressed:
+            producer.send(Message("SizeRemark", half))
+        assert "compressed message body of " in str(compressed.value)
+        assert producer.send(Message("SizeRemark", bytes(200_000))).status is SendStatus.SEND_OK

@@ -1,4 +1,6 @@
-"""Operations against a real 2m-2s cluster started by the launcher (deploy/2m-2s-async).
+"""Operations against a real 2m-2s cluster started by the launcher (deploy/2m-2s-async), and
+the launcher's own behaviour on real processes (busy ports, a daemon that cannot start or dies,
+the status line's rates and names).
 
 One cluster for the module (name server, broker-a and broker-b with a slave each, on free
 ports); `mqadmin` runs in-process through click's CliRunner; clients use the blocking API (its
@@ -11,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
+import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +27,8 @@ from click.testing import CliRunner, Result
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.conditions import eventually_sync
-from tests.support.launcher import LaunchedCluster, alive, index_workers_of
+from tests.support.launcher import LaunchedCluster, alive, choose_ports, index_workers_of
+from tests.support.processes import REPO_ROOT, free_port
 from tidemq.client.admin import AdminClient
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer import ConsumeResult, PushConsumer
@@ -119,6 +124,25 @@ def test_cluster_list_shows_four_brokers(cluster: LaunchedCluster) -> None:
     data = admin_json(cluster, "clusterList")
     assert isinstance(data, list) and len(data) == 4
     assert {b["address"] for b in data} == {cluster.address(n) for n in cluster.ports}
+
+
+def test_ha_status_and_lag_metric_name_each_slave_by_its_broker(cluster: LaunchedCluster) -> None:
+    """Not by the temporary port of its HA connection: the master asks its slaves
+    (broker/slave_names.py), so the status and `brokerIP` carry the slave's broker address."""
+    slave_address = cluster.address("broker-a-s")
+
+    def named() -> bool:
+        [status] = [
+            s
+            for s in admin_json(cluster, "haStatus", "-c", "DefaultCluster")  # type: ignore[union-attr]
+            if s["brokerAddr"] == cluster.address("broker-a")
+        ]
+        [slave] = status["ha_connection_info"]
+        return bool(slave["slave_broker_addr"] == slave_address and slave["slave_broker_id"] == 1)
+
+    eventually_sync(named, "the master to know its slave's broker address", 30)
+    samples = scrape(cluster.ports["broker-a"].metrics)["rocketmq_broker_commitlog_diff"]
+    assert [labels["brokerIP"] for labels, _ in samples] == [slave_address]
 
 
 def test_ha_status_shows_each_slave_lag(cluster: LaunchedCluster) -> None:
@@ -292,14 +316,188 @@ def test_metrics_show_ha_lag_rising_while_a_slave_is_stopped(cluster: LaunchedCl
     assert "tidemq_ha_slave_dispatch_behind_bytes" not in metrics  # slaves only
     offsets = {s[0]["topic"]: s[1] for s in metrics["rocketmq_producer_offset"]}
     assert offsets[topic] == 50
-    assert any(v > 0 for _, v in metrics["rocketmq_producer_tps"])
+    # Rates come from the broker's once-a-second samples: the next one counts the sends.
+    eventually_sync(
+        lambda: any(
+            v > 0
+            for _, v in scrape(cluster.ports["broker-a"].metrics).get("rocketmq_producer_tps", [])
+        ),
+        "the sends in rocketmq_producer_tps",
+        10,
+    )
     [(_, count)] = metrics["tidemq_send_latency_seconds_count"]
     assert count >= 50
     assert "tidemq_pull_latency_seconds_bucket" in metrics
     assert "rocketmq_brokeruntime_commitlog_disk_ratio" in metrics
-    assert "rocketmq_group_diff" in metrics
     slave_metrics = scrape(cluster.ports["broker-a-s"].metrics)
     assert slave_metrics["rocketmq_broker_tps"][0][0]["broker"] == "broker-a"
+
+
+def family_values(
+    metrics: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str
+) -> list[float]:
+    return [
+        value
+        for sample_labels, value in metrics.get(name, [])
+        if all(sample_labels.get(k) == v for k, v in labels.items())
+    ]
+
+
+def test_exporter_families_for_groups_with_lag_retries_and_a_dlq(cluster: LaunchedCluster) -> None:
+    """Two groups fail one message each: one retries it (%RETRY%), one (maxReconsumeTimes 0)
+    sends it to its DLQ; then 5 more messages arrive with no consumer online. The masters'
+    metrics show the lag, its age, the retry and DLQ backlogs, the sizes and the process."""
+    topic = "OpsGroups"
+    create_topic(cluster, topic)
+    groups = {"ops-groups-retry": 16, "ops-groups-dlq": 0}
+    producer = Producer("ops-groups-pg", config=client_config(cluster))
+    producer.start()
+    consumers = []
+    try:
+        send(producer, topic, "m", 10)
+        failed: dict[str, int] = dict.fromkeys(groups, 0)
+        done: dict[str, set[bytes]] = {g: set() for g in groups}
+
+        def listener_for(group: str) -> Callable[[ReceivedMessage], ConsumeResult]:
+            def listener(msg: ReceivedMessage) -> ConsumeResult:
+                if msg.body == b"m-0" and failed[group] == 0:
+                    failed[group] += 1
+                    return ConsumeResult.RECONSUME_LATER
+                done[group].add(msg.body)
+                return ConsumeResult.SUCCESS
+
+            return listener
+
+        for group, retries in groups.items():
+            consumer = PushConsumer(
+                group,
+                config=client_config(cluster),
+                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                max_reconsume_times=retries,
+            )
+            consumer.subscribe(topic, "*", listener_for(group))
+            consumer.start()
+            consumers.append(consumer)
+
+        def online_as_clustering() -> bool:
+            metrics = {**scrape(cluster.ports["broker-a"].metrics)}
+            models = {
+                labels["msgModel"]
+                for labels, _ in metrics.get("rocketmq_group_diff", [])
+                if labels["group"] in groups and labels["countOfOnlineConsumers"] != "0"
+            }
+            return models == {"1"}  # CLUSTERING's ordinal, as the exporter writes it
+
+        eventually_sync(online_as_clustering, "the groups online, msgModel 1", 30)
+
+        def clients_counted() -> bool:
+            m = scrape(cluster.ports["broker-a"].metrics)
+            members = [
+                (labels, v)
+                for labels, v in m.get("rocketmq_group_count", [])
+                if labels["group"] == "ops-groups-retry"
+            ]
+            producers = family_values(m, "rocketmq_producer_count", group="ops-groups-pg")
+            return (
+                len(members) == 1
+                and members[0][1] == 1
+                and members[0][0]["caddr"].startswith("127.0.0.1:")
+                and "@" in members[0][0]["localaddr"]
+                and producers == [1.0]
+            )
+
+        eventually_sync(clients_counted, "the producer and the consumers counted", 30)
+        eventually_sync(
+            lambda: all(len(done[g]) >= 9 for g in groups), "9 messages consumed by each", 30
+        )
+        for consumer in consumers:
+            consumer.shutdown()
+        consumers.clear()
+        send(producer, topic, "later", 5)
+
+        def metrics_of_both() -> dict[str, list[tuple[dict[str, str], float]]]:
+            out: dict[str, list[tuple[dict[str, str], float]]] = {}
+            for name in ("broker-a", "broker-b"):
+                for family, samples in scrape(cluster.ports[name].metrics).items():
+                    out.setdefault(family, []).extend(samples)
+            return out
+
+        def backlog_seen() -> bool:
+            m = metrics_of_both()
+            return (
+                all(
+                    sum(family_values(m, "rocketmq_message_accumulation", topic=topic, group=g))
+                    == 5
+                    and sum(family_values(m, "rocketmq_group_diff", topic=topic, group=g)) == 5
+                    for g in groups
+                )
+                and sum(family_values(m, "rocketmq_group_dlqdiff", group="ops-groups-dlq")) == 1
+            )
+
+        eventually_sync(backlog_seen, "5 messages behind in each group, 1 in the DLQ", 40)
+        metrics = metrics_of_both()
+        for group in groups:
+            ages = family_values(
+                metrics, "rocketmq_group_get_latency_by_storetime", topic=topic, group=group
+            )
+            assert ages and max(ages) > 0, ages
+        assert family_values(metrics, "rocketmq_group_dlqdiff", topic="%DLQ%ops-groups-dlq")
+        assert family_values(
+            metrics, "rocketmq_group_retrydiff", topic="%RETRY%ops-groups-retry"
+        ), "the retry group's %RETRY% topic has a row"
+        assert family_values(metrics, "rocketmq_topic_dlq_offset", group="ops-groups-dlq") == [1.0]
+        assert "rocketmq_producer_message_size" in metrics
+        assert "rocketmq_consumer_message_size" in metrics
+        for family in ("rocketmq_brokeruntime_put_tps60", "rocketmq_brokeruntime_pmdt_0to10ms",
+                       "rocketmq_brokeruntime_commitlogdir_capacity_free",
+                       "process_resident_memory_bytes", "python_info"):  # fmt: skip
+            assert family in metrics, family
+        [(_, rss)] = scrape(cluster.ports["broker-a"].metrics)["process_resident_memory_bytes"]
+        assert rss > 10 * 1024 * 1024
+    finally:
+        for consumer in consumers:
+            consumer.shutdown()
+        producer.shutdown()
+
+
+DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "tidemq-dashboard.json"
+PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or"}
+
+
+def dashboard_metric_names() -> set[str]:
+    """The metric names in the dashboard's queries: words that are not functions (followed
+    by `(`), keywords, label names in `by (...)`, durations or numbers."""
+    names = set()
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        for target in panel["targets"]:
+            expr = re.sub(r"\b(by|without|on|ignoring)\s*\([^)]*\)", " ", target["expr"])
+            expr = re.sub(r"\[[^\]]*\]|\{[^}]*\}", " ", expr)
+            for word in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*(?!\w*\s*\()", expr):
+                if word not in PROMQL_KEYWORDS:
+                    names.add(word)
+    return names
+
+
+def test_every_dashboard_query_names_a_metric_the_daemons_export(cluster: LaunchedCluster) -> None:
+    names = dashboard_metric_names()
+    assert {"rocketmq_broker_tps", "tidemq_send_latency_seconds_bucket"} <= names
+    assert "sum" not in names and "rate" not in names and "le" not in names
+    exported: set[str] = set()
+    ports = [cluster.ports["broker-a"].metrics, cluster.ports["broker-a-s"].metrics]
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        # Every family the daemon declares (# TYPE), with the sample names a histogram or a
+        # counter adds: a family without a sample right now is still exported.
+        for family in text_string_to_metric_families(text):
+            exported.add(family.name)
+            exported.update(
+                f"{family.name}{suffix}" for suffix in ("_bucket", "_count", "_sum", "_total")
+            )
+    namesrv_metrics = scrape(cluster.namesrv_metrics_port)
+    exported.update(namesrv_metrics)
+    missing = sorted(names - exported)
+    assert not missing, f"the dashboard queries metrics no daemon exports: {missing}"
 
 
 def slave_dispatch_behind(cluster: LaunchedCluster) -> float:
@@ -354,7 +552,7 @@ def test_make_run_starts_the_local_cluster_and_ctrl_c_stops_every_process(
     try:
         assert set(launched.pids) == {"namesrv", "broker-a", "broker-a-s"}
         assert all(alive(pid) for pid in launched.pids.values())
-        eventually_sync(lambda: "HA lag: broker-a<-" in launched.output(), "the status line", 10)
+        eventually_sync(lambda: "HA: broker-a/1 lag" in launched.output(), "the status line", 10)
         workers = {
             worker
             for name in ("broker-a", "broker-a-s")
@@ -372,3 +570,172 @@ def test_make_run_starts_the_local_cluster_and_ctrl_c_stops_every_process(
     assert output.index("stopped broker-a-s") < output.index("stopped broker-a ")
     assert output.index("stopped broker-a ") < output.index("stopped namesrv")
     assert (tmp_path / "local" / "logs" / "broker-a.log").exists()
+
+
+# --- the launcher tells the truth (issue 19) ------------------------------------------------
+
+
+def status_lines(launched: LaunchedCluster) -> list[str]:
+    return [line for line in launched.output().splitlines() if line.startswith("[")]
+
+
+def test_a_busy_port_stops_the_launcher_before_anything_starts(tmp_path: Path) -> None:
+    """Any fixed port held by another program (here the slave's metrics port, held by this
+    test): one line naming the port, what it is for and the holder's pid; exit 1; no daemon."""
+    namesrv_port, ports = choose_ports("local")
+    busy = ports["broker-a-s"].metrics
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", busy))
+        holder.listen()
+        launched = LaunchedCluster.start(
+            "local", tmp_path / "c", ports=(namesrv_port, ports), wait_ready=False
+        )
+        try:
+            assert launched.process.wait(60) == 1
+        finally:
+            launched.stop()
+    output = launched.output()
+    assert f"port {busy} (broker-a-s metricsPort) is in use by pid {os.getpid()} (" in output
+    assert "started " not in output and "cluster ready" not in output
+    assert not (tmp_path / "c" / "logs").exists()
+
+
+def test_a_daemon_that_cannot_start_stops_the_launch_with_status_1(tmp_path: Path) -> None:
+    """The slave refuses its configuration and exits 1: the launcher says so at once (not after
+    its start timeout), stops what it started, exits 1 and never says "cluster ready"."""
+    logs = tmp_path / "c" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "broker-a-s.log").write_text("an earlier run's last line: broker shutting down\n")
+    launched = LaunchedCluster.start(
+        "local",
+        tmp_path / "c",
+        "brokerId=0",  # -o all: a SLAVE with brokerId 0 is refused
+        launcher_args=("--start-timeout", "600"),
+        wait_ready=False,
+    )
+    try:
+        assert launched.process.wait(120) == 1
+    finally:
+        launched.stop()
+    output = launched.output()
+    assert "broker-a-s exited while starting (exit status 1)" in output
+    assert "a SLAVE's brokerId must be > 0" in output
+    # The log is appended to; the tail quoted is this run's only.
+    assert "\n----- tidemq-cluster: started " in (logs / "broker-a-s.log").read_text()
+    assert "cluster ready" not in output
+    assert "an earlier run's last line" not in output
+    assert "stopped broker-a (exit status 0)" in output
+
+
+def test_a_dead_master_is_reported_while_its_slave_keeps_serving(tmp_path: Path) -> None:
+    """Rates over the last second, slaves named by broker name and id; then kill -9 of the
+    master: reported on its own line and as DOWN on the status line, the name server and the
+    slave keep running and serving, and the launcher exits 1 at Ctrl-C (a daemon is down)."""
+    launched = LaunchedCluster.start("local", tmp_path / "c")
+    try:
+        eventually_sync(
+            lambda: any("HA: broker-a/1 lag" in line for line in status_lines(launched)),
+            "the slave named broker-a/1 on the status line",
+            30,
+        )
+
+        sent_from = len(status_lines(launched))
+        with Producer("launcher-pg", launched.namesrv_addr) as producer:
+            for _ in range(400):
+                producer.send(Message("LauncherRates", b"x" * 64))
+        lines_after_sending = len(status_lines(launched))
+        eventually_sync(
+            lambda: any(
+                re.search(r" in [1-9][0-9.]* msg/s", line)
+                for line in status_lines(launched)[sent_from:]
+            ),
+            "a status line with messages in",
+            30,
+        )
+        # Over the last second: the rate is back to 0 once sending stopped (a 10-second
+        # average, as RocketMQ's putTps, would still show most of it).
+        eventually_sync(
+            lambda: any(
+                " in 0.0 msg/s  out 0.0 msg/s (last " in line
+                for line in status_lines(launched)[lines_after_sending + 1 :]
+            ),
+            "the rate back to 0 after sending stopped",
+            30,
+        )
+
+        os.kill(launched.pids["broker-a"], signal.SIGKILL)
+        eventually_sync(
+            lambda: (
+                "broker-a died (killed by SIGKILL); the others keep running" in (launched.output())
+            ),
+            "the death reported",
+            30,
+        )
+        eventually_sync(
+            lambda: "DOWN: broker-a (killed by SIGKILL)" in (status_lines(launched) or [""])[-1],
+            "DOWN on the status line",
+            30,
+        )
+        assert alive(launched.pids["namesrv"]) and alive(launched.pids["broker-a-s"])
+        assert launched.process.poll() is None
+
+        async def slave_role() -> str:
+            async with AdminClient(launched.namesrv_addr) as admin:
+                return (await admin.runtime_info(launched.address("broker-a-s")))["brokerRole"]
+
+        assert asyncio.run(slave_role()) == "SLAVE"
+        launched.interrupt()
+        assert launched.process.wait(60) == 1
+    finally:
+        launched.stop()
+    assert "down at the end: broker-a (killed by SIGKILL)" in launched.output()
+    assert "stopped broker-a-s (exit status 0)" in launched.output()
+
+
+def test_restart_starts_a_dead_daemon_again(tmp_path: Path) -> None:
+    launched = LaunchedCluster.start("single", tmp_path / "c", launcher_args=("--restart",))
+    try:
+        first = launched.pids["broker-a"]
+        os.kill(first, signal.SIGKILL)
+        eventually_sync(lambda: "restarting broker-a" in launched.output(), "the restart", 60)
+        eventually_sync(lambda: launched.refresh_pids()["broker-a"] != first, "a new broker-a", 60)
+        eventually_sync(
+            lambda: (
+                "1 master(s)" in (status_lines(launched) or [""])[-1]
+                and "DOWN" not in status_lines(launched)[-1]
+            ),
+            "the restarted master on the status line",
+            60,
+        )
+        assert alive(launched.pids["broker-a"])
+        launched.interrupt()
+        assert launched.process.wait(60) == 0
+    finally:
+        launched.stop()
+
+
+def test_sigterm_while_starting_stops_what_started_and_exits_1(tmp_path: Path) -> None:
+    """The slave is pointed at an HA port nobody listens on, so the cluster never becomes
+    healthy; SIGTERM then stops every daemon started so far and the launcher exits 1."""
+    launched = LaunchedCluster.start(
+        "local",
+        tmp_path / "c",
+        launcher_args=(
+            "--start-timeout",
+            "600",
+            "-o",
+            f"broker-a-s:haMasterAddress=127.0.0.1:{free_port()}",
+        ),
+        wait_ready=False,
+    )
+    try:
+        eventually_sync(lambda: "started broker-a-s" in launched.output(), "the slave started", 60)
+        launched.refresh_pids()
+        launched.process.send_signal(signal.SIGTERM)
+        assert launched.process.wait(60) == 1
+    finally:
+        launched.stop()
+    output = launched.output()
+    assert "interrupted while starting: the cluster never came up" in output
+    assert "cluster ready" not in output
+    assert not [name for name, pid in launched.pids.items() if alive(pid)]

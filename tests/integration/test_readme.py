@@ -32,7 +32,7 @@ def test_the_quick_start_has_the_three_programs() -> None:
     blocks = quick_start_blocks()
     assert [b.splitlines()[0] for b in blocks] == [
         "from rocketmq.client import Producer, Message",
-        "import time",
+        "import threading",
         "import asyncio",
     ]
     assert all(README_NAMESRV in block for block in blocks)
@@ -56,6 +56,13 @@ def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
             outputs.append(run.stdout)
     finally:
         cluster.stop()
-    cpp, blocking, _asyncio = outputs
+    cpp, blocking, polled = outputs
     assert cpp.splitlines()[0] in ("0", "SendStatus.OK"), cpp
     assert blocking.splitlines()[0].startswith("SendStatus.SEND_OK "), blocking
+    # The blocking consumer waits for its message before it exits (its group is new: it reads
+    # the young queues from 0, so the C++ client's message or its own comes first).
+    consumed = blocking.splitlines()[1:]
+    assert consumed and consumed[0].startswith("TopicTest TagA "), blocking
+    assert "b'hello'" in consumed[0], blocking
+    # The asyncio pull consumer polls what the programs sent (one poll: a first batch).
+    assert any(line.endswith(" b'hello'") for line in polled.splitlines()), polled

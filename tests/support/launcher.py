@@ -2,10 +2,12 @@
 
 `LaunchedCluster.start(topology, data_dir, overrides)` runs the launcher (or `make run`) in its
 own session with its output in `data_dir/launcher.out`, and returns once it prints "cluster
-ready" (every broker registered, every slave replicating). Every process gets free ports,
-passed as `-o NAME:key=value` overrides. `interrupt()` sends SIGINT to the launcher's process
-group, as a terminal's Ctrl-C does; `stop()` interrupts, waits, and kills whatever is left (the
-launcher and the daemons it reported), so a failing test never leaves processes behind.
+ready" (every broker registered, every slave replicating); with `wait_ready=False` it returns at
+once (a test of a launch that fails). Every process gets free ports (`choose_ports`, or the
+ones given), passed as `-o NAME:key=value` overrides. `interrupt()` sends SIGINT to the
+launcher's process group, as a terminal's Ctrl-C does; `stop()` interrupts, waits, and kills
+whatever is left (the launcher and the daemons it reported, restarted ones included), so a
+failing test never leaves processes behind.
 """
 
 from __future__ import annotations
@@ -34,12 +36,19 @@ class Ports:
     metrics: int
 
 
+def choose_ports(topology: str) -> tuple[int, dict[str, Ports]]:
+    """Free ports for the name server and each broker of a topology under deploy/."""
+    names = sorted(p.stem for p in (DEPLOY / topology).glob("broker*.properties"))
+    return free_port(), {n: Ports(free_port(), free_port(), free_port()) for n in names}
+
+
 @dataclass
 class LaunchedCluster:
     process: subprocess.Popen[bytes]
     output_path: Path
     namesrv_port: int
     ports: dict[str, Ports]
+    namesrv_metrics_port: int = 0
     pids: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -60,12 +69,15 @@ class LaunchedCluster:
         *overrides: str,
         timeout: float = 90.0,
         via_make: bool = False,
+        launcher_args: tuple[str, ...] = (),
+        ports: tuple[int, dict[str, Ports]] | None = None,
+        wait_ready: bool = True,
     ) -> LaunchedCluster:
-        """`via_make`: run `make run RUN_ARGS=...` (topology `local`) instead of the module."""
+        """`via_make`: run `make run RUN_ARGS=...` (topology `local`) instead of the module;
+        `launcher_args`: more options of `run` (e.g. `--restart`)."""
         folder = DEPLOY / topology
-        names = sorted(p.stem for p in folder.glob("broker*.properties"))
-        namesrv_port = free_port()
-        ports = {n: Ports(free_port(), free_port(), free_port()) for n in names}
+        namesrv_port, ports = ports or choose_ports(topology)
+        namesrv_metrics_port = free_port()
         args = [
             sys.executable,
             "-m",
@@ -76,12 +88,13 @@ class LaunchedCluster:
             str(data_dir),
             "--interval",
             "1",
+            *launcher_args,
             "-o",
             f"namesrv:listenPort={namesrv_port}",
             "-o",
             "namesrv:bindAddress=127.0.0.1",
             "-o",
-            f"namesrv:metricsPort={free_port()}",
+            f"namesrv:metricsPort={namesrv_metrics_port}",
         ]
         for name, p in ports.items():
             args += ["-o", f"{name}:listenPort={p.listen}", "-o", f"{name}:haListenPort={p.ha}"]
@@ -102,13 +115,20 @@ class LaunchedCluster:
                 cwd=REPO_ROOT,
                 start_new_session=True,
             )
-        cluster = cls(process, output_path, namesrv_port, ports)
+        cluster = cls(process, output_path, namesrv_port, ports, namesrv_metrics_port)
+        if not wait_ready:
+            return cluster
         try:
             cluster._wait_ready(timeout)
         except BaseException:
             cluster.stop()
             raise
         return cluster
+
+    def refresh_pids(self) -> dict[str, int]:
+        """The pids the launcher reported, the latest start of each name (after a restart)."""
+        self.pids = {m[1]: int(m[2]) for m in _STARTED.finditer(self.output())}
+        return self.pids
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -134,7 +154,7 @@ class LaunchedCluster:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        for pid in self.pids.values():
+        for pid in self.refresh_pids().values():
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         return self.process.returncode

@@ -172,13 +172,17 @@ class Daemon:
                     f"{self.name} exited with status {code} before listening on "
                     f"{self.address}; log {self.log_path}:\n{self.log_tail()}"
                 )
-            if port_open(self.host, self.port) and self._ready():
+            if self.listening() and self._ready():
                 return
             time.sleep(0.05)
         raise DaemonError(
             f"{self.name} did not listen on {self.address} within {self.start_timeout} s; "
             f"log {self.log_path}:\n{self.log_tail()}"
         )
+
+    def listening(self) -> bool:
+        """Whether the daemon's port accepts connections (a subclass may look elsewhere)."""
+        return port_open(self.host, self.port)
 
     def _ready(self) -> bool:
         if self.ready_text is None:

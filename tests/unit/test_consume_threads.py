@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.support.conditions import eventually
 from tidemq.client.consume_threads import ConsumeThreads
 
 
@@ -71,11 +72,12 @@ async def test_threads_start_as_needed_up_to_the_maximum() -> None:
         assert await threads.submit(int, "8") == 8  # the idle thread takes it
         assert len(threads._threads) == 1
         futures = [threads.submit(blocking_job) for _ in range(5)]
-        await asyncio.sleep(0.2)
         assert len(threads._threads) == 2
+        await eventually(lambda: most == 2, "both threads holding a job")
         release.set()
         await asyncio.gather(*futures)
         assert most == 2
+        assert len(threads._threads) == 2
     finally:
         threads.shutdown()
 

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tidemq.broker.cluster import ClusterError, load_topology, parse_override
+from tidemq.broker.cluster import ClusterError, RateMeter, load_topology, parse_override
 from tidemq.broker.metrics import NamesrvCollector, registry_for
 from tidemq.broker.namesrv.route_info import RouteInfoManager
 from tidemq.broker.processors.ops import mask_permission
@@ -161,13 +161,45 @@ def test_topology_loading(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["single", "2m-noslave", "2m-2s-async", "2m-2s-sync", "local"])
 def test_sample_topologies_hold_rocketmq_keys(name: str, tmp_path: Path) -> None:
     topology = load_topology(DEPLOY / name, tmp_path)
-    ports = [p.port for p in topology.processes]
-    assert len(set(ports)) == len(ports)
+    ports = [port for p in topology.processes for _, port in p.fixed_ports()]
+    assert len(set(ports)) == len(ports)  # listen, HA and metrics ports all distinct
     for broker in topology.brokers:
         for key in ("brokerClusterName", "brokerName", "brokerId", "deleteWhen",
                     "fileReservedTime", "brokerRole", "flushDiskType"):  # fmt: skip
             assert key in broker.props, (broker.name, key)
         assert broker.is_slave == (broker.props["brokerId"] != "0")
+        # Laptop-sized store files (deploy/README.md, "Disk").
+        assert int(broker.props["mappedFileSizeCommitLog"]) <= 64 * 1024 * 1024
+        assert int(broker.props["maxIndexNum"]) <= 2_000_000
+
+
+def test_fixed_ports_of_a_master_a_slave_and_the_name_server(tmp_path: Path) -> None:
+    topology = load_topology(
+        DEPLOY / "local",
+        tmp_path,
+        ["namesrv:listenPort=7000", "namesrv:metricsPort=0", "broker-a:listenPort=7100",
+         "broker-a:metricsPort=7102", "broker-a-s:listenPort=7200", "broker-a-s:metricsPort=-1"],
+    )  # fmt: skip
+    assert topology.namesrv.fixed_ports() == [("listenPort", 7000)]  # 0: any free port
+    master = next(p for p in topology.brokers if not p.is_slave)
+    slave = next(p for p in topology.brokers if p.is_slave)
+    assert master.fixed_ports() == [
+        ("listenPort", 7100),
+        ("haListenPort", 7101),
+        ("metricsPort", 7102),
+    ]
+    assert slave.fixed_ports() == [("listenPort", 7200)]  # a slave does not listen for HA
+    bad = load_topology(DEPLOY / "single", tmp_path, ["broker-a:metricsPort=x"])
+    with pytest.raises(ClusterError, match="broker-a: metricsPort: not an integer"):
+        bad.brokers[0].fixed_ports()
+
+
+def test_rate_meter_counts_the_messages_since_the_previous_sample() -> None:
+    meter = RateMeter()
+    assert meter.rates({"a:1": (100, 10)}, 50.0) == (0.0, 0.0, 0.0)  # the starting point
+    assert meter.rates({"a:1": (300, 10), "b:1": (5, 0)}, 52.0) == (100.0, 0.0, 2.0)
+    # b:1 counts from its first sample; a:1 restarted (its total fell): what it did since.
+    assert meter.rates({"a:1": (40, 0), "b:1": (25, 4)}, 53.0) == (60.0, 4.0, 1.0)
 
 
 def test_namesrv_metrics() -> None:
@@ -192,3 +224,20 @@ def test_namesrv_metrics() -> None:
     }
     assert samples["tidemq_namesrv_brokers"] == ({"cluster": "C", "broker": "broker-a"}, 2.0)
     assert samples["tidemq_namesrv_topics"][1] == 1.0
+
+
+def test_put_message_distribute_time_steps_cover_every_bucket_once() -> None:
+    from tidemq.broker.metrics import PMDT_STEPS, _quantile_ms
+    from tidemq.broker.stats import LATENCY_BUCKETS, LatencyHistogram
+
+    covered = [i for first, last in PMDT_STEPS.values() for i in range(first, last)]
+    assert covered == list(range(len(LATENCY_BUCKETS) + 1))  # in order, none twice
+    histogram = LatencyHistogram()
+    assert _quantile_ms(histogram, 0.99) == 0.0
+    for _ in range(98):
+        histogram.observe(0.0005)  # under 1 ms
+    histogram.observe(0.003)
+    histogram.observe(3.5)
+    assert histogram.counts[PMDT_STEPS["3to4s"][0]] == 1
+    assert _quantile_ms(histogram, 0.99) == 5.0  # the 99th of 100 is in the 1-5 ms bucket
+    assert _quantile_ms(histogram, 0.999) == 4000.0

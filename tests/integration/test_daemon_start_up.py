@@ -1,0 +1,136 @@
+"""Operator mistakes at a real daemon's start-up: one line on stderr, exit 1, nothing touched.
+
+A busy port (any of listenPort, a master's haListenPort, metricsPort, held here by the test
+itself) is named with the process holding it before the store is created (brokerd without -c
+would otherwise make ~/store: HOME is a temporary folder here). A store folder the broker cannot
+write stops it with one line instead of a traceback at every persist (as root, the broker runs
+as `nobody` through setpriv, since root may write anywhere). `brokerd -p` shows the warning for
+an unknown key that start-up would log.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import free_port
+
+NOBODY = 65534
+
+
+def run_brokerd(
+    home: Path, *args: str, as_nobody: bool = False, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "tidemq.broker", *args]
+    if as_nobody:
+        command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command]
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "HOME": str(home)},
+        cwd=home,
+    )
+
+
+@pytest.mark.parametrize(
+    ("role", "key"),
+    [
+        ("ASYNC_MASTER", "listenPort"),
+        ("SYNC_MASTER", "haListenPort"),
+        ("ASYNC_MASTER", "metricsPort"),
+        ("SLAVE", "metricsPort"),
+    ],
+)
+def test_a_busy_port_stops_brokerd_before_it_makes_its_store(
+    tmp_path: Path, role: str, key: str
+) -> None:
+    ports = {"listenPort": free_port(), "haListenPort": free_port(), "metricsPort": free_port()}
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", ports[key]))
+        holder.listen()
+        done = run_brokerd(
+            tmp_path,
+            f"brokerRole={role}",
+            "brokerId=1" if role == "SLAVE" else "brokerId=0",
+            "namesrvAddr=127.0.0.1:1",
+            *(f"{k}={v}" for k, v in ports.items()),
+        )
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"brokerd: cannot start: {key} {ports[key]} on 0.0.0.0 is in use by ")
+    assert f"pid {os.getpid()} (" in line
+    assert not (tmp_path / "store").exists()
+    assert "listening" not in done.stdout
+
+
+def test_namesrvd_names_the_holder_of_its_busy_metrics_port(tmp_path: Path) -> None:
+    busy = free_port()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", busy))
+        holder.listen()
+        done = subprocess.run(
+            [sys.executable, "-m", "tidemq.broker.namesrv", f"listenPort={free_port()}",
+             f"metricsPort={busy}"],
+            capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1].startswith(
+        f"namesrvd: cannot start: metricsPort {busy} on 0.0.0.0 is in use by pid {os.getpid()}"
+    )
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A temporary folder `nobody` can reach (pytest's own are private to their owner)."""
+    folder = Path(tempfile.mkdtemp(prefix="tidemq-store-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_an_unwritable_store_stops_brokerd_with_one_line(shared_tmp: Path) -> None:
+    """A store left by another user (here: folders it cannot write)."""
+    store = shared_tmp / "store"
+    (store / "commitlog").mkdir(parents=True)
+    (store / "config").mkdir()
+    as_nobody = os.getuid() == 0
+    if as_nobody:
+        store.chmod(0o777)  # the root is writable, its folders (root's, 755) are not
+    else:
+        (store / "commitlog").chmod(0o555)
+    try:
+        done = run_brokerd(
+            shared_tmp,
+            f"storePathRootDir={store}",
+            f"listenPort={free_port()}",
+            "namesrvAddr=127.0.0.1:1",
+            as_nobody=as_nobody,
+        )
+    finally:
+        (store / "commitlog").chmod(0o755)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        f"brokerd: cannot start: store folder {store / 'commitlog'} is not writable by this user "
+        f"(uid {NOBODY if as_nobody else os.getuid()})"
+    ]
+    assert set(store.iterdir()) == {store / "commitlog", store / "config"}  # nothing made
+
+
+def test_print_config_shows_the_unknown_key_warning(tmp_path: Path) -> None:
+    done = run_brokerd(tmp_path, "-p", "listenPort=1234", "brokerNmae=typo")
+    assert done.returncode == 0, done.stderr
+    assert "listenPort=1234" in done.stdout.splitlines()
+    assert done.stderr.splitlines() == ["brokerd: unknown configuration key brokerNmae ignored"]
