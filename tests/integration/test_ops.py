@@ -137,8 +137,8 @@ def test_ha_status_and_lag_metric_name_each_slave_by_its_broker(cluster: Launche
             for s in admin_json(cluster, "haStatus", "-c", "DefaultCluster")  # type: ignore[union-attr]
             if s["brokerAddr"] == cluster.address("broker-a")
         ]
-        [slave] = status["ha_connection_info"]
-        return bool(slave["slave_broker_addr"] == slave_address and slave["slave_broker_id"] == 1)
+        [slave] = status["haConnectionInfo"]
+        return bool(slave["slaveBrokerAddr"] == slave_address and slave["slaveBrokerId"] == 1)
 
     eventually_sync(named, "the master to know its slave's broker address", 30)
     samples = scrape(cluster.ports["broker-a"].metrics)["rocketmq_broker_commitlog_diff"]
