@@ -1,0 +1,5 @@
+"""`python -m tidemq.client.dashboard`: the same as `tidemq-dashboard`."""
+
+from tidemq.client.dashboard.cli import main
+
+main()

@@ -1,0 +1,153 @@
+"""`tidemq-dashboard --namesrv HOST:PORT [--port N] [--bind ADDR] [--ak AK --sk SK]`.
+
+Checks that the name server answers, then serves the dashboard until SIGINT or SIGTERM and
+prints one line when it is ready: `tidemq-dashboard: serving http://ADDR:PORT/ ...`. Operator
+mistakes (a name server that does not answer, a port that is taken or not allowed) print one
+line to stderr and exit 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import signal
+import sys
+from typing import Final
+
+import click
+from aiohttp import web
+
+from tidemq.client.admin import AdminClient
+from tidemq.client.dashboard.sampler import DEFAULT_INTERVAL
+from tidemq.client.dashboard.server import make_app
+from tidemq.client.errors import TideMQError
+from tidemq.client.mqadmin.base import ACCESS_KEY_ENV, SECRET_KEY_ENV
+
+DEFAULT_PORT: Final = 8082
+DEFAULT_BIND: Final = "127.0.0.1"
+NAMESRV_CHECK_TIMEOUT: Final = 5.0
+
+
+class StartError(Exception):
+    """Why the dashboard cannot start, in one line."""
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-n",
+    "--namesrv",
+    envvar="NAMESRV_ADDR",
+    required=True,
+    help="Name servers 'host:port;host:port' [env NAMESRV_ADDR].",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="HTTP port (0: any free one).",
+)
+@click.option("--bind", default=DEFAULT_BIND, show_default=True, help="Address to listen on.")
+@click.option(
+    "--ak",
+    "--accessKey",
+    "access_key",
+    envvar=ACCESS_KEY_ENV,
+    default="",
+    help="Admin account's access key: allows changes, and signs requests for ACL brokers.",
+)
+@click.option(
+    "--sk",
+    "--secretKey",
+    "secret_key",
+    envvar=SECRET_KEY_ENV,
+    default="",
+    help="Secret key of --ak.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.2, 3600),
+    default=DEFAULT_INTERVAL,
+    show_default=True,
+    help="Seconds between the live charts' samples.",
+)
+def main(
+    namesrv: str, port: int, bind: str, access_key: str, secret_key: str, interval: float
+) -> None:
+    """Serve tidemq's web console: cluster, topics, consumer groups, messages, live charts."""
+    if bool(access_key) != bool(secret_key):
+        _fail("give both --ak and --sk (or neither: a read-only dashboard)")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        asyncio.run(_serve(namesrv, port, bind, access_key, secret_key, interval))
+    except StartError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+
+
+def _fail(reason: str) -> None:
+    click.echo(f"tidemq-dashboard: {reason}", err=True)
+    sys.exit(1)
+
+
+async def _serve(
+    namesrv: str, port: int, bind: str, access_key: str, secret_key: str, interval: float
+) -> None:
+    try:
+        admin = AdminClient(
+            namesrv, timeout=NAMESRV_CHECK_TIMEOUT, access_key=access_key, secret_key=secret_key
+        )
+    except (TideMQError, ValueError) as exc:
+        raise StartError(f"bad --namesrv {namesrv!r}: {exc}") from None
+    try:
+        await admin.cluster_info()
+    except (TideMQError, OSError, TimeoutError) as exc:
+        await admin.close()
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise StartError(f"name server {namesrv} does not answer: {reason}") from None
+    app = make_app(admin, namesrv, writable=bool(access_key), interval=interval)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, bind, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise StartError(_bind_reason(bind, port, exc)) from None
+        bound = _bound_port(runner) or port
+        mode = f"admin account {access_key}" if access_key else "read-only"
+        click.echo(
+            f"tidemq-dashboard: serving http://{bind}:{bound}/ (name server {namesrv}; {mode})",
+        )
+        await _until_signalled()
+    finally:
+        await runner.cleanup()
+
+
+def _bind_reason(bind: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return f"cannot listen on {bind}:{port}: the port is in use (choose another with --port)"
+    if exc.errno == errno.EACCES:
+        return f"cannot listen on {bind}:{port}: permission denied (ports below 1024 need root)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {bind}:{port}: {bind} is not an address of this machine"
+    return f"cannot listen on {bind}:{port}: {exc.strerror or exc}"
+
+
+def _bound_port(runner: web.AppRunner) -> int | None:
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            return int(address[1])
+    return None
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
