@@ -14,7 +14,7 @@ import errno
 import logging
 import signal
 import sys
-from typing import Final
+from typing import Final, NoReturn
 
 import click
 from aiohttp import web
@@ -44,8 +44,8 @@ class StartError(Exception):
 )
 @click.option(
     "--port",
-    type=click.IntRange(0, 65535),
-    default=DEFAULT_PORT,
+    "port_text",
+    default=str(DEFAULT_PORT),
     show_default=True,
     help="HTTP port (0: any free one).",
 )
@@ -74,9 +74,10 @@ class StartError(Exception):
     help="Seconds between the live charts' samples.",
 )
 def main(
-    namesrv: str, port: int, bind: str, access_key: str, secret_key: str, interval: float
+    namesrv: str, port_text: str, bind: str, access_key: str, secret_key: str, interval: float
 ) -> None:
     """Serve tidemq's web console: cluster, topics, consumer groups, messages, live charts."""
+    port = _port(port_text)
     if bool(access_key) != bool(secret_key):
         _fail("give both --ak and --sk (or neither: a read-only dashboard)")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
@@ -88,7 +89,19 @@ def main(
         pass
 
 
-def _fail(reason: str) -> None:
+def _port(text: str) -> int:
+    """--port as a number 0..65535; anything else is one line and exit 1 (not click's usage
+    block)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        _fail(f"--port must be a number from 0 to 65535, not {text!r}")
+    return port
+
+
+def _fail(reason: str) -> NoReturn:
     click.echo(f"tidemq-dashboard: {reason}", err=True)
     sys.exit(1)
 
