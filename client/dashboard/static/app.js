@@ -15,7 +15,7 @@ function el(tag, attrs, ...children) {
     if (k === "onclick" || k === "onsubmit" || k === "onchange") node[k] = v;
     else if (v !== null && v !== undefined && v !== false) node.setAttribute(k, v === true ? "" : v);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     node.appendChild(typeof child === "object" ? child : document.createTextNode(String(child)));
   }
@@ -337,6 +337,7 @@ async function showMessage(id, topic) {
   }
   box.replaceChildren(el("div", { class: "panel" }, children));
   box.dataset.msgId = m.msgId;
+  box.scrollIntoView();
 }
 
 async function messagesPage(main, params) {
