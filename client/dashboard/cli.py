@@ -1,4 +1,9 @@
-"""`tidemq-dashboard --namesrv HOST:PORT [--port N] [--bind ADDR] [--ak AK --sk SK]`.
+"""`tidemq-dashboard --namesrv HOST:PORT [--port N] [--bind ADDR] [--ak AK --sk SK]
+[--read-only] [--interval S]`.
+
+Without --ak/--sk the dashboard is read-only; with them it may change the cluster and signs
+every request as that account (brokers with aclEnable check it; it should be an admin account
+there), unless --read-only keeps it to reading.
 
 Checks that the name server answers, then serves the dashboard until SIGINT or SIGTERM and
 prints one line when it is ready: `tidemq-dashboard: serving http://ADDR:PORT/ ...`. Operator
@@ -67,6 +72,12 @@ class StartError(Exception):
     help="Secret key of --ak.",
 )
 @click.option(
+    "--read-only",
+    "read_only",
+    is_flag=True,
+    help="Refuse changes even with --ak/--sk (which then only sign reads for ACL brokers).",
+)
+@click.option(
     "--interval",
     type=click.FloatRange(0.2, 3600),
     default=DEFAULT_INTERVAL,
@@ -74,7 +85,13 @@ class StartError(Exception):
     help="Seconds between the live charts' samples.",
 )
 def main(
-    namesrv: str, port_text: str, bind: str, access_key: str, secret_key: str, interval: float
+    namesrv: str,
+    port_text: str,
+    bind: str,
+    access_key: str,
+    secret_key: str,
+    read_only: bool,
+    interval: float,
 ) -> None:
     """Serve tidemq's web console: cluster, topics, consumer groups, messages, live charts."""
     port = _port(port_text)
@@ -82,7 +99,8 @@ def main(
         _fail("give both --ak and --sk (or neither: a read-only dashboard)")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        asyncio.run(_serve(namesrv, port, bind, access_key, secret_key, interval))
+        writable = bool(access_key) and not read_only
+        asyncio.run(_serve(namesrv, port, bind, access_key, secret_key, writable, interval))
     except StartError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
@@ -107,7 +125,13 @@ def _fail(reason: str) -> NoReturn:
 
 
 async def _serve(
-    namesrv: str, port: int, bind: str, access_key: str, secret_key: str, interval: float
+    namesrv: str,
+    port: int,
+    bind: str,
+    access_key: str,
+    secret_key: str,
+    writable: bool,
+    interval: float,
 ) -> None:
     try:
         admin = AdminClient(
@@ -121,7 +145,7 @@ async def _serve(
         await admin.close()
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise StartError(f"name server {namesrv} does not answer: {reason}") from None
-    app = make_app(admin, namesrv, writable=bool(access_key), interval=interval)
+    app = make_app(admin, namesrv, writable=writable, interval=interval)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
@@ -131,7 +155,9 @@ async def _serve(
         except OSError as exc:
             raise StartError(_bind_reason(bind, port, exc)) from None
         bound = _bound_port(runner) or port
-        mode = f"admin account {access_key}" if access_key else "read-only"
+        mode = "admin" if writable else "read-only"
+        if access_key:
+            mode += f", signing as {access_key}"
         click.echo(
             f"tidemq-dashboard: serving http://{bind}:{bound}/ (name server {namesrv}; {mode})",
         )

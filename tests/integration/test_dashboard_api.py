@@ -7,6 +7,7 @@ The pages themselves are driven in a browser by test_dashboard_browser.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.test_acl import ADMIN, WRONG, start_acl_broker
 from tests.support.conditions import eventually
 from tests.support.processes import LOOPBACK, Daemon, ProcessGroup, free_port
 from tidemq.client.admin import AdminClient
@@ -235,3 +237,35 @@ def test_read_only_api_refuses_writes_and_admin_api_writes(
     names = _request("GET", f"{rw}/api/topics")[1]
     assert isinstance(names, dict)
     assert "RwTopic" not in [t["topic"] for t in names["topics"]]
+
+
+def test_with_acl_the_dashboard_signs_as_its_account(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    acl = asyncio.run(start_acl_broker(processes, namesrv, tmp_path))
+    urls = {}
+    for name, credentials, extra in (
+        ("admin", ADMIN, ()),
+        ("reader", ADMIN, ("--read-only",)),
+        ("wrong", WRONG, ()),
+    ):
+        port = free_port()
+        keys = ("--ak", credentials.access_key, "--sk", credentials.secret_key, *extra)
+        processes.start(
+            dashboard_command(namesrv.address, port, *keys),
+            port=port,
+            name=f"dashboard-{name}",
+            ready_text="serving http",
+        )
+        urls[name] = f"http://{LOOPBACK}:{port}"
+
+    status, body = _request("POST", f"{urls['admin']}/api/topics", {"topic": "AclDashTopic"})
+    assert (status, body) == (200, {"topic": "AclDashTopic", "brokers": [acl.broker.address]})
+    status, cluster = _request("GET", f"{urls['reader']}/api/cluster")
+    assert status == 200 and isinstance(cluster, dict)
+    assert [b.get("role") for b in cluster["brokers"]] == ["ASYNC_MASTER"]
+    status, body = _request("POST", f"{urls['reader']}/api/topics", {"topic": "Refused"})
+    assert status == 403 and isinstance(body, dict) and "read-only" in body["error"]
+    status, body = _request("POST", f"{urls['wrong']}/api/topics", {"topic": "Refused"})
+    assert status == 502 and isinstance(body, dict)
+    assert "Check signature failed" in body["error"]

@@ -104,7 +104,7 @@ async function clusterPage(main) {
       ["Put today", (b) => num(b.putTotal), "num"],
       ["Get today", (b) => num(b.getTotal), "num"],
       ["Disk used", (b) => b.error ? "" : `${(b.diskRatio * 100).toFixed(1)} %`, "num"],
-      ["Disk", (b) => b.diskCapacity || ""],
+      ["Disk", (b) => b.diskCapacity || "", "wrap"],
       ["HA lag (bytes)", (b) => b.haLagBytes === null || b.haLagBytes === undefined ? "" : num(b.haLagBytes), "num"],
     ], data.brokers),
     el("h2", {}, "HA connections (master side)"),
