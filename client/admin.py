@@ -78,6 +78,7 @@ ADMIN_PRODUCER_GROUP = "TOOLS_PRODUCER"
 # INVOKE_BROKER_TO_RESET_OFFSET's "the end of every queue".
 SKIP_BACKLOG_TIMESTAMP = -1
 MESSAGES_BY_TIME_LIMIT = 2000
+PULL_BATCH = 32
 DLQ_PREFIX = "%DLQ%"
 # What a resent dead letter must not carry over: the broker's bookkeeping of its old life, and
 # the ids the new send gives it.
@@ -438,7 +439,7 @@ class AdminClient(Service):
     ) -> tuple[list[tuple[str, StoredMessage]], bool]:
         """(broker name, message) for the topic's messages stored in [begin, end] (ms), newest
         first, and whether more than `limit` were there (then the newest `limit` per queue are
-        kept before the merge: RocketMQ Dashboard's query caps its result the same way)."""
+        read and the newest `limit` of those kept: RocketMQ Dashboard caps its result too)."""
         found: list[tuple[str, StoredMessage]] = []
         truncated = False
         stats = await self.examine_topic_stats(topic)
@@ -448,20 +449,24 @@ class AdminClient(Service):
             address = masters.get(mq.broker_name)
             if address is None or queue.max_offset <= queue.min_offset:
                 continue
-            start = await self.search_offset(address, topic, mq.queue_id, begin)
-            start = max(queue.min_offset, min(start, queue.max_offset))
-            # The search answers the nearest message: back up one in case it stored after begin.
-            start = max(queue.min_offset, start - 1)
+            # The search answers the nearest message, either side: one more at each end.
+            first = await self.search_offset(address, topic, mq.queue_id, begin)
+            first = max(queue.min_offset, min(first, queue.max_offset) - 1)
+            stop = await self.search_offset(address, topic, mq.queue_id, end)
+            stop = max(first, min(stop + 1, queue.max_offset))
+            # Only the newest `limit` of a long range are read, not the whole queue.
+            start = max(first, stop - limit)
             in_queue: list[StoredMessage] = []
             offset = start
-            while offset < queue.max_offset:
-                result = await self.pull(mq.broker_name, topic, mq.queue_id, offset, 32)
+            while offset < stop:
+                count = min(PULL_BATCH, stop - offset)
+                result = await self.pull(mq.broker_name, topic, mq.queue_id, offset, count)
                 if result.status is not PullStatus.FOUND or not result.messages:
                     break
                 in_queue.extend(m for m in result.messages if begin <= m.store_timestamp <= end)
-                if result.messages[-1].store_timestamp > end:
-                    break
                 offset = result.next_begin_offset
+            if start - 1 > first and in_queue and in_queue[0].queue_offset == start:
+                truncated = True  # the message before the first read was in the range too
             if len(in_queue) > limit:
                 truncated = True
                 in_queue = in_queue[-limit:]

@@ -85,6 +85,15 @@ async def test_groups_search_by_time_skip_backlog_and_dead_letter_resend(
         assert truncated and len(capped) == 5
         assert {m.msg_id for _, m in capped} >= set(later[-2:])  # the newest are kept
 
+        # A long range in one queue: only its newest messages are read.
+        await _topic(admin, broker, "OneQueue", queues=1)
+        one = await _send(admin, "OneQueue", 10)
+        newest, truncated = await admin.messages_by_time("OneQueue", 0, end + 5000, limit=4)
+        assert truncated
+        assert [m.msg_id for _, m in newest] == one[::-1][:4]
+        whole, truncated = await admin.messages_by_time("OneQueue", 0, end + 5000, limit=10)
+        assert not truncated and [m.msg_id for _, m in whole] == one[::-1]
+
         # The group's offsets: from nothing to the end of every queue, then back by time.
         skipped = await admin.skip_backlog(GROUP, "TimeTopic")
         assert sum(skipped.values()) == 7
