@@ -27,7 +27,7 @@ from aiohttp import web
 from tidemq.client.admin import AdminClient
 from tidemq.client.dashboard.sampler import DEFAULT_INTERVAL
 from tidemq.client.dashboard.server import make_app
-from tidemq.client.errors import TideMQError
+from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.mqadmin.base import ACCESS_KEY_ENV, SECRET_KEY_ENV
 
 DEFAULT_PORT: Final = 8082
@@ -35,7 +35,7 @@ DEFAULT_BIND: Final = "127.0.0.1"
 NAMESRV_CHECK_TIMEOUT: Final = 5.0
 
 
-class StartError(Exception):
+class StartError(ClientError):
     """Why the dashboard cannot start, in one line."""
 
 
@@ -84,7 +84,7 @@ class StartError(Exception):
     show_default=True,
     help="Seconds between the live charts' samples.",
 )
-def main(
+def command(
     namesrv: str,
     port_text: str,
     bind: str,
@@ -105,6 +105,16 @@ def main(
         _fail(str(exc))
     except KeyboardInterrupt:
         pass
+
+
+def main(args: list[str] | None = None) -> None:
+    """The console script: click's own usage errors are one line too."""
+    try:
+        command.main(args, prog_name="tidemq-dashboard", standalone_mode=False)
+    except click.UsageError as exc:
+        _fail(exc.format_message())
+    except click.Abort:
+        sys.exit(1)
 
 
 def _port(text: str) -> int:

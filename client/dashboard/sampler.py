@@ -70,10 +70,14 @@ class Sampler:
             started = time.monotonic()
             try:
                 self.samples.append(await self.sample())
+                if self.error:
+                    log.warning("sampling the cluster works again")
                 self.error = ""
             except (TideMQError, OSError, TimeoutError) as exc:
-                self.error = str(exc) or type(exc).__name__
-                log.warning("sampling the cluster failed: %s", self.error)
+                error = str(exc) or type(exc).__name__
+                if error != self.error:  # once per new failure, not every interval
+                    log.warning("sampling the cluster failed: %s", error)
+                self.error = error
             await asyncio.sleep(max(self.interval - (time.monotonic() - started), 0.1))
 
     async def sample(self) -> Sample:

@@ -38,7 +38,12 @@ from aiohttp import web
 from tidemq.client.admin import AdminClient
 from tidemq.client.dashboard import views
 from tidemq.client.dashboard.sampler import Sampler
-from tidemq.client.errors import BrokerResponseError, TideMQError, TopicNotExistError
+from tidemq.client.errors import (
+    BrokerResponseError,
+    ClientError,
+    TideMQError,
+    TopicNotExistError,
+)
 from tidemq.client.protocol.models import TopicConfig
 
 log = logging.getLogger(__name__)
@@ -59,7 +64,7 @@ def static_dir() -> Path:
     return Path(str(resources.files("tidemq.client.dashboard") / "static"))
 
 
-class BadRequest(ValueError):
+class BadRequest(ClientError, ValueError):
     """A request the operator can fix: named parameter missing or malformed."""
 
 
@@ -78,7 +83,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except web.HTTPException:
         raise
-    except (BadRequest, ValueError) as exc:
+    except (ClientError, ValueError) as exc:  # ours or the admin API's: the request is wrong
         return _error(400, str(exc))
     except TopicNotExistError as exc:
         return _error(404, exc.remark or str(exc))

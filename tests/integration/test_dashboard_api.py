@@ -7,7 +7,6 @@ The pages themselves are driven in a browser by test_dashboard_browser.py.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import subprocess
@@ -19,16 +18,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_acl import ADMIN, WRONG, start_acl_broker
 from tests.support.conditions import eventually
 from tests.support.processes import LOOPBACK, Daemon, ProcessGroup, free_port
 from tidemq.client.admin import AdminClient
+from tidemq.client.dashboard import main as dashboard_main
 from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.message import Message
 from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
 from tidemq.client.protocol.models import MASTER_ID, SubscriptionGroupConfig, TopicConfig
+from tidemq.client.remoting.signing import SessionCredentials
 
 GROUP = "dash_group"
+ADMIN = SessionCredentials("dash-admin", "dash-admin-secret")
+WRONG = SessionCredentials("dash-admin", "not-the-secret")
+ACL_FILE = f"""\
+globalWhiteRemoteAddresses: []
+accounts:
+  - accessKey: {ADMIN.access_key}
+    secretKey: {ADMIN.secret_key}
+    admin: true
+"""
 
 
 async def _broker(processes: ProcessGroup, namesrv: Daemon, tmp_path: Path) -> Daemon:
@@ -170,20 +179,34 @@ def _one_line_failure(args: list[str]) -> str:
     return lines[0]
 
 
-def test_operator_mistakes_get_one_line(namesrv: Daemon) -> None:
+def test_operator_mistakes_get_one_line(
+    namesrv: Daemon, capsys: pytest.CaptureFixture[str]
+) -> None:
     silent = f"{LOOPBACK}:{free_port()}"
     line = _one_line_failure(dashboard_command(silent, 0))
     assert line.startswith(f"tidemq-dashboard: name server {silent} does not answer")
-    line = _one_line_failure(dashboard_command(namesrv.address, "http"))
-    assert "--port must be a number from 0 to 65535, not 'http'" in line
     with socket.socket() as holder:
         holder.bind((LOOPBACK, 0))
         holder.listen()
         busy = holder.getsockname()[1]
         line = _one_line_failure(dashboard_command(namesrv.address, busy))
     assert f"cannot listen on 127.0.0.1:{busy}: the port is in use" in line
-    line = _one_line_failure(dashboard_command(namesrv.address, 0, "--ak", "only-the-key"))
-    assert "give both --ak and --sk" in line
+
+    # Mistakes found before anything is started: the same one line, checked in-process.
+    for args, expected in (
+        (["--port", "http"], "--port must be a number from 0 to 65535, not 'http'"),
+        (["--ak", "only-the-key"], "give both --ak and --sk"),
+        (["--interval", "0"], "Invalid value for '--interval'"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            dashboard_main(["--namesrv", namesrv.address, *args])
+        assert exited.value.code == 1
+        err = capsys.readouterr().err
+        assert err.startswith("tidemq-dashboard: ") and expected in err
+        assert len(err.strip().splitlines()) == 1, err
+    with pytest.raises(SystemExit):
+        dashboard_main(["--port", "0"])
+    assert capsys.readouterr().err == "tidemq-dashboard: Missing option '-n' / '--namesrv'.\n"
 
 
 def test_read_only_api_refuses_writes_and_admin_api_writes(
@@ -251,7 +274,11 @@ def test_read_only_api_refuses_writes_and_admin_api_writes(
 def test_with_acl_the_dashboard_signs_as_its_account(
     processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
 ) -> None:
-    acl = asyncio.run(start_acl_broker(processes, namesrv, tmp_path))
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(ACL_FILE)
+    broker = processes.brokerd(
+        namesrv.address, tmp_path / "store", "aclEnable=true", f"aclFile={acl_file}"
+    )
     urls = {}
     for name, credentials, extra in (
         ("admin", ADMIN, ()),
@@ -269,7 +296,7 @@ def test_with_acl_the_dashboard_signs_as_its_account(
         urls[name] = f"http://{LOOPBACK}:{port}"
 
     status, body = _request("POST", f"{urls['admin']}/api/topics", {"topic": "AclDashTopic"})
-    assert (status, body) == (200, {"topic": "AclDashTopic", "brokers": [acl.broker.address]})
+    assert (status, body) == (200, {"topic": "AclDashTopic", "brokers": [broker.address]})
     status, cluster = _request("GET", f"{urls['reader']}/api/cluster")
     assert status == 200 and isinstance(cluster, dict)
     assert [b.get("role") for b in cluster["brokers"]] == ["ASYNC_MASTER"]
