@@ -49,8 +49,8 @@ from tidemq.client.protocol.models import TopicConfig
 log = logging.getLogger(__name__)
 
 READ_ONLY: Final = (
-    "read-only dashboard: start tidemq-dashboard with --ak/--sk (an admin account) to change "
-    "the cluster"
+    "read-only dashboard: start tidemq-dashboard with --ak/--sk of an admin account (without "
+    "--read-only) to change the cluster"
 )
 ADMIN_KEY: Final = web.AppKey("admin", AdminClient)
 SAMPLER_KEY: Final = web.AppKey("sampler", Sampler)

@@ -156,18 +156,13 @@ def _broker_row(
 # --- topics ---------------------------------------------------------------------------------
 
 
-async def _names_of_clusters_and_brokers(admin: AdminClient) -> frozenset[str]:
-    info = await admin.cluster_info()
-    return frozenset(info.cluster_addr_table) | frozenset(info.broker_addr_table)
-
-
 async def topics_view(admin: AdminClient) -> dict[str, Any]:
     topics = await admin.topic_list()
-    names = await _names_of_clusters_and_brokers(admin)
-    clusters = sorted((await admin.cluster_info()).cluster_addr_table)
+    info = await admin.cluster_info()
+    names = frozenset(info.cluster_addr_table) | frozenset(info.broker_addr_table)
     return {
         "topics": [{"topic": t, "kind": topic_kind(t, names)} for t in topics],
-        "clusters": clusters,
+        "clusters": sorted(info.cluster_addr_table),
     }
 
 
@@ -267,23 +262,20 @@ async def _online(admin: AdminClient, group: str) -> tuple[int, str, str]:
 
 
 async def groups_view(admin: AdminClient) -> dict[str, Any]:
-    groups = await admin.examine_groups()
-    rows = []
-    for name in groups:
+    async def row(name: str) -> dict[str, Any]:
         system = group_is_system(name)
         members, kind, model = (0, "", "") if system else await _online(admin, name)
         diff = 0 if system else (await admin.examine_consume_stats(name)).total_diff()
-        rows.append(
-            {
-                "group": name,
-                "system": system,
-                "members": members,
-                "consumeType": kind,
-                "messageModel": model,
-                "diffTotal": diff,
-            }
-        )
-    return {"groups": rows}
+        return {
+            "group": name,
+            "system": system,
+            "members": members,
+            "consumeType": kind,
+            "messageModel": model,
+            "diffTotal": diff,
+        }
+
+    return {"groups": list(await asyncio.gather(*map(row, await admin.examine_groups())))}
 
 
 async def group_view(admin: AdminClient, group: str) -> dict[str, Any]:
