@@ -33,6 +33,27 @@ from tidemq.client.mqadmin.base import ACCESS_KEY_ENV, SECRET_KEY_ENV
 DEFAULT_PORT: Final = 8082
 DEFAULT_BIND: Final = "127.0.0.1"
 NAMESRV_CHECK_TIMEOUT: Final = 5.0
+# The line printed (and flushed) on stdout once the dashboard serves: the address follows.
+READY_PREFIX: Final = "tidemq-dashboard: serving "
+
+
+def command_line(
+    namesrv: str, port: int = DEFAULT_PORT, bind: str = DEFAULT_BIND, *options: str
+) -> list[str]:
+    """The argv that runs a dashboard as a process of its own (what a launcher starts; it is
+    serving once READY_PREFIX + "http://BIND:PORT/ ..." is on its stdout)."""
+    return [
+        sys.executable,
+        "-m",
+        "tidemq.client.dashboard",
+        "--namesrv",
+        namesrv,
+        "--port",
+        str(port),
+        "--bind",
+        bind,
+        *options,
+    ]
 
 
 class StartError(ClientError):
@@ -168,9 +189,7 @@ async def _serve(
         mode = "admin" if writable else "read-only"
         if access_key:
             mode += f", signing as {access_key}"
-        click.echo(
-            f"tidemq-dashboard: serving http://{bind}:{bound}/ (name server {namesrv}; {mode})",
-        )
+        click.echo(f"{READY_PREFIX}http://{bind}:{bound}/ (name server {namesrv}; {mode})")
         await _until_signalled()
     finally:
         await runner.cleanup()

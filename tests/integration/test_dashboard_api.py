@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +21,7 @@ from tests.support.conditions import eventually
 from tests.support.processes import LOOPBACK, Daemon, ProcessGroup, free_port
 from tidemq.client.admin import AdminClient
 from tidemq.client.dashboard import main as dashboard_main
+from tidemq.client.dashboard.cli import READY_PREFIX, command_line
 from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.message import Message
 from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
@@ -145,19 +145,8 @@ async def test_groups_search_by_time_skip_backlog_and_dead_letter_resend(
 # --- the dashboard process ------------------------------------------------------------------
 
 
-def dashboard_command(namesrv: str, port: int | str, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "tidemq.client.dashboard",
-        "--namesrv",
-        namesrv,
-        "--port",
-        str(port),
-        "--interval",
-        "0.5",
-        *extra,
-    ]
+def dashboard_command(namesrv: str, port: int, *extra: str) -> list[str]:
+    return command_line(namesrv, port, LOOPBACK, "--interval", "0.5", *extra)
 
 
 def _request(method: str, url: str, body: object = None) -> tuple[int, object]:
@@ -218,13 +207,13 @@ def test_read_only_api_refuses_writes_and_admin_api_writes(
         dashboard_command(namesrv.address, read_only_port),
         port=read_only_port,
         name="dashboard-ro",
-        ready_text="serving http",
+        ready_text=READY_PREFIX,
     )
     processes.start(
         dashboard_command(namesrv.address, admin_port, "--ak", "admin", "--sk", "secret12"),
         port=admin_port,
         name="dashboard-admin",
-        ready_text="serving http",
+        ready_text=READY_PREFIX,
     )
     ro, rw = f"http://{LOOPBACK}:{read_only_port}", f"http://{LOOPBACK}:{admin_port}"
     assert _request("GET", f"{ro}/api/overview")[1] == {
@@ -291,7 +280,7 @@ def test_with_acl_the_dashboard_signs_as_its_account(
             dashboard_command(namesrv.address, port, *keys),
             port=port,
             name=f"dashboard-{name}",
-            ready_text="serving http",
+            ready_text=READY_PREFIX,
         )
         urls[name] = f"http://{LOOPBACK}:{port}"
 

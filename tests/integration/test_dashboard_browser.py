@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from tests.support.processes import LOOPBACK, REPO_ROOT, Daemon, ProcessGroup, f
 from tidemq.client.admin import AdminClient
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer import ConsumeResult, PushConsumer
+from tidemq.client.dashboard.cli import READY_PREFIX, command_line
 from tidemq.client.errors import TideMQError
 from tidemq.client.message import Message, ReceivedMessage
 from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
@@ -69,23 +69,8 @@ class Console:
 
 def _dashboard(group: ProcessGroup, namesrv: str, name: str, *extra: str) -> str:
     port = free_port()
-    group.start(
-        [
-            sys.executable,
-            "-m",
-            "tidemq.client.dashboard",
-            "--namesrv",
-            namesrv,
-            "--port",
-            str(port),
-            "--interval",
-            "0.5",
-            *extra,
-        ],
-        port=port,
-        name=name,
-        ready_text="serving http",
-    )
+    args = command_line(namesrv, port, LOOPBACK, "--interval", "0.5", *extra)
+    group.start(args, port=port, name=name, ready_text=READY_PREFIX)
     return f"http://{LOOPBACK}:{port}"
 
 
