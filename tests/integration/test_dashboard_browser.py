@@ -233,7 +233,7 @@ def test_cluster_page_shows_master_slave_and_ha_lag(
     shot(chrome, "cluster")
 
 
-def test_topic_created_in_the_page_is_routed_and_sends(
+def test_a_topic_created_updated_and_deleted_in_the_pages(
     console: Console, chrome: webdriver.Chrome
 ) -> None:
     open_page(chrome, console.url, "topics", "topics")
@@ -272,7 +272,29 @@ def test_topic_created_in_the_page_is_routed_and_sends(
     assert [r[1] for r in queue_rows] == ["0", "1", "2"]
     assert sum(int(r[3]) for r in queue_rows) == 1  # max offsets
     assert all(r[2] == "0" for r in queue_rows)  # min offsets
+
+    update = chrome.find_element(By.ID, "update-form")
+    assert update.find_element(By.NAME, "readQueueNums").get_attribute("value") == "3"
+    fill(update, "readQueueNums", "4")
+    fill(update, "writeQueueNums", "4")
+    update.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_notice(chrome, "topic PageTopic saved")
+    eventually_sync(lambda: console.admin(queues) == [4], "PageTopic routed with 4 queues", WAIT)
+    open_page(chrome, console.url, "topics/PageTopic", "topic")
+    assert rows(chrome, "route-queues") == [["broker-a", "4", "4", "RW-"]]
+    assert len(rows(chrome, "queues")) == 4
     shot(chrome, "topic")
+
+    chrome.find_element(By.ID, "delete-topic").click()
+    chrome.find_element(By.ID, "confirm-delete").click()
+    wait_loaded(chrome, "topics")  # back on the list
+    assert "topic PageTopic deleted" in notice(chrome)
+    assert "PageTopic" not in [r[0] for r in rows(chrome, "topics")]
+
+    async def listed(admin: AdminClient) -> bool:
+        return "PageTopic" in await admin.topic_list()
+
+    assert not console.admin(listed)
 
 
 def test_group_lag_and_offset_reset(console: Console, chrome: webdriver.Chrome) -> None:

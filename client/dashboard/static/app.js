@@ -8,6 +8,7 @@
 
 let overview = { namesrv: "", writable: false };
 let chartTimer = null;
+let carriedNotice = null; /* shown on the next page (after a delete) instead of cleared */
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -123,30 +124,40 @@ async function clusterPage(main) {
 
 /* --- topics ----------------------------------------------------------------------------- */
 
+/* The create/update form: `initial` may name the topic (then fixed), its queue numbers and perm;
+ * clusterChoice offers "every cluster" first. */
+function topicForm(id, clusters, initial) {
+  const perm = (initial.perm || "RW").replace(/[-X]/g, "") || "RW";
+  const clusterOptions = (initial.clusterChoice ? [el("option", { value: "" }, "every cluster")] : [])
+    .concat(clusters.map((c) => el("option", { value: c }, c)));
+  const form = el("form", { class: "inline", id },
+    el("label", {}, "Topic", el("input", { name: "topic", required: true, value: initial.topic || null,
+                                           readonly: Boolean(initial.topic) })),
+    el("label", {}, "Cluster", el("select", { name: "cluster" }, clusterOptions)),
+    el("label", {}, "Read queues", el("input", { name: "readQueueNums", type: "number", min: "1",
+                                                 value: String(initial.readQueueNums || 8) })),
+    el("label", {}, "Write queues", el("input", { name: "writeQueueNums", type: "number", min: "1",
+                                                  value: String(initial.writeQueueNums || 8) })),
+    el("label", {}, "Perm", el("select", { name: "perm" },
+      ["RW", "R", "W"].map((p) => el("option", { value: p, selected: p === perm }, p)))),
+    el("button", { type: "submit" }, initial.topic ? "Update" : "Create / update"));
+  form.onsubmit = async (event) => {
+    event.preventDefault();
+    const done = await action(() => api("POST", "/api/topics", {
+      topic: field(form, "topic"), cluster: field(form, "cluster"), perm: field(form, "perm"),
+      readQueueNums: Number(field(form, "readQueueNums")),
+      writeQueueNums: Number(field(form, "writeQueueNums")),
+    }), (r) => `topic ${r.topic} saved on ${r.brokers.join(", ")}`);
+    if (done) { const keep = document.getElementById("notice").textContent; await render(); notify(keep, true); }
+  };
+  return form;
+}
+
 async function topicsPage(main) {
   const data = await api("GET", "/api/topics");
   const showAll = sessionStorage.getItem("showSystemTopics") === "1";
   const rows = data.topics.filter((t) => showAll || t.kind === "normal" || t.kind === "dlq");
-  const form = el("form", { class: "inline", id: "topic-form" },
-    el("label", {}, "Topic", el("input", { name: "topic", required: true })),
-    el("label", {}, "Cluster", el("select", { name: "cluster" },
-      el("option", { value: "" }, "every cluster"),
-      data.clusters.map((c) => el("option", { value: c }, c)))),
-    el("label", {}, "Read queues", el("input", { name: "readQueueNums", type: "number", value: "8", min: "1" })),
-    el("label", {}, "Write queues", el("input", { name: "writeQueueNums", type: "number", value: "8", min: "1" })),
-    el("label", {}, "Perm", el("select", { name: "perm" },
-      ["RW", "R", "W"].map((p) => el("option", { value: p }, p)))),
-    el("button", { type: "submit" }, "Create / update"));
-  form.onsubmit = async (event) => {
-    event.preventDefault();
-    const topic = field(form, "topic");
-    const done = await action(() => api("POST", "/api/topics", {
-      topic, cluster: field(form, "cluster"), perm: field(form, "perm"),
-      readQueueNums: Number(field(form, "readQueueNums")),
-      writeQueueNums: Number(field(form, "writeQueueNums")),
-    }), (r) => `topic ${r.topic} saved on ${r.brokers.join(", ")}`);
-    if (done) await render();
-  };
+  const form = topicForm("topic-form", data.clusters, { clusterChoice: true });
   const toggle = el("input", { type: "checkbox", id: "show-system", checked: showAll });
   toggle.onchange = () => { sessionStorage.setItem("showSystemTopics", toggle.checked ? "1" : "0"); render(); };
   main.append(
@@ -180,7 +191,7 @@ async function topicPage(main, topic) {
   confirm.onclick = async () => {
     const done = await action(() => api("DELETE", `/api/topics/${encodeURIComponent(topic)}`),
       `topic ${topic} deleted`);
-    if (done) location.hash = "#/topics";
+    if (done) { carriedNotice = `topic ${topic} deleted`; location.hash = "#/topics"; }
   };
   const remove = el("button", { type: "button", class: "secondary", id: "delete-topic" }, "Delete topic");
   remove.onclick = () => { confirm.hidden = false; };
@@ -210,6 +221,10 @@ async function topicPage(main, topic) {
       ["Max offset", (q) => q.maxOffset, "num"],
       ["Last stored", (q) => time(q.lastUpdateTimestamp)],
     ], data.queues),
+    el("h2", {}, "Update"),
+    el("div", { class: "panel" }, topicForm("update-form",
+      [...new Set(data.route.brokers.map((b) => b.cluster))].sort(),
+      { topic, ...(data.route.queues[0] || {}) })),
     el("h2", {}, "Send a test message"),
     el("div", { class: "panel" }, send),
     el("p", {}, remove, " ", confirm),
@@ -463,7 +478,11 @@ async function render() {
   }
 }
 
-window.addEventListener("hashchange", () => { notify(""); render(); });
+window.addEventListener("hashchange", () => {
+  notify(carriedNotice || "", Boolean(carriedNotice));
+  carriedNotice = null;
+  render();
+});
 window.addEventListener("DOMContentLoaded", async () => {
   try { overview = await api("GET", "/api/overview"); } catch (e) { notify(e.message); }
   document.getElementById("mode").textContent =
