@@ -20,8 +20,11 @@ Routes (all answers JSON; failures are `{"error": "one line"}` with a 4xx/5xx st
     GET    /api/charts                        the sampler's series (sampler.py)
 
 Writes (POST, DELETE) are refused with 403 unless the dashboard was started with an admin
-account (--ak/--sk): the account is what the brokers' ACL checks, so a dashboard without one
-has nothing to sign changes with.
+account (--ak/--sk) and without --read-only: the account is what the brokers' ACL checks, so a
+dashboard without one has nothing to sign changes with. A POST must carry a JSON body
+(Content-Type application/json, else 415), so that no other site's page can make one from the
+operator's browser without a CORS preflight (never granted). The HTTP side has no login: bind it
+to an address only operators reach.
 """
 
 from __future__ import annotations
@@ -95,8 +98,13 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 @web.middleware
 async def _write_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.method in ("POST", "PUT", "DELETE") and not request.app[WRITABLE_KEY]:
-        return _error(403, READ_ONLY)
+    if request.method in ("POST", "PUT", "DELETE"):
+        if not request.app[WRITABLE_KEY]:
+            return _error(403, READ_ONLY)
+        # Another site's page in the operator's browser can POST a form or text/plain to
+        # this port without asking; a JSON body needs a CORS preflight, which we never grant.
+        if request.method != "DELETE" and request.content_type != "application/json":
+            return _error(415, "changes take a JSON body (Content-Type: application/json)")
     return await handler(request)
 
 

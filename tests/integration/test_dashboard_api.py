@@ -149,9 +149,13 @@ def dashboard_command(namesrv: str, port: int, *extra: str) -> list[str]:
     return command_line(namesrv, port, LOOPBACK, "--interval", "0.5", *extra)
 
 
-def _request(method: str, url: str, body: object = None) -> tuple[int, object]:
+def _request(
+    method: str, url: str, body: object = None, content_type: str = "application/json"
+) -> tuple[int, object]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", content_type)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())
@@ -229,6 +233,9 @@ def test_read_only_api_refuses_writes_and_admin_api_writes(
     )
     assert status == 200, body
     assert body == {"topic": "RwTopic", "brokers": [broker.address]}
+    # What another site's page could send from the operator's browser without a preflight.
+    status, body = _request("POST", f"{rw}/api/topics", {"topic": "Csrf"}, "text/plain")
+    assert status == 415 and isinstance(body, dict) and "JSON body" in body["error"]
     status, body = _request("POST", f"{rw}/api/topics", {"topic": "Bad", "perm": "X"})
     assert (status, body) == (400, {"error": "perm must be R, W or RW"})
     status, body = _request("GET", f"{rw}/api/topics/NoSuchTopic")
@@ -257,7 +264,7 @@ def test_read_only_api_refuses_writes_and_admin_api_writes(
     assert status == 200, deleted
     names = _request("GET", f"{rw}/api/topics")[1]
     assert isinstance(names, dict)
-    assert "RwTopic" not in [t["topic"] for t in names["topics"]]
+    assert not {"RwTopic", "Csrf", "RoTopic", "Bad"} & {t["topic"] for t in names["topics"]}
 
 
 def test_with_acl_the_dashboard_signs_as_its_account(
