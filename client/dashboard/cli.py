@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import logging
 import signal
 import sys
@@ -176,7 +177,7 @@ async def _serve(
         await admin.close()
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise StartError(f"name server {namesrv} does not answer: {reason}") from None
-    app = make_app(admin, namesrv, writable=writable, interval=interval)
+    app = make_app(admin, namesrv, writable=writable, interval=interval, loopback=_loopback(bind))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
@@ -193,6 +194,13 @@ async def _serve(
         await _until_signalled()
     finally:
         await runner.cleanup()
+
+
+def _loopback(bind: str) -> bool:
+    try:
+        return ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return bind == "localhost"
 
 
 def _bind_reason(bind: str, port: int, exc: OSError) -> str:

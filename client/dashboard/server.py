@@ -59,6 +59,7 @@ ADMIN_KEY: Final = web.AppKey("admin", AdminClient)
 SAMPLER_KEY: Final = web.AppKey("sampler", Sampler)
 WRITABLE_KEY: Final = web.AppKey("writable", bool)
 NAMESRV_KEY: Final = web.AppKey("namesrv", str)
+LOOPBACK_KEY: Final = web.AppKey("loopback", bool)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -94,6 +95,25 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(502, f"{exc.remark or 'error'} (code {exc.code})")
     except (TideMQError, OSError, TimeoutError) as exc:
         return _error(502, str(exc) or type(exc).__name__)
+
+
+LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
+
+
+@web.middleware
+async def _loopback_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Bound to a loopback address, answer only requests made to a loopback name: a page of
+    another site whose name was pointed at 127.0.0.1 (DNS rebinding) would otherwise read the
+    cluster's messages and, with an admin account, change it."""
+    if request.app[LOOPBACK_KEY] and _host_name(request.host) not in LOOPBACK_HOSTS:
+        return _error(403, f"this dashboard answers requests to localhost only, not {request.host}")
+    return await handler(request)
+
+
+def _host_name(host: str) -> str:
+    if host.startswith("["):
+        return host.split("]", 1)[0] + "]"
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 @web.middleware
@@ -267,10 +287,13 @@ async def index(_request: web.Request) -> web.FileResponse:
     return web.FileResponse(static_dir() / "index.html")
 
 
-def make_app(admin: AdminClient, namesrv: str, writable: bool, interval: float) -> web.Application:
+def make_app(
+    admin: AdminClient, namesrv: str, writable: bool, interval: float, loopback: bool = True
+) -> web.Application:
     """The application; it starts the sampler on start-up and stops it and closes `admin` on
-    clean-up."""
-    app = web.Application(middlewares=[_write_guard, _errors])
+    clean-up. `loopback`: served on a loopback address (then only to loopback host names)."""
+    app = web.Application(middlewares=[_loopback_only, _write_guard, _errors])
+    app[LOOPBACK_KEY] = loopback
     app[ADMIN_KEY] = admin
     app[SAMPLER_KEY] = Sampler(admin, interval)
     app[WRITABLE_KEY] = writable

@@ -150,10 +150,16 @@ def dashboard_command(namesrv: str, port: int, *extra: str) -> list[str]:
 
 
 def _request(
-    method: str, url: str, body: object = None, content_type: str = "application/json"
+    method: str,
+    url: str,
+    body: object = None,
+    content_type: str = "application/json",
+    host: str | None = None,
 ) -> tuple[int, object]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method)
+    if host is not None:
+        request.add_header("Host", host)
     if data is not None:
         request.add_header("Content-Type", content_type)
     try:
@@ -233,6 +239,13 @@ def test_read_only_api_refuses_writes_and_admin_api_writes(
     )
     assert status == 200, body
     assert body == {"topic": "RwTopic", "brokers": [broker.address]}
+    # A page of another site whose name resolves to 127.0.0.1 (DNS rebinding) is not answered.
+    status, body = _request("GET", f"{ro}/api/cluster", host=f"evil.example:{read_only_port}")
+    assert status == 403 and isinstance(body, dict)
+    assert body["error"] == (
+        f"this dashboard answers requests to localhost only, not evil.example:{read_only_port}"
+    )
+    assert _request("GET", f"{ro}/api/overview", host=f"localhost:{read_only_port}")[0] == 200
     # What another site's page could send from the operator's browser without a preflight.
     status, body = _request("POST", f"{rw}/api/topics", {"topic": "Csrf"}, "text/plain")
     assert status == 415 and isinstance(body, dict) and "JSON body" in body["error"]
