@@ -16,10 +16,17 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tidemq.client.api import BrokerAPI, PullResult, SendResult
+from tidemq.client.api import BrokerAPI, PullResult, PullStatus, SendResult
 from tidemq.client.config import parse_namesrv_addr, session_credentials
 from tidemq.client.errors import BrokerResponseError, ClientError, TideMQError, TopicNotExistError
-from tidemq.client.message import Message, UniqueIdGenerator
+from tidemq.client.message import (
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    Message,
+    UniqueIdGenerator,
+)
 from tidemq.client.protocol.admin import (
     ConsumeStats,
     GetConsumerConnectionListRequestHeader,
@@ -68,7 +75,16 @@ from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeTyp
 from tidemq.client.remoting.json_body import loads_fastjson
 from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.store.lifecycle import Service, Step
-from tidemq.store.record import StoredMessage, decode_message_id, pack_host
+from tidemq.store.record import (
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    StoredMessage,
+    decode_message_id,
+    pack_host,
+)
 
 __all__ = ["AdminClient", "BrokerAddress", "MessageTrack", "TrackType", "parse_namesrv_addr"]
 
@@ -76,6 +92,31 @@ DEFAULT_ADMIN_TIMEOUT = 5.0
 # Topics every broker has that hold no user's messages (searched last for a client msgId).
 SYSTEM_TOPICS = frozenset({"TBW102", "SELF_TEST_TOPIC", "BenchmarkTest", "OFFSET_MOVED_EVENT"})
 ADMIN_PRODUCER_GROUP = "TOOLS_PRODUCER"
+# INVOKE_BROKER_TO_RESET_OFFSET's "the end of every queue".
+SKIP_BACKLOG_TIMESTAMP = -1
+MESSAGES_BY_TIME_LIMIT = 2000
+PULL_BATCH = 32
+DLQ_PREFIX = "%DLQ%"
+# What a resent dead letter must not carry over: the broker's bookkeeping of its old life, and
+# the ids the new send gives it.
+RESEND_DROPPED_PROPERTIES = frozenset(
+    {
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_RETRY_TOPIC,
+        PROPERTY_ORIGIN_MESSAGE_ID,
+        PROPERTY_RECONSUME_TIME,
+        PROPERTY_MAX_RECONSUME_TIMES,
+        PROPERTY_DELAY,
+        PROPERTY_WAIT,
+        PROPERTY_TAGS,
+        PROPERTY_KEYS,
+        "REAL_TOPIC",
+        "REAL_QID",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "CLUSTER",
+    }
+)
 
 
 class TrackType(enum.Enum):
@@ -352,6 +393,22 @@ class AdminClient(Service):
         ext = {"groupName": group, "cleanOffset": "true" if clean_offset else "false"}
         await self._call(address, RequestCode.DELETE_SUBSCRIPTIONGROUP, ext)
 
+    async def subscription_groups(self, address: str) -> dict[str, SubscriptionGroupConfig]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: the broker's subscription groups by name."""
+        _, body, _ = await self._call(address, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        table = _object(body).get("subscriptionGroupTable") or {}
+        if not isinstance(table, dict):
+            return {}
+        return {
+            str(name): SubscriptionGroupConfig.from_dict(config)
+            for name, config in table.items()
+            if isinstance(config, dict)
+        }
+
+    async def search_offset(self, address: str, topic: str, queue_id: int, timestamp: int) -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP: the queue offset stored at `timestamp` (ms)."""
+        return await self.api.search_offset(address, topic, queue_id, timestamp)
+
     async def topic_consumed_by(self, address: str, topic: str) -> list[str]:
         """QUERY_TOPIC_CONSUME_BY_WHO: the groups consuming `topic` on that broker."""
         _, body, _ = await self._call(
@@ -486,6 +543,20 @@ class AdminClient(Service):
             merged.update(await self.reset_offset(address, topic, group, timestamp, force))
         return merged
 
+    async def skip_backlog(self, group: str, topic: str) -> dict[MessageQueue, int]:
+        """RocketMQ's skipAccumulatedMessage: the group's offsets to the end of every queue."""
+        return await self.reset_offset_by_time(group, topic, SKIP_BACKLOG_TIMESTAMP)
+
+    async def examine_groups(
+        self, cluster: str | None = None
+    ) -> dict[str, SubscriptionGroupConfig]:
+        """Every subscription group the masters (of `cluster`) know, by name."""
+        merged: dict[str, SubscriptionGroupConfig] = {}
+        for broker in await self.masters(cluster):
+            for name, config in (await self.subscription_groups(broker.address)).items():
+                merged.setdefault(name, config)
+        return dict(sorted(merged.items()))
+
     # --- messages -------------------------------------------------------------------------
 
     async def view_message(self, msg_id: str) -> StoredMessage:
@@ -583,6 +654,67 @@ class AdminClient(Service):
             messages = await self.api.query_message(address, topic, key, max_num, begin, end)
             found.extend((name, msg) for msg in messages)
         return found
+
+    async def messages_by_time(
+        self, topic: str, begin: int, end: int, limit: int = MESSAGES_BY_TIME_LIMIT
+    ) -> tuple[list[tuple[str, StoredMessage]], bool]:
+        """(broker name, message) for the topic's messages stored in [begin, end] (ms), newest
+        first, and whether more than `limit` were there (then the newest `limit` per queue are
+        read and the newest `limit` of those kept: RocketMQ Dashboard caps its result too)."""
+        found: list[tuple[str, StoredMessage]] = []
+        truncated = False
+        stats = await self.examine_topic_stats(topic)
+        masters = dict(await self.route_masters(topic))
+        for mq in sorted(stats.offset_table):
+            queue = stats.offset_table[mq]
+            address = masters.get(mq.broker_name)
+            if address is None or queue.max_offset <= queue.min_offset:
+                continue
+            # The search answers the nearest message, either side: one more at each end.
+            first = await self.search_offset(address, topic, mq.queue_id, begin)
+            first = max(queue.min_offset, min(first, queue.max_offset) - 1)
+            stop = await self.search_offset(address, topic, mq.queue_id, end)
+            stop = max(first, min(stop + 1, queue.max_offset))
+            # Only the newest `limit` of a long range are read, not the whole queue.
+            start = max(first, stop - limit)
+            in_queue: list[StoredMessage] = []
+            offset = start
+            while offset < stop:
+                count = min(PULL_BATCH, stop - offset)
+                result = await self.pull(mq.broker_name, topic, mq.queue_id, offset, count)
+                if result.status is not PullStatus.FOUND or not result.messages:
+                    break
+                in_queue.extend(m for m in result.messages if begin <= m.store_timestamp <= end)
+                offset = result.next_begin_offset
+            if start - 1 > first and in_queue and in_queue[0].queue_offset == start:
+                truncated = True  # the message before the first read was in the range too
+            if len(in_queue) > limit:
+                truncated = True
+                in_queue = in_queue[-limit:]
+            found.extend((mq.broker_name, msg) for msg in in_queue)
+        found.sort(
+            key=lambda pair: (pair[1].store_timestamp, pair[1].physical_offset), reverse=True
+        )
+        if len(found) > limit:
+            truncated = True
+        return found[:limit], truncated
+
+    async def resend_dead_letter(self, msg_id: str) -> tuple[str, int, SendResult]:
+        """Send a copy of a dead-letter message (by offsetMsgId) back to the topic it was
+        first sent to (its RETRY_TOPIC property), keys, tags and user properties kept:
+        (broker name, queue id, result) of the send."""
+        stored = await self.view_message(msg_id)
+        if not stored.topic.startswith(DLQ_PREFIX):
+            raise ClientError(f"message {msg_id} is in {stored.topic}, not a dead-letter queue")
+        origin = stored.properties.get(PROPERTY_RETRY_TOPIC)
+        if not origin:
+            raise ClientError(f"message {msg_id} does not name the topic it came from")
+        kept = {k: v for k, v in stored.properties.items() if k not in RESEND_DROPPED_PROPERTIES}
+        kept[PROPERTY_ORIGIN_MESSAGE_ID] = stored.properties.get(PROPERTY_UNIQ_KEY, msg_id)
+        resent = Message(
+            origin, bytes(stored.body), tags=stored.tags, keys=stored.keys, properties=kept
+        )
+        return await self.send_message(resent)
 
     async def _reader_address(self, broker_name: str, topic: str) -> str:
         route = await self.topic_route(topic)

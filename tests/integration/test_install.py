@@ -21,7 +21,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "store", "ha", "client", "broker")
-SCRIPTS = ("namesrvd", "brokerd", "mqadmin", "tidemq-cluster", "tidemq-ingest")
+SCRIPTS = ("namesrvd", "brokerd", "mqadmin", "tidemq-cluster", "tidemq-ingest", "tidemq-dashboard")
 
 
 def _build_wheel(tmp_path: Path) -> Path:
@@ -51,6 +51,8 @@ def test_the_wheel_and_a_fresh_environment_hold_only_tidemq(tmp_path: Path) -> N
         tops = {name.split("/")[0] for name in archive.namelist()}
         assert "tidemq/client/spark/source.py" in archive.namelist()
         assert "tidemq/py.typed" in archive.namelist()
+        for asset in ("index.html", "app.js", "app.css", "chart.js"):
+            assert f"tidemq/client/dashboard/static/{asset}" in archive.namelist(), asset
         assert "tidemq/store/_speedups.pyi" in archive.namelist()
         compiled = [n for n in archive.namelist() if n.startswith("tidemq/store/_speedups.")]
         assert any(n.endswith(".so") for n in compiled), compiled
@@ -76,6 +78,9 @@ def test_the_wheel_and_a_fresh_environment_hold_only_tidemq(tmp_path: Path) -> N
         "from tidemq.store import _speedups, index\n"
         "assert index.prefixed_key_hash is _speedups.prefixed_key_hash\n"
         "assert _speedups.__file__.startswith(tidemq.__path__[0])\n"
+        "from tidemq.client.dashboard.server import static_dir\n"
+        "assert (static_dir() / 'index.html').is_file(), static_dir()\n"
+        "assert str(static_dir()).startswith(tidemq.__path__[0])\n"
         "print(tidemq.__file__)\n"
         "print(sorted(n for n in ('client', 'store', 'broker', 'ha') if u.find_spec(n)))\n"
     )

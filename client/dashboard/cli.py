@@ -1,0 +1,229 @@
+"""`tidemq-dashboard --namesrv HOST:PORT [--port N] [--bind ADDR] [--ak AK --sk SK]
+[--read-only] [--interval S]`.
+
+Without --ak/--sk the dashboard is read-only; with them it may change the cluster and signs
+every request as that account (brokers with aclEnable check it; it should be an admin account
+there), unless --read-only keeps it to reading.
+
+Checks that the name server answers, then serves the dashboard until SIGINT or SIGTERM and
+prints one line when it is ready: `tidemq-dashboard: serving http://ADDR:PORT/ ...`. Operator
+mistakes (a name server that does not answer, a port that is taken or not allowed) print one
+line to stderr and exit 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import ipaddress
+import logging
+import signal
+import sys
+from typing import Final, NoReturn
+
+import click
+from aiohttp import web
+
+from tidemq.client.admin import AdminClient
+from tidemq.client.dashboard.sampler import DEFAULT_INTERVAL
+from tidemq.client.dashboard.server import make_app
+from tidemq.client.errors import ClientError, TideMQError
+from tidemq.client.mqadmin.base import ACCESS_KEY_ENV, SECRET_KEY_ENV
+
+DEFAULT_PORT: Final = 8082
+DEFAULT_BIND: Final = "127.0.0.1"
+NAMESRV_CHECK_TIMEOUT: Final = 5.0
+# The line printed (and flushed) on stdout once the dashboard serves: the address follows.
+READY_PREFIX: Final = "tidemq-dashboard: serving "
+
+
+def command_line(
+    namesrv: str, port: int = DEFAULT_PORT, bind: str = DEFAULT_BIND, *options: str
+) -> list[str]:
+    """The argv that runs a dashboard as a process of its own (what a launcher starts; it is
+    serving once READY_PREFIX + "http://BIND:PORT/ ..." is on its stdout)."""
+    return [
+        sys.executable,
+        "-m",
+        "tidemq.client.dashboard",
+        "--namesrv",
+        namesrv,
+        "--port",
+        str(port),
+        "--bind",
+        bind,
+        *options,
+    ]
+
+
+class StartError(ClientError):
+    """Why the dashboard cannot start, in one line."""
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-n",
+    "--namesrv",
+    envvar="NAMESRV_ADDR",
+    required=True,
+    help="Name servers 'host:port;host:port' [env NAMESRV_ADDR].",
+)
+@click.option(
+    "--port",
+    "port_text",
+    default=str(DEFAULT_PORT),
+    show_default=True,
+    help="HTTP port (0: any free one).",
+)
+@click.option("--bind", default=DEFAULT_BIND, show_default=True, help="Address to listen on.")
+@click.option(
+    "--ak",
+    "--accessKey",
+    "access_key",
+    envvar=ACCESS_KEY_ENV,
+    default="",
+    help="Admin account's access key: allows changes, and signs requests for ACL brokers.",
+)
+@click.option(
+    "--sk",
+    "--secretKey",
+    "secret_key",
+    envvar=SECRET_KEY_ENV,
+    default="",
+    help="Secret key of --ak.",
+)
+@click.option(
+    "--read-only",
+    "read_only",
+    is_flag=True,
+    help="Refuse changes even with --ak/--sk (which then only sign reads for ACL brokers).",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.2, 3600),
+    default=DEFAULT_INTERVAL,
+    show_default=True,
+    help="Seconds between the live charts' samples.",
+)
+def command(
+    namesrv: str,
+    port_text: str,
+    bind: str,
+    access_key: str,
+    secret_key: str,
+    read_only: bool,
+    interval: float,
+) -> None:
+    """Serve tidemq's web console: cluster, topics, consumer groups, messages, live charts."""
+    port = _port(port_text)
+    if bool(access_key) != bool(secret_key):
+        _fail("give both --ak and --sk (or neither: a read-only dashboard)")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        writable = bool(access_key) and not read_only
+        asyncio.run(_serve(namesrv, port, bind, access_key, secret_key, writable, interval))
+    except StartError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+
+
+def main(args: list[str] | None = None) -> None:
+    """The console script: click's own usage errors are one line too."""
+    try:
+        command.main(args, prog_name="tidemq-dashboard", standalone_mode=False)
+    except click.UsageError as exc:
+        _fail(exc.format_message())
+    except click.Abort:
+        sys.exit(1)
+
+
+def _port(text: str) -> int:
+    """--port as a number 0..65535; anything else is one line and exit 1 (not click's usage
+    block)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        _fail(f"--port must be a number from 0 to 65535, not {text!r}")
+    return port
+
+
+def _fail(reason: str) -> NoReturn:
+    click.echo(f"tidemq-dashboard: {reason}", err=True)
+    sys.exit(1)
+
+
+async def _serve(
+    namesrv: str,
+    port: int,
+    bind: str,
+    access_key: str,
+    secret_key: str,
+    writable: bool,
+    interval: float,
+) -> None:
+    try:
+        admin = AdminClient(
+            namesrv, timeout=NAMESRV_CHECK_TIMEOUT, access_key=access_key, secret_key=secret_key
+        )
+    except (TideMQError, ValueError) as exc:
+        raise StartError(f"bad --namesrv {namesrv!r}: {exc}") from None
+    try:
+        await admin.cluster_info()
+    except (TideMQError, OSError, TimeoutError) as exc:
+        await admin.close()
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise StartError(f"name server {namesrv} does not answer: {reason}") from None
+    app = make_app(admin, namesrv, writable=writable, interval=interval, loopback=_loopback(bind))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, bind, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise StartError(_bind_reason(bind, port, exc)) from None
+        bound = _bound_port(runner) or port
+        mode = "admin" if writable else "read-only"
+        if access_key:
+            mode += f", signing as {access_key}"
+        click.echo(f"{READY_PREFIX}http://{bind}:{bound}/ (name server {namesrv}; {mode})")
+        await _until_signalled()
+    finally:
+        await runner.cleanup()
+
+
+def _loopback(bind: str) -> bool:
+    try:
+        return ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return bind == "localhost"
+
+
+def _bind_reason(bind: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return f"cannot listen on {bind}:{port}: the port is in use (choose another with --port)"
+    if exc.errno == errno.EACCES:
+        return f"cannot listen on {bind}:{port}: permission denied (ports below 1024 need root)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {bind}:{port}: {bind} is not an address of this machine"
+    return f"cannot listen on {bind}:{port}: {exc.strerror or exc}"
+
+
+def _bound_port(runner: web.AppRunner) -> int | None:
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            return int(address[1])
+    return None
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()

@@ -1,0 +1,484 @@
+"""The dashboard's pages in headless Chromium against a real cluster: a name server, a master
+and its slave (brokerd processes on free ports), `tidemq-dashboard` as a process with an admin
+account and a second one read-only.
+
+Every page is opened, checked for the cluster's numbers (a topic created in the page is routed;
+a group's lag after N sends is N; a reset offset moves the group's offsets, checked through the
+admin API; the live chart of a topic gains points and shows its sends) and saved as a
+screenshot in screenshots/dashboard/ (git-ignored). Without Chromium the module is skipped with
+one reason; under CI a missing Chromium fails instead (`make install` installs it there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from itertools import count
+from typing import Any, TypeVar
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from tests.support.browser import chromium_paths, headless_chrome
+from tests.support.conditions import eventually_sync
+from tests.support.ha_processes import start_master, start_slave
+from tests.support.processes import LOOPBACK, REPO_ROOT, Daemon, ProcessGroup, free_port
+from tidemq.client.admin import AdminClient
+from tidemq.client.config import ClientConfig
+from tidemq.client.consumer import ConsumeResult, PushConsumer
+from tidemq.client.dashboard.cli import READY_PREFIX, command_line
+from tidemq.client.errors import TideMQError
+from tidemq.client.message import Message, ReceivedMessage
+from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
+from tidemq.client.protocol.models import SubscriptionGroupConfig, TopicConfig
+
+PATHS = chromium_paths()
+if isinstance(PATHS, str):
+    if os.environ.get("CI"):
+        pytest.fail(f"the browser tests need Chromium under CI: {PATHS}", pytrace=False)
+    pytest.skip(PATHS, allow_module_level=True)
+
+SHOTS = REPO_ROOT / "screenshots" / "dashboard"
+WAIT = 30.0
+T = TypeVar("T")
+
+
+@dataclass
+class Console:
+    namesrv: str
+    master: Daemon
+    slave: Daemon
+    url: str
+    read_only_url: str
+
+    def admin(self, work: Callable[[AdminClient], Awaitable[T]]) -> T:
+        async def go() -> T:
+            async with AdminClient(self.namesrv) as admin:
+                return await work(admin)
+
+        return asyncio.run(go())
+
+
+def _dashboard(group: ProcessGroup, namesrv: str, name: str, *extra: str) -> str:
+    port = free_port()
+    args = command_line(namesrv, port, LOOPBACK, "--interval", "0.5", *extra)
+    group.start(args, port=port, name=name, ready_text=READY_PREFIX)
+    return f"http://{LOOPBACK}:{port}"
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    root = tmp_path_factory.mktemp("dashboard")
+    group = ProcessGroup(root / "logs")
+    try:
+        namesrv = group.namesrvd(name="namesrvd")
+        master, _ = start_master(group, namesrv, root / "master", role="ASYNC_MASTER")
+        slave = start_slave(group, namesrv, root / "slave")
+        url = _dashboard(group, namesrv.address, "dashboard", "--ak", "admin", "--sk", "secret12")
+        read_only = _dashboard(group, namesrv.address, "dashboard-ro")
+        yield Console(namesrv.address, master, slave, url, read_only)
+    finally:
+        group.stop_all()
+
+
+@pytest.fixture(scope="module")
+def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    assert not isinstance(PATHS, str)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    log = tmp_path_factory.mktemp("chromedriver") / "chromedriver.log"
+    driver = headless_chrome(*PATHS, log)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+_loads = count()
+
+
+def open_page(chrome: webdriver.Chrome, base: str, route: str, page: str) -> None:
+    """Load the dashboard afresh at `route` and wait until `page` has drawn its data."""
+    chrome.get(f"{base}/?load={next(_loads)}#/{route}")
+    wait_loaded(chrome, page)
+
+
+def wait_loaded(chrome: webdriver.Chrome, page: str) -> None:
+    def drawn(driver: webdriver.Chrome) -> bool:
+        state = driver.execute_script("return document.body.dataset.loaded || ''")
+        if state == "error":
+            raise AssertionError(f"page {page} failed: {notice(driver)}")
+        return bool(state == page)
+
+    until(chrome, drawn)
+
+
+def until(chrome: webdriver.Chrome, condition: Callable[[webdriver.Chrome], object]) -> None:
+    """Wait for `condition`; an element replaced while it was read (the pages redraw whole
+    tables) is read again."""
+    WebDriverWait(chrome, WAIT, ignored_exceptions=(StaleElementReferenceException,)).until(
+        condition
+    )
+
+
+def notice(chrome: webdriver.Chrome) -> str:
+    box = chrome.find_element(By.ID, "notice")
+    return str(box.text) if box.is_displayed() else ""
+
+
+def wait_notice(chrome: webdriver.Chrome, contains: str) -> str:
+    until(chrome, lambda d: contains in notice(d))
+    return notice(chrome)
+
+
+def shot(chrome: webdriver.Chrome, name: str) -> None:
+    """Save the page as screenshots/dashboard/NAME.png, checking its scripts raised nothing."""
+    chrome.save_screenshot(str(SHOTS / f"{name}.png"))
+    errors = [e["message"] for e in chrome.get_log("browser") if e["source"] == "javascript"]
+    assert not errors, errors
+
+
+def rows(chrome: webdriver.Chrome, table_id: str) -> list[list[str]]:
+    body = chrome.find_element(By.CSS_SELECTOR, f"#{table_id} tbody")
+    return [
+        [str(cell.text) for cell in row.find_elements(By.TAG_NAME, "td")]
+        for row in body.find_elements(By.TAG_NAME, "tr")
+    ]
+
+
+def fill(form: WebElement, name: str, value: str) -> None:
+    field = form.find_element(By.NAME, name)
+    field.clear()
+    field.send_keys(value)
+
+
+def set_time(chrome: webdriver.Chrome, form_id: str, name: str, ms: int) -> None:
+    """A datetime-local input set to `ms` (local time, whole seconds)."""
+    chrome.execute_script(
+        "const input = document.querySelector(`#${arguments[0]} [name=${arguments[1]}]`);"
+        "input.value = localInput(arguments[2]);",
+        form_id,
+        name,
+        ms,
+    )
+
+
+async def _make_topic(admin: AdminClient, address: str, topic: str, queues: int) -> None:
+    await admin.create_topic(address, TopicConfig(topic, queues, queues))
+    for _ in range(300):
+        try:
+            await admin.topic_route(topic)
+        except TideMQError:
+            await asyncio.sleep(0.05)
+        else:
+            return
+    raise AssertionError(f"no route for {topic}")
+
+
+def make_topic(console: Console, topic: str, queues: int = 4) -> None:
+    console.admin(lambda a: _make_topic(a, console.master.address, topic, queues))
+
+
+def send(console: Console, topic: str, n: int, key: str = "") -> list[str]:
+    async def work(admin: AdminClient) -> list[str]:
+        ids = []
+        for i in range(n):
+            msg = Message(topic, f"{topic} message {i}".encode(), tags="T", keys=key or None)
+            _, _, result = await admin.send_message(msg)
+            ids.append(result.msg_id)
+        return ids
+
+    return console.admin(work)
+
+
+def lag(console: Console, group: str, topic: str) -> int:
+    async def work(admin: AdminClient) -> int:
+        return (await admin.examine_consume_stats(group, topic)).total_diff()
+
+    return console.admin(work)
+
+
+# --- the pages ------------------------------------------------------------------------------
+
+
+def test_cluster_page_shows_master_slave_and_ha_lag(
+    console: Console, chrome: webdriver.Chrome
+) -> None:
+    make_topic(console, "ClusterTopic")
+    send(console, "ClusterTopic", 5)
+    open_page(chrome, console.url, "cluster", "cluster")
+    table = rows(chrome, "brokers")
+    by_id = {row[2]: row for row in table}
+    assert set(by_id) == {"0", "1"}
+    master, slave = by_id["0"], by_id["1"]
+    assert master[3] == console.master.address and master[4] == "ASYNC_MASTER"
+    assert slave[3] == console.slave.address and slave[4] == "SLAVE"
+    assert master[5].startswith("V4_9_4 (tidemq ")
+    assert int(master[8].replace(",", "")) >= 5  # put today
+    assert master[12] == "" and slave[12].replace(",", "").isdigit()  # HA lag: slaves only
+    assert master[10].endswith("%")
+
+    def replicated() -> bool:
+        open_page(chrome, console.url, "cluster", "cluster")
+        return any(r[0] == "broker-a" and r[5] == "in sync" for r in rows(chrome, "ha"))
+
+    eventually_sync(replicated, "the master's HA connection on the page", WAIT)
+    shot(chrome, "cluster")
+
+
+def test_a_topic_created_updated_and_deleted_in_the_pages(
+    console: Console, chrome: webdriver.Chrome
+) -> None:
+    open_page(chrome, console.url, "topics", "topics")
+    form = chrome.find_element(By.ID, "topic-form")
+    fill(form, "topic", "PageTopic")
+    fill(form, "readQueueNums", "3")
+    fill(form, "writeQueueNums", "3")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    assert "topic PageTopic saved on" in wait_notice(chrome, "saved")
+
+    async def queues(admin: AdminClient) -> list[int]:
+        try:
+            route = await admin.topic_route("PageTopic")
+        except TideMQError:
+            return []
+        return [q.write_queue_nums for q in route.queue_datas]
+
+    eventually_sync(lambda: console.admin(queues) == [3], "PageTopic routed with 3 queues", WAIT)
+
+    def listed() -> bool:
+        open_page(chrome, console.url, "topics", "topics")
+        return ["PageTopic", "normal"] in rows(chrome, "topics")
+
+    eventually_sync(listed, "PageTopic in the topic list", WAIT)
+    shot(chrome, "topics")
+
+    open_page(chrome, console.url, "topics/PageTopic", "topic")
+    assert [r[0] for r in rows(chrome, "route-brokers")] == ["broker-a"]
+    assert rows(chrome, "route-queues") == [["broker-a", "3", "3", "RW-"]]
+    form = chrome.find_element(By.ID, "send-form")
+    fill(form, "keys", "page-key")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    assert "sent: SEND_OK" in wait_notice(chrome, "sent:")
+    wait_loaded(chrome, "topic")
+    queue_rows = rows(chrome, "queues")
+    assert [r[1] for r in queue_rows] == ["0", "1", "2"]
+    assert sum(int(r[3]) for r in queue_rows) == 1  # max offsets
+    assert all(r[2] == "0" for r in queue_rows)  # min offsets
+
+    update = chrome.find_element(By.ID, "update-form")
+    assert update.find_element(By.NAME, "readQueueNums").get_attribute("value") == "3"
+    fill(update, "readQueueNums", "4")
+    fill(update, "writeQueueNums", "4")
+    update.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_notice(chrome, "topic PageTopic saved")
+    eventually_sync(lambda: console.admin(queues) == [4], "PageTopic routed with 4 queues", WAIT)
+    open_page(chrome, console.url, "topics/PageTopic", "topic")
+    assert rows(chrome, "route-queues") == [["broker-a", "4", "4", "RW-"]]
+    assert len(rows(chrome, "queues")) == 4
+    shot(chrome, "topic")
+
+    chrome.find_element(By.ID, "delete-topic").click()
+    chrome.find_element(By.ID, "confirm-delete").click()
+    wait_loaded(chrome, "topics")  # back on the list
+    assert "topic PageTopic deleted" in notice(chrome)
+    assert "PageTopic" not in [r[0] for r in rows(chrome, "topics")]
+
+    async def listed(admin: AdminClient) -> bool:
+        return "PageTopic" in await admin.topic_list()
+
+    assert not console.admin(listed)
+
+
+def test_group_lag_and_offset_reset(console: Console, chrome: webdriver.Chrome) -> None:
+    topic, group, sends = "LagTopic", "dash_lag_group", 7
+    make_topic(console, topic)
+    master = console.master.address
+
+    async def prepare(admin: AdminClient) -> None:
+        await admin.update_subscription_group(master, SubscriptionGroupConfig(group))
+        for qid in range(4):  # the group has read nothing yet: every message is lag
+            await admin.api.update_consumer_offset(master, group, topic, qid, 0)
+
+    console.admin(prepare)
+    before = int(time.time() * 1000) - 2000
+    send(console, topic, sends)
+    assert lag(console, group, topic) == sends
+
+    # An online group beside it: its member shows.
+    received: list[ReceivedMessage] = []
+
+    def listener(msg: ReceivedMessage) -> ConsumeResult:
+        received.append(msg)
+        return ConsumeResult.SUCCESS
+
+    make_topic(console, "OnlineTopic", 2)
+    consumer = PushConsumer(
+        "dash_online",
+        config=ClientConfig.create(console.namesrv, heartbeat_broker_interval=1.0),
+    )
+    consumer.subscribe("OnlineTopic", "*", listener)
+    consumer.start()
+    try:
+        open_page(chrome, console.url, "groups", "groups")
+        groups = {r[0]: r for r in rows(chrome, "groups")}
+        assert groups[group][1:] == ["0", "offline", "", str(sends)]
+
+        def member_shown() -> bool:
+            open_page(chrome, console.url, "groups", "groups")
+            row = {r[0]: r for r in rows(chrome, "groups")}.get("dash_online")
+            return row is not None and row[1:4] == ["1", "PUSH", "CLUSTERING"]
+
+        eventually_sync(member_shown, "dash_online online with 1 member", WAIT)
+        shot(chrome, "groups")
+        open_page(chrome, console.url, "groups/dash_online", "group")
+        assert len(rows(chrome, "members")) == 1
+        # A push consumer also subscribes to its group's retry topic.
+        assert rows(chrome, "subscriptions") == [["%RETRY%dash_online", "*"], ["OnlineTopic", "*"]]
+    finally:
+        consumer.shutdown()
+
+    open_page(chrome, console.url, f"groups/{group}", "group")
+    assert chrome.find_element(By.ID, "lag-total").text == str(sends)
+    lag_rows = rows(chrome, "lag")
+    assert sum(int(r[5]) for r in lag_rows) == sends
+    assert all(r[0] == topic and r[4] == "0" for r in lag_rows)
+    shot(chrome, "group")
+
+    skip = chrome.find_element(By.ID, "skip-form")
+    Select(skip.find_element(By.NAME, "topic")).select_by_value(topic)
+    skip.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_notice(chrome, "skipped")
+    assert lag(console, group, topic) == 0
+    wait_loaded(chrome, "group")
+    assert chrome.find_element(By.ID, "lag-total").text == "0"
+
+    reset = chrome.find_element(By.ID, "reset-form")
+    Select(reset.find_element(By.NAME, "topic")).select_by_value(topic)
+    set_time(chrome, "reset-form", "time", before)
+    reset.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_notice(chrome, "reset:")
+    assert lag(console, group, topic) == sends
+    wait_loaded(chrome, "group")
+    assert chrome.find_element(By.ID, "lag-total").text == str(sends)
+
+
+def test_messages_by_time_key_and_id_and_dead_letter_resend(
+    console: Console, chrome: webdriver.Chrome
+) -> None:
+    topic, group = "BrowseTopic", "dash_dlq_group"
+    make_topic(console, topic)
+    ids = send(console, topic, 12)
+    (dead_id,) = send(console, topic, 1, key="dead-key")
+
+    open_page(chrome, console.url, f"messages?topic={topic}", "messages")
+    until(chrome, lambda d: d.find_elements(By.ID, "result-count"))
+    assert chrome.find_element(By.ID, "result-count").text.startswith("13 message(s)")
+    form = chrome.find_element(By.ID, "time-form")
+    fill(form, "pageSize", "5")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    until(chrome, lambda d: "page 1 of 3" in d.find_element(By.ID, "result-count").text)
+    first_page = rows(chrome, "messages")
+    assert len(first_page) == 5 and first_page[0][3] == "dead-key"  # newest first
+    chrome.find_element(By.ID, "next-page").click()
+    until(chrome, lambda d: "page 2 of 3" in d.find_element(By.ID, "result-count").text)
+    assert not {r[0] for r in rows(chrome, "messages")} & {r[0] for r in first_page}
+
+    key_form = chrome.find_element(By.ID, "key-form")
+    fill(key_form, "topic", topic)
+    fill(key_form, "key", "dead-key")
+    key_form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    until(chrome, lambda d: "with key dead-key" in d.find_element(By.ID, "result-count").text)
+    assert len(rows(chrome, "messages")) == 1
+    chrome.find_element(By.CSS_SELECTOR, "#messages a").click()
+    until(chrome, lambda d: d.find_elements(By.ID, "message-body"))
+    assert chrome.find_element(By.ID, "message-body").text == f"{topic} message 0"
+    shot(chrome, "messages")
+
+    # Into the dead-letter queue, then resent from its page.
+    async def to_dead_letters(admin: AdminClient) -> str:
+        dead = await admin.view_message(dead_id)
+        header = ConsumerSendMsgBackRequestHeader(
+            offset=dead.physical_offset, group=group, delay_level=-1, origin_topic=topic
+        )
+        await admin.api.consumer_send_msg_back(console.master.address, header)
+        for _ in range(300):
+            try:
+                found = await admin.query_message(f"%DLQ%{group}", "dead-key")
+            except TideMQError:
+                found = []
+            if found:
+                return found[0][1].msg_id
+            await asyncio.sleep(0.05)
+        raise AssertionError("no dead letter")
+
+    letter_id = console.admin(to_dead_letters)
+    id_form = chrome.find_element(By.ID, "id-form")
+    fill(id_form, "id", letter_id)
+    id_form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    until(chrome, lambda d: d.find_elements(By.ID, "resend"))
+    resend = chrome.find_element(By.ID, "resend")
+    assert resend.text == f"Resend to {topic}"
+    shot(chrome, "message-dead-letter")
+    resend.click()
+    assert f"resent to {topic}" in wait_notice(chrome, "resent")
+
+    async def keyed(admin: AdminClient) -> int:
+        return len(await admin.query_message(topic, "dead-key"))
+
+    eventually_sync(lambda: console.admin(keyed) == 2, "the resent copy in the topic", WAIT)
+    assert len(ids) == 12
+
+
+def test_live_chart_of_a_topic_updates(console: Console, chrome: webdriver.Chrome) -> None:
+    topic = "ChartTopic"
+    make_topic(console, topic)
+    open_page(chrome, console.url, "charts", "charts")
+
+    def chart(name: str) -> tuple[int, dict[str, Any]]:
+        """(points drawn, latest value per series) of a chart, read in one go: the page
+        redraws its charts every sample."""
+        points, latest = chrome.execute_script(
+            "const svg = document.querySelector(`#chart-${arguments[0]} svg`);"
+            "return svg ? [Number(svg.dataset.points), svg.dataset.latest] : [0, '{}'];",
+            name,
+        )
+        return int(points), json.loads(latest)
+
+    eventually_sync(lambda: topic in chart("topicIn")[1], f"{topic} charted", WAIT)
+    points, _ = chart("topicIn")
+    eventually_sync(lambda: chart("topicIn")[0] > points, "a new sample drawn", WAIT)
+
+    def shows_sends() -> bool:
+        send(console, topic, 10)
+        value = chart("topicIn")[1].get(topic)
+        return value is not None and value > 0
+
+    eventually_sync(shows_sends, f"{topic}'s sends on the chart", WAIT, interval=0.3)
+    broker_in = chart("brokerIn")[1]
+    assert set(broker_in) == {"broker-a/0", "broker-a/1"}
+    shot(chrome, "charts")
+
+
+def test_read_only_dashboard_refuses_a_change(console: Console, chrome: webdriver.Chrome) -> None:
+    open_page(chrome, console.read_only_url, "topics", "topics")
+    assert "read-only" in chrome.find_element(By.ID, "mode").text
+    form = chrome.find_element(By.ID, "topic-form")
+    fill(form, "topic", "RefusedTopic")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    assert wait_notice(chrome, "read-only").startswith(
+        "read-only dashboard: start tidemq-dashboard with --ak/--sk"
+    )
+    shot(chrome, "read-only-refusal")
+
+    async def topics(admin: AdminClient) -> list[str]:
+        return await admin.topic_list()
+
+    assert "RefusedTopic" not in console.admin(topics)
