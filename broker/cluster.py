@@ -6,18 +6,22 @@ masters, then the slaves (each `python -m broker.namesrv` / `python -m broker` w
 `namesrvAddr`/`storePathRootDir` filled in), waits until every broker is registered and every
 slave replicates, then prints a status line (messages in and out per second over all masters
 since the previous line, each slave's HA lag by broker name and id) until SIGINT or SIGTERM.
-Then it stops the slaves, the masters and the name server, in that order (SIGTERM, SIGKILL
-after `STOP_TIMEOUT`); a second signal kills them at once.
+After the slaves it starts `tidemq-dashboard` over the name server, on `--dashboard-port`
+(8082; 0: none) at `--dashboard-bind` (127.0.0.1), and prints its address with "cluster ready";
+it is read-only unless TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account. It stops the
+dashboard, the slaves, the masters and the name server, in that order (SIGTERM, SIGKILL after
+`STOP_TIMEOUT`); a second signal kills them at once.
 
 Before starting anything it checks every fixed port of every process (listenPort, a master's
-haListenPort, metricsPort; 0 means "any free port" and is not checked): a port taken twice in
-the topology, or held by another process (named with its pid and command line, from /proc),
-stops it with exit status 1 and nothing started. A daemon counts as started once it listens
-itself on all of its fixed ports (its own sockets, from /proc: another program answering on the
-port does not count); one that exits while starting stops the start: exit status 1 with the end
-of its log. Once running, a daemon that dies is reported (one line, and `DOWN` on the status
-line) while the others keep running; with `--restart` it is started again (at most once per
-`RESTART_PAUSE` seconds). The exit status is 1 when a daemon is down at the end, else 0.
+haListenPort, metricsPort, the dashboard's port; 0 means "any free port" and is not checked): a
+port taken twice in the topology, or held by another process (named with its pid and command
+line, from /proc), stops it with exit status 1 and nothing started. A daemon counts as started
+once it listens itself on all of its fixed ports (its own sockets, from /proc: another program
+answering on the port does not count); one that exits while starting stops the start: exit
+status 1 with the end of its log. Once running, a daemon that dies is reported (one line, and
+`DOWN` on the status line) while the others keep running; with `--restart` it is started again
+(at most once per `RESTART_PAUSE` seconds). The exit status is 1 when a daemon is down at the
+end, else 0.
 
 TOPOLOGY is a folder, or the name of one under the repository's `deploy/` (single,
 2m-noslave, 2m-2s-async, 2m-2s-sync, local). `--data DIR` holds the stores (`DIR/<file stem>`)
@@ -51,6 +55,9 @@ import click
 from tidemq.broker.config import DEFAULT_BROKER_PORT, DEFAULT_NAMESRV_PORT
 from tidemq.broker.port_owner import describe_holders, holders, pid_listens_on, port_is_free
 from tidemq.client.admin import AdminClient, BrokerAddress
+from tidemq.client.dashboard.cli import DEFAULT_BIND as DASHBOARD_BIND
+from tidemq.client.dashboard.cli import DEFAULT_PORT as DASHBOARD_PORT
+from tidemq.client.dashboard.cli import command_line as dashboard_command
 from tidemq.client.errors import TideMQError
 from tidemq.client.version import version_option
 from tidemq.store.errors import ConfigError
@@ -80,6 +87,7 @@ class Process:
     args: list[str]
     props: dict[str, str]
     is_namesrv: bool = False
+    is_dashboard: bool = False
     process: asyncio.subprocess.Process | None = None
     log_file: IO[bytes] | None = None
     # A death already reported (the status line says DOWN until it runs again).
@@ -104,6 +112,8 @@ class Process:
 
     def fixed_ports(self) -> list[tuple[str, int]]:
         """(key, port) of every port the daemon listens on that is not picked at start (0)."""
+        if self.is_dashboard:
+            return [("port", self.port)] if self.port > 0 else []
         ports = [("listenPort", self.port)]
         if not self.is_namesrv and not self.is_slave:  # a slave does not listen for HA
             ha = self._int("haListenPort", -1)
@@ -113,7 +123,8 @@ class Process:
 
     @property
     def is_slave(self) -> bool:
-        return self.props.get("brokerRole", "ASYNC_MASTER").upper() == "SLAVE"
+        role = self.props.get("brokerRole", "ASYNC_MASTER")
+        return not self.is_dashboard and role.upper() == "SLAVE"
 
     @property
     def broker_name(self) -> str:
@@ -143,6 +154,8 @@ class Topology:
     folder: Path
     namesrv: Process
     brokers: list[Process]
+    # tidemq-dashboard over the name server, started last (None: not started).
+    dashboard: Process | None = None
 
     @property
     def namesrv_addr(self) -> str:
@@ -150,10 +163,18 @@ class Topology:
 
     @property
     def processes(self) -> list[Process]:
-        """Start order: the name server, the masters, then the slaves."""
+        """Start order: the name server, the masters, the slaves, then the dashboard."""
         masters = [b for b in self.brokers if not b.is_slave]
         slaves = [b for b in self.brokers if b.is_slave]
-        return [self.namesrv, *masters, *slaves]
+        extra = [self.dashboard] if self.dashboard is not None else []
+        return [self.namesrv, *masters, *slaves, *extra]
+
+    @property
+    def dashboard_url(self) -> str | None:
+        dashboard = self.dashboard
+        if dashboard is None:
+            return None
+        return f"http://{dashboard.bind_host}:{dashboard.port}/"
 
 
 def find_topology(name: str) -> Path:
@@ -176,8 +197,17 @@ def parse_override(text: str) -> tuple[str, str, str]:
     return target, key.strip(), value.strip()
 
 
-def load_topology(folder: Path, data_dir: Path, overrides: Sequence[str] = ()) -> Topology:
-    """The processes of a topology folder with their command lines (ConfigError, ClusterError)."""
+def load_topology(
+    folder: Path,
+    data_dir: Path,
+    overrides: Sequence[str] = (),
+    *,
+    dashboard_port: int = 0,
+    dashboard_bind: str = DASHBOARD_BIND,
+) -> Topology:
+    """The processes of a topology folder with their command lines (ConfigError, ClusterError);
+    with `dashboard_port`, a tidemq-dashboard on that port too (read-only unless
+    TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account, as for tidemq-dashboard itself)."""
     parsed = [parse_override(o) for o in overrides]
     namesrv_file = folder / "namesrv.properties"
     broker_files = sorted(folder.glob("broker*.properties"))
@@ -215,7 +245,15 @@ def load_topology(folder: Path, data_dir: Path, overrides: Sequence[str] = ()) -
         args = [sys.executable, "-m", "tidemq.broker", "-c", str(file)]
         args += [f"{k}={v}" for k, v in fixed.items()] + extra
         brokers.append(Process(file.stem, args, props))
-    return Topology(folder, namesrv, brokers)
+    dashboard = None
+    if dashboard_port > 0:
+        dashboard = Process(
+            "dashboard",
+            dashboard_command(namesrv_addr, dashboard_port, dashboard_bind),
+            {"listenPort": str(dashboard_port), "bindAddress": dashboard_bind},
+            is_dashboard=True,
+        )
+    return Topology(folder, namesrv, brokers, dashboard)
 
 
 def _die_with_parent() -> None:
@@ -574,9 +612,11 @@ async def run_cluster(
                 names = ", ".join(
                     f"{p.name} (pid {p.process.pid})" for p in topology.processes if p.process
                 )
+                dashboard = topology.dashboard_url
                 launcher.echo(
                     f"cluster ready: {names}; name server {topology.namesrv_addr}; "
-                    f"logs in {launcher.log_dir}; Ctrl-C stops everything"
+                    + (f"dashboard {dashboard}; " if dashboard else "")
+                    + f"logs in {launcher.log_dir}; Ctrl-C stops everything"
                 )
                 await launcher.watch(interval, stop, restart=restart)
                 if launcher.down:
@@ -629,6 +669,19 @@ def main() -> None:
     is_flag=True,
     help=f"Start a daemon that died again (at most once per {RESTART_PAUSE:.0f} s).",
 )
+@click.option(
+    "--dashboard-port",
+    type=click.IntRange(0, 65535),
+    default=DASHBOARD_PORT,
+    show_default=True,
+    help="Port of the tidemq-dashboard started with the cluster (0: none).",
+)
+@click.option(
+    "--dashboard-bind",
+    default=DASHBOARD_BIND,
+    show_default=True,
+    help="Address the dashboard listens on.",
+)
 def run_command(
     topology: str,
     data_dir: Path | None,
@@ -636,12 +689,21 @@ def run_command(
     interval: float,
     start_timeout: float,
     restart: bool,
+    dashboard_port: int,
+    dashboard_bind: str,
 ) -> None:
-    """Start TOPOLOGY (a folder or a name under deploy/), show status until Ctrl-C, stop it."""
+    """Start TOPOLOGY (a folder or a name under deploy/) and a dashboard, show status until
+    Ctrl-C, stop them."""
     try:
         folder = find_topology(topology)
         data = (data_dir or Path("data") / folder.name).resolve()
-        parsed = load_topology(folder, data, overrides)
+        parsed = load_topology(
+            folder,
+            data,
+            overrides,
+            dashboard_port=dashboard_port,
+            dashboard_bind=dashboard_bind,
+        )
         for process in parsed.processes:
             process.fixed_ports()  # a port key that is not a number: one line now
     except (ClusterError, ConfigError) as exc:

@@ -550,8 +550,17 @@ def test_make_run_starts_the_local_cluster_and_ctrl_c_stops_every_process(
     Ctrl-C. The launcher stops the slave, the master and the name server, in that order."""
     launched = LaunchedCluster.start("local", tmp_path / "local", via_make=True)
     try:
-        assert set(launched.pids) == {"namesrv", "broker-a", "broker-a-s"}
+        assert set(launched.pids) == {"namesrv", "broker-a", "broker-a-s", "dashboard"}
         assert all(alive(pid) for pid in launched.pids.values())
+        # The dashboard started with the cluster, at the address "cluster ready" names.
+        url = f"http://127.0.0.1:{launched.dashboard_port}/"
+        assert f"dashboard {url};" in launched.output()
+        with urllib.request.urlopen(url + "api/cluster", timeout=30) as answer:
+            shown = json.loads(answer.read())
+        assert {b["address"] for b in shown["brokers"]} == {
+            launched.address("broker-a"),
+            launched.address("broker-a-s"),
+        }
         eventually_sync(lambda: "HA: broker-a/1 lag" in launched.output(), "the status line", 10)
         workers = {
             worker
@@ -567,6 +576,7 @@ def test_make_run_starts_the_local_cluster_and_ctrl_c_stops_every_process(
     assert not [name for name, pid in launched.pids.items() if alive(pid)]
     assert not [pid for pid in workers if alive(pid)], "index workers outlived Ctrl-C"
     output = launched.output()
+    assert output.index("stopped dashboard") < output.index("stopped broker-a-s")
     assert output.index("stopped broker-a-s") < output.index("stopped broker-a ")
     assert output.index("stopped broker-a ") < output.index("stopped namesrv")
     assert (tmp_path / "local" / "logs" / "broker-a.log").exists()

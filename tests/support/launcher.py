@@ -49,6 +49,7 @@ class LaunchedCluster:
     namesrv_port: int
     ports: dict[str, Ports]
     namesrv_metrics_port: int = 0
+    dashboard_port: int = 0
     pids: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -78,6 +79,7 @@ class LaunchedCluster:
         folder = DEPLOY / topology
         namesrv_port, ports = ports or choose_ports(topology)
         namesrv_metrics_port = free_port()
+        dashboard_port = free_port()
         args = [
             sys.executable,
             "-m",
@@ -88,6 +90,8 @@ class LaunchedCluster:
             str(data_dir),
             "--interval",
             "1",
+            "--dashboard-port",
+            str(dashboard_port),
             *launcher_args,
             "-o",
             f"namesrv:listenPort={namesrv_port}",
@@ -115,7 +119,9 @@ class LaunchedCluster:
                 cwd=REPO_ROOT,
                 start_new_session=True,
             )
-        cluster = cls(process, output_path, namesrv_port, ports, namesrv_metrics_port)
+        cluster = cls(
+            process, output_path, namesrv_port, ports, namesrv_metrics_port, dashboard_port
+        )
         if not wait_ready:
             return cluster
         try:
