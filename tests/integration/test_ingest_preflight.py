@@ -8,15 +8,31 @@ Java needed for these).
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from io import StringIO
 from pathlib import Path
 
+from tests.support.conditions import eventually_sync
 from tests.support.processes import ProcessGroup, free_port
+from tidemq.client.admin import AdminClient
+from tidemq.client.errors import TopicNotExistError
 from tidemq.client.message import Message
 from tidemq.client.producer import Producer
 from tidemq.client.spark.ingest import preflight
+
+
+def routed(namesrv: str, topic: str) -> bool:
+    async def ask() -> bool:
+        async with AdminClient(namesrv) as admin:
+            try:
+                await admin.topic_route(topic)
+            except TopicNotExistError:
+                return False
+            return True
+
+    return asyncio.run(ask())
 
 
 def test_a_topic_that_does_not_exist_is_warned_about(
@@ -26,6 +42,8 @@ def test_a_topic_that_does_not_exist_is_warned_about(
     processes.brokerd(namesrv.address, tmp_path / "store")
     with Producer("ingest-preflight-pg", namesrv.address) as producer:
         producer.send(Message("IngestThere", b"x"))
+    # A topic created by its first send reaches the name server with the broker's registration.
+    eventually_sync(lambda: routed(namesrv.address, "IngestThere"), "IngestThere's route", 30)
     out = StringIO()
     assert preflight({"namesrvAddr": namesrv.address, "topic": "IngestThere, NoSuchTopic"}, out)
     assert out.getvalue().splitlines() == [
