@@ -137,6 +137,18 @@ class BrokerConfig:
         120_000, min_value=1000, doc="ms without heartbeat before a client is dropped"
     )
     metrics_port: int = setting(-1, min_value=-1, max_value=65535, doc="tidemq: Prometheus port")
+    transaction_time_out: int = setting(
+        6000, min_value=0, doc="ms after its birth before a half message is first checked"
+    )
+    transaction_check_max: int = setting(
+        15, min_value=1, doc="checks of a half message before it goes to TRANS_CHECK_MAX_TIME_TOPIC"
+    )
+    transaction_check_interval: int = setting(
+        60_000, min_value=100, doc="ms between two rounds of transaction checks"
+    )
+    enable_property_filter: bool = setting(
+        False, doc="accept SQL92 subscriptions, filtered against message properties on pull"
+    )
     acl_enable: bool = setting(False, doc="check every request against the plain ACL files")
     acl_file: str = setting(
         "", doc="tidemq: the plain ACL file (default $ROCKETMQ_HOME/conf/plain_acl.yml)"

@@ -15,14 +15,19 @@ import contextlib
 import functools
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
 from tidemq.client.errors import TideMQError
+from tidemq.client.message import ReceivedMessage
 from tidemq.client.protocol.admin import ResetOffsetBody, ResetOffsetRequestHeader
-from tidemq.client.protocol.headers import HeaderFieldError, decode
+from tidemq.client.protocol.headers import (
+    CheckTransactionStateRequestHeader,
+    HeaderFieldError,
+    decode,
+)
 from tidemq.client.protocol.heartbeat import ConsumerData, HeartbeatData, MessageQueue, ProducerData
 from tidemq.client.protocol.models import MASTER_ID, TopicRouteData
 from tidemq.client.remoting.client import RemotingClient
@@ -37,6 +42,7 @@ from tidemq.client.routing import (
     topic_route_to_subscribe_queues,
 )
 from tidemq.store.lifecycle import BackgroundTask, Service, Step
+from tidemq.store.record import PROPERTY_PRODUCER_GROUP, decode_record
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +59,13 @@ class ConsumerHandle(Protocol):
     async def do_rebalance(self) -> None: ...
 
     async def persist_offsets(self) -> None: ...
+
+
+# A producer's answer to CHECK_TRANSACTION_STATE: (connection, the half message, its
+# tranStateTableOffset, its commitLogOffset).
+TransactionCheckHandler = Callable[
+    [RemotingConnection, ReceivedMessage, int, int], Coroutine[Any, Any, None]
+]
 
 
 class ClientInstance(Service):
@@ -80,6 +93,7 @@ class ClientInstance(Service):
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producer_groups: set[str] = set()
         self.consumers: dict[str, ConsumerHandle] = {}
+        self.transaction_checkers: dict[str, TransactionCheckHandler] = {}
         self._users = 0
         self._rebalance_now = asyncio.Event()
         self._route_lock = asyncio.Lock()
@@ -274,6 +288,12 @@ class ClientInstance(Service):
     def unregister_producer(self, group: str) -> None:
         self.producer_groups.discard(group)
 
+    def register_transaction_checker(self, group: str, handler: TransactionCheckHandler) -> None:
+        self.transaction_checkers[group] = handler
+
+    def unregister_transaction_checker(self, group: str) -> None:
+        self.transaction_checkers.pop(group, None)
+
     async def register_consumer(self, consumer: ConsumerHandle) -> None:
         if consumer.group in self.consumers:
             raise TideMQError(
@@ -332,6 +352,9 @@ class ClientInstance(Service):
         if request.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             self._reset_offset(connection, request)
             return None
+        if request.code == RequestCode.CHECK_TRANSACTION_STATE:
+            self._check_transaction(connection, request)
+            return None
         return RemotingCommand.response_to(
             request,
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -366,6 +389,31 @@ class ClientInstance(Service):
             len(offsets),
         )
         task = asyncio.get_running_loop().create_task(reset(header.topic, offsets))
+        self._resets.add(task)
+        task.add_done_callback(self._resets.discard)
+
+    def _check_transaction(self, connection: RemotingConnection, request: RemotingCommand) -> None:
+        """CHECK_TRANSACTION_STATE: the half message goes to its group's producer here (PGROUP);
+        its answer is sent on the same connection (the producer's `_on_check`)."""
+        try:
+            header = decode(CheckTransactionStateRequestHeader, request.ext_fields)
+            stored = decode_record(memoryview(request.body), check_crc=False)
+        except (HeaderFieldError, ValueError) as exc:
+            log.warning("bad transaction check from %s: %s", connection.peer, exc)
+            return
+        msg = ReceivedMessage.from_stored(stored, "")
+        group = stored.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        handler = self.transaction_checkers.get(group)
+        if handler is None:
+            log.info(
+                "transaction check from %s for group %r: no such producer here",
+                connection.peer,
+                group,
+            )
+            return
+        task = asyncio.get_running_loop().create_task(
+            handler(connection, msg, header.tran_state_table_offset, header.commit_log_offset)
+        )
         self._resets.add(task)
         task.add_done_callback(self._resets.discard)
 

@@ -13,15 +13,25 @@ from tidemq.client.errors import TideMQError
 from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer, Producer
 from tidemq.client.pull_consumer import AsyncPullConsumer, PullConsumer
+from tidemq.client.transaction import (
+    AsyncTransactionProducer,
+    LocalTransactionState,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "AsyncProducer",
     "AsyncPullConsumer",
     "AsyncPushConsumer",
+    "AsyncTransactionProducer",
     "ConsumeResult",
+    "LocalTransactionState",
     "Message",
     "Producer",
     "PullConsumer",
     "PushConsumer",
     "TideMQError",
+    "TransactionProducer",
+    "TransactionSendResult",
 ]
