@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import textwrap
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tidemq import (
     AsyncTransactionProducer,
     LocalTransactionState,
     Message,
+    TransactionProducer,
     TransactionSendResult,
 )
 from tidemq.client.api import BrokerAPI
@@ -314,3 +316,36 @@ async def test_bad_end_transactions_get_clear_answers_and_nothing_twice(
             assert delivered.bodies == Counter({b"once": 1, b"plain": 1})
         finally:
             await consumer.shutdown()
+
+
+async def test_the_blocking_producer_runs_its_callbacks_in_threads(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    processes.brokerd(namesrv.address, tmp_path / "b", *CHECKS)
+    threads: list[str] = []
+
+    def execute(msg: Message, arg: object) -> LocalTransactionState:
+        threads.append(threading.current_thread().name)
+        return LocalTransactionState.UNKNOWN  # left to the check
+
+    def check(msg: ReceivedMessage) -> LocalTransactionState:
+        threads.append(threading.current_thread().name)
+        return LocalTransactionState.COMMIT
+
+    producer = TransactionProducer(
+        "PG-blocking", config=config(namesrv), execute=execute, check=check
+    )
+    await asyncio.to_thread(producer.start)
+    try:
+        result = await asyncio.to_thread(
+            producer.send_message_in_transaction, Message("TX5", b"later")
+        )
+        assert result.local_transaction_state is LocalTransactionState.UNKNOWN
+        consumer, delivered = await consume(namesrv, "G-tx5", "TX5")
+        try:
+            await eventually(lambda: delivered.bodies[b"later"] == 1, "the checked commit", 30)
+        finally:
+            await consumer.shutdown()
+    finally:
+        await asyncio.to_thread(producer.shutdown)
+    assert len(threads) == 2 and "tidemq-client-loop" not in threads
