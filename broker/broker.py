@@ -286,6 +286,7 @@ class Broker(Service):
             RequestCode.VIEW_MESSAGE_BY_ID: query.view_by_id,
             RequestCode.QUERY_MESSAGE: query.query_message,
             RequestCode.HEART_BEAT: consumer.heartbeat,
+            RequestCode.CHECK_CLIENT_CONFIG: consumer.check_client_config,
             RequestCode.UNREGISTER_CLIENT: consumer.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.consumer_list,
             RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_offset,

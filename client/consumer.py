@@ -52,13 +52,14 @@ from tidemq.client.api import PullResult, PullStatus
 from tidemq.client.config import ClientConfig
 from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.instance import ClientInstance, get_instance
-from tidemq.client.message import ReceivedMessage
+from tidemq.client.message import MessageSelector, ReceivedMessage, selector_of
 from tidemq.client.offset_store import OffsetStore
 from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
 from tidemq.client.protocol.heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
+    ExpressionType,
     LockBatchRequestBody,
     MessageModel,
     MessageQueue,
@@ -68,6 +69,7 @@ from tidemq.client.protocol.heartbeat import (
 from tidemq.client.pulling import (
     RETRY_PREFIX,
     allocate_queues,
+    client_tag_filter,
     compute_pull_from,
     open_offset_store,
     pull_queue,
@@ -75,7 +77,7 @@ from tidemq.client.pulling import (
 from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.client.sync import AsyncLifecycle, BlockingTwin
 from tidemq.store.lifecycle import cancel_and_wait
-from tidemq.store.tags import TagFilter, parse_tag_expression
+from tidemq.store.tags import TagFilter
 
 log = logging.getLogger(__name__)
 
@@ -223,13 +225,19 @@ class AsyncPushConsumer(AsyncLifecycle):
     # --- subscriptions ----------------------------------------------------------------------
 
     def subscribe(
-        self, topic: str, expression: str = "*", listener: Listener | None = None
+        self,
+        topic: str,
+        expression: str | MessageSelector = "*",
+        listener: Listener | None = None,
     ) -> None:
-        """Consume `topic` messages matching `expression` (`*` or `TagA || TagB`)."""
+        """Consume `topic` messages matching `expression` (`*` or `TagA || TagB`, or a
+        `MessageSelector`: `MessageSelector.by_sql("a > 3")` filters at the broker)."""
         if self._running:
             raise ClientError("subscribe before start()")
+        selector = selector_of(expression)
         self._subscriptions[topic] = _Subscription(
-            SubscriptionData.from_expression(topic, expression), listener
+            SubscriptionData.from_expression(topic, selector.expression, selector.expression_type),
+            listener,
         )
 
     def register_listener(self, listener: Listener) -> None:
@@ -277,6 +285,17 @@ class AsyncPushConsumer(AsyncLifecycle):
             sub.is_async = inspect.iscoroutinefunction(sub.listener)
         instance = get_instance(self.config)
         await instance.start()
+        try:
+            filtered = [
+                s.data
+                for s in self._subscriptions.values()
+                if s.data.expression_type is not ExpressionType.TAG
+            ]
+            if filtered:  # SQL92: ask the brokers first, as RocketMQ's checkClientInBroker
+                await instance.check_subscriptions(self.group, filtered)
+        except TideMQError:
+            await instance.shutdown()
+            raise
         self._instance = instance
         self.offset_store = await open_offset_store(
             instance, self.group, self.message_model, self.offset_store_dir
@@ -370,7 +389,7 @@ class AsyncPushConsumer(AsyncLifecycle):
     async def _pull_loop(self, pq: ProcessQueue, offset: int) -> None:
         mq = pq.queue
         sub = self._subscriptions[mq.topic]
-        tag_filter = parse_tag_expression(sub.data.sub_string)
+        tag_filter = client_tag_filter(sub.data)
         assert self.offset_store is not None
         await self.offset_store.update_offset(mq, offset, increase_only=False)
         # The next pull, sent before this one's messages are decoded (pipelining), when the
@@ -464,7 +483,10 @@ class AsyncPushConsumer(AsyncLifecycle):
                 result.next_begin_offset,
             )
             await self.offset_store.update_offset(mq, result.next_begin_offset, increase_only=False)
-        elif not pq.messages and result.next_begin_offset > offset:
+        elif not pq.messages:
+            # RocketMQ's correctTagsOffset, on NO_NEW_MSG too: after messages the broker
+            # filtered out (tags, SQL92) the offset moves past them, not only to the last
+            # message consumed (increase only).
             await self._commit(mq, result.next_begin_offset)
 
     def _flow_controlled(self, pq: ProcessQueue) -> bool:
@@ -793,7 +815,10 @@ class PushConsumer(BlockingTwin[AsyncPushConsumer]):
         self.group = group
 
     def subscribe(
-        self, topic: str, expression: str = "*", listener: Listener | None = None
+        self,
+        topic: str,
+        expression: str | MessageSelector = "*",
+        listener: Listener | None = None,
     ) -> None:
         self._async.subscribe(topic, expression, listener)
 

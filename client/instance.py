@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 import random
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from tidemq.client.api import BrokerAPI
@@ -28,7 +28,15 @@ from tidemq.client.protocol.headers import (
     HeaderFieldError,
     decode,
 )
-from tidemq.client.protocol.heartbeat import ConsumerData, HeartbeatData, MessageQueue, ProducerData
+from tidemq.client.protocol.heartbeat import (
+    CheckClientRequestBody,
+    ConsumerData,
+    ExpressionType,
+    HeartbeatData,
+    MessageQueue,
+    ProducerData,
+    SubscriptionData,
+)
 from tidemq.client.protocol.models import MASTER_ID, TopicRouteData
 from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
@@ -305,6 +313,24 @@ class ClientInstance(Service):
                 await self.update_route(subscription.topic)
         await self.heartbeat_all()
         self.rebalance_immediately()
+
+    async def check_subscriptions(
+        self, group: str, subscriptions: Iterable[SubscriptionData]
+    ) -> None:
+        """RocketMQ's checkClientInBroker: each master serving a topic with an SQL92
+        subscription must take it (enablePropertyFilter, an expression that compiles); its
+        refusal is raised. Topics without a route yet are left to the pulls."""
+        for subscription in subscriptions:
+            if subscription.expression_type is ExpressionType.TAG:
+                continue
+            route = await self.update_route(subscription.topic)
+            if route is None:
+                continue
+            body = CheckClientRequestBody(self.client_id, group, subscription)
+            for broker in route.broker_datas:
+                address = broker.broker_addrs.get(MASTER_ID)
+                if address is not None:
+                    await self.api.check_client_config(address, body)
 
     async def unregister_consumer(self, group: str) -> None:
         self.consumers.pop(group, None)

@@ -40,7 +40,7 @@ from tidemq.store.delay import DELAY_MARKER as _DELAY_MARKER
 from tidemq.store.delay import park_delayed, parse_delay_levels
 from tidemq.store.dispatch import ArrivalListener, ReputService
 from tidemq.store.flushing import StoreFlusher
-from tidemq.store.get_message import GetMessageResult, TransferLimits, get_message
+from tidemq.store.get_message import GetMessageResult, RecordFilter, TransferLimits, get_message
 from tidemq.store.index import IndexService
 from tidemq.store.index_keeper import IndexKeeper
 from tidemq.store.index_worker import IndexWorker
@@ -550,8 +550,10 @@ class MessageStore(Service):
         offset: int,
         max_msg_nums: int,
         tag_filter: TagFilter = MATCH_ALL,
+        record_filter: RecordFilter | None = None,
     ) -> GetMessageResult:
-        del group  # kept for RocketMQ's signature: filters per group come with SQL92
+        """`record_filter` (SQL92) sees each record that passed `tag_filter`."""
+        del group  # kept for RocketMQ's signature
         return get_message(
             self.find_consume_queue(topic, queue_id),
             offset,
@@ -561,6 +563,7 @@ class MessageStore(Service):
             limits=self.limits,
             is_slave=self.is_slave,
             offset_check_in_slave=self.config.offset_check_in_slave,
+            record_filter=record_filter,
         )
 
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
