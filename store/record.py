@@ -835,6 +835,30 @@ def scan_record(buf: bytes | memoryview, pos: int, *, check_crc: bool) -> Dispat
     )
 
 
+def read_properties(record: bytes | memoryview) -> bytes:
+    """The raw properties of one whole record (`record` is exactly its bytes), b"" when its
+    lengths disagree: for filters that look at a few properties of every record."""
+    size = len(record)
+    if size < _PREFIX.size:
+        return b""
+    sys_flag = _INT.unpack_from(record, OFFSET_SYS_FLAG)[0]
+    middle = _SCAN_MIDDLE[sys_flag & _HOST_FLAGS]
+    at = _PREFIX.size + middle.size
+    if at > size:
+        return b""
+    body_len = middle.unpack_from(record, _PREFIX.size)[1]
+    at += body_len
+    if body_len < 0 or at + 3 > size:
+        return b""
+    topic_end = at + 1 + record[at]
+    if topic_end + 2 > size:
+        return b""
+    props_len = _SHORT.unpack_from(record, topic_end)[0]
+    if props_len < 0 or topic_end + 2 + props_len > size:
+        return b""
+    return bytes(record[topic_end + 2 : topic_end + 2 + props_len])
+
+
 def read_topic(buf: bytes | memoryview, pos: int, total: int) -> bytes | None:
     """The raw topic of the record of `total` bytes at `pos`, None if its lengths disagree."""
     sys_flag = _INT.unpack_from(buf, pos + OFFSET_SYS_FLAG)[0]

@@ -94,3 +94,5 @@ def test_records_are_read_in_place() -> None:
     record = pack_record(msg, check_record(msg, 1024), 0, 0, 0)
     assert compile_sql92(EXPRESSION).matches_record(memoryview(record))
     assert not compile_sql92("a > 4").matches_record(memoryview(record))
+    assert not compile_sql92("a IS NOT NULL").matches_record(memoryview(record[:60]))  # torn
+    assert compile_sql92("a IS NULL").matches_record(memoryview(b"short"))  # no properties
