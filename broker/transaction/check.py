@@ -58,6 +58,7 @@ from tidemq.store.record import (
 log = logging.getLogger(__name__)
 
 _MAX_BODY = 1 << 27
+YIELD_EVERY = 512
 
 
 def check_body(half: StoredMessage) -> bytes:
@@ -110,10 +111,17 @@ class TransactionCheckService(Service):
         config = self.state.config
         transactions = self.transactions
         end = half_queue.max_offset
-        for queue_offset, physical, size in units_from(half_queue, transactions.check_offset):
+        for scanned, (queue_offset, physical, size) in enumerate(
+            units_from(half_queue, transactions.check_offset)
+        ):
             if queue_offset >= end:
                 return
-            half = self.store.look_message_by_offset(physical, size)
+            if scanned % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # a long backlog of ended ones must not hold the loop
+            if transactions.pending.origin_at(queue_offset) is None:
+                half = None  # ended, or a later copy stands for it: not even read
+            else:
+                half = self.store.look_message_by_offset(physical, size)
             if half is not None and transactions.is_current(half):
                 now = int(time.time() * 1000)
                 immunity = immunity_ms(half, config.transaction_time_out)
@@ -138,7 +146,7 @@ class TransactionCheckService(Service):
         if not result.ok or append is None:
             log.warning("half message %d not renewed: %s", half.queue_offset, result.status.value)
             return False
-        self.transactions.pending[origin_of(half)] = append.queue_offset
+        self.transactions.pending.put(origin_of(half), append.queue_offset)
         if count_check:
             copy = dataclasses.replace(
                 half,

@@ -78,6 +78,48 @@ def units_from(queue: ConsumeQueue, start: int) -> Iterator[tuple[int, int, int]
                 yield unit.queue_offset, unit.physical_offset, unit.size
 
 
+class PendingTable:
+    """Open transactions: origin -> queue offset of the latest copy, and the reverse, so that
+    the check passes a unit that stands for no open transaction without reading its record."""
+
+    def __init__(self) -> None:
+        self._latest: dict[int, int] = {}
+        self._origin_at: dict[int, int] = {}
+
+    def put(self, origin: int, queue_offset: int) -> None:
+        old = self._latest.get(origin)
+        if old is not None:
+            self._origin_at.pop(old, None)
+        self._latest[origin] = queue_offset
+        self._origin_at[queue_offset] = origin
+
+    def pop(self, origin: int) -> int | None:
+        latest = self._latest.pop(origin, None)
+        if latest is not None:
+            self._origin_at.pop(latest, None)
+        return latest
+
+    def get(self, origin: int) -> int | None:
+        return self._latest.get(origin)
+
+    def origin_at(self, queue_offset: int) -> int | None:
+        """The transaction whose latest copy is at `queue_offset`, if it is open."""
+        return self._origin_at.get(queue_offset)
+
+    def clear(self) -> None:
+        self._latest.clear()
+        self._origin_at.clear()
+
+    def as_dict(self) -> dict[int, int]:
+        return dict(self._latest)
+
+    def oldest(self) -> int | None:
+        return min(self._latest, default=None)
+
+    def __len__(self) -> int:
+        return len(self._latest)
+
+
 class TransactionalMessageService:
     def __init__(
         self,
@@ -88,7 +130,7 @@ class TransactionalMessageService:
         self.store = store
         self.offsets = offsets
         self.store_host = store_host
-        self.pending: dict[int, int] = {}
+        self.pending = PendingTable()
         self.committed = 0
         self.rolled_back = 0
 
@@ -112,25 +154,41 @@ class TransactionalMessageService:
         for queue_offset, physical, size in units_from(half, self.check_offset):
             stored = self.store.look_message_by_offset(physical, size)
             if stored is not None:
-                self.pending[origin_of(stored)] = queue_offset
+                self.pending.put(origin_of(stored), queue_offset)
         ops = self.store.find_consume_queue(OP_TOPIC, HALF_QUEUE_ID)
-        if ops is not None and self.pending:
-            for _offset, physical, size in units_from(ops, 0):
+        oldest = self.pending.oldest()
+        if ops is not None and oldest is not None:
+            # An op is written after the half message it ends: those older than the oldest
+            # open transaction end none of them.
+            born = self.store.message_store_timestamp(HALF_TOPIC, HALF_QUEUE_ID, oldest)
+            start = self.store.offset_in_queue_by_time(OP_TOPIC, HALF_QUEUE_ID, born - 1000)
+            for _offset, physical, size in units_from(ops, start):
                 op = self.store.look_message_by_offset(physical, size)
                 ended = op_half_offset(op) if op is not None else None
-                unit = half.unit(ended) if ended is not None else None
-                if unit is None:
-                    continue
-                stored = self.store.look_message_by_offset(unit.physical_offset, unit.size)
-                if stored is not None:
-                    self.pending.pop(origin_of(stored), None)
+                if ended is not None:
+                    self._forget_ended(half, ended)
         log.info("transactions: %d half messages pending", len(self.pending))
+
+    def _forget_ended(self, half: ConsumeQueue, ended: int) -> None:
+        origin = self.pending.origin_at(ended)
+        if origin is None and self.pending.get(ended) is not None:
+            origin = ended  # the first copy itself
+        if origin is None:  # an older copy: its record names the transaction
+            unit = half.unit(ended)
+            stored = (
+                None
+                if unit is None
+                else self.store.look_message_by_offset(unit.physical_offset, unit.size)
+            )
+            origin = None if stored is None else origin_of(stored)
+        if origin is not None:
+            self.pending.pop(origin)
 
     def on_prepared(self, result: PutMessageResult) -> None:
         """A half message was stored: its transaction is pending."""
         if result.ok and result.append is not None:
             queue_offset = result.append.queue_offset
-            self.pending[queue_offset] = queue_offset
+            self.pending.put(queue_offset, queue_offset)
 
     def is_current(self, half: StoredMessage) -> bool:
         """True when `half` is the latest copy of a pending transaction."""
@@ -184,7 +242,7 @@ class TransactionalMessageService:
                 f"the producer group wrong: {header.producer_group}, the half message's is {group}",
             )
         origin = origin_of(half)
-        current = self.pending.pop(origin, None)
+        current = self.pending.pop(origin)
         if current is None:
             return EndOutcome(
                 ResponseCode.TRANSACTION_FAILED,
@@ -201,7 +259,8 @@ class TransactionalMessageService:
             else:
                 result = await self.store.put_message(msg)
                 if not result.ok:
-                    self.pending.setdefault(origin, current)
+                    if self.pending.get(origin) is None:
+                        self.pending.put(origin, current)
                     return EndOutcome(
                         ResponseCode.SYSTEM_ERROR,
                         f"commit not stored ({result.status.value}): {result.remark}".rstrip(": "),
@@ -225,4 +284,4 @@ class TransactionalMessageService:
 
     def forget(self, half: StoredMessage) -> None:
         """The check gave up on a transaction (moved to TRANS_CHECK_MAX_TIME_TOPIC)."""
-        self.pending.pop(origin_of(half), None)
+        self.pending.pop(origin_of(half))

@@ -110,7 +110,7 @@ async def test_refusals_name_the_problem(tmp_path: Path) -> None:
     unknown = await service.end(end_header(half, 0))
     assert unknown.code == ResponseCode.SUCCESS and "UNKNOWN" in str(unknown.remark)
     assert (await service.end(end_header(half, 3))).code == ResponseCode.ILLEGAL_OPERATION
-    assert service.pending == {half.queue_offset: half.queue_offset}  # still open
+    assert service.pending.as_dict() == {half.queue_offset: half.queue_offset}  # still open
     assert queue_messages(service.store, "T", 2) == []
 
 
@@ -124,7 +124,7 @@ async def test_the_pending_table_is_rebuilt_from_the_half_and_op_queues(tmp_path
     copy_msg = checked_copy(copied, count_check=True)
     result = await service.store.put_message(copy_msg)
     assert result.append is not None
-    service.pending[copied.queue_offset] = result.append.queue_offset
+    service.pending.put(copied.queue_offset, result.append.queue_offset)
     copy = service.store.look_message_by_offset(result.append.wrote_offset)
     assert copy is not None and origin_of(copy) == copied.queue_offset
     assert copy.properties["TRANSACTION_CHECK_TIMES"] == "1"
@@ -136,7 +136,7 @@ async def test_the_pending_table_is_rebuilt_from_the_half_and_op_queues(tmp_path
     service.store.reput.dispatch_available(1 << 62)
     rebuilt = TransactionalMessageService(service.store, service.offsets, lambda: HOST)
     rebuilt.load()
-    assert rebuilt.pending == {open_one.queue_offset: open_one.queue_offset}
+    assert rebuilt.pending.as_dict() == {open_one.queue_offset: open_one.queue_offset}
 
 
 def test_prepared_sends_and_immunity() -> None:
