@@ -468,6 +468,9 @@ class AsyncPushConsumer(AsyncLifecycle):
             if not tag_filter.matches_all:
                 msgs = [m for m in msgs if tag_filter.match_tags(m.tags)]
             added = pq.put(msgs)
+            # Units after the last message that the broker filtered out (tags, SQL92) need no
+            # consuming: once the messages are, the offset moves past them too.
+            pq.max_offset_seen = max(pq.max_offset_seen, result.next_begin_offset - 1)
             if not msgs:
                 # Everything filtered out by tag string (hash collisions): nothing to wait on.
                 pq.max_offset_seen = max(pq.max_offset_seen, result.next_begin_offset - 1)

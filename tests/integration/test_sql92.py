@@ -29,7 +29,10 @@ QUEUES = 4
 
 def config(namesrv: Daemon) -> ClientConfig:
     return ClientConfig.create(
-        namesrv.address, poll_name_server_interval=1.0, heartbeat_broker_interval=1.0
+        namesrv.address,
+        poll_name_server_interval=1.0,
+        heartbeat_broker_interval=1.0,
+        persist_consumer_offset_interval=1.0,
     )
 
 
