@@ -349,3 +349,53 @@ async def test_the_blocking_producer_runs_its_callbacks_in_threads(
     finally:
         await asyncio.to_thread(producer.shutdown)
     assert len(threads) == 2 and "tidemq-client-loop" not in threads
+
+
+async def test_open_and_ended_transactions_survive_a_broker_crash(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
+) -> None:
+    # No check before the crash (transactionTimeOut of 10 minutes); checks at once after it.
+    broker = processes.brokerd(
+        namesrv.address, tmp_path / "b", *CHECKS, "transactionTimeOut=600000"
+    )
+    checked: list[bytes] = []
+
+    def execute(msg: Message, arg: object) -> LocalTransactionState:
+        return (
+            LocalTransactionState.COMMIT if msg.body == b"done" else LocalTransactionState.UNKNOWN
+        )
+
+    def check(msg: ReceivedMessage) -> LocalTransactionState:
+        checked.append(msg.body)
+        return LocalTransactionState.COMMIT
+
+    async with AsyncTransactionProducer(
+        "PG-crash-broker", config=config(namesrv), execute=execute, check=check
+    ) as producer:
+        done = (await producer.send_message_in_transaction(Message("TX6", b"done"))).send_result
+        await producer.send_message_in_transaction(Message("TX6", b"open"))
+        broker.kill()
+        broker = processes.brokerd(namesrv.address, tmp_path / "b", *CHECKS, port=broker.port)
+
+        # The op queue says "done" has ended: a second commit is refused after the restart.
+        header = EndTransactionRequestHeader(
+            "PG-crash-broker", done.queue_offset, decode_message_id(done.offset_msg_id)[1], 8, "x"
+        )
+        response = await api.invoke(
+            broker.address, api.request(RequestCode.END_TRANSACTION, encode(header))
+        )
+        assert response.code == ResponseCode.TRANSACTION_FAILED, response.remark
+        # "open" is still open: the check asks the producer, and its commit is applied.
+        consumer, delivered = await consume(namesrv, "G-tx6", "TX6")
+        try:
+            await eventually(lambda: delivered.bodies[b"open"] == 1, "the checked commit", 60)
+            copies = await half_messages(api, broker)
+
+            async def passed() -> bool:
+                return await check_progress(api, broker) >= copies
+
+            await eventually(passed, "the check past every half message", 30)
+            assert checked == [b"open"]
+            assert delivered.bodies == Counter({b"done": 1, b"open": 1})
+        finally:
+            await consumer.shutdown()
