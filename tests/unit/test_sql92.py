@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tidemq.broker.sql92 import MAX_DEPTH, MAX_EXPRESSION_LENGTH, Sql92Error, compile_sql92
 from tidemq.store.record import MessageToStore, check_record, encode_properties, pack_record
@@ -96,3 +98,62 @@ def test_records_are_read_in_place() -> None:
     assert not compile_sql92("a > 4").matches_record(memoryview(record))
     assert not compile_sql92("a IS NOT NULL").matches_record(memoryview(record[:60]))  # torn
     assert compile_sql92("a IS NULL").matches_record(memoryview(b"short"))  # no properties
+
+
+_PIECES = [
+    "a",
+    "b",
+    "region",
+    "=",
+    "<>",
+    ">",
+    ">=",
+    "<",
+    "<=",
+    "AND",
+    "OR",
+    "NOT",
+    "BETWEEN",
+    "IN",
+    "IS",
+    "NULL",
+    "TRUE",
+    "FALSE",
+    "(",
+    ")",
+    ",",
+    "'x'",
+    "'it''s'",
+    "3",
+    "-",
+    "+",
+    "2.5",
+    "1e3",
+    "10L",
+    "CONTAINS",
+    "STARTSWITH",
+    "ENDSWITH",
+    "--c\n",
+    "/*c*/",
+    "#",
+    "'",
+    "\x00",
+    "é",
+]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.sampled_from(_PIECES), max_size=25),
+    st.dictionaries(st.sampled_from(["a", "b", "region"]), st.text(max_size=6), max_size=3),
+)
+def test_any_token_soup_compiles_or_is_refused_and_evaluates_to_a_bool(
+    pieces: list[str], properties: dict[str, str]
+) -> None:
+    expression = " ".join(pieces)
+    try:
+        compiled = compile_sql92(expression)
+    except Sql92Error as exc:
+        assert str(exc)
+        return
+    assert compiled.matches(properties) in (True, False)
