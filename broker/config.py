@@ -8,6 +8,7 @@ them, and a key that none of them knows is reported at start-up.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass
 
@@ -146,6 +147,12 @@ class BrokerConfig:
     transaction_check_interval: int = setting(
         60_000, min_value=100, doc="ms between two rounds of transaction checks"
     )
+    trace_topic_enable: bool = setting(
+        False, doc="create the message trace topic (msgTraceTopicName) on this broker"
+    )
+    msg_trace_topic_name: str = setting(
+        "RMQ_SYS_TRACE_TOPIC", doc="the trace topic traceTopicEnable creates"
+    )
     enable_property_filter: bool = setting(
         False, doc="accept SQL92 subscriptions, filtered against message properties on pull"
     )
@@ -173,5 +180,11 @@ class BrokerConfig:
                 raise ConfigError(f"namesrvAddr: {address!r} is not host:port")
         if not self.broker_name.strip():
             raise ConfigError("brokerName: must not be empty")
+        if self.trace_topic_enable and not re.fullmatch(
+            r"[%|a-zA-Z0-9_-]{1,127}", self.msg_trace_topic_name
+        ):
+            raise ConfigError(
+                f"msgTraceTopicName: {self.msg_trace_topic_name!r} is not a topic name"
+            )
         if self.acl_enable and not self.acl_file and not os.environ.get("ROCKETMQ_HOME"):
             raise ConfigError("aclEnable: set aclFile, or ROCKETMQ_HOME for conf/plain_acl.yml")

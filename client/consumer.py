@@ -42,6 +42,7 @@ import inspect
 import itertools
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,14 @@ from tidemq.client.pulling import (
 )
 from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.client.sync import AsyncLifecycle, BlockingTwin
+from tidemq.client.trace import (
+    TRACE_TOPIC,
+    ContextCode,
+    TraceDispatcher,
+    TraceRecord,
+    TraceType,
+    now_ms,
+)
 from tidemq.store.lifecycle import cancel_and_wait
 from tidemq.store.tags import TagFilter
 
@@ -192,6 +201,8 @@ class AsyncPushConsumer(AsyncLifecycle):
         access_key: str = "",
         secret_key: str = "",
         tls: TlsClientSettings | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         if not group:
             raise ClientError("a consumer needs a group name")
@@ -211,6 +222,10 @@ class AsyncPushConsumer(AsyncLifecycle):
         self.max_reconsume_times = max_reconsume_times
         self.offset_store_dir = Path(offset_store_dir or Path.home() / ".tidemq_offsets")
         self._executor = executor
+        # SubBefore and SubAfter records of every listener call (client/trace.py).
+        self.trace = (
+            TraceDispatcher(self.config, trace_topic or TRACE_TOPIC) if enable_trace else None
+        )
         self._slots = asyncio.Semaphore(max_concurrency)
         self._subscriptions: dict[str, _Subscription] = {}
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
@@ -301,6 +316,8 @@ class AsyncPushConsumer(AsyncLifecycle):
             instance, self.group, self.message_model, self.offset_store_dir
         )
         self._running = True
+        if self.trace is not None:
+            await self.trace.start()
         if self.orderly and self.message_model is MessageModel.CLUSTERING:
             self._lock_task = asyncio.get_running_loop().create_task(self._renew_locks())
         await instance.register_consumer(self)
@@ -326,6 +343,8 @@ class AsyncPushConsumer(AsyncLifecycle):
             await self._unlock_all(queues)
         self.process_queues.clear()
         await instance.unregister_consumer(self.group)
+        if self.trace is not None:
+            await self.trace.stop()
         await instance.shutdown()
         self._instance = None
 
@@ -570,7 +589,50 @@ class AsyncPushConsumer(AsyncLifecycle):
         self, pq: ProcessQueue, msgs: list[ReceivedMessage], *, stop_at_failure: bool
     ) -> list[ConsumeResult]:
         """The listener's results for `msgs` in order, holding one slot; fewer when the queue
-        was dropped meanwhile, or after the first failure with `stop_at_failure`."""
+        was dropped meanwhile, or after the first failure with `stop_at_failure`. With
+        enable_trace, SubBefore records before and SubAfter records after."""
+        trace = self.trace
+        if trace is None:
+            return await self._listen_untraced(pq, msgs, stop_at_failure)
+        request_id = uuid.uuid4().hex.upper()
+        started = time.monotonic()
+        at = now_ms()
+        trace.add(
+            TraceRecord(
+                TraceType.SUB_BEFORE,
+                m.msg_id,
+                at,
+                self.group,
+                keys=" ".join(m.keys),
+                request_id=request_id,
+                retry_times=m.reconsume_times,
+            )
+            for m in msgs
+        )
+        results = await self._listen_untraced(pq, msgs, stop_at_failure)
+        cost = int((time.monotonic() - started) * 1000 / max(1, len(msgs)))
+        done = now_ms()
+        trace.add(
+            TraceRecord(
+                TraceType.SUB_AFTER,
+                m.msg_id,
+                done,
+                self.group,
+                keys=" ".join(m.keys),
+                cost_ms=cost,
+                success=result is ConsumeResult.SUCCESS,
+                request_id=request_id,
+                context_code=(
+                    ContextCode.SUCCESS if result is ConsumeResult.SUCCESS else ContextCode.FAILED
+                ),
+            )
+            for m, result in zip(msgs, results, strict=False)
+        )
+        return results
+
+    async def _listen_untraced(
+        self, pq: ProcessQueue, msgs: list[ReceivedMessage], stop_at_failure: bool
+    ) -> list[ConsumeResult]:
         sub = self._subscriptions[pq.queue.topic]
         async with self._slots:
             if pq.queue.topic.startswith(RETRY_PREFIX):

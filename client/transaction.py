@@ -26,8 +26,9 @@ import dataclasses
 import enum
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.message import Message, ReceivedMessage, SendResult, SendStatus
@@ -36,6 +37,7 @@ from tidemq.client.protocol.headers import EndTransactionRequestHeader, encode
 from tidemq.client.remoting.codes import RequestCode
 from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.sync import BlockingTwin, call
+from tidemq.client.trace import MessageType, TraceRecord, TraceType, now_ms
 from tidemq.store.record import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION_PREPARED,
@@ -88,6 +90,14 @@ async def _state_of(outcome: StateOrAwaitable, what: str) -> LocalTransactionSta
     return state
 
 
+# LocalTransactionState's names in Java, as EndTransaction trace records carry them.
+_TRACE_STATE: Final = {
+    LocalTransactionState.COMMIT: "COMMIT_MESSAGE",
+    LocalTransactionState.ROLLBACK: "ROLLBACK_MESSAGE",
+    LocalTransactionState.UNKNOWN: "UNKNOW",
+}
+
+
 class AsyncTransactionProducer(AsyncProducer):
     """`AsyncProducer` plus `send_message_in_transaction`; `execute` and `check` as in the
     module docstring."""
@@ -137,24 +147,61 @@ class AsyncTransactionProducer(AsyncProducer):
         )
         uniq = self._ids.next_id()
         body, sys_flag = _compress(half.body, self.compress_over)
-        result = await self._send_with_retries(
-            half,
-            body,
-            half.encoded_properties(uniq),
-            sys_flag | TRANSACTION_PREPARED_TYPE,
-            uniq,
-            None,
-            None,
-            None,
-            timeout,
-            batch=False,
-        )
+        started = time.monotonic()
+        try:
+            result = await self._send_with_retries(
+                half,
+                body,
+                half.encoded_properties(uniq),
+                sys_flag | TRANSACTION_PREPARED_TYPE,
+                uniq,
+                None,
+                None,
+                None,
+                timeout,
+                batch=False,
+            )
+        except TideMQError:
+            self.trace_pub(msg, uniq, None, started, MessageType.TRANS_HALF)
+            raise
+        self.trace_pub(msg, uniq, result, started, MessageType.TRANS_HALF)
         if result.status is SendStatus.SEND_OK:
             state = await _state_of(self.execute(msg, arg), "the local transaction")
         else:
             state = LocalTransactionState.ROLLBACK
         await self._end(result, state)
+        self._trace_end(msg, uniq, state, from_check=False)
         return TransactionSendResult(result, state, result.msg_id)
+
+    def _trace_end(
+        self,
+        msg: Message | ReceivedMessage,
+        msg_id: str,
+        state: LocalTransactionState,
+        *,
+        from_check: bool,
+    ) -> None:
+        """An EndTransaction record (with enable_trace)."""
+        if self.trace is None:
+            return
+        keys = msg.key_list if isinstance(msg, Message) else list(msg.keys)
+        self.trace.add(
+            [
+                TraceRecord(
+                    TraceType.END_TRANSACTION,
+                    msg_id,
+                    now_ms(),
+                    self.group,
+                    msg.topic,
+                    msg.tags or "",
+                    " ".join(keys),
+                    msg_type=MessageType.TRANS_COMMIT,
+                    transaction_id=msg_id,
+                    transaction_state=_TRACE_STATE[state],
+                    from_transaction_check=from_check,
+                )
+            ]
+        )
 
     async def _end(self, result: SendResult, state: LocalTransactionState) -> None:
         """END_TRANSACTION for a half message this producer sent; a failure is only logged:
@@ -206,6 +253,7 @@ class AsyncTransactionProducer(AsyncProducer):
     ) -> None:
         """A broker's CHECK_TRANSACTION_STATE: ask `check`, answer oneway on its connection."""
         state = await _state_of(self.check(msg), "the transaction check")
+        self._trace_end(msg, msg.msg_id, state, from_check=True)
         if state is LocalTransactionState.UNKNOWN:
             return
         header = EndTransactionRequestHeader(
