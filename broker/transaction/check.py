@@ -146,7 +146,13 @@ class TransactionCheckService(Service):
         if not result.ok or append is None:
             log.warning("half message %d not renewed: %s", half.queue_offset, result.status.value)
             return False
-        self.transactions.pending.put(origin_of(half), append.queue_offset)
+        pending = self.transactions.pending
+        origin = origin_of(half)
+        if pending.get(origin) != half.queue_offset:
+            # Ended (or renewed) while the copy was stored: the copy stands for nothing, and
+            # the transaction must not come back to life through it.
+            return True
+        pending.put(origin, append.queue_offset)
         if count_check:
             copy = dataclasses.replace(
                 half,
@@ -159,12 +165,19 @@ class TransactionCheckService(Service):
         return True
 
     async def _discard(self, half: StoredMessage) -> bool:
+        # Taken out of the table first, as an END does: an END arriving meanwhile is
+        # refused, so the message is not both committed and discarded.
+        pending = self.transactions.pending
+        origin = origin_of(half)
+        latest = pending.pop(origin)
+        if latest is None:
+            return True  # ended meanwhile
         self.ensure_topic(CHECK_MAX_TIME_TOPIC)
         result = await self.store.put_message(discarded_message(half))
         if not result.ok:
+            pending.put(origin, latest)
             log.warning("half message %d not discarded: %s", half.queue_offset, result.status.value)
             return False
-        self.transactions.forget(half)
         await self.transactions.write_op(half.queue_offset)
         self.discarded += 1
         log.warning(

@@ -281,7 +281,3 @@ class TransactionalMessageService:
                 half_queue_offset,
                 result.status.value,
             )
-
-    def forget(self, half: StoredMessage) -> None:
-        """The check gave up on a transaction (moved to TRANS_CHECK_MAX_TIME_TOPIC)."""
-        self.pending.pop(origin_of(half))

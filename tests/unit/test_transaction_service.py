@@ -4,11 +4,16 @@ transaction, op messages, the pending table rebuilt from the queues."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.stores import StoreFactory
+from tidemq.broker.config import BrokerConfig
+from tidemq.broker.managers.clients import ProducerManager
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
+from tidemq.broker.state import BrokerState
+from tidemq.broker.transaction.check import TransactionCheckService
 from tidemq.broker.transaction.messages import (
     HALF_TOPIC,
     OP_TOPIC,
@@ -155,3 +160,57 @@ def test_prepared_sends_and_immunity() -> None:
     assert immunity_ms(half({"CHECK_IMMUNITY_TIME_IN_SECONDS": "x"}), 6000) == 6000
     assert origin_of(half({})) == 7
     assert origin_of(half({"TRAN_PREPARED_QUEUE_OFFSET": "3"})) == 3
+
+
+def checker_on(service: TransactionalMessageService, **config: int) -> TransactionCheckService:
+    state = BrokerState(
+        BrokerConfig(broker_name="b", transaction_time_out=0, **config), "127.0.0.1:1", HOST
+    )
+    return TransactionCheckService(state, service, ProducerManager(), lambda topic: None)
+
+
+def put_with_end_first(
+    service: TransactionalMessageService, topic: str, header: EndTransactionRequestHeader
+) -> list[int]:
+    """Make the next put to `topic` let an END run first (as one arriving while the check's
+    put waits for its flush or slave); the END's response codes are collected."""
+    codes: list[int] = []
+    put = service.store.put_message
+
+    async def racing(msg: MessageToStore) -> Any:
+        if msg.topic == topic and not codes:
+            codes.append((await service.end(header)).code)
+        return await put(msg)
+
+    service.store.put_message = racing  # type: ignore[method-assign]
+    return codes
+
+
+@pytest.mark.asyncio
+async def test_an_end_while_the_check_renews_a_half_message_is_not_undone(
+    tmp_path: Path,
+) -> None:
+    service = service_on(tmp_path)
+    half = await prepare(service, b"f")
+    service.store.reput.dispatch_available(1 << 62)
+    codes = put_with_end_first(service, HALF_TOPIC, end_header(half, TRANSACTION_COMMIT_TYPE))
+    await checker_on(service).check_once()
+    assert codes == [ResponseCode.SUCCESS]
+    assert service.pending.as_dict() == {}  # the copy did not bring the transaction back
+    assert len(queue_messages(service.store, "T", 2)) == 1
+
+
+@pytest.mark.asyncio
+async def test_an_end_while_the_check_discards_is_refused(tmp_path: Path) -> None:
+    service = service_on(tmp_path)
+    half = await prepare(service, b"g")
+    service.store.reput.dispatch_available(1 << 62)
+    codes = put_with_end_first(
+        service, "TRANS_CHECK_MAX_TIME_TOPIC", end_header(half, TRANSACTION_COMMIT_TYPE)
+    )
+    await checker_on(service, transaction_check_max=0).check_once()
+    assert codes == [ResponseCode.TRANSACTION_FAILED]
+    assert queue_messages(service.store, "T", 2) == []  # discarded, not also committed
+    assert [m.body for m in queue_messages(service.store, "TRANS_CHECK_MAX_TIME_TOPIC", 0)] == [
+        b"g"
+    ]
