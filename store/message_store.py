@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -430,13 +430,19 @@ class MessageStore(Service):
             )
         return None
 
-    async def put_message(self, msg: MessageToStore) -> PutMessageResult:
+    async def put_message(
+        self, msg: MessageToStore, on_appended: Callable[[AppendResult], None] | None = None
+    ) -> PutMessageResult:
+        """Store `msg`; `on_appended` runs once it has its offsets, before the wait for the
+        flush or the slave (anything that reads the queue meanwhile may already see it)."""
         refused = self._check_writable()
         if refused is not None:
             return refused
         if _DELAY_MARKER in msg.properties:  # park_delayed's own first test, saving the call
             park_delayed(msg, self.delay_levels)
         append = self.commitlog.put(msg)
+        if on_appended is not None and append.status is _PUT_OK:
+            on_appended(append)
         return await self._after_append(append, waits_for_store(msg.properties))
 
     async def put_message_batch(self, batch: MessageBatch) -> PutMessageResult:

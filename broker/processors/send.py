@@ -205,8 +205,7 @@ class SendProcessor:
         msg = self._message(header, bytes(request.body), properties, header.flag, born)
         if _PREPARED_MARKER in properties and is_prepared_send(properties):
             park_half(msg)  # stored in the half queue until END_TRANSACTION
-            result = await self.store.put_message(msg)
-            self.transactions.on_prepared(result)
+            result = await self.store.put_message(msg, self.transactions.on_prepared)
             return self._answer(request, header, result)
         result = await self.store.put_message(msg)
         return self._answer(request, header, result)

@@ -33,8 +33,9 @@ from tidemq.broker.transaction.messages import (
 )
 from tidemq.client.protocol.headers import EndTransactionRequestHeader
 from tidemq.client.remoting.codes import ResponseCode
+from tidemq.store.commitlog import AppendResult
 from tidemq.store.consume_queue import ConsumeQueue
-from tidemq.store.message_store import MessageStore, PutMessageResult
+from tidemq.store.message_store import MessageStore
 from tidemq.store.record import (
     PROPERTY_PRODUCER_GROUP,
     TRANSACTION_COMMIT_TYPE,
@@ -184,11 +185,11 @@ class TransactionalMessageService:
         if origin is not None:
             self.pending.pop(origin)
 
-    def on_prepared(self, result: PutMessageResult) -> None:
-        """A half message was stored: its transaction is pending."""
-        if result.ok and result.append is not None:
-            queue_offset = result.append.queue_offset
-            self.pending.put(queue_offset, queue_offset)
+    def on_prepared(self, append: AppendResult) -> None:
+        """A half message was appended: its transaction is open. Called before the put waits
+        for its flush or slave, so that the check, which may see the half message in its
+        queue meanwhile, never passes it as if it had ended."""
+        self.pending.put(append.queue_offset, append.queue_offset)
 
     def is_current(self, half: StoredMessage) -> bool:
         """True when `half` is the latest copy of a pending transaction."""

@@ -50,8 +50,7 @@ def prepared(body: bytes, group: str = "PG") -> MessageToStore:
 async def prepare(service: TransactionalMessageService, body: bytes) -> StoredMessage:
     msg = prepared(body)
     park_half(msg)
-    result = await service.store.put_message(msg)
-    service.on_prepared(result)
+    result = await service.store.put_message(msg, service.on_prepared)
     assert result.append is not None
     half = service.store.look_message_by_offset(result.append.wrote_offset)
     assert half is not None
@@ -214,3 +213,27 @@ async def test_an_end_while_the_check_discards_is_refused(tmp_path: Path) -> Non
     assert [m.body for m in queue_messages(service.store, "TRANS_CHECK_MAX_TIME_TOPIC", 0)] == [
         b"g"
     ]
+
+
+@pytest.mark.asyncio
+async def test_a_half_message_whose_put_still_waits_is_not_passed_by_the_check(
+    tmp_path: Path,
+) -> None:
+    """The check may run while a prepared send's put waits for its flush or slave (the
+    half message dispatched already): the transaction must be open by then, else the check
+    passes it for good."""
+    service = service_on(tmp_path)
+    checker = checker_on(service)
+    store = service.store
+    after_append = store._after_append
+
+    async def waiting(append: Any, wait_store: bool) -> Any:
+        store._after_append = after_append  # type: ignore[method-assign]
+        store.reput.dispatch_available(1 << 62)
+        await checker.check_once()  # runs while the put waits
+        return await after_append(append, wait_store)
+
+    store._after_append = waiting  # type: ignore[method-assign]
+    half = await prepare(service, b"h")
+    latest = service.pending.get(half.queue_offset)
+    assert latest is not None and latest >= service.check_offset  # still open, still ahead
