@@ -55,6 +55,7 @@ from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.instance import ClientInstance, get_instance
 from tidemq.client.message import MessageSelector, ReceivedMessage, selector_of
 from tidemq.client.offset_store import OffsetStore
+from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
 from tidemq.client.protocol.heartbeat import (
     ConsumeFromWhere,
@@ -223,9 +224,7 @@ class AsyncPushConsumer(AsyncLifecycle):
         self.offset_store_dir = Path(offset_store_dir or Path.home() / ".tidemq_offsets")
         self._executor = executor
         # SubBefore and SubAfter records of every listener call (client/trace.py).
-        self.trace = (
-            TraceDispatcher(self.config, trace_topic or TRACE_TOPIC) if enable_trace else None
-        )
+        self.trace = TraceDispatcher(trace_topic or TRACE_TOPIC) if enable_trace else None
         self._slots = asyncio.Semaphore(max_concurrency)
         self._subscriptions: dict[str, _Subscription] = {}
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
@@ -317,7 +316,7 @@ class AsyncPushConsumer(AsyncLifecycle):
         )
         self._running = True
         if self.trace is not None:
-            await self.trace.start()
+            await self.trace.start(AsyncProducer(self.trace.producer_group, config=self.config))
         if self.orderly and self.message_model is MessageModel.CLUSTERING:
             self._lock_task = asyncio.get_running_loop().create_task(self._renew_locks())
         await instance.register_consumer(self)

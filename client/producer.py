@@ -122,9 +122,7 @@ class AsyncProducer(AsyncLifecycle):
         self._ids = UniqueIdGenerator(pack_host(self.config.client_ip, 0)[:-4])
         self._instance: ClientInstance | None = None
         # Pub records of every send (client/trace.py), with enable_trace.
-        self.trace = (
-            TraceDispatcher(self.config, trace_topic or TRACE_TOPIC) if enable_trace else None
-        )
+        self.trace = TraceDispatcher(trace_topic or TRACE_TOPIC) if enable_trace else None
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -145,7 +143,7 @@ class AsyncProducer(AsyncLifecycle):
         # already knows list the group at once (not only after the next periodic heartbeat).
         await instance.heartbeat_all()
         if self.trace is not None:
-            await self.trace.start()
+            await self.trace.start(AsyncProducer(self.trace.producer_group, config=self.config))
 
     async def shutdown(self) -> None:
         if self.trace is not None:

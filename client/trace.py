@@ -30,13 +30,10 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final, Protocol
 
-from tidemq.client.config import ClientConfig
 from tidemq.client.errors import DecodeError, TideMQError
-
-if TYPE_CHECKING:
-    from tidemq.client.producer import AsyncProducer
+from tidemq.client.message import Message
 
 log = logging.getLogger(__name__)
 
@@ -196,25 +193,38 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class TraceSender(Protocol):
+    """What the dispatcher sends with: a producer of its own (an `AsyncProducer` of group
+    PRODUCER_GROUP_PREFIX + topic, made by the producer or consumer that traces)."""
+
+    async def start(self) -> None: ...
+
+    async def send(self, msg: Message, *, timeout: float | None = None) -> Any: ...
+
+    async def shutdown(self) -> None: ...
+
+
 @dataclass
 class TraceDispatcher:
     """Queues records and sends them, batched, from its own task (module docstring)."""
 
-    config: ClientConfig
     topic: str = TRACE_TOPIC
     _queue: asyncio.Queue[TraceRecord] = field(default_factory=lambda: asyncio.Queue(QUEUE_LIMIT))
     _task: asyncio.Task[None] | None = None
-    _producer: AsyncProducer | None = None
+    _producer: TraceSender | None = None
     dropped: int = 0
     sent: int = 0
 
-    async def start(self) -> None:
-        from tidemq.client.producer import AsyncProducer  # the producer traces through us
+    @property
+    def producer_group(self) -> str:
+        return PRODUCER_GROUP_PREFIX + self.topic
 
+    async def start(self, producer: TraceSender) -> None:
+        """Start `producer` and the sending task."""
         if self._task is not None:
             return
-        self._producer = AsyncProducer(PRODUCER_GROUP_PREFIX + self.topic, config=self.config)
-        await self._producer.start()
+        self._producer = producer
+        await producer.start()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="trace")
 
     def add(self, records: Iterable[TraceRecord]) -> None:
@@ -252,8 +262,6 @@ class TraceDispatcher:
                     self._queue.task_done()
 
     async def _send(self, records: list[TraceRecord]) -> None:
-        from tidemq.client.message import Message
-
         assert self._producer is not None
         body: list[str] = []
         keys: dict[str, None] = {}
