@@ -127,6 +127,56 @@ class TraceRecord:
         """What the trace message is indexed by for this record: its msgId and keys."""
         return [self.msg_id, *(k for k in self.keys.split(" ") if k)]
 
+    @property
+    def status(self) -> str:
+        """As RocketMQ's trace views print it: an end's state, else success or failed."""
+        if self.type is TraceType.END_TRANSACTION:
+            return self.transaction_state
+        if self.type is TraceType.SUB_BEFORE:
+            return "-"
+        return "success" if self.success else "failed"
+
+    @property
+    def detail(self) -> str:
+        """The fields of its type that the common columns do not show, as key=value."""
+        if self.type is TraceType.PUB:
+            return (
+                f"topic={self.topic} tags={self.tags} keys={self.keys} "
+                f"storeHost={self.store_host} offsetMsgId={self.offset_msg_id} "
+                f"bodyLength={self.body_length}"
+            )
+        if self.type is TraceType.SUB_BEFORE:
+            return f"requestId={self.request_id} retryTimes={self.retry_times}"
+        if self.type is TraceType.SUB_AFTER:
+            return f"requestId={self.request_id} contextCode={self.context_code}"
+        return (
+            f"topic={self.topic} transactionId={self.transaction_id} "
+            f"fromTransactionCheck={str(self.from_transaction_check).lower()}"
+        )
+
+    def to_data(self) -> dict[str, Any]:
+        """The record as JSON data (camelCase keys, as mqadmin --json prints)."""
+        return {
+            "type": self.type.value,
+            "timestamp": self.timestamp,
+            "group": self.group,
+            "msgId": self.msg_id,
+            "topic": self.topic,
+            "tags": self.tags,
+            "keys": self.keys,
+            "storeHost": self.store_host,
+            "costTime": self.cost_ms,
+            "success": self.success,
+            "offsetMsgId": self.offset_msg_id,
+            "requestId": self.request_id,
+            "retryTimes": self.retry_times,
+            "contextCode": self.context_code,
+            "transactionState": self.transaction_state,
+            "fromTransactionCheck": self.from_transaction_check,
+            "status": self.status,
+            "detail": self.detail,
+        }
+
 
 def _bool(value: bool) -> str:
     return "true" if value else "false"
