@@ -35,6 +35,7 @@ from tidemq.broker.managers.topic_config import TopicConfigChanged, TopicConfigM
 from tidemq.broker.metrics import BrokerCollector, MetricsServer, registry_for
 from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.consumer import ConsumerProcessor
+from tidemq.broker.processors.end_transaction import EndTransactionProcessor
 from tidemq.broker.processors.group_admin import GroupAdminProcessor
 from tidemq.broker.processors.ops import OpsProcessor, mask_permission
 from tidemq.broker.processors.pull import PullProcessor
@@ -48,7 +49,9 @@ from tidemq.broker.slave_names import SlaveNames
 from tidemq.broker.slave_sync import OffsetReconciler, SlaveSynchronize
 from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats, RateSampler, StatsWindows
-from tidemq.client.protocol.models import TopicConfigSerializeWrapper
+from tidemq.broker.transaction.check import TransactionCheckService
+from tidemq.broker.transaction.service import TransactionalMessageService
+from tidemq.client.protocol.models import PERM_READ_WRITE, TopicConfigSerializeWrapper
 from tidemq.client.protocol.namesrv import RegisterBrokerResult
 from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
@@ -167,6 +170,10 @@ class Broker(Service):
         self.offset_reconciler: OffsetReconciler | None = None
         self.schedule: ScheduleMessageService | None = None
         self.slave_names: SlaveNames | None = None
+        self.transactions = TransactionalMessageService(
+            self.store, self.offsets, lambda: self.store_host
+        )
+        self.transaction_check: TransactionCheckService | None = None
         if store_config.broker_role is BrokerRole.SLAVE:
             self.ha_client = HAClient(
                 self.store,
@@ -231,7 +238,8 @@ class Broker(Service):
     def _register_processors(self) -> None:
         # Each processor gets the managers and services it uses, never the Broker.
         state, store, topics, groups = self.state, self.store, self.topics, self.groups
-        send = SendProcessor(state, topics, store, self.stats)
+        send = SendProcessor(state, topics, store, self.stats, self.transactions)
+        end_transaction = EndTransactionProcessor(store, self.transactions)
         pull = PullProcessor(
             state,
             store,
@@ -286,6 +294,7 @@ class Broker(Service):
             RequestCode.SEND_MESSAGE: send.process,
             RequestCode.SEND_MESSAGE_V2: send.process,
             RequestCode.SEND_BATCH_MESSAGE: send.process,
+            RequestCode.END_TRANSACTION: end_transaction.process,
             RequestCode.PULL_MESSAGE: pull.process,
             RequestCode.GET_MAX_OFFSET: query.offsets,
             RequestCode.GET_MIN_OFFSET: query.offsets,
@@ -294,6 +303,7 @@ class Broker(Service):
             RequestCode.VIEW_MESSAGE_BY_ID: query.view_by_id,
             RequestCode.QUERY_MESSAGE: query.query_message,
             RequestCode.HEART_BEAT: consumer.heartbeat,
+            RequestCode.CHECK_CLIENT_CONFIG: consumer.check_client_config,
             RequestCode.UNREGISTER_CLIENT: consumer.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.consumer_list,
             RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_offset,
@@ -349,6 +359,10 @@ class Broker(Service):
     def _on_topic_change(self, change: TopicConfigChanged) -> None:
         del change  # the manager has persisted it; the name servers must learn of it
         self.request_registration()
+
+    def _ensure_system_topic(self, topic: str) -> None:
+        """A topic the broker writes itself (TRANS_CHECK_MAX_TIME_TOPIC), one queue, read-write."""
+        self.topics.create_in_send_back(topic, 1, PERM_READ_WRITE, 0)
 
     def request_registration(self) -> None:
         """Register with the name servers soon (once registration has started)."""
@@ -447,6 +461,11 @@ class Broker(Service):
             self.schedule = await self.start_child(
                 ScheduleMessageService(self.store, self.delay_offsets, lambda: self.store_host)
             )
+            self.transaction_check = await self.start_child(
+                TransactionCheckService(
+                    self.state, self.transactions, self.producers, self._ensure_system_topic
+                )
+            )
             if self.offset_reconciler is not None:
                 reconciler = self.offset_reconciler
                 self.ha_service.slave_listeners.append(lambda _address: reconciler.request())
@@ -527,7 +546,7 @@ class Broker(Service):
         the server stops accepting and lets requests in flight finish; delayed delivery and
         replication end before the broker unregisters, as in RocketMQ's shutdown (the store lets
         go of HA before HA stops)."""
-        for part in (self.pull_holds, self.server, self.schedule):
+        for part in (self.pull_holds, self.server, self.schedule, self.transaction_check):
             if part is not None:
                 await part.stop()
         if self.ha_service is not None:

@@ -8,6 +8,7 @@ them, and a key that none of them knows is reported at start-up.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass
 
@@ -137,6 +138,24 @@ class BrokerConfig:
         120_000, min_value=1000, doc="ms without heartbeat before a client is dropped"
     )
     metrics_port: int = setting(-1, min_value=-1, max_value=65535, doc="tidemq: Prometheus port")
+    transaction_time_out: int = setting(
+        6000, min_value=0, doc="ms after its birth before a half message is first checked"
+    )
+    transaction_check_max: int = setting(
+        15, min_value=1, doc="checks of a half message before it goes to TRANS_CHECK_MAX_TIME_TOPIC"
+    )
+    transaction_check_interval: int = setting(
+        60_000, min_value=100, doc="ms between two rounds of transaction checks"
+    )
+    trace_topic_enable: bool = setting(
+        False, doc="create the message trace topic (msgTraceTopicName) on this broker"
+    )
+    msg_trace_topic_name: str = setting(
+        "RMQ_SYS_TRACE_TOPIC", doc="the trace topic traceTopicEnable creates"
+    )
+    enable_property_filter: bool = setting(
+        False, doc="accept SQL92 subscriptions, filtered against message properties on pull"
+    )
     acl_enable: bool = setting(False, doc="check every request against the plain ACL files")
     acl_file: str = setting(
         "", doc="tidemq: the plain ACL file (default $ROCKETMQ_HOME/conf/plain_acl.yml)"
@@ -161,5 +180,11 @@ class BrokerConfig:
                 raise ConfigError(f"namesrvAddr: {address!r} is not host:port")
         if not self.broker_name.strip():
             raise ConfigError("brokerName: must not be empty")
+        if self.trace_topic_enable and not re.fullmatch(
+            r"[%|a-zA-Z0-9_-]{1,127}", self.msg_trace_topic_name
+        ):
+            raise ConfigError(
+                f"msgTraceTopicName: {self.msg_trace_topic_name!r} is not a topic name"
+            )
         if self.acl_enable and not self.acl_file and not os.environ.get("ROCKETMQ_HOME"):
             raise ConfigError("aclEnable: set aclFile, or ROCKETMQ_HOME for conf/plain_acl.yml")

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 
 from tidemq.client.api import BrokerAPI, PullResult, PullStatus, SendResult
 from tidemq.client.config import parse_namesrv_addr, session_credentials
-from tidemq.client.errors import BrokerResponseError, ClientError, TideMQError, TopicNotExistError
+from tidemq.client.errors import (
+    BrokerResponseError,
+    ClientError,
+    DecodeError,
+    TideMQError,
+    TopicNotExistError,
+)
 from tidemq.client.message import (
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -74,6 +80,7 @@ from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from tidemq.client.remoting.json_body import loads_fastjson
 from tidemq.client.remoting.tls import TlsClientSettings
+from tidemq.client.trace import TRACE_TOPIC, TraceRecord, TraceType, decode_records
 from tidemq.store.lifecycle import Service, Step
 from tidemq.store.record import (
     PROPERTY_DELAY,
@@ -654,6 +661,24 @@ class AdminClient(Service):
             messages = await self.api.query_message(address, topic, key, max_num, begin, end)
             found.extend((name, msg) for msg in messages)
         return found
+
+    async def message_trace(
+        self, msg_id: str, trace_topic: str = TRACE_TOPIC, max_messages: int = 256
+    ) -> tuple[list[TraceRecord], list[str]]:
+        """The trace records of the message with client msgId `msg_id` (oldest first), found
+        through `trace_topic`'s index, and a line for each trace message that did not decode."""
+        found = await self.query_message(trace_topic, msg_id, max_messages)
+        records: list[TraceRecord] = []
+        skipped: list[str] = []
+        for _broker, msg in found:
+            try:
+                text = bytes(msg.body).decode("utf-8")
+                records.extend(r for r in decode_records(text) if r.msg_id == msg_id)
+            except (DecodeError, UnicodeDecodeError) as exc:
+                skipped.append(f"skipped trace message {msg.msg_id}: {exc}")
+        # SubAfter has its own time since 4.9: records without one sort after their SubBefore.
+        records.sort(key=lambda r: (r.timestamp, r.type is TraceType.SUB_AFTER))
+        return records, skipped
 
     async def messages_by_time(
         self, topic: str, begin: int, end: int, limit: int = MESSAGES_BY_TIME_LIMIT

@@ -38,6 +38,7 @@ from tidemq.client.protocol.headers import (
     header_schema,
 )
 from tidemq.client.protocol.heartbeat import (
+    CheckClientRequestBody,
     GetConsumerListByGroupResponseBody,
     HeartbeatData,
     LockBatchRequestBody,
@@ -351,6 +352,11 @@ class BrokerAPI:
 
     async def heartbeat(self, address: str, data: HeartbeatData) -> None:
         await self.call(address, self.request(RequestCode.HEART_BEAT, body=data.encode()))
+
+    async def check_client_config(self, address: str, body: CheckClientRequestBody) -> None:
+        """CHECK_CLIENT_CONFIG: raises the broker's refusal of a subscription (e.g.
+        `SubscriptionParseFailedError` for an SQL92 expression that does not parse)."""
+        await self.call(address, self.request(RequestCode.CHECK_CLIENT_CONFIG, body=body.encode()))
 
     async def get_consumer_ids(self, address: str, group: str) -> list[str]:
         request = self.request(

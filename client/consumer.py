@@ -44,6 +44,7 @@ import inspect
 import itertools
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,14 +57,16 @@ from tidemq.client.consume_stats import ConsumeStatsRecorder
 from tidemq.client.consume_threads import ConsumeThreads
 from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.instance import ClientInstance, get_instance
-from tidemq.client.message import ReceivedMessage
+from tidemq.client.message import MessageSelector, ReceivedMessage, selector_of
 from tidemq.client.offset_store import OffsetStore
+from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.group_admin import ConsumerRunningInfo, ProcessQueueInfo
 from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
 from tidemq.client.protocol.heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
+    ExpressionType,
     LockBatchRequestBody,
     MessageModel,
     MessageQueue,
@@ -73,15 +76,24 @@ from tidemq.client.protocol.heartbeat import (
 from tidemq.client.pulling import (
     RETRY_PREFIX,
     allocate_queues,
+    client_tag_filter,
     compute_pull_from,
     open_offset_store,
     pull_queue,
 )
 from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.client.sync import AsyncLifecycle, BlockingTwin
+from tidemq.client.trace import (
+    TRACE_TOPIC,
+    ContextCode,
+    TraceDispatcher,
+    TraceRecord,
+    TraceType,
+    now_ms,
+)
 from tidemq.client.version import TIDEMQ_VERSION
 from tidemq.store.lifecycle import cancel_and_wait
-from tidemq.store.tags import TagFilter, parse_tag_expression
+from tidemq.store.tags import TagFilter
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +208,8 @@ class AsyncPushConsumer(AsyncLifecycle):
         access_key: str = "",
         secret_key: str = "",
         tls: TlsClientSettings | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         if not group:
             raise ClientError("a consumer needs a group name")
@@ -217,6 +231,8 @@ class AsyncPushConsumer(AsyncLifecycle):
         self._executor = executor
         self._max_concurrency = max_concurrency
         self._threads: ConsumeThreads | None = None
+        # SubBefore and SubAfter records of every listener call (client/trace.py).
+        self.trace = TraceDispatcher(trace_topic or TRACE_TOPIC) if enable_trace else None
         self._slots = asyncio.Semaphore(max_concurrency)
         self._subscriptions: dict[str, _Subscription] = {}
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
@@ -233,13 +249,19 @@ class AsyncPushConsumer(AsyncLifecycle):
     # --- subscriptions ----------------------------------------------------------------------
 
     def subscribe(
-        self, topic: str, expression: str = "*", listener: Listener | None = None
+        self,
+        topic: str,
+        expression: str | MessageSelector = "*",
+        listener: Listener | None = None,
     ) -> None:
-        """Consume `topic` messages matching `expression` (`*` or `TagA || TagB`)."""
+        """Consume `topic` messages matching `expression` (`*` or `TagA || TagB`, or a
+        `MessageSelector`: `MessageSelector.by_sql("a > 3")` filters at the broker)."""
         if self._running:
             raise ClientError("subscribe before start()")
+        selector = selector_of(expression)
         self._subscriptions[topic] = _Subscription(
-            SubscriptionData.from_expression(topic, expression), listener
+            SubscriptionData.from_expression(topic, selector.expression, selector.expression_type),
+            listener,
         )
 
     def register_listener(self, listener: Listener) -> None:
@@ -332,6 +354,17 @@ class AsyncPushConsumer(AsyncLifecycle):
             sub.is_async = inspect.iscoroutinefunction(sub.listener)
         instance = get_instance(self.config)
         await instance.start()
+        try:
+            filtered = [
+                s.data
+                for s in self._subscriptions.values()
+                if s.data.expression_type is not ExpressionType.TAG
+            ]
+            if filtered:  # SQL92: ask the brokers first, as RocketMQ's checkClientInBroker
+                await instance.check_subscriptions(self.group, filtered)
+        except TideMQError:
+            await instance.shutdown()
+            raise
         self._instance = instance
         self.offset_store = await open_offset_store(
             instance, self.group, self.message_model, self.offset_store_dir
@@ -342,6 +375,8 @@ class AsyncPushConsumer(AsyncLifecycle):
             self._threads = ConsumeThreads(
                 asyncio.get_running_loop(), self._max_concurrency, f"tidemq-consume-{self.group}"
             )
+        if self.trace is not None:
+            await self.trace.start(AsyncProducer(self.trace.producer_group, config=self.config))
         if self.orderly and self.message_model is MessageModel.CLUSTERING:
             self._lock_task = asyncio.get_running_loop().create_task(self._renew_locks())
         await instance.register_consumer(self)
@@ -370,6 +405,8 @@ class AsyncPushConsumer(AsyncLifecycle):
             await self._unlock_all(queues)
         self.process_queues.clear()
         await instance.unregister_consumer(self.group)
+        if self.trace is not None:
+            await self.trace.stop()
         await instance.shutdown()
         self._instance = None
 
@@ -433,7 +470,7 @@ class AsyncPushConsumer(AsyncLifecycle):
     async def _pull_loop(self, pq: ProcessQueue, offset: int) -> None:
         mq = pq.queue
         sub = self._subscriptions[mq.topic]
-        tag_filter = parse_tag_expression(sub.data.sub_string)
+        tag_filter = client_tag_filter(sub.data)
         assert self.offset_store is not None
         await self.offset_store.update_offset(mq, offset, increase_only=False)
         # The next pull, sent before this one's messages are decoded (pipelining), when the
@@ -513,6 +550,9 @@ class AsyncPushConsumer(AsyncLifecycle):
                 msgs = [m for m in msgs if tag_filter.match_tags(m.tags)]
             added = pq.put(msgs)
             self.consume_stats.pulled(mq.topic, len(msgs))
+            # Units after the last message that the broker filtered out (tags, SQL92) need no
+            # consuming: once the messages are, the offset moves past them too.
+            pq.max_offset_seen = max(pq.max_offset_seen, result.next_begin_offset - 1)
             if not msgs:
                 # Everything filtered out by tag string (hash collisions): nothing to wait on.
                 pq.max_offset_seen = max(pq.max_offset_seen, result.next_begin_offset - 1)
@@ -528,7 +568,10 @@ class AsyncPushConsumer(AsyncLifecycle):
                 result.next_begin_offset,
             )
             await self.offset_store.update_offset(mq, result.next_begin_offset, increase_only=False)
-        elif not pq.messages and result.next_begin_offset > offset:
+        elif not pq.messages:
+            # RocketMQ's correctTagsOffset, on NO_NEW_MSG too: after messages the broker
+            # filtered out (tags, SQL92) the offset moves past them, not only to the last
+            # message consumed (increase only).
             await self._commit(mq, result.next_begin_offset)
 
     def _flow_controlled(self, pq: ProcessQueue) -> bool:
@@ -617,7 +660,50 @@ class AsyncPushConsumer(AsyncLifecycle):
         self, pq: ProcessQueue, msgs: list[ReceivedMessage], *, stop_at_failure: bool
     ) -> list[ConsumeResult]:
         """The listener's results for `msgs` in order, holding one slot; fewer when the queue
-        was dropped meanwhile, or after the first failure with `stop_at_failure`."""
+        was dropped meanwhile, or after the first failure with `stop_at_failure`. With
+        enable_trace, SubBefore records before and SubAfter records after."""
+        trace = self.trace
+        if trace is None:
+            return await self._listen_untraced(pq, msgs, stop_at_failure)
+        request_id = uuid.uuid4().hex.upper()
+        started = time.monotonic()
+        at = now_ms()
+        trace.add(
+            TraceRecord(
+                TraceType.SUB_BEFORE,
+                m.msg_id,
+                at,
+                self.group,
+                keys=" ".join(m.keys),
+                request_id=request_id,
+                retry_times=m.reconsume_times,
+            )
+            for m in msgs
+        )
+        results = await self._listen_untraced(pq, msgs, stop_at_failure)
+        cost = int((time.monotonic() - started) * 1000 / max(1, len(msgs)))
+        done = now_ms()
+        trace.add(
+            TraceRecord(
+                TraceType.SUB_AFTER,
+                m.msg_id,
+                done,
+                self.group,
+                keys=" ".join(m.keys),
+                cost_ms=cost,
+                success=result is ConsumeResult.SUCCESS,
+                request_id=request_id,
+                context_code=(
+                    ContextCode.SUCCESS if result is ConsumeResult.SUCCESS else ContextCode.FAILED
+                ),
+            )
+            for m, result in zip(msgs, results, strict=False)
+        )
+        return results
+
+    async def _listen_untraced(
+        self, pq: ProcessQueue, msgs: list[ReceivedMessage], stop_at_failure: bool
+    ) -> list[ConsumeResult]:
         sub = self._subscriptions[pq.queue.topic]
         async with self._slots:
             if pq.queue.topic.startswith(RETRY_PREFIX):
@@ -882,7 +968,10 @@ class PushConsumer(BlockingTwin[AsyncPushConsumer]):
         self.group = group
 
     def subscribe(
-        self, topic: str, expression: str = "*", listener: Listener | None = None
+        self,
+        topic: str,
+        expression: str | MessageSelector = "*",
+        listener: Listener | None = None,
     ) -> None:
         self._async.subscribe(topic, expression, listener)
 

@@ -198,6 +198,12 @@ class SubscriptionNotExistError(BrokerResponseError, code=ResponseCode.SUBSCRIPT
     pass
 
 
+class SubscriptionParseFailedError(
+    BrokerResponseError, code=ResponseCode.SUBSCRIPTION_PARSE_FAILED
+):
+    """A subscription expression the broker refuses (an SQL92 expression that does not parse)."""
+
+
 class QueryNotFoundError(BrokerResponseError, code=ResponseCode.QUERY_NOT_FOUND):
     pass
 

@@ -15,15 +15,28 @@ import contextlib
 import functools
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, Protocol
 
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
 from tidemq.client.errors import TideMQError
+from tidemq.client.message import ReceivedMessage
 from tidemq.client.protocol.admin import MapForm, ResetOffsetBody, ResetOffsetRequestHeader
-from tidemq.client.protocol.headers import HeaderFieldError, decode
-from tidemq.client.protocol.heartbeat import ConsumerData, HeartbeatData, MessageQueue, ProducerData
+from tidemq.client.protocol.headers import (
+    CheckTransactionStateRequestHeader,
+    HeaderFieldError,
+    decode,
+)
+from tidemq.client.protocol.heartbeat import (
+    CheckClientRequestBody,
+    ConsumerData,
+    ExpressionType,
+    HeartbeatData,
+    MessageQueue,
+    ProducerData,
+    SubscriptionData,
+)
 from tidemq.client.protocol.models import MASTER_ID, TopicRouteData
 from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import LanguageCode, RequestCode, ResponseCode
@@ -37,6 +50,7 @@ from tidemq.client.routing import (
     topic_route_to_subscribe_queues,
 )
 from tidemq.store.lifecycle import BackgroundTask, Service, Step
+from tidemq.store.record import PROPERTY_PRODUCER_GROUP, decode_record
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +67,13 @@ class ConsumerHandle(Protocol):
     async def do_rebalance(self) -> None: ...
 
     async def persist_offsets(self) -> None: ...
+
+
+# A producer's answer to CHECK_TRANSACTION_STATE: (connection, the half message, its
+# tranStateTableOffset, its commitLogOffset).
+TransactionCheckHandler = Callable[
+    [RemotingConnection, ReceivedMessage, int, int], Coroutine[Any, Any, None]
+]
 
 
 class ClientInstance(Service):
@@ -80,6 +101,7 @@ class ClientInstance(Service):
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producer_groups: set[str] = set()
         self.consumers: dict[str, ConsumerHandle] = {}
+        self.transaction_checkers: dict[str, TransactionCheckHandler] = {}
         self._users = 0
         self._rebalance_now = asyncio.Event()
         self._route_lock = asyncio.Lock()
@@ -274,6 +296,12 @@ class ClientInstance(Service):
     def unregister_producer(self, group: str) -> None:
         self.producer_groups.discard(group)
 
+    def register_transaction_checker(self, group: str, handler: TransactionCheckHandler) -> None:
+        self.transaction_checkers[group] = handler
+
+    def unregister_transaction_checker(self, group: str) -> None:
+        self.transaction_checkers.pop(group, None)
+
     async def register_consumer(self, consumer: ConsumerHandle) -> None:
         if consumer.group in self.consumers:
             raise TideMQError(
@@ -285,6 +313,24 @@ class ClientInstance(Service):
                 await self.update_route(subscription.topic)
         await self.heartbeat_all()
         self.rebalance_immediately()
+
+    async def check_subscriptions(
+        self, group: str, subscriptions: Iterable[SubscriptionData]
+    ) -> None:
+        """RocketMQ's checkClientInBroker: each master serving a topic with an SQL92
+        subscription must take it (enablePropertyFilter, an expression that compiles); its
+        refusal is raised. Topics without a route yet are left to the pulls."""
+        for subscription in subscriptions:
+            if subscription.expression_type is ExpressionType.TAG:
+                continue
+            route = await self.update_route(subscription.topic)
+            if route is None:
+                continue
+            body = CheckClientRequestBody(self.client_id, group, subscription)
+            for broker in route.broker_datas:
+                address = broker.broker_addrs.get(MASTER_ID)
+                if address is not None:
+                    await self.api.check_client_config(address, body)
 
     async def unregister_consumer(self, group: str) -> None:
         self.consumers.pop(group, None)
@@ -334,6 +380,9 @@ class ClientInstance(Service):
             return None
         if request.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             return await self._running_info(request)
+        if request.code == RequestCode.CHECK_TRANSACTION_STATE:
+            self._check_transaction(connection, request)
+            return None
         return RemotingCommand.response_to(
             request,
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -384,6 +433,31 @@ class ClientInstance(Service):
             len(offsets),
         )
         task = asyncio.get_running_loop().create_task(reset(header.topic, offsets))
+        self._resets.add(task)
+        task.add_done_callback(self._resets.discard)
+
+    def _check_transaction(self, connection: RemotingConnection, request: RemotingCommand) -> None:
+        """CHECK_TRANSACTION_STATE: the half message goes to its group's producer here (PGROUP);
+        its answer is sent on the same connection (the producer's `_on_check`)."""
+        try:
+            header = decode(CheckTransactionStateRequestHeader, request.ext_fields)
+            stored = decode_record(memoryview(request.body), check_crc=False)
+        except (HeaderFieldError, ValueError) as exc:
+            log.warning("bad transaction check from %s: %s", connection.peer, exc)
+            return
+        msg = ReceivedMessage.from_stored(stored, "")
+        group = stored.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        handler = self.transaction_checkers.get(group)
+        if handler is None:
+            log.info(
+                "transaction check from %s for group %r: no such producer here",
+                connection.peer,
+                group,
+            )
+            return
+        task = asyncio.get_running_loop().create_task(
+            handler(connection, msg, header.tran_state_table_offset, header.commit_log_offset)
+        )
         self._resets.add(task)
         task.add_done_callback(self._resets.discard)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tidemq.client.inflate import inflate_body
-from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.protocol.heartbeat import ExpressionType, MessageQueue
 from tidemq.store.record import (
     FLAG_COMPRESSED,
     PROPERTY_DELAY,
@@ -405,6 +405,29 @@ class SendResult:
     @property
     def ok(self) -> bool:
         return self.status is SendStatus.SEND_OK
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSelector:
+    """A subscription's filter (RocketMQ's MessageSelector): `by_tag("A || B")` on tags, or
+    `by_sql("a BETWEEN 3 AND 5")` on properties, evaluated by brokers with
+    enablePropertyFilter so that only matching messages leave them."""
+
+    expression: str
+    expression_type: ExpressionType = ExpressionType.TAG
+
+    @classmethod
+    def by_tag(cls, expression: str = "*") -> MessageSelector:
+        return cls(expression, ExpressionType.TAG)
+
+    @classmethod
+    def by_sql(cls, expression: str) -> MessageSelector:
+        return cls(expression, ExpressionType.SQL92)
+
+
+def selector_of(expression: str | MessageSelector) -> MessageSelector:
+    """A subscribe() argument as a selector: a plain string is a TAG expression."""
+    return expression if isinstance(expression, MessageSelector) else MessageSelector(expression)
 
 
 class UniqueIdGenerator:

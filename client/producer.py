@@ -41,6 +41,14 @@ from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.client.routing import TopicPublishInfo
 from tidemq.client.sync import AsyncLifecycle, BlockingTwin, call, submit
+from tidemq.client.trace import (
+    TRACE_TOPIC,
+    MessageType,
+    TraceDispatcher,
+    TraceRecord,
+    TraceType,
+    now_ms,
+)
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.record import FLAG_COMPRESSED, pack_host
 
@@ -99,6 +107,8 @@ class AsyncProducer(AsyncLifecycle):
         access_key: str = "",
         secret_key: str = "",
         tls: TlsClientSettings | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         if not group:
             raise ClientError("a producer needs a group name")
@@ -115,6 +125,8 @@ class AsyncProducer(AsyncLifecycle):
         self.fault = MQFaultStrategy(enabled=latency_fault_enabled)
         self._ids = UniqueIdGenerator(pack_host(self.config.client_ip, 0)[:-4])
         self._instance: ClientInstance | None = None
+        # Pub records of every send (client/trace.py), with enable_trace.
+        self.trace = TraceDispatcher(trace_topic or TRACE_TOPIC) if enable_trace else None
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -134,8 +146,12 @@ class AsyncProducer(AsyncLifecycle):
         # RocketMQ's start(): sendHeartbeatToAllBrokerWithLock, so that the brokers this client
         # already knows list the group at once (not only after the next periodic heartbeat).
         await instance.heartbeat_all()
+        if self.trace is not None:
+            await self.trace.start(AsyncProducer(self.trace.producer_group, config=self.config))
 
     async def shutdown(self) -> None:
+        if self.trace is not None:
+            await self.trace.stop()
         instance, self._instance = self._instance, None
         if instance is not None:
             instance.unregister_producer(self.group)
@@ -194,8 +210,57 @@ class AsyncProducer(AsyncLifecycle):
         uniq = self._ids.next_id()
         body, sys_flag = _compress(msg.body, self.compress_over)
         properties = msg.encoded_properties(uniq)
-        return await self._send_with_retries(
-            msg, body, properties, sys_flag, uniq, queue, selector, arg, timeout, batch=False
+        if self.trace is None:
+            return await self._send_with_retries(
+                msg, body, properties, sys_flag, uniq, queue, selector, arg, timeout, batch=False
+            )
+        kind = MessageType.DELAY if msg.delay_level > 0 else MessageType.NORMAL
+        if selector is not None:
+            kind = MessageType.ORDER
+        started = time.monotonic()
+        try:
+            result = await self._send_with_retries(
+                msg, body, properties, sys_flag, uniq, queue, selector, arg, timeout, batch=False
+            )
+        except TideMQError:
+            self.trace_pub(msg, uniq, None, started, kind)
+            raise
+        self.trace_pub(msg, uniq, result, started, kind)
+        return result
+
+    def trace_pub(
+        self,
+        msg: Message,
+        uniq: str,
+        result: SendResult | None,
+        started: float,
+        kind: MessageType,
+    ) -> None:
+        """A Pub record of a send (`result` None: it failed)."""
+        if self.trace is None:
+            return
+        address = ""
+        if result is not None and self._instance is not None:
+            name = result.message_queue.broker_name
+            address = self._instance.find_broker_address_in_publish(name) or ""
+        self.trace.add(
+            [
+                TraceRecord(
+                    TraceType.PUB,
+                    uniq,
+                    now_ms(),
+                    self.group,
+                    msg.topic,
+                    msg.tags or "",
+                    " ".join(msg.key_list),
+                    address,
+                    len(msg.body),
+                    int((time.monotonic() - started) * 1000),
+                    kind,
+                    result.offset_msg_id if result is not None else "",
+                    result is not None and result.ok,
+                )
+            ]
         )
 
     async def send_batch(

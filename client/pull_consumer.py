@@ -25,7 +25,7 @@ from tidemq.client.api import PullStatus
 from tidemq.client.config import ClientConfig
 from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.instance import ClientInstance, get_instance
-from tidemq.client.message import ReceivedMessage
+from tidemq.client.message import MessageSelector, ReceivedMessage, selector_of
 from tidemq.client.offset_store import (
     OffsetStore,
     ReadOffsetType,
@@ -34,15 +34,21 @@ from tidemq.client.protocol.heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
     ConsumeType,
+    ExpressionType,
     MessageModel,
     MessageQueue,
     SubscriptionData,
 )
-from tidemq.client.pulling import allocate_queues, compute_pull_from, open_offset_store, pull_queue
+from tidemq.client.pulling import (
+    allocate_queues,
+    client_tag_filter,
+    compute_pull_from,
+    open_offset_store,
+    pull_queue,
+)
 from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.client.sync import AsyncLifecycle, BlockingTwin, call
 from tidemq.store.lifecycle import cancel_and_wait
-from tidemq.store.tags import parse_tag_expression
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +116,14 @@ class AsyncPullConsumer(AsyncLifecycle):
 
     # --- what to read -------------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Read `topic` messages matching `expression` (see `AsyncPushConsumer.subscribe`)."""
         if self._assigned is not None:
             raise ClientError("subscribe() and assign() cannot be mixed")
-        self._subscriptions[topic] = SubscriptionData.from_expression(topic, expression)
+        selector = selector_of(expression)
+        self._subscriptions[topic] = SubscriptionData.from_expression(
+            topic, selector.expression, selector.expression_type
+        )
 
     async def assign(self, queues: list[MessageQueue]) -> None:
         """Read exactly these queues (no group rebalance)."""
@@ -150,6 +160,17 @@ class AsyncPullConsumer(AsyncLifecycle):
             return
         instance = get_instance(self.config)
         await instance.start()
+        try:
+            filtered = [
+                s
+                for s in self._subscriptions.values()
+                if s.expression_type is not ExpressionType.TAG
+            ]
+            if filtered:  # SQL92: ask the brokers first, as RocketMQ's checkClientInBroker
+                await instance.check_subscriptions(self.group, filtered)
+        except TideMQError:
+            await instance.shutdown()
+            raise
         self._instance = instance
         self.offset_store = await open_offset_store(
             instance, self.group, self.message_model, self.offset_store_dir
@@ -251,7 +272,7 @@ class AsyncPullConsumer(AsyncLifecycle):
 
     async def _fetch_loop(self, state: _QueueState, generation: int) -> None:
         assert self.offset_store is not None
-        tags = parse_tag_expression(state.subscription.sub_string)
+        tags = client_tag_filter(state.subscription)
         mq = state.queue
         while self._running and generation == state.generation:
             if len(state.buffer) >= self.buffer_per_queue:
@@ -423,7 +444,7 @@ class PullConsumer(BlockingTwin[AsyncPullConsumer]):
         self._async = AsyncPullConsumer(group, namesrv_addr, **kwargs)
         self.group = group
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         self._async.subscribe(topic, expression)
 
     def assign(self, queues: list[MessageQueue]) -> None:

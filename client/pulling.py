@@ -38,11 +38,13 @@ from tidemq.client.protocol.headers import (
 )
 from tidemq.client.protocol.heartbeat import (
     ConsumeFromWhere,
+    ExpressionType,
     MessageModel,
     MessageQueue,
     SubscriptionData,
 )
 from tidemq.client.protocol.models import MASTER_ID
+from tidemq.store.tags import MATCH_ALL, TagFilter, parse_tag_expression
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +149,17 @@ async def pull_queue(
         suspend_timeout_millis=suspend_ms,
         sub_version=subscription.sub_version,
         subscription=subscription.sub_string,
-        expression_type="TAG",
+        expression_type=subscription.expression_type.value,
     )
     timeout = suspend_ms / 1000 + PULL_TIMEOUT_SLACK
     result = await instance.api.pull(found.address, header, timeout=timeout, raw=True)
     pull_from[mq] = result.suggest_which_broker_id
     return result
+
+
+def client_tag_filter(subscription: SubscriptionData) -> TagFilter:
+    """The filter a consumer applies again to what it pulled: the tags themselves for a TAG
+    subscription (brokers compare hash codes only); none for SQL92 (the broker evaluated it)."""
+    if subscription.expression_type is ExpressionType.TAG:
+        return parse_tag_expression(subscription.sub_string)
+    return MATCH_ALL

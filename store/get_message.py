@@ -22,6 +22,7 @@ look at them one by one.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidemq.store.commitlog import CommitLog
@@ -30,6 +31,10 @@ from tidemq.store.segment import Segment
 from tidemq.store.tags import TagFilter
 
 _BLANK_SIZE = 0x7FFFFFFF
+
+# A filter on the stored record itself (an SQL92 expression on its properties), after the
+# ConsumeQueue's tagsCode: RocketMQ's MessageFilter.isMatchedByCommitLog.
+RecordFilter = Callable[[memoryview], bool]
 
 
 class GetMessageStatus(enum.Enum):
@@ -100,6 +105,7 @@ def get_message(
     limits: TransferLimits,
     is_slave: bool,
     offset_check_in_slave: bool,
+    record_filter: RecordFilter | None = None,
 ) -> GetMessageResult:
     moves_offsets = not is_slave or offset_check_in_slave
 
@@ -132,7 +138,7 @@ def get_message(
         result.status = GetMessageStatus.OFFSET_FOUND_NULL
         result.next_begin_offset = corr(offset, queue.roll_next_file(offset))
         return result
-    _scan_units(result, units, offset, max_msg_nums, tag_filter, commitlog, limits)
+    _scan_units(result, units, offset, max_msg_nums, tag_filter, commitlog, limits, record_filter)
     return result
 
 
@@ -144,6 +150,7 @@ def _scan_units(
     tag_filter: TagFilter,
     commitlog: CommitLog,
     limits: TransferLimits,
+    record_filter: RecordFilter | None,
 ) -> None:
     commitlog_max = commitlog.max_offset
     result.status = GetMessageStatus.NO_MATCHED_MESSAGE
@@ -179,6 +186,12 @@ def _scan_units(
         scanned += 1
         if not match_all and not tag_filter.match_code(tags_code):
             continue
+        if record_filter is not None and size > 0:
+            # Records it refuses count as scanned: the next pull starts after them.
+            segment = commitlog.segments.find(phy)
+            record = None if segment is None else segment.select(phy - segment.start_offset, size)
+            if record is not None and not record_filter(record):
+                continue
         if phy == span_end and size > 0 and phy + size <= span_limit:
             span_end += size  # the record right after the last one: the span grows
             span_records += 1

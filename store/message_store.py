@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -40,7 +40,7 @@ from tidemq.store.delay import DELAY_MARKER as _DELAY_MARKER
 from tidemq.store.delay import park_delayed, parse_delay_levels
 from tidemq.store.dispatch import ArrivalListener, ReputService
 from tidemq.store.flushing import StoreFlusher
-from tidemq.store.get_message import GetMessageResult, TransferLimits, get_message
+from tidemq.store.get_message import GetMessageResult, RecordFilter, TransferLimits, get_message
 from tidemq.store.index import IndexService
 from tidemq.store.index_keeper import IndexKeeper
 from tidemq.store.index_worker import IndexWorker
@@ -430,13 +430,19 @@ class MessageStore(Service):
             )
         return None
 
-    async def put_message(self, msg: MessageToStore) -> PutMessageResult:
+    async def put_message(
+        self, msg: MessageToStore, on_appended: Callable[[AppendResult], None] | None = None
+    ) -> PutMessageResult:
+        """Store `msg`; `on_appended` runs once it has its offsets, before the wait for the
+        flush or the slave (anything that reads the queue meanwhile may already see it)."""
         refused = self._check_writable()
         if refused is not None:
             return refused
         if _DELAY_MARKER in msg.properties:  # park_delayed's own first test, saving the call
             park_delayed(msg, self.delay_levels)
         append = self.commitlog.put(msg)
+        if on_appended is not None and append.status is _PUT_OK:
+            on_appended(append)
         return await self._after_append(append, waits_for_store(msg.properties))
 
     async def put_message_batch(self, batch: MessageBatch) -> PutMessageResult:
@@ -550,8 +556,10 @@ class MessageStore(Service):
         offset: int,
         max_msg_nums: int,
         tag_filter: TagFilter = MATCH_ALL,
+        record_filter: RecordFilter | None = None,
     ) -> GetMessageResult:
-        del group  # kept for RocketMQ's signature: filters per group come with SQL92
+        """`record_filter` (SQL92) sees each record that passed `tag_filter`."""
+        del group  # kept for RocketMQ's signature
         return get_message(
             self.find_consume_queue(topic, queue_id),
             offset,
@@ -561,6 +569,7 @@ class MessageStore(Service):
             limits=self.limits,
             is_slave=self.is_slave,
             offset_check_in_slave=self.config.offset_check_in_slave,
+            record_filter=record_filter,
         )
 
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:

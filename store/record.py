@@ -72,6 +72,11 @@ PROPERTY_UNIQ_KEY: Final = "UNIQ_KEY"
 PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID: Final = "REAL_QID"
 PROPERTY_TRANSACTION_PREPARED: Final = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP: Final = "PGROUP"
+PROPERTY_TRANSACTION_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+# The half queue offset of the first copy of a half message (a check re-puts a copy).
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET: Final = "TRAN_PREPARED_QUEUE_OFFSET"
 PROPERTY_RETRY_TOPIC: Final = "RETRY_TOPIC"
 PROPERTY_MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
 PROPERTY_CLUSTER: Final = "CLUSTER"
@@ -830,6 +835,30 @@ def scan_record(buf: bytes | memoryview, pos: int, *, check_crc: bool) -> Dispat
         store_ts,
         bytes(buf[topic_end + 2 : end]),
     )
+
+
+def read_properties(record: bytes | memoryview) -> bytes:
+    """The raw properties of one whole record (`record` is exactly its bytes), b"" when its
+    lengths disagree: for filters that look at a few properties of every record."""
+    size = len(record)
+    if size < _PREFIX.size:
+        return b""
+    sys_flag = _INT.unpack_from(record, OFFSET_SYS_FLAG)[0]
+    middle = _SCAN_MIDDLE[sys_flag & _HOST_FLAGS]
+    at = _PREFIX.size + middle.size
+    if at > size:
+        return b""
+    body_len = middle.unpack_from(record, _PREFIX.size)[1]
+    at += body_len
+    if body_len < 0 or at + 3 > size:
+        return b""
+    topic_end = at + 1 + record[at]
+    if topic_end + 2 > size:
+        return b""
+    props_len = _SHORT.unpack_from(record, topic_end)[0]
+    if props_len < 0 or topic_end + 2 + props_len > size:
+        return b""
+    return bytes(record[topic_end + 2 : topic_end + 2 + props_len])
 
 
 def read_topic(buf: bytes | memoryview, pos: int, total: int) -> bytes | None:

@@ -187,6 +187,8 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         self._add_system(TopicConfig(SCHEDULE_TOPIC, schedule_queue_nums, schedule_queue_nums))
         reply_topic = f"{broker.broker_cluster_name}_{REPLY_TOPIC_POSTFIX}"
         self._add_system(TopicConfig(reply_topic, 1, 1))
+        if broker.trace_topic_enable:  # where clients with message trace write their records
+            self._add_system(TopicConfig(broker.msg_trace_topic_name, 1, 1))
 
     # --- persistence ----------------------------------------------------------------------
 

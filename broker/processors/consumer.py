@@ -16,6 +16,7 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
 from tidemq.broker.processors.decoding import request_body, request_header
 from tidemq.broker.processors.send import RETRY_GROUP_TOPIC_PREFIX
+from tidemq.broker.property_filter import property_filter
 from tidemq.broker.rebalance_lock import RebalanceLockManager
 from tidemq.broker.state import BrokerState
 from tidemq.client.protocol.headers import (
@@ -25,6 +26,8 @@ from tidemq.client.protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from tidemq.client.protocol.heartbeat import (
+    CheckClientRequestBody,
+    ExpressionType,
     GetConsumerListByGroupResponseBody,
     HeartbeatData,
     LockBatchRequestBody,
@@ -63,6 +66,19 @@ class ConsumerProcessor:
         self.rebalance_locks = rebalance_locks
 
     # --- heartbeats -----------------------------------------------------------------------
+
+    async def check_client_config(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG (46): would this broker filter the subscription? TAG always;
+        SQL92 only with enablePropertyFilter and an expression that compiles (else the
+        refusal of broker/property_filter.py)."""
+        del connection
+        body = request_body(CheckClientRequestBody.decode, request, "check client")
+        data = body.subscription_data
+        if data is not None and data.expression_type is not ExpressionType.TAG:
+            property_filter(self.state.config, data.expression_type.value, data.sub_string)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
     async def heartbeat(
         self, connection: RemotingConnection, request: RemotingCommand

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import NamedTuple
 
 from tidemq.broker.long_polling import PullRequestHoldService
 from tidemq.broker.managers.clients import ConsumerManager
@@ -27,6 +28,7 @@ from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
 from tidemq.broker.processors.decoding import request_header
+from tidemq.broker.property_filter import property_filter
 from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats
 from tidemq.client.protocol.headers import (
@@ -35,15 +37,16 @@ from tidemq.client.protocol.headers import (
     PULL_FLAG_SUSPEND,
     PullMessageRequestHeader,
 )
+from tidemq.client.protocol.heartbeat import ExpressionType
 from tidemq.client.protocol.models import MASTER_ID, PERM_READ, TopicConfig
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.server import RequestRejected
 from tidemq.store.config import BrokerRole
-from tidemq.store.get_message import GetMessageResult, GetMessageStatus
+from tidemq.store.get_message import GetMessageResult, GetMessageStatus, RecordFilter
 from tidemq.store.message_store import MessageStore
-from tidemq.store.tags import TagFilter, parse_tag_expression
+from tidemq.store.tags import MATCH_ALL, TagFilter, parse_tag_expression
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,11 @@ _CODES = {
 
 # RocketMQ's answer when its pull queue is full (BrokerFastFailure, [TOO_MANY_REQUESTS]).
 TOO_MANY_HELD_PULLS = "[TOO_MANY_REQUESTS]broker busy, start flow control for a while"
+
+
+class PullFilters(NamedTuple):
+    tags: TagFilter  # on the ConsumeQueue's tags codes
+    record: RecordFilter | None  # on the stored record (SQL92), after `tags`
 
 
 class PullProcessor:
@@ -88,9 +96,10 @@ class PullProcessor:
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         header = request_header(PullMessageRequestHeader, request)
-        tag_filter, which_broker, group_broker_id = self._check(connection, header)
+        filters, which_broker, group_broker_id = self._check(connection, header)
+        tag_filter = filters.tags
         started = time.perf_counter()
-        response = self._read(request, header, tag_filter, which_broker, group_broker_id)
+        response = self._read(request, header, filters, which_broker, group_broker_id)
         self._commit_offset(connection, header)
         allow_suspend = bool(header.sys_flag & PULL_FLAG_SUSPEND)
         if response.code == ResponseCode.PULL_NOT_FOUND and allow_suspend:
@@ -106,14 +115,14 @@ class PullProcessor:
             )
             # The latency histogram measures the broker's work, not the long-polling wait.
             started += time.perf_counter() - held
-            response = self._read(request, header, tag_filter, which_broker, group_broker_id)
+            response = self._read(request, header, filters, which_broker, group_broker_id)
         self.stats.on_pull_latency(time.perf_counter() - started)
         return response
 
     def _check(
         self, connection: RemotingConnection, header: PullMessageRequestHeader
-    ) -> tuple[TagFilter, int, int]:
-        """The pull's tag filter and the group's slave choice; `RequestRejected` for a pull
+    ) -> tuple[PullFilters, int, int]:
+        """The pull's filters and the group's slave choice; `RequestRejected` for a pull
         this broker must not serve."""
         state = self.state
         if not state.config.broker_permission & PERM_READ:
@@ -154,7 +163,8 @@ class PullProcessor:
                 f"topicConfig.readQueueNums:[{topic.read_queue_nums}] consumer:[{connection.peer}]",
             )
         if header.sys_flag & PULL_FLAG_SUBSCRIPTION:
-            tag_filter = parse_tag_expression(header.subscription)
+            expression_type = header.expression_type or ExpressionType.TAG.value
+            filters = self._filters(header.subscription, expression_type)
         else:
             subscription = self.consumers.find_subscription(header.consumer_group, header.topic)
             if subscription is None:
@@ -167,8 +177,18 @@ class PullProcessor:
                     ResponseCode.SUBSCRIPTION_NOT_LATEST,
                     "the consumer's subscription not latest",
                 )
-            tag_filter = parse_tag_expression(subscription.sub_string)
-        return tag_filter, group.which_broker_when_consume_slowly, group.broker_id
+            filters = self._filters(subscription.sub_string, subscription.expression_type.value)
+        return filters, group.which_broker_when_consume_slowly, group.broker_id
+
+    def _filters(self, expression: str | None, expression_type: str) -> PullFilters:
+        """TAG: the tags codes in the ConsumeQueue. SQL92 (with enablePropertyFilter): every
+        unit, then the expression on the record's properties, so that only matching messages
+        leave the broker."""
+        if expression_type.upper() == ExpressionType.TAG.value:
+            return PullFilters(parse_tag_expression(expression), None)
+        return PullFilters(
+            MATCH_ALL, property_filter(self.state.config, expression_type, expression)
+        )
 
     def _replicated_queue(self, header: PullMessageRequestHeader) -> bool:
         store = self.store
@@ -181,7 +201,7 @@ class PullProcessor:
         self,
         request: RemotingCommand,
         header: PullMessageRequestHeader,
-        tag_filter: TagFilter,
+        filters: PullFilters,
         which_broker: int,
         group_broker_id: int,
     ) -> RemotingCommand:
@@ -191,7 +211,8 @@ class PullProcessor:
             header.queue_id,
             header.queue_offset,
             header.max_msg_nums,
-            tag_filter,
+            filters.tags,
+            filters.record,
         )
         code = self._code(result, header.queue_offset)
         if self.state.config.slave_read_enable:

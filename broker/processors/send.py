@@ -23,6 +23,8 @@ from tidemq.broker.managers.topic_config import (
 )
 from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats
+from tidemq.broker.transaction.messages import is_prepared_send, park_half
+from tidemq.broker.transaction.service import TransactionalMessageService
 from tidemq.client.protocol.headers import (
     SEND_V2_KEYS,
     HeaderFieldError,
@@ -38,6 +40,7 @@ from tidemq.store.commitlog import PutStatus
 from tidemq.store.message_store import MessageStore, PutMessageResult
 from tidemq.store.record import (
     PROPERTY_CLUSTER,
+    PROPERTY_TRANSACTION_PREPARED,
     MessageBatch,
     MessageToStore,
     decode_properties,
@@ -66,6 +69,7 @@ _SUCCESS: Final = ResponseCode.SUCCESS
 _UNKNOWN_STATUS: Final = (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR")
 _V2_TOPIC_KEY: Final = SEND_V2_KEYS["topic"]
 _V2_BATCH_KEY: Final = SEND_V2_KEYS["batch"]
+_PREPARED_MARKER: Final = PROPERTY_TRANSACTION_PREPARED + "\x01"
 
 
 def _decode_header(request: RemotingCommand) -> SendMessageRequestHeader:
@@ -94,11 +98,13 @@ class SendProcessor:
         topics: TopicConfigManager,
         store: MessageStore,
         stats: BrokerStats,
+        transactions: TransactionalMessageService,
     ) -> None:
         self.state = state
         self.topics = topics
         self.store = store
         self.stats = stats
+        self.transactions = transactions
         # Topic names that passed validate_topic_name and may be sent to: the checks are a
         # regular expression and a set lookup per send otherwise. Whether the name may be sent
         # to never changes; whether the topic exists is looked up on every send.
@@ -197,6 +203,10 @@ class SendProcessor:
     ) -> RemotingCommand:
         properties = with_cluster(header.properties or "", self.state.config.broker_cluster_name)
         msg = self._message(header, bytes(request.body), properties, header.flag, born)
+        if _PREPARED_MARKER in properties and is_prepared_send(properties):
+            park_half(msg)  # stored in the half queue until END_TRANSACTION
+            result = await self.store.put_message(msg, self.transactions.on_prepared)
+            return self._answer(request, header, result)
         result = await self.store.put_message(msg)
         return self._answer(request, header, result)
 

@@ -10,18 +10,29 @@ The names most programs need are re-exported here::
 
 from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult, PushConsumer
 from tidemq.client.errors import TideMQError
-from tidemq.client.message import Message
+from tidemq.client.message import Message, MessageSelector
 from tidemq.client.producer import AsyncProducer, Producer
 from tidemq.client.pull_consumer import AsyncPullConsumer, PullConsumer
+from tidemq.client.transaction import (
+    AsyncTransactionProducer,
+    LocalTransactionState,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "AsyncProducer",
     "AsyncPullConsumer",
     "AsyncPushConsumer",
+    "AsyncTransactionProducer",
     "ConsumeResult",
+    "LocalTransactionState",
     "Message",
+    "MessageSelector",
     "Producer",
     "PullConsumer",
     "PushConsumer",
     "TideMQError",
+    "TransactionProducer",
+    "TransactionSendResult",
 ]

@@ -16,6 +16,7 @@ Routes (all answers JSON; failures are `{"error": "one line"}` with a 4xx/5xx st
     GET    /api/messages?topic&begin&end&page&pageSize
     GET    /api/messages/by-key?topic&key
     GET    /api/messages/by-id?id&topic?
+    GET    /api/messages/trace?id                a message's trace records (client msgId)
     POST   /api/messages/resend               {msgId}: a dead letter back to its topic
     GET    /api/charts                        the sampler's series (sampler.py)
 
@@ -274,6 +275,10 @@ async def message_by_id(request: web.Request) -> web.Response:
     )
 
 
+async def message_trace(request: web.Request) -> web.Response:
+    return _json(await views.message_trace(request.app[ADMIN_KEY], _param(request, "id")))
+
+
 async def resend(request: web.Request) -> web.Response:
     data = await _body(request)
     return _json(await views.resend_dead_letter(request.app[ADMIN_KEY], _field(data, "msgId")))
@@ -313,6 +318,7 @@ def make_app(
     app.router.add_get("/api/messages", messages)
     app.router.add_get("/api/messages/by-key", messages_by_key)
     app.router.add_get("/api/messages/by-id", message_by_id)
+    app.router.add_get("/api/messages/trace", message_trace)
     app.router.add_post("/api/messages/resend", resend)
     app.router.add_get("/api/charts", charts)
     app.router.add_static("/static", static_dir())

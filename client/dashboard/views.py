@@ -420,6 +420,14 @@ async def message_by_id(admin: AdminClient, msg_id: str, topic: str) -> dict[str
     return message_detail(msg, broker_name)
 
 
+async def message_trace(admin: AdminClient, msg_id: str) -> dict[str, Any]:
+    """The trace of a message (its client msgId) in the trace topic, oldest record first:
+    where it was sent and stored, which groups consumed it, with cost and status (empty when
+    nothing traced it: its producer and consumers write traces only with enable_trace)."""
+    records, skipped = await admin.message_trace(msg_id)
+    return {"msgId": msg_id, "records": [r.to_data() for r in records], "skipped": skipped}
+
+
 async def resend_dead_letter(admin: AdminClient, msg_id: str) -> dict[str, Any]:
     broker_name, queue_id, result = await admin.resend_dead_letter(msg_id)
     return {

@@ -14,6 +14,7 @@ from tidemq.client.mqadmin import (
     send_check,
     stats,
     topic,
+    trace,
 )
 from tidemq.client.mqadmin.base import main
 
@@ -27,4 +28,5 @@ __all__ = [
     "send_check",
     "stats",
     "topic",
+    "trace",
 ]

@@ -138,6 +138,34 @@ class SendMessageResponseHeader:
     transaction_id: str | None = None
 
 
+# --- transactions -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class EndTransactionRequestHeader:
+    """END_TRANSACTION (37): commitOrRollback is a sysFlag transaction value (0 unknown,
+    8 commit, 12 rollback); tranStateTableOffset is the half message's queue offset."""
+
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: int = dataclasses.field(metadata=_INT32)
+    msg_id: str
+    from_transaction_check: bool = False
+    transaction_id: str | None = None
+
+
+@dataclass(slots=True)
+class CheckTransactionStateRequestHeader:
+    """CHECK_TRANSACTION_STATE (39), broker to producer; the body is the half message."""
+
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None
+
+
 # --- pull -------------------------------------------------------------------------------------
 
 PULL_FLAG_COMMIT_OFFSET = 0x1

@@ -252,6 +252,40 @@ def _split_tags(expression: str) -> list[str]:
 
 
 @dataclass(slots=True)
+class CheckClientRequestBody:
+    """CHECK_CLIENT_CONFIG's body: a consumer asks, at start, whether a broker takes its
+    subscription (an SQL92 one: the broker's enablePropertyFilter, the expression's syntax)."""
+
+    client_id: str
+    group: str
+    subscription_data: SubscriptionData | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "clientId": self.client_id,
+            "group": self.group,
+            "subscriptionData": (
+                None if self.subscription_data is None else self.subscription_data.to_dict()
+            ),
+        }
+
+    def encode(self) -> bytes:
+        return dumps(self.to_dict())
+
+    @classmethod
+    def decode(cls, body: bytes | bytearray | memoryview | str) -> CheckClientRequestBody:
+        obj = _decode_object(body, "CheckClientRequestBody")
+        data = obj.get("subscriptionData")
+        if data is not None and not isinstance(data, dict):
+            raise BodyDecodeError("subscriptionData: expected an object")
+        return cls(
+            _str(obj, "clientId"),
+            _str(obj, "group"),
+            None if data is None else SubscriptionData.from_dict(data),
+        )
+
+
+@dataclass(slots=True)
 class ProducerData:
     group_name: str
 

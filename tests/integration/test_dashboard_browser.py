@@ -33,12 +33,15 @@ from tests.support.ha_processes import start_master, start_slave
 from tests.support.processes import LOOPBACK, REPO_ROOT, Daemon, ProcessGroup, free_port
 from tidemq.client.admin import AdminClient
 from tidemq.client.config import ClientConfig
-from tidemq.client.consumer import ConsumeResult, PushConsumer
+from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult, PushConsumer
 from tidemq.client.dashboard.cli import READY_PREFIX, command_line
 from tidemq.client.errors import TideMQError
 from tidemq.client.message import Message, ReceivedMessage
+from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
+from tidemq.client.protocol.heartbeat import ConsumeFromWhere
 from tidemq.client.protocol.models import SubscriptionGroupConfig, TopicConfig
+from tidemq.client.trace import TRACE_TOPIC
 
 PATHS = chromium_paths()
 if isinstance(PATHS, str):
@@ -435,6 +438,59 @@ def test_messages_by_time_key_and_id_and_dead_letter_resend(
 
     eventually_sync(lambda: console.admin(keyed) == 2, "the resent copy in the topic", WAIT)
     assert len(ids) == 12
+
+
+def test_a_message_s_trace_in_its_detail(console: Console, chrome: webdriver.Chrome) -> None:
+    """A message sent and consumed with trace on: its detail lists the Pub, SubBefore and
+    SubAfter records the trace topic holds."""
+    topic = "TracedTopic"
+    make_topic(console, topic, 1)
+    make_topic(console, TRACE_TOPIC, 1)
+    config = ClientConfig.create(console.namesrv, heartbeat_broker_interval=1.0)
+
+    async def traced(admin: AdminClient) -> str:
+        async with AsyncProducer("P-dash-trace", config=config, enable_trace=True) as producer:
+            sent = await producer.send(Message(topic, b"traced", keys="traced-1"))
+        got = asyncio.Event()
+
+        async def listener(msg: ReceivedMessage) -> ConsumeResult:
+            got.set()
+            return ConsumeResult.SUCCESS
+
+        consumer = AsyncPushConsumer(
+            "dash_trace_group",
+            config=config,
+            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            enable_trace=True,
+        )
+        consumer.subscribe(topic, "*", listener)
+        await consumer.start()
+        try:
+            await asyncio.wait_for(got.wait(), WAIT)
+        finally:
+            await consumer.shutdown()  # sends its queued trace records
+        for _ in range(600):  # the trace topic's index is built by another process
+            records, _skipped = await admin.message_trace(sent.msg_id)
+            if len(records) == 3:
+                return sent.msg_id
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"trace of {sent.msg_id}: {records}")
+
+    msg_id = console.admin(traced)
+    open_page(chrome, console.url, f"messages?topic={topic}", "messages")
+    id_form = chrome.find_element(By.ID, "id-form")
+    fill(id_form, "id", msg_id)
+    fill(id_form, "topic", topic)
+    id_form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    until(chrome, lambda d: d.find_elements(By.ID, "trace-table"))
+    shown = rows(chrome, "trace-table")
+    assert [(r[0], r[1], r[4]) for r in shown] == [
+        ("Pub", "P-dash-trace", "success"),
+        ("SubBefore", "dash_trace_group", "-"),
+        ("SubAfter", "dash_trace_group", "success"),
+    ]
+    assert f"topic={topic}" in shown[0][5] and "keys=traced-1" in shown[0][5]
+    shot(chrome, "message-trace")
 
 
 def test_live_chart_of_a_topic_updates(console: Console, chrome: webdriver.Chrome) -> None:

@@ -219,7 +219,7 @@ def test_every_rocketmq_subcommand_is_there() -> None:
         "updateTopic", "deleteTopic", "topicList", "topicRoute", "topicStatus",
         "updateSubGroup", "deleteSubGroup", "clusterList", "brokerStatus", "haStatus",
         "consumerProgress", "consumerConnection", "producerConnection", "queryMsgById",
-        "queryMsgByKey", "queryMsgByOffset", "sendMessage", "consumeMessage",
+        "queryMsgByKey", "queryMsgByOffset", "queryMsgTraceById", "sendMessage", "consumeMessage",
         "resetOffsetByTime", "wipeWritePerm", "addWritePerm", "updateBrokerConfig",
         "getBrokerConfig", "queryMsgByUniqueKey", "printMsg", "printMsgByQueue", "statsAll",
         "brokerConsumeStats", "consumerStatus", "clusterRT", "sendMsgStatus", "topicClusterList",

@@ -350,9 +350,32 @@ async function showMessage(id, topic) {
       (r) => `resent to ${origin}: offset msgId ${r.offsetMsgId} (${r.brokerName} queue ${r.queueId} offset ${r.queueOffset})`);
     children.push(el("p", {}, resend));
   }
+  const trace = el("div", { id: "message-trace" }, el("p", {}, "Reading its trace..."));
+  children.push(el("h2", {}, "Trace"), trace);
   box.replaceChildren(el("div", { class: "panel" }, children));
   box.dataset.msgId = m.msgId;
   box.scrollIntoView();
+  showTrace(trace, m.msgId);
+}
+
+async function showTrace(box, msgId) {
+  let t;
+  try { t = await api("GET", `/api/messages/trace?id=${encodeURIComponent(msgId)}`); } catch (e) {
+    box.replaceChildren(el("p", {}, `trace unavailable: ${e.message}`));
+    return;
+  }
+  if (!t.records.length) {
+    box.replaceChildren(el("p", {}, "No trace: its producer and consumers did not enable trace."));
+    return;
+  }
+  box.replaceChildren(table("trace-table", [
+    ["Type", (r) => r.type],
+    ["Group", (r) => r.group],
+    ["Time", (r) => time(r.timestamp)],
+    ["Cost (ms)", (r) => (r.type === "SubBefore" ? "-" : r.costTime), "num"],
+    ["Status", (r) => r.status],
+    ["Detail", (r) => r.detail],
+  ], t.records));
 }
 
 async function messagesPage(main, params) {

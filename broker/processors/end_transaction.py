@@ -1,0 +1,51 @@
+"""END_TRANSACTION (37): a producer commits or rolls back a half message.
+
+The header (EndTransactionRequestHeader) names the half message by its CommitLog offset and its
+queue offset in the half queue; commitOrRollback is 8 (commit), 12 (rollback) or 0 (unknown:
+nothing happens, the check will ask). A slave refuses (SLAVE_NOT_AVAILABLE). What is checked and
+stored is the transaction service's (broker/transaction/service.py): an offset that is not a
+half message, a wrong group or offset, a transaction that has already ended, or an unknown state
+each get a code and a remark saying which, and nothing is stored twice. A request sent oneway
+(as RocketMQ's clients send it) gets no answer; the outcome is logged when it is a refusal.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tidemq.broker.processors.decoding import request_header
+from tidemq.broker.transaction.service import TransactionalMessageService
+from tidemq.client.protocol.headers import EndTransactionRequestHeader
+from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.remoting.server import RequestRejected
+from tidemq.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+class EndTransactionProcessor:
+    def __init__(self, store: MessageStore, transactions: TransactionalMessageService) -> None:
+        self.store = store
+        self.transactions = transactions
+
+    async def process(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand | None:
+        if self.store.is_slave:
+            raise RequestRejected(
+                ResponseCode.SLAVE_NOT_AVAILABLE, "a slave does not end transactions"
+            )
+        header = request_header(EndTransactionRequestHeader, request)
+        outcome = await self.transactions.end(header)
+        if outcome.code != ResponseCode.SUCCESS:
+            log.info(
+                "END_TRANSACTION from %s (group %s, half message %d%s): %s",
+                connection.peer,
+                header.producer_group,
+                header.tran_state_table_offset,
+                ", answering a check" if header.from_transaction_check else "",
+                outcome.remark,
+            )
+        return RemotingCommand.response_to(request, outcome.code, outcome.remark)

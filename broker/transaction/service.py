@@ -1,0 +1,284 @@
+"""Half messages, and the end of their transactions (TransactionalMessageService).
+
+The service keeps the pending table: transaction origin (see messages.py) -> queue offset of its
+latest copy in the half queue. A prepared send adds its origin; an END_TRANSACTION applies only to
+a pending origin and takes it out before it stores anything, so a second END, an END racing a
+check's answer, or the answer to a check of a message already ended is answered "already
+ended" instead of storing the message twice (apache/rocketmq #1517, #1566, #8158: RocketMQ looks
+the half message up by offset and commits it again). The check service (check.py) reads the same
+table, so it never asks about a transaction that has ended.
+
+At start (the store loaded and dispatched) the table is rebuilt: the origins of the half queue
+from the check's progress (CID_RMQ_SYS_TRANS's offset in the half queue) on, less the origins the
+op queue's messages have ended. Only a master ends transactions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator
+from typing import Final
+
+from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
+from tidemq.broker.transaction.messages import (
+    CHECK_GROUP,
+    HALF_QUEUE_ID,
+    HALF_TOPIC,
+    OP_TOPIC,
+    committed_message,
+    op_half_offset,
+    op_message,
+    origin_of,
+)
+from tidemq.client.protocol.headers import EndTransactionRequestHeader
+from tidemq.client.remoting.codes import ResponseCode
+from tidemq.store.commitlog import AppendResult
+from tidemq.store.consume_queue import ConsumeQueue
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import (
+    PROPERTY_PRODUCER_GROUP,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    StoredMessage,
+)
+
+log = logging.getLogger(__name__)
+
+SCAN_BATCH: Final = 64
+_PADDING_SIZE: Final = 0x7FFFFFFF
+# A record bigger than this is not one the store could hold: the offset is not a record's start.
+_MAX_RECORD: Final = 1 << 27
+
+_STATE_NAMES: Final = {
+    TRANSACTION_NOT_TYPE: "UNKNOWN",
+    TRANSACTION_COMMIT_TYPE: "COMMIT",
+    TRANSACTION_ROLLBACK_TYPE: "ROLLBACK",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EndOutcome:
+    """What an END_TRANSACTION gets back: a response code and a remark."""
+
+    code: int
+    remark: str | None = None
+
+
+def units_from(queue: ConsumeQueue, start: int) -> Iterator[tuple[int, int, int]]:
+    """(queue offset, physical offset, size) of each unit of `queue` from `start` on."""
+    offset = max(start, queue.min_offset)
+    while offset < queue.max_offset:
+        units = queue.units(offset, SCAN_BATCH)
+        if not units:
+            return
+        for unit in units:
+            offset = unit.queue_offset + 1
+            if unit.size != _PADDING_SIZE:
+                yield unit.queue_offset, unit.physical_offset, unit.size
+
+
+class PendingTable:
+    """Open transactions: origin -> queue offset of the latest copy, and the reverse, so that
+    the check passes a unit that stands for no open transaction without reading its record."""
+
+    def __init__(self) -> None:
+        self._latest: dict[int, int] = {}
+        self._origin_at: dict[int, int] = {}
+
+    def put(self, origin: int, queue_offset: int) -> None:
+        old = self._latest.get(origin)
+        if old is not None:
+            self._origin_at.pop(old, None)
+        self._latest[origin] = queue_offset
+        self._origin_at[queue_offset] = origin
+
+    def pop(self, origin: int) -> int | None:
+        latest = self._latest.pop(origin, None)
+        if latest is not None:
+            self._origin_at.pop(latest, None)
+        return latest
+
+    def get(self, origin: int) -> int | None:
+        return self._latest.get(origin)
+
+    def origin_at(self, queue_offset: int) -> int | None:
+        """The transaction whose latest copy is at `queue_offset`, if it is open."""
+        return self._origin_at.get(queue_offset)
+
+    def clear(self) -> None:
+        self._latest.clear()
+        self._origin_at.clear()
+
+    def as_dict(self) -> dict[int, int]:
+        return dict(self._latest)
+
+    def oldest(self) -> int | None:
+        return min(self._latest, default=None)
+
+    def __len__(self) -> int:
+        return len(self._latest)
+
+
+class TransactionalMessageService:
+    def __init__(
+        self,
+        store: MessageStore,
+        offsets: ConsumerOffsetManager,
+        store_host: Callable[[], bytes],
+    ) -> None:
+        self.store = store
+        self.offsets = offsets
+        self.store_host = store_host
+        self.pending = PendingTable()
+        self.committed = 0
+        self.rolled_back = 0
+
+    # --- progress of the check --------------------------------------------------------------
+
+    @property
+    def check_offset(self) -> int:
+        return max(self.offsets.query(CHECK_GROUP, HALF_TOPIC, HALF_QUEUE_ID), 0)
+
+    def set_check_offset(self, offset: int) -> None:
+        self.offsets.commit("broker", CHECK_GROUP, HALF_TOPIC, HALF_QUEUE_ID, offset)
+
+    # --- the pending table --------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild the pending table from the half and op queues (module docstring)."""
+        self.pending.clear()
+        half = self.store.find_consume_queue(HALF_TOPIC, HALF_QUEUE_ID)
+        if half is None:
+            return
+        for queue_offset, physical, size in units_from(half, self.check_offset):
+            stored = self.store.look_message_by_offset(physical, size)
+            if stored is not None:
+                self.pending.put(origin_of(stored), queue_offset)
+        ops = self.store.find_consume_queue(OP_TOPIC, HALF_QUEUE_ID)
+        oldest = self.pending.oldest()
+        if ops is not None and oldest is not None:
+            # An op is written after the half message it ends: those older than the oldest
+            # open transaction end none of them.
+            born = self.store.message_store_timestamp(HALF_TOPIC, HALF_QUEUE_ID, oldest)
+            start = self.store.offset_in_queue_by_time(OP_TOPIC, HALF_QUEUE_ID, born - 1000)
+            for _offset, physical, size in units_from(ops, start):
+                op = self.store.look_message_by_offset(physical, size)
+                ended = op_half_offset(op) if op is not None else None
+                if ended is not None:
+                    self._forget_ended(half, ended)
+        log.info("transactions: %d half messages pending", len(self.pending))
+
+    def _forget_ended(self, half: ConsumeQueue, ended: int) -> None:
+        origin = self.pending.origin_at(ended)
+        if origin is None and self.pending.get(ended) is not None:
+            origin = ended  # the first copy itself
+        if origin is None:  # an older copy: its record names the transaction
+            unit = half.unit(ended)
+            stored = (
+                None
+                if unit is None
+                else self.store.look_message_by_offset(unit.physical_offset, unit.size)
+            )
+            origin = None if stored is None else origin_of(stored)
+        if origin is not None:
+            self.pending.pop(origin)
+
+    def on_prepared(self, append: AppendResult) -> None:
+        """A half message was appended: its transaction is open. Called before the put waits
+        for its flush or slave, so that the check, which may see the half message in its
+        queue meanwhile, never passes it as if it had ended."""
+        self.pending.put(append.queue_offset, append.queue_offset)
+
+    def is_current(self, half: StoredMessage) -> bool:
+        """True when `half` is the latest copy of a pending transaction."""
+        return self.pending.get(origin_of(half)) == half.queue_offset
+
+    # --- END_TRANSACTION --------------------------------------------------------------------
+
+    def half_message_at(self, physical_offset: int) -> StoredMessage | None:
+        """The record at a CommitLog offset, or None when no record starts there."""
+        store = self.store
+        if not store.min_phy_offset <= physical_offset < store.max_phy_offset:
+            return None
+        head = store.commitlog.get_record(physical_offset, 4)
+        if head is None:
+            return None
+        size = int.from_bytes(head, "big", signed=True)
+        if not 0 < size <= _MAX_RECORD:
+            return None
+        return store.look_message_by_offset(physical_offset, size)
+
+    async def end(self, header: EndTransactionRequestHeader) -> EndOutcome:
+        """Commit or roll back the half message the header names (checkPrepareMessage's checks
+        first); see the module docstring for why an origin must be pending."""
+        state = header.commit_or_rollback
+        if state == TRANSACTION_NOT_TYPE:
+            return EndOutcome(
+                ResponseCode.SUCCESS, "state UNKNOWN: the transaction stays open for the check"
+            )
+        if state not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            return EndOutcome(
+                ResponseCode.ILLEGAL_OPERATION,
+                f"commitOrRollback {state} is none of 0 (unknown), 8 (commit), 12 (rollback)",
+            )
+        half = self.half_message_at(header.commit_log_offset)
+        if half is None or half.topic != HALF_TOPIC:
+            return EndOutcome(
+                ResponseCode.SYSTEM_ERROR,
+                f"no half message at commitLogOffset {header.commit_log_offset}: "
+                "find prepared transaction message failed",
+            )
+        if half.queue_offset != header.tran_state_table_offset:
+            return EndOutcome(
+                ResponseCode.SYSTEM_ERROR,
+                f"the transaction state table offset wrong: {header.tran_state_table_offset}, "
+                f"the half message's is {half.queue_offset}",
+            )
+        group = half.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        if group != header.producer_group:
+            return EndOutcome(
+                ResponseCode.SYSTEM_ERROR,
+                f"the producer group wrong: {header.producer_group}, the half message's is {group}",
+            )
+        origin = origin_of(half)
+        current = self.pending.pop(origin)
+        if current is None:
+            return EndOutcome(
+                ResponseCode.TRANSACTION_FAILED,
+                f"the transaction of half message {header.tran_state_table_offset} has already "
+                f"ended: {_STATE_NAMES[state]} ignored",
+            )
+        # The origin is out of the table from here on: a concurrent END, or the check, finds it
+        # ended. Put it back only if nothing could be stored.
+        msg = None
+        if state == TRANSACTION_COMMIT_TYPE:
+            msg = committed_message(half)
+            if msg is None:
+                log.warning("half message at %d has no REAL_TOPIC: rolled back", half.queue_offset)
+            else:
+                result = await self.store.put_message(msg)
+                if not result.ok:
+                    if self.pending.get(origin) is None:
+                        self.pending.put(origin, current)
+                    return EndOutcome(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"commit not stored ({result.status.value}): {result.remark}".rstrip(": "),
+                    )
+                self.committed += 1
+        if state == TRANSACTION_ROLLBACK_TYPE or msg is None:
+            self.rolled_back += 1
+        await self.write_op(half.queue_offset)
+        return EndOutcome(ResponseCode.SUCCESS)
+
+    async def write_op(self, half_queue_offset: int) -> None:
+        """Record in the op queue that a transaction ended (so a restart knows)."""
+        result = await self.store.put_message(op_message(half_queue_offset, self.store_host()))
+        if not result.ok:
+            # This process knows (the table); a restart would check the transaction again.
+            log.error(
+                "op message for half message %d not stored: %s",
+                half_queue_offset,
+                result.status.value,
+            )

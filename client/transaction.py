@@ -1,0 +1,303 @@
+"""Transactional producers: `AsyncTransactionProducer` (asyncio) and `TransactionProducer`
+(blocking), with the same methods and callbacks (RocketMQ 4.x's TransactionMQProducer).
+
+`send_message_in_transaction(msg, arg)`:
+
+1. sends the message as a half message (properties TRAN_MSG=true and PGROUP, sysFlag PREPARED):
+   the broker keeps it out of its topic;
+2. runs the local-transaction callback `execute(msg, arg)`, which returns a
+   `LocalTransactionState` (an exception counts as UNKNOWN); when the half message was not stored
+   the callback does not run and the state is ROLLBACK;
+3. ends the transaction with END_TRANSACTION (37) to the broker that stored the half message:
+   COMMIT makes the message visible to consumers, ROLLBACK drops it, UNKNOWN leaves it open.
+
+A transaction left open (UNKNOWN, a lost END, a producer that died) is resolved by the broker's
+check: CHECK_TRANSACTION_STATE (39) reaches any started producer of the group, whose
+`check(msg)` callback answers again with a `LocalTransactionState`, sent back as
+END_TRANSACTION with fromTransactionCheck. Callbacks of the asyncio producer may be plain
+functions or coroutine functions; the blocking producer runs its callbacks in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeAlias
+
+from tidemq.client.errors import ClientError, TideMQError
+from tidemq.client.message import Message, ReceivedMessage, SendResult, SendStatus
+from tidemq.client.producer import AUTO_CREATE_TOPIC, AsyncProducer, _compress
+from tidemq.client.protocol.headers import EndTransactionRequestHeader, encode
+from tidemq.client.remoting.codes import RequestCode
+from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.sync import BlockingTwin, call
+from tidemq.client.trace import MessageType, TraceRecord, TraceType, now_ms
+from tidemq.store.record import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_PREPARED,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    decode_message_id,
+)
+
+log = logging.getLogger(__name__)
+
+
+class LocalTransactionState(enum.Enum):
+    """A local transaction's outcome; the value is END_TRANSACTION's commitOrRollback."""
+
+    COMMIT = TRANSACTION_COMMIT_TYPE
+    ROLLBACK = TRANSACTION_ROLLBACK_TYPE
+    UNKNOWN = TRANSACTION_NOT_TYPE
+
+
+StateOrAwaitable: TypeAlias = LocalTransactionState | Awaitable[LocalTransactionState]
+LocalTransactionExecutor = Callable[[Message, Any], StateOrAwaitable]
+TransactionChecker = Callable[[ReceivedMessage], StateOrAwaitable]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TransactionSendResult:
+    """The half message's send result, and how its transaction ended here."""
+
+    send_result: SendResult
+    local_transaction_state: LocalTransactionState
+    transaction_id: str
+
+    @property
+    def msg_id(self) -> str:
+        return self.send_result.msg_id
+
+
+async def _state_of(outcome: StateOrAwaitable, what: str) -> LocalTransactionState:
+    """A callback's answer; anything but a LocalTransactionState (or an exception) is UNKNOWN."""
+    try:
+        state: object = await outcome if inspect.isawaitable(outcome) else outcome
+    except Exception:
+        log.exception("%s raised: the transaction stays UNKNOWN", what)
+        return LocalTransactionState.UNKNOWN
+    if not isinstance(state, LocalTransactionState):
+        log.warning("%s returned %r, not a LocalTransactionState: UNKNOWN", what, state)
+        return LocalTransactionState.UNKNOWN
+    return state
+
+
+# LocalTransactionState's names in Java, as EndTransaction trace records carry them.
+_TRACE_STATE: Final = {
+    LocalTransactionState.COMMIT: "COMMIT_MESSAGE",
+    LocalTransactionState.ROLLBACK: "ROLLBACK_MESSAGE",
+    LocalTransactionState.UNKNOWN: "UNKNOW",
+}
+
+
+class AsyncTransactionProducer(AsyncProducer):
+    """`AsyncProducer` plus `send_message_in_transaction`; `execute` and `check` as in the
+    module docstring."""
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | list[str] | None = None,
+        *,
+        execute: LocalTransactionExecutor,
+        check: TransactionChecker,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(group, namesrv_addr, **kwargs)
+        self.execute = execute
+        self.check = check
+
+    async def start(self) -> None:
+        """Also learn the brokers TBW102 lives on before the first heartbeat (Java's producer
+        starts with TBW102 in its publish table): a producer that only answers checks, like
+        one restarted after a crash, must be known to the brokers that hold its half messages."""
+        await super().start()
+        self.instance.register_transaction_checker(self.group, self._on_check)
+        with contextlib.suppress(TideMQError):
+            await self.instance.update_route(AUTO_CREATE_TOPIC)
+        await self.instance.heartbeat_all()
+
+    async def shutdown(self) -> None:
+        if self._instance is not None:
+            self._instance.unregister_transaction_checker(self.group)
+        await super().shutdown()
+
+    async def send_message_in_transaction(
+        self, msg: Message, arg: Any = None, *, timeout: float | None = None
+    ) -> TransactionSendResult:
+        """Send `msg` as a half message, run the local transaction, end it (module docstring)."""
+        if msg.delay_level > 0:
+            raise ClientError("a transactional message cannot be delayed")
+        self._check(msg)
+        half = dataclasses.replace(
+            msg,
+            properties={
+                **msg.properties,
+                PROPERTY_TRANSACTION_PREPARED: "true",
+                PROPERTY_PRODUCER_GROUP: self.group,
+            },
+        )
+        uniq = self._ids.next_id()
+        body, sys_flag = _compress(half.body, self.compress_over)
+        started = time.monotonic()
+        try:
+            result = await self._send_with_retries(
+                half,
+                body,
+                half.encoded_properties(uniq),
+                sys_flag | TRANSACTION_PREPARED_TYPE,
+                uniq,
+                None,
+                None,
+                None,
+                timeout,
+                batch=False,
+            )
+        except TideMQError:
+            self.trace_pub(msg, uniq, None, started, MessageType.TRANS_HALF)
+            raise
+        self.trace_pub(msg, uniq, result, started, MessageType.TRANS_HALF)
+        if result.status is SendStatus.SEND_OK:
+            state = await _state_of(self.execute(msg, arg), "the local transaction")
+        else:
+            state = LocalTransactionState.ROLLBACK
+        await self._end(result, state)
+        self._trace_end(msg, uniq, state, from_check=False)
+        return TransactionSendResult(result, state, result.msg_id)
+
+    def _trace_end(
+        self,
+        msg: Message | ReceivedMessage,
+        msg_id: str,
+        state: LocalTransactionState,
+        *,
+        from_check: bool,
+    ) -> None:
+        """An EndTransaction record (with enable_trace)."""
+        if self.trace is None:
+            return
+        keys = msg.key_list if isinstance(msg, Message) else list(msg.keys)
+        self.trace.add(
+            [
+                TraceRecord(
+                    TraceType.END_TRANSACTION,
+                    msg_id,
+                    now_ms(),
+                    self.group,
+                    msg.topic,
+                    msg.tags or "",
+                    " ".join(keys),
+                    msg_type=MessageType.TRANS_COMMIT,
+                    transaction_id=msg_id,
+                    transaction_state=_TRACE_STATE[state],
+                    from_transaction_check=from_check,
+                )
+            ]
+        )
+
+    async def _end(self, result: SendResult, state: LocalTransactionState) -> None:
+        """END_TRANSACTION for a half message this producer sent; a failure is only logged:
+        the transaction stays open and the broker's check asks again."""
+        if state is LocalTransactionState.UNKNOWN:
+            return
+        address = self.instance.find_broker_address_in_publish(result.message_queue.broker_name)
+        if address is None:
+            log.warning(
+                "no address for broker %s: END_TRANSACTION left to the check",
+                result.message_queue.broker_name,
+            )
+            return
+        header = self._end_header(result.offset_msg_id, result.queue_offset, result.msg_id, state)
+        request = self.instance.api.request(RequestCode.END_TRANSACTION, encode(header))
+        try:
+            await self.instance.api.call(address, request)
+        except TideMQError as exc:
+            log.warning(
+                "END_TRANSACTION %s of %s failed: %s (the broker will check)",
+                state.name,
+                result.msg_id,
+                exc,
+            )
+
+    def _end_header(
+        self,
+        offset_msg_id: str,
+        queue_offset: int,
+        msg_id: str,
+        state: LocalTransactionState,
+    ) -> EndTransactionRequestHeader:
+        _host, commit_log_offset = decode_message_id(offset_msg_id)
+        return EndTransactionRequestHeader(
+            producer_group=self.group,
+            tran_state_table_offset=queue_offset,
+            commit_log_offset=commit_log_offset,
+            commit_or_rollback=state.value,
+            msg_id=msg_id,
+            transaction_id=msg_id,
+        )
+
+    async def _on_check(
+        self,
+        connection: RemotingConnection,
+        msg: ReceivedMessage,
+        tran_state_table_offset: int,
+        commit_log_offset: int,
+    ) -> None:
+        """A broker's CHECK_TRANSACTION_STATE: ask `check`, answer oneway on its connection."""
+        state = await _state_of(self.check(msg), "the transaction check")
+        self._trace_end(msg, msg.msg_id, state, from_check=True)
+        if state is LocalTransactionState.UNKNOWN:
+            return
+        header = EndTransactionRequestHeader(
+            producer_group=self.group,
+            tran_state_table_offset=tran_state_table_offset,
+            commit_log_offset=commit_log_offset,
+            commit_or_rollback=state.value,
+            msg_id=msg.msg_id,
+            from_transaction_check=True,
+            transaction_id=msg.msg_id,
+        )
+        request = self.instance.api.request(RequestCode.END_TRANSACTION, encode(header))
+        try:
+            await connection.oneway(request)
+        except (ConnectionError, TimeoutError) as exc:
+            log.info("answer to the check of %s not sent: %s", msg.msg_id, exc)
+
+
+def _in_thread(callback: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    async def run(*args: Any) -> Any:
+        return await asyncio.to_thread(callback, *args)
+
+    return run
+
+
+class TransactionProducer(BlockingTwin[AsyncTransactionProducer]):
+    """The blocking twin of `AsyncTransactionProducer`: same constructor, same methods; the
+    callbacks are plain functions, run in a worker thread."""
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | list[str] | None = None,
+        *,
+        execute: Callable[[Message, Any], LocalTransactionState],
+        check: Callable[[ReceivedMessage], LocalTransactionState],
+        **kwargs: Any,
+    ) -> None:
+        self._async = AsyncTransactionProducer(
+            group, namesrv_addr, execute=_in_thread(execute), check=_in_thread(check), **kwargs
+        )
+        self.group = group
+
+    def send_message_in_transaction(
+        self, msg: Message, arg: Any = None, **kwargs: Any
+    ) -> TransactionSendResult:
+        return call(self._async.send_message_in_transaction(msg, arg, **kwargs))

@@ -1,0 +1,137 @@
+"""Filter benchmark: pulls with an SQL92 filter against pulls with a tag filter, against
+namesrvd and brokerd (enablePropertyFilter=true) processes.
+
+One topic of 8 queues holds 1 KiB messages with a tag (A or B, alternating) and the properties
+`a` (0..9) and `region` (eu, us, ap). Two filters that both pass one message in two are pulled
+over the whole backlog, 32 per request, the 8 queues in parallel:
+
+- tag filter `A`: the broker compares ConsumeQueue tags codes, it never reads the records it
+  skips;
+- SQL92 `a BETWEEN 0 AND 4 AND region IN ('eu','us','ap')`: the broker reads each record's
+  properties and evaluates the expression (broker/sql92.py).
+
+Rates are in messages scanned per second (every message of the backlog is looked at once in
+either case); the ratio SQL92 / tag is the figure to watch (no target). Knob:
+TIDEMQ_BENCH_FILTER_MESSAGES (default 80,000).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from tests.bench import Result, env_int, one_broker, run_on_uvloop
+from tests.bench.client_bench import QUEUES, _config, _create_topics
+from tidemq.client.api import BrokerAPI
+from tidemq.client.message import Message
+from tidemq.client.producer import AsyncProducer
+from tidemq.client.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader, encode
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+
+BODY = os.urandom(1024)
+TOPIC = "BenchFilter"
+SQL = "a BETWEEN 0 AND 4 AND region IN ('eu','us','ap')"
+PASSES = 3
+
+
+async def _fill(namesrv: str, messages: int) -> None:
+    producer = AsyncProducer("BenchFilterPG", config=_config(namesrv))
+    await producer.start()
+    try:
+        batch = []
+        for i in range(messages):
+            props = {"a": str(i % 10), "region": ("eu", "us", "ap")[i % 3]}
+            batch.append(Message(TOPIC, BODY, tags="AB"[i % 2], properties=props))
+            if len(batch) == 32:
+                await producer.send_batch(batch)
+                batch = []
+        if batch:
+            await producer.send_batch(batch)
+    finally:
+        await producer.shutdown()
+
+
+async def _scan(
+    api: BrokerAPI, broker: str, expression: str, expression_type: str
+) -> tuple[float, int]:
+    """(messages scanned per second, messages that passed) over every queue."""
+    ends = [await api.get_max_offset(broker, TOPIC, q) for q in range(QUEUES)]
+    passed = 0
+
+    async def worker(queue_id: int) -> None:
+        nonlocal passed
+        offset = 0
+        while offset < ends[queue_id]:
+            header = PullMessageRequestHeader(
+                consumer_group="BenchFilterCG",
+                topic=TOPIC,
+                queue_id=queue_id,
+                queue_offset=offset,
+                max_msg_nums=32,
+                sys_flag=PULL_FLAG_SUBSCRIPTION,
+                commit_offset=0,
+                suspend_timeout_millis=0,
+                sub_version=0,
+                subscription=expression,
+                expression_type=expression_type,
+            )
+            response = await api.invoke(
+                broker, api.request(RequestCode.PULL_MESSAGE, encode(header)), 30
+            )
+            assert response.code in (ResponseCode.SUCCESS, ResponseCode.PULL_RETRY_IMMEDIATELY), (
+                response.code,
+                response.remark,
+            )
+            if response.code == ResponseCode.SUCCESS:
+                passed += _count(bytes(response.body))
+            offset = int(response.ext_fields["nextBeginOffset"])
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(q) for q in range(QUEUES)))
+    return sum(ends) / (time.perf_counter() - started), passed
+
+
+def _count(body: bytes) -> int:
+    count = pos = 0
+    while pos < len(body):
+        pos += int.from_bytes(body[pos : pos + 4], "big")
+        count += 1
+    return count
+
+
+async def _median(api: BrokerAPI, broker: str, expression: str, kind: str) -> tuple[float, int]:
+    runs = sorted([await _scan(api, broker, expression, kind) for _ in range(PASSES)])
+    return runs[len(runs) // 2]
+
+
+async def _run(namesrv: str, broker: str, messages: int) -> list[Result]:
+    await _create_topics(namesrv, broker, TOPIC)
+    await _fill(namesrv, messages)
+    api = BrokerAPI()
+    try:
+        await _scan(api, broker, "*", "TAG")  # warm up: page cache, connections
+        tag_rate, tag_passed = await _median(api, broker, "A", "TAG")
+        print(
+            f"tag filter 'A' (half pass):     {tag_rate:,.0f} msg/s scanned, {tag_passed:,} passed"
+        )
+        sql_rate, sql_passed = await _median(api, broker, SQL, "SQL92")
+        print(
+            f"SQL92 filter (half pass):       {sql_rate:,.0f} msg/s scanned, {sql_passed:,} passed "
+            f"({sql_rate / tag_rate:.2f} of the tag filter)",
+            flush=True,
+        )
+    finally:
+        await api.close()
+    assert tag_passed == messages // 2 and sql_passed == messages // 2, (tag_passed, sql_passed)
+    return [
+        Result("pulls with a tag filter, half passing, 1 KiB", tag_rate, "msg/s"),
+        Result("pulls with an SQL92 filter, half passing, 1 KiB", sql_rate, "msg/s"),
+        Result("SQL92 / tag filter pulls", sql_rate / tag_rate, "ratio"),
+    ]
+
+
+def run() -> list[Result]:
+    messages = env_int("TIDEMQ_BENCH_FILTER_MESSAGES", 80_000)
+    with one_broker("filter", "enablePropertyFilter=true") as (namesrv, broker):
+        return run_on_uvloop(_run(namesrv.address, broker.address, messages))
