@@ -40,7 +40,7 @@ typing-tree:
 
 # Debian packages the tests and daemons run, as command:package. Installed with apt-get when
 # run as root and missing (CI runs as root); otherwise the one command to run is printed.
-SYSTEM_PACKAGES ?= java:openjdk-17-jre-headless
+SYSTEM_PACKAGES ?= java:openjdk-17-jre-headless etcd:etcd-server
 .PHONY: system-packages
 system-packages:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
