@@ -55,6 +55,7 @@ from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.json_body import dumps
 from tidemq.client.remoting.server import RemotingServer
 from tidemq.ha.config import HAConfig
+from tidemq.ha.controller_config import ControllerConfig
 from tidemq.ha.master import HAService
 from tidemq.ha.slave import ClientState, HAClient
 from tidemq.store.config import BrokerRole, StoreConfig
@@ -92,6 +93,7 @@ class Broker(Service):
         store_config: StoreConfig,
         remoting: RemotingConfig | None = None,
         ha_config: HAConfig | None = None,
+        controller_config: ControllerConfig | None = None,
     ) -> None:
         super().__init__()
         # What the processors read that changes while the broker runs (see broker.state).
@@ -103,6 +105,7 @@ class Broker(Service):
         self.store_config = store_config
         self.remoting = remoting or RemotingConfig()
         self.ha_config = ha_config or HAConfig()
+        self.controller_config = controller_config or ControllerConfig()
         self.store = MessageStore(store_config)
         folder = config_dir(store_config.root)
         self.topics = TopicConfigManager(
@@ -260,7 +263,12 @@ class Broker(Service):
             self.producers,
             self.stats,
             self.rates,
-            fixed_configs=(self.store_config, self.remoting, self.ha_config),
+            fixed_configs=(
+                self.store_config,
+                self.remoting,
+                self.ha_config,
+                self.controller_config,
+            ),
             listen_ports=lambda: (self.listen_port, self.ha_listen_port),
             request_registration=self.request_registration,
             spawn=self.spawn,
