@@ -23,6 +23,7 @@ from tidemq.broker.acl_rules import AclRules
 from tidemq.broker.acl_validator import PlainAccessValidator
 from tidemq.broker.acl_watch import AclWatcher, acl_paths, rocketmq_home
 from tidemq.broker.config import BrokerConfig, RemotingConfig
+from tidemq.broker.failover import GroupController
 from tidemq.broker.ha_guard import ha_connect, ha_listen
 from tidemq.broker.long_polling import PullRequestHoldService
 from tidemq.broker.managers.clients import Channel, ConsumerManager, ProducerManager
@@ -56,6 +57,7 @@ from tidemq.client.remoting.json_body import dumps
 from tidemq.client.remoting.server import RemotingServer
 from tidemq.ha.config import HAConfig
 from tidemq.ha.controller_config import ControllerConfig
+from tidemq.ha.epoch_file import EpochFile
 from tidemq.ha.master import HAService
 from tidemq.ha.slave import ClientState, HAClient
 from tidemq.store.config import BrokerRole, StoreConfig
@@ -96,6 +98,11 @@ class Broker(Service):
         controller_config: ControllerConfig | None = None,
     ) -> None:
         super().__init__()
+        self.controller_config = controller_config or ControllerConfig()
+        # Controller mode: every broker starts as a slave; the role it takes when elected.
+        self.elected_role = store_config.broker_role
+        if self.controller_config.enable_controller_mode:
+            store_config = dataclasses.replace(store_config, broker_role=BrokerRole.SLAVE)
         # What the processors read that changes while the broker runs (see broker.state).
         self.state = BrokerState(
             config,
@@ -105,7 +112,6 @@ class Broker(Service):
         self.store_config = store_config
         self.remoting = remoting or RemotingConfig()
         self.ha_config = ha_config or HAConfig()
-        self.controller_config = controller_config or ControllerConfig()
         self.store = MessageStore(store_config)
         folder = config_dir(store_config.root)
         self.topics = TopicConfigManager(
@@ -184,6 +190,17 @@ class Broker(Service):
             )
         else:
             self.offset_reconciler = OffsetReconciler(self.state, self.offsets, self.client_tls)
+        self.controller: GroupController | None = None
+        if self.controller_config.enable_controller_mode:
+            self.controller = GroupController(
+                self.controller_config,
+                config.broker_cluster_name,
+                config.broker_name,
+                config.broker_id,
+                self,
+                EpochFile(self.controller_config.epoch_file(store_config.root)),
+            )
+        self._required_acks: frozenset[int] = frozenset()
         self.last_register_result: RegisterBrokerResult | None = None
         self.register_result_listeners: list[Callable[[RegisterBrokerResult], None]] = []
         self._background: set[asyncio.Task[None]] = set()
@@ -367,11 +384,14 @@ class Broker(Service):
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, None, body=dumps(info))
 
     def ha_runtime_info(self) -> dict[str, object]:
+        info: dict[str, object] = {}
         if self.ha_service is not None:
-            return self.ha_service.runtime_info()
-        if self.ha_client is not None:
-            return self.ha_client.runtime_info()
-        return {}
+            info = self.ha_service.runtime_info()
+        elif self.ha_client is not None:
+            info = self.ha_client.runtime_info()
+        if self.controller is not None:
+            info["controller"] = self.controller.runtime_info()
+        return info
 
     def _resync(self, state: ClientState, local: int, master: int) -> bool:
         """A slave told to resynchronise (haSlaveAutoTruncate / haSlaveAutoResync)."""
@@ -386,9 +406,10 @@ class Broker(Service):
 
     def _on_register_result(self, result: RegisterBrokerResult) -> None:
         self.last_register_result = result
-        if self.ha_client is not None:
+        # In controller mode the master is the one etcd names (GroupMember.follow).
+        if self.ha_client is not None and self.controller is None:
             self.ha_client.update_master_address(result.ha_server_addr)
-        if self.slave_sync is not None:
+        if self.slave_sync is not None and self.controller is None:
             self.slave_sync.set_master_address(result.master_addr)
         for listener in self.register_result_listeners:
             listener(result)
@@ -412,27 +433,7 @@ class Broker(Service):
         if self.ha_client is not None:
             await self.start_child(self.ha_client)
         else:
-            ha_service = self.ha_service = await self.start_child(
-                HAService(
-                    self.store,
-                    self.ha_config,
-                    self.remoting.bind_address,
-                    self.ha_listen_port,
-                    listen=ha_listen(self.ha_config),
-                )
-            )
-            await self.start_child(
-                Step(
-                    start=lambda: self.store.attach_replication(ha_service.replication()),
-                    stop=self.store.detach_replication,
-                )
-            )
-            self.schedule = await self.start_child(
-                ScheduleMessageService(self.store, self.delay_offsets, lambda: self.store_host)
-            )
-            if self.offset_reconciler is not None:
-                reconciler = self.offset_reconciler
-                self.ha_service.slave_listeners.append(lambda _address: reconciler.request())
+            await self._start_master_ha()
         self.store.add_arrival_listener(self.pull_holds.notify_arrival)
         await self.start_child(self.pull_holds)
         identity = BrokerIdentity(
@@ -458,6 +459,8 @@ class Broker(Service):
         if self.offset_reconciler is not None:
             reconciler = self.offset_reconciler
             await self.start_child(Step(start=reconciler.request, stop=reconciler.stop))
+        if self.controller is not None:
+            await self.start_child(self.controller)
         for run, name in (
             (self._persist_offsets_periodically, "persist-offsets"),
             (self._scan_clients_periodically, "scan-clients"),
@@ -490,6 +493,110 @@ class Broker(Service):
             self.advertised_address,
             time.monotonic() - started,
         )
+
+    async def _start_master_ha(self) -> None:
+        """The master's HA port, replication attached to the store, the delayed-message
+        schedule: at start, or when controller mode elects this broker."""
+        all_ack = self.controller is not None and self.controller_config.all_ack_in_sync_state_set
+        ha_service = self.ha_service = await self.start_child(
+            HAService(
+                self.store,
+                self.ha_config,
+                self.remoting.bind_address,
+                self.ha_listen_port,
+                listen=ha_listen(self.ha_config),
+                all_ack_in_sync=all_ack,
+            )
+        )
+        ha_service.require_acks_from(self._required_acks)
+        await self.start_child(
+            Step(
+                start=lambda: self.store.attach_replication(ha_service.replication()),
+                stop=self.store.detach_replication,
+            )
+        )
+        self.schedule = await self.start_child(
+            ScheduleMessageService(self.store, self.delay_offsets, lambda: self.store_host)
+        )
+        if self.offset_reconciler is not None:
+            reconciler = self.offset_reconciler
+            ha_service.slave_listeners.append(lambda _address: reconciler.request())
+
+    # --- controller mode (broker/failover.py's GroupMember) ----------------------------------
+
+    @property
+    def broker_addr(self) -> str:
+        return self.advertised_address
+
+    @property
+    def ha_addr(self) -> str:
+        return self.ha_server_address
+
+    @property
+    def max_offset(self) -> int:
+        return self.store.max_phy_offset
+
+    @property
+    def ha_client_addr(self) -> str:
+        return self.ha_client.local_address if self.ha_client is not None else ""
+
+    def set_lease_deadline(self, deadline: float | None, reason: str) -> None:
+        self.store.lease_deadline = deadline
+        if reason:
+            self.store.fence_reason = reason
+
+    def follow(self, master_addr: str, master_ha_addr: str) -> None:
+        if self.ha_client is not None:
+            self.ha_client.update_master_address(master_ha_addr)
+        if self.slave_sync is not None:
+            self.slave_sync.set_master_address(master_addr)
+
+    async def stop_replication(self) -> int:
+        if self.ha_client is not None:
+            await self.ha_client.stop()
+        return self.store.cut_incomplete_tail()
+
+    async def resume_replication(self) -> None:
+        if self.ha_client is not None:
+            await self.ha_client.start()
+
+    async def promote(self, epoch: int) -> None:
+        """Elected: the store takes writes, the HA port opens, the slave's parts stop, and the
+        broker registers as its group's master (brokerId 0) with its epoch, at once."""
+        self.store.take_role(self.elected_role)
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
+            self.slave_sync = None
+        self.ha_client = None
+        await self._start_master_ha()
+        if self.registration is not None:
+            self.registration.change_identity(
+                dataclasses.replace(self.registration.identity, broker_id=0, master_epoch=epoch)
+            )
+        log.info(
+            "broker %s is now %s (epoch %d)",
+            self.config.broker_name,
+            self.elected_role.value,
+            epoch,
+        )
+
+    def identify_slaves(self, addresses: dict[str, int]) -> None:
+        if self.ha_service is not None:
+            self.ha_service.identify(addresses)
+
+    def caught_up_times(self) -> dict[int, float]:
+        if self.ha_service is None:
+            return {}
+        return {
+            c.broker_id: c.caught_up_at
+            for c in self.ha_service.connections
+            if c.broker_id is not None and c.caught_up_at > 0
+        }
+
+    def require_acks_from(self, broker_ids: frozenset[int]) -> None:
+        self._required_acks = broker_ids
+        if self.ha_service is not None:
+            self.ha_service.require_acks_from(broker_ids)
 
     def _managers(self) -> tuple[ConfigManager[Any], ...]:
         return (self.topics, self.groups, self.offsets, self.delay_offsets)

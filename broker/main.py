@@ -25,6 +25,7 @@ from tidemq.broker.config import BrokerConfig, RemotingConfig
 from tidemq.broker.daemon import configure_logging, read_properties, run_until_signal
 from tidemq.ha.config import HAConfig
 from tidemq.ha.controller_config import ControllerConfig
+from tidemq.ha.etcd import EtcdUnavailable
 from tidemq.store.config import BrokerRole, StoreConfig
 from tidemq.store.errors import ConfigError, StoreError
 from tidemq.store.settings import from_properties, to_properties, unknown_keys
@@ -139,6 +140,10 @@ def main(
             await broker.start()
         except StoreError as exc:
             click.echo(f"brokerd: {exc}", err=True)
+            raise SystemExit(1) from None
+        except EtcdUnavailable as exc:
+            # Controller mode never starts a broker without its group's coordination.
+            click.echo(f"brokerd: controllerAddr: {exc}; not starting", err=True)
             raise SystemExit(1) from None
 
     def banner() -> str:

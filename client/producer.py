@@ -302,6 +302,9 @@ class AsyncProducer(AsyncLifecycle):
                 retriable = isinstance(exc, RemotingError) or exc.code in RETRIED_CODES
                 log.info("send to %s (attempt %d) failed: %s", queue.broker_name, attempt + 1, exc)
                 last_error, last_broker = exc, queue.broker_name
+                # The group may have a new master (failover): ask the name servers now rather
+                # than at the next 30 s refresh, so the retry and the sends after it go there.
+                await self._refresh_route(msg.topic)
                 if not retriable:
                     raise
                 continue
@@ -311,10 +314,17 @@ class AsyncProducer(AsyncLifecycle):
             result = _result(raw, queue, uniq)
             if result.ok or not self.retry_another_broker_when_not_store_ok:
                 return result
+            await self._refresh_route(msg.topic)
             last_broker = queue.broker_name
         if last_error is not None:
             raise last_error
         raise RemotingError(f"send of a message to {msg.topic} timed out after {budget:.1f} s")
+
+    async def _refresh_route(self, topic: str) -> None:
+        try:
+            await self.instance.update_route(topic)
+        except TideMQError as exc:  # the name servers down too: the route stays as it was
+            log.info("route refresh of %s after a failed send failed: %s", topic, exc)
 
 
 def _result(raw: RawSendResult, queue: MessageQueue, uniq: str) -> SendResult:

@@ -91,6 +91,9 @@ class HAClient(Service):
         self.last_read = 0.0
         self.last_write = 0.0
         self.reported_offset = -1
+        # This end's address of the HA connection ("ip:port"; empty while not connected): the
+        # master sees the connection by it (controller mode publishes it in etcd).
+        self.local_address = ""
         self.rate = TransferRate()
         self.connects = 0
         self._resync = resync
@@ -193,6 +196,8 @@ class HAClient(Service):
     async def _session(self, address: str) -> None:
         reader, writer = await asyncio.wait_for(self._connect(address), CONNECT_TIMEOUT)
         self.connects += 1
+        local = writer.get_extra_info("sockname")
+        self.local_address = f"{local[0]}:{local[1]}" if isinstance(local, tuple) else ""
         self._answering_report = True
         try:
             log.info("HA: connected to master %s", address)
@@ -207,6 +212,7 @@ class HAClient(Service):
             await self._report(writer)
             await self._receive(receiver, writer)
         finally:
+            self.local_address = ""
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

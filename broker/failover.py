@@ -1,0 +1,388 @@
+"""Controller mode: a broker group elects its master through etcd (issue 16).
+
+etcd keys, under `/tidemq/<brokerClusterName>/<brokerName>/` (values JSON unless said)::
+
+    master         {"brokerId", "addr", "haAddr", "epoch", "startOffset"}, attached to the
+                   master's lease: the master is whoever holds this key
+    epoch          the group's epoch, decimal text; every election increases it by one
+    syncStateSet   {"epoch", "members": [brokerId, ...]}: changed by the master only, by
+                   compare-and-set on its revision
+    members/<id>   {"addr", "haAddr", "haClientAddr", "priority", "epoch", "maxOffset"},
+                   attached to that broker's lease: present while the broker is alive
+
+Each broker holds one lease (masterLeaseTtlSeconds) and renews it every
+masterLeaseKeepAliveInterval; each renewal is one turn of `GroupController`:
+
+- the master moves its write deadline (`MessageStore.lease_deadline`) to the moment the
+  keep-alive was sent plus the TTL minus masterLeaseSafetyMargin: when it cannot renew, it stops
+  acknowledging writes before etcd can let the lease expire and elect another master;
+- the master keeps the SyncStateSet: a slave whose acks have caught up with the master joins it,
+  one that has not caught up for haMaxTimeSlaveNotCatchup leaves it; while a change is being
+  written, SYNC sends wait for the union of the old and the new set (apache/rocketmq#5663);
+- a slave follows the master of the `master` key (its HA address) and records its epoch;
+- with no `master` key, a broker of the SyncStateSet (any broker with enableElectUncleanMaster,
+  or before a set exists) publishes its candidacy (last epoch, CommitLog end, priority); a turn
+  later the best live candidate, by highest (epoch, end), then smallest brokerElectionPriority,
+  then smallest brokerId, takes the key in one transaction that also increases the epoch and
+  makes the set {itself}, and the broker switches to master in-process.
+
+A slave's HA connection is known to the master by the slave's local address, which the slave
+publishes in its member record (`haClientAddr`): the RocketMQ 4.x HA stream, which controller mode
+keeps, carries no broker identity.
+
+Not yet (issue 16, later increments): a deposed master that is still running only stops
+acknowledging (it does not turn into a slave in-process; restarted, it starts as a slave);
+minInSyncReplicas; the epoch handshake on the HA stream; watches instead of a turn every
+keep-alive interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tidemq.ha.controller_config import ControllerConfig
+from tidemq.ha.epoch_file import EpochFile
+from tidemq.ha.etcd import Etcd, EtcdUnavailable
+from tidemq.store.lifecycle import BackgroundTask, Service, Step
+
+log = logging.getLogger(__name__)
+
+
+class GroupMember(Protocol):
+    """What the controller asks of its broker (broker/broker.py implements it)."""
+
+    @property
+    def broker_addr(self) -> str: ...
+
+    @property
+    def ha_addr(self) -> str: ...
+
+    @property
+    def max_offset(self) -> int: ...
+
+    @property
+    def ha_client_addr(self) -> str: ...
+
+    def set_lease_deadline(self, deadline: float | None, reason: str) -> None: ...
+
+    def follow(self, master_addr: str, master_ha_addr: str) -> None: ...
+
+    def stop_replication(self) -> Awaitable[int]: ...
+
+    def resume_replication(self) -> Awaitable[None]: ...
+
+    def promote(self, epoch: int) -> Awaitable[None]: ...
+
+    def identify_slaves(self, addresses: dict[str, int]) -> None: ...
+
+    def caught_up_times(self) -> dict[int, float]: ...
+
+    def require_acks_from(self, broker_ids: frozenset[int]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    broker_id: int
+    epoch: int
+    max_offset: int
+    priority: int
+
+    def rank(self) -> tuple[int, int, int, int]:
+        """Smallest first: highest (epoch, end), then smallest priority, then smallest id."""
+        return (-self.epoch, -self.max_offset, self.priority, self.broker_id)
+
+
+def best_candidate(candidates: list[Candidate], eligible: set[int] | None) -> Candidate | None:
+    """The one to elect among `candidates` (only ids in `eligible`, when given)."""
+    allowed = [c for c in candidates if eligible is None or c.broker_id in eligible]
+    return min(allowed, key=Candidate.rank, default=None)
+
+
+def _json(value: bytes) -> dict[str, Any]:
+    decoded = json.loads(value)
+    if isinstance(decoded, dict):
+        return decoded
+    raise ValueError("not a JSON object")  # read as a malformed record, as a JSON error is
+
+
+class GroupController(Service):
+    def __init__(
+        self,
+        config: ControllerConfig,
+        cluster: str,
+        broker_name: str,
+        broker_id: int,
+        member: GroupMember,
+        epochs: EpochFile,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.broker_id = broker_id
+        self.member = member
+        self.epochs = epochs
+        self.etcd = Etcd(config.endpoints, timeout=config.controller_request_timeout / 1000)
+        prefix = f"/tidemq/{cluster}/{broker_name}/"
+        self.key_master = f"{prefix}master".encode()
+        self.key_epoch = f"{prefix}epoch".encode()
+        self.key_set = f"{prefix}syncStateSet".encode()
+        self.key_members = f"{prefix}members/".encode()
+        self.key_me = self.key_members + str(broker_id).encode()
+        self.lease = 0
+        self.is_master = False
+        self.epoch = 0
+        self.master_id: int | None = None
+        self.sync_state_set: frozenset[int] = frozenset()
+        self.elections = 0
+        self.deposed = ""
+        self._published: dict[str, Any] | None = None
+        self._vacancy_since: float | None = None
+        self._caught_up: dict[int, float] = {}
+        self._logged: set[str] = set()
+        self.add_child(Step(stop=self.etcd.close))
+        self.add_child(BackgroundTask(self._run, "group-controller"))
+
+    async def start(self) -> None:
+        """Fails (EtcdUnavailable) when etcd cannot grant this broker its lease: a broker never
+        starts on its own without its group's coordination."""
+        self.epochs.load()
+        await self._grant()
+        await super().start()
+
+    def runtime_info(self) -> dict[str, object]:
+        return {
+            "controllerMode": True,
+            "brokerId": self.broker_id,
+            "isMaster": self.is_master,
+            "masterBrokerId": self.master_id,
+            "epoch": self.epoch,
+            "lastEpoch": self.epochs.last_epoch,
+            "syncStateSet": sorted(self.sync_state_set),
+            "elections": self.elections,
+            "deposed": self.deposed,
+        }
+
+    # --- the turn --------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        interval = self.config.master_lease_keep_alive_interval / 1000
+        while True:
+            started = time.monotonic()
+            try:
+                await self._turn()
+                self._logged.discard("unreachable")
+            except EtcdUnavailable as exc:
+                self._once(
+                    "unreachable",
+                    logging.ERROR,
+                    "%s%s",
+                    exc,
+                    "; this master stops acknowledging writes when its lease can no longer be "
+                    "trusted"
+                    if self.is_master
+                    else "",
+                )
+            except Exception:
+                log.exception("controller turn failed")
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+    async def _grant(self) -> None:
+        self.lease = await self.etcd.grant(self.config.master_lease_ttl_seconds)
+        self._published = None
+
+    async def _turn(self) -> None:
+        if self.lease == 0:
+            await self._grant()
+        sent = time.monotonic()
+        if await self.etcd.keep_alive(self.lease) == 0:
+            log.error("this broker's etcd lease %x expired", self.lease)
+            self.lease = 0
+            if self.is_master:
+                self._depose("its etcd lease expired")
+            return
+        if self.is_master:
+            self.member.set_lease_deadline(sent + self.config.trusted_ms / 1000, "")
+        await self._publish_member()
+        entry = await self.etcd.get(self.key_master)
+        if entry is None:
+            await self._campaign(sent)
+            return
+        self._vacancy_since = None
+        master = _json(entry.value)
+        master_id, epoch = int(master["brokerId"]), int(master["epoch"])
+        self.master_id, self.epoch = master_id, epoch
+        if master_id == self.broker_id and entry.lease == self.lease:
+            if self.is_master:
+                await self._maintain_sync_state_set(entry.mod_revision)
+            return
+        if self.is_master:
+            self._depose(f"broker {master_id} is master at epoch {epoch}")
+            return
+        if self.epochs.last_epoch < epoch:
+            self.epochs.append(epoch, int(master["startOffset"]))
+        self.member.follow(str(master["addr"]), str(master["haAddr"]))
+
+    async def _publish_member(self) -> None:
+        record = {
+            "addr": self.member.broker_addr,
+            "haAddr": self.member.ha_addr,
+            "haClientAddr": self.member.ha_client_addr,
+            "priority": self.config.broker_election_priority,
+            "epoch": self.epochs.last_epoch,
+            "maxOffset": self.member.max_offset,
+        }
+        same = self._published is not None and all(
+            self._published.get(k) == record[k] for k in ("addr", "haAddr", "haClientAddr")
+        )
+        if same and self._vacancy_since is None:
+            return  # the offset only matters to an election
+        await self.etcd.put(self.key_me, json.dumps(record).encode(), lease=self.lease)
+        self._published = record
+
+    # --- election ----------------------------------------------------------------------------
+
+    async def _campaign(self, sent: float) -> None:
+        members = await self._read_set()
+        eligible: set[int] | None = None
+        if members is not None and not self.config.enable_elect_unclean_master:
+            eligible = set(members)
+        if eligible is not None and self.broker_id not in eligible:
+            self._once(
+                "not-eligible",
+                logging.WARNING,
+                "no master: this broker is not in the SyncStateSet %s and "
+                "enableElectUncleanMaster is false; it is not a candidate",
+                sorted(eligible),
+            )
+            return
+        if self._vacancy_since is None:
+            # Published this turn (with this broker's end): the others get a turn to do so too.
+            self._vacancy_since = time.monotonic()
+            log.info("no master in etcd: broker %d is a candidate", self.broker_id)
+            return
+        candidates = []
+        for entry in await self.etcd.get_prefix(self.key_members):
+            try:
+                record = _json(entry.value)
+                broker_id = int(entry.key.rsplit(b"/", 1)[1])
+                candidates.append(
+                    Candidate(
+                        broker_id,
+                        int(record["epoch"]),
+                        int(record["maxOffset"]),
+                        int(record["priority"]),
+                    )
+                )
+            except (ValueError, KeyError, IndexError):
+                log.warning("ignoring a malformed member record %r", entry.key)
+        best = best_candidate(candidates, eligible)
+        if best is None or best.broker_id != self.broker_id:
+            self._once(
+                f"wait-{best}",
+                logging.INFO,
+                "election: broker %s is the better candidate",
+                None if best is None else best.broker_id,
+            )
+            return
+        await self._elect(sent)
+
+    async def _elect(self, sent: float) -> None:
+        current = await self.etcd.get(self.key_epoch)
+        epoch = (int(current.value) if current is not None else 0) + 1
+        epoch_revision = current.mod_revision if current is not None else 0
+        start = await self.member.stop_replication()
+        record = {
+            "brokerId": self.broker_id,
+            "addr": self.member.broker_addr,
+            "haAddr": self.member.ha_addr,
+            "epoch": epoch,
+            "startOffset": start,
+        }
+        sync_set = {"epoch": epoch, "members": [self.broker_id]}
+        won = await self.etcd.transaction(
+            lambda tx: [tx.version(self.key_master) == 0, tx.mod(self.key_epoch) == epoch_revision],
+            lambda tx: [
+                tx.put(self.key_master, json.dumps(record).encode(), lease=self.lease),
+                tx.put(self.key_epoch, str(epoch).encode()),
+                tx.put(self.key_set, json.dumps(sync_set).encode()),
+            ],
+        )
+        if not won:
+            log.info("election: another broker was elected first")
+            await self.member.resume_replication()
+            return
+        self._vacancy_since = None
+        self.is_master = True
+        self.master_id, self.epoch = self.broker_id, epoch
+        self.sync_state_set = frozenset({self.broker_id})
+        self._caught_up.clear()
+        self.elections += 1
+        self.epochs.append(epoch, start)
+        self.member.set_lease_deadline(sent + self.config.trusted_ms / 1000, "")
+        self.member.require_acks_from(frozenset())
+        log.info("elected master of epoch %d, the CommitLog continues at %d", epoch, start)
+        await self.member.promote(epoch)
+
+    def _depose(self, reason: str) -> None:
+        self.is_master = False
+        self.deposed = reason
+        self.member.set_lease_deadline(
+            0.0, f"this broker is no longer the master ({reason}); restart it to rejoin as slave"
+        )
+        log.error("deposed: %s; writes are refused from now on", reason)
+
+    # --- the SyncStateSet (master) ----------------------------------------------------------
+
+    async def _read_set(self) -> list[int] | None:
+        entry = await self.etcd.get(self.key_set)
+        if entry is None:
+            return None
+        return [int(m) for m in _json(entry.value)["members"]]
+
+    async def _maintain_sync_state_set(self, master_revision: int) -> None:
+        addresses = {}
+        for record in await self.etcd.get_prefix(self.key_members):
+            try:
+                client = str(_json(record.value).get("haClientAddr", ""))
+                if client:
+                    addresses[client] = int(record.key.rsplit(b"/", 1)[1])
+            except (ValueError, IndexError):
+                continue
+        self.member.identify_slaves(addresses)
+        now = time.monotonic()
+        for broker_id, at in self.member.caught_up_times().items():
+            if at > self._caught_up.get(broker_id, 0.0):
+                self._caught_up[broker_id] = at
+        limit = self.config.ha_max_time_slave_not_catchup / 1000
+        wanted = {self.broker_id} | {i for i, at in self._caught_up.items() if now - at <= limit}
+        entry = await self.etcd.get(self.key_set)
+        current: frozenset[int] = frozenset()
+        if entry is not None:
+            current = frozenset(int(m) for m in _json(entry.value)["members"])
+        if wanted != current:
+            # Until etcd has the new set, a SYNC send needs the acks of both sets (#5663).
+            self.member.require_acks_from((current | wanted) - {self.broker_id})
+            revision = entry.mod_revision if entry is not None else 0
+            body = json.dumps({"epoch": self.epoch, "members": sorted(wanted)}).encode()
+            changed = await self.etcd.transaction(
+                lambda tx: [
+                    tx.mod(self.key_set) == revision,
+                    tx.mod(self.key_master) == master_revision,
+                ],
+                lambda tx: [tx.put(self.key_set, body)],
+            )
+            if changed:
+                log.info("SyncStateSet %s -> %s", sorted(current), sorted(wanted))
+                current = frozenset(wanted)
+        self.sync_state_set = current
+        self.member.require_acks_from(current - {self.broker_id})
+
+    def _once(self, key: str, level: int, message: str, *args: object) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log.log(level, message, *args)

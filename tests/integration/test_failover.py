@@ -1,0 +1,155 @@
+"""Automatic failover on real processes (issue 16): etcd, namesrvd and three brokerd of one group
+in controller mode (SYNC_MASTER, allAckInSyncStateSet), our producer sending all along.
+
+The master is SIGKILLed under continuous sends: an in-sync slave must become master with a new
+epoch, the producer must resume on it, and every message answered SEND_OK (before or after the
+kill) must be readable on the new master at the queue offset its answer gave. The time from the
+kill to the first SEND_OK (necessarily from the new master: the others are dead or slaves) is
+printed, with the duplicates the producer's retries made; speed targets belong to `make bench`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.conditions import eventually
+from tests.support.etcd import EtcdCluster
+from tests.support.ha_brokers import HA_TIMING, ha_status
+from tests.support.ha_processes import body_of, id_of, read_all
+from tests.support.processes import Daemon, ProcessGroup
+from tidemq.client.api import BrokerAPI
+from tidemq.client.errors import TideMQError
+from tidemq.client.message import Message
+from tidemq.client.producer import AsyncProducer
+
+TOPIC = "FailoverTopic"
+CONTROLLER_TIMING = (
+    "masterLeaseTtlSeconds=2",
+    "masterLeaseKeepAliveInterval=250",
+    "masterLeaseSafetyMargin=700",
+    "controllerRequestTimeout=500",
+    "registerNameServerPeriod=10000",
+)
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
+    with EtcdCluster(1, tmp_path / "etcd", tmp_path / "logs") as cluster:
+        yield cluster
+
+
+def start_member(
+    processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, root: Path, broker_id: int
+) -> Daemon:
+    return processes.brokerd(
+        namesrv.address,
+        root / f"store-{broker_id}",
+        "enableControllerMode=true",
+        f"controllerAddr={etcd.endpoints}",
+        "brokerRole=SYNC_MASTER",
+        f"brokerId={broker_id}",
+        f"brokerElectionPriority={broker_id}",
+        *HA_TIMING,
+        *CONTROLLER_TIMING,
+        name=f"broker-{broker_id}",
+    )
+
+
+async def controller(api: BrokerAPI, broker: Daemon) -> dict[str, object]:
+    info = (await ha_status(api, broker.address))["controller"]
+    assert isinstance(info, dict)
+    return info
+
+
+async def wait_master(api: BrokerAPI, brokers: list[Daemon], timeout: float) -> Daemon:
+    found: list[Daemon] = []
+
+    async def elected() -> bool:
+        for broker in brokers:
+            try:
+                if (await controller(api, broker))["isMaster"]:
+                    found.append(broker)
+                    return True
+            except TideMQError:
+                continue
+        return False
+
+    await eventually(elected, "a master elected", timeout, interval=0.05)
+    return found[0]
+
+
+async def test_sigkill_of_the_master_elects_an_in_sync_slave_and_loses_nothing(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    first = start_member(processes, namesrv, etcd, tmp_path, 1)
+    assert await wait_master(api, [first], 30) is first
+    slaves = [start_member(processes, namesrv, etcd, tmp_path, i) for i in (2, 3)]
+
+    async def full_set() -> bool:
+        return (await controller(api, first))["syncStateSet"] == [1, 2, 3]
+
+    await eventually(full_set, "the SyncStateSet {1, 2, 3}", 30, interval=0.05)
+    assert (await controller(api, first))["epoch"] == 1
+
+    acknowledged: dict[int, tuple[int, int]] = {}  # message number -> (queue id, queue offset)
+    ok_times: list[float] = []
+    failures: Counter[str] = Counter()
+    numbers = iter(range(10**9))
+    stop = asyncio.Event()
+    producer = AsyncProducer("failover-producer", namesrv.address, timeout=3)
+    await producer.start()
+
+    async def sender() -> None:
+        while not stop.is_set():
+            number = next(numbers)
+            try:
+                result = await producer.send(Message(TOPIC, body_of(number, 200)))
+            except TideMQError as exc:
+                failures[type(exc).__name__] += 1
+                await asyncio.sleep(0.01)  # no master known yet: do not spin on the loop
+                continue
+            if result.ok:
+                acknowledged[number] = (result.message_queue.queue_id, result.queue_offset)
+                ok_times.append(time.monotonic())
+            else:
+                failures[result.status.name] += 1
+
+    senders = [asyncio.create_task(sender()) for _ in range(4)]
+    try:
+        await eventually(lambda: len(ok_times) >= 300, "300 sends acknowledged", 60)
+        killed_at = time.monotonic()
+        first.kill()
+        before_kill = len(ok_times)
+        await eventually(
+            lambda: sum(1 for t in ok_times if t > killed_at) >= 300,
+            "300 sends acknowledged after the kill",
+            60,
+        )
+    finally:
+        stop.set()
+        await asyncio.gather(*senders, return_exceptions=True)
+        await producer.shutdown()
+
+    new_master = await wait_master(api, slaves, 10)
+    info = await controller(api, new_master)
+    assert info["epoch"] == 2 and info["elections"] == 1, info
+    first_ok = min(t for t in ok_times if t > killed_at)
+    found = await read_all(api, new_master, TOPIC)
+    at = {number: place for place, number in found.items()}
+    lost = [n for n, place in acknowledged.items() if at.get(n) != place]
+    duplicates = sum(count - 1 for count in Counter(found.values()).values() if count > 1)
+    print(
+        f"\nfailover: kill -> first SEND_OK on the new master {first_ok - killed_at:.2f} s; "
+        f"{before_kill} acknowledged before the kill, {len(acknowledged)} in all, "
+        f"lost {len(lost)}, duplicates {duplicates}, failed attempts {dict(failures)}"
+    )
+    assert not lost, f"{len(lost)} acknowledged messages not on the new master: " + ", ".join(
+        f"{n} acknowledged at {acknowledged[n]}, found at {at.get(n)}" for n in lost[:5]
+    )
+    assert all(id_of(body_of(n, 20)) == n for n in list(acknowledged)[:3])
