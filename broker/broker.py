@@ -545,9 +545,16 @@ class Broker(Service):
         if reason:
             self.store.fence_reason = reason
 
-    def follow(self, master_addr: str, master_ha_addr: str) -> None:
+    async def switch_master(self, master_addr: str, master_ha_addr: str, cut: int | None) -> None:
+        """Replicate from a new master: the session with the old one ends first (a deposed
+        master may still be sending), the log is cut at `cut` when given (the tail kept in
+        `.diverged` files), then replication starts from the new master."""
         if self.ha_client is not None:
+            await self.ha_client.stop()
+            if cut is not None:
+                self.store.truncate_for_resync(cut)
             self.ha_client.update_master_address(master_ha_addr)
+            await self.ha_client.start()
         if self.slave_sync is not None:
             self.slave_sync.set_master_address(master_addr)
 

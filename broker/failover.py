@@ -2,8 +2,9 @@
 
 etcd keys, under `/tidemq/<brokerClusterName>/<brokerName>/` (values JSON unless said)::
 
-    master         {"brokerId", "addr", "haAddr", "epoch", "startOffset"}, attached to the
-                   master's lease: the master is whoever holds this key
+    master         {"brokerId", "addr", "haAddr", "epoch", "startOffset", "epochs": [[epoch,
+                   startOffset], ...]}, attached to the master's lease: the master is whoever
+                   holds this key; "epochs" is its epoch file, which a follower reconciles with
     epoch          the group's epoch, decimal text; every election increases it by one
     syncStateSet   {"epoch", "members": [brokerId, ...]}: changed by the master only, by
                    compare-and-set on its revision
@@ -19,7 +20,11 @@ masterLeaseKeepAliveInterval; each renewal is one turn of `GroupController`:
 - the master keeps the SyncStateSet: a slave whose acks have caught up with the master joins it,
   one that has not caught up for haMaxTimeSlaveNotCatchup leaves it; while a change is being
   written, SYNC sends wait for the union of the old and the new set (apache/rocketmq#5663);
-- a slave follows the master of the `master` key (its HA address) and records its epoch;
+- a slave follows the master of the `master` key (its HA address); before following a master
+  new to it, it compares epoch files and cuts its log where it left the master's history (the
+  first epoch of the master after the last one both share), keeping the cut bytes in
+  `.diverged` files: a deposed master restarted, or a slave that received more of the old
+  master's last writes than the new master, then converges byte-identical;
 - with no `master` key, a broker of the SyncStateSet (any broker with enableElectUncleanMaster,
   or before a set exists) publishes its candidacy (last epoch, CommitLog end, priority); a turn
   later the best live candidate, by highest (epoch, end), then smallest brokerElectionPriority,
@@ -31,7 +36,7 @@ publishes in its member record (`haClientAddr`): the RocketMQ 4.x HA stream, whi
 keeps, carries no broker identity.
 
 Not yet (issue 16, later increments): a deposed master that is still running only stops
-acknowledging (it does not turn into a slave in-process; restarted, it starts as a slave);
+acknowledging (it does not turn into a slave in-process; restarted, it rejoins as a slave);
 minInSyncReplicas; the epoch handshake on the HA stream; watches instead of a turn every
 keep-alive interval.
 """
@@ -47,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tidemq.ha.controller_config import ControllerConfig
-from tidemq.ha.epoch_file import EpochFile
+from tidemq.ha.epoch_file import EpochEntry, EpochFile
 from tidemq.ha.etcd import Etcd, EtcdUnavailable
 from tidemq.store.lifecycle import BackgroundTask, Service, Step
 
@@ -71,7 +76,9 @@ class GroupMember(Protocol):
 
     def set_lease_deadline(self, deadline: float | None, reason: str) -> None: ...
 
-    def follow(self, master_addr: str, master_ha_addr: str) -> None: ...
+    def switch_master(
+        self, master_addr: str, master_ha_addr: str, cut: int | None
+    ) -> Awaitable[None]: ...
 
     def stop_replication(self) -> Awaitable[int]: ...
 
@@ -102,6 +109,20 @@ def best_candidate(candidates: list[Candidate], eligible: set[int] | None) -> Ca
     """The one to elect among `candidates` (only ids in `eligible`, when given)."""
     allowed = [c for c in candidates if eligible is None or c.broker_id in eligible]
     return min(allowed, key=Candidate.rank, default=None)
+
+
+def divergence_point(mine: list[EpochEntry], masters: list[EpochEntry]) -> int | None:
+    """Where this broker's log stops being the master's: the start, in the master's history,
+    of the first epoch after the last epoch both share (same epoch, same start). None when the
+    master's history has no epoch after it (this log can only be behind, never ahead), or when
+    they share none (then the master's first epoch's start: nothing of ours is known good)."""
+    known = {(e.epoch, e.start_offset) for e in masters}
+    common = [e for e in mine if (e.epoch, e.start_offset) in known]
+    if not common:
+        return masters[0].start_offset if masters and mine else None
+    last = common[-1].epoch
+    later = [e for e in masters if e.epoch > last]
+    return later[0].start_offset if later else None
 
 
 def _json(value: bytes) -> dict[str, Any]:
@@ -142,6 +163,7 @@ class GroupController(Service):
         self.deposed = ""
         self._published: dict[str, Any] | None = None
         self._vacancy_since: float | None = None
+        self._following: tuple[int, int] | None = None  # the master and epoch reconciled with
         self._caught_up: dict[int, float] = {}
         self._logged: set[str] = set()
         self.add_child(Step(stop=self.etcd.close))
@@ -162,6 +184,7 @@ class GroupController(Service):
             "masterBrokerId": self.master_id,
             "epoch": self.epoch,
             "lastEpoch": self.epochs.last_epoch,
+            "epochStartOffset": self.epochs.last.start_offset if self.epochs.last else -1,
             "syncStateSet": sorted(self.sync_state_set),
             "elections": self.elections,
             "deposed": self.deposed,
@@ -223,9 +246,37 @@ class GroupController(Service):
         if self.is_master:
             self._depose(f"broker {master_id} is master at epoch {epoch}")
             return
-        if self.epochs.last_epoch < epoch:
-            self.epochs.append(epoch, int(master["startOffset"]))
-        self.member.follow(str(master["addr"]), str(master["haAddr"]))
+        if self._following != (master_id, epoch):
+            await self._follow(master)
+            self._following = (master_id, epoch)
+
+    async def _follow(self, master: dict[str, Any]) -> None:
+        """Follow a master new to this broker. Replication stops; the log is cut where it left
+        the master's history (a deposed master's unreplicated tail, or a slave that got more
+        of the old master's last writes than the new master did), the cut bytes kept in
+        `.diverged` files; replication resumes from the new master; the master's epochs go
+        into the epoch file."""
+        masters = [EpochEntry(int(e), int(o)) for e, o in master.get("epochs", [])]
+        if not masters:
+            masters = [EpochEntry(int(master["epoch"]), int(master["startOffset"]))]
+        cut = divergence_point(self.epochs.entries, masters)
+        if cut is not None and self.member.max_offset > cut:
+            log.warning(
+                "this log left the history of master %s (epoch %s) at %d: the bytes after it "
+                "go to .diverged files",
+                master["brokerId"],
+                master["epoch"],
+                cut,
+            )
+        else:
+            cut = None
+        await self.member.switch_master(str(master["addr"]), str(master["haAddr"]), cut)
+        if cut is not None:
+            self.epochs.truncate_after(cut - 1 if cut > 0 else 0)
+        for entry in masters:
+            if entry.epoch > self.epochs.last_epoch:
+                self.epochs.append(entry.epoch, entry.start_offset)
+        log.info("following master %s of epoch %s", master["brokerId"], master["epoch"])
 
     async def _publish_member(self) -> None:
         record = {
@@ -302,6 +353,7 @@ class GroupController(Service):
             "haAddr": self.member.ha_addr,
             "epoch": epoch,
             "startOffset": start,
+            "epochs": [[e.epoch, e.start_offset] for e in self.epochs.entries] + [[epoch, start]],
         }
         sync_set = {"epoch": epoch, "members": [self.broker_id]}
         won = await self.etcd.transaction(

@@ -105,6 +105,8 @@ class HAClient(Service):
         # Dispatch follows the receive path: small steps, and turns given up while bytes arrive.
         store.reput.chunk_bytes = DISPATCH_CHUNK_BYTES
         store.reput.defer = self._receiving
+        # Started again after a stop (controller mode switches masters): ready, not SHUTDOWN.
+        self.add_child(Step(start=self._open))
         self.add_child(BackgroundTask(self._run, "ha-client"))
         # Stops first: the loop, cancelled next, must not take itself for READY again.
         self.add_child(Step(stop=self._shut_down))
@@ -123,6 +125,10 @@ class HAClient(Service):
         """Whether bytes arrived since the last call (dispatch then lets the turn go by)."""
         arrived, self._arrived = self._arrived, False
         return arrived
+
+    def _open(self) -> None:
+        self.state = ClientState.READY
+        self.store.reput.defer = self._receiving
 
     def _shut_down(self) -> None:
         self.state = ClientState.SHUTDOWN
