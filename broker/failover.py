@@ -160,6 +160,7 @@ class GroupController(Service):
         self.master_id: int | None = None
         self.sync_state_set: frozenset[int] = frozenset()
         self.elections = 0
+        self.elected_at_ms = 0  # wall clock of this broker's last election
         self.deposed = ""
         self._published: dict[str, Any] | None = None
         self._vacancy_since: float | None = None
@@ -187,6 +188,7 @@ class GroupController(Service):
             "epochStartOffset": self.epochs.last.start_offset if self.epochs.last else -1,
             "syncStateSet": sorted(self.sync_state_set),
             "elections": self.elections,
+            "electedAtMillis": self.elected_at_ms,
             "deposed": self.deposed,
         }
 
@@ -374,6 +376,7 @@ class GroupController(Service):
         self.sync_state_set = frozenset({self.broker_id})
         self._caught_up.clear()
         self.elections += 1
+        self.elected_at_ms = int(time.time() * 1000)
         self.epochs.append(epoch, start)
         self.member.set_lease_deadline(sent + self.config.trusted_ms / 1000, "")
         self.member.require_acks_from(frozenset())

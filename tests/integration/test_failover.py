@@ -13,14 +13,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.support.conditions import eventually
 from tests.support.etcd import EtcdCluster
-from tests.support.ha_brokers import HA_TIMING, ha_status
+from tests.support.failover import controller, start_member, wait_master, wait_sync_state_set
+from tests.support.ha_brokers import ha_status
 from tests.support.ha_processes import as_int, body_of, commitlog_range, read_all
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI
@@ -29,72 +27,16 @@ from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer
 
 TOPIC = "FailoverTopic"
-CONTROLLER_TIMING = (
-    "masterLeaseTtlSeconds=2",
-    "masterLeaseKeepAliveInterval=250",
-    "masterLeaseSafetyMargin=700",
-    "controllerRequestTimeout=500",
-    "registerNameServerPeriod=10000",
-)
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
-    with EtcdCluster(1, tmp_path / "etcd", tmp_path / "logs") as cluster:
-        yield cluster
-
-
-def start_member(
-    processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, root: Path, broker_id: int
-) -> Daemon:
-    return processes.brokerd(
-        namesrv.address,
-        root / f"store-{broker_id}",
-        "enableControllerMode=true",
-        f"controllerAddr={etcd.endpoints}",
-        "brokerRole=SYNC_MASTER",
-        f"brokerId={broker_id}",
-        f"brokerElectionPriority={broker_id}",
-        *HA_TIMING,
-        *CONTROLLER_TIMING,
-        name=f"broker-{broker_id}",
-    )
-
-
-async def controller(api: BrokerAPI, broker: Daemon) -> dict[str, object]:
-    info = (await ha_status(api, broker.address))["controller"]
-    assert isinstance(info, dict)
-    return info
-
-
-async def wait_master(api: BrokerAPI, brokers: list[Daemon], timeout: float) -> Daemon:
-    found: list[Daemon] = []
-
-    async def elected() -> bool:
-        for broker in brokers:
-            try:
-                if (await controller(api, broker))["isMaster"]:
-                    found.append(broker)
-                    return True
-            except TideMQError:
-                continue
-        return False
-
-    await eventually(elected, "a master elected", timeout, interval=0.05)
-    return found[0]
 
 
 async def test_sigkill_of_the_master_elects_an_in_sync_slave_and_loses_nothing_then_it_rejoins(
     tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
 ) -> None:
-    first = start_member(processes, namesrv, etcd, tmp_path, 1)
+    first = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
     assert await wait_master(api, [first], 30) is first
-    slaves = [start_member(processes, namesrv, etcd, tmp_path, i) for i in (2, 3)]
+    slaves = [start_member(processes, namesrv, etcd.endpoints, tmp_path, i) for i in (2, 3)]
 
-    async def full_set() -> bool:
-        return (await controller(api, first))["syncStateSet"] == [1, 2, 3]
-
-    await eventually(full_set, "the SyncStateSet {1, 2, 3}", 30, interval=0.05)
+    await wait_sync_state_set(api, first, [1, 2, 3])
     assert (await controller(api, first))["epoch"] == 1
 
     acknowledged: dict[int, tuple[int, int]] = {}  # message number -> (queue id, queue offset)
@@ -155,7 +97,7 @@ async def test_sigkill_of_the_master_elects_an_in_sync_slave_and_loses_nothing_t
 
     # The killed master restarted: a slave of the new master, its unreplicated tail (if the
     # kill left one) kept in .diverged files, then byte-identical.
-    restarted = start_member(processes, namesrv, etcd, tmp_path, 1)
+    restarted = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
     assert not (await controller(api, restarted))["isMaster"]
     end = as_int((await ha_status(api, new_master.address))["masterCommitLogMaxOffset"])
 

@@ -1,0 +1,219 @@
+"""Controller mode's faults on real processes (issue 16): etcd, namesrvd, brokerd.
+
+- etcd unreachable at start-up: brokerd says so in one line and does not start;
+- the master cut off from etcd (a fault proxy on its etcd connection, partitioned) but not from
+  its clients: it stops acknowledging before the lease can expire, saying why in the send
+  status, and every SEND_OK it gave was stored before the new master was elected;
+- a master killed with writes its slave never got (the slave was killed first, and restarts
+  after the master died): the slave is elected, the killed master restarted keeps that tail in
+  `.diverged` files and converges byte-identical;
+- a slave that does not catch up leaves the SyncStateSet, and with unclean election off is not
+  elected when the master dies: no election happens, and its log says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.conditions import eventually
+from tests.support.etcd import EtcdCluster
+from tests.support.failover import controller, start_member, wait_master, wait_sync_state_set
+from tests.support.fault_proxy import FaultProxy
+from tests.support.ha_brokers import ha_status
+from tests.support.ha_processes import as_int, body_of, commitlog_range, id_of
+from tests.support.processes import LOOPBACK, Daemon, ProcessGroup, brokerd_command, free_port
+from tests.support.wire import pull_header, send_header
+from tidemq.client.api import BrokerAPI, PullStatus, SendStatus
+from tidemq.client.errors import ServiceNotAvailableError, TideMQError
+from tidemq.client.message import Message
+from tidemq.client.producer import AsyncProducer
+
+TOPIC = "FenceTopic"
+
+
+def test_etcd_unreachable_at_start_is_one_line_and_no_broker(
+    tmp_path: Path, namesrv: Daemon
+) -> None:
+    nowhere = f"{LOOPBACK}:{free_port()}"
+    args = brokerd_command(
+        free_port(),
+        namesrv.address,
+        tmp_path / "store",
+        "enableControllerMode=true",
+        f"controllerAddr={nowhere}",
+        "brokerRole=SYNC_MASTER",
+        "brokerId=1",
+        "controllerRequestTimeout=300",
+    )
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(
+        f"brokerd: controllerAddr: etcd unreachable ({nowhere}"
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+async def test_master_cut_off_from_etcd_stops_acknowledging_before_the_new_election(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    host, port = etcd.endpoints.split(";")[0].rsplit(":", 1)
+    with FaultProxy(host, int(port)) as proxy:
+        old = start_member(processes, namesrv, proxy.address, tmp_path, 1)
+        assert await wait_master(api, [old], 30) is old
+        new = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2)
+        await wait_sync_state_set(api, old, [1, 2])
+
+        acknowledged: set[int] = set()  # message numbers
+        refusals: list[str] = []
+        stop = asyncio.Event()
+        producer = AsyncProducer("fence-producer", namesrv.address, timeout=3, retry_times=0)
+        await producer.start()
+        numbers = iter(range(10**9))
+
+        async def sender() -> None:
+            while not stop.is_set():
+                number = next(numbers)
+                try:
+                    result = await producer.send(Message(TOPIC, body_of(number, 100)))
+                except TideMQError as exc:
+                    refusals.append(str(exc))
+                    await asyncio.sleep(0.01)
+                    continue
+                if result.ok:
+                    acknowledged.add(number)
+
+        senders = [asyncio.create_task(sender()) for _ in range(4)]
+        try:
+            await eventually(lambda: len(acknowledged) >= 200, "200 sends acknowledged", 60)
+            proxy.partition()  # the master's etcd connection only: clients still reach it
+            await wait_master(api, [new], 30)
+            elected = as_int((await controller(api, new))["electedAtMillis"])
+            after = len(acknowledged)
+            await eventually(
+                lambda: len(acknowledged) >= after + 100, "sends acknowledged by the new one", 60
+            )
+        finally:
+            stop.set()
+            await asyncio.gather(*senders, return_exceptions=True)
+            await producer.shutdown()
+
+    fenced = [r for r in refusals if "etcd lease could not be renewed" in r]
+    assert fenced, f"no send was told why it was refused: {refusals[:5]}"
+    assert "this master stops acknowledging writes" in old.log_text()
+    # Every message the old master acknowledged was stored (and so acknowledged) before the
+    # new master's election; all of them are on the new master.
+    stamps = await stored_on(api, new, TOPIC)
+    by_old = [n for n in acknowledged if stamps.get(n, ("", 0))[0] == old.address]
+    assert by_old, "the old master acknowledged nothing"
+    assert all(n in stamps for n in acknowledged), "an acknowledged message is missing"
+    late = [n for n in by_old if stamps[n][1] >= elected]
+    assert not late, f"{len(late)} SEND_OK of the old master stamped after the election"
+
+
+async def stored_on(api: BrokerAPI, broker: Daemon, topic: str) -> dict[int, tuple[str, int]]:
+    """{message number: (the address that stored it, its store timestamp)} read from `broker`."""
+    found: dict[int, tuple[str, int]] = {}
+    for queue_id in range(4):
+        offset = 0
+        while True:
+            pulled = await api.pull(broker.address, pull_header(topic, queue_id, offset))
+            if pulled.status is not PullStatus.FOUND:
+                break
+            for m in pulled.messages:
+                ip, port = m.store_host
+                found[id_of(m.body)] = (f"{ip}:{port}", m.store_timestamp)
+            offset = pulled.next_begin_offset
+    return found
+
+
+async def test_a_killed_masters_unreplicated_tail_goes_to_diverged_files_when_it_rejoins(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    old = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1, "slaveTimeout=30000")
+    assert await wait_master(api, [old], 30) is old
+    slave = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2)
+    await wait_sync_state_set(api, old, [1, 2])
+    for i in range(20):
+        sent = await api.send(old.address, send_header(TOPIC, i % 4), body_of(i, 300))
+        assert sent.status is SendStatus.SEND_OK
+    replicated = as_int((await ha_status(api, old.address))["masterCommitLogMaxOffset"])
+    slave.kill()  # it has everything acknowledged so far, and will get nothing more
+    pending = [
+        asyncio.create_task(
+            api.send(old.address, send_header(TOPIC, i % 4), body_of(i, 300), timeout=60)
+        )
+        for i in range(20, 30)
+    ]
+
+    async def appended() -> bool:
+        info = await ha_status(api, old.address)
+        return as_int(info["masterCommitLogMaxOffset"]) > replicated
+
+    await eventually(appended, "unacknowledged writes on the master", 15)
+    tail_end = as_int((await ha_status(api, old.address))["masterCommitLogMaxOffset"])
+    old.kill()
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    slave = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2)
+    assert await wait_master(api, [slave], 30) is slave
+    start = as_int((await controller(api, slave))["epochStartOffset"])
+    assert start == replicated
+
+    rejoined = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
+    for i in range(30, 40):  # the new master's own writes, past where the old tail was
+        sent = await api.send(slave.address, send_header(TOPIC, i % 4), body_of(i, 300))
+        assert sent.status is SendStatus.SEND_OK
+    end = as_int((await ha_status(api, slave.address))["masterCommitLogMaxOffset"])
+
+    async def caught_up() -> bool:
+        return as_int((await ha_status(api, rejoined.address))["maxOffset"]) == end
+
+    await eventually(caught_up, "the rejoined broker at the new master's end", 30)
+    assert commitlog_range(tmp_path / "store-1", 0, end) == commitlog_range(
+        tmp_path / "store-2", 0, end
+    )
+    diverged = list((tmp_path / "store-1" / "commitlog").glob("*.diverged"))
+    assert len(diverged) == 1, diverged
+    kept = diverged[0].read_bytes()
+    # The unreplicated tail, whole (at least what the master held when killed) and nothing of
+    # what the slave had acknowledged.
+    assert len(kept) >= tail_end - replicated
+    assert any(f"m{i:08d}|".encode() in kept for i in range(20, 30))
+    assert not any(f"m{i:08d}|".encode() in kept for i in range(20))
+    assert "go to .diverged files" in rejoined.log_text()
+
+
+async def test_a_lagging_slave_leaves_the_set_and_is_not_elected(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    lag = "haMaxTimeSlaveNotCatchup=1000"
+    master = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1, lag)
+    assert await wait_master(api, [master], 30) is master
+    slave = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2, lag)
+    await wait_sync_state_set(api, master, [1, 2])
+    assert slave.pid is not None
+    os.kill(slave.pid, signal.SIGSTOP)
+    try:
+        for i in range(5):  # each waits for the stopped slave, then FLUSH_SLAVE_TIMEOUT
+            await api.send(master.address, send_header(TOPIC, 0), body_of(i, 100), timeout=10)
+        await wait_sync_state_set(api, master, [1])  # the slave left after 1 s
+        master.kill()
+    finally:
+        os.kill(slave.pid, signal.SIGCONT)
+
+    def refused() -> bool:
+        return "is not in the SyncStateSet [1]" in slave.log_text()
+
+    await eventually(refused, "the slave's reason for not standing", 30)
+    # It stays a slave: a send to it is refused as to any slave.
+    info = await controller(api, slave)
+    assert not info["isMaster"] and info["elections"] == 0, info
+    with pytest.raises(ServiceNotAvailableError, match="is a slave"):
+        await api.send(slave.address, send_header(TOPIC, 0), body_of(99, 100))
