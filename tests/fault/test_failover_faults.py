@@ -217,3 +217,35 @@ async def test_a_lagging_slave_leaves_the_set_and_is_not_elected(
     assert not info["isMaster"] and info["elections"] == 0, info
     with pytest.raises(ServiceNotAvailableError, match="is a slave"):
         await api.send(slave.address, send_header(TOPIC, 0), body_of(99, 100))
+
+
+async def test_etcd_lost_mid_run_stops_writes_and_they_resume_when_it_returns(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    master = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
+    assert await wait_master(api, [master], 30) is master
+    first = await api.send(master.address, send_header(TOPIC, 0), body_of(0, 100))
+    assert first.status is SendStatus.SEND_OK
+    etcd.kill(0)
+
+    async def refused() -> bool:
+        try:
+            await api.send(master.address, send_header(TOPIC, 0), body_of(1, 100))
+        except ServiceNotAvailableError as exc:
+            return "etcd lease could not be renewed" in str(exc)
+        return False
+
+    await eventually(refused, "writes refused without etcd", 30, interval=0.1)
+    assert "etcd unreachable" in master.log_text()
+    etcd.restart(0)  # etcd keeps the lease across its restart: the master is still the master
+
+    async def accepted() -> bool:
+        try:
+            sent = await api.send(master.address, send_header(TOPIC, 0), body_of(2, 100))
+        except ServiceNotAvailableError:
+            return False
+        return sent.status is SendStatus.SEND_OK
+
+    await eventually(accepted, "writes acknowledged again", 60, interval=0.1)
+    info = await controller(api, master)
+    assert info["isMaster"] and info["epoch"] == 1, info
