@@ -600,6 +600,10 @@ class Broker(Service):
             if c.broker_id is not None and c.caught_up_at > 0
         }
 
+    def set_in_sync_replicas(self, count: int) -> None:
+        self.store.in_sync_replicas = count
+        self.store.min_in_sync_replicas = self.controller_config.min_in_sync_replicas
+
     def require_acks_from(self, broker_ids: frozenset[int]) -> None:
         self._required_acks = broker_ids
         if self.ha_service is not None:

@@ -37,7 +37,7 @@ keeps, carries no broker identity.
 
 Not yet (issue 16, later increments): a deposed master that is still running only stops
 acknowledging (it does not turn into a slave in-process; restarted, it rejoins as a slave);
-minInSyncReplicas; the epoch handshake on the HA stream; watches instead of a turn every
+the epoch handshake on the HA stream; watches instead of a turn every
 keep-alive interval.
 """
 
@@ -91,6 +91,8 @@ class GroupMember(Protocol):
     def caught_up_times(self) -> dict[int, float]: ...
 
     def require_acks_from(self, broker_ids: frozenset[int]) -> None: ...
+
+    def set_in_sync_replicas(self, count: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +382,7 @@ class GroupController(Service):
         self.epochs.append(epoch, start)
         self.member.set_lease_deadline(sent + self.config.trusted_ms / 1000, "")
         self.member.require_acks_from(frozenset())
+        self.member.set_in_sync_replicas(1)
         log.info("elected master of epoch %d, the CommitLog continues at %d", epoch, start)
         await self.member.promote(epoch)
 
@@ -436,6 +439,7 @@ class GroupController(Service):
                 current = frozenset(wanted)
         self.sync_state_set = current
         self.member.require_acks_from(current - {self.broker_id})
+        self.member.set_in_sync_replicas(len(current))
 
     def _once(self, key: str, level: int, message: str, *args: object) -> None:
         if key not in self._logged:

@@ -169,6 +169,10 @@ class MessageStore(Service):
         # RocketMQ 4.x groups. `fence_reason` says why writes stopped (send status and log).
         self.lease_deadline: float | None = None
         self.fence_reason = "this master's etcd lease could not be renewed"
+        # Controller mode: the SyncStateSet's size (the master included) and minInSyncReplicas;
+        # a write is refused before it is stored while the set is smaller (0, 0 otherwise).
+        self.in_sync_replicas = 0
+        self.min_in_sync_replicas = 0
         # The SYNC_MASTER waiter of the attached replication, looked up on every put.
         self._sync_replication: ReplicationHook | None = None
         self.disk = DiskState()
@@ -419,6 +423,14 @@ class MessageStore(Service):
             )
         if self.lease_deadline is not None and time.monotonic() >= self.lease_deadline:
             return self._fenced()
+        if self.in_sync_replicas < self.min_in_sync_replicas:
+            return PutMessageResult(
+                PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,
+                remark=(
+                    f"in-sync replicas not enough: the SyncStateSet has {self.in_sync_replicas}, "
+                    f"minInSyncReplicas is {self.min_in_sync_replicas}"
+                ),
+            )
         if self.disk.full:
             return PutMessageResult(
                 PutStatus.SERVICE_NOT_AVAILABLE,

@@ -107,5 +107,10 @@ async def test_a_master_past_its_lease_deadline_refuses_and_says_why(tmp_path: P
         refused = await store.put_message(message(1))
         assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE
         assert "etcd lease could not be renewed" in refused.remark
+        store.lease_deadline = None
+        store.in_sync_replicas, store.min_in_sync_replicas = 1, 2
+        short = await store.put_message(message(2))
+        assert short.status is PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+        assert "minInSyncReplicas is 2" in short.remark
     finally:
         await store.stop()
