@@ -18,6 +18,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -197,7 +198,10 @@ async def test_a_lagging_slave_leaves_the_set_and_is_not_elected(
     lag = ("haMaxTimeSlaveNotCatchup=1000", "minInSyncReplicas=2")
     master = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1, *lag)
     assert await wait_master(api, [master], 30) is master
-    slave = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2, *lag)
+    metrics_port = free_port()
+    slave = start_member(
+        processes, namesrv, etcd.endpoints, tmp_path, 2, *lag, f"metricsPort={metrics_port}"
+    )
     await wait_sync_state_set(api, master, [1, 2])
     sent = await api.send(master.address, send_header(TOPIC, 0), body_of(0, 100))
     assert sent.status is SendStatus.SEND_OK
@@ -221,6 +225,16 @@ async def test_a_lagging_slave_leaves_the_set_and_is_not_elected(
     assert not info["isMaster"] and info["elections"] == 0, info
     with pytest.raises(ServiceNotAvailableError, match="is a slave"):
         await api.send(slave.address, send_header(TOPIC, 0), body_of(99, 100))
+    metrics = await asyncio.to_thread(scrape, f"http://{LOOPBACK}:{metrics_port}/metrics")
+    assert 'tidemq_controller_is_master{broker="broker-a",brokerId="2",cluster=' in metrics
+    lines = {
+        line.split("{")[0]: line.rsplit(" ", 1)[1]
+        for line in metrics.splitlines()
+        if line.startswith("tidemq_controller_")
+    }
+    assert lines["tidemq_controller_is_master"] == "0.0"
+    assert lines["tidemq_controller_elections"] == "0.0"
+    assert lines["tidemq_controller_epoch"] == "1.0"
 
 
 async def test_etcd_lost_mid_run_stops_writes_and_they_resume_when_it_returns(
@@ -253,3 +267,9 @@ async def test_etcd_lost_mid_run_stops_writes_and_they_resume_when_it_returns(
     await eventually(accepted, "writes acknowledged again", 60, interval=0.1)
     info = await controller(api, master)
     assert info["isMaster"] and info["epoch"] == 1, info
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text: str = response.read().decode()
+    return text
