@@ -188,6 +188,7 @@ class GroupController(Service):
             "epoch": self.epoch,
             "lastEpoch": self.epochs.last_epoch,
             "epochStartOffset": self.epochs.last.start_offset if self.epochs.last else -1,
+            "epochEntries": [[e.epoch, e.start_offset] for e in self.epochs.entries],
             "syncStateSet": sorted(self.sync_state_set),
             "elections": self.elections,
             "electedAtMillis": self.elected_at_ms,

@@ -4,7 +4,7 @@ Subcommands keep RocketMQ's names, flags and output columns (rocketmq-reference.
 `--json` prints the same data for scripts. The modules register their commands on `main`.
 """
 
-from tidemq.client.mqadmin import cluster, group, message, topic
+from tidemq.client.mqadmin import cluster, controller, group, message, topic
 from tidemq.client.mqadmin.base import main
 
-__all__ = ["cluster", "group", "main", "message", "topic"]
+__all__ = ["cluster", "controller", "group", "main", "message", "topic"]

@@ -1,6 +1,7 @@
 """Controller-mode brokers (issue 16) as real processes: `start_member` runs brokerd in
 controller mode on an etcd (tests/support/etcd.py) with fast lease timing (`CONTROLLER_TIMING`:
 a 2 s lease renewed every 250 ms, writes stop 700 ms before it can expire) and fast HA timing;
+`stored_by(result)` is the address of the broker that answered a send SEND_OK;
 `controller(api, broker)` is the broker's controller status (GET_BROKER_HA_STATUS's
 "controller": isMaster, epoch, syncStateSet, elections, electedAtMillis, ...); `wait_master`
 waits until one of some brokers says it is master.
@@ -15,6 +16,8 @@ from tests.support.ha_brokers import HA_TIMING, ha_status
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI
 from tidemq.client.errors import TideMQError
+from tidemq.client.message import SendResult
+from tidemq.store.record import decode_message_id
 
 CONTROLLER_TIMING = (
     "masterLeaseTtlSeconds=2",
@@ -47,6 +50,12 @@ def start_member(
         *extra,
         name=f"broker-{broker_id}",
     )
+
+
+def stored_by(result: SendResult) -> str:
+    """The address of the broker that stored a message answered SEND_OK (its offsetMsgId)."""
+    (ip, port), _offset = decode_message_id(result.offset_msg_id)
+    return f"{ip}:{port}"
 
 
 async def controller(api: BrokerAPI, broker: Daemon) -> dict[str, object]:
