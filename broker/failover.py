@@ -59,6 +59,10 @@ from tidemq.store.lifecycle import BackgroundTask, Service, Step
 log = logging.getLogger(__name__)
 
 
+class MemberConflict(Exception):
+    """Another live broker of the group has this brokerId."""
+
+
 class GroupMember(Protocol):
     """What the controller asks of its broker (broker/broker.py implements it)."""
 
@@ -174,10 +178,36 @@ class GroupController(Service):
 
     async def start(self) -> None:
         """Fails (EtcdUnavailable) when etcd cannot grant this broker its lease: a broker never
-        starts on its own without its group's coordination."""
+        starts on its own without its group's coordination; fails (MemberConflict) when another
+        live broker of the group has this brokerId."""
         self.epochs.load()
         await self._grant()
+        await self._claim_member()
         await super().start()
+
+    async def _claim_member(self) -> None:
+        """Take `members/<brokerId>` for this broker's lease. A record left by this broker's
+        previous life goes when its lease expires (within the TTL); one that outlives that wait
+        belongs to another running broker configured with the same brokerId."""
+        interval = self.config.master_lease_keep_alive_interval / 1000
+        deadline = time.monotonic() + self.config.master_lease_ttl_seconds + 2 * interval
+        while True:
+            record = json.dumps(self._member_record()).encode()
+            claimed = await self.etcd.transaction(
+                lambda tx: [tx.version(self.key_me) == 0],
+                lambda tx, r=record: [tx.put(self.key_me, r, lease=self.lease)],  # type: ignore[misc]
+            )
+            if claimed:
+                return
+            if time.monotonic() > deadline:
+                other = await self.etcd.get(self.key_me)
+                holder = "" if other is None else _json(other.value).get("addr", "")
+                raise MemberConflict(
+                    f"brokerId: broker {self.broker_id} of this group is already running"
+                    f"{f' at {holder}' if holder else ''} (etcd key {self.key_me.decode()})"
+                )
+            await asyncio.sleep(interval)
+            await self.etcd.keep_alive(self.lease)
 
     def runtime_info(self) -> dict[str, object]:
         return {
@@ -283,8 +313,8 @@ class GroupController(Service):
                 self.epochs.append(entry.epoch, entry.start_offset)
         log.info("following master %s of epoch %s", master["brokerId"], master["epoch"])
 
-    async def _publish_member(self) -> None:
-        record = {
+    def _member_record(self) -> dict[str, Any]:
+        return {
             "addr": self.member.broker_addr,
             "haAddr": self.member.ha_addr,
             "haClientAddr": self.member.ha_client_addr,
@@ -292,6 +322,9 @@ class GroupController(Service):
             "epoch": self.epochs.last_epoch,
             "maxOffset": self.member.max_offset,
         }
+
+    async def _publish_member(self) -> None:
+        record = self._member_record()
         same = self._published is not None and all(
             self._published.get(k) == record[k] for k in ("addr", "haAddr", "haClientAddr")
         )

@@ -23,6 +23,7 @@ import click
 from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig, RemotingConfig
 from tidemq.broker.daemon import configure_logging, read_properties, run_until_signal
+from tidemq.broker.failover import MemberConflict
 from tidemq.ha.config import HAConfig
 from tidemq.ha.controller_config import ControllerConfig
 from tidemq.ha.etcd import EtcdUnavailable
@@ -144,6 +145,9 @@ def main(
         except EtcdUnavailable as exc:
             # Controller mode never starts a broker without its group's coordination.
             click.echo(f"brokerd: controllerAddr: {exc}; not starting", err=True)
+            raise SystemExit(1) from None
+        except MemberConflict as exc:
+            click.echo(f"brokerd: {exc}; not starting", err=True)
             raise SystemExit(1) from None
 
     def banner() -> str:

@@ -1,6 +1,7 @@
 """Controller mode's faults on real processes (issue 16): etcd, namesrvd, brokerd.
 
-- etcd unreachable at start-up: brokerd says so in one line and does not start;
+- etcd unreachable at start-up: brokerd says so in one line and does not start; so does a
+  second broker configured with a brokerId a live broker of the group has;
 - the master cut off from etcd (a fault proxy on its etcd connection, partitioned) but not from
   its clients: it stops acknowledging before the lease can expire, saying why in the send
   status, and every SEND_OK it gave was stored before the new master was elected;
@@ -25,7 +26,13 @@ import pytest
 
 from tests.support.conditions import eventually
 from tests.support.etcd import EtcdCluster
-from tests.support.failover import controller, start_member, wait_master, wait_sync_state_set
+from tests.support.failover import (
+    controller,
+    member_overrides,
+    start_member,
+    wait_master,
+    wait_sync_state_set,
+)
 from tests.support.fault_proxy import FaultProxy
 from tests.support.ha_brokers import ha_status
 from tests.support.ha_processes import as_int, body_of, commitlog_range, id_of
@@ -59,6 +66,25 @@ def test_etcd_unreachable_at_start_is_one_line_and_no_broker(
         f"brokerd: controllerAddr: etcd unreachable ({nowhere}"
     ), done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_a_second_broker_with_the_same_broker_id_is_refused_in_one_line(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    first = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
+    assert await wait_master(api, [first], 30) is first
+    args = brokerd_command(
+        free_port(), namesrv.address, tmp_path / "twin", *member_overrides(etcd.endpoints, 1)
+    )
+    done = await asyncio.to_thread(
+        subprocess.run, args, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"brokerd: brokerId: broker 1 of this group is already running at {first.address} "
+        "(etcd key /tidemq/DefaultCluster/broker-a/members/1); not starting"
+    ), done.stderr
+    assert (await controller(api, first))["isMaster"]  # the first one is untouched
 
 
 async def test_master_cut_off_from_etcd_stops_acknowledging_before_the_new_election(

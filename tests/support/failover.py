@@ -40,6 +40,15 @@ def start_member(
     return processes.brokerd(
         namesrv.address,
         root / f"store-{broker_id}",
+        *member_overrides(controller_addr, broker_id),
+        *extra,
+        name=f"broker-{broker_id}",
+    )
+
+
+def member_overrides(controller_addr: str, broker_id: int) -> tuple[str, ...]:
+    """brokerd's `key=value` arguments of a controller-mode member with the tests' timing."""
+    return (
         "enableControllerMode=true",
         f"controllerAddr={controller_addr}",
         "brokerRole=SYNC_MASTER",
@@ -47,8 +56,6 @@ def start_member(
         f"brokerElectionPriority={broker_id}",
         *HA_TIMING,
         *CONTROLLER_TIMING,
-        *extra,
-        name=f"broker-{broker_id}",
     )
 
 
