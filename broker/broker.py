@@ -173,21 +173,7 @@ class Broker(Service):
         self.offset_reconciler: OffsetReconciler | None = None
         self.schedule: ScheduleMessageService | None = None
         if store_config.broker_role is BrokerRole.SLAVE:
-            self.ha_client = HAClient(
-                self.store,
-                self.ha_config,
-                resync=self._resync,
-                connect=ha_connect(self.ha_config),
-            )
-            self.slave_sync = SlaveSynchronize(
-                self.state,
-                self.topics,
-                self.groups,
-                self.offsets,
-                self.delay_offsets,
-                self.ha_config.slave_synchronize_interval,
-                tls=self.client_tls,
-            )
+            self.ha_client, self.slave_sync = self._slave_parts()
         else:
             self.offset_reconciler = OffsetReconciler(self.state, self.offsets, self.client_tls)
         self.controller: GroupController | None = None
@@ -205,6 +191,25 @@ class Broker(Service):
         self.register_result_listeners: list[Callable[[RegisterBrokerResult], None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._register_processors()
+
+    def _slave_parts(self) -> tuple[HAClient, SlaveSynchronize]:
+        """A slave's replication client and its copier of the master's tables."""
+        ha_client = HAClient(
+            self.store,
+            self.ha_config,
+            resync=self._resync,
+            connect=ha_connect(self.ha_config),
+        )
+        slave_sync = SlaveSynchronize(
+            self.state,
+            self.topics,
+            self.groups,
+            self.offsets,
+            self.delay_offsets,
+            self.ha_config.slave_synchronize_interval,
+            tls=self.client_tls,
+        )
+        return ha_client, slave_sync
 
     # --- identity -------------------------------------------------------------------------
 
@@ -586,6 +591,33 @@ class Broker(Service):
             self.elected_role.value,
             epoch,
         )
+
+    async def demote(self) -> None:
+        """Deposed: this master's writes stay refused while its master parts stop (schedule,
+        replication, the HA port); then the store is a slave's, the broker registers under its
+        own brokerId again and a replication client waits for the master to follow."""
+        self.store.lease_deadline = 0.0
+        for part in (self.schedule, self.ha_service):
+            if part is not None:
+                if part is self.ha_service:
+                    self.store.detach_replication()
+                await part.stop()
+        self.schedule = None
+        self.ha_service = None
+        self.store.take_role(BrokerRole.SLAVE)
+        self.store.lease_deadline = None
+        self.ha_client, self.slave_sync = self._slave_parts()
+        await self.start_child(self.ha_client)
+        await self.start_child(self.slave_sync)
+        if self.registration is not None:
+            self.registration.change_identity(
+                dataclasses.replace(
+                    self.registration.identity,
+                    broker_id=self.config.broker_id,
+                    master_epoch=None,
+                )
+            )
+        log.warning("broker %s is a slave again", self.config.broker_name)
 
     def identify_slaves(self, addresses: dict[str, int]) -> None:
         if self.ha_service is not None:

@@ -35,10 +35,12 @@ A slave's HA connection is known to the master by the slave's local address, whi
 publishes in its member record (`haClientAddr`): the RocketMQ 4.x HA stream, which controller mode
 keeps, carries no broker identity.
 
-Not yet (issue 16, later increments): a deposed master that is still running only stops
-acknowledging (it does not turn into a slave in-process; restarted, it rejoins as a slave);
-the epoch handshake on the HA stream; watches instead of a turn every
-keep-alive interval.
+A deposed master that is still running (cut off from etcd, then back) refuses writes at once and
+turns into a slave in-process; like one restarted, it then follows the new master after cutting
+its log where it left the group's history.
+
+Not yet (issue 16, later increments): the epoch handshake on the HA stream; watches instead of
+a turn every keep-alive interval; a manual switch (electMaster).
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ class GroupMember(Protocol):
     def resume_replication(self) -> Awaitable[None]: ...
 
     def promote(self, epoch: int) -> Awaitable[None]: ...
+
+    def demote(self) -> Awaitable[None]: ...
 
     def identify_slaves(self, addresses: dict[str, int]) -> None: ...
 
@@ -261,7 +265,7 @@ class GroupController(Service):
             log.error("this broker's etcd lease %x expired", self.lease)
             self.lease = 0
             if self.is_master:
-                self._depose("its etcd lease expired")
+                await self._step_down("its etcd lease expired")
             return
         if self.is_master:
             self.member.set_lease_deadline(sent + self.config.trusted_ms / 1000, "")
@@ -279,8 +283,7 @@ class GroupController(Service):
                 await self._maintain_sync_state_set(entry.mod_revision)
             return
         if self.is_master:
-            self._depose(f"broker {master_id} is master at epoch {epoch}")
-            return
+            await self._step_down(f"broker {master_id} is master at epoch {epoch}")
         if self._following != (master_id, epoch):
             await self._follow(master)
             self._following = (master_id, epoch)
@@ -420,13 +423,16 @@ class GroupController(Service):
         log.info("elected master of epoch %d, the CommitLog continues at %d", epoch, start)
         await self.member.promote(epoch)
 
-    def _depose(self, reason: str) -> None:
+    async def _step_down(self, reason: str) -> None:
+        """Deposed while running: writes stop at once (they stopped already if the lease could
+        not be renewed), then the broker turns into a slave in-process; the next master it
+        follows cuts what this one wrote that the group did not keep (`_follow`)."""
         self.is_master = False
         self.deposed = reason
-        self.member.set_lease_deadline(
-            0.0, f"this broker is no longer the master ({reason}); restart it to rejoin as slave"
-        )
-        log.error("deposed: %s; writes are refused from now on", reason)
+        self._following = None
+        self.member.set_lease_deadline(0.0, f"this broker is no longer the master ({reason})")
+        log.error("deposed: %s; writes are refused, turning into a slave", reason)
+        await self.member.demote()
 
     # --- the SyncStateSet (master) ----------------------------------------------------------
 

@@ -4,7 +4,8 @@
   second broker configured with a brokerId a live broker of the group has;
 - the master cut off from etcd (a fault proxy on its etcd connection, partitioned) but not from
   its clients: it stops acknowledging before the lease can expire, saying why in the send
-  status, and every SEND_OK it gave was stored before the new master was elected;
+  status, and every SEND_OK it gave was stored before the new master was elected; once etcd is
+  back it turns into a slave of the new master in-process and converges byte-identical;
 - a master killed with writes its slave never got (the slave was killed first, and restarts
   after the master died): the slave is elected, the killed master restarted keeps that tail in
   `.diverged` files and converges byte-identical;
@@ -130,6 +131,27 @@ async def test_master_cut_off_from_etcd_stops_acknowledging_before_the_new_elect
             stop.set()
             await asyncio.gather(*senders, return_exceptions=True)
             await producer.shutdown()
+
+        # etcd reachable again: the old master learns it was deposed, turns into a slave of
+        # the new one in-process, and converges byte-identical.
+        proxy.heal()
+
+        async def demoted() -> bool:
+            info = await controller(api, old)
+            return not info["isMaster"] and info["masterBrokerId"] == 2
+
+        await eventually(demoted, "the old master a slave of the new one", 30)
+        end = as_int((await ha_status(api, new.address))["masterCommitLogMaxOffset"])
+
+        async def caught_up() -> bool:
+            return as_int((await ha_status(api, old.address)).get("maxOffset", -1)) == end
+
+        await eventually(caught_up, "the old master caught up as a slave", 30)
+        assert commitlog_range(tmp_path / "store-1", 0, end) == commitlog_range(
+            tmp_path / "store-2", 0, end
+        )
+        with pytest.raises(ServiceNotAvailableError, match="is a slave"):
+            await api.send(old.address, send_header(TOPIC, 0), body_of(10**8, 100))
 
     fenced = [r for r in refusals if "etcd lease could not be renewed" in r]
     assert fenced, f"no send was told why it was refused: {refusals[:5]}"
