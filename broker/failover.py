@@ -46,6 +46,7 @@ a turn every keep-alive interval; a manual switch (electMaster).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -185,7 +186,17 @@ class GroupController(Service):
         starts on its own without its group's coordination; fails (MemberConflict) when another
         live broker of the group has this brokerId."""
         self.epochs.load()
-        await self._grant()
+        # A member slow to answer its first requests (a loaded machine, a new gRPC channel) is
+        # given the lease's TTL before the broker gives up.
+        deadline = time.monotonic() + self.config.master_lease_ttl_seconds
+        while True:
+            try:
+                await self._grant()
+                break
+            except EtcdUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(self.config.master_lease_keep_alive_interval / 1000)
         await self._claim_member()
         await super().start()
 
@@ -197,10 +208,15 @@ class GroupController(Service):
         deadline = time.monotonic() + self.config.master_lease_ttl_seconds + 2 * interval
         while True:
             record = json.dumps(self._member_record()).encode()
-            claimed = await self.etcd.transaction(
-                lambda tx: [tx.version(self.key_me) == 0],
-                lambda tx, r=record: [tx.put(self.key_me, r, lease=self.lease)],  # type: ignore[misc]
-            )
+            try:
+                claimed = await self.etcd.transaction(
+                    lambda tx: [tx.version(self.key_me) == 0],
+                    lambda tx, r=record: [tx.put(self.key_me, r, lease=self.lease)],  # type: ignore[misc]
+                )
+            except EtcdUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                claimed = False
             if claimed:
                 return
             if time.monotonic() > deadline:
@@ -211,7 +227,8 @@ class GroupController(Service):
                     f"{f' at {holder}' if holder else ''} (etcd key {self.key_me.decode()})"
                 )
             await asyncio.sleep(interval)
-            await self.etcd.keep_alive(self.lease)
+            with contextlib.suppress(EtcdUnavailable):
+                await self.etcd.keep_alive(self.lease)
 
     def runtime_info(self) -> dict[str, object]:
         return {

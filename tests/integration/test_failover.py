@@ -242,6 +242,11 @@ async def test_sigkill_of_the_master_elects_an_in_sync_slave_and_loses_nothing_t
         mqadmin, "getBrokerEpoch", "-n", namesrv.address, "-b", "broker-a"
     )
     assert "#Epoch: 1, start: 0, end: " in epochs and f"#Epoch: 2, start: {start}" in epochs, epochs
+    listed = await asyncio.to_thread(mqadmin, "clusterList", "-n", namesrv.address)
+    role_lines = [line.split() for line in listed.splitlines() if line.startswith("broker-a ")]
+    roles = {line[1]: (line[3], line[4]) for line in role_lines if len(line) >= 6}
+    assert roles[new_master.address] == ("MASTER", "2"), listed
+    assert roles[restarted.address] == ("SLAVE", "2"), listed
 
 
 async def read_events(peer: Peer) -> None:

@@ -23,7 +23,7 @@ CONTROLLER_TIMING = (
     "masterLeaseTtlSeconds=2",
     "masterLeaseKeepAliveInterval=250",
     "masterLeaseSafetyMargin=700",
-    "controllerRequestTimeout=500",
+    "controllerRequestTimeout=1000",
     "registerNameServerPeriod=10000",
 )
 
