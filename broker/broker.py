@@ -333,6 +333,8 @@ class Broker(Service):
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: ops.invoke_reset_offset,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: ops.topic_consumed_by,
         }
+        if self.controller is not None:
+            table[RequestCode.CONTROLLER_ELECT_MASTER] = self._elect_master
         for code, processor in table.items():
             self.server.register(code, processor)
         self.server.on_connection_closed.append(self._on_connection_closed)
@@ -387,6 +389,23 @@ class Broker(Service):
         del connection
         info = self.ha_runtime_info()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, None, body=dumps(info))
+
+    async def _elect_master(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """electMaster (RocketMQ 5's CONTROLLER_ELECT_MASTER, here sent to the group's master):
+        hand the group over to the broker of `brokerId`."""
+        del connection
+        assert self.controller is not None
+        text = request.ext_fields.get("brokerId", "")
+        if not text.strip().isdigit():
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, f"brokerId: {text!r} is not a broker id"
+            )
+        refused = await self.controller.hand_over(int(text))
+        if refused:
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, refused)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, None)
 
     def ha_runtime_info(self) -> dict[str, object]:
         info: dict[str, object] = {}

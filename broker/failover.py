@@ -10,6 +10,7 @@ etcd keys, under `/tidemq/<brokerClusterName>/<brokerName>/` (values JSON unless
                    compare-and-set on its revision
     members/<id>   {"addr", "haAddr", "haClientAddr", "priority", "epoch", "maxOffset"},
                    attached to that broker's lease: present while the broker is alive
+    designated     the brokerId an operator asked for (electMaster), until it is elected
 
 Each broker holds one lease (masterLeaseTtlSeconds) and renews it every
 masterLeaseKeepAliveInterval; each renewal is one turn of `GroupController`:
@@ -40,7 +41,7 @@ turns into a slave in-process; like one restarted, it then follows the new maste
 its log where it left the group's history.
 
 Not yet (issue 16, later increments): the epoch handshake on the HA stream; watches instead of
-a turn every keep-alive interval; a manual switch (electMaster).
+a turn every keep-alive interval.
 """
 
 from __future__ import annotations
@@ -164,6 +165,7 @@ class GroupController(Service):
         self.key_epoch = f"{prefix}epoch".encode()
         self.key_set = f"{prefix}syncStateSet".encode()
         self.key_members = f"{prefix}members/".encode()
+        self.key_designated = f"{prefix}designated".encode()
         self.key_me = self.key_members + str(broker_id).encode()
         self.lease = 0
         self.is_master = False
@@ -390,6 +392,11 @@ class GroupController(Service):
             except (ValueError, KeyError, IndexError):
                 log.warning("ignoring a malformed member record %r", entry.key)
         best = best_candidate(candidates, eligible)
+        designated = await self.etcd.get(self.key_designated)
+        if designated is not None:
+            wanted = [c for c in candidates if str(c.broker_id).encode() == designated.value]
+            if wanted and (eligible is None or wanted[0].broker_id in eligible):
+                best = wanted[0]  # an operator's choice among the eligible (electMaster)
         if best is None or best.broker_id != self.broker_id:
             self._once(
                 f"wait-{best}",
@@ -420,6 +427,7 @@ class GroupController(Service):
                 tx.put(self.key_master, json.dumps(record).encode(), lease=self.lease),
                 tx.put(self.key_epoch, str(epoch).encode()),
                 tx.put(self.key_set, json.dumps(sync_set).encode()),
+                tx.delete(self.key_designated),
             ],
         )
         if not won:
@@ -439,6 +447,38 @@ class GroupController(Service):
         self.member.set_in_sync_replicas(1)
         log.info("elected master of epoch %d, the CommitLog continues at %d", epoch, start)
         await self.member.promote(epoch)
+
+    async def hand_over(self, target: int) -> str:
+        """electMaster: make broker `target` the master. This master checks that `target` is
+        alive and in the SyncStateSet, stops acknowledging, frees the `master` key while naming
+        `target` in `designated` (one transaction), and turns into a slave; `target` wins the
+        election that follows. Returns why it cannot ("" when done)."""
+        if not self.is_master:
+            return f"broker {self.broker_id} is not the master (broker {self.master_id} is)"
+        if target == self.broker_id:
+            return f"broker {target} is the master already"
+        if target not in self.sync_state_set and not self.config.enable_elect_unclean_master:
+            return f"broker {target} is not in the SyncStateSet {sorted(self.sync_state_set)}"
+        member = self.key_members + str(target).encode()
+        if await self.etcd.get(member) is None:
+            return f"broker {target} is not alive in etcd"
+        entry = await self.etcd.get(self.key_master)
+        if entry is None or entry.lease != self.lease:
+            return "this broker no longer holds the master lease"
+        self.member.set_lease_deadline(0.0, f"handing the group over to broker {target}")
+        freed = await self.etcd.transaction(
+            lambda tx: [tx.mod(self.key_master) == entry.mod_revision],
+            lambda tx: [
+                tx.delete(self.key_master),
+                tx.put(self.key_designated, str(target).encode()),
+            ],
+        )
+        if not freed:
+            self.member.set_lease_deadline(time.monotonic(), "")  # the lease is renewed next turn
+            return "the master key changed meanwhile"
+        log.info("electMaster: handing the group over to broker %d", target)
+        await self._step_down(f"handed over to broker {target} (electMaster)")
+        return ""
 
     async def _step_down(self, reason: str) -> None:
         """Deposed while running: writes stop at once (they stopped already if the lease could

@@ -1,9 +1,10 @@
-"""Controller-mode commands (issue 16): getSyncStateSet and getBrokerEpoch.
+"""Controller-mode commands (issue 16): getSyncStateSet, getBrokerEpoch and electMaster.
 
 RocketMQ 5 asks its controller; tidemq's controller is etcd, and each broker reports its view in
 its HA status (GET_BROKER_HA_STATUS "controller"): these commands find a group's brokers through
 the name servers and ask them. `-b` names broker groups (`,`-separated), `-c` takes every group
-of a cluster.
+of a cluster. electMaster asks the group's master to hand over to another broker of its
+SyncStateSet, and waits until that one is master.
 """
 
 from __future__ import annotations
@@ -132,3 +133,46 @@ def get_broker_epoch(
         return output
 
     run("getBrokerEpoch", namesrv_addr, as_json, work)
+
+
+@main.command("electMaster")
+@common
+@click.option("-b", "--brokerName", "broker_name", required=True, help="The broker group.")
+@click.option("-i", "--brokerId", "broker_id", type=int, required=True, help="The new master.")
+@click.option("-w", "--wait", "wait", type=float, default=30.0, help="Seconds to wait for it.")
+def elect_master(
+    namesrv_addr: str | None, as_json: bool, broker_name: str, broker_id: int, wait: float
+) -> None:
+    """Make broker BROKERID of group BROKERNAME its master (a manual switch)."""
+
+    async def work(admin: AdminClient) -> Output:
+        brokers = (await _groups(admin, broker_name, None))[broker_name]
+        masters = [b for b in brokers if b.broker_id == 0]
+        if not masters:
+            raise CommandError(f"broker {broker_name} has no master registered")
+        await admin.elect_master(masters[0].address, broker_name, broker_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while loop.time() < deadline:
+            for broker in await admin.brokers():
+                if broker.broker_name != broker_name:
+                    continue
+                info = await _controller(admin, broker.address)
+                if info is not None and info.is_master and info.broker_id == broker_id:
+                    return Output(
+                        {
+                            "brokerName": broker_name,
+                            "masterBrokerId": broker_id,
+                            "epoch": info.epoch,
+                        },
+                        lines_before=[
+                            f"#brokerName\t{broker_name}",
+                            f"#MasterBrokerId\t{broker_id}",
+                            f"#MasterAddr\t{broker.address}",
+                            f"#MasterEpoch\t{info.epoch}",
+                        ],
+                    )
+            await asyncio.sleep(0.2)
+        raise CommandError(f"broker {broker_id} of {broker_name} is not master after {wait:.0f} s")
+
+    run("electMaster", namesrv_addr, as_json, work)

@@ -9,6 +9,8 @@
 - a master killed with writes its slave never got (the slave was killed first, and restarts
   after the master died): the slave is elected, the killed master restarted keeps that tail in
   `.diverged` files and converges byte-identical;
+- electMaster hands the group over to a broker of the SyncStateSet (and refuses one outside it
+  in one line); the old master follows the new one;
 - a slave that does not catch up leaves the SyncStateSet (below minInSyncReplicas the master
   refuses writes: "in-sync replicas not enough"), and with unclean election off is not elected
   when the master dies: no election happens, and its log says why.
@@ -20,6 +22,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -321,3 +324,48 @@ def scrape(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as response:
         text: str = response.read().decode()
     return text
+
+
+async def test_elect_master_hands_the_group_over_and_the_old_master_follows(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    old = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
+    assert await wait_master(api, [old], 30) is old
+    new = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2)
+    await wait_sync_state_set(api, old, [1, 2])
+    for i in range(10):
+        sent = await api.send(old.address, send_header(TOPIC, i % 4), body_of(i, 100))
+        assert sent.status is SendStatus.SEND_OK
+    base = [str(Path(sys.executable).with_name("mqadmin")), "electMaster", "-n", namesrv.address]
+    refused = await asyncio.to_thread(
+        subprocess.run,
+        [*base, "-b", "broker-a", "-i", "7"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert "broker 7 is not in the SyncStateSet [1, 2]" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [*base, "-b", "broker-a", "-i", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "#MasterBrokerId\t2" in done.stdout and "#MasterEpoch\t2" in done.stdout, done.stdout
+
+    async def follows() -> bool:
+        info = await controller(api, old)
+        return not info["isMaster"] and info["masterBrokerId"] == 2
+
+    await eventually(follows, "the old master a slave of broker 2", 30)
+    for i in range(10, 20):
+        sent = await api.send(new.address, send_header(TOPIC, i % 4), body_of(i, 100))
+        assert sent.status is SendStatus.SEND_OK
+    stamps = await stored_on(api, new, TOPIC)
+    assert set(range(20)) <= stamps.keys()

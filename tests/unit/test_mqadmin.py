@@ -214,6 +214,8 @@ def test_every_rocketmq_subcommand_is_there() -> None:
         "queryMsgByKey", "queryMsgByOffset", "sendMessage", "consumeMessage",
         "resetOffsetByTime", "wipeWritePerm", "addWritePerm", "updateBrokerConfig",
         "getBrokerConfig",
+        # RocketMQ 5's controller-mode commands
+        "getSyncStateSet", "getBrokerEpoch", "electMaster",
     }  # fmt: skip
 
 
