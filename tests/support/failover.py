@@ -65,8 +65,10 @@ def stored_by(result: SendResult) -> str:
     return f"{ip}:{port}"
 
 
-async def controller(api: BrokerAPI, broker: Daemon) -> dict[str, object]:
-    info = (await ha_status(api, broker.address))["controller"]
+async def controller(api: BrokerAPI, broker: Daemon | str) -> dict[str, object]:
+    """The controller status of a broker (a Daemon or its address)."""
+    address = broker if isinstance(broker, str) else broker.address
+    info = (await ha_status(api, address))["controller"]
     assert isinstance(info, dict)
     return info
 

@@ -3,9 +3,10 @@
 `LaunchedCluster.start(topology, data_dir, overrides)` runs the launcher (or `make run`) in its
 own session with its output in `data_dir/launcher.out`, and returns once it prints "cluster
 ready" (every broker registered, every slave replicating). Every process gets free ports,
-passed as `-o NAME:key=value` overrides. `interrupt()` sends SIGINT to the launcher's process
-group, as a terminal's Ctrl-C does; `stop()` interrupts, waits, and kills whatever is left (the
-launcher and the daemons it reported), so a failing test never leaves processes behind.
+passed as `-o NAME:key=value` overrides (etcd's too, for a topology that has one).
+`interrupt()` sends SIGINT to the launcher's process group, as a terminal's Ctrl-C does;
+`stop()` interrupts, waits, and kills whatever is left (the launcher and the daemons it
+reported), so a failing test never leaves processes behind.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ class LaunchedCluster:
             "-o",
             f"namesrv:metricsPort={free_port()}",
         ]
+        if (folder / "etcd.properties").exists():  # a controller-mode topology
+            args += ["-o", f"etcd:clientPort={free_port()}", "-o", f"etcd:peerPort={free_port()}"]
         for name, p in ports.items():
             args += ["-o", f"{name}:listenPort={p.listen}", "-o", f"{name}:haListenPort={p.ha}"]
             args += ["-o", f"{name}:metricsPort={p.metrics}"]
