@@ -181,6 +181,7 @@ class GroupController(Service):
         self._caught_up: dict[int, float] = {}
         self._logged: set[str] = set()
         self.add_child(Step(stop=self.etcd.close))
+        self.add_child(Step(stop=self._release))
         self.add_child(BackgroundTask(self._run, "group-controller"))
 
     async def start(self) -> None:
@@ -231,6 +232,16 @@ class GroupController(Service):
             await asyncio.sleep(interval)
             with contextlib.suppress(EtcdUnavailable):
                 await self.etcd.keep_alive(self.lease)
+
+    async def _release(self) -> None:
+        """At the broker's stop (it no longer serves): writes stay refused and the lease is
+        revoked, so the others elect at once instead of after the TTL."""
+        if self.is_master:
+            self.member.set_lease_deadline(0.0, "this broker is stopping")
+        if self.lease:
+            with contextlib.suppress(EtcdUnavailable):
+                await self.etcd.revoke(self.lease)
+            self.lease = 0
 
     def runtime_info(self) -> dict[str, object]:
         return {
@@ -291,6 +302,8 @@ class GroupController(Service):
         await self._publish_member()
         entry = await self.etcd.get(self.key_master)
         if entry is None:
+            if self.is_master:  # freed without this broker stepping down (an operator, etcd)
+                await self._step_down("the master key is gone from etcd")
             await self._campaign(sent)
             return
         self._vacancy_since = None

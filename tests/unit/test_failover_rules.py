@@ -114,3 +114,19 @@ async def test_a_master_past_its_lease_deadline_refuses_and_says_why(tmp_path: P
         assert "minInSyncReplicas is 2" in short.remark
     finally:
         await store.stop()
+
+
+def test_the_divergence_point_is_the_first_epoch_of_the_master_after_the_last_shared() -> None:
+    from tidemq.broker.failover import divergence_point
+    from tidemq.ha.epoch_file import EpochEntry as E
+
+    # a deposed master (epoch 1 from 0) and the new master's history (epoch 2 from 500)
+    assert divergence_point([E(1, 0)], [E(1, 0), E(2, 500)]) == 500
+    # a slave that followed epochs 1 and 2, the master now at 4 after an epoch 3 it never saw
+    assert divergence_point([E(1, 0), E(2, 500)], [E(1, 0), E(2, 500), E(3, 900), E(4, 950)]) == 900
+    # the same history: it can only be behind
+    assert divergence_point([E(1, 0), E(2, 500)], [E(1, 0), E(2, 500)]) is None
+    # a fresh broker knows no epoch: nothing to cut
+    assert divergence_point([], [E(3, 700)]) is None
+    # nothing shared: nothing of this log is known good past the master's first epoch's start
+    assert divergence_point([E(5, 0)], [E(6, 300)]) == 300
