@@ -24,7 +24,6 @@ import asyncio
 import concurrent.futures
 import hashlib
 import logging
-import math
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -48,10 +47,6 @@ from tidemq.store.record import FLAG_COMPRESSED, pack_host
 log = logging.getLogger(__name__)
 
 DEFAULT_SEND_TIMEOUT = 10.0
-# Seconds between the route requests that failed sends make for one topic (a failover shows in
-# the route within a fraction of a second of the election; a busy broker is not a reason to ask
-# the name servers at every refusal).
-ROUTE_REFRESH_MIN_INTERVAL = 0.2
 AUTO_CREATE_TOPIC = "TBW102"
 RETRIED_CODES = frozenset(
     {
@@ -116,7 +111,6 @@ class AsyncProducer(AsyncLifecycle):
         self.fault = MQFaultStrategy(enabled=latency_fault_enabled)
         self._ids = UniqueIdGenerator(pack_host(self.config.client_ip, 0)[:-4])
         self._instance: ClientInstance | None = None
-        self._route_refreshed: dict[str, float] = {}  # topic -> when a failed send asked last
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -310,7 +304,7 @@ class AsyncProducer(AsyncLifecycle):
                 last_error, last_broker = exc, queue.broker_name
                 # The group may have a new master (failover): ask the name servers now rather
                 # than at the next 30 s refresh, so the retry and the sends after it go there.
-                await self._refresh_route(msg.topic)
+                await self.instance.refresh_route_after_failure(msg.topic)
                 if not retriable:
                     raise
                 continue
@@ -320,23 +314,11 @@ class AsyncProducer(AsyncLifecycle):
             result = _result(raw, queue, uniq)
             if result.ok or not self.retry_another_broker_when_not_store_ok:
                 return result
-            await self._refresh_route(msg.topic)
+            await self.instance.refresh_route_after_failure(msg.topic)
             last_broker = queue.broker_name
         if last_error is not None:
             raise last_error
         raise RemotingError(f"send of a message to {msg.topic} timed out after {budget:.1f} s")
-
-    async def _refresh_route(self, topic: str) -> None:
-        """Ask for `topic`'s route after a failed send, at most once per
-        ROUTE_REFRESH_MIN_INTERVAL: a burst of failures (a busy broker) asks once."""
-        now = time.monotonic()
-        if now - self._route_refreshed.get(topic, -math.inf) < ROUTE_REFRESH_MIN_INTERVAL:
-            return
-        self._route_refreshed[topic] = now
-        try:
-            await self.instance.update_route(topic)
-        except TideMQError as exc:  # the name servers down too: the route stays as it was
-            log.info("route refresh of %s after a failed send failed: %s", topic, exc)
 
 
 def _result(raw: RawSendResult, queue: MessageQueue, uniq: str) -> SendResult:
