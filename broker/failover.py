@@ -175,6 +175,8 @@ class GroupController(Service):
         self.elections = 0
         self.elected_at_ms = 0  # wall clock of this broker's last election
         self.deposed = ""
+        # Why the group has no master, as this broker sees it ("" while it has one).
+        self.no_master_reason = ""
         self._published: dict[str, Any] | None = None
         self._vacancy_since: float | None = None
         self._following: tuple[int, int] | None = None  # the master and epoch reconciled with
@@ -257,6 +259,7 @@ class GroupController(Service):
             "elections": self.elections,
             "electedAtMillis": self.elected_at_ms,
             "deposed": self.deposed,
+            "noMasterReason": self.no_master_reason,
         }
 
     # --- the turn --------------------------------------------------------------------------
@@ -304,9 +307,11 @@ class GroupController(Service):
         if entry is None:
             if self.is_master:  # freed without this broker stepping down (an operator, etcd)
                 await self._step_down("the master key is gone from etcd")
+            self.master_id = None
             await self._campaign(sent)
             return
         self._vacancy_since = None
+        self.no_master_reason = ""
         master = _json(entry.value)
         master_id, epoch = int(master["brokerId"]), int(master["epoch"])
         self.master_id, self.epoch = master_id, epoch
@@ -376,6 +381,10 @@ class GroupController(Service):
         if members is not None and not self.config.enable_elect_unclean_master:
             eligible = set(members)
         if eligible is not None and self.broker_id not in eligible:
+            self.no_master_reason = (
+                f"no master; broker {self.broker_id} is not in the SyncStateSet "
+                f"{sorted(eligible)} (enableElectUncleanMaster=false)"
+            )
             self._once(
                 "not-eligible",
                 logging.WARNING,
@@ -384,6 +393,7 @@ class GroupController(Service):
                 sorted(eligible),
             )
             return
+        self.no_master_reason = "no master; an election is under way"
         if self._vacancy_since is None:
             # Published this turn (with this broker's end): the others get a turn to do so too.
             self._vacancy_since = time.monotonic()

@@ -160,7 +160,9 @@ async def _controller_roles(admin: AdminClient, brokers: list[BrokerAddress]) ->
         if info is None:
             continue
         role = "MASTER" if info.is_master else "SLAVE"
-        if info.deposed and not info.is_master:
+        if info.no_master_reason and not info.is_master:
+            role += f" ({info.no_master_reason})"
+        elif info.deposed and not info.is_master:
             role += f" (deposed: {info.deposed})"
         in_sync = (broker.broker_name, info.broker_id) in in_set
         table.rows.append(

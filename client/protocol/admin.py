@@ -355,6 +355,7 @@ class ControllerRuntimeInfo:
     elections: int
     epoch_entries: list[tuple[int, int]]  # (epoch, start offset), the broker's epoch file
     deposed: str = ""
+    no_master_reason: str = ""  # why the group has no master, as this broker sees it
 
     @classmethod
     def from_dict(cls, obj: Any) -> ControllerRuntimeInfo:
@@ -374,6 +375,7 @@ class ControllerRuntimeInfo:
                 _int(obj, "elections"),
                 [(int(e), int(o)) for e, o in entries],
                 str(obj.get("deposed") or ""),
+                str(obj.get("noMasterReason") or ""),
             )
         except (TypeError, ValueError):
             raise BodyDecodeError("controller: malformed members or epoch entries") from None

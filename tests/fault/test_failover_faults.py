@@ -276,6 +276,18 @@ async def test_a_lagging_slave_leaves_the_set_and_is_not_elected(
     assert not info["isMaster"] and info["elections"] == 0, info
     with pytest.raises(ServiceNotAvailableError, match="is a slave"):
         await api.send(slave.address, send_header(TOPIC, 0), body_of(99, 100))
+    assert info["noMasterReason"] == (
+        "no master; broker 2 is not in the SyncStateSet [1] (enableElectUncleanMaster=false)"
+    )
+    listed = await asyncio.to_thread(
+        subprocess.run,
+        [str(Path(sys.executable).with_name("mqadmin")), "clusterList", "-n", namesrv.address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "SLAVE (no master; broker 2 is not in the SyncStateSet [1]" in listed.stdout, listed
     metrics = await asyncio.to_thread(scrape, f"http://{LOOPBACK}:{metrics_port}/metrics")
     assert 'tidemq_controller_is_master{broker="broker-a",brokerId="2",cluster=' in metrics
     lines = {
