@@ -23,7 +23,7 @@ from tidemq.broker.acl_rules import AclRules
 from tidemq.broker.acl_validator import PlainAccessValidator
 from tidemq.broker.acl_watch import AclWatcher, acl_paths, rocketmq_home
 from tidemq.broker.config import BrokerConfig, RemotingConfig
-from tidemq.broker.failover import GroupController
+from tidemq.broker.failover import GroupController, divergence_point
 from tidemq.broker.ha_guard import ha_connect, ha_listen
 from tidemq.broker.long_polling import PullRequestHoldService
 from tidemq.broker.managers.clients import Channel, ConsumerManager, ProducerManager
@@ -57,9 +57,9 @@ from tidemq.client.remoting.json_body import dumps
 from tidemq.client.remoting.server import RemotingServer
 from tidemq.ha.config import HAConfig
 from tidemq.ha.controller_config import ControllerConfig
-from tidemq.ha.epoch_file import EpochFile
+from tidemq.ha.epoch_file import EpochEntry, EpochFile
 from tidemq.ha.master import HAService
-from tidemq.ha.slave import ClientState, HAClient
+from tidemq.ha.slave import ClientState, EpochHandshake, HAClient
 from tidemq.store.config import BrokerRole, StoreConfig
 from tidemq.store.lifecycle import BackgroundTask, Service, Step
 from tidemq.store.message_store import MessageStore
@@ -194,11 +194,17 @@ class Broker(Service):
 
     def _slave_parts(self) -> tuple[HAClient, SlaveSynchronize]:
         """A slave's replication client and its copier of the master's tables."""
+        handshake = None
+        if self.controller_config.enable_controller_mode:
+            handshake = EpochHandshake(
+                self.state.config.broker_id, self._epoch_pairs, self._on_master_epochs
+            )
         ha_client = HAClient(
             self.store,
             self.ha_config,
             resync=self._resync,
             connect=ha_connect(self.ha_config),
+            handshake=handshake,
         )
         slave_sync = SlaveSynchronize(
             self.state,
@@ -530,6 +536,7 @@ class Broker(Service):
                 self.ha_listen_port,
                 listen=ha_listen(self.ha_config),
                 all_ack_in_sync=all_ack,
+                epochs=self._epoch_pairs if self.controller is not None else None,
             )
         )
         ha_service.require_acks_from(self._required_acks)
@@ -547,6 +554,34 @@ class Broker(Service):
             ha_service.slave_listeners.append(lambda _address: reconciler.request())
 
     # --- controller mode (broker/failover.py's GroupMember) ----------------------------------
+
+    def _epoch_pairs(self) -> list[tuple[int, int]]:
+        """The epoch file as the HA handshake carries it."""
+        if self.controller is None:
+            return []
+        return [(e.epoch, e.start_offset) for e in self.controller.epochs.entries]
+
+    def _on_master_epochs(self, entries: list[tuple[int, int]]) -> None:
+        """The HA handshake told this slave its master's epochs (before any byte is sent): a
+        log that left the master's history is cut there, the cut bytes kept in `.diverged`
+        files (the controller did so already when it switched masters; this catches what
+        arrived since), and the master's epochs go into the epoch file."""
+        if self.controller is None:
+            return
+        epochs = self.controller.epochs
+        masters = [EpochEntry(e, o) for e, o in entries]
+        cut = divergence_point(epochs.entries, masters)
+        if cut is not None and self.store.max_phy_offset > cut:
+            log.warning(
+                "HA epoch handshake: this log left the master's history at %d; the bytes "
+                "after it go to .diverged files",
+                cut,
+            )
+            self.store.truncate_for_resync(cut)
+            epochs.truncate_after(cut - 1 if cut > 0 else 0)
+        for entry in masters:
+            if entry.epoch > epochs.last_epoch:
+                epochs.append(entry.epoch, entry.start_offset)
 
     @property
     def broker_addr(self) -> str:

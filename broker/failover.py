@@ -32,16 +32,16 @@ masterLeaseKeepAliveInterval; each renewal is one turn of `GroupController`:
   then smallest brokerId, takes the key in one transaction that also increases the epoch and
   makes the set {itself}, and the broker switches to master in-process.
 
-A slave's HA connection is known to the master by the slave's local address, which the slave
-publishes in its member record (`haClientAddr`): the RocketMQ 4.x HA stream, which controller mode
-keeps, carries no broker identity.
+A slave's HA connection starts with the epoch handshake (ha/codec.py): the master learns the
+slave's brokerId from it, the slave the master's epochs (and cuts its log where they part).
+The slave also publishes its connection's local address in its member record (`haClientAddr`),
+by which the master still knows a connection that said no HELLO.
 
 A deposed master that is still running (cut off from etcd, then back) refuses writes at once and
 turns into a slave in-process; like one restarted, it then follows the new master after cutting
 its log where it left the group's history.
 
-Not yet (issue 16, later increments): the epoch handshake on the HA stream; watches instead of
-a turn every keep-alive interval.
+Not yet (issue 16, later increments): etcd watches instead of a turn every keep-alive interval.
 """
 
 from __future__ import annotations

@@ -43,6 +43,8 @@ from tidemq.ha.codec import (
     AckDecoder,
     AckValidator,
     HAProtocolError,
+    HelloDecoder,
+    encode_epochs,
     encode_heartbeat,
     encode_transfer_header,
 )
@@ -137,6 +139,8 @@ class HAConnection:
         self.broker_id: int | None = None
         self.caught_up_at = 0.0
         self._catch_up_mark = 0
+        # Controller mode: the slave's HELLO comes first (ha/codec.py's epoch handshake).
+        self._hello = HelloDecoder() if service.epochs is not None else None
 
     @property
     def known_offset(self) -> int:
@@ -189,11 +193,30 @@ class HAConnection:
                 return
             self.last_read = time.monotonic()
             try:
+                if self._hello is not None and not self._hello.done:
+                    rest = self._hello.feed(data)
+                    if rest is None:
+                        continue
+                    self._answer_hello()
+                    data = rest
                 for event in self.decoder.feed(data):
                     self._on_report(event.offset)
             except HAProtocolError as exc:
                 log.error("HA: closing connection of slave %s: %s", self.address, exc)
                 return
+
+    def _answer_hello(self) -> None:
+        """Controller mode: the slave said who it is and which epochs it holds; it learns the
+        master's epochs before its first report (so before any transfer frame)."""
+        assert self._hello is not None and self.service.epochs is not None
+        self.broker_id = self._hello.broker_id
+        self.writer.write(encode_epochs(self.service.epochs()))
+        log.info(
+            "HA: slave %s is broker %d, its epochs end with %s",
+            self.address,
+            self.broker_id,
+            self._hello.entries[-1] if self._hello.entries else "none",
+        )
 
     def _on_report(self, offset: int) -> None:
         store = self.service.store
@@ -303,6 +326,9 @@ class HAConnection:
                 # One contiguous span of the file, cut into the frames the protocol carries
                 # (haTransferBatchSize each, the last one shorter) and written at once.
                 span = min(len(view), TRANSFER_SPAN)
+                boundary = self.service.next_epoch_start(start)
+                if boundary is not None and boundary < start + span:
+                    span = boundary - start  # controller mode: no frame crosses an epoch's start
                 frames: list[bytes | memoryview] = []
                 for at in range(0, span, batch):
                     size = min(span - at, batch)
@@ -356,9 +382,13 @@ class HAService(Service):
         *,
         listen: Listen = listen_tcp,
         all_ack_in_sync: bool = False,
+        epochs: Callable[[], list[tuple[int, int]]] | None = None,
     ) -> None:
         """`all_ack_in_sync`: controller mode's allAckInSyncStateSet, a SYNC_MASTER send waits
-        for every slave of the SyncStateSet (`require_acks_from`) instead of any one slave."""
+        for every slave of the SyncStateSet (`require_acks_from`) instead of any one slave.
+        `epochs`: controller mode's epoch file as (epoch, start offset) pairs; given, every
+        connection starts with the epoch handshake (ha/codec.py), absent, the stream is
+        RocketMQ 4.x's byte for byte."""
         super().__init__()
         self.add_child(Step(stop=self._close))
         self.store = store
@@ -366,6 +396,7 @@ class HAService(Service):
         self.host = host
         self.port = port
         self.connections: set[HAConnection] = set()
+        self.epochs = epochs
         transfer = AllInSyncTransfer if all_ack_in_sync else GroupTransferService
         self.transfer = transfer(
             self._usable_slaves,
@@ -380,11 +411,18 @@ class HAService(Service):
 
     # --- controller mode ---------------------------------------------------------------------
 
+    def next_epoch_start(self, offset: int) -> int | None:
+        """Controller mode: where the first epoch after `offset` starts (None: none, or 4.x)."""
+        if self.epochs is None:
+            return None
+        return next((start for _epoch, start in self.epochs() if start > offset), None)
+
     def identify(self, addresses: dict[str, int]) -> None:
-        """Which connection is which slave: {the slave's local address of its HA connection:
-        its brokerId}, as the slaves publish them in etcd."""
+        """Which connection is which slave, for those that said no HELLO: {the slave's local
+        address of its HA connection: its brokerId}, as the slaves publish them in etcd."""
         for connection in self.connections:
-            connection.broker_id = addresses.get(connection.address)
+            if connection.broker_id is None:
+                connection.broker_id = addresses.get(connection.address)
         self.transfer.on_ack(self.transfer.acked_offset)
 
     def in_sync_ids(self, max_lag_ms: int) -> set[int]:

@@ -30,13 +30,16 @@ import enum
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tidemq.ha.codec import (
     BatchReceived,
+    EpochsDecoder,
     HAProtocolError,
     HeartbeatReceived,
     TransferDecoder,
     encode_ack,
+    encode_hello,
 )
 from tidemq.ha.config import HAConfig
 from tidemq.ha.master import TransferRate
@@ -72,6 +75,17 @@ class MismatchError(Exception):
 Resync = Callable[[ClientState, int, int], bool]
 
 
+@dataclass(frozen=True, slots=True)
+class EpochHandshake:
+    """Controller mode's start of a connection (ha/codec.py): this slave's brokerId and epoch
+    file, and what to do with the master's epochs (cut the log where they part) before the
+    first report."""
+
+    broker_id: int
+    entries: Callable[[], list[tuple[int, int]]]
+    on_master_epochs: Callable[[list[tuple[int, int]]], None]
+
+
 class HAClient(Service):
     def __init__(
         self,
@@ -80,8 +94,10 @@ class HAClient(Service):
         *,
         resync: Resync | None = None,
         connect: Connect = connect_tcp,
+        handshake: EpochHandshake | None = None,
     ) -> None:
         super().__init__()
+        self._handshake = handshake
         self.store = store
         self.config = config
         self.master_address = config.ha_master_address or ""
@@ -207,6 +223,8 @@ class HAClient(Service):
         self._answering_report = True
         try:
             log.info("HA: connected to master %s", address)
+            if self._handshake is not None:
+                await self._exchange_epochs(reader, writer, self._handshake)
             decoder = TransferDecoder()
 
             def on_chunk(data: bytes) -> None:
@@ -222,6 +240,25 @@ class HAClient(Service):
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _exchange_epochs(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: EpochHandshake
+    ) -> None:
+        """Controller mode: HELLO out, the master's EPOCHS in, the log cut where they part."""
+        writer.write(encode_hello(hello.broker_id, hello.entries()))
+        await writer.drain()
+        decoder = EpochsDecoder()
+        timeout = self.config.ha_housekeeping_interval / 1000
+        while True:
+            data = await asyncio.wait_for(reader.read(64 * 1024), timeout)
+            if not data:
+                raise EOFError("the master closed the connection during the epoch handshake")
+            rest = decoder.feed(data)
+            if rest is not None:
+                break
+        if rest:  # the master sends nothing more until this slave has reported
+            raise HAProtocolError(f"{len(rest)} bytes after the master's epochs")
+        hello.on_master_epochs(decoder.entries)
 
     async def _report(self, writer: asyncio.StreamWriter) -> None:
         offset = self.store.max_phy_offset

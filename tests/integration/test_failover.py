@@ -217,6 +217,8 @@ async def test_sigkill_of_the_master_elects_an_in_sync_slave_and_loses_nothing_t
         return as_int((await ha_status(api, restarted.address))["maxOffset"]) == end
 
     await eventually(caught_up, "the restarted broker at the new master's end", 30)
+    # its HA connection began with the epoch handshake: the master knows it as broker 1
+    assert "is broker 1, its epochs end with" in new_master.log_text()
     new_store = tmp_path / f"store-{new_master.name.rsplit('-', 1)[1]}"
     assert commitlog_range(tmp_path / "store-1", 0, end) == commitlog_range(new_store, 0, end)
     diverged = sorted((tmp_path / "store-1" / "commitlog").glob("*.diverged"))
