@@ -51,3 +51,16 @@ def test_decoded_from_any_split_with_what_follows(cut: int) -> None:
 def test_refused(data: bytes) -> None:
     with pytest.raises(HAProtocolError):
         HelloDecoder().feed(data)
+
+
+def test_no_transfer_frame_crosses_an_epochs_start() -> None:
+    from tidemq.ha.config import HAConfig
+    from tidemq.ha.master import HAService
+
+    epochs = [(1, 0), (2, 5000), (3, 9000)]
+    service = HAService(None, HAConfig(), "127.0.0.1", 0, epochs=lambda: epochs)  # type: ignore[arg-type]
+    assert service.next_epoch_start(0) == 5000
+    assert service.next_epoch_start(5000) == 9000  # a span starting at an epoch's start
+    assert service.next_epoch_start(9000) is None
+    rocketmq4 = HAService(None, HAConfig(), "127.0.0.1", 0)  # type: ignore[arg-type]
+    assert rocketmq4.next_epoch_start(0) is None
