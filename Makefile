@@ -41,7 +41,7 @@ typing-tree:
 # Debian packages the tests and daemons run, as command:package. Installed with apt-get when
 # run as root and missing (CI runs as root); otherwise the one command to run is printed.
 SYSTEM_PACKAGES ?= java:openjdk-17-jre-headless nft:nftables iptables:iptables setpriv:util-linux \
-	chromium:chromium chromedriver:chromium-driver
+	chromium:chromium chromedriver:chromium-driver etcd:etcd-server
 .PHONY: system-packages
 system-packages:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \

@@ -23,6 +23,7 @@ from tidemq.broker.acl_rules import AclRules
 from tidemq.broker.acl_validator import PlainAccessValidator
 from tidemq.broker.acl_watch import AclWatcher, acl_paths, rocketmq_home
 from tidemq.broker.config import BrokerConfig, RemotingConfig
+from tidemq.broker.failover import GroupController, divergence_point
 from tidemq.broker.ha_guard import ha_connect, ha_listen
 from tidemq.broker.long_polling import PullRequestHoldService
 from tidemq.broker.managers.clients import Channel, ConsumerManager, ProducerManager
@@ -60,8 +61,10 @@ from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.json_body import dumps
 from tidemq.client.remoting.server import RemotingServer
 from tidemq.ha.config import HAConfig
+from tidemq.ha.controller_config import ControllerConfig
+from tidemq.ha.epoch_file import EpochEntry, EpochFile
 from tidemq.ha.master import HAService
-from tidemq.ha.slave import ClientState, HAClient
+from tidemq.ha.slave import ClientState, EpochHandshake, HAClient
 from tidemq.store.config import BrokerRole, StoreConfig
 from tidemq.store.lifecycle import BackgroundTask, Service, Step
 from tidemq.store.message_store import MessageStore
@@ -97,8 +100,14 @@ class Broker(Service):
         store_config: StoreConfig,
         remoting: RemotingConfig | None = None,
         ha_config: HAConfig | None = None,
+        controller_config: ControllerConfig | None = None,
     ) -> None:
         super().__init__()
+        self.controller_config = controller_config or ControllerConfig()
+        # Controller mode: every broker starts as a slave; the role it takes when elected.
+        self.elected_role = store_config.broker_role
+        if self.controller_config.enable_controller_mode:
+            store_config = dataclasses.replace(store_config, broker_role=BrokerRole.SLAVE)
         # What the processors read that changes while the broker runs (see broker.state).
         self.state = BrokerState(
             config,
@@ -175,27 +184,49 @@ class Broker(Service):
         )
         self.transaction_check: TransactionCheckService | None = None
         if store_config.broker_role is BrokerRole.SLAVE:
-            self.ha_client = HAClient(
-                self.store,
-                self.ha_config,
-                resync=self._resync,
-                connect=ha_connect(self.ha_config),
-            )
-            self.slave_sync = SlaveSynchronize(
-                self.state,
-                self.topics,
-                self.groups,
-                self.offsets,
-                self.delay_offsets,
-                self.ha_config.slave_synchronize_interval,
-                tls=self.client_tls,
-            )
+            self.ha_client, self.slave_sync = self._slave_parts()
         else:
             self.offset_reconciler = OffsetReconciler(self.state, self.offsets, self.client_tls)
+        self.controller: GroupController | None = None
+        if self.controller_config.enable_controller_mode:
+            self.controller = GroupController(
+                self.controller_config,
+                config.broker_cluster_name,
+                config.broker_name,
+                config.broker_id,
+                self,
+                EpochFile(self.controller_config.epoch_file(store_config.root)),
+            )
+        self._required_acks: frozenset[int] = frozenset()
         self.last_register_result: RegisterBrokerResult | None = None
         self.register_result_listeners: list[Callable[[RegisterBrokerResult], None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._register_processors()
+
+    def _slave_parts(self) -> tuple[HAClient, SlaveSynchronize]:
+        """A slave's replication client and its copier of the master's tables."""
+        handshake = None
+        if self.controller_config.enable_controller_mode:
+            handshake = EpochHandshake(
+                self.state.config.broker_id, self._epoch_pairs, self._on_master_epochs
+            )
+        ha_client = HAClient(
+            self.store,
+            self.ha_config,
+            resync=self._resync,
+            connect=ha_connect(self.ha_config),
+            handshake=handshake,
+        )
+        slave_sync = SlaveSynchronize(
+            self.state,
+            self.topics,
+            self.groups,
+            self.offsets,
+            self.delay_offsets,
+            self.ha_config.slave_synchronize_interval,
+            tls=self.client_tls,
+        )
+        return ha_client, slave_sync
 
     # --- identity -------------------------------------------------------------------------
 
@@ -272,7 +303,12 @@ class Broker(Service):
             self.producers,
             self.stats,
             self.rates,
-            fixed_configs=(self.store_config, self.remoting, self.ha_config),
+            fixed_configs=(
+                self.store_config,
+                self.remoting,
+                self.ha_config,
+                self.controller_config,
+            ),
             listen_ports=lambda: (self.listen_port, self.ha_listen_port),
             request_registration=self.request_registration,
             spawn=self.spawn,
@@ -330,6 +366,8 @@ class Broker(Service):
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: ops.invoke_reset_offset,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: ops.topic_consumed_by,
         }
+        if self.controller is not None:
+            table[RequestCode.CONTROLLER_ELECT_MASTER] = self._elect_master
         for code, processor in table.items():
             self.server.register(code, processor)
         self.server.on_connection_closed.append(self._on_connection_closed)
@@ -389,7 +427,25 @@ class Broker(Service):
         info = self.ha_runtime_info()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, None, body=dumps(info))
 
+    async def _elect_master(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """electMaster (RocketMQ 5's CONTROLLER_ELECT_MASTER, here sent to the group's master):
+        hand the group over to the broker of `brokerId`."""
+        del connection
+        assert self.controller is not None
+        text = request.ext_fields.get("brokerId", "")
+        if not text.strip().isdigit():
+            return RemotingCommand.response_to(
+                request, ResponseCode.SYSTEM_ERROR, f"brokerId: {text!r} is not a broker id"
+            )
+        refused = await self.controller.hand_over(int(text))
+        if refused:
+            return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, refused)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, None)
+
     def ha_runtime_info(self) -> dict[str, object]:
+        info: dict[str, object] = {}
         if self.ha_service is not None:
             info = self.ha_service.runtime_info()
             connections = info.get("haConnectionInfo")
@@ -399,10 +455,11 @@ class Broker(Service):
                     named = self.slave_names.lookup(str(connection.get("addr")))
                     if named is not None:
                         connection["slaveBrokerAddr"], connection["slaveBrokerId"] = named
-            return info
-        if self.ha_client is not None:
-            return self.ha_client.runtime_info()
-        return {}
+        elif self.ha_client is not None:
+            info = self.ha_client.runtime_info()
+        if self.controller is not None:
+            info["controller"] = self.controller.runtime_info()
+        return info
 
     def _resync(self, state: ClientState, local: int, master: int) -> bool:
         """A slave told to resynchronise (haSlaveAutoTruncate / haSlaveAutoResync)."""
@@ -417,9 +474,10 @@ class Broker(Service):
 
     def _on_register_result(self, result: RegisterBrokerResult) -> None:
         self.last_register_result = result
-        if self.ha_client is not None:
+        # In controller mode the master is the one etcd names (GroupMember.follow).
+        if self.ha_client is not None and self.controller is None:
             self.ha_client.update_master_address(result.ha_server_addr)
-        if self.slave_sync is not None:
+        if self.slave_sync is not None and self.controller is None:
             self.slave_sync.set_master_address(result.master_addr)
         for listener in self.register_result_listeners:
             listener(result)
@@ -443,37 +501,7 @@ class Broker(Service):
         if self.ha_client is not None:
             await self.start_child(self.ha_client)
         else:
-            ha_service = self.ha_service = await self.start_child(
-                HAService(
-                    self.store,
-                    self.ha_config,
-                    self.remoting.bind_address,
-                    self.ha_listen_port,
-                    listen=ha_listen(self.ha_config),
-                )
-            )
-            await self.start_child(
-                Step(
-                    start=lambda: self.store.attach_replication(ha_service.replication()),
-                    stop=self.store.detach_replication,
-                )
-            )
-            self.schedule = await self.start_child(
-                ScheduleMessageService(self.store, self.delay_offsets, lambda: self.store_host)
-            )
-            self.transaction_check = await self.start_child(
-                TransactionCheckService(
-                    self.state, self.transactions, self.producers, self._ensure_system_topic
-                )
-            )
-            if self.offset_reconciler is not None:
-                reconciler = self.offset_reconciler
-                self.ha_service.slave_listeners.append(lambda _address: reconciler.request())
-            names = self.slave_names = SlaveNames(
-                self.state, lambda: [c.address for c in ha_service.connections], self.client_tls
-            )
-            await self.start_child(Step(stop=names.stop))
-            ha_service.slave_listeners.append(lambda _address: names.request())
+            await self._start_master_ha()
         self.store.add_arrival_listener(self.pull_holds.notify_arrival)
         await self.start_child(self.pull_holds)
         identity = BrokerIdentity(
@@ -499,6 +527,8 @@ class Broker(Service):
         if self.offset_reconciler is not None:
             reconciler = self.offset_reconciler
             await self.start_child(Step(start=reconciler.request, stop=reconciler.stop))
+        if self.controller is not None:
+            await self.start_child(self.controller)
         for run, name in (
             (self._persist_offsets_periodically, "persist-offsets"),
             (self._scan_clients_periodically, "scan-clients"),
@@ -532,6 +562,193 @@ class Broker(Service):
             self.advertised_address,
             time.monotonic() - started,
         )
+
+    async def _start_master_ha(self) -> None:
+        """The master's HA port, replication attached to the store, the delayed-message
+        schedule, the transaction checks and the slaves' names: at start, or when controller
+        mode elects this broker."""
+        all_ack = self.controller is not None and self.controller_config.all_ack_in_sync_state_set
+        ha_service = self.ha_service = await self.start_child(
+            HAService(
+                self.store,
+                self.ha_config,
+                self.remoting.bind_address,
+                self.ha_listen_port,
+                listen=ha_listen(self.ha_config),
+                all_ack_in_sync=all_ack,
+                epochs=self._epoch_pairs if self.controller is not None else None,
+            )
+        )
+        ha_service.require_acks_from(self._required_acks)
+        await self.start_child(
+            Step(
+                start=lambda: self.store.attach_replication(ha_service.replication()),
+                stop=self.store.detach_replication,
+            )
+        )
+        self.schedule = await self.start_child(
+            ScheduleMessageService(self.store, self.delay_offsets, lambda: self.store_host)
+        )
+        self.transaction_check = await self.start_child(
+            TransactionCheckService(
+                self.state, self.transactions, self.producers, self._ensure_system_topic
+            )
+        )
+        if self.offset_reconciler is not None:
+            reconciler = self.offset_reconciler
+            ha_service.slave_listeners.append(lambda _address: reconciler.request())
+        names = self.slave_names = SlaveNames(
+            self.state, lambda: [c.address for c in ha_service.connections], self.client_tls
+        )
+        await self.start_child(Step(stop=names.stop))
+        ha_service.slave_listeners.append(lambda _address: names.request())
+
+    # --- controller mode (broker/failover.py's GroupMember) ----------------------------------
+
+    def _epoch_pairs(self) -> list[tuple[int, int]]:
+        """The epoch file as the HA handshake carries it."""
+        if self.controller is None:
+            return []
+        return [(e.epoch, e.start_offset) for e in self.controller.epochs.entries]
+
+    def _on_master_epochs(self, entries: list[tuple[int, int]]) -> None:
+        """The HA handshake told this slave its master's epochs (before any byte is sent): a
+        log that left the master's history is cut there, the cut bytes kept in `.diverged`
+        files (the controller did so already when it switched masters; this catches what
+        arrived since), and the master's epochs go into the epoch file."""
+        if self.controller is None:
+            return
+        epochs = self.controller.epochs
+        masters = [EpochEntry(e, o) for e, o in entries]
+        cut = divergence_point(epochs.entries, masters)
+        if cut is not None and self.store.max_phy_offset > cut:
+            log.warning(
+                "HA epoch handshake: this log left the master's history at %d; the bytes "
+                "after it go to .diverged files",
+                cut,
+            )
+            self.store.truncate_for_resync(cut)
+            epochs.truncate_after(cut - 1 if cut > 0 else 0)
+        for entry in masters:
+            if entry.epoch > epochs.last_epoch:
+                epochs.append(entry.epoch, entry.start_offset)
+
+    @property
+    def broker_addr(self) -> str:
+        return self.advertised_address
+
+    @property
+    def ha_addr(self) -> str:
+        return self.ha_server_address
+
+    @property
+    def max_offset(self) -> int:
+        return self.store.max_phy_offset
+
+    @property
+    def ha_client_addr(self) -> str:
+        return self.ha_client.local_address if self.ha_client is not None else ""
+
+    def set_lease_deadline(self, deadline: float | None, reason: str) -> None:
+        self.store.lease_deadline = deadline
+        if reason:
+            self.store.fence_reason = reason
+
+    async def switch_master(self, master_addr: str, master_ha_addr: str, cut: int | None) -> None:
+        """Replicate from a new master: the session with the old one ends first (a deposed
+        master may still be sending), the log is cut at `cut` when given (the tail kept in
+        `.diverged` files), then replication starts from the new master."""
+        if self.ha_client is not None:
+            await self.ha_client.stop()
+            if cut is not None:
+                self.store.truncate_for_resync(cut)
+            self.ha_client.update_master_address(master_ha_addr)
+            await self.ha_client.start()
+        if self.slave_sync is not None:
+            self.slave_sync.set_master_address(master_addr)
+
+    async def stop_replication(self) -> int:
+        if self.ha_client is not None:
+            await self.ha_client.stop()
+        return self.store.cut_incomplete_tail()
+
+    async def resume_replication(self) -> None:
+        if self.ha_client is not None:
+            await self.ha_client.start()
+
+    async def promote(self, epoch: int) -> None:
+        """Elected: the store takes writes, the HA port opens, the slave's parts stop, and the
+        broker registers as its group's master (brokerId 0) with its epoch, at once."""
+        self.store.take_role(self.elected_role)
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
+            self.slave_sync = None
+        self.ha_client = None
+        await self._start_master_ha()
+        if self.registration is not None:
+            self.registration.change_identity(
+                dataclasses.replace(self.registration.identity, broker_id=0, master_epoch=epoch)
+            )
+        log.info(
+            "broker %s is now %s (epoch %d)",
+            self.config.broker_name,
+            self.elected_role.value,
+            epoch,
+        )
+
+    async def demote(self) -> None:
+        """Deposed: this master's writes stay refused while its master parts stop (schedule,
+        transaction checks, replication, the HA port, slave names); then the store is a slave's,
+        the broker registers under its own brokerId again and a replication client waits for
+        the master to follow."""
+        self.store.lease_deadline = 0.0
+        for part in (self.schedule, self.transaction_check, self.ha_service):
+            if part is not None:
+                if part is self.ha_service:
+                    self.store.detach_replication()
+                await part.stop()
+        if self.slave_names is not None:
+            await self.slave_names.stop()
+        self.schedule = None
+        self.transaction_check = None
+        self.slave_names = None
+        self.ha_service = None
+        self.store.take_role(BrokerRole.SLAVE)
+        self.store.lease_deadline = None
+        self.ha_client, self.slave_sync = self._slave_parts()
+        await self.start_child(self.ha_client)
+        await self.start_child(self.slave_sync)
+        if self.registration is not None:
+            self.registration.change_identity(
+                dataclasses.replace(
+                    self.registration.identity,
+                    broker_id=self.config.broker_id,
+                    master_epoch=None,
+                )
+            )
+        log.warning("broker %s is a slave again", self.config.broker_name)
+
+    def identify_slaves(self, addresses: dict[str, int]) -> None:
+        if self.ha_service is not None:
+            self.ha_service.identify(addresses)
+
+    def caught_up_times(self) -> dict[int, float]:
+        if self.ha_service is None:
+            return {}
+        return {
+            c.broker_id: c.caught_up_at
+            for c in self.ha_service.connections
+            if c.broker_id is not None and c.caught_up_at > 0
+        }
+
+    def set_in_sync_replicas(self, count: int) -> None:
+        self.store.in_sync_replicas = count
+        self.store.min_in_sync_replicas = self.controller_config.min_in_sync_replicas
+
+    def require_acks_from(self, broker_ids: frozenset[int]) -> None:
+        self._required_acks = broker_ids
+        if self.ha_service is not None:
+            self.ha_service.require_acks_from(broker_ids)
 
     def _managers(self) -> tuple[ConfigManager[Any], ...]:
         return (self.topics, self.groups, self.offsets, self.delay_offsets)

@@ -23,13 +23,18 @@ status 1 with the end of its log. Once running, a daemon that dies is reported (
 (at most once per `RESTART_PAUSE` seconds). The exit status is 1 when a daemon is down at the
 end, else 0.
 
+A topology with an `etcd.properties` (tidemq-cluster's own keys: `clientPort`, 2379, and
+`peerPort`, 2380) runs its brokers in controller mode (issue 16): the launcher starts a
+single-member etcd first (Debian's `etcd`, data in `DIR/etcd`; missing, it says how to install
+it), fills in each broker's `controllerAddr`, and stops etcd last.
+
 TOPOLOGY is a folder, or the name of one under the repository's `deploy/` (single,
-2m-noslave, 2m-2s-async, 2m-2s-sync, local). `--data DIR` holds the stores (`DIR/<file stem>`)
-and every process's log (`DIR/logs/<file stem>.log`, appended to; each start of a daemon
-writes a `----- tidemq-cluster: started <time>` line first, and the log tails the launcher
-quotes begin at the last one). `-o STEM:key=value` overrides a key for
-one process (`namesrv`, `broker-a`, ...) and `-o all:key=value` for every broker, so a test can
-run a topology on free ports.
+2m-noslave, 2m-2s-async, 2m-2s-sync, local, controller). `--data DIR` holds the stores
+(`DIR/<file stem>`) and every process's log (`DIR/logs/<file stem>.log`, appended to; each
+start of a daemon writes a `----- tidemq-cluster: started <time>` line first, and the log tails
+the launcher quotes begin at the last one). `-o STEM:key=value` overrides a key for one process
+(`namesrv`, `broker-a`, `etcd`, ...) and `-o all:key=value` for every broker, so a test can run
+a topology on free ports.
 
 The daemons run in their own sessions (a terminal's Ctrl-C reaches only the launcher, which
 stops them in order) and on Linux are told to terminate if the launcher dies.
@@ -43,6 +48,7 @@ import ctypes
 import dataclasses
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
@@ -69,6 +75,8 @@ __all__ = ["ClusterError", "Launcher", "Process", "Topology", "load_topology", "
 log = logging.getLogger(__name__)
 
 DEPLOY_DIR: Final = Path(__file__).resolve().parents[1] / "deploy"
+DEFAULT_ETCD_CLIENT_PORT: Final = 2379
+DEFAULT_ETCD_PEER_PORT: Final = 2380
 STOP_TIMEOUT: Final = 30.0
 RESTART_PAUSE: Final = 5.0
 START_MARK: Final = "----- tidemq-cluster: started"
@@ -88,6 +96,7 @@ class Process:
     props: dict[str, str]
     is_namesrv: bool = False
     is_dashboard: bool = False
+    is_etcd: bool = False
     process: asyncio.subprocess.Process | None = None
     log_file: IO[bytes] | None = None
     # A death already reported (the status line says DOWN until it runs again).
@@ -103,6 +112,8 @@ class Process:
 
     @property
     def port(self) -> int:
+        if self.is_etcd:
+            return int(self.props.get("clientPort", DEFAULT_ETCD_CLIENT_PORT))
         default = DEFAULT_NAMESRV_PORT if self.is_namesrv else DEFAULT_BROKER_PORT
         return self._int("listenPort", default)
 
@@ -114,12 +125,19 @@ class Process:
         """(key, port) of every port the daemon listens on that is not picked at start (0)."""
         if self.is_dashboard:
             return [("port", self.port)] if self.port > 0 else []
+        if self.is_etcd:
+            peer = self._int("peerPort", DEFAULT_ETCD_PEER_PORT)
+            return [("clientPort", self.port), ("peerPort", peer)]
         ports = [("listenPort", self.port)]
         if not self.is_namesrv and not self.is_slave:  # a slave does not listen for HA
             ha = self._int("haListenPort", -1)
             ports.append(("haListenPort", ha if ha >= 0 else (self.port + 1 if self.port else 0)))
         ports.append(("metricsPort", self._int("metricsPort", -1)))
         return [(key, port) for key, port in ports if port > 0]
+
+    @property
+    def controller_mode(self) -> bool:
+        return self.props.get("enableControllerMode", "false").strip().lower() == "true"
 
     @property
     def is_slave(self) -> bool:
@@ -132,7 +150,9 @@ class Process:
 
     @property
     def broker_id(self) -> int:
-        return int(self.props.get("brokerId", "0")) if self.is_slave else 0
+        if self.is_slave or self.controller_mode:
+            return int(self.props.get("brokerId", "0"))
+        return 0
 
     @property
     def running(self) -> bool:
@@ -154,6 +174,7 @@ class Topology:
     folder: Path
     namesrv: Process
     brokers: list[Process]
+    etcd: Process | None = None
     # tidemq-dashboard over the name server, started last (None: not started).
     dashboard: Process | None = None
 
@@ -163,11 +184,12 @@ class Topology:
 
     @property
     def processes(self) -> list[Process]:
-        """Start order: the name server, the masters, the slaves, then the dashboard."""
+        """Start order: etcd, the name server, the masters, the slaves, then the dashboard."""
         masters = [b for b in self.brokers if not b.is_slave]
         slaves = [b for b in self.brokers if b.is_slave]
-        extra = [self.dashboard] if self.dashboard is not None else []
-        return [self.namesrv, *masters, *slaves, *extra]
+        first = [self.etcd] if self.etcd is not None else []
+        last = [self.dashboard] if self.dashboard is not None else []
+        return [*first, self.namesrv, *masters, *slaves, *last]
 
     @property
     def dashboard_url(self) -> str | None:
@@ -213,7 +235,10 @@ def load_topology(
     broker_files = sorted(folder.glob("broker*.properties"))
     if not broker_files:
         raise ClusterError(f"{folder}: no broker*.properties file")
+    etcd_file = folder / "etcd.properties"
     names = {"namesrv", "all", *(f.stem for f in broker_files)}
+    if etcd_file.exists():
+        names.add("etcd")
     for target, _, _ in parsed:
         if target not in names:
             raise ClusterError(f"override for unknown process {target!r} (known: {sorted(names)})")
@@ -236,10 +261,18 @@ def load_topology(
         ns_args += ["-c", str(namesrv_file)]
     namesrv = Process("namesrv", [*ns_args, *ns_extra], ns_props, is_namesrv=True)
     namesrv_addr = f"127.0.0.1:{namesrv.port}"
+    etcd = None
+    if etcd_file.exists():
+        etcd_props, _ = props_of(etcd_file, "etcd", False)
+        etcd = Process(
+            "etcd", etcd_command(etcd_props, data_dir / "etcd"), etcd_props, is_etcd=True
+        )
     brokers = []
     for file in broker_files:
         props, extra = props_of(file, file.stem, True)
         fixed = {"namesrvAddr": namesrv_addr, "storePathRootDir": str(data_dir / file.stem)}
+        if etcd is not None:
+            fixed["controllerAddr"] = f"127.0.0.1:{etcd.port}"
         fixed = {k: v for k, v in fixed.items() if not any(e.startswith(k + "=") for e in extra)}
         props.update(fixed)
         args = [sys.executable, "-m", "tidemq.broker", "-c", str(file)]
@@ -253,7 +286,36 @@ def load_topology(
             {"listenPort": str(dashboard_port), "bindAddress": dashboard_bind},
             is_dashboard=True,
         )
-    return Topology(folder, namesrv, brokers, dashboard)
+    return Topology(folder, namesrv, brokers, etcd=etcd, dashboard=dashboard)
+
+
+def etcd_command(props: dict[str, str], data_dir: Path) -> list[str]:
+    """A single-member etcd on 127.0.0.1 (ClusterError when it is not installed)."""
+    binary = shutil.which("etcd")
+    if binary is None:
+        raise ClusterError(
+            "this topology needs etcd, which is not installed: run `apt-get install etcd-server`"
+        )
+    client = f"http://127.0.0.1:{props.get('clientPort', DEFAULT_ETCD_CLIENT_PORT)}"
+    peer = f"http://127.0.0.1:{props.get('peerPort', DEFAULT_ETCD_PEER_PORT)}"
+    name = props.get("name", "etcd")
+    return [
+        binary,
+        "--name",
+        name,
+        "--data-dir",
+        str(data_dir),
+        "--listen-client-urls",
+        client,
+        "--advertise-client-urls",
+        client,
+        "--listen-peer-urls",
+        peer,
+        "--initial-advertise-peer-urls",
+        peer,
+        "--initial-cluster",
+        f"{name}={peer}",
+    ]
 
 
 def _die_with_parent() -> None:
@@ -380,12 +442,19 @@ class Launcher:
                 await asyncio.sleep(0.2)
         raise ClusterError(f"cluster not healthy after {self.start_timeout:.0f} s: {problem}")
 
-    @staticmethod
     async def _health_problem(
-        admin: AdminClient, wanted: set[tuple[str, int]], slaves: set[str]
+        self, admin: AdminClient, wanted: set[tuple[str, int]], slaves: set[str]
     ) -> str:
         brokers = await admin.brokers()
         registered = {(b.broker_name, b.broker_id) for b in brokers}
+        # Controller mode: one broker of each group is elected and registers as id 0 instead
+        # of its own id; the others register with theirs.
+        for group in {b.broker_name for b in self.topology.brokers if b.controller_mode}:
+            members = [b for b in self.topology.brokers if b.broker_name == group]
+            ids = {i for name, i in registered if name == group}
+            if 0 not in ids or len(ids) < len(members):
+                return f"group {group}: no master elected, or not every broker registered yet"
+            wanted = {(name, i) for name, i in wanted if name != group}
         missing = wanted - registered
         if missing:
             return f"not registered yet: {sorted(missing)}"
@@ -637,7 +706,7 @@ async def run_cluster(
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @version_option("tidemq-cluster")
 def main() -> None:
-    """Run a tidemq topology on this machine (name server and brokers)."""
+    """Run a tidemq topology on this machine (name server, brokers, etcd when it has one)."""
 
 
 @main.command("run")

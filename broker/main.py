@@ -3,11 +3,12 @@
 Reads a RocketMQ broker properties file: BrokerConfig keys (brokerName, brokerId,
 brokerClusterName, namesrvAddr, listenPort, brokerIP1, ...), MessageStoreConfig keys
 (brokerRole, flushDiskType, storePathRootDir, mappedFileSizeCommitLog, ...), remoting keys
-(bindAddress, maxFrameSize) and HA keys (haListenPort). Trailing `key=value` arguments override
-the file, `-n` overrides namesrvAddr (like mqbroker), `-p` prints the effective configuration and
-exits. A bad file or value stops start-up with one line naming the key and exit status 1; a
-SLAVE whose brokerId is not above 0 is refused, as RocketMQ's BrokerStartup does. SIGTERM and
-SIGINT stop the broker cleanly (exit 0).
+(bindAddress, maxFrameSize), HA keys (haListenPort) and controller-mode keys
+(enableControllerMode, controllerAddr, ...: ha/controller_config.py). Trailing `key=value`
+arguments override the file, `-n` overrides namesrvAddr (like mqbroker), `-p` prints the
+effective configuration and exits. A bad file or value stops start-up with one line naming the
+key and exit status 1; a SLAVE whose brokerId is not above 0 is refused, as RocketMQ's
+BrokerStartup does. SIGTERM and SIGINT stop the broker cleanly (exit 0).
 """
 
 from __future__ import annotations
@@ -28,15 +29,24 @@ from tidemq.broker.daemon import (
     run_until_signal,
     unwritable_store,
 )
+from tidemq.broker.failover import MemberConflict
 from tidemq.client.version import version_option
 from tidemq.ha.config import HAConfig
+from tidemq.ha.controller_config import ControllerConfig
+from tidemq.ha.etcd import EtcdUnavailable
 from tidemq.store.config import BrokerRole, StoreConfig
 from tidemq.store.errors import ConfigError, StoreError
 from tidemq.store.settings import from_properties, to_properties, unknown_keys
 
 log = logging.getLogger("broker")
 
-CONFIG_CLASSES: tuple[type, ...] = (BrokerConfig, StoreConfig, RemotingConfig, HAConfig)
+CONFIG_CLASSES: tuple[type, ...] = (
+    BrokerConfig,
+    StoreConfig,
+    RemotingConfig,
+    HAConfig,
+    ControllerConfig,
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,6 +55,7 @@ class BrokerSettings:
     store: StoreConfig
     remoting: RemotingConfig
     ha: HAConfig
+    controller: ControllerConfig
     unknown: list[str]
 
     def fixed_ports(self) -> list[tuple[str, int]]:
@@ -58,7 +69,7 @@ class BrokerSettings:
 
     def effective(self) -> dict[str, str]:
         props: dict[str, str] = {}
-        for config in (self.broker, self.store, self.remoting, self.ha):
+        for config in (self.broker, self.store, self.remoting, self.ha, self.controller):
             props.update(to_properties(config))
         if self.ha.ha_listen_port < 0:
             props["haListenPort"] = str(self.broker.listen_port + 1)
@@ -70,12 +81,27 @@ def load_settings(props: dict[str, str]) -> BrokerSettings:
     store = from_properties(StoreConfig, props)
     remoting = from_properties(RemotingConfig, props)
     ha = from_properties(HAConfig, props)
+    controller = from_properties(ControllerConfig, props)
+    if controller.enable_controller_mode:
+        # Every broker of the group starts as a slave; the elected one registers as id 0.
+        if store.broker_role is BrokerRole.SLAVE:
+            raise ConfigError(
+                "brokerRole: with enableControllerMode the role taken when elected "
+                "(SYNC_MASTER or ASYNC_MASTER)"
+            )
+        if broker.broker_id <= 0:
+            raise ConfigError("brokerId: with enableControllerMode each broker's own id, above 0")
+        return BrokerSettings(
+            broker, store, remoting, ha, controller, unknown_keys(props, CONFIG_CLASSES)
+        )
     if store.broker_role is BrokerRole.SLAVE and broker.broker_id <= 0:
         raise ConfigError("brokerId: a SLAVE's brokerId must be > 0")
     if store.broker_role is not BrokerRole.SLAVE and broker.broker_id != 0:
         # RocketMQ forces a master's id to 0 (MASTER_ID).
         broker = dataclasses.replace(broker, broker_id=0)
-    return BrokerSettings(broker, store, remoting, ha, unknown_keys(props, CONFIG_CLASSES))
+    return BrokerSettings(
+        broker, store, remoting, ha, controller, unknown_keys(props, CONFIG_CLASSES)
+    )
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -124,7 +150,13 @@ def main(
         click.echo(f"brokerd: cannot start: {problem}", err=True)
         sys.exit(1)
     try:  # certificates and keys are loaded here
-        broker = Broker(settings.broker, settings.store, settings.remoting, settings.ha)
+        broker = Broker(
+            settings.broker,
+            settings.store,
+            settings.remoting,
+            settings.ha,
+            settings.controller,
+        )
     except ConfigError as exc:
         click.echo(f"brokerd: {exc}", err=True)
         sys.exit(1)
@@ -134,6 +166,13 @@ def main(
             await broker.start()
         except StoreError as exc:
             click.echo(f"brokerd: {exc}", err=True)
+            raise SystemExit(1) from None
+        except EtcdUnavailable as exc:
+            # Controller mode never starts a broker without its group's coordination.
+            click.echo(f"brokerd: controllerAddr: {exc}; not starting", err=True)
+            raise SystemExit(1) from None
+        except MemberConflict as exc:
+            click.echo(f"brokerd: {exc}; not starting", err=True)
             raise SystemExit(1) from None
 
     def banner() -> str:

@@ -59,6 +59,11 @@ every master through the admin API; scrape every broker instead):
   `process_resident_memory_bytes`, `process_open_fds`, ..., `python_info`,
   `python_gc_collections_total`, ... (name servers too).
 
+- `tidemq_controller_is_master`, `tidemq_controller_epoch`, `tidemq_controller_elections`,
+  `tidemq_controller_sync_state_set_size` {cluster, broker, brokerId}: controller mode only
+  (broker/failover.py): whether this broker holds the lease, the group's epoch, elections won,
+  and the SyncStateSet's size as the master keeps it.
+
 Name server families (tidemq's own): `tidemq_namesrv_brokers{cluster, broker}` (live addresses
 of each broker group) and `tidemq_namesrv_topics` (topics with a route).
 """
@@ -223,6 +228,9 @@ class BrokerCollector(Collector):
             consumer_size.add_metric([cluster, name, topic, group], rate)
         yield from (producer_tps, consumer_tps, producer_size, consumer_size)
 
+        controller = info.get("controller")
+        if isinstance(controller, dict):
+            yield from _controller_metrics(cluster, name, controller)
         if self.store.role is not BrokerRole.SLAVE:
             yield from self._offsets(cluster, name)
             yield from self._clients(cluster, name)
@@ -428,6 +436,27 @@ def _quantile_ms(histogram: LatencyHistogram, q: float) -> float:
         if seen >= wanted:
             return bound * 1000 if not math.isinf(bound) else LATENCY_BUCKETS[-1] * 1000
     return LATENCY_BUCKETS[-1] * 1000
+
+
+def _controller_metrics(cluster: str, name: str, info: dict[str, object]) -> Iterable[Metric]:
+    labels = ["cluster", "broker", "brokerId"]
+    values = [cluster, name, str(info.get("brokerId"))]
+    members = info.get("syncStateSet")
+    for metric, doc, value in (
+        ("tidemq_controller_is_master", "1 when this broker holds its group's lease", "isMaster"),
+        ("tidemq_controller_epoch", "The group's epoch as this broker knows it", "epoch"),
+        ("tidemq_controller_elections", "Elections this broker won since it started", "elections"),
+    ):
+        gauge = _gauge(metric, doc, labels)
+        gauge.add_metric(values, float(info.get(value) or 0))  # type: ignore[arg-type]
+        yield gauge
+    size = _gauge(
+        "tidemq_controller_sync_state_set_size",
+        "Members of the SyncStateSet (a master's view; 0 on a slave)",
+        labels,
+    )
+    size.add_metric(values, float(len(members)) if isinstance(members, list) else 0.0)
+    yield size
 
 
 class NamesrvCollector(Collector):

@@ -40,6 +40,7 @@ class BrokerIdentity:
     broker_id: int
     broker_addr: str
     ha_server_addr: str
+    master_epoch: int | None = None  # controller mode: an elected master's epoch
 
 
 ResultListener = Callable[[RegisterBrokerResult], None]
@@ -80,6 +81,12 @@ class NameServerRegistration(Service):
         """Register soon (the topic table changed)."""
         self._wakeup.set()
 
+    def change_identity(self, identity: BrokerIdentity) -> None:
+        """Controller mode: the broker was elected master (id 0, with its epoch); register as it
+        with every name server now."""
+        self.identity = identity
+        self._wakeup.set()
+
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
@@ -115,6 +122,7 @@ class NameServerRegistration(Service):
             ha_server_addr=ident.ha_server_addr,
             broker_id=ident.broker_id,
             body=body,
+            master_epoch=ident.master_epoch,
         )
         try:
             response = await self.client.invoke(address, request, self.timeout)

@@ -336,6 +336,12 @@ class AdminClient(Service):
         _, body, _ = await self._call(address, RequestCode.GET_BROKER_RUNTIME_INFO)
         return KVTable.decode(body).table
 
+    async def elect_master(self, address: str, broker_name: str, broker_id: int) -> None:
+        """Controller mode: ask the group's master at `address` to hand over to `broker_id`
+        (RocketMQ 5's CONTROLLER_ELECT_MASTER; a refusal raises with the reason)."""
+        ext = {"brokerName": broker_name, "brokerId": str(broker_id)}
+        await self._call(address, RequestCode.CONTROLLER_ELECT_MASTER, ext)
+
     async def ha_status(self, address: str) -> HARuntimeInfo:
         _, body, _ = await self._call(address, RequestCode.GET_BROKER_HA_STATUS)
         return HARuntimeInfo.decode(body)

@@ -55,7 +55,7 @@ from tidemq.client.api import PullResult, PullStatus
 from tidemq.client.config import ClientConfig
 from tidemq.client.consume_stats import ConsumeStatsRecorder
 from tidemq.client.consume_threads import ConsumeThreads
-from tidemq.client.errors import ClientError, TideMQError
+from tidemq.client.errors import ClientError, RemotingError, TideMQError
 from tidemq.client.instance import ClientInstance, get_instance
 from tidemq.client.message import MessageSelector, ReceivedMessage, selector_of
 from tidemq.client.offset_store import OffsetStore
@@ -100,6 +100,10 @@ log = logging.getLogger(__name__)
 PULL_SUSPEND_MS = 15_000
 FLOW_CONTROL_BACKOFF = 0.05
 PULL_ERROR_BACKOFF = 3.0
+# After a pull that could not reach its broker, with the route asked for again meanwhile: the
+# next pull goes where the new route says (a slave of a dead master, a new master) within a
+# second instead of after RocketMQ's 3 s pause and 30 s route refresh.
+PULL_ERROR_BACKOFF_UNREACHABLE = 0.5
 LOCAL_RETRY_DELAY = 5.0
 ORDERLY_SUSPEND = 1.0
 LOCK_RENEW_INTERVAL = 20.0
@@ -489,7 +493,13 @@ class AsyncPushConsumer(AsyncLifecycle):
                     result = await call
                 except TideMQError as exc:
                     log.info("pull %s at %d failed: %s", mq, offset, exc)
-                    await asyncio.sleep(PULL_ERROR_BACKOFF)
+                    if isinstance(exc, RemotingError):
+                        # The broker may be gone (its group failed over, or its slave serves
+                        # now): the route of the next pull is asked for at once.
+                        await self.instance.refresh_route_after_failure(mq.topic)
+                        await asyncio.sleep(PULL_ERROR_BACKOFF_UNREACHABLE)
+                    else:
+                        await asyncio.sleep(PULL_ERROR_BACKOFF)
                     continue
                 pq.last_pull = time.monotonic()
                 if (

@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import random
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
@@ -55,6 +57,10 @@ from tidemq.store.record import PROPERTY_PRODUCER_GROUP, decode_record
 log = logging.getLogger(__name__)
 
 REBALANCE_INTERVAL = 20.0
+# Seconds between the route requests that failures make for one topic (a failover shows in the
+# route within a fraction of a second of the election; a busy broker is not a reason to ask the
+# name servers at every refusal).
+ROUTE_REFRESH_MIN_INTERVAL = 0.2
 
 
 class ConsumerHandle(Protocol):
@@ -105,6 +111,7 @@ class ClientInstance(Service):
         self._users = 0
         self._rebalance_now = asyncio.Event()
         self._route_lock = asyncio.Lock()
+        self._refreshed_after_failure: dict[str, float] = {}  # topic -> when it was asked
         self._resets: set[asyncio.Task[None]] = set()
         self.add_child(Step(stop=self._close))
         config = self.config
@@ -153,6 +160,20 @@ class ClientInstance(Service):
                 log.exception("%s failed", getattr(work, "__name__", "task"))
 
     # --- routes -----------------------------------------------------------------------------
+
+    async def refresh_route_after_failure(self, topic: str) -> None:
+        """A send or pull failed on a broker: ask for `topic`'s route now rather than at the
+        next periodic refresh (a failover: a new master, a dead one gone from the route), at most
+        once per ROUTE_REFRESH_MIN_INTERVAL so that a burst of failures asks once."""
+        now = time.monotonic()
+        last = self._refreshed_after_failure.get(topic, -math.inf)
+        if now - last < ROUTE_REFRESH_MIN_INTERVAL:
+            return
+        self._refreshed_after_failure[topic] = now
+        try:
+            await self.update_route(topic)
+        except TideMQError as exc:  # the name servers down too: the route stays as it was
+            log.info("route refresh of %s after a failure failed: %s", topic, exc)
 
     async def update_route(self, topic: str) -> TopicRouteData | None:
         """Ask the name servers (random start, each in turn) for `topic`'s route."""

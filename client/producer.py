@@ -371,6 +371,9 @@ class AsyncProducer(AsyncLifecycle):
                 retriable = isinstance(exc, RemotingError) or exc.code in RETRIED_CODES
                 log.info("send to %s (attempt %d) failed: %s", queue.broker_name, attempt + 1, exc)
                 last_error, last_broker = exc, queue.broker_name
+                # The group may have a new master (failover): ask the name servers now rather
+                # than at the next 30 s refresh, so the retry and the sends after it go there.
+                await self.instance.refresh_route_after_failure(msg.topic)
                 if not retriable:
                     raise
                 continue
@@ -380,6 +383,7 @@ class AsyncProducer(AsyncLifecycle):
             result = _result(raw, queue, uniq)
             if result.ok or not self.retry_another_broker_when_not_store_ok:
                 return result
+            await self.instance.refresh_route_after_failure(msg.topic)
             last_broker = queue.broker_name
         if last_error is not None:
             raise last_error

@@ -27,6 +27,24 @@ the bytes the encoders return. `SlaveStreamChecker` and `AckValidator` are the c
 of each side (reference Part A §1.2, §1.4 and Part C), kept pure so they are tested without
 sockets.
 
+Controller mode (issue 16) only, never in a RocketMQ 4.x group: the connection starts with an
+epoch handshake, then the stream above follows unchanged. The slave speaks first::
+
+    slave -> master: HELLO
+    +--------------+----------------+-----------+--------------------------------------+
+    | magic: int32 | brokerId: int32| n: int32  | n x (epoch: int32, startOffset: int64)|
+    +--------------+----------------+-----------+--------------------------------------+
+      0x54514831 ("TQH1")                          the slave's epoch file, oldest first
+
+    master -> slave: EPOCHS
+    +--------------+-----------+---------------------------------------+
+    | magic: int32 | n: int32  | n x (epoch: int32, startOffset: int64) |
+    +--------------+-----------+---------------------------------------+
+
+Then the slave truncates its log at the first epoch where the two lists part (keeping the cut
+bytes aside) and sends its first report. The master knows the slave's brokerId from the HELLO,
+and no transfer frame crosses the start of an epoch. At most MAX_EPOCH_ENTRIES entries.
+
 A decoder that raised `HAProtocolError` is dead: the peer is not speaking the protocol and the
 only recovery is a new connection, which is cheap because replication resumes from the slave's
 reported offset.
@@ -45,6 +63,7 @@ __all__ = [
     "ACK_SIZE",
     "DEFAULT_MAX_BODY_SIZE",
     "DEFAULT_TRANSFER_BATCH_SIZE",
+    "HANDSHAKE_MAGIC",
     "MAX_OFFSET",
     "MAX_WIRE_BODY_SIZE",
     "TRANSFER_HEADER_SIZE",
@@ -52,8 +71,10 @@ __all__ = [
     "AckValidator",
     "BatchReceived",
     "Diverged",
+    "EpochsDecoder",
     "HAProtocolError",
     "HeartbeatReceived",
+    "HelloDecoder",
     "OffsetReported",
     "ReadableBuffer",
     "SlaveStreamChecker",
@@ -61,7 +82,9 @@ __all__ = [
     "TransferEvent",
     "Verdict",
     "encode_ack",
+    "encode_epochs",
     "encode_heartbeat",
+    "encode_hello",
     "encode_transfer",
     "encode_transfer_header",
 ]
@@ -487,3 +510,87 @@ class AckValidator:
 def _check_offset(offset: int) -> None:
     if not 0 <= offset <= MAX_OFFSET:
         raise ValueError(f"offset {offset} is outside 0..{MAX_OFFSET}")
+
+
+# --- controller mode's epoch handshake (module docstring) ---------------------------------------
+
+HANDSHAKE_MAGIC: Final = 0x54514831  # "TQH1"
+MAX_EPOCH_ENTRIES: Final = 100_000
+_ENTRY: Final = struct.Struct(">iq")
+_INT: Final = struct.Struct(">i")
+
+
+def _encode_entries(entries: list[tuple[int, int]]) -> bytes:
+    if len(entries) > MAX_EPOCH_ENTRIES:
+        raise ValueError(f"{len(entries)} epoch entries, at most {MAX_EPOCH_ENTRIES}")
+    return _INT.pack(len(entries)) + b"".join(_ENTRY.pack(e, o) for e, o in entries)
+
+
+def encode_hello(broker_id: int, entries: list[tuple[int, int]]) -> bytes:
+    """The slave's HELLO: its brokerId and its epoch file as (epoch, start offset) pairs."""
+    return _INT.pack(HANDSHAKE_MAGIC) + _INT.pack(broker_id) + _encode_entries(entries)
+
+
+def encode_epochs(entries: list[tuple[int, int]]) -> bytes:
+    """The master's answer: its epoch file."""
+    return _INT.pack(HANDSHAKE_MAGIC) + _encode_entries(entries)
+
+
+class _EntriesDecoder:
+    """Accumulates one handshake message; `feed` returns the bytes after it once complete."""
+
+    def __init__(self, fixed: int) -> None:
+        self._fixed = fixed  # int32 fields before the count, magic included
+        self._buffer = bytearray()
+        self.fields: list[int] = []
+        self.entries: list[tuple[int, int]] = []
+        self.done = False
+
+    def feed(self, data: bytes) -> bytes | None:
+        """None until the message is complete; then the bytes that followed it."""
+        if self.done:
+            return bytes(data)
+        self._buffer += data
+        head = 4 * (self._fixed + 1)
+        if len(self._buffer) < head:
+            return None
+        values = [_INT.unpack_from(self._buffer, 4 * i)[0] for i in range(self._fixed + 1)]
+        if values[0] != HANDSHAKE_MAGIC:
+            raise HAProtocolError(f"epoch handshake: bad magic 0x{values[0] & 0xFFFFFFFF:08x}")
+        count = values[-1]
+        if not 0 <= count <= MAX_EPOCH_ENTRIES:
+            raise HAProtocolError(f"epoch handshake: {count} entries")
+        end = head + count * _ENTRY.size
+        if len(self._buffer) < end:
+            return None
+        self.fields = values[1:-1]
+        self.entries = [
+            _ENTRY.unpack_from(self._buffer, head + i * _ENTRY.size) for i in range(count)
+        ]
+        for (epoch, start), (next_epoch, next_start) in zip(
+            self.entries, self.entries[1:], strict=False
+        ):
+            if next_epoch <= epoch or next_start < start:
+                raise HAProtocolError("epoch handshake: entries out of order")
+        self.done = True
+        rest = bytes(self._buffer[end:])
+        self._buffer.clear()
+        return rest
+
+
+class HelloDecoder(_EntriesDecoder):
+    """The master's side: the slave's HELLO (`broker_id`, `entries`)."""
+
+    def __init__(self) -> None:
+        super().__init__(fixed=2)
+
+    @property
+    def broker_id(self) -> int:
+        return self.fields[0]
+
+
+class EpochsDecoder(_EntriesDecoder):
+    """The slave's side: the master's EPOCHS (`entries`)."""
+
+    def __init__(self) -> None:
+        super().__init__(fixed=1)

@@ -120,3 +120,69 @@ class GroupTransferService:
         if now - self._last_reason_logged >= REASON_LOG_INTERVAL:
             self._last_reason_logged = now
             log.warning("SYNC_MASTER: SLAVE_NOT_AVAILABLE because %s", reason)
+
+
+class MemberView(SlaveView, Protocol):
+    """A connected slave as controller mode knows it: its brokerId and its last ack."""
+
+    @property
+    def broker_id(self) -> int | None: ...
+
+    @property
+    def slave_ack_offset(self) -> int: ...
+
+
+class AllInSyncTransfer(GroupTransferService):
+    """allAckInSyncStateSet (controller mode): a SYNC send is acknowledged once every slave of
+    the SyncStateSet has it, not the first slave to ack.
+
+    `require(ids)` names those slaves (the master keeps it to the set, and to the union of the
+    old and the new set while the set changes in etcd, so that no send is answered on the
+    strength of a set that is not yet, or no longer, the one an election would read). With no
+    slave required (the set is the master alone) a send is acknowledged at once; a required
+    slave that is not connected holds sends until slaveTimeout (FLUSH_SLAVE_TIMEOUT), until the
+    set drops it after haMaxTimeSlaveNotCatchup.
+    """
+
+    def __init__(
+        self,
+        slaves: Callable[[], Iterable[MemberView]],
+        *,
+        slave_timeout_ms: int,
+        fallbehind_max: int,
+    ) -> None:
+        super().__init__(slaves, slave_timeout_ms=slave_timeout_ms, fallbehind_max=fallbehind_max)
+        self._members = slaves
+        self.required: frozenset[int] = frozenset()
+
+    def require(self, broker_ids: frozenset[int]) -> None:
+        self.required = broker_ids
+        self._release()
+
+    def is_slave_ok(self, master_put_where: int) -> bool:
+        del master_put_where  # who must ack is the set's business, decided at the ack
+        return True
+
+    async def wait_for_slave(self, next_offset: int) -> bool:
+        if not self.required:
+            return True
+        return await super().wait_for_slave(next_offset)
+
+    def on_ack(self, offset: int) -> None:
+        del offset  # the slowest required slave decides
+        self._release()
+
+    def _release(self) -> None:
+        if not self.required:
+            for _end, _seq, future in self._waiting:
+                if not future.done():
+                    future.set_result(True)
+            self._waiting.clear()
+            return
+        acks = {
+            m.broker_id: m.slave_ack_offset
+            for m in self._members()
+            if m.broker_id is not None and m.broker_id in self.required
+        }
+        if len(acks) == len(self.required):
+            super().on_ack(min(acks.values()))

@@ -43,11 +43,13 @@ from tidemq.ha.codec import (
     AckDecoder,
     AckValidator,
     HAProtocolError,
+    HelloDecoder,
+    encode_epochs,
     encode_heartbeat,
     encode_transfer_header,
 )
 from tidemq.ha.config import HAConfig
-from tidemq.ha.group_transfer import GroupTransferService
+from tidemq.ha.group_transfer import AllInSyncTransfer, GroupTransferService
 from tidemq.ha.transport import Listen, Listening, listen_tcp
 from tidemq.store.config import BrokerRole
 from tidemq.store.lifecycle import Service, Step, cancel_and_wait
@@ -131,6 +133,14 @@ class HAConnection:
         self._data = asyncio.Event()
         self._reported = asyncio.Event()
         self._last_lag_log = 0.0
+        # Controller mode: the slave's brokerId (from its etcd member record), and when its ack
+        # last reached what the master held at its previous catch-up (the SyncStateSet's rule:
+        # a slave that has not caught up for haMaxTimeSlaveNotCatchup leaves the set).
+        self.broker_id: int | None = None
+        self.caught_up_at = 0.0
+        self._catch_up_mark = 0
+        # Controller mode: the slave's HELLO comes first (ha/codec.py's epoch handshake).
+        self._hello = HelloDecoder() if service.epochs is not None else None
 
     @property
     def known_offset(self) -> int:
@@ -183,11 +193,30 @@ class HAConnection:
                 return
             self.last_read = time.monotonic()
             try:
+                if self._hello is not None and not self._hello.done:
+                    rest = self._hello.feed(data)
+                    if rest is None:
+                        continue
+                    self._answer_hello()
+                    data = rest
                 for event in self.decoder.feed(data):
                     self._on_report(event.offset)
             except HAProtocolError as exc:
                 log.error("HA: closing connection of slave %s: %s", self.address, exc)
                 return
+
+    def _answer_hello(self) -> None:
+        """Controller mode: the slave said who it is and which epochs it holds; it learns the
+        master's epochs before its first report (so before any transfer frame)."""
+        assert self._hello is not None and self.service.epochs is not None
+        self.broker_id = self._hello.broker_id
+        self.writer.write(encode_epochs(self.service.epochs()))
+        log.info(
+            "HA: slave %s is broker %d, its epochs end with %s",
+            self.address,
+            self.broker_id,
+            self._hello.entries[-1] if self._hello.entries else "none",
+        )
 
     def _on_report(self, offset: int) -> None:
         store = self.service.store
@@ -198,6 +227,7 @@ class HAConnection:
             log.info("HA: slave %s connected, its CommitLog ends at %d", self.address, offset)
             # Decided with the first report, so that no later report is judged before it.
             self.next_transfer_from = self._start_offset()
+            self._catch_up_mark = store.max_phy_offset
             self._reported.set()
             for listener in self.service.slave_listeners:
                 listener(self.address)
@@ -211,6 +241,9 @@ class HAConnection:
         self.slave_ack_offset = acked
         if self.state is not SlaveState.TRANSFER:
             return  # a DIVERGED or BEHIND_RETENTION slave's report vouches for nothing
+        if acked >= self._catch_up_mark:
+            self.caught_up_at = time.monotonic()
+            self._catch_up_mark = store.max_phy_offset
         self.service.transfer.on_ack(acked)
         self._log_lag(store.max_phy_offset - acked)
 
@@ -293,6 +326,9 @@ class HAConnection:
                 # One contiguous span of the file, cut into the frames the protocol carries
                 # (haTransferBatchSize each, the last one shorter) and written at once.
                 span = min(len(view), TRANSFER_SPAN)
+                boundary = self.service.next_epoch_start(start)
+                if boundary is not None and boundary < start + span:
+                    span = boundary - start  # controller mode: no frame crosses an epoch's start
                 frames: list[bytes | memoryview] = []
                 for at in range(0, span, batch):
                     size = min(span - at, batch)
@@ -345,7 +381,14 @@ class HAService(Service):
         port: int,
         *,
         listen: Listen = listen_tcp,
+        all_ack_in_sync: bool = False,
+        epochs: Callable[[], list[tuple[int, int]]] | None = None,
     ) -> None:
+        """`all_ack_in_sync`: controller mode's allAckInSyncStateSet, a SYNC_MASTER send waits
+        for every slave of the SyncStateSet (`require_acks_from`) instead of any one slave.
+        `epochs`: controller mode's epoch file as (epoch, start offset) pairs; given, every
+        connection starts with the epoch handshake (ha/codec.py), absent, the stream is
+        RocketMQ 4.x's byte for byte."""
         super().__init__()
         self.add_child(Step(stop=self._close))
         self.store = store
@@ -353,7 +396,9 @@ class HAService(Service):
         self.host = host
         self.port = port
         self.connections: set[HAConnection] = set()
-        self.transfer = GroupTransferService(
+        self.epochs = epochs
+        transfer = AllInSyncTransfer if all_ack_in_sync else GroupTransferService
+        self.transfer = transfer(
             self._usable_slaves,
             slave_timeout_ms=config.slave_timeout,
             fallbehind_max=config.ha_slave_fallbehind_max,
@@ -363,6 +408,37 @@ class HAService(Service):
         self._tasks: set[asyncio.Task[None]] = set()
         # Called with a slave's address once it has reported where it stands.
         self.slave_listeners: list[Callable[[str], None]] = []
+
+    # --- controller mode ---------------------------------------------------------------------
+
+    def next_epoch_start(self, offset: int) -> int | None:
+        """Controller mode: where the first epoch after `offset` starts (None: none, or 4.x)."""
+        if self.epochs is None:
+            return None
+        return next((start for _epoch, start in self.epochs() if start > offset), None)
+
+    def identify(self, addresses: dict[str, int]) -> None:
+        """Which connection is which slave, for those that said no HELLO: {the slave's local
+        address of its HA connection: its brokerId}, as the slaves publish them in etcd."""
+        for connection in self.connections:
+            if connection.broker_id is None:
+                connection.broker_id = addresses.get(connection.address)
+        self.transfer.on_ack(self.transfer.acked_offset)
+
+    def in_sync_ids(self, max_lag_ms: int) -> set[int]:
+        """The slaves that caught up within `max_lag_ms` (haMaxTimeSlaveNotCatchup)."""
+        now = time.monotonic()
+        return {
+            c.broker_id
+            for c in self._usable_slaves()
+            if c.broker_id is not None and now - c.caught_up_at <= max_lag_ms / 1000
+        }
+
+    def require_acks_from(self, broker_ids: frozenset[int]) -> None:
+        """allAckInSyncStateSet: the slaves every SYNC send must reach (the set, or while it
+        changes the union of the old and the new set)."""
+        if isinstance(self.transfer, AllInSyncTransfer):
+            self.transfer.require(broker_ids)
 
     def _usable_slaves(self) -> list[HAConnection]:
         return [

@@ -30,13 +30,16 @@ import enum
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tidemq.ha.codec import (
     BatchReceived,
+    EpochsDecoder,
     HAProtocolError,
     HeartbeatReceived,
     TransferDecoder,
     encode_ack,
+    encode_hello,
 )
 from tidemq.ha.config import HAConfig
 from tidemq.ha.master import TransferRate
@@ -72,6 +75,17 @@ class MismatchError(Exception):
 Resync = Callable[[ClientState, int, int], bool]
 
 
+@dataclass(frozen=True, slots=True)
+class EpochHandshake:
+    """Controller mode's start of a connection (ha/codec.py): this slave's brokerId and epoch
+    file, and what to do with the master's epochs (cut the log where they part) before the
+    first report."""
+
+    broker_id: int
+    entries: Callable[[], list[tuple[int, int]]]
+    on_master_epochs: Callable[[list[tuple[int, int]]], None]
+
+
 class HAClient(Service):
     def __init__(
         self,
@@ -80,8 +94,10 @@ class HAClient(Service):
         *,
         resync: Resync | None = None,
         connect: Connect = connect_tcp,
+        handshake: EpochHandshake | None = None,
     ) -> None:
         super().__init__()
+        self._handshake = handshake
         self.store = store
         self.config = config
         self.master_address = config.ha_master_address or ""
@@ -91,6 +107,9 @@ class HAClient(Service):
         self.last_read = 0.0
         self.last_write = 0.0
         self.reported_offset = -1
+        # This end's address of the HA connection ("ip:port"; empty while not connected): the
+        # master sees the connection by it (controller mode publishes it in etcd).
+        self.local_address = ""
         self.rate = TransferRate()
         self.connects = 0
         self.local_address = ""
@@ -103,6 +122,8 @@ class HAClient(Service):
         # Dispatch follows the receive path: small steps, and turns given up while bytes arrive.
         store.reput.chunk_bytes = DISPATCH_CHUNK_BYTES
         store.reput.defer = self._receiving
+        # Started again after a stop (controller mode switches masters): ready, not SHUTDOWN.
+        self.add_child(Step(start=self._open))
         self.add_child(BackgroundTask(self._run, "ha-client"))
         # Stops first: the loop, cancelled next, must not take itself for READY again.
         self.add_child(Step(stop=self._shut_down))
@@ -121,6 +142,10 @@ class HAClient(Service):
         """Whether bytes arrived since the last call (dispatch then lets the turn go by)."""
         arrived, self._arrived = self._arrived, False
         return arrived
+
+    def _open(self) -> None:
+        self.state = ClientState.READY
+        self.store.reput.defer = self._receiving
 
     def _shut_down(self) -> None:
         self.state = ClientState.SHUTDOWN
@@ -194,6 +219,8 @@ class HAClient(Service):
     async def _session(self, address: str) -> None:
         reader, writer = await asyncio.wait_for(self._connect(address), CONNECT_TIMEOUT)
         self.connects += 1
+        local = writer.get_extra_info("sockname")
+        self.local_address = f"{local[0]}:{local[1]}" if isinstance(local, tuple) else ""
         self._answering_report = True
         # The address the master sees this connection come from: it names this slave to the
         # master (broker/slave_names.py), which only sees a temporary port.
@@ -201,6 +228,8 @@ class HAClient(Service):
         self.local_address = f"{local[0]}:{local[1]}" if isinstance(local, tuple) else ""
         try:
             log.info("HA: connected to master %s", address)
+            if self._handshake is not None:
+                await self._exchange_epochs(reader, writer, self._handshake)
             decoder = TransferDecoder()
 
             def on_chunk(data: bytes) -> None:
@@ -212,9 +241,29 @@ class HAClient(Service):
             await self._report(writer)
             await self._receive(receiver, writer)
         finally:
+            self.local_address = ""
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _exchange_epochs(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: EpochHandshake
+    ) -> None:
+        """Controller mode: HELLO out, the master's EPOCHS in, the log cut where they part."""
+        writer.write(encode_hello(hello.broker_id, hello.entries()))
+        await writer.drain()
+        decoder = EpochsDecoder()
+        timeout = self.config.ha_housekeeping_interval / 1000
+        while True:
+            data = await asyncio.wait_for(reader.read(64 * 1024), timeout)
+            if not data:
+                raise EOFError("the master closed the connection during the epoch handshake")
+            rest = decoder.feed(data)
+            if rest is not None:
+                break
+        if rest:  # the master sends nothing more until this slave has reported
+            raise HAProtocolError(f"{len(rest)} bytes after the master's epochs")
+        hello.on_master_epochs(decoder.entries)
 
     async def _report(self, writer: asyncio.StreamWriter) -> None:
         offset = self.store.max_phy_offset

@@ -84,6 +84,8 @@ class PutStatus(enum.Enum):
     # tidemq: sendThreadPoolQueueCapacity puts wait for a flush or a slave (RocketMQ refuses
     # at its send queue, BrokerFastFailure's [TOO_MANY_REQUESTS]: SYSTEM_BUSY)
     TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"
+    # RocketMQ 5 controller mode: the SyncStateSet is smaller than minInSyncReplicas
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +164,15 @@ class MessageStore(Service):
             // 100,
         )
         self.replication: Replication | None = None
+        # Controller mode (broker/failover.py): a master acknowledges writes only before this
+        # time.monotonic() instant, where the etcd lease it holds stops being trusted; None in
+        # RocketMQ 4.x groups. `fence_reason` says why writes stopped (send status and log).
+        self.lease_deadline: float | None = None
+        self.fence_reason = "this master's etcd lease could not be renewed"
+        # Controller mode: the SyncStateSet's size (the master included) and minInSyncReplicas;
+        # a write is refused before it is stored while the set is smaller (0, 0 otherwise).
+        self.in_sync_replicas = 0
+        self.min_in_sync_replicas = 0
         # The SYNC_MASTER waiter of the attached replication, looked up on every put.
         self._sync_replication: ReplicationHook | None = None
         self.disk = DiskState()
@@ -411,6 +421,16 @@ class MessageStore(Service):
                 PutStatus.SERVICE_NOT_AVAILABLE,
                 remark="service not available now: this broker is a slave and refuses writes",
             )
+        if self.lease_deadline is not None and time.monotonic() >= self.lease_deadline:
+            return self._fenced()
+        if self.in_sync_replicas < self.min_in_sync_replicas:
+            return PutMessageResult(
+                PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH,
+                remark=(
+                    f"in-sync replicas not enough: the SyncStateSet has {self.in_sync_replicas}, "
+                    f"minInSyncReplicas is {self.min_in_sync_replicas}"
+                ),
+            )
         if self.disk.full:
             return PutMessageResult(
                 PutStatus.SERVICE_NOT_AVAILABLE,
@@ -487,7 +507,17 @@ class MessageStore(Service):
                         status = PutStatus.FLUSH_SLAVE_TIMEOUT
                 finally:
                     self.puts_waiting -= 1
+        if self.lease_deadline is not None and time.monotonic() >= self.lease_deadline:
+            # Stored, but its acknowledgement would come when another master may be elected.
+            return self._fenced(append)
         return PutMessageResult(status, append)
+
+    def _fenced(self, append: AppendResult | None = None) -> PutMessageResult:
+        return PutMessageResult(
+            PutStatus.SERVICE_NOT_AVAILABLE,
+            append,
+            remark=f"service not available now: {self.fence_reason}; writes are not acknowledged",
+        )
 
     # --- gathered appends: the puts of one read, one system call --------------------------
 
@@ -655,6 +685,32 @@ class MessageStore(Service):
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         self.reput.listeners.append(listener)
+
+    # --- controller mode: a slave elected master ------------------------------------------
+
+    def cut_incomplete_tail(self) -> int:
+        """A slave about to stand for election, its replication stopped: dispatch what it
+        received, move an incomplete record at the end (the old master's last frame may have
+        cut one) into a `.diverged` file, and take up each queue's next offset. Returns where
+        the log ends: the next epoch's start."""
+        self.reput.dispatch_available(1 << 62)
+        end = self.reput.reput_from_offset
+        if end < self.max_phy_offset and self.reput.stalled_at < 0:
+            log.warning(
+                "an incomplete record at the end of the CommitLog (%d-%d) is kept aside",
+                end,
+                self.max_phy_offset,
+            )
+            self.truncate_for_resync(end)
+        # A slave's appends are raw bytes: the next queue offset of each queue comes from its
+        # ConsumeQueues, as after a restart.
+        rebuild_queue_offsets(self.commitlog, self.consume_queues)
+        self.reput.wakeup()  # the index follows what dispatch did here
+        return self.max_phy_offset
+
+    def take_role(self, role: BrokerRole) -> None:
+        """Controller mode: the broker was elected, the store takes writes as `role`."""
+        self.role = role
 
     # --- resynchronising a slave with its master (store/resync.py) -------------------------
 

@@ -5,6 +5,7 @@
 - `namesrv`: a running name server (a `Daemon`; `.address` is "127.0.0.1:port").
 - `remoting_client`: a `RemotingClient`, closed when the test ends.
 - `api`: a `BrokerAPI` with its default timeout, closed when the test ends.
+- `etcd`: a single-member etcd (tests/support/etcd.py), stopped when the test ends.
 - `ha`: a `Harness` (tests/support/ha_harness.py) whose HA services, clients and relays talk
   over an in-memory network: no sockets. It stops what it made when the test ends and fails the
   test if asyncio logged an error meanwhile.
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests.support.etcd import EtcdCluster
 from tests.support.ha_harness import Harness, harness
 from tests.support.memory_streams import MemoryNetwork
 from tests.support.processes import Daemon, ProcessGroup
@@ -37,6 +39,12 @@ def processes(tmp_path: Path) -> Iterator[ProcessGroup]:
         yield group
     finally:
         group.stop_all()
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
+    with EtcdCluster(1, tmp_path / "etcd", tmp_path / "logs") as cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -171,7 +171,17 @@ class NamesrvProcessor:
             topic_config_wrapper=body.topic_config_wrapper,
             filter_server_list=body.filter_server_list,
             connection=connection,
+            master_epoch=header.master_epoch,
         )
+        if outcome.stale_against is not None:
+            log.warning(
+                "registration of %s[0] %s with epoch %s ignored: a master of epoch %d registered",
+                header.broker_name,
+                header.broker_addr,
+                header.master_epoch,
+                outcome.stale_against,
+            )
+            return _ok(request)
         if outcome.new_broker:
             log.info(
                 "broker registered: %s[%d] %s cluster %s, HA %s, %d topics%s",

@@ -92,6 +92,9 @@ class RegisterOutcome:
     master_addr: str | None
     new_broker: bool
     topics_updated: bool
+    # Set when the registration was ignored: a master with an epoch below this one, the
+    # highest registered for its broker name (a deposed master that came back).
+    stale_against: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,9 @@ class RouteInfoManager:
         self.cluster_addr_table: dict[str, set[str]] = {}
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}
         self.filter_server_table: dict[str, list[str]] = {}
+        # Controller mode: brokerName -> the highest epoch a master of it registered with. Kept
+        # when the group's addresses go: a deposed master must not win by outliving the others.
+        self.master_epoch_table: dict[str, int] = {}
 
     # --- registration ---------------------------------------------------------------------
 
@@ -142,7 +148,16 @@ class RouteInfoManager:
         topic_config_wrapper: TopicConfigSerializeWrapper | None,
         filter_server_list: list[str] | None,
         connection: object,
+        master_epoch: int | None = None,
     ) -> RegisterOutcome:
+        """`master_epoch`: an elected master's epoch (controller mode). The name server keeps
+        the registration with the highest epoch for a broker name: a master registering with a
+        lower one is ignored (its outcome says so), a higher one replaces the group's master."""
+        if broker_id == MASTER_ID and master_epoch is not None:
+            known = self.master_epoch_table.get(broker_name, 0)
+            if master_epoch < known:
+                return RegisterOutcome(None, None, False, False, stale_against=known)
+            self.master_epoch_table[broker_name] = master_epoch
         broker_data, register_first = self._join_group(
             cluster_name, broker_name, broker_id, broker_addr
         )

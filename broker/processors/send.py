@@ -276,6 +276,11 @@ _STATUS_CODES: dict[PutStatus, tuple[int, str | None]] = {
         ResponseCode.SYSTEM_ERROR,
         "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
     ),
+    # RocketMQ 5's answer (no code of its own): the store's remark names the set and the key
+    PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: (
+        ResponseCode.SYSTEM_ERROR,
+        "in-sync replicas not enough",
+    ),
     PutStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
 }
 

@@ -7,6 +7,7 @@ commands on `main`, one module per area.
 
 from tidemq.client.mqadmin import (
     cluster,
+    controller,
     group,
     message,
     namesrv,
@@ -20,6 +21,7 @@ from tidemq.client.mqadmin.base import main
 
 __all__ = [
     "cluster",
+    "controller",
     "group",
     "main",
     "message",

@@ -8,7 +8,7 @@ import time
 
 import click
 
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin import AdminClient, BrokerAddress
 from tidemq.client.errors import TideMQError
 from tidemq.client.mqadmin.base import (
     Output,
@@ -20,7 +20,7 @@ from tidemq.client.mqadmin.base import (
     need_one,
     run,
 )
-from tidemq.client.protocol.admin import HARuntimeInfo
+from tidemq.client.protocol.admin import ControllerRuntimeInfo, HARuntimeInfo
 
 CLUSTER_COLUMNS = [
     "#Cluster Name",
@@ -137,9 +137,46 @@ def cluster_list(namesrv_addr: str | None, as_json: bool, more: bool, cluster: s
                 "#OutTotalToday",
             ]
             return Output(data, tables=[Table(columns, rows)])
-        return Output(data, tables=[Table(CLUSTER_COLUMNS, rows)])
+        tables = [Table(CLUSTER_COLUMNS, rows)]
+        roles = await _controller_roles(admin, brokers)
+        if roles.rows:
+            tables.append(roles)
+        return Output(data, tables=tables)
 
     run("clusterList", namesrv_addr, as_json, work)
+
+
+async def _controller_roles(admin: AdminClient, brokers: list[BrokerAddress]) -> Table:
+    """Controller mode (tidemq): each broker's own id, role and epoch, and whether the
+    SyncStateSet holds it; a second table, so the first keeps RocketMQ's columns."""
+
+    async def one(address: str) -> ControllerRuntimeInfo | None:
+        try:
+            return (await admin.ha_status(address)).controller
+        except TideMQError:
+            return None
+
+    infos = await asyncio.gather(*(one(b.address) for b in brokers))
+    table = Table(["#Broker Name", "#Addr", "#BrokerId", "#Role", "#Epoch", "#InSyncStateSet"])
+    in_set = {
+        (b.broker_name, m)
+        for b, i in zip(brokers, infos, strict=True)
+        if i is not None and i.is_master
+        for m in i.sync_state_set
+    }
+    for broker, info in zip(brokers, infos, strict=True):
+        if info is None:
+            continue
+        role = "MASTER" if info.is_master else "SLAVE"
+        if info.no_master_reason and not info.is_master:
+            role += f" ({info.no_master_reason})"
+        elif info.deposed and not info.is_master:
+            role += f" (deposed: {info.deposed})"
+        in_sync = (broker.broker_name, info.broker_id) in in_set
+        table.rows.append(
+            [broker.broker_name, broker.address, info.broker_id, role, info.epoch, in_sync]
+        )
+    return table
 
 
 @main.command("brokerStatus")

@@ -386,12 +386,51 @@ class HAClientRuntimeInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ControllerRuntimeInfo:
+    """tidemq's controller mode (broker/failover.py): the broker's view of its group."""
+
+    broker_id: int
+    is_master: bool
+    master_broker_id: int | None
+    epoch: int
+    sync_state_set: list[int]
+    elections: int
+    epoch_entries: list[tuple[int, int]]  # (epoch, start offset), the broker's epoch file
+    deposed: str = ""
+    no_master_reason: str = ""  # why the group has no master, as this broker sees it
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> ControllerRuntimeInfo:
+        obj = _as_dict(obj, "controller")
+        master = obj.get("masterBrokerId")
+        members = obj.get("syncStateSet") or []
+        entries = obj.get("epochEntries") or []
+        if not isinstance(members, list) or not isinstance(entries, list):
+            raise BodyDecodeError("controller: syncStateSet and epochEntries must be lists")
+        try:
+            return cls(
+                _int(obj, "brokerId"),
+                bool(obj.get("isMaster", False)),
+                None if master is None else int(master),
+                _int(obj, "epoch"),
+                [int(m) for m in members],
+                _int(obj, "elections"),
+                [(int(e), int(o)) for e, o in entries],
+                str(obj.get("deposed") or ""),
+                str(obj.get("noMasterReason") or ""),
+            )
+        except (TypeError, ValueError):
+            raise BodyDecodeError("controller: malformed members or epoch entries") from None
+
+
+@dataclass(frozen=True, slots=True)
 class HARuntimeInfo:
     master: bool
     master_commit_log_max_offset: int = 0
     in_sync_slave_nums: int = 0
     ha_connection_info: list[HAConnectionRuntimeInfo] = field(default_factory=list)
     ha_client_runtime_info: HAClientRuntimeInfo | None = None
+    controller: ControllerRuntimeInfo | None = None  # controller mode only
 
     @classmethod
     def decode(cls, body: Body) -> HARuntimeInfo:
@@ -410,6 +449,9 @@ class HARuntimeInfo:
             ha_client_runtime_info=None
             if client is None
             else HAClientRuntimeInfo.from_dict(client),
+            controller=None
+            if obj.get("controller") is None
+            else ControllerRuntimeInfo.from_dict(obj["controller"]),
         )
 
 

@@ -178,6 +178,9 @@ class RegisterBrokerRequestHeader(ExtFieldsHeader):
     broker_id: int
     compressed: bool = False
     body_crc32: int = 0
+    # tidemq's controller mode: the epoch of an elected master (left out otherwise, so that a
+    # RocketMQ 4.x broker's registration and ours are the same fields).
+    master_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,6 +491,7 @@ def register_broker_request(
     broker_id: int,
     body: RegisterBrokerBody,
     compressed: bool = False,
+    master_epoch: int | None = None,
 ) -> RemotingCommand:
     """REGISTER_BROKER with the body encoded as asked and its bodyCrc32 filled in."""
     data = body.encode(compressed)
@@ -499,6 +503,7 @@ def register_broker_request(
         broker_id=broker_id,
         compressed=compressed,
         body_crc32=body_crc32(data),
+        master_epoch=master_epoch,
     )
     return RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext_fields(), data)
 

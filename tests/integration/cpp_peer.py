@@ -10,7 +10,9 @@ channel]`, in any: the client signs its requests with them, `set_session_credent
 
 - `{"op": "produce", "messages": [{"body": ..., "tags": ..., "keys": ..., "props": {...}}]}`:
   one `send_sync` per message, in order; prints `{"event": "sent", "index", "status",
-  "msg_id", "offset"}` per message.
+  "msg_id", "offset"}` per message. With `"keep_going": true` a send that raises prints
+  `{"event": "send_failed", "index", "error"}`, pauses `retry_pause` s (0.1) and goes on with
+  the next message (a failover: the client keeps its route until its own refresh).
 - `{"op": "batch", "messages": [...]}`: one `send_batch` of all of them; prints
   `{"event": "batch_sent", "status", "msg_id", "offset", "count"}`.
 - `{"op": "consume", "expression": "*", "expect": n, "timeout": s, "linger": s}`: a clustering
@@ -76,7 +78,14 @@ def produce(spec: dict[str, Any]) -> None:
     producer = _producer(spec)
     try:
         for index, message_spec in enumerate(spec["messages"]):
-            result = producer.send_sync(_message(spec["topic"], message_spec))
+            try:
+                result = producer.send_sync(_message(spec["topic"], message_spec))
+            except Exception as exc:
+                if not spec.get("keep_going"):
+                    raise
+                emit(event="send_failed", index=index, error=f"{type(exc).__name__}: {exc}")
+                time.sleep(spec.get("retry_pause", 0.1))
+                continue
             emit(
                 event="sent",
                 index=index,

@@ -238,8 +238,9 @@ def test_producers_spread_over_both_masters_and_survive_a_master_kill(
     """Round robin over both masters; after a SIGKILL of broker-a every send still succeeds.
 
     `fast` refreshes its route every second (broker-a soon drops out of it); `stale` refreshes
-    every 60 s, so for the whole test its route still lists broker-a's master and every send the
-    round robin puts there must be retried on broker-b.
+    every 60 s on its own, but a send that fails on a broker makes it ask for the route at once
+    (issue 16): broker-a is tried by the first send the round robin puts there, which is retried
+    on broker-b, and then drops out of the route instead of costing every second send a retry.
     """
     cluster = start_cluster(processes, namesrv, tmp_path)
     topic = "SpreadT"
@@ -277,7 +278,7 @@ def test_producers_spread_over_both_masters_and_survive_a_master_kill(
         slowest = max(t for _, t in timed)
         assert slowest < 2.0, f"a send took {slowest:.2f} s"
         failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
-        assert len(failed) >= 5, f"too few sends tried broker-a first: {failed}"
+        assert 1 <= len(failed) <= 3, f"broker-a tried too often or never: {failed}"
         # Each failure was a first attempt on broker-a; its retry went to broker-b.
         assert all(line.startswith("send to broker-a (attempt 1)") for line in failed), failed
 

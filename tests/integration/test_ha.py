@@ -15,7 +15,11 @@ from tests.support.ha_brokers import HA_TIMING, ha_status, wait_caught_up, wait_
 from tests.support.processes import Daemon, ProcessGroup
 from tests.support.wire import pull_header, send_header
 from tidemq.client.api import BrokerAPI, PullStatus, SendStatus
+from tidemq.client.config import ClientConfig
+from tidemq.client.consumer import AsyncPushConsumer
 from tidemq.client.errors import ServiceNotAvailableError
+from tidemq.client.message import ReceivedMessage
+from tidemq.client.protocol.heartbeat import ConsumeFromWhere
 from tidemq.client.protocol.models import SubscriptionGroupConfig
 
 pytestmark = pytest.mark.asyncio
@@ -231,6 +235,43 @@ async def test_consumer_reads_from_slave_with_master_down(
     assert [m.body for m in pulled.messages][:2] == [b"m10", b"m11"]
     await api.update_consumer_offset(slave.address, "G8", "HA8", 0, 12)
     assert await api.query_consumer_offset(slave.address, "G8", "HA8", 0) == 12
+
+
+async def test_push_consumer_moves_to_the_slave_when_its_master_dies(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
+) -> None:
+    """A consumer with a backlog whose master is SIGKILLed goes on from the slave: its failed
+    pull asks for the route at once (issue 16). Its periodic route refresh is 600 s here, so
+    only that can bring it to the slave within the test."""
+    master, slave = start_pair(processes, namesrv, tmp_path, role="ASYNC_MASTER")
+    assert slave is not None
+    for i in range(300):
+        await api.send(master.address, send_header("HA9", 0), b"b%d" % i)
+    await wait_caught_up(api, master, slave)
+    delivered: list[bytes] = []
+
+    async def listener(message: ReceivedMessage) -> None:
+        await asyncio.sleep(0.005)  # a backlog remains when the master dies
+        delivered.append(message.body)
+
+    consumer = AsyncPushConsumer(
+        "G9",
+        config=ClientConfig.create(namesrv.address, poll_name_server_interval=600.0),
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        pull_batch_size=1,
+        pull_threshold_for_queue=1,
+        max_concurrency=1,
+        offset_store_dir=tmp_path / "offsets",
+    )
+    consumer.subscribe("HA9", "*", listener)
+    await consumer.start()
+    try:
+        await eventually(lambda: len(delivered) >= 20, "the first deliveries", 30)
+        master.kill()
+        await eventually(lambda: len(set(delivered)) == 300, "the backlog read from the slave", 60)
+    finally:
+        await consumer.shutdown()
+    assert delivered[:20] == [b"b%d" % i for i in range(20)]
 
 
 async def test_ha_status_reports_both_sides(

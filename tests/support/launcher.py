@@ -4,7 +4,8 @@
 own session with its output in `data_dir/launcher.out`, and returns once it prints "cluster
 ready" (every broker registered, every slave replicating); with `wait_ready=False` it returns at
 once (a test of a launch that fails). Every process gets free ports (`choose_ports`, or the
-ones given), passed as `-o NAME:key=value` overrides. `interrupt()` sends SIGINT to the
+ones given), passed as `-o NAME:key=value` overrides (etcd's too, for a topology that has
+one). `interrupt()` sends SIGINT to the
 launcher's process group, as a terminal's Ctrl-C does; `stop()` interrupts, waits, and kills
 whatever is left (the launcher and the daemons it reported, restarted ones included), so a
 failing test never leaves processes behind.
@@ -100,6 +101,8 @@ class LaunchedCluster:
             "-o",
             f"namesrv:metricsPort={namesrv_metrics_port}",
         ]
+        if (folder / "etcd.properties").exists():  # a controller-mode topology
+            args += ["-o", f"etcd:clientPort={free_port()}", "-o", f"etcd:peerPort={free_port()}"]
         for name, p in ports.items():
             args += ["-o", f"{name}:listenPort={p.listen}", "-o", f"{name}:haListenPort={p.ha}"]
             args += ["-o", f"{name}:metricsPort={p.metrics}"]

@@ -225,6 +225,8 @@ def test_every_rocketmq_subcommand_is_there() -> None:
         "brokerConsumeStats", "consumerStatus", "clusterRT", "sendMsgStatus", "topicClusterList",
         "updateTopicPerm", "cloneGroupOffset", "skipAccumulatedMessage", "getNamesrvConfig",
         "updateNamesrvConfig", "updateKvConfig", "deleteKvConfig", "help",
+        # RocketMQ 5's controller-mode commands
+        "getSyncStateSet", "getBrokerEpoch", "electMaster",
     }  # fmt: skip
 
 

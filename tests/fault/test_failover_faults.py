@@ -1,0 +1,383 @@
+"""Controller mode's faults on real processes (issue 16): etcd, namesrvd, brokerd.
+
+- etcd unreachable at start-up: brokerd says so in one line and does not start; so does a
+  second broker configured with a brokerId a live broker of the group has;
+- the master cut off from etcd (a fault proxy on its etcd connection, partitioned) but not from
+  its clients: it stops acknowledging before the lease can expire, saying why in the send
+  status, and every SEND_OK it gave was stored before the new master was elected; once etcd is
+  back it turns into a slave of the new master in-process and converges byte-identical;
+- a master killed with writes its slave never got (the slave was killed first, and restarts
+  after the master died): the slave is elected, the killed master restarted keeps that tail in
+  `.diverged` files and converges byte-identical;
+- electMaster hands the group over to a broker of the SyncStateSet (and refuses one outside it
+  in one line); the old master follows the new one;
+- a slave that does not catch up leaves the SyncStateSet (below minInSyncReplicas the master
+  refuses writes: "in-sync replicas not enough"), and with unclean election off is not elected
+  when the master dies: no election happens, and its log says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support.conditions import eventually
+from tests.support.etcd import EtcdCluster
+from tests.support.failover import (
+    controller,
+    member_overrides,
+    start_member,
+    wait_master,
+    wait_sync_state_set,
+)
+from tests.support.fault_proxy import FaultProxy
+from tests.support.ha_brokers import ha_status
+from tests.support.ha_processes import as_int, body_of, commitlog_range, id_of
+from tests.support.processes import LOOPBACK, Daemon, ProcessGroup, brokerd_command, free_port
+from tests.support.wire import pull_header, send_header
+from tidemq.client.api import BrokerAPI, PullStatus, SendStatus
+from tidemq.client.errors import ServiceNotAvailableError, TideMQError
+from tidemq.client.message import Message
+from tidemq.client.producer import AsyncProducer
+
+TOPIC = "FenceTopic"
+
+
+def test_etcd_unreachable_at_start_is_one_line_and_no_broker(
+    tmp_path: Path, namesrv: Daemon
+) -> None:
+    nowhere = f"{LOOPBACK}:{free_port()}"
+    args = brokerd_command(
+        free_port(),
+        namesrv.address,
+        tmp_path / "store",
+        "enableControllerMode=true",
+        f"controllerAddr={nowhere}",
+        "brokerRole=SYNC_MASTER",
+        "brokerId=1",
+        "controllerRequestTimeout=300",
+    )
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(
+        f"brokerd: controllerAddr: etcd unreachable ({nowhere}"
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+async def test_a_second_broker_with_the_same_broker_id_is_refused_in_one_line(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    first = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
+    assert await wait_master(api, [first], 30) is first
+    args = brokerd_command(
+        free_port(), namesrv.address, tmp_path / "twin", *member_overrides(etcd.endpoints, 1)
+    )
+    done = await asyncio.to_thread(
+        subprocess.run, args, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"brokerd: brokerId: broker 1 of this group is already running at {first.address} "
+        "(etcd key /tidemq/DefaultCluster/broker-a/members/1); not starting"
+    ), done.stderr
+    assert (await controller(api, first))["isMaster"]  # the first one is untouched
+
+
+async def test_master_cut_off_from_etcd_stops_acknowledging_before_the_new_election(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    host, port = etcd.endpoints.split(";")[0].rsplit(":", 1)
+    with FaultProxy(host, int(port)) as proxy:
+        old = start_member(processes, namesrv, proxy.address, tmp_path, 1)
+        assert await wait_master(api, [old], 30) is old
+        new = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2)
+        await wait_sync_state_set(api, old, [1, 2])
+
+        acknowledged: set[int] = set()  # message numbers
+        refusals: list[str] = []
+        stop = asyncio.Event()
+        producer = AsyncProducer("fence-producer", namesrv.address, timeout=3, retry_times=0)
+        await producer.start()
+        numbers = iter(range(10**9))
+
+        async def sender() -> None:
+            while not stop.is_set():
+                number = next(numbers)
+                try:
+                    result = await producer.send(Message(TOPIC, body_of(number, 100)))
+                except TideMQError as exc:
+                    refusals.append(str(exc))
+                    await asyncio.sleep(0.01)
+                    continue
+                if result.ok:
+                    acknowledged.add(number)
+
+        senders = [asyncio.create_task(sender()) for _ in range(4)]
+        try:
+            await eventually(lambda: len(acknowledged) >= 200, "200 sends acknowledged", 60)
+            proxy.partition()  # the master's etcd connection only: clients still reach it
+            await wait_master(api, [new], 30)
+            elected = as_int((await controller(api, new))["electedAtMillis"])
+            after = len(acknowledged)
+            await eventually(
+                lambda: len(acknowledged) >= after + 100, "sends acknowledged by the new one", 60
+            )
+        finally:
+            stop.set()
+            await asyncio.gather(*senders, return_exceptions=True)
+            await producer.shutdown()
+
+        # etcd reachable again: the old master learns it was deposed, turns into a slave of
+        # the new one in-process, and converges byte-identical.
+        proxy.heal()
+
+        async def demoted() -> bool:
+            info = await controller(api, old)
+            return not info["isMaster"] and info["masterBrokerId"] == 2
+
+        await eventually(demoted, "the old master a slave of the new one", 30)
+        end = as_int((await ha_status(api, new.address))["masterCommitLogMaxOffset"])
+
+        async def caught_up() -> bool:
+            return as_int((await ha_status(api, old.address)).get("maxOffset", -1)) == end
+
+        await eventually(caught_up, "the old master caught up as a slave", 30)
+        assert commitlog_range(tmp_path / "store-1", 0, end) == commitlog_range(
+            tmp_path / "store-2", 0, end
+        )
+        with pytest.raises(ServiceNotAvailableError, match="is a slave"):
+            await api.send(old.address, send_header(TOPIC, 0), body_of(10**8, 100))
+
+    fenced = [r for r in refusals if "etcd lease could not be renewed" in r]
+    assert fenced, f"no send was told why it was refused: {refusals[:5]}"
+    assert "this master stops acknowledging writes" in old.log_text()
+    # Every message the old master acknowledged was stored (and so acknowledged) before the
+    # new master's election; all of them are on the new master.
+    stamps = await stored_on(api, new, TOPIC)
+    by_old = [n for n in acknowledged if stamps.get(n, ("", 0))[0] == old.address]
+    assert by_old, "the old master acknowledged nothing"
+    assert all(n in stamps for n in acknowledged), "an acknowledged message is missing"
+    late = [n for n in by_old if stamps[n][1] >= elected]
+    assert not late, f"{len(late)} SEND_OK of the old master stamped after the election"
+
+
+async def stored_on(api: BrokerAPI, broker: Daemon, topic: str) -> dict[int, tuple[str, int]]:
+    """{message number: (the address that stored it, its store timestamp)} read from `broker`."""
+    found: dict[int, tuple[str, int]] = {}
+    for queue_id in range(4):
+        offset = 0
+        while True:
+            pulled = await api.pull(broker.address, pull_header(topic, queue_id, offset))
+            if pulled.status is not PullStatus.FOUND:
+                break
+            for m in pulled.messages:
+                ip, port = m.store_host
+                found[id_of(m.body)] = (f"{ip}:{port}", m.store_timestamp)
+            offset = pulled.next_begin_offset
+    return found
+
+
+async def test_a_killed_masters_unreplicated_tail_goes_to_diverged_files_when_it_rejoins(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    old = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1, "slaveTimeout=30000")
+    assert await wait_master(api, [old], 30) is old
+    slave = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2)
+    await wait_sync_state_set(api, old, [1, 2])
+    for i in range(20):
+        sent = await api.send(old.address, send_header(TOPIC, i % 4), body_of(i, 300))
+        assert sent.status is SendStatus.SEND_OK
+    replicated = as_int((await ha_status(api, old.address))["masterCommitLogMaxOffset"])
+    slave.kill()  # it has everything acknowledged so far, and will get nothing more
+    pending = [
+        asyncio.create_task(
+            api.send(old.address, send_header(TOPIC, i % 4), body_of(i, 300), timeout=60)
+        )
+        for i in range(20, 30)
+    ]
+
+    async def appended() -> bool:
+        info = await ha_status(api, old.address)
+        return as_int(info["masterCommitLogMaxOffset"]) > replicated
+
+    await eventually(appended, "unacknowledged writes on the master", 15)
+    tail_end = as_int((await ha_status(api, old.address))["masterCommitLogMaxOffset"])
+    old.kill()
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    slave = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2)
+    assert await wait_master(api, [slave], 30) is slave
+    start = as_int((await controller(api, slave))["epochStartOffset"])
+    assert start == replicated
+
+    rejoined = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
+    for i in range(30, 40):  # the new master's own writes, past where the old tail was
+        sent = await api.send(slave.address, send_header(TOPIC, i % 4), body_of(i, 300))
+        assert sent.status is SendStatus.SEND_OK
+    end = as_int((await ha_status(api, slave.address))["masterCommitLogMaxOffset"])
+
+    async def caught_up() -> bool:
+        return as_int((await ha_status(api, rejoined.address))["maxOffset"]) == end
+
+    await eventually(caught_up, "the rejoined broker at the new master's end", 30)
+    assert commitlog_range(tmp_path / "store-1", 0, end) == commitlog_range(
+        tmp_path / "store-2", 0, end
+    )
+    diverged = list((tmp_path / "store-1" / "commitlog").glob("*.diverged"))
+    assert len(diverged) == 1, diverged
+    kept = diverged[0].read_bytes()
+    # The unreplicated tail, whole (at least what the master held when killed) and nothing of
+    # what the slave had acknowledged.
+    assert len(kept) >= tail_end - replicated
+    assert any(f"m{i:08d}|".encode() in kept for i in range(20, 30))
+    assert not any(f"m{i:08d}|".encode() in kept for i in range(20))
+    assert "go to .diverged files" in rejoined.log_text()
+
+
+async def test_a_lagging_slave_leaves_the_set_and_is_not_elected(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    lag = ("haMaxTimeSlaveNotCatchup=1000", "minInSyncReplicas=2")
+    master = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1, *lag)
+    assert await wait_master(api, [master], 30) is master
+    metrics_port = free_port()
+    slave = start_member(
+        processes, namesrv, etcd.endpoints, tmp_path, 2, *lag, f"metricsPort={metrics_port}"
+    )
+    await wait_sync_state_set(api, master, [1, 2])
+    sent = await api.send(master.address, send_header(TOPIC, 0), body_of(0, 100))
+    assert sent.status is SendStatus.SEND_OK
+    assert slave.pid is not None
+    os.kill(slave.pid, signal.SIGSTOP)
+    try:
+        # no ack from the stopped slave: it leaves after haMaxTimeSlaveNotCatchup (1 s)
+        await wait_sync_state_set(api, master, [1])
+        with pytest.raises(TideMQError, match="in-sync replicas not enough"):
+            await api.send(master.address, send_header(TOPIC, 0), body_of(9, 100))
+        master.kill()
+    finally:
+        os.kill(slave.pid, signal.SIGCONT)
+
+    def refused() -> bool:
+        return "is not in the SyncStateSet [1]" in slave.log_text()
+
+    await eventually(refused, "the slave's reason for not standing", 30)
+    # It stays a slave: a send to it is refused as to any slave.
+    info = await controller(api, slave)
+    assert not info["isMaster"] and info["elections"] == 0, info
+    with pytest.raises(ServiceNotAvailableError, match="is a slave"):
+        await api.send(slave.address, send_header(TOPIC, 0), body_of(99, 100))
+    assert info["noMasterReason"] == (
+        "no master; broker 2 is not in the SyncStateSet [1] (enableElectUncleanMaster=false)"
+    )
+    listed = await asyncio.to_thread(
+        subprocess.run,
+        [str(Path(sys.executable).with_name("mqadmin")), "clusterList", "-n", namesrv.address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "SLAVE (no master; broker 2 is not in the SyncStateSet [1]" in listed.stdout, listed
+    metrics = await asyncio.to_thread(scrape, f"http://{LOOPBACK}:{metrics_port}/metrics")
+    assert 'tidemq_controller_is_master{broker="broker-a",brokerId="2",cluster=' in metrics
+    lines = {
+        line.split("{")[0]: line.rsplit(" ", 1)[1]
+        for line in metrics.splitlines()
+        if line.startswith("tidemq_controller_")
+    }
+    assert lines["tidemq_controller_is_master"] == "0.0"
+    assert lines["tidemq_controller_elections"] == "0.0"
+    assert lines["tidemq_controller_epoch"] == "1.0"
+
+
+async def test_etcd_lost_mid_run_stops_writes_and_they_resume_when_it_returns(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    master = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
+    assert await wait_master(api, [master], 30) is master
+    first = await api.send(master.address, send_header(TOPIC, 0), body_of(0, 100))
+    assert first.status is SendStatus.SEND_OK
+    etcd.kill(0)
+
+    async def refused() -> bool:
+        try:
+            await api.send(master.address, send_header(TOPIC, 0), body_of(1, 100))
+        except ServiceNotAvailableError as exc:
+            return "etcd lease could not be renewed" in str(exc)
+        return False
+
+    await eventually(refused, "writes refused without etcd", 30, interval=0.1)
+    assert "etcd unreachable" in master.log_text()
+    etcd.restart(0)  # etcd keeps the lease across its restart: the master is still the master
+
+    async def accepted() -> bool:
+        try:
+            sent = await api.send(master.address, send_header(TOPIC, 0), body_of(2, 100))
+        except ServiceNotAvailableError:
+            return False
+        return sent.status is SendStatus.SEND_OK
+
+    await eventually(accepted, "writes acknowledged again", 60, interval=0.1)
+    info = await controller(api, master)
+    assert info["isMaster"] and info["epoch"] == 1, info
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text: str = response.read().decode()
+    return text
+
+
+async def test_elect_master_hands_the_group_over_and_the_old_master_follows(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    old = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
+    assert await wait_master(api, [old], 30) is old
+    new = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2)
+    await wait_sync_state_set(api, old, [1, 2])
+    for i in range(10):
+        sent = await api.send(old.address, send_header(TOPIC, i % 4), body_of(i, 100))
+        assert sent.status is SendStatus.SEND_OK
+    base = [str(Path(sys.executable).with_name("mqadmin")), "electMaster", "-n", namesrv.address]
+    refused = await asyncio.to_thread(
+        subprocess.run,
+        [*base, "-b", "broker-a", "-i", "7"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert "broker 7 is not in the SyncStateSet [1, 2]" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [*base, "-b", "broker-a", "-i", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "#MasterBrokerId\t2" in done.stdout and "#MasterEpoch\t2" in done.stdout, done.stdout
+
+    async def follows() -> bool:
+        info = await controller(api, old)
+        return not info["isMaster"] and info["masterBrokerId"] == 2
+
+    await eventually(follows, "the old master a slave of broker 2", 30)
+    for i in range(10, 20):
+        sent = await api.send(new.address, send_header(TOPIC, i % 4), body_of(i, 100))
+        assert sent.status is SendStatus.SEND_OK
+    stamps = await stored_on(api, new, TOPIC)
+    assert set(range(20)) <= stamps.keys()

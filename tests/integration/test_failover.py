@@ -1,0 +1,269 @@
+"""Automatic failover on real processes (issue 16): etcd, namesrvd and three brokerd of one group
+in controller mode (SYNC_MASTER, allAckInSyncStateSet), our producer and the RocketMQ C++ client
+sending all along, our push consumer consuming.
+
+The master is SIGKILLed under continuous sends: an in-sync slave must become master with a new
+epoch, the producer must resume on it, and every message answered SEND_OK (before or after the
+kill) must be readable on the new master at the queue offset its answer gave. The time from the
+kill to the first SEND_OK of the new master (the store host of its offsetMsgId) is printed,
+with the duplicates the producer's retries made; speed targets belong to `make bench`.
+The C++ client keeps its route until its own 30 s refresh, so its sends fail meanwhile; one
+started after the failover gets the new master at once. The consumer's committed offsets on
+the new master are never below those it had on the old one; its redeliveries are counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.conditions import eventually
+from tests.support.cpp_peers import SEND_OK, Peer
+from tests.support.etcd import EtcdCluster
+from tests.support.failover import (
+    controller,
+    start_member,
+    stored_by,
+    wait_master,
+    wait_sync_state_set,
+)
+from tests.support.ha_brokers import ha_status
+from tests.support.ha_processes import as_int, body_of, commitlog_range, id_of, read_all
+from tests.support.processes import Daemon, ProcessGroup
+from tidemq.client.api import BrokerAPI
+from tidemq.client.consumer import AsyncPushConsumer
+from tidemq.client.errors import TideMQError
+from tidemq.client.message import Message, ReceivedMessage
+from tidemq.client.producer import AsyncProducer
+from tidemq.client.protocol.heartbeat import ConsumeFromWhere
+
+TOPIC = "FailoverTopic"
+CPP_NUMBERS = 50_000_000  # the C++ client's message numbers start here
+
+
+def cpp_producer(
+    tmp_path: Path, namesrv: Daemon, first: int, count: int, *, keep_going: bool = False
+) -> Peer:
+    """The RocketMQ C++ client sending messages first..first+count-1, one send_sync at a time
+    (with `keep_going`, a failed send is reported and the next one tried)."""
+    return Peer(
+        tmp_path,
+        {
+            "op": "produce",
+            "namesrv": namesrv.address,
+            "group": "FailoverCppPG",
+            "topic": TOPIC,
+            "send_timeout_ms": 3000,
+            "keep_going": keep_going,
+            "retry_pause": 0.2,
+            "messages": [{"body": f"c{n:08d}|cpp"} for n in range(first, first + count)],
+        },
+    )
+
+
+@pytest.fixture(params=[1, 3], ids=["etcd1", "etcd3-leader-killed-too"])
+def etcd_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EtcdCluster]:
+    with EtcdCluster(request.param, tmp_path / "etcd", tmp_path / "logs") as cluster:
+        yield cluster
+
+
+async def test_sigkill_of_the_master_elects_an_in_sync_slave_and_loses_nothing_then_it_rejoins(
+    tmp_path: Path,
+    processes: ProcessGroup,
+    namesrv: Daemon,
+    etcd_cluster: EtcdCluster,
+    api: BrokerAPI,
+) -> None:
+    """With 3 etcd members, the etcd leader is killed with the master (apache/rocketmq#7689:
+    the controller's leader and the master dying together lost acknowledged messages)."""
+    etcd = etcd_cluster
+    first = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
+    assert await wait_master(api, [first], 30) is first
+    slaves = [start_member(processes, namesrv, etcd.endpoints, tmp_path, i) for i in (2, 3)]
+
+    await wait_sync_state_set(api, first, [1, 2, 3])
+    assert (await controller(api, first))["epoch"] == 1
+
+    delivered: list[tuple[int, int, int]] = []  # (queue id, queue offset, message number)
+
+    async def on_message(message: ReceivedMessage) -> None:
+        delivered.append((message.queue_id, message.queue_offset, id_of(message.body)))
+
+    consumer = AsyncPushConsumer(
+        "failover-consumer",
+        namesrv.address,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        offset_store_dir=tmp_path / "offsets",
+    )
+    consumer.subscribe(TOPIC, "*", on_message)
+
+    acknowledged: dict[int, tuple[int, int]] = {}  # message number -> (queue id, queue offset)
+    ok_log: list[tuple[float, str]] = []  # (when, the broker that stored it) per SEND_OK
+    failures: Counter[str] = Counter()
+    numbers = iter(range(10**9))
+    stop = asyncio.Event()
+    producer = AsyncProducer("failover-producer", namesrv.address, timeout=3)
+    await producer.start()
+
+    async def sender() -> None:
+        while not stop.is_set():
+            number = next(numbers)
+            try:
+                result = await producer.send(Message(TOPIC, body_of(number, 200)))
+            except TideMQError as exc:
+                failures[type(exc).__name__] += 1
+                await asyncio.sleep(0.01)  # no master known yet: do not spin on the loop
+                continue
+            if result.ok:
+                acknowledged[number] = (result.message_queue.queue_id, result.queue_offset)
+                ok_log.append((time.monotonic(), stored_by(result)))
+            else:
+                failures[result.status.name] += 1
+
+    senders = [asyncio.create_task(sender()) for _ in range(4)]
+    cpp_first = cpp_producer(tmp_path, namesrv, CPP_NUMBERS, 400, keep_going=True)
+    await cpp_first.start()
+    cpp_reader = asyncio.create_task(read_events(cpp_first))
+    try:
+        await eventually(lambda: len(ok_log) >= 300, "300 sends acknowledged", 60)
+        await consumer.start()
+        await eventually(lambda: len(delivered) >= 200, "200 messages consumed", 60)
+        await eventually(lambda: len(cpp_first.of("sent")) >= 20, "the C++ client's sends", 60)
+        committed_before = [
+            await api.query_consumer_offset(first.address, "failover-consumer", TOPIC, q)
+            for q in range(4)
+        ]
+        leader = etcd.leader_index() if len(etcd.members) > 1 else None
+        assert leader is not None or len(etcd.members) == 1
+        killed_at = time.monotonic()
+        first.kill()
+        if leader is not None:
+            etcd.kill(leader)
+        before_kill = len(ok_log)
+        await eventually(
+            lambda: sum(1 for _t, by in ok_log if by != first.address) >= 300,
+            "300 sends acknowledged by the new master",
+            60,
+        )
+    finally:
+        stop.set()
+        await asyncio.gather(*senders, return_exceptions=True)
+        await producer.shutdown()
+        await cpp_first.kill()
+        await asyncio.gather(cpp_reader, return_exceptions=True)
+    # A RocketMQ C++ client started now asks for the route and gets the new master.
+    cpp_after = cpp_producer(tmp_path, namesrv, CPP_NUMBERS + 1000, 50)
+    await cpp_after.start()
+    await cpp_after.finish()
+    assert [e["status"] for e in cpp_after.of("sent")] == [SEND_OK] * 50
+    cpp_acked = {
+        CPP_NUMBERS + e["index"] for e in cpp_first.of("sent") if e["status"] == SEND_OK
+    } | {CPP_NUMBERS + 1000 + e["index"] for e in cpp_after.of("sent")}
+
+    new_master = await wait_master(api, slaves, 10)
+    info = await controller(api, new_master)
+    assert info["epoch"] == 2 and info["elections"] == 1, info
+    # The first SEND_OK of the new master (answers of the old one may be read after the kill).
+    first_ok = min(t for t, by in ok_log if by == new_master.address)
+    assert {by for _t, by in ok_log} == {first.address, new_master.address}
+    found = await read_all(api, new_master, TOPIC)
+    at = {number: place for place, number in found.items()}
+    lost = [n for n, place in acknowledged.items() if at.get(n) != place]
+    lost_cpp = sorted(cpp_acked - at.keys())
+    duplicates = sum(count - 1 for count in Counter(found.values()).values() if count > 1)
+
+    # The consumer goes on from where it was: every message stored is delivered, and no
+    # committed offset is below the one it had on the old master.
+    await eventually(
+        lambda: {n for _q, _o, n in delivered} >= set(found.values()), "all consumed", 60
+    )
+    await consumer.shutdown()
+    committed_after = [
+        await api.query_consumer_offset(new_master.address, "failover-consumer", TOPIC, q)
+        for q in range(4)
+    ]
+    assert all(a >= b for a, b in zip(committed_after, committed_before, strict=True)), (
+        committed_before,
+        committed_after,
+    )
+    redelivered = len(delivered) - len({(q, o) for q, o, _n in delivered})
+    print(
+        f"\nfailover ({len(etcd.members)} etcd): kill -> first SEND_OK on the new master "
+        f"{first_ok - killed_at:.2f} s; "
+        f"{before_kill} acknowledged before the kill, {len(acknowledged)} in all, "
+        f"lost {len(lost)}, duplicates {duplicates}, failed attempts {dict(failures)}; "
+        f"C++ client: {len(cpp_acked)} acknowledged, lost {len(lost_cpp)}; consumer: "
+        f"{len(delivered)} deliveries, {redelivered} redelivered"
+    )
+    assert not lost_cpp, f"C++ client's acknowledged messages lost: {lost_cpp[:10]}"
+    assert not lost, f"{len(lost)} acknowledged messages not on the new master: " + ", ".join(
+        f"{n} acknowledged at {acknowledged[n]}, found at {at.get(n)}" for n in lost[:5]
+    )
+
+    # The killed master restarted: a slave of the new master, its unreplicated tail (if the
+    # kill left one) kept in .diverged files, then byte-identical.
+    restarted = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
+    assert not (await controller(api, restarted))["isMaster"]
+    end = as_int((await ha_status(api, new_master.address))["masterCommitLogMaxOffset"])
+
+    async def caught_up() -> bool:
+        return as_int((await ha_status(api, restarted.address))["maxOffset"]) == end
+
+    await eventually(caught_up, "the restarted broker at the new master's end", 30)
+    # its HA connection began with the epoch handshake: the master knows it as broker 1
+    assert "is broker 1, its epochs end with" in new_master.log_text()
+    new_store = tmp_path / f"store-{new_master.name.rsplit('-', 1)[1]}"
+    assert commitlog_range(tmp_path / "store-1", 0, end) == commitlog_range(new_store, 0, end)
+    diverged = sorted((tmp_path / "store-1" / "commitlog").glob("*.diverged"))
+    start = as_int(info["epochStartOffset"])
+    print(
+        f"rejoined: epoch 2 starts at {start}; {sum(p.stat().st_size for p in diverged)} bytes "
+        f"of the killed master's tail kept in {[p.name for p in diverged]}"
+    )
+    assert all(p.stat().st_size > 0 for p in diverged)
+
+    async def full_set_again() -> bool:
+        members = (await controller(api, new_master))["syncStateSet"]
+        return isinstance(members, list) and len(members) == 3
+
+    await eventually(full_set_again, "the restarted broker back in the SyncStateSet", 30)
+
+    # The operator's view: mqadmin getSyncStateSet and getBrokerEpoch.
+    shown = await asyncio.to_thread(
+        mqadmin, "getSyncStateSet", "-n", namesrv.address, "-b", "broker-a"
+    )
+    assert "#MasterEpoch\t2" in shown and "#SyncStateSetNums\t3" in shown, shown
+    epochs = await asyncio.to_thread(
+        mqadmin, "getBrokerEpoch", "-n", namesrv.address, "-b", "broker-a"
+    )
+    assert "#Epoch: 1, start: 0, end: " in epochs and f"#Epoch: 2, start: {start}" in epochs, epochs
+    listed = await asyncio.to_thread(mqadmin, "clusterList", "-n", namesrv.address)
+    role_lines = [line.split() for line in listed.splitlines() if line.startswith("broker-a ")]
+    roles = {line[1]: (line[3], line[4]) for line in role_lines if len(line) >= 6}
+    assert roles[new_master.address] == ("MASTER", "2"), listed
+    assert roles[restarted.address] == ("SLAVE", "2"), listed
+
+
+async def read_events(peer: Peer) -> None:
+    """Keep `peer.events` current while it runs."""
+    while await peer.next_event() is not None:
+        pass
+
+
+def mqadmin(*args: str) -> str:
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("mqadmin")), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
