@@ -135,6 +135,15 @@ class Process:
         ports.append(("metricsPort", self._int("metricsPort", -1)))
         return [(key, port) for key, port in ports if port > 0]
 
+    def ports_listened_at_start(self) -> list[int]:
+        """The fixed ports it listens on once started: a controller-mode broker opens its HA
+        port only when etcd elects it."""
+        return [
+            port
+            for key, port in self.fixed_ports()
+            if not (key == "haListenPort" and self.controller_mode)
+        ]
+
     @property
     def controller_mode(self) -> bool:
         return self.props.get("enableControllerMode", "false").strip().lower() == "true"
@@ -407,7 +416,7 @@ class Launcher:
     async def _wait_started(self, process: Process) -> None:
         """Until the daemon itself listens on each of its fixed ports (not another program)."""
         deadline = time.monotonic() + self.start_timeout
-        waiting = [port for _, port in process.fixed_ports()]
+        waiting = process.ports_listened_at_start()
         while time.monotonic() < deadline:
             if not process.running or process.process is None:
                 raise ClusterError(
