@@ -109,6 +109,12 @@ async def cluster_view(admin: AdminClient) -> dict[str, Any]:
                 "brokerName": broker.broker_name,
                 "master": broker.address,
                 "slaveAddr": c.addr,
+                # The slave as a broker (its address and id) when it said which one it is.
+                "slave": (
+                    f"{broker.broker_name}/{c.slave_broker_id} {c.slave_broker_addr}"
+                    if c.slave_broker_addr
+                    else c.addr
+                ),
                 "ackOffset": c.slave_ack_offset,
                 "diff": c.diff,
                 "inSync": c.in_sync,

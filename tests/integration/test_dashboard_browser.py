@@ -228,9 +228,12 @@ def test_cluster_page_shows_master_slave_and_ha_lag(
     assert master[12] == "" and slave[12].replace(",", "").isdigit()  # HA lag: slaves only
     assert master[10].endswith("%")
 
-    def replicated() -> bool:
+    def replicated() -> bool:  # the slave named as broker-a/1 once the master asked it
         open_page(chrome, console.url, "cluster", "cluster")
-        return any(r[0] == "broker-a" and r[5] == "in sync" for r in rows(chrome, "ha"))
+        slave_name = f"broker-a/1 {console.slave.address}"
+        return any(
+            (r[0], r[2], r[6]) == ("broker-a", slave_name, "in sync") for r in rows(chrome, "ha")
+        )
 
     eventually_sync(replicated, "the master's HA connection on the page", WAIT)
     shot(chrome, "cluster")

@@ -112,7 +112,8 @@ async function clusterPage(main) {
     table("ha", [
       ["Broker", (c) => c.brokerName],
       ["Master", (c) => c.master],
-      ["Slave connection", (c) => c.slaveAddr],
+      ["Slave", (c) => c.slave],
+      ["Connection", (c) => c.slaveAddr],
       ["Slave ack offset", (c) => num(c.ackOffset), "num"],
       ["Behind (bytes)", (c) => num(c.diff), "num"],
       ["State", (c) => c.inSync ? "in sync" : "falling behind"],
