@@ -308,18 +308,7 @@ async def group_view(admin: AdminClient, group: str) -> dict[str, Any]:
             for topic, sub in sorted(cc.subscriptions.items())
         ]
     stats = await admin.examine_consume_stats(group)
-    queues: list[dict[str, Any]] = [
-        {
-            "topic": mq.topic,
-            "brokerName": mq.broker_name,
-            "queueId": mq.queue_id,
-            "brokerOffset": o.broker_offset,
-            "consumerOffset": o.consumer_offset,
-            "diff": o.diff,
-            "lastTimestamp": o.last_timestamp,
-        }
-        for mq, o in sorted(stats.offset_table.items())
-    ]
+    queues = [o.progress_data(mq) for mq, o in sorted(stats.offset_table.items())]
     topics = sorted({q["topic"] for q in queues} | {s["topic"] for s in subscriptions})
     return {
         "group": group,

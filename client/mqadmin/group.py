@@ -184,17 +184,7 @@ def consumer_progress(
                     format_time(o.last_timestamp),
                 ]
             )
-            data.append(
-                {
-                    "topic": mq.topic,
-                    "brokerName": mq.broker_name,
-                    "queueId": mq.queue_id,
-                    "brokerOffset": o.broker_offset,
-                    "consumerOffset": o.consumer_offset,
-                    "diff": o.diff,
-                    "lastTimestamp": o.last_timestamp,
-                }
-            )
+            data.append(o.progress_data(mq))
         total = stats.total_diff()
         after = ["", f"Consume TPS: {stats.consume_tps:.2f}", f"Diff Total: {total}"]
         return Output(

@@ -193,18 +193,7 @@ def broker_consume_stats(
                             last,
                         ]
                     )
-                    rows.append(
-                        {
-                            "topic": mq.topic,
-                            "group": group,
-                            "brokerName": mq.broker_name,
-                            "queueId": mq.queue_id,
-                            "brokerOffset": o.broker_offset,
-                            "consumerOffset": o.consumer_offset,
-                            "diff": o.diff,
-                            "lastTimestamp": o.last_timestamp,
-                        }
-                    )
+                    rows.append({"group": group, **o.progress_data(mq)})
         data = {"brokerAddr": stats.broker_addr, "totalDiff": stats.total_diff, "queues": rows}
         return Output(data, tables=[table], lines_after=["", f"Diff Total: {stats.total_diff}"])
 

@@ -269,6 +269,18 @@ class OffsetWrapper:
             "lastTimestamp": self.last_timestamp,
         }
 
+    def progress_data(self, mq: MessageQueue) -> dict[str, Any]:
+        """The queue's progress as mqadmin --json and the dashboard show it (with the diff)."""
+        return {
+            "topic": mq.topic,
+            "brokerName": mq.broker_name,
+            "queueId": mq.queue_id,
+            "brokerOffset": self.broker_offset,
+            "consumerOffset": self.consumer_offset,
+            "diff": self.diff,
+            "lastTimestamp": self.last_timestamp,
+        }
+
     @classmethod
     def from_dict(cls, obj: Any) -> OffsetWrapper:
         obj = _as_dict(obj, "OffsetWrapper")
