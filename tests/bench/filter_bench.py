@@ -23,10 +23,11 @@ import time
 
 from tests.bench import Result, env_int, one_broker, run_on_uvloop
 from tests.bench.client_bench import QUEUES, _config, _create_topics
+from tests.support.wire import pull_header
 from tidemq.client.api import BrokerAPI
 from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer
-from tidemq.client.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader, encode
+from tidemq.client.protocol.headers import encode
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 
 BODY = os.urandom(1024)
@@ -63,16 +64,11 @@ async def _scan(
         nonlocal passed
         offset = 0
         while offset < ends[queue_id]:
-            header = PullMessageRequestHeader(
-                consumer_group="BenchFilterCG",
-                topic=TOPIC,
-                queue_id=queue_id,
-                queue_offset=offset,
-                max_msg_nums=32,
-                sys_flag=PULL_FLAG_SUBSCRIPTION,
-                commit_offset=0,
-                suspend_timeout_millis=0,
-                sub_version=0,
+            header = pull_header(
+                TOPIC,
+                queue_id,
+                offset,
+                group="BenchFilterCG",
                 subscription=expression,
                 expression_type=expression_type,
             )

@@ -10,12 +10,12 @@ import pytest
 
 from tests.support.conditions import eventually
 from tests.support.processes import Daemon, ProcessGroup
+from tests.support.wire import pull_header
 from tidemq import AsyncProducer, AsyncPushConsumer, Message, MessageSelector
 from tidemq.client.api import BrokerAPI, PullStatus
 from tidemq.client.config import ClientConfig
 from tidemq.client.errors import BrokerResponseError, SubscriptionParseFailedError
 from tidemq.client.message import ReceivedMessage
-from tidemq.client.protocol.headers import PULL_FLAG_SUBSCRIPTION, PullMessageRequestHeader
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere
 from tidemq.client.protocol.models import TopicConfig
 from tidemq.client.remoting.codes import ResponseCode
@@ -59,16 +59,11 @@ async def broker_pull(
     for queue_id in range(QUEUES):
         offset = 0
         while True:
-            header = PullMessageRequestHeader(
-                consumer_group="G-inspect",
-                topic=topic,
-                queue_id=queue_id,
-                queue_offset=offset,
-                max_msg_nums=32,
-                sys_flag=PULL_FLAG_SUBSCRIPTION,
-                commit_offset=0,
-                suspend_timeout_millis=0,
-                sub_version=0,
+            header = pull_header(
+                topic,
+                queue_id,
+                offset,
+                group="G-inspect",
                 subscription=expression,
                 expression_type=expression_type,
             )

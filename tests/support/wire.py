@@ -39,6 +39,7 @@ def pull_header(
     commit: int = 0,
     group: str = "CG",
     subscription: str = "*",
+    expression_type: str | None = None,
 ) -> PullMessageRequestHeader:
     flags = PULL_FLAG_SUBSCRIPTION
     if suspend_ms:
@@ -56,4 +57,5 @@ def pull_header(
         suspend_timeout_millis=suspend_ms,
         sub_version=0,
         subscription=subscription,
+        expression_type=expression_type,
     )
