@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -147,6 +148,40 @@ def test_send_headers_decode_the_same(header: SendMessageRequestHeader, short: b
     ext = encode(header, SEND_V2_KEYS if short else None)
     compiled = _speedups.decode_send_header(ext, short)
     assert compiled == SEND_PURE(ext, short) == header
+
+
+# What rocketmq-client-cpp 2.x writes in every send (captured from a real send_sync): booleans as
+# "0"/"1", numbers unquoted in the JSON (read back as their text), an empty AccessKey.
+CPP_SEND_EXT = {
+    "AccessKey": "",
+    "OnsChannel": "ALIYUN",
+    "Signature": "m1VMXCKcMInjSjQtS7/3NaOubdg=",
+    "batch": "0",
+    "bornTimestamp": "1795734415995",
+    "defaultTopic": "TBW102",
+    "defaultTopicQueueNums": "4",
+    "flag": "0",
+    "producerGroup": "PG",
+    "properties": "TAGS\x01T\x02WAIT\x01true\x02",
+    "queueId": "0",
+    "reconsumeTimes": "0",
+    "sysFlag": "0",
+    "topic": "StraceT",
+    "unitMode": "0",
+}
+
+
+def test_the_cpp_clients_send_header_is_decoded_without_the_pure_twin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A fallback costs 2 us per send (issue 15: JSON as cheap as msgpack).
+    def no_fallback(ext: dict[str, str], short: bool) -> None:
+        raise AssertionError("fell back to the pure twin")
+
+    monkeypatch.setitem(speedups.PURE_TWINS, SEND_KEY, no_fallback)
+    header = _speedups.decode_send_header(CPP_SEND_EXT, False)
+    assert header == SEND_PURE(CPP_SEND_EXT, False)
+    assert (header.unit_mode, header.batch, header.queue_id) == (False, False, 0)
 
 
 @given(
