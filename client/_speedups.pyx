@@ -15,6 +15,8 @@ result, same exceptions (tests/unit/test_speedups_remoting.py checks it with hyp
                                                        header, and its body
     parse_frames           client/remoting/frame.py    the whole frames of a read as commands
     decode_received        client/received.py          a pull response's records as messages
+    walk_records           client/spark/records.py     where a pull body's records start
+    fast_columns           client/spark/records.py     walked pull bodies as Arrow columns
 
 The fast path takes the header every client sends: integer fields that fit, a numeric language,
 a text remark or none, extFields of text only. Anything else goes to the pure twin, which
@@ -227,7 +229,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memset
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport malloc, free
 from cpython.object cimport PyObject
@@ -1453,3 +1455,310 @@ def decode_received(object body, str broker_name):
         fields.body = _inflate_body(fields.body)
         _frozen(fields)
     return out
+
+
+# -- Spark: pull bodies into Arrow columns ----------------------------------------------------
+# client/spark/records.py. `walk_records` finds where the records of a pull body start;
+# `fast_columns` decodes the kept rows of walked bodies in one pass over the records into Arrow
+# buffers (offsets and bytes written straight into memory Arrow owns: no object per record).
+# It takes records with IPv4 hosts and an uncompressed body whose properties are UTF-8 and hold
+# UNIQ_KEY (what producers send); anything else, and any input it cannot vouch for, goes to the
+# pure twin, which decodes it in Arrow's kernels, returns None (the general path's records) or
+# raises its error.
+
+from cpython.buffer cimport PyBUF_WRITABLE
+
+_WALK_PURE_KEY = "tidemq.client.spark.records.walk_records"
+_COLUMNS_PURE_KEY = "tidemq.client.spark.records.fast_columns"
+_spark_records = None  # client/spark/records.py, looked up at the first call (it imports this)
+_pa = None  # pyarrow, likewise
+
+cdef long long _MAGIC_V1 = -626843481
+cdef Py_ssize_t _HEAD = 88
+cdef Py_ssize_t _MIN_RECORD = 91
+cdef long long _INT32_MAX = 2147483647
+
+
+def walk_records(object body):
+    cdef const unsigned char* data
+    cdef Py_ssize_t limit, last_head, pos = 0
+    cdef long long total
+    cdef list starts = []
+    if type(body) is not bytes:
+        return _PURE_TWINS[_WALK_PURE_KEY](body)
+    data = <const unsigned char*>PyBytes_AS_STRING(body)
+    limit = PyBytes_GET_SIZE(body)
+    last_head = limit - _HEAD
+    while pos <= last_head:
+        total = _i32_at(data + pos)
+        if total < _MIN_RECORD or _i32_at(data + pos + 4) != _MAGIC_V1:
+            return _PURE_TWINS[_WALK_PURE_KEY](body)  # raises its error
+        starts.append(pos)
+        pos += <Py_ssize_t>total
+    if pos != limit:
+        return _PURE_TWINS[_WALK_PURE_KEY](body)  # raises its error
+    return starts
+
+
+cdef struct _Row:
+    Py_ssize_t value_at, value_len, props_at, props_len
+    Py_ssize_t tags_at, tags_len, keys_at, keys_len, id_at, id_len
+    long long queue_offset, store_ms, born_ms
+
+
+cdef inline Py_ssize_t _property_at(
+    const unsigned char* props, Py_ssize_t size, const char* prefix, Py_ssize_t prefix_len,
+    Py_ssize_t* value_len,
+):
+    """Where the value of the first item `prefix...` of `name\\x01value\\x02...` text starts
+    (its length in value_len), or -1: the items are the text split on \\x02."""
+    cdef Py_ssize_t item = 0, end
+    while item <= size:
+        end = item
+        while end < size and props[end] != 2:
+            end += 1
+        if end - item >= prefix_len and memcmp(props + item, prefix, prefix_len) == 0:
+            value_len[0] = end - item - prefix_len
+            return item + prefix_len
+        item = end + 1
+    return -1
+
+
+cdef object _writable(Py_ssize_t size, Py_buffer* view):
+    """A new Arrow buffer of `size` bytes, and `view` of its memory (released by the caller)."""
+    buf = _pa.allocate_buffer(size)
+    PyObject_GetBuffer(buf, view, PyBUF_WRITABLE)
+    return buf
+
+
+cdef object _binary_column(
+    object type_, _Row* rows, Py_ssize_t n, const unsigned char* data, int which,
+):
+    """A binary or string column of spans of `data` (which: 0 values, 1 props, 2 tags, 3 keys,
+    4 ids); a span at -1 is null."""
+    cdef Py_buffer offsets_view, data_view, valid_view
+    cdef Py_ssize_t i, total = 0, at, length, nulls = 0
+    cdef int* offsets
+    cdef unsigned char* out
+    cdef unsigned char* valid = NULL
+    for i in range(n):
+        length = _span(&rows[i], which, &at)
+        if at < 0:
+            nulls += 1
+        else:
+            total += length
+    if total > _INT32_MAX:
+        return None
+    offsets_buf = _writable((n + 1) * 4, &offsets_view)
+    try:
+        data_buf = _writable(total, &data_view)
+        try:
+            valid_buf = None
+            if nulls:
+                valid_buf = _writable((n + 7) // 8, &valid_view)
+                valid = <unsigned char*>valid_view.buf
+                memset(valid, 0, (n + 7) // 8)
+            try:
+                offsets = <int*>offsets_view.buf
+                out = <unsigned char*>data_view.buf
+                total = 0
+                offsets[0] = 0
+                for i in range(n):
+                    length = _span(&rows[i], which, &at)
+                    if at >= 0:
+                        memcpy(out + total, data + at, length)
+                        total += length
+                        if valid != NULL:
+                            valid[i >> 3] |= <unsigned char>(1 << (i & 7))
+                    offsets[i + 1] = <int>total
+            finally:
+                if nulls:
+                    PyBuffer_Release(&valid_view)
+        finally:
+            PyBuffer_Release(&data_view)
+    finally:
+        PyBuffer_Release(&offsets_view)
+    return _pa.Array.from_buffers(type_, n, [valid_buf, offsets_buf, data_buf], null_count=nulls)
+
+
+cdef inline Py_ssize_t _span(_Row* row, int which, Py_ssize_t* at):
+    if which == 0:
+        at[0] = row.value_at
+        return row.value_len
+    if which == 1:
+        at[0] = row.props_at
+        return row.props_len
+    if which == 2:
+        at[0] = row.tags_at
+        return row.tags_len
+    if which == 3:
+        at[0] = row.keys_at
+        return row.keys_len
+    at[0] = row.id_at
+    return row.id_len
+
+
+cdef object _int64_column(_Row* rows, Py_ssize_t n, int which):
+    """queue offsets (0), store (1) or born (2) timestamps as an int64 column."""
+    cdef Py_buffer view
+    cdef long long* out
+    cdef Py_ssize_t i
+    buf = _writable(n * 8, &view)
+    try:
+        out = <long long*>view.buf
+        for i in range(n):
+            out[i] = rows[i].queue_offset if which == 0 else (
+                rows[i].store_ms if which == 1 else rows[i].born_ms
+            )
+    finally:
+        PyBuffer_Release(&view)
+    return _pa.Array.from_buffers(_pa.int64(), n, [None, buf])
+
+
+def fast_columns(list group):
+    global _spark_records, _pa
+    cdef Py_ssize_t n = 0, k = 0, i, limit, base, at, record_end, value_end, topic_len
+    cdef Py_ssize_t body_size, start_at
+    cdef long long body_len, queue_offset, low, high
+    cdef bint any_general = False, any_negative = False, filtering
+    cdef const unsigned char* data
+    cdef const unsigned char* p
+    cdef Py_ssize_t* record_at = NULL
+    cdef long long* lows = NULL
+    cdef long long* highs = NULL
+    cdef _Row* rows = NULL
+    cdef _Row* row
+    cdef int overflow = 0
+    if _spark_records is None:
+        import pyarrow
+        from tidemq.client.spark import records
+        _pa = pyarrow
+        _spark_records = records
+    pure = _PURE_TWINS[_COLUMNS_PURE_KEY]
+    if not group:
+        return pure(group)
+    if len(group) == 1:
+        raw = group[0].body
+    else:
+        raw = b"".join([item.body for item in group])
+    if type(raw) is not bytes:
+        return pure(group)
+    data = <const unsigned char*>PyBytes_AS_STRING(raw)
+    limit = PyBytes_GET_SIZE(raw)
+    filtering = False
+    for item in group:
+        n += len(item.starts)
+        if not item.all_kept:
+            filtering = True
+    if n == 0:
+        return pure(group)
+    try:
+        record_at = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
+        lows = <long long*>malloc(n * sizeof(long long))
+        highs = <long long*>malloc(n * sizeof(long long))
+        rows = <_Row*>malloc(n * sizeof(_Row))
+        if record_at == NULL or lows == NULL or highs == NULL or rows == NULL:
+            raise MemoryError()
+        # Where each record starts in `raw`, and its range of queue offsets to keep.
+        base = 0
+        i = 0
+        for item in group:
+            body_size = len(item.body)
+            low = PyLong_AsLongLongAndOverflow(item.start, &overflow)
+            if overflow:
+                return pure(group)
+            high = PyLong_AsLongLongAndOverflow(item.end, &overflow)
+            if overflow:
+                return pure(group)
+            for start in item.starts:
+                start_at = start
+                if start_at < 0 or start_at >= body_size:
+                    return pure(group)
+                record_at[i] = base + start_at
+                lows[i] = low
+                highs[i] = high
+                i += 1
+            base += body_size
+        for i in range(n):
+            record_end = record_at[i + 1] if i + 1 < n else limit
+            if record_end - record_at[i] < _HEAD:
+                return pure(group)  # starts that are not the walk's
+            p = data + record_at[i]
+            if _i32_at(p + 36) & 0x31:  # IPv6 hosts or a compressed body
+                any_general = True
+            if _i32_at(p + 84) < 0:
+                any_negative = True
+        if any_general or any_negative:
+            return None  # the general path's records (the pure twin's answer too)
+        # Every record of a queue has the queue's topic: its length from the first record,
+        # checked on the last (as the pure twin does).
+        value_end = record_at[0] + _HEAD + <Py_ssize_t>_i32_at(data + record_at[0] + 84)
+        at = record_at[n - 1] + _HEAD + <Py_ssize_t>_i32_at(data + record_at[n - 1] + 84)
+        if value_end >= limit or at >= limit or data[value_end] != data[at]:
+            return None
+        topic_len = data[value_end]
+        for i in range(n):
+            record_end = record_at[i + 1] if i + 1 < n else limit
+            body_len = _i32_at(data + record_at[i] + 84)
+            if body_len > record_end - (record_at[i] + _HEAD + 3 + topic_len):
+                raise _spark_records.RecordFormatError(
+                    f"bad record in a {limit}-byte pull body: a body length exceeds its "
+                    "record's size"
+                )
+        for i in range(n):
+            p = data + record_at[i]
+            record_end = record_at[i + 1] if i + 1 < n else limit
+            queue_offset = _be64(p + 20)
+            if filtering and not (lows[i] <= queue_offset < highs[i]):
+                continue
+            row = &rows[k]
+            k += 1
+            row.queue_offset = queue_offset
+            row.store_ms = _be64(p + 56)
+            row.born_ms = _be64(p + 40)
+            row.value_at = record_at[i] + _HEAD
+            row.value_len = <Py_ssize_t>_i32_at(p + 84)
+            row.props_at = row.value_at + row.value_len + 3 + topic_len
+            row.props_len = record_end - row.props_at
+            row.tags_at = _property_at(
+                data + row.props_at, row.props_len, b"TAGS\x01", 5, &row.tags_len
+            )
+            row.keys_at = _property_at(
+                data + row.props_at, row.props_len, b"KEYS\x01", 5, &row.keys_len
+            )
+            row.id_at = _property_at(
+                data + row.props_at, row.props_len, b"UNIQ_KEY\x01", 9, &row.id_len
+            )
+            if row.id_at < 0:
+                return pure(group)  # the broker's offsetMsgId: made by the pure twin
+            if row.tags_at >= 0:
+                row.tags_at += row.props_at
+            if row.keys_at >= 0:
+                row.keys_at += row.props_at
+            row.id_at += row.props_at
+        props = _binary_column(_pa.binary(), rows, k, data, 1)
+        if props is None:
+            return pure(group)
+        try:
+            props = props.cast(_pa.string())
+        except _pa.ArrowInvalid:
+            return pure(group)  # not UTF-8: the pure twin replaces what is broken
+        string = _pa.string()
+        columns = [
+            _binary_column(_pa.binary(), rows, k, data, 0),
+            props,
+            _int64_column(rows, k, 0),
+            _int64_column(rows, k, 1),
+            _int64_column(rows, k, 2),
+            _binary_column(string, rows, k, data, 2),
+            _binary_column(string, rows, k, data, 3),
+            _binary_column(string, rows, k, data, 4),
+        ]
+        if any(column is None for column in columns):
+            return pure(group)
+        return _spark_records.Columns(*columns)
+    finally:
+        free(record_at)
+        free(lows)
+        free(highs)
+        free(rows)

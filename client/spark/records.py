@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
 import pyarrow.compute as pc  # type: ignore[import-untyped]
@@ -42,6 +42,7 @@ from pyspark.sql.types import (
 )
 
 from tidemq.client.inflate import inflate_body
+from tidemq.store import speedups
 from tidemq.store.record import (
     FLAG_BORNHOST_V6,
     FLAG_COMPRESSED,
@@ -232,7 +233,7 @@ class ColumnBuffer:
         RecordFormatError on a record whose size or magic is wrong; `take()` raises it for
         the other damage it finds. Tags are filtered in `take()`.
         """
-        starts = _walk(body)
+        starts = walk_records(body)
         if not starts:
             return -1, -1, 0
         first = _Q.unpack_from(body, starts[0] + OFFSET_QUEUE_OFFSET)[0]
@@ -245,44 +246,99 @@ class ColumnBuffer:
     def take(self) -> Any:
         """Everything added so far as one RecordBatch (then the buffer is empty again)."""
         walked, self._walked = self._walked, []
-        pieces = [piece for group in _groups(walked) for piece in _decode(group)]
-        pieces = [piece for piece in pieces if len(piece.offsets)]
-        n = sum(len(p.offsets) for p in pieces)
-        values = _concat([p.values for p in pieces], pa.binary())
-        props = _text(_concat([p.props for p in pieces], pa.binary()))
-        tags, keys, msg_ids = _property_values(
-            props, (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)
-        )
-        if msg_ids.null_count:
-            fallback: list[str] = []
-            for piece in pieces:
-                fallback += piece.fallback_ids()
-            msg_ids = pc.coalesce(msg_ids, pa.array(fallback, pa.string()))
+        parts: list[Columns] = []
+        for group in _groups(walked):
+            found = fast_columns(group)
+            if found is not None:
+                parts.append(found)
+            else:  # a record needs the general path: IPv6 hosts, a compressed body
+                parts += [
+                    _columns_of(_decode_general(item.body, item.start, item.end)) for item in group
+                ]
+        if len(parts) == 1:
+            columns = parts[0]
+        else:
+            types = _EMPTY_COLUMNS
+            columns = Columns(
+                *(_concat([p[i] for p in parts], types[i].type) for i in range(len(types)))
+            )
+        n = len(columns.offsets)
         ts_type = self.pa_schema.field("storeTimestamp").type
         arrays = [
-            keys.cast(pa.binary()),
-            values,
+            columns.keys.cast(pa.binary()),
+            columns.values,
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.broker_name, pa.string()), n),
             pa.repeat(pa.scalar(self.queue_id, _I32), n),
-            _concat([p.offsets for p in pieces], _I64),
-            tags,
-            _timestamps(_concat([p.store_ms for p in pieces], _I64), ts_type),
-            _timestamps(_concat([p.born_ms for p in pieces], _I64), ts_type),
-            msg_ids,
+            columns.offsets,
+            columns.tags,
+            _timestamps(columns.store_ms, ts_type),
+            _timestamps(columns.born_ms, ts_type),
+            columns.msg_ids,
         ]
         if self.include_properties:
-            maps = [list(_properties(text).items()) for text in props.to_pylist()]
+            maps = [list(_properties(text).items()) for text in columns.props.to_pylist()]
             arrays.append(pa.array(maps, self.pa_schema.field("properties").type))
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.pa_schema)
         if self.tag_filter is not None and n:
             # The broker filters by tag hash code only: different tags can share one.
             wanted = pa.array(sorted(self.tag_filter.tags), pa.string())
-            batch = batch.filter(pc.fill_null(pc.is_in(tags, value_set=wanted), False))
+            batch = batch.filter(pc.fill_null(pc.is_in(columns.tags, value_set=wanted), False))
         return batch
 
 
-def _walk(body: bytes) -> list[int]:
+class Columns(NamedTuple):
+    """The kept rows of some records as Arrow columns: what `fast_columns` returns."""
+
+    values: Any  # binary: the bodies
+    props: Any  # string: the raw `name\x01value\x02...` text
+    offsets: Any  # int64: queue offsets
+    store_ms: Any  # int64
+    born_ms: Any  # int64
+    tags: Any  # string: TAGS, null where absent
+    keys: Any  # string: KEYS, null where absent
+    msg_ids: Any  # string: UNIQ_KEY, else the broker's offsetMsgId
+
+
+def fast_columns(group: list[_Walked]) -> Columns | None:
+    """The kept rows of `group` (walked bodies) decoded together; None when a record needs the
+    general path (IPv6 hosts, a compressed body). RecordFormatError on a damaged record.
+
+    The compiled twin (client/_speedups.pyx) does it in one pass over the records in C; this
+    one in Arrow's kernels (see `ColumnBuffer`).
+    """
+    piece = _decode_fast(group)
+    return None if piece is None else _columns_of(piece)
+
+
+def _columns_of(piece: _Piece) -> Columns:
+    props = _text(piece.props)
+    tags, keys, msg_ids = _property_values(props, (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY))
+    if msg_ids.null_count:
+        msg_ids = pc.coalesce(msg_ids, pa.array(piece.fallback_ids(), pa.string()))
+    return Columns(
+        piece.values, props, piece.offsets, piece.store_ms, piece.born_ms, tags, keys, msg_ids
+    )
+
+
+_EMPTY_COLUMNS = Columns(
+    *(
+        pa.array([], t)
+        for t in (
+            pa.binary(),
+            pa.string(),
+            _I64,
+            _I64,
+            _I64,
+            pa.string(),
+            pa.string(),
+            pa.string(),
+        )
+    )
+)
+
+
+def walk_records(body: bytes) -> list[int]:
     """Where each record of a pull body starts; RecordFormatError on a bad size or magic."""
     # The only loop over records in Python: one unpack, one append per record.
     starts: list[int] = []
@@ -620,3 +676,8 @@ def record_offsets(body: bytes) -> list[int]:
         out.append(queue_offset)
         pos += total
     return out
+
+
+# The compiled twins (client/_speedups.pyx) when built; see store/speedups.py.
+walk_records = speedups.select(walk_records, "tidemq.client._speedups")
+fast_columns = speedups.select(fast_columns, "tidemq.client._speedups")

@@ -449,10 +449,33 @@ def fuzz_spark_columns(data: bytes) -> None:
         _SPARK["filter"] = parse_tag_expression("*")
         _SPARK["schema"] = records.spark_schema(include_properties=True)
     records = _SPARK["records"]
+    errors = (RecordFormatError,)
+    same(
+        "walk_records twins",
+        outcome(errors, pure(_WALK_RECORDS), data),
+        outcome(errors, records.walk_records, data),
+    )
     buffer = records.ColumnBuffer("TopicFuzz", "broker-a", 0, _SPARK["schema"], _SPARK["filter"])
-    added = outcome((RecordFormatError,), buffer.add, data, 0, 2**62)
-    if added[0] == "ok":
-        outcome((RecordFormatError,), buffer.take)
+    added = outcome(errors, buffer.add, data, 0, 2**62)
+    if added[0] == "ok" and buffer._walked:
+        # the compiled twin (when built) and the pure one on what take() decodes
+        walked = list(buffer._walked)  # empty when the body holds no record
+        same(
+            "fast_columns twins",
+            _columns_view(outcome(errors, pure(_FAST_COLUMNS), walked)),
+            _columns_view(outcome(errors, records.fast_columns, walked)),
+        )
+        outcome(errors, buffer.take)
+
+
+_WALK_RECORDS: Final = "tidemq.client.spark.records.walk_records"
+_FAST_COLUMNS: Final = "tidemq.client.spark.records.fast_columns"
+
+
+def _columns_view(result: Any) -> Any:
+    if result[0] != "ok" or result[1] is None:
+        return result
+    return ("ok", [(str(column.type), column.to_pylist()) for column in result[1]])
 
 
 def fuzz_acl_file(data: bytes) -> None:

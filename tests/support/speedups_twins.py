@@ -11,6 +11,7 @@ SELECTING_MODULES = (
     "tidemq.client.received",
     "tidemq.client.remoting.frame",
     "tidemq.client.remoting.headers",
+    "tidemq.client.spark.records",
     "tidemq.store.fast_scan",
     "tidemq.store.index",
     "tidemq.store.index_worker",
