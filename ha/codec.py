@@ -23,9 +23,10 @@ The master sends at most ``haTransferBatchSize`` (32 KiB) per frame, but the sla
 frame by its read buffer (4 MiB in RocketMQ), so `TransferDecoder` takes the bound as an argument.
 
 Nothing here does I/O: feed received bytes to a decoder and act on the events it returns; write
-the bytes the encoders return. `SlaveStreamChecker` and `AckValidator` are the consistency rules
-of each side (reference Part A §1.2, §1.4 and Part C), kept pure so they are tested without
-sockets.
+the bytes the encoders return. The slave reads the master's frames with `TransferBuffer`, the
+same decoding in a buffer the transport reads into (no allocation or copy per read).
+`SlaveStreamChecker` and `AckValidator` are the consistency rules of each side (reference Part
+A §1.2, §1.4 and Part C), kept pure so they are tested without sockets.
 
 Controller mode (issue 16) only, never in a RocketMQ 4.x group: the connection starts with an
 epoch handshake, then the stream above follows unchanged. The slave speaks first::

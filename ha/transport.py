@@ -19,7 +19,7 @@ unchanged.
 gives (asyncio's BufferedProtocol: the slave's TransferBuffer, reused, so no read allocates a
 bytes object or copies it), and the sink acts on the bytes in the transport's own receive
 callback, so they are appended to the CommitLog while they are still in the CPU's cache
-(appends of 1 MiB reads cost a third of the CPU of 4 MiB ones), with no stream buffer
+(appends of 1 MiB reads cost less than half the CPU of 4 MiB ones), with no stream buffer
 copying them in and out; the writer keeps working (its flow control and close are forwarded to
 the stream protocol). This holds on TCP and TLS, on asyncio's loop and uvloop (both hand a
 buffered protocol the decrypted bytes). Other transports (the in-memory ones of the tests) are
