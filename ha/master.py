@@ -180,7 +180,10 @@ class HAConnection:
         while True:
             remaining = housekeeping - (time.monotonic() - self.last_read)
             try:
-                data = await asyncio.wait_for(self.reader.read(READ_CHUNK), max(remaining, 0.01))
+                # A timer rather than wait_for: no task per read (a slave acks every read of
+                # a catch-up).
+                async with asyncio.timeout(max(remaining, 0.01)):
+                    data = await self.reader.read(READ_CHUNK)
             except TimeoutError:
                 log.warning(
                     "HA: slave %s sent nothing for %.0f ms (haHousekeepingInterval): closing",

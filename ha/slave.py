@@ -3,10 +3,12 @@
 The slave connects to its master's HA address (learned from its name-server registration, or
 fixed by haMasterAddress), reports its CommitLog's max offset at once, and then appends every
 batch at exactly the offset its header names, acknowledging after each read and at least every
-heartbeat interval. The frames of one read are appended together (one write per CommitLog file),
-and acknowledged at once: the receive path never waits for dispatch, which builds ConsumeQueues
-and the index from the replicated bytes in its own task, a bounded chunk per event-loop turn, and
-may lag behind a catch-up (`dispatchBehindBytes` in the runtime info says by how much).
+heartbeat interval. Reads land in one reused buffer (ha/codec.py's TransferBuffer: nothing is
+allocated per read); the frames of one read are appended together (one write per CommitLog
+file), and acknowledged at once: the receive path never waits for dispatch, which builds
+ConsumeQueues and the index from the replicated bytes in its own task, a bounded chunk per
+event-loop turn, and may lag behind a catch-up (`dispatchBehindBytes` in the runtime info says
+by how much).
 
 Every header is checked against the local max offset (heartbeats included). A mismatch in the
 middle of a session (after a frame that continued the log) is a protocol error, as in RocketMQ:
@@ -37,7 +39,7 @@ from tidemq.ha.codec import (
     EpochsDecoder,
     HAProtocolError,
     HeartbeatReceived,
-    TransferDecoder,
+    TransferBuffer,
     encode_ack,
     encode_hello,
 )
@@ -84,6 +86,26 @@ class EpochHandshake:
     broker_id: int
     entries: Callable[[], list[tuple[int, int]]]
     on_master_epochs: Callable[[list[tuple[int, int]]], None]
+
+
+class _FrameSink:
+    """Where the slave's reads land (ha/transport.py's ReadSink): a TransferBuffer, whose
+    completed frames go to `on_frames` at once, so their bodies (views of the buffer) are
+    appended before the next read reuses it."""
+
+    __slots__ = ("_frames", "_on_frames")
+
+    def __init__(
+        self, on_frames: Callable[[list[BatchReceived | HeartbeatReceived]], None]
+    ) -> None:
+        self._frames = TransferBuffer()
+        self._on_frames = on_frames
+
+    def get_buffer(self) -> memoryview:
+        return self._frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._on_frames(self._frames.received(nbytes))
 
 
 class HAClient(Service):
@@ -230,14 +252,8 @@ class HAClient(Service):
             log.info("HA: connected to master %s", address)
             if self._handshake is not None:
                 await self._exchange_epochs(reader, writer, self._handshake)
-            decoder = TransferDecoder()
-
-            def on_chunk(data: bytes) -> None:
-                self._arrived = True
-                self._apply(decoder.feed(data))
-
             # Before the report: the master sends nothing until it has it.
-            receiver = ChunkReceiver(reader, writer, on_chunk)
+            receiver = ChunkReceiver(reader, writer, _FrameSink(self._on_frames))
             await self._report(writer)
             await self._receive(receiver, writer)
         finally:
@@ -296,6 +312,10 @@ class HAClient(Service):
                 time.monotonic() - self.last_write >= heartbeat
             ):
                 await self._report(writer)
+
+    def _on_frames(self, events: list[BatchReceived | HeartbeatReceived]) -> None:
+        self._arrived = True
+        self._apply(events)
 
     def _apply(self, events: list[BatchReceived | HeartbeatReceived]) -> None:
         """Check every frame of a read against the log's end, then append their bodies in one

@@ -23,7 +23,8 @@ Targets (name: decoders; errors):
     request_headers  every request header schema and namesrv header,  HeaderFieldError,
                      decode_send_header compiled and pure             NamesrvProtocolError
     json_bodies      loads_fastjson and every RocketMQ JSON body      BodyDecodeError, ...
-    ha_transfer      TransferDecoder + SlaveStreamChecker, split      HAProtocolError
+    ha_transfer      TransferDecoder + SlaveStreamChecker, split;     HAProtocolError
+                     TransferBuffer (the slave's), the same events
     ha_ack           AckDecoder (feed, feed_last) + AckValidator      HAProtocolError
     commitlog_record decode_record, scan_record, scan_fast and        RecordFormatError
                      gather_entries compiled and pure
@@ -61,6 +62,7 @@ from tidemq.ha.codec import (
     BatchReceived,
     HAProtocolError,
     SlaveStreamChecker,
+    TransferBuffer,
     TransferDecoder,
 )
 from tidemq.store import fast_scan, index_worker, record, speedups
@@ -302,13 +304,45 @@ def _feed_transfer(chunks: list[bytes]) -> Any:
     return ("ok", events, decoder.buffered)
 
 
+def _read_transfer(chunks: list[bytes], read_size: int) -> Any:
+    """`_feed_transfer`'s outcome from the slave's TransferBuffer: each chunk read into its
+    room, `read_size` bytes at most a read."""
+    frames = TransferBuffer(HA_BODY_LIMIT, read_size)
+    checker = SlaveStreamChecker(0)
+    events: list[Any] = []
+    for chunk in chunks:
+        # An empty chunk is an empty read: the decoder's `feed(b"")`.
+        done = 0
+        while True:
+            room = frames.get_buffer()
+            n = min(len(room), len(chunk) - done)
+            room[:n] = chunk[done : done + n]
+            done += n
+            try:
+                fed = frames.received(n)
+            except HAProtocolError as exc:
+                return ("error", type(exc), str(exc))
+            for event in fed:
+                verdict = checker.check(event)
+                if isinstance(event, BatchReceived):
+                    if verdict is None:
+                        checker.applied(event)
+                    events.append((event.offset, bytes(event.body), verdict))
+                else:
+                    events.append((event, verdict))
+            if done == len(chunk):
+                break
+    return ("ok", events, frames.buffered)
+
+
 def fuzz_ha_transfer(data: bytes) -> None:
     cut = _split_point(data)
-    same(
-        "transfer fed whole and split",
-        _feed_transfer([data]),
-        _feed_transfer([data[:cut], data[cut:]]),
-    )
+    whole = _feed_transfer([data])
+    same("transfer fed whole and split", whole, _feed_transfer([data[:cut], data[cut:]]))
+    # The slave's buffer gives what the decoder gives (the same error for the same first bad
+    # header), whatever its reads.
+    same("transfer read by the slave's buffer", whole, _read_transfer([data], 1 << 20))
+    same("transfer read 97 bytes at a time", whole, _read_transfer([data], 97))
 
 
 def _feed_acks(chunks: list[bytes], last_only: bool) -> Any:

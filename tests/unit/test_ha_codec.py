@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 import struct
 import tracemalloc
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -19,6 +20,7 @@ from tidemq.ha.codec import (
     MAX_OFFSET,
     MAX_WIRE_BODY_SIZE,
     TRANSFER_HEADER_SIZE,
+    TRANSFER_READ_SIZE,
     AckDecoder,
     AckValidator,
     BatchReceived,
@@ -27,6 +29,7 @@ from tidemq.ha.codec import (
     HeartbeatReceived,
     OffsetReported,
     SlaveStreamChecker,
+    TransferBuffer,
     TransferDecoder,
     TransferEvent,
     encode_ack,
@@ -448,6 +451,156 @@ def test_round_trip(offset: int, body: bytes) -> None:
         offset = MAX_OFFSET - len(body)
     (event,) = TransferDecoder().feed(b"".join(encode_transfer(offset, body)))
     assert event == (BatchReceived(offset, body) if body else HeartbeatReceived(offset))
+
+
+# -- slave side: decoding in the receive buffer ----------------------------------------------
+
+
+def read_through(buffer: TransferBuffer, wire: bytes, sizes: list[int]) -> list[TransferEvent]:
+    """What the transport does: each read fills part of `get_buffer`'s view (`sizes` cycled,
+    cut to the room there is); every body is copied out before the next read, as the slave
+    appends it."""
+    events: list[TransferEvent] = []
+    done, turn = 0, 0
+    while done < len(wire):
+        room = buffer.get_buffer()
+        assert 1 <= len(room) <= buffer.read_size
+        n = min(len(room), len(wire) - done, sizes[turn % len(sizes)] if sizes else len(room))
+        room[:n] = wire[done : done + n]
+        done += n
+        turn += 1
+        for event in buffer.received(n):
+            if isinstance(event, BatchReceived):
+                assert isinstance(event.body, memoryview) and event.body.readonly
+                event = BatchReceived(event.offset, bytes(event.body))
+            events.append(event)
+    return events
+
+
+def test_buffer_read_size_is_what_the_slave_appends_at_once() -> None:
+    buffer = TransferBuffer()
+    assert buffer.max_body_size == DEFAULT_MAX_BODY_SIZE
+    assert buffer.read_size == TRANSFER_READ_SIZE == 1024 * 1024
+    assert len(buffer.get_buffer()) == TRANSFER_READ_SIZE
+
+
+def test_buffer_bodies_are_views_of_one_reused_buffer() -> None:
+    buffer = TransferBuffer()
+    seen = []
+    for offset in (0, 3000, 6000):
+        frame = wire_frame(offset, pattern(3000))
+        room = buffer.get_buffer()
+        room[: len(frame)] = frame
+        (event,) = buffer.received(len(frame))
+        assert isinstance(event, BatchReceived) and isinstance(event.body, memoryview)
+        assert bytes(event.body) == pattern(3000)
+        seen.append(event.body.obj)
+    # No read allocated anything: every body lies in the same buffer, which starts over at its
+    # front once a read ended on a frame boundary.
+    assert seen[0] is seen[1] is seen[2]
+    assert buffer.buffered == 0
+
+
+def test_buffer_moves_an_incomplete_frame_to_the_front_and_keeps_it() -> None:
+    # 80 frames of 32 KiB: reads pass the recycling point twice, with a frame cut at each read.
+    frames = [pattern(DEFAULT_TRANSFER_BATCH_SIZE - i) for i in range(80)]
+    wire, expected = encode_stream(1 << 30, frames)
+    buffer = TransferBuffer()
+    assert read_through(buffer, wire, [100_003, 77_777, TRANSFER_READ_SIZE]) == expected
+    assert buffer.buffered == 0
+
+
+def test_buffer_holds_a_frame_of_the_largest_size() -> None:
+    body = pattern(4000)
+    buffer = TransferBuffer(max_body_size=4000, read_size=1000)
+    wire = wire_frame(0, body) + wire_frame(4000, body) + encode_heartbeat(8000)
+    assert read_through(buffer, wire, [999, 1000, 7]) == [
+        BatchReceived(0, body),
+        BatchReceived(4000, body),
+        HeartbeatReceived(8000),
+    ]
+
+
+@given(stream=replication_streams(large=True), data=st.data())
+def test_buffer_gives_the_frames_the_decoder_gives(
+    stream: tuple[int, list[bytes]], data: st.DataObject
+) -> None:
+    wire, expected = encode_stream(*stream)
+    read_size = data.draw(st.sampled_from([1, 13, 4096, 50_000, TRANSFER_READ_SIZE]))
+    sizes = data.draw(st.lists(st.integers(1, read_size), max_size=10))
+    buffer = TransferBuffer(max_body_size=40_000, read_size=read_size)
+    assert read_through(buffer, wire, sizes) == expected
+    assert buffer.buffered == 0
+
+
+@given(
+    garbage=st.binary(min_size=12, max_size=200),
+    sizes=st.lists(st.integers(1, 64), min_size=1, max_size=5),
+)
+def test_buffer_refuses_what_the_decoder_refuses(garbage: bytes, sizes: list[int]) -> None:
+    def outcome(decode: Callable[[], list[TransferEvent]]) -> object:
+        try:
+            return decode()
+        except HAProtocolError as exc:
+            return str(exc)
+
+    # Each feeds the same reads; events of the read that fails are dropped by both.
+    cuts = list(itertools.accumulate(itertools.islice(itertools.cycle(sizes), len(garbage))))
+    reads = split(garbage, [c for c in cuts if c < len(garbage)])
+    decoder = TransferDecoder(max_body_size=100)
+    buffer = TransferBuffer(max_body_size=100, read_size=64)
+
+    def through_buffer(read: bytes) -> list[TransferEvent]:
+        buffer.get_buffer()[: len(read)] = read
+        return [
+            BatchReceived(e.offset, bytes(e.body)) if isinstance(e, BatchReceived) else e
+            for e in buffer.received(len(read))
+        ]
+
+    for read in reads:
+        expected = outcome(lambda: decoder.feed(read))  # noqa: B023 - called at once
+        assert outcome(lambda: through_buffer(read)) == expected  # noqa: B023
+        if isinstance(expected, str):
+            break
+
+
+@pytest.mark.parametrize(
+    ("header", "max_body_size", "match"),
+    [
+        (wire_header(-1, 10), DEFAULT_MAX_BODY_SIZE, "negative offset -1"),
+        (wire_header(0, -1), DEFAULT_MAX_BODY_SIZE, "negative body size -1"),
+        (wire_header(0, 17), 16, "body size 17 at offset 0 exceeds 16"),
+        (wire_header(0, MAX_WIRE_BODY_SIZE), DEFAULT_MAX_BODY_SIZE, "exceeds"),
+        (wire_header(MAX_OFFSET, 1), DEFAULT_MAX_BODY_SIZE, "ends past"),
+    ],
+)
+def test_buffer_refuses_a_bad_header_before_its_body_and_stays_failed(
+    header: bytes, max_body_size: int, match: str
+) -> None:
+    buffer = TransferBuffer(max_body_size=max_body_size)
+    buffer.get_buffer()[:7] = header[:7]
+    assert buffer.received(7) == []
+    buffer.get_buffer()[:5] = header[7:]
+    with pytest.raises(HAProtocolError, match=match):
+        buffer.received(5)
+    with pytest.raises(HAProtocolError, match="already failed"):
+        buffer.received(0)
+
+
+def test_buffer_refuses_more_than_the_room_it_gave() -> None:
+    buffer = TransferBuffer(read_size=100)
+    assert len(buffer.get_buffer()) == 100
+    with pytest.raises(ValueError, match="at most 100"):
+        buffer.received(101)
+
+
+@pytest.mark.parametrize(
+    ("max_body_size", "read_size", "match"),
+    [(0, 100, "max_body_size 0"), (100, 0, "read_size 0")],
+)
+def test_buffer_sizes_must_be_usable(max_body_size: int, read_size: int, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        TransferBuffer(max_body_size=max_body_size, read_size=read_size)
 
 
 # -- slave side: stream consistency ----------------------------------------------------------

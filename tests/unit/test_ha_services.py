@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from tests.support.ha_harness import (
     copy_commitlog,
     empty_first_file,
     found,
+    harness,
     holds,
     put_many,
     queue_bodies,
@@ -40,8 +42,15 @@ from tests.support.ha_harness import (
     resync_callback,
     side_files,
 )
+from tests.support.memory_streams import MemoryNetwork
 from tests.support.messages import message
-from tidemq.ha.codec import encode_ack, encode_heartbeat, encode_transfer
+from tidemq.ha.codec import (
+    DEFAULT_MAX_BODY_SIZE,
+    encode_ack,
+    encode_heartbeat,
+    encode_transfer,
+    encode_transfer_header,
+)
 from tidemq.ha.group_transfer import GroupTransferService
 from tidemq.ha.master import SlaveState
 from tidemq.ha.slave import ClientState
@@ -602,6 +611,65 @@ async def test_a_jump_in_the_middle_of_the_stream_reconnects_after_the_reconnect
         for r in caplog.records
         if r.name == "tidemq.ha.slave"
     )
+
+
+TOO_LARGE = DEFAULT_MAX_BODY_SIZE + 1
+
+
+@pytest.mark.parametrize("network", ["memory", "tcp"])
+async def test_a_bad_frame_header_ends_the_session_with_a_log_line_and_the_slave_resumes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, network: str
+) -> None:
+    """A header the slave refuses (a body above its 4 MiB read bound) closes the connection
+    with one log line; the frames before it are appended, or dropped with the read that carried
+    the bad header, and the next session resumes from the slave's end either way. Over
+    loopback TCP the slave reads into its buffer (a BufferedProtocol), in memory through the
+    StreamReader."""
+    caplog.set_level(logging.INFO)
+    async with harness(tmp_path, MemoryNetwork() if network == "memory" else None) as ha:
+        source = await ha.store("source")
+        appends = await put_many(source, 30)
+        end = source.max_phy_offset
+        data = commitlog_bytes(source, 0, end)
+        cut = appends[12].end_offset
+
+        def plan(session: int, report: int) -> list[bytes]:
+            if session == 0:
+                return [transfer(0, data[:cut]), encode_transfer_header(cut, TOO_LARGE)]
+            return [transfer(report, data[report:])]
+
+        master = ScriptedMaster(plan, end)
+        finished = 0
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal finished
+            try:
+                await master.serve(reader, writer)
+            finally:
+                finished += 1
+
+        listening, port = await ha.listen(serve, "127.0.0.1", 0)
+        try:
+            slave = await ha.store("slave", BrokerRole.SLAVE)
+            client = await ha.client(slave, port, ha_reconnect_interval=50)
+            await eventually(
+                lambda: slave.max_phy_offset == end, "the slave to resume and catch up"
+            )
+            assert master.reports in ([0, 0], [0, cut])
+            assert client.connects == 2
+            assert commitlog_bytes(slave, 0, end) == data
+            await ha.stop(client)
+            await eventually(lambda: finished == 2, "the master's sessions to end")
+        finally:
+            listening.close()
+            await listening.wait_closed()
+        ended = [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "tidemq.ha.slave" and "ended" in r.getMessage()
+        ]
+        assert len(ended) == 1, ended
+        assert f"bad frame header: body size {TOO_LARGE} at offset {cut} exceeds" in ended[0]
 
 
 async def test_a_first_frame_ahead_of_a_later_report_is_behind_retention(ha: Harness) -> None:
