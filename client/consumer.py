@@ -25,9 +25,10 @@ RocketMQ's DefaultMQPushConsumer (reference Part A §8):
 
 Messages reach listeners decoded lazily (`ReceivedMessage`: properties, hosts and ids are read
 from the record when first used). A plain function listener gets a batch (or an orderly run) as
-one job of the consume threads (client/consume_threads.py: up to `max_concurrency` threads, as
-RocketMQ's consumeThreadMax; jobs that finish together wake the loop once), not one job per
-message; an `executor` given to the consumer runs the jobs instead.
+one job of the consume threads (client/consume_threads.py: one thread drains the jobs while
+listeners are fast, another joins whenever every running one has spent 5 ms in a job, up to
+`max_concurrency` threads, as RocketMQ's consumeThreadMax; jobs that finish together wake the
+loop once), not one job per message; an `executor` given to the consumer runs the jobs instead.
 
 A listener is a function or an async function taking a `ReceivedMessage` and returning
 `ConsumeResult.SUCCESS` (or None) or `ConsumeResult.RECONSUME_LATER`; raising counts as

@@ -1,5 +1,6 @@
 """ConsumeThreads: results and errors reach the loop's futures, jobs that finish while the loop is
-busy share one wake-up, threads start only as jobs find none idle, and shutdown ends them."""
+busy share one wake-up, fast jobs keep to one thread, jobs behind a blocking one get another
+thread (up to the maximum), and shutdown ends them."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ async def test_jobs_finished_while_the_loop_is_busy_share_one_wake_up() -> None:
     threads._deliver = counting_deliver  # type: ignore[method-assign]
     try:
         futures = [threads.submit(int, i) for i in range(20)]
+        await asyncio.sleep(0)  # one turn: the jobs are released to the threads
         # The loop's thread is busy (here: blocked) while every job finishes.
         deadline = time.monotonic() + 30
         while len(threads._finished) < 20 and time.monotonic() < deadline:
@@ -50,7 +52,19 @@ async def test_jobs_finished_while_the_loop_is_busy_share_one_wake_up() -> None:
         threads.shutdown()
 
 
-async def test_threads_start_as_needed_up_to_the_maximum() -> None:
+async def test_fast_jobs_keep_to_one_thread() -> None:
+    threads = ConsumeThreads(asyncio.get_running_loop(), 4, "t")
+    try:
+        for _ in range(20):
+            assert await asyncio.gather(*(threads.submit(int, str(i)) for i in range(32))) == list(
+                range(32)
+            )
+        assert len(threads._threads) == 1
+    finally:
+        threads.shutdown()
+
+
+async def test_jobs_behind_a_blocking_one_get_another_thread_up_to_the_maximum() -> None:
     threads = ConsumeThreads(asyncio.get_running_loop(), 2, "t")
     release = threading.Event()
     running = 0
@@ -67,15 +81,15 @@ async def test_threads_start_as_needed_up_to_the_maximum() -> None:
             running -= 1
 
     try:
-        assert await threads.submit(int, "7") == 7
-        assert len(threads._threads) == 1
-        assert await threads.submit(int, "8") == 8  # the idle thread takes it
-        assert len(threads._threads) == 1
-        futures = [threads.submit(blocking_job) for _ in range(5)]
+        blocked = threads.submit(blocking_job)
+        await eventually(lambda: running == 1, "the blocking job running")
+        # A fast job behind it is run by a second thread once the first has stalled.
+        assert await asyncio.wait_for(threads.submit(int, "8"), 30) == 8
         assert len(threads._threads) == 2
+        futures = [threads.submit(blocking_job) for _ in range(4)]
         await eventually(lambda: most == 2, "both threads holding a job")
         release.set()
-        await asyncio.gather(*futures)
+        await asyncio.gather(blocked, *futures)
         assert most == 2
         assert len(threads._threads) == 2
     finally:
