@@ -293,15 +293,20 @@ def _feed_transfer(chunks: list[bytes]) -> Any:
             return ("error", type(exc), str(exc))
         if decoder.buffered > HA_BODY_LIMIT + 12 + len(chunk):
             raise AssertionError(f"transfer decoder holds {decoder.buffered} bytes")
-        for event in fed:
-            verdict = checker.check(event)
-            if isinstance(event, BatchReceived):
-                if verdict is None:
-                    checker.applied(event)
-                events.append((event.offset, bytes(event.body), verdict))
-            else:
-                events.append((event, verdict))
+        _check_transfer_events(fed, checker, events)
     return ("ok", events, decoder.buffered)
+
+
+def _check_transfer_events(fed: list[Any], checker: SlaveStreamChecker, events: list[Any]) -> None:
+    """Each decoded event and the slave's verdict on it, into `events` (bodies copied out)."""
+    for event in fed:
+        verdict = checker.check(event)
+        if isinstance(event, BatchReceived):
+            if verdict is None:
+                checker.applied(event)
+            events.append((event.offset, bytes(event.body), verdict))
+        else:
+            events.append((event, verdict))
 
 
 def _read_transfer(chunks: list[bytes], read_size: int) -> Any:
@@ -322,14 +327,7 @@ def _read_transfer(chunks: list[bytes], read_size: int) -> Any:
                 fed = frames.received(n)
             except HAProtocolError as exc:
                 return ("error", type(exc), str(exc))
-            for event in fed:
-                verdict = checker.check(event)
-                if isinstance(event, BatchReceived):
-                    if verdict is None:
-                        checker.applied(event)
-                    events.append((event.offset, bytes(event.body), verdict))
-                else:
-                    events.append((event, verdict))
+            _check_transfer_events(fed, checker, events)
             if done == len(chunk):
                 break
     return ("ok", events, frames.buffered)

@@ -7,16 +7,17 @@ peer's close ends it quietly."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import ssl
 import struct
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-import uvloop
 
-from tests.support.certs import Pki, make_pki
+from tests.support.certs import Pki, make_pki, mutual_tls_contexts
+from tests.support.event_loops import EVENT_LOOPS, run_on
 from tidemq.ha import transport
 from tidemq.ha.codec import (
     DEFAULT_MAX_BODY_SIZE,
@@ -27,10 +28,6 @@ from tidemq.ha.codec import (
     TransferEvent,
 )
 
-LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-    "asyncio": asyncio.new_event_loop,
-    "uvloop": uvloop.new_event_loop,
-}
 TIMEOUT = 30.0
 START = 3 << 30
 
@@ -38,15 +35,6 @@ START = 3 << 30
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-def contexts(pki: Pki) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.ca))
-    server.load_cert_chain(pki.server.cert, pki.server.key)
-    server.verify_mode = ssl.CERT_REQUIRED
-    client = ssl.create_default_context(cafile=str(pki.ca))
-    client.load_cert_chain(pki.client.cert, pki.client.key)
-    return server, client
 
 
 def frames() -> list[tuple[int, bytes]]:
@@ -83,11 +71,6 @@ class Collect:
             self.got.append((event.offset, body))
 
 
-def run_on(loop_name: str, main: Coroutine[Any, Any, None]) -> None:
-    with asyncio.Runner(loop_factory=LOOPS[loop_name]) as runner:
-        runner.run(main)
-
-
 async def serve(
     tls: ssl.SSLContext | None, send: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any]
 ) -> tuple[transport.Listening, int]:
@@ -100,12 +83,32 @@ async def serve(
     return await transport.listen_tcp(accept, "127.0.0.1", 0, tls=tls)
 
 
+@contextlib.asynccontextmanager
+async def receiving(
+    pki: Pki,
+    secure: bool,
+    send: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
+) -> AsyncIterator[tuple[asyncio.StreamWriter, Collect, transport.ChunkReceiver]]:
+    """A peer running `send`, and a connection to it whose reads go through a ChunkReceiver
+    into a `Collect`; the listener is closed on the way out."""
+    server_tls, client_tls = mutual_tls_contexts(pki)
+    listening, port = await serve(server_tls if secure else None, send)
+    try:
+        reader, writer = await transport.connect_tcp(
+            f"127.0.0.1:{port}", tls=client_tls if secure else None
+        )
+        sink = Collect()
+        yield writer, sink, transport.ChunkReceiver(reader, writer, sink)
+    finally:
+        listening.close()
+        await listening.wait_closed()
+
+
 @pytest.mark.parametrize("secure", [False, True], ids=["tcp", "tls"])
-@pytest.mark.parametrize("loop_name", sorted(LOOPS))
+@pytest.mark.parametrize("loop_name", sorted(EVENT_LOOPS))
 def test_frames_arrive_byte_for_byte_and_a_bad_header_ends_the_session(
     pki: Pki, loop_name: str, secure: bool
 ) -> None:
-    server_tls, client_tls = contexts(pki)
     stream = frames()
     data = wire(stream)
     bad_header = struct.pack(">qi", START, -1)
@@ -125,13 +128,7 @@ def test_frames_arrive_byte_for_byte_and_a_bad_header_ends_the_session(
         await reader.read()  # until the receiving side closes
 
     async def main() -> None:
-        listening, port = await serve(server_tls if secure else None, send)
-        try:
-            reader, writer = await transport.connect_tcp(
-                f"127.0.0.1:{port}", tls=client_tls if secure else None
-            )
-            sink = Collect()
-            receiver = transport.ChunkReceiver(reader, writer, sink)
+        async with receiving(pki, secure, send) as (writer, sink, receiver):
             # The transport reads into the sink's buffer (no StreamReader in between).
             assert isinstance(writer.transport.get_protocol(), asyncio.BufferedProtocol)
             while len(sink.got) < len(stream):
@@ -145,17 +142,13 @@ def test_frames_arrive_byte_for_byte_and_a_bad_header_ends_the_session(
             assert sink.got == stream
             writer.close()
             await writer.wait_closed()
-        finally:
-            listening.close()
-            await listening.wait_closed()
 
     run_on(loop_name, main())
 
 
 @pytest.mark.parametrize("secure", [False, True], ids=["tcp", "tls"])
-@pytest.mark.parametrize("loop_name", sorted(LOOPS))
+@pytest.mark.parametrize("loop_name", sorted(EVENT_LOOPS))
 def test_the_peers_close_ends_the_session(pki: Pki, loop_name: str, secure: bool) -> None:
-    server_tls, client_tls = contexts(pki)
     stream = frames()[:10]
 
     async def send(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -163,20 +156,11 @@ def test_the_peers_close_ends_the_session(pki: Pki, loop_name: str, secure: bool
         await writer.drain()
 
     async def main() -> None:
-        listening, port = await serve(server_tls if secure else None, send)
-        try:
-            reader, writer = await transport.connect_tcp(
-                f"127.0.0.1:{port}", tls=client_tls if secure else None
-            )
-            sink = Collect()
-            receiver = transport.ChunkReceiver(reader, writer, sink)
+        async with receiving(pki, secure, send) as (writer, sink, receiver):
             while await asyncio.wait_for(receiver.received(), TIMEOUT):
                 pass
             assert sink.got == stream
             assert sink.frames.buffered == 0
             writer.close()
-        finally:
-            listening.close()
-            await listening.wait_closed()
 
     run_on(loop_name, main())

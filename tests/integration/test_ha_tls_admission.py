@@ -9,19 +9,14 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
-import uvloop
 
-from tests.support.certs import Pki, make_pki
+from tests.support.certs import Pki, make_pki, mutual_tls_contexts
+from tests.support.event_loops import EVENT_LOOPS, run_on
 from tidemq.ha import transport
 
-LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-    "asyncio": asyncio.new_event_loop,
-    "uvloop": uvloop.new_event_loop,
-}
 # Well under the listener's handshake timeout: an admission that had to wait it out fails here.
 PROMPT = transport.TLS_HANDSHAKE_TIMEOUT / 2
 
@@ -29,20 +24,6 @@ PROMPT = transport.TLS_HANDSHAKE_TIMEOUT / 2
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-def contexts(pki: Pki) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.ca))
-    server.load_cert_chain(pki.server.cert, pki.server.key)
-    server.verify_mode = ssl.CERT_REQUIRED
-    client = ssl.create_default_context(cafile=str(pki.ca))
-    client.load_cert_chain(pki.client.cert, pki.client.key)
-    return server, client
-
-
-def run_on(loop_name: str, main: Coroutine[Any, Any, None]) -> None:
-    with asyncio.Runner(loop_factory=LOOPS[loop_name]) as runner:
-        runner.run(main)
 
 
 async def greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -59,9 +40,9 @@ async def read_all(port: int, **connect: Any) -> bytes:
         writer.close()
 
 
-@pytest.mark.parametrize("loop_name", sorted(LOOPS))
+@pytest.mark.parametrize("loop_name", sorted(EVENT_LOOPS))
 def test_tls_slaves_are_admitted_without_waiting(pki: Pki, loop_name: str) -> None:
-    server_tls, client_tls = contexts(pki)
+    server_tls, client_tls = mutual_tls_contexts(pki)
 
     async def main() -> None:
         listening, port = await transport.listen_tcp(greet, "127.0.0.1", 0, tls=server_tls)
@@ -105,9 +86,9 @@ async def _finish_handshake(
         return
 
 
-@pytest.mark.parametrize("loop_name", sorted(LOOPS))
+@pytest.mark.parametrize("loop_name", sorted(EVENT_LOOPS))
 def test_strangers_get_nothing(pki: Pki, loop_name: str, caplog: pytest.LogCaptureFixture) -> None:
-    server_tls, _client_tls = contexts(pki)
+    server_tls, _client_tls = mutual_tls_contexts(pki)
 
     async def main() -> None:
         listed, listed_port = await transport.listen_tcp(

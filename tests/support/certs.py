@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,3 +137,14 @@ def make_pki(folder: Path) -> Pki:
         stranger_ca=stranger_ca[2],
         stranger=_leaf(folder, "stranger", stranger_ca),
     )
+
+
+def mutual_tls_contexts(pki: Pki) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server, client) contexts that trust `pki`'s CA, each presenting its certificate; the
+    server requires the client's."""
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki.ca))
+    server.load_cert_chain(pki.server.cert, pki.server.key)
+    server.verify_mode = ssl.CERT_REQUIRED
+    client = ssl.create_default_context(cafile=str(pki.ca))
+    client.load_cert_chain(pki.client.cert, pki.client.key)
+    return server, client
