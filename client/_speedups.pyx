@@ -1484,20 +1484,36 @@ def walk_records(object body):
     cdef Py_ssize_t limit, last_head, pos = 0
     cdef long long total
     cdef list starts = []
-    if type(body) is not bytes:
+    cdef Py_buffer view
+    cdef bint bad = False
+    # Any one-byte buffer: a large pull body is a view of the connection's receive buffer.
+    if type(body) is not bytes and not _is_byte_view(body):
         return _PURE_TWINS[_WALK_PURE_KEY](body)
-    data = <const unsigned char*>PyBytes_AS_STRING(body)
-    limit = PyBytes_GET_SIZE(body)
-    last_head = limit - _HEAD
-    while pos <= last_head:
-        total = _i32_at(data + pos)
-        if total < _MIN_RECORD or _i32_at(data + pos + 4) != _MAGIC_V1:
-            return _PURE_TWINS[_WALK_PURE_KEY](body)  # raises its error
-        starts.append(pos)
-        pos += <Py_ssize_t>total
-    if pos != limit:
+    PyObject_GetBuffer(body, &view, PyBUF_SIMPLE)
+    try:
+        data = <const unsigned char*>view.buf
+        limit = view.len
+        last_head = limit - _HEAD
+        while pos <= last_head:
+            total = _i32_at(data + pos)
+            if total < _MIN_RECORD or _i32_at(data + pos + 4) != _MAGIC_V1:
+                bad = True
+                break
+            starts.append(pos)
+            pos += <Py_ssize_t>total
+    finally:
+        PyBuffer_Release(&view)
+    if bad or pos != limit:
         return _PURE_TWINS[_WALK_PURE_KEY](body)  # raises its error
     return starts
+
+
+cdef inline bint _is_byte_view(object body):
+    # A memoryview of one-byte items (what the receive buffer hands out), or a bytearray.
+    if type(body) is bytearray:
+        return True
+    return type(body) is memoryview and (<memoryview>body).itemsize == 1 and (
+        <memoryview>body).c_contiguous
 
 
 cdef struct _Row:
@@ -1617,18 +1633,7 @@ cdef object _int64_column(_Row* rows, Py_ssize_t n, int which):
 
 def fast_columns(list group):
     global _spark_records, _pa
-    cdef Py_ssize_t n = 0, k = 0, i, limit, base, at, record_end, value_end, topic_len
-    cdef Py_ssize_t body_size, start_at
-    cdef long long body_len, queue_offset, low, high
-    cdef bint any_general = False, any_negative = False, filtering
-    cdef const unsigned char* data
-    cdef const unsigned char* p
-    cdef Py_ssize_t* record_at = NULL
-    cdef long long* lows = NULL
-    cdef long long* highs = NULL
-    cdef _Row* rows = NULL
-    cdef _Row* row
-    cdef int overflow = 0
+    cdef Py_buffer raw_view
     if _spark_records is None:
         import pyarrow
         from tidemq.client.spark import records
@@ -1641,10 +1646,27 @@ def fast_columns(list group):
         raw = group[0].body
     else:
         raw = b"".join([item.body for item in group])
-    if type(raw) is not bytes:
+    if type(raw) is not bytes and not _is_byte_view(raw):
         return pure(group)
-    data = <const unsigned char*>PyBytes_AS_STRING(raw)
-    limit = PyBytes_GET_SIZE(raw)
+    PyObject_GetBuffer(raw, &raw_view, PyBUF_SIMPLE)
+    try:
+        return _fast_columns(group, pure, <const unsigned char*>raw_view.buf, raw_view.len)
+    finally:
+        PyBuffer_Release(&raw_view)
+
+
+cdef object _fast_columns(list group, object pure, const unsigned char* data, Py_ssize_t limit):
+    cdef Py_ssize_t n = 0, k = 0, i, base, at, record_end, value_end, topic_len
+    cdef Py_ssize_t body_size, start_at
+    cdef long long body_len, queue_offset, low, high
+    cdef bint any_general = False, any_negative = False, filtering
+    cdef const unsigned char* p
+    cdef Py_ssize_t* record_at = NULL
+    cdef long long* lows = NULL
+    cdef long long* highs = NULL
+    cdef _Row* rows = NULL
+    cdef _Row* row
+    cdef int overflow = 0
     filtering = False
     for item in group:
         n += len(item.starts)

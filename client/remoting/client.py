@@ -21,7 +21,11 @@ import time
 
 from tidemq.client.errors import ConnectError, RequestTimeoutError
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection, RequestHandler
+from tidemq.client.remoting.connection import (
+    BufferedRemotingConnection,
+    RemotingConnection,
+    RequestHandler,
+)
 from tidemq.client.remoting.frame import DEFAULT_MAX_FRAME_SIZE
 
 log = logging.getLogger(__name__)
@@ -75,7 +79,7 @@ class RemotingClient:
         loop = asyncio.get_running_loop()
 
         def factory() -> RemotingConnection:
-            return RemotingConnection(
+            return BufferedRemotingConnection(
                 self._handler,
                 max_frame_size=self.max_frame_size,
                 on_close=lambda c: self._forget(address, c),

@@ -34,6 +34,7 @@ from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import FrameError
 from tidemq.client.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command_parts
+from tidemq.client.remoting.receive import FrameReceiver
 
 # A read's requests are stored and answered this many at a time: the peer starts on the first
 # answers while the broker stores the next ones. A whole read at once (a client's window of 64)
@@ -66,7 +67,12 @@ class ConnectionClosedError(ConnectError):
     """The connection closed while a call was waiting for its response."""
 
 
-class RemotingConnection(asyncio.Protocol):
+class RemotingConnection(asyncio.BaseProtocol):
+    """A connection read with `data_received` (the broker's; `BufferedRemotingConnection` for
+    the client's). A BaseProtocol, not an asyncio.Protocol: uvloop treats anything that is an
+    asyncio.Protocol as one even when it is also a BufferedProtocol, so the buffered subclass
+    could not be one."""
+
     def __init__(
         self,
         handler: RequestHandler | None = None,
@@ -118,6 +124,9 @@ class RemotingConnection(asyncio.Protocol):
             log.warning("closing connection %s: malformed frame: %s", self.peer, exc)
             self.close()
             return
+        self._dispatch(commands)
+
+    def _dispatch(self, commands: list[RemotingCommand]) -> None:
         scope = self._read_scope
         if scope is None or len(commands) < 2:
             self._take(commands)
@@ -154,11 +163,12 @@ class RemotingConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
         self._outgoing.clear()
-        if self._decoder.buffered:  # a frame cut short; a failed decoder has buffered nothing
+        cut_short = self._buffered_bytes()  # a failed decoder has buffered nothing
+        if cut_short:
             log.warning(
                 "connection %s closed with an incomplete frame: %d bytes discarded",
                 self.peer,
-                self._decoder.buffered,
+                cut_short,
             )
         reason = f"connection to {self.peer or self.name} closed"
         for future in self._pending.values():
@@ -174,6 +184,12 @@ class RemotingConnection(asyncio.Protocol):
         self.closed.set()
         if self._on_close is not None:
             self._on_close(self)
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes; connection_lost follows
+
+    def _buffered_bytes(self) -> int:
+        return self._decoder.buffered
 
     def pause_writing(self) -> None:
         # A peer that does not read its responses stops being read: our buffer stays bounded.
@@ -331,6 +347,43 @@ class RemotingConnection(asyncio.Protocol):
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
+
+
+class BufferedRemotingConnection(RemotingConnection, asyncio.BufferedProtocol):
+    """A connection whose socket is read straight into reused buffers (`receive.FrameReceiver`).
+
+    The client's connections: a large response's body (a pull of thousands of records) arrives
+    as a `memoryview` of a pooled buffer the kernel wrote it into, with no copy and no fresh
+    memory per response. Requests and small frames are handled as `RemotingConnection` does.
+    """
+
+    def __init__(
+        self,
+        handler: RequestHandler | None = None,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        on_close: Callable[[RemotingConnection], None] | None = None,
+        name: str = "",
+    ) -> None:
+        super().__init__(handler, max_frame_size=max_frame_size, on_close=on_close, name=name)
+        self._receiver = FrameReceiver(max_frame_size)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._receiver.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.last_activity = time.monotonic()
+        try:
+            commands = self._receiver.received(nbytes)
+        except FrameError as exc:
+            log.warning("closing connection %s: malformed frame: %s", self.peer, exc)
+            self.close()
+            return
+        if commands:
+            self._dispatch(commands)
+
+    def _buffered_bytes(self) -> int:
+        return self._receiver.buffered
 
 
 async def _resume(coroutine: Coroutine[Any, Any, None], waiting_on: Any) -> None:

@@ -140,7 +140,7 @@ class TlsAcceptor:
     def __init__(
         self,
         sock: socket.socket,
-        factory: Callable[[], asyncio.Protocol],
+        factory: Callable[[], asyncio.BaseProtocol],
         context: ssl.SSLContext,
         mode: TlsMode,
         name: str,

@@ -42,6 +42,7 @@ from pyspark.sql.types import (
 )
 
 from tidemq.client.inflate import inflate_body
+from tidemq.client.remoting.command import Body
 from tidemq.store import speedups
 from tidemq.store.record import (
     FLAG_BORNHOST_V6,
@@ -158,7 +159,7 @@ def _properties(text: str) -> dict[str, str]:
     return decode_properties(text)
 
 
-def _offset_msg_id(body: bytes, at: int, sys_flag: int, phy: int) -> str:
+def _offset_msg_id(body: Body, at: int, sys_flag: int, phy: int) -> str:
     # Only for records without UNIQ_KEY (sent by clients that set none): the broker's id.
     host_at = at + _BORN_HOST_AT + (20 if sys_flag & FLAG_BORNHOST_V6 else 8) + 8
     host_len = 20 if sys_flag & FLAG_STOREHOST_V6 else 8
@@ -169,7 +170,7 @@ def _offset_msg_id(body: bytes, at: int, sys_flag: int, phy: int) -> str:
 class _Walked:
     """One pull body as `add()` leaves it: where its records start, nothing decoded yet."""
 
-    body: bytes
+    body: Body
     starts: list[int]
     start: int  # the range of queue offsets to keep
     end: int
@@ -224,7 +225,7 @@ class ColumnBuffer:
         self.tag_filter = None if tag_filter.matches_all else tag_filter
         self._walked: list[_Walked] = []
 
-    def add(self, body: bytes, start: int, end: int) -> tuple[int, int, int]:
+    def add(self, body: Body, start: int, end: int) -> tuple[int, int, int]:
         """Add the records of a pull body with start <= queueOffset < end.
 
         Returns (first, last, count) of the queue offsets of every record in the body, kept or
@@ -338,7 +339,7 @@ _EMPTY_COLUMNS = Columns(
 )
 
 
-def walk_records(body: bytes) -> list[int]:
+def walk_records(body: Body) -> list[int]:
     """Where each record of a pull body starts; RecordFormatError on a bad size or magic."""
     # The only loop over records in Python: one unpack, one append per record.
     starts: list[int] = []
@@ -468,7 +469,7 @@ def _decode_fast(group: list[_Walked]) -> _Piece | None:
     return _Piece(values, props, queue_offsets, store_ms, born_ms, fallback_ids)
 
 
-def _decode_general(body: bytes, start: int, end: int) -> _Piece:
+def _decode_general(body: Body, start: int, end: int) -> _Piece:
     """Record by record, any layout: IPv6 hosts, compressed bodies."""
     pos = 0
     limit = len(body)
@@ -505,11 +506,11 @@ def _decode_general(body: bytes, start: int, end: int) -> _Piece:
         pos = record_end
         if queue_offset < start or queue_offset >= end:
             continue
-        value = body[value_at : value_at + body_len]
+        value = bytes(body[value_at : value_at + body_len])  # no copy of a bytes slice
         if sys_flag & FLAG_COMPRESSED:
             value = inflate_body(value)
         values.append(value)
-        props.append(body[props_at:record_end])
+        props.append(bytes(body[props_at:record_end]))
         offsets.append(queue_offset)
         store_ms.append(stored)
         born_ms.append(born)
@@ -524,7 +525,7 @@ def _decode_general(body: bytes, start: int, end: int) -> _Piece:
     )
 
 
-def _bad_record(body: bytes, pos: int) -> RecordFormatError:
+def _bad_record(body: Body, pos: int) -> RecordFormatError:
     head = body[pos : pos + 8]
     return RecordFormatError(
         f"bad record at {pos} of a {len(body)}-byte pull body (header {head.hex()})"
@@ -665,7 +666,7 @@ def _timestamps(millis: Any, type_: Any) -> Any:
         raise RecordFormatError(f"pulled record has a timestamp out of range: {exc}") from exc
 
 
-def record_offsets(body: bytes) -> list[int]:
+def record_offsets(body: Body) -> list[int]:
     """The queue offsets of the records of a pull body (the slow path of hole detection)."""
     out = []
     pos = 0

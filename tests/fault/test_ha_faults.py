@@ -196,9 +196,13 @@ async def test_master_killed_and_restarted_slave_reconnects_and_continues(
     await wait_transfer(api, master)
     placed = await send_many(api, master, "HAFB", 1000)
 
-    # Kill the master while sends are in flight.
-    sender = asyncio.create_task(send_many(api, master, "HAFB", 5000, start=1000, expect=None))
-    await asyncio.sleep(rng.uniform(0.1, 0.5))
+    # Kill the master while sends are in flight: once a random part of them was answered.
+    answered: dict[tuple[int, int], int] = {}
+    sender = asyncio.create_task(
+        send_many(api, master, "HAFB", 5000, start=1000, expect=None, placed=answered)
+    )
+    kill_after = int(5000 * rng.uniform(0.05, 0.6))
+    await eventually(lambda: len(answered) >= kill_after or sender.done(), timeout=60)
     master.kill()
     placed |= await sender
     assert len(placed) < 6000, "the kill came after every send"

@@ -151,11 +151,13 @@ async def send_many(
     queues: int = 4,
     concurrency: int = 32,
     expect: SendStatus | None = SendStatus.SEND_OK,
+    placed: dict[tuple[int, int], int] | None = None,
 ) -> dict[tuple[int, int], int]:
     """Send messages start..start+count-1, all answered `expect`; returns {(queue id, queue
-    offset): message number} of those answered `expect` (SEND_OK when `expect` is None)."""
+    offset): message number} of those answered `expect` (SEND_OK when `expect` is None), in
+    `placed` when given (a caller can watch it fill)."""
     sem = asyncio.Semaphore(concurrency)
-    placed: dict[tuple[int, int], int] = {}
+    placed = {} if placed is None else placed
     statuses: list[SendStatus] = []
 
     async def one(i: int) -> None:

@@ -13,6 +13,7 @@ SELECTING_MODULES = (
     "tidemq.client.remoting.headers",
     "tidemq.client.spark.records",
     "tidemq.store.fast_scan",
+    "tidemq.store.get_message",
     "tidemq.store.index",
     "tidemq.store.index_worker",
     "tidemq.store.javahash",

@@ -132,7 +132,16 @@ def pull_bodies(draw: st.DrawFn) -> list[tuple[bytes, int, int]]:
     return out
 
 
-def walked(bodies: list[tuple[bytes, int, int]]) -> list[Any]:
+def as_view(body: bytes) -> memoryview:
+    """A body as a large pull response's arrives: a view of a receive buffer."""
+    return memoryview(bytearray(body))
+
+
+def viewed(bodies: list[tuple[bytes, int, int]]) -> list[tuple[Any, int, int]]:
+    return [(as_view(body), start, end) for body, start, end in bodies]
+
+
+def walked(bodies: list[tuple[Any, int, int]]) -> list[Any]:
     buffer = ColumnBuffer("SparkBench", "b", 1, spark_schema(False), parse_tag_expression("*"))
     for body, start, end in bodies:
         buffer.add(body, start, end)
@@ -190,6 +199,13 @@ def test_records_as_producers_send_them_are_decoded_by_the_compiled_loop_itself(
     with fast_path_only():
         assert [outcome(_speedups.walk_records, b) for b, _s, _e in bodies] == expected_walks
         assert outcome(_speedups.fast_columns, walked(bodies)) == expected
+        # bodies that are views of a receive buffer, not bytes: the same, without a copy
+        views = viewed(bodies)
+        assert [outcome(_speedups.walk_records, b) for b, _s, _e in views] == expected_walks
+        assert outcome(_speedups.fast_columns, walked(views)) == expected
+        assert outcome(_speedups.fast_columns, walked(views[:1])) == outcome(
+            PURE_COLUMNS, walked(bodies[:1])
+        )
     assert expected[0] == "columns"
     columns = dict(
         zip(records.Columns._fields, (values for _t, values, _n in expected[1]), strict=True)
@@ -225,8 +241,12 @@ def test_other_records_are_left_to_the_pure_twin(
 def test_the_twins_give_the_same_columns(bodies: list[tuple[bytes, int, int]]) -> None:
     for body, _start, _end in bodies:
         assert outcome(_speedups.walk_records, body) == outcome(PURE_WALK, body)
+        assert outcome(_speedups.walk_records, as_view(body)) == outcome(PURE_WALK, body)
     group = walked(bodies)
-    assert outcome(_speedups.fast_columns, group) == outcome(PURE_COLUMNS, group)
+    expected = outcome(PURE_COLUMNS, group)
+    assert outcome(_speedups.fast_columns, group) == expected
+    assert outcome(_speedups.fast_columns, walked(viewed(bodies))) == expected
+    assert outcome(PURE_COLUMNS, walked(viewed(bodies))) == expected
 
 
 @settings(max_examples=400, deadline=None)
@@ -246,9 +266,13 @@ def test_the_twins_fail_the_same_on_damaged_bodies(
     damaged = bytes(body[: len(body) - cut % 97 if cut % 3 else len(body)])
     walk = outcome(_speedups.walk_records, damaged)
     assert walk == outcome(PURE_WALK, damaged)
+    assert outcome(_speedups.walk_records, as_view(damaged)) == walk
     if walk[0] == "result":
         group = walked([(damaged, bodies[0][1], bodies[0][2]), *bodies[1:]])
-        assert outcome(_speedups.fast_columns, group) == outcome(PURE_COLUMNS, group)
+        expected = outcome(PURE_COLUMNS, group)
+        assert outcome(_speedups.fast_columns, group) == expected
+        views = walked(viewed([(damaged, bodies[0][1], bodies[0][2]), *bodies[1:]]))
+        assert outcome(_speedups.fast_columns, views) == expected
 
 
 def test_the_twins_agree_on_every_byte_damaged() -> None:

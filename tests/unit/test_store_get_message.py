@@ -1,5 +1,8 @@
 """getMessage (store/get_message.py): every status of the table, nextBeginOffset, the caps.
 
+Every test runs twice: with the compiled scan of the units (store/_speedups.pyx) and with its
+pure-Python twin, so both give the same results on every case here (the random one included).
+
 `corr(old, new)` is `new` except on a slave without offsetCheckInSlave, where a client's offset is
 never moved. The transfer caps are RocketMQ's: 32 messages / 256 KiB while the data is in memory,
 8 / 64 KiB once it is older than RAM * accessMessageInMemoryMaxRatio (`physical_memory_bytes`
@@ -9,23 +12,28 @@ fixes the RAM size here).
 from __future__ import annotations
 
 import asyncio
+import struct
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.speedups_twins import selected
 from tests.support.stores import StoreFactory
+from tidemq.store import get_message, speedups
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.config import BrokerRole
 from tidemq.store.consume_queue import iter_units
-from tidemq.store.get_message import GetMessageResult, GetMessageStatus
+from tidemq.store.get_message import GetMessageResult, GetMessageStatus, TransferLimits
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import MessageBatch, MessageToStore, decode_record, encode_properties
 from tidemq.store.tags import parse_tag_expression
 
 S = GetMessageStatus
+SCAN_KEY = "tidemq.store.get_message.scan_units"
 FILE = 4096
 CQ_UNITS = 16
 HUGE_RAM = 1 << 50
@@ -38,6 +46,35 @@ STORES = StoreFactory(
 )
 make_config = STORES.config
 open_store = STORES.open
+
+
+@pytest.fixture(autouse=True, params=["compiled", "pure"])
+def scan_twin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    pure = speedups.PURE_TWINS[SCAN_KEY]
+    if request.param == "pure":
+        monkeypatch.setattr(get_message, "scan_units", pure)
+    else:
+        assert get_message.scan_units is selected(SCAN_KEY) is not pure
+        # the compiled loop must not hand well-formed units to the pure twin
+        monkeypatch.setitem(speedups.PURE_TWINS, SCAN_KEY, _refuse)
+    return str(request.param)
+
+
+def _refuse(*_args: Any) -> None:
+    raise AssertionError("the compiled scan handed its units to the pure twin")
+
+
+def test_units_of_a_broken_length_go_to_the_pure_twin(scan_twin: str) -> None:
+    # Not whole 20-byte units: the compiled loop hands them over, and the pure twin fails.
+    limits = TransferLimits(1 << 18, 32, 1 << 16, 8, HUGE_RAM)
+    args = (GetMessageResult(S.FOUND, 0), memoryview(bytes(21)), 0, 32)
+    rest = (parse_tag_expression("*"), SimpleNamespace(max_offset=0), limits, None)
+    if scan_twin == "compiled":
+        with pytest.raises(AssertionError, match="handed its units"):
+            get_message.scan_units(*args, *rest)
+    else:
+        with pytest.raises(struct.error):
+            get_message.scan_units(*args, *rest)
 
 
 async def fill(
