@@ -112,11 +112,13 @@ class FrameReceiver:
         "_frame_size",
         "_max_frame_size",
         "_start",
+        "_whole",
     )
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self._max_frame_size = max_frame_size
         self._buffer = bytearray(RECEIVE_BUFFER)
+        self._whole = memoryview(self._buffer)  # never resized, so a lasting view is safe
         self._start = 0  # undecoded bytes are self._buffer[_start:_end]
         self._end = 0
         # A large frame being read: its buffer, its whole size and how much of it is in.
@@ -148,7 +150,7 @@ class FrameReceiver:
             start, end = self._start, self._end
             self._buffer[: end - start] = self._buffer[start:end]
             self._start, self._end = 0, end - start
-        return memoryview(self._buffer)[self._end :]
+        return self._whole[self._end :]
 
     def received(self, nbytes: int) -> list[RemotingCommand]:
         """`nbytes` were written into the last `get_buffer`: the commands they complete."""
@@ -167,8 +169,8 @@ class FrameReceiver:
 
     def _parse(self) -> list[RemotingCommand]:
         start, end = self._start, self._end
-        with memoryview(self._buffer) as whole, whole[start:end] as view:
-            commands, used = parse_frames(view, self._max_frame_size)
+        # parse_frames copies what it keeps (bodies, header values): the view dies here
+        commands, used = parse_frames(self._whole[start:end], self._max_frame_size)
         start += used
         if start == end:
             self._start = self._end = 0

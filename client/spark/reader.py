@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -315,16 +316,16 @@ _frozen = False
 
 
 def _freeze_imports() -> None:
-    """Once per process: the objects alive now (modules, classes, functions: what imports made)
-    leave the garbage collector's sight.
+    """Once per reused PySpark worker: the objects alive now (modules, classes, functions: what
+    imports made) leave the garbage collector's sight.
 
-    PySpark's worker runs `gc.collect()` after every task, and a full collection walks every
-    object: with this package and its dependencies imported, about 55,000, which took 20-50 ms
-    per task of 50,000 rows on the development machine, as much as decoding them. What a task
-    leaves behind was made after this call and is still collected. This is what `gc.freeze`
-    is for (CPython's documentation: a process that forks workers, or lives on long-lived
-    objects); the few objects of the running task frozen with the imports stay, once."""
+    A reused worker (`SPARK_REUSE_WORKER`, Spark's default) runs `gc.collect()` after every
+    task, and a full collection walks every object: with this package and its dependencies
+    imported, about 55,000, 20-50 ms per task of 50,000 rows on the development machine, as much
+    as decoding them. What a task leaves behind was made after this call and is still
+    collected. This is what `gc.freeze` is for (CPython's documentation: processes that live on
+    long-lived objects). Elsewhere (a driver reading a range itself) nothing is frozen."""
     global _frozen
-    if not _frozen:
+    if not _frozen and os.environ.get("SPARK_REUSE_WORKER"):
         _frozen = True
         gc.freeze()

@@ -657,3 +657,18 @@ def test_credentials_options_sign_every_request(monkeypatch: pytest.MonkeyPatch)
     result = CliRunner().invoke(cli, args, env={"TIDEMQ_SECRET_KEY": "sk-ingest"})
     assert result.exit_code == 0, result.output
     assert seen[0]["accessKey"] == "ak-ingest" and seen[0]["secretKey"] == "sk-ingest"
+
+
+@pytest.mark.parametrize(("reused", "freezes"), [("1", 1), ("", 0)])
+def test_a_reused_worker_freezes_its_imports_once(
+    monkeypatch: pytest.MonkeyPatch, reused: str, freezes: int
+) -> None:
+    from tidemq.client.spark import reader
+
+    calls: list[None] = []
+    monkeypatch.setattr(reader, "_frozen", False)
+    monkeypatch.setattr(reader.gc, "freeze", lambda: calls.append(None))
+    monkeypatch.setenv("SPARK_REUSE_WORKER", reused)
+    for _ in range(3):
+        reader._freeze_imports()
+    assert len(calls) == freezes
