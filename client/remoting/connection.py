@@ -12,6 +12,10 @@ task is made for it. One that waits (a long-polling pull, a SYNC_MASTER send) co
 of its own from where it stopped (`_resume`), so it does not hold up the requests behind it;
 responses go back in whatever order they complete, as RocketMQ's do.
 
+The broker's connections are read with `data_received` (uvloop hands over a `bytes` per read);
+the client's are `BufferedRemotingConnection`s, read straight into reused buffers
+(`receive.FrameReceiver`), so a large response's body comes as a view with no copy of its own.
+
 Outgoing frames are gathered and written together once the event loop has run everything that was
 ready: the requests that arrived in one read are answered in the same iteration, and one write
 call for all their responses saves a system call per response (on loopback, the kernel's send
@@ -117,14 +121,19 @@ class RemotingConnection(asyncio.BaseProtocol):
         self.last_activity = time.monotonic()
 
     def data_received(self, data: bytes) -> None:
+        self._decoded(self._decoder.feed, data)
+
+    def _decoded(self, decode: Callable[[Any], list[RemotingCommand]], received: Any) -> None:
+        """Handle the commands `decode(received)` completes; a malformed frame closes."""
         self.last_activity = time.monotonic()
         try:
-            commands = self._decoder.feed(data)
+            commands = decode(received)
         except FrameError as exc:
             log.warning("closing connection %s: malformed frame: %s", self.peer, exc)
             self.close()
             return
-        self._dispatch(commands)
+        if commands:
+            self._dispatch(commands)
 
     def _dispatch(self, commands: list[RemotingCommand]) -> None:
         scope = self._read_scope
@@ -357,30 +366,17 @@ class BufferedRemotingConnection(RemotingConnection, asyncio.BufferedProtocol):
     memory per response. Requests and small frames are handled as `RemotingConnection` does.
     """
 
-    def __init__(
-        self,
-        handler: RequestHandler | None = None,
-        *,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        on_close: Callable[[RemotingConnection], None] | None = None,
-        name: str = "",
-    ) -> None:
-        super().__init__(handler, max_frame_size=max_frame_size, on_close=on_close, name=name)
-        self._receiver = FrameReceiver(max_frame_size)
+    _receiver: FrameReceiver
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._receiver = FrameReceiver(self._decoder.max_frame_size)
+        super().connection_made(transport)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._receiver.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_activity = time.monotonic()
-        try:
-            commands = self._receiver.received(nbytes)
-        except FrameError as exc:
-            log.warning("closing connection %s: malformed frame: %s", self.peer, exc)
-            self.close()
-            return
-        if commands:
-            self._dispatch(commands)
+        self._decoded(self._receiver.received, nbytes)
 
     def _buffered_bytes(self) -> int:
         return self._receiver.buffered
