@@ -1512,8 +1512,7 @@ cdef inline bint _is_byte_view(object body):
     # A memoryview of one-byte items (what the receive buffer hands out), or a bytearray.
     if type(body) is bytearray:
         return True
-    return type(body) is memoryview and (<memoryview>body).itemsize == 1 and (
-        <memoryview>body).c_contiguous
+    return type(body) is memoryview and body.itemsize == 1 and body.c_contiguous
 
 
 cdef struct _Row:
