@@ -41,6 +41,8 @@ __all__ = [
     "FrameDecoder",
     "encode_command",
     "encode_command_parts",
+    "frame_parts",
+    "frame_size",
 ]
 
 DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
@@ -189,11 +191,10 @@ class FrameDecoder:
             missing = self._missing
             first, *rest = self._parts
             self._parts, self._collected, self._missing = [], 0, 0
-            word = _PREFIX.unpack_from(first, 0)[1]
-            header_end = _PREFIX_LEN + (word & _MAX_HEADER_LEN)
             with memoryview(first) as head:
-                body = b"".join((head[header_end:], *rest, octets[:missing]))
-                command = decode_header(word >> 24, head[_PREFIX_LEN:header_end], body)
+                kind, header, body_at = frame_parts(head)
+                body = b"".join((head[body_at:], *rest, octets[:missing]))
+                command = decode_header(kind, header, body)
             if missing == len(octets):
                 return [command]
             return [command, *self._feed_direct(octets[missing:])]
@@ -219,6 +220,19 @@ def parse_frames(view: memoryview, max_frame_size: int) -> tuple[list[RemotingCo
     if end - pos >= 4:  # fail fast on a bad length even before the type word arrives
         _check_length(_LENGTH.unpack_from(view, pos)[0], max_frame_size)
     return commands, pos
+
+
+def frame_size(view: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The whole size (length field included) of the frame starting at `pos` (4 bytes in)."""
+    return 4 + int(_LENGTH.unpack_from(view, pos)[0])
+
+
+def frame_parts(view: memoryview) -> tuple[int, memoryview, int]:
+    """(serialize type, header, where the body starts) of the frame at the start of `view`,
+    whose prefix was checked and whose header is all in."""
+    word = _PREFIX.unpack_from(view, 0)[1]
+    header_end = _PREFIX_LEN + (word & _MAX_HEADER_LEN)
+    return word >> 24, view[_PREFIX_LEN:header_end], header_end
 
 
 def _check_prefix(length: int, word: int, max_frame_size: int) -> None:

@@ -25,14 +25,18 @@ buffer grows beyond `max_frame_size` + 4 bytes.
 
 from __future__ import annotations
 
-import struct
 import sys
 import threading
 from typing import Final
 
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import FrameError
-from tidemq.client.remoting.frame import DEFAULT_MAX_FRAME_SIZE, parse_frames
+from tidemq.client.remoting.frame import (
+    DEFAULT_MAX_FRAME_SIZE,
+    frame_parts,
+    frame_size,
+    parse_frames,
+)
 from tidemq.client.remoting.headers import decode_header
 
 __all__ = [
@@ -53,9 +57,7 @@ POOL_BUFFERS: Final = 8
 POOL_BYTES: Final = 32 * 1024 * 1024
 # Pooled buffers are sized in these steps, so one serves frames of similar sizes.
 _POOL_STEP: Final = 1024 * 1024
-_PREFIX: Final = struct.Struct(">iI")
-_PREFIX_LEN: Final = 8
-_MAX_HEADER_LEN: Final = 0xFFFFFF
+_PREFIX_LEN: Final = 8  # the length field and the type-and-header-length word
 
 
 def _unreferenced_count() -> int:
@@ -187,9 +189,9 @@ class FrameReceiver:
             return commands
         self._start = start
         if end - start >= _PREFIX_LEN:
-            length = _PREFIX.unpack_from(self._buffer, start)[0]  # checked by parse_frames
-            if 4 + length > LARGE_FRAME:
-                self._begin_frame(4 + length)
+            size = frame_size(self._buffer, start)  # its prefix was checked by parse_frames
+            if size > LARGE_FRAME:
+                self._begin_frame(size)
         return commands
 
     def _begin_frame(self, size: int) -> None:
@@ -207,8 +209,7 @@ class FrameReceiver:
         assert frame is not None
         self._frame = None
         self._frame_filled = 0
-        word = _PREFIX.unpack_from(frame, 0)[1]
-        header_end = _PREFIX_LEN + (word & _MAX_HEADER_LEN)
         view = memoryview(frame)
-        body = view[header_end:size] if header_end < size else b""
-        return [decode_header(word >> 24, view[_PREFIX_LEN:header_end], body)]
+        kind, header, body_at = frame_parts(view)
+        body = view[body_at:size] if body_at < size else b""
+        return [decode_header(kind, header, body)]
