@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import ipaddress
 import pickle
 import struct
+import sys
 import zlib
 
 import pytest
@@ -25,7 +27,7 @@ from tests.support.speedups_twins import selected
 from tidemq.client import _speedups
 from tidemq.client.api import PullResult, PullStatus, decode_records
 from tidemq.client.inflate import inflate_body
-from tidemq.client.message import ReceivedMessage, _ReceivedFields
+from tidemq.client.message import UNSET, ReceivedMessage, _ReceivedFields
 from tidemq.client.received import decode_received
 from tidemq.store import speedups
 from tidemq.store.record import StoredMessage, encode_properties, unpack_host
@@ -304,3 +306,36 @@ def test_common_records_are_read_by_the_compiled_loop_itself(
     expected = twin_outcome(speedups.PURE_TWINS[RECEIVED_KEY], body)
     monkeypatch.setattr("tidemq.client.received._general", refuse)
     assert twin_outcome(_speedups.decode_received, body) == expected
+
+
+def test_the_compiled_decoder_leaves_no_reference_behind() -> None:
+    """It fills the message's slots itself: each value is held once per message, and dropping
+    the messages releases every one of them."""
+    broker = "".join(["broker-", "refcounted"])  # a string of its own, not interned
+    body = b"".join(
+        reference_record(
+            queue_id=1,
+            flag=0,
+            queue_offset=offset,
+            phy=offset * 100,
+            sys_flag=0,
+            born_ts=1,
+            born=("10.0.0.1", 1234),
+            store_ts=2,
+            store=("10.0.0.2", 10911),
+            reconsume=0,
+            prepared=0,
+            body=b"payload",
+            topic=b"T",
+            props=b"",
+        )
+        for offset in range(50)
+    )
+    before = sys.getrefcount(broker), sys.getrefcount(UNSET)
+    messages = _speedups.decode_received(body, broker)
+    assert sys.getrefcount(broker) == before[0] + 50
+    assert sys.getrefcount(UNSET) == before[1] + 50 * 7
+    assert [m.queue_offset for m in messages] == list(range(50))
+    assert all(gc.is_tracked(m) for m in messages)
+    del messages
+    assert (sys.getrefcount(broker), sys.getrefcount(UNSET)) == before
