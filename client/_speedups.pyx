@@ -15,6 +15,8 @@ result, same exceptions (tests/unit/test_speedups_remoting.py checks it with hyp
                                                        header, and its body
     parse_frames           client/remoting/frame.py    the whole frames of a read as commands
     decode_received        client/received.py          a pull response's records as messages
+    put_messages           client/process_queue.py     a pull's messages into a process queue
+    forget_messages        client/process_queue.py     consumed messages out of it
     walk_records           client/spark/records.py     where a pull body's records start
     fast_columns           client/spark/records.py     walked pull bodies as Arrow columns
 
@@ -1371,6 +1373,10 @@ cdef extern from *:
         if (member->type != T_OBJECT_EX || (member->flags & READONLY)) return -1;
         return member->offset;
     }
+    static inline PyObject *tidemq_slot_value(PyObject *obj, Py_ssize_t offset) {
+        /* A slot's value (borrowed), NULL when it holds none. */
+        return *(PyObject **)((char *)obj + offset);
+    }
     static inline void tidemq_fill_slot(PyObject *obj, Py_ssize_t offset, PyObject *value) {
         /* Only on a fresh object, whose slots are all NULL. */
         Py_INCREF(value);
@@ -1378,6 +1384,7 @@ cdef extern from *:
     }
     """
     Py_ssize_t tidemq_slot_offset(object descriptor)
+    PyObject* tidemq_slot_value(object obj, Py_ssize_t offset)
     void tidemq_fill_slot(object obj, Py_ssize_t offset, object value)
 
 cdef enum:
@@ -1394,6 +1401,19 @@ _SLOT_NAMES = (
     "_msg_id", "_offset_msg_id", "_born_host", "_store_host",
 )
 cdef Py_ssize_t _slot_at[_S_COUNT]
+
+
+cdef void _load_received() except *:
+    """The modules and types the loops below use, at the first call (they import this one)."""
+    global _received, _ReceivedMessageType, _UNSET, _inflate_body, _frozen
+    from tidemq.client import message, received
+    from tidemq.client.inflate import inflate_body
+    _find_slots(message._ReceivedFields)
+    _ReceivedMessageType = message.ReceivedMessage
+    _UNSET = message.UNSET
+    _inflate_body = inflate_body
+    _frozen = message.frozen
+    _received = received
 
 
 cdef void _find_slots(object fields_type) except *:
@@ -1416,7 +1436,6 @@ cdef inline long long _i32_at(const unsigned char* p) noexcept:
 
 
 def decode_received(object body, str broker_name):
-    global _received, _ReceivedMessageType, _UNSET, _inflate_body, _frozen
     cdef const unsigned char* data
     cdef const unsigned char* p
     cdef Py_ssize_t end, pos = 0, record_end, at, topic_end, props_at, topic_len = -1
@@ -1424,14 +1443,7 @@ def decode_received(object body, str broker_name):
     cdef list out = []
     cdef list inflate = []
     if _received is None:
-        from tidemq.client import message, received
-        from tidemq.client.inflate import inflate_body
-        _find_slots(message._ReceivedFields)
-        _received = received
-        _ReceivedMessageType = message.ReceivedMessage
-        _UNSET = message.UNSET
-        _inflate_body = inflate_body
-        _frozen = message.frozen
+        _load_received()
     general = _received._general
     new = _ReceivedMessageType.__new__
     message_type = _ReceivedMessageType
@@ -1507,6 +1519,58 @@ def decode_received(object body, str broker_name):
         fields.body = _inflate_body(fields.body)
         _frozen(fields)
     return out
+
+
+# -- process queues: put_messages, forget_messages ----------------------------------------------
+# client/process_queue.py. A decoded message's queue_offset and body are read from its slots;
+# anything but a ReceivedMessage (or a list and a dict) goes the pure twin's way: attributes
+# looked up by name, or the pure twin itself.
+
+_PUT_PURE_KEY = "tidemq.client.process_queue.put_messages"
+_FORGET_PURE_KEY = "tidemq.client.process_queue.forget_messages"
+
+
+cdef inline object _field(object msg, int slot, str name):
+    """`msg.<name>` (slot `slot` of a ReceivedMessage), raising what getattr raises."""
+    cdef PyObject* value
+    if type(msg) is _ReceivedMessageType:
+        value = tidemq_slot_value(msg, _slot_at[slot])
+        if value != NULL:
+            return <object>value
+    return getattr(msg, name)
+
+
+def put_messages(object messages, object msgs, object highest):
+    if type(messages) is not dict or type(msgs) is not list:
+        return _PURE_TWINS[_PUT_PURE_KEY](messages, msgs, highest)
+    if _received is None:
+        _load_received()
+    cdef dict table = <dict>messages
+    cdef list added = []
+    cdef Py_ssize_t before, size = 0
+    for msg in <list>msgs:
+        offset = _field(msg, _S_QUEUE_OFFSET, "queue_offset")
+        before = len(table)
+        table.setdefault(offset, msg)
+        if len(table) != before:
+            size += len(_field(msg, _S_BODY, "body"))
+            added.append(msg)
+        if offset > highest:
+            highest = offset
+    return added, size, highest
+
+
+def forget_messages(object messages, object msgs):
+    if type(messages) is not dict or type(msgs) is not list:
+        return _PURE_TWINS[_FORGET_PURE_KEY](messages, msgs)
+    if _received is None:
+        _load_received()
+    cdef dict table = <dict>messages
+    cdef Py_ssize_t size = 0
+    for msg in <list>msgs:
+        if table.pop(_field(msg, _S_QUEUE_OFFSET, "queue_offset"), None) is not None:
+            size += len(_field(msg, _S_BODY, "body"))
+    return size
 
 
 # -- Spark: pull bodies into Arrow columns ----------------------------------------------------

@@ -46,20 +46,23 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from tidemq.client import eager
 from tidemq.client.allocate import AllocateMessageQueueAveragely, AllocateStrategy
 from tidemq.client.api import PullResult, PullStatus
 from tidemq.client.config import ClientConfig
 from tidemq.client.consume_stats import ConsumeStatsRecorder
 from tidemq.client.consume_threads import ConsumeThreads
+from tidemq.client.eager import Continuation, Finished
 from tidemq.client.errors import ClientError, RemotingError, TideMQError
 from tidemq.client.instance import ClientInstance, get_instance
 from tidemq.client.message import MessageSelector, ReceivedMessage, selector_of
 from tidemq.client.offset_store import OffsetStore
+from tidemq.client.process_queue import ProcessQueue
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.group_admin import ConsumerRunningInfo, ProcessQueueInfo
 from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
@@ -118,67 +121,6 @@ class ConsumeResult(enum.Enum):
 Listener: TypeAlias = Callable[
     [ReceivedMessage], "ConsumeResult | Awaitable[ConsumeResult | None] | None"
 ]
-
-
-@dataclass(eq=False)
-class ProcessQueue:
-    """Messages pulled from one queue and not yet consumed, in offset order."""
-
-    queue: MessageQueue
-    messages: dict[int, ReceivedMessage] = field(default_factory=dict)
-    size_bytes: int = 0
-    max_offset_seen: int = -1
-    dropped: bool = False
-    locked: bool = False
-    last_pull: float = field(default_factory=time.monotonic)
-    task: asyncio.Task[None] | None = None
-    # The pull loop waiting for consumption to make room (flow control), woken when it does.
-    room: asyncio.Future[None] | None = None
-    ordered_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    def put(self, msgs: list[ReceivedMessage]) -> list[ReceivedMessage]:
-        messages = self.messages
-        added = []
-        size = 0
-        highest = self.max_offset_seen
-        for msg in msgs:
-            offset = msg.queue_offset
-            if offset not in messages:
-                messages[offset] = msg
-                size += len(msg.body)
-                added.append(msg)
-            if offset > highest:
-                highest = offset
-        self.size_bytes += size
-        self.max_offset_seen = highest
-        return added
-
-    def forget(self, msg: ReceivedMessage) -> None:
-        """Forget a consumed message."""
-        if self.messages.pop(msg.queue_offset, None) is not None:
-            self.size_bytes -= len(msg.body)
-
-    def forget_all(self, msgs: list[ReceivedMessage]) -> None:
-        """Forget consumed messages (`forget` of each)."""
-        pop = self.messages.pop
-        size = 0
-        for msg in msgs:
-            if pop(msg.queue_offset, None) is not None:
-                size += len(msg.body)
-        self.size_bytes -= size
-
-    def commit_offset(self) -> int:
-        """The lowest offset not consumed yet (-1: nothing pulled)."""
-        if self.messages:
-            # Offsets are inserted in increasing order, so the first key is the lowest.
-            return next(iter(self.messages))
-        return self.max_offset_seen + 1 if self.max_offset_seen >= 0 else -1
-
-    @property
-    def span(self) -> int:
-        if not self.messages:
-            return 0
-        return self.max_offset_seen - next(iter(self.messages))
 
 
 @dataclass(slots=True)
@@ -479,8 +421,10 @@ class AsyncPushConsumer(AsyncLifecycle):
         assert self.offset_store is not None
         await self.offset_store.update_offset(mq, offset, increase_only=False)
         # The next pull, sent before this one's messages are decoded (pipelining), when the
-        # queue is not flow controlled and the answer had messages (there are likely more).
-        ahead: asyncio.Task[PullResult] | None = None
+        # queue is not flow controlled and the answer had messages (there are likely more):
+        # started in place (`eager.start`: its request goes out at once, with no task made for
+        # it), its answer awaited on the next turn of this loop.
+        ahead: Continuation[PullResult] | Finished[PullResult] | None = None
         try:
             while not pq.dropped and self._running:
                 if ahead is not None:
@@ -510,20 +454,18 @@ class AsyncPushConsumer(AsyncLifecycle):
                     and (pq.locked or not self._locks_queues)
                     and not self._flow_controlled(pq)
                 ):
-                    ahead = asyncio.get_running_loop().create_task(
-                        self._pull_once(pq, result.next_begin_offset, sub)
-                    )
+                    ahead = eager.start(self._pull_once(pq, result.next_begin_offset, sub))
                 try:
                     await self._take(pq, tag_filter, offset, result)
                 except TideMQError as exc:  # a damaged answer: pulled again, as a failed pull
                     log.info("pull %s at %d: %s", mq, offset, exc)
-                    await _discard(ahead)
+                    _discard(ahead)
                     ahead = None
                     await asyncio.sleep(PULL_ERROR_BACKOFF)
                     continue
                 offset = result.next_begin_offset
         finally:
-            await _discard(ahead)
+            _discard(ahead)
 
     @property
     def _locks_queues(self) -> bool:
@@ -619,8 +561,8 @@ class AsyncPushConsumer(AsyncLifecycle):
             return
         self._spawn(self._consume_batch(pq, msgs))
 
-    def _spawn(self, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -953,10 +895,10 @@ class AsyncPushConsumer(AsyncLifecycle):
             await self._lock(list(self.process_queues.values()))
 
 
-async def _discard(pull: asyncio.Task[PullResult] | None) -> None:
-    """A pull sent ahead that no one will read: cancelled, and its failure, if any, dropped."""
-    with contextlib.suppress(TideMQError):
-        await cancel_and_wait(pull)
+def _discard(pull: Continuation[PullResult] | Finished[PullResult] | None) -> None:
+    """A pull sent ahead that no one will read: stopped where it waits, its failure dropped."""
+    if pull is not None:
+        pull.close()
 
 
 def _consume_result(outcome: object) -> ConsumeResult:

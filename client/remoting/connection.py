@@ -30,9 +30,10 @@ import itertools
 import logging
 import time
 import typing
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 
+from tidemq.client.eager import Continuation
 from tidemq.client.errors import ConnectError
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import Body, RemotingCommand
@@ -386,41 +387,7 @@ class BufferedRemotingConnection(RemotingConnection, asyncio.BufferedProtocol):
 
 async def _resume(coroutine: Coroutine[Any, Any, None], waiting_on: Any) -> None:
     """Run the rest of a started `coroutine`, which is waiting on `waiting_on`, in this task."""
-    await _Continuation(coroutine, waiting_on)
-
-
-class _Continuation:
-    """An awaitable that hands a started coroutine's wait to the task awaiting it, then steps it.
-
-    What the coroutine yielded (a future it blocks on, or None for a bare yield) goes to the task
-    as is, and the task's resumption (a value sent, or an exception such as a cancellation
-    thrown) goes back to the coroutine: the task drives it exactly as if it had started it.
-    """
-
-    __slots__ = ("_coroutine", "_waiting_on")
-
-    def __init__(self, coroutine: Coroutine[Any, Any, None], waiting_on: Any) -> None:
-        self._coroutine = coroutine
-        self._waiting_on = waiting_on
-
-    def __await__(self) -> Generator[Any, Any, None]:
-        coroutine, waiting_on = self._coroutine, self._waiting_on
-        while True:
-            try:
-                sent = yield waiting_on
-            except GeneratorExit:
-                coroutine.close()
-                raise
-            except BaseException as exc:  # noqa: BLE001 (a cancellation or whatever the task throws goes on to the coroutine)
-                try:
-                    waiting_on = coroutine.throw(exc)
-                except StopIteration:
-                    return
-            else:
-                try:
-                    waiting_on = coroutine.send(sent)
-                except StopIteration:
-                    return
+    await Continuation(coroutine, waiting_on)
 
 
 def _time_out(future: asyncio.Future[RemotingCommand]) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 # Every module that picks a twin, so that speedups.PURE_TWINS is complete once they are imported.
 SELECTING_MODULES = (
+    "tidemq.client.process_queue",
     "tidemq.client.protocol.headers",
     "tidemq.client.received",
     "tidemq.client.remoting.frame",

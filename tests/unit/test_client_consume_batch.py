@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tidemq.client import consumer as consumer_module
+from tidemq.client import eager
 from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult, ProcessQueue
 from tidemq.client.errors import ConnectError
 from tidemq.client.message import ReceivedMessage
@@ -325,10 +326,16 @@ async def test_a_pull_sent_ahead_and_no_longer_wanted_is_cancelled_or_its_failur
     async def failing() -> Any:
         raise ConnectError("broker gone")
 
-    failed = asyncio.ensure_future(failing())
-    await asyncio.wait([failed])
-    await consumer_module._discard(failed)  # the pull loop ends quietly, not with this error
-    pending = asyncio.ensure_future(asyncio.Event().wait())
-    await consumer_module._discard(pending)
-    assert pending.cancelled()
-    await consumer_module._discard(None)
+    consumer_module._discard(eager.start(failing()))  # the pull loop ends quietly, not with this
+    answer = asyncio.get_running_loop().create_future()
+    cleaned_up = []
+
+    async def waiting() -> Any:
+        try:
+            return await answer
+        finally:
+            cleaned_up.append(True)
+
+    consumer_module._discard(eager.start(waiting()))
+    assert answer.cancelled() and cleaned_up == [True]
+    consumer_module._discard(None)
