@@ -12,7 +12,8 @@ RocketMQ's DefaultMQPushConsumer (reference Part A §8):
   pullThresholdSizeForQueue and consumeConcurrentlyMaxSpan;
 - pipelined: a queue's next pull is sent as soon as an answer with messages arrives (unless the
   queue is flow controlled), before that answer is decoded and consumed (so a queue may hold
-  one batch more than its thresholds);
+  one batch more than its thresholds); the pull loop sends it itself, stepping the pull's
+  coroutine up to its wait for the answer (client/eager.py), with no task per pull;
 - concurrently: each pulled batch is consumed by one task, its messages in turn, and batches
   run side by side, at most `max_concurrency` at once (so at most that many listener calls);
   the committed offset of a queue is its lowest message still in flight (so a crash
