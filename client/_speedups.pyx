@@ -1575,8 +1575,11 @@ def forget_messages(object messages, object msgs):
 
 # -- Spark: pull bodies into Arrow columns ----------------------------------------------------
 # client/spark/records.py. `walk_records` finds where the records of a pull body start;
-# `fast_columns` decodes the kept rows of walked bodies in one pass over the records into Arrow
-# buffers (offsets and bytes written straight into memory Arrow owns: no object per record).
+# `fast_columns` decodes the kept rows of walked bodies in one pass over the records, each body
+# read where it lies (no joined copy), then copies their spans into Arrow buffers (offsets and
+# bytes written straight into memory Arrow owns: no object per record). A record's head is
+# read once: a window's bodies are larger than the caches, and each further pass over the
+# heads missed them again.
 # It takes records with IPv4 hosts and an uncompressed body whose properties are UTF-8 and hold
 # UNIQ_KEY (what producers send); anything else, and any input it cannot vouch for, goes to the
 # pure twin, which decodes it in Arrow's kernels, returns None (the general path's records) or
@@ -1632,8 +1635,13 @@ cdef inline bint _is_byte_view(object body):
 
 
 cdef struct _Row:
-    Py_ssize_t value_at, value_len, props_at, props_len
-    Py_ssize_t tags_at, tags_len, keys_at, keys_len, id_at, id_len
+    # spans of the pull bodies (NULL: absent, a null in its column)
+    const unsigned char* value
+    const unsigned char* props
+    const unsigned char* tags
+    const unsigned char* keys
+    const unsigned char* msg_id
+    Py_ssize_t value_len, props_len, tags_len, keys_len, id_len
     long long queue_offset, store_ms, born_ms
 
 
@@ -1655,6 +1663,17 @@ cdef inline Py_ssize_t _property_at(
     return -1
 
 
+cdef inline const unsigned char* _property(
+    const unsigned char* props, Py_ssize_t size, const char* prefix, Py_ssize_t prefix_len,
+    Py_ssize_t* value_len,
+):
+    """The value of the first item `prefix...` of the properties, or NULL (`_property_at`)."""
+    cdef Py_ssize_t at = _property_at(props, size, prefix, prefix_len, value_len)
+    if at < 0:
+        return NULL
+    return props + at
+
+
 cdef object _writable(Py_ssize_t size, Py_buffer* view):
     """A new Arrow buffer of `size` bytes, and `view` of its memory (released by the caller)."""
     buf = _pa.allocate_buffer(size)
@@ -1662,19 +1681,18 @@ cdef object _writable(Py_ssize_t size, Py_buffer* view):
     return buf
 
 
-cdef object _binary_column(
-    object type_, _Row* rows, Py_ssize_t n, const unsigned char* data, int which,
-):
-    """A binary or string column of spans of `data` (which: 0 values, 1 props, 2 tags, 3 keys,
-    4 ids); a span at -1 is null."""
+cdef object _binary_column(object type_, _Row* rows, Py_ssize_t n, int which):
+    """A binary or string column of the rows' spans (which: 0 values, 1 props, 2 tags, 3 keys,
+    4 ids); an absent span is null."""
     cdef Py_buffer offsets_view, data_view, valid_view
-    cdef Py_ssize_t i, total = 0, at, length, nulls = 0
+    cdef Py_ssize_t i, total = 0, length, nulls = 0
+    cdef const unsigned char* at
     cdef int* offsets
     cdef unsigned char* out
     cdef unsigned char* valid = NULL
     for i in range(n):
         length = _span(&rows[i], which, &at)
-        if at < 0:
+        if at == NULL:
             nulls += 1
         else:
             total += length
@@ -1696,8 +1714,8 @@ cdef object _binary_column(
                 offsets[0] = 0
                 for i in range(n):
                     length = _span(&rows[i], which, &at)
-                    if at >= 0:
-                        memcpy(out + total, data + at, length)
+                    if at != NULL:
+                        memcpy(out + total, at, length)
                         total += length
                         if valid != NULL:
                             valid[i >> 3] |= <unsigned char>(1 << (i & 7))
@@ -1712,20 +1730,20 @@ cdef object _binary_column(
     return _pa.Array.from_buffers(type_, n, [valid_buf, offsets_buf, data_buf], null_count=nulls)
 
 
-cdef inline Py_ssize_t _span(_Row* row, int which, Py_ssize_t* at):
+cdef inline Py_ssize_t _span(_Row* row, int which, const unsigned char** at) noexcept:
     if which == 0:
-        at[0] = row.value_at
+        at[0] = row.value
         return row.value_len
     if which == 1:
-        at[0] = row.props_at
+        at[0] = row.props
         return row.props_len
     if which == 2:
-        at[0] = row.tags_at
+        at[0] = row.tags
         return row.tags_len
     if which == 3:
-        at[0] = row.keys_at
+        at[0] = row.keys
         return row.keys_len
-    at[0] = row.id_at
+    at[0] = row.msg_id
     return row.id_len
 
 
@@ -1748,7 +1766,8 @@ cdef object _int64_column(_Row* rows, Py_ssize_t n, int which):
 
 def fast_columns(list group):
     global _spark_records, _pa
-    cdef Py_buffer raw_view
+    cdef Py_buffer* views = NULL
+    cdef Py_ssize_t i, viewed = 0
     if _spark_records is None:
         import pyarrow
         from tidemq.client.spark import records
@@ -1757,123 +1776,127 @@ def fast_columns(list group):
     pure = _PURE_TWINS[_COLUMNS_PURE_KEY]
     if not group:
         return pure(group)
-    if len(group) == 1:
-        raw = group[0].body
-    else:
-        raw = b"".join([item.body for item in group])
-    if type(raw) is not bytes and not _is_byte_view(raw):
-        return pure(group)
-    PyObject_GetBuffer(raw, &raw_view, PyBUF_SIMPLE)
+    # Each body is read where it is (a large one is a view of the connection's receive buffer):
+    # no joined copy of the group.
+    for item in group:
+        body = item.body
+        if type(body) is not bytes and not _is_byte_view(body):
+            return pure(group)
+    views = <Py_buffer*>malloc(len(group) * sizeof(Py_buffer))
+    if views == NULL:
+        raise MemoryError()
     try:
-        return _fast_columns(group, pure, <const unsigned char*>raw_view.buf, raw_view.len)
+        for item in group:
+            PyObject_GetBuffer(item.body, &views[viewed], PyBUF_SIMPLE)
+            viewed += 1
+        return _fast_columns(group, pure, views)
     finally:
-        PyBuffer_Release(&raw_view)
+        for i in range(viewed):
+            PyBuffer_Release(&views[i])
+        free(views)
 
 
-cdef object _fast_columns(list group, object pure, const unsigned char* data, Py_ssize_t limit):
-    cdef Py_ssize_t n = 0, k = 0, i, base, at, record_end, value_end, topic_len
-    cdef Py_ssize_t body_size, start_at
+cdef object _fast_columns(list group, object pure, Py_buffer* views):
+    """One pass over every record of the group's bodies (see the section's comment).
+
+    What it cannot vouch for goes to the pure twin, whose answer is the reference: a start that
+    is not the walk's, a topic length byte outside its record, a body length that exceeds its
+    record (the twin raises), a kept record without UNIQ_KEY. The answers decided here keep the
+    twin's order: the general path's records (None) first, then a topic length that differs
+    between the first and the last record (None), then the rest.
+    """
+    cdef Py_ssize_t n = 0, k = 0, b = 0, j, m, size, start_at, record_end, value_end
+    cdef Py_ssize_t seen = 0, topic_len = -1
     cdef long long body_len, queue_offset, low, high
-    cdef bint any_general = False, any_negative = False, filtering
+    cdef bint filtering = False, general = False, unsure = False, exceeds = False
+    cdef bint mismatch = False, no_id = False
+    cdef const unsigned char* data
     cdef const unsigned char* p
-    cdef Py_ssize_t* record_at = NULL
-    cdef long long* lows = NULL
-    cdef long long* highs = NULL
     cdef _Row* rows = NULL
     cdef _Row* row
     cdef int overflow = 0
-    filtering = False
+    cdef list starts
     for item in group:
         n += len(item.starts)
         if not item.all_kept:
             filtering = True
     if n == 0:
         return pure(group)
+    rows = <_Row*>malloc(n * sizeof(_Row))
+    if rows == NULL:
+        raise MemoryError()
     try:
-        record_at = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
-        lows = <long long*>malloc(n * sizeof(long long))
-        highs = <long long*>malloc(n * sizeof(long long))
-        rows = <_Row*>malloc(n * sizeof(_Row))
-        if record_at == NULL or lows == NULL or highs == NULL or rows == NULL:
-            raise MemoryError()
-        # Where each record starts in `raw`, and its range of queue offsets to keep.
-        base = 0
-        i = 0
         for item in group:
-            body_size = len(item.body)
+            data = <const unsigned char*>views[b].buf
+            size = views[b].len
+            b += 1
             low = PyLong_AsLongLongAndOverflow(item.start, &overflow)
             if overflow:
                 return pure(group)
             high = PyLong_AsLongLongAndOverflow(item.end, &overflow)
             if overflow:
                 return pure(group)
-            for start in item.starts:
-                start_at = start
-                if start_at < 0 or start_at >= body_size:
-                    return pure(group)
-                record_at[i] = base + start_at
-                lows[i] = low
-                highs[i] = high
-                i += 1
-            base += body_size
-        for i in range(n):
-            record_end = record_at[i + 1] if i + 1 < n else limit
-            if record_end - record_at[i] < _HEAD:
-                return pure(group)  # starts that are not the walk's
-            p = data + record_at[i]
-            if _i32_at(p + 36) & 0x31:  # IPv6 hosts or a compressed body
-                any_general = True
-            if _i32_at(p + 84) < 0:
-                any_negative = True
-        if any_general or any_negative:
-            return None  # the general path's records (the pure twin's answer too)
-        # Every record of a queue has the queue's topic: its length from the first record,
-        # checked on the last (as the pure twin does).
-        value_end = record_at[0] + _HEAD + <Py_ssize_t>_i32_at(data + record_at[0] + 84)
-        at = record_at[n - 1] + _HEAD + <Py_ssize_t>_i32_at(data + record_at[n - 1] + 84)
-        if value_end >= limit or at >= limit or data[value_end] != data[at]:
-            return None
-        topic_len = data[value_end]
-        for i in range(n):
-            record_end = record_at[i + 1] if i + 1 < n else limit
-            body_len = _i32_at(data + record_at[i] + 84)
-            if body_len > record_end - (record_at[i] + _HEAD + 3 + topic_len):
-                raise _spark_records.RecordFormatError(
-                    f"bad record in a {limit}-byte pull body: a body length exceeds its "
-                    "record's size"
+            starts = item.starts if type(item.starts) is list else list(item.starts)
+            m = len(starts)
+            if m and starts[0] != 0:
+                return pure(group)  # records that do not start the body: not the walk's
+            for j in range(m):
+                seen += 1
+                start_at = starts[j]
+                record_end = starts[j + 1] if j + 1 < m else size
+                if start_at < 0 or record_end > size or record_end - start_at < _HEAD:
+                    return pure(group)  # starts that are not the walk's
+                if general:
+                    continue  # None, unless a later start is not the walk's
+                p = data + start_at
+                body_len = _i32_at(p + 84)
+                if _i32_at(p + 36) & 0x31 or body_len < 0:  # IPv6 hosts, compressed: general
+                    general = True
+                    continue
+                if unsure or exceeds:
+                    continue
+                # Past a value: the topic's length byte. Every record of a queue has the
+                # queue's topic: its length is read from the first record, checked on the last.
+                value_end = start_at + _HEAD + <Py_ssize_t>body_len
+                if topic_len < 0 or seen == n:
+                    if value_end >= record_end:
+                        unsure = True  # the twin reads that byte wherever it is
+                        continue
+                    if topic_len < 0:
+                        topic_len = data[value_end]
+                    if seen == n and data[value_end] != topic_len:
+                        mismatch = True
+                if body_len > record_end - (start_at + _HEAD + 3 + topic_len):
+                    exceeds = True
+                    continue
+                queue_offset = _be64(p + 20)
+                if filtering and not (low <= queue_offset < high):
+                    continue
+                row = &rows[k]
+                k += 1
+                row.queue_offset = queue_offset
+                row.store_ms = _be64(p + 56)
+                row.born_ms = _be64(p + 40)
+                row.value = p + _HEAD
+                row.value_len = <Py_ssize_t>body_len
+                row.props = row.value + row.value_len + 3 + topic_len
+                row.props_len = data + record_end - row.props
+                row.tags = _property(row.props, row.props_len, b"TAGS\x01", 5, &row.tags_len)
+                row.keys = _property(row.props, row.props_len, b"KEYS\x01", 5, &row.keys_len)
+                row.msg_id = _property(
+                    row.props, row.props_len, b"UNIQ_KEY\x01", 9, &row.id_len
                 )
-        for i in range(n):
-            p = data + record_at[i]
-            record_end = record_at[i + 1] if i + 1 < n else limit
-            queue_offset = _be64(p + 20)
-            if filtering and not (lows[i] <= queue_offset < highs[i]):
-                continue
-            row = &rows[k]
-            k += 1
-            row.queue_offset = queue_offset
-            row.store_ms = _be64(p + 56)
-            row.born_ms = _be64(p + 40)
-            row.value_at = record_at[i] + _HEAD
-            row.value_len = <Py_ssize_t>_i32_at(p + 84)
-            row.props_at = row.value_at + row.value_len + 3 + topic_len
-            row.props_len = record_end - row.props_at
-            row.tags_at = _property_at(
-                data + row.props_at, row.props_len, b"TAGS\x01", 5, &row.tags_len
-            )
-            row.keys_at = _property_at(
-                data + row.props_at, row.props_len, b"KEYS\x01", 5, &row.keys_len
-            )
-            row.id_at = _property_at(
-                data + row.props_at, row.props_len, b"UNIQ_KEY\x01", 9, &row.id_len
-            )
-            if row.id_at < 0:
-                return pure(group)  # the broker's offsetMsgId: made by the pure twin
-            if row.tags_at >= 0:
-                row.tags_at += row.props_at
-            if row.keys_at >= 0:
-                row.keys_at += row.props_at
-            row.id_at += row.props_at
-        props = _binary_column(_pa.binary(), rows, k, data, 1)
+                if row.msg_id == NULL:
+                    no_id = True  # the broker's offsetMsgId: made by the pure twin
+        if general:
+            return None  # the general path's records (the pure twin's answer too)
+        if unsure:
+            return pure(group)
+        if mismatch:
+            return None
+        if exceeds or no_id:
+            return pure(group)  # exceeds: the twin raises its RecordFormatError
+        props = _binary_column(_pa.binary(), rows, k, 1)
         if props is None:
             return pure(group)
         try:
@@ -1882,20 +1905,17 @@ cdef object _fast_columns(list group, object pure, const unsigned char* data, Py
             return pure(group)  # not UTF-8: the pure twin replaces what is broken
         string = _pa.string()
         columns = [
-            _binary_column(_pa.binary(), rows, k, data, 0),
+            _binary_column(_pa.binary(), rows, k, 0),
             props,
             _int64_column(rows, k, 0),
             _int64_column(rows, k, 1),
             _int64_column(rows, k, 2),
-            _binary_column(string, rows, k, data, 2),
-            _binary_column(string, rows, k, data, 3),
-            _binary_column(string, rows, k, data, 4),
+            _binary_column(string, rows, k, 2),
+            _binary_column(string, rows, k, 3),
+            _binary_column(string, rows, k, 4),
         ]
         if any(column is None for column in columns):
             return pure(group)
         return _spark_records.Columns(*columns)
     finally:
-        free(record_at)
-        free(lows)
-        free(highs)
         free(rows)

@@ -292,6 +292,22 @@ def test_the_twins_agree_on_every_byte_damaged() -> None:
                     )
 
 
+def test_the_twins_agree_on_starts_that_are_not_the_walks() -> None:
+    """The compiled loop reads each body where it lies; starts the walk would not give (the
+    first not at 0, one too far, one short of a head, a record dropped) are the twin's to judge,
+    as it judges them on the bodies joined."""
+    props = encode_properties({"KEYS": "k", "TAGS": "t", "UNIQ_KEY": "u"}).encode()
+    first = b"".join(record(i, bytes([i]) * 40, props) for i in range(3))
+    second = b"".join(record(i, b"x", props) for i in range(3, 5))
+    size = len(record(0, bytes(40), props))
+    for starts in ([size, 2 * size], [0, size, len(first) + 1], [0, 40], [0, 2 * size], [0]):
+        group = [
+            records._Walked(first, starts, 0, 10, 0, 2),
+            records._Walked(second, records.walk_records(second), 0, 10, 3, 4),
+        ]
+        assert outcome(_speedups.fast_columns, group) == outcome(PURE_COLUMNS, group), starts
+
+
 def test_column_buffer_batches_are_the_same_with_either_twin(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
