@@ -85,6 +85,16 @@ def outcome(function: Any, table: dict[Any, Any], *args: Any) -> tuple[Any, ...]
     return result, held
 
 
+def holding(present: list[Any]) -> dict[Any, Any]:
+    """A process queue's table holding `present` (those with an offset, the first of each)."""
+    table: dict[Any, Any] = {}
+    for msg in present:
+        offset = getattr(msg, "queue_offset", None)
+        if offset is not None:
+            table.setdefault(offset, msg)
+    return table
+
+
 def test_the_compiled_loops_are_selected() -> None:
     assert selected(PUT_KEY) is _speedups.put_messages
     assert selected(FORGET_KEY) is _speedups.forget_messages
@@ -97,28 +107,16 @@ def test_the_compiled_loops_are_selected() -> None:
     highest=st.integers(-2, 50),
 )
 def test_the_twins_put_the_same(present: list[Any], pulled: list[Any], highest: int) -> None:
-    tables: list[dict[Any, Any]] = [{}, {}]
-    for table in tables:
-        for msg in present:
-            offset = getattr(msg, "queue_offset", None)
-            if offset is not None:
-                table.setdefault(offset, msg)
-    assert outcome(_speedups.put_messages, tables[0], pulled, highest) == outcome(
-        PURE_PUT, tables[1], pulled, highest
+    assert outcome(_speedups.put_messages, holding(present), pulled, highest) == outcome(
+        PURE_PUT, holding(present), pulled, highest
     )
 
 
 @settings(max_examples=400, deadline=None)
 @given(present=st.lists(items, max_size=10), consumed=st.lists(items, max_size=10))
 def test_the_twins_forget_the_same(present: list[Any], consumed: list[Any]) -> None:
-    tables: list[dict[Any, Any]] = [{}, {}]
-    for table in tables:
-        for msg in present:
-            offset = getattr(msg, "queue_offset", None)
-            if offset is not None:
-                table.setdefault(offset, msg)
-    assert outcome(_speedups.forget_messages, tables[0], consumed) == outcome(
-        PURE_FORGET, tables[1], consumed
+    assert outcome(_speedups.forget_messages, holding(present), consumed) == outcome(
+        PURE_FORGET, holding(present), consumed
     )
 
 

@@ -249,6 +249,28 @@ def twin_outcome(decode: object, body: object) -> object:
     ]
 
 
+def common_record(
+    queue_id: int, queue_offset: int, body: bytes, topic: bytes, props: bytes
+) -> bytes:
+    """A record as brokers hold most: IPv4 hosts, an uncompressed body."""
+    return reference_record(
+        queue_id=queue_id,
+        flag=0,
+        queue_offset=queue_offset,
+        phy=queue_offset * 1000,
+        sys_flag=0,
+        born_ts=1,
+        born=("10.0.0.1", 1234),
+        store_ts=2,
+        store=("10.0.0.2", 10911),
+        reconsume=0,
+        prepared=0,
+        body=body,
+        topic=topic,
+        props=props,
+    )
+
+
 def test_the_compiled_decoder_is_selected() -> None:
     assert selected(RECEIVED_KEY) is _speedups.decode_received
     assert speedups.PURE_TWINS[RECEIVED_KEY] is not _speedups.decode_received
@@ -284,21 +306,8 @@ def test_common_records_are_read_by_the_compiled_loop_itself(
         raise AssertionError("a common record handed to _general")
 
     common = [
-        reference_record(
-            queue_id=q,
-            flag=0,
-            queue_offset=q * 7,
-            phy=q * 1000,
-            sys_flag=0,
-            born_ts=1,
-            born=("10.0.0.1", 1234),
-            store_ts=2,
-            store=("10.0.0.2", 10911),
-            reconsume=0,
-            prepared=0,
-            body=b"x" * q,
-            topic=topic,
-            props=encode_properties({"TAGS": "t", "KEYS": str(q)}).encode(),
+        common_record(
+            q, q * 7, b"x" * q, topic, encode_properties({"TAGS": "t", "KEYS": str(q)}).encode()
         )
         for q, topic in enumerate([b"A", b"A", b"BB", "t\u00e9".encode(), b"\xff"])
     ]
@@ -312,25 +321,7 @@ def test_the_compiled_decoder_leaves_no_reference_behind() -> None:
     """It fills the message's slots itself: each value is held once per message, and dropping
     the messages releases every one of them."""
     broker = "".join(["broker-", "refcounted"])  # a string of its own, not interned
-    body = b"".join(
-        reference_record(
-            queue_id=1,
-            flag=0,
-            queue_offset=offset,
-            phy=offset * 100,
-            sys_flag=0,
-            born_ts=1,
-            born=("10.0.0.1", 1234),
-            store_ts=2,
-            store=("10.0.0.2", 10911),
-            reconsume=0,
-            prepared=0,
-            body=b"payload",
-            topic=b"T",
-            props=b"",
-        )
-        for offset in range(50)
-    )
+    body = b"".join(common_record(1, offset, b"payload", b"T", b"") for offset in range(50))
     before = sys.getrefcount(broker), sys.getrefcount(UNSET)
     messages = _speedups.decode_received(body, broker)
     assert sys.getrefcount(broker) == before[0] + 50
