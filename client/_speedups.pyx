@@ -1384,6 +1384,7 @@ cdef extern from *:
     }
     """
     Py_ssize_t tidemq_slot_offset(object descriptor)
+    void PyObject_GC_UnTrack(object obj)
     PyObject* tidemq_slot_value(object obj, Py_ssize_t offset)
     void tidemq_fill_slot(object obj, Py_ssize_t offset, object value)
 
@@ -1513,6 +1514,11 @@ def decode_received(object body, str broker_name):
         tidemq_fill_slot(msg, _slot_at[_S_OFFSET_MSG_ID], unset)
         tidemq_fill_slot(msg, _slot_at[_S_BORN_HOST], unset)
         tidemq_fill_slot(msg, _slot_at[_S_STORE_HOST], unset)
+        # Out of the cyclic collector's sight, as CPython does with tuples and dicts of atomic
+        # values: what a message holds (text, bytes, ints, the UNSET marker, and once decoded a
+        # dict of text and a tuple of text) can never refer back to it. Messages waiting for a
+        # listener thread were a good part of what each collection walked.
+        PyObject_GC_UnTrack(msg)
         out.append(msg)
         pos = record_end
     for fields in inflate:
