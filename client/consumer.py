@@ -58,7 +58,6 @@ from tidemq.client.api import PullResult, PullStatus
 from tidemq.client.config import ClientConfig
 from tidemq.client.consume_stats import ConsumeStatsRecorder
 from tidemq.client.consume_threads import ConsumeThreads
-from tidemq.client.eager import Continuation, Finished
 from tidemq.client.errors import ClientError, RemotingError, TideMQError
 from tidemq.client.instance import ClientInstance, get_instance
 from tidemq.client.message import MessageSelector, ReceivedMessage, selector_of
@@ -425,7 +424,7 @@ class AsyncPushConsumer(AsyncLifecycle):
         # queue is not flow controlled and the answer had messages (there are likely more):
         # started in place (`eager.start`: its request goes out at once, with no task made for
         # it), its answer awaited on the next turn of this loop.
-        ahead: Continuation[PullResult] | Finished[PullResult] | None = None
+        ahead: eager.Continuation[PullResult] | eager.Finished[PullResult] | None = None
         try:
             while not pq.dropped and self._running:
                 if ahead is not None:
@@ -896,7 +895,7 @@ class AsyncPushConsumer(AsyncLifecycle):
             await self._lock(list(self.process_queues.values()))
 
 
-def _discard(pull: Continuation[PullResult] | Finished[PullResult] | None) -> None:
+def _discard(pull: eager.Continuation[PullResult] | eager.Finished[PullResult] | None) -> None:
     """A pull sent ahead that no one will read: stopped where it waits, its failure dropped."""
     if pull is not None:
         pull.close()

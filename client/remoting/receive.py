@@ -103,7 +103,7 @@ class BufferPool:
             # Over the bounds, forget the oldest buffers (a busy one's memory goes with its
             # last view). A new buffer larger than max_bytes is handed out but not kept.
             while len(buffers) > self.max_buffers or (
-                buffers and sum(len(b) for b in buffers) > self.max_bytes
+                buffers and self.pooled_bytes > self.max_bytes
             ):
                 del buffers[0]
             return buffer
