@@ -13,14 +13,20 @@
   (user + system of this process over the drain) is reported beside it;
 - push consumer, blocking API: the same drain by a `PushConsumer` (its own group) with a plain
   counting function as listener, so listener calls are handed to the consume thread pool;
+- the raw pulls and the two drains take turns, TIDEMQ_BENCH_CLIENT_ROUNDS times (default 3), each
+  drain by a new group; a round's ratios divide its drains by its own raw pulls, and the figures
+  reported are the medians over the rounds. On 2 cores shared with the broker, one drain (half a
+  second) moves by up to 2x with what else the machine runs at that moment; rounds side by side
+  measure the consumers, not the moment;
 - latency: a caught-up push consumer long-polling (the broker holds its pulls and answers when a
   message arrives) while a producer sends 1 KiB messages paced at 1,000 msg/s; the latency of a
   message is the time from the `send()` call to the listener's call, both in this process.
   Target p99 <= 10 ms.
 
 Knobs: TIDEMQ_BENCH_CLIENT_MESSAGES (single sends, default 30,000; batched sends, and so the
-consumers' backlog, are 4x that), TIDEMQ_BENCH_CLIENT_LATENCY_SECONDS (default 5). The client shares
-the 2 cores with the broker, and every figure is client plus broker.
+consumers' backlog, are 4x that), TIDEMQ_BENCH_CLIENT_ROUNDS (default 3),
+TIDEMQ_BENCH_CLIENT_LATENCY_SECONDS (default 5). The client shares the 2 cores with the broker,
+and every figure is client plus broker.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ import os
 import struct
 import threading
 import time
+from dataclasses import dataclass
+from statistics import median
 
 from tests.bench import Result, env_int, one_broker, run_on_uvloop
 from tests.bench.broker_bench import _pulls
@@ -128,7 +136,7 @@ async def _raw_pulls(broker: str, topic: str, passes: int = 3) -> float:
         await api.close()
 
 
-def _drain_blocking(namesrv: str, topic: str, messages: int) -> float:
+def _drain_blocking(namesrv: str, group: str, topic: str, messages: int) -> float:
     """`_drain` with the blocking `PushConsumer` and a plain function as listener."""
     consumed = 0
     lock = threading.Lock()
@@ -145,7 +153,7 @@ def _drain_blocking(namesrv: str, topic: str, messages: int) -> float:
         return ConsumeResult.SUCCESS
 
     consumer = PushConsumer(
-        "BenchDrainBlockingCG",
+        group,
         config=_config(namesrv),
         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
     )
@@ -160,7 +168,7 @@ def _drain_blocking(namesrv: str, topic: str, messages: int) -> float:
     return consumed / (last - started)
 
 
-async def _drain(namesrv: str, topic: str, messages: int) -> float:
+async def _drain(namesrv: str, group: str, topic: str, messages: int) -> float:
     consumed = 0
     done = asyncio.Event()
     last = 0.0
@@ -174,7 +182,7 @@ async def _drain(namesrv: str, topic: str, messages: int) -> float:
         return ConsumeResult.SUCCESS
 
     consumer = AsyncPushConsumer(
-        "BenchDrainCG",
+        group,
         config=_config(namesrv),
         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
     )
@@ -260,7 +268,37 @@ async def _latency(namesrv: str, producer: AsyncProducer, topic: str, seconds: i
     return sorted((received_at[i] - sent_at[i]) * 1000 for i in range(warmup, expected))
 
 
-async def _run(namesrv: str, broker: str, messages: int, seconds: int) -> list[Result]:
+@dataclass(frozen=True)
+class _DrainRound:
+    """One round: raw pulls (msg/s), then each consumer's drain (msg/s, client CPU us/msg)."""
+
+    raw: float
+    drained: float
+    drained_cpu: float
+    blocking: float
+    blocking_cpu: float
+
+
+async def _drain_round(namesrv: str, broker: str, backlog: int, round_number: int) -> _DrainRound:
+    raw = await _raw_pulls(broker, "BenchBatch")
+    cpu_before = _cpu_seconds()
+    drained = await _drain(namesrv, f"BenchDrainCG{round_number}", "BenchBatch", backlog)
+    drained_cpu = (_cpu_seconds() - cpu_before) / backlog * 1e6
+    cpu_before = _cpu_seconds()
+    blocking = await asyncio.to_thread(
+        _drain_blocking, namesrv, f"BenchDrainBlockingCG{round_number}", "BenchBatch", backlog
+    )
+    blocking_cpu = (_cpu_seconds() - cpu_before) / backlog * 1e6
+    print(
+        f"round {round_number + 1}: raw pulls {raw:,.0f} msg/s; push consumer {drained:,.0f} "
+        f"msg/s ({drained / raw:.2f}; client CPU {drained_cpu:.1f} us/msg); blocking API "
+        f"{blocking:,.0f} msg/s ({blocking / raw:.2f}; client CPU {blocking_cpu:.1f} us/msg)",
+        flush=True,
+    )
+    return _DrainRound(raw, drained, drained_cpu, blocking, blocking_cpu)
+
+
+async def _run(namesrv: str, broker: str, messages: int, seconds: int, rounds: int) -> list[Result]:
     await _create_topics(namesrv, broker, "BenchSingle", "BenchBatch", "BenchLatency")
     producer = AsyncProducer("BenchPG", config=_config(namesrv))
     await producer.start()
@@ -271,24 +309,7 @@ async def _run(namesrv: str, broker: str, messages: int, seconds: int) -> list[R
         batched = await _batched_sends(producer, "BenchBatch", messages * 4)
         print(f"batched sends (32 x 1 KiB, 8 in flight): {batched:,.0f} msg/s", flush=True)
         backlog = await _backlog(broker, "BenchBatch")
-        raw = await _raw_pulls(broker, "BenchBatch")
-        print(f"raw pulls of the same backlog:        {raw:,.0f} msg/s", flush=True)
-        cpu_before = _cpu_seconds()
-        drained = await _drain(namesrv, "BenchBatch", backlog)
-        client_cpu = (_cpu_seconds() - cpu_before) / backlog * 1e6
-        print(
-            f"push consumer, end to end:            {drained:,.0f} msg/s "
-            f"({drained / raw:.2f} of raw pulls; client CPU {client_cpu:.1f} us/msg)",
-            flush=True,
-        )
-        cpu_before = _cpu_seconds()
-        blocking = await asyncio.to_thread(_drain_blocking, namesrv, "BenchBatch", backlog)
-        blocking_cpu = (_cpu_seconds() - cpu_before) / backlog * 1e6
-        print(
-            f"push consumer, blocking API:          {blocking:,.0f} msg/s "
-            f"({blocking / raw:.2f} of raw pulls; client CPU {blocking_cpu:.1f} us/msg)",
-            flush=True,
-        )
+        drains = [await _drain_round(namesrv, broker, backlog, r) for r in range(rounds)]
         latencies = await _latency(namesrv, producer, "BenchLatency", seconds)
     finally:
         await producer.shutdown()
@@ -299,15 +320,29 @@ async def _run(namesrv: str, broker: str, messages: int, seconds: int) -> list[R
         f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {worst:.2f} ms",
         flush=True,
     )
+    raw = median([d.raw for d in drains])
     return [
         Result("producer single sends, 1 KiB, 64 in flight", single, "msg/s"),
         Result("producer batches of 32 x 1 KiB, 8 in flight", batched, "msg/s"),
-        Result("push consumer end to end, 1 KiB", drained, "msg/s"),
+        Result("push consumer end to end, 1 KiB", median([d.drained for d in drains]), "msg/s"),
         Result("raw pulls of the same backlog, 32 per request", raw, "msg/s"),
-        Result("push consumer / raw pulls", drained / raw, "ratio", 0.5),
-        Result("push consumer: client CPU per message", client_cpu, "us"),
-        Result("push consumer, blocking API / raw pulls", blocking / raw, "ratio", 0.5),
-        Result("push consumer, blocking API: client CPU per message", blocking_cpu, "us"),
+        Result(
+            "push consumer / raw pulls", median([d.drained / d.raw for d in drains]), "ratio", 0.5
+        ),
+        Result(
+            "push consumer: client CPU per message", median([d.drained_cpu for d in drains]), "us"
+        ),
+        Result(
+            "push consumer, blocking API / raw pulls",
+            median([d.blocking / d.raw for d in drains]),
+            "ratio",
+            0.5,
+        ),
+        Result(
+            "push consumer, blocking API: client CPU per message",
+            median([d.blocking_cpu for d in drains]),
+            "us",
+        ),
         Result("send -> listener p50 at 1,000 msg/s", p50, "ms", higher_is_better=False),
         Result("send -> listener p99 at 1,000 msg/s", p99, "ms", 10.0, higher_is_better=False),
     ]
@@ -316,5 +351,6 @@ async def _run(namesrv: str, broker: str, messages: int, seconds: int) -> list[R
 def run() -> list[Result]:
     messages = env_int("TIDEMQ_BENCH_CLIENT_MESSAGES", 30_000)
     seconds = env_int("TIDEMQ_BENCH_CLIENT_LATENCY_SECONDS", 5)
+    rounds = env_int("TIDEMQ_BENCH_CLIENT_ROUNDS", 3)
     with one_broker("client") as (namesrv, broker):
-        return run_on_uvloop(_run(namesrv.address, broker.address, messages, seconds))
+        return run_on_uvloop(_run(namesrv.address, broker.address, messages, seconds, rounds))
