@@ -711,17 +711,27 @@ def encode_command_parts(object cmd):
     if _MSGPACK is None:
         from tidemq.client.remoting.codes import SerializeType
         _MSGPACK = SerializeType.MSGPACK
+    cdef Py_ssize_t body_len
     body = cmd.body
     if type(body) is bytes:
+        body_len = len(<bytes>body)
+        views = cmd.body_views
+        if views:
+            if type(views) is not tuple:
+                return _PURE_TWINS[_PARTS_PURE_KEY](cmd)
+            for view in <tuple>views:
+                if type(view) is not memoryview:
+                    return _PURE_TWINS[_PARTS_PURE_KEY](cmd)
+                body_len += (<memoryview>view).nbytes
         kind = cmd.serialize_type
         if kind is _MSGPACK:
-            head = _encode_fast(cmd, len(<bytes>body))
+            head = _encode_fast(cmd, body_len)
             if head is not None:
                 return head, body
         elif kind is _JSON or (_JSON is None and kind == 0):
             if _JSON is None:
                 _json_setup()
-            head = _encode_json_fast(cmd, len(<bytes>body))
+            head = _encode_json_fast(cmd, body_len)
             if head is not None:
                 return head, body
     return _PURE_TWINS[_PARTS_PURE_KEY](cmd)

@@ -240,7 +240,9 @@ class PullProcessor:
         }
         response = RemotingCommand.response_to(request, code, result.status.value, ext)
         if code == ResponseCode.SUCCESS:
-            response.body = b"".join(result.spans)
+            # The records' views of the mapped CommitLog go to the socket as they are: a bulk
+            # pull of 4 MiB joined into one bytes object spent a fifth of the broker's CPU there.
+            response.body_views = tuple(result.spans)
             self.stats.on_get(
                 header.consumer_group, header.topic, result.message_count, result.buffer_total_size
             )

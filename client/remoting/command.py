@@ -2,7 +2,9 @@
 
 A command is what a frame carries once decoded: the header fields (`code`, `language`,
 `version`, `opaque`, `flag`, `remark`, `extFields`), the body bytes, and the serialisation its
-header used (a response goes back in the serialisation of its request). Numbers stay plain
+header used (a response goes back in the serialisation of its request). An outgoing command's
+body may go on in `body_views`, buffers the frame carries after `body` without their being
+joined into one. Numbers stay plain
 `int`s so that codes and languages we do not know pass through unchanged; compare them with the
 enums in `client.remoting.codes`.
 
@@ -42,6 +44,9 @@ class RemotingCommand:
     ext_fields: dict[str, str] = field(default_factory=dict)
     body: Body = b""
     serialize_type: SerializeType = SerializeType.JSON
+    # Outgoing only: more body after `body`, written as it is (a pull's records: views of the
+    # mapped CommitLog, sent without joining them). Decoded commands never have any.
+    body_views: tuple[memoryview, ...] = ()
 
     @property
     def is_response(self) -> bool:

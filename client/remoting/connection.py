@@ -278,6 +278,8 @@ class RemotingConnection(asyncio.BaseProtocol):
         outgoing.append(head)
         if body:
             outgoing.append(body)
+        if command.body_views:
+            outgoing.extend(command.body_views)
 
     def _flush(self) -> None:
         outgoing = self._outgoing

@@ -8,7 +8,9 @@ A frame, big-endian (`RemotingCommand.encode`/`decode`, `NettyDecoder`)::
     body                    the rest: length - 4 - headerLen bytes
 
 `encode_command` gives a frame's bytes; `encode_command_parts` gives the prefix+header and the
-body separately so a transport can `writelines` them without copying a large body.
+body separately so a transport can `writelines` them without copying a large body. A command's
+`body_views` follow its `body` in the frame (bodyLen counts both); `encode_command_parts` leaves
+them to the caller, to be written after the body as they are.
 
 `FrameDecoder` is fed whatever the socket delivered, split or coalesced anywhere, and returns the
 commands completed so far; it buffers the incomplete tail. It checks a frame's prefix as soon as
@@ -65,19 +67,24 @@ def _nbytes(body: Body) -> int:
     return body.nbytes if isinstance(body, memoryview) else len(body)
 
 
+def _body_length(cmd: RemotingCommand) -> int:
+    return _nbytes(cmd.body) + sum([view.nbytes for view in cmd.body_views])
+
+
 def _prefix_and_header(cmd: RemotingCommand) -> tuple[bytes, bytes]:
     header = encode_header(cmd)
     header_len = len(header)
     if header_len > _MAX_HEADER_LEN:
         raise EncodeError(f"header of {header_len} bytes exceeds the 24-bit header length")
-    length = 4 + header_len + _nbytes(cmd.body)
+    length = 4 + header_len + _body_length(cmd)
     if length > _MAX_LENGTH:
         raise EncodeError(f"frame of {length} bytes exceeds the 32-bit length field")
     return _PREFIX.pack(length, (int(cmd.serialize_type) << 24) | header_len), header
 
 
 def encode_command_parts(cmd: RemotingCommand) -> tuple[bytes, Body]:
-    """The frame of `cmd` as (length, type word and header; body), for a vectored write."""
+    """The frame of `cmd` as (length, type word and header; body), for a vectored write; its
+    `body_views` are the rest of the frame."""
     prefix, header = _prefix_and_header(cmd)
     return prefix + header, cmd.body
 
@@ -90,7 +97,7 @@ encode_command_parts = speedups.select(encode_command_parts, "tidemq.client._spe
 def encode_command(cmd: RemotingCommand) -> bytes:
     """The frame of `cmd` as one bytes object."""
     prefix, header = _prefix_and_header(cmd)
-    return b"".join((prefix, header, cmd.body))
+    return b"".join((prefix, header, cmd.body, *cmd.body_views))
 
 
 class FrameDecoder:

@@ -451,6 +451,18 @@ def test_encode_parts_allow_a_memoryview_body() -> None:
     assert type(decoded.body) is bytes
 
 
+def test_body_views_follow_the_body_in_the_frame() -> None:
+    records = memoryview(bytearray(b"0123456789abcdef"))
+    cmd = RemotingCommand(code=1, opaque=2, body=b"<", serialize_type=SerializeType.MSGPACK)
+    cmd.body_views = (records[0:4], records[10:16], memoryview(b"xyzw").cast("i"))
+    frame = encode_command(cmd)
+    head, body = encode_command_parts(cmd)
+    assert head + body + b"".join(cmd.body_views) == frame
+    [decoded] = FrameDecoder().feed(frame)
+    assert decoded.body == b"<0123abcdefxyzw"
+    assert decoded.body_views == ()
+
+
 # -- round trips ------------------------------------------------------------------------------
 
 
@@ -810,4 +822,5 @@ def test_remoting_command_fields_keep_the_order_positional_construction_relies_o
         "ext_fields",
         "body",
         "serialize_type",
+        "body_views",
     ]

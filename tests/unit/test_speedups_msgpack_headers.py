@@ -150,6 +150,41 @@ def test_frames_encode_to_the_same_parts(
         assert compiled[1] is body
 
 
+@given(
+    commands | odd_commands,
+    st.sampled_from(list(SerializeType)),
+    st.binary(max_size=16),
+    st.lists(
+        st.tuples(st.binary(max_size=40), st.integers(0, 2)).map(
+            lambda drawn: [
+                memoryview(drawn[0]),  # of bytes
+                memoryview(bytearray(drawn[0]))[1:],  # writable, a slice (of a map, in a pull)
+                memoryview(drawn[0] * 4).cast("i"),  # items of 4 bytes
+            ][drawn[1]]
+        ),
+        max_size=4,
+    ),
+)
+def test_frames_with_body_views_encode_to_the_same_parts(
+    command: RemotingCommand, kind: SerializeType, body: bytes, views: list[memoryview]
+) -> None:
+    command.serialize_type = kind
+    command.body = body
+    command.body_views = tuple(views)
+    compiled = outcome(_speedups.encode_command_parts, command)
+    assert compiled == outcome(PURE_PARTS, command)
+    if isinstance(compiled[0], bytes):  # the length counts the views' bytes, not their items
+        assert compiled[0] + body + b"".join(views) == encode_command(command)
+
+
+def test_body_views_of_another_kind_go_to_the_pure_twin() -> None:
+    command = RemotingCommand(1, body=b"ab", serialize_type=SerializeType.MSGPACK)
+    command.body_views = [memoryview(b"cd")]  # type: ignore[assignment]  # a list, not a tuple
+    assert _speedups.encode_command_parts(command) == PURE_PARTS(command)
+    command.body_views = (b"cd",)  # type: ignore[assignment]  # bytes, not a view
+    assert outcome(_speedups.encode_command_parts, command) == outcome(PURE_PARTS, command)
+
+
 # --- parse_frames ---------------------------------------------------------------------------
 
 FRAMES_KEY = "tidemq.client.remoting.frame.parse_frames"
