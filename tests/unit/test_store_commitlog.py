@@ -28,6 +28,7 @@ from tidemq.store.config import BrokerRole, FlushDiskType
 from tidemq.store.errors import OffsetMismatchError
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import MessageBatch, MessageToStore, decode_record, encode_properties
+from tidemq.store.segment import Segment, offset_to_name
 from tidemq.store.segment_queue import SegmentQueue
 
 FILE = 4096
@@ -565,3 +566,20 @@ async def test_a_batch_stored_while_gathering_wakes_dispatch(tmp_path: Path) -> 
         assert store.get_message("G", "T", 0, 0, 32).next_begin_offset == 4
     finally:
         await store.stop()
+
+
+def test_a_segment_destroyed_while_a_pull_still_holds_its_records_keeps_them_readable(
+    tmp_path: Path,
+) -> None:
+    # A pull response carries views of the map until the socket takes them; the file's
+    # retention may delete the segment meanwhile.
+    segment = Segment(tmp_path / offset_to_name(0), 4096, create=True)
+    segment.append(b"record one|record two")
+    span = segment.select(0, 21)
+    assert span is not None
+    pending = span[11:]  # what a queued write holds
+    segment.destroy()
+    assert not segment.path.exists()
+    assert bytes(pending) == b"record two"
+    pending.release()
+    span.release()
