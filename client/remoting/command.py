@@ -3,10 +3,9 @@
 A command is what a frame carries once decoded: the header fields (`code`, `language`,
 `version`, `opaque`, `flag`, `remark`, `extFields`), the body bytes, and the serialisation its
 header used (a response goes back in the serialisation of its request). An outgoing command's
-body may go on in `body_views`, buffers the frame carries after `body` without their being
-joined into one. Numbers stay plain
-`int`s so that codes and languages we do not know pass through unchanged; compare them with the
-enums in `client.remoting.codes`.
+body may go on in `body_views`: contiguous buffers that the frame carries after `body`, written
+without being joined into one. Numbers stay plain `int`s so that codes and languages we do not
+know pass through unchanged; compare them with the enums in `client.remoting.codes`.
 
 Opaque (correlation id) allocation is the connection's job, not this module's.
 """
