@@ -34,6 +34,7 @@ from tidemq.broker.managers.delay_offset import DelayOffsetTable
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigChanged, TopicConfigManager
 from tidemq.broker.metrics import BrokerCollector, MetricsServer, registry_for
+from tidemq.broker.name_gate import NameGate
 from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.consumer import ConsumerProcessor
 from tidemq.broker.processors.end_transaction import EndTransactionProcessor
@@ -156,6 +157,7 @@ class Broker(Service):
             name=f"broker {config.broker_name}",
             tls=self.remoting.server_tls(),
         )
+        self.server.gate = NameGate.for_broker()
         # The sends of one read are appended with one system call (MessageStore.begin_gathering).
         self.server.read_scope = _GatheredAppends(self.store)
         # Only with aclEnable: without the hook a request pays nothing for ACL.

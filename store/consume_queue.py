@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidemq.store.config import CQ_UNIT_SIZE, AppendMode
+from tidemq.store.files import path_inside
 from tidemq.store.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.file_size = file_size
         self.segments = SegmentQueue(
-            root / topic / str(queue_id), file_size, append_mode=AppendMode.mmap
+            path_inside(root, topic, str(queue_id)), file_size, append_mode=AppendMode.mmap
         )
         # End (offset + size) of the last CommitLog record indexed here.
         self.max_physical_offset = -1

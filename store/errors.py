@@ -37,6 +37,10 @@ class ConfigError(StoreError):
     """A configuration value is missing, malformed or out of range; the message names the key."""
 
 
+class StorePathError(StoreError, ValueError):
+    """A name would make a path outside the store's folder for it (a topic of `../x`)."""
+
+
 class StoreLockedError(StoreError):
     """Another process holds the store's lock file."""
 

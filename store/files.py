@@ -1,4 +1,10 @@
-"""Crash-safe replacement of a small file, and the directory fsync that makes a rename durable.
+"""Crash-safe replacement of a small file, the directory fsync that makes a rename durable, and
+the one function the store builds a path from a name with.
+
+`path_inside(root, *names)` is `root/name/...` when every name is one plain path segment
+(not empty, no `/` or NUL, not `.` or `..`) and the joined path, normalised, lies inside
+`root`; otherwise it raises `StorePathError`. Requests are checked long before they reach the
+store (broker/name_gate.py); this is the defense in depth, whatever a caller passes.
 
 `write_file_safely(path, data, keep_backup=True)` writes, in this order:
 1. `<path>.tmp` with `data`, fsynced;
@@ -15,6 +21,21 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+
+from tidemq.store.errors import StorePathError
+
+
+def path_inside(root: Path, *names: str) -> Path:
+    """`root / names[0] / names[1] ...`, refused unless it stays inside `root` (see above)."""
+    for name in names:
+        if not name or name in (".", "..") or "/" in name or "\0" in name:
+            raise StorePathError(f"refusing a path from name {name[:200]!r} under {root}")
+    path = root.joinpath(*names)
+    inside = os.path.normpath(path)
+    base = os.path.normpath(root)
+    if os.path.commonpath((base, inside)) != base or inside == base:
+        raise StorePathError(f"refusing path {str(path)[:300]!r}: not inside {root}")
+    return path
 
 
 def sibling(path: Path, suffix: str) -> Path:

@@ -40,6 +40,7 @@ from tidemq.store.consume_queue import ConsumeQueue
 from tidemq.store.delay import DELAY_MARKER as _DELAY_MARKER
 from tidemq.store.delay import park_delayed, parse_delay_levels
 from tidemq.store.dispatch import ArrivalListener, ReputService
+from tidemq.store.files import path_inside
 from tidemq.store.flushing import StoreFlusher
 from tidemq.store.get_message import GetMessageResult, RecordFilter, TransferLimits, get_message
 from tidemq.store.index import IndexService
@@ -737,7 +738,7 @@ class MessageStore(Service):
             queue.destroy()
             self.commitlog.topic_queue_table.pop(f"{key[0]}-{key[1]}", None)
         for topic in topics:
-            folder = self.root / "consumequeue" / topic
+            folder = path_inside(self.root / "consumequeue", topic)
             for sub in sorted(folder.glob("*"), reverse=True):
                 if sub.is_dir():
                     sub.rmdir()

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,6 +45,7 @@ from tidemq.client.protocol.models import (
     TopicConfig,
     TopicConfigSerializeWrapper,
 )
+from tidemq.client.protocol.names import topic_problem
 
 __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC",
@@ -71,7 +71,6 @@ OFFSET_MOVED_EVENT: Final = "OFFSET_MOVED_EVENT"
 SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"
 REPLY_TOPIC_POSTFIX: Final = "REPLY_TOPIC"
 DEFAULT_DELAY_LEVELS: Final = 18
-TOPIC_MAX_LENGTH: Final = 127
 
 # TopicValidator's static sets; the cluster, broker and reply topics are added per broker.
 SYSTEM_TOPICS: Final = frozenset(
@@ -98,21 +97,26 @@ NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
     }
 )
 
-_VALID_NAME: Final = re.compile(r"[%|a-zA-Z0-9_-]+")
-
 
 def validate_topic_name(topic: str) -> str | None:
-    """None when `topic` is a valid name, else RocketMQ's remark (TopicValidator.validateTopic).
+    """None when `topic` is a valid name, else RocketMQ's remark (TopicValidator.validateTopic:
+    client/protocol/names.py holds the rule)."""
+    return topic_problem(topic)
 
-    A name is non-blank, matches `^[%|a-zA-Z0-9_-]+$` and has at most 127 characters.
-    """
-    if not topic.strip():
-        return "The specified topic is blank."
-    if not _VALID_NAME.fullmatch(topic):
-        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return "The specified topic is longer than topic max length."
-    return None
+
+def _valid_topics(table: dict[str, TopicConfig], source: str) -> dict[str, TopicConfig]:
+    """`table` without the topics whose names break the rule (written before the name gate
+    refused them: such a topic could never be registered, served or deleted)."""
+    invalid = {topic for topic in table if validate_topic_name(topic) is not None}
+    if not invalid:
+        return dict(table)
+    log.warning(
+        "ignoring %d topic(s) with invalid names from %s: %s",
+        len(invalid),
+        source,
+        ", ".join(repr(topic[:80]) for topic in sorted(invalid)[:10]),
+    )
+    return {topic: config for topic, config in table.items() if topic not in invalid}
 
 
 def parse_topic_wrapper(text: str | bytes) -> TopicConfigSerializeWrapper:
@@ -199,7 +203,7 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         return parse_topic_wrapper(text)
 
     def adopt(self, state: TopicConfigSerializeWrapper) -> None:
-        self._table.update(state.topic_config_table)
+        self._table.update(_valid_topics(state.topic_config_table, "topics.json"))
         self.data_version = replace(state.data_version)
 
     # --- queries --------------------------------------------------------------------------
@@ -313,6 +317,9 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         existing = self._table.get(topic)
         if existing is not None:
             return existing
+        problem = validate_topic_name(topic)
+        if problem is not None:  # the name gate refuses the groups this comes from
+            raise ValueError(f"not creating topic {topic[:200]!r}: {problem}")
         config = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=topic_sys_flag)
         log.info("create topic %s", config)
         self._put(config, TopicChange.CREATED)
@@ -342,7 +349,7 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         """
         if wrapper.data_version == self.data_version:
             return False
-        self._table = dict(wrapper.topic_config_table)
+        self._table = _valid_topics(wrapper.topic_config_table, "the master's topic table")
         self.data_version = replace(wrapper.data_version)
         log.info(
             "topic table replaced from the master: %d topics, %s",

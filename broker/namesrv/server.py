@@ -20,6 +20,7 @@ from typing import Final
 
 from tidemq.broker.config import NamesrvConfig, RemotingConfig
 from tidemq.broker.metrics import MetricsServer, NamesrvCollector, registry_for
+from tidemq.broker.name_gate import NameGate
 from tidemq.broker.namesrv.kv_config import KvConfigStore
 from tidemq.broker.namesrv.processor import NamesrvProcessor, log_broker_removed
 from tidemq.broker.namesrv.route_info import RouteInfoManager
@@ -72,6 +73,7 @@ class NameServer(Service):
         )
         for code, processor in self.processor.processors().items():
             self.server.register(code, processor)
+        self.server.gate = NameGate.for_namesrv()
         self.server.on_connection_closed.append(self._connection_closed)
         self._stopping = False
         self.add_child(self.server)

@@ -10,6 +10,8 @@ The request pipeline (RocketMQ's NettyRequestProcessor with its RPCHooks):
 - A processor refuses a request by raising `RequestRejected(code, remark)`; the dispatch answers
   it with that code and remark, in the request's serialisation. Any other exception is a bug:
   the connection logs it and answers SYSTEM_ERROR (see `RemotingConnection`).
+- A gate (`gate`, broker/name_gate.py) checks the names of each request first; it refuses by
+  raising `RequestRejected` like a processor.
 - Hooks (`add_hook`) run around every request that has a processor, in the order they were
   added: `before_request` may refuse it by raising `RequestRejected` (the processor then does not
   run), `after_response` sees the response about to be sent (None for a processor that answers
@@ -48,6 +50,13 @@ class RequestRejected(TideMQError):
         super().__init__(remark)
         self.code = code
         self.remark = remark
+
+
+class RequestGate(Protocol):
+    """Checks a request before its processor and hooks run (broker/name_gate.py's NameGate)."""
+
+    def check(self, request: RemotingCommand) -> None:
+        """Raise `RequestRejected` to refuse `request`."""
 
 
 class RequestHook(Protocol):
@@ -90,6 +99,9 @@ class RemotingServer:
         # A tuple, rebuilt on each add: the dispatch tests it for emptiness and iterates it
         # without a copy or an allocation per request.
         self.hooks: tuple[RequestHook, ...] = ()
+        # The first step of every dispatched request: it refuses hostile names before any
+        # hook or processor sees them.
+        self.gate: RequestGate | None = None
         self._server: asyncio.Server | None = None
         # TLS ports accept connections themselves (client/remoting/tls.py); plaintext ones
         # through asyncio's server.
@@ -166,6 +178,8 @@ class RemotingServer:
         if self.hooks:
             return await self._dispatch_hooked(processor, connection, request)
         try:  # free in 3.11 unless something raises
+            if self.gate is not None:
+                self.gate.check(request)
             return await processor(connection, request)
         except RequestRejected as rejected:
             return RemotingCommand.response_to(request, rejected.code, rejected.remark)
@@ -177,6 +191,8 @@ class RemotingServer:
         hooks = self.hooks
         response: RemotingCommand | None
         try:
+            if self.gate is not None:
+                self.gate.check(request)
             for hook in hooks:
                 hook.before_request(connection, request)
             response = await processor(connection, request)
