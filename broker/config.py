@@ -8,11 +8,11 @@ them, and a key that none of them knows is reported at start-up.
 from __future__ import annotations
 
 import os
-import re
 import socket
 from dataclasses import dataclass
 
 from tidemq.client.config import local_ip
+from tidemq.client.protocol.names import NameKind, name_problem, topic_problem
 from tidemq.client.remoting.tls import ClientAuth, TlsClientSettings, TlsMode, TlsServerSettings
 from tidemq.store.errors import ConfigError
 from tidemq.store.settings import setting
@@ -178,13 +178,15 @@ class BrokerConfig:
             host, sep, port = address.rpartition(":")
             if not sep or not host or not port.isdigit():
                 raise ConfigError(f"namesrvAddr: {address!r} is not host:port")
-        if not self.broker_name.strip():
-            raise ConfigError("brokerName: must not be empty")
-        if self.trace_topic_enable and not re.fullmatch(
-            r"[%|a-zA-Z0-9_-]{1,127}", self.msg_trace_topic_name
+        for key, name in (
+            ("brokerName", self.broker_name),
+            ("brokerClusterName", self.broker_cluster_name),
         ):
-            raise ConfigError(
-                f"msgTraceTopicName: {self.msg_trace_topic_name!r} is not a topic name"
-            )
+            problem = name_problem(NameKind.BROKER, name)
+            if problem is not None:  # the name servers would refuse every registration
+                raise ConfigError(f"{key}: {name!r}: {problem}")
+        problem = topic_problem(self.msg_trace_topic_name)
+        if self.trace_topic_enable and problem is not None:
+            raise ConfigError(f"msgTraceTopicName: {self.msg_trace_topic_name!r}: {problem}")
         if self.acl_enable and not self.acl_file and not os.environ.get("ROCKETMQ_HOME"):
             raise ConfigError("aclEnable: set aclFile, or ROCKETMQ_HOME for conf/plain_acl.yml")

@@ -160,7 +160,9 @@ def registration_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
         return
     data = RegisterBrokerBody.decode(body)
     for topic in data.topic_config_wrapper.topic_config_table:
-        yield "topicConfigTable", TOPIC, topic
+        # The broker's own topic is its name, by default the host's, which may hold dots
+        # (RocketMQ registers it so): table keys here, never paths.
+        yield "topicConfigTable", BROKER, topic
 
 
 BROKER_BODY_NAMES: Final[Mapping[int, BodyNames]] = {

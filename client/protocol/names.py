@@ -5,8 +5,9 @@
 - consumer group: a group whose `%RETRY%<group>` and `%DLQ%<group>` topics, which the broker
   derives from it, are topics too (so at most 120 characters).
 - kv and broker: `[%|a-zA-Z0-9_.:-]`, 1..255, not only dots (tidemq's: RocketMQ checks none):
-  namespaces and keys of the name server's KV table, broker and cluster names of
-  registrations; `.` and `:` for the addresses some of them are.
+  namespaces and keys of the name server's KV table, broker and cluster names and the topics
+  of registrations (a broker's own topic is its name, by default the host's, dots included);
+  `.` and `:` for the addresses some of them are.
 
 None of these characters is a path separator, and no name of them is `.` or `..` (topics and
 groups have no dot at all; a kv or broker name made only of dots is refused), so a valid name

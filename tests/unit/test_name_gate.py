@@ -5,6 +5,7 @@ no name, however it arrives, makes a store path outside its root."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ from tidemq.client.remoting.json_body import dumps
 from tidemq.client.remoting.server import RemotingServer, RequestRejected
 from tidemq.store.config import StoreConfig
 from tidemq.store.consume_queue import ConsumeQueue
-from tidemq.store.errors import StorePathError
+from tidemq.store.errors import ConfigError, StorePathError
 from tidemq.store.files import path_inside
 
 # Served codes whose processors read no name that becomes a path, a file, a table key or a
@@ -289,3 +290,22 @@ def test_any_name_the_gate_accepts_is_one_segment_inside_the_root(name: str) -> 
     for kind in NameKind:
         if name_problem(kind, name) is None:
             assert path_inside(root, name, "0").parent.parent == root
+
+
+@pytest.mark.parametrize(
+    ("key", "field", "value"),
+    [
+        ("brokerName", "broker_name", "../b"),
+        ("brokerName", "broker_name", "b\0"),
+        ("brokerClusterName", "broker_cluster_name", "a/b"),
+        ("msgTraceTopicName", "msg_trace_topic_name", "trace.topic"),
+    ],
+)
+def test_a_name_the_name_servers_would_refuse_stops_start_up(
+    key: str, field: str, value: str
+) -> None:
+    config = dataclasses.replace(BrokerConfig(trace_topic_enable=True), **{field: value})
+    with pytest.raises(ConfigError, match=f"^{key}: "):
+        config.validate()
+    # a host name with dots is a broker name (RocketMQ's default brokerName is the host's)
+    dataclasses.replace(BrokerConfig(), broker_name="host.example.com").validate()
