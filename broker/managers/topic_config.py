@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,6 +45,9 @@ from tidemq.client.protocol.models import (
     TopicConfig,
     TopicConfigSerializeWrapper,
 )
+
+# The topic name rule is the client's too (a producer refuses a bad name before sending it).
+from tidemq.client.validators import validate_topic_name
 
 __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC",
@@ -71,7 +73,6 @@ OFFSET_MOVED_EVENT: Final = "OFFSET_MOVED_EVENT"
 SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"
 REPLY_TOPIC_POSTFIX: Final = "REPLY_TOPIC"
 DEFAULT_DELAY_LEVELS: Final = 18
-TOPIC_MAX_LENGTH: Final = 127
 
 # TopicValidator's static sets; the cluster, broker and reply topics are added per broker.
 SYSTEM_TOPICS: Final = frozenset(
@@ -97,22 +98,6 @@ NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
         OFFSET_MOVED_EVENT,
     }
 )
-
-_VALID_NAME: Final = re.compile(r"[%|a-zA-Z0-9_-]+")
-
-
-def validate_topic_name(topic: str) -> str | None:
-    """None when `topic` is a valid name, else RocketMQ's remark (TopicValidator.validateTopic).
-
-    A name is non-blank, matches `^[%|a-zA-Z0-9_-]+$` and has at most 127 characters.
-    """
-    if not topic.strip():
-        return "The specified topic is blank."
-    if not _VALID_NAME.fullmatch(topic):
-        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return "The specified topic is longer than topic max length."
-    return None
 
 
 def parse_topic_wrapper(text: str | bytes) -> TopicConfigSerializeWrapper:
