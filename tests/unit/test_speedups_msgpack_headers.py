@@ -184,7 +184,7 @@ def test_frames_with_body_views_encode_to_the_same_parts(
     ["a str body", None, [1, 2], 7, memoryview(b"0123456789")[::2]],
     ids=["str", "None", "list", "int", "strided view"],
 )
-@pytest.mark.parametrize("kind", list(SerializeType))
+@pytest.mark.parametrize("kind", list(SerializeType), ids=[k.name for k in SerializeType])
 def test_a_body_no_transport_can_write_is_refused_by_both(body: Any, kind: SerializeType) -> None:
     # At c82965c both returned such a body for the transport's write to fail on.
     command = RemotingCommand(1, body=body, serialize_type=kind)
