@@ -81,6 +81,7 @@ from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeTyp
 from tidemq.client.remoting.json_body import loads_fastjson
 from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.client.trace import TRACE_TOPIC, TraceRecord, TraceType, decode_records
+from tidemq.client.validators import check_message
 from tidemq.store.lifecycle import Service, Step
 from tidemq.store.record import (
     PROPERTY_DELAY,
@@ -807,6 +808,7 @@ class AdminClient(Service):
     ) -> tuple[str, int, SendResult]:
         """Send to a writable master queue (the one given, else a random one):
         (broker name, queue id, result)."""
+        check_message(msg)  # as a producer's send does: a bad message fails here, named
         route = await self.topic_route(msg.topic)
         addrs = {b.broker_name: b.broker_addrs.get(MASTER_ID) for b in route.broker_datas}
         choices = [

@@ -7,6 +7,8 @@ again, or sent to another broker::
 
     TideMQError                   store.errors
     +-- ClientError               local misuse: bad arguments, a client that is not started
+    |   +-- InvalidMessageError   a message the client will not send; `field` names what is
+    |   |                         wrong (client.validators; also ValueError)
     |   +-- OptionError           a Spark source option (client.spark.options; also ValueError)
     |   +-- CommandError          an mqadmin command's one-line failure (client.mqadmin.base)
     +-- RemotingError          R  the request got no answer
@@ -55,6 +57,7 @@ __all__ = [
     "ConnectError",
     "DecodeError",
     "FlowControlError",
+    "InvalidMessageError",
     "MessageIllegalError",
     "NamesrvResponseError",
     "NoPermissionError",
@@ -73,6 +76,18 @@ __all__ = [
 
 class ClientError(TideMQError):
     """The caller did something the client cannot do (bad argument, wrong state)."""
+
+
+class InvalidMessageError(ClientError, ValueError):
+    """A message (or a send's queue) the producer refuses before anything is written: `field`
+    names the part that is wrong ("body", "topic", "tags", "keys", "properties", ...)."""
+
+    def __init__(self, field: str, text: str) -> None:
+        super().__init__(text)
+        self.field = field
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.field, str(self)))
 
 
 class RemotingError(TideMQError):

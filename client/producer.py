@@ -16,6 +16,10 @@ Routing and retries follow RocketMQ's DefaultMQProducer (reference Part A §8):
   slow SYNC_MASTER answers with its status instead of the client timing out (RocketMQ #5657).
 
 Bodies over `compress_over` bytes are zlib-compressed (sysFlag bit 0), as RocketMQ's are.
+
+Every send checks its message first (`client.validators`): a body that is not bytes, a topic,
+tag, key or property the wire cannot carry, a delay level or queue of the wrong type raise
+`InvalidMessageError` naming the field, at once, before anything reaches a connection.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from tidemq.client.trace import (
     TraceType,
     now_ms,
 )
+from tidemq.client.validators import check_message, check_queue
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.record import FLAG_COMPRESSED, pack_host
 
@@ -160,12 +165,7 @@ class AsyncProducer(AsyncLifecycle):
     # --- sending ----------------------------------------------------------------------------
 
     def _check(self, msg: Message) -> None:
-        if not msg.topic:
-            raise ClientError("message topic is empty")
-        if len(msg.body) > self.max_message_size:
-            raise ClientError(
-                f"message body of {len(msg.body)} bytes exceeds {self.max_message_size}"
-            )
+        check_message(msg, self.max_message_size)
 
     async def _route(self, topic: str) -> tuple[TopicPublishInfo, bool]:
         """Publish queues of the topic, or of TBW102 (auto-creation) when it has no route yet."""
@@ -207,6 +207,10 @@ class AsyncProducer(AsyncLifecycle):
     ) -> SendResult:
         """Send and wait for the broker's answer; retries per the class docstring."""
         self._check(msg)
+        if queue is not None:
+            check_queue(queue, msg.topic)
+        if selector is not None and not callable(selector):
+            raise ClientError(f"a queue selector must be callable, not {type(selector).__name__}")
         uniq = self._ids.next_id()
         body, sys_flag = _compress(msg.body, self.compress_over)
         properties = msg.encoded_properties(uniq)
@@ -267,15 +271,18 @@ class AsyncProducer(AsyncLifecycle):
         self, msgs: Sequence[Message], *, timeout: float | None = None
     ) -> SendResult:
         """One SEND_BATCH_MESSAGE: messages of one topic, stored contiguously in one queue."""
+        if not isinstance(msgs, Sequence):
+            raise ClientError(f"a batch must be a sequence of messages, not {type(msgs).__name__}")
         if not msgs:
             raise ClientError("an empty batch")
+        # Each message first: the batch rules below compare fields of checked types.
+        for msg in msgs:
+            self._check(msg)
         topic = msgs[0].topic
         if any(m.topic != topic for m in msgs):
             raise ClientError("a batch must hold messages of one topic")
         if any(m.delay_level > 0 for m in msgs):
             raise ClientError("delayed messages cannot be sent in a batch")
-        for msg in msgs:
-            self._check(msg)
         ids = [self._ids.next_id() for _ in msgs]
         body = encode_batch_body(
             [(m.flag, m.body, m.encoded_properties(i)) for m, i in zip(msgs, ids, strict=True)]
@@ -348,7 +355,7 @@ class AsyncProducer(AsyncLifecycle):
             if fixed_queue is not None:
                 queue = fixed_queue
             elif selector is not None:
-                queue = selector(list(info.queues), msg, arg)
+                queue = check_queue(selector(list(info.queues), msg, arg), None, "selector")
             else:
                 queue = self.fault.select_one_message_queue(info, last_broker)
             address = self.instance.find_broker_address_in_publish(queue.broker_name)

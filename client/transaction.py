@@ -134,9 +134,9 @@ class AsyncTransactionProducer(AsyncProducer):
         self, msg: Message, arg: Any = None, *, timeout: float | None = None
     ) -> TransactionSendResult:
         """Send `msg` as a half message, run the local transaction, end it (module docstring)."""
+        self._check(msg)  # first: the delay test below compares a checked int
         if msg.delay_level > 0:
             raise ClientError("a transactional message cannot be delayed")
-        self._check(msg)
         half = dataclasses.replace(
             msg,
             properties={

@@ -98,10 +98,8 @@ NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
 )
 
 
-def validate_topic_name(topic: str) -> str | None:
-    """None when `topic` is a valid name, else RocketMQ's remark (TopicValidator.validateTopic:
-    client/protocol/names.py holds the rule)."""
-    return topic_problem(topic)
+# TopicValidator.validateTopic: None for a valid name, else RocketMQ's remark.
+validate_topic_name = topic_problem
 
 
 def _valid_topics(table: dict[str, TopicConfig], source: str) -> dict[str, TopicConfig]:

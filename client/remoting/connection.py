@@ -285,14 +285,26 @@ class RemotingConnection(asyncio.BaseProtocol):
         outgoing = self._outgoing
         if not outgoing:
             return  # closed meanwhile, or flushed by close()
+        # A new list, not clear(): the transport may keep the one it was given until written.
+        # Taken before writing: a write that raised used to leave these frames queued, so no
+        # later send scheduled a flush (it saw frames already waiting) and every request after
+        # it on this connection timed out.
+        self._outgoing = []
         transport = self._transport
-        if transport is not None and not transport.is_closing():
+        if transport is None or transport.is_closing():
+            return
+        try:
             if len(outgoing) == 1:
                 transport.write(outgoing[0])
             else:
                 transport.writelines(outgoing)
-        # a new list, not clear(): the transport may keep the one it was given until written
-        self._outgoing = []
+        except Exception:
+            # `send` queues only what the codec encoded, so this is a transport's failure. Part
+            # of the frames may be in its buffer already (uvloop buffers part by part): the
+            # stream is out of step with the peer. Abort: the requests waiting fail now, not at
+            # their timeouts, and the next request gets a new connection.
+            log.exception("closing connection %s: a write failed", self.peer or self.name)
+            self.abort()
 
     async def request(self, command: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send a request and wait up to `timeout` seconds for its response."""

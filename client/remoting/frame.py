@@ -10,7 +10,9 @@ A frame, big-endian (`RemotingCommand.encode`/`decode`, `NettyDecoder`)::
 `encode_command` gives a frame's bytes; `encode_command_parts` gives the prefix+header and the
 body separately so a transport can `writelines` them without copying a large body. A command's
 `body_views` follow its `body` in the frame (bodyLen counts both); `encode_command_parts` leaves
-them to the caller, to be written after the body as they are.
+them to the caller, to be written after the body as they are. Both raise `EncodeError` for a
+command no transport can write: a body that is not bytes, bytearray or a C-contiguous memoryview,
+a header longer than 24 bits can say, a frame longer than its 32-bit length field.
 
 `FrameDecoder` is fed whatever the socket delivered, split or coalesced anywhere, and returns the
 commands completed so far; it buffers the incomplete tail. It checks a frame's prefix as soon as
@@ -63,8 +65,18 @@ _KNOWN_TYPES: Final = len(SerializeType)
 
 
 def _nbytes(body: Body) -> int:
+    if isinstance(body, (bytes, bytearray)):
+        return len(body)
+    # A transport writes buffers, nothing else: anything else fails here, where the one request
+    # it belongs to fails with it, not in the write that carries other requests' frames too.
+    if not isinstance(body, memoryview):
+        raise EncodeError(
+            f"a body must be bytes, bytearray or memoryview, not {type(body).__name__}"
+        )
+    if not body.c_contiguous:
+        raise EncodeError("a memoryview body must be C-contiguous to be written")
     # len() of a memoryview counts items, not bytes, when its format is wider than one byte
-    return body.nbytes if isinstance(body, memoryview) else len(body)
+    return body.nbytes
 
 
 def _body_length(cmd: RemotingCommand) -> int:

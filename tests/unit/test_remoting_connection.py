@@ -1,4 +1,5 @@
-"""RemotingConnection: frames queued in one loop iteration are written together; timeouts."""
+"""RemotingConnection: frames queued in one loop iteration are written together; timeouts; a
+request that cannot be written fails alone, a write that raises fails the waiting requests."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from tests.support.conditions import eventually
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.connection import ConnectionClosedError, RemotingConnection
+from tidemq.client.remoting.errors import EncodeError
 from tidemq.client.remoting.frame import FrameDecoder, encode_command
 
 
@@ -320,3 +322,59 @@ async def test_when_the_read_scope_fails_no_answer_of_that_read_goes_out() -> No
     assert transport.closing
     await asyncio.sleep(0)
     assert transport.writes == []
+
+
+# --- a request that cannot be written fails alone ------------------------------------------
+
+
+async def test_a_request_whose_body_no_transport_can_write_fails_alone_at_once() -> None:
+    # At c82965c the str body was queued and failed inside the flush callback, which left the
+    # frames queued: this request and every later one waited for their timeouts.
+    connection, transport = connect()
+    bad = RemotingCommand.request(5, body="a str body")  # type: ignore[arg-type]
+    with pytest.raises(EncodeError, match="not str"):
+        await asyncio.wait_for(connection.request(bad, 30.0), 1.0)
+    assert not connection._pending
+    assert connection.is_open
+    call = asyncio.ensure_future(connection.request(RemotingCommand.request(6, body=b"ok"), 5.0))
+    await eventually(lambda: transport.writes, "the next request on the wire")
+    (sent,) = commands_in(b"".join(transport.writes))
+    assert (sent.code, sent.body) == (6, b"ok")
+    connection.data_received(encode_command(RemotingCommand.response_to(sent, 0)))
+    assert (await asyncio.wait_for(call, 1.0)).opaque == sent.opaque
+
+
+class BrokenTransport(FakeTransport):
+    """A transport whose writes raise; aborting it reports the loss, as a real one does."""
+
+    def __init__(self, connection: RemotingConnection) -> None:
+        super().__init__()
+        self.connection = connection
+
+    def write(self, data: bytes) -> None:
+        raise RuntimeError("the transport failed")
+
+    def writelines(self, parts: list[bytes]) -> None:
+        raise RuntimeError("the transport failed")
+
+    def abort(self) -> None:
+        super().abort()
+        asyncio.get_running_loop().call_soon(self.connection.connection_lost, None)
+
+
+async def test_a_write_that_raises_fails_the_waiting_requests_at_once() -> None:
+    # At c82965c the exception escaped the flush callback with the frames still queued: the
+    # requests waited for their timeouts, and close() raised it again.
+    connection = RemotingConnection()
+    transport = BrokenTransport(connection)
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    calls = [
+        asyncio.ensure_future(connection.request(RemotingCommand.request(code), 30.0))
+        for code in (5, 6)
+    ]
+    for call in calls:
+        with pytest.raises(ConnectionClosedError):
+            await asyncio.wait_for(call, 1.0)
+    assert transport.closing
+    assert not connection._outgoing and not connection._pending
+    connection.close()  # nothing left queued to fail again

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -20,6 +21,7 @@ from tidemq.client import _speedups
 from tidemq.client.remoting import headers
 from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.errors import EncodeError
 from tidemq.client.remoting.frame import encode_command
 from tidemq.store import speedups
 
@@ -175,6 +177,21 @@ def test_frames_with_body_views_encode_to_the_same_parts(
     assert compiled == outcome(PURE_PARTS, command)
     if isinstance(compiled[0], bytes):  # the length counts the views' bytes, not their items
         assert compiled[0] + body + b"".join(views) == encode_command(command)
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["a str body", None, [1, 2], 7, memoryview(b"0123456789")[::2]],
+    ids=["str", "None", "list", "int", "strided view"],
+)
+@pytest.mark.parametrize("kind", list(SerializeType), ids=[k.name for k in SerializeType])
+def test_a_body_no_transport_can_write_is_refused_by_both(body: Any, kind: SerializeType) -> None:
+    # At c82965c both returned such a body for the transport's write to fail on.
+    command = RemotingCommand(1, body=body, serialize_type=kind)
+    compiled = outcome(_speedups.encode_command_parts, command)
+    assert compiled == outcome(PURE_PARTS, command)
+    assert compiled[0] is EncodeError
+    assert outcome(encode_command, command)[0] is EncodeError
 
 
 def test_body_views_of_another_kind_go_to_the_pure_twin() -> None:
