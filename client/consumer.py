@@ -95,6 +95,7 @@ from tidemq.client.trace import (
     TraceType,
     now_ms,
 )
+from tidemq.client.validators import check_group, subscription_topic
 from tidemq.client.version import TIDEMQ_VERSION
 from tidemq.store.lifecycle import cancel_and_wait
 from tidemq.store.tags import TagFilter
@@ -158,8 +159,7 @@ class AsyncPushConsumer(AsyncLifecycle):
         enable_trace: bool = False,
         trace_topic: str | None = None,
     ) -> None:
-        if not group:
-            raise ClientError("a consumer needs a group name")
+        check_group(group, consumer=True)
         self.group = group
         self.config = ClientConfig.for_client(
             config, namesrv_addr, access_key=access_key, secret_key=secret_key, tls=tls
@@ -205,6 +205,7 @@ class AsyncPushConsumer(AsyncLifecycle):
         `MessageSelector`: `MessageSelector.by_sql("a > 3")` filters at the broker)."""
         if self._running:
             raise ClientError("subscribe before start()")
+        subscription_topic(topic)
         selector = selector_of(expression)
         self._subscriptions[topic] = _Subscription(
             SubscriptionData.from_expression(topic, selector.expression, selector.expression_type),

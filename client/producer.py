@@ -53,7 +53,7 @@ from tidemq.client.trace import (
     TraceType,
     now_ms,
 )
-from tidemq.client.validators import check_message, check_queue
+from tidemq.client.validators import check_group, check_message, check_queue
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.record import FLAG_COMPRESSED, pack_host
 
@@ -115,8 +115,7 @@ class AsyncProducer(AsyncLifecycle):
         enable_trace: bool = False,
         trace_topic: str | None = None,
     ) -> None:
-        if not group:
-            raise ClientError("a producer needs a group name")
+        check_group(group, consumer=False)
         self.group = group
         self.config = ClientConfig.for_client(
             config, namesrv_addr, access_key=access_key, secret_key=secret_key, tls=tls

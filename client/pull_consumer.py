@@ -48,6 +48,7 @@ from tidemq.client.pulling import (
 )
 from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.client.sync import AsyncLifecycle, BlockingTwin, call
+from tidemq.client.validators import check_group, subscription_topic
 from tidemq.store.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -87,8 +88,7 @@ class AsyncPullConsumer(AsyncLifecycle):
         secret_key: str = "",
         tls: TlsClientSettings | None = None,
     ) -> None:
-        if not group:
-            raise ClientError("a consumer needs a group name")
+        check_group(group, consumer=True)
         self.group = group
         self.config = ClientConfig.for_client(
             config, namesrv_addr, access_key=access_key, secret_key=secret_key, tls=tls
@@ -120,6 +120,7 @@ class AsyncPullConsumer(AsyncLifecycle):
         """Read `topic` messages matching `expression` (see `AsyncPushConsumer.subscribe`)."""
         if self._assigned is not None:
             raise ClientError("subscribe() and assign() cannot be mixed")
+        subscription_topic(topic)
         selector = selector_of(expression)
         self._subscriptions[topic] = SubscriptionData.from_expression(
             topic, selector.expression, selector.expression_type

@@ -26,17 +26,24 @@ import reprlib
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from tidemq.client.errors import InvalidMessageError
+from tidemq.client.errors import ClientError, InvalidMessageError
 from tidemq.client.message import Message
 from tidemq.client.protocol.heartbeat import MessageQueue
-from tidemq.client.protocol.names import TOPIC_MAX_LENGTH, topic_problem
+from tidemq.client.protocol.names import (
+    TOPIC_MAX_LENGTH,
+    consumer_group_problem,
+    group_problem,
+    topic_problem,
+)
 from tidemq.store.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 
 __all__ = [
     "TOPIC_MAX_LENGTH",
+    "check_group",
     "check_message",
     "check_queue",
     "check_topic",
+    "subscription_topic",
     "validate_topic_name",
 ]
 
@@ -52,6 +59,27 @@ _shown.maxstring = 60
 
 # The broker's rule (client/protocol/names.py): a producer refuses what the broker would.
 validate_topic_name = topic_problem
+
+
+def check_group(group: object, *, consumer: bool) -> None:
+    """`ClientError` unless `group` is a name the broker takes for a producer group, or with
+    `consumer` for a consumer group (RocketMQ's client Validators.checkGroup, at start)."""
+    what = "consumer" if consumer else "producer"
+    if not isinstance(group, str) or not group:
+        raise ClientError(f"a {what} needs a group name (a str), not {_type(group)}")
+    problem = consumer_group_problem(group) if consumer else group_problem(group)
+    if problem is not None:
+        raise ClientError(f"{what} group {_shown.repr(group)}: {problem}")
+
+
+def subscription_topic(topic: object) -> str:
+    """`topic` when a consumer may subscribe to it, else `ClientError` naming why."""
+    if not isinstance(topic, str):
+        raise ClientError(f"a subscription's topic must be a str, not {_type(topic)}")
+    problem = topic_problem(topic)
+    if problem is not None:
+        raise ClientError(f"subscription topic {_shown.repr(topic)}: {problem}")
+    return topic
 
 
 def check_topic(topic: object) -> None:

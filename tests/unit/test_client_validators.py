@@ -17,11 +17,13 @@ import pytest
 from tests.support.bad_messages import BAD_MESSAGES
 from tidemq.broker.managers import topic_config
 from tidemq.client import validators
+from tidemq.client.consumer import AsyncPushConsumer
 from tidemq.client.errors import ClientError, InvalidMessageError
 from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol import names
 from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.pull_consumer import AsyncPullConsumer
 from tidemq.client.transaction import AsyncTransactionProducer, LocalTransactionState
 from tidemq.client.validators import (
     TOPIC_MAX_LENGTH,
@@ -218,3 +220,24 @@ async def test_send_async_fails_its_task_and_tells_the_callback() -> None:
     await asyncio.sleep(0)  # done callbacks run in the next loop iteration
     assert len(told) == 1 and told[0][0] is None
     assert isinstance(told[0][1], InvalidMessageError)
+
+
+@pytest.mark.parametrize("group", ["../g", "a/b", "", "g\0", "g" * 256, 7])
+def test_producers_and_consumers_refuse_a_group_the_broker_would(group: object) -> None:
+    for make in (AsyncProducer, AsyncPushConsumer, AsyncPullConsumer):
+        with pytest.raises(ClientError, match="group"):
+            make(group, "127.0.0.1:1")  # type: ignore[arg-type]
+
+
+def test_a_consumer_group_must_leave_room_for_its_retry_topic() -> None:
+    AsyncProducer("p" * 200, "127.0.0.1:1")  # nothing is derived from a producer group
+    AsyncPushConsumer("c" * 120, "127.0.0.1:1")
+    with pytest.raises(ClientError, match="retry topic"):
+        AsyncPushConsumer("c" * 121, "127.0.0.1:1")
+
+
+@pytest.mark.parametrize("topic", ["../t", "t t", "", 5])
+def test_consumers_refuse_to_subscribe_to_what_is_no_topic(topic: object) -> None:
+    for consumer in (AsyncPushConsumer("G", "127.0.0.1:1"), AsyncPullConsumer("G", "127.0.0.1:1")):
+        with pytest.raises(ClientError, match="topic"):
+            consumer.subscribe(topic)  # type: ignore[arg-type]
