@@ -155,6 +155,7 @@ class Broker(Service):
             idle_timeout=self.remoting.server_channel_max_idle_time_seconds,
             name=f"broker {config.broker_name}",
             tls=self.remoting.server_tls(),
+            limits=self.remoting.receive_limits(),
         )
         # The sends of one read are appended with one system call (MessageStore.begin_gathering).
         self.server.read_scope = _GatheredAppends(self.store)
