@@ -5,7 +5,7 @@ second. `CloseLog.closed(reason, line)` logs `line` (which names the peer) while
 `burst` closes were logged in the current `interval`; past that it counts the close under its
 `reason`, and the first close or `flush()` after the interval logs one summary line:
 
-    remoting: 1995 more connections closed in the last 1.0 s: 1990 partial frames over the
+    remoting: 1990 more connections closed in the last 1.0 s: 1985 partial frames over the
     budget, 5 frame receive timeout
 
 so at most `burst` + 1 lines come out per interval, whatever the number of closes.
@@ -22,7 +22,7 @@ from typing import Final
 __all__ = ["CloseLog"]
 
 INTERVAL: Final = 1.0
-BURST: Final = 5
+BURST: Final = 10
 
 
 class CloseLog:
@@ -58,10 +58,11 @@ class CloseLog:
         else:
             self._suppressed[reason] += 1
 
-    def flush(self) -> None:
-        """Log the summary of a finished interval now (a periodic task calls this)."""
+    def flush(self, *, final: bool = False) -> None:
+        """Log the summary of a finished interval now (a periodic task calls this), or with
+        `final` of the current one too (the server stops)."""
         now = self._clock()
-        if now >= self._window_end:
+        if final or now >= self._window_end:
             self._summarise(now)
 
     def _summarise(self, now: float) -> None:

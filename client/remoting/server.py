@@ -109,7 +109,7 @@ class RemotingServer:
         # through asyncio's server.
         self.tls = tls if tls is not None and tls.enabled else None
         self._tls_acceptor: TlsAcceptor | None = None
-        self._idle_task: asyncio.Task[None] | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
 
     def register(self, code: int, processor: Processor) -> None:
         self.processors[int(code)] = processor
@@ -135,7 +135,7 @@ class RemotingServer:
             sockets = self._server.sockets
             if sockets:
                 self.port = sockets[0].getsockname()[1]
-        self._idle_task = loop.create_task(self._sweep(), name=f"{self.name}-sweep")
+        self._sweep_task = loop.create_task(self._sweep(), name=f"{self.name}-sweep")
         tls = f" (TLS {self.tls.mode.value})" if self.tls is not None else ""
         log.info("%s listening on %s:%d%s", self.name, self.host, self.port, tls)
 
@@ -232,9 +232,9 @@ class RemotingServer:
             self.close_log.flush()
 
     async def stop(self, grace: float = 5.0) -> None:
-        if self._idle_task is not None:
-            self._idle_task.cancel()
-            self._idle_task = None
+        if self._sweep_task is not None:
+            self._sweep_task.cancel()
+            self._sweep_task = None
         if self._server is not None:
             self._server.close()
         if self._tls_acceptor is not None:
@@ -252,6 +252,7 @@ class RemotingServer:
                 for connection in list(self.connections):
                     connection.abort()
             self._server = None
+        self.close_log.flush(final=True)
 
 
 def _too_many(peer: str, limit: int) -> tuple[str, str]:
