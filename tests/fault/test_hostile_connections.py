@@ -5,7 +5,8 @@ Hundreds of connections each announce a 15 MiB frame and trickle 1 MiB of it: th
 small limits, closes them (over its budget for partial frames, or past the frame timeout), its
 heap (RssAnon) stays within a bound, the close lines are rate-limited, and a producer's sends go
 on succeeding all along. On c82965c nothing closed them and the heap took every byte sent.
-Past serverMaxConnections, a new connection is closed at once while those open are served.
+Past serverMaxConnections, a new connection is closed at once while those open are served; the
+name server's port has the same limits.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import struct
 from pathlib import Path
 
 import pytest
@@ -93,6 +95,26 @@ async def test_trickling_connections_are_closed_and_the_heap_stays_bounded(
     assert close_lines < CONNECTIONS / 3, close_lines
 
 
+def closed(sock: socket.socket) -> bool:
+    """Whether the peer closed `sock` (a non-blocking socket)."""
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def raw_sockets(address: str, count: int) -> list[socket.socket]:
+    host, port = address.rsplit(":", 1)
+    sockets = []
+    for _ in range(count):
+        sock = socket.create_connection((host, int(port)), timeout=5)
+        sock.setblocking(False)
+        sockets.append(sock)
+    return sockets
+
+
 async def test_connections_past_the_maximum_are_closed_at_once(
     tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, api: BrokerAPI
 ) -> None:
@@ -100,28 +122,35 @@ async def test_connections_past_the_maximum_are_closed_at_once(
         namesrv.address, tmp_path / "store", "serverMaxConnections=20", name="small-broker"
     )
     await api.send(broker.address, send_header("Legit", 0), b"first")
-    host, port = broker.address.rsplit(":", 1)
-    sockets: list[socket.socket] = []
+    # the producer's connection is one of the 20 (the broker connects out to its name server)
+    sockets = raw_sockets(broker.address, 30)
     try:
-        # the producer's connection is one; the name server's is not on this port
-        for _ in range(30):
-            sock = socket.create_connection((host, int(port)), timeout=5)
-            sock.setblocking(False)
-            sockets.append(sock)
-
-        def closed(sock: socket.socket) -> bool:
-            try:
-                return sock.recv(1) == b""
-            except BlockingIOError:
-                return False
-            except ConnectionResetError:
-                return True
-
         await eventually(lambda: sum(map(closed, sockets)) >= 11, "11 connections closed")
         assert sum(map(closed, sockets)) == 11
         result = await api.send(broker.address, send_header("Legit", 0), b"still served")
         assert result.status is SendStatus.SEND_OK
         assert "too many connections: serverMaxConnections=20 open" in broker.log_text()
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+async def test_the_name_server_port_has_the_same_limits(processes: ProcessGroup) -> None:
+    namesrv = processes.namesrvd(
+        "serverMaxConnections=5", "serverFrameReceiveTimeoutSeconds=1", name="small-namesrv"
+    )
+    sockets = raw_sockets(namesrv.address, 8)
+    try:
+        await eventually(lambda: sum(map(closed, sockets)) >= 3, "3 connections closed")
+        served = [sock for sock in sockets if not closed(sock)]
+        assert len(served) == 5
+        served[0].send(struct.pack(">iI", 1_000_000, 0) + bytes(1000))  # then nothing more
+        await eventually(lambda: closed(served[0]), "the stalled frame's connection closed")
+        assert not any(map(closed, served[1:]))
+        log = namesrv.log_text()
+        assert "namesrv: closing connection 127.0.0.1:" in log
+        assert "too many connections: serverMaxConnections=5 open" in log
+        assert "frame receive timeout: 1008 bytes of a frame in" in log
     finally:
         for sock in sockets:
             sock.close()
