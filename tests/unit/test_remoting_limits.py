@@ -291,18 +291,21 @@ async def test_connections_past_the_maximum_are_closed_at_once(
 async def test_a_frame_that_stalls_is_closed_by_the_sweep(caplog: pytest.LogCaptureFixture) -> None:
     server = RemotingServer("127.0.0.1", 0, name="srv", limits=ReceiveLimits(frame_timeout=0.5))
     await server.start()
+    writers = []
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writers.append(writer)
         writer.write(prefix(MiB) + bytes(1000))  # then nothing more
         idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writers.append(idle_writer)
         assert await closed_by_server(reader)
         assert server.partial_frames.total == 0
         assert any("frame receive timeout" in r.getMessage() for r in caplog.records)
         await eventually(lambda: len(server.connections) == 1, "the stalled one gone")
         assert not idle_reader.at_eof()  # an idle connection has no frame to time out
-        writer.close()
-        idle_writer.close()
     finally:
+        for writer in writers:
+            writer.close()
         await server.stop(grace=0.1)
 
 
@@ -317,15 +320,18 @@ async def test_a_tls_port_refuses_past_the_maximum_before_reading(pki: Pki) -> N
         "127.0.0.1", 0, name="srv", tls=tls, limits=ReceiveLimits(max_connections=1)
     )
     await server.start()
+    writers = []
     try:
         _reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writers.append(writer)
         writer.write(prefix(100))  # plaintext on a permissive port: served
         await eventually(lambda: len(server.connections) == 1, "the first connection")
-        reader2, writer2 = await asyncio.open_connection("127.0.0.1", server.port)
-        assert await closed_by_server(reader2)
-        writer.close()
-        writer2.close()
+        second, second_writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writers.append(second_writer)
+        assert await closed_by_server(second)
     finally:
+        for writer in writers:
+            writer.close()
         await server.stop(grace=0.1)
 
 
