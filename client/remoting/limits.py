@@ -17,8 +17,9 @@ the one place those bytes are counted:
   attack that spends the budget cannot stop small requests: the total stays under
   `partial_frame_budget + SMALL_PARTIAL x connections`.
 - `frame_timeout`: a frame whose first bytes came this many seconds ago and which is still not
-  complete closes its connection: checked on each read of it and by the server's periodic sweep
-  (`FrameHold.overdue`), for a peer that stopped sending.
+  complete closes its connection: checked on each read of it and, for a peer that stopped
+  sending, by the server's periodic sweep (`FrameHold.overdue`; every quarter of the timeout, at
+  most every 10 s).
 
 The clock is the caller's (`now`, seconds of `time.monotonic`), so tests feed time as they feed
 bytes. A frame's clock starts with the read that brought its first bytes: a read that completed

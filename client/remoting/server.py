@@ -22,7 +22,7 @@ past `max_connections` a new connection is aborted as soon as it is accepted (on
 before its first byte is read); the bytes of partly received frames are counted per connection
 and for the whole server (`partial_frames`); the periodic sweep that closes idle connections
 also closes those whose frame is overdue. Every such close, and every idle close, is one line
-of the server's `close_log`, at most a handful a second plus a summary.
+of the server's `close_log`: at most ten a second, then one summary line.
 """
 
 from __future__ import annotations
