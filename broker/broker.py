@@ -156,6 +156,7 @@ class Broker(Service):
             idle_timeout=self.remoting.server_channel_max_idle_time_seconds,
             name=f"broker {config.broker_name}",
             tls=self.remoting.server_tls(),
+            limits=self.remoting.receive_limits(),
         )
         self.server.gate = NameGate.for_broker()
         # The sends of one read are appended with one system call (MessageStore.begin_gathering).

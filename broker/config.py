@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from tidemq.client.config import local_ip
 from tidemq.client.protocol.names import NameKind, name_problem, topic_problem
+from tidemq.client.remoting.limits import ReceiveLimits
 from tidemq.client.remoting.tls import ClientAuth, TlsClientSettings, TlsMode, TlsServerSettings
 from tidemq.store.errors import ConfigError
 from tidemq.store.settings import setting
@@ -31,6 +32,24 @@ class RemotingConfig:
     )
     max_frame_size: int = setting(
         16 * 1024 * 1024, min_value=1024, doc="largest remoting frame accepted (tidemq)"
+    )
+    # What connections may hold (tidemq's; RocketMQ's Netty server has no such bounds):
+    # client/remoting/limits.py says how the bytes of partly received frames are counted.
+    server_max_connections: int = setting(
+        10_000, min_value=1, doc="tidemq: connections past this are closed as they are accepted"
+    )
+    server_max_partial_frame_bytes: int = setting(
+        16 * 1024 * 1024,
+        min_value=1024,
+        doc="tidemq: bytes one connection may hold of a frame not yet complete",
+    )
+    server_partial_frame_budget_bytes: int = setting(
+        256 * 1024 * 1024,
+        min_value=1024,
+        doc="tidemq: bytes all connections together may hold of frames not yet complete",
+    )
+    server_frame_receive_timeout_seconds: int = setting(
+        30, min_value=1, doc="tidemq: seconds a frame may take to arrive once it has begun"
     )
     # RocketMQ's TlsSystemConfig keys (client/remoting/tls.py says what the modes do).
     tls_server_mode: TlsMode = setting(
@@ -66,6 +85,14 @@ class RemotingConfig:
             self.tls_server_need_client_auth,
         )
 
+    def receive_limits(self) -> ReceiveLimits:
+        return ReceiveLimits(
+            self.server_max_connections,
+            self.server_max_partial_frame_bytes,
+            self.server_partial_frame_budget_bytes,
+            float(self.server_frame_receive_timeout_seconds),
+        )
+
     def client_tls(self) -> TlsClientSettings | None:
         """How this daemon connects to others; None: plaintext."""
         if not self.tls_enable:
@@ -79,6 +106,12 @@ class RemotingConfig:
         )
 
     def validate(self) -> None:
+        if self.server_max_partial_frame_bytes > self.server_partial_frame_budget_bytes:
+            raise ConfigError(
+                "serverMaxPartialFrameBytes: above serverPartialFrameBudgetBytes "
+                f"({self.server_max_partial_frame_bytes} > "
+                f"{self.server_partial_frame_budget_bytes}), a frame that size could never arrive"
+            )
         if self.tls_server_mode is not TlsMode.disabled:
             for key, path in (
                 ("tls.server.certPath", self.tls_server_cert_path),

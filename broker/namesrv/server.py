@@ -70,6 +70,7 @@ class NameServer(Service):
             idle_timeout=float(remoting.server_channel_max_idle_time_seconds),
             name="namesrv",
             tls=remoting.server_tls(),
+            limits=remoting.receive_limits(),
         )
         for code, processor in self.processor.processors().items():
             self.server.register(code, processor)

@@ -6,6 +6,13 @@ does the reverse. Every wait for a response has a timeout. A frame that does not
 this connection (with a log line) and fails its pending calls; nothing else is affected. A
 connection that closes in the middle of a frame logs how many bytes of it were discarded.
 
+A server's connections are given a `FrameHold` (client.remoting.limits): after a read that
+leaves part of a frame, or empties one, the bytes the codec holds are counted there, and a
+connection over a limit (its partial frame too large, the server's budget spent, the frame too
+slow) drops those bytes and is aborted, with one line in the server's rate-limited `CloseLog`
+(which also takes the "closed mid-frame" lines of those connections). A read that completes
+its frames and leaves nothing pays a look at the codec's count (some 0.15 us).
+
 A request is handled as soon as its frame is decoded, in the read callback: a processor that
 answers without waiting (a send to an ASYNC_FLUSH master, most queries) completes there and no
 task is made for it. One that waits (a long-polling pull, a SYNC_MASTER send) continues in a task
@@ -39,6 +46,7 @@ from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import FrameError
 from tidemq.client.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command_parts
+from tidemq.client.remoting.limits import FrameHold
 from tidemq.client.remoting.receive import FrameReceiver
 
 # A read's requests are stored and answered this many at a time: the peer starts on the first
@@ -86,9 +94,11 @@ class RemotingConnection(asyncio.BaseProtocol):
         on_close: Callable[[RemotingConnection], None] | None = None,
         name: str = "",
         read_scope: ReadScope | None = None,
+        hold: FrameHold | None = None,
     ) -> None:
         self._handler = handler
         self._read_scope = read_scope
+        self._hold = hold  # a server's connection: the account of its partial frame
         self._decoder = FrameDecoder(max_frame_size)
         # What turns a read's delivery into commands (the buffered subclass swaps in its own).
         self._decode: Callable[[Any], list[RemotingCommand]] = self._decoder.feed
@@ -126,13 +136,18 @@ class RemotingConnection(asyncio.BaseProtocol):
     def _received(self, received: Any) -> None:
         """A read's delivery (the bytes, or, buffered, how many reached the buffer): the commands
         it completes are handled; a malformed frame closes the connection."""
-        self.last_activity = time.monotonic()
+        self.last_activity = now = time.monotonic()
         try:
             commands = self._decode(received)
         except FrameError as exc:
             log.warning("closing connection %s: malformed frame: %s", self.peer, exc)
             self.close()
             return
+        hold = self._hold
+        if hold is not None:
+            held = self._held_bytes()
+            if (held or hold.held) and self._over_limit(hold.update(held, bool(commands), now)):
+                return
         if not commands:
             return
         scope = self._read_scope
@@ -175,7 +190,15 @@ class RemotingConnection(asyncio.BaseProtocol):
         self._transport = None
         self._outgoing.clear()
         cut_short = self._buffered_bytes()  # a failed decoder has buffered nothing
-        if cut_short:
+        if self._hold is not None:
+            self._hold.release()
+            if cut_short:
+                self._hold.close_log.closed(
+                    "closed by the peer mid-frame",
+                    f"connection {self.peer} closed with an incomplete frame: "
+                    f"{cut_short} bytes discarded",
+                )
+        elif cut_short:
             log.warning(
                 "connection %s closed with an incomplete frame: %d bytes discarded",
                 self.peer,
@@ -201,6 +224,31 @@ class RemotingConnection(asyncio.BaseProtocol):
 
     def _buffered_bytes(self) -> int:
         return self._decoder.buffered
+
+    def _held_bytes(self) -> int:
+        """The memory held for an incomplete frame (here the bytes received of it)."""
+        return self._decoder.buffered
+
+    def _discard_partial(self, reason: str) -> None:
+        self._decoder.discard(reason)
+
+    def _over_limit(self, refusal: tuple[str, str] | None) -> bool:
+        """Close for `refusal` (reason, detail) when there is one; whether it closed."""
+        if refusal is None:
+            return False
+        assert self._hold is not None
+        reason, detail = refusal
+        self._discard_partial(reason)  # the memory goes now, not when the object does
+        self._hold.release()
+        self._hold.close_log.closed(reason, f"closing connection {self.peer}: {reason}: {detail}")
+        self._outgoing.clear()
+        self.abort()
+        return True
+
+    def close_if_frame_overdue(self, now: float) -> bool:
+        """Close when a frame has been arriving for longer than the frame timeout (the server's
+        sweep calls this: a peer that stopped sending is not read again)."""
+        return self._hold is not None and self._over_limit(self._hold.overdue(now))
 
     def pause_writing(self) -> None:
         # A peer that does not read its responses stops being read: our buffer stays bounded.
@@ -397,6 +445,12 @@ class BufferedRemotingConnection(RemotingConnection, asyncio.BufferedProtocol):
 
     def _buffered_bytes(self) -> int:
         return self._receiver.buffered
+
+    def _held_bytes(self) -> int:
+        return self._receiver.held
+
+    def _discard_partial(self, reason: str) -> None:
+        self._receiver.discard(reason)
 
 
 async def _resume(coroutine: Coroutine[Any, Any, None], waiting_on: Any) -> None:

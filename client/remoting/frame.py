@@ -26,7 +26,13 @@ connection is to be closed.
 Decoded bodies are `bytes` copied out of the input, so they outlive the caller's buffers. A
 large frame that arrives in many chunks (a 1 MiB pull response comes in a few reads) is not
 grown in the buffer chunk by chunk: once its header is in, the chunks are kept as they are and
-its body joined once it is complete, one copy of each byte.
+its body joined once it is complete, one copy of each byte. Chunks under 16 KiB (a peer
+trickling its frame) are gathered into bytearrays of up to 256 KiB instead, so the memory held
+stays close to `buffered`, the bytes received (a bytes object per 1-byte read would cost some 50
+bytes of memory per byte); bytearrays grow by an eighth, the most memory held beyond it.
+
+`discard(reason)` drops an incomplete frame at once and fails the decoder: its connection is
+closed for a limit (client.remoting.limits).
 """
 
 from __future__ import annotations
@@ -62,6 +68,9 @@ _MAX_LENGTH: Final = 2**31 - 1
 # and joined once complete (one copy), instead of growing the buffer chunk by chunk.
 _COLLECT_MIN: Final = 64 * 1024
 _KNOWN_TYPES: Final = len(SerializeType)
+# A frame in collection gathers chunks smaller than this into bytearrays of up to _GATHER_MAX.
+_GATHER_BELOW: Final = 16 * 1024
+_GATHER_MAX: Final = 256 * 1024
 
 
 def _nbytes(body: Body) -> int:
@@ -128,7 +137,7 @@ class FrameDecoder:
         self._error: FrameError | None = None
         # A large frame in collection: its chunks so far (the first holds the prefix and the
         # whole header), their size, and how many bytes the frame still misses (0: none).
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | bytearray] = []
         self._collected = 0
         self._missing = 0
 
@@ -158,11 +167,18 @@ class FrameDecoder:
                 return self._feed_buffered(data)
             return self._feed_direct(data)
         except FrameError as exc:
-            self._error = exc
-            # a new object, not clear(): a view into the old buffer may still be alive here
-            self._buffer = bytearray()
-            self._parts, self._collected, self._missing = [], 0, 0
+            self._fail(exc)
             raise
+
+    def discard(self, reason: str) -> None:
+        """Drop the incomplete frame now and accept nothing more (the connection closes)."""
+        self._fail(FrameError(reason))
+
+    def _fail(self, exc: FrameError) -> None:
+        self._error = exc
+        # a new object, not clear(): a view into the old buffer may still be alive here
+        self._buffer = bytearray()
+        self._parts, self._collected, self._missing = [], 0, 0
 
     def _feed_direct(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         # Nothing is pending: parse in place and copy only the incomplete tail.
@@ -201,8 +217,16 @@ class FrameDecoder:
     def _feed_collecting(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         size = data.nbytes if isinstance(data, memoryview) else len(data)
         if size < self._missing:
-            # bytes can be kept as they are; anything else may be reused by the caller
-            self._parts.append(data if isinstance(data, bytes) else bytes(data))
+            parts = self._parts
+            if size >= _GATHER_BELOW:
+                # bytes can be kept as they are; anything else may be reused by the caller
+                parts.append(data if isinstance(data, bytes) else bytes(data))
+            else:
+                last = parts[-1]
+                if type(last) is bytearray and len(last) + size <= _GATHER_MAX:
+                    last += data
+                else:
+                    parts.append(bytearray(data))
             self._collected += size
             self._missing -= size
             return []

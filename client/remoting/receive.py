@@ -145,9 +145,24 @@ class FrameReceiver:
         return self._end - self._start + self._frame_filled
 
     @property
+    def held(self) -> int:
+        """Memory held for a frame not yet complete: a large frame's buffer, taken whole when its
+        prefix came, or the incomplete tail in the receive buffer."""
+        return self._frame_size if self._frame is not None else self._end - self._start
+
+    @property
     def failed(self) -> bool:
         """True once a `FrameError` was raised: the receiver accepts nothing more."""
         return self._error is not None
+
+    def discard(self, reason: str) -> None:
+        """Drop the incomplete frame now and accept nothing more (the connection closes)."""
+        self._fail(FrameError(reason))
+
+    def _fail(self, exc: FrameError) -> None:
+        self._error = exc
+        self._frame = None
+        self._start = self._end = self._frame_filled = 0
 
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Where the next read goes: the rest of a large frame, or the receive buffer's room."""
@@ -174,9 +189,7 @@ class FrameReceiver:
             self._end += nbytes
             return self._parse()
         except FrameError as exc:
-            self._error = exc
-            self._frame = None
-            self._start = self._end = self._frame_filled = 0
+            self._fail(exc)
             raise
 
     def _parse(self) -> list[RemotingCommand]:

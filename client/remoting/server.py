@@ -18,6 +18,13 @@ The request pipeline (RocketMQ's NettyRequestProcessor with its RPCHooks):
   nothing). They are the place for checks and counts that apply to every request (access
   control, flow control, per-request statistics). Hooks are synchronous: they must not wait.
   With none added, a request pays one test of an empty tuple (no allocation, no extra call).
+
+Limits on what connections may hold (`ReceiveLimits`, client.remoting.limits, issue 30 item 4):
+past `max_connections` a new connection is aborted as soon as it is accepted (on a TLS port
+before its first byte is read); the bytes of partly received frames are counted per connection
+and for the whole server (`partial_frames`); the periodic sweep that closes idle connections
+also closes those whose frame is overdue. Every such close, and every idle close, is one line
+of the server's `close_log`: at most ten a second, then one summary line.
 """
 
 from __future__ import annotations
@@ -25,13 +32,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import typing
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from tidemq.client.remoting.close_log import CloseLog
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.connection import ReadScope, RemotingConnection
 from tidemq.client.remoting.frame import DEFAULT_MAX_FRAME_SIZE
+from tidemq.client.remoting.limits import DEFAULT_LIMITS, PartialFrames, ReceiveLimits
 from tidemq.client.remoting.tls import TlsAcceptor, TlsServerSettings, listening_socket
 from tidemq.store.errors import TideMQError
 
@@ -84,12 +94,16 @@ class RemotingServer:
         idle_timeout: float = 120.0,
         name: str = "remoting",
         tls: TlsServerSettings | None = None,
+        limits: ReceiveLimits = DEFAULT_LIMITS,
     ) -> None:
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
         self.idle_timeout = idle_timeout
         self.name = name
+        self.limits = limits
+        self.close_log = CloseLog(log, name)
+        self.partial_frames = PartialFrames(limits, self.close_log)
         self.processors: dict[int, Processor] = {}
         self.default_processor: Processor | None = None
         self.connections: set[RemotingConnection] = set()
@@ -107,7 +121,7 @@ class RemotingServer:
         # through asyncio's server.
         self.tls = tls if tls is not None and tls.enabled else None
         self._tls_acceptor: TlsAcceptor | None = None
-        self._idle_task: asyncio.Task[None] | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
 
     def register(self, code: int, processor: Processor) -> None:
         self.processors[int(code)] = processor
@@ -123,7 +137,7 @@ class RemotingServer:
             sock = listening_socket(self.host, self.port)
             self.port = sock.getsockname()[1]
             self._tls_acceptor = TlsAcceptor(
-                sock, self._new_connection, context, self.tls.mode, self.name
+                sock, self._new_connection, context, self.tls.mode, self.name, self._has_room
             )
             self._tls_acceptor.start()
         else:
@@ -133,20 +147,32 @@ class RemotingServer:
             sockets = self._server.sockets
             if sockets:
                 self.port = sockets[0].getsockname()[1]
-        self._idle_task = loop.create_task(self._close_idle(), name=f"{self.name}-idle")
+        self._sweep_task = loop.create_task(self._sweep(), name=f"{self.name}-sweep")
         tls = f" (TLS {self.tls.mode.value})" if self.tls is not None else ""
         log.info("%s listening on %s:%d%s", self.name, self.host, self.port, tls)
 
-    def _new_connection(self) -> RemotingConnection:
+    def _new_connection(self) -> asyncio.BaseProtocol:
+        if len(self.connections) >= self.limits.max_connections:
+            return _Refused(self.close_log, self.limits.max_connections)
         connection = RemotingConnection(
             self.dispatch,
             max_frame_size=self.max_frame_size,
             on_close=self._closed,
             name=self.name,
             read_scope=self.read_scope,
+            hold=self.partial_frames.hold(),
         )
         self.connections.add(connection)
         return connection
+
+    def _has_room(self, peer: str) -> bool:
+        """Whether a TLS port may take a connection from `peer` (those still in their
+        handshake count too); if not, the refusal is logged."""
+        admitting = self._tls_acceptor.admitting if self._tls_acceptor is not None else 0
+        if len(self.connections) + admitting < self.limits.max_connections:
+            return True
+        self.close_log.closed(*_too_many(peer, self.limits.max_connections))
+        return False
 
     def _closed(self, connection: RemotingConnection) -> None:
         self.connections.discard(connection)
@@ -202,23 +228,29 @@ class RemotingServer:
             hook.after_response(connection, request, response)
         return response
 
-    async def _close_idle(self) -> None:
-        interval = max(0.5, min(10.0, self.idle_timeout / 4))
+    async def _sweep(self) -> None:
+        """Close idle connections and those whose frame is overdue; log the closes' summary."""
+        interval = max(0.25, min(10.0, self.idle_timeout / 4, self.limits.frame_timeout / 4))
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for connection in list(self.connections):
+                if connection.close_if_frame_overdue(now):
+                    continue
                 if (
                     now - connection.last_activity > self.idle_timeout
                     and not connection.requests_in_flight
                 ):
-                    log.info("%s: closing idle connection %s", self.name, connection.peer)
+                    self.close_log.closed(
+                        "idle", f"closing idle connection {connection.peer}", logging.INFO
+                    )
                     connection.close()
+            self.close_log.flush()
 
     async def stop(self, grace: float = 5.0) -> None:
-        if self._idle_task is not None:
-            self._idle_task.cancel()
-            self._idle_task = None
+        if self._sweep_task is not None:
+            self._sweep_task.cancel()
+            self._sweep_task = None
         if self._server is not None:
             self._server.close()
         if self._tls_acceptor is not None:
@@ -236,3 +268,23 @@ class RemotingServer:
                 for connection in list(self.connections):
                     connection.abort()
             self._server = None
+        self.close_log.flush(final=True)
+
+
+def _too_many(peer: str, limit: int) -> tuple[str, str]:
+    reason = "too many connections"
+    return reason, f"closing connection {peer}: {reason}: serverMaxConnections={limit} open"
+
+
+class _Refused(asyncio.Protocol):
+    """A connection over `max_connections`: aborted as soon as it is made, with one line."""
+
+    def __init__(self, close_log: CloseLog, limit: int) -> None:
+        self._close_log = close_log
+        self._limit = limit
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._close_log.closed(*_too_many(text, self._limit))
+        typing.cast(asyncio.Transport, transport).abort()

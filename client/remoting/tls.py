@@ -9,7 +9,9 @@ SSL context, anything else is plaintext, taken in permissive mode and closed in 
 with one log line naming the peer. A handshake that fails (garbage, an untrusted or expired
 certificate, a client without the certificate a `require` port asks for) closes the connection
 with one log line giving the reason; other connections are not affected. A connection that
-sends nothing for `FIRST_BYTE_TIMEOUT` seconds is closed.
+sends nothing for `FIRST_BYTE_TIMEOUT` seconds is closed. The acceptor asks `admit(peer)` first
+(the server's connection limit, those still being admitted counted in, `admitting`): a
+connection it refuses is closed before a byte is read.
 
 Client authentication (`tls.server.need.client.auth`): `none`, `optional` (a certificate, when
 sent, must be trusted) or `require`. Client certificates are checked against
@@ -144,12 +146,14 @@ class TlsAcceptor:
         context: ssl.SSLContext,
         mode: TlsMode,
         name: str,
+        admit: Callable[[str], bool] | None = None,
     ) -> None:
         self.sock = sock
         self.factory = factory
         self.context = context
         self.mode = mode
         self.name = name
+        self.admit = admit
         self._task: asyncio.Task[None] | None = None
         self._admitting: set[asyncio.Task[None]] = set()
 
@@ -168,9 +172,17 @@ class TlsAcceptor:
                 log.warning("%s: accept failed: %s", self.name, exc)
                 await asyncio.sleep(0.1)
                 continue
+            if self.admit is not None and not self.admit(_peer_text(address)):
+                conn.close()
+                continue
             task = loop.create_task(self._admit(conn, address))
             self._admitting.add(task)
             task.add_done_callback(self._admitting.discard)
+
+    @property
+    def admitting(self) -> int:
+        """Connections accepted and not yet handed over (peeked at, in their handshake)."""
+        return len(self._admitting)
 
     async def _admit(self, conn: socket.socket, address: object) -> None:
         try:
