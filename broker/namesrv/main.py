@@ -27,6 +27,7 @@ import click
 from tidemq.broker.config import NamesrvConfig, RemotingConfig
 from tidemq.broker.daemon import busy_port
 from tidemq.broker.namesrv.server import NameServer, effective_properties
+from tidemq.broker.open_doors import namesrv_doors
 from tidemq.client.version import version_option
 from tidemq.store.errors import ConfigError
 from tidemq.store.properties import load_properties, parse_overrides
@@ -131,6 +132,9 @@ def main(config_file: Path | None, print_config: bool, overrides: tuple[str, ...
         sys.exit(1)
     for key in unknown:
         log.warning("unknown configuration key %s ignored", key)
+    if not print_config:
+        for door in namesrv_doors(remoting, namesrv.listen_port):
+            log.warning("%s", door)
     if print_config:
         for key, value in effective_properties(namesrv, remoting).items():
             click.echo(f"{key}={value}")

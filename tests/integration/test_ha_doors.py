@@ -229,3 +229,21 @@ async def test_with_acl_a_peer_must_prove_an_admin_account(
     for i in range(20):
         assert await send(api, master, i) is SendStatus.SEND_OK
     await wait_caught_up(api, master, slave)
+
+
+async def test_each_daemon_warns_once_per_open_door(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    """Fails on c82965c: nothing is said. (The loopback daemons of the other tests say
+    nothing: checked here on the fixture's name server.)"""
+    assert "open door" not in namesrv.log_text()
+    exposed = processes.namesrvd("bindAddress=0.0.0.0", name="namesrvd-exposed")
+    broker = processes.brokerd(
+        namesrv.address, tmp_path / "master", "bindAddress=0.0.0.0", name="master-exposed"
+    )
+    await eventually(lambda: "open door" in exposed.log_text(), "the name server's warning")
+    (door,) = [line for line in exposed.log_text().splitlines() if "open door" in line]
+    assert "WARNING" in door and "name server port 0.0.0.0:" in door
+    lines = [line for line in broker.log_text().splitlines() if "open door" in line]
+    assert len(lines) == 2, lines
+    assert "remoting port 0.0.0.0:" in lines[0] and "HA port 0.0.0.0:" in lines[1]
