@@ -582,6 +582,11 @@ class Broker(Service):
             self.state, self.ha_config.ha_admission_timeout, self.client_tls
         )
         await self.start_child(Step(stop=members.stop))
+        if not self.config.name_servers and not self.ha_config.allowed_slave_networks:
+            log.warning(
+                "HA: no namesrvAddr to learn this group's slaves from and no "
+                "haAllowedSlaveAddresses: the HA port admits no one"
+            )
         proof = master_proof(self.ha_config, self._acl_rules())
         ha_service = self.ha_service = await self.start_child(
             HAService(
