@@ -159,14 +159,14 @@ def main(
     configure_logging(f"{settings.broker.broker_name}/{role}")
     for key in settings.unknown:
         log.warning("unknown configuration key %s ignored", key)
-    for door in settings.open_doors():
-        log.warning("%s", door)
     problem = busy_port(settings.remoting.bind_address, settings.fixed_ports())
     # Before the store is created or anything connects: one line, nothing touched.
     problem = problem or unwritable_store(settings.store.root, settings.store.commit_log_dir)
     if problem is not None:
         click.echo(f"brokerd: cannot start: {problem}", err=True)
         sys.exit(1)
+    for door in settings.open_doors():  # once it is clear that the ports will open
+        log.warning("%s", door)
     try:  # certificates and keys are loaded here
         broker = Broker(
             settings.broker,

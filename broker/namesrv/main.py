@@ -132,9 +132,6 @@ def main(config_file: Path | None, print_config: bool, overrides: tuple[str, ...
         sys.exit(1)
     for key in unknown:
         log.warning("unknown configuration key %s ignored", key)
-    if not print_config:
-        for door in namesrv_doors(remoting, namesrv.listen_port):
-            log.warning("%s", door)
     if print_config:
         for key, value in effective_properties(namesrv, remoting).items():
             click.echo(f"{key}={value}")
@@ -144,4 +141,6 @@ def main(config_file: Path | None, print_config: bool, overrides: tuple[str, ...
     if busy is not None:
         click.echo(f"namesrvd: cannot start: {busy}", err=True)
         sys.exit(1)
+    for door in namesrv_doors(remoting, namesrv.listen_port):
+        log.warning("%s", door)
     sys.exit(run(namesrv, remoting))
