@@ -22,6 +22,7 @@ from tests.support.ha_brokers import HA_TIMING, ha_status, wait_caught_up, wait_
 from tests.support.processes import Daemon, ProcessGroup, free_port
 from tests.support.wire import send_header
 from tidemq.client.api import BrokerAPI, SendStatus
+from tidemq.client.dashboard.cli import READY_PREFIX, command_line
 from tidemq.ha.auth import CHALLENGE_SIZE, decode_challenge, encode_proof
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
@@ -247,3 +248,14 @@ async def test_each_daemon_warns_once_per_open_door(
     lines = [line for line in broker.log_text().splitlines() if "open door" in line]
     assert len(lines) == 2, lines
     assert "remoting port 0.0.0.0:" in lines[0] and "HA port 0.0.0.0:" in lines[1]
+    # A writable dashboard (it has --ak/--sk) on every address.
+    port = free_port()
+    keys = ("--ak", "dash-admin", "--sk", "dash-admin-secret")
+    dashboard = processes.start(
+        command_line(namesrv.address, port, "0.0.0.0", *keys),
+        port=port,
+        name="dashboard-exposed",
+        ready_text=READY_PREFIX,
+    )
+    (door,) = [line for line in dashboard.log_text().splitlines() if "open door" in line]
+    assert "writable dashboard on 0.0.0.0:" in door and "as dash-admin" in door
