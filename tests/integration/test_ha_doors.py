@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.certs import make_pki
 from tests.support.conditions import eventually
 from tests.support.ha_brokers import HA_TIMING, ha_status, wait_caught_up, wait_slave_connected
 from tests.support.processes import Daemon, ProcessGroup, free_port
@@ -259,3 +260,44 @@ async def test_each_daemon_warns_once_per_open_door(
     )
     (door,) = [line for line in dashboard.log_text().splitlines() if "open door" in line]
     assert "writable dashboard on 0.0.0.0:" in door and "as dash-admin" in door
+
+
+async def test_with_acl_and_ha_tls_the_certificate_is_the_proof(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
+) -> None:
+    """A regression guard, not a new behaviour (passes on c82965c): with haTlsEnable the client
+    certificate the master requires proves the slave, and no tidemq challenge is added inside
+    TLS, so the stream inside is RocketMQ's."""
+    pki = make_pki(tmp_path / "pki")
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(ACL_FILE)
+
+    def ha_tls(cert: Path, key: Path) -> tuple[str, ...]:
+        return (
+            "haTlsEnable=true",
+            f"haTlsCertPath={cert}",
+            f"haTlsKeyPath={key}",
+            f"haTlsTrustCertPath={pki.ca}",
+        )
+
+    ha_port = free_port()
+    master = start_master(
+        processes,
+        namesrv,
+        tmp_path / "master",
+        ha_port,
+        *acl_args(acl_file),
+        *ha_tls(pki.server.cert, pki.server.key),
+    )
+    slave = start_slave(
+        processes,
+        namesrv,
+        tmp_path / "slave",
+        *acl_args(acl_file),
+        *ha_tls(pki.client.cert, pki.client.key),
+    )
+    await wait_slave_connected(api, master)
+    for i in range(20):
+        assert await send(api, master, i) is SendStatus.SEND_OK
+    await wait_caught_up(api, master, slave)
+    assert "HA proof" not in master.log_text()
