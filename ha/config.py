@@ -49,12 +49,12 @@ class HAConfig:
     ha_allowed_slave_addresses: str = setting(
         "",
         doc="tidemq: addresses or CIDR networks, ',' or ';' separated; empty: the group's "
-        "brokers as the name servers (and etcd) know them; 0.0.0.0/0,::/0: anyone",
+        "slaves as the name servers (and etcd) know them; 0.0.0.0/0,::/0: anyone",
     )
     ha_admission_timeout: int = setting(
         10_000,
         min_value=0,
-        doc="tidemq: how long a connection from an address not known as the group's is held "
+        doc="tidemq: how long a connection from an address not known as a slave's is held "
         "while the master asks the name servers again",
     )
     ha_tls_enable: bool = setting(
