@@ -72,6 +72,9 @@ class GroupMembers:
         self._changed = asyncio.Event()
         self._lookup: asyncio.Task[None] | None = None
         self._last_lookup = 0.0
+        # Lookups numbered as they start; the highest that ended.
+        self._started = 0
+        self._ended = 0
 
     def known(self, ip: str) -> bool:
         address = normal_ip(ip)
@@ -85,24 +88,33 @@ class GroupMembers:
             self._changed.set()
 
     async def admit(self, ip: str) -> str | None:
-        """None once `ip` is a member's; the reason of the refusal after the timeout."""
-        deadline = time.monotonic() + self.timeout
+        """None once `ip` is a slave's. Refused once the timeout passed and a lookup that
+        started after the connection came has ended (so that even a timeout of 0 asks once);
+        at the latest a lookup's worth after the timeout."""
+        arrived = time.monotonic()
+        asked_before = self._started
+        give_up = arrived + self.timeout + LOOKUP_TIMEOUT * max(1, len(self._name_servers()))
         while not self.known(ip):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            now = time.monotonic()
+            timed_out = now >= arrived + self.timeout
+            if (timed_out and self._ended > asked_before) or now >= give_up:
                 return (
                     f"not a slave of group {self.state.config.broker_name} as the name servers "
-                    f"know them (after {self.timeout * 1000:.0f} ms; haAllowedSlaveAddresses "
-                    "admits other addresses)"
+                    f"know them (after {(now - arrived) * 1000:.0f} ms; "
+                    "haAllowedSlaveAddresses admits other addresses)"
                 )
             self._look_up()
             self._changed.clear()
+            wait = (give_up if timed_out else arrived + self.timeout) - now
             try:
-                async with asyncio.timeout(min(remaining, POLL_INTERVAL)):
+                async with asyncio.timeout(min(max(wait, 0.01), POLL_INTERVAL)):
                     await self._changed.wait()
             except TimeoutError:
                 pass
         return None
+
+    def _name_servers(self) -> list[str]:
+        return self.state.config.name_servers
 
     def _look_up(self) -> None:
         """Ask the name servers, unless a lookup runs or one started within POLL_INTERVAL."""
@@ -111,9 +123,20 @@ class GroupMembers:
         if time.monotonic() - self._last_lookup < POLL_INTERVAL:
             return
         self._last_lookup = time.monotonic()
-        self._lookup = asyncio.get_running_loop().create_task(self._ask_name_servers())
+        self._started += 1
+        self._lookup = asyncio.get_running_loop().create_task(self._ask_name_servers(self._started))
 
-    async def _ask_name_servers(self) -> None:
+    async def _ask_name_servers(self, number: int) -> None:
+        try:
+            found, answered = await self._slaves_of_group()
+            if answered:
+                self._from_namesrv = frozenset(found)
+        finally:
+            self._ended = max(self._ended, number)
+            self._changed.set()  # every waiter looks again, found or not
+
+    async def _slaves_of_group(self) -> tuple[set[str], bool]:
+        """The IPs of this group's slaves, and whether any name server answered."""
         config = self.state.config
         found: set[str] = set()
         answered = False
@@ -128,9 +151,7 @@ class GroupMembers:
             for broker_id, address in data.broker_addrs.items() if data else ():
                 if broker_id != 0:  # the master itself is no slave
                     found.update(await _resolve(host_of(address)))
-        if answered and found != self._from_namesrv:
-            self._from_namesrv = frozenset(found)
-            self._changed.set()
+        return found, answered
 
     async def stop(self) -> None:
         task, self._lookup = self._lookup, None
