@@ -3,10 +3,13 @@ no one else (the default: an empty haAllowedSlaveAddresses).
 
 The members are the slaves the name servers list under this broker's brokerName (cluster info,
 every brokerId but the master's 0), and in controller mode also the HA client addresses the
-members publish in etcd (broker/failover.py). A connection is admitted by its
-peer's IP. A connection from an IP not known yet is held, nothing read and nothing sent, while
-the master asks the name servers again (every `POLL_INTERVAL`), until the IP is known or
-`haAdmissionTimeout` passes; then it is refused with one log line.
+members publish in etcd (broker/failover.py). A connection is admitted by its peer's IP. A
+connection from an IP not known yet is held, nothing read and nothing sent, while the master asks
+the name servers again (every `POLL_INTERVAL`), until the IP is known or `haAdmissionTimeout`
+passed and a lookup started after the connection came has ended; then it is refused with one log
+line. Name servers that do not answer leave the known slaves as they were (a master restarted
+while no name server answers admits no slave until one does, or haAllowedSlaveAddresses lists
+them).
 
 Why hold instead of refusing at once: a slave connects to its master's HA port right after it
 registered (it learns the HA address from its registration), possibly before the master has
