@@ -24,7 +24,8 @@ from tidemq.broker.acl_validator import PlainAccessValidator
 from tidemq.broker.acl_watch import AclWatcher, acl_paths, rocketmq_home
 from tidemq.broker.config import BrokerConfig, RemotingConfig
 from tidemq.broker.failover import GroupController, divergence_point
-from tidemq.broker.ha_guard import ha_connect, ha_listen
+from tidemq.broker.ha_guard import ha_connect, ha_listen, master_proof
+from tidemq.broker.ha_members import GroupMembers
 from tidemq.broker.long_polling import PullRequestHoldService
 from tidemq.broker.managers.clients import Channel, ConsumerManager, ProducerManager
 from tidemq.broker.managers.config_file import ConfigManager, config_dir
@@ -182,6 +183,7 @@ class Broker(Service):
         self.offset_reconciler: OffsetReconciler | None = None
         self.schedule: ScheduleMessageService | None = None
         self.slave_names: SlaveNames | None = None
+        self.ha_members: GroupMembers | None = None
         self.transactions = TransactionalMessageService(
             self.store, self.offsets, lambda: self.store_host
         )
@@ -217,7 +219,7 @@ class Broker(Service):
             self.store,
             self.ha_config,
             resync=self._resync,
-            connect=ha_connect(self.ha_config),
+            connect=ha_connect(self.ha_config, self._acl_rules()),
             handshake=handshake,
         )
         slave_sync = SlaveSynchronize(
@@ -230,6 +232,13 @@ class Broker(Service):
             tls=self.client_tls,
         )
         return ha_client, slave_sync
+
+    def _acl_rules(self) -> Callable[[], AclRules] | None:
+        """With aclEnable, the rules in force now (replication proves an account of them)."""
+        acl = self.acl
+        if acl is None:
+            return None
+        return lambda: acl.rules
 
     # --- identity -------------------------------------------------------------------------
 
@@ -571,13 +580,24 @@ class Broker(Service):
         schedule, the transaction checks and the slaves' names: at start, or when controller
         mode elects this broker."""
         all_ack = self.controller is not None and self.controller_config.all_ack_in_sync_state_set
+        # Who may replicate (broker/ha_guard.py): stopped after the HA port that asks it.
+        members = self.ha_members = GroupMembers(
+            self.state, self.ha_config.ha_admission_timeout, self.client_tls
+        )
+        await self.start_child(Step(stop=members.stop))
+        if not self.config.name_servers and not self.ha_config.allowed_slave_networks:
+            log.warning(
+                "HA: no namesrvAddr to learn this group's slaves from and no "
+                "haAllowedSlaveAddresses: the HA port admits no one"
+            )
+        proof = master_proof(self.ha_config, self._acl_rules())
         ha_service = self.ha_service = await self.start_child(
             HAService(
                 self.store,
                 self.ha_config,
                 self.remoting.bind_address,
                 self.ha_listen_port,
-                listen=ha_listen(self.ha_config),
+                listen=ha_listen(self.ha_config, members, proof),
                 all_ack_in_sync=all_ack,
                 epochs=self._epoch_pairs if self.controller is not None else None,
             )
@@ -712,6 +732,9 @@ class Broker(Service):
                 await part.stop()
         if self.slave_names is not None:
             await self.slave_names.stop()
+        if self.ha_members is not None:
+            await self.ha_members.stop()
+        self.ha_members = None
         self.schedule = None
         self.transaction_check = None
         self.slave_names = None
@@ -732,6 +755,9 @@ class Broker(Service):
         log.warning("broker %s is a slave again", self.config.broker_name)
 
     def identify_slaves(self, addresses: dict[str, int]) -> None:
+        if self.ha_members is not None:
+            # etcd's members are the group's too: their HA port admits them.
+            self.ha_members.learn(list(addresses))
         if self.ha_service is not None:
             self.ha_service.identify(addresses)
 

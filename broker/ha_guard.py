@@ -1,19 +1,27 @@
-"""The HA port's guards as the broker wires them: the allow-list of slave addresses and TLS with
-certificates on both sides (tidemq's keys in ha/config.py; what they do: ha/transport.py).
+"""The HA port's guards as the broker wires them: who may connect, TLS with certificates on both
+sides, and with aclEnable the HA proof (tidemq's keys in ha/config.py; what they do:
+ha/transport.py).
 
 A master with `haAllowedSlaveAddresses` closes, before a byte is read or sent, every connection
-from an address outside the list. With `haTlsEnable=true` the master's HA port speaks only TLS,
-presents `haTlsCertPath`/`haTlsKeyPath` and requires a client certificate that chains to
-`haTlsTrustCertPath`; the slave presents its own certificate and verifies the master's (chain
-and address) against the same kind of bundle. A file that does not load stops start-up naming
-its key.
+from an address outside the list (`0.0.0.0/0,::/0` opens the port to anyone). Without it, only the
+addresses of the broker group's members are admitted (broker/ha_members.py): the port is closed
+to strangers by default. With aclEnable=true and no haTlsEnable, an admitted connection must
+then prove an admin account of the ACL (broker/ha_auth.py) before its first CommitLog byte.
+With `haTlsEnable=true` the master's HA port speaks only TLS, presents `haTlsCertPath`/
+`haTlsKeyPath` and requires a client certificate that chains to `haTlsTrustCertPath`; the slave
+presents its own certificate and verifies the master's (chain and address) against the same kind
+of bundle. A file that does not load stops start-up naming its key.
 """
 
 from __future__ import annotations
 
 import functools
 import ssl
+from collections.abc import Callable
 
+from tidemq.broker.acl_rules import AclRules
+from tidemq.broker.ha_auth import master_handshake, proving_connect
+from tidemq.broker.ha_members import GroupMembers
 from tidemq.client.remoting.tls import (
     ClientAuth,
     TlsClientSettings,
@@ -22,7 +30,7 @@ from tidemq.client.remoting.tls import (
     TlsSetupError,
 )
 from tidemq.ha.config import HAConfig, address_allowed
-from tidemq.ha.transport import Connect, Listen, connect_tcp, listen_tcp
+from tidemq.ha.transport import Connect, Handshake, Listen, connect_tcp, listen_tcp
 from tidemq.store.errors import ConfigError
 
 
@@ -53,18 +61,33 @@ def slave_context(config: HAConfig) -> ssl.SSLContext:
     return _context(functools.partial(settings.context))
 
 
-def ha_listen(config: HAConfig) -> Listen:
-    """How the master's HAService accepts slaves."""
+def ha_listen(
+    config: HAConfig, members: GroupMembers | None = None, proof: Handshake | None = None
+) -> Listen:
+    """How the master's HAService accepts slaves: `members` admits when there is no allow-list,
+    `proof` is the ACL handshake (None: none)."""
     networks = config.allowed_slave_networks
     allow = functools.partial(address_allowed, networks) if networks else None
+    admit = members.admit if members is not None and not networks else None
     tls = master_context(config) if config.ha_tls_enable else None
-    if allow is None and tls is None:
+    if allow is None and tls is None and admit is None and proof is None:
         return listen_tcp
-    return functools.partial(listen_tcp, allow=allow, tls=tls)
+    return functools.partial(listen_tcp, allow=allow, tls=tls, admit=admit, handshake=proof)
 
 
-def ha_connect(config: HAConfig) -> Connect:
-    """How a slave's HAClient connects to its master."""
-    if not config.ha_tls_enable:
-        return connect_tcp
-    return functools.partial(connect_tcp, tls=slave_context(config))
+def ha_connect(config: HAConfig, acl_rules: Callable[[], AclRules] | None = None) -> Connect:
+    """How a slave's HAClient connects to its master (`acl_rules`: prove an account of them)."""
+    connect = connect_tcp
+    if config.ha_tls_enable:
+        connect = functools.partial(connect_tcp, tls=slave_context(config))
+    if acl_rules is not None and not config.ha_tls_enable:
+        return proving_connect(connect, acl_rules)
+    return connect
+
+
+def master_proof(config: HAConfig, acl_rules: Callable[[], AclRules] | None) -> Handshake | None:
+    """The master's ACL handshake: with aclEnable (`acl_rules`) unless TLS certificates prove
+    the slave already."""
+    if acl_rules is None or config.ha_tls_enable:
+        return None
+    return master_handshake(acl_rules)

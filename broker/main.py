@@ -30,6 +30,7 @@ from tidemq.broker.daemon import (
     unwritable_store,
 )
 from tidemq.broker.failover import MemberConflict
+from tidemq.broker.open_doors import broker_doors
 from tidemq.client.version import version_option
 from tidemq.ha.config import HAConfig
 from tidemq.ha.controller_config import ControllerConfig
@@ -66,6 +67,21 @@ class BrokerSettings:
             ports.append(("haListenPort", ha if ha >= 0 else self.broker.listen_port + 1))
         ports.append(("metricsPort", self.broker.metrics_port))
         return ports
+
+    def open_doors(self) -> list[str]:
+        """The start-up warnings (broker/open_doors.py): HA counts on a broker that is or may
+        become a master (controller mode)."""
+        ha_port = self.ha.ha_listen_port
+        may_lead = (
+            self.store.broker_role is not BrokerRole.SLAVE or self.controller.enable_controller_mode
+        )
+        return broker_doors(
+            self.remoting,
+            self.broker.listen_port,
+            self.broker.acl_enable,
+            self.ha if may_lead else None,
+            ha_port if ha_port >= 0 else self.broker.listen_port + 1,
+        )
 
     def effective(self) -> dict[str, str]:
         props: dict[str, str] = {}
@@ -149,6 +165,8 @@ def main(
     if problem is not None:
         click.echo(f"brokerd: cannot start: {problem}", err=True)
         sys.exit(1)
+    for door in settings.open_doors():  # once it is clear that the ports will open
+        log.warning("%s", door)
     try:  # certificates and keys are loaded here
         broker = Broker(
             settings.broker,

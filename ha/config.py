@@ -47,7 +47,15 @@ class HAConfig:
     )
     # The HA port's guards (tidemq's own; ha/transport.py says what they do).
     ha_allowed_slave_addresses: str = setting(
-        "", doc="tidemq: addresses or CIDR networks, ',' or ';' separated; empty: any"
+        "",
+        doc="tidemq: addresses or CIDR networks, ',' or ';' separated; empty: the group's "
+        "slaves as the name servers (and etcd) know them; 0.0.0.0/0,::/0: anyone",
+    )
+    ha_admission_timeout: int = setting(
+        10_000,
+        min_value=0,
+        doc="tidemq: how long a connection from an address not known as a slave's is held "
+        "while the master asks the name servers again",
     )
     ha_tls_enable: bool = setting(
         False, doc="tidemq: the HA stream in TLS; both sides present certificates"
@@ -60,7 +68,7 @@ class HAConfig:
 
     @property
     def allowed_slave_networks(self) -> tuple[Network, ...]:
-        """The allow-list (empty: every address may connect)."""
+        """The allow-list (empty: the group's brokers may connect, broker/ha_members.py)."""
         return parse_networks(self.ha_allowed_slave_addresses)
 
     def validate(self) -> None:

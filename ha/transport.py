@@ -13,7 +13,12 @@ else happens, and a peer it refuses is closed before a byte is read or sent, wit
 client certificate trusted by `haTlsTrustCertPath`, so a slave must hold one), and a failed
 handshake is closed and logged the same way. The slave connects with its own context (verifying the
 master's certificate and presenting its own). The bytes inside TLS are RocketMQ's HA stream,
-unchanged.
+unchanged. Two more hooks, both optional: `admit` is awaited for a peer's IP that `allow` let
+through (or for every peer when there is no `allow`), with no transport yet, so the peer is held
+(nothing read, nothing sent) until it answers None (admitted) or the reason of a refusal; at
+most `MAX_PENDING_ADMISSIONS` peers are held at once, the next ones refused at once.
+`handshake` runs on the admitted connection's streams (inside TLS when there is TLS) before the
+service sees it, and answers the same way (broker/ha_auth.py's ACL proof).
 
 `ChunkReceiver` is how the slave reads: the transport reads straight into the room a sink
 gives (asyncio's BufferedProtocol: the slave's TransferBuffer, reused, so no read allocates a
@@ -44,6 +49,8 @@ MASTER_WRITE_BUFFER = 16 * 1024 * 1024
 log = logging.getLogger(__name__)
 
 TLS_HANDSHAKE_TIMEOUT = 10.0
+# Peers held by `admit` at once (a stranger opening connections cannot hold more sockets).
+MAX_PENDING_ADMISSIONS = 64
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Accept = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -57,6 +64,9 @@ class Listening(Protocol):
 
 Listen = Callable[[Accept, str, int], Awaitable[tuple[Listening, int]]]
 Connect = Callable[[str], Awaitable[Streams]]
+# None: admitted; else why the peer is refused (logged).
+Admit = Callable[[str], Awaitable[str | None]]
+Handshake = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[str | None]]
 
 
 async def listen_tcp(
@@ -66,9 +76,11 @@ async def listen_tcp(
     *,
     allow: Callable[[str], bool] | None = None,
     tls: ssl.SSLContext | None = None,
+    admit: Admit | None = None,
+    handshake: Handshake | None = None,
 ) -> tuple[Listening, int]:
-    if allow is not None or tls is not None:
-        guarded = GuardedListener(accept, allow, tls)
+    if allow is not None or tls is not None or admit is not None or handshake is not None:
+        guarded = GuardedListener(accept, allow, tls, admit, handshake)
         return guarded, await guarded.listen(host, port)
 
     async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -89,11 +101,18 @@ class GuardedListener:
     stream's buffer, where the handshake waits for it until its timeout.)"""
 
     def __init__(
-        self, accept: Accept, allow: Callable[[str], bool] | None, tls: ssl.SSLContext | None
+        self,
+        accept: Accept,
+        allow: Callable[[str], bool] | None,
+        tls: ssl.SSLContext | None,
+        admit: Admit | None = None,
+        handshake: Handshake | None = None,
     ) -> None:
         self._accept = accept
         self._allow = allow
         self._tls = tls
+        self._admit_peer = admit
+        self._handshake = handshake
         self._socket: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._admitting: set[asyncio.Task[None]] = set()
@@ -121,12 +140,30 @@ class GuardedListener:
                 )
                 conn.close()
                 continue
-            admitting = asyncio.create_task(self._admit(conn, address))
+            if self._admit_peer is not None and len(self._admitting) >= MAX_PENDING_ADMISSIONS:
+                log.warning(
+                    "HA: connection from %s refused: %d connections already wait for admission",
+                    address,
+                    MAX_PENDING_ADMISSIONS,
+                )
+                conn.close()
+                continue
+            admitting = asyncio.create_task(self._admit(conn, ip, address))
             self._admitting.add(admitting)
             admitting.add_done_callback(self._admitting.discard)
 
-    async def _admit(self, conn: socket.socket, address: str) -> None:
+    async def _admit(self, conn: socket.socket, ip: str, address: str) -> None:
         loop = asyncio.get_running_loop()
+        if self._admit_peer is not None:
+            try:
+                refused = await self._admit_peer(ip)
+            except BaseException:
+                conn.close()
+                raise
+            if refused is not None:
+                log.warning("HA: connection from %s refused: %s", address, refused)
+                conn.close()
+                return
         reader = asyncio.StreamReader()
         protocol = asyncio.StreamReaderProtocol(reader)
         try:
@@ -143,11 +180,21 @@ class GuardedListener:
             log.warning("HA: TLS handshake with %s failed: %s", address, exc or "timeout")
             conn.close()
             return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        if self._handshake is not None:
+            try:
+                refused = await self._handshake(reader, writer)
+            except BaseException:
+                transport.close()
+                raise
+            if refused is not None:
+                log.warning("HA: connection from %s refused: %s", address, refused)
+                transport.close()
+                return
         # Admitted: the connection's life belongs to the service, not to this listener's close.
         current = asyncio.current_task()
         if current is not None:
             self._admitting.discard(current)
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         transport.set_write_buffer_limits(MASTER_WRITE_BUFFER)
         await self._accept(reader, writer)
 

@@ -27,6 +27,7 @@ import click
 from tidemq.broker.config import NamesrvConfig, RemotingConfig
 from tidemq.broker.daemon import busy_port
 from tidemq.broker.namesrv.server import NameServer, effective_properties
+from tidemq.broker.open_doors import namesrv_doors
 from tidemq.client.version import version_option
 from tidemq.store.errors import ConfigError
 from tidemq.store.properties import load_properties, parse_overrides
@@ -140,4 +141,6 @@ def main(config_file: Path | None, print_config: bool, overrides: tuple[str, ...
     if busy is not None:
         click.echo(f"namesrvd: cannot start: {busy}", err=True)
         sys.exit(1)
+    for door in namesrv_doors(remoting, namesrv.listen_port):
+        log.warning("%s", door)
     sys.exit(run(namesrv, remoting))

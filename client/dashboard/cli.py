@@ -31,6 +31,8 @@ from tidemq.client.dashboard.server import make_app
 from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.mqadmin.base import ACCESS_KEY_ENV, SECRET_KEY_ENV
 
+log = logging.getLogger(__name__)
+
 DEFAULT_PORT: Final = 8082
 DEFAULT_BIND: Final = "127.0.0.1"
 NAMESRV_CHECK_TIMEOUT: Final = 5.0
@@ -187,6 +189,16 @@ async def _serve(
         except OSError as exc:
             raise StartError(_bind_reason(bind, port, exc)) from None
         bound = _bound_port(runner) or port
+        if writable and not _loopback(bind):
+            # The console has no login of its own: whoever reaches it acts as --ak's account.
+            log.warning(
+                "open door: the writable dashboard on %s:%d has no login, so anyone who "
+                "reaches it changes the cluster as %s; close it with --read-only or "
+                "--bind 127.0.0.1 (behind an authenticating proxy)",
+                bind,
+                bound,
+                access_key,
+            )
         mode = "admin" if writable else "read-only"
         if access_key:
             mode += f", signing as {access_key}"

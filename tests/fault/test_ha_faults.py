@@ -241,7 +241,14 @@ async def test_master_killed_and_restarted_slave_reconnects_and_continues(
 async def test_forged_acks_close_the_connection_and_release_nothing(
     processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
 ) -> None:
-    master, ha_port = start_master(processes, namesrv, tmp_path / "master", "slaveTimeout=1000")
+    # The raw "slave" is no broker of the group: the HA port is opened to it explicitly.
+    master, ha_port = start_master(
+        processes,
+        namesrv,
+        tmp_path / "master",
+        "slaveTimeout=1000",
+        "haAllowedSlaveAddresses=127.0.0.1",
+    )
     first = await api.send(master.address, send_header("HAFC", 0), b"first")
     assert first.status is SendStatus.SLAVE_NOT_AVAILABLE  # no slave yet
     start = await master_max(api, master)
