@@ -270,7 +270,7 @@ class MessageStore(Service):
             plan, self.commitlog, self.consume_queues, self.index, self.root
         )
         self.reput.reput_from_offset = self.redispatch_from
-        self.reput.dispatch_available(1 << 62)
+        self.reput.dispatch_all()
         rebuild_queue_offsets(self.commitlog, self.consume_queues)
 
     def _load_consume_queues(self) -> None:
@@ -693,7 +693,7 @@ class MessageStore(Service):
         received, move an incomplete record at the end (the old master's last frame may have
         cut one) into a `.diverged` file, and take up each queue's next offset. Returns where
         the log ends: the next epoch's start."""
-        self.reput.dispatch_available(1 << 62)
+        self.reput.dispatch_all()
         end = self.reput.reput_from_offset
         if end < self.max_phy_offset and self.reput.stalled_at < 0:
             log.warning(
