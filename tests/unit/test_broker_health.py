@@ -1,0 +1,115 @@
+"""GET /health on the metrics port, and what it reads (broker/health.py; issue 30 item 3).
+
+On c82965c these fail: there is no health check, and the metrics port answers /health 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.registry import CollectorRegistry
+
+from tests.support.stores import StoreFactory
+from tidemq.broker.health import Health, check_health
+from tidemq.broker.metrics import MetricsServer
+from tidemq.store.config import BrokerRole
+from tidemq.store.dispatch_faults import QUARANTINE_AFTER, DispatchFailure
+from tidemq.store.message_store import MessageStore
+
+STORES = StoreFactory()
+
+
+class NoSlave:
+    def slave_problem(self, master_put_where: int) -> str | None:
+        del master_put_where
+        return "no slave is connected to the HA port"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[MessageStore]:
+    opened = STORES.open(tmp_path)
+    try:
+        yield opened
+    finally:
+        await opened.stop()
+
+
+def fail(store: MessageStore, exc: Exception, times: int = 1) -> None:
+    for attempt in range(times):
+        failure = DispatchFailure("T", 0, 4096)
+        failure.__cause__ = exc
+        store.reput.faults.failed(failure, float(attempt))
+
+
+def test_a_healthy_store_is_serving(store: MessageStore) -> None:
+    health = check_health(store)
+    assert health.serving and health.summary() == "serving"
+    assert health.http() == (b"200 OK", b"text/plain; charset=utf-8", b"serving\n")
+
+
+def test_stuck_dispatch_is_a_problem_and_a_quarantine_a_note(store: MessageStore) -> None:
+    fail(store, FileExistsError(errno.EEXIST, "File exists"))
+    health = check_health(store)
+    status, kind, body = health.http()
+    assert status == b"503 Service Unavailable" and kind == b"application/json"
+    answer = json.loads(body)
+    assert answer["status"] == "failing"
+    assert "dispatch stuck at physical offset 4096" in answer["problems"][0]
+    assert "FileExistsError" in health.summary()
+    fail(store, FileExistsError(errno.EEXIST, "File exists"), QUARANTINE_AFTER - 1)
+    health = check_health(store, undeliverable=2)
+    assert health.serving
+    status, _kind, body = health.http()
+    assert status == b"200 OK" and body.startswith(b"serving\n")
+    assert b"quarantined 1 queues" in body and b"2 delayed messages skipped" in body
+
+
+def test_the_disk_and_a_sync_master_without_slave_are_problems(store: MessageStore) -> None:
+    store.disk.full, store.disk.used_ratio = True, 0.95
+    assert any("disk refused" in p for p in check_health(store).problems)
+    store.disk.full = False
+    store.commitlog.space_refused_at = 100.0
+    assert any("refused for space" in p for p in check_health(store, now=130.0).problems)
+    assert check_health(store, now=200.0).serving
+    fail(store, OSError(errno.ENOSPC, "No space left on device"), 3 * QUARANTINE_AFTER)
+    problems = check_health(store, now=200.0).problems
+    assert any("disk refused: dispatch" in p for p in problems), problems
+    store.reput.faults.succeeded()
+    store.role = BrokerRole.SYNC_MASTER
+    problems = check_health(store, sync_master=NoSlave(), now=200.0).problems
+    assert problems == ["SYNC_MASTER without a slave in sync: no slave is connected to the HA port"]
+
+
+async def get(port: int, path: str) -> tuple[bytes, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+    answer = await reader.read()
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0], body
+
+
+async def test_the_metrics_port_answers_health() -> None:
+    current = Health()
+    server = MetricsServer(CollectorRegistry(), "127.0.0.1", 0, health=lambda: current.http())
+    await server.start()
+    try:
+        assert await get(server.port, "/health") == (b"HTTP/1.0 200 OK", b"serving\n")
+        current = Health(problems=["dispatch stuck"])
+        status, body = await get(server.port, "/health?verbose")
+        assert status == b"HTTP/1.0 503 Service Unavailable"
+        assert json.loads(body)["problems"] == ["dispatch stuck"]
+        assert (await get(server.port, "/nothing"))[0] == b"HTTP/1.0 404 Not Found"
+    finally:
+        await server.stop()
+    plain = MetricsServer(CollectorRegistry(), "127.0.0.1", 0)  # a name server's
+    await plain.start()
+    try:
+        assert await get(plain.port, "/health") == (b"HTTP/1.0 200 OK", b"serving\n")
+    finally:
+        await plain.stop()
