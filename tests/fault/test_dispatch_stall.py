@@ -8,7 +8,8 @@ fails, "Not a directory"). The poisoned record is stored and replicated (SEND_OK
   log has the ERROR line with the cause;
 - after QUARANTINE_AFTER attempts its queue is quarantined on both: the messages of another
   topic sent before and after it are pulled from master and slave, /health is 200 again (with a
-  note), the metrics and the runtime info (`mqadmin brokerStatus`) count what was skipped;
+  note), the metrics, the runtime info (`mqadmin brokerStatus`) and the dashboard's cluster
+  page show what was skipped;
 - both restart (the master after a kill -9, so its recovery re-dispatches) and serve.
 
 On c82965c the test fails at the first check (/health answers 404), and past it the later
@@ -38,6 +39,7 @@ from tests.support.processes import Daemon, ProcessGroup, free_port
 from tests.support.wire import send_header
 from tidemq.client.admin import AdminClient
 from tidemq.client.api import BrokerAPI, SendStatus
+from tidemq.client.dashboard.views import cluster_view
 from tidemq.store.dispatch_faults import QUARANTINE_AFTER
 
 pytestmark = pytest.mark.asyncio
@@ -139,6 +141,10 @@ async def test_a_poisoned_record_is_visible_and_holds_nothing_back(
             assert info["dispatchQuarantinedRecords"] == "1", info
             assert f"'{POISON}'-0 from physical offset" in info["dispatchQuarantine"], info
             assert info["dispatchBehindBytes"] == "0", info
+        # The dashboard's cluster page (what it reads through the admin API): the marker.
+        rows = (await cluster_view(admin))["brokers"]
+        assert [r["health"] for r in rows] == ["serving", "serving"], rows
+        assert all("quarantined 1 queues" in r["healthNotes"] for r in rows), rows
 
     # Both restart and serve: the master after a kill (its recovery re-dispatches).
     master.kill()

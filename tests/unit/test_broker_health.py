@@ -17,6 +17,8 @@ from prometheus_client.registry import CollectorRegistry
 from tests.support.stores import StoreFactory
 from tidemq.broker.health import Health, check_health
 from tidemq.broker.metrics import MetricsServer
+from tidemq.client.admin import BrokerAddress
+from tidemq.client.dashboard.views import _broker_row
 from tidemq.store.config import BrokerRole
 from tidemq.store.dispatch_faults import QUARANTINE_AFTER, DispatchFailure
 from tidemq.store.message_store import MessageStore
@@ -113,3 +115,16 @@ async def test_the_metrics_port_answers_health() -> None:
         assert await get(plain.port, "/health") == (b"HTTP/1.0 200 OK", b"serving\n")
     finally:
         await plain.stop()
+
+
+def test_the_dashboard_cluster_row_carries_the_brokers_verdict(store: MessageStore) -> None:
+    # What the dashboard's cluster page marks (client/dashboard/static/app.js `health`): the
+    # runtime info of a broker whose dispatch is stuck, as its OpsProcessor reports it.
+    fail(store, FileExistsError(errno.EEXIST, "File exists"))
+    info = {"brokerRole": "SYNC_MASTER", "dispatchBehindBytes": "120"}
+    info["brokerHealth"] = check_health(store).summary()
+    row = _broker_row(BrokerAddress("c", "broker-a", 0, "127.0.0.1:1"), info, None)
+    assert row["health"].startswith("failing: dispatch stuck at physical offset 4096")
+    assert row["dispatchBehindBytes"] == 120
+    # A broker from before (no such key): no marker rather than a wrong one.
+    assert _broker_row(BrokerAddress("c", "b", 0, "a"), {}, None)["health"] == ""
