@@ -4,9 +4,10 @@
 
 - problems (any: HTTP 503): dispatch is stuck (a failure being retried: store/dispatch_faults.py;
   or a malformed record stopped it), the disk refuses writes (diskSpaceWarningLevelRatio
-  reached, an append refused for space in the last SPACE_REFUSED_WINDOW seconds, or dispatch
-  retrying a disk error), a SYNC_MASTER has no slave in sync (the reason its sends would get
-  SLAVE_NOT_AVAILABLE), controller mode's SyncStateSet is below minInSyncReplicas.
+  reached, a CommitLog write refused by the disk in the last SPACE_REFUSED_WINDOW seconds: an
+  append for space, a slave's append of replicated bytes; or dispatch retrying a disk error),
+  a SYNC_MASTER has no slave in sync (the reason its sends would get SLAVE_NOT_AVAILABLE),
+  controller mode's SyncStateSet is below minInSyncReplicas.
 - notes (HTTP 200, the broker serves): queues quarantined by dispatch, delayed messages skipped
   as undeliverable. They stay until a restart; the metrics and the runtime info count them.
 
@@ -85,9 +86,9 @@ def check_health(
             f"disk refused: {store.disk.used_ratio:.0%} used, writes refused "
             f"(diskSpaceWarningLevelRatio {store.config.disk_space_warning_level_ratio:.0%})"
         )
-    elif now - store.commitlog.space_refused_at < SPACE_REFUSED_WINDOW:
-        ago = now - store.commitlog.space_refused_at
-        problems.append(f"disk refused: an append was refused for space {ago:.0f} s ago")
+    elif now - store.commitlog.disk_refused_at < SPACE_REFUSED_WINDOW:
+        ago = now - store.commitlog.disk_refused_at
+        problems.append(f"disk refused: a CommitLog write was refused {ago:.0f} s ago")
     elif faults.disk_refused:
         problems.append("disk refused: dispatch cannot write a ConsumeQueue")
     if store.role is BrokerRole.SYNC_MASTER and sync_master is not None:

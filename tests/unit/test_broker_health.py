@@ -75,8 +75,8 @@ def test_the_disk_and_a_sync_master_without_slave_are_problems(store: MessageSto
     store.disk.full, store.disk.used_ratio = True, 0.95
     assert any("disk refused" in p for p in check_health(store).problems)
     store.disk.full = False
-    store.commitlog.space_refused_at = 100.0
-    assert any("refused for space" in p for p in check_health(store, now=130.0).problems)
+    store.commitlog.disk_refused_at = 100.0
+    assert any("write was refused 30 s ago" in p for p in check_health(store, now=130.0).problems)
     assert check_health(store, now=200.0).serving
     fail(store, OSError(errno.ENOSPC, "No space left on device"), 3 * QUARANTINE_AFTER)
     problems = check_health(store, now=200.0).problems
