@@ -7,9 +7,11 @@ record after it. The policy, by the failure's cause:
   descriptors or memory): the store itself is refused; dispatch retries the record every second
   for as long as it lasts (skipping would lose ConsumeQueue units for good over something that
   passes), and says so: `stuck` is set, the ERROR line is repeated every `REPORT_INTERVAL`.
+- A failure not tied to one queue (a listener, the scan: `DispatchFailure.skippable` False):
+  nothing to quarantine, so retried and reported the same way.
 - Anything else (the record's queue cannot be opened: a plain file where its folder goes,
   FileExistsError / NotADirectoryError; a name the file system refuses, "embedded null byte",
-  ENAMETOOLONG; or a bug): bound to the record, not to the moment. After `QUARANTINE_AFTER`
+  ENAMETOOLONG; or a bug in writing that queue): bound to the record, not to the moment. After `QUARANTINE_AFTER`
   consecutive failed attempts on the same queue (one a second at run time; back to back when
   recovery re-dispatches at load), the queue (topic, queue id) is quarantined: dispatch skips
   its records from then on, counting each; the CommitLog keeps their bytes. Every other queue
