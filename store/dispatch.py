@@ -577,10 +577,10 @@ class ReputService(Service):
         self, info: DispatchInfo, levels: list[int], index: IndexService | None
     ) -> None:
         tran = info.sys_flag & TRANSACTION_MASK
-        key = (info.topic, info.queue_id)
         if tran in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
             pass
-        elif self._quarantine and key in self._quarantine:
+        elif self._quarantine and (info.topic, info.queue_id) in self._quarantine:
+            key = (info.topic, info.queue_id)
             self.faults.skipped(key, 1, info.physical_offset, time.monotonic())
         else:
             try:

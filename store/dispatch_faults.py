@@ -11,11 +11,11 @@ record after it. The policy, by the failure's cause:
   nothing to quarantine, so retried and reported the same way.
 - Anything else (the record's queue cannot be opened: a plain file where its folder goes,
   FileExistsError / NotADirectoryError; a name the file system refuses, "embedded null byte",
-  ENAMETOOLONG; or a bug in writing that queue): bound to the record, not to the moment. After `QUARANTINE_AFTER`
-  consecutive failed attempts on the same queue (one a second at run time; back to back when
-  recovery re-dispatches at load), the queue (topic, queue id) is quarantined: dispatch skips
-  its records from then on, counting each; the CommitLog keeps their bytes. Every other queue
-  keeps flowing.
+  ENAMETOOLONG; or a bug in writing that queue): bound to the record, not to the moment.
+  After `QUARANTINE_AFTER` consecutive failed attempts on the same queue (one a second at run
+  time; back to back when recovery re-dispatches at load), the queue (topic, queue id) is
+  quarantined: dispatch skips its records from then on, counting each; the CommitLog keeps
+  their bytes. Every other queue keeps flowing.
 
 The decision depends only on the failing queue, the cause's class and the attempt count, never
 on timing, so a master and its slave (which dispatch the same bytes independently) and a

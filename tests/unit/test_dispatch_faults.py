@@ -119,31 +119,30 @@ def mixed(poison: str, count: int) -> list[MessageToStore]:
 
 @pytest.mark.parametrize("fast_path", [True, False])
 @pytest.mark.parametrize("poison", [POISON, "bad\x00topic"])
-async def test_recovery_dispatch_quarantines_and_a_reload_serves(
+async def test_recovery_quarantines_and_the_store_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fast_path: bool, poison: str
 ) -> None:
     monkeypatch.setattr("tidemq.store.dispatch.ReputService.fast_path", fast_path)
     poison_folder(tmp_path)
     store = STORES.open(tmp_path)
     try:
-        for msg in mixed(poison, 20):
+        for msg in mixed(poison, 20):  # appended, not dispatched yet
             assert store.commitlog.put(msg).status.value == "PUT_OK"
-        store.reput.dispatch_all()
-        assert len(bodies(store, "Good")) == 20
-        assert list(store.reput.faults.quarantined) == [(poison, 0)]
-        assert store.reput.faults.quarantined_records == 20
-        assert store.reput.behind_bytes == 0
     finally:
         await store.stop()
-    # As after a crash: recovery checks the CommitLog and re-dispatches, meeting the record again.
-    (tmp_path / "abort").write_text("another boot")
-    store = STORES.open(tmp_path)
-    try:
-        assert len(bodies(store, "Good")) == 20
-        assert store.reput.behind_bytes == 0
-        assert (poison, 0) in store.reput.faults.quarantined
-    finally:
-        await store.stop()
+    # As after a crash: recovery checks the CommitLog and dispatches it (c82965c: the load
+    # raises "[Errno 20] Not a directory" or "embedded null byte": the broker cannot start).
+    for _restart in range(2):
+        (tmp_path / "abort").write_text("another boot")
+        store = STORES.open(tmp_path)
+        try:
+            assert len(bodies(store, "Good")) == 20
+            assert store.reput.behind_bytes == 0
+            assert list(store.reput.faults.quarantined) == [(poison, 0)]
+            assert store.reput.faults.quarantined_records == 20
+            assert store.reput.faults.errors_total == QUARANTINE_AFTER
+        finally:
+            await store.stop()
 
 
 async def test_running_dispatch_goes_past_a_poisoned_queue(tmp_path: Path) -> None:
