@@ -183,6 +183,8 @@ class ReputService(Service):
         # it (recovery redoes it at start).
         self.failing = False
         self.faults = DispatchFaults()
+        # Called when a queue has just been quarantined (the store keeps the list in a file).
+        self.on_quarantine: Callable[[], None] | None = None
         # Quarantined (topic, queue id) -> entry: the same dict as `faults.quarantined`, looked
         # up where a queue is (empty, and so false, on a healthy store).
         self._quarantine = self.faults.quarantined
@@ -274,6 +276,7 @@ class ReputService(Service):
                 self.failing = True
                 if self.faults.failed(failure, time.monotonic()):
                     self.failing = False  # its queue is quarantined: go on at once
+                    self._quarantined()
                 else:
                     await asyncio.sleep(1)
                 self._wakeup.set()
@@ -285,6 +288,13 @@ class ReputService(Service):
         failure = DispatchFailure("", -1, self.reput_from_offset, skippable=False)
         failure.__cause__ = exc
         return failure
+
+    def _quarantined(self) -> None:
+        if self.on_quarantine is not None:
+            try:
+                self.on_quarantine()
+            except OSError:  # the quarantine holds in memory; the next stop writes it again
+                log.exception("the dispatch quarantine could not be written")
 
     def dispatch_all(self) -> None:
         """Dispatch everything readable now, at once (recovery at load, a slave's cut).
@@ -300,7 +310,8 @@ class ReputService(Service):
                 failure = self._as_failure(exc)
                 if not failure.skippable or failure.environment:
                     raise
-                self.faults.failed(failure, time.monotonic())
+                if self.faults.failed(failure, time.monotonic()):
+                    self._quarantined()
             else:
                 return
 
@@ -476,7 +487,7 @@ class ReputService(Service):
             self._write_runs(runs)
         topic = self._topic_names.get(topic_raw) or self._name(topic_raw)
         if self._quarantine and (topic, queue_id) in self._quarantine:
-            self.faults.skipped((topic, queue_id), 1, phy, time.monotonic())
+            self.faults.skipped((topic, queue_id), phy, queue_offset, time.monotonic())
             return
         try:
             queue = self.queues(topic, queue_id)
@@ -581,7 +592,7 @@ class ReputService(Service):
             pass
         elif self._quarantine and (info.topic, info.queue_id) in self._quarantine:
             key = (info.topic, info.queue_id)
-            self.faults.skipped(key, 1, info.physical_offset, time.monotonic())
+            self.faults.skipped(key, info.physical_offset, info.queue_offset, time.monotonic())
         else:
             try:
                 queue = self.queues(info.topic, info.queue_id)

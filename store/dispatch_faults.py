@@ -18,11 +18,20 @@ record after it. The policy, by the failure's cause:
   their bytes. Every other queue keeps flowing.
 
 The decision depends only on the failing queue, the cause's class and the attempt count, never
-on timing, so a master and its slave (which dispatch the same bytes independently) and a
-restart (recovery re-dispatches from the checkpoint and meets the same record) end the same
-way. The quarantine lives in memory: after a restart it is rebuilt when dispatch meets the
-queue again, and a queue whose cause an operator removed is dispatched again from the next
-record on (the records skipped before stay out of it).
+on timing, so a master and its slave (which dispatch the same bytes independently) end the same
+way, and so does recovery when it re-dispatches the record at a restart.
+
+The quarantined queues are kept in the store root's `dispatchQuarantine.json` (written when a
+queue is quarantined and at a clean stop), so that a restart skips their records at once and
+still lists them, and so that their next queue offset (which the CommitLog otherwise takes from
+the ConsumeQueues, and they have none) goes on from where it was:
+
+    {"queues": [{"topic": "T", "queueId": 0, "physicalOffset": 4096,
+                 "cause": "NotADirectoryError: ...", "records": 3, "nextQueueOffset": 3}]}
+
+To lift a quarantine once its cause is removed, stop the broker, delete the file (or the queue's
+entry) and start it: the queue's ConsumeQueue starts at the next record dispatch meets (the
+records skipped before are padded over, their bytes stay in the CommitLog).
 
 `DispatchFaults` is sans-IO apart from its log lines: the caller passes the time.
 """
@@ -30,15 +39,17 @@ record on (the records skipped before stay out of it).
 from __future__ import annotations
 
 import errno
+import json
 import logging
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 log = logging.getLogger("tidemq.store.dispatch")
 
 QUARANTINE_AFTER: Final = 5  # failed attempts on one queue before it is quarantined
 REPORT_INTERVAL: Final = 30.0  # seconds between two ERROR lines about the same ongoing fault
 QUARANTINE_LISTED: Final = 32  # quarantined queues listed in the runtime info (all are counted)
+QUARANTINE_FILE: Final = "dispatchQuarantine.json"  # in the store root
 
 ENVIRONMENT_ERRNOS: Final = frozenset(
     (
@@ -106,6 +117,7 @@ class Quarantined:
     physical_offset: int  # of the first record that could not be dispatched
     cause: str
     records: int = 0
+    next_queue_offset: int = 0  # one past the highest queue offset of a record skipped
 
     def describe(self) -> str:
         return (
@@ -211,13 +223,19 @@ class DispatchFaults:
                 ongoing.attempts,
             )
 
-    def skipped(self, key: tuple[str, int], records: int, physical_offset: int, now: float) -> None:
-        """`records` records of the quarantined queue `key` were skipped, the last at
-        `physical_offset`; reported at most once per REPORT_INTERVAL."""
+    def skipped(
+        self, key: tuple[str, int], physical_offset: int, queue_offset: int, now: float
+    ) -> None:
+        """The record at `physical_offset`, `queue_offset` of the quarantined queue `key` was
+        skipped; counted once (dispatch going over it again, a retry or a recovery, does not
+        count it again), reported at most once per REPORT_INTERVAL."""
         entry = self.quarantined[key]
-        entry.records += records
-        self.quarantined_records += records
-        self._skipped_since_report += records
+        if queue_offset < entry.next_queue_offset:
+            return
+        entry.records += 1
+        entry.next_queue_offset = queue_offset + 1
+        self.quarantined_records += 1
+        self._skipped_since_report += 1
         if now - self._skip_reported >= REPORT_INTERVAL:
             self._skip_reported = now
             log.error(
@@ -251,6 +269,45 @@ class DispatchFaults:
         """The failure being retried is the disk's (no space, read-only, I/O error)."""
         ongoing = self._ongoing
         return ongoing is not None and ongoing.disk
+
+    # --- the quarantine file ------------------------------------------------------------------
+
+    def encode(self) -> bytes:
+        """The quarantined queues as QUARANTINE_FILE holds them."""
+        queues = [
+            {
+                "topic": q.topic,
+                "queueId": q.queue_id,
+                "physicalOffset": q.physical_offset,
+                "cause": q.cause,
+                "records": q.records,
+                "nextQueueOffset": q.next_queue_offset,
+            }
+            for q in self.quarantined.values()
+        ]
+        return json.dumps({"queues": queues}, indent=2, ensure_ascii=False).encode() + b"\n"
+
+    def restore(self, data: bytes) -> None:
+        """Quarantine the queues of a QUARANTINE_FILE's contents (ValueError: not one); its
+        counts go on from the file's."""
+        try:
+            queues: list[dict[str, Any]] = json.loads(data)["queues"]
+            entries = [
+                Quarantined(
+                    str(q["topic"]),
+                    int(q["queueId"]),
+                    int(q["physicalOffset"]),
+                    str(q["cause"]),
+                    int(q["records"]),
+                    int(q["nextQueueOffset"]),
+                )
+                for q in queues
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a dispatch quarantine file: {exc!r}") from exc
+        for entry in entries:
+            self.quarantined[(entry.topic, entry.queue_id)] = entry
+            self.quarantined_records += entry.records
 
     def listing(self) -> str:
         """The quarantined queues, for the runtime info: '; '-joined, the first

@@ -10,7 +10,8 @@ fails, "Not a directory"). The poisoned record is stored and replicated (SEND_OK
   topic sent before and after it are pulled from master and slave, /health is 200 again (with a
   note), the metrics, the runtime info (`mqadmin brokerStatus`) and the dashboard's cluster
   page show what was skipped;
-- both restart (the master after a kill -9, so its recovery re-dispatches) and serve.
+- both restart (the master after a kill -9, so its recovery re-dispatches) and serve, the
+  quarantine kept (the next poisoned message is skipped at once, at the next queue offset).
 
 On c82965c the test fails at the first check (/health answers 404), and past it the later
 messages would never be pulled: dispatch retried the poisoned record every second for good.
@@ -167,12 +168,21 @@ async def test_a_poisoned_record_is_visible_and_holds_nothing_back(
         name="slave-2",
     )
     await wait_transfer(api, master)
+    for port in ports.values():
+        await eventually(lambda port=port: serving(port), "health 200 after the restart", 15)
+    # The quarantine survived (dispatchQuarantine.json): the next poisoned message gets the
+    # next queue offset, not 0 again, and is skipped at once.
+    result = await api.send(master.address, send_header(POISON, 0), b"poisoned", timeout=15)
+    assert result.status is SendStatus.SEND_OK and result.queue_offset == 1
     more = await send_many(api, master, GOOD, 40, start=80)
     await wait_caught_up(api, master, slave)
     for broker in (master, slave):
         assert await read_all(api, broker, GOOD) == placed | more
-    for port in ports.values():
-        await eventually(lambda port=port: serving(port), "health 200 after the restart", 15)
+    async with AdminClient(namesrv.address) as admin:
+        for broker in (master, slave):
+            info = await admin.runtime_info(broker.address)
+            assert info["dispatchQuarantinedRecords"] == "2", info
+            assert info["dispatchErrorsTotal"] == "0", info
 
 
 async def first_value(predicate: Callable[[], Awaitable[bytes | None]], what: str) -> bytes:

@@ -23,7 +23,12 @@ from tests.support.messages import message
 from tests.support.stores import StoreFactory
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.consume_queue import ConsumeQueue
-from tidemq.store.dispatch_faults import QUARANTINE_AFTER, DispatchFailure, DispatchFaults
+from tidemq.store.dispatch_faults import (
+    QUARANTINE_AFTER,
+    QUARANTINE_FILE,
+    DispatchFailure,
+    DispatchFaults,
+)
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import MessageBatch, MessageToStore
 
@@ -57,8 +62,14 @@ def test_a_record_bound_failure_is_quarantined_after_the_bounded_attempts(
     stuck_lines = [r for r in caplog.records if "dispatch stuck" in r.getMessage()]
     assert len(stuck_lines) == 1 and "File exists" in stuck_lines[0].getMessage()
     assert any("quarantined queue 'Poison'-0" in r.getMessage() for r in caplog.records)
-    faults.skipped((POISON, 0), 3, 8192, 100.0)
+    for queue_offset in (0, 1, 2, 1, 2):  # dispatch going over 1 and 2 again counts them once
+        faults.skipped((POISON, 0), 8192 + queue_offset, queue_offset, 100.0)
     assert faults.quarantined_records == 3 and faults.quarantined[(POISON, 0)].records == 3
+    restored = DispatchFaults()
+    restored.restore(faults.encode())
+    assert restored.quarantined == faults.quarantined and restored.quarantined_records == 3
+    with pytest.raises(ValueError, match="not a dispatch quarantine file"):
+        restored.restore(b'{"queues": [{"topic": "T"}]}')
 
 
 def test_a_full_disk_is_retried_while_it_lasts_and_reported_at_a_bounded_rate(
@@ -132,7 +143,7 @@ async def test_recovery_quarantines_and_the_store_starts(
         await store.stop()
     # As after a crash: recovery checks the CommitLog and dispatches it (c82965c: the load
     # raises "[Errno 20] Not a directory" or "embedded null byte": the broker cannot start).
-    for _restart in range(2):
+    for restart in range(2):
         (tmp_path / "abort").write_text("another boot")
         store = STORES.open(tmp_path)
         try:
@@ -140,9 +151,12 @@ async def test_recovery_quarantines_and_the_store_starts(
             assert store.reput.behind_bytes == 0
             assert list(store.reput.faults.quarantined) == [(poison, 0)]
             assert store.reput.faults.quarantined_records == 20
-            assert store.reput.faults.errors_total == QUARANTINE_AFTER
+            # The second time the quarantine file says so before dispatch meets the record.
+            assert store.reput.faults.errors_total == (QUARANTINE_AFTER if restart == 0 else 0)
+            assert store.commitlog.topic_queue_table[f"{poison}-0"] == 20
         finally:
             await store.stop()
+        assert (tmp_path / QUARANTINE_FILE).exists()
 
 
 async def test_running_dispatch_goes_past_a_poisoned_queue(tmp_path: Path) -> None:
@@ -166,10 +180,23 @@ async def test_running_dispatch_goes_past_a_poisoned_queue(tmp_path: Path) -> No
         assert "'Poison'-0" in store.reput.faults.listing()
     finally:
         await store.stop()
-    (tmp_path / "abort").write_text("another boot")
+    # A clean restart: recovery starts past the poisoned records, the file keeps the quarantine.
     store = STORES.open(tmp_path)
+    await store.start()
     try:
         assert len(bodies(store, "Good")) == 7
+        assert store.reput.faults.quarantined[(POISON, 0)].records == 8
+        result = await store.put_message(message(10, topic=POISON))
+        assert result.ok and result.append is not None
+        assert result.append.queue_offset == 8  # offsets go on, none is handed out twice
+        await put_all(store, [message(10, topic="Good")])
+        await eventually(lambda: len(bodies(store, "Good")) == 8, "Good dispatched at once", 1)
+        assert store.reput.faults.errors_total == 0  # skipped without a new attempt
+        assert store.reput.faults.quarantined_records == 9
+        # Deleting the topic lifts its quarantine.
+        store.delete_topics({POISON})
+        assert not store.reput.faults.quarantined
+        assert not (tmp_path / QUARANTINE_FILE).exists()
     finally:
         await store.stop()
 
