@@ -9,7 +9,7 @@
   a SYNC_MASTER has no slave in sync (the reason its sends would get SLAVE_NOT_AVAILABLE),
   controller mode's SyncStateSet is below minInSyncReplicas.
 - notes (HTTP 200, the broker serves): queues quarantined by dispatch, delayed messages skipped
-  as undeliverable. They stay until a restart; the metrics and the runtime info count them.
+  as undeliverable, an index worker that keeps dying at the same offset (store/index_worker.py).
 
 The answer (`Health.http`): 200 `text/plain` "serving\\n" (then one "note: ..." line each), or
 503 `application/json` {"status": "failing", "problems": [...], "notes": [...]}.
@@ -107,4 +107,8 @@ def check_health(
         )
     if undeliverable:
         health.notes.append(f"{undeliverable} delayed messages skipped as undeliverable")
+    worker = store.index_worker
+    loop = worker.exit_loop if worker is not None else None
+    if loop is not None:
+        health.notes.append(loop)
     return health

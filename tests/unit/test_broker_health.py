@@ -8,12 +8,16 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import logging
+import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from prometheus_client.registry import CollectorRegistry
 
+from tests.support.conditions import eventually
 from tests.support.stores import StoreFactory
 from tidemq.broker.health import Health, check_health
 from tidemq.broker.metrics import MetricsServer
@@ -21,6 +25,7 @@ from tidemq.client.admin import BrokerAddress
 from tidemq.client.dashboard.views import _broker_row
 from tidemq.store.config import BrokerRole
 from tidemq.store.dispatch_faults import QUARANTINE_AFTER, DispatchFailure
+from tidemq.store.index_worker import EXIT_LOOP
 from tidemq.store.message_store import MessageStore
 
 STORES = StoreFactory()
@@ -128,3 +133,33 @@ def test_the_dashboard_cluster_row_carries_the_brokers_verdict(store: MessageSto
     assert row["dispatchBehindBytes"] == 120
     # A broker from before (no such key): no marker rather than a wrong one.
     assert _broker_row(BrokerAddress("c", "b", 0, "a"), {}, None)["health"] == ""
+
+
+async def test_an_index_worker_dying_in_a_loop_is_a_note_logged_at_a_bounded_rate(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A child that dies on a record dies again on it at every restart (one a second): killed
+    # here as such a record would kill it, before it indexed anything.
+    opened = STORES.open(tmp_path / "worker", message_index_worker_enable=True)
+    await opened.start()
+    try:
+        worker = opened.index_worker
+        assert worker is not None
+        with caplog.at_level(logging.ERROR):
+            for _ in range(EXIT_LOOP):
+                process = worker._process
+                assert process is not None
+                os.kill(process.pid, signal.SIGKILL)
+                await eventually(
+                    lambda process=process: worker.running and worker._process is not process,
+                    "the next index worker",
+                    10,
+                )
+        assert worker.exits_in_a_row == EXIT_LOOP
+        notes = check_health(opened).notes
+        assert any(f"exited {EXIT_LOOP} times in a row at offset 0" in n for n in notes), notes
+        assert check_health(opened).serving
+        exits = [r for r in caplog.records if "index worker pid" in r.getMessage()]
+        assert len(exits) == 1, [r.getMessage() for r in exits]  # one per 30 s, not per exit
+    finally:
+        await opened.stop()
