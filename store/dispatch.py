@@ -41,7 +41,7 @@ from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import CommitLog
 from tidemq.store.consume_queue import ConsumeQueue, pack_unit
 from tidemq.store.delay import SCHEDULE_TOPIC
-from tidemq.store.dispatch_faults import DispatchFailure, DispatchFaults
+from tidemq.store.dispatch_faults import REPORT_INTERVAL, DispatchFailure, DispatchFaults
 from tidemq.store.fast_scan import SLOW_FLAGS, KeyGatherer, find_value, scan_fast
 from tidemq.store.lifecycle import BackgroundTask, Service
 from tidemq.store.record import (
@@ -178,6 +178,7 @@ class ReputService(Service):
         self.reput_from_offset = 0
         self.listeners: list[ArrivalListener] = []
         self.stalled_at = -1  # offset of a malformed record that stopped dispatch
+        self._stall_reported = float("-inf")  # time.monotonic() it was last logged
         # The last dispatch attempt failed (e.g. no space for a new ConsumeQueue file): it is
         # retried every second, or its queue quarantined (`faults`); a stop does not wait for
         # it (recovery redoes it at start).
@@ -578,8 +579,16 @@ class ReputService(Service):
                 return 0, True
             if magic == MAGIC_V1 and total > 0 and pos + total > end:
                 return 0, False  # the rest of this record has not arrived yet
+            now = time.monotonic()
+            if self.stalled_at != base + pos or now - self._stall_reported >= REPORT_INTERVAL:
+                # Every append wakes dispatch up to it again: once per REPORT_INTERVAL.
+                self._stall_reported = now
+                log.error(
+                    "malformed record at physical offset %d: dispatch stops there (nothing "
+                    "after it is readable until an operator repairs the CommitLog)",
+                    base + pos,
+                )
             self.stalled_at = base + pos
-            log.error("malformed record at physical offset %d: dispatch stops", base + pos)
             return 0, False
         self._dispatch_record(info, self.delay_levels, self.index_in_process())
         return info.size, False

@@ -22,6 +22,7 @@ from tests.support.conditions import eventually
 from tests.support.messages import message
 from tests.support.stores import StoreFactory
 from tidemq.store.batch_body import encode_batch_body
+from tidemq.store.config import BrokerRole
 from tidemq.store.consume_queue import ConsumeQueue
 from tidemq.store.dispatch_faults import (
     QUARANTINE_AFTER,
@@ -230,3 +231,23 @@ async def test_a_full_disk_holds_dispatch_and_is_not_quarantined(
     finally:
         full = False
         await asyncio.wait_for(store.stop(), 10)
+
+
+async def test_a_malformed_record_is_a_stall_reported_at_a_bounded_rate(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A slave's CommitLog with a complete record that is not one: dispatch cannot know where
+    # the next record starts, so it stops there; every append wakes it up to it again.
+    store = STORES.open(tmp_path, broker_role=BrokerRole.SLAVE)
+    await store.start()
+    try:
+        with caplog.at_level(logging.ERROR):
+            store.append_to_commitlog(0, b"\xaa" * 300)
+            for _ in range(20):
+                store.reput.wakeup()
+                await asyncio.sleep(0.01)
+        assert store.reput.stalled_at == 0
+        lines = [r for r in caplog.records if "malformed record" in r.getMessage()]
+        assert len(lines) == 1, [r.getMessage() for r in lines]
+    finally:
+        await store.stop()
