@@ -292,10 +292,7 @@ class ReputService(Service):
 
     def _quarantined(self) -> None:
         if self.on_quarantine is not None:
-            try:
-                self.on_quarantine()
-            except OSError:  # the quarantine holds in memory; the next stop writes it again
-                log.exception("the dispatch quarantine could not be written")
+            self.on_quarantine()
 
     def dispatch_all(self) -> None:
         """Dispatch everything readable now, at once (recovery at load, a slave's cut).

@@ -31,7 +31,9 @@ the ConsumeQueues, and they have none) goes on from where it was:
 
 To lift a quarantine once its cause is removed, stop the broker, delete the file (or the queue's
 entry) and start it: the queue's ConsumeQueue starts at the next record dispatch meets (the
-records skipped before are padded over, their bytes stay in the CommitLog).
+records skipped before are padded over, their bytes stay in the CommitLog). A file that cannot
+be read is moved aside (`.unreadable`) with an ERROR line, and dispatch quarantines again what
+it cannot write.
 
 `DispatchFaults` is sans-IO apart from its log lines: the caller passes the time.
 """

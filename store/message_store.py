@@ -288,8 +288,12 @@ class MessageStore(Service):
             return
         try:
             self.reput.faults.restore(data)
-        except ValueError as exc:  # stops the load, saying which file
-            raise ValueError(f"{path}: {exc} (delete it to dispatch every queue again)") from exc
+        except ValueError as exc:
+            # Not worth refusing to start for: dispatch quarantines again what it cannot write.
+            aside = path.with_name(path.name + ".unreadable")
+            log.error("%s: %s; moved to %s, dispatch starts without it", path, exc, aside.name)
+            path.replace(aside)
+            return
         faults = self.reput.faults
         log.warning(
             "dispatch quarantine (%s): %d queues skipped: %s",
@@ -299,17 +303,24 @@ class MessageStore(Service):
         )
 
     def _write_quarantine(self) -> None:
+        """Keep the quarantine in QUARANTINE_FILE (none: no file); a disk that refuses it is
+        logged, the quarantine holds in memory and the next write tries again."""
         path = self.root / QUARANTINE_FILE
-        if self.reput.faults.quarantined:
-            write_file_safely(path, self.reput.faults.encode(), keep_backup=False)
-        else:
-            path.unlink(missing_ok=True)
+        try:
+            if self.reput.faults.quarantined:
+                write_file_safely(path, self.reput.faults.encode(), keep_backup=False)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("the dispatch quarantine could not be written to %s: %s", path, exc)
 
     def _continue_quarantined_queues(self) -> None:
         """A quarantined queue has no ConsumeQueue to take its next queue offset from: it goes
         on from the highest one dispatch skipped, so offsets are not handed out twice."""
         table = self.commitlog.topic_queue_table
         for (topic, queue_id), entry in self.reput.faults.quarantined.items():
+            if queue_id < 0:
+                continue  # the in-process index (dispatch.INDEX_KEY), not a queue
             key = f"{topic}-{queue_id}"
             table[key] = max(table.get(key, 0), entry.next_queue_offset)
 

@@ -251,3 +251,24 @@ async def test_a_malformed_record_is_a_stall_reported_at_a_bounded_rate(
         assert len(lines) == 1, [r.getMessage() for r in lines]
     finally:
         await store.stop()
+
+
+async def test_an_unreadable_quarantine_file_does_not_stop_the_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    poison_folder(tmp_path)
+    (tmp_path / QUARANTINE_FILE).write_text("{not json")
+    store = STORES.open(tmp_path)
+    try:
+        for msg in mixed(POISON, 3):
+            assert store.commitlog.put(msg).status.value == "PUT_OK"
+        store.reput.dispatch_all()
+        assert len(bodies(store, "Good")) == 3
+        assert list(store.reput.faults.quarantined) == [(POISON, 0)]
+    finally:
+        await store.stop()
+    assert (tmp_path / f"{QUARANTINE_FILE}.unreadable").read_text() == "{not json"
+    assert any("moved to" in r.getMessage() for r in caplog.records)
+    restored = DispatchFaults()
+    restored.restore((tmp_path / QUARANTINE_FILE).read_bytes())  # written again, whole
+    assert restored.quarantined[(POISON, 0)].records == 3
