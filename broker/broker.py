@@ -26,6 +26,7 @@ from tidemq.broker.config import BrokerConfig, RemotingConfig
 from tidemq.broker.failover import GroupController, divergence_point
 from tidemq.broker.ha_guard import ha_connect, ha_listen, master_proof
 from tidemq.broker.ha_members import GroupMembers
+from tidemq.broker.health import Health, check_health
 from tidemq.broker.long_polling import PullRequestHoldService
 from tidemq.broker.managers.clients import Channel, ConsumerManager, ProducerManager
 from tidemq.broker.managers.config_file import ConfigManager, config_dir
@@ -325,6 +326,7 @@ class Broker(Service):
             request_registration=self.request_registration,
             spawn=self.spawn,
         )
+        ops.health = self.health
         group_admin = GroupAdminProcessor(
             topics,
             groups,
@@ -456,6 +458,16 @@ class Broker(Service):
             return RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, refused)
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, None)
 
+    def health(self) -> Health:
+        """What GET /health answers and the runtime info's brokerHealth (broker/health.py)."""
+        ha = self.ha_service
+        schedule = self.schedule
+        return check_health(
+            self.store,
+            sync_master=ha.transfer if ha is not None else None,
+            undeliverable=schedule.undeliverable if schedule is not None else 0,
+        )
+
     def ha_runtime_info(self) -> dict[str, object]:
         info: dict[str, object] = {}
         if self.ha_service is not None:
@@ -560,10 +572,14 @@ class Broker(Service):
                 producers=self.producers,
                 ha_runtime_info=self.ha_runtime_info,
                 runtime_info=self.ops.runtime_info,
+                health=self.health,
             )
             self.metrics = await self.start_child(
                 MetricsServer(
-                    registry_for(collector), self.remoting.bind_address, self.config.metrics_port
+                    registry_for(collector),
+                    self.remoting.bind_address,
+                    self.config.metrics_port,
+                    health=lambda: self.health().http(),
                 )
             )
         log.info(

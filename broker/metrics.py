@@ -3,7 +3,9 @@
 `metricsPort` (broker and name server properties): -1 (the default) serves nothing; 0 takes a
 free port; any other value is the port. The endpoint listens on `bindAddress` and answers
 `GET /metrics` with Prometheus' text format (`prometheus_client.generate_latest`); the values
-are read on the event loop at scrape time, so they are a consistent snapshot.
+are read on the event loop at scrape time, so they are a consistent snapshot. `GET /health` is
+for probes (systemd, Kubernetes, load balancers): 200 "serving", or 503 and a JSON body with the
+reasons (broker/health.py); a name server answers "serving" while it answers at all.
 
 Broker families use rocketmq-exporter's names and label names, so its dashboards and alert
 rules (`example.rules`) work unchanged; each broker reports its own numbers (the exporter asks
@@ -55,6 +57,13 @@ every master through the admin API; scrape every broker instead):
 - `tidemq_send_latency_seconds` and `tidemq_pull_latency_seconds` {cluster, broker}: histograms
   of the time to serve a send (replication wait included) and a pull (long-polling wait
   excluded); tidemq's own, the exporter has no latency histograms.
+- `tidemq_broker_serving` {cluster, broker}: 1 when GET /health answers 200, else 0 (issue 30
+  item 3, broker/health.py); `tidemq_dispatch_stuck` 1 while dispatch retries a record it
+  cannot dispatch; `tidemq_dispatch_behind_bytes` the bytes not dispatched yet (every role);
+  `tidemq_dispatch_quarantined_queues` the queues dispatch skips; counters
+  `tidemq_dispatch_errors_total` (failed attempts), `tidemq_dispatch_quarantined_records_total`
+  (records skipped) and `tidemq_schedule_undeliverable_total` (delayed or retry messages
+  skipped because they can never be delivered). See store/dispatch_faults.py for the policy.
 - The process's own (prometheus_client's collectors): `process_cpu_seconds_total`,
   `process_resident_memory_bytes`, `process_open_fds`, ..., `python_info`,
   `python_gc_collections_total`, ... (name servers too).
@@ -86,9 +95,15 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from tidemq.broker.health import Health, check_health
 from tidemq.broker.managers.clients import ConsumerManager, ProducerManager
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
@@ -165,6 +180,7 @@ class BrokerCollector(Collector):
         producers: ProducerManager,
         ha_runtime_info: Callable[[], dict[str, object]],
         runtime_info: Callable[[], dict[str, str]],
+        health: Callable[[], Health] | None = None,
     ) -> None:
         """`ha_runtime_info`: GET_BROKER_HA_STATUS's table; `runtime_info`:
         GET_BROKER_RUNTIME_INFO's (`OpsProcessor.runtime_info`)."""
@@ -178,6 +194,7 @@ class BrokerCollector(Collector):
         self.rates = rates
         self.ha_runtime_info = ha_runtime_info
         self.runtime_info = runtime_info
+        self.health = health if health is not None else lambda: check_health(store)
 
     def collect(self) -> Iterator[Metric]:
         config = self.state.config
@@ -235,6 +252,7 @@ class BrokerCollector(Collector):
             yield from self._offsets(cluster, name)
             yield from self._clients(cluster, name)
         yield from self._runtime(cluster, address)
+        yield from self._health(cluster, name)
         labels = ["cluster", "broker"]
         stats = self.stats
         yield _histogram(
@@ -426,6 +444,52 @@ class BrokerCollector(Collector):
             family.add_metric(values, float(sum(counts[first:last])))
             yield family
 
+    def _health(self, cluster: str, name: str) -> Iterable[Metric]:
+        """Whether the broker serves, and what dispatch and the schedule could not do."""
+        labels = ["cluster", "broker"]
+        values = [cluster, name]
+        health = self.health()
+        faults = self.store.reput.faults
+        serving = _gauge(
+            "tidemq_broker_serving", "1 when GET /health answers 200 (serving), else 0", labels
+        )
+        serving.add_metric(values, 1.0 if health.serving else 0.0)
+        stuck = _gauge(
+            "tidemq_dispatch_stuck",
+            "1 while dispatch retries a record it cannot dispatch (nothing after it moves)",
+            labels,
+        )
+        stuck.add_metric(values, 1.0 if faults.stuck is not None else 0.0)
+        behind = _gauge(
+            "tidemq_dispatch_behind_bytes",
+            "CommitLog bytes readable but not dispatched to the ConsumeQueues yet",
+            labels,
+        )
+        behind.add_metric(values, float(self.store.reput.behind_bytes))
+        queues = _gauge(
+            "tidemq_dispatch_quarantined_queues",
+            "Queues whose records dispatch skips (their ConsumeQueue cannot be written)",
+            labels,
+        )
+        queues.add_metric(values, float(len(faults.quarantined)))
+        yield from (serving, stuck, behind, queues)
+        for metric, doc, value in (
+            ("tidemq_dispatch_errors", "Failed dispatch attempts", faults.errors_total),
+            (
+                "tidemq_dispatch_quarantined_records",
+                "Records skipped by dispatch because their queue is quarantined",
+                faults.quarantined_records,
+            ),
+            (
+                "tidemq_schedule_undeliverable",
+                "Delayed and retry messages skipped because they can never be delivered",
+                health.undeliverable,
+            ),
+        ):
+            counter = CounterMetricFamily(metric, doc, labels=labels)
+            counter.add_metric(values, float(value))
+            yield counter
+
 
 def _quantile_ms(histogram: LatencyHistogram, q: float) -> float:
     """The upper bound (ms) of the bucket holding the `q` quantile of the sends; 0 if none."""
@@ -489,13 +553,28 @@ def registry_for(collector: Collector) -> CollectorRegistry:
     return registry
 
 
-class MetricsServer:
-    """A minimal HTTP/1.0 server on the event loop: `GET /metrics`, anything else 404."""
+# (status line, content type, body) of GET /health (broker/health.py Health.http)
+HealthAnswer = Callable[[], tuple[bytes, bytes, bytes]]
+SERVING: Final = (b"200 OK", b"text/plain; charset=utf-8", b"serving\n")
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+
+class MetricsServer:
+    """A minimal HTTP/1.0 server on the event loop: `GET /metrics`, `GET /health` (200
+    "serving", or 503 with the reasons: `health`; a name server is serving while it answers),
+    anything else 404."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        *,
+        health: HealthAnswer | None = None,
+    ) -> None:
         self.registry = registry
         self.host = host
         self.port = port
+        self.health = health
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
@@ -516,11 +595,18 @@ class MetricsServer:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
             parts = head.split(b"\r\n", 1)[0].split()
-            if len(parts) >= 2 and parts[0] == b"GET" and parts[1].split(b"?")[0] == b"/metrics":
+            path = parts[1].split(b"?")[0] if len(parts) >= 2 and parts[0] == b"GET" else b""
+            if path == b"/metrics":
                 body = generate_latest(self.registry)
                 status, kind = b"200 OK", CONTENT_TYPE_LATEST.encode()
+            elif path == b"/health":
+                status, kind, body = self.health() if self.health is not None else SERVING
             else:
-                body, status, kind = b"not found: try /metrics\n", b"404 Not Found", b"text/plain"
+                body, status, kind = (
+                    b"not found: try /metrics or /health\n",
+                    b"404 Not Found",
+                    b"text/plain",
+                )
             writer.write(
                 b"HTTP/1.0 " + status + b"\r\nContent-Type: " + kind
                 + b"\r\nContent-Length: " + str(len(body)).encode()

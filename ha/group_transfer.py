@@ -57,20 +57,27 @@ class GroupTransferService:
     # --- ReplicationHook ------------------------------------------------------------------------
 
     def is_slave_ok(self, master_put_where: int) -> bool:
+        problem = self.slave_problem(master_put_where)
+        if problem is not None:
+            self._explain(problem)
+            return False
+        return True
+
+    def slave_problem(self, master_put_where: int) -> str | None:
+        """Why no slave is usable for a send ending at `master_put_where`, None when one is
+        (also the broker's health, broker/health.py)."""
         slaves = list(self._slaves())
         if not slaves:
-            self._explain("no slave is connected to the HA port")
-            return False
+            return "no slave is connected to the HA port"
         nearest = max(s.known_offset for s in slaves)
         gap = master_put_where - max(nearest, self.acked_offset)
         if gap >= self.fallbehind_max:
-            self._explain(
+            return (
                 f"the nearest slave is {gap} bytes behind (haSlaveFallbehindMax "
                 f"{self.fallbehind_max}); slaves: "
                 + ", ".join(f"{s.address} at {s.known_offset}" for s in slaves)
             )
-            return False
-        return True
+        return None
 
     async def wait_for_slave(self, next_offset: int) -> bool:
         if self.acked_offset >= next_offset:
@@ -162,6 +169,10 @@ class AllInSyncTransfer(GroupTransferService):
     def is_slave_ok(self, master_put_where: int) -> bool:
         del master_put_where  # who must ack is the set's business, decided at the ack
         return True
+
+    def slave_problem(self, master_put_where: int) -> str | None:
+        del master_put_where  # the SyncStateSet's size says it (minInSyncReplicas)
+        return None
 
     async def wait_for_slave(self, next_offset: int) -> bool:
         if not self.required:

@@ -46,6 +46,7 @@ from tidemq.ha.codec import (
 from tidemq.ha.config import HAConfig
 from tidemq.ha.master import TransferRate
 from tidemq.ha.transport import ChunkReceiver, Connect, connect_tcp
+from tidemq.store.dispatch_faults import REPORT_INTERVAL, is_disk
 from tidemq.store.errors import OffsetMismatchError
 from tidemq.store.lifecycle import BackgroundTask, Service, Step
 from tidemq.store.message_store import MessageStore
@@ -126,6 +127,9 @@ class HAClient(Service):
         self.fixed_address = bool(config.ha_master_address)
         self.state = ClientState.READY
         self.last_mismatch: MismatchError | None = None
+        # The disk refusing replicated bytes, reported once per REPORT_INTERVAL with a count.
+        self._disk_refusals = 0
+        self._disk_refusal_reported = float("-inf")
         self.last_read = 0.0
         self.last_write = 0.0
         self.reported_offset = -1
@@ -185,7 +189,7 @@ class HAClient(Service):
             except MismatchError as exc:
                 pause = self._on_mismatch(exc)
             except (OSError, TimeoutError, HAProtocolError, EOFError) as exc:
-                log.warning("HA: connection to master %s ended: %s", self.master_address, exc)
+                self._log_ended(exc)
                 if self.state is not ClientState.SHUTDOWN:
                     self.state = ClientState.READY
             except Exception:
@@ -196,6 +200,24 @@ class HAClient(Service):
             self._address_changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._address_changed.wait(), pause)
+
+    def _log_ended(self, exc: BaseException) -> None:
+        if not is_disk(exc):
+            log.warning("HA: connection to master %s ended: %s", self.master_address, exc)
+            return
+        # The disk refuses the replicated bytes: it lasts, and every reconnect meets it again.
+        self.store.commitlog.disk_refused_at = now = time.monotonic()
+        self._disk_refusals += 1
+        if now - self._disk_refusal_reported >= REPORT_INTERVAL:
+            self._disk_refusal_reported = now
+            log.error(
+                "HA: the disk refuses the data of master %s (%d times since the last report): "
+                "%s; reconnecting",
+                self.master_address,
+                self._disk_refusals,
+                exc,
+            )
+            self._disk_refusals = 0
 
     def _on_mismatch(self, exc: MismatchError) -> float:
         self.last_mismatch = exc

@@ -139,6 +139,10 @@ class CommitLog:
         self.gathering = False
         self._gathered_in: Segment | None = None
         self._no_space_logged = -NO_SPACE_LOG_INTERVAL  # when a refusal for space was logged
+        # time.monotonic() of the last write the disk refused (no space here; a slave's append
+        # of replicated bytes, ha/slave.py): the broker's health says "disk refused" for a while
+        # after it (broker/health.py); -inf when none was.
+        self.disk_refused_at = float("-inf")
 
     # --- appends ----------------------------------------------------------------------------
 
@@ -270,7 +274,7 @@ class CommitLog:
             # is refused before any of it is written. The file before ends with its blank.
             if exc.errno not in _NO_SPACE:
                 raise
-            now = time.monotonic()
+            now = self.disk_refused_at = time.monotonic()
             if now - self._no_space_logged >= NO_SPACE_LOG_INTERVAL:  # not once per message
                 self._no_space_logged = now
                 log.error("CommitLog: cannot create the next file, writes refused: %s", exc)

@@ -18,6 +18,12 @@ the batch's), and when dispatch reaches its first byte it writes the batch's Con
 from that, looking only at each record's TAGS in place. Whatever the hint cannot cover (the index
 built in this process, a queue that does not follow on, a hint that does not match the bytes)
 goes through the scan, so the result is the same either way.
+
+A record that cannot be put in its ConsumeQueue (or the index) raises `DispatchFailure` from
+where it is written; store/dispatch_faults.py decides whether it is retried or its queue is
+quarantined (skipped from then on), so that one record cannot hold back every record after it.
+The checks for a quarantined queue sit where a queue is looked up (once per queue and chunk on
+the fast path), and the `try` blocks cost nothing until something raises.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +41,7 @@ from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import CommitLog
 from tidemq.store.consume_queue import ConsumeQueue, pack_unit
 from tidemq.store.delay import SCHEDULE_TOPIC
+from tidemq.store.dispatch_faults import REPORT_INTERVAL, DispatchFailure, DispatchFaults
 from tidemq.store.fast_scan import SLOW_FLAGS, KeyGatherer, find_value, scan_fast
 from tidemq.store.lifecycle import BackgroundTask, Service
 from tidemq.store.record import (
@@ -97,6 +105,9 @@ DEFERRED_TURNS_MAX = 3
 # Appended batches remembered for dispatch; when dispatch falls further behind, the oldest are
 # forgotten and their records are scanned.
 APPENDED_BATCHES_MAX = 4096
+# The key of the in-process index among the quarantined "queues" (a name no topic can have).
+INDEX_KEY = ("(index)", -1)
+_PHY = struct.Struct(">q")  # a ConsumeQueue unit's first field
 # TOTALSIZE, QUEUEOFFSET, PHYSICALOFFSET (which follows it)
 _RECORD_CHECK = struct.Struct(f">i{OFFSET_QUEUE_OFFSET - 4}xqq")
 
@@ -167,9 +178,17 @@ class ReputService(Service):
         self.reput_from_offset = 0
         self.listeners: list[ArrivalListener] = []
         self.stalled_at = -1  # offset of a malformed record that stopped dispatch
+        self._stall_reported = float("-inf")  # time.monotonic() it was last logged
         # The last dispatch attempt failed (e.g. no space for a new ConsumeQueue file): it is
-        # retried every second; a stop does not wait for it (recovery redoes it at start).
+        # retried every second, or its queue quarantined (`faults`); a stop does not wait for
+        # it (recovery redoes it at start).
         self.failing = False
+        self.faults = DispatchFaults()
+        # Called when a queue has just been quarantined (the store keeps the list in a file).
+        self.on_quarantine: Callable[[], None] | None = None
+        # Quarantined (topic, queue id) -> entry: the same dict as `faults.quarantined`, looked
+        # up where a queue is (empty, and so false, on a healthy store).
+        self._quarantine = self.faults.quarantined
         # Bytes dispatched per event-loop turn. A slave takes smaller steps (ha/slave.py), so
         # that a catch-up's receive path gets the loop often and dispatch follows behind it.
         self.chunk_bytes = CHUNK_BYTES
@@ -183,7 +202,10 @@ class ReputService(Service):
         self.add_child(BackgroundTask(self._run, "reput"))
 
     def index_in_process(self) -> IndexService | None:
-        """The index to build here: none when it is off or the index worker builds it."""
+        """The index to build here: none when it is off, the index worker builds it, or it is
+        quarantined (it failed for a cause retrying does not get past)."""
+        if self._quarantine and INDEX_KEY in self._quarantine:
+            return None
         return self.index.in_process()
 
     def note_appended(
@@ -247,13 +269,49 @@ class ReputService(Service):
                     if dispatched == 0:
                         break
                     await asyncio.sleep(0)
+                if self.failing:
+                    self.faults.succeeded()
                 self.failing = False
-            except Exception:
-                if not self.failing:  # one traceback, not one a second
-                    log.exception("dispatch failed at physical offset %d", self.reput_from_offset)
+            except Exception as exc:  # noqa: BLE001 - logged with its traceback by `faults`
+                failure = self._as_failure(exc)
                 self.failing = True
-                await asyncio.sleep(1)
+                if self.faults.failed(failure, time.monotonic()):
+                    self.failing = False  # its queue is quarantined: go on at once
+                    self._quarantined()
+                else:
+                    await asyncio.sleep(1)
                 self._wakeup.set()
+
+    def _as_failure(self, exc: Exception) -> DispatchFailure:
+        """`exc` as a DispatchFailure; one not tied to a queue cannot be quarantined."""
+        if isinstance(exc, DispatchFailure):
+            return exc
+        failure = DispatchFailure("", -1, self.reput_from_offset, skippable=False)
+        failure.__cause__ = exc
+        return failure
+
+    def _quarantined(self) -> None:
+        if self.on_quarantine is not None:
+            self.on_quarantine()
+
+    def dispatch_all(self) -> None:
+        """Dispatch everything readable now, at once (recovery at load, a slave's cut).
+
+        A record failing for a cause bound to it is retried back to back until its queue is
+        quarantined, as the running service would after as many attempts a second apart; a
+        failure of the disk or one not tied to a queue is raised (the store cannot start).
+        """
+        while True:
+            try:
+                self.dispatch_available(1 << 62)
+            except Exception as exc:
+                failure = self._as_failure(exc)
+                if not failure.skippable or failure.environment:
+                    raise
+                if self.faults.failed(failure, time.monotonic()):
+                    self._quarantined()
+            else:
+                return
 
     async def wait_idle(self) -> None:
         """Until dispatch has caught up with the CommitLog (or stopped at a malformed record,
@@ -307,6 +365,8 @@ class ReputService(Service):
 
     def _dispatch_appended(self, segment: Segment, batch: AppendedBatch) -> bool:
         """Dispatch `batch`'s records from its layout; False when the scan must do it."""
+        if self._quarantine and (batch.topic, batch.queue_id) in self._quarantine:
+            return False  # the scan skips its records one by one, counting them
         queue = self.queues(batch.topic, batch.queue_id)
         if batch.end <= queue.max_physical_offset:
             return True  # built already
@@ -335,9 +395,13 @@ class ReputService(Service):
             tags_code_for(find_value(mm, _TAGS_NEEDLE, at + p, at + o + size))
             for p, o, size in zip(batch.properties_at, offsets, sizes, strict=True)
         ]
-        queue.put_units(
-            b"".join(map(pack_unit, [batch.start + o for o in offsets], sizes, codes)), batch.end
-        )
+        try:
+            queue.put_units(
+                b"".join(map(pack_unit, [batch.start + o for o in offsets], sizes, codes)),
+                batch.end,
+            )
+        except Exception as exc:
+            raise DispatchFailure(batch.topic, batch.queue_id, batch.start) from exc
         next_offset = batch.first_queue_offset + count
         for code in set(codes):
             for listener in self.listeners:
@@ -420,7 +484,13 @@ class ReputService(Service):
         if (topic_raw, queue_id) in runs:
             self._write_runs(runs)
         topic = self._topic_names.get(topic_raw) or self._name(topic_raw)
-        queue = self.queues(topic, queue_id)
+        if self._quarantine and (topic, queue_id) in self._quarantine:
+            self.faults.skipped((topic, queue_id), phy, queue_offset, time.monotonic())
+            return
+        try:
+            queue = self.queues(topic, queue_id)
+        except Exception as exc:
+            raise DispatchFailure(topic, queue_id, phy) from exc
         if phy + size <= queue.max_physical_offset:
             return  # built already: re-dispatch after recovery
         if queue.can_append_at(queue_offset):
@@ -433,7 +503,10 @@ class ReputService(Service):
                 store_ts,
             )
             return
-        queue.put(phy, size, tags_code, queue_offset)
+        try:
+            queue.put(phy, size, tags_code, queue_offset)
+        except Exception as exc:
+            raise DispatchFailure(topic, queue_id, phy) from exc
         for listener in self.listeners:
             listener(topic, queue_id, queue_offset + 1, tags_code, store_ts)
 
@@ -442,15 +515,28 @@ class ReputService(Service):
         return name
 
     def _write_runs(self, runs: dict[tuple[bytes, int], _QueueRun]) -> None:
-        """Write gathered ConsumeQueue units, then tell the listeners (readers look at once)."""
-        for run in runs.values():
-            run.queue.put_units(b"".join(run.units), run.end_phy)
-        for run in runs.values():
-            queue = run.queue
-            for tags_code in run.tags_codes:
-                for listener in self.listeners:
-                    listener(queue.topic, queue.queue_id, run.next_offset, tags_code, run.last_ts)
-        runs.clear()
+        """Write gathered ConsumeQueue units, then tell the listeners (readers look at once).
+
+        A run is taken out of `runs` once written, so that when a later one fails, the caller's
+        second try (its `finally`) does not write the first again."""
+        written: list[_QueueRun] = []
+        try:
+            for key, run in list(runs.items()):
+                try:
+                    run.queue.put_units(b"".join(run.units), run.end_phy)
+                except Exception as exc:
+                    (phy,) = _PHY.unpack_from(run.units[0])  # the run's first record
+                    raise DispatchFailure(run.queue.topic, run.queue.queue_id, phy) from exc
+                del runs[key]
+                written.append(run)
+        finally:
+            for run in written:
+                queue = run.queue
+                for tags_code in run.tags_codes:
+                    for listener in self.listeners:
+                        listener(
+                            queue.topic, queue.queue_id, run.next_offset, tags_code, run.last_ts
+                        )
 
     def _write_gathered(
         self,
@@ -462,8 +548,12 @@ class ReputService(Service):
         if runs:
             self._write_runs(runs)
         if entries and index is not None:
-            index.put_hashed(entries)
-            entries.clear()
+            try:
+                index.put_hashed(entries)
+            except Exception as exc:
+                raise DispatchFailure(*INDEX_KEY, entries[0][1]) from exc
+            finally:
+                entries.clear()
         if last_ts >= 0:
             self.checkpoint.logics_msg_timestamp = last_ts
 
@@ -486,8 +576,16 @@ class ReputService(Service):
                 return 0, True
             if magic == MAGIC_V1 and total > 0 and pos + total > end:
                 return 0, False  # the rest of this record has not arrived yet
+            now = time.monotonic()
+            if self.stalled_at != base + pos or now - self._stall_reported >= REPORT_INTERVAL:
+                # Every append wakes dispatch up to it again: once per REPORT_INTERVAL.
+                self._stall_reported = now
+                log.error(
+                    "malformed record at physical offset %d: dispatch stops there (nothing "
+                    "after it is readable until an operator repairs the CommitLog)",
+                    base + pos,
+                )
             self.stalled_at = base + pos
-            log.error("malformed record at physical offset %d: dispatch stops", base + pos)
             return 0, False
         self._dispatch_record(info, self.delay_levels, self.index_in_process())
         return info.size, False
@@ -496,13 +594,23 @@ class ReputService(Service):
         self, info: DispatchInfo, levels: list[int], index: IndexService | None
     ) -> None:
         tran = info.sys_flag & TRANSACTION_MASK
-        if tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
-            queue = self.queues(info.topic, info.queue_id)
-            # A unit the queue holds already (dispatch restarted below its end at recovery) is
-            # neither written nor announced again.
-            if info.physical_offset + info.size > queue.max_physical_offset:
-                tags_code = tags_code_of(info, levels)
-                queue.put(info.physical_offset, info.size, tags_code, info.queue_offset)
+        if tran in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            pass
+        elif self._quarantine and (info.topic, info.queue_id) in self._quarantine:
+            key = (info.topic, info.queue_id)
+            self.faults.skipped(key, info.physical_offset, info.queue_offset, time.monotonic())
+        else:
+            try:
+                queue = self.queues(info.topic, info.queue_id)
+                # A unit the queue holds already (dispatch restarted below its end at recovery)
+                # is neither written nor announced again.
+                written = info.physical_offset + info.size > queue.max_physical_offset
+                if written:
+                    tags_code = tags_code_of(info, levels)
+                    queue.put(info.physical_offset, info.size, tags_code, info.queue_offset)
+            except Exception as exc:
+                raise DispatchFailure(info.topic, info.queue_id, info.physical_offset) from exc
+            if written:
                 for listener in self.listeners:
                     listener(
                         info.topic,
@@ -515,12 +623,15 @@ class ReputService(Service):
             keys = find_property(info.properties, _KEYS)
             uniq = find_property(info.properties, _UNIQ)
             if keys or uniq:
-                index.build_index(
-                    info.topic,
-                    keys.decode("utf-8", "replace") if keys else None,
-                    uniq.decode("utf-8", "replace") if uniq else None,
-                    info.physical_offset,
-                    info.store_timestamp,
-                    info.sys_flag,
-                )
+                try:
+                    index.build_index(
+                        info.topic,
+                        keys.decode("utf-8", "replace") if keys else None,
+                        uniq.decode("utf-8", "replace") if uniq else None,
+                        info.physical_offset,
+                        info.store_timestamp,
+                        info.sys_flag,
+                    )
+                except Exception as exc:
+                    raise DispatchFailure(*INDEX_KEY, info.physical_offset) from exc
         self.checkpoint.logics_msg_timestamp = info.store_timestamp

@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 LOCK_SUFFIX = ".lock"  # the lock file is `index.lock` beside the index folder
 LOCK_WAIT = 10.0  # seconds load waits for an exiting child
 RESTART_DELAY = 1.0  # seconds before a child that died is replaced
+EXIT_REPORT_INTERVAL = 30.0  # seconds between two ERROR lines about a child dying in a loop
+EXIT_LOOP = 3  # children dying in a row at one offset that the broker's health reports
 ADVANCE_BYTES = 1024 * 1024  # dispatched bytes that make an "upto" go at once
 ADVANCE_DELAY = 0.01  # seconds a smaller advance waits
 STOP_TIMEOUT = 30.0  # seconds a stopping child gets to finish before it is killed
@@ -301,6 +303,11 @@ class IndexWorker:
         self._restart: asyncio.TimerHandle | None = None
         self._timer: asyncio.TimerHandle | None = None  # a delayed "upto"
         self._replies = b""  # the start of an answer line not yet whole
+        # Children that died in a row without indexing anything (one that keeps dying on the
+        # same record is a loop the health reports), and when that was last logged.
+        self.exits_in_a_row = 0
+        self._exited_at = -1
+        self._exit_reported = float("-inf")
 
     @property
     def running(self) -> bool:
@@ -309,6 +316,16 @@ class IndexWorker:
     @property
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
+
+    @property
+    def exit_loop(self) -> str | None:
+        """Why the index falls behind, while children keep dying at the same offset."""
+        if self.exits_in_a_row < EXIT_LOOP or self._exited_at != self.indexed:
+            return None
+        return (
+            f"the index worker exited {self.exits_in_a_row} times in a row at offset "
+            f"{self.indexed}: key and id queries miss the messages after it"
+        )
 
     def start(self, lock: int | None = None) -> None:
         """Start the child and hand it the index writer lock (module docstring).
@@ -548,13 +565,21 @@ class IndexWorker:
         self._flush_waiters = []
         if self._stopping:
             return
-        log.error(
-            "index worker pid %d exited with %s: restarting at offset %d in %.0f s",
-            process.pid,
-            process.returncode,
-            self.indexed,
-            RESTART_DELAY,
-        )
+        self.exits_in_a_row = self.exits_in_a_row + 1 if self._exited_at == self.indexed else 1
+        self._exited_at = self.indexed
+        now = time.monotonic()
+        if self.exits_in_a_row == 1 or now - self._exit_reported >= EXIT_REPORT_INTERVAL:
+            # Not one line a second when every child dies on the same record.
+            self._exit_reported = now
+            log.error(
+                "index worker pid %d exited with %s: restarting at offset %d in %.0f s "
+                "(%d exits in a row there)",
+                process.pid,
+                process.returncode,
+                self.indexed,
+                RESTART_DELAY,
+                self.exits_in_a_row,
+            )
         self._process = None
         assert self._loop is not None
         self._restart = self._loop.call_later(RESTART_DELAY, self._restart_now)

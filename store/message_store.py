@@ -40,7 +40,8 @@ from tidemq.store.consume_queue import ConsumeQueue
 from tidemq.store.delay import DELAY_MARKER as _DELAY_MARKER
 from tidemq.store.delay import park_delayed, parse_delay_levels
 from tidemq.store.dispatch import ArrivalListener, ReputService
-from tidemq.store.files import path_inside
+from tidemq.store.dispatch_faults import QUARANTINE_FILE
+from tidemq.store.files import path_inside, write_file_safely
 from tidemq.store.flushing import StoreFlusher
 from tidemq.store.get_message import GetMessageResult, RecordFilter, TransferLimits, get_message
 from tidemq.store.index import IndexService
@@ -155,6 +156,7 @@ class MessageStore(Service):
             self.index_keeper,
             self.delay_levels,
         )
+        self.reput.on_quarantine = self._write_quarantine
         self.limits = TransferLimits(
             config.max_transfer_bytes_on_message_in_memory,
             config.max_transfer_count_on_message_in_memory,
@@ -271,8 +273,56 @@ class MessageStore(Service):
             plan, self.commitlog, self.consume_queues, self.index, self.root
         )
         self.reput.reput_from_offset = self.redispatch_from
-        self.reput.dispatch_available(1 << 62)
+        self._read_quarantine()
+        self.reput.dispatch_all()
         rebuild_queue_offsets(self.commitlog, self.consume_queues)
+        self._continue_quarantined_queues()
+
+    # --- queues dispatch cannot write (store/dispatch_faults.py) ------------------------------
+
+    def _read_quarantine(self) -> None:
+        path = self.root / QUARANTINE_FILE
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
+        try:
+            self.reput.faults.restore(data)
+        except ValueError as exc:
+            # Not worth refusing to start for: dispatch quarantines again what it cannot write.
+            aside = path.with_name(path.name + ".unreadable")
+            log.error("%s: %s; moved to %s, dispatch starts without it", path, exc, aside.name)
+            path.replace(aside)
+            return
+        faults = self.reput.faults
+        log.warning(
+            "dispatch quarantine (%s): %d queues skipped: %s",
+            path,
+            len(faults.quarantined),
+            faults.listing(),
+        )
+
+    def _write_quarantine(self) -> None:
+        """Keep the quarantine in QUARANTINE_FILE (none: no file); a disk that refuses it is
+        logged, the quarantine holds in memory and the next write tries again."""
+        path = self.root / QUARANTINE_FILE
+        try:
+            if self.reput.faults.quarantined:
+                write_file_safely(path, self.reput.faults.encode(), keep_backup=False)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("the dispatch quarantine could not be written to %s: %s", path, exc)
+
+    def _continue_quarantined_queues(self) -> None:
+        """A quarantined queue has no ConsumeQueue to take its next queue offset from: it goes
+        on from the highest one dispatch skipped, so offsets are not handed out twice."""
+        table = self.commitlog.topic_queue_table
+        for (topic, queue_id), entry in self.reput.faults.quarantined.items():
+            if queue_id < 0:
+                continue  # the in-process index (dispatch.INDEX_KEY), not a queue
+            key = f"{topic}-{queue_id}"
+            table[key] = max(table.get(key, 0), entry.next_queue_offset)
 
     def _load_consume_queues(self) -> None:
         cq_root = self.root / "consumequeue"
@@ -341,11 +391,15 @@ class MessageStore(Service):
         """
         if not self.running:
             await self.stop_index_worker()  # a loaded store can run one unstarted (benchmarks)
+            if self.reput.faults.quarantined:  # what recovery's dispatch skipped
+                self._write_quarantine()
             self.close_files()
             self._lock.release()
             return
         await super().stop()
         await asyncio.to_thread(self.checkpoint.flush)
+        if self.reput.faults.quarantined:  # the records skipped since it was last written
+            self._write_quarantine()
         if self.reput.behind_bytes == 0:
             (self.root / "abort").unlink(missing_ok=True)
         else:
@@ -694,7 +748,7 @@ class MessageStore(Service):
         received, move an incomplete record at the end (the old master's last frame may have
         cut one) into a `.diverged` file, and take up each queue's next offset. Returns where
         the log ends: the next epoch's start."""
-        self.reput.dispatch_available(1 << 62)
+        self.reput.dispatch_all()
         end = self.reput.reput_from_offset
         if end < self.max_phy_offset and self.reput.stalled_at < 0:
             log.warning(
@@ -706,6 +760,7 @@ class MessageStore(Service):
         # A slave's appends are raw bytes: the next queue offset of each queue comes from its
         # ConsumeQueues, as after a restart.
         rebuild_queue_offsets(self.commitlog, self.consume_queues)
+        self._continue_quarantined_queues()
         self.reput.wakeup()  # the index follows what dispatch did here
         return self.max_phy_offset
 
@@ -733,6 +788,13 @@ class MessageStore(Service):
         )
 
     def delete_topics(self, topics: set[str]) -> None:
+        quarantined = self.reput.faults.quarantined
+        lifted = [key for key in quarantined if key[0] in topics]
+        for key in lifted:  # a deleted topic's queues start afresh if it is created again
+            del quarantined[key]
+            self.commitlog.topic_queue_table.pop(f"{key[0]}-{key[1]}", None)
+        if lifted:
+            self._write_quarantine()
         for key in [k for k in self.consume_queues if k[0] in topics]:
             queue = self.consume_queues.pop(key)
             queue.destroy()

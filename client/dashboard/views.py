@@ -85,8 +85,8 @@ async def _runtime(admin: AdminClient, address: str) -> dict[str, str] | str:
 
 
 async def cluster_view(admin: AdminClient) -> dict[str, Any]:
-    """Every broker with its role, version, TPS, disk use and (slaves) HA lag in bytes; every
-    master's HA connections."""
+    """Every broker with its role, version, TPS, disk use, health (a stalled dispatch, a refused
+    disk, ...) and (slaves) HA lag in bytes; every master's HA connections."""
     brokers = await admin.brokers()
     infos = await asyncio.gather(*(_runtime(admin, b.address) for b in brokers))
     by_address = dict(zip((b.address for b in brokers), infos, strict=True))
@@ -156,6 +156,12 @@ def _broker_row(
         "commitLogMaxOffset": int(info.get("commitLogMaxOffset", 0) or 0),
         "haLagBytes": ha_lag,
         "runtime": info.get("runtime", ""),
+        # Issue 30 item 3: "serving", or "failing: <reasons>" (the broker's GET /health), and
+        # what it serves without (quarantined queues, undeliverable delayed messages); empty
+        # from a broker that does not report them.
+        "health": info.get("brokerHealth", ""),
+        "healthNotes": info.get("brokerHealthNotes", ""),
+        "dispatchBehindBytes": int(info.get("dispatchBehindBytes", 0) or 0),
     }
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,9 +35,10 @@ from tests.support.ha_harness import (
     queue_bodies,
 )
 from tests.support.messages import message
-from tests.support.processes import Daemon, ProcessGroup
+from tests.support.processes import Daemon, ProcessGroup, free_port
 from tests.support.small_fs import NEEDS_ROOT, can_mount, fill, small_filesystem
 from tests.support.wire import pull_header, send_header
+from tidemq.broker.health import check_health
 from tidemq.client.api import BrokerAPI, PullStatus
 from tidemq.client.errors import ServiceNotAvailableError
 from tidemq.store.commitlog import PutStatus
@@ -52,6 +55,15 @@ def disk(tmp_path: Path) -> Iterator[Path]:
     """A 3 MiB tmpfs; requested before `ha`, so it is unmounted after the stores stopped."""
     with small_filesystem(tmp_path / "disk", 3 * MiB) as path:
         yield path
+
+
+def health(port: int) -> tuple[int, str]:
+    """GET /health on a broker's metrics port: (status, body)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
 
 
 async def put_until_refused(
@@ -118,6 +130,8 @@ async def test_a_disk_full_before_the_ratio_refuses_the_append_whole(
     again = await store.put_message(message(count, topic=TOPIC, size=SIZE))
     assert again.status is PutStatus.CREATE_MAPEDFILE_FAILED
     assert store.max_phy_offset == end  # nothing of either refused record was written
+    # Issue 30 item 3: the broker's health says so (GET /health answers 503).
+    assert any("disk refused" in p for p in check_health(store).problems)
     # Reads go on: what dispatch put in the queues is served (a full disk may keep it from
     # making the next ConsumeQueue file; it retries, and catches up once there is room).
     await eventually(lambda: store.reput.behind_bytes == 0 or store.reput.failing, "dispatch")
@@ -156,6 +170,10 @@ async def test_a_slave_whose_disk_fills_catches_up_once_space_is_freed(
         "the slave to run out of space",
     )
     assert slave.max_phy_offset < master.max_phy_offset
+    # Issue 30 item 3: an ERROR line (not one per reconnect) and the slave's health say so.
+    refusals = [r for r in caplog.records if "the disk refuses the data" in r.getMessage()]
+    assert refusals and all(r.levelno == logging.ERROR for r in refusals)
+    assert any("disk refused" in p for p in check_health(slave).problems)
     assert commitlog_bytes(slave, 0, slave.max_phy_offset) == commitlog_bytes(
         master, 0, slave.max_phy_offset
     )
@@ -163,6 +181,9 @@ async def test_a_slave_whose_disk_fills_catches_up_once_space_is_freed(
     filler.unlink()
     await eventually(caught_up(master, slave), "the slave to catch up", timeout=20)
     assert client.connects >= 2
+    # One ERROR line per REPORT_INTERVAL (30 s, longer than this test), not one per reconnect.
+    refusals = [r for r in caplog.records if "the disk refuses the data" in r.getMessage()]
+    assert len(refusals) == 1, [r.getMessage() for r in refusals]
     assert commitlog_bytes(slave, 0, slave.max_phy_offset) == commitlog_bytes(
         master, 0, master.max_phy_offset
     )
@@ -175,10 +196,12 @@ async def test_a_broker_answers_service_not_available_when_full_and_sends_again_
 ) -> None:
     """The same through a real brokerd: SERVICE_NOT_AVAILABLE, a retriable error in our client,
     pulls answered meanwhile, sends accepted again once the filler is deleted."""
+    metrics_port = free_port()
     with small_filesystem(tmp_path / "broker-disk", 12 * MiB) as disk:
         broker = processes.brokerd(
             namesrv.address,
             disk / "store",
+            f"metricsPort={metrics_port}",
             "mappedFileSizeCommitLog=1048576",
             "maxMessageSize=65536",
             "diskSpaceWarningLevelRatio=0.7",
@@ -201,6 +224,9 @@ async def test_a_broker_answers_service_not_available_when_full_and_sends_again_
         assert refusal.retriable
         assert "the disk is full" in str(refusal)
         assert sent > 500
+        # Issue 30 item 3: what a probe of the metrics port sees meanwhile.
+        status, answer = health(metrics_port)
+        assert status == 503 and "disk refused" in answer, answer
 
         pulled = await api.pull(broker.address, pull_header("DiskFull", 0, sent - 1))
         assert pulled.status is PullStatus.FOUND
@@ -216,6 +242,7 @@ async def test_a_broker_answers_service_not_available_when_full_and_sends_again_
             return True
 
         await eventually(accepted, "the broker to accept sends again")
+        assert health(metrics_port) == (200, "serving\n")
         pulled = await api.pull(broker.address, pull_header("DiskFull", 0, sent))
         assert pulled.status is PullStatus.FOUND
         assert pulled.messages[0].queue_offset == sent

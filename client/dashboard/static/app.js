@@ -90,6 +90,15 @@ async function clusterPage(main) {
   const data = await api("GET", "/api/cluster");
   const role = (b) => b.error ? el("span", { class: "tag bad" }, "unreachable")
     : el("span", { class: `tag ${b.brokerId === 0 ? "master" : "slave"}` }, b.role);
+  // The broker's own verdict (its GET /health): a red marker with the reasons when it is not
+  // serving (dispatch stuck, disk refused, no slave in sync), amber when it serves without
+  // something (quarantined queues, undeliverable delayed messages).
+  const health = (b) => {
+    if (b.error || !b.health) return "";
+    if (b.health !== "serving") return el("span", { class: "tag bad stall", title: b.health }, b.health);
+    if (b.healthNotes) return el("span", { class: "tag warn", title: b.healthNotes }, `serving; ${b.healthNotes}`);
+    return el("span", { class: "tag" }, "serving");
+  };
   main.append(
     el("h1", {}, "Cluster"),
     el("p", { class: "muted" }, `Name server ${overview.namesrv}. TPS: the broker's 10-second average.`),
@@ -99,6 +108,7 @@ async function clusterPage(main) {
       ["ID", (b) => b.brokerId, "num"],
       ["Address", (b) => b.address],
       ["Role", role],
+      ["Health", health, "wrap"],
       ["Version", (b) => b.error ? b.error : `${b.version} (tidemq ${b.tidemqVersion})`],
       ["In TPS", (b) => b.error ? "" : b.inTps.toFixed(2), "num"],
       ["Out TPS", (b) => b.error ? "" : b.outTps.toFixed(2), "num"],
@@ -107,6 +117,7 @@ async function clusterPage(main) {
       ["Disk used", (b) => b.error ? "" : `${(b.diskRatio * 100).toFixed(1)} %`, "num"],
       ["Disk", (b) => b.diskCapacity || "", "wrap"],
       ["HA lag (bytes)", (b) => b.haLagBytes === null || b.haLagBytes === undefined ? "" : num(b.haLagBytes), "num"],
+      ["Dispatch behind (bytes)", (b) => b.error ? "" : num(b.dispatchBehindBytes || 0), "num"],
     ], data.brokers),
     el("h2", {}, "HA connections (master side)"),
     table("ha", [
