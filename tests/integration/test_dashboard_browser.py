@@ -223,10 +223,12 @@ def test_cluster_page_shows_master_slave_and_ha_lag(
     master, slave = by_id["0"], by_id["1"]
     assert master[3] == console.master.address and master[4] == "ASYNC_MASTER"
     assert slave[3] == console.slave.address and slave[4] == "SLAVE"
-    assert master[5].startswith("V4_9_4 (tidemq ")
-    assert int(master[8].replace(",", "")) >= 5  # put today
-    assert master[12] == "" and slave[12].replace(",", "").isdigit()  # HA lag: slaves only
-    assert master[10].endswith("%")
+    assert master[5] == "serving" and slave[5] == "serving"  # each broker's /health
+    assert master[6].startswith("V4_9_4 (tidemq ")
+    assert int(master[9].replace(",", "")) >= 5  # put today
+    assert master[13] == "" and slave[13].replace(",", "").isdigit()  # HA lag: slaves only
+    assert master[11].endswith("%")
+    assert master[14].replace(",", "").isdigit()  # dispatch behind
 
     def replicated() -> bool:  # the slave named as broker-a/1 once the master asked it
         open_page(chrome, console.url, "cluster", "cluster")

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.certs import Pki, make_pki
 from tests.support.conditions import eventually
-from tests.unit.test_remoting_connection import FakeTransport
+from tests.support.fake_transport import FakeTransport
 from tidemq.broker.config import RemotingConfig
 from tidemq.client.remoting.close_log import CloseLog
 from tidemq.client.remoting.command import RemotingCommand
