@@ -8,9 +8,15 @@ slave replicates, then prints a status line (messages in and out per second over
 since the previous line, each slave's HA lag by broker name and id) until SIGINT or SIGTERM.
 After the slaves it starts `tidemq-dashboard` over the name server, on `--dashboard-port`
 (8082; 0: none) at `--dashboard-bind` (127.0.0.1), and prints its address with "cluster ready";
-it is read-only unless TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account. It stops the
-dashboard, the slaves, the masters and the name server, in that order (SIGTERM, SIGKILL after
+it is read-only unless TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account (a topology whose
+ports speak TLS gets none: the dashboard has no TLS client options). It stops the dashboard,
+the slaves, the masters and the name server, in that order (SIGTERM, SIGKILL after
 `STOP_TIMEOUT`); a second signal kills them at once.
+
+The launcher's own checks (health, status line, `status -t TOPOLOGY`) are signed with the
+brokers' own account when they have aclEnable, and in TLS when the ports speak it
+(broker/cluster_access.py). `tidemq-cluster secure-init DIR` makes a secure topology's folder:
+certificates, plain_acl.yml and the files of deploy/secure (broker/secure_init.py).
 
 Before starting anything it checks every fixed port of every process (listenPort, a master's
 haListenPort, metricsPort, the dashboard's port; 0 means "any free port" and is not checked): a
@@ -29,7 +35,7 @@ single-member etcd first (Debian's `etcd`, data in `DIR/etcd`; missing, it says 
 it), fills in each broker's `controllerAddr`, and stops etcd last.
 
 TOPOLOGY is a folder, or the name of one under the repository's `deploy/` (single,
-2m-noslave, 2m-2s-async, 2m-2s-sync, local, controller). `--data DIR` holds the stores
+2m-noslave, 2m-2s-async, 2m-2s-sync, local, controller; secure is a template for secure-init). `--data DIR` holds the stores
 (`DIR/<file stem>`) and every process's log (`DIR/logs/<file stem>.log`, appended to; each
 start of a daemon writes a `----- tidemq-cluster: started <time>` line first, and the log tails
 the launcher quotes begin at the last one). `-o STEM:key=value` overrides a key for one process
@@ -293,8 +299,8 @@ def load_topology(
         args = [sys.executable, "-m", "tidemq.broker", "-c", str(file)]
         args += [f"{k}={v}" for k, v in fixed.items()] + extra
         brokers.append(Process(file.stem, args, props))
-    access = access_of(namesrv.props, [b.props for b in brokers])
     check_secure_files([namesrv, *brokers])
+    access = access_of(namesrv.props, [b.props for b in brokers])
     dashboard = None
     if dashboard_port > 0 and access.tls is None:
         dashboard = Process(
