@@ -35,7 +35,8 @@ single-member etcd first (Debian's `etcd`, data in `DIR/etcd`; missing, it says 
 it), fills in each broker's `controllerAddr`, and stops etcd last.
 
 TOPOLOGY is a folder, or the name of one under the repository's `deploy/` (single,
-2m-noslave, 2m-2s-async, 2m-2s-sync, local, controller; secure is a template for secure-init). `--data DIR` holds the stores
+2m-noslave, 2m-2s-async, 2m-2s-sync, local, controller; secure is a template for
+secure-init). `--data DIR` holds the stores
 (`DIR/<file stem>`) and every process's log (`DIR/logs/<file stem>.log`, appended to; each
 start of a daemon writes a `----- tidemq-cluster: started <time>` line first, and the log tails
 the launcher quotes begin at the last one). `-o STEM:key=value` overrides a key for one process
