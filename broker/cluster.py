@@ -8,10 +8,10 @@ slave replicates, then prints a status line (messages in and out per second over
 since the previous line, each slave's HA lag by broker name and id) until SIGINT or SIGTERM.
 After the slaves it starts `tidemq-dashboard` over the name server, on `--dashboard-port`
 (8082; 0: none) at `--dashboard-bind` (127.0.0.1), and prints its address with "cluster ready";
-it is read-only unless TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account (a topology whose
-ports speak TLS gets none: the dashboard has no TLS client options). It stops the dashboard,
-the slaves, the masters and the name server, in that order (SIGTERM, SIGKILL after
-`STOP_TIMEOUT`); a second signal kills them at once.
+it is read-only unless TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account (without them, in a
+topology with ACL it signs its reads with the brokers' account; it uses the checks' TLS, see
+below). It stops the dashboard, the slaves, the masters and the name server, in that order
+(SIGTERM, SIGKILL after `STOP_TIMEOUT`); a second signal kills them at once.
 
 The launcher's own checks (health, status line, `status -t TOPOLOGY`) are signed with the
 brokers' own account when they have aclEnable, and in TLS when the ports speak it
@@ -65,7 +65,7 @@ from typing import IO, Final
 
 import click
 
-from tidemq.broker.cluster_access import ClusterAccess, access_of
+from tidemq.broker.cluster_access import ClusterAccess, access_of, dashboard_access
 from tidemq.broker.config import DEFAULT_BROKER_PORT, DEFAULT_NAMESRV_PORT
 from tidemq.broker.port_owner import describe_holders, holders, pid_listens_on, port_is_free
 from tidemq.broker.secure_init import SecureInitError, secure_init
@@ -107,6 +107,8 @@ class Process:
     is_dashboard: bool = False
     is_etcd: bool = False
     process: asyncio.subprocess.Process | None = None
+    # Added to the launcher's environment (the dashboard's account: no secret on a command line).
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
     log_file: IO[bytes] | None = None
     # A death already reported (the status line says DOWN until it runs again).
     death_reported: bool = False
@@ -197,8 +199,6 @@ class Topology:
     dashboard: Process | None = None
     # How the launcher's own checks reach the daemons: signed, in TLS (broker/cluster_access.py).
     access: ClusterAccess = dataclasses.field(default_factory=ClusterAccess)
-    # Why no dashboard was started although one was asked for ("": none asked, or started).
-    dashboard_note: str = ""
 
     @property
     def namesrv_addr(self) -> str:
@@ -303,20 +303,16 @@ def load_topology(
     check_secure_files([namesrv, *brokers])
     access = access_of(namesrv.props, [b.props for b in brokers])
     dashboard = None
-    if dashboard_port > 0 and access.tls is None:
+    if dashboard_port > 0:
+        options, env = dashboard_access(access)
         dashboard = Process(
             "dashboard",
-            dashboard_command(namesrv_addr, dashboard_port, dashboard_bind),
+            dashboard_command(namesrv_addr, dashboard_port, dashboard_bind, *options),
             {"listenPort": str(dashboard_port), "bindAddress": dashboard_bind},
             is_dashboard=True,
+            env=env,
         )
-    note = ""
-    if dashboard_port > 0 and dashboard is None:
-        # tidemq-dashboard has no TLS client options: it could not reach a TLS name server.
-        note = "no dashboard: the name server and brokers speak TLS, which it does not"
-    return Topology(
-        folder, namesrv, brokers, etcd=etcd, dashboard=dashboard, access=access, dashboard_note=note
-    )
+    return Topology(folder, namesrv, brokers, etcd=etcd, dashboard=dashboard, access=access)
 
 
 def check_secure_files(processes: Sequence[Process]) -> None:
@@ -435,6 +431,7 @@ class Launcher:
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            env={**os.environ, **process.env} if process.env else None,
         )
         self.echo(f"started {process.name} (pid {process.process.pid}, port {process.port})")
 
@@ -706,8 +703,6 @@ async def run_cluster(
     except ClusterError as exc:
         click.echo(f"tidemq-cluster: {exc}", err=True)
         return 1
-    if topology.dashboard_note:
-        launcher.echo(topology.dashboard_note)
     for sig in signals:
         loop.add_signal_handler(sig, on_signal, sig)
     status = 0

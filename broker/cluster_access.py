@@ -12,6 +12,7 @@ when the topology asks for it, as its brokers' own calls are.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from tidemq.broker.acl_rules import AclFileError, load_rules
 from tidemq.broker.acl_watch import acl_paths, rocketmq_home
 from tidemq.broker.ha_auth import replication_account
 from tidemq.client.admin import AdminClient
+from tidemq.client.mqadmin.base import ACCESS_KEY_ENV, SECRET_KEY_ENV
 from tidemq.client.remoting.signing import SessionCredentials
 from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.store.errors import ConfigError
@@ -96,3 +98,29 @@ def own_credentials(broker: Props) -> SessionCredentials:
         shown = ", ".join(map(str, paths))
         raise AccessError(f"aclEnable: no admin account in {shown} to sign the checks with")
     return SessionCredentials(account.access_key, account.secret_key)
+
+
+def dashboard_access(
+    access: ClusterAccess, environ: Mapping[str, str] = os.environ
+) -> tuple[list[str], dict[str, str]]:
+    """(options, environment) of the dashboard the launcher starts: the TLS of the checks, and
+    with their credentials, unless `environ` names an account of the operator's own, the
+    brokers' account to sign its reads with, read-only (its console has no login, and this is
+    an admin account). The secret goes in the environment, not on a command line others see."""
+    options: list[str] = []
+    tls = access.tls
+    if tls is not None:
+        options.append("--tls")
+        for flag, value in (
+            ("--tls-trust", tls.trust_cert_path),
+            ("--tls-cert", tls.cert_path),
+            ("--tls-key", tls.key_path),
+        ):
+            if value:
+                options += [flag, value]
+    env: dict[str, str] = {}
+    credentials = access.credentials
+    if credentials is not None and not environ.get(ACCESS_KEY_ENV):
+        env = {ACCESS_KEY_ENV: credentials.access_key, SECRET_KEY_ENV: credentials.secret_key}
+        options.append("--read-only")
+    return options, env

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import ssl
 import struct
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +137,31 @@ async def test_the_launcher_checks_signed_and_in_tls(secure: Secure) -> None:
     rules = load_rules([secure.file("plain_acl.yml")])
     assert rules.global_white == ()  # nobody gets in unsigned, the brokers included
     assert [a.admin for a in rules.accounts.values()] == [True, False]
+
+
+def http(method: str, url: str, body: object = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+async def test_the_dashboard_reads_in_tls_signed_and_changes_nothing(secure: Secure) -> None:
+    """The launcher's dashboard reaches the TLS name server (client certificate required) and the
+    ACL brokers with the brokers' account, read-only, on loopback."""
+    base = f"http://127.0.0.1:{secure.cluster.dashboard_port}"
+    status, cluster = await asyncio.to_thread(http, "GET", f"{base}/api/cluster")
+    assert status == 200, cluster
+    assert "broker-a" in json.dumps(cluster)
+    status, refused = await asyncio.to_thread(
+        http, "POST", f"{base}/api/topics", {"topic": "MadeFromTheDashboard"}
+    )
+    assert status == 403, refused
 
 
 # --- the RocketMQ C++ client ------------------------------------------------------------------

@@ -115,7 +115,10 @@ def test_the_command_line(tmp_path: Path) -> None:
     assert again.exit_code == 1 and "--force" in again.output
 
 
-def test_the_launcher_signs_and_uses_tls_from_the_folder(tmp_path: Path) -> None:
+def test_the_launcher_signs_and_uses_tls_from_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TIDEMQ_ACCESS_KEY", raising=False)  # the operator's own account
     folder = tmp_path / "secure"
     secure_init(TEMPLATE, folder)
     topology = load_topology(folder, tmp_path / "data", dashboard_port=8082)
@@ -124,8 +127,13 @@ def test_the_launcher_signs_and_uses_tls_from_the_folder(tmp_path: Path) -> None
     assert access.tls is not None
     assert Path(access.tls.cert_path) == folder / "client.pem"
     assert Path(access.tls.trust_cert_path) == folder / "ca.pem"
-    # tidemq-dashboard speaks no TLS: not started, and the launcher says why.
-    assert topology.dashboard is None and "no dashboard" in topology.dashboard_note
+    # The dashboard: the same TLS, and the brokers' account in its environment, read-only.
+    dashboard = topology.dashboard
+    assert dashboard is not None
+    assert dashboard.args[dashboard.args.index("--tls-cert") + 1] == str(folder / "client.pem")
+    assert "--read-only" in dashboard.args
+    assert dashboard.env["TIDEMQ_ACCESS_KEY"] == "tidemq-brokers"
+    assert access.credentials.secret_key not in " ".join(dashboard.args)
 
 
 def test_the_bare_template_says_to_make_the_files_first(tmp_path: Path) -> None:
@@ -136,7 +144,8 @@ def test_the_bare_template_says_to_make_the_files_first(tmp_path: Path) -> None:
 def test_a_plain_topology_is_checked_plainly(tmp_path: Path) -> None:
     topology = load_topology(DEPLOY_DIR / "local", tmp_path / "data", dashboard_port=8082)
     assert topology.access.credentials is None and topology.access.tls is None
-    assert topology.dashboard is not None and topology.dashboard_note == ""
+    dashboard = topology.dashboard
+    assert dashboard is not None and dashboard.env == {} and "--tls" not in dashboard.args
 
 
 def test_a_template_without_process_files_is_refused(tmp_path: Path) -> None:
