@@ -37,6 +37,7 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigChanged, TopicConfigManager
 from tidemq.broker.metrics import BrokerCollector, MetricsServer, registry_for
 from tidemq.broker.name_gate import NameGate
+from tidemq.broker.own_account import OwnAccountSigner
 from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.consumer import ConsumerProcessor
 from tidemq.broker.processors.end_transaction import EndTransactionProcessor
@@ -176,7 +177,12 @@ class Broker(Service):
         client_tls = self.remoting.client_tls()
         # The broker's own connections (name servers, its master): TLS with tls.enable.
         self.client_tls = client_tls.context() if client_tls is not None else None
-        self.namesrv_client = RemotingClient(idle_timeout=0, tls=self.client_tls)
+        # With aclEnable its own requests are signed (broker/own_account.py).
+        acl_rules = self._acl_rules()
+        self.signer = OwnAccountSigner(acl_rules) if acl_rules is not None else None
+        self.namesrv_client = RemotingClient(
+            idle_timeout=0, tls=self.client_tls, signer=self.signer
+        )
         self.registration: NameServerRegistration | None = None
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
@@ -192,7 +198,9 @@ class Broker(Service):
         if store_config.broker_role is BrokerRole.SLAVE:
             self.ha_client, self.slave_sync = self._slave_parts()
         else:
-            self.offset_reconciler = OffsetReconciler(self.state, self.offsets, self.client_tls)
+            self.offset_reconciler = OffsetReconciler(
+                self.state, self.offsets, self.client_tls, self.signer
+            )
         self.controller: GroupController | None = None
         if self.controller_config.enable_controller_mode:
             self.controller = GroupController(
@@ -231,6 +239,7 @@ class Broker(Service):
             self.delay_offsets,
             self.ha_config.slave_synchronize_interval,
             tls=self.client_tls,
+            signer=self.signer,
         )
         return ha_client, slave_sync
 
@@ -598,7 +607,7 @@ class Broker(Service):
         all_ack = self.controller is not None and self.controller_config.all_ack_in_sync_state_set
         # Who may replicate (broker/ha_guard.py): stopped after the HA port that asks it.
         members = self.ha_members = GroupMembers(
-            self.state, self.ha_config.ha_admission_timeout, self.client_tls
+            self.state, self.ha_config.ha_admission_timeout, self.client_tls, self.signer
         )
         await self.start_child(Step(stop=members.stop))
         if not self.config.name_servers and not self.ha_config.allowed_slave_networks:
@@ -637,7 +646,10 @@ class Broker(Service):
             reconciler = self.offset_reconciler
             ha_service.slave_listeners.append(lambda _address: reconciler.request())
         names = self.slave_names = SlaveNames(
-            self.state, lambda: [c.address for c in ha_service.connections], self.client_tls
+            self.state,
+            lambda: [c.address for c in ha_service.connections],
+            self.client_tls,
+            self.signer,
         )
         await self.start_child(Step(stop=names.stop))
         ha_service.slave_listeners.append(lambda _address: names.request())

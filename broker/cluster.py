@@ -8,9 +8,15 @@ slave replicates, then prints a status line (messages in and out per second over
 since the previous line, each slave's HA lag by broker name and id) until SIGINT or SIGTERM.
 After the slaves it starts `tidemq-dashboard` over the name server, on `--dashboard-port`
 (8082; 0: none) at `--dashboard-bind` (127.0.0.1), and prints its address with "cluster ready";
-it is read-only unless TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account. It stops the
-dashboard, the slaves, the masters and the name server, in that order (SIGTERM, SIGKILL after
-`STOP_TIMEOUT`); a second signal kills them at once.
+it is read-only unless TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account (without them, in a
+topology with ACL it signs its reads with the brokers' account; it uses the checks' TLS, see
+below). It stops the dashboard, the slaves, the masters and the name server, in that order
+(SIGTERM, SIGKILL after `STOP_TIMEOUT`); a second signal kills them at once.
+
+The launcher's own checks (health, status line, `status -t TOPOLOGY`) are signed with the
+brokers' own account when they have aclEnable, and in TLS when the ports speak it
+(broker/cluster_access.py). `tidemq-cluster secure-init DIR` makes a secure topology's folder:
+certificates, plain_acl.yml and the files of deploy/secure (broker/secure_init.py).
 
 Before starting anything it checks every fixed port of every process (listenPort, a master's
 haListenPort, metricsPort, the dashboard's port; 0 means "any free port" and is not checked): a
@@ -29,7 +35,8 @@ single-member etcd first (Debian's `etcd`, data in `DIR/etcd`; missing, it says 
 it), fills in each broker's `controllerAddr`, and stops etcd last.
 
 TOPOLOGY is a folder, or the name of one under the repository's `deploy/` (single,
-2m-noslave, 2m-2s-async, 2m-2s-sync, local, controller). `--data DIR` holds the stores
+2m-noslave, 2m-2s-async, 2m-2s-sync, local, controller; secure is a template for
+secure-init). `--data DIR` holds the stores
 (`DIR/<file stem>`) and every process's log (`DIR/logs/<file stem>.log`, appended to; each
 start of a daemon writes a `----- tidemq-cluster: started <time>` line first, and the log tails
 the launcher quotes begin at the last one). `-o STEM:key=value` overrides a key for one process
@@ -58,8 +65,10 @@ from typing import IO, Final
 
 import click
 
+from tidemq.broker.cluster_access import ClusterAccess, access_of, dashboard_access
 from tidemq.broker.config import DEFAULT_BROKER_PORT, DEFAULT_NAMESRV_PORT
 from tidemq.broker.port_owner import describe_holders, holders, pid_listens_on, port_is_free
+from tidemq.broker.secure_init import SecureInitError, secure_init
 from tidemq.client.admin import AdminClient, BrokerAddress
 from tidemq.client.dashboard.cli import DEFAULT_BIND as DASHBOARD_BIND
 from tidemq.client.dashboard.cli import DEFAULT_PORT as DASHBOARD_PORT
@@ -98,6 +107,8 @@ class Process:
     is_dashboard: bool = False
     is_etcd: bool = False
     process: asyncio.subprocess.Process | None = None
+    # Added to the launcher's environment (the dashboard's account: no secret on a command line).
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
     log_file: IO[bytes] | None = None
     # A death already reported (the status line says DOWN until it runs again).
     death_reported: bool = False
@@ -186,6 +197,8 @@ class Topology:
     etcd: Process | None = None
     # tidemq-dashboard over the name server, started last (None: not started).
     dashboard: Process | None = None
+    # How the launcher's own checks reach the daemons: signed, in TLS (broker/cluster_access.py).
+    access: ClusterAccess = dataclasses.field(default_factory=ClusterAccess)
 
     @property
     def namesrv_addr(self) -> str:
@@ -287,15 +300,33 @@ def load_topology(
         args = [sys.executable, "-m", "tidemq.broker", "-c", str(file)]
         args += [f"{k}={v}" for k, v in fixed.items()] + extra
         brokers.append(Process(file.stem, args, props))
+    check_secure_files([namesrv, *brokers])
+    access = access_of(namesrv.props, [b.props for b in brokers])
     dashboard = None
     if dashboard_port > 0:
+        options, env = dashboard_access(access)
         dashboard = Process(
             "dashboard",
-            dashboard_command(namesrv_addr, dashboard_port, dashboard_bind),
+            dashboard_command(namesrv_addr, dashboard_port, dashboard_bind, *options),
             {"listenPort": str(dashboard_port), "bindAddress": dashboard_bind},
             is_dashboard=True,
+            env=env,
         )
-    return Topology(folder, namesrv, brokers, etcd=etcd, dashboard=dashboard)
+    return Topology(folder, namesrv, brokers, etcd=etcd, dashboard=dashboard, access=access)
+
+
+def check_secure_files(processes: Sequence[Process]) -> None:
+    """ClusterError for a TLS port without a certificate: deploy/secure is a template that
+    secure-init fills in (a daemon would stop on it, less helpfully)."""
+    for process in processes:
+        props = process.props
+        mode = props.get("tls.server.mode", "disabled").strip()
+        if mode not in ("", "disabled") and not props.get("tls.server.certPath"):
+            raise ClusterError(
+                f"{process.name}: tls.server.mode={mode} and no tls.server.certPath: make the "
+                "certificates first (`tidemq-cluster secure-init DIR`, then "
+                "`tidemq-cluster run DIR`)"
+            )
 
 
 def etcd_command(props: dict[str, str], data_dir: Path) -> list[str]:
@@ -400,6 +431,7 @@ class Launcher:
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            env={**os.environ, **process.env} if process.env else None,
         )
         self.echo(f"started {process.name} (pid {process.process.pid}, port {process.port})")
 
@@ -439,7 +471,7 @@ class Launcher:
         slaves = {b.broker_name for b in self.topology.brokers if b.is_slave}
         deadline = time.monotonic() + self.start_timeout
         problem = "not checked"
-        async with AdminClient(self.topology.namesrv_addr, timeout=3.0) as admin:
+        async with self.topology.access.admin(self.topology.namesrv_addr, 3.0) as admin:
             while time.monotonic() < deadline:
                 self._check_alive()
                 try:
@@ -518,7 +550,7 @@ class Launcher:
         tty = sys.stdout.isatty()
         meter = RateMeter()
         names = {b.broker_name for b in self.topology.brokers}
-        async with AdminClient(self.topology.namesrv_addr, timeout=2.0) as admin:
+        async with self.topology.access.admin(self.topology.namesrv_addr, 2.0) as admin:
             with contextlib.suppress(TideMQError):
                 await status_line(admin, meter, names)  # the rates' starting point
             with contextlib.suppress(TimeoutError):
@@ -691,9 +723,11 @@ async def run_cluster(
                     f"{p.name} (pid {p.process.pid})" for p in topology.processes if p.process
                 )
                 dashboard = topology.dashboard_url
+                access = topology.access.description
                 launcher.echo(
                     f"cluster ready: {names}; name server {topology.namesrv_addr}; "
                     + (f"dashboard {dashboard}; " if dashboard else "")
+                    + (f"checks in {access}; " if access else "")
                     + f"logs in {launcher.log_dir}; Ctrl-C stops everything"
                 )
                 await launcher.watch(interval, stop, restart=restart)
@@ -798,11 +832,27 @@ def run_command(
     default=lambda: os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"),
     help="Name server [default: $NAMESRV_ADDR or 127.0.0.1:9876].",
 )
-def status_command(namesrv_addr: str) -> None:
+@click.option(
+    "-t",
+    "--topology",
+    "topology",
+    default=None,
+    help="The running topology (folder or name under deploy/): its ACL account signs the "
+    "checks and its TLS files are used, as `run` does.",
+)
+def status_command(namesrv_addr: str, topology: str | None) -> None:
     """Print one status line of a running cluster (rates over one second)."""
+    access = ClusterAccess()
+    if topology is not None:
+        try:
+            folder = find_topology(topology)
+            access = load_topology(folder, Path("data") / folder.name).access
+        except (ClusterError, ConfigError) as exc:
+            click.echo(f"tidemq-cluster status: {exc}", err=True)
+            sys.exit(2)
 
     async def once() -> str:
-        async with AdminClient(namesrv_addr, timeout=3.0) as admin:
+        async with access.admin(namesrv_addr, 3.0) as admin:
             meter = RateMeter()
             await status_line(admin, meter)
             await asyncio.sleep(1.0)
@@ -813,6 +863,39 @@ def status_command(namesrv_addr: str) -> None:
     except TideMQError as exc:
         click.echo(f"tidemq-cluster status: {exc}", err=True)
         sys.exit(1)
+
+
+@main.command("secure-init")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--from",
+    "template",
+    default="secure",
+    show_default=True,
+    help="The topology to make FOLDER from (a folder or a name under deploy/).",
+)
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    metavar="HOST",
+    help="Another IP or DNS name the certificates name (besides 127.0.0.1, localhost and the "
+    "topology's brokerIP1, brokerIP2, bindAddress and name server hosts).",
+)
+@click.option("--force", is_flag=True, help="Replace the files FOLDER holds (new keys, secrets).")
+def secure_init_command(folder: Path, template: str, hosts: tuple[str, ...], force: bool) -> None:
+    """Write FOLDER: a CA and certificates, plain_acl.yml with random secrets and the topology's
+    files naming them; then `tidemq-cluster run FOLDER` starts it."""
+    try:
+        written = secure_init(find_topology(template), folder, hosts, force=force)
+    except (ClusterError, SecureInitError, ConfigError, OSError) as exc:
+        click.echo(f"tidemq-cluster secure-init: {exc}", err=True)
+        sys.exit(1)
+    click.echo(
+        f"wrote {written.folder}: certificates, plain_acl.yml (accounts "
+        f"{written.brokers.access_key}, admin, and {written.app.access_key}), "
+        f"application.properties; start it with `tidemq-cluster run {written.folder}`"
+    )
 
 
 if __name__ == "__main__":

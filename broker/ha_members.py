@@ -39,6 +39,7 @@ from tidemq.broker.state import BrokerState
 from tidemq.client.api import BrokerAPI
 from tidemq.client.errors import TideMQError
 from tidemq.client.remoting.codes import SerializeType
+from tidemq.client.remoting.signing import Signer
 from tidemq.store.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -65,11 +66,17 @@ def host_of(address: str) -> str:
 
 class GroupMembers:
     def __init__(
-        self, state: BrokerState, timeout_ms: int, tls: ssl.SSLContext | None = None
+        self,
+        state: BrokerState,
+        timeout_ms: int,
+        tls: ssl.SSLContext | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self.state = state
         self.timeout = timeout_ms / 1000
-        self.api = BrokerAPI(serialize_type=SerializeType.JSON, timeout=LOOKUP_TIMEOUT, tls=tls)
+        self.api = BrokerAPI(
+            serialize_type=SerializeType.JSON, timeout=LOOKUP_TIMEOUT, tls=tls, signer=signer
+        )
         self._from_namesrv: frozenset[str] = frozenset()
         self._from_etcd: frozenset[str] = frozenset()
         self._changed = asyncio.Event()

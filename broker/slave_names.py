@@ -22,6 +22,7 @@ from tidemq.broker.state import BrokerState
 from tidemq.client.api import BrokerAPI
 from tidemq.client.errors import TideMQError
 from tidemq.client.remoting.codes import RequestCode, SerializeType
+from tidemq.client.remoting.signing import Signer
 from tidemq.store.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -36,11 +37,15 @@ class SlaveNames:
         state: BrokerState,
         connections: Callable[[], list[str]],
         tls: ssl.SSLContext | None = None,
+        signer: Signer | None = None,
     ) -> None:
-        """`connections`: the peer addresses of the master's HA connections now."""
+        """`connections`: the peer addresses of the master's HA connections now; `signer`:
+        the broker's own account with aclEnable (broker/own_account.py)."""
         self.state = state
         self.connections = connections
-        self.api = BrokerAPI(serialize_type=SerializeType.JSON, timeout=RESOLVE_TIMEOUT, tls=tls)
+        self.api = BrokerAPI(
+            serialize_type=SerializeType.JSON, timeout=RESOLVE_TIMEOUT, tls=tls, signer=signer
+        )
         self.names: dict[str, tuple[str, int]] = {}
         self._task: asyncio.Task[None] | None = None
 

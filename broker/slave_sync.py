@@ -31,6 +31,7 @@ from tidemq.broker.state import BrokerState
 from tidemq.client.api import BrokerAPI
 from tidemq.client.errors import TideMQError
 from tidemq.client.remoting.codes import RequestCode, SerializeType
+from tidemq.client.remoting.signing import Signer
 from tidemq.store.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class SlaveSynchronize:
         interval_ms: int,
         *,
         tls: ssl.SSLContext | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self.state = state
         self.topics = topics
@@ -58,7 +60,9 @@ class SlaveSynchronize:
         self.delay_offsets = delay_offsets
         self.interval = interval_ms / 1000
         self.master_address: str | None = None
-        self.api = BrokerAPI(serialize_type=SerializeType.JSON, timeout=SYNC_TIMEOUT, tls=tls)
+        self.api = BrokerAPI(
+            serialize_type=SerializeType.JSON, timeout=SYNC_TIMEOUT, tls=tls, signer=signer
+        )
         self.syncs = 0
         self._task: asyncio.Task[None] | None = None
         self._now = asyncio.Event()
@@ -112,10 +116,13 @@ class OffsetReconciler:
         state: BrokerState,
         offsets: ConsumerOffsetManager,
         tls: ssl.SSLContext | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self.state = state
         self.offsets = offsets
-        self.api = BrokerAPI(serialize_type=SerializeType.JSON, timeout=SYNC_TIMEOUT, tls=tls)
+        self.api = BrokerAPI(
+            serialize_type=SerializeType.JSON, timeout=SYNC_TIMEOUT, tls=tls, signer=signer
+        )
         self._running: asyncio.Task[None] | None = None
 
     def request(self) -> None:

@@ -65,7 +65,7 @@ from tidemq.client.remoting.codes import (
 )
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.json_body import dumps, loads_fastjson
-from tidemq.client.remoting.signing import RequestSigner, SessionCredentials
+from tidemq.client.remoting.signing import RequestSigner, SessionCredentials, Signer
 from tidemq.store.record import StoredMessage, decode_record
 
 DEFAULT_TIMEOUT = 3.0
@@ -156,8 +156,11 @@ class BrokerAPI:
         timeout: float = DEFAULT_TIMEOUT,
         credentials: SessionCredentials | None = None,
         tls: ssl.SSLContext | None = None,
+        signer: Signer | None = None,
     ) -> None:
-        self.remoting = remoting or RemotingClient(tls=tls)
+        """`signer` (with no `remoting`) signs every request the client sends, whoever built
+        it: a broker's own calls (broker/own_account.py)."""
+        self.remoting = remoting or RemotingClient(tls=tls, signer=signer)
         self.serialize_type = serialize_type
         self.timeout = timeout
         # Signs every request built by `request` (RocketMQ's AclClientRPCHook).

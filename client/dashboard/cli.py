@@ -1,9 +1,11 @@
 """`tidemq-dashboard --namesrv HOST:PORT [--port N] [--bind ADDR] [--ak AK --sk SK]
-[--read-only] [--interval S]`.
+[--read-only] [--interval S] [--tls] [--tls-trust CA] [--tls-cert C --tls-key K]`.
 
 Without --ak/--sk the dashboard is read-only; with them it may change the cluster and signs
 every request as that account (brokers with aclEnable check it; it should be an admin account
-there), unless --read-only keeps it to reading.
+there), unless --read-only keeps it to reading. With --tls (or any --tls-* option) it reaches
+the name servers and brokers in TLS, verifying them against --tls-trust (else the system's CAs)
+and presenting --tls-cert/--tls-key to a port that asks for a client certificate.
 
 Checks that the name server answers, then serves the dashboard until SIGINT or SIGTERM and
 prints one line when it is ready: `tidemq-dashboard: serving http://ADDR:PORT/ ...`. Operator
@@ -30,6 +32,7 @@ from tidemq.client.dashboard.sampler import DEFAULT_INTERVAL
 from tidemq.client.dashboard.server import make_app
 from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.mqadmin.base import ACCESS_KEY_ENV, SECRET_KEY_ENV
+from tidemq.client.remoting.tls import TlsClientSettings
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +111,10 @@ class StartError(ClientError):
     show_default=True,
     help="Seconds between the live charts' samples.",
 )
+@click.option("--tls", "use_tls", is_flag=True, help="Reach name servers and brokers in TLS.")
+@click.option("--tls-trust", default="", help="PEM CAs to verify the servers against (TLS).")
+@click.option("--tls-cert", default="", help="PEM client certificate to present (TLS).")
+@click.option("--tls-key", default="", help="The client certificate's PEM private key.")
 def command(
     namesrv: str,
     port_text: str,
@@ -116,15 +123,22 @@ def command(
     secret_key: str,
     read_only: bool,
     interval: float,
+    use_tls: bool,
+    tls_trust: str,
+    tls_cert: str,
+    tls_key: str,
 ) -> None:
     """Serve tidemq's web console: cluster, topics, consumer groups, messages, live charts."""
     port = _port(port_text)
     if bool(access_key) != bool(secret_key):
         _fail("give both --ak and --sk (or neither: a read-only dashboard)")
+    tls = None
+    if use_tls or tls_trust or tls_cert or tls_key:
+        tls = TlsClientSettings(trust_cert_path=tls_trust, cert_path=tls_cert, key_path=tls_key)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     try:
         writable = bool(access_key) and not read_only
-        asyncio.run(_serve(namesrv, port, bind, access_key, secret_key, writable, interval))
+        asyncio.run(_serve(namesrv, port, bind, access_key, secret_key, writable, interval, tls))
     except StartError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
@@ -166,10 +180,15 @@ async def _serve(
     secret_key: str,
     writable: bool,
     interval: float,
+    tls: TlsClientSettings | None = None,
 ) -> None:
     try:
         admin = AdminClient(
-            namesrv, timeout=NAMESRV_CHECK_TIMEOUT, access_key=access_key, secret_key=secret_key
+            namesrv,
+            timeout=NAMESRV_CHECK_TIMEOUT,
+            access_key=access_key,
+            secret_key=secret_key,
+            tls=tls,
         )
     except (TideMQError, ValueError) as exc:
         raise StartError(f"bad --namesrv {namesrv!r}: {exc}") from None

@@ -22,7 +22,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
 from tidemq.client.remoting.command import Body, RemotingCommand
 
@@ -84,6 +84,25 @@ class SessionCredentials:
             raise ValueError("credentials need both an access key and a secret key")
 
 
+class Signer(Protocol):
+    """What signs a request in place before it is sent (RocketMQ's RPCHook.doBeforeRequest)."""
+
+    def sign(self, request: RemotingCommand) -> None: ...
+
+
+def sign_request(
+    request: RemotingCommand, access_key: str, key: hmac.HMAC, security_token: str = ""
+) -> None:
+    """Add `AccessKey`, `SecurityToken` (when there is one) and `Signature` to `request`, the
+    signature made with `key` (`signing_key` of the account's secret key)."""
+    ext = request.ext_fields
+    ext[ACCESS_KEY] = access_key
+    if security_token:
+        ext[SECURITY_TOKEN] = security_token
+    digest = signed_content_digest(key, ext, request.body)
+    ext[SIGNATURE] = base64.b64encode(digest).decode("ascii")
+
+
 class RequestSigner:
     """Signs requests in place with one account's credentials (AclClientRPCHook)."""
 
@@ -96,9 +115,4 @@ class RequestSigner:
 
     def sign(self, request: RemotingCommand) -> None:
         """Add `AccessKey`, `SecurityToken` (when there is one) and `Signature` to `request`."""
-        ext = request.ext_fields
-        ext[ACCESS_KEY] = self._access_key
-        if self._token:
-            ext[SECURITY_TOKEN] = self._token
-        digest = signed_content_digest(self._key, ext, request.body)
-        ext[SIGNATURE] = base64.b64encode(digest).decode("ascii")
+        sign_request(request, self._access_key, self._key, self._token)

@@ -31,8 +31,8 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
 ADMISSION = "haAdmissionTimeout=1500"
 ADMIN_KEY, ADMIN_SECRET = "replica-admin", "replica-secret"
 USER_KEY, USER_SECRET = "plain-user", "plain-user-secret"
-# Remoting stays open to loopback (the slave's own requests to its master are unsigned); what
-# is checked here is the HA port, which the white list does not open.
+# Remoting stays open to loopback (for this test's own unsigned calls); what is checked here is
+# the HA port, which the white list does not open.
 ACL_FILE = f"""\
 globalWhiteRemoteAddresses: ["127.0.0.1"]
 accounts:
