@@ -285,11 +285,11 @@ class NotifyConsumerIdsChangedRequestHeader:
 class ConsumerSendMsgBackRequestHeader:
     offset: int
     group: str
-    delay_level: int
+    delay_level: int = dataclasses.field(metadata=_REQUIRED_INT32)
     origin_msg_id: str | None = None
     origin_topic: str | None = None
     unit_mode: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: int | None = dataclasses.field(default=None, metadata=_INT32)
 
 
 # --- admin ----------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Layout under `base` (a folder of the run's own)::
 
     base/                    watched: nothing may appear or vanish here
-      victim/keep            a folder the hostile absolute paths and `../` names point at
+      victim/keep, 0/000..0  a folder the hostile absolute paths and `../` names point at
       run/                   watched too
         victim/keep
         logs/                the daemons' logs (not watched)
@@ -88,8 +88,10 @@ class FuzzCluster:
         self.slave_store = self.run / "sandbox" / "store-slave"
         self.logs = self.run / "logs"
         for victim in (base / "victim", self.run / "victim"):
-            victim.mkdir(parents=True, exist_ok=True)
+            # shaped like a topic's ConsumeQueue folder, which is what a delete removes
+            (victim / "0").mkdir(parents=True, exist_ok=True)
             (victim / "keep").write_text("must survive the run\n")
+            (victim / "0" / "00000000000000000000").write_bytes(bytes(20))
         self.master_store.mkdir(parents=True, exist_ok=True)
         self.slave_store.mkdir(parents=True, exist_ok=True)
         self.watch = FileWatch(base, frozenset({self.master_store, self.slave_store, self.logs}))

@@ -112,9 +112,12 @@ class Scenarios:
         "single",
     )
 
-    def __init__(self, rng: random.Random, victims: list[str], tag: str) -> None:
+    def __init__(
+        self, rng: random.Random, victims: list[str], tag: str, *, names: bool = True
+    ) -> None:
+        """`names`=False: no hostile names (request_values.py), the other values stay."""
         self.rng = rng
-        self.values = Values(rng, victims)
+        self.values = Values(rng, victims, names=names)
         self.bodies = BodyMaker(self.values)
         self.tag = tag
         self.memory = _Memory()
@@ -158,6 +161,8 @@ class Scenarios:
         for f in spec.fields:
             if hostility > 0 and rng.random() < hostility * 0.1:
                 continue  # absent
+            if f.key not in good and not f.required and rng.random() >= hostility:
+                continue  # an optional field left out, as a client would
             value = self._value(f, good, hostility)
             if typed and rng.random() < 0.5:
                 value = self.values.wrong_type()

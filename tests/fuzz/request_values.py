@@ -100,18 +100,29 @@ _WRONG_TYPES: Final[tuple[Any, ...]] = (
 class Values:
     """Hostile and good values; `good_names` are the run's live topics and groups."""
 
-    def __init__(self, rng: random.Random, victims: list[str]) -> None:
+    def __init__(self, rng: random.Random, victims: list[str], *, names: bool = True) -> None:
+        """`names`=False keeps names to RocketMQ's legal characters (`[%|a-zA-Z0-9_-]`, at
+        most 127): the run then looks for the bugs that are not about names."""
         self.rng = rng
         # absolute paths of folders outside the stores that must survive the run
         self.victims = victims
+        self.names = names
+
+    def _legal(self) -> str:
+        rng = self.rng
+        return rng.choice(["fzx", "a-b_c", "%RETRY%fzx", "%DLQ%fzx", "TBW102", "x" * 127])
 
     def path(self) -> str:
         rng = self.rng
+        if not self.names:
+            return self._legal()
         depth = rng.randint(1, 5)
         leaf = rng.choice([MARK, f"{MARK}-{rng.randint(0, 99)}", "victim"])
         shapes = [
             "../" * depth + leaf,
             "../" * depth,
+            "/" + "../" * depth + leaf,  # after a %RETRY%/%DLQ% prefix: escapes from its folder
+            MARK + "/.." * (depth + 1) + "/" + leaf,
             "..",
             "../",
             "./" + MARK,
@@ -141,12 +152,14 @@ class Values:
         roll = rng.random()
         if good and roll < 0.33:
             name = rng.choice(good)
-            if rng.random() < 0.3:  # a good name made hostile
+            if self.names and rng.random() < 0.3:  # a good name made hostile
                 return rng.choice(
                     [f"./{name}", f"{name}/", f"{name}/.", f"../{name}", f"%RETRY%{name}",
                      f"{name}\x00", f" {name}", f"{name}/../{name}"]
                 )  # fmt: skip
             return name
+        if not self.names:
+            return self._legal()
         if roll < 0.6:
             return self.path()
         if roll < 0.9:

@@ -450,13 +450,15 @@ async def _fuzz(session: Session, scenarios: Scenarios, deadline: float) -> None
             await session.end_episode()
 
 
-async def _fuzz_cluster(cluster: FuzzCluster, report: Report, seed: int, deadline: float) -> bool:
+async def _fuzz_cluster(
+    cluster: FuzzCluster, report: Report, seed: int, deadline: float, names: bool
+) -> bool:
     """Fuzz one started cluster until `deadline`, then check it; True when it broke."""
     session = Session(cluster, report)
     try:
         await session.setup()
         rng = random.Random(f"{seed}/{cluster.base.name}")
-        scenarios = Scenarios(rng, cluster.victims, f"fz{seed}")
+        scenarios = Scenarios(rng, cluster.victims, f"fz{seed}", names=names)
         await _fuzz(session, scenarios, deadline)
         await session.finish()
     finally:
@@ -477,8 +479,12 @@ def save(report: Report, out: Path) -> None:
         report.saved.append(path)
 
 
-def run(seed: int, seconds: float, base: Path, out: Path | None = None) -> Report:
+def run(
+    seed: int, seconds: float, base: Path, out: Path | None = None, *, names: bool = True
+) -> Report:
     """Fuzz for `seconds` from `seed` on clusters under `base`; findings saved under `out`.
+    `names`=False sends no hostile names (topics, groups, keys), to look for other bugs while
+    the name ones are known.
 
     A cluster that broke (a daemon died or hung, dispatch stopped) makes way for a fresh one
     while time remains: what it would answer next only echoes the finding."""
@@ -489,7 +495,7 @@ def run(seed: int, seconds: float, base: Path, out: Path | None = None) -> Repor
         cluster = FuzzCluster(base / f"cluster-{n}")
         try:
             cluster.start()
-            broken = asyncio.run(_fuzz_cluster(cluster, report, seed, started + seconds))
+            broken = asyncio.run(_fuzz_cluster(cluster, report, seed, started + seconds, names))
         finally:
             cluster.stop()
         if not broken or time.monotonic() - started >= seconds:
