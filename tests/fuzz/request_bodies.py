@@ -101,6 +101,7 @@ class BodyMaker:
         messages = []
         for i in range(rng.randint(0, 4)):
             props = "" if rng.random() >= hostility else message_properties(self.values, topics)
+            props = props[:8000]  # the batch format's properties length is 16 bits
             messages.append((0, tag + b"#%d" % i, props))
         return encode_batch_body(messages)
 

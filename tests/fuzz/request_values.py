@@ -110,7 +110,7 @@ class Values:
 
     def _legal(self) -> str:
         rng = self.rng
-        return rng.choice(["fzx", "a-b_c", "%RETRY%fzx", "%DLQ%fzx", "TBW102", "x" * 127])
+        return rng.choice(["fzx", "a-b_c", "%RETRY%fzx", "%DLQ%fzx", "TBW102", "x" * 100])
 
     def path(self) -> str:
         rng = self.rng

@@ -66,20 +66,26 @@ REGRESSIONS: Final = Path(__file__).resolve().parent / "regressions" / "requests
 _TRACEBACK: Final = "Traceback (most recent call last):"
 # numbers fold in a signature, except a request code's
 _NUMBERS: Final = re.compile(r"(?<![\d])(?<!code )\d+")
+# RocketMQ's TopicValidator: the characters of a topic or group name, and their longest
+_LEGAL_NAME: Final = re.compile(r"[%|a-zA-Z0-9_-]+")
+TOPIC_MAX_LENGTH: Final = 127
+GROUP_MAX_LENGTH: Final = 255
 # findings after which the daemons' state is suspect: the rest of the run would only echo them
 _STATEFUL: Final = frozenset({"no-answer", "died", "dispatch", "closed"})
 
 
 @dataclass
 class Finding:
-    kind: str  # outside-store, no-answer, closed, died, traceback, dispatch, lost, restart
+    # outside-store, no-answer, closed, died, traceback, dispatch, illegal-name, lost, restart
+    kind: str
     detail: str
     steps: list[Step] = field(default_factory=list)
+    key: str = ""  # when set, the signature (the detail names one of many values)
 
     @property
     def signature(self) -> str:
         """What makes two findings the same bug (numbers and long values folded)."""
-        text = _NUMBERS.sub("N", self.detail)[:160]
+        text = self.key or _NUMBERS.sub("N", self.detail)[:160]
         return f"{self.kind}: {text}"
 
     def to_json(self, seed: int | None) -> dict[str, Any]:
@@ -125,6 +131,14 @@ class Report:
             lines.append(f"  FINDING {signature}")
         lines += [f"  saved: {path}" for path in self.saved]
         return "\n".join(lines)
+
+
+def _shape(name: str) -> str:
+    """A name's kind, for a finding's signature: what is illegal in it."""
+    if len(name) > TOPIC_MAX_LENGTH:
+        return "too long"
+    bad = sorted({c for c in name if not _LEGAL_NAME.fullmatch(c)})
+    return "characters " + "".join(bad)[:20] if bad else "empty"
 
 
 def _code_name(code: int) -> str:
@@ -176,6 +190,7 @@ class Session:
         self.all_steps: list[Step] = []
         self.tracked: dict[tuple[str, int, int], bytes] = {}
         self.log_seen: dict[str, int] = {}
+        self.malformed: dict[str, int] = {}  # "malformed frame" lines seen per daemon
         self.seen: set[str] = set()
         self.api = BrokerAPI(timeout=ANSWER_TIMEOUT)
         self.broken = False  # a daemon died or dispatch stopped: the rest would only echo it
@@ -192,13 +207,13 @@ class Session:
             connection = self.connections[target] = FuzzConnection(host, port)
         return connection
 
-    def find(self, kind: str, detail: str, steps: list[Step] | None = None) -> None:
+    def find(self, kind: str, detail: str, steps: list[Step] | None = None, key: str = "") -> None:
         """Record a finding with the requests that led to it: the episode's, or for a broken
         daemon (its state may come from any earlier request) the whole run's."""
         if steps is None:
             steps = self.all_steps if kind in _STATEFUL else self.episode
         detail = detail.replace(str(self.cluster.base), "<base>")
-        self.report.findings.append(Finding(kind, detail, list(steps)))
+        self.report.findings.append(Finding(kind, detail, list(steps), key))
         if kind in _STATEFUL:
             self.broken = True
 
@@ -238,15 +253,29 @@ class Session:
         elif answer.timeout:
             where = self.hung(step)
             self.find("no-answer", f"{_code_name(step.code)} to {step.target}: no answer; {where}")
-        elif answer.closed and not self._malformed_logged(step):
+        elif answer.closed and not await self._malformed_logged(step):
             self.find("closed", f"{_code_name(step.code)} to {step.target}: connection closed")
         self._record(step, answer)
         self.check_after_request(step)
         return answer
 
-    def _malformed_logged(self, step: Step) -> bool:
+    async def _malformed_logged(self, step: Step) -> bool:
+        """Whether the daemon logged a malformed frame since the last one we saw: the one
+        reason to close a connection (its log line may come a moment after the close)."""
         daemon = getattr(self.cluster, step.target)
-        return daemon is not None and "malformed frame" in daemon.log_text()[-20000:]
+        if daemon is None:
+            return False
+        seen = self.malformed.get(daemon.name, 0)
+
+        def logged() -> bool:
+            return daemon.log_text().count("malformed frame") > seen
+
+        try:
+            await eventually(logged, "a malformed-frame line", 2.0, interval=0.05)
+        except AssertionError:
+            return False
+        self.malformed[daemon.name] = daemon.log_text().count("malformed frame")
+        return True
 
     def _record(self, step: Step, answer: Answer) -> None:
         response = answer.response
@@ -308,9 +337,34 @@ class Session:
             except AssertionError:
                 self.find("dispatch", f"dispatch stopped on {target}: {behind} bytes behind")
 
+    async def check_names(self) -> None:
+        """The brokers' topic and group tables hold only names RocketMQ allows: whatever a
+        request carried, no path, control character or over-long name got in (a name is a
+        folder and a file name in the store)."""
+        tables = (
+            (RequestCode.GET_ALL_TOPIC_CONFIG, "topicConfigTable", "topic", TOPIC_MAX_LENGTH),
+            (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, "subscriptionGroupTable", "group",
+             GROUP_MAX_LENGTH),
+        )  # fmt: skip
+        for target in ("master", "slave"):
+            for code, table, what, longest in tables:
+                try:
+                    response = await self.api.call(self.addr(target), self.api.request(code))
+                    names = json.loads(bytes(response.body)).get(table, {})
+                except (BrokerResponseError, ConnectError, RequestTimeoutError, ValueError):
+                    continue  # a daemon that does not answer is another finding
+                for name in names:
+                    if not _LEGAL_NAME.fullmatch(name) or len(name) > longest:
+                        self.find(
+                            "illegal-name",
+                            f"{target}'s {what} table holds {name[:200]!r} ({len(name)} chars)",
+                            key=f"{target} {what} {_shape(name)}",
+                        )
+
     async def end_episode(self) -> None:
         self.scan_logs()
         await self.check_dispatch()
+        await self.check_names()
         self.episode = []
 
     # --- the end of a run -------------------------------------------------------------------
