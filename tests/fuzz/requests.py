@@ -45,6 +45,7 @@ from tests.fuzz.request_steps import GOOD_GROUPS, GOOD_TOPICS, QUEUES, Scenarios
 from tests.fuzz.request_wire import Answer, FuzzConnection, typed_frame
 from tests.support.conditions import eventually
 from tests.support.ha_processes import wait_transfer
+from tests.support.processes import Daemon
 from tests.support.wire import pull_header, send_header
 from tidemq.client.api import BrokerAPI, PullStatus
 from tidemq.client.errors import BrokerResponseError, ConnectError, RequestTimeoutError
@@ -262,7 +263,7 @@ class Session:
     async def _malformed_logged(self, step: Step) -> bool:
         """Whether the daemon logged a malformed frame since the last one we saw: the one
         reason to close a connection (its log line may come a moment after the close)."""
-        daemon = getattr(self.cluster, step.target)
+        daemon: Daemon | None = getattr(self.cluster, step.target)
         if daemon is None:
             return False
         seen = self.malformed.get(daemon.name, 0)
