@@ -60,7 +60,7 @@ from tidemq.client.remoting.frame import encode_command
 __all__ = ["Finding", "Report", "replay", "run"]
 
 EPISODE: Final = 40  # requests between the log and dispatch checks
-ANSWER_TIMEOUT: Final = 10.0  # seconds a daemon has to answer one request
+ANSWER_TIMEOUT: Final = 20.0  # seconds a daemon has to answer one request (2 busy cores)
 HELD_PULL_WAIT: Final = 2.0  # a suspended pull is not waited for longer than this
 VERIFY_GROUP: Final = "fz-verify"  # the checks' own consumer group, never fuzzed
 REGRESSIONS: Final = Path(__file__).resolve().parent / "regressions" / "requests"
@@ -324,7 +324,7 @@ class Session:
         table = json.loads(bytes(response.body)).get("table", {})
         return int(table.get("dispatchBehindBytes", "-1"))
 
-    async def check_dispatch(self, timeout: float = 10.0) -> None:
+    async def check_dispatch(self, timeout: float = 20.0) -> None:
         for target in ("master", "slave"):
             behind: int | None = None
 
