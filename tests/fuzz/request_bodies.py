@@ -62,8 +62,8 @@ class BodyMaker:
     def _name(self, good: list[str], hostility: float) -> Any:
         if good and self.rng.random() >= hostility:
             return self.rng.choice(good)
-        if self.rng.random() < 0.05:
-            return self.values.wrong_type()
+        if self.rng.random() < 0.05 and self.values.names:
+            return self.values.wrong_type()  # null or a list: an empty or bracketed name
         return self.values.text(good)
 
     def _number(self, good: int, hostility: float) -> Any:

@@ -175,6 +175,11 @@ class Values:
         return self.rng.choice(_BOOLS)
 
     def wrong_type(self) -> Any:
+        """A JSON value where a string or number belongs. Servers read a list or an object as
+        its JSON text (fastjson does too): a name of brackets and quotes, so not with legal
+        names."""
+        if not self.names:
+            return self.rng.choice([0, -1, 2**63 - 1, True, False])
         return self.rng.choice(_WRONG_TYPES)
 
     def json_number(self) -> Any:

@@ -192,6 +192,7 @@ class Session:
         self.tracked: dict[tuple[str, int, int], bytes] = {}
         self.log_seen: dict[str, int] = {}
         self.malformed: dict[str, int] = {}  # "malformed frame" lines seen per daemon
+        self.illegal: set[tuple[str, str, str]] = set()  # names checked in the brokers' tables
         self.seen: set[str] = set()
         self.api = BrokerAPI(timeout=ANSWER_TIMEOUT)
         self.broken = False  # a daemon died or dispatch stopped: the rest would only echo it
@@ -355,6 +356,9 @@ class Session:
                 except (BrokerResponseError, ConnectError, RequestTimeoutError, ValueError):
                     continue  # a daemon that does not answer is another finding
                 for name in names:
+                    if (target, what, name) in self.illegal:
+                        continue
+                    self.illegal.add((target, what, name))
                     if not _LEGAL_NAME.fullmatch(name) or len(name) > longest:
                         self.find(
                             "illegal-name",
