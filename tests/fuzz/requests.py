@@ -20,9 +20,16 @@ Invariants, and where they are checked:
   slave at its queue offset; both brokers stop on SIGTERM with status 0, start again, serve a
   send and a pull, and still hold every acknowledged message.
 
-A finding keeps the requests that led to it (the episode so far; a final finding, the whole
-run) as a JSON file `<kind>-<n>.json` in the output folder; `replay(path)` sends them to a
-fresh cluster and checks the same invariants. Saved ones live in tests/fuzz/regressions/requests.
+- every `EPISODE` requests too: the brokers' topic and group tables hold only names RocketMQ
+  allows (`^[%|a-zA-Z0-9_-]+$`, 127 characters for a topic, 255 for a group).
+
+A finding keeps the requests that led to it (the episode so far; for a daemon that died or
+hung, a stopped dispatch or a lost message, the whole run) as a JSON file `<kind>-<n>.json` in
+the output folder (tests/fuzz/request_report.py); `replay(path)` sends them to a fresh cluster
+and checks the same invariants. Saved ones live in tests/fuzz/regressions/requests
+(tests/fuzz/request_regressions.py writes them). A cluster that broke makes way for a fresh one
+while the time budget lasts. `names=False` (`--legal-names`) keeps every name legal, to look
+for the other bugs while the name ones are known.
 """
 
 from __future__ import annotations
@@ -35,12 +42,11 @@ import random
 import re
 import signal
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from tests.fuzz.request_cluster import FuzzCluster
+from tests.fuzz.request_report import Finding, Report, save
 from tests.fuzz.request_steps import GOOD_GROUPS, GOOD_TOPICS, QUEUES, Scenarios, Step
 from tests.fuzz.request_wire import Answer, FuzzConnection, typed_frame
 from tests.support.conditions import eventually
@@ -65,73 +71,12 @@ HELD_PULL_WAIT: Final = 2.0  # a suspended pull is not waited for longer than th
 VERIFY_GROUP: Final = "fz-verify"  # the checks' own consumer group, never fuzzed
 REGRESSIONS: Final = Path(__file__).resolve().parent / "regressions" / "requests"
 _TRACEBACK: Final = "Traceback (most recent call last):"
-# numbers fold in a signature, except a request code's
-_NUMBERS: Final = re.compile(r"(?<![\d])(?<!code )\d+")
 # RocketMQ's TopicValidator: the characters of a topic or group name, and their longest
 _LEGAL_NAME: Final = re.compile(r"[%|a-zA-Z0-9_-]+")
 TOPIC_MAX_LENGTH: Final = 127
 GROUP_MAX_LENGTH: Final = 255
 # findings after which the daemons' state is suspect: the rest of the run would only echo them
 _STATEFUL: Final = frozenset({"no-answer", "died", "dispatch", "closed"})
-
-
-@dataclass
-class Finding:
-    # outside-store, no-answer, closed, died, traceback, dispatch, illegal-name, lost, restart
-    kind: str
-    detail: str
-    steps: list[Step] = field(default_factory=list)
-    key: str = ""  # when set, the signature (the detail names one of many values)
-
-    @property
-    def signature(self) -> str:
-        """What makes two findings the same bug (numbers and long values folded)."""
-        text = self.key or _NUMBERS.sub("N", self.detail)[:160]
-        return f"{self.kind}: {text}"
-
-    def to_json(self, seed: int | None) -> dict[str, Any]:
-        return {
-            "seed": seed,
-            "kind": self.kind,
-            "detail": self.detail,
-            "steps": [s.to_json() for s in self.steps],
-        }
-
-
-@dataclass
-class Report:
-    seed: int | None
-    seconds: float = 0.0
-    requests: int = 0
-    per_code: Counter[str] = field(default_factory=Counter)
-    seconds_per_code: dict[str, float] = field(default_factory=dict)
-    answers: Counter[str] = field(default_factory=Counter)
-    findings: list[Finding] = field(default_factory=list)
-    saved: list[Path] = field(default_factory=list)
-    tracked: int = 0
-
-    @property
-    def rate(self) -> float:
-        return self.requests / self.seconds if self.seconds else 0.0
-
-    def summary(self) -> str:
-        lines = [
-            f"seed {self.seed}: {self.requests} requests in {self.seconds:.1f} s "
-            f"({self.rate:.0f}/s), {self.tracked} acknowledged messages checked, "
-            f"{len(self.findings)} findings"
-        ]
-        lines += [
-            f"  {name:38} {n:6} requests {self.seconds_per_code.get(name, 0.0):7.2f} s"
-            for name, n in sorted(self.per_code.items())
-        ]
-        lines.append("  answers: " + ", ".join(f"{k} {v}" for k, v in self.answers.most_common()))
-        unique: dict[str, Finding] = {}
-        for finding in self.findings:
-            unique.setdefault(finding.signature, finding)
-        for signature in unique:
-            lines.append(f"  FINDING {signature}")
-        lines += [f"  saved: {path}" for path in self.saved]
-        return "\n".join(lines)
 
 
 def _shape(name: str) -> str:
@@ -523,19 +468,6 @@ async def _fuzz_cluster(
     finally:
         await session.close()
     return session.broken
-
-
-def save(report: Report, out: Path) -> None:
-    """One file per distinct finding: `<kind>-<n>.json` holding its requests."""
-    out.mkdir(parents=True, exist_ok=True)
-    seen: set[str] = set()
-    for finding in report.findings:
-        if finding.signature in seen:
-            continue
-        seen.add(finding.signature)
-        path = out / f"{finding.kind}-{len(report.saved)}.json"
-        path.write_text(json.dumps(finding.to_json(report.seed), indent=1, ensure_ascii=True))
-        report.saved.append(path)
 
 
 def run(
