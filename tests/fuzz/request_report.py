@@ -24,7 +24,8 @@ _NUMBERS: Final = re.compile(r"(?<![\d])(?<!code )\d+")
 
 @dataclass
 class Finding:
-    # outside-store, no-answer, closed, died, traceback, dispatch, illegal-name, lost, restart
+    # outside-store, no-answer, closed, died, memory, traceback, dispatch, illegal-name, lost,
+    # restart
     kind: str
     detail: str
     steps: list[Step] = field(default_factory=list)

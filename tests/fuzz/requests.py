@@ -14,8 +14,9 @@ Invariants, and where they are checked:
   connection or silence; a held pull may outlive its wait), no daemon died, nothing appeared or
   vanished outside the stores' roots (the sandbox, the daemons' working directory, and
   entries carrying the fuzzer's mark in the home folder, /tmp and /);
-- every `EPISODE` requests: no traceback in a daemon's log (a processor that raised on a value
-  it should have refused), dispatch caught up on master and slave (dispatchBehindBytes 0);
+- every `EPISODE` requests: no daemon holds more than `RSS_LIMIT` of memory, no traceback in
+  a daemon's log (a processor that raised on a value it should have refused), dispatch caught
+  up on master and slave (dispatchBehindBytes 0);
 - at the end: dispatch caught up; every acknowledged good message pullable from master and
   slave at its queue offset; both brokers stop on SIGTERM with status 0, start again, serve a
   send and a pull, and still hold every acknowledged message.
@@ -68,6 +69,7 @@ __all__ = ["Finding", "Report", "replay", "run"]
 EPISODE: Final = 40  # requests between the log and dispatch checks
 ANSWER_TIMEOUT: Final = 20.0  # seconds a daemon has to answer one request (2 busy cores)
 HELD_PULL_WAIT: Final = 2.0  # a suspended pull is not waited for longer than this
+RSS_LIMIT: Final = 1 << 30  # a daemon's resident memory (test stores: 4 MiB CommitLog files)
 VERIFY_GROUP: Final = "fz-verify"  # the checks' own consumer group, never fuzzed
 REGRESSIONS: Final = Path(__file__).resolve().parent / "regressions" / "requests"
 _TRACEBACK: Final = "Traceback (most recent call last):"
@@ -311,7 +313,22 @@ class Session:
                             key=f"{target} {what} {_shape(name)}",
                         )
 
+    def check_memory(self) -> None:
+        """No daemon grew past `RSS_LIMIT`: hostile sizes must not buy memory."""
+        for daemon in (self.cluster.namesrv, self.cluster.master, self.cluster.slave):
+            if daemon is None or daemon.pid is None or not daemon.running:
+                continue
+            try:
+                status = Path(f"/proc/{daemon.pid}/status").read_text()
+            except OSError:
+                continue
+            found = re.search(r"VmRSS:\s+(\d+) kB", status)
+            rss = int(found.group(1)) * 1024 if found else 0
+            if rss > RSS_LIMIT:
+                self.find("memory", f"{daemon.name} holds {rss >> 20} MiB", key=daemon.name)
+
     async def end_episode(self) -> None:
+        self.check_memory()
         self.scan_logs()
         await self.check_dispatch()
         await self.check_names()
