@@ -104,7 +104,12 @@ def main() -> int:
     parser.add_argument("targets", nargs="*", choices=[[], *TARGETS], default=[])
     parser.add_argument("--runs", type=int, default=1_000_000, help="executions per target")
     parser.add_argument("--out", type=Path, default=Path("fuzz-crashes"))
-    parser.add_argument("--seed", type=int, default=None, help="libFuzzer's random seed")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="libFuzzer's random seed (with --requests: the run's seed)",
+    )
     parser.add_argument("--timeout", type=int, default=10, help="seconds per input")
     parser.add_argument(
         "--requests", type=float, metavar="SECONDS", help="fuzz live daemons' requests instead"

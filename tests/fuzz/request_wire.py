@@ -4,7 +4,7 @@
 with that opaque. The outcome is an `Answer`: the response command, or `closed` (the daemon
 closed the connection: right for a malformed frame, a finding for a well-formed one), or
 `timeout`. Requests the daemon sends to us (a broker asks a "consumer" for its running info,
-or tells it the group's ids changed) are read and left unanswered, as a busy client would.
+or tells it the group's ids changed) are refused at once with SYSTEM_ERROR.
 
 Frames come from the client's own codec (`encode_command`); `typed_frame` is the one frame the
 codec cannot write on purpose: a JSON or msgpack header whose extFields values are numbers,
@@ -23,10 +23,10 @@ from typing import Any, Final
 
 import msgpack  # type: ignore[import-untyped]
 
-from tidemq.client.remoting.codes import SerializeType
+from tidemq.client.remoting.codes import ResponseCode, SerializeType
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import FrameError
-from tidemq.client.remoting.frame import FrameDecoder
+from tidemq.client.remoting.frame import FrameDecoder, encode_command
 
 __all__ = ["Answer", "FuzzConnection", "typed_frame"]
 
@@ -94,7 +94,7 @@ class FuzzConnection:
             while chunk := await reader.read(1 << 16):
                 for command in self._decoder.feed(chunk):
                     if not command.is_response:
-                        self.requests_from_daemon += 1
+                        self._refuse(command)
                         continue
                     waiter = self._waiting.pop(command.opaque, None)
                     if waiter is not None and not waiter.done():
@@ -108,6 +108,15 @@ class FuzzConnection:
             self._waiting.clear()
             if self._writer is not None:
                 self._writer.close()
+
+    def _refuse(self, request: RemotingCommand) -> None:
+        """Answer a daemon's request (running info, offset reset, ...) with SYSTEM_ERROR at
+        once: a broker waits 5 s for a silent client, which would idle the run."""
+        self.requests_from_daemon += 1
+        if request.is_oneway or self._writer is None or self._writer.is_closing():
+            return
+        refusal = RemotingCommand.response_to(request, ResponseCode.SYSTEM_ERROR, "fuzzer")
+        self._writer.write(encode_command(refusal))
 
     async def exchange(self, frame: bytes, opaque: int, timeout: float) -> Answer:
         loop = asyncio.get_running_loop()
