@@ -84,6 +84,16 @@ def write(name: str, kind: str, detail: str, steps: list[Step]) -> None:
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
+    register = {"brokerName": "broker-a", "brokerAddr": "fzx", "clusterName": "DefaultCluster",
+                "haServerAddr": "fzx", "brokerId": "1"}  # fmt: skip
+    write(
+        "namesrv-registration-of-a-slave-without-port",
+        "traceback",
+        "c82965c: REGISTER_BROKER of broker-a id 1 at 'fzx' on the name server; at the next "
+        "slave connection (the restart) the master's OffsetReconciler died of ValueError "
+        "('not host:port'): a traceback, and another when the broker stopped",
+        [Step("namesrv", C.REGISTER_BROKER, S.JSON, register, op="single")],
+    )
     write(
         "send-back-group-escapes-the-store",
         "outside-store",
