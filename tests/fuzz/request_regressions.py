@@ -84,6 +84,34 @@ def write(name: str, kind: str, detail: str, steps: list[Step]) -> None:
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
+    reconsumed = send(1)
+    reconsumed.ext["j"] = str(2**31 - 1)  # reconsumeTimes
+    reconsumed.track = False
+    write(
+        "send-back-of-a-message-reconsumed-2-31-1-times",
+        "traceback",
+        "c82965c: CONSUMER_SEND_MSG_BACK of a message sent with reconsumeTimes 2**31-1 raised "
+        "struct.error packing 2**31 into the record (a traceback, SYSTEM_ERROR)",
+        [create(), reconsumed, send_back("fz-g0", delay="1")],
+    )
+    group = {"groupName": "fz-g0", "retryQueueNums": [], "retryMaxTimes": {"a": 1}}
+    topic = create("fz-t1")
+    topic.ext["writeQueueNums"] = str(2**31 - 1)
+    write(
+        "group-config-and-topic-of-wrong-numbers",
+        "traceback",
+        "c82965c: a subscription group config whose numbers are a list and an object raised "
+        "TypeError (a traceback); a topic of 2**31-1 write queues was created, and resetting "
+        "its offsets looped over every queue on the broker's event loop (no answer)",
+        [
+            Step("master", C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, S.JSON, {},
+                 json.dumps(group).encode(), op="group_config"),
+            topic,
+            Step("master", C.INVOKE_BROKER_TO_RESET_OFFSET, S.MSGPACK,
+                 {"topic": "fz-t1", "group": "fz-g0", "timestamp": "-1", "isForce": "true"},
+                 op="reset_offset"),
+        ],
+    )  # fmt: skip
     register = {"brokerName": "broker-a", "brokerAddr": "fzx", "clusterName": "DefaultCluster",
                 "haServerAddr": "fzx", "brokerId": "1"}  # fmt: skip
     write(

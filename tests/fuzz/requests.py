@@ -175,7 +175,9 @@ class Session:
         text = daemon.log_text()
         at = text.rfind("Fatal Python error")
         frames = [x.strip() for x in text[at:].splitlines() if x.strip().startswith("File ")]
-        return " | ".join(frames[:6])
+        # the idle worker threads' frames first: the event loop's are what hangs
+        ours = [f for f in frames if "/concurrent/" not in f and "/threading.py" not in f]
+        return " | ".join(ours[:6])
 
     # --- sending --------------------------------------------------------------------------
 
