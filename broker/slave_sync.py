@@ -144,7 +144,9 @@ class OffsetReconciler:
                     response = await self.api.call(
                         address, self.api.request(RequestCode.GET_ALL_CONSUMER_OFFSET)
                     )
-                except TideMQError as exc:
+                except (TideMQError, ValueError) as exc:
+                    # ValueError: a registration on the name server gave an address that is not
+                    # host:port; the task died of it with a traceback (request fuzzer, issue 30)
                     log.info("offset reconcile: slave %s did not answer: %s", address, exc)
                     continue
                 result = self.offsets.merge_from_master(parse_offset_table(bytes(response.body)))

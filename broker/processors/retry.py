@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from typing import Final
 
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
@@ -36,6 +37,8 @@ from tidemq.store.record import (
     encode_properties,
     pack_host,
 )
+
+_INT32_MAX: Final = 2**31 - 1
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +121,9 @@ class RetryProcessor:
             born_timestamp=stored.born_timestamp or int(time.time() * 1000),
             born_host=pack_host(*stored.born_host),
             store_host=state.store_host,
-            reconsume_times=stored.reconsume_times + 1,
+            # a record's int32 (Java's int); a message sent with reconsumeTimes 2**31-1 made
+            # this 2**31, which the record cannot hold (request fuzzer, issue 30)
+            reconsume_times=min(stored.reconsume_times + 1, _INT32_MAX),
         )
         result = await self.store.put_message(msg)
         if not result.ok:

@@ -285,25 +285,32 @@ class NotifyConsumerIdsChangedRequestHeader:
 class ConsumerSendMsgBackRequestHeader:
     offset: int
     group: str
-    delay_level: int
+    delay_level: int = dataclasses.field(metadata=_REQUIRED_INT32)
     origin_msg_id: str | None = None
     origin_topic: str | None = None
     unit_mode: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: int | None = dataclasses.field(default=None, metadata=_INT32)
 
 
 # --- admin ----------------------------------------------------------------------------------
+
+
+# The most queues a topic may have on one broker. RocketMQ sets no bound; the broker loops over
+# a topic's queues on the event loop (offset resets, topic stats, metrics), and clients build one
+# MessageQueue per queue, so a topic created with 2**31 queues hung the broker (request fuzzer).
+MAX_QUEUE_NUMS = 1024
+_QUEUE_NUMS = {**_INT32, "min": 0, "max": MAX_QUEUE_NUMS}
 
 
 @dataclass(slots=True)
 class CreateTopicRequestHeader:
     topic: str
     default_topic: str = "TBW102"
-    read_queue_nums: int = 8
-    write_queue_nums: int = 8
-    perm: int = 6
+    read_queue_nums: int = dataclasses.field(default=8, metadata=_QUEUE_NUMS)
+    write_queue_nums: int = dataclasses.field(default=8, metadata=_QUEUE_NUMS)
+    perm: int = dataclasses.field(default=6, metadata=_INT32)
     topic_filter_type: str = "SINGLE_TAG"
-    topic_sys_flag: int | None = None
+    topic_sys_flag: int | None = dataclasses.field(default=None, metadata=_INT32)
     order: bool = False
 
 

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidemq.client.protocol.headers import MAX_QUEUE_NUMS
+
 PERM_PRIORITY = 0x8
 PERM_READ = 0x4
 PERM_WRITE = 0x2
@@ -32,9 +34,23 @@ def perm_to_string(perm: int) -> str:
     )
 
 
-def _int(obj: dict[str, Any], key: str, default: int) -> int:
+def _int(
+    obj: dict[str, Any], key: str, default: int, bits: int = 32, high: int | None = None
+) -> int:
+    """A Java int (or long, `bits`=64) field: a number or a decimal string that fits. Anything
+    else is a ValueError, which the broker answers as a bad body (a list or an object here once
+    raised TypeError: a traceback and SYSTEM_ERROR instead of the refusal)."""
     value = obj.get(key, default)
-    return int(value) if value is not None else default
+    if value is None:
+        return default
+    if isinstance(value, (list, dict)):
+        raise ValueError(f"{key}: not a number: {value!r}"[:200])  # noqa: TRY004 (a bad body)
+    number = int(value)
+    if not -(1 << (bits - 1)) <= number < 1 << (bits - 1):
+        raise ValueError(f"{key}: {number} does not fit {bits} bits"[:200])
+    if high is not None and not 0 <= number <= high:
+        raise ValueError(f"{key}: must be 0 to {high}, got {number}")
+    return number
 
 
 def _bool(obj: dict[str, Any], key: str, default: bool) -> bool:
@@ -61,7 +77,7 @@ class DataVersion:
     @classmethod
     def from_dict(cls, obj: dict[str, Any] | None) -> DataVersion:
         obj = obj or {}
-        return cls(_int(obj, "timestamp", 0), _int(obj, "counter", 0))
+        return cls(_int(obj, "timestamp", 0, 64), _int(obj, "counter", 0, 64))
 
 
 @dataclass(slots=True)
@@ -130,9 +146,10 @@ class SubscriptionGroupConfig:
             consume_enable=_bool(obj, "consumeEnable", True),
             consume_from_min_enable=_bool(obj, "consumeFromMinEnable", True),
             consume_broadcast_enable=_bool(obj, "consumeBroadcastEnable", True),
-            retry_queue_nums=_int(obj, "retryQueueNums", 1),
+            # the queues of the group's %RETRY% topic: bounded as a created topic's
+            retry_queue_nums=_int(obj, "retryQueueNums", 1, high=MAX_QUEUE_NUMS),
             retry_max_times=_int(obj, "retryMaxTimes", 16),
-            broker_id=_int(obj, "brokerId", MASTER_ID),
+            broker_id=_int(obj, "brokerId", MASTER_ID, 64),
             which_broker_when_consume_slowly=_int(obj, "whichBrokerWhenConsumeSlowly", 1),
             notify_consumer_ids_changed_enable=_bool(obj, "notifyConsumerIdsChangedEnable", True),
         )

@@ -1,5 +1,10 @@
 """`python -m tests.fuzz [--runs N] [--out DIR] [TARGET ...]`: run the fuzz targets (`make fuzz`).
 
+`python -m tests.fuzz --requests SECONDS [--seed N] [--out DIR]` runs the request fuzzer
+instead (tests/fuzz/requests.py: hostile requests to live daemons) for SECONDS (`--legal-names`:
+every hostile value but names, to look past the name bugs); its findings
+go to DIR/requests/<kind>-<n>.json, and it exits 1 when there is one.
+
 Each target runs under atheris in a process of its own, from its checked-in seeds, for `--runs`
 executions (default 1,000,000), with a per-input timeout (a hang is a crash) and an RSS limit
 (an allocation beyond the bounds is a crash). New coverage goes to DIR/<target>/corpus, a
@@ -14,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,9 +104,24 @@ def main() -> int:
     parser.add_argument("targets", nargs="*", choices=[[], *TARGETS], default=[])
     parser.add_argument("--runs", type=int, default=1_000_000, help="executions per target")
     parser.add_argument("--out", type=Path, default=Path("fuzz-crashes"))
-    parser.add_argument("--seed", type=int, default=None, help="libFuzzer's random seed")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="libFuzzer's random seed (with --requests: the run's seed)",
+    )
     parser.add_argument("--timeout", type=int, default=10, help="seconds per input")
+    parser.add_argument(
+        "--requests", type=float, metavar="SECONDS", help="fuzz live daemons' requests instead"
+    )
+    parser.add_argument(
+        "--legal-names",
+        action="store_true",
+        help="with --requests: no hostile topic/group/key names, every other hostile value",
+    )
     args = parser.parse_args()
+    if args.requests is not None:
+        return fuzz_requests(args.requests, args.seed, args.out, names=not args.legal_names)
     failed = 0
     for target in args.targets or list(TARGETS):
         result = fuzz(target, args.runs, args.out, seed=args.seed, timeout=args.timeout)
@@ -115,6 +136,16 @@ def main() -> int:
             for artifact in result.artifacts:
                 print(f"  saved: {artifact}")
     return 1 if failed else 0
+
+
+def fuzz_requests(seconds: float, seed: int | None, out: Path, *, names: bool = True) -> int:
+    from tests.fuzz.requests import run  # starts daemons: not needed by the decoder targets
+
+    seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
+    with tempfile.TemporaryDirectory(prefix="tidemq-reqfuzz-") as base:
+        report = run(seed, seconds, Path(base), out / "requests", names=names)
+    print(report.summary(), flush=True)
+    return 1 if report.findings else 0
 
 
 if __name__ == "__main__":

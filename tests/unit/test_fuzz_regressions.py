@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from tidemq.client.inflate import inflate_body
+from tidemq.client.protocol.headers import CreateTopicRequestHeader, HeaderFieldError, decode
+from tidemq.client.protocol.models import SubscriptionGroupConfig
 from tidemq.client.protocol.namesrv import (
     NamesrvProtocolError,
     RegisterBrokerBody,
@@ -99,3 +101,25 @@ def test_a_route_with_values_of_the_wrong_type_is_a_namesrv_protocol_error(body:
     answer.body = body
     with pytest.raises(NamesrvProtocolError, match="TopicRouteData: a field has a bad value"):
         parse_route_response(answer)
+
+
+# issue 30, the request fuzzer (tests/fuzz/requests.py): a subscription group config whose
+# numbers were lists or objects raised TypeError (a traceback, SYSTEM_ERROR); a topic or retry
+# queue count of 2**31 made the broker loop over every queue on its event loop.
+@pytest.mark.parametrize(
+    "body",
+    [{"retryQueueNums": []}, {"retryMaxTimes": {"a": 1}}, {"brokerId": 2**63},
+     {"retryQueueNums": 2**31 - 1}, {"retryQueueNums": -1}],
+    ids=str,
+)  # fmt: skip
+def test_a_group_config_with_a_bad_number_is_a_value_error(body: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match=r"retryQueueNums|retryMaxTimes|brokerId"):
+        SubscriptionGroupConfig.from_dict({"groupName": "g", **body})
+
+
+@pytest.mark.parametrize("nums", ["2147483647", "-1", "9223372036854775807", "1025"])
+def test_a_topic_with_too_many_or_negative_queues_is_a_header_field_error(nums: str) -> None:
+    for key in ("readQueueNums", "writeQueueNums"):
+        with pytest.raises(HeaderFieldError, match=key):
+            decode(CreateTopicRequestHeader, {"topic": "t", key: nums})
+    assert decode(CreateTopicRequestHeader, {"topic": "t", "writeQueueNums": "1024"})

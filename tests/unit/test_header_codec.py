@@ -135,17 +135,19 @@ def test_decode_matches_the_reference(case: tuple[type[Any], Any, dict[str, str]
 
 @st.composite
 def headers_to_encode(draw: st.DrawFn) -> tuple[Any, dict[str, str] | None]:
-    """Any header whose integers fit their Java type (so that it also decodes back)."""
+    """Any header whose integers fit their Java type and bounds (so that it also decodes back)."""
     cls = draw(st.sampled_from(HEADER_CLASSES))
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         bits = f.metadata.get("bits", 64)
+        low = f.metadata.get("min", -(2 ** (bits - 1)))
+        high = f.metadata.get("max", 2 ** (bits - 1) - 1)
         kinds = typing.get_args(hints[f.name]) or (hints[f.name],)
         strategies: list[st.SearchStrategy[Any]] = []
         for kind in kinds:
             if kind is int:
-                strategies.append(st.integers(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1))
+                strategies.append(st.integers(low, high))
             elif kind is bool:
                 strategies.append(st.booleans())
             elif kind is str:
