@@ -36,6 +36,7 @@ TYPING := $(VENV)/typing/tidemq
 typing-tree:
 	@mkdir -p $(TYPING)
 	@for package in store ha client broker; do ln -sfn ../../../$$package $(TYPING)/$$package; done
+	@ln -sfn ../../../store/common $(TYPING)/common
 	@ln -sf ../../../client/_tidemq/__init__.py ../../../client/_tidemq/py.typed $(TYPING)/
 
 # Debian packages the tests and daemons run, as command:package. Installed with apt-get when

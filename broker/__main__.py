@@ -1,3 +1,3 @@
-from tidemq.broker.main import main
+from tidemq.broker.daemons.brokerd import main
 
 main()

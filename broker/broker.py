@@ -19,9 +19,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tidemq.broker.acl_rules import AclRules
-from tidemq.broker.acl_validator import PlainAccessValidator
-from tidemq.broker.acl_watch import AclWatcher, acl_paths, rocketmq_home
+from tidemq.broker.acl.own_account import OwnAccountSigner
+from tidemq.broker.acl.rules import AclRules
+from tidemq.broker.acl.validator import PlainAccessValidator
+from tidemq.broker.acl.watch import AclWatcher, acl_paths, rocketmq_home
 from tidemq.broker.config import BrokerConfig, RemotingConfig
 from tidemq.broker.failover import GroupController, divergence_point
 from tidemq.broker.ha_guard import ha_connect, ha_listen, master_proof
@@ -37,7 +38,6 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigChanged, TopicConfigManager
 from tidemq.broker.metrics import BrokerCollector, MetricsServer, registry_for
 from tidemq.broker.name_gate import NameGate
-from tidemq.broker.own_account import OwnAccountSigner
 from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.consumer import ConsumerProcessor
 from tidemq.broker.processors.end_transaction import EndTransactionProcessor
@@ -49,6 +49,7 @@ from tidemq.broker.processors.retry import RetryProcessor
 from tidemq.broker.processors.send import SendProcessor
 from tidemq.broker.rebalance_lock import RebalanceLockManager
 from tidemq.broker.registration import BrokerIdentity, NameServerRegistration
+from tidemq.broker.remoting.server import RemotingServer
 from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.slave_names import SlaveNames
 from tidemq.broker.slave_sync import OffsetReconciler, SlaveSynchronize
@@ -58,19 +59,18 @@ from tidemq.broker.transaction.check import TransactionCheckService
 from tidemq.broker.transaction.service import TransactionalMessageService
 from tidemq.client.protocol.models import PERM_READ_WRITE, TopicConfigSerializeWrapper
 from tidemq.client.protocol.namesrv import RegisterBrokerResult
-from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.json_body import dumps
-from tidemq.client.remoting.server import RemotingServer
+from tidemq.client.transport.client import RemotingClient
+from tidemq.client.transport.connection import RemotingConnection
+from tidemq.common.lifecycle import BackgroundTask, Service, Step
 from tidemq.ha.config import HAConfig
 from tidemq.ha.controller_config import ControllerConfig
 from tidemq.ha.epoch_file import EpochEntry, EpochFile
 from tidemq.ha.master import HAService
 from tidemq.ha.slave import ClientState, EpochHandshake, HAClient
 from tidemq.store.config import BrokerRole, StoreConfig
-from tidemq.store.lifecycle import BackgroundTask, Service, Step
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import pack_host
 
@@ -177,7 +177,7 @@ class Broker(Service):
         client_tls = self.remoting.client_tls()
         # The broker's own connections (name servers, its master): TLS with tls.enable.
         self.client_tls = client_tls.context() if client_tls is not None else None
-        # With aclEnable its own requests are signed (broker/own_account.py).
+        # With aclEnable its own requests are signed (broker/acl/own_account.py).
         acl_rules = self._acl_rules()
         self.signer = OwnAccountSigner(acl_rules) if acl_rules is not None else None
         self.namesrv_client = RemotingClient(

@@ -11,12 +11,13 @@ import os
 import socket
 from dataclasses import dataclass
 
+from tidemq.broker.remoting.limits import ReceiveLimits
+from tidemq.broker.remoting.tls import ClientAuth, TlsMode, TlsServerSettings
 from tidemq.client.config import local_ip
 from tidemq.client.protocol.names import NameKind, name_problem, topic_problem
-from tidemq.client.remoting.limits import ReceiveLimits
-from tidemq.client.remoting.tls import ClientAuth, TlsClientSettings, TlsMode, TlsServerSettings
-from tidemq.store.errors import ConfigError
-from tidemq.store.settings import setting
+from tidemq.client.transport.tls import TlsClientSettings
+from tidemq.common.errors import ConfigError
+from tidemq.common.settings import setting
 
 DEFAULT_NAMESRV_PORT = 9876
 DEFAULT_BROKER_PORT = 10911
@@ -34,7 +35,7 @@ class RemotingConfig:
         16 * 1024 * 1024, min_value=1024, doc="largest remoting frame accepted (tidemq)"
     )
     # What connections may hold (tidemq's; RocketMQ's Netty server has no such bounds):
-    # client/remoting/limits.py says how the bytes of partly received frames are counted.
+    # broker/remoting/limits.py says how the bytes of partly received frames are counted.
     server_max_connections: int = setting(
         10_000, min_value=1, doc="tidemq: connections past this are closed as they are accepted"
     )
@@ -51,7 +52,7 @@ class RemotingConfig:
     server_frame_receive_timeout_seconds: int = setting(
         30, min_value=1, doc="tidemq: seconds a frame may take to arrive once it has begun"
     )
-    # RocketMQ's TlsSystemConfig keys (client/remoting/tls.py says what the modes do).
+    # RocketMQ's TlsSystemConfig keys (broker/remoting/tls.py says what the modes do).
     tls_server_mode: TlsMode = setting(
         TlsMode.disabled, key="tls.server.mode", doc="disabled, permissive or enforcing"
     )

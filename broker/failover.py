@@ -55,10 +55,10 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tidemq.common.lifecycle import BackgroundTask, Service, Step
 from tidemq.ha.controller_config import ControllerConfig
 from tidemq.ha.epoch_file import EpochEntry, EpochFile
 from tidemq.ha.etcd import Etcd, EtcdUnavailable
-from tidemq.store.lifecycle import BackgroundTask, Service, Step
 
 log = logging.getLogger(__name__)
 

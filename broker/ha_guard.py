@@ -6,7 +6,7 @@ A master with `haAllowedSlaveAddresses` closes, before a byte is read or sent, e
 from an address outside the list (`0.0.0.0/0,::/0` opens the port to anyone). Without it, only the
 addresses of the broker group's members are admitted (broker/ha_members.py): the port is closed
 to strangers by default. With aclEnable=true and no haTlsEnable, an admitted connection must
-then prove an admin account of the ACL (broker/ha_auth.py) before its first CommitLog byte.
+then prove an admin account of the ACL (broker/acl/ha_auth.py) before its first CommitLog byte.
 With `haTlsEnable=true` the master's HA port speaks only TLS, presents `haTlsCertPath`/
 `haTlsKeyPath` and requires a client certificate that chains to `haTlsTrustCertPath`; the slave
 presents its own certificate and verifies the master's (chain and address) against the same kind
@@ -19,19 +19,14 @@ import functools
 import ssl
 from collections.abc import Callable
 
-from tidemq.broker.acl_rules import AclRules
-from tidemq.broker.ha_auth import master_handshake, proving_connect
+from tidemq.broker.acl.ha_auth import master_handshake, proving_connect
+from tidemq.broker.acl.rules import AclRules
 from tidemq.broker.ha_members import GroupMembers
-from tidemq.client.remoting.tls import (
-    ClientAuth,
-    TlsClientSettings,
-    TlsMode,
-    TlsServerSettings,
-    TlsSetupError,
-)
+from tidemq.broker.remoting.tls import ClientAuth, TlsMode, TlsServerSettings
+from tidemq.client.transport.tls import TlsClientSettings, TlsSetupError
+from tidemq.common.errors import ConfigError
 from tidemq.ha.config import HAConfig, address_allowed
 from tidemq.ha.transport import Connect, Handshake, Listen, connect_tcp, listen_tcp
-from tidemq.store.errors import ConfigError
 
 
 def _context(build: functools.partial[ssl.SSLContext]) -> ssl.SSLContext:

@@ -23,7 +23,7 @@ The IP is what is checked: brokers on one machine share it (every broker of a te
 127.0.0.1), and a stranger there is as trusted as the brokers' own user. Across machines a
 stranger is told apart; a slave whose HA connection leaves from another address than its
 brokerIP1 needs haAllowedSlaveAddresses. What a name server lists is what brokers registered,
-unauthenticated in RocketMQ 4.x: with aclEnable the HA proof (broker/ha_auth.py) is what keeps a
+unauthenticated in RocketMQ 4.x: with aclEnable the HA proof (broker/acl/ha_auth.py) is what keeps a
 registered impostor out.
 """
 
@@ -40,7 +40,7 @@ from tidemq.client.api import BrokerAPI
 from tidemq.client.errors import TideMQError
 from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.signing import Signer
-from tidemq.store.lifecycle import cancel_and_wait
+from tidemq.common.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

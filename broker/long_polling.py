@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tidemq.store.lifecycle import BackgroundTask, Service, Step
+from tidemq.common.lifecycle import BackgroundTask, Service, Step
 from tidemq.store.tags import TagFilter
 
 log = logging.getLogger(__name__)

@@ -28,14 +28,14 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
+from tidemq.broker.remoting.server import RequestRejected
 from tidemq.client.protocol.heartbeat import HeartbeatData, LockBatchRequestBody
 from tidemq.client.protocol.names import NameKind, name_problem
 from tidemq.client.protocol.namesrv import RegisterBrokerBody
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.json_body import loads_fastjson
-from tidemq.client.remoting.server import RequestRejected
-from tidemq.store.errors import DecodeError
+from tidemq.common.errors import DecodeError
 
 log = logging.getLogger(__name__)
 

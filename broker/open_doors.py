@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 
 from tidemq.broker.config import RemotingConfig
-from tidemq.client.remoting.tls import ClientAuth, TlsMode
+from tidemq.broker.remoting.tls import ClientAuth, TlsMode
 from tidemq.ha.config import HAConfig
 
 

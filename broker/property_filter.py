@@ -10,10 +10,10 @@ CHECK_CLIENT_CONFIG (a consumer's start).
 from __future__ import annotations
 
 from tidemq.broker.config import BrokerConfig
+from tidemq.broker.remoting.server import RequestRejected
 from tidemq.broker.sql92 import Sql92Error, compile_sql92
 from tidemq.client.protocol.heartbeat import ExpressionType
 from tidemq.client.remoting.codes import ResponseCode
-from tidemq.client.remoting.server import RequestRejected
 from tidemq.store.get_message import RecordFilter
 
 

@@ -26,9 +26,9 @@ from tidemq.client.protocol.namesrv import (
     register_broker_request,
     simple_request,
 )
-from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import RequestCode
-from tidemq.store.lifecycle import BackgroundTask, Service, Step
+from tidemq.client.transport.client import RemotingClient
+from tidemq.common.lifecycle import BackgroundTask, Service, Step
 
 log = logging.getLogger(__name__)
 

@@ -32,10 +32,10 @@ import time
 from collections.abc import Callable
 
 from tidemq.broker.managers.delay_offset import DelayOffsetTable
+from tidemq.common.lifecycle import BackgroundTask, Service, Step
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.consume_queue import CQUnit
 from tidemq.store.delay import SCHEDULE_TOPIC
-from tidemq.store.lifecycle import BackgroundTask, Service, Step
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import (
     PROPERTY_DELAY,

@@ -23,7 +23,7 @@ from tidemq.client.api import BrokerAPI
 from tidemq.client.errors import TideMQError
 from tidemq.client.remoting.codes import RequestCode, SerializeType
 from tidemq.client.remoting.signing import Signer
-from tidemq.store.lifecycle import cancel_and_wait
+from tidemq.common.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class SlaveNames:
         signer: Signer | None = None,
     ) -> None:
         """`connections`: the peer addresses of the master's HA connections now; `signer`:
-        the broker's own account with aclEnable (broker/own_account.py)."""
+        the broker's own account with aclEnable (broker/acl/own_account.py)."""
         self.state = state
         self.connections = connections
         self.api = BrokerAPI(

@@ -32,7 +32,7 @@ from tidemq.client.api import BrokerAPI
 from tidemq.client.errors import TideMQError
 from tidemq.client.remoting.codes import RequestCode, SerializeType
 from tidemq.client.remoting.signing import Signer
-from tidemq.store.lifecycle import cancel_and_wait
+from tidemq.common.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

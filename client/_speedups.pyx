@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Compiled twins of the remoting codec's per-request steps (see store/speedups.py).
+"""Compiled twins of the remoting codec's per-request steps (see store/common/speedups.py).
 
 Each function here has a pure-Python twin of the same name, the reference: same arguments, same
 result, same exceptions (tests/unit/test_speedups_remoting.py checks it with hypothesis).
@@ -14,9 +14,9 @@ result, same exceptions (tests/unit/test_speedups_remoting.py checks it with hyp
     encode_command_parts   client/remoting/frame.py    a msgpack or JSON command's prefix and
                                                        header, and its body
     parse_frames           client/remoting/frame.py    the whole frames of a read as commands
-    decode_received        client/received.py          a pull response's records as messages
-    put_messages           client/process_queue.py     a pull's messages into a process queue
-    forget_messages        client/process_queue.py     consumed messages out of it
+    decode_received        client/consumer/received.py          a pull response's records as messages
+    put_messages           client/consumer/process_queue.py     a pull's messages into a process queue
+    forget_messages        client/consumer/process_queue.py     consumed messages out of it
     walk_records           client/spark/records.py     where a pull body's records start
     fast_columns           client/spark/records.py     walked pull bodies as Arrow columns
 
@@ -31,7 +31,7 @@ cdef extern from "Python.h":
     void* PyUnicode_DATA(object text)
 
 from tidemq.client.remoting.command import RemotingCommand as _Command
-from tidemq.store.speedups import PURE_TWINS as _PURE_TWINS
+from tidemq.common.speedups import PURE_TWINS as _PURE_TWINS
 
 _PURE_KEY = "tidemq.client.remoting.headers._command_from_mapping"
 
@@ -144,7 +144,7 @@ cdef inline object _int_or_none(object raw, long long least, long long most):
 
 
 cdef inline object _bool_or_none(object raw):
-    """Java's lenient parseBoolean as store/schema.py's `_java_bool` reads it; None (the pure
+    """Java's lenient parseBoolean as store/common/schema.py's `_java_bool` reads it; None (the pure
     twin decides) for what is not text. rocketmq-client-cpp writes "0"/"1" on every send."""
     if raw is None:
         return False
@@ -1359,12 +1359,12 @@ def encode_json_header(object cmd):
 
 
 # -- pull bodies: decode_received -------------------------------------------------------------
-# The consumers' loop over a pull response's records (client/received.py, the reference): the
+# The consumers' loop over a pull response's records (client/consumer/received.py, the reference): the
 # common record (IPv4 hosts, an uncompressed body, lengths that agree) is read here; any other
 # goes to the pure module's `_general`, exactly where the pure loop sends it.
 
-_RECEIVED_PURE_KEY = "tidemq.client.received.decode_received"
-_received = None  # client/received.py, looked up at the first call (it imports this module)
+_RECEIVED_PURE_KEY = "tidemq.client.consumer.received.decode_received"
+_received = None  # client/consumer/received.py, looked up at the first call (it imports this module)
 _ReceivedMessageType = None
 _UNSET = None
 _inflate_body = None
@@ -1417,7 +1417,8 @@ cdef Py_ssize_t _slot_at[_S_COUNT]
 cdef void _load_received() except *:
     """The modules and types the loops below use, at the first call (they import this one)."""
     global _received, _ReceivedMessageType, _UNSET, _inflate_body, _frozen
-    from tidemq.client import message, received
+    from tidemq.client import message
+    from tidemq.client.consumer import received
     from tidemq.client.inflate import inflate_body
     _find_slots(message._ReceivedFields)
     _ReceivedMessageType = message.ReceivedMessage
@@ -1538,12 +1539,12 @@ def decode_received(object body, str broker_name):
 
 
 # -- process queues: put_messages, forget_messages ----------------------------------------------
-# client/process_queue.py. A decoded message's queue_offset and body are read from its slots;
+# client/consumer/process_queue.py. A decoded message's queue_offset and body are read from its slots;
 # anything but a ReceivedMessage (or a list and a dict) goes the pure twin's way: attributes
 # looked up by name, or the pure twin itself.
 
-_PUT_PURE_KEY = "tidemq.client.process_queue.put_messages"
-_FORGET_PURE_KEY = "tidemq.client.process_queue.forget_messages"
+_PUT_PURE_KEY = "tidemq.client.consumer.process_queue.put_messages"
+_FORGET_PURE_KEY = "tidemq.client.consumer.process_queue.forget_messages"
 
 
 cdef inline object _field(object msg, int slot, str name):

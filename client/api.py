@@ -17,6 +17,7 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Final
 
+from tidemq.client.consumer.received import decode_received
 from tidemq.client.errors import BrokerResponseError
 from tidemq.client.message import ReceivedMessage, SendStatus
 from tidemq.client.protocol.headers import (
@@ -54,8 +55,6 @@ from tidemq.client.protocol.models import (
     TopicRouteData,
 )
 from tidemq.client.protocol.namesrv import GetRouteInfoRequestHeader
-from tidemq.client.received import decode_received
-from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import (
     DEFAULT_VERSION,
     LanguageCode,
@@ -66,6 +65,7 @@ from tidemq.client.remoting.codes import (
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.json_body import dumps, loads_fastjson
 from tidemq.client.remoting.signing import RequestSigner, SessionCredentials, Signer
+from tidemq.client.transport.client import RemotingClient
 from tidemq.store.record import StoredMessage, decode_record
 
 DEFAULT_TIMEOUT = 3.0
@@ -159,7 +159,7 @@ class BrokerAPI:
         signer: Signer | None = None,
     ) -> None:
         """`signer` (with no `remoting`) signs every request the client sends, whoever built
-        it: a broker's own calls (broker/own_account.py)."""
+        it: a broker's own calls (broker/acl/own_account.py)."""
         self.remoting = remoting or RemotingClient(tls=tls, signer=signer)
         self.serialize_type = serialize_type
         self.timeout = timeout

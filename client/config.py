@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from tidemq.client.errors import ClientError
 from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.signing import SessionCredentials
-from tidemq.client.remoting.tls import TlsClientSettings
+from tidemq.client.transport.tls import TlsClientSettings
 
 DEFAULT_INSTANCE = "DEFAULT"
 _SEPARATORS = re.compile(r"[;,]")

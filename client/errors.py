@@ -1,24 +1,24 @@
 """tidemq's exception tree, shared by the client, the admin tools and the broker.
 
 Every error a user of the client can catch is a `TideMQError`. The root and `DecodeError` live in
-`store.errors` (the lowest layer, so that store and ha errors belong to the same tree) and are
-re-exported here. `retriable` (False unless marked R) says the same call may succeed if made
+`common.errors` (the bottom layer, so that store, ha and broker errors belong to the same tree)
+and are re-exported here. `retriable` (False unless marked R) says the same call may succeed if made
 again, or sent to another broker::
 
-    TideMQError                   store.errors
+    TideMQError                   common.errors
     +-- ClientError               local misuse: bad arguments, a client that is not started
     |   +-- InvalidMessageError   a message the client will not send; `field` names what is
     |   |                         wrong (client.validators; also ValueError)
     |   +-- OptionError           a Spark source option (client.spark.options; also ValueError)
-    |   +-- CommandError          an mqadmin command's one-line failure (client.mqadmin.base)
+    |   +-- CommandError          an mqadmin command's one-line failure (client.admin.cli.base)
     +-- RemotingError          R  the request got no answer
     |   +-- RequestTimeoutError R no response in time (also TimeoutError)
     |   +-- ConnectError       R  the address cannot be reached (also ConnectionError)
-    |       +-- ConnectionClosedError  R  closed while waiting (client.remoting.connection)
+    |       +-- ConnectionClosedError  R  closed while waiting (client.transport.connection)
     +-- BrokerResponseError       a broker or name server answered with an error code
     |   +-- one leaf per response code (TopicNotExistError R, NoPermissionError R, ...)
     |   +-- NamesrvResponseError  the name server's answer; its leaves are the same codes' leaves
-    +-- DecodeError               store.errors: input does not follow its format
+    +-- DecodeError               common.errors: input does not follow its format
     |   +-- HeaderFieldError      a request header field (client.protocol.headers; ValueError)
     |   +-- NamesrvProtocolError  a name-server header or body (client.protocol.namesrv; ValueError)
     |   +-- FrameError            a frame from the peer (client.remoting.errors)
@@ -32,8 +32,8 @@ again, or sent to another broker::
     +-- SourceError               the Spark source cannot go on (client.spark.brokers)
     |   +-- DataLossError
     +-- RecordTooLargeError       a message over a size limit (store.record; ValueError)
-    +-- RequestRejected           a server refusing a request with a code (client.remoting.server)
-    +-- StoreError                store.errors: ConfigError, StoreLockedError, CorruptStoreError
+    +-- RequestRejected           a server refusing a request with a code (broker.remoting.server)
+    +-- StoreError                common.errors: ConfigError, StoreLockedError, CorruptStoreError
 
 `BrokerResponseError.for_code(code, remark)` builds the leaf for a response code (an unknown code
 gives the base class); `NamesrvResponseError.for_code` builds the same leaf, also a
@@ -48,7 +48,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from tidemq.client.remoting.codes import ResponseCode
-from tidemq.store.errors import DecodeError, TideMQError
+from tidemq.common.errors import DecodeError, TideMQError
 
 __all__ = [
     "BrokerResponseError",

@@ -40,10 +40,8 @@ from tidemq.client.protocol.heartbeat import (
     SubscriptionData,
 )
 from tidemq.client.protocol.models import MASTER_ID, TopicRouteData
-from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import LanguageCode, RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.errors import BodyDecodeError
 from tidemq.client.routing import (
     FindBrokerResult,
@@ -51,7 +49,9 @@ from tidemq.client.routing import (
     find_broker_address_in_subscribe,
     topic_route_to_subscribe_queues,
 )
-from tidemq.store.lifecycle import BackgroundTask, Service, Step
+from tidemq.client.transport.client import RemotingClient
+from tidemq.client.transport.connection import RemotingConnection
+from tidemq.common.lifecycle import BackgroundTask, Service, Step
 from tidemq.store.record import PROPERTY_PRODUCER_GROUP, decode_record
 
 log = logging.getLogger(__name__)

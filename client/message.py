@@ -180,9 +180,9 @@ UNSET: Final[Any] = object()  # a lazily decoded field not decoded yet
 class ReceivedMessage(_ReceivedFields):
     """A consumed message (RocketMQ's MessageExt); frozen, compared by its fields.
 
-    Made by the consumers' decoder (`client.received.decode_received`); the keyword constructor
-    is for building one by hand. Properties, tags, keys, msg_id, the hosts and offset_msg_id of a
-    decoded message are decoded from its record when first read.
+    Made by the consumers' decoder (`client.consumer.received.decode_received`); the keyword
+    constructor is for building one by hand. Properties, tags, keys, msg_id, the hosts and
+    offset_msg_id of a decoded message are decoded from its record when first read.
     """
 
     __slots__ = ()

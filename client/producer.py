@@ -42,7 +42,6 @@ from tidemq.client.message import Message, SendResult, UniqueIdGenerator
 from tidemq.client.protocol.headers import SendMessageRequestHeader
 from tidemq.client.protocol.heartbeat import MessageQueue
 from tidemq.client.remoting.codes import ResponseCode
-from tidemq.client.remoting.tls import TlsClientSettings
 from tidemq.client.routing import TopicPublishInfo
 from tidemq.client.sync import AsyncLifecycle, BlockingTwin, call, submit
 from tidemq.client.trace import (
@@ -53,6 +52,7 @@ from tidemq.client.trace import (
     TraceType,
     now_ms,
 )
+from tidemq.client.transport.tls import TlsClientSettings
 from tidemq.client.validators import check_group, check_message, check_queue
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.record import FLAG_COMPRESSED, pack_host

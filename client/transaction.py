@@ -35,9 +35,9 @@ from tidemq.client.message import Message, ReceivedMessage, SendResult, SendStat
 from tidemq.client.producer import AUTO_CREATE_TOPIC, AsyncProducer, _compress
 from tidemq.client.protocol.headers import EndTransactionRequestHeader, encode
 from tidemq.client.remoting.codes import RequestCode
-from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.sync import BlockingTwin, call
 from tidemq.client.trace import MessageType, TraceRecord, TraceType, now_ms
+from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.record import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION_PREPARED,

@@ -58,7 +58,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
-from tidemq.store.errors import DecodeError
+from tidemq.common.errors import DecodeError
 
 __all__ = [
     "ACK_SIZE",

@@ -9,8 +9,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from tidemq.store.errors import ConfigError
-from tidemq.store.settings import setting
+from tidemq.common.errors import ConfigError
+from tidemq.common.settings import setting
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidemq.common.errors import ConfigError
+from tidemq.common.settings import setting
 from tidemq.ha.etcd import parse_endpoints
-from tidemq.store.errors import ConfigError
-from tidemq.store.settings import setting
 
 LOWEST_PRIORITY = 2**31 - 1  # RocketMQ's Integer.MAX_VALUE: the smaller, the more preferred
 

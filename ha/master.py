@@ -39,6 +39,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from tidemq.common.lifecycle import Service, Step, cancel_and_wait
 from tidemq.ha.codec import (
     AckDecoder,
     AckValidator,
@@ -52,7 +53,6 @@ from tidemq.ha.config import HAConfig
 from tidemq.ha.group_transfer import AllInSyncTransfer, GroupTransferService
 from tidemq.ha.transport import Listen, Listening, listen_tcp
 from tidemq.store.config import BrokerRole
-from tidemq.store.lifecycle import Service, Step, cancel_and_wait
 from tidemq.store.message_store import MessageStore
 from tidemq.store.replication import Replication
 

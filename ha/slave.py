@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tidemq.common.lifecycle import BackgroundTask, Service, Step
 from tidemq.ha.codec import (
     BatchReceived,
     EpochsDecoder,
@@ -48,7 +49,6 @@ from tidemq.ha.master import TransferRate
 from tidemq.ha.transport import ChunkReceiver, Connect, connect_tcp
 from tidemq.store.dispatch_faults import REPORT_INTERVAL, is_disk
 from tidemq.store.errors import OffsetMismatchError
-from tidemq.store.lifecycle import BackgroundTask, Service, Step
 from tidemq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ through (or for every peer when there is no `allow`), with no transport yet, so 
 (nothing read, nothing sent) until it answers None (admitted) or the reason of a refusal; at
 most `MAX_PENDING_ADMISSIONS` peers are held at once, the next ones refused at once.
 `handshake` runs on the admitted connection's streams (inside TLS when there is TLS) before the
-service sees it, and answers the same way (broker/ha_auth.py's ACL proof).
+service sees it, and answers the same way (broker/acl/ha_auth.py's ACL proof).
 
 `ChunkReceiver` is how the slave reads: the transport reads straight into the room a sink
 gives (asyncio's BufferedProtocol: the slave's TransferBuffer, reused, so no read allocates a
@@ -39,6 +39,8 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Protocol, cast
+
+from tidemq.common.accept import AcceptLoop
 
 # What one read of a StreamReader may return (transports that keep their stream protocol).
 STREAM_READ_CHUNK = 1024 * 1024
@@ -93,12 +95,13 @@ async def listen_tcp(
 
 
 class GuardedListener:
-    """Accepts sockets itself, so that a peer is judged before its connection has a transport:
-    an address outside the allow-list is closed with nothing read or sent, and TLS starts with the
-    connection (`connect_accepted_socket`), so the handshake reads the peer's first bytes. (A
-    plaintext transport upgraded later with start_tls may already have read them: uvloop starts
-    reading as the connection is made, and a ClientHello sent with the connect then lands in the
-    stream's buffer, where the handshake waits for it until its timeout.)"""
+    """Accepts sockets itself, on the common accept loop (common/accept.py), so that a peer is
+    judged before its connection has a transport: an address outside the allow-list is closed
+    with nothing read or sent, and TLS starts with the connection (`connect_accepted_socket`), so
+    the handshake reads the peer's first bytes. (A plaintext transport upgraded later with
+    start_tls may already have read them: uvloop starts reading as the connection is made, and a
+    ClientHello sent with the connect then lands in the stream's buffer, where the handshake
+    waits for it until its timeout.)"""
 
     def __init__(
         self,
@@ -113,50 +116,31 @@ class GuardedListener:
         self._tls = tls
         self._admit_peer = admit
         self._handshake = handshake
-        self._socket: socket.socket | None = None
-        self._accepting: asyncio.Task[None] | None = None
-        self._admitting: set[asyncio.Task[None]] = set()
+        self._loop: AcceptLoop | None = None
 
     async def listen(self, host: str, port: int) -> int:
         listener = socket.create_server((host, port), family=_family(host), backlog=128)
-        listener.setblocking(False)
-        self._socket = listener
-        self._accepting = asyncio.create_task(self._accept_loop(listener))
+        self._loop = AcceptLoop(
+            listener,
+            self._admit,
+            "HA",
+            screen=self._screen,
+            max_pending=MAX_PENDING_ADMISSIONS if self._admit_peer is not None else None,
+        )
+        self._loop.start()
         return int(listener.getsockname()[1])
 
-    async def _accept_loop(self, listener: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                conn, peer = await loop.sock_accept(listener)
-            except OSError as exc:  # EMFILE and the like: the port stays open
-                log.warning("HA: accept failed: %s", exc)
-                await asyncio.sleep(0.1)
-                continue
-            ip, address = str(peer[0]), f"{peer[0]}:{peer[1]}"
-            if self._allow is not None and not self._allow(ip):
-                log.warning(
-                    "HA: connection from %s refused: not in haAllowedSlaveAddresses", address
-                )
-                conn.close()
-                continue
-            if self._admit_peer is not None and len(self._admitting) >= MAX_PENDING_ADMISSIONS:
-                log.warning(
-                    "HA: connection from %s refused: %d connections already wait for admission",
-                    address,
-                    MAX_PENDING_ADMISSIONS,
-                )
-                conn.close()
-                continue
-            admitting = asyncio.create_task(self._admit(conn, ip, address))
-            self._admitting.add(admitting)
-            admitting.add_done_callback(self._admitting.discard)
+    def _screen(self, address: str) -> bool:
+        if self._allow is None or self._allow(_ip(address)):
+            return True
+        log.warning("HA: connection from %s refused: not in haAllowedSlaveAddresses", address)
+        return False
 
-    async def _admit(self, conn: socket.socket, ip: str, address: str) -> None:
+    async def _admit(self, conn: socket.socket, address: str) -> None:
         loop = asyncio.get_running_loop()
         if self._admit_peer is not None:
             try:
-                refused = await self._admit_peer(ip)
+                refused = await self._admit_peer(_ip(address))
             except BaseException:
                 conn.close()
                 raise
@@ -192,23 +176,23 @@ class GuardedListener:
                 transport.close()
                 return
         # Admitted: the connection's life belongs to the service, not to this listener's close.
-        current = asyncio.current_task()
-        if current is not None:
-            self._admitting.discard(current)
+        if self._loop is not None:
+            self._loop.handed_over()
         transport.set_write_buffer_limits(MASTER_WRITE_BUFFER)
         await self._accept(reader, writer)
 
     def close(self) -> None:
-        if self._accepting is not None:
-            self._accepting.cancel()
-        for admitting in list(self._admitting):
-            admitting.cancel()
-        if self._socket is not None:
-            self._socket.close()
+        if self._loop is not None:
+            self._loop.close()
 
     async def wait_closed(self) -> None:
-        pending = [task for task in (self._accepting, *self._admitting) if task is not None]
-        await asyncio.gather(*pending, return_exceptions=True)
+        if self._loop is not None:
+            await self._loop.wait_closed()
+
+
+def _ip(address: str) -> str:
+    """The host part of "host:port" (an IPv6 host keeps its colons)."""
+    return address.rpartition(":")[0]
 
 
 def _family(host: str) -> socket.AddressFamily:

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled twins of the store's per-message loops (see store/speedups.py for the selection).
+"""Compiled twins of the store's per-message loops (see store/common/speedups.py for the selection).
 
 Each function here has a pure-Python twin of the same name that is the reference: same
 arguments, same result, same exceptions with the same messages (tests/unit/test_speedups*.py
@@ -45,7 +45,7 @@ cdef extern from "string.h" nogil:
 import struct as _struct
 
 from tidemq.store.crc import crc32 as _crc32
-from tidemq.store.speedups import PURE_TWINS as _PURE_TWINS
+from tidemq.common.speedups import PURE_TWINS as _PURE_TWINS
 
 
 cdef object _pure(str key):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 
-from tidemq.store.errors import DecodeError
+from tidemq.common.errors import DecodeError
 
 BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body CRC, flag, body length
 _SHORT = struct.Struct(">h")

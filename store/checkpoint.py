@@ -12,7 +12,7 @@ import struct
 import threading
 from pathlib import Path
 
-from tidemq.store.files import write_file_safely
+from tidemq.common.files import write_file_safely
 
 _FIELDS = struct.Struct(">qqq")
 FILE_SIZE = 4096

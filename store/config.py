@@ -11,8 +11,8 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidemq.store.errors import ConfigError
-from tidemq.store.settings import setting
+from tidemq.common.errors import ConfigError
+from tidemq.common.settings import setting
 
 CQ_UNIT_SIZE = 20
 MAX_TOPIC_LENGTH = 127

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidemq.common.files import path_inside
 from tidemq.store.config import CQ_UNIT_SIZE, AppendMode
-from tidemq.store.files import path_inside
 from tidemq.store.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)

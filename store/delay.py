@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from tidemq.store.errors import ConfigError
+from tidemq.common.errors import ConfigError
 from tidemq.store.record import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,

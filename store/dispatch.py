@@ -37,13 +37,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from tidemq.common.lifecycle import BackgroundTask, Service
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import CommitLog
 from tidemq.store.consume_queue import ConsumeQueue, pack_unit
 from tidemq.store.delay import SCHEDULE_TOPIC
 from tidemq.store.dispatch_faults import REPORT_INTERVAL, DispatchFailure, DispatchFaults
 from tidemq.store.fast_scan import SLOW_FLAGS, KeyGatherer, find_value, scan_fast
-from tidemq.store.lifecycle import BackgroundTask, Service
 from tidemq.store.record import (
     BLANK_MAGIC,
     MAGIC_V1,

@@ -11,7 +11,7 @@ Properties are looked up with `mmap.find` where they lie, never decoded as a who
 `IndexService.put_hashed`.
 
 `scan_fast`, `find_value` and `KeyGatherer` are the pure-Python twins of compiled ones in
-store/_speedups.pyx, which run when built (store/speedups.py picks; same results and errors).
+store/_speedups.pyx, which run when built (store/common/speedups.py picks; same results and errors).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import mmap
 import struct
 from typing import Final
 
-from tidemq.store import speedups
+from tidemq.common import speedups
 from tidemq.store.index import prefixed_key_hash, topic_prefix_hash
 from tidemq.store.record import (
     FLAG_BORNHOST_V6,

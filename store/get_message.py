@@ -25,7 +25,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tidemq.store import speedups
+from tidemq.common import speedups
 from tidemq.store.commitlog import CommitLog
 from tidemq.store.consume_queue import ConsumeQueue, iter_units
 from tidemq.store.segment import Segment

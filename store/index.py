@@ -69,9 +69,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from tidemq.store import speedups
-from tidemq.store.errors import ConfigError, CorruptStoreError
-from tidemq.store.files import fsync_dir
+from tidemq.common import speedups
+from tidemq.common.errors import ConfigError
+from tidemq.common.files import fsync_dir
+from tidemq.store.errors import CorruptStoreError
 from tidemq.store.javahash import HIGH_DIGITS, LOW_DIGITS, ascii_hash_u32, java_string_hash
 from tidemq.store.segment import preallocate
 
@@ -377,7 +378,7 @@ class _IndexFile:
         self.dirty = True
         return i - start
 
-    # The compiled twin when built (store/_speedups.pyx; store/speedups.py picks).
+    # The compiled twin when built (store/_speedups.pyx; store/common/speedups.py picks).
     put_many = speedups.select(put_many)
 
     def _write_header(self) -> None:

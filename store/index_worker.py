@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tidemq.store import speedups
+from tidemq.common import speedups
 from tidemq.store.errors import StoreLockedError
 from tidemq.store.fast_scan import KeyGatherer, scan_fast
 from tidemq.store.index import IndexService
@@ -166,7 +166,8 @@ def gather_entries(
 ) -> tuple[int, bool]:
     """Index entries of the records in mm[pos:end]; returns (where it stopped, at a blank).
 
-    The pure-Python twin of the compiled loop in store/_speedups.pyx (store/speedups.py picks).
+    The pure-Python twin of the compiled loop in store/_speedups.pyx (store/common/speedups.py
+    picks).
     """
     gather = keys.gather
     while pos < end:

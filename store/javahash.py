@@ -15,7 +15,7 @@ evaluated by CPython's own base-31 integer parser: each byte ``b`` is split into
 digits ``b // 31`` and ``b % 31`` (a byte is < 31**2), the two digit strings are produced with
 ``bytes.translate`` and parsed with ``int(..., 31)``, all in C. UTF-16 units are 16 bits, so a
 non-ASCII string is evaluated as ``256 * poly(high bytes) + poly(low bytes)``. Where the
-compiled tier is built (store/_speedups.pyx, picked by store/speedups.py), a C loop over the
+compiled tier is built (store/_speedups.pyx, picked by store/common/speedups.py), a C loop over the
 code units replaces it; this function stays as its pure-Python twin.
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Final
 
-from tidemq.store import speedups
+from tidemq.common import speedups
 
 __all__ = ["cached_java_string_hash", "java_string_hash"]
 

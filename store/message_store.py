@@ -14,8 +14,8 @@ Life cycle: `load()` takes the lock, opens every file and recovers (store/recove
 the abort file is absent, abnormal otherwise), then dispatches whatever the ConsumeQueues and the
 index miss so that every queue's offsets match the CommitLog; `start()` starts the services and
 creates the abort file; `stop()` stops them, flushes everything and removes the abort file when
-dispatch has caught up. The store is a `Service` (store/lifecycle.py), its services its children:
-`_add_services` gives both orders.
+dispatch has caught up. The store is a `Service` (store/common/lifecycle.py), its services its
+children: `_add_services` gives both orders.
 
 The parts, one purpose each: dispatch (store/dispatch.py), the index and its worker
 (store/index_keeper.py), flushing (store/flushing.py), retention (store/retention.py), a slave's
@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from tidemq.common.files import path_inside, write_file_safely
+from tidemq.common.lifecycle import Service, Step
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import AppendResult, CommitLog, PutStatus
 from tidemq.store.config import BrokerRole, FlushDiskType, StoreConfig
@@ -41,13 +43,11 @@ from tidemq.store.delay import DELAY_MARKER as _DELAY_MARKER
 from tidemq.store.delay import park_delayed, parse_delay_levels
 from tidemq.store.dispatch import ArrivalListener, ReputService
 from tidemq.store.dispatch_faults import QUARANTINE_FILE
-from tidemq.store.files import path_inside, write_file_safely
 from tidemq.store.flushing import StoreFlusher
 from tidemq.store.get_message import GetMessageResult, RecordFilter, TransferLimits, get_message
 from tidemq.store.index import IndexService
 from tidemq.store.index_keeper import IndexKeeper
 from tidemq.store.index_worker import IndexWorker
-from tidemq.store.lifecycle import Service, Step
 from tidemq.store.record import (
     MessageBatch,
     MessageToStore,

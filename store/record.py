@@ -26,7 +26,7 @@ bytes) does not fit, the rest of the file starts with a blank `[4 remaining][4 0
 msgId (RocketMQ's offsetMsgId) is the uppercase hex of store ip + store port + physical offset.
 
 `encode_batch` and `find_property` are the pure-Python twins of compiled ones in
-store/_speedups.pyx, which run when built (store/speedups.py picks; same bytes and errors).
+store/_speedups.pyx, which run when built (store/common/speedups.py picks; same bytes and errors).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple, NoReturn
 
-from tidemq.store import speedups
+from tidemq.common import speedups
+from tidemq.common.errors import DecodeError, TideMQError
 from tidemq.store.batch_body import BATCH_HEAD, decode_batch_body, read_batch_message
 from tidemq.store.batch_body import HEAD_SIZE as BATCH_HEAD_SIZE
 from tidemq.store.crc import crc32, java_crc32
-from tidemq.store.errors import DecodeError, TideMQError
 
 MAGIC_V1: Final = -626843481  # 0xDAA320A7 as a Java int
 BLANK_MAGIC: Final = -875286124  # 0xCBD43194 as a Java int

@@ -1,7 +1,8 @@
 """The store's background services: commit, flush (async and group commit) and retention.
 
-Each service is a `Service` (store/lifecycle.py) whose loop runs as a `BackgroundTask`; its work
-at stop (a last commit or flush, releasing waiters) is a `Step` that runs once the loop has ended.
+Each service is a `Service` (store/common/lifecycle.py) whose loop runs as a `BackgroundTask`; its
+work at stop (a last commit or flush, releasing waiters) is a `Step` that runs once the loop has
+ended.
 Anything that can block (fdatasync, file deletion) runs in a worker thread through
 `asyncio.to_thread`, so the event loop keeps appending and serving while the disk works.
 
@@ -29,9 +30,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
+from tidemq.common.lifecycle import BackgroundTask, Service, Step
 from tidemq.store.commitlog import CommitLog
 from tidemq.store.config import StoreConfig
-from tidemq.store.lifecycle import BackgroundTask, Service, Step
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from tidemq.store import speedups
+from tidemq.common import speedups
 from tidemq.store.javahash import java_string_hash
 
 SUB_ALL = "*"

@@ -24,7 +24,7 @@ from tests.support.ha_harness import Harness, harness
 from tests.support.memory_streams import MemoryNetwork
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI
-from tidemq.client.remoting.client import RemotingClient
+from tidemq.client.transport.client import RemotingClient
 
 # Hypothesis' per-example deadline is a timing assertion: on a loaded 2-core machine a slow
 # example fails a test that is right. Speed is measured by `make bench`, not here.

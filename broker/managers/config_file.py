@@ -6,7 +6,7 @@ previous version, `<file>.bak`. tidemq keeps the same names and layout so a stor
 between the two, and writes each file so that a crash at any moment leaves a loadable one:
 
 `<file>.tmp` fsynced, the current file kept as `<file>.bak`, `<file>.tmp` renamed over `<file>`,
-the directory fsynced (`store.files.write_file_safely`, which states the exact order).
+the directory fsynced (`common.files.write_file_safely`, which states the exact order).
 
 The main file is therefore never missing or half written once it exists. Reading (`load`) takes
 the main file; when it is missing or empty, or does not decode, it takes `.bak` and logs which
@@ -30,8 +30,8 @@ from typing import Any, Final, Generic, TypeVar
 
 from tidemq.client.remoting.errors import BodyDecodeError
 from tidemq.client.remoting.json_body import loads_fastjson
+from tidemq.common.files import sibling, write_file_safely
 from tidemq.store.errors import CorruptStoreError
-from tidemq.store.files import sibling, write_file_safely
 
 __all__ = [
     "CONSUMER_OFFSET_FILE",

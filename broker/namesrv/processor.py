@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 
 from tidemq.broker.namesrv.kv_config import KvConfigStore
 from tidemq.broker.namesrv.route_info import BrokerRemoved, RouteInfoManager
+from tidemq.broker.remoting.server import RequestRejected
 from tidemq.client.protocol.admin import decode_properties_text
 from tidemq.client.protocol.namesrv import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
@@ -56,10 +57,9 @@ from tidemq.client.protocol.namesrv import (
 )
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.errors import BodyDecodeError
 from tidemq.client.remoting.json_body import dumps
-from tidemq.client.remoting.server import RequestRejected
+from tidemq.client.transport.connection import RemotingConnection
 
 __all__ = ["NamesrvProcessor", "log_broker_removed"]
 

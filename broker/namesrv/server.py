@@ -24,11 +24,11 @@ from tidemq.broker.name_gate import NameGate
 from tidemq.broker.namesrv.kv_config import KvConfigStore
 from tidemq.broker.namesrv.processor import NamesrvProcessor, log_broker_removed
 from tidemq.broker.namesrv.route_info import RouteInfoManager
-from tidemq.client.remoting.connection import RemotingConnection
-from tidemq.client.remoting.server import RemotingServer
-from tidemq.store.errors import ConfigError
-from tidemq.store.lifecycle import BackgroundTask, Service, Step
-from tidemq.store.settings import from_properties, to_properties
+from tidemq.broker.remoting.server import RemotingServer
+from tidemq.client.transport.connection import RemotingConnection
+from tidemq.common.errors import ConfigError
+from tidemq.common.lifecycle import BackgroundTask, Service, Step
+from tidemq.common.settings import from_properties, to_properties
 
 __all__ = ["NameServer", "effective_properties"]
 

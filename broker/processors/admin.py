@@ -14,6 +14,7 @@ from tidemq.broker.managers.delay_offset import DelayOffsetTable
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager, validate_topic_name
 from tidemq.broker.processors.decoding import request_body, request_header
+from tidemq.broker.remoting.server import RequestRejected
 from tidemq.broker.state import BrokerState
 from tidemq.client.protocol.headers import (
     CreateTopicRequestHeader,
@@ -23,10 +24,9 @@ from tidemq.client.protocol.headers import (
 from tidemq.client.protocol.models import SubscriptionGroupConfig, TopicConfig
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import Body, RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.errors import BodyDecodeError
 from tidemq.client.remoting.json_body import dumps, loads_fastjson
-from tidemq.client.remoting.server import RequestRejected
+from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)

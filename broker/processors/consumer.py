@@ -18,6 +18,7 @@ from tidemq.broker.processors.decoding import request_body, request_header
 from tidemq.broker.processors.send import RETRY_GROUP_TOPIC_PREFIX
 from tidemq.broker.property_filter import property_filter
 from tidemq.broker.rebalance_lock import RebalanceLockManager
+from tidemq.broker.remoting.server import RequestRejected
 from tidemq.broker.state import BrokerState
 from tidemq.client.protocol.headers import (
     GetConsumerListByGroupRequestHeader,
@@ -37,8 +38,7 @@ from tidemq.client.protocol.heartbeat import (
 from tidemq.client.protocol.models import PERM_READ, PERM_WRITE
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
-from tidemq.client.remoting.server import RequestRejected
+from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)

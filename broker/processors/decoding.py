@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from tidemq.broker.remoting.server import RequestRejected
 from tidemq.client.protocol.headers import HeaderFieldError, decode
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import BodyDecodeError
-from tidemq.client.remoting.server import RequestRejected
 
 H = TypeVar("H")
 T = TypeVar("T")

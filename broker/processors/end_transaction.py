@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 
 from tidemq.broker.processors.decoding import request_header
+from tidemq.broker.remoting.server import RequestRejected
 from tidemq.broker.transaction.service import TransactionalMessageService
 from tidemq.client.protocol.headers import EndTransactionRequestHeader
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
-from tidemq.client.remoting.server import RequestRejected
+from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)

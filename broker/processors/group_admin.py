@@ -25,6 +25,7 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
 from tidemq.broker.processors.decoding import request_header
 from tidemq.broker.processors.ops import map_form
+from tidemq.broker.remoting.server import RequestRejected
 from tidemq.broker.stats import StatsWindows
 from tidemq.client.errors import TideMQError
 from tidemq.client.protocol.admin import ConsumeStats, MapForm
@@ -40,9 +41,8 @@ from tidemq.client.protocol.group_admin import (
 )
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.errors import BodyDecodeError
-from tidemq.client.remoting.server import RequestRejected
+from tidemq.client.transport.connection import RemotingConnection
 
 log = logging.getLogger(__name__)
 

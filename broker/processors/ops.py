@@ -32,6 +32,7 @@ from tidemq.broker.managers.clients import ConsumerManager, ProducerManager
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
 from tidemq.broker.processors.decoding import request_body, request_header
+from tidemq.broker.remoting.server import RequestRejected
 from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats, RateSampler
 from tidemq.client.protocol.admin import (
@@ -55,14 +56,13 @@ from tidemq.client.protocol.models import PERM_READ, PERM_WRITE, perm_to_string
 from tidemq.client.protocol.namesrv import KVTable
 from tidemq.client.remoting.codes import DEFAULT_VERSION, LanguageCode, RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.json_body import dumps
-from tidemq.client.remoting.server import RequestRejected
+from tidemq.client.transport.connection import RemotingConnection
 from tidemq.client.version import TIDEMQ_VERSION
-from tidemq.store.errors import ConfigError
+from tidemq.common.errors import ConfigError
+from tidemq.common.settings import from_properties, to_properties
 from tidemq.store.message_store import MessageStore
 from tidemq.store.services import disk_used_ratio
-from tidemq.store.settings import from_properties, to_properties
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
 from tidemq.broker.processors.decoding import request_header
 from tidemq.broker.property_filter import property_filter
+from tidemq.broker.remoting.server import RequestRejected
 from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats
 from tidemq.client.protocol.headers import (
@@ -41,8 +42,7 @@ from tidemq.client.protocol.heartbeat import ExpressionType
 from tidemq.client.protocol.models import MASTER_ID, PERM_READ, TopicConfig
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
-from tidemq.client.remoting.server import RequestRejected
+from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.config import BrokerRole
 from tidemq.store.get_message import GetMessageResult, GetMessageStatus, RecordFilter
 from tidemq.store.message_store import MessageStore

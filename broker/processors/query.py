@@ -18,7 +18,7 @@ from tidemq.client.protocol.headers import (
 )
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
+from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import decode_record
 

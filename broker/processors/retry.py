@@ -20,14 +20,14 @@ from typing import Final
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
 from tidemq.broker.processors.decoding import request_header
+from tidemq.broker.remoting.server import RequestRejected
 from tidemq.broker.state import BrokerState
 from tidemq.client.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
 from tidemq.client.protocol.models import PERM_READ, PERM_WRITE
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
-from tidemq.client.remoting.server import RequestRejected
+from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import (
     PROPERTY_DELAY,

@@ -21,6 +21,7 @@ from tidemq.broker.managers.topic_config import (
     is_not_allowed_send_topic,
     validate_topic_name,
 )
+from tidemq.broker.remoting.server import RequestRejected
 from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats
 from tidemq.broker.transaction.messages import is_prepared_send, park_half
@@ -34,8 +35,7 @@ from tidemq.client.protocol.headers import (
 from tidemq.client.protocol.models import PERM_WRITE
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
-from tidemq.client.remoting.server import RequestRejected
+from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.message_store import MessageStore, PutMessageResult
 from tidemq.store.record import (

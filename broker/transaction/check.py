@@ -42,8 +42,8 @@ from tidemq.broker.transaction.service import TransactionalMessageService, units
 from tidemq.client.protocol.headers import CheckTransactionStateRequestHeader, encode
 from tidemq.client.remoting.codes import RequestCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
-from tidemq.store.lifecycle import BackgroundTask, Service, Step
+from tidemq.client.transport.connection import RemotingConnection
+from tidemq.common.lifecycle import BackgroundTask, Service, Step
 from tidemq.store.record import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_PRODUCER_GROUP,

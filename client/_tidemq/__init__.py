@@ -8,11 +8,11 @@ The names most programs need are re-exported here::
     from tidemq import Producer, PushConsumer, Message
 """
 
-from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult, PushConsumer
+from tidemq.client.consumer.pull import AsyncPullConsumer, PullConsumer
+from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult, PushConsumer
 from tidemq.client.errors import TideMQError
 from tidemq.client.message import Message, MessageSelector
 from tidemq.client.producer import AsyncProducer, Producer
-from tidemq.client.pull_consumer import AsyncPullConsumer, PullConsumer
 from tidemq.client.transaction import (
     AsyncTransactionProducer,
     LocalTransactionState,

@@ -1,5 +1,5 @@
 """tidemq's web console (`tidemq-dashboard`): the pages of RocketMQ Dashboard that operators
-use, served by aiohttp from the admin API (client/admin.py).
+use, served by aiohttp from the admin API (client/admin/api.py).
 
 cli.py starts it, server.py routes the JSON API and the static front end (static/: plain HTML,
 CSS and JavaScript, charts drawn as SVG by static/chart.js; nothing is fetched at run time),

@@ -27,12 +27,12 @@ from typing import Final, NoReturn
 import click
 from aiohttp import web
 
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin.api import AdminClient
+from tidemq.client.admin.cli.base import ACCESS_KEY_ENV, SECRET_KEY_ENV
 from tidemq.client.dashboard.sampler import DEFAULT_INTERVAL
 from tidemq.client.dashboard.server import make_app
 from tidemq.client.errors import ClientError, TideMQError
-from tidemq.client.mqadmin.base import ACCESS_KEY_ENV, SECRET_KEY_ENV
-from tidemq.client.remoting.tls import TlsClientSettings
+from tidemq.client.transport.tls import TlsClientSettings
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin.api import AdminClient
 from tidemq.client.dashboard.views import group_is_system, topic_kind
 from tidemq.client.errors import TideMQError
 

@@ -39,7 +39,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin.api import AdminClient
 from tidemq.client.dashboard import views
 from tidemq.client.dashboard.sampler import Sampler
 from tidemq.client.errors import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Final
 
-from tidemq.client.admin import AdminClient, BrokerAddress
+from tidemq.client.admin.api import AdminClient, BrokerAddress
 from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.message import Message
 from tidemq.client.protocol.heartbeat import ConsumeType

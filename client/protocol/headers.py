@@ -1,7 +1,7 @@
 """Custom command headers: the typed `extFields` of RocketMQ's requests and responses.
 
 Every header is a dataclass whose fields map to extFields keys in camelCase (RocketMQ's Java
-field names); values travel as strings. The mapping is a `store.schema.Schema` in the lenient
+field names); values travel as strings. The mapping is a `common.schema.Schema` in the lenient
 dialect Java's `decodeCommandCustomHeader` reads: `decode(cls, ext)` converts and checks the
 values, raising `HeaderFieldError` naming the field when a required one is missing or malformed
 (an integer must fit Java's type: 64 bits, or 32 for the fields marked `bits=32`); `encode(h)`
@@ -14,9 +14,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tidemq.store import speedups
-from tidemq.store.errors import DecodeError
-from tidemq.store.schema import Dialect, Schema
+from tidemq.common import speedups
+from tidemq.common.errors import DecodeError
+from tidemq.common.schema import Dialect, Schema
 
 H = TypeVar("H")
 

@@ -3,7 +3,7 @@
 Shared by the name server (`broker.namesrv`), the broker's registration client and admin tools.
 A request header travels as the command's `extFields` (string to string); its keys are the
 dataclass fields in camelCase, as RocketMQ's `CommandCustomHeader` classes name them, read and
-written by the same `store.schema` dialect as every request header. Booleans are "true"/"false"
+written by the same `common.schema` dialect as every request header. Booleans are "true"/"false"
 (read as Java's `Boolean.parseBoolean`), numbers are decimal text (an empty one is absent); a
 missing required key, or a number that does not parse or fit a Java long, is a
 `NamesrvProtocolError` naming the key. An error answer is a `NamesrvResponseError` (from
@@ -74,9 +74,9 @@ from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import BodyDecodeError
 from tidemq.client.remoting.json_body import dumps, loads_fastjson
+from tidemq.common.errors import DecodeError
+from tidemq.common.schema import Dialect, schema_for
 from tidemq.store.crc import java_crc32
-from tidemq.store.errors import DecodeError
-from tidemq.store.schema import Dialect, schema_for
 
 __all__ = [
     "MAX_DECOMPRESSED_BODY",
@@ -154,7 +154,7 @@ EXT_FIELDS = Dialect(
 class ExtFieldsHeader:
     """Base of the request and response headers that travel as `extFields`.
 
-    Subclasses are dataclasses read and written through their `store.schema` schema: a field
+    Subclasses are dataclasses read and written through their `common.schema` schema: a field
     without a default is required on decoding, a field whose value is None is left out on
     encoding.
     """

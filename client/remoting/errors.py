@@ -9,7 +9,7 @@ is also a `DecodeError`, the base of every format error (see `client.errors`).
 
 from __future__ import annotations
 
-from tidemq.store.errors import DecodeError, TideMQError
+from tidemq.common.errors import DecodeError, TideMQError
 
 
 class RemotingProtocolError(TideMQError):

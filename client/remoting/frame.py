@@ -32,7 +32,7 @@ stays close to `buffered`, the bytes received (a bytes object per 1-byte read wo
 bytes of memory per byte); bytearrays grow by an eighth, the most memory held beyond it.
 
 `discard(reason)` drops an incomplete frame at once and fails the decoder: its connection is
-closed for a limit (client.remoting.limits).
+closed for a limit (broker.remoting.limits).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import EncodeError, FrameError
 from tidemq.client.remoting.headers import decode_header, encode_header
-from tidemq.store import speedups
+from tidemq.common import speedups
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",

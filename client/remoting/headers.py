@@ -58,7 +58,7 @@ import msgpack  # type: ignore[import-untyped]
 from tidemq.client.remoting.codes import LanguageCode, SerializeType
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import EncodeError, HeaderDecodeError
-from tidemq.store import speedups
+from tidemq.common import speedups
 
 __all__ = [
     "decode_header",

@@ -12,7 +12,7 @@ request body's bytes as sent. The broker leaves `_UNIQUE_KEY_QUERY` out of what 
 signer leaves it out too (Java's client signs it, and its unique-key queries then fail).
 
 `signed_content_digest` is the one computation, shared by the signer here and the broker's check
-(broker/acl_validator.py).
+(broker/acl/validator.py).
 """
 
 from __future__ import annotations

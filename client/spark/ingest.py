@@ -45,7 +45,7 @@ from typing import Any
 
 import click
 
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin.api import AdminClient
 from tidemq.client.errors import TideMQError, TopicNotExistError
 from tidemq.client.spark.options import offsets_from_json
 from tidemq.client.spark.source import FORMAT

@@ -43,7 +43,7 @@ from pyspark.sql.types import (
 
 from tidemq.client.inflate import inflate_body
 from tidemq.client.remoting.command import Body
-from tidemq.store import speedups
+from tidemq.common import speedups
 from tidemq.store.record import (
     FLAG_BORNHOST_V6,
     FLAG_COMPRESSED,
@@ -679,6 +679,6 @@ def record_offsets(body: Body) -> list[int]:
     return out
 
 
-# The compiled twins (client/_speedups.pyx) when built; see store/speedups.py.
+# The compiled twins (client/_speedups.pyx) when built; see store/common/speedups.py.
 walk_records = speedups.select(walk_records, "tidemq.client._speedups")
 fast_columns = speedups.select(fast_columns, "tidemq.client._speedups")

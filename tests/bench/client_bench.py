@@ -44,7 +44,7 @@ from tests.bench import Result, env_int, one_broker, run_on_uvloop
 from tests.bench.broker_bench import _pulls
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
-from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult, PushConsumer
+from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult, PushConsumer
 from tidemq.client.message import Message, ReceivedMessage, SendResult, SendStatus
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere

@@ -38,7 +38,7 @@ from tests.support.certs import Pki, make_pki
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI
 from tidemq.client.remoting.signing import SessionCredentials, signing_key
-from tidemq.client.remoting.tls import TlsClientSettings
+from tidemq.client.transport.tls import TlsClientSettings
 
 ROUNDS = 3
 BENCH_ACCOUNT = SessionCredentials("bench-account", "bench-secret")

@@ -41,7 +41,8 @@ the best round is the one the others disturbed least.
 Knobs: TIDEMQ_BENCH_MESSAGES (messages per append case, default 300000), TIDEMQ_BENCH_RECOVERY_BYTES
 (0 skips recovery), TIDEMQ_BENCH_RECOVERY_OTHER_BOOT (0; 1 also times the other-boot recovery),
 TIDEMQ_BENCH_SYNC_SECONDS (default 5), TIDEMQ_BENCH_DIR (where stores go); TIDEMQ_PURE_PYTHON=1
-runs the store's pure-Python twins instead of the compiled loops (store/speedups.py), for an A/B.
+runs the store's pure-Python twins instead of the compiled loops (store/common/speedups.py), for an
+A/B.
 
 The prepared messages are moved out of the garbage collector's sight (`gc.freeze`) while a run
 is timed: a broker does not hold 300,000 messages, and full collections scanning them would be an
@@ -70,7 +71,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.bench import Result, env_int, temp_dir
-from tidemq.store import recovery, speedups
+from tidemq.common import speedups
+from tidemq.common.settings import from_properties
+from tidemq.store import recovery
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.config import AppendMode, FlushDiskType, StoreConfig
@@ -82,7 +85,6 @@ from tidemq.store.record import (
     encode_record,
     pack_host,
 )
-from tidemq.store.settings import from_properties
 
 T = TypeVar("T")
 

@@ -30,9 +30,10 @@ import signal
 import sys
 from dataclasses import dataclass
 
+from tidemq.common.errors import StoreError
+from tidemq.common.settings import from_properties
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.config import StoreConfig
-from tidemq.store.errors import StoreError
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import (
     PROPERTY_DELAY,
@@ -43,7 +44,6 @@ from tidemq.store.record import (
     MessageToStore,
     encode_properties,
 )
-from tidemq.store.settings import from_properties
 
 BASE_PROPS: dict[str, str] = {
     "flushDiskType": "SYNC_FLUSH",

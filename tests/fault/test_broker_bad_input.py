@@ -53,13 +53,13 @@ from tidemq.client.protocol.headers import (
 from tidemq.client.protocol.models import TopicConfig
 from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command
 from tidemq.client.remoting.headers import (
     encode_json_header,
     encode_msgpack_header,
     encode_rocketmq_header,
 )
+from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.record import StoredMessage, encode_properties
 

@@ -38,7 +38,7 @@ from tests.support.ha_processes import (
 )
 from tests.support.processes import Daemon, ProcessGroup, free_port
 from tests.support.wire import send_header
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin.api import AdminClient
 from tidemq.client.api import BrokerAPI, SendStatus
 from tidemq.client.dashboard.views import cluster_view
 from tidemq.store.dispatch_faults import QUARANTINE_AFTER

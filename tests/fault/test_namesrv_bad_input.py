@@ -13,8 +13,8 @@ import socket
 from tests.support.conditions import eventually
 from tests.support.processes import LOOPBACK, Daemon
 from tidemq.client.protocol.namesrv import parse_cluster_info_response, simple_request
-from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import RequestCode
+from tidemq.client.transport.client import RemotingClient
 
 BINARY_IN_EXT_MAP = bytes.fromhex(
     "000000430200003f86a4636f6465cd0136a86c616e677561676500a776657273696f6ecd0191a66f7061"

@@ -22,7 +22,7 @@ from tidemq.broker.namesrv.route_info import RouteInfoManager
 from tidemq.client.protocol import admin, group_admin, namesrv
 from tidemq.client.protocol import headers as h
 from tidemq.client.remoting.codes import RequestCode as C
-from tidemq.store.schema import camel_case
+from tidemq.common.schema import camel_case
 
 __all__ = ["CATALOG", "Body", "CodeSpec", "Field", "Kind", "Server", "served_codes"]
 

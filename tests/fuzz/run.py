@@ -19,8 +19,8 @@ def main() -> None:
 
         if name in ("spark_columns", "pull_body", "acl_file"):
             # imported by the target at its first call: instrumented here
-            import tidemq.broker.acl_rules
-            import tidemq.client.received
+            import tidemq.broker.acl.rules
+            import tidemq.client.consumer.received
             import tidemq.client.spark.records  # noqa: F401
     target = TARGETS[name].run
     atheris.Setup([sys.argv[0], *sys.argv[2:]], target)

@@ -4,7 +4,7 @@ A target is a function of one byte string. It hands the bytes (or a structure ma
 its decoders, each wrapped in `outcome(errors, ...)`: a decoder must return, or raise one of its
 documented error types (`errors`, all `DecodeError`s but the properties parser's `ConfigError`).
 Anything else propagates out of the target, and the fuzzer reports the input as a crash. A
-decoder with a compiled twin (store/speedups.py) runs twice, compiled and pure, and the two
+decoder with a compiled twin (store/common/speedups.py) runs twice, compiled and pure, and the two
 outcomes (value, or error type and message) must be equal (`TwinMismatch` otherwise). Streaming
 decoders are fed the input whole and split at a point taken from its first byte, and must give
 the same events both ways and buffer no more than their bound.
@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Final
 
+from tidemq.broker.properties import parse_properties
 from tidemq.client.protocol import admin, heartbeat, namesrv
 from tidemq.client.protocol import headers as request_headers
 from tidemq.client.remoting import frame, headers
@@ -56,6 +57,8 @@ from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import BodyDecodeError, FrameError, HeaderDecodeError
 from tidemq.client.remoting.frame import FrameDecoder
 from tidemq.client.remoting.json_body import loads_fastjson
+from tidemq.common import speedups
+from tidemq.common.errors import ConfigError
 from tidemq.ha.codec import (
     AckDecoder,
     AckValidator,
@@ -65,10 +68,8 @@ from tidemq.ha.codec import (
     TransferBuffer,
     TransferDecoder,
 )
-from tidemq.store import fast_scan, index_worker, record, speedups
+from tidemq.store import fast_scan, index_worker, record
 from tidemq.store.batch_body import BatchDecodeError, decode_batch_body
-from tidemq.store.errors import ConfigError
-from tidemq.store.properties import parse_properties
 from tidemq.store.record import (
     MessageBatch,
     RecordFormatError,
@@ -464,7 +465,7 @@ def fuzz_namesrv_register(data: bytes) -> None:
 
 
 def fuzz_pull_body(data: bytes) -> None:
-    from tidemq.client.received import decode_received
+    from tidemq.client.consumer.received import decode_received
 
     outcome((RecordFormatError,), decode_received, data, "broker-a")
 
@@ -511,7 +512,7 @@ def _columns_view(result: Any) -> Any:
 
 
 def fuzz_acl_file(data: bytes) -> None:
-    from tidemq.broker.acl_rules import AclFileError, parse_document
+    from tidemq.broker.acl.rules import AclFileError, parse_document
 
     outcome((AclFileError,), parse_document, data.decode("utf-8", "replace"), "plain_acl.yml")
 

@@ -22,14 +22,14 @@ import pytest
 from tests.support.conditions import eventually
 from tests.support.cpp_peers import LINGER, SEND_OK, run_peer
 from tests.support.processes import Daemon, DaemonError, ProcessGroup
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin.api import AdminClient
 from tidemq.client.api import BrokerAPI
+from tidemq.client.consumer.pull import AsyncPullConsumer
 from tidemq.client.errors import BrokerResponseError
 from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere
 from tidemq.client.protocol.models import TopicConfig
-from tidemq.client.pull_consumer import AsyncPullConsumer
 from tidemq.client.remoting.signing import SessionCredentials
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(240)]

@@ -15,15 +15,15 @@ import pytest
 from tests.support.conditions import eventually
 from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig, RemotingConfig
+from tidemq.broker.remoting.server import RemotingServer
 from tidemq.client.protocol.models import TopicConfig
 from tidemq.client.protocol.namesrv import RegisterBrokerBody, RegisterBrokerRequestHeader
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
-from tidemq.client.remoting.server import RemotingServer
+from tidemq.client.transport.connection import RemotingConnection
+from tidemq.common.lifecycle import cancel_and_wait
 from tidemq.ha.config import HAConfig
 from tidemq.store.config import StoreConfig
-from tidemq.store.lifecycle import cancel_and_wait
 
 
 def recorded(calls: list[str], name: str, action: Callable[[], Any]) -> Callable[[], Any]:

@@ -1,5 +1,5 @@
 """A broker group under plain ACL with no `globalWhiteRemoteAddresses`: the brokers sign their own
-requests with the first admin account of their ACL file (broker/own_account.py), so the slave's
+requests with the first admin account of their ACL file (broker/acl/own_account.py), so the slave's
 SlaveSynchronize and the master's questions to its slave pass the master's and the slave's ACL
 checks, and registration with the name server (which has no ACL) is unharmed by the signature."""
 

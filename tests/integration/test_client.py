@@ -37,13 +37,13 @@ from tests.support.ha_brokers import HA_TIMING, wait_caught_up
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
-from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult, PushConsumer
+from tidemq.client.consumer.pull import AsyncPullConsumer, PullConsumer
+from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult, PushConsumer
 from tidemq.client.errors import MessageIllegalError
 from tidemq.client.message import Message, ReceivedMessage, SendResult, SendStatus
 from tidemq.client.producer import AsyncProducer, Producer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere, MessageModel, MessageQueue
 from tidemq.client.protocol.models import TopicConfig
-from tidemq.client.pull_consumer import AsyncPullConsumer, PullConsumer
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 # Consumer offsets flushed to consumerOffset.json every 0.5 s (a SIGKILLed master keeps them).

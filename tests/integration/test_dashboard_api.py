@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.conditions import eventually
 from tests.support.processes import LOOPBACK, Daemon, ProcessGroup, free_port
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin.api import AdminClient
 from tidemq.client.dashboard import main as dashboard_main
 from tidemq.client.dashboard.cli import READY_PREFIX, command_line
 from tidemq.client.errors import ClientError, TideMQError

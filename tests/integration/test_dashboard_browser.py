@@ -31,9 +31,9 @@ from tests.support.browser import chromium_paths, headless_chrome
 from tests.support.conditions import eventually_sync
 from tests.support.ha_processes import start_master, start_slave
 from tests.support.processes import LOOPBACK, REPO_ROOT, Daemon, ProcessGroup, free_port
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin.api import AdminClient
 from tidemq.client.config import ClientConfig
-from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult, PushConsumer
+from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult, PushConsumer
 from tidemq.client.dashboard.cli import READY_PREFIX, command_line
 from tidemq.client.errors import TideMQError
 from tidemq.client.message import Message, ReceivedMessage

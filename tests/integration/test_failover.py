@@ -38,7 +38,7 @@ from tests.support.ha_brokers import ha_status
 from tests.support.ha_processes import as_int, body_of, commitlog_range, id_of, read_all
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI
-from tidemq.client.consumer import AsyncPushConsumer
+from tidemq.client.consumer.push import AsyncPushConsumer
 from tidemq.client.errors import TideMQError
 from tidemq.client.message import Message, ReceivedMessage
 from tidemq.client.producer import AsyncProducer

@@ -16,7 +16,7 @@ from tests.support.processes import Daemon, ProcessGroup
 from tests.support.wire import pull_header, send_header
 from tidemq.client.api import BrokerAPI, PullStatus, SendStatus
 from tidemq.client.config import ClientConfig
-from tidemq.client.consumer import AsyncPushConsumer
+from tidemq.client.consumer.push import AsyncPushConsumer
 from tidemq.client.errors import ServiceNotAvailableError
 from tidemq.client.message import ReceivedMessage
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere

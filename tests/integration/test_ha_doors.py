@@ -2,7 +2,7 @@
 brokers are on 127.0.0.1) connecting to a default-config master's haListenPort gets no byte and
 its acks release no SYNC_MASTER send, while a real slave still replicates with no new key; with
 aclEnable a peer without the ACL's credentials is refused with the log line that says why, and
-a slave with them replicates (broker/ha_members.py, broker/ha_auth.py)."""
+a slave with them replicates (broker/ha_members.py, broker/acl/ha_auth.py)."""
 
 from __future__ import annotations
 

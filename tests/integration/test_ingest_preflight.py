@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests.support.conditions import eventually_sync
 from tests.support.processes import ProcessGroup, free_port
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin.api import AdminClient
 from tidemq.client.errors import TopicNotExistError
 from tidemq.client.message import Message
 from tidemq.client.producer import Producer

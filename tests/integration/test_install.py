@@ -74,7 +74,7 @@ def test_the_wheel_and_a_fresh_environment_hold_only_tidemq(tmp_path: Path) -> N
     probe = (
         "import importlib.util as u, tidemq\n"
         "from tidemq import Producer, PushConsumer, Message\n"
-        "import tidemq.broker.main, tidemq.ha.master, tidemq.store.message_store\n"
+        "import tidemq.broker.daemons.brokerd, tidemq.ha.master, tidemq.store.message_store\n"
         "from tidemq.store import _speedups, index\n"
         "assert index.prefixed_key_hash is _speedups.prefixed_key_hash\n"
         "assert _speedups.__file__.startswith(tidemq.__path__[0])\n"

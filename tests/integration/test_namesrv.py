@@ -36,9 +36,9 @@ from tidemq.client.protocol.namesrv import (
     simple_request,
     topic_config_wrapper,
 )
-from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.transport.client import RemotingClient
 
 TIMEOUT = 3.0
 CLUSTER = "DefaultCluster"

@@ -29,11 +29,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.conditions import eventually_sync
 from tests.support.launcher import LaunchedCluster, alive, choose_ports, index_workers_of
 from tests.support.processes import REPO_ROOT, free_port
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin.api import AdminClient
+from tidemq.client.admin.cli import main as mqadmin
 from tidemq.client.config import ClientConfig
-from tidemq.client.consumer import ConsumeResult, PushConsumer
+from tidemq.client.consumer.push import ConsumeResult, PushConsumer
 from tidemq.client.message import Message, ReceivedMessage
-from tidemq.client.mqadmin import main as mqadmin
 from tidemq.client.producer import Producer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere
 

@@ -1,5 +1,5 @@
 """The client's buffered receive path (BufferedRemotingConnection reading into
-client/remoting/receive.py's FrameReceiver) over real loopback sockets, plain and TLS, on both
+client/transport/receive.py's FrameReceiver) over real loopback sockets, plain and TLS, on both
 event loops the clients run on: responses of every size arrive byte for byte while many are in
 flight, a large body the caller keeps stays intact while later ones arrive, and a malformed
 frame closes that connection, failing its calls, with a log line."""
@@ -18,10 +18,10 @@ import pytest
 from tests.support.certs import Pki, make_pki, mutual_tls_contexts
 from tests.support.event_loops import EVENT_LOOPS, run_on
 from tidemq.client.errors import ConnectError
-from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import BufferedRemotingConnection, RemotingConnection
-from tidemq.client.remoting.receive import RECEIVE_BUFFER
+from tidemq.client.transport.client import RemotingClient
+from tidemq.client.transport.connection import BufferedRemotingConnection, RemotingConnection
+from tidemq.client.transport.receive import RECEIVE_BUFFER
 
 TIMEOUT = 30.0
 SIZES = [0, 100, 65_000, 70_000, 300_000, 1 << 20, 5 << 20, 123]
@@ -121,6 +121,6 @@ def test_a_malformed_frame_closes_the_connection_and_fails_its_calls(
             server.close()
             await server.wait_closed()
 
-    with caplog.at_level(logging.WARNING, logger="tidemq.client.remoting.connection"):
+    with caplog.at_level(logging.WARNING, logger="tidemq.client.transport.connection"):
         run_on(loop_name, asyncio.wait_for(main(), TIMEOUT))
     assert "malformed frame: header length" in caplog.text

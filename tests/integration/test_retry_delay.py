@@ -14,7 +14,7 @@ from tests.support.conditions import eventually
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
-from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult
+from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult
 from tidemq.client.message import Message, ReceivedMessage
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere

@@ -34,20 +34,20 @@ from tests.support.conditions import eventually
 from tests.support.cpp_peers import LINGER, SEND_OK, run_peer
 from tests.support.launcher import LaunchedCluster
 from tests.support.processes import REPO_ROOT
-from tidemq.broker.acl_rules import load_rules
-from tidemq.broker.cluster_access import own_credentials
+from tidemq.broker.acl.rules import load_rules
+from tidemq.broker.daemons.cluster_access import own_credentials
 from tidemq.broker.managers.topic_config import parse_topic_wrapper
-from tidemq.client.admin import AdminClient
+from tidemq.broker.properties import load_properties
+from tidemq.client.admin.api import AdminClient
+from tidemq.client.consumer.pull import AsyncPullConsumer
 from tidemq.client.errors import BrokerResponseError
 from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere
 from tidemq.client.protocol.models import TopicConfig
-from tidemq.client.pull_consumer import AsyncPullConsumer
 from tidemq.client.remoting.codes import RequestCode
 from tidemq.client.remoting.signing import SessionCredentials
-from tidemq.client.remoting.tls import TlsClientSettings
-from tidemq.store.properties import load_properties
+from tidemq.client.transport.tls import TlsClientSettings
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300)]
 
@@ -79,7 +79,7 @@ class Secure:
 
 def secure_init(folder: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tidemq.broker.cluster", "secure-init", str(folder)],
+        [sys.executable, "-m", "tidemq.broker.daemons.cluster", "secure-init", str(folder)],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,

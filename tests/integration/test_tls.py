@@ -21,23 +21,18 @@ from tests.support.certs import Pki, make_pki
 from tests.support.conditions import eventually
 from tests.support.cpp_peers import SEND_OK, run_peer
 from tests.support.processes import Daemon, DaemonError, ProcessGroup
+from tidemq.broker.remoting.server import RemotingServer
+from tidemq.broker.remoting.tls import ClientAuth, TlsMode, TlsServerSettings
+from tidemq.client.consumer.pull import AsyncPullConsumer
 from tidemq.client.errors import ConnectError
 from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere
-from tidemq.client.pull_consumer import AsyncPullConsumer
-from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
-from tidemq.client.remoting.server import RemotingServer
-from tidemq.client.remoting.tls import (
-    ClientAuth,
-    TlsClientSettings,
-    TlsMode,
-    TlsServerSettings,
-    TlsSetupError,
-)
+from tidemq.client.transport.client import RemotingClient
+from tidemq.client.transport.connection import RemotingConnection
+from tidemq.client.transport.tls import TlsClientSettings, TlsSetupError
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(240)]
 

@@ -28,7 +28,7 @@ from tidemq import (
 )
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
-from tidemq.client.consumer import AsyncPushConsumer
+from tidemq.client.consumer.push import AsyncPushConsumer
 from tidemq.client.message import ReceivedMessage
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.headers import (

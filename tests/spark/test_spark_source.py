@@ -33,7 +33,7 @@ from tests.spark.queries import (
 from tests.support.conditions import eventually_sync
 from tests.support.ha_brokers import HA_TIMING
 from tests.support.processes import REPO_ROOT, ProcessGroup
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin.api import AdminClient
 from tidemq.client.api import BrokerAPI
 from tidemq.client.spark.records import spark_schema
 

@@ -1,4 +1,5 @@
-"""The local cluster launcher (`python -m broker.cluster run ...`) as a test fixture would use it.
+"""The local cluster launcher (`python -m tidemq.broker.daemons.cluster run ...`) as a test
+fixture would use it.
 
 `LaunchedCluster.start(topology, data_dir, overrides)` runs the launcher (or `make run`) in its
 own session with its output in `data_dir/launcher.out`, and returns once it prints "cluster
@@ -84,7 +85,7 @@ class LaunchedCluster:
         args = [
             sys.executable,
             "-m",
-            "tidemq.broker.cluster",
+            "tidemq.broker.daemons.cluster",
             "run",
             str(folder),
             "--data",

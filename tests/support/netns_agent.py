@@ -37,11 +37,11 @@ from tests.support.ha_processes import body_of, id_of, read_all
 from tests.support.wire import send_header
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
+from tidemq.client.consumer.pull import AsyncPullConsumer
 from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere, MessageQueue
 from tidemq.client.protocol.models import TopicConfig
-from tidemq.client.pull_consumer import AsyncPullConsumer
 from tidemq.store.record import decode_message_id
 
 POLL_NAME_SERVER = 1.0

@@ -7,9 +7,9 @@ from typing import Any
 
 # Every module that picks a twin, so that speedups.PURE_TWINS is complete once they are imported.
 SELECTING_MODULES = (
-    "tidemq.client.process_queue",
+    "tidemq.client.consumer.process_queue",
     "tidemq.client.protocol.headers",
-    "tidemq.client.received",
+    "tidemq.client.consumer.received",
     "tidemq.client.remoting.frame",
     "tidemq.client.remoting.headers",
     "tidemq.client.spark.records",

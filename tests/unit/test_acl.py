@@ -13,18 +13,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidemq.broker.acl_addresses import AddressPatternError, address_matcher
-from tidemq.broker.acl_rules import AclFileError, AclRules, load_rules, parse_document
-from tidemq.broker.acl_validator import REMARK_PREFIX, AclRefused, PlainAccessValidator, peer_ip
-from tidemq.broker.acl_watch import AclWatcher, acl_paths
+from tidemq.broker.acl.addresses import AddressPatternError, address_matcher
+from tidemq.broker.acl.rules import AclFileError, AclRules, load_rules, parse_document
+from tidemq.broker.acl.validator import REMARK_PREFIX, AclRefused, PlainAccessValidator, peer_ip
+from tidemq.broker.acl.watch import AclWatcher, acl_paths
+from tidemq.broker.remoting.server import RequestRejected
 from tidemq.client.protocol.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
 from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.headers import decode_header, encode_header
-from tidemq.client.remoting.server import RequestRejected
 from tidemq.client.remoting.signing import RequestSigner, SessionCredentials, signature
-from tidemq.store.errors import ConfigError
+from tidemq.client.transport.connection import RemotingConnection
+from tidemq.common.errors import ConfigError
 
 ACL_YML = """\
 globalWhiteRemoteAddresses:
@@ -467,12 +467,12 @@ def test_a_bad_file_at_start_stops_start_up(tmp_path: Path) -> None:
 
 
 def test_every_client_signs_when_given_keys() -> None:
-    from tidemq.client.admin import AdminClient
-    from tidemq.client.consumer import AsyncPushConsumer, PushConsumer
+    from tidemq.client.admin.api import AdminClient
+    from tidemq.client.consumer.pull import AsyncPullConsumer, PullConsumer
+    from tidemq.client.consumer.push import AsyncPushConsumer, PushConsumer
     from tidemq.client.errors import ClientError
     from tidemq.client.instance import ClientInstance
     from tidemq.client.producer import AsyncProducer, Producer
-    from tidemq.client.pull_consumer import AsyncPullConsumer, PullConsumer
 
     keys = {"access_key": USER.access_key, "secret_key": USER.secret_key}
     clients = [

@@ -7,9 +7,9 @@ from typing import Any
 
 from tidemq.client.api import BrokerAPI
 from tidemq.client.protocol.models import TopicConfig
-from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.transport.client import RemotingClient
 
 
 class _Recorder(RemotingClient):

@@ -21,7 +21,7 @@ from tests.support.conditions import eventually
 from tests.support.stores import StoreFactory
 from tidemq.broker.health import Health, check_health
 from tidemq.broker.metrics import MetricsServer
-from tidemq.client.admin import BrokerAddress
+from tidemq.client.admin.api import BrokerAddress
 from tidemq.client.dashboard.views import _broker_row
 from tidemq.store.config import BrokerRole
 from tidemq.store.dispatch_faults import QUARANTINE_AFTER, DispatchFailure

@@ -1,4 +1,4 @@
-"""Queue allocation strategies (client/allocate.py).
+"""Queue allocation strategies (client/consumer/allocate.py).
 
 The expected tables are worked out by hand from RocketMQ's formulas (reference Part A §8), as
 positions in the sorted queue list, one row per consumer in sorted client-id order:
@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidemq.client.allocate import (
+from tidemq.client.consumer.allocate import (
     AllocateMachineRoomNearby,
     AllocateMessageQueueAveragely,
     AllocateMessageQueueAveragelyByCircle,
@@ -126,7 +126,7 @@ def test_client_ids_sort_as_strings() -> None:
 
 
 def test_unknown_consumer_gets_nothing_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="tidemq.client.allocate")
+    caplog.set_level(logging.INFO, logger="tidemq.client.consumer.allocate")
     for strategy in all_group_strategies():
         assert strategy.allocate(GROUP, "stranger", queues(4), cids(2)) == []
     assert "stranger" in caplog.text

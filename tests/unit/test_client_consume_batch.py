@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from tidemq.client import consumer as consumer_module
-from tidemq.client import eager
-from tidemq.client.consumer import AsyncPushConsumer, ConsumeResult, ProcessQueue
+from tidemq.client.consumer import push as consumer_module
+from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult, ProcessQueue
 from tidemq.client.errors import ConnectError
 from tidemq.client.message import ReceivedMessage
 from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.transport import eager
 
 TOPIC = "T"
 MQ = MessageQueue(TOPIC, "broker-a", 0)

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from tidemq.client import consumer as consumer_module
-from tidemq.client import pull_consumer as pull_consumer_module
 from tidemq.client.config import ClientConfig
-from tidemq.client.consumer import AsyncPushConsumer
+from tidemq.client.consumer import pull as pull_consumer_module
+from tidemq.client.consumer import push as consumer_module
+from tidemq.client.consumer.pull import AsyncPullConsumer
+from tidemq.client.consumer.push import AsyncPushConsumer
 from tidemq.client.errors import RequestTimeoutError
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere, MessageQueue
-from tidemq.client.pull_consumer import AsyncPullConsumer
 from tidemq.client.routing import FindBrokerResult
 
 MQ = MessageQueue("T", "broker-a", 0)

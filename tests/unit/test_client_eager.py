@@ -1,5 +1,6 @@
-"""Coroutines started in place (client/eager.py): the first step runs in the caller, the rest in
-whichever task awaits, with results, exceptions and cancellations going where a task's would."""
+"""Coroutines started in place (client/transport/eager.py): the first step runs in the caller, the
+rest in whichever task awaits, with results, exceptions and cancellations going where a task's
+would."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 
 import pytest
 
-from tidemq.client import eager
+from tidemq.client.transport import eager
 
 
 async def test_a_coroutine_that_never_waits_is_done_at_start() -> None:

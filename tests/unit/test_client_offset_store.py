@@ -1,4 +1,5 @@
-"""Offset stores (client/offset_store.py): broker-backed for CLUSTERING, file for BROADCASTING."""
+"""Offset stores (client/consumer/offset_store.py): broker-backed for CLUSTERING, file for
+BROADCASTING."""
 
 from __future__ import annotations
 
@@ -8,13 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tidemq.client.errors import (
-    BrokerResponseError,
-    ClientError,
-    QueryNotFoundError,
-    RequestTimeoutError,
-)
-from tidemq.client.offset_store import (
+from tidemq.client.consumer.offset_store import (
     OFFSET_NOT_FOUND,
     OFFSET_READ_ERROR,
     LocalFileOffsetStore,
@@ -23,6 +18,12 @@ from tidemq.client.offset_store import (
     RemoteBrokerOffsetStore,
     decode_offset_table,
     encode_offset_table,
+)
+from tidemq.client.errors import (
+    BrokerResponseError,
+    ClientError,
+    QueryNotFoundError,
+    RequestTimeoutError,
 )
 from tidemq.client.protocol.heartbeat import MessageQueue
 from tidemq.client.remoting.codes import ResponseCode

@@ -1,4 +1,4 @@
-"""A process queue's per-message loops (client/process_queue.py) and their compiled twins.
+"""A process queue's per-message loops (client/consumer/process_queue.py) and their compiled twins.
 
 `put_messages` adds a pull's messages by offset (a repeated offset keeps the first message) and
 `forget_messages` removes consumed ones; both sum body lengths. The compiled twins read a
@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 
 from tests.support.speedups_twins import selected
 from tidemq.client import _speedups
+from tidemq.client.consumer.process_queue import ProcessQueue
 from tidemq.client.message import ReceivedMessage
-from tidemq.client.process_queue import ProcessQueue
 from tidemq.client.protocol.heartbeat import MessageQueue
-from tidemq.store import speedups
+from tidemq.common import speedups
 
-PUT_KEY = "tidemq.client.process_queue.put_messages"
-FORGET_KEY = "tidemq.client.process_queue.forget_messages"
+PUT_KEY = "tidemq.client.consumer.process_queue.put_messages"
+FORGET_KEY = "tidemq.client.consumer.process_queue.forget_messages"
 PURE_PUT = speedups.PURE_TWINS[PUT_KEY]
 PURE_FORGET = speedups.PURE_TWINS[FORGET_KEY]
 

@@ -1,4 +1,4 @@
-"""Consumers' record decoding (client/received.py) and the lazily decoded ReceivedMessage.
+"""Consumers' record decoding (client/consumer/received.py) and the lazily decoded ReceivedMessage.
 
 The reference is the decoding before the one-pass decoder: `store.record.decode_record` of each
 record, then the fields the old `ReceivedMessage.from_stored` made of the StoredMessage (restated
@@ -26,10 +26,10 @@ from tests.support.records import reference_record
 from tests.support.speedups_twins import selected
 from tidemq.client import _speedups
 from tidemq.client.api import PullResult, PullStatus, decode_records
+from tidemq.client.consumer.received import decode_received
 from tidemq.client.inflate import inflate_body
 from tidemq.client.message import UNSET, ReceivedMessage, _ReceivedFields
-from tidemq.client.received import decode_received
-from tidemq.store import speedups
+from tidemq.common import speedups
 from tidemq.store.record import StoredMessage, encode_properties, unpack_host
 
 BROKER = "broker-a"
@@ -235,7 +235,7 @@ def test_pickle_and_copy_give_an_equal_message() -> None:
 
 # --- the compiled twin (client/_speedups.pyx) -------------------------------------------------
 
-RECEIVED_KEY = "tidemq.client.received.decode_received"
+RECEIVED_KEY = "tidemq.client.consumer.received.decode_received"
 
 
 def twin_outcome(decode: object, body: object) -> object:
@@ -313,7 +313,7 @@ def test_common_records_are_read_by_the_compiled_loop_itself(
     ]
     body = b"".join(common)
     expected = twin_outcome(speedups.PURE_TWINS[RECEIVED_KEY], body)
-    monkeypatch.setattr("tidemq.client.received._general", refuse)
+    monkeypatch.setattr("tidemq.client.consumer.received._general", refuse)
     assert twin_outcome(_speedups.decode_received, body) == expected
 
 

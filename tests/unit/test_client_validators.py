@@ -17,13 +17,13 @@ import pytest
 from tests.support.bad_messages import BAD_MESSAGES
 from tidemq.broker.managers import topic_config
 from tidemq.client import validators
-from tidemq.client.consumer import AsyncPushConsumer
+from tidemq.client.consumer.pull import AsyncPullConsumer
+from tidemq.client.consumer.push import AsyncPushConsumer
 from tidemq.client.errors import ClientError, InvalidMessageError
 from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol import names
 from tidemq.client.protocol.heartbeat import MessageQueue
-from tidemq.client.pull_consumer import AsyncPullConsumer
 from tidemq.client.transaction import AsyncTransactionProducer, LocalTransactionState
 from tidemq.client.validators import (
     TOPIC_MAX_LENGTH,

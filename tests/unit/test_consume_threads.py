@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.support.conditions import eventually
-from tidemq.client.consume_threads import ConsumeThreads
+from tidemq.client.consumer.consume_threads import ConsumeThreads
 
 
 async def test_results_and_errors_reach_their_futures() -> None:

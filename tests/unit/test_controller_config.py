@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from tidemq.broker.main import load_settings, main
-from tidemq.store.errors import ConfigError
+from tidemq.broker.daemons.brokerd import load_settings, main
+from tidemq.common.errors import ConfigError
 
 CONTROLLER = {
     "enableControllerMode": "true",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin.api import AdminClient
 from tidemq.client.dashboard.sampler import Sample, Sampler
 from tidemq.client.dashboard.views import group_is_system, topic_kind
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tidemq import client
+from tidemq.client.admin.cli.base import CommandError
 from tidemq.client.api import BrokerAPI
 from tidemq.client.errors import (
     BrokerResponseError,
@@ -33,7 +34,6 @@ from tidemq.client.errors import (
     TideMQError,
     TopicNotExistError,
 )
-from tidemq.client.mqadmin.base import CommandError
 from tidemq.client.protocol.headers import HeaderFieldError, SendMessageRequestHeader, decode
 from tidemq.client.protocol.namesrv import (
     GetRouteInfoRequestHeader,
@@ -41,10 +41,8 @@ from tidemq.client.protocol.namesrv import (
     TopicList,
     check_success,
 )
-from tidemq.client.remoting.client import RemotingClient
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import ConnectionClosedError
 from tidemq.client.remoting.errors import (
     BodyDecodeError,
     EncodeError,
@@ -56,6 +54,8 @@ from tidemq.client.remoting.frame import FrameDecoder
 from tidemq.client.remoting.json_body import loads_fastjson
 from tidemq.client.spark.brokers import DataLossError, SourceError
 from tidemq.client.spark.options import OptionError
+from tidemq.client.transport.client import RemotingClient
+from tidemq.client.transport.connection import ConnectionClosedError
 from tidemq.ha.codec import AckDecoder, HAProtocolError
 from tidemq.store import errors as store_errors
 from tidemq.store.batch_body import BatchDecodeError, read_batch_message

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tidemq.client.consumer.received import decode_received
 from tidemq.client.inflate import inflate_body
 from tidemq.client.protocol.headers import CreateTopicRequestHeader, HeaderFieldError, decode
 from tidemq.client.protocol.models import SubscriptionGroupConfig
@@ -19,7 +20,6 @@ from tidemq.client.protocol.namesrv import (
     RegisterBrokerBody,
     parse_route_response,
 )
-from tidemq.client.received import decode_received
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import HeaderDecodeError

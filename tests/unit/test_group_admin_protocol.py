@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from tidemq.broker.stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, BrokerStats, StatsWindows
-from tidemq.client.admin import offset_message_address
-from tidemq.client.consume_stats import ConsumeStatsRecorder
+from tidemq.client.admin.api import offset_message_address
+from tidemq.client.admin.cli.base import camel_data
+from tidemq.client.consumer.consume_stats import ConsumeStatsRecorder
 from tidemq.client.errors import ClientError
-from tidemq.client.mqadmin.base import camel_data
 from tidemq.client.protocol.admin import ConsumeStats, MapForm, OffsetWrapper
 from tidemq.client.protocol.group_admin import (
     BrokerStatsData,

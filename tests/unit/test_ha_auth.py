@@ -1,4 +1,4 @@
-"""tidemq's HA proof (ha/auth.py's layout, broker/ha_auth.py's checks), without sockets."""
+"""tidemq's HA proof (ha/auth.py's layout, broker/acl/ha_auth.py's checks), without sockets."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import hmac
 
 import pytest
 
-from tidemq.broker.acl_rules import AclRules, parse_document
-from tidemq.broker.ha_auth import check_proof, replication_account
+from tidemq.broker.acl.ha_auth import check_proof, replication_account
+from tidemq.broker.acl.rules import AclRules, parse_document
 from tidemq.ha.auth import (
     CHALLENGE_SIZE,
     PROOF_HEAD_SIZE,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tidemq.common.errors import ConfigError
+from tidemq.common.settings import from_properties
 from tidemq.ha.config import HAConfig, address_allowed, parse_networks
-from tidemq.store.errors import ConfigError
-from tidemq.store.settings import from_properties
 
 
 def test_allow_list_entries_are_addresses_or_networks() -> None:

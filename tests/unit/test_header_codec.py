@@ -25,7 +25,7 @@ from tidemq.client.protocol.headers import (
     decode,
     encode,
 )
-from tidemq.store.schema import camel_case
+from tidemq.common.schema import camel_case
 
 HEADER_CLASSES = sorted(
     (

@@ -1,4 +1,4 @@
-"""tidemq.store.lifecycle: start order, reverse stop, failed starts, idempotent stop,
+"""tidemq.common.lifecycle: start order, reverse stop, failed starts, idempotent stop,
 `async with`, and `cancel_and_wait` absorbing only the cancellation it caused."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from tidemq.store import lifecycle
-from tidemq.store.lifecycle import BackgroundTask, Service, Step, cancel_and_wait
+from tidemq.common import lifecycle
+from tidemq.common.lifecycle import BackgroundTask, Service, Step, cancel_and_wait
 
 
 class Recorded:

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tidemq.client.admin import BrokerAddress, MessageTrack, TrackType
+from tidemq.client.admin.api import BrokerAddress, MessageTrack, TrackType
+from tidemq.client.admin.cli import base
+from tidemq.client.admin.cli import main as mqadmin
 from tidemq.client.api import PullResult, PullStatus, SendResult
 from tidemq.client.errors import BrokerResponseError, ConnectError
 from tidemq.client.message import SendStatus
-from tidemq.client.mqadmin import base
-from tidemq.client.mqadmin import main as mqadmin
 from tidemq.client.protocol.admin import (
     ConsumeStats,
     HAClientRuntimeInfo,

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tidemq.broker.cluster import ClusterError, RateMeter, load_topology, parse_override
+from tidemq.broker.daemons.cluster import ClusterError, RateMeter, load_topology, parse_override
 from tidemq.broker.metrics import NamesrvCollector, registry_for
 from tidemq.broker.namesrv.route_info import RouteInfoManager
 from tidemq.broker.processors.ops import mask_permission

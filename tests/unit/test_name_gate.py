@@ -1,6 +1,6 @@
-"""The name gate (broker/name_gate.py) and the store's path guard (store/files.py path_inside):
-every served code that carries a name is gated, hostile names are refused naming the field, and
-no name, however it arrives, makes a store path outside its root."""
+"""The name gate (broker/name_gate.py) and the store's path guard (store/common/files.py
+path_inside): every served code that carries a name is gated, hostile names are refused naming
+the field, and no name, however it arrives, makes a store path outside its root."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tidemq.broker.name_gate import (
 from tidemq.broker.namesrv.kv_config import KvConfigStore
 from tidemq.broker.namesrv.processor import NamesrvProcessor
 from tidemq.broker.namesrv.route_info import RouteInfoManager
+from tidemq.broker.remoting.server import RemotingServer, RequestRejected
 from tidemq.client.protocol.heartbeat import (
     ConsumerData,
     HeartbeatData,
@@ -36,11 +37,10 @@ from tidemq.client.protocol.namesrv import RegisterBrokerBody
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.json_body import dumps
-from tidemq.client.remoting.server import RemotingServer, RequestRejected
+from tidemq.common.errors import ConfigError, StorePathError
+from tidemq.common.files import path_inside
 from tidemq.store.config import StoreConfig
 from tidemq.store.consume_queue import ConsumeQueue
-from tidemq.store.errors import ConfigError, StorePathError
-from tidemq.store.files import path_inside
 
 # Served codes whose processors read no name that becomes a path, a file, a table key or a
 # topic: lookups of the whole table, statistics, configuration (checked by its own schema).

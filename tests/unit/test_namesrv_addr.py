@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tidemq.client import admin
-from tidemq.client.admin import AdminClient
+from tidemq.client.admin import api as admin
+from tidemq.client.admin.api import AdminClient
 from tidemq.client.config import ClientConfig, parse_namesrv_addr
 from tidemq.client.errors import ClientError
 from tidemq.client.spark.options import OptionError, SourceOptions

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from tidemq.broker.config import NamesrvConfig, RemotingConfig
-from tidemq.broker.namesrv import main as namesrvd
-from tidemq.store.errors import ConfigError
+from tidemq.broker.daemons import namesrvd
+from tidemq.common.errors import ConfigError
 
 
 @pytest.fixture

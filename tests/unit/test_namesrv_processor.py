@@ -9,6 +9,7 @@ import pytest
 from tidemq.broker.namesrv.kv_config import KvConfigStore
 from tidemq.broker.namesrv.processor import NamesrvProcessor
 from tidemq.broker.namesrv.route_info import RouteInfoManager
+from tidemq.broker.remoting.server import RemotingServer
 from tidemq.client.protocol.models import DataVersion, TopicConfig
 from tidemq.client.protocol.namesrv import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
@@ -30,8 +31,7 @@ from tidemq.client.protocol.namesrv import (
     topic_config_wrapper,
 )
 from tidemq.client.remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType
-from tidemq.client.remoting.connection import RemotingConnection
-from tidemq.client.remoting.server import RemotingServer
+from tidemq.client.transport.connection import RemotingConnection
 
 M, S = "10.0.0.1:10911", "10.0.0.2:10911"
 

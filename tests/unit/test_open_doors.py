@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tidemq.broker.config import RemotingConfig
 from tidemq.broker.open_doors import broker_doors, is_loopback, namesrv_doors
-from tidemq.client.remoting.tls import ClientAuth, TlsMode
+from tidemq.broker.remoting.tls import ClientAuth, TlsMode
 from tidemq.ha.config import HAConfig
 
 ANY = RemotingConfig(bind_address="0.0.0.0")

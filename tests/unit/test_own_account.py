@@ -1,5 +1,6 @@
-"""The broker's own signature (broker/own_account.py), without sockets: the first admin account of
-the rules in force, checked by the same validator the peer runs; none, and nothing is signed."""
+"""The broker's own signature (broker/acl/own_account.py), without sockets: the first admin
+account of the rules in force, checked by the same validator the peer runs; none, and nothing is
+signed."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import logging
 
 import pytest
 
-from tidemq.broker.acl_rules import AclRules, parse_document
-from tidemq.broker.acl_validator import AclRefused, PlainAccessValidator
-from tidemq.broker.own_account import OwnAccountSigner
+from tidemq.broker.acl.own_account import OwnAccountSigner
+from tidemq.broker.acl.rules import AclRules, parse_document
+from tidemq.broker.acl.validator import AclRefused, PlainAccessValidator
 from tidemq.client.remoting.codes import RequestCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.signing import ACCESS_KEY, SIGNATURE
@@ -57,7 +58,7 @@ def test_without_an_admin_account_nothing_is_signed_and_that_is_said_once(
 ) -> None:
     current = rules(("application", "app-secret", False))
     signer = OwnAccountSigner(lambda: current)
-    with caplog.at_level(logging.WARNING, logger="tidemq.broker.own_account"):
+    with caplog.at_level(logging.WARNING, logger="tidemq.broker.acl.own_account"):
         for _ in range(3):
             request = sync_request()
             signer.sign(request)

@@ -12,9 +12,9 @@ import pytest
 from tests.support.conditions import eventually
 from tests.support.fake_transport import FakeTransport
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import ConnectionClosedError, RemotingConnection
 from tidemq.client.remoting.errors import EncodeError
 from tidemq.client.remoting.frame import FrameDecoder, encode_command
+from tidemq.client.transport.connection import ConnectionClosedError, RemotingConnection
 
 
 def connect(handler: Any = None) -> tuple[RemotingConnection, FakeTransport]:

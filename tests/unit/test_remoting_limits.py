@@ -16,17 +16,17 @@ from tests.support.certs import Pki, make_pki
 from tests.support.conditions import eventually
 from tests.support.fake_transport import FakeTransport
 from tidemq.broker.config import RemotingConfig
-from tidemq.client.remoting.close_log import CloseLog
+from tidemq.broker.remoting.close_log import CloseLog
+from tidemq.broker.remoting.limits import SMALL_PARTIAL, PartialFrames, ReceiveLimits
+from tidemq.broker.remoting.server import RemotingServer
+from tidemq.broker.remoting.tls import TlsMode, TlsServerSettings
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
 from tidemq.client.remoting.errors import FrameError
 from tidemq.client.remoting.frame import FrameDecoder, encode_command
-from tidemq.client.remoting.limits import SMALL_PARTIAL, PartialFrames, ReceiveLimits
-from tidemq.client.remoting.receive import FrameReceiver
-from tidemq.client.remoting.server import RemotingServer
-from tidemq.client.remoting.tls import TlsMode, TlsServerSettings
-from tidemq.store.errors import ConfigError
-from tidemq.store.settings import from_properties
+from tidemq.client.transport.connection import RemotingConnection
+from tidemq.client.transport.receive import FrameReceiver
+from tidemq.common.errors import ConfigError
+from tidemq.common.settings import from_properties
 
 MiB = 1024 * 1024
 log = logging.getLogger("test.limits")

@@ -1,4 +1,4 @@
-"""FrameReceiver (client/remoting/receive.py), sans-IO: the same commands and errors as
+"""FrameReceiver (client/transport/receive.py), sans-IO: the same commands and errors as
 FrameDecoder for any stream cut into any reads; large bodies are views of pooled buffers that
 are reused once released and never while a caller keeps a view; the pool keeps its bounds."""
 
@@ -16,7 +16,7 @@ from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import FrameError
 from tidemq.client.remoting.frame import FrameDecoder, encode_command
-from tidemq.client.remoting.receive import (
+from tidemq.client.transport.receive import (
     FRAME_BUFFERS,
     LARGE_FRAME,
     RECEIVE_BUFFER,

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tidemq.broker.processors.decoding import request_body, request_header
+from tidemq.broker.remoting.server import RemotingServer, RequestRejected
 from tidemq.client.protocol.headers import TopicQueueRequestHeader, encode
 from tidemq.client.protocol.heartbeat import HeartbeatData
 from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.connection import RemotingConnection
-from tidemq.client.remoting.server import RemotingServer, RequestRejected
+from tidemq.client.transport.connection import RemotingConnection
 
 TOPIC_QUEUE = encode(TopicQueueRequestHeader(topic="T", queue_id=3))
 

@@ -1,4 +1,4 @@
-"""tidemq.store.schema: one declarative camelCase codec for headers, name-server headers and
+"""tidemq.common.schema: one declarative camelCase codec for headers, name-server headers and
 settings.
 
 Properties: `decode(encode(x)) == x` in both dialects, keys a class does not declare are
@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from tidemq.client.protocol import headers, namesrv
 from tidemq.client.protocol.headers import HeaderFieldError, SendMessageRequestHeader
 from tidemq.client.protocol.namesrv import NamesrvProtocolError, RegisterBrokerRequestHeader
-from tidemq.store import settings
+from tidemq.common import settings
+from tidemq.common.errors import ConfigError
+from tidemq.common.schema import Dialect, Schema, camel_case, schema_for
 from tidemq.store.config import StoreConfig
-from tidemq.store.errors import ConfigError
-from tidemq.store.schema import Dialect, Schema, camel_case, schema_for
 
 
 class Colour(enum.Enum):

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
-from tidemq.broker.acl_rules import load_rules
-from tidemq.broker.cluster import DEPLOY_DIR, ClusterError, load_topology, main
-from tidemq.broker.secure_init import FIXED_FILES, SecureInitError, secure_init
-from tidemq.store.properties import load_properties
+from tidemq.broker.acl.rules import load_rules
+from tidemq.broker.daemons.cluster import DEPLOY_DIR, ClusterError, load_topology, main
+from tidemq.broker.daemons.secure_init import FIXED_FILES, SecureInitError, secure_init
+from tidemq.broker.properties import load_properties
 
 TEMPLATE = DEPLOY_DIR / "secure"
 PRIVATE = ("server.key", "client.key", "ha.key", "plain_acl.yml", "application.properties")

@@ -19,7 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.speedups_twins import SELECTING_MODULES, selected
-from tidemq.store import _speedups, index, javahash, speedups, tags
+from tidemq.common import speedups
+from tidemq.store import _speedups, index, javahash, tags
 
 for _module in SELECTING_MODULES:
     importlib.import_module(_module)

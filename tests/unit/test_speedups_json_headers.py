@@ -21,7 +21,7 @@ from tidemq.client import _speedups
 from tidemq.client.remoting import headers
 from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.store import speedups
+from tidemq.common import speedups
 
 ENCODE_KEY = "tidemq.client.remoting.headers.encode_json_header"
 DECODE_KEY = "tidemq.client.remoting.headers.decode_json_header"

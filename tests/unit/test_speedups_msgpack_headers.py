@@ -23,7 +23,7 @@ from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import EncodeError
 from tidemq.client.remoting.frame import encode_command
-from tidemq.store import speedups
+from tidemq.common import speedups
 
 MSGPACK = SerializeType.MSGPACK
 ENCODE_KEY = "tidemq.client.remoting.headers.encode_msgpack_header"

@@ -18,7 +18,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidemq.store import _speedups, speedups
+from tidemq.common import speedups
+from tidemq.store import _speedups
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.record import (
     AppendStamp,

@@ -20,7 +20,7 @@ from tidemq.client import _speedups
 from tidemq.client.protocol.headers import SEND_V2_KEYS, SendMessageRequestHeader, encode
 from tidemq.client.remoting import headers
 from tidemq.client.remoting.codes import SerializeType
-from tidemq.store import speedups
+from tidemq.common import speedups
 
 KEY = "tidemq.client.remoting.headers._command_from_mapping"
 PURE = speedups.PURE_TWINS[KEY]

@@ -26,7 +26,7 @@ from tests.support.speedups_twins import selected
 from tidemq.client import _speedups
 from tidemq.client.spark import records
 from tidemq.client.spark.records import ColumnBuffer, spark_schema
-from tidemq.store import speedups
+from tidemq.common import speedups
 from tidemq.store.record import encode_properties
 from tidemq.store.tags import parse_tag_expression
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from tidemq.broker.properties import load_properties, parse_overrides, parse_properties
+from tidemq.common.errors import ConfigError, StoreError
+from tidemq.common.settings import from_properties, to_properties, unknown_keys
 from tidemq.store.config import AppendMode, BrokerRole, FlushDiskType, StoreConfig
 from tidemq.store.delay import parse_delay_levels
-from tidemq.store.errors import ConfigError, StoreError
-from tidemq.store.properties import load_properties, parse_overrides, parse_properties
 from tidemq.store.services import disk_used_ratio
-from tidemq.store.settings import from_properties, to_properties, unknown_keys
 
 ROCKETMQ_DEFAULTS = {
     "brokerRole": "ASYNC_MASTER",

@@ -1,4 +1,4 @@
-"""tidemq.store.files.write_file_safely: content, the `.bak` of the previous version, and a crash
+"""tidemq.common.files.write_file_safely: content, the `.bak` of the previous version, and a crash
 between writing the temporary file and renaming it (os.replace raising) leaving the old file."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tidemq.store.files import fsync_dir, write_file_safely
+from tidemq.common.files import fsync_dir, write_file_safely
 
 
 def test_first_write_creates_the_file_and_its_folder_without_a_backup(tmp_path: Path) -> None:

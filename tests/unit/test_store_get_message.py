@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from tests.support.speedups_twins import selected
 from tests.support.stores import StoreFactory
-from tidemq.store import get_message, speedups
+from tidemq.common import speedups
+from tidemq.store import get_message
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.config import BrokerRole
 from tidemq.store.consume_queue import iter_units

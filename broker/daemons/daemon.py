@@ -1,0 +1,137 @@
+"""What both daemons share: logging, the event loop, configuration loading, signal handling."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tidemq.broker.daemons.port_owner import describe_holders, holders, port_is_free
+from tidemq.broker.properties import load_properties, parse_overrides
+from tidemq.client.memory import retain_freed_memory
+
+log = logging.getLogger(__name__)
+
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s [{tag}] %(name)s: %(message)s"
+LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def configure_logging(tag: str, level: int = logging.INFO) -> None:
+    """One line per event on stderr, tagged (e.g. with broker name and role)."""
+    fmt = LOG_FORMAT.replace("{tag}", tag.replace("%", "%%"))
+    logging.basicConfig(
+        stream=sys.stderr, level=level, format=fmt, datefmt=LOG_DATE_FORMAT, force=True
+    )
+
+
+def read_properties(config_file: Path | None, overrides: Iterable[str]) -> dict[str, str]:
+    """The file's properties with command-line `key=value` overrides applied (ConfigError)."""
+    props = load_properties(config_file) if config_file is not None else {}
+    props.update(parse_overrides(overrides))
+    return props
+
+
+def busy_port(host: str, ports: Iterable[tuple[str, int]]) -> str | None:
+    """One line naming the first of `ports` ((key, port); 0 and -1 skipped) that another process
+    holds, with who holds it; None when all are free. Checked before a daemon touches its store
+    or connects anywhere, so a daemon that cannot listen stops before it has done anything."""
+    for key, port in ports:
+        if port > 0 and not port_is_free(host, port):
+            return f"{key} {port} on {host} is in use by {describe_holders(holders(port))}"
+    return None
+
+
+STORE_FOLDERS = ("config", "consumequeue", "index")
+
+
+def unwritable_store(root: Path, commit_log_dir: Path) -> str | None:
+    """One line naming the first store folder this process cannot write, or None.
+
+    The root (or, when it does not exist yet, the nearest folder above it, where it will be
+    made) and those of its folders that exist already: a store left by another user would
+    otherwise start and then fail at every flush and persist."""
+    candidates = [root, commit_log_dir, *(root / name for name in STORE_FOLDERS)]
+    for path in candidates:
+        folder = path
+        while not folder.exists() and folder != folder.parent:
+            if path is not root and path is not commit_log_dir:
+                break  # a folder the store makes under a root already checked
+            folder = folder.parent
+        if not folder.exists():
+            continue
+        if not folder.is_dir():
+            return f"store folder {folder} is not a folder"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"store folder {folder} is not writable by this user (uid {os.getuid()})"
+    return None
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+STOP_TIMEOUT = 60.0
+
+
+def _force_exit(sig: signal.Signals) -> None:
+    """A second signal while stopping: the operator wants out now."""
+    log.error("%s received again while stopping: exiting at once", sig.name)
+    logging.shutdown()
+    os._exit(130)
+
+
+def run_until_signal(
+    start: Callable[[], Awaitable[Any]],
+    stop: Callable[[], Awaitable[Any]],
+    banner: Callable[[], str],
+) -> int:
+    """Start a service, print its banner, run until SIGTERM/SIGINT, stop it; the exit status."""
+
+    async def serve() -> int:
+        if retain_freed_memory():
+            log.info("malloc keeps freed memory for reuse (client/memory.py)")
+        try:
+            await start()
+        except OSError as exc:
+            log.error("cannot start: %s", exc)
+            await stop()
+            return 1
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        received: list[str] = []
+
+        def on_signal(sig: signal.Signals) -> None:
+            received.append(sig.name)
+            done.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            click.echo(banner())
+            await done.wait()
+            log.info("%s received, stopping", received[0])
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, _force_exit, sig)
+            try:
+                await asyncio.wait_for(stop(), STOP_TIMEOUT)
+            except TimeoutError:
+                log.error("shutdown did not finish within %.0f s: exiting anyway", STOP_TIMEOUT)
+                return 1
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+        return 0
+
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(serve())

@@ -1,0 +1,371 @@
+"""Consumer and producer group commands: updateSubGroup, deleteSubGroup, consumerProgress,
+consumerConnection, producerConnection, resetOffsetByTime, skipAccumulatedMessage,
+cloneGroupOffset (consumerStatus is in `stats`)."""
+
+from __future__ import annotations
+
+import click
+
+from tidemq.client.admin.api import AdminClient
+from tidemq.client.admin.cli.base import (
+    Output,
+    Table,
+    common,
+    format_time,
+    main,
+    need_one,
+    parse_bool,
+    parse_timestamp,
+    run,
+)
+from tidemq.client.errors import TideMQError
+from tidemq.client.protocol.heartbeat import ConsumeType
+from tidemq.client.protocol.models import SubscriptionGroupConfig
+
+RETRY_PREFIX = "%RETRY%"
+
+
+def group_config_line(config: SubscriptionGroupConfig) -> str:
+    fields = ", ".join(
+        f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in config.to_dict().items()
+    )
+    return f"SubscriptionGroupConfig [{fields}]"
+
+
+async def _addresses(admin: AdminClient, broker_addr: str | None, cluster: str | None) -> list[str]:
+    if broker_addr is not None:
+        return [broker_addr]
+    return [b.address for b in await admin.masters(cluster)]
+
+
+@main.command("updateSubGroup")
+@common
+@click.option("-g", "--groupName", "group", required=True, help="Consumer group.")
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Create on this broker.")
+@click.option("-c", "--clusterName", "cluster", default=None, help="Create on every master.")
+@click.option("-s", "--consumeEnable", "consume_enable", default="true", show_default=True)
+@click.option("-m", "--consumeFromMinEnable", "from_min", default="true", show_default=True)
+@click.option("-d", "--consumeBroadcastEnable", "broadcast", default="true", show_default=True)
+@click.option("-q", "--retryQueueNums", "retry_queues", type=int, default=1, show_default=True)
+@click.option("-r", "--retryMaxTimes", "retry_max", type=int, default=16, show_default=True)
+@click.option(
+    "-i",
+    "--brokerId",
+    "broker_id",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Which broker of the group consumers read from (0 = master; needs slaveReadEnable).",
+)
+@click.option(
+    "-w",
+    "--whichBrokerWhenConsumeSlowly",
+    "slow_broker_id",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Which broker to read from when the consumer falls far behind.",
+)
+@click.option("-a", "--notifyConsumerIdsChanged", "notify", default="true", show_default=True)
+def update_sub_group(
+    namesrv_addr: str | None,
+    as_json: bool,
+    group: str,
+    broker_addr: str | None,
+    cluster: str | None,
+    consume_enable: str,
+    from_min: str,
+    broadcast: str,
+    retry_queues: int,
+    retry_max: int,
+    broker_id: int,
+    slow_broker_id: int,
+    notify: str,
+) -> None:
+    """Create or update a subscription group."""
+    need_one("updateSubGroup", b=broker_addr, c=cluster)
+    config = SubscriptionGroupConfig(
+        group_name=group,
+        consume_enable=parse_bool(consume_enable),
+        consume_from_min_enable=parse_bool(from_min),
+        consume_broadcast_enable=parse_bool(broadcast),
+        retry_queue_nums=retry_queues,
+        retry_max_times=retry_max,
+        broker_id=broker_id,
+        which_broker_when_consume_slowly=slow_broker_id,
+        notify_consumer_ids_changed_enable=parse_bool(notify),
+    )
+
+    async def work(admin: AdminClient) -> Output:
+        addresses = await _addresses(admin, broker_addr, cluster)
+        lines = []
+        for address in addresses:
+            await admin.update_subscription_group(address, config)
+            lines.append(f"create subscription group to {address} success.")
+        lines.append(group_config_line(config))
+        return Output({"brokers": addresses, "groupConfig": config.to_dict()}, lines_before=lines)
+
+    run("updateSubGroup", namesrv_addr, as_json, work)
+
+
+@main.command("deleteSubGroup")
+@common
+@click.option("-g", "--groupName", "group", required=True, help="Consumer group.")
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Delete on this broker.")
+@click.option("-c", "--clusterName", "cluster", default=None, help="Delete on every master.")
+@click.option("-r", "--removeOffset", "remove_offset", is_flag=True, help="Drop its offsets too.")
+def delete_sub_group(
+    namesrv_addr: str | None,
+    as_json: bool,
+    group: str,
+    broker_addr: str | None,
+    cluster: str | None,
+    remove_offset: bool,
+) -> None:
+    """Delete a subscription group."""
+    need_one("deleteSubGroup", b=broker_addr, c=cluster)
+
+    async def work(admin: AdminClient) -> Output:
+        addresses = await _addresses(admin, broker_addr, cluster)
+        for address in addresses:
+            await admin.delete_subscription_group(address, group, remove_offset)
+        lines = [
+            f"delete subscription group [{group}] from broker [{a}] in cluster [{cluster or ''}]"
+            " success."
+            for a in addresses
+        ]
+        return Output({"group": group, "brokers": addresses}, lines_before=lines)
+
+    run("deleteSubGroup", namesrv_addr, as_json, work)
+
+
+PROGRESS_COLUMNS = [
+    "#Topic",
+    "#Broker Name",
+    "#QID",
+    "#Broker Offset",
+    "#Consumer Offset",
+    "#Client IP",
+    "#Diff",
+    "#Inflight",
+    "#LastTime",
+]
+
+
+@main.command("consumerProgress")
+@common
+@click.option("-g", "--groupName", "group", default=None, help="Consumer group (else: all).")
+@click.option("-t", "--topicName", "topic", default="", help="Only this topic.")
+@click.option("-s", "--showClientIP", "show_ip", is_flag=True, help="Accepted; shows NA.")
+def consumer_progress(
+    namesrv_addr: str | None, as_json: bool, group: str | None, topic: str, show_ip: bool
+) -> None:
+    """Print a group's progress per queue and its lag (#Diff), or every group's total."""
+    del show_ip
+
+    async def work(admin: AdminClient) -> Output:
+        if group is None:
+            return await _all_groups(admin)
+        stats = await admin.examine_consume_stats(group, topic)
+        table = Table(PROGRESS_COLUMNS)
+        data = []
+        for mq in sorted(stats.offset_table):
+            o = stats.offset_table[mq]
+            table.rows.append(
+                [
+                    mq.topic,
+                    mq.broker_name,
+                    mq.queue_id,
+                    o.broker_offset,
+                    o.consumer_offset,
+                    "NA",
+                    o.diff,
+                    0,
+                    format_time(o.last_timestamp),
+                ]
+            )
+            data.append(o.progress_data(mq))
+        total = stats.total_diff()
+        after = ["", f"Consume TPS: {stats.consume_tps:.2f}", f"Diff Total: {total}"]
+        return Output(
+            {"queues": data, "consumeTps": stats.consume_tps, "diffTotal": total},
+            tables=[table],
+            lines_after=after,
+        )
+
+    run("consumerProgress", namesrv_addr, as_json, work)
+
+
+async def _all_groups(admin: AdminClient) -> Output:
+    table = Table(["#Group", "#Count", "#Version", "#Type", "#Model", "#TPS", "#Diff Total"])
+    data = []
+    for name in await admin.topic_list():
+        if not name.startswith(RETRY_PREFIX):
+            continue
+        group = name[len(RETRY_PREFIX) :]
+        stats = await admin.examine_consume_stats(group)
+        count, version, kind, model = 0, "OFFLINE", "", ""
+        try:
+            cc = await admin.examine_consumer_connection(group)
+        except TideMQError:
+            pass
+        else:
+            count = len(cc.connections)
+            version = str(min((c.version for c in cc.connections), default=0))
+            kind = "PULL" if cc.consume_type is ConsumeType.CONSUME_ACTIVELY else "PUSH"
+            model = cc.message_model.value
+        total = stats.total_diff()
+        table.rows.append([group, count, version, kind, model, int(stats.consume_tps), total])
+        data.append(
+            {"group": group, "count": count, "consumeTps": stats.consume_tps, "diffTotal": total}
+        )
+    return Output(data, tables=[table])
+
+
+@main.command("consumerConnection")
+@common
+@click.option("-g", "--consumerGroup", "group", required=True, help="Consumer group.")
+def consumer_connection(namesrv_addr: str | None, as_json: bool, group: str) -> None:
+    """List a consumer group's connections and subscriptions."""
+
+    async def work(admin: AdminClient) -> Output:
+        cc = await admin.examine_consumer_connection(group)
+        table = Table(["#", "#ClientId", "#ClientAddr", "#Language", "#Version"])
+        for i, c in enumerate(sorted(cc.connections, key=lambda c: c.client_id), 1):
+            table.rows.append([f"{i:03d}", c.client_id, c.client_addr, c.language, c.version])
+        subs = Table(["#", "#Topic", "#SubExpression"])
+        for i, (topic, sub) in enumerate(sorted(cc.subscriptions.items()), 1):
+            subs.rows.append([f"{i:03d}", topic, sub.sub_string])
+        after = [
+            "",
+            f"ConsumeType: {cc.consume_type.value}",
+            f"MessageModel: {cc.message_model.value}",
+            f"ConsumeFromWhere: {cc.consume_from_where.value}",
+        ]
+        out = Output(cc.to_dict(), tables=[table], lines_after=[""])
+        out.lines_after += ["Below is subscription:", *subs.render(), *after]
+        return out
+
+    run("consumerConnection", namesrv_addr, as_json, work)
+
+
+@main.command("producerConnection")
+@common
+@click.option("-g", "--producerGroup", "group", required=True, help="Producer group.")
+@click.option("-t", "--topic", required=True, help="A topic it sends to.")
+def producer_connection(namesrv_addr: str | None, as_json: bool, group: str, topic: str) -> None:
+    """List a producer group's connections."""
+
+    async def work(admin: AdminClient) -> Output:
+        pc = await admin.examine_producer_connection(group, topic)
+        table = Table(["#", "#ClientId", "#ClientAddr", "#Language", "#Version"])
+        for i, c in enumerate(sorted(pc.connections, key=lambda c: c.client_id), 1):
+            table.rows.append([f"{i:04d}", c.client_id, c.client_addr, c.language, c.version])
+        return Output(pc.to_dict(), tables=[table])
+
+    run("producerConnection", namesrv_addr, as_json, work)
+
+
+@main.command("resetOffsetByTime")
+@common
+@click.option("-g", "--group", required=True, help="Consumer group.")
+@click.option("-t", "--topic", required=True, help="Topic.")
+@click.option(
+    "-s",
+    "--timestamp",
+    "timestamp_text",
+    required=True,
+    help="now, milliseconds, or yyyy-MM-dd#HH:mm:ss:SSS.",
+)
+@click.option("-f", "--force", default="true", show_default=True, help="Also move forwards.")
+def reset_offset_by_time(
+    namesrv_addr: str | None,
+    as_json: bool,
+    group: str,
+    topic: str,
+    timestamp_text: str,
+    force: str,
+) -> None:
+    """Move a group's offsets to a point in time, online consumers included."""
+    timestamp = parse_timestamp(timestamp_text)
+    forced = parse_bool(force)
+
+    async def work(admin: AdminClient) -> Output:
+        table_ = await admin.reset_offset_by_time(group, topic, timestamp, forced)
+        head = [
+            f"rollback consumer offset by specified group[{group}], topic[{topic}], "
+            f"force[{str(forced).lower()}], timestamp(string)[{timestamp_text}], "
+            f"timestamp(long)[{timestamp}]"
+        ]
+        table = Table(["#brokerName", "#queueId", "#offset"])
+        data = []
+        for mq in sorted(table_):
+            table.rows.append([mq.broker_name, mq.queue_id, table_[mq]])
+            data.append(
+                {"brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": table_[mq]}
+            )
+        return Output(data, lines_before=head, tables=[table])
+
+    run("resetOffsetByTime", namesrv_addr, as_json, work)
+
+
+@main.command("skipAccumulatedMessage")
+@common
+@click.option("-g", "--group", required=True, help="Consumer group.")
+@click.option("-t", "--topic", required=True, help="Topic.")
+@click.option("-c", "--cluster", default=None, help="Accepted (the topic's route decides).")
+def skip_accumulated_message(
+    namesrv_addr: str | None, as_json: bool, group: str, topic: str, cluster: str | None
+) -> None:
+    """Move a group's offsets to the end of every queue of a topic: its backlog is skipped."""
+    del cluster
+
+    async def work(admin: AdminClient) -> Output:
+        offsets = await admin.reset_offset_by_time(group, topic, -1, True)
+        table = Table(["#brokerName", "#queueId", "#offset"])
+        data = []
+        for mq in sorted(offsets):
+            table.rows.append([mq.broker_name, mq.queue_id, offsets[mq]])
+            data.append(
+                {"brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": offsets[mq]}
+            )
+        return Output(data, tables=[table])
+
+    run("skipAccumulatedMessage", namesrv_addr, as_json, work)
+
+
+@main.command("cloneGroupOffset")
+@common
+@click.option("-s", "--srcGroup", "src_group", required=True, help="Group to copy from.")
+@click.option("-d", "--destGroup", "dest_group", required=True, help="Group to copy to.")
+@click.option("-t", "--topic", required=True, help="Topic.")
+@click.option(
+    "-o",
+    "--offline",
+    default="false",
+    show_default=True,
+    help="true: copy even if the source's online consumers do not subscribe to the topic.",
+)
+def clone_group_offset(
+    namesrv_addr: str | None,
+    as_json: bool,
+    src_group: str,
+    dest_group: str,
+    topic: str,
+    offline: str,
+) -> None:
+    """Give a group the offsets another group has on a topic (on every master serving it)."""
+    is_offline = parse_bool(offline)
+
+    async def work(admin: AdminClient) -> Output:
+        brokers = await admin.clone_group_offset_everywhere(
+            src_group, dest_group, topic, is_offline
+        )
+        line = (
+            f"clone group offset success. srcGroup[{src_group}], destGroup=[{dest_group}], "
+            f"topic[{topic}]"
+        )
+        data = {"srcGroup": src_group, "destGroup": dest_group, "topic": topic, "brokers": brokers}
+        return Output(data, lines_before=[line])
+
+    run("cloneGroupOffset", namesrv_addr, as_json, work)
