@@ -32,6 +32,32 @@ cdef extern from "Python.h":
 
 from tidemq.client.remoting.command import RemotingCommand as _Command
 from tidemq.common.speedups import PURE_TWINS as _PURE_TWINS
+from tidemq.store import layout as _record_layout
+
+# The CommitLog record layout is store/layout.py's, read into C globals when this module loads
+# (the one definition; tests/unit/test_import_graph.py fails on a copy). Used by the consumers'
+# decoder and the Spark walk below.
+cdef long long _MAGIC_V1 = _record_layout.MAGIC_V1
+cdef Py_ssize_t _HEAD = _record_layout.HEAD_V4_SIZE  # the fixed head of a record with IPv4 hosts
+cdef Py_ssize_t _MIN_RECORD_SIZE = _record_layout.MIN_RECORD
+# IPv6 hosts or a compressed body: the general path's records
+cdef long long _GENERAL_FLAGS = (
+    _record_layout.FLAG_BORNHOST_V6 | _record_layout.FLAG_STOREHOST_V6
+    | _record_layout.FLAG_COMPRESSED
+)
+cdef Py_ssize_t _OFFSET_MAGIC = _record_layout.OFFSET_MAGIC
+cdef Py_ssize_t _OFFSET_QUEUE_ID = _record_layout.OFFSET_QUEUE_ID
+cdef Py_ssize_t _OFFSET_FLAG = _record_layout.OFFSET_FLAG
+cdef Py_ssize_t _OFFSET_QUEUE_OFFSET = _record_layout.OFFSET_QUEUE_OFFSET
+cdef Py_ssize_t _OFFSET_PHYSICAL_OFFSET = _record_layout.OFFSET_PHYSICAL_OFFSET
+cdef Py_ssize_t _OFFSET_SYS_FLAG = _record_layout.OFFSET_SYS_FLAG
+cdef Py_ssize_t _OFFSET_BORN_TIMESTAMP = _record_layout.OFFSET_BORN_TIMESTAMP
+cdef Py_ssize_t _OFFSET_BORN_HOST = _record_layout.OFFSET_BORN_HOST
+cdef Py_ssize_t _OFFSET_STORE_TIMESTAMP_V4 = _record_layout.OFFSET_STORE_TIMESTAMP_V4
+cdef Py_ssize_t _OFFSET_STORE_HOST_V4 = _record_layout.OFFSET_STORE_HOST_V4
+cdef Py_ssize_t _OFFSET_RECONSUME_TIMES_V4 = _record_layout.OFFSET_RECONSUME_TIMES_V4
+cdef Py_ssize_t _OFFSET_BODY_LENGTH_V4 = _record_layout.OFFSET_BODY_LENGTH_V4
+cdef Py_ssize_t _HOST_V4_SIZE = _record_layout.HOST_V4_SIZE
 
 _PURE_KEY = "tidemq.client.remoting.headers._command_from_mapping"
 
@@ -1466,19 +1492,19 @@ def decode_received(object body, str broker_name):
     cdef bytes topic_key = b""
     unset = _UNSET
     while pos < end:
-        if pos + 88 > end:
+        if pos + _HEAD > end:
             pos = general(raw, pos, broker_name, out, inflate)  # a short tail: raises
             continue
         p = data + pos
         total = _i32_at(p)
-        magic = _i32_at(p + 4)
-        sys_flag = _i32_at(p + 36)
-        body_len = _i32_at(p + 84)
+        magic = _i32_at(p + _OFFSET_MAGIC)
+        sys_flag = _i32_at(p + _OFFSET_SYS_FLAG)
+        body_len = _i32_at(p + _OFFSET_BODY_LENGTH_V4)
         record_end = pos + total
-        at = pos + 88 + body_len
+        at = pos + _HEAD + body_len
         if (
-            sys_flag & 0x31  # IPv6 hosts or a compressed body
-            or magic != -626843481
+            sys_flag & _GENERAL_FLAGS
+            or magic != _MAGIC_V1
             or record_end > end
             or body_len < 0
             or at + 3 > record_end
@@ -1501,23 +1527,23 @@ def decode_received(object body, str broker_name):
         # ReceivedMessage has no __new__ or __init__ of its own to skip: this is object's
         msg = new(message_type)
         tidemq_fill_slot(msg, _slot_at[_S_TOPIC], topic)
-        tidemq_fill_slot(msg, _slot_at[_S_BODY], PyBytes_FromStringAndSize(<const char*>p + 88, body_len))
-        tidemq_fill_slot(msg, _slot_at[_S_QUEUE_ID], _i32_at(p + 12))
-        tidemq_fill_slot(msg, _slot_at[_S_QUEUE_OFFSET], _be64(p + 20))
+        tidemq_fill_slot(msg, _slot_at[_S_BODY], PyBytes_FromStringAndSize(<const char*>p + _HEAD, body_len))
+        tidemq_fill_slot(msg, _slot_at[_S_QUEUE_ID], _i32_at(p + _OFFSET_QUEUE_ID))
+        tidemq_fill_slot(msg, _slot_at[_S_QUEUE_OFFSET], _be64(p + _OFFSET_QUEUE_OFFSET))
         tidemq_fill_slot(msg, _slot_at[_S_BROKER_NAME], broker_name)
-        tidemq_fill_slot(msg, _slot_at[_S_STORE_TIMESTAMP], _be64(p + 56))
-        tidemq_fill_slot(msg, _slot_at[_S_BORN_TIMESTAMP], _be64(p + 40))
-        tidemq_fill_slot(msg, _slot_at[_S_RECONSUME_TIMES], _i32_at(p + 72))
-        tidemq_fill_slot(msg, _slot_at[_S_COMMIT_LOG_OFFSET], _be64(p + 28))
+        tidemq_fill_slot(msg, _slot_at[_S_STORE_TIMESTAMP], _be64(p + _OFFSET_STORE_TIMESTAMP_V4))
+        tidemq_fill_slot(msg, _slot_at[_S_BORN_TIMESTAMP], _be64(p + _OFFSET_BORN_TIMESTAMP))
+        tidemq_fill_slot(msg, _slot_at[_S_RECONSUME_TIMES], _i32_at(p + _OFFSET_RECONSUME_TIMES_V4))
+        tidemq_fill_slot(msg, _slot_at[_S_COMMIT_LOG_OFFSET], _be64(p + _OFFSET_PHYSICAL_OFFSET))
         tidemq_fill_slot(msg, _slot_at[_S_SYS_FLAG], sys_flag)
-        tidemq_fill_slot(msg, _slot_at[_S_FLAG], _i32_at(p + 16))
+        tidemq_fill_slot(msg, _slot_at[_S_FLAG], _i32_at(p + _OFFSET_FLAG))
         tidemq_fill_slot(
             msg,
             _slot_at[_S_RAW_PROPERTIES],
             PyBytes_FromStringAndSize(<const char*>data + props_at, record_end - props_at),
         )
-        tidemq_fill_slot(msg, _slot_at[_S_RAW_BORN_HOST], PyBytes_FromStringAndSize(<const char*>p + 48, 8))
-        tidemq_fill_slot(msg, _slot_at[_S_RAW_STORE_HOST], PyBytes_FromStringAndSize(<const char*>p + 64, 8))
+        tidemq_fill_slot(msg, _slot_at[_S_RAW_BORN_HOST], PyBytes_FromStringAndSize(<const char*>p + _OFFSET_BORN_HOST, _HOST_V4_SIZE))
+        tidemq_fill_slot(msg, _slot_at[_S_RAW_STORE_HOST], PyBytes_FromStringAndSize(<const char*>p + _OFFSET_STORE_HOST_V4, _HOST_V4_SIZE))
         tidemq_fill_slot(msg, _slot_at[_S_PROPERTIES], unset)
         tidemq_fill_slot(msg, _slot_at[_S_TAGS], unset)
         tidemq_fill_slot(msg, _slot_at[_S_KEYS], unset)
@@ -1609,9 +1635,6 @@ _COLUMNS_PURE_KEY = "tidemq.client.spark.records.fast_columns"
 _spark_records = None  # client/spark/records.py, looked up at the first call (it imports this)
 _pa = None  # pyarrow, likewise
 
-cdef long long _MAGIC_V1 = -626843481
-cdef Py_ssize_t _HEAD = 88
-cdef Py_ssize_t _MIN_RECORD = 91
 cdef long long _INT32_MAX = 2147483647
 
 
@@ -1632,7 +1655,7 @@ def walk_records(object body):
         last_head = limit - _HEAD
         while pos <= last_head:
             total = _i32_at(data + pos)
-            if total < _MIN_RECORD or _i32_at(data + pos + 4) != _MAGIC_V1:
+            if total < _MIN_RECORD_SIZE or _i32_at(data + pos + _OFFSET_MAGIC) != _MAGIC_V1:
                 bad = True
                 break
             starts.append(pos)
@@ -1866,8 +1889,8 @@ cdef object _fast_columns(list group, object pure, Py_buffer* views):
                 if general:
                     continue  # None, unless a later start is not the walk's
                 p = data + start_at
-                body_len = _i32_at(p + 84)
-                if _i32_at(p + 36) & 0x31 or body_len < 0:  # IPv6 hosts, compressed: general
+                body_len = _i32_at(p + _OFFSET_BODY_LENGTH_V4)
+                if _i32_at(p + _OFFSET_SYS_FLAG) & _GENERAL_FLAGS or body_len < 0:
                     general = True
                     continue
                 if unsure or exceeds:
@@ -1886,14 +1909,14 @@ cdef object _fast_columns(list group, object pure, Py_buffer* views):
                 if body_len > record_end - (start_at + _HEAD + 3 + topic_len):
                     exceeds = True
                     continue
-                queue_offset = _be64(p + 20)
+                queue_offset = _be64(p + _OFFSET_QUEUE_OFFSET)
                 if filtering and not (low <= queue_offset < high):
                     continue
                 row = &rows[k]
                 k += 1
                 row.queue_offset = queue_offset
-                row.store_ms = _be64(p + 56)
-                row.born_ms = _be64(p + 40)
+                row.store_ms = _be64(p + _OFFSET_STORE_TIMESTAMP_V4)
+                row.born_ms = _be64(p + _OFFSET_BORN_TIMESTAMP)
                 row.value = p + _HEAD
                 row.value_len = <Py_ssize_t>body_len
                 row.props = row.value + row.value_len + 3 + topic_len

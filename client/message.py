@@ -21,8 +21,8 @@ from typing import Any, Final
 
 from tidemq.client.inflate import inflate_body
 from tidemq.client.protocol.heartbeat import ExpressionType, MessageQueue
+from tidemq.store.layout import FLAG_COMPRESSED
 from tidemq.store.record import (
-    FLAG_COMPRESSED,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_TAGS,

@@ -55,7 +55,8 @@ from tidemq.client.trace import (
 from tidemq.client.transport.tls import TlsClientSettings
 from tidemq.client.validators import check_group, check_message, check_queue
 from tidemq.store.batch_body import encode_batch_body
-from tidemq.store.record import FLAG_COMPRESSED, pack_host
+from tidemq.store.layout import FLAG_COMPRESSED
+from tidemq.store.record import pack_host
 
 log = logging.getLogger(__name__)
 

@@ -38,13 +38,15 @@ from tidemq.client.remoting.codes import RequestCode
 from tidemq.client.sync import BlockingTwin, call
 from tidemq.client.trace import MessageType, TraceRecord, TraceType, now_ms
 from tidemq.client.transport.connection import RemotingConnection
-from tidemq.store.record import (
-    PROPERTY_PRODUCER_GROUP,
-    PROPERTY_TRANSACTION_PREPARED,
+from tidemq.store.layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+)
+from tidemq.store.record import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION_PREPARED,
     decode_message_id,
 )
 

@@ -176,16 +176,38 @@ def tags_code_for(tags):
 # --- records read in place: scan_fast, find_value, find_property ----------------------------
 
 cdef enum:
-    _MAGIC_V1 = -626843481  # 0xDAA320A7
-    _BLANK_MAGIC = -875286124  # 0xCBD43194
-    _HEAD_SIZE = 88  # fast_scan's fixed head of a record with IPv4 hosts
-    _SLOW_FLAGS = 0x10 | 0x20 | 0x0C  # IPv6 hosts, transaction states
     _UNIQ_LEN = 9
     _KEYS_LEN = 5
-    _PREFIX_SIZE = 48  # fields 1-9 of a record
     _BATCH_HEAD_SIZE = 20
-    _MAX_TOPIC_BYTES = 127
-    _MAX_PROPERTIES_BYTES = 32767
+
+# The record layout is store/layout.py's, read into C globals when this module loads (the one
+# definition; tests/unit/test_import_graph.py fails on a copy).
+from tidemq.store import layout as _record_layout
+
+cdef int32_t _MAGIC_V1 = _record_layout.MAGIC_V1
+cdef int32_t _BLANK_MAGIC = _record_layout.BLANK_MAGIC
+cdef Py_ssize_t _HEAD_SIZE = _record_layout.HEAD_V4_SIZE  # fixed head, IPv4 hosts
+cdef Py_ssize_t _PREFIX_SIZE = _record_layout.PREFIX_SIZE  # fields 1-9
+cdef Py_ssize_t _MAX_TOPIC_BYTES = _record_layout.MAX_TOPIC_BYTES
+cdef Py_ssize_t _MAX_PROPERTIES_BYTES = _record_layout.MAX_PROPERTIES_BYTES
+cdef int32_t _FLAG_BORNHOST_V6 = _record_layout.FLAG_BORNHOST_V6
+cdef int32_t _FLAG_STOREHOST_V6 = _record_layout.FLAG_STOREHOST_V6
+cdef int32_t _SLOW_FLAGS = (  # IPv6 hosts, transaction states: fast_scan's SLOW_FLAGS
+    _record_layout.FLAG_BORNHOST_V6 | _record_layout.FLAG_STOREHOST_V6
+    | _record_layout.TRANSACTION_MASK
+)
+cdef Py_ssize_t _HOST_V4_SIZE = _record_layout.HOST_V4_SIZE
+cdef Py_ssize_t _HOST_V6_SIZE = _record_layout.HOST_V6_SIZE
+cdef Py_ssize_t _OFFSET_MAGIC = _record_layout.OFFSET_MAGIC
+cdef Py_ssize_t _OFFSET_BODY_CRC = _record_layout.OFFSET_BODY_CRC
+cdef Py_ssize_t _OFFSET_QUEUE_ID = _record_layout.OFFSET_QUEUE_ID
+cdef Py_ssize_t _OFFSET_FLAG = _record_layout.OFFSET_FLAG
+cdef Py_ssize_t _OFFSET_QUEUE_OFFSET = _record_layout.OFFSET_QUEUE_OFFSET
+cdef Py_ssize_t _OFFSET_PHYSICAL_OFFSET = _record_layout.OFFSET_PHYSICAL_OFFSET
+cdef Py_ssize_t _OFFSET_SYS_FLAG = _record_layout.OFFSET_SYS_FLAG
+cdef Py_ssize_t _OFFSET_BORN_TIMESTAMP = _record_layout.OFFSET_BORN_TIMESTAMP
+cdef Py_ssize_t _OFFSET_STORE_TIMESTAMP_V4 = _record_layout.OFFSET_STORE_TIMESTAMP_V4
+cdef Py_ssize_t _OFFSET_BODY_LENGTH_V4 = _record_layout.OFFSET_BODY_LENGTH_V4
 
 
 cdef struct _Fast:
@@ -204,12 +226,12 @@ cdef inline bint _scan(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end
         return False
     cdef const unsigned char* p = data + pos
     cdef int32_t total = _i32(p)
-    cdef int32_t body_len = _i32(p + 84)
+    cdef int32_t body_len = _i32(p + _OFFSET_BODY_LENGTH_V4)
     cdef Py_ssize_t rec_end = pos + total
     cdef Py_ssize_t at = pos + _HEAD_SIZE + body_len
     if (
-        _i32(p + 4) != _MAGIC_V1
-        or _i32(p + 36) & _SLOW_FLAGS
+        _i32(p + _OFFSET_MAGIC) != _MAGIC_V1
+        or _i32(p + _OFFSET_SYS_FLAG) & _SLOW_FLAGS
         or rec_end > end
         or body_len < 0
         or at + 3 > rec_end
@@ -219,10 +241,10 @@ cdef inline bint _scan(const unsigned char* data, Py_ssize_t pos, Py_ssize_t end
     if props > rec_end or _i16(data + props - 2) != rec_end - props:
         return False
     out.total = total
-    out.queue_id = _i32(p + 12)
-    out.queue_offset = _i64(p + 20)
-    out.phy = _i64(p + 28)
-    out.store_ts = _i64(p + 56)
+    out.queue_id = _i32(p + _OFFSET_QUEUE_ID)
+    out.queue_offset = _i64(p + _OFFSET_QUEUE_OFFSET)
+    out.phy = _i64(p + _OFFSET_PHYSICAL_OFFSET)
+    out.store_ts = _i64(p + _OFFSET_STORE_TIMESTAMP_V4)
     out.props = props
     out.topic_at = at + 1
     return True
@@ -471,7 +493,7 @@ def gather_entries(mm, Py_ssize_t pos, Py_ssize_t end, KeyGatherer keys not None
                 break
             size = _general_entries(mm, pos, end, keys, entries)
             if size <= 0:
-                return pos, _i32(data + pos + 4) == _BLANK_MAGIC
+                return pos, _i32(data + pos + _OFFSET_MAGIC) == _BLANK_MAGIC
             pos += size
         return pos, False
     finally:
@@ -577,12 +599,14 @@ def encode_batch(batch, max_body_size, stamp=None):
         store_host = batch.store_host
         if (
             not 0 < len(topic_bytes) <= _MAX_TOPIC_BYTES
-            or len(born_host) not in (8, 20)
-            or len(store_host) not in (8, 20)
+            or len(born_host) not in (_HOST_V4_SIZE, _HOST_V6_SIZE)
+            or len(store_host) not in (_HOST_V4_SIZE, _HOST_V6_SIZE)
         ):
             return _pure("tidemq.store.record.encode_batch")(batch, max_body_size, stamp)
-        sys_flag = (batch.sys_flag & ~0x30) | (0x10 if len(born_host) == 20 else 0) | (
-            0x20 if len(store_host) == 20 else 0
+        sys_flag = (
+            (batch.sys_flag & ~(_FLAG_BORNHOST_V6 | _FLAG_STOREHOST_V6))
+            | (_FLAG_BORNHOST_V6 if len(born_host) == _HOST_V6_SIZE else 0)
+            | (_FLAG_STOREHOST_V6 if len(store_host) == _HOST_V6_SIZE else 0)
         )
         middle = b"".join(
             (
@@ -668,7 +692,9 @@ cdef object _encode_messages(
     cdef Py_ssize_t shared_len = PyBytes_GET_SIZE(shared)
     # RocketMQ's calMsgLength without body and properties (host lengths from the flags)
     cdef int64_t fixed_length = (
-        _PREFIX_SIZE + (20 if sys_flag_c & 0x10 else 8) + 8 + (20 if sys_flag_c & 0x20 else 8)
+        _PREFIX_SIZE
+        + (_HOST_V6_SIZE if sys_flag_c & _FLAG_BORNHOST_V6 else _HOST_V4_SIZE) + 8
+        + (_HOST_V6_SIZE if sys_flag_c & _FLAG_STOREHOST_V6 else _HOST_V4_SIZE)
         + 4 + 8 + 4 + 1 + topic_len + 2
     )
     cdef Py_ssize_t count = 0, pos = 0
@@ -700,18 +726,18 @@ cdef object _encode_messages(
             raise AssertionError("encode_batch: the second pass outgrew the first")
         r = out + at
         _put32(r, <uint32_t>m.total)
-        _put32(r + 4, <uint32_t>_MAGIC_V1)
-        _put32(r + 8, <uint32_t>(
+        _put32(r + _OFFSET_MAGIC, <uint32_t>_MAGIC_V1)
+        _put32(r + _OFFSET_BODY_CRC, <uint32_t>(
             _crc32(PyMemoryView_FromMemory(<char*>body + m.body_at, m.body_len, PyBUF_READ))
             & 0x7FFFFFFF
         ))
-        _put32(r + 12, <uint32_t>queue_id)
-        _put32(r + 16, <uint32_t>m.flag)
-        _put64(r + 20, <uint64_t>queue_offset)
-        _put64(r + 28, <uint64_t>(phy_start + at * step))
-        _put32(r + 36, <uint32_t>sys_flag_c)
-        _put64(r + 40, <uint64_t>born_ts)
-        r += 48
+        _put32(r + _OFFSET_QUEUE_ID, <uint32_t>queue_id)
+        _put32(r + _OFFSET_FLAG, <uint32_t>m.flag)
+        _put64(r + _OFFSET_QUEUE_OFFSET, <uint64_t>queue_offset)
+        _put64(r + _OFFSET_PHYSICAL_OFFSET, <uint64_t>(phy_start + at * step))
+        _put32(r + _OFFSET_SYS_FLAG, <uint32_t>sys_flag_c)
+        _put64(r + _OFFSET_BORN_TIMESTAMP, <uint64_t>born_ts)
+        r += _PREFIX_SIZE
         memcpy(r, PyBytes_AS_STRING(middle), middle_len)
         r += middle_len
         memcpy(r, body + m.body_at - 4, 4 + m.body_len)  # [4 body length][body], as in a record

@@ -26,13 +26,15 @@ from typing import Final
 from tidemq.store.batch_body import BatchDecodeError
 from tidemq.store.config import StoreConfig
 from tidemq.store.errors import OffsetMismatchError
-from tidemq.store.record import (
+from tidemq.store.layout import (
     BLANK_MAGIC,
     END_OF_FILE_MIN_BLANK,
     MAGIC_V1,
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+)
+from tidemq.store.record import (
     AppendStamp,
     EncodedBatch,
     MessageBatch,

@@ -10,14 +10,12 @@ from __future__ import annotations
 from typing import Final
 
 from tidemq.common.errors import ConfigError
+from tidemq.store.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
 from tidemq.store.record import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
     MessageToStore,
     decode_properties,
     encode_properties,

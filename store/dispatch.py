@@ -44,17 +44,19 @@ from tidemq.store.consume_queue import ConsumeQueue, pack_unit
 from tidemq.store.delay import SCHEDULE_TOPIC
 from tidemq.store.dispatch_faults import REPORT_INTERVAL, DispatchFailure, DispatchFaults
 from tidemq.store.fast_scan import SLOW_FLAGS, KeyGatherer, find_value, scan_fast
-from tidemq.store.record import (
+from tidemq.store.layout import (
     BLANK_MAGIC,
     MAGIC_V1,
     OFFSET_QUEUE_OFFSET,
+    TRANSACTION_MASK,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
+from tidemq.store.record import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    TRANSACTION_MASK,
-    TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     DispatchInfo,
     EncodedBatch,
     find_property,

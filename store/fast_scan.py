@@ -22,22 +22,19 @@ from typing import Final
 
 from tidemq.common import speedups
 from tidemq.store.index import prefixed_key_hash, topic_prefix_hash
-from tidemq.store.record import (
+from tidemq.store.layout import (
+    FAST_HEAD_FORMAT,
     FLAG_BORNHOST_V6,
     FLAG_STOREHOST_V6,
+    HEAD_V4_SIZE,
     MAGIC_V1,
-    PROPERTY_KEYS,
-    PROPERTY_UNIQ_KEY,
     TRANSACTION_MASK,
-    DispatchInfo,
-    find_property,
 )
+from tidemq.store.record import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, DispatchInfo, find_property
 
 # The fixed head of a record with IPv4 hosts, only the fields the loops need: TOTALSIZE,
 # MAGICCODE, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLENGTH.
-_FAST_HEAD = struct.Struct(">ii4xi4xqqi16xq20xi")
-HEAD_SIZE: Final = 88
-assert _FAST_HEAD.size == HEAD_SIZE
+_FAST_HEAD = struct.Struct(FAST_HEAD_FORMAT)
 _SHORT = struct.Struct(">h")
 # Records `scan_fast` leaves to the general path: IPv6 hosts change the layout, and transaction
 # states are dispatched differently.
@@ -53,13 +50,13 @@ FastRecord = tuple[int, int, int, int, int, int, bytes]
 
 def scan_fast(mm: mmap.mmap, pos: int, end: int) -> FastRecord | None:
     """The record at `pos` if it is a whole, common one ending by `end`; else None."""
-    if end - pos < HEAD_SIZE:
+    if end - pos < HEAD_V4_SIZE:
         return None
     total, magic, queue_id, queue_offset, phy, sys_flag, store_ts, body_len = (
         _FAST_HEAD.unpack_from(mm, pos)
     )
     rec_end = pos + total
-    at = pos + HEAD_SIZE + body_len
+    at = pos + HEAD_V4_SIZE + body_len
     if (
         magic != MAGIC_V1
         or sys_flag & SLOW_FLAGS

@@ -74,6 +74,7 @@ from tidemq.common.errors import ConfigError
 from tidemq.common.files import fsync_dir
 from tidemq.store.errors import CorruptStoreError
 from tidemq.store.javahash import HIGH_DIGITS, LOW_DIGITS, ascii_hash_u32, java_string_hash
+from tidemq.store.layout import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 from tidemq.store.segment import preallocate
 
 __all__ = [
@@ -109,10 +110,8 @@ _POW31: Final = [pow(31, n, 1 << 32) for n in range(256)]
 _MAX_FILE_SIZE: Final = 2**31 - 1  # RocketMQ computes the size in a Java int
 _NAME_DIGITS: Final = 17
 
-# MessageSysFlag transaction bits. RocketMQ's buildIndex skips only ROLLBACK: PREPARED messages
-# are indexed (it is the ConsumeQueue dispatcher that skips both).
-_TRANSACTION_MASK: Final = 0x0C
-_TRANSACTION_ROLLBACK: Final = 0x0C
+# MessageSysFlag transaction bits (store/layout.py). RocketMQ's buildIndex skips only ROLLBACK:
+# PREPARED messages are indexed (it is the ConsumeQueue dispatcher that skips both).
 
 # Bound methods hoisted once: attribute lookups are a measurable share of a put.
 _pack_header = _HEADER.pack_into
@@ -635,7 +634,7 @@ class IndexService:
             f = self._roll()
         if phy_offset < f.end_phy_offset:
             return  # already indexed: re-dispatch after recovery
-        if sys_flag & _TRANSACTION_MASK == _TRANSACTION_ROLLBACK:
+        if sys_flag & TRANSACTION_MASK == TRANSACTION_ROLLBACK_TYPE:
             return
         prefix = topic + "#"
         if uniq_key is not None:

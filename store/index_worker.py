@@ -57,13 +57,8 @@ from tidemq.common import speedups
 from tidemq.store.errors import StoreLockedError
 from tidemq.store.fast_scan import KeyGatherer, scan_fast
 from tidemq.store.index import IndexService
-from tidemq.store.record import (
-    BLANK_MAGIC,
-    TRANSACTION_MASK,
-    TRANSACTION_ROLLBACK_TYPE,
-    read_total_size_and_magic,
-    scan_record,
-)
+from tidemq.store.layout import BLANK_MAGIC, TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
+from tidemq.store.record import read_total_size_and_magic, scan_record
 from tidemq.store.segment import offset_to_name
 
 log = logging.getLogger(__name__)

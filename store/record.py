@@ -1,29 +1,7 @@
 """CommitLog records in RocketMQ's v1 layout (4.x `CommitLog.MessageExtEncoder`), byte for byte.
 
-All integers are big-endian.
-
-    #   field                         bytes
-    1   TOTALSIZE (whole record)      4
-    2   MAGICCODE 0xDAA320A7          4
-    3   BODYCRC crc32(body)&0x7FFFFFFF 4
-    4   QUEUEID                       4
-    5   FLAG                          4
-    6   QUEUEOFFSET                   8
-    7   PHYSICALOFFSET                8
-    8   SYSFLAG                       4
-    9   BORNTIMESTAMP (ms)            8
-    10  BORNHOST ip(4|16) + port(4)   8 or 20 (20 when sysFlag & 0x10)
-    11  STORETIMESTAMP (ms)           8
-    12  STOREHOST ip(4|16) + port(4)  8 or 20 (20 when sysFlag & 0x20)
-    13  RECONSUMETIMES                4
-    14  PREPARED TRANSACTION OFFSET   8
-    15  BODYLEN + body                4 + n
-    16  TOPICLEN + topic (UTF-8)      1 + n   (n <= 127)
-    17  PROPLEN + properties          2 + n   (n <= 32767)
-
-Properties are `name\\x01value\\x02` repeated. At the end of a segment, when a record (plus 8
-bytes) does not fit, the rest of the file starts with a blank `[4 remaining][4 0xCBD43194]`.
-msgId (RocketMQ's offsetMsgId) is the uppercase hex of store ip + store port + physical offset.
+The layout itself (the fields, their offsets and sizes, the sysFlag bits, the magic codes) is
+store/layout.py, the one module every reader of records imports, Python and Cython alike.
 
 `encode_batch` and `find_property` are the pure-Python twins of compiled ones in
 store/_speedups.pyx, which run when built (store/common/speedups.py picks; same bytes and errors).
@@ -42,24 +20,20 @@ from tidemq.common.errors import DecodeError, TideMQError
 from tidemq.store.batch_body import BATCH_HEAD, decode_batch_body, read_batch_message
 from tidemq.store.batch_body import HEAD_SIZE as BATCH_HEAD_SIZE
 from tidemq.store.crc import crc32, java_crc32
-
-MAGIC_V1: Final = -626843481  # 0xDAA320A7 as a Java int
-BLANK_MAGIC: Final = -875286124  # 0xCBD43194 as a Java int
-END_OF_FILE_MIN_BLANK: Final = 8
-
-FLAG_COMPRESSED: Final = 0x1
-FLAG_MULTI_TAGS: Final = 0x2
-TRANSACTION_MASK: Final = 0xC
-TRANSACTION_NOT_TYPE: Final = 0x0
-TRANSACTION_PREPARED_TYPE: Final = 0x4
-TRANSACTION_COMMIT_TYPE: Final = 0x8
-TRANSACTION_ROLLBACK_TYPE: Final = 0xC
-FLAG_BORNHOST_V6: Final = 0x10
-FLAG_STOREHOST_V6: Final = 0x20
-FLAG_INNER_BATCH: Final = 0x80
-
-MAX_TOPIC_BYTES: Final = 127
-MAX_PROPERTIES_BYTES: Final = 32767
+from tidemq.store.layout import (
+    BLANK_FORMAT,
+    BLANK_MAGIC,
+    FLAG_BORNHOST_V6,
+    FLAG_COMPRESSED,
+    FLAG_STOREHOST_V6,
+    MAGIC_V1,
+    MAX_PROPERTIES_BYTES,
+    MAX_TOPIC_BYTES,
+    OFFSET_BORN_HOST,
+    OFFSET_QUEUE_OFFSET,
+    OFFSET_SYS_FLAG,
+    PREFIX_FORMAT,
+)
 
 NAME_VALUE_SEPARATOR: Final = "\x01"
 PROPERTY_SEPARATOR: Final = "\x02"
@@ -82,23 +56,12 @@ PROPERTY_MAX_RECONSUME_TIMES: Final = "MAX_RECONSUME_TIMES"
 PROPERTY_CLUSTER: Final = "CLUSTER"
 
 # Fields 1-9, i.e. everything before the born host.
-_PREFIX = struct.Struct(">iiiiiqqiq")
+_PREFIX = struct.Struct(PREFIX_FORMAT)
 _TS = struct.Struct(">q")
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
 _RECONSUME_PREPARED = struct.Struct(">iq")
-_BLANK = struct.Struct(">ii")
-assert _PREFIX.size == 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8
-
-OFFSET_MAGIC: Final = 4
-OFFSET_BODY_CRC: Final = 8
-OFFSET_QUEUE_ID: Final = 12
-OFFSET_FLAG: Final = 16
-OFFSET_QUEUE_OFFSET: Final = 20
-OFFSET_PHYSICAL_OFFSET: Final = 28
-OFFSET_SYS_FLAG: Final = 36
-OFFSET_BORN_TIMESTAMP: Final = 40
-OFFSET_BORN_HOST: Final = 48
+_BLANK = struct.Struct(BLANK_FORMAT)
 
 
 def host_length(sys_flag: int, store: bool) -> int:

@@ -62,7 +62,8 @@ from tidemq.store.commitlog import CommitLog, KeptTail
 from tidemq.store.config import StoreConfig
 from tidemq.store.consume_queue import ConsumeQueue, QueueCut, UnitChecker
 from tidemq.store.index import IndexLoadPlan, IndexService
-from tidemq.store.record import MAGIC_V1, RECORD_MIN_SIZE, read_queue_position, read_topic
+from tidemq.store.layout import MAGIC_V1
+from tidemq.store.record import RECORD_MIN_SIZE, read_queue_position, read_topic
 
 log = logging.getLogger(__name__)
 

@@ -83,7 +83,7 @@ __all__ = ["ClusterError", "Launcher", "Process", "Topology", "load_topology", "
 
 log = logging.getLogger(__name__)
 
-DEPLOY_DIR: Final = Path(__file__).resolve().parents[1] / "deploy"
+DEPLOY_DIR: Final = Path(__file__).resolve().parents[2] / "deploy"
 DEFAULT_ETCD_CLIENT_PORT: Final = 2379
 DEFAULT_ETCD_PEER_PORT: Final = 2380
 STOP_TIMEOUT: Final = 30.0

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import Final
 
+from tidemq.store.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
 from tidemq.store.record import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_REAL_QUEUE_ID,
@@ -29,9 +30,6 @@ from tidemq.store.record import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_WAIT,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
     MessageToStore,
     StoredMessage,
     decode_properties,

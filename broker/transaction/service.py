@@ -35,14 +35,13 @@ from tidemq.client.protocol.headers import EndTransactionRequestHeader
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.store.commitlog import AppendResult
 from tidemq.store.consume_queue import ConsumeQueue
-from tidemq.store.message_store import MessageStore
-from tidemq.store.record import (
-    PROPERTY_PRODUCER_GROUP,
+from tidemq.store.layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
-    StoredMessage,
 )
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import PROPERTY_PRODUCER_GROUP, StoredMessage
 
 log = logging.getLogger(__name__)
 

@@ -31,16 +31,16 @@ from tidemq.client.message import (
     frozen,
 )
 from tidemq.common import speedups
-from tidemq.store.record import (
+from tidemq.store.layout import (
     FLAG_BORNHOST_V6,
     FLAG_COMPRESSED,
     FLAG_STOREHOST_V6,
+    HEAD_V4_FORMAT,
     MAGIC_V1,
-    decode_record,
 )
+from tidemq.store.record import decode_record
 
-_HEAD: Final = struct.Struct(">iiiiiqqiq8sq8siqi")
-assert _HEAD.size == 88
+_HEAD: Final = struct.Struct(HEAD_V4_FORMAT)
 _GENERAL_PATH: Final = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6 | FLAG_COMPRESSED
 
 

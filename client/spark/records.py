@@ -44,16 +44,24 @@ from pyspark.sql.types import (
 from tidemq.client.inflate import inflate_body
 from tidemq.client.remoting.command import Body
 from tidemq.common import speedups
-from tidemq.store.record import (
+from tidemq.store.layout import (
     FLAG_BORNHOST_V6,
     FLAG_COMPRESSED,
     FLAG_STOREHOST_V6,
+    HEAD_V4_SIZE,
     MAGIC_V1,
-    NAME_VALUE_SEPARATOR,
+    MIN_RECORD,
+    OFFSET_BODY_LENGTH_V4,
+    OFFSET_BORN_HOST,
     OFFSET_BORN_TIMESTAMP,
     OFFSET_PHYSICAL_OFFSET,
     OFFSET_QUEUE_OFFSET,
+    OFFSET_STORE_TIMESTAMP_V4,
     OFFSET_SYS_FLAG,
+    PREFIX_FORMAT,
+)
+from tidemq.store.record import (
+    NAME_VALUE_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
@@ -116,24 +124,15 @@ def arrow_schema(schema: StructType) -> Any:
 
 
 # Fields 1-9 of a record: total, magic, body CRC, queue id, flag, queue offset, physical
-# offset, sys flag, born timestamp (see store.record). The hosts that follow vary in length.
-_PREFIX = struct.Struct(">iiiiiqqiq")
+# offset, sys flag, born timestamp (store/layout.py). The hosts that follow vary in length.
+_PREFIX = struct.Struct(PREFIX_FORMAT)
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _H = struct.Struct(">h")
-_BORN_HOST_AT = _PREFIX.size  # 48
 _PHYSICAL_OFFSET = struct.Struct(">q")
 
 # The fast path: records with IPv4 hosts and an uncompressed body (what brokers normally hold).
-# Their first _HEAD bytes have a fixed layout: total 0, magic 4, body CRC 8, queue id 12, flag
-# 16, queue offset 20, physical offset 28, sys flag 36, born timestamp 40, born host 48, store
-# timestamp 56, store host 64, reconsume times 72, prepared transaction offset 76, body length
-# 84; the body follows, then the topic's length (1 byte), the topic, the properties' length (2
-# bytes) and the properties.
-_HEAD: Final = 88
-_MIN_RECORD: Final = _HEAD + 3  # an empty body and topic, and the properties' length
-_STORE_TIMESTAMP_V4: Final = _BORN_HOST_AT + 8
-_BODY_LENGTH_V4: Final = 84
+# Their first HEAD_V4_SIZE bytes have the fixed layout of store/layout.py's HEAD_V4_FORMAT.
 _WALK = struct.Struct(">ii")  # total, magic: all the walk reads of a record
 # Records the fast path leaves to the general one: IPv6 hosts shift the fields after them,
 # a compressed body must be inflated.
@@ -161,7 +160,7 @@ def _properties(text: str) -> dict[str, str]:
 
 def _offset_msg_id(body: Body, at: int, sys_flag: int, phy: int) -> str:
     # Only for records without UNIQ_KEY (sent by clients that set none): the broker's id.
-    host_at = at + _BORN_HOST_AT + (20 if sys_flag & FLAG_BORNHOST_V6 else 8) + 8
+    host_at = at + OFFSET_BORN_HOST + (20 if sys_flag & FLAG_BORNHOST_V6 else 8) + 8
     host_len = 20 if sys_flag & FLAG_STOREHOST_V6 else 8
     return message_id(bytes(body[host_at : host_at + host_len]), phy)
 
@@ -346,12 +345,12 @@ def walk_records(body: Body) -> list[int]:
     append = starts.append
     unpack = _WALK.unpack_from
     limit = len(body)
-    last_head = limit - _HEAD
+    last_head = limit - HEAD_V4_SIZE
     pos = 0
     while pos <= last_head:
         append(pos)
         total, magic = unpack(body, pos)
-        if total < _MIN_RECORD or magic != MAGIC_V1:  # a short size could loop forever
+        if total < MIN_RECORD or magic != MAGIC_V1:  # a short size could loop forever
             raise _bad_record(body, pos)
         pos += total
     if pos != limit:
@@ -397,36 +396,37 @@ def _decode_fast(group: list[_Walked]) -> _Piece | None:
     # Each record's head, copied out and reversed: row i's head is bytes [88 i, 88 i + 88) of
     # `heads`, and a big-endian field at [f, f + size) of a head is a native little-endian one
     # at [88 - f - size, 88 - f) of the reversed head (each a multiple of its size).
-    heads = pc.binary_reverse(_spans(buffer, record_at, pc.add(record_at, _s32(_HEAD))))
+    heads = pc.binary_reverse(_spans(buffer, record_at, pc.add(record_at, _s32(HEAD_V4_SIZE))))
     head_bytes = heads.buffers()[2]
-    int32s = pa.Array.from_buffers(_I32, n * _HEAD // 4, [None, head_bytes])
-    int64s = pa.Array.from_buffers(_I64, n * _HEAD // 8, [None, head_bytes])
+    int32s = pa.Array.from_buffers(_I32, n * HEAD_V4_SIZE // 4, [None, head_bytes])
+    int64s = pa.Array.from_buffers(_I64, n * HEAD_V4_SIZE // 8, [None, head_bytes])
 
     def field(view: Any, at: int, size: int) -> Any:
-        return view.take(_strided(n, _HEAD // size, (_HEAD - at - size) // size))
+        return view.take(_strided(n, HEAD_V4_SIZE // size, (HEAD_V4_SIZE - at - size) // size))
 
     flags = field(int32s, OFFSET_SYS_FLAG, 4)
     if pc.max(pc.bit_wise_and(flags, _s32(_GENERAL_PATH))).as_py():
         return None
-    body_lens = field(int32s, _BODY_LENGTH_V4, 4)
+    body_lens = field(int32s, OFFSET_BODY_LENGTH_V4, 4)
     if pc.min(body_lens).as_py() < 0:
         return None
     # Past a value: the topic's length byte. Every record of a queue has the queue's topic:
     # its length is read from the first record and checked on the last.
     value_ends = [
-        at + _HEAD + _I.unpack_from(data, at + _BODY_LENGTH_V4)[0] for at in (starts[0], starts[-1])
+        at + HEAD_V4_SIZE + _I.unpack_from(data, at + OFFSET_BODY_LENGTH_V4)[0]
+        for at in (starts[0], starts[-1])
     ]
     if max(value_ends) >= limit or data[value_ends[0]] != data[value_ends[1]]:
         return None
     topic_len = data[value_ends[0]]
     record_end = pa.concat_arrays([record_at.slice(1), pa.array([limit], _I32)])
     # Room for the value: the record less its head, the topic and the properties' length.
-    room = pc.subtract(record_end, pc.add(record_at, _s32(_HEAD + 3 + topic_len)))
+    room = pc.subtract(record_end, pc.add(record_at, _s32(HEAD_V4_SIZE + 3 + topic_len)))
     if not pc.all(pc.less_equal(body_lens, room)).as_py():
         raise RecordFormatError(
             f"bad record in a {limit}-byte pull body: a body length exceeds its record's size"
         )
-    value_at = pc.add(record_at, _s32(_HEAD))
+    value_at = pc.add(record_at, _s32(HEAD_V4_SIZE))
     value_end = pc.add(value_at, body_lens)
     values = _spans(buffer, value_at, value_end)
     props = _spans(buffer, pc.add(value_end, _s32(3 + topic_len)), record_end)
@@ -434,7 +434,7 @@ def _decode_fast(group: list[_Walked]) -> _Piece | None:
         pc.multiply(field(int32s, OFFSET_QUEUE_OFFSET, 4).cast(_I64), _s64(1 << 32)),
         field(int32s, OFFSET_QUEUE_OFFSET + 4, 4).view(pa.uint32()).cast(_I64),
     )
-    store_ms = field(int64s, _STORE_TIMESTAMP_V4, 8)
+    store_ms = field(int64s, OFFSET_STORE_TIMESTAMP_V4, 8)
     born_ms = field(int64s, OFFSET_BORN_TIMESTAMP, 8)
     kept: Any = None
     if not all(item.all_kept for item in group):
@@ -487,7 +487,7 @@ def _decode_general(body: Body, start: int, end: int) -> _Piece:
         )
         if magic != MAGIC_V1 or total < _PREFIX.size or pos + total > limit:
             raise _bad_record(body, pos)
-        at = pos + _BORN_HOST_AT + (20 if sys_flag & FLAG_BORNHOST_V6 else 8)
+        at = pos + OFFSET_BORN_HOST + (20 if sys_flag & FLAG_BORNHOST_V6 else 8)
         record_end = pos + total
         if at + 8 + (20 if sys_flag & FLAG_STOREHOST_V6 else 8) + 16 > record_end:
             raise RecordFormatError(f"record at {pos}: {total} bytes cannot hold its hosts")

@@ -22,16 +22,15 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Awaitable, Callable
-from typing import Final
+from collections.abc import Callable, Coroutine
+from typing import Any, Final
 
 log = logging.getLogger(__name__)
 
 ACCEPT_RETRY: Final = 0.1
 
-Address = tuple[str, int] | tuple[str, int, int, int]
 Screen = Callable[[str], bool]
-Admit = Callable[[socket.socket, str], Awaitable[None]]
+Admit = Callable[[socket.socket, str], Coroutine[Any, Any, None]]
 
 
 def peer_text(address: object) -> str:

@@ -32,15 +32,12 @@ from pathlib import Path
 from tidemq.store.config import CQ_UNIT_SIZE
 from tidemq.store.consume_queue import BLANK_UNIT, iter_units
 from tidemq.store.delay import SCHEDULE_TOPIC
-from tidemq.store.record import (
-    PROPERTY_TAGS,
+from tidemq.store.layout import (
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
-    RecordFormatError,
-    decode_record,
-    scan_record,
 )
+from tidemq.store.record import PROPERTY_TAGS, RecordFormatError, decode_record, scan_record
 from tidemq.store.segment import name_to_offset
 from tidemq.store.tags import tags_code_for
 

@@ -35,16 +35,9 @@ from tests.support.conditions import eventually_sync
 from tidemq.store.delay import SCHEDULE_TOPIC
 from tidemq.store.get_message import GetMessageStatus
 from tidemq.store.javahash import java_string_hash
+from tidemq.store.layout import BLANK_MAGIC, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE
 from tidemq.store.message_store import MessageStore
-from tidemq.store.record import (
-    BLANK_MAGIC,
-    TRANSACTION_MASK,
-    TRANSACTION_PREPARED_TYPE,
-    StoredMessage,
-    decode_record,
-    host_length,
-    read_total_size_and_magic,
-)
+from tidemq.store.record import StoredMessage, decode_record, host_length, read_total_size_and_magic
 from tidemq.store.segment import name_to_offset
 
 WRITER = Path(__file__).with_name("store_writer.py")

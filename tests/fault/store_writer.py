@@ -34,13 +34,13 @@ from tidemq.common.errors import StoreError
 from tidemq.common.settings import from_properties
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.config import StoreConfig
+from tidemq.store.layout import TRANSACTION_PREPARED_TYPE
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    TRANSACTION_PREPARED_TYPE,
     MessageToStore,
     encode_properties,
 )

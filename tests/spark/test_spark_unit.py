@@ -34,8 +34,8 @@ from tidemq.client.spark.options import (
 from tidemq.client.spark.reader import QueueRange, RangeReader, _Pull
 from tidemq.client.spark.records import ColumnBuffer, record_offsets, spark_schema
 from tidemq.client.spark.source import TideMQStreamReader, allocate, plan_ranges
+from tidemq.store.layout import FLAG_COMPRESSED
 from tidemq.store.record import (
-    FLAG_COMPRESSED,
     MessageToStore,
     encode_properties,
     encode_record,

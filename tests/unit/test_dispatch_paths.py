@@ -20,13 +20,15 @@ from tests.support.stores import StoreFactory
 from tidemq.store import dispatch
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.dispatch import ReputService
-from tidemq.store.message_store import MessageStore
-from tidemq.store.record import (
+from tidemq.store.layout import (
     FLAG_BORNHOST_V6,
     FLAG_STOREHOST_V6,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+)
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import (
     MessageBatch,
     MessageToStore,
     decode_properties,

@@ -40,6 +40,11 @@ HEADER_CLASSES = sorted(
 RENAMINGS = [None, SEND_V2_KEYS]
 
 
+def _reference_bounds(cls: type[Any], name: str) -> tuple[Any, Any]:
+    meta = next(f.metadata for f in dataclasses.fields(cls) if f.name == name)
+    return meta.get("min"), meta.get("max")
+
+
 def _reference_fields(cls: type[Any]) -> list[tuple[str, str, Any, bool, int]]:
     hints = typing.get_type_hints(cls)
     out = []
@@ -82,6 +87,12 @@ def reference_decode(cls: type[Any], ext: dict[str, str], keys: dict[str, str] |
                 raise HeaderFieldError(f"the custom field <{key}> is null")
             continue
         values[name] = _reference_convert(cls.__name__, key, raw, kind, bits)
+        # A field's declared bounds (issue 30: queue counts, for one), after its width.
+        low, high = _reference_bounds(cls, name) if kind is int else (None, None)
+        if low is not None and values[name] < low:
+            raise HeaderFieldError(f"{key}: must be at least {low}, got {values[name]}")
+        if high is not None and values[name] > high:
+            raise HeaderFieldError(f"{key}: must be at most {high}, got {values[name]}")
     return cls(**values)
 
 

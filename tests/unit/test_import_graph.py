@@ -2,11 +2,19 @@
 
 The layering of ../shared/design/architecture.md, under the installed names:
 
-    tidemq.store   imports nothing of ours
-    tidemq.ha      imports tidemq.store
-    tidemq.client  imports tidemq.store
-    tidemq.broker  imports tidemq.store, tidemq.ha, tidemq.client
+    tidemq.common  imports nothing of ours (the bottom: errors, lifecycle, schema, settings,
+                   safe files, the twin selector, the accept loop; the folder store/common)
+    tidemq.store   imports tidemq.common
+    tidemq.ha      imports tidemq.common, tidemq.store
+    tidemq.client  imports tidemq.common, tidemq.store
+    tidemq.broker  imports tidemq.common, tidemq.store, tidemq.ha, tidemq.client
     tidemq         (the package itself) imports tidemq.client
+
+Two more rules on where things are: no module of client/ is imported only by broker/ (such a
+module is the broker's and belongs in broker/: `client_modules_only_the_broker_imports`), and
+the CommitLog record's layout (its magic codes, field offsets, flag bits, sizes and struct
+formats) is defined in one module, tidemq.store.layout, that every reader, Python and Cython,
+imports (`layout_copies`).
 
 Every import counts, `if TYPE_CHECKING:` ones and those inside functions included: a circle that
 only type checking closes is still a circle a reader has to untangle. The old top-level names
@@ -17,15 +25,18 @@ load a second copy of every module.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Installed name -> folder in the repository (pyproject.toml's [tool.setuptools] package-dir).
 PACKAGE_DIRS: Mapping[str, str] = {
     "tidemq": "client/_tidemq",
+    "tidemq.common": "store/common",
     "tidemq.store": "store",
     "tidemq.ha": "ha",
     "tidemq.client": "client",
@@ -33,10 +44,11 @@ PACKAGE_DIRS: Mapping[str, str] = {
 }
 # Which layers each layer may import (itself always).
 ALLOWED: Mapping[str, frozenset[str]] = {
-    "tidemq.store": frozenset(),
-    "tidemq.ha": frozenset({"tidemq.store"}),
-    "tidemq.client": frozenset({"tidemq.store"}),
-    "tidemq.broker": frozenset({"tidemq.store", "tidemq.ha", "tidemq.client"}),
+    "tidemq.common": frozenset(),
+    "tidemq.store": frozenset({"tidemq.common"}),
+    "tidemq.ha": frozenset({"tidemq.common", "tidemq.store"}),
+    "tidemq.client": frozenset({"tidemq.common", "tidemq.store"}),
+    "tidemq.broker": frozenset({"tidemq.common", "tidemq.store", "tidemq.ha", "tidemq.client"}),
     "tidemq": frozenset({"tidemq.client"}),
 }
 OLD_NAMES = frozenset({"store", "ha", "client", "broker"})
@@ -57,10 +69,16 @@ def modules(root: Path, package_dirs: Mapping[str, str]) -> dict[str, Path]:
         if package == "tidemq":
             found[package] = base / "__init__.py"  # the folder holds only the package itself
             continue
+        # Folders inside this one that are mapped under names of their own (store/common).
+        inner = [
+            root / other
+            for other in package_dirs.values()
+            if other != folder and (root / other).is_relative_to(base)
+        ]
         for path in sorted(base.rglob("*.py")):
             parts = list(path.relative_to(base).with_suffix("").parts)
-            if parts[0] == "_tidemq":
-                continue  # `tidemq` itself, mapped above
+            if any(path.is_relative_to(other) for other in inner):
+                continue  # `tidemq` itself, or another mapped package: its own entry
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join([package, *parts])] = path
@@ -163,8 +181,87 @@ def circles(edges: Mapping[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def client_modules_only_the_broker_imports(edges: Mapping[str, set[str]]) -> list[str]:
+    """Modules of tidemq.client whose every importer is in tidemq.broker: the broker's code,
+    kept in client/ (as the remoting server once was). Tests do not count; a module nobody
+    imports (an entry point) is not the broker's."""
+    importers: dict[str, set[str]] = {}
+    for importer, imported in edges.items():
+        for name in imported:
+            importers.setdefault(name, set()).add(importer)
+    found = []
+    for name in sorted(importers):
+        if layer_of(name) != "tidemq.client":
+            continue
+        users = importers[name]
+        if all(layer_of(user) == "tidemq.broker" for user in users):
+            found.append(f"{name} is imported only by the broker: {', '.join(sorted(users))}")
+    return found
+
+
+# The CommitLog record's layout is defined once, in this module (store/layout.py).
+LAYOUT_MODULE = "tidemq.store.layout"
+# Its magic codes, in any spelling a copy would use (a Java int, or the unsigned hex).
+LAYOUT_LITERALS: Final = ("-626843481", "0xDAA320A7", "-875286124", "0xCBD43194")
+
+
+def _top_names(text: str, suffix: str = ".py") -> dict[str, str]:
+    """Names assigned at a module's top level, without a leading underscore, and the text of
+    the value each is given: Python by its AST, Cython (`.pyx`) by its `NAME = ...` and
+    `cdef type NAME = ...` lines."""
+    if suffix == ".pyx":
+        pattern = re.compile(r"^(?:cdef\s+[\w ]+?\s+)?(\w+)\s*(?::[^=\n]+)?=([^=][^\n]*)", re.M)
+        return {m.group(1).lstrip("_"): m.group(2) for m in pattern.finditer(text)}
+    names = {}
+    for node in ast.parse(text).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        value = ast.unparse(node.value) if isinstance(node, (ast.Assign, ast.AnnAssign)) else ""
+        for target in targets:
+            if isinstance(target, ast.Name):
+                names[target.id.lstrip("_")] = value or ""
+    return names
+
+
+def layout_copies(
+    root: Path, package_dirs: Mapping[str, str], known: Mapping[str, Path]
+) -> list[str]:
+    """Every second definition of the record layout: a module other than LAYOUT_MODULE (Python
+    or Cython) that writes a magic code as a literal, or gives a name the layout module defines
+    (with or without a leading underscore) a value of its own at its top level; a value read
+    from the layout module (`cdef int32_t _MAGIC_V1 = _record_layout.MAGIC_V1`) is no copy."""
+    layout = known.get(LAYOUT_MODULE)
+    if layout is None:
+        return [f"{LAYOUT_MODULE} is missing: the record layout has no home"]
+    names = {name for name in _top_names(layout.read_text()) if name.isupper()}
+    # A value that names the layout module, or one of its constants, is read from it.
+    reads = re.compile(r"\blayout\b|\b(?:" + "|".join(sorted(names)) + r")\b")
+    sources = {path for path in known.values()}
+    for folder in {root / f for f in package_dirs.values()}:
+        sources |= set(folder.rglob("*.pyx"))
+    found = []
+    for path in sorted(sources):
+        if path == layout:
+            continue
+        text = path.read_text()
+        where = path.relative_to(root)
+        literals = [lit for lit in LAYOUT_LITERALS if lit.lower() in text.lower()]
+        if literals:
+            found.append(f"{where} writes the record's magic code {literals[0]} (a layout copy)")
+        again = sorted(
+            name
+            for name, value in _top_names(text, path.suffix).items()
+            if name in names and not reads.search(value)
+        )
+        if again:
+            found.append(f"{where} defines {', '.join(again)} again (a layout copy)")
+    return found
+
+
 def check(root: Path, package_dirs: Mapping[str, str] = PACKAGE_DIRS) -> list[str]:
-    """Every layering violation and every import circle under `root`, one line each."""
+    """Every layering violation, every import circle, every client module only the broker
+    imports and every copy of the record layout under `root`, one line each."""
     known = modules(root, package_dirs)
     graph = [edge for name, path in known.items() for edge in imports_of(name, path, known)]
     problems = layering_violations(iter(graph))
@@ -173,6 +270,8 @@ def check(root: Path, package_dirs: Mapping[str, str] = PACKAGE_DIRS) -> list[st
         if edge.imported in known and edge.imported != edge.importer:
             edges[edge.importer].add(edge.imported)
     problems += [" -> ".join(component) + " (import circle)" for component in circles(edges)]
+    problems += client_modules_only_the_broker_imports(edges)
+    problems += layout_copies(root, package_dirs, known)
     return problems
 
 
@@ -213,6 +312,9 @@ def _clean_tree(root: Path) -> dict[str, str]:
         "client/__init__.py": "",
         "client/api.py": "from tidemq.store.log import Log\nclass Api: ...\n",
         "store/__init__.py": "",
+        "store/common/__init__.py": "",
+        "store/common/errors.py": "class TideMQError(Exception): ...\n",
+        "store/layout.py": "MAGIC_V1 = -626843481  # 0xDAA320A7\nOFFSET_MAGIC = 4\n",
         "store/log.py": "class Log: ...\n",
         "store/index.py": "from .log import Log\n",
         "ha/__init__.py": "",
@@ -257,4 +359,68 @@ def test_an_import_circle_is_found_also_through_type_checking_and_relative_impor
     )
     assert check(_tree(tmp_path, files)) == [
         "tidemq.store.index -> tidemq.store.log (import circle)"
+    ]
+
+
+# --- the rules of the house (issue 31), each on a synthetic violation -------------------------
+
+
+def test_the_common_layer_imports_nothing_of_ours(tmp_path: Path) -> None:
+    files = _clean_tree(tmp_path)
+    files["store/index.py"] += "from tidemq.common.errors import TideMQError\n"  # allowed
+    files["store/common/errors.py"] = "from tidemq.store.log import Log\n"
+    assert check(_tree(tmp_path, files)) == [
+        "tidemq.common.errors:1 imports tidemq.store.log (tidemq.common -> tidemq.store)"
+    ]
+
+
+def test_the_common_layer_is_its_own_package_not_a_store_module(tmp_path: Path) -> None:
+    known = modules(_tree(tmp_path, _clean_tree(tmp_path)), PACKAGE_DIRS)
+    assert "tidemq.common.errors" in known and "tidemq.store.common.errors" not in known
+
+
+def test_a_client_module_only_the_broker_imports_is_found(tmp_path: Path) -> None:
+    files = _clean_tree(tmp_path)
+    files["client/server.py"] = "class Server: ...\n"
+    files["broker/main.py"] += "from tidemq.client.server import Server\n"
+    files["broker/namesrv.py"] = "from tidemq.client import server\n"
+    assert check(_tree(tmp_path, files)) == [
+        "tidemq.client.server is imported only by the broker: tidemq.broker.main,"
+        " tidemq.broker.namesrv"
+    ]
+    # Once the client uses it too, it is the client's.
+    files["client/api.py"] += "from tidemq.client.server import Server\n"
+    assert check(_tree(tmp_path, files)) == []
+
+
+def test_a_second_definition_of_the_record_layout_is_found(tmp_path: Path) -> None:
+    files = _clean_tree(tmp_path)
+    files["client/received.py"] = "from typing import Final\n_OFFSET_MAGIC: Final = 4\n"
+    files["store/scan.py"] = "def f(m):\n    return m != -626843481\n"
+    files["client/_speedups.pyx"] = "cdef long long _MAGIC_V1 = 0xdaa320a7\n"
+    assert check(_tree(tmp_path, files)) == [
+        "client/_speedups.pyx writes the record's magic code 0xDAA320A7 (a layout copy)",
+        "client/_speedups.pyx defines MAGIC_V1 again (a layout copy)",
+        "client/received.py defines OFFSET_MAGIC again (a layout copy)",
+        "store/scan.py writes the record's magic code -626843481 (a layout copy)",
+    ]
+
+
+def test_constants_read_from_the_layout_module_are_no_copy(tmp_path: Path) -> None:
+    files = _clean_tree(tmp_path)
+    files["client/received.py"] = (
+        "from tidemq.store.layout import OFFSET_MAGIC\n_OFFSET_MAGIC = OFFSET_MAGIC\n"
+    )
+    files["client/_speedups.pyx"] = (
+        "from tidemq.store import layout as _record_layout\n"
+        "cdef long long _MAGIC_V1 = _record_layout.MAGIC_V1\n"
+    )
+    assert check(_tree(tmp_path, files)) == []
+
+
+def test_a_tree_without_the_layout_module_is_found(tmp_path: Path) -> None:
+    files = _clean_tree(tmp_path)
+    del files["store/layout.py"]
+    assert check(_tree(tmp_path, files)) == [
+        "tidemq.store.layout is missing: the record layout has no home"
     ]

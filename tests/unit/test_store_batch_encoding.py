@@ -26,10 +26,9 @@ from tidemq.store.batch_body import (
 )
 from tidemq.store.commitlog import AppendResult, CommitLog, PutStatus
 from tidemq.store.config import StoreConfig
+from tidemq.store.layout import END_OF_FILE_MIN_BLANK, FLAG_BORNHOST_V6
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import (
-    END_OF_FILE_MIN_BLANK,
-    FLAG_BORNHOST_V6,
     MessageBatch,
     RecordTooLargeError,
     decode_record,

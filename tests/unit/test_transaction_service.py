@@ -26,15 +26,9 @@ from tidemq.broker.transaction.messages import (
 from tidemq.broker.transaction.service import TransactionalMessageService
 from tidemq.client.protocol.headers import EndTransactionRequestHeader
 from tidemq.client.remoting.codes import ResponseCode
+from tidemq.store.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_PREPARED_TYPE
 from tidemq.store.message_store import MessageStore
-from tidemq.store.record import (
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_MASK,
-    TRANSACTION_PREPARED_TYPE,
-    MessageToStore,
-    StoredMessage,
-    encode_properties,
-)
+from tidemq.store.record import MessageToStore, StoredMessage, encode_properties
 
 STORES = StoreFactory(message_index_enable=False, physical_memory_bytes=1 << 50)
 HOST = b"\x7f\x00\x00\x01\x00\x00\x27\x10"
