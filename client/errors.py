@@ -38,9 +38,11 @@ again, or sent to another broker::
 `BrokerResponseError.for_code(code, remark)` builds the leaf for a response code (an unknown code
 gives the base class); `NamesrvResponseError.for_code` builds the same leaf, also a
 `NamesrvResponseError`, so `except TopicNotExistError` and `except NamesrvResponseError` both
-catch a name server's TOPIC_NOT_EXIST. A leaf is `retriable` where retrying can help (RocketMQ's
-producer retries TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE, SYSTEM_ERROR, NO_PERMISSION; SYSTEM_BUSY
-and FLOW_CONTROL clear with time).
+catch a name server's TOPIC_NOT_EXIST. A leaf is `retriable` where retrying can help, and the
+producer retries exactly what is marked so (client/producer.py reads `retriable`, it keeps no list
+of its own): RocketMQ 4.x's `retryResponseCodes` (TOPIC_NOT_EXIST, SERVICE_NOT_AVAILABLE,
+SYSTEM_ERROR, NO_PERMISSION, NO_BUYER_ID, NOT_IN_CURRENT_UNIT), and SYSTEM_BUSY and FLOW_CONTROL,
+which clear with time and leave nothing stored, so a retry on another broker cannot duplicate.
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ __all__ = [
     "InvalidMessageError",
     "MessageIllegalError",
     "NamesrvResponseError",
+    "NoBuyerIdError",
     "NoPermissionError",
+    "NotInCurrentUnitError",
     "QueryNotFoundError",
     "RemotingError",
     "RequestCodeNotSupportedError",
@@ -225,3 +229,11 @@ class QueryNotFoundError(BrokerResponseError, code=ResponseCode.QUERY_NOT_FOUND)
 
 class FlowControlError(BrokerResponseError, code=ResponseCode.FLOW_CONTROL):
     retriable = True
+
+
+class NoBuyerIdError(BrokerResponseError, code=ResponseCode.NO_BUYER_ID):
+    retriable = True  # in RocketMQ's retryResponseCodes
+
+
+class NotInCurrentUnitError(BrokerResponseError, code=ResponseCode.NOT_IN_CURRENT_UNIT):
+    retriable = True  # in RocketMQ's retryResponseCodes

@@ -62,16 +62,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SEND_TIMEOUT = 10.0
 AUTO_CREATE_TOPIC = "TBW102"
-RETRIED_CODES = frozenset(
-    {
-        ResponseCode.TOPIC_NOT_EXIST,
-        ResponseCode.SERVICE_NOT_AVAILABLE,
-        ResponseCode.SYSTEM_ERROR,
-        ResponseCode.NO_PERMISSION,
-        ResponseCode.NO_BUYER_ID,
-        ResponseCode.NOT_IN_CURRENT_UNIT,
-    }
-)
 
 QueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
@@ -375,7 +365,9 @@ class AsyncProducer(AsyncLifecycle):
                 )
             except (RemotingError, BrokerResponseError) as exc:
                 self.fault.update_fault_item(queue.broker_name, 30_000, isolation=True)
-                retriable = isinstance(exc, RemotingError) or exc.code in RETRIED_CODES
+                # What the error tree marks retriable (client/errors.py): RocketMQ's
+                # retryResponseCodes, SYSTEM_BUSY and FLOW_CONTROL, and any remoting failure.
+                retriable = exc.retriable
                 log.info("send to %s (attempt %d) failed: %s", queue.broker_name, attempt + 1, exc)
                 last_error, last_broker = exc, queue.broker_name
                 # The group may have a new master (failover): ask the name servers now rather
