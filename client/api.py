@@ -105,7 +105,11 @@ _PULL_OK = tuple(_PULL_STATUS)
 
 
 @dataclass(frozen=True, slots=True)
-class SendResult:
+class SendResponse:
+    """The broker's answer to one send, as the wire gives it (SendMessageResponseHeader and the
+    address it came from). The producer makes the user's `message.SendResult` from it: the one
+    SendResult of the API."""
+
     status: SendStatus
     msg_id: str
     queue_id: int
@@ -225,7 +229,7 @@ class BrokerAPI:
         *,
         timeout: float | None = None,
         batch: bool = False,
-    ) -> SendResult:
+    ) -> SendResponse:
         # Like Java's client, both codes carry the one-letter V2 header keys.
         # RemotingCommand.request's fields, positionally: a send is the hottest request
         request = RemotingCommand(
@@ -246,7 +250,7 @@ class BrokerAPI:
         if response.code not in _SEND_OK:
             raise BrokerResponseError.for_code(response.code, response.remark)
         ext = response.ext_fields
-        return SendResult(
+        return SendResponse(
             _SEND_STATUS[response.code],
             ext.get("msgId", ""),
             int(ext.get("queueId", header.queue_id)),

@@ -33,7 +33,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tidemq.client.api import SendResult as RawSendResult
+from tidemq.client.api import SendResponse
 from tidemq.client.config import ClientConfig
 from tidemq.client.errors import BrokerResponseError, ClientError, RemotingError, TideMQError
 from tidemq.client.instance import ClientInstance, get_instance
@@ -389,7 +389,7 @@ class AsyncProducer(AsyncLifecycle):
         raise RemotingError(f"send of a message to {msg.topic} timed out after {budget:.1f} s")
 
 
-def _result(raw: RawSendResult, queue: MessageQueue, uniq: str) -> SendResult:
+def _result(raw: SendResponse, queue: MessageQueue, uniq: str) -> SendResult:
     return SendResult(
         status=raw.status,
         msg_id=uniq,

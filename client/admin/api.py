@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tidemq.client.api import BrokerAPI, PullResult, PullStatus, SendResult
+from tidemq.client.api import BrokerAPI, PullResult, PullStatus, SendResponse
 from tidemq.client.config import parse_namesrv_addr, session_credentials
 from tidemq.client.errors import (
     BrokerResponseError,
@@ -731,7 +731,7 @@ class AdminClient(Service):
             truncated = True
         return found[:limit], truncated
 
-    async def resend_dead_letter(self, msg_id: str) -> tuple[str, int, SendResult]:
+    async def resend_dead_letter(self, msg_id: str) -> tuple[str, int, SendResponse]:
         """Send a copy of a dead-letter message (by offsetMsgId) back to the topic it was
         first sent to (its RETRY_TOPIC property), keys, tags and user properties kept:
         (broker name, queue id, result) of the send."""
@@ -805,7 +805,7 @@ class AdminClient(Service):
 
     async def send_message(
         self, msg: Message, broker_name: str | None = None, queue_id: int | None = None
-    ) -> tuple[str, int, SendResult]:
+    ) -> tuple[str, int, SendResponse]:
         """Send to a writable master queue (the one given, else a random one):
         (broker name, queue id, result)."""
         check_message(msg)  # as a producer's send does: a bad message fails here, named

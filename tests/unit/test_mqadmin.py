@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from tidemq.client.admin.api import BrokerAddress, MessageTrack, TrackType
 from tidemq.client.admin.cli import base
 from tidemq.client.admin.cli import main as mqadmin
-from tidemq.client.api import PullResult, PullStatus, SendResult
+from tidemq.client.api import PullResult, PullStatus, SendResponse
 from tidemq.client.errors import BrokerResponseError, ConnectError
 from tidemq.client.message import SendStatus
 from tidemq.client.protocol.admin import (
@@ -187,7 +187,7 @@ ANSWERS: dict[str, Any] = {
     "send_message": lambda msg, broker=None, qid=None: (
         broker or "broker-a",
         qid or 0,
-        SendResult(SendStatus.SEND_OK, "MSGID1", qid or 0, 3, A),
+        SendResponse(SendStatus.SEND_OK, "MSGID1", qid or 0, 3, A),
     ),
 }
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tidemq.client.api import SendResult as RawSendResult
+from tidemq.client.api import SendResponse
 from tidemq.client.errors import BrokerResponseError, RequestTimeoutError
 from tidemq.client.message import Message, SendStatus
 from tidemq.client.producer import AsyncProducer
@@ -24,12 +24,12 @@ class _Api:
         self.answers = answers
         self.sent = 0
 
-    async def send(self, address: str, header: Any, body: bytes, **_: Any) -> RawSendResult:
+    async def send(self, address: str, header: Any, body: bytes, **_: Any) -> SendResponse:
         answer = self.answers[self.sent]
         self.sent += 1
         if answer is not None:
             raise answer
-        return RawSendResult(SendStatus.SEND_OK, "id", 0, 7, address)
+        return SendResponse(SendStatus.SEND_OK, "id", 0, 7, address)
 
 
 class _Instance:
