@@ -138,8 +138,8 @@ class ClientInstance(Service):
             raise TideMQError("no name server address: set namesrv_addr or NAMESRV_ADDR")
         await super().start()
 
-    async def shutdown(self) -> None:
-        """Stop once the last user has shut down."""
+    async def release(self) -> None:
+        """A user is done with the instance: stop once the last user has released it."""
         self._users -= 1
         if self._users > 0:
             return

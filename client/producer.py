@@ -144,13 +144,13 @@ class AsyncProducer(AsyncLifecycle):
         if self.trace is not None:
             await self.trace.start(AsyncProducer(self.trace.producer_group, config=self.config))
 
-    async def shutdown(self) -> None:
+    async def stop(self) -> None:
         if self.trace is not None:
             await self.trace.stop()
         instance, self._instance = self._instance, None
         if instance is not None:
             instance.unregister_producer(self.group)
-            await instance.shutdown()
+            await instance.release()
 
     # --- sending ----------------------------------------------------------------------------
 

@@ -74,20 +74,26 @@ def _stop_loop() -> None:
 class _Lifecycle(Protocol):
     async def start(self) -> None: ...
 
-    async def shutdown(self) -> None: ...
+    async def stop(self) -> None: ...
 
 
 L = TypeVar("L", bound=_Lifecycle)
 
 
 class AsyncLifecycle:
-    """`async with` for the asyncio classes: start on entry, shut down on exit."""
+    """The asyncio classes' life cycle, in the vocabulary of every service of ours
+    (common/lifecycle.py): `start()` and `stop()`, and `async with` (start on entry, stop on
+    exit). `shutdown()` is RocketMQ's name for `stop()` at the user API, a thin alias."""
 
     async def start(self) -> None:
         raise NotImplementedError
 
-    async def shutdown(self) -> None:
+    async def stop(self) -> None:
         raise NotImplementedError
+
+    async def shutdown(self) -> None:
+        """RocketMQ's name for `stop()`."""
+        await self.stop()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -99,19 +105,24 @@ class AsyncLifecycle:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.shutdown()
+        await self.stop()
 
 
 class BlockingTwin(Generic[L]):
-    """The blocking classes' shared part: `start`, `shutdown` and `with` over the async twin."""
+    """The blocking classes' shared part: `start`, `stop` (and its alias `shutdown`) and `with`
+    over the async twin."""
 
     _async: L
 
     def start(self) -> None:
         call(self._async.start())
 
+    def stop(self) -> None:
+        call(self._async.stop())
+
     def shutdown(self) -> None:
-        call(self._async.shutdown())
+        """RocketMQ's name for `stop()`."""
+        self.stop()
 
     def __enter__(self) -> Self:
         self.start()
@@ -123,4 +134,4 @@ class BlockingTwin(Generic[L]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.shutdown()
+        self.stop()

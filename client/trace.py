@@ -251,7 +251,7 @@ class TraceSender(Protocol):
 
     async def send(self, msg: Message, *, timeout: float | None = None) -> Any: ...
 
-    async def shutdown(self) -> None: ...
+    async def stop(self) -> None: ...
 
 
 @dataclass
@@ -296,7 +296,7 @@ class TraceDispatcher:
                 await task
         producer, self._producer = self._producer, None
         if producer is not None:
-            await producer.shutdown()
+            await producer.stop()
 
     async def _run(self) -> None:
         while True:

@@ -127,10 +127,10 @@ class AsyncTransactionProducer(AsyncProducer):
             await self.instance.update_route(AUTO_CREATE_TOPIC)
         await self.instance.heartbeat_all()
 
-    async def shutdown(self) -> None:
+    async def stop(self) -> None:
         if self._instance is not None:
             self._instance.unregister_transaction_checker(self.group)
-        await super().shutdown()
+        await super().stop()
 
     async def send_message_in_transaction(
         self, msg: Message, arg: Any = None, *, timeout: float | None = None

@@ -170,7 +170,7 @@ class AsyncPullConsumer(AsyncLifecycle):
             if filtered:  # SQL92: ask the brokers first, as RocketMQ's checkClientInBroker
                 await instance.check_subscriptions(self.group, filtered)
         except TideMQError:
-            await instance.shutdown()
+            await instance.release()
             raise
         self._instance = instance
         self.offset_store = await open_offset_store(
@@ -187,7 +187,7 @@ class AsyncPullConsumer(AsyncLifecycle):
             await instance.register_consumer(self)
             await self.do_rebalance()
 
-    async def shutdown(self) -> None:
+    async def stop(self) -> None:
         if not self._running:
             return
         self._running = False
@@ -200,7 +200,7 @@ class AsyncPullConsumer(AsyncLifecycle):
         instance = self.instance
         if self.group in instance.consumers:
             await instance.unregister_consumer(self.group)
-        await instance.shutdown()
+        await instance.release()
         self._queues.clear()
         self._instance = None
 

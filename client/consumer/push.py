@@ -311,7 +311,7 @@ class AsyncPushConsumer(AsyncLifecycle):
             if filtered:  # SQL92: ask the brokers first, as RocketMQ's checkClientInBroker
                 await instance.check_subscriptions(self.group, filtered)
         except TideMQError:
-            await instance.shutdown()
+            await instance.release()
             raise
         self._instance = instance
         self.offset_store = await open_offset_store(
@@ -329,7 +329,7 @@ class AsyncPushConsumer(AsyncLifecycle):
             self._lock_task = asyncio.get_running_loop().create_task(self._renew_locks())
         await instance.register_consumer(self)
 
-    async def shutdown(self) -> None:
+    async def stop(self) -> None:
         if not self._running:
             return
         self._running = False
@@ -355,7 +355,7 @@ class AsyncPushConsumer(AsyncLifecycle):
         await instance.unregister_consumer(self.group)
         if self.trace is not None:
             await self.trace.stop()
-        await instance.shutdown()
+        await instance.release()
         self._instance = None
 
     # --- rebalance --------------------------------------------------------------------------

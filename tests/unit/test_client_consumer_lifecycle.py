@@ -56,7 +56,7 @@ class FakeInstance:
     async def start(self) -> None:
         pass
 
-    async def shutdown(self) -> None:
+    async def release(self) -> None:
         pass
 
     async def register_consumer(self, consumer: Any) -> None:
