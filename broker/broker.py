@@ -38,6 +38,7 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigChanged, TopicConfigManager
 from tidemq.broker.metrics import BrokerCollector, MetricsServer, registry_for
 from tidemq.broker.name_gate import NameGate
+from tidemq.broker.processors import handlers
 from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.consumer import ConsumerProcessor
 from tidemq.broker.processors.end_transaction import EndTransactionProcessor
@@ -345,50 +346,13 @@ class Broker(Service):
             consume_stats=ops.consume_stats,
             broker_addr=lambda: self.advertised_address,
         )
+        processors = (send, end_transaction, pull, query, consumer, admin, retry, ops, group_admin)
         table: dict[int, Processor] = {
-            RequestCode.CLONE_GROUP_OFFSET: group_admin.clone_group_offset,
-            RequestCode.GET_BROKER_CONSUME_STATS: group_admin.get_broker_consume_stats,
-            RequestCode.VIEW_BROKER_STATS_DATA: group_admin.view_broker_stats_data,
-            RequestCode.GET_CONSUMER_RUNNING_INFO: group_admin.get_consumer_running_info,
-            RequestCode.SEND_MESSAGE: send.process,
-            RequestCode.SEND_MESSAGE_V2: send.process,
-            RequestCode.SEND_BATCH_MESSAGE: send.process,
-            RequestCode.END_TRANSACTION: end_transaction.process,
-            RequestCode.PULL_MESSAGE: pull.process,
-            RequestCode.GET_MAX_OFFSET: query.offsets,
-            RequestCode.GET_MIN_OFFSET: query.offsets,
-            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: query.offsets,
-            RequestCode.GET_EARLIEST_MSG_STORETIME: query.offsets,
-            RequestCode.VIEW_MESSAGE_BY_ID: query.view_by_id,
-            RequestCode.QUERY_MESSAGE: query.query_message,
-            RequestCode.HEART_BEAT: consumer.heartbeat,
-            RequestCode.CHECK_CLIENT_CONFIG: consumer.check_client_config,
-            RequestCode.UNREGISTER_CLIENT: consumer.unregister_client,
-            RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.consumer_list,
-            RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_offset,
-            RequestCode.UPDATE_CONSUMER_OFFSET: consumer.update_offset,
-            RequestCode.LOCK_BATCH_MQ: consumer.lock_batch,
-            RequestCode.UNLOCK_BATCH_MQ: consumer.lock_batch,
-            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_topic,
-            RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
-            RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topics,
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.update_group,
-            RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_group,
-            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.all_groups,
-            RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_offsets,
-            RequestCode.GET_ALL_DELAY_OFFSET: admin.all_delay_offsets,
-            RequestCode.GET_BROKER_HA_STATUS: self._ha_status,
-            RequestCode.CONSUMER_SEND_MSG_BACK: retry.send_back,
-            RequestCode.GET_BROKER_RUNTIME_INFO: ops.get_runtime_info,
-            RequestCode.GET_TOPIC_STATS_INFO: ops.get_topic_stats,
-            RequestCode.GET_CONSUME_STATS: ops.get_consume_stats,
-            RequestCode.GET_CONSUMER_CONNECTION_LIST: ops.get_consumer_connections,
-            RequestCode.GET_PRODUCER_CONNECTION_LIST: ops.get_producer_connections,
-            RequestCode.UPDATE_BROKER_CONFIG: ops.update_broker_config,
-            RequestCode.GET_BROKER_CONFIG: ops.get_config,
-            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: ops.invoke_reset_offset,
-            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: ops.topic_consumed_by,
+            code: handler
+            for processor in processors
+            for code, handler in handlers(processor).items()
         }
+        table[RequestCode.GET_BROKER_HA_STATUS] = self._ha_status
         if self.controller is not None:
             table[RequestCode.CONTROLLER_ELECT_MASTER] = self._elect_master
         for code, processor in table.items():

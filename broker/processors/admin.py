@@ -8,6 +8,8 @@ GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DE
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import ClassVar
 
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.delay_offset import DelayOffsetTable
@@ -22,7 +24,7 @@ from tidemq.client.protocol.headers import (
     DeleteTopicRequestHeader,
 )
 from tidemq.client.protocol.models import SubscriptionGroupConfig, TopicConfig
-from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import BodyDecodeError
 from tidemq.client.remoting.json_body import dumps, loads_fastjson
@@ -42,6 +44,18 @@ def _group_config(body: Body) -> SubscriptionGroupConfig:
 
 
 class AdminProcessor:
+    # The request codes this processor serves, and the method for each (broker/processors).
+    SERVES: ClassVar[Mapping[int, str]] = {
+        RequestCode.UPDATE_AND_CREATE_TOPIC: "update_topic",
+        RequestCode.DELETE_TOPIC_IN_BROKER: "delete_topic",
+        RequestCode.GET_ALL_TOPIC_CONFIG: "all_topics",
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: "update_group",
+        RequestCode.DELETE_SUBSCRIPTIONGROUP: "delete_group",
+        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "all_groups",
+        RequestCode.GET_ALL_CONSUMER_OFFSET: "all_offsets",
+        RequestCode.GET_ALL_DELAY_OFFSET: "all_delay_offsets",
+    }
+
     def __init__(
         self,
         state: BrokerState,

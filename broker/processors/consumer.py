@@ -9,6 +9,8 @@ changes reach the group's members as NOTIFY_CONSUMER_IDS_CHANGED (sent by the br
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import ClassVar
 
 from tidemq.broker.managers.clients import ClientChannelInfo, ConsumerManager, ProducerManager
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
@@ -45,6 +47,18 @@ log = logging.getLogger(__name__)
 
 
 class ConsumerProcessor:
+    # The request codes this processor serves, and the method for each (broker/processors).
+    SERVES: ClassVar[Mapping[int, str]] = {
+        RequestCode.HEART_BEAT: "heartbeat",
+        RequestCode.CHECK_CLIENT_CONFIG: "check_client_config",
+        RequestCode.UNREGISTER_CLIENT: "unregister_client",
+        RequestCode.GET_CONSUMER_LIST_BY_GROUP: "consumer_list",
+        RequestCode.QUERY_CONSUMER_OFFSET: "query_offset",
+        RequestCode.UPDATE_CONSUMER_OFFSET: "update_offset",
+        RequestCode.LOCK_BATCH_MQ: "lock_batch",
+        RequestCode.UNLOCK_BATCH_MQ: "lock_batch",
+    }
+
     def __init__(
         self,
         state: BrokerState,

@@ -12,12 +12,14 @@ each get a code and a remark saying which, and nothing is stored twice. A reques
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import ClassVar
 
 from tidemq.broker.processors.decoding import request_header
 from tidemq.broker.remoting.server import RequestRejected
 from tidemq.broker.transaction.service import TransactionalMessageService
 from tidemq.client.protocol.headers import EndTransactionRequestHeader
-from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.message_store import MessageStore
@@ -26,6 +28,11 @@ log = logging.getLogger(__name__)
 
 
 class EndTransactionProcessor:
+    # The request codes this processor serves, and the method for each (broker/processors).
+    SERVES: ClassVar[Mapping[int, str]] = {
+        RequestCode.END_TRANSACTION: "process",
+    }
+
     def __init__(self, store: MessageStore, transactions: TransactionalMessageService) -> None:
         self.store = store
         self.transactions = transactions

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import ClassVar
 
 from tidemq.broker.managers.clients import ConsumerManager
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
@@ -39,7 +40,7 @@ from tidemq.client.protocol.group_admin import (
     GetConsumeStatsInBrokerHeader,
     ViewBrokerStatsDataRequestHeader,
 )
-from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import BodyDecodeError
 from tidemq.client.transport.connection import RemotingConnection
@@ -52,6 +53,14 @@ _OK = ResponseCode.SUCCESS
 
 
 class GroupAdminProcessor:
+    # The request codes this processor serves, and the method for each (broker/processors).
+    SERVES: ClassVar[Mapping[int, str]] = {
+        RequestCode.CLONE_GROUP_OFFSET: "clone_group_offset",
+        RequestCode.GET_BROKER_CONSUME_STATS: "get_broker_consume_stats",
+        RequestCode.VIEW_BROKER_STATS_DATA: "view_broker_stats_data",
+        RequestCode.GET_CONSUMER_RUNNING_INFO: "get_consumer_running_info",
+    }
+
     def __init__(
         self,
         topics: TopicConfigManager,

@@ -23,8 +23,8 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar, Final
 
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.health import Health, check_health
@@ -101,6 +101,19 @@ def _gib(n: int) -> str:
 
 
 class OpsProcessor:
+    # The request codes this processor serves, and the method for each (broker/processors).
+    SERVES: ClassVar[Mapping[int, str]] = {
+        RequestCode.GET_BROKER_RUNTIME_INFO: "get_runtime_info",
+        RequestCode.GET_TOPIC_STATS_INFO: "get_topic_stats",
+        RequestCode.GET_CONSUME_STATS: "get_consume_stats",
+        RequestCode.GET_CONSUMER_CONNECTION_LIST: "get_consumer_connections",
+        RequestCode.GET_PRODUCER_CONNECTION_LIST: "get_producer_connections",
+        RequestCode.UPDATE_BROKER_CONFIG: "update_broker_config",
+        RequestCode.GET_BROKER_CONFIG: "get_config",
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: "invoke_reset_offset",
+        RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: "topic_consumed_by",
+    }
+
     def __init__(
         self,
         state: BrokerState,

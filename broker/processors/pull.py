@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import ClassVar, NamedTuple
 
 from tidemq.broker.long_polling import PullRequestHoldService
 from tidemq.broker.managers.clients import ConsumerManager
@@ -40,7 +41,7 @@ from tidemq.client.protocol.headers import (
 )
 from tidemq.client.protocol.heartbeat import ExpressionType
 from tidemq.client.protocol.models import MASTER_ID, PERM_READ, TopicConfig
-from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.config import BrokerRole
@@ -72,6 +73,11 @@ class PullFilters(NamedTuple):
 
 
 class PullProcessor:
+    # The request codes this processor serves, and the method for each (broker/processors).
+    SERVES: ClassVar[Mapping[int, str]] = {
+        RequestCode.PULL_MESSAGE: "process",
+    }
+
     def __init__(
         self,
         state: BrokerState,

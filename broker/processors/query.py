@@ -9,6 +9,9 @@ index, with `indexLastUpdateTimestamp` and `indexLastUpdatePhyoffset`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 from tidemq.broker.processors.decoding import request_header
 from tidemq.client.protocol.headers import (
     QueryMessageRequestHeader,
@@ -28,6 +31,16 @@ _OK = ResponseCode.SUCCESS
 
 
 class QueryProcessor:
+    # The request codes this processor serves, and the method for each (broker/processors).
+    SERVES: ClassVar[Mapping[int, str]] = {
+        RequestCode.GET_MAX_OFFSET: "offsets",
+        RequestCode.GET_MIN_OFFSET: "offsets",
+        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: "offsets",
+        RequestCode.GET_EARLIEST_MSG_STORETIME: "offsets",
+        RequestCode.VIEW_MESSAGE_BY_ID: "view_by_id",
+        RequestCode.QUERY_MESSAGE: "query_message",
+    }
+
     def __init__(self, store: MessageStore) -> None:
         self.store = store
 

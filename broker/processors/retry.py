@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Final
+from collections.abc import Mapping
+from typing import ClassVar, Final
 
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
@@ -25,7 +26,7 @@ from tidemq.broker.state import BrokerState
 from tidemq.client.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
 from tidemq.client.protocol.models import PERM_READ, PERM_WRITE
-from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.message_store import MessageStore
@@ -48,6 +49,11 @@ DLQ_QUEUE_NUMS = 1
 
 
 class RetryProcessor:
+    # The request codes this processor serves, and the method for each (broker/processors).
+    SERVES: ClassVar[Mapping[int, str]] = {
+        RequestCode.CONSUMER_SEND_MSG_BACK: "send_back",
+    }
+
     def __init__(
         self,
         state: BrokerState,

@@ -14,7 +14,8 @@ import functools
 import logging
 import random
 import time
-from typing import Final
+from collections.abc import Mapping
+from typing import ClassVar, Final
 
 from tidemq.broker.managers.topic_config import (
     TopicConfigManager,
@@ -92,6 +93,13 @@ def _decode_header(request: RemotingCommand) -> SendMessageRequestHeader:
 
 
 class SendProcessor:
+    # The request codes this processor serves, and the method for each (broker/processors).
+    SERVES: ClassVar[Mapping[int, str]] = {
+        RequestCode.SEND_MESSAGE: "process",
+        RequestCode.SEND_MESSAGE_V2: "process",
+        RequestCode.SEND_BATCH_MESSAGE: "process",
+    }
+
     def __init__(
         self,
         state: BrokerState,
