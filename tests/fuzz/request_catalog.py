@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib
+import pkgutil
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,15 +193,22 @@ CATALOG: Final[dict[tuple[Server, int], CodeSpec]] = {
     (spec.server, spec.code): spec for spec in (*_BROKER_SPECS, *_NAMESRV_SPECS)
 }
 
-_TABLE_ENTRY: Final = re.compile(r"^\s+RequestCode\.([A-Z_0-9]+): ", re.MULTILINE)
+# The broker's own handlers, beside its processors': `table[RequestCode.X] = handler`.
+_TABLE_ENTRY: Final = re.compile(r"^\s+table\[RequestCode\.([A-Z_0-9]+)\] = ", re.MULTILINE)
 
 
 def served_codes() -> dict[Server, set[int]]:
     """The codes each daemon registers, read from the servers themselves."""
     names = NamesrvProcessor(RouteInfoManager(), KvConfigStore(), update_config=lambda _: None)
-    # The broker's table is built inside Broker's start-up with live collaborators; its
-    # entries are one `RequestCode.X: handler,` line each.
+    # The broker's table is built inside Broker's start-up with live collaborators: the codes
+    # its processors declare (`SERVES`, broker/processors), and a `table[RequestCode.X] = ...`
+    # line for each handler of its own.
     source = (REPO_ROOT / "broker" / "broker.py").read_text()
     broker = {int(C[name]) for name in _TABLE_ENTRY.findall(source)}
+    for module in pkgutil.iter_modules([str(REPO_ROOT / "broker" / "processors")]):
+        loaded = importlib.import_module(f"tidemq.broker.processors.{module.name}")
+        for value in vars(loaded).values():
+            if isinstance(value, type) and value.__module__ == loaded.__name__:
+                broker |= {int(code) for code in getattr(value, "SERVES", {})}
     broker.discard(int(C.CONTROLLER_ELECT_MASTER))  # controller mode only, not started here
     return {Server.NAMESRV: set(names.handlers), Server.BROKER: broker}
