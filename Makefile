@@ -15,7 +15,7 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 # The Cython sources too: `pip install -e` rebuilds the compiled modules when one changed.
-CYTHON_SOURCES := $(shell find store ha client broker -name '*.pyx' 2>/dev/null)
+CYTHON_SOURCES := $(shell find store ha client broker -name '*.pyx' -o -name '*.pxi' 2>/dev/null)
 
 $(STAMP): pyproject.toml $(CYTHON_SOURCES)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \

@@ -11,7 +11,8 @@ Properties are looked up with `mmap.find` where they lie, never decoded as a who
 `IndexService.put_hashed`.
 
 `scan_fast`, `find_value` and `KeyGatherer` are the pure-Python twins of compiled ones in
-store/_speedups.pyx, which run when built (store/common/speedups.py picks; same results and errors).
+store/_fast_scan.pyx, which run when built (store/common/speedups.py picks; same results and
+errors).
 """
 
 from __future__ import annotations
@@ -84,8 +85,8 @@ def find_value(mm: mmap.mmap, needle: bytes, start: int, end: int) -> bytes | No
     return find_property(mm[start:end], needle[:-1])
 
 
-scan_fast = speedups.select(scan_fast)
-find_value = speedups.select(find_value)
+scan_fast = speedups.select(scan_fast, "tidemq.store._fast_scan")
+find_value = speedups.select(find_value, "tidemq.store._fast_scan")
 
 
 class KeyGatherer:
@@ -150,4 +151,4 @@ class KeyGatherer:
         )
 
 
-KeyGatherer = speedups.select(KeyGatherer)  # type: ignore[misc]
+KeyGatherer = speedups.select(KeyGatherer, "tidemq.store._fast_scan")  # type: ignore[misc]

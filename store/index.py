@@ -163,7 +163,7 @@ def prefixed_key_hash(prefix_hash: int, key: bytes) -> int:
     return h if h <= _INT_MAX else 0
 
 
-prefixed_key_hash = speedups.select(prefixed_key_hash)
+prefixed_key_hash = speedups.select(prefixed_key_hash, "tidemq.store._hashing")
 
 
 def index_file_size(max_hash_slot_num: int, max_index_num: int) -> int:
@@ -377,8 +377,8 @@ class _IndexFile:
         self.dirty = True
         return i - start
 
-    # The compiled twin when built (store/_speedups.pyx; store/common/speedups.py picks).
-    put_many = speedups.select(put_many)
+    # The compiled twin when built (store/_index.pyx; store/common/speedups.py picks).
+    put_many = speedups.select(put_many, "tidemq.store._index")
 
     def _write_header(self) -> None:
         _pack_header(

@@ -161,7 +161,7 @@ def gather_entries(
 ) -> tuple[int, bool]:
     """Index entries of the records in mm[pos:end]; returns (where it stopped, at a blank).
 
-    The pure-Python twin of the compiled loop in store/_speedups.pyx (store/common/speedups.py
+    The pure-Python twin of the compiled loop in store/_fast_scan.pyx (store/common/speedups.py
     picks).
     """
     gather = keys.gather
@@ -185,7 +185,7 @@ def gather_entries(
     return pos, False
 
 
-gather_entries = speedups.select(gather_entries)
+gather_entries = speedups.select(gather_entries, "tidemq.store._fast_scan")
 
 
 class IndexBuilder:

@@ -15,7 +15,7 @@ evaluated by CPython's own base-31 integer parser: each byte ``b`` is split into
 digits ``b // 31`` and ``b % 31`` (a byte is < 31**2), the two digit strings are produced with
 ``bytes.translate`` and parsed with ``int(..., 31)``, all in C. UTF-16 units are 16 bits, so a
 non-ASCII string is evaluated as ``256 * poly(high bytes) + poly(low bytes)``. Where the
-compiled tier is built (store/_speedups.pyx, picked by store/common/speedups.py), a C loop over the
+compiled tier is built (store/_hashing.pyx, picked by store/common/speedups.py), a C loop over the
 code units replaces it; this function stays as its pure-Python twin.
 """
 
@@ -80,7 +80,7 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h & _SIGN32 else h
 
 
-java_string_hash = speedups.select(java_string_hash)
+java_string_hash = speedups.select(java_string_hash, "tidemq.store._hashing")
 
 # Tags repeat endlessly (a topic has a handful), so the ConsumeQueue's tagsCode is worth caching;
 # unique keys are not, which is why the plain function stays uncached.

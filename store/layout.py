@@ -2,7 +2,8 @@
 `CommitLog.MessageExtEncoder`), byte for byte. Every reader of records imports it: the codec
 (store/record.py), the dispatch scan (store/fast_scan.py), the consumers' decoder
 (client/consumer/received.py), the Spark source's columns (client/spark/records.py), and their
-compiled twins (store/_speedups.pyx, client/_speedups.pyx read these constants when they load).
+compiled twins (store/_layout.pxi, included by every compiled reader of records, reads these
+constants when a module loads).
 tests/unit/test_import_graph.py fails on a second definition.
 
 All integers are big-endian.

@@ -4,7 +4,7 @@ The layout itself (the fields, their offsets and sizes, the sysFlag bits, the ma
 store/layout.py, the one module every reader of records imports, Python and Cython alike.
 
 `encode_batch` and `find_property` are the pure-Python twins of compiled ones in
-store/_speedups.pyx, which run when built (store/common/speedups.py picks; same bytes and errors).
+store/_record.pyx, which run when built (store/common/speedups.py picks; same bytes and errors).
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def with_property(text: str, name: str, value: str) -> str:
 
 
 # The compiled twin checks the text in one pass, without the dict (every send sets CLUSTER).
-with_property = speedups.select(with_property)
+with_property = speedups.select(with_property, "tidemq.store._record")
 
 
 def find_property(properties: bytes | memoryview, name: bytes) -> bytes | None:
@@ -190,7 +190,7 @@ def find_property(properties: bytes | memoryview, name: bytes) -> bytes | None:
         start = at + 1
 
 
-find_property = speedups.select(find_property)
+find_property = speedups.select(find_property, "tidemq.store._record")
 
 
 # --- encoding --------------------------------------------------------------------------------
@@ -589,7 +589,7 @@ def waits_for_store(properties: str) -> bool:
 _WAIT_FALSE: Final = f"{PROPERTY_WAIT}{NAME_VALUE_SEPARATOR}false"
 
 
-encode_batch = speedups.select(encode_batch)
+encode_batch = speedups.select(encode_batch, "tidemq.store._record")
 
 _STAMP = struct.Struct(">qq")
 

@@ -57,4 +57,4 @@ def _tags_hash(tags: bytes) -> int:
     return java_string_hash(tags.decode("utf-8", "replace"))
 
 
-tags_code_for = speedups.select(tags_code_for)
+tags_code_for = speedups.select(tags_code_for, "tidemq.store._hashing")

@@ -3,7 +3,7 @@
 Messages are kept by queue offset, in the order they were pulled (offsets increase), so the
 lowest offset not consumed yet (what is committed) is the first key. Two loops run once per
 message of every pull: `put_messages` (a pull's messages in) and `forget_messages` (a consumed
-batch out). Both have compiled twins (client/_speedups.pyx).
+batch out). Both have compiled twins (client/consumer/_received.pyx).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def forget_messages(messages: dict[int, ReceivedMessage], msgs: list[ReceivedMes
     return size
 
 
-put_messages = speedups.select(put_messages, "tidemq.client._speedups")
-forget_messages = speedups.select(forget_messages, "tidemq.client._speedups")
+put_messages = speedups.select(put_messages, "tidemq.client.consumer._received")
+forget_messages = speedups.select(forget_messages, "tidemq.client.consumer._received")
 
 
 @dataclass(eq=False)

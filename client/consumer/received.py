@@ -131,10 +131,11 @@ def decode_received(
     return out
 
 
-# The compiled twin (client/_speedups.pyx) when built: the same loop in C, sending the records
-# it does not read itself to `_general` below. It fills each message's slots directly and leaves
-# the message untracked by the cyclic garbage collector (Python code cannot untrack an object).
-decode_received = speedups.select(decode_received, "tidemq.client._speedups")
+# The compiled twin (client/consumer/_received.pyx) when built: the same loop in C, sending the
+# records it does not read itself to `_general` below. It fills each message's slots directly and
+# leaves the message untracked by the cyclic garbage collector (Python code cannot untrack an
+# object).
+decode_received = speedups.select(decode_received, "tidemq.client.consumer._received")
 
 
 def _general(

@@ -122,12 +122,12 @@ _SEND_V2_DECODE = _codec(SendMessageRequestHeader, SEND_V2_KEYS).decode
 
 def decode_send_header(ext: dict[str, str], short_keys: bool) -> SendMessageRequestHeader:
     """`decode(SendMessageRequestHeader, ext, SEND_V2_KEYS if short_keys else None)`: the
-    header of every send, so it has a compiled twin (client/_speedups.pyx)."""
+    header of every send, so it has a compiled twin (client/protocol/_headers.pyx)."""
     header: SendMessageRequestHeader = (_SEND_V2_DECODE if short_keys else _SEND_V1_DECODE)(ext)
     return header
 
 
-decode_send_header = speedups.select(decode_send_header, "tidemq.client._speedups")
+decode_send_header = speedups.select(decode_send_header, "tidemq.client.protocol._headers")
 
 
 @dataclass(slots=True)

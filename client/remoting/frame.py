@@ -110,9 +110,9 @@ def encode_command_parts(cmd: RemotingCommand) -> tuple[bytes, Body]:
     return prefix + header, cmd.body
 
 
-# The compiled twin (client/_speedups.pyx) when built: a msgpack or JSON command's prefix and
+# The compiled twin (client/remoting/_codec.pyx) when built: a msgpack or JSON command's prefix and
 # header are written into one bytes object (every response and request goes through here).
-encode_command_parts = speedups.select(encode_command_parts, "tidemq.client._speedups")
+encode_command_parts = speedups.select(encode_command_parts, "tidemq.client.remoting._codec")
 
 
 def encode_command(cmd: RemotingCommand) -> bytes:
@@ -294,6 +294,6 @@ def _check_length(length: int, max_frame_size: int) -> None:
         raise FrameError(f"frame length {length} exceeds the maximum {max_frame_size}")
 
 
-# The compiled twin (client/_speedups.pyx) when built: the loop over a read's frames in C, with
-# msgpack and JSON headers decoded in place.
-parse_frames = speedups.select(parse_frames, "tidemq.client._speedups")
+# The compiled twin (client/remoting/_codec.pyx) when built: the loop over a read's frames in C,
+# with msgpack and JSON headers decoded in place.
+parse_frames = speedups.select(parse_frames, "tidemq.client.remoting._codec")

@@ -285,8 +285,8 @@ def _command_from_mapping(
     )
 
 
-# The compiled twin (client/_speedups.pyx) when built: it is called for every header.
-_command_from_mapping = speedups.select(_command_from_mapping, "tidemq.client._speedups")
+# The compiled twin (client/remoting/_codec.pyx) when built: it is called for every header.
+_command_from_mapping = speedups.select(_command_from_mapping, "tidemq.client.remoting._codec")
 
 
 # -- JSON -------------------------------------------------------------------------------------
@@ -479,12 +479,12 @@ def decode_msgpack_header(data: HeaderBytes, body: Body = b"") -> RemotingComman
     return _command_from_mapping(obj, body, SerializeType.MSGPACK, "msgpack")
 
 
-# The compiled twins (client/_speedups.pyx) when built: they read and write the header directly,
-# without an intermediate dict, and hand anything unusual to these pure ones.
-encode_json_header = speedups.select(encode_json_header, "tidemq.client._speedups")
-decode_json_header = speedups.select(decode_json_header, "tidemq.client._speedups")
-encode_msgpack_header = speedups.select(encode_msgpack_header, "tidemq.client._speedups")
-decode_msgpack_header = speedups.select(decode_msgpack_header, "tidemq.client._speedups")
+# The compiled twins (client/remoting/_codec.pyx) when built: they read and write the header
+# directly, without an intermediate dict, and hand anything unusual to these pure ones.
+encode_json_header = speedups.select(encode_json_header, "tidemq.client.remoting._codec")
+decode_json_header = speedups.select(decode_json_header, "tidemq.client.remoting._codec")
+encode_msgpack_header = speedups.select(encode_msgpack_header, "tidemq.client.remoting._codec")
+decode_msgpack_header = speedups.select(decode_msgpack_header, "tidemq.client.remoting._codec")
 
 
 # -- dispatch ---------------------------------------------------------------------------------

@@ -304,7 +304,7 @@ def fast_columns(group: list[_Walked]) -> Columns | None:
     """The kept rows of `group` (walked bodies) decoded together; None when a record needs the
     general path (IPv6 hosts, a compressed body). RecordFormatError on a damaged record.
 
-    The compiled twin (client/_speedups.pyx) does it in one pass over the records in C; this
+    The compiled twin (client/spark/_records.pyx) does it in one pass over the records in C; this
     one in Arrow's kernels (see `ColumnBuffer`).
     """
     piece = _decode_fast(group)
@@ -679,6 +679,6 @@ def record_offsets(body: Body) -> list[int]:
     return out
 
 
-# The compiled twins (client/_speedups.pyx) when built; see store/common/speedups.py.
-walk_records = speedups.select(walk_records, "tidemq.client._speedups")
-fast_columns = speedups.select(fast_columns, "tidemq.client._speedups")
+# The compiled twins (client/spark/_records.pyx) when built; see store/common/speedups.py.
+walk_records = speedups.select(walk_records, "tidemq.client.spark._records")
+fast_columns = speedups.select(fast_columns, "tidemq.client.spark._records")

@@ -576,10 +576,10 @@ def run() -> list[Result]:
         f"{count:,} messages per round, best of {ROUNDS} rounds; {BODY_SIZE} B bodies, "
         f"{QUEUES} queues, ASYNC_FLUSH; default append mode: {DEFAULT_MODE.name}"
     )
-    compiled = speedups.compiled_module() is not None
+    compiled = speedups.compiled_module("tidemq.store._record") is not None
     _say(
         "per-message loops: "
-        + ("compiled (tidemq.store._speedups)" if compiled else "pure Python")
+        + ("compiled (tidemq.store._record and its siblings)" if compiled else "pure Python")
         + f"; {speedups.PURE_PYTHON_ENV}=1 runs the pure-Python twins"
     )
 

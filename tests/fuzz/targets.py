@@ -385,18 +385,18 @@ def _as_mmap(data: bytes) -> mmap.mmap:
     return mm
 
 
-# The compiled store twins, or the pure ones where none is built (TIDEMQ_PURE_PYTHON=1, no
-# compiler): the comparison is then of the pure twins with themselves.
-_STORE: Final[Any] = speedups.compiled_module() or SimpleNamespace(
+# The store twins the store runs: compiled where built, else the pure ones (TIDEMQ_PURE_PYTHON=1,
+# no compiler), when the comparison is of the pure twins with themselves.
+_STORE: Final[Any] = SimpleNamespace(
     scan_fast=fast_scan.scan_fast,
     gather_entries=index_worker.gather_entries,
     KeyGatherer=fast_scan.KeyGatherer,
-    encode_batch=speedups.PURE_TWINS["tidemq.store.record.encode_batch"],
+    encode_batch=record.encode_batch,
 )
 
 
 def fuzz_commitlog_record(data: bytes) -> None:
-    _speedups = _STORE
+    compiled = _STORE
     outcome((RecordFormatError,), decode_record, data)
     info = scan_record(data, 0, check_crc=True)
     scan_record(memoryview(data), 0, check_crc=False)
@@ -406,14 +406,14 @@ def fuzz_commitlog_record(data: bytes) -> None:
             same(
                 "scan_fast twins",
                 outcome((), pure(_SCAN_FAST), mm, pos, len(data)),
-                outcome((), _speedups.scan_fast, mm, pos, len(data)),
+                outcome((), compiled.scan_fast, mm, pos, len(data)),
             )
         expected: list[Any] = []
         got: list[Any] = []
         same(
             "gather_entries twins",
             outcome((), pure(_GATHER), mm, 0, len(data), pure(_GATHERER)(), expected),
-            outcome((), _speedups.gather_entries, mm, 0, len(data), _speedups.KeyGatherer(), got),
+            outcome((), compiled.gather_entries, mm, 0, len(data), compiled.KeyGatherer(), got),
         )
         same("gather_entries entries", expected, got)
     finally:
@@ -425,12 +425,11 @@ _ENCODE_BATCH: Final = "tidemq.store.record.encode_batch"
 
 
 def fuzz_batch_body(data: bytes) -> None:
-    _speedups = _STORE
     outcome((BatchDecodeError,), decode_batch_body, data)
     batch = MessageBatch("TopicFuzz", 1, data, properties="CLUSTER\x01c\x02")
     errors = (BatchDecodeError, RecordTooLargeError)
     reference = outcome(errors, pure(_ENCODE_BATCH), batch, 4096)
-    compiled = outcome(errors, _speedups.encode_batch, batch, 4096)
+    compiled = outcome(errors, _STORE.encode_batch, batch, 4096)
     same("encode_batch twins", _batch_view(reference), _batch_view(compiled))
 
 

@@ -1,8 +1,8 @@
 """`pip install .` puts one new top-level import name into an environment: `tidemq`.
 
-The wheel carries the compiled tier (store/_speedups.pyx, built by the package build from the
-.pyx alone: the copied sources leave out the work tree's generated .c and .so), and the
-installed package runs it.
+The wheel carries the compiled tier (store/_hashing.pyx and its siblings, one module per
+subsystem, built by the package build from the .pyx and .pxi files alone: the copied sources
+leave out the work tree's generated .c and .so), and the installed package runs it.
 
 The wheel is built from a copy of the sources (so the work tree gets no build/ or egg-info) and
 installed without its dependencies into a fresh virtual environment, which reaches them through
@@ -18,6 +18,8 @@ import sys
 import sysconfig
 import zipfile
 from pathlib import Path
+
+from tests.support.speedups_twins import COMPILED_MODULES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "store", "ha", "client", "broker")
@@ -53,9 +55,11 @@ def test_the_wheel_and_a_fresh_environment_hold_only_tidemq(tmp_path: Path) -> N
         assert "tidemq/py.typed" in archive.namelist()
         for asset in ("index.html", "app.js", "app.css", "chart.js"):
             assert f"tidemq/client/dashboard/static/{asset}" in archive.namelist(), asset
-        assert "tidemq/store/_speedups.pyi" in archive.namelist()
-        compiled = [n for n in archive.namelist() if n.startswith("tidemq/store/_speedups.")]
-        assert any(n.endswith(".so") for n in compiled), compiled
+        for module in COMPILED_MODULES:
+            stem = module.replace(".", "/")
+            assert f"{stem}.pyi" in archive.namelist(), module
+            built = [n for n in archive.namelist() if n.startswith(f"{stem}.")]
+            assert any(n.endswith(".so") for n in built), built
     assert {top for top in tops if not top.endswith(".dist-info")} == {"tidemq"}
 
     venv = tmp_path / "venv"
@@ -72,12 +76,13 @@ def test_the_wheel_and_a_fresh_environment_hold_only_tidemq(tmp_path: Path) -> N
     ).stdout.strip()
     (Path(purelib) / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
     probe = (
-        "import importlib.util as u, tidemq\n"
+        "import importlib, importlib.util as u, tidemq\n"
         "from tidemq import Producer, PushConsumer, Message\n"
         "import tidemq.broker.daemons.brokerd, tidemq.ha.master, tidemq.store.message_store\n"
-        "from tidemq.store import _speedups, index\n"
-        "assert index.prefixed_key_hash is _speedups.prefixed_key_hash\n"
-        "assert _speedups.__file__.startswith(tidemq.__path__[0])\n"
+        "from tidemq.store import _hashing, index\n"
+        "assert index.prefixed_key_hash is _hashing.prefixed_key_hash\n"
+        f"for name in {COMPILED_MODULES!r}:\n"
+        "    assert importlib.import_module(name).__file__.startswith(tidemq.__path__[0]), name\n"
         "from tidemq.client.dashboard.server import static_dir\n"
         "assert (static_dir() / 'index.html').is_file(), static_dir()\n"
         "assert str(static_dir()).startswith(tidemq.__path__[0])\n"

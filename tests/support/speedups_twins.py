@@ -23,6 +23,20 @@ SELECTING_MODULES = (
 )
 
 
+# Every compiled module (pyproject.toml's ext-modules), one per subsystem.
+COMPILED_MODULES = (
+    "tidemq.store._hashing",
+    "tidemq.store._fast_scan",
+    "tidemq.store._record",
+    "tidemq.store._index",
+    "tidemq.store._get_message",
+    "tidemq.client.remoting._codec",
+    "tidemq.client.protocol._headers",
+    "tidemq.client.consumer._received",
+    "tidemq.client.spark._records",
+)
+
+
 def selected(key: str) -> Any:
     """What `module.name` (or `module.Class.name`) of a twin key is bound to now."""
     module = max((m for m in SELECTING_MODULES if key.startswith(m + ".")), key=len)

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.speedups_twins import selected
-from tidemq.client import _speedups
+from tidemq.client.consumer import _received
 from tidemq.client.consumer.process_queue import ProcessQueue
 from tidemq.client.message import ReceivedMessage
 from tidemq.client.protocol.heartbeat import MessageQueue
@@ -96,8 +96,8 @@ def holding(present: list[Any]) -> dict[Any, Any]:
 
 
 def test_the_compiled_loops_are_selected() -> None:
-    assert selected(PUT_KEY) is _speedups.put_messages
-    assert selected(FORGET_KEY) is _speedups.forget_messages
+    assert selected(PUT_KEY) is _received.put_messages
+    assert selected(FORGET_KEY) is _received.forget_messages
 
 
 @settings(max_examples=400, deadline=None)
@@ -107,7 +107,7 @@ def test_the_compiled_loops_are_selected() -> None:
     highest=st.integers(-2, 50),
 )
 def test_the_twins_put_the_same(present: list[Any], pulled: list[Any], highest: int) -> None:
-    assert outcome(_speedups.put_messages, holding(present), pulled, highest) == outcome(
+    assert outcome(_received.put_messages, holding(present), pulled, highest) == outcome(
         PURE_PUT, holding(present), pulled, highest
     )
 
@@ -115,7 +115,7 @@ def test_the_twins_put_the_same(present: list[Any], pulled: list[Any], highest: 
 @settings(max_examples=400, deadline=None)
 @given(present=st.lists(items, max_size=10), consumed=st.lists(items, max_size=10))
 def test_the_twins_forget_the_same(present: list[Any], consumed: list[Any]) -> None:
-    assert outcome(_speedups.forget_messages, holding(present), consumed) == outcome(
+    assert outcome(_received.forget_messages, holding(present), consumed) == outcome(
         PURE_FORGET, holding(present), consumed
     )
 
@@ -126,9 +126,9 @@ def test_the_twins_agree_on_other_types(table: Any, msgs: Any) -> None:
     def fresh() -> Any:
         return None if table is None else table.copy()
 
-    fast = outcome(_speedups.put_messages, fresh(), msgs, 0)
+    fast = outcome(_received.put_messages, fresh(), msgs, 0)
     assert fast == outcome(PURE_PUT, fresh(), msgs, 0)
-    fast = outcome(_speedups.forget_messages, fresh(), msgs)
+    fast = outcome(_received.forget_messages, fresh(), msgs)
     assert fast == outcome(PURE_FORGET, fresh(), msgs)
 
 

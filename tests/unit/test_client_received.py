@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from tests.support.records import reference_record
 from tests.support.speedups_twins import selected
-from tidemq.client import _speedups
 from tidemq.client.api import PullResult, PullStatus, decode_records
+from tidemq.client.consumer import _received
 from tidemq.client.consumer.received import decode_received
 from tidemq.client.inflate import inflate_body
 from tidemq.client.message import UNSET, ReceivedMessage, _ReceivedFields
@@ -233,7 +233,7 @@ def test_pickle_and_copy_give_an_equal_message() -> None:
         assert isinstance(copied, ReceivedMessage)
 
 
-# --- the compiled twin (client/_speedups.pyx) -------------------------------------------------
+# --- the compiled twin (client/consumer/_received.pyx) ----------------------------------------
 
 RECEIVED_KEY = "tidemq.client.consumer.received.decode_received"
 
@@ -272,8 +272,8 @@ def common_record(
 
 
 def test_the_compiled_decoder_is_selected() -> None:
-    assert selected(RECEIVED_KEY) is _speedups.decode_received
-    assert speedups.PURE_TWINS[RECEIVED_KEY] is not _speedups.decode_received
+    assert selected(RECEIVED_KEY) is _received.decode_received
+    assert speedups.PURE_TWINS[RECEIVED_KEY] is not _received.decode_received
 
 
 @settings(max_examples=300, deadline=None)
@@ -282,7 +282,7 @@ def test_the_twins_decode_records_the_same(bodies: list[bytes]) -> None:
     body = b"".join(bodies)
     pure = speedups.PURE_TWINS[RECEIVED_KEY]
     for data in (body, bytearray(body), memoryview(body)):
-        assert twin_outcome(_speedups.decode_received, data) == twin_outcome(pure, data)
+        assert twin_outcome(_received.decode_received, data) == twin_outcome(pure, data)
 
 
 @settings(max_examples=400, deadline=None)
@@ -296,7 +296,7 @@ def test_the_twins_fail_the_same_on_damaged_bodies(
 ) -> None:
     damaged = damaged_body(bodies, damage, cut)
     pure = speedups.PURE_TWINS[RECEIVED_KEY]
-    assert twin_outcome(_speedups.decode_received, damaged) == twin_outcome(pure, damaged)
+    assert twin_outcome(_received.decode_received, damaged) == twin_outcome(pure, damaged)
 
 
 def test_common_records_are_read_by_the_compiled_loop_itself(
@@ -314,7 +314,7 @@ def test_common_records_are_read_by_the_compiled_loop_itself(
     body = b"".join(common)
     expected = twin_outcome(speedups.PURE_TWINS[RECEIVED_KEY], body)
     monkeypatch.setattr("tidemq.client.consumer.received._general", refuse)
-    assert twin_outcome(_speedups.decode_received, body) == expected
+    assert twin_outcome(_received.decode_received, body) == expected
 
 
 def test_the_compiled_decoder_leaves_no_reference_behind() -> None:
@@ -323,7 +323,7 @@ def test_the_compiled_decoder_leaves_no_reference_behind() -> None:
     broker = "".join(["broker-", "refcounted"])  # a string of its own, not interned
     body = b"".join(common_record(1, offset, b"payload", b"T", b"") for offset in range(50))
     before = sys.getrefcount(broker), sys.getrefcount(UNSET)
-    messages = _speedups.decode_received(body, broker)
+    messages = _received.decode_received(body, broker)
     assert sys.getrefcount(broker) == before[0] + 50
     assert sys.getrefcount(UNSET) == before[1] + 50 * 7
     assert [m.queue_offset for m in messages] == list(range(50))

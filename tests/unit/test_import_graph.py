@@ -207,9 +207,9 @@ LAYOUT_LITERALS: Final = ("-626843481", "0xDAA320A7", "-875286124", "0xCBD43194"
 
 def _top_names(text: str, suffix: str = ".py") -> dict[str, str]:
     """Names assigned at a module's top level, without a leading underscore, and the text of
-    the value each is given: Python by its AST, Cython (`.pyx`) by its `NAME = ...` and
-    `cdef type NAME = ...` lines."""
-    if suffix == ".pyx":
+    the value each is given: Python by its AST, Cython (`.pyx`, and the `.pxi` files they
+    include) by its `NAME = ...` and `cdef type NAME = ...` lines."""
+    if suffix in (".pyx", ".pxi"):
         pattern = re.compile(r"^(?:cdef\s+[\w ]+?\s+)?(\w+)\s*(?::[^=\n]+)?=([^=][^\n]*)", re.M)
         return {m.group(1).lstrip("_"): m.group(2) for m in pattern.finditer(text)}
     names = {}
@@ -239,7 +239,7 @@ def layout_copies(
     reads = re.compile(r"\blayout\b|\b(?:" + "|".join(sorted(names)) + r")\b")
     sources = {path for path in known.values()}
     for folder in {root / f for f in package_dirs.values()}:
-        sources |= set(folder.rglob("*.pyx"))
+        sources |= set(folder.rglob("*.pyx")) | set(folder.rglob("*.pxi"))
     found = []
     for path in sorted(sources):
         if path == layout:
@@ -397,12 +397,20 @@ def test_a_second_definition_of_the_record_layout_is_found(tmp_path: Path) -> No
     files = _clean_tree(tmp_path)
     files["client/received.py"] = "from typing import Final\n_OFFSET_MAGIC: Final = 4\n"
     files["store/scan.py"] = "def f(m):\n    return m != -626843481\n"
-    files["client/_speedups.pyx"] = "cdef long long _MAGIC_V1 = 0xdaa320a7\n"
+    files["client/_codec.pyx"] = "cdef long long _MAGIC_V1 = 0xdaa320a7\n"
     assert check(_tree(tmp_path, files)) == [
-        "client/_speedups.pyx writes the record's magic code 0xDAA320A7 (a layout copy)",
-        "client/_speedups.pyx defines MAGIC_V1 again (a layout copy)",
+        "client/_codec.pyx writes the record's magic code 0xDAA320A7 (a layout copy)",
+        "client/_codec.pyx defines MAGIC_V1 again (a layout copy)",
         "client/received.py defines OFFSET_MAGIC again (a layout copy)",
         "store/scan.py writes the record's magic code -626843481 (a layout copy)",
+    ]
+
+
+def test_a_layout_copy_in_an_included_file_is_found(tmp_path: Path) -> None:
+    files = _clean_tree(tmp_path)
+    files["store/_fields.pxi"] = "cdef Py_ssize_t _OFFSET_MAGIC = 4\n"
+    assert check(_tree(tmp_path, files)) == [
+        "store/_fields.pxi defines OFFSET_MAGIC again (a layout copy)"
     ]
 
 
@@ -411,7 +419,7 @@ def test_constants_read_from_the_layout_module_are_no_copy(tmp_path: Path) -> No
     files["client/received.py"] = (
         "from tidemq.store.layout import OFFSET_MAGIC\n_OFFSET_MAGIC = OFFSET_MAGIC\n"
     )
-    files["client/_speedups.pyx"] = (
+    files["client/_codec.pyx"] = (
         "from tidemq.store import layout as _record_layout\n"
         "cdef long long _MAGIC_V1 = _record_layout.MAGIC_V1\n"
     )

@@ -15,7 +15,8 @@ def names(cls: type) -> list[str]:
 
 
 def test_send_header_fields_keep_their_order() -> None:
-    # client/producer.py, tests/bench/broker_bench.py, client/_speedups.pyx decode_send_header
+    # client/producer.py, tests/bench/broker_bench.py,
+    # client/protocol/_headers.pyx decode_send_header
     assert names(SendMessageRequestHeader) == [
         "producer_group",
         "topic",

@@ -1,8 +1,9 @@
 """The compiled tier: which twin runs, and the hashing twins giving the same values.
 
-Every function of store/_speedups.pyx is compared with its pure-Python twin (the reference,
-kept in speedups.PURE_TWINS) here or in test_speedups_records.py; the compiled module must be
-built (`make install` builds it), so a broken build fails these tests rather than skipping them.
+Every function of the compiled modules (store/_hashing.pyx and its siblings, one per subsystem)
+is compared with its pure-Python twin (the reference, kept in speedups.PURE_TWINS) here or in the
+other test_speedups*.py; the compiled modules must be built (`make install` builds them), so a
+broken build fails these tests rather than skipping them.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.support.speedups_twins import SELECTING_MODULES, selected
+from tests.support.speedups_twins import COMPILED_MODULES, SELECTING_MODULES, selected
 from tidemq.common import speedups
-from tidemq.store import _speedups, index, javahash, tags
+from tidemq.store import _hashing, index, javahash, tags
 
 for _module in SELECTING_MODULES:
     importlib.import_module(_module)
@@ -30,8 +31,16 @@ def pure(module: Any, name: str) -> Any:
     return speedups.PURE_TWINS[f"{module.__name__}.{name}"]
 
 
-def compiled_names() -> set[str]:
-    return {name for name in dir(_speedups) if not name.startswith("_")}
+def compiled_functions() -> dict[str, Any]:
+    """The public functions and classes of every compiled module, by name (no name twice)."""
+    found: dict[str, Any] = {}
+    for module_name in COMPILED_MODULES:
+        module = importlib.import_module(module_name)
+        for name in dir(module):
+            if not name.startswith("_"):
+                assert name not in found, f"{name} is compiled twice"
+                found[name] = getattr(module, name)
+    return found
 
 
 # Any code point, lone surrogates included (a Java string may hold one).
@@ -39,14 +48,18 @@ any_text = st.text(alphabet=st.characters(min_codepoint=0, exclude_categories=()
 
 
 def test_every_compiled_function_has_a_pure_twin_and_is_selected() -> None:
-    # the store's twins (the remoting codec's: test_speedups_remoting.py)
+    compiled = compiled_functions()
+    # _command_from_mapping, a private step of the header decoders, is compared in
+    # test_speedups_remoting.py
     twins = {
-        key.rsplit(".", 1)[1]: key for key in speedups.PURE_TWINS if key.startswith("tidemq.store.")
+        key.rsplit(".", 1)[1]: key
+        for key in speedups.PURE_TWINS
+        if not key.rsplit(".", 1)[1].startswith("_")
     }
-    assert set(twins) == compiled_names()
+    assert set(twins) == set(compiled)
     for name, key in twins.items():
-        assert selected(key) is getattr(_speedups, name), key
-        assert speedups.PURE_TWINS[key] is not getattr(_speedups, name)
+        assert selected(key) is compiled[name], key
+        assert speedups.PURE_TWINS[key] is not compiled[name]
 
 
 PROBE = (
@@ -61,7 +74,8 @@ PROBE = (
     "    assert selected(key) is twin, key\n"
     "assert index.prefixed_key_hash(topic := index.topic_prefix_hash('T'), b'k') == "
     "index.index_key_hash('T#k')\n"
-    "print('pure', sys.modules.get('tidemq.store._speedups') is not None)\n"
+    f"compiled = {COMPILED_MODULES!r}\n"
+    "print('pure', any(sys.modules.get(name) is not None for name in compiled))\n"
 )
 
 
@@ -85,8 +99,8 @@ def test_the_pure_twins_run_when_the_compiled_module_is_absent() -> None:
     # None in sys.modules makes the import fail as for a module that was never built.
     absent = (
         "import sys\n"
-        "sys.modules['tidemq.store._speedups'] = None\n"
-        "sys.modules['tidemq.client._speedups'] = None\n" + PROBE
+        + "".join(f"sys.modules[{name!r}] = None\n" for name in COMPILED_MODULES)
+        + PROBE
     )
     assert run_probe(absent, TIDEMQ_PURE_PYTHON="0") == "pure False"
 
@@ -94,8 +108,8 @@ def test_the_pure_twins_run_when_the_compiled_module_is_absent() -> None:
 @pytest.mark.parametrize("value", ["", "0"])
 def test_the_compiled_twins_run_unless_forced(value: str) -> None:
     code = (
-        "from tidemq.store import _speedups, index\n"
-        "print(index.prefixed_key_hash is _speedups.prefixed_key_hash)\n"
+        "from tidemq.store import _hashing, index\n"
+        "print(index.prefixed_key_hash is _hashing.prefixed_key_hash)\n"
     )
     assert run_probe(code, TIDEMQ_PURE_PYTHON=value) == "True"
 
@@ -105,7 +119,7 @@ def test_the_compiled_twins_run_unless_forced(value: str) -> None:
 
 @given(any_text)
 def test_java_string_hash_twins(text: str) -> None:
-    assert _speedups.java_string_hash(text) == pure(javahash, "java_string_hash")(text)
+    assert _hashing.java_string_hash(text) == pure(javahash, "java_string_hash")(text)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +128,7 @@ def test_java_string_hash_twins(text: str) -> None:
 )
 def test_java_string_hash_known_values(text: str, expected: int) -> None:
     # Values from Java's String.hashCode.
-    assert _speedups.java_string_hash(text) == expected
+    assert _hashing.java_string_hash(text) == expected
     assert pure(javahash, "java_string_hash")(text) == expected
 
 
@@ -123,7 +137,7 @@ def test_java_string_hash_known_values(text: str, expected: int) -> None:
     st.binary(max_size=300) | any_text.map(lambda t: t.encode("utf-8", "surrogatepass")),
 )
 def test_prefixed_key_hash_twins(prefix: int, key: bytes) -> None:
-    assert _speedups.prefixed_key_hash(prefix, key) == pure(index, "prefixed_key_hash")(prefix, key)
+    assert _hashing.prefixed_key_hash(prefix, key) == pure(index, "prefixed_key_hash")(prefix, key)
 
 
 @given(
@@ -133,16 +147,16 @@ def test_prefixed_key_hash_twins(prefix: int, key: bytes) -> None:
 def test_prefixed_key_hash_is_the_index_key_hash(topic: str, key: bytes) -> None:
     prefix = index.topic_prefix_hash(topic)
     expected = index.index_key_hash(topic + "#" + key.decode("utf-8", "replace"))
-    assert _speedups.prefixed_key_hash(prefix, key) == expected
+    assert _hashing.prefixed_key_hash(prefix, key) == expected
 
 
 def test_prefixed_key_hash_of_integer_min_value_is_zero() -> None:
     # "polygenelubricants".hashCode() is Integer.MIN_VALUE: prefix "" and that key.
     key = b"polygenelubricants"
     assert javahash.java_string_hash(key.decode()) == -(2**31)
-    assert _speedups.prefixed_key_hash(0, key) == 0 == pure(index, "prefixed_key_hash")(0, key)
+    assert _hashing.prefixed_key_hash(0, key) == 0 == pure(index, "prefixed_key_hash")(0, key)
 
 
 @given(st.none() | st.binary(max_size=64) | any_text.map(lambda t: t.encode("utf-8", "replace")))
 def test_tags_code_for_twins(raw: bytes | None) -> None:
-    assert _speedups.tags_code_for(raw) == pure(tags, "tags_code_for")(raw)
+    assert _hashing.tags_code_for(raw) == pure(tags, "tags_code_for")(raw)

@@ -1,4 +1,4 @@
-"""The JSON header codec's compiled twins (client/_speedups.pyx) against the pure references.
+"""The JSON header codec's compiled twins (client/remoting/_codec.pyx) against the pure references.
 
 `encode_json_header` must write the very bytes the json module writes for the header object,
 and `decode_json_header` must give an equal command, or both must raise the same error with the
@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 from tests.support.header_strategies import NUMBERS, ODD, TEXT, commands, odd_commands
 from tests.support.speedups_twins import selected
-from tidemq.client import _speedups
-from tidemq.client.remoting import headers
+from tidemq.client.remoting import _codec, headers
 from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.common import speedups
@@ -49,10 +48,10 @@ def outcome(function: Any, *args: Any) -> Any:
 
 
 def test_the_compiled_twins_are_selected() -> None:
-    assert selected(ENCODE_KEY) is _speedups.encode_json_header
-    assert selected(DECODE_KEY) is _speedups.decode_json_header
-    assert headers._DECODERS[SerializeType.JSON] is _speedups.decode_json_header
-    assert headers._ENCODERS[SerializeType.JSON] is _speedups.encode_json_header
+    assert selected(ENCODE_KEY) is _codec.encode_json_header
+    assert selected(DECODE_KEY) is _codec.decode_json_header
+    assert headers._DECODERS[SerializeType.JSON] is _codec.decode_json_header
+    assert headers._ENCODERS[SerializeType.JSON] is _codec.encode_json_header
 
 
 @given(commands)
@@ -60,11 +59,11 @@ def test_the_compiled_twins_are_selected() -> None:
 @example(RemotingCommand(0, 99, -1, -(2**31), 2**31 - 1, "", {}, b"", SerializeType.JSON))
 def test_commands_encode_to_the_same_bytes_and_decode_back(command: RemotingCommand) -> None:
     command.serialize_type = SerializeType.JSON
-    compiled = outcome(_speedups.encode_json_header, command)
+    compiled = outcome(_codec.encode_json_header, command)
     assert compiled == outcome(PURE_ENCODE, command)
     if isinstance(compiled, bytes):
         for data in (compiled, memoryview(compiled), bytearray(compiled), compiled + b"\n"):
-            decoded = _speedups.decode_json_header(data, b"body")
+            decoded = _codec.decode_json_header(data, b"body")
             assert decoded == PURE_DECODE(data, b"body")
             assert decoded.ext_fields == command.ext_fields
 
@@ -72,7 +71,7 @@ def test_commands_encode_to_the_same_bytes_and_decode_back(command: RemotingComm
 @given(odd_commands)
 def test_odd_commands_encode_or_fail_the_same(command: RemotingCommand) -> None:
     command.serialize_type = SerializeType.JSON
-    assert outcome(_speedups.encode_json_header, command) == outcome(PURE_ENCODE, command)
+    assert outcome(_codec.encode_json_header, command) == outcome(PURE_ENCODE, command)
 
 
 header_objects = st.dictionaries(
@@ -98,7 +97,7 @@ def test_any_header_object_decodes_or_fails_the_same(
     # ensure_ascii writes non-ASCII text as \\u escapes, surrogate pairs included
     text = json.dumps(obj, separators=separators, ensure_ascii=ascii_only) + tail
     data = text.encode("utf-8", "surrogatepass")
-    assert outcome(_speedups.decode_json_header, data, b"") == outcome(PURE_DECODE, data, b"")
+    assert outcome(_codec.decode_json_header, data, b"") == outcome(PURE_DECODE, data, b"")
 
 
 def test_cpp_headers_decode_as_the_json_module_reads_them() -> None:
@@ -106,7 +105,7 @@ def test_cpp_headers_decode_as_the_json_module_reads_them() -> None:
         b'{"code":310,"extFields":{"a":"PG","b":"T","d":4,"e":0,"k":false,"n":-7,"z":"x"},'
         b'"flag":0,"language":"CPP","opaque":5,"serializeTypeCurrentRPC":"JSON","version":401}\n'
     )
-    compiled = _speedups.decode_json_header(cpp, b"")
+    compiled = _codec.decode_json_header(cpp, b"")
     assert compiled == PURE_DECODE(cpp, b"")
     assert compiled.ext_fields == {
         "a": "PG",
@@ -132,12 +131,12 @@ def test_damaged_headers_decode_or_fail_the_same(command: RemotingCommand, data:
         text[at] = data.draw(st.sampled_from(list(b'{}[]:,"\\ -0123456789.eEtrufalsn\x00\xff')))
     cut = data.draw(st.integers(0, len(text) + 2))
     damaged = bytes(text[:cut]) + data.draw(st.binary(max_size=3))
-    assert outcome(_speedups.decode_json_header, damaged, b"") == outcome(PURE_DECODE, damaged, b"")
+    assert outcome(_codec.decode_json_header, damaged, b"") == outcome(PURE_DECODE, damaged, b"")
 
 
 @given(st.binary(max_size=64))
 def test_random_bytes_decode_or_fail_the_same(data: bytes) -> None:
-    assert outcome(_speedups.decode_json_header, data, b"") == outcome(PURE_DECODE, data, b"")
+    assert outcome(_codec.decode_json_header, data, b"") == outcome(PURE_DECODE, data, b"")
 
 
 def test_repeated_and_null_fields_decode_as_the_json_module_reads_them() -> None:
@@ -152,7 +151,7 @@ def test_repeated_and_null_fields_decode_as_the_json_module_reads_them() -> None
         b'{"code":"7","opaque":2}',
         b'{"code":1,"opaque":2,"extFields":{"a":1e3,"b":0.5}}',
     ):
-        assert outcome(_speedups.decode_json_header, data, b"") == outcome(PURE_DECODE, data, b"")
+        assert outcome(_codec.decode_json_header, data, b"") == outcome(PURE_DECODE, data, b"")
 
 
 def test_headers_with_escapes_take_the_compiled_path(monkeypatch: Any) -> None:
@@ -164,7 +163,7 @@ def test_headers_with_escapes_take_the_compiled_path(monkeypatch: Any) -> None:
     expected = PURE_ENCODE(command)
     monkeypatch.setitem(speedups.PURE_TWINS, ENCODE_KEY, refuse)
     monkeypatch.setitem(speedups.PURE_TWINS, DECODE_KEY, refuse)
-    assert _speedups.encode_json_header(command) == expected
+    assert _codec.encode_json_header(command) == expected
     ascii_only = json.dumps(json.loads(expected)).encode()  # \u escapes, a surrogate pair
     for data in (expected, ascii_only):
-        assert _speedups.decode_json_header(data, b"") == command
+        assert _codec.decode_json_header(data, b"") == command

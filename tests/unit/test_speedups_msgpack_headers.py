@@ -1,4 +1,4 @@
-"""The msgpack header codec's compiled twins (client/_speedups.pyx) against the pure references.
+"""The msgpack header codec's compiled twins (client/remoting/_codec.pyx) against the pure ones.
 
 `encode_msgpack_header` must write the very bytes msgpack's Packer writes for the header map,
 and `decode_msgpack_header` must give an equal command, or both must raise the same error with
@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 from tests.support.header_strategies import ODD, TEXT, commands, odd_commands
 from tests.support.speedups_twins import selected
-from tidemq.client import _speedups
-from tidemq.client.remoting import headers
+from tidemq.client.remoting import _codec, headers
 from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import EncodeError
@@ -40,20 +39,20 @@ def outcome(function: Any, *args: Any) -> Any:
 
 
 def test_the_compiled_twins_are_selected() -> None:
-    assert selected(ENCODE_KEY) is _speedups.encode_msgpack_header
-    assert selected(DECODE_KEY) is _speedups.decode_msgpack_header
-    assert headers._DECODERS[SerializeType.MSGPACK] is _speedups.decode_msgpack_header
-    assert headers._ENCODERS[SerializeType.MSGPACK] is _speedups.encode_msgpack_header
+    assert selected(ENCODE_KEY) is _codec.encode_msgpack_header
+    assert selected(DECODE_KEY) is _codec.decode_msgpack_header
+    assert headers._DECODERS[SerializeType.MSGPACK] is _codec.decode_msgpack_header
+    assert headers._ENCODERS[SerializeType.MSGPACK] is _codec.encode_msgpack_header
 
 
 @given(commands)
 @example(RemotingCommand(310, 12, 417, 2**31 - 1, -(2**31), None, {}, b"", SerializeType.MSGPACK))
 def test_commands_encode_to_the_same_bytes_and_decode_back(command: RemotingCommand) -> None:
-    compiled = outcome(_speedups.encode_msgpack_header, command)
+    compiled = outcome(_codec.encode_msgpack_header, command)
     assert compiled == outcome(PURE_ENCODE, command)
     if isinstance(compiled, bytes):
         for data in (compiled, memoryview(compiled), bytearray(compiled)):
-            decoded = _speedups.decode_msgpack_header(data, b"body")
+            decoded = _codec.decode_msgpack_header(data, b"body")
             assert decoded == PURE_DECODE(data, b"body")
             assert decoded.ext_fields == command.ext_fields
             assert (decoded.code, decoded.opaque, decoded.remark) == (
@@ -65,7 +64,7 @@ def test_commands_encode_to_the_same_bytes_and_decode_back(command: RemotingComm
 
 @given(odd_commands)
 def test_odd_commands_encode_or_fail_the_same(command: RemotingCommand) -> None:
-    assert outcome(_speedups.encode_msgpack_header, command) == outcome(PURE_ENCODE, command)
+    assert outcome(_codec.encode_msgpack_header, command) == outcome(PURE_ENCODE, command)
 
 
 header_maps = st.dictionaries(
@@ -81,7 +80,7 @@ header_maps = st.dictionaries(
 @given(header_maps)
 def test_any_header_map_decodes_or_fails_the_same(obj: dict[str, Any]) -> None:
     data = msgpack.packb(obj, use_bin_type=True)
-    assert outcome(_speedups.decode_msgpack_header, data, b"") == outcome(PURE_DECODE, data, b"")
+    assert outcome(_codec.decode_msgpack_header, data, b"") == outcome(PURE_DECODE, data, b"")
 
 
 @given(commands, st.data())
@@ -95,14 +94,12 @@ def test_damaged_headers_decode_or_fail_the_same(command: RemotingCommand, data:
         packed[at] = data.draw(st.integers(0, 255))
     cut = data.draw(st.integers(0, len(packed) + 2))
     damaged = bytes(packed[:cut]) + data.draw(st.binary(max_size=3))
-    assert outcome(_speedups.decode_msgpack_header, damaged, b"") == outcome(
-        PURE_DECODE, damaged, b""
-    )
+    assert outcome(_codec.decode_msgpack_header, damaged, b"") == outcome(PURE_DECODE, damaged, b"")
 
 
 @given(st.binary(max_size=64))
 def test_random_bytes_decode_or_fail_the_same(data: bytes) -> None:
-    assert outcome(_speedups.decode_msgpack_header, data, b"") == outcome(PURE_DECODE, data, b"")
+    assert outcome(_codec.decode_msgpack_header, data, b"") == outcome(PURE_DECODE, data, b"")
 
 
 def test_repeated_keys_decode_as_msgpack_reads_them() -> None:
@@ -110,17 +107,15 @@ def test_repeated_keys_decode_as_msgpack_reads_them() -> None:
     code_twice = b"\x83\xa4code\x01\xa6opaque\x02\xa4code\x03"
     ext_twice = b"\x83\xa4code\x01\xa6opaque\x02\xa9extFields\x82\xa1a\xa1x\xa1a\xa1y"
     for data in (code_twice, ext_twice):
-        assert _speedups.decode_msgpack_header(data, b"") == PURE_DECODE(data, b"")
-    assert _speedups.decode_msgpack_header(code_twice, b"").code == 3
-    assert _speedups.decode_msgpack_header(ext_twice, b"").ext_fields == {"a": "y"}
+        assert _codec.decode_msgpack_header(data, b"") == PURE_DECODE(data, b"")
+    assert _codec.decode_msgpack_header(code_twice, b"").code == 3
+    assert _codec.decode_msgpack_header(ext_twice, b"").ext_fields == {"a": "y"}
 
 
 def test_a_strided_view_is_decoded_by_the_pure_twin() -> None:
     packed = PURE_ENCODE(RemotingCommand(1, opaque=2, serialize_type=SerializeType.MSGPACK))
     strided = memoryview(packed * 2)[::2]
-    assert outcome(_speedups.decode_msgpack_header, strided, b"") == outcome(
-        PURE_DECODE, strided, b""
-    )
+    assert outcome(_codec.decode_msgpack_header, strided, b"") == outcome(PURE_DECODE, strided, b"")
 
 
 # --- encode_command_parts -------------------------------------------------------------------
@@ -130,8 +125,8 @@ PURE_PARTS = speedups.PURE_TWINS[PARTS_KEY]
 
 
 def test_the_compiled_frame_encoder_is_selected() -> None:
-    assert selected(PARTS_KEY) is _speedups.encode_command_parts
-    assert PURE_PARTS is not _speedups.encode_command_parts
+    assert selected(PARTS_KEY) is _codec.encode_command_parts
+    assert PURE_PARTS is not _codec.encode_command_parts
 
 
 @given(
@@ -146,7 +141,7 @@ def test_frames_encode_to_the_same_parts(
 ) -> None:
     command.serialize_type = kind
     command.body = body
-    compiled = outcome(_speedups.encode_command_parts, command)
+    compiled = outcome(_codec.encode_command_parts, command)
     assert compiled == outcome(PURE_PARTS, command)
     if isinstance(compiled[0], bytes):  # encoded, not an error
         assert compiled[1] is body
@@ -173,7 +168,7 @@ def test_frames_with_body_views_encode_to_the_same_parts(
     command.serialize_type = kind
     command.body = body
     command.body_views = tuple(views)
-    compiled = outcome(_speedups.encode_command_parts, command)
+    compiled = outcome(_codec.encode_command_parts, command)
     assert compiled == outcome(PURE_PARTS, command)
     if isinstance(compiled[0], bytes):  # the length counts the views' bytes, not their items
         assert compiled[0] + body + b"".join(views) == encode_command(command)
@@ -188,7 +183,7 @@ def test_frames_with_body_views_encode_to_the_same_parts(
 def test_a_body_no_transport_can_write_is_refused_by_both(body: Any, kind: SerializeType) -> None:
     # At c82965c both returned such a body for the transport's write to fail on.
     command = RemotingCommand(1, body=body, serialize_type=kind)
-    compiled = outcome(_speedups.encode_command_parts, command)
+    compiled = outcome(_codec.encode_command_parts, command)
     assert compiled == outcome(PURE_PARTS, command)
     assert compiled[0] is EncodeError
     assert outcome(encode_command, command)[0] is EncodeError
@@ -197,9 +192,9 @@ def test_a_body_no_transport_can_write_is_refused_by_both(body: Any, kind: Seria
 def test_body_views_of_another_kind_go_to_the_pure_twin() -> None:
     command = RemotingCommand(1, body=b"ab", serialize_type=SerializeType.MSGPACK)
     command.body_views = [memoryview(b"cd")]  # type: ignore[assignment]  # a list, not a tuple
-    assert _speedups.encode_command_parts(command) == PURE_PARTS(command)
+    assert _codec.encode_command_parts(command) == PURE_PARTS(command)
     command.body_views = (b"cd",)  # type: ignore[assignment]  # bytes, not a view
-    assert outcome(_speedups.encode_command_parts, command) == outcome(PURE_PARTS, command)
+    assert outcome(_codec.encode_command_parts, command) == outcome(PURE_PARTS, command)
 
 
 # --- parse_frames ---------------------------------------------------------------------------
@@ -209,8 +204,8 @@ PURE_FRAMES = speedups.PURE_TWINS[FRAMES_KEY]
 
 
 def test_the_compiled_frame_parser_is_selected() -> None:
-    assert selected(FRAMES_KEY) is _speedups.parse_frames
-    assert PURE_FRAMES is not _speedups.parse_frames
+    assert selected(FRAMES_KEY) is _codec.parse_frames
+    assert PURE_FRAMES is not _codec.parse_frames
 
 
 frame_commands = st.builds(
@@ -234,7 +229,7 @@ def test_streams_parse_the_same(commands: list[RemotingCommand], cut: int, data:
     stream = b"".join(encode_command(command) for command in commands)
     stream = stream[: max(0, len(stream) - cut)]  # a frame cut short: kept for the next read
     max_frame_size = data.draw(st.sampled_from([4, 64, 16 * 1024 * 1024]))
-    compiled = frames_outcome(_speedups.parse_frames, stream, max_frame_size)
+    compiled = frames_outcome(_codec.parse_frames, stream, max_frame_size)
     assert compiled == frames_outcome(PURE_FRAMES, stream, max_frame_size)
 
 
@@ -245,14 +240,14 @@ def test_damaged_streams_parse_or_fail_the_same(commands: list[RemotingCommand],
         at = data.draw(st.integers(0, len(stream) - 1))
         stream[at] = data.draw(st.integers(0, 255))
     damaged = bytes(stream) + data.draw(st.binary(max_size=9))
-    assert frames_outcome(_speedups.parse_frames, damaged, 1024) == frames_outcome(
+    assert frames_outcome(_codec.parse_frames, damaged, 1024) == frames_outcome(
         PURE_FRAMES, damaged, 1024
     )
 
 
 @given(st.binary(max_size=40), st.integers(4, 2**31 - 1))
 def test_random_bytes_parse_or_fail_the_same(data: bytes, max_frame_size: int) -> None:
-    assert frames_outcome(_speedups.parse_frames, data, max_frame_size) == frames_outcome(
+    assert frames_outcome(_codec.parse_frames, data, max_frame_size) == frames_outcome(
         PURE_FRAMES, data, max_frame_size
     )
 
@@ -264,8 +259,8 @@ def test_texts_reused_from_the_cache_are_the_texts_sent() -> None:
         for n in range(3000):
             ext = {f"k{n % 7}": f"v{n}", "same": "DefaultRegion", f"é{n}": "\u65e5" * (n % 9)}
             command = RemotingCommand(1, opaque=n, ext_fields=ext, serialize_type=MSGPACK)
-            decoded = _speedups.decode_msgpack_header(PURE_ENCODE(command), b"")
+            decoded = _codec.decode_msgpack_header(PURE_ENCODE(command), b"")
             assert decoded.ext_fields == ext, (round_, n)
     bad = b"\x82\xa4code\x01\xa6opaque\xa2\xc3\x28"  # an invalid UTF-8 value: not cached
     for _ in range(2):
-        assert outcome(_speedups.decode_msgpack_header, bad, b"") == outcome(PURE_DECODE, bad, b"")
+        assert outcome(_codec.decode_msgpack_header, bad, b"") == outcome(PURE_DECODE, bad, b"")

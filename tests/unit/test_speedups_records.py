@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidemq.common import speedups
-from tidemq.store import _speedups
+from tidemq.store import _fast_scan, _index, _record
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.record import (
     AppendStamp,
@@ -107,17 +107,17 @@ def batches(
 
 def encode_twins(batch: MessageBatch, max_body: int, stamp: AppendStamp | None) -> None:
     expected = outcome(pure("record.encode_batch"), batch, max_body, stamp)
-    assert outcome(_speedups.encode_batch, batch, max_body, stamp) == expected
+    assert outcome(_record.encode_batch, batch, max_body, stamp) == expected
 
 
 @given(batches(), STAMPS)
 def test_encode_batch_twins_on_well_formed_batches(batch: MessageBatch, stamp: Any) -> None:
     expected = pure("record.encode_batch")(batch, 4 << 20, stamp)
     with fast_path_only("record.encode_batch"):
-        assert _speedups.encode_batch(batch, 4 << 20, stamp) == expected
+        assert _record.encode_batch(batch, 4 << 20, stamp) == expected
         # the body as the broker gets it: a memoryview of the request
         batch.body = memoryview(bytearray(batch.body))
-        assert _speedups.encode_batch(batch, 4 << 20, stamp) == expected
+        assert _record.encode_batch(batch, 4 << 20, stamp) == expected
 
 
 @given(
@@ -236,7 +236,7 @@ def test_scan_fast_twins(span: bytes, data: st.DataObject) -> None:
         for pos in [*starts, *extra]:
             end = data.draw(st.integers(pos, len(span)) if pos <= len(span) else st.just(pos))
             expected = outcome(pure("fast_scan.scan_fast"), buffer, pos, end)
-            assert outcome(_speedups.scan_fast, buffer, pos, end) == expected
+            assert outcome(_fast_scan.scan_fast, buffer, pos, end) == expected
 
 
 @given(record_spans())
@@ -245,7 +245,7 @@ def test_scan_fast_reads_well_formed_records_itself(span: bytes) -> None:
     starts = positions(span)
     expected = [pure("fast_scan.scan_fast")(mm, pos, len(span)) for pos in starts]
     with fast_path_only("fast_scan.scan_fast"):
-        assert [_speedups.scan_fast(mm, pos, len(span)) for pos in starts] == expected
+        assert [_fast_scan.scan_fast(mm, pos, len(span)) for pos in starts] == expected
 
 
 NEEDLES = st.sampled_from([b"KEYS\x01", b"UNIQ_KEY\x01", b"TAGS\x01", b"K\x01", b"\x01"])
@@ -261,28 +261,28 @@ def test_find_value_twins(properties: bytes, needle: bytes, data: st.DataObject)
     for buffer in (mm, properties):
         expected = outcome(pure("fast_scan.find_value"), buffer, needle, start, end)
         with fast_path_only("fast_scan.find_value"):
-            assert outcome(_speedups.find_value, buffer, needle, start, end) == expected
+            assert outcome(_fast_scan.find_value, buffer, needle, start, end) == expected
     # out of the buffer, reversed, an empty needle: the pure twin's answer
     for odd in ((needle, size, size + 5), (needle, end, start - 1), (b"", 0, 0)):
         expected = outcome(pure("fast_scan.find_value"), mm, *odd)
-        assert outcome(_speedups.find_value, mm, *odd) == expected
+        assert outcome(_fast_scan.find_value, mm, *odd) == expected
 
 
 @given(PROPERTY_BYTES, NEEDLES.map(lambda n: n[:-1]))
 def test_find_property_twins(properties: bytes, name: bytes) -> None:
     expected = outcome(pure("record.find_property"), properties, name)
     with fast_path_only("record.find_property"):
-        assert outcome(_speedups.find_property, properties, name) == expected
-        assert outcome(_speedups.find_property, memoryview(properties), name) == expected
+        assert outcome(_record.find_property, properties, name) == expected
+        assert outcome(_record.find_property, memoryview(properties), name) == expected
     for odd in (bytearray(properties), "text", 3, None):
         expected = outcome(pure("record.find_property"), odd, name)
-        assert outcome(_speedups.find_property, odd, name) == expected
+        assert outcome(_record.find_property, odd, name) == expected
     expected = outcome(pure("record.find_property"), properties, bytearray(name))
-    assert outcome(_speedups.find_property, properties, bytearray(name)) == expected
+    assert outcome(_record.find_property, properties, bytearray(name)) == expected
 
 
 def gatherers() -> tuple[Any, Any]:
-    return pure("fast_scan.KeyGatherer")(), _speedups.KeyGatherer()
+    return pure("fast_scan.KeyGatherer")(), _fast_scan.KeyGatherer()
 
 
 @given(record_spans(), st.data())
@@ -322,7 +322,7 @@ def test_gather_entries_twins(span: bytes, data: st.DataObject) -> None:
     expected: list[tuple[int, int, int]] = []
     got: list[tuple[int, int, int]] = []
     result = outcome(pure("index_worker.gather_entries"), mm, pos, end, slow, expected)
-    assert outcome(_speedups.gather_entries, mm, pos, end, fast, got) == result
+    assert outcome(_fast_scan.gather_entries, mm, pos, end, fast, got) == result
     assert got == expected
 
 
@@ -335,7 +335,7 @@ def test_gather_entries_reads_well_formed_records_itself(span: bytes) -> None:
     got: list[tuple[int, int, int]] = []
     result = pure("index_worker.gather_entries")(mm, 0, len(span), slow, expected)
     with fast_path_only("index_worker.gather_entries", "fast_scan.scan_fast"):
-        assert _speedups.gather_entries(mm, 0, len(span), fast, got) == result
+        assert _fast_scan.gather_entries(mm, 0, len(span), fast, got) == result
     assert got == expected
 
 
@@ -393,7 +393,7 @@ def put_many_twins(
             expected = outcome(pure("index._IndexFile.put_many"), slow, entries, chunk_start)
             keys = ("index._IndexFile.put_many",) if fast_only else ()
             with fast_path_only(*keys):
-                assert outcome(_speedups.put_many, fast, entries, chunk_start) == expected
+                assert outcome(_index.put_many, fast, entries, chunk_start) == expected
             assert fast._map[:] == slow._map[:]
             for field in (*INDEX_FIELDS, "index_count", "hash_slot_count", "dirty"):
                 assert getattr(fast, field) == getattr(slow, field), field
@@ -416,7 +416,7 @@ def test_index_put_many_twins_on_odd_entries(
 def test_index_put_many_is_the_index_files_method() -> None:
     from tidemq.store.index import _IndexFile
 
-    assert _IndexFile.__dict__["put_many"] is _speedups.put_many
+    assert _IndexFile.__dict__["put_many"] is _index.put_many
 
 
 # --- with_property ----------------------------------------------------------------------------
@@ -437,7 +437,7 @@ PROPERTY_NAMES = st.sampled_from(["CLUSTER", "a", "", "é", "\ud800"]) | st.text
 
 @given(PROPERTY_TEXTS, PROPERTY_NAMES, st.text(max_size=5))
 def test_with_property_gives_the_same_text(text: str, name: str, value: str) -> None:
-    assert outcome(_speedups.with_property, text, name, value) == outcome(
+    assert outcome(_record.with_property, text, name, value) == outcome(
         pure("record.with_property"), text, name, value
     )
 
@@ -447,13 +447,13 @@ def test_with_property_of_encoded_properties_gives_the_same_text(
     props: dict[str, str], name: str, value: str
 ) -> None:
     text = encode_properties(props)
-    assert outcome(_speedups.with_property, text, name, value) == outcome(
+    assert outcome(_record.with_property, text, name, value) == outcome(
         pure("record.with_property"), text, name, value
     )
     pairs_only = not any("\x01" in key or "\x02" in key for key in props)
     if pairs_only and name not in props and len(props) < 64 and utf8_encodable(text + name):
         with fast_path_only("record.with_property"):
-            assert _speedups.with_property(text, name, value) == f"{text}{name}\x01{value}\x02"
+            assert _record.with_property(text, name, value) == f"{text}{name}\x01{value}\x02"
 
 
 def utf8_encodable(text: str) -> bool:
@@ -469,6 +469,4 @@ def test_with_property_hands_other_types_to_the_pure_twin() -> None:
         pass
 
     for args in ((Text("a\x011\x02"), "b", "2"), (b"a\x011\x02", "b", "2"), ("", None, "x")):
-        assert outcome(_speedups.with_property, *args) == outcome(
-            pure("record.with_property"), *args
-        )
+        assert outcome(_record.with_property, *args) == outcome(pure("record.with_property"), *args)

@@ -1,4 +1,6 @@
-"""The remoting codec's compiled twins (client/_speedups.pyx) against their pure references.
+"""The remoting codec's compiled twins against their pure references.
+
+The twins are in client/remoting/_codec.pyx and client/protocol/_headers.pyx.
 
 `_command_from_mapping` turns a decoded JSON or msgpack header into a RemotingCommand, and
 `decode_send_header` a send's extFields into its SendMessageRequestHeader. Both twins must give
@@ -16,9 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.speedups_twins import selected
-from tidemq.client import _speedups
+from tidemq.client.protocol import _headers
 from tidemq.client.protocol.headers import SEND_V2_KEYS, SendMessageRequestHeader, encode
-from tidemq.client.remoting import headers
+from tidemq.client.remoting import _codec, headers
 from tidemq.client.remoting.codes import SerializeType
 from tidemq.common import speedups
 
@@ -62,16 +64,16 @@ def outcome(twin: Any, obj: Any, kind: SerializeType) -> Any:
 
 
 def test_the_compiled_twin_is_selected() -> None:
-    assert selected(KEY) is _speedups._command_from_mapping
-    assert headers._command_from_mapping is _speedups._command_from_mapping
-    assert PURE is not _speedups._command_from_mapping
+    assert selected(KEY) is _codec._command_from_mapping
+    assert headers._command_from_mapping is _codec._command_from_mapping
+    assert PURE is not _codec._command_from_mapping
 
 
 @given(well_formed, st.sampled_from([SerializeType.JSON, SerializeType.MSGPACK]))
 def test_well_formed_headers_give_the_same_command(
     obj: dict[str, Any], kind: SerializeType
 ) -> None:
-    compiled = _speedups._command_from_mapping(obj, b"body", kind, kind.name)
+    compiled = _codec._command_from_mapping(obj, b"body", kind, kind.name)
     assert compiled == PURE(obj, b"body", kind, kind.name)
     if isinstance(obj.get("extFields"), dict):
         assert compiled.ext_fields is obj["extFields"]  # kept, not copied, by both
@@ -79,7 +81,7 @@ def test_well_formed_headers_give_the_same_command(
 
 @given(anything, st.sampled_from([SerializeType.JSON, SerializeType.MSGPACK]))
 def test_anything_else_gives_the_same_command_or_error(obj: Any, kind: SerializeType) -> None:
-    assert outcome(_speedups._command_from_mapping, obj, kind) == outcome(PURE, obj, kind)
+    assert outcome(_codec._command_from_mapping, obj, kind) == outcome(PURE, obj, kind)
 
 
 # --- decode_send_header -------------------------------------------------------------------------
@@ -139,14 +141,14 @@ def send_outcome(twin: Any, ext: dict[str, str], short: bool) -> Any:
 
 
 def test_the_compiled_send_header_decoder_is_selected() -> None:
-    assert selected(SEND_KEY) is _speedups.decode_send_header
-    assert SEND_PURE is not _speedups.decode_send_header
+    assert selected(SEND_KEY) is _headers.decode_send_header
+    assert SEND_PURE is not _headers.decode_send_header
 
 
 @given(send_headers, st.booleans())
 def test_send_headers_decode_the_same(header: SendMessageRequestHeader, short: bool) -> None:
     ext = encode(header, SEND_V2_KEYS if short else None)
-    compiled = _speedups.decode_send_header(ext, short)
+    compiled = _headers.decode_send_header(ext, short)
     assert compiled == SEND_PURE(ext, short) == header
 
 
@@ -179,7 +181,7 @@ def test_the_cpp_clients_send_header_is_decoded_without_the_pure_twin(
         raise AssertionError("fell back to the pure twin")
 
     monkeypatch.setitem(speedups.PURE_TWINS, SEND_KEY, no_fallback)
-    header = _speedups.decode_send_header(CPP_SEND_EXT, False)
+    header = _headers.decode_send_header(CPP_SEND_EXT, False)
     assert header == SEND_PURE(CPP_SEND_EXT, False)
     assert (header.unit_mode, header.batch, header.queue_id) == (False, False, 0)
 
@@ -199,7 +201,7 @@ def test_damaged_send_headers_decode_or_fail_the_same(
             ext.pop(key, None)
         else:
             ext[key] = value
-    assert send_outcome(_speedups.decode_send_header, ext, short) == send_outcome(
+    assert send_outcome(_headers.decode_send_header, ext, short) == send_outcome(
         SEND_PURE, ext, short
     )
 

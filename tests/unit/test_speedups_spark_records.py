@@ -1,7 +1,7 @@
 """The Spark source's record twins: compiled and pure give the same columns and the same errors.
 
 `walk_records` (where a pull body's records start) and `fast_columns` (walked bodies as Arrow
-columns, client/spark/records.py) against their compiled twins in client/_speedups.pyx: on
+columns, client/spark/records.py) against their compiled twins in client/spark/_records.pyx: on
 records as producers send them, on random ones (IPv6 hosts, compressed bodies, properties with
 names inside values, missing UNIQ_KEY, non-UTF-8 text, several bodies and ranges), on damaged
 bodies and on a body damaged byte by byte. On well-formed input the compiled loop must do the
@@ -23,8 +23,7 @@ from hypothesis import strategies as st
 
 from tests.support.records import reference_record
 from tests.support.speedups_twins import selected
-from tidemq.client import _speedups
-from tidemq.client.spark import records
+from tidemq.client.spark import _records, records
 from tidemq.client.spark.records import ColumnBuffer, spark_schema
 from tidemq.common import speedups
 from tidemq.store.record import encode_properties
@@ -177,8 +176,8 @@ def fast_path_only() -> Iterator[None]:
 
 def test_the_compiled_twins_are_selected() -> None:
     for key, compiled in (
-        (WALK_KEY, _speedups.walk_records),
-        (COLUMNS_KEY, _speedups.fast_columns),
+        (WALK_KEY, _records.walk_records),
+        (COLUMNS_KEY, _records.fast_columns),
     ):
         assert selected(key) is compiled
         assert speedups.PURE_TWINS[key] is not compiled
@@ -197,13 +196,13 @@ def test_records_as_producers_send_them_are_decoded_by_the_compiled_loop_itself(
     expected_walks = [outcome(PURE_WALK, body) for body, _s, _e in bodies]
     expected = outcome(PURE_COLUMNS, walked(bodies))
     with fast_path_only():
-        assert [outcome(_speedups.walk_records, b) for b, _s, _e in bodies] == expected_walks
-        assert outcome(_speedups.fast_columns, walked(bodies)) == expected
+        assert [outcome(_records.walk_records, b) for b, _s, _e in bodies] == expected_walks
+        assert outcome(_records.fast_columns, walked(bodies)) == expected
         # bodies that are views of a receive buffer, not bytes: the same, without a copy
         views = viewed(bodies)
-        assert [outcome(_speedups.walk_records, b) for b, _s, _e in views] == expected_walks
-        assert outcome(_speedups.fast_columns, walked(views)) == expected
-        assert outcome(_speedups.fast_columns, walked(views[:1])) == outcome(
+        assert [outcome(_records.walk_records, b) for b, _s, _e in views] == expected_walks
+        assert outcome(_records.fast_columns, walked(views)) == expected
+        assert outcome(_records.fast_columns, walked(views[:1])) == outcome(
             PURE_COLUMNS, walked(bodies[:1])
         )
     assert expected[0] == "columns"
@@ -232,7 +231,7 @@ def test_other_records_are_left_to_the_pure_twin(
 ) -> None:
     group = walked([(record(0, b"body", props, v6=v6, compressed=compressed), 0, 10)])
     expected = outcome(PURE_COLUMNS, group)
-    assert outcome(_speedups.fast_columns, group) == expected
+    assert outcome(_records.fast_columns, group) == expected
     assert (expected == ("result", None)) is general  # None: the general path's records
 
 
@@ -240,12 +239,12 @@ def test_other_records_are_left_to_the_pure_twin(
 @given(bodies=pull_bodies())
 def test_the_twins_give_the_same_columns(bodies: list[tuple[bytes, int, int]]) -> None:
     for body, _start, _end in bodies:
-        assert outcome(_speedups.walk_records, body) == outcome(PURE_WALK, body)
-        assert outcome(_speedups.walk_records, as_view(body)) == outcome(PURE_WALK, body)
+        assert outcome(_records.walk_records, body) == outcome(PURE_WALK, body)
+        assert outcome(_records.walk_records, as_view(body)) == outcome(PURE_WALK, body)
     group = walked(bodies)
     expected = outcome(PURE_COLUMNS, group)
-    assert outcome(_speedups.fast_columns, group) == expected
-    assert outcome(_speedups.fast_columns, walked(viewed(bodies))) == expected
+    assert outcome(_records.fast_columns, group) == expected
+    assert outcome(_records.fast_columns, walked(viewed(bodies))) == expected
     assert outcome(PURE_COLUMNS, walked(viewed(bodies))) == expected
 
 
@@ -264,15 +263,15 @@ def test_the_twins_fail_the_same_on_damaged_bodies(
     if damage:  # sizes are where damage matters most
         struct.pack_into(">i", body, 0, damage[0][0] % (len(body) + 8))
     damaged = bytes(body[: len(body) - cut % 97 if cut % 3 else len(body)])
-    walk = outcome(_speedups.walk_records, damaged)
+    walk = outcome(_records.walk_records, damaged)
     assert walk == outcome(PURE_WALK, damaged)
-    assert outcome(_speedups.walk_records, as_view(damaged)) == walk
+    assert outcome(_records.walk_records, as_view(damaged)) == walk
     if walk[0] == "result":
         group = walked([(damaged, bodies[0][1], bodies[0][2]), *bodies[1:]])
         expected = outcome(PURE_COLUMNS, group)
-        assert outcome(_speedups.fast_columns, group) == expected
+        assert outcome(_records.fast_columns, group) == expected
         views = walked(viewed([(damaged, bodies[0][1], bodies[0][2]), *bodies[1:]]))
-        assert outcome(_speedups.fast_columns, views) == expected
+        assert outcome(_records.fast_columns, views) == expected
 
 
 def test_the_twins_agree_on_every_byte_damaged() -> None:
@@ -282,11 +281,11 @@ def test_the_twins_agree_on_every_byte_damaged() -> None:
         for value in (0, 1, 0x7F, 0x80, 0xFF, body[at] ^ 0x10):
             damaged = body[:at] + bytes([value]) + body[at + 1 :]
             for cut in (damaged, damaged[:at]):
-                walk = outcome(_speedups.walk_records, cut)
+                walk = outcome(_records.walk_records, cut)
                 assert walk == outcome(PURE_WALK, cut), (at, value)
                 if walk[0] == "result" and walk[1]:
                     group = walked([(cut, 7, 9)])
-                    assert outcome(_speedups.fast_columns, group) == outcome(PURE_COLUMNS, group), (
+                    assert outcome(_records.fast_columns, group) == outcome(PURE_COLUMNS, group), (
                         at,
                         value,
                     )
@@ -305,7 +304,7 @@ def test_the_twins_agree_on_starts_that_are_not_the_walks() -> None:
             records._Walked(first, starts, 0, 10, 0, 2),
             records._Walked(second, records.walk_records(second), 0, 10, 3, 4),
         ]
-        assert outcome(_speedups.fast_columns, group) == outcome(PURE_COLUMNS, group), starts
+        assert outcome(_records.fast_columns, group) == outcome(PURE_COLUMNS, group), starts
 
 
 def test_column_buffer_batches_are_the_same_with_either_twin(

@@ -1,6 +1,6 @@
 """getMessage (store/get_message.py): every status of the table, nextBeginOffset, the caps.
 
-Every test runs twice: with the compiled scan of the units (store/_speedups.pyx) and with its
+Every test runs twice: with the compiled scan of the units (store/_get_message.pyx) and with its
 pure-Python twin, so both give the same results on every case here (the random one included).
 
 `corr(old, new)` is `new` except on a slave without offsetCheckInSlave, where a client's offset is

@@ -1,0 +1,141 @@
+# cython: language_level=3
+"""Compiled twin of the send header's decoding (store/common/speedups.py picks a twin).
+
+    decode_send_header  client/protocol/headers.py  a send's extFields as its typed header
+
+The pure twin is the reference: same arguments, same result, same exceptions
+(tests/unit/test_speedups_remoting.py). It is called for the header of every send the broker
+takes; fields it cannot read in C go to the pure twin.
+"""
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object text)
+    Py_ssize_t PyUnicode_GET_LENGTH(object text)
+    void* PyUnicode_DATA(object text)
+    long long PyLong_AsLongLongAndOverflow(object value, int* overflow) except? -1
+
+include "../../store/common/_twins.pxi"
+
+_SEND_PURE_KEY = "tidemq.client.protocol.headers.decode_send_header"
+# Looked up at the first call: client/protocol/headers.py imports this module while it loads.
+_SendHeader = None
+# SendMessageRequestHeader's keys, in field order: its long (V1) and one-letter (V2) spellings.
+_V1_KEYS = (
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+    "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "batch",
+    "maxReconsumeTimes",
+)
+_V2_KEYS = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "m", "l")
+
+
+cdef inline object _int_or_none(object raw, long long least, long long most):
+    """The int `raw` spells within [least, most]; None for anything the pure twin must judge.
+
+    Plain decimals ([-]digits, up to 18 of them) are read in C; anything else int() accepts
+    (a sign, spaces, underscores, other digits) goes through int()."""
+    cdef Py_ssize_t size, i, start = 0
+    cdef const char* text
+    cdef long long value = 0
+    cdef int overflow = 0
+    if type(raw) is not str:
+        return None
+    if PyUnicode_IS_ASCII(raw):
+        size = PyUnicode_GET_LENGTH(raw)
+        text = <const char*>PyUnicode_DATA(raw)
+        if size > 0 and text[0] == 45:  # "-"
+            start = 1
+        if 0 < size - start <= 18:
+            for i in range(start, size):
+                if not 48 <= text[i] <= 57:
+                    break
+                value = value * 10 + (text[i] - 48)
+            else:
+                if start:
+                    value = -value
+                return value if least <= value <= most else None
+    try:
+        number = int(raw)
+    except ValueError:
+        return None
+    value = PyLong_AsLongLongAndOverflow(number, &overflow)
+    if overflow == 0 and least <= value <= most:
+        return number
+    return None
+
+
+cdef inline object _bool_or_none(object raw):
+    """Java's lenient parseBoolean as store/common/schema.py's `_java_bool` reads it; None (the pure
+    twin decides) for what is not text. rocketmq-client-cpp writes "0"/"1" on every send."""
+    if raw is None:
+        return False
+    if type(raw) is not str:
+        return None
+    if raw == "true":
+        return True
+    if raw == "false" or raw == "0" or raw == "1":
+        return False
+    return raw.strip().lower() == "true"
+
+
+def decode_send_header(dict ext, bint short_keys):
+    global _SendHeader
+    if _SendHeader is None:
+        from tidemq.client.protocol.headers import SendMessageRequestHeader
+        _SendHeader = SendMessageRequestHeader
+    cdef tuple keys = _V2_KEYS if short_keys else _V1_KEYS
+    group = ext.get(keys[0])
+    topic = ext.get(keys[1])
+    default_topic = ext.get(keys[2])
+    properties = ext.get(keys[8])
+    reconsume_raw = ext.get(keys[9])
+    max_reconsume_raw = ext.get(keys[12])
+    queue_nums = _int_or_none(ext.get(keys[3]), -2147483648, 2147483647)
+    queue_id = _int_or_none(ext.get(keys[4]), -2147483648, 2147483647)
+    sys_flag = _int_or_none(ext.get(keys[5]), -2147483648, 2147483647)
+    born = _int_or_none(ext.get(keys[6]), -9223372036854775808, 9223372036854775807)
+    flag = _int_or_none(ext.get(keys[7]), -2147483648, 2147483647)
+    unit_mode = _bool_or_none(ext.get(keys[10]))
+    batch = _bool_or_none(ext.get(keys[11]))
+    if reconsume_raw is None:
+        reconsume = None
+        reconsume_ok = True
+    else:
+        reconsume = _int_or_none(reconsume_raw, -2147483648, 2147483647)
+        reconsume_ok = reconsume is not None
+    if max_reconsume_raw is None:
+        max_reconsume = None
+        max_reconsume_ok = True
+    else:
+        max_reconsume = _int_or_none(max_reconsume_raw, -2147483648, 2147483647)
+        max_reconsume_ok = max_reconsume is not None
+    if (
+        type(group) is str
+        and type(topic) is str
+        and type(default_topic) is str
+        and (properties is None or type(properties) is str)
+        and queue_nums is not None
+        and queue_id is not None
+        and sys_flag is not None
+        and born is not None
+        and flag is not None
+        and unit_mode is not None
+        and batch is not None
+        and reconsume_ok
+        and max_reconsume_ok
+    ):
+        return _SendHeader(
+            group,
+            topic,
+            default_topic,
+            queue_nums,
+            queue_id,
+            sys_flag,
+            born,
+            flag,
+            properties,
+            reconsume,
+            unit_mode,
+            batch,
+            max_reconsume,
+        )
+    return _PURE_TWINS[_SEND_PURE_KEY](ext, short_keys)

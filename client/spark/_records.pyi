@@ -1,0 +1,6 @@
+"""Types of the compiled twins in client/spark/_records.pyx (mypy cannot read Cython)."""
+
+from typing import Any
+
+def walk_records(body: bytes) -> list[int]: ...
+def fast_columns(group: list[Any]) -> Any: ...

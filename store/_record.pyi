@@ -1,0 +1,9 @@
+"""Types of the compiled twins in store/_record.pyx (mypy cannot read Cython)."""
+
+from tidemq.store.record import AppendStamp, EncodedBatch, MessageBatch
+
+def find_property(properties: bytes | memoryview, name: bytes) -> bytes | None: ...
+def with_property(text: str, name: str, value: str) -> str: ...
+def encode_batch(
+    batch: MessageBatch, max_body_size: int, stamp: AppendStamp | None = None
+) -> EncodedBatch: ...

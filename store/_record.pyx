@@ -1,0 +1,354 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled twins of the record codec's per-message steps (store/common/speedups.py picks a twin).
+
+    find_property  store/record.py  one property's value in a properties string
+    with_property  store/record.py  a properties string with one name set
+    encode_batch   store/record.py  a SEND_BATCH_MESSAGE body as records
+
+Each has a pure-Python twin of the same name, the reference: same arguments, same result, same
+exceptions with the same messages (tests/unit/test_speedups*.py check it with hypothesis on
+random and damaged input). Anything a fast path does not handle is handed to the pure twin.
+Records are big-endian (store/layout.py).
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.list cimport PyList_Append
+from libc.string cimport memchr, memcmp, memcpy
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+
+
+cdef extern from "Python.h":
+    object PyByteArray_FromStringAndSize(const char*, Py_ssize_t)
+    object PyMemoryView_FromMemory(char*, Py_ssize_t, int)
+    int PyBUF_READ
+    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
+
+import struct as _struct
+
+from tidemq.store.crc import crc32 as _crc32
+
+include "common/_twins.pxi"
+include "common/_bigendian.pxi"
+include "_layout.pxi"
+include "_properties.pxi"
+include "_record_module.pxi"
+
+cdef enum:
+    _BATCH_HEAD_SIZE = 20
+
+
+def find_property(properties, name):
+    """One property's raw value, without decoding the others (the dispatch hot path)."""
+    cdef Py_buffer buf
+    cdef Py_ssize_t begin, stop = 0
+    if type(name) is not bytes:
+        return _pure("tidemq.store.record.find_property")(properties, name)
+    cdef bytes needle = name + b"\x01"
+    try:
+        PyObject_GetBuffer(properties, &buf, PyBUF_SIMPLE)
+    except (TypeError, BufferError):
+        return _pure("tidemq.store.record.find_property")(properties, name)
+    try:
+        begin = _find_value(
+            <const unsigned char*>buf.buf,
+            <const unsigned char*>PyBytes_AS_STRING(needle),
+            PyBytes_GET_SIZE(needle),
+            0,
+            buf.len,
+            &stop,
+        )
+        return None if begin < 0 else _value(<const unsigned char*>buf.buf, begin, stop)
+    finally:
+        PyBuffer_Release(&buf)
+
+
+_TS = _struct.Struct(">q")
+_RECONSUME_PREPARED = _struct.Struct(">iq")
+
+
+cdef struct _Message:
+    Py_ssize_t end  # where the next message starts
+    Py_ssize_t body_at  # the body's 4-byte length is just before it
+    int32_t body_len
+    int32_t flag
+    Py_ssize_t props_at
+    Py_ssize_t props_len
+    bint separator  # between the message's properties and the batch's
+    int64_t props_total  # the record's properties: the message's, separator, the batch's
+    int64_t total  # the record's size
+
+
+cdef inline bint _layout(
+    const unsigned char* body,
+    Py_ssize_t pos,
+    Py_ssize_t size,
+    Py_ssize_t shared_len,
+    int64_t fixed_length,
+    int64_t limit,
+    _Message* m,
+) noexcept nogil:
+    """The message at `pos` and its record, if the pure twin accepts both (else False)."""
+    if pos + _BATCH_HEAD_SIZE > size:
+        return False
+    cdef const unsigned char* p = body + pos
+    cdef int64_t message_total = _i32(p)
+    m.body_len = _i32(p + 16)
+    m.flag = _i32(p + 12)
+    m.end = pos + message_total
+    m.body_at = pos + _BATCH_HEAD_SIZE
+    m.props_at = m.body_at + m.body_len + 2
+    if (
+        message_total < _BATCH_HEAD_SIZE + 2
+        or m.end > size
+        or m.body_len < 0
+        or m.props_at > m.end
+        or _i16(body + m.props_at - 2) != m.end - m.props_at
+    ):
+        return False
+    m.props_len = m.end - m.props_at
+    m.separator = m.props_len > 0 and shared_len > 0 and body[m.end - 1] != 0x02
+    m.props_total = m.props_len + m.separator + shared_len
+    m.total = fixed_length + m.body_len + m.props_total
+    return not (
+        m.body_len > limit
+        or m.props_total > _MAX_PROPERTIES_BYTES
+        or m.total > limit + 64 * 1024
+        or m.total > 0x7FFFFFFF
+    )
+
+
+def encode_batch(batch, max_body_size, stamp=None):
+    """`encode_record` of each of `batch.as_messages()`, byte for byte, in one pass over the body.
+
+    Two passes in C: the first checks every message as the pure twin does and sizes the
+    records, the second writes them into one buffer. A body or a limit the pure twin refuses, an
+    empty body, host addresses of unusual lengths and numbers out of their fields' range are
+    left to the pure twin (it raises, or encodes them as it always has).
+    """
+    cdef bytes topic_bytes, middle, shared
+    cdef int64_t limit, queue_offset = 0, phy_start = 0, step = 0, queue_step = 0
+    cdef int32_t queue_id_c, sys_flag_c
+    cdef int64_t born_ts_c
+    try:
+        topic_bytes = batch.topic.encode()
+        born_host = batch.born_host
+        store_host = batch.store_host
+        if (
+            not 0 < len(topic_bytes) <= _MAX_TOPIC_BYTES
+            or len(born_host) not in (_HOST_V4_SIZE, _HOST_V6_SIZE)
+            or len(store_host) not in (_HOST_V4_SIZE, _HOST_V6_SIZE)
+        ):
+            return _pure("tidemq.store.record.encode_batch")(batch, max_body_size, stamp)
+        sys_flag = (
+            (batch.sys_flag & ~(_FLAG_BORNHOST_V6 | _FLAG_STOREHOST_V6))
+            | (_FLAG_BORNHOST_V6 if len(born_host) == _HOST_V6_SIZE else 0)
+            | (_FLAG_STOREHOST_V6 if len(store_host) == _HOST_V6_SIZE else 0)
+        )
+        middle = b"".join(
+            (
+                born_host,
+                bytes(8) if stamp is None else _TS.pack(stamp.store_timestamp),
+                store_host,
+                _RECONSUME_PREPARED.pack(batch.reconsume_times, batch.prepared_transaction_offset),
+            )
+        )
+        shared = batch.properties.encode()
+        queue_id = batch.queue_id
+        born_timestamp = batch.born_timestamp
+        queue_id_c = queue_id
+        sys_flag_c = sys_flag
+        born_ts_c = born_timestamp
+        limit = max_body_size
+        if stamp is not None:
+            phy_start, step = stamp.physical_offset, 1
+            if stamp.takes_queue_offsets:
+                queue_offset, queue_step = stamp.queue_offset, 1
+    except Exception:
+        # What the pure twin raises for it (or how it encodes it), as it always has.
+        return _pure("tidemq.store.record.encode_batch")(batch, max_body_size, stamp)
+    cdef Py_buffer buf
+    try:
+        PyObject_GetBuffer(batch.body, &buf, PyBUF_SIMPLE)
+    except (TypeError, BufferError):
+        return _pure("tidemq.store.record.encode_batch")(batch, max_body_size, stamp)
+    try:
+        if buf.len == 0:
+            return _pure("tidemq.store.record.encode_batch")(batch, max_body_size, stamp)
+        result = _encode_messages(
+            <const unsigned char*>buf.buf,
+            buf.len,
+            topic_bytes,
+            middle,
+            shared,
+            queue_id_c,
+            sys_flag_c,
+            born_ts_c,
+            limit,
+            queue_offset,
+            queue_step,
+            phy_start,
+            step,
+        )
+        if result is None:
+            return _pure("tidemq.store.record.encode_batch")(batch, max_body_size, stamp)
+        data, offsets, properties_at, wait_store = result
+    finally:
+        PyBuffer_Release(&buf)
+    return _record().EncodedBatch(
+        data,
+        offsets,
+        _PREFIX_SIZE + len(born_host),
+        batch.topic,
+        queue_id,
+        sys_flag,
+        wait_store,
+        properties_at,
+        stamp,
+    )
+
+
+cdef object _encode_messages(
+    const unsigned char* body,
+    Py_ssize_t size,
+    bytes topic_bytes,
+    bytes middle,
+    bytes shared,
+    int32_t queue_id,
+    int32_t sys_flag_c,
+    int64_t born_ts,
+    int64_t limit,
+    int64_t queue_offset,
+    int64_t queue_step,
+    int64_t phy_start,
+    int64_t step,
+):
+    """(data, offsets, properties_at, wait_store), or None for what the pure twin must do."""
+    cdef Py_ssize_t topic_len = PyBytes_GET_SIZE(topic_bytes)
+    cdef Py_ssize_t middle_len = PyBytes_GET_SIZE(middle)
+    cdef Py_ssize_t shared_len = PyBytes_GET_SIZE(shared)
+    # RocketMQ's calMsgLength without body and properties (host lengths from the flags)
+    cdef int64_t fixed_length = (
+        _PREFIX_SIZE
+        + (_HOST_V6_SIZE if sys_flag_c & _FLAG_BORNHOST_V6 else _HOST_V4_SIZE) + 8
+        + (_HOST_V6_SIZE if sys_flag_c & _FLAG_STOREHOST_V6 else _HOST_V4_SIZE)
+        + 4 + 8 + 4 + 1 + topic_len + 2
+    )
+    cdef Py_ssize_t count = 0, pos = 0
+    cdef int64_t data_len = 0
+    cdef _Message m
+    # first pass: the pure twin's checks, and the sizes
+    while pos < size:
+        if not _layout(body, pos, size, shared_len, fixed_length, limit, &m):
+            return None
+        count += 1
+        data_len += m.total
+        pos = m.end
+    if (
+        phy_start > 0x7FFFFFFFFFFFFFFF - data_len
+        or queue_offset > 0x7FFFFFFFFFFFFFFF - count * queue_step
+    ):
+        return None
+    # second pass: the records, into one buffer
+    cdef object data = PyByteArray_FromStringAndSize(NULL, data_len)
+    cdef unsigned char* out = <unsigned char*>PyByteArray_AS_STRING(data)
+    cdef unsigned char* r
+    cdef list offsets = [], properties_at = []
+    cdef int64_t at = 0
+    cdef object first_props = None
+    pos = 0
+    while pos < size:
+        _layout(body, pos, size, shared_len, fixed_length, limit, &m)
+        if at + m.total > data_len:
+            raise AssertionError("encode_batch: the second pass outgrew the first")
+        r = out + at
+        _put32(r, <uint32_t>m.total)
+        _put32(r + _OFFSET_MAGIC, <uint32_t>_MAGIC_V1)
+        _put32(r + _OFFSET_BODY_CRC, <uint32_t>(
+            _crc32(PyMemoryView_FromMemory(<char*>body + m.body_at, m.body_len, PyBUF_READ))
+            & 0x7FFFFFFF
+        ))
+        _put32(r + _OFFSET_QUEUE_ID, <uint32_t>queue_id)
+        _put32(r + _OFFSET_FLAG, <uint32_t>m.flag)
+        _put64(r + _OFFSET_QUEUE_OFFSET, <uint64_t>queue_offset)
+        _put64(r + _OFFSET_PHYSICAL_OFFSET, <uint64_t>(phy_start + at * step))
+        _put32(r + _OFFSET_SYS_FLAG, <uint32_t>sys_flag_c)
+        _put64(r + _OFFSET_BORN_TIMESTAMP, <uint64_t>born_ts)
+        r += _PREFIX_SIZE
+        memcpy(r, PyBytes_AS_STRING(middle), middle_len)
+        r += middle_len
+        memcpy(r, body + m.body_at - 4, 4 + m.body_len)  # [4 body length][body], as in a record
+        r += 4 + m.body_len
+        r[0] = <unsigned char>topic_len
+        memcpy(r + 1, PyBytes_AS_STRING(topic_bytes), topic_len)
+        r += 1 + topic_len
+        r[0] = <unsigned char>(m.props_total >> 8)
+        r[1] = <unsigned char>m.props_total
+        r += 2
+        memcpy(r, body + m.props_at, m.props_len)
+        r += m.props_len
+        if m.separator:
+            r[0] = 0x02
+            r += 1
+        memcpy(r, PyBytes_AS_STRING(shared), shared_len)
+        if first_props is None:
+            first_props = PyBytes_FromStringAndSize(
+                <const char*>out + at + m.total - m.props_total, m.props_total
+            )
+        PyList_Append(offsets, at)
+        at += m.total
+        PyList_Append(properties_at, at - m.props_total)
+        queue_offset += queue_step
+        pos = m.end
+    wait_store = _record().waits_for_store(first_props.decode("utf-8", "replace"))
+    return data, offsets, properties_at, wait_store
+
+
+cdef bint _canonical_without(const char* text, Py_ssize_t size, const char* name, Py_ssize_t name_size):
+    """Whether `text` is a run of name\x01value\x02 items, no name twice and none `name`
+    (UTF-8; the separators are single bytes there too)."""
+    cdef Py_ssize_t start = 0, end, sep, i, count = 0, other, other_size
+    cdef Py_ssize_t starts[64]
+    cdef Py_ssize_t sizes[64]
+    cdef const char* found
+    while start < size:
+        found = <const char*>memchr(text + start, 0x02, size - start)
+        if found == NULL:
+            return False  # the last item has no \x02 after it
+        end = found - text
+        found = <const char*>memchr(text + start, 0x01, end - start)
+        if found == NULL:
+            return False  # not a pair
+        sep = found - text
+        if memchr(text + sep + 1, 0x01, end - sep - 1) != NULL:
+            return False  # two separators: not a pair either
+        if count == 64:
+            return False  # many properties: the pure twin decides
+        if sep - start == name_size and memcmp(text + start, name, name_size) == 0:
+            return False
+        for i in range(count):
+            other, other_size = starts[i], sizes[i]
+            if other_size == sep - start and memcmp(text + other, text + start, other_size) == 0:
+                return False  # a name twice
+        starts[count] = start
+        sizes[count] = sep - start
+        count += 1
+        start = end + 1
+    return True
+
+
+def with_property(text, name, value):
+    cdef Py_ssize_t size, name_size
+    cdef const char* raw
+    cdef const char* raw_name
+    if type(text) is str and type(name) is str and type(value) is str:
+        try:
+            raw = PyUnicode_AsUTF8AndSize(text, &size)
+            raw_name = PyUnicode_AsUTF8AndSize(name, &name_size)
+        except UnicodeEncodeError:
+            pass
+        else:
+            if _canonical_without(raw, size, raw_name, name_size):
+                return f"{text}{name}\x01{value}\x02"
+    return _pure("tidemq.store.record.with_property")(text, name, value)
