@@ -57,6 +57,18 @@ class SendStatus(enum.Enum):
 
 @dataclass(slots=True)
 class Message:
+    """A message to send (RocketMQ's Message).
+
+    `body` is bytes; `tags` one tag (a consumer's subscription filters on it); `keys` what the
+    broker's index finds the message by (mqadmin queryMsgByKey): one str with the keys
+    separated by a space, as RocketMQ's setKeys takes them, or an iterable of keys. Either
+    travels as the KEYS property, the keys joined by a space, and a consumer reads it back as
+    `ReceivedMessage.keys`, that one str. `properties` are user properties; `delay_level`
+    1-18 delays delivery by RocketMQ's levels (1s 5s 10s 30s 1m ... 2h); `wait_store_msg_ok`
+    False lets the broker answer before the message is flushed or replicated; `flag` is
+    RocketMQ's user flag, stored as is.
+    """
+
     topic: str
     body: bytes
     tags: str | None = None
@@ -68,6 +80,7 @@ class Message:
 
     @property
     def key_list(self) -> list[str]:
+        """Each of the message's keys (a str of keys split at its spaces)."""
         if self.keys is None:
             return []
         if isinstance(self.keys, str):
@@ -75,6 +88,8 @@ class Message:
         return [k for k in self.keys if k]
 
     def all_properties(self, uniq_key: str | None = None) -> dict[str, str]:
+        """The properties a send carries: the user's, with TAGS, KEYS, DELAY, WAIT and, when
+        given and not set already, UNIQ_KEY."""
         props = dict(self.properties)
         if self.tags:
             props[PROPERTY_TAGS] = self.tags
@@ -89,6 +104,7 @@ class Message:
         return props
 
     def encoded_properties(self, uniq_key: str | None = None) -> str:
+        """`all_properties` as the send header carries them (name\x01value\x02...)."""
         return encode_properties(self.all_properties(uniq_key))
 
 
@@ -193,7 +209,7 @@ class ReceivedMessage(_ReceivedFields):
         topic: str,
         body: bytes,
         tags: str | None,
-        keys: tuple[str, ...],
+        keys: str | None,
         properties: Mapping[str, str],
         msg_id: str,
         offset_msg_id: str,
@@ -291,13 +307,20 @@ class ReceivedMessage(_ReceivedFields):
         return tags  # type: ignore[no-any-return]
 
     @property
-    def keys(self) -> tuple[str, ...]:
+    def keys(self) -> str | None:
+        """The message's keys as RocketMQ's getKeys() gives them: one str, the keys separated
+        by a space (as its producer gave them, a str or several), None when it has none."""
         keys = self._keys
         if keys is UNSET:
-            raw = self.properties.get(PROPERTY_KEYS, "")
-            keys = tuple(k for k in raw.split(KEY_SEPARATOR) if k)
+            keys = self.properties.get(PROPERTY_KEYS) or None
             object.__setattr__(self, "_keys", keys)
         return keys  # type: ignore[no-any-return]
+
+    @property
+    def key_list(self) -> list[str]:
+        """Each of the message's keys (`keys` split at its spaces)."""
+        keys = self.keys
+        return [k for k in keys.split(KEY_SEPARATOR) if k] if keys else []
 
     @property
     def msg_id(self) -> str:

@@ -4,10 +4,15 @@ Record formats (TraceDataEncoder), fields separated by \\x01, records ended by \
 
     Pub            timestamp regionId group topic msgId tags keys storeHost bodyLength costTime
                    msgType offsetMsgId success
-    SubBefore      timestamp regionId group requestId msgId retryTimes keys
+    SubBefore      timestamp regionId group requestId msgId retryTimes keys [slotWaitMs]
     SubAfter       requestId msgId costTime success keys contextCode timestamp group
     EndTransaction timestamp regionId group topic msgId tags keys storeHost msgType transactionId
                    transactionState fromTransactionCheck
+
+SubBefore's timestamp is when the listener starts and SubAfter's costTime runs from then (the
+listener's time over the batch, per message, as RocketMQ's consumeRT); slotWaitMs, tidemq's
+addition after RocketMQ's fields (which RocketMQ's readers ignore), is how long the batch
+waited for one of the consumer's max_concurrency slots before that.
 
 msgType is the ordinal of Normal_Msg, Trans_Msg_Half, Trans_msg_Commit, Delay_Msg, Order_Msg;
 contextCode of SUCCESS, TIME_OUT, EXCEPTION, RETURNNULL, FAILED; transactionState is
@@ -95,6 +100,7 @@ class TraceRecord:
     transaction_state: str = ""
     from_transaction_check: bool = False
     region: str = REGION
+    slot_wait_ms: int = 0
 
     def encode(self) -> str:
         fields: list[object]
@@ -107,7 +113,7 @@ class TraceRecord:
         elif self.type is TraceType.SUB_BEFORE:
             fields = [
                 self.timestamp, self.region, self.group, self.request_id, self.msg_id,
-                self.retry_times, self.keys,
+                self.retry_times, self.keys, self.slot_wait_ms,
             ]  # fmt: skip
         elif self.type is TraceType.SUB_AFTER:
             fields = [
@@ -146,7 +152,10 @@ class TraceRecord:
                 f"bodyLength={self.body_length}"
             )
         if self.type is TraceType.SUB_BEFORE:
-            return f"requestId={self.request_id} retryTimes={self.retry_times}"
+            return (
+                f"requestId={self.request_id} retryTimes={self.retry_times} "
+                f"slotWait={self.slot_wait_ms}ms"
+            )
         if self.type is TraceType.SUB_AFTER:
             return f"requestId={self.request_id} contextCode={self.context_code}"
         return (
@@ -170,6 +179,7 @@ class TraceRecord:
             "offsetMsgId": self.offset_msg_id,
             "requestId": self.request_id,
             "retryTimes": self.retry_times,
+            "slotWaitTime": self.slot_wait_ms,
             "contextCode": self.context_code,
             "transactionState": self.transaction_state,
             "fromTransactionCheck": self.from_transaction_check,
@@ -213,6 +223,7 @@ def decode_records(data: str) -> list[TraceRecord]:
                     TraceRecord(
                         TraceType.SUB_BEFORE, f[5], _int(f[1], "timestamp"), f[3], keys=f[7],
                         request_id=f[4], retry_times=_int(f[6], "retryTimes"), region=f[2],
+                        slot_wait_ms=_int(f[8], "slotWaitMs") if len(f) >= 9 else 0,
                     )
                 )  # fmt: skip
             elif kind == TraceType.SUB_AFTER.value:

@@ -186,7 +186,7 @@ class AsyncTransactionProducer(AsyncProducer):
         """An EndTransaction record (with enable_trace)."""
         if self.trace is None:
             return
-        keys = msg.key_list if isinstance(msg, Message) else list(msg.keys)
+        keys = msg.key_list
         self.trace.add(
             [
                 TraceRecord(

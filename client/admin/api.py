@@ -25,6 +25,7 @@ from tidemq.client.errors import (
     TideMQError,
     TopicNotExistError,
 )
+from tidemq.client.inflate import producer_body
 from tidemq.client.message import (
     PROPERTY_MAX_RECONSUME_TIMES,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -678,8 +679,8 @@ class AdminClient(Service):
         records: list[TraceRecord] = []
         skipped: list[str] = []
         for _broker, msg in found:
-            try:
-                text = bytes(msg.body).decode("utf-8")
+            try:  # batches over 4 KiB are compressed by the trace producer, as any body
+                text = producer_body(msg).decode("utf-8")
                 records.extend(r for r in decode_records(text) if r.msg_id == msg_id)
             except (DecodeError, UnicodeDecodeError) as exc:
                 skipped.append(f"skipped trace message {msg.msg_id}: {exc}")
@@ -743,9 +744,11 @@ class AdminClient(Service):
             raise ClientError(f"message {msg_id} does not name the topic it came from")
         kept = {k: v for k, v in stored.properties.items() if k not in RESEND_DROPPED_PROPERTIES}
         kept[PROPERTY_ORIGIN_MESSAGE_ID] = stored.properties.get(PROPERTY_UNIQ_KEY, msg_id)
-        resent = Message(
-            origin, bytes(stored.body), tags=stored.tags, keys=stored.keys, properties=kept
-        )
+        try:  # the send below carries no sysFlag: the body goes as the producer gave it
+            body = producer_body(stored)
+        except DecodeError as exc:
+            raise ClientError(f"message {msg_id}: {exc}") from None
+        resent = Message(origin, body, tags=stored.tags, keys=stored.keys, properties=kept)
         return await self.send_message(resent)
 
     async def _reader_address(self, broker_name: str, topic: str) -> str:

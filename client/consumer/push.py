@@ -577,13 +577,10 @@ class AsyncPushConsumer(AsyncLifecycle):
         send-back failed stays (holding the committed offset below it) and is consumed again
         locally later. The offset is committed once, after the batch.
         """
-        started = time.monotonic()
-        results = await self._listen(pq, msgs, stop_at_failure=False)
+        results, listened = await self._listen(pq, msgs, stop_at_failure=False)
         handled = len(results)  # fewer than the batch when pq was dropped
         succeeded = results.count(ConsumeResult.SUCCESS)
-        self.consume_stats.consumed(
-            pq.queue.topic, time.monotonic() - started, succeeded, handled - succeeded
-        )
+        self.consume_stats.consumed(pq.queue.topic, listened, succeeded, handled - succeeded)
         if succeeded == handled:
             pq.forget_all(msgs if handled == len(msgs) else msgs[:handled])
         else:
@@ -612,30 +609,38 @@ class AsyncPushConsumer(AsyncLifecycle):
 
     async def _listen(
         self, pq: ProcessQueue, msgs: list[ReceivedMessage], *, stop_at_failure: bool
-    ) -> list[ConsumeResult]:
-        """The listener's results for `msgs` in order, holding one slot; fewer when the queue
-        was dropped meanwhile, or after the first failure with `stop_at_failure`. With
-        enable_trace, SubBefore records before and SubAfter records after."""
-        trace = self.trace
-        if trace is None:
-            return await self._listen_untraced(pq, msgs, stop_at_failure)
-        request_id = uuid.uuid4().hex.upper()
-        started = time.monotonic()
-        at = now_ms()
-        trace.add(
-            TraceRecord(
-                TraceType.SUB_BEFORE,
-                m.msg_id,
-                at,
-                self.group,
-                keys=" ".join(m.keys),
-                request_id=request_id,
-                retry_times=m.reconsume_times,
+    ) -> tuple[list[ConsumeResult], float]:
+        """The listener's results for `msgs` in order, holding one slot, and the seconds the
+        listener ran (from when it had its slot: the wait for one is not its cost); fewer
+        results when the queue was dropped meanwhile, or after the first failure with
+        `stop_at_failure`. With enable_trace, a SubBefore record (with the wait for the slot)
+        when the listener starts and a SubAfter record (its cost) when it is done."""
+        ready = time.monotonic()
+        async with self._slots:
+            started = time.monotonic()
+            trace = self.trace
+            if trace is None:
+                results = await self._listen_in_slot(pq, msgs, stop_at_failure)
+                return results, time.monotonic() - started
+            request_id = uuid.uuid4().hex.upper()
+            wait_ms = int((started - ready) * 1000)
+            trace.add(
+                TraceRecord(
+                    TraceType.SUB_BEFORE,
+                    m.msg_id,
+                    now_ms(),
+                    self.group,
+                    keys=m.keys or "",
+                    request_id=request_id,
+                    retry_times=m.reconsume_times,
+                    slot_wait_ms=wait_ms,
+                )
+                for m in msgs
             )
-            for m in msgs
-        )
-        results = await self._listen_untraced(pq, msgs, stop_at_failure)
-        cost = int((time.monotonic() - started) * 1000 / max(1, len(msgs)))
+            results = await self._listen_in_slot(pq, msgs, stop_at_failure)
+            elapsed = time.monotonic() - started
+        # RocketMQ's consumeRT / batch size: each message's share of the listener's time.
+        cost = int(elapsed * 1000 / max(1, len(msgs)))
         done = now_ms()
         trace.add(
             TraceRecord(
@@ -643,7 +648,7 @@ class AsyncPushConsumer(AsyncLifecycle):
                 m.msg_id,
                 done,
                 self.group,
-                keys=" ".join(m.keys),
+                keys=m.keys or "",
                 cost_ms=cost,
                 success=result is ConsumeResult.SUCCESS,
                 request_id=request_id,
@@ -653,19 +658,18 @@ class AsyncPushConsumer(AsyncLifecycle):
             )
             for m, result in zip(msgs, results, strict=False)
         )
-        return results
+        return results, elapsed
 
-    async def _listen_untraced(
+    async def _listen_in_slot(
         self, pq: ProcessQueue, msgs: list[ReceivedMessage], stop_at_failure: bool
     ) -> list[ConsumeResult]:
         sub = self._subscriptions[pq.queue.topic]
-        async with self._slots:
-            if pq.queue.topic.startswith(RETRY_PREFIX):
-                # each message to its own topic's listener
-                return await self._listen_one_by_one(pq, msgs, stop_at_failure)
-            if sub.is_async:
-                return await self._listen_async(pq, sub.listener, msgs, stop_at_failure)
-            return await self._listen_in_thread(pq, sub.listener, msgs, stop_at_failure)
+        if pq.queue.topic.startswith(RETRY_PREFIX):
+            # each message to its own topic's listener
+            return await self._listen_one_by_one(pq, msgs, stop_at_failure)
+        if sub.is_async:
+            return await self._listen_async(pq, sub.listener, msgs, stop_at_failure)
+        return await self._listen_in_thread(pq, sub.listener, msgs, stop_at_failure)
 
     async def _listen_async(
         self, pq: ProcessQueue, listener: Any, msgs: list[ReceivedMessage], stop: bool
@@ -781,14 +785,10 @@ class AsyncPushConsumer(AsyncLifecycle):
         async with pq.ordered_lock:
             while pq.messages and not pq.dropped:
                 run = list(itertools.islice(pq.messages.values(), self.pull_batch_size))
-                started = time.monotonic()
-                results = await self._listen(pq, run, stop_at_failure=True)
+                results, listened = await self._listen(pq, run, stop_at_failure=True)
                 succeeded = results.count(ConsumeResult.SUCCESS)
                 self.consume_stats.consumed(
-                    pq.queue.topic,
-                    time.monotonic() - started,
-                    succeeded,
-                    len(results) - succeeded,
+                    pq.queue.topic, listened, succeeded, len(results) - succeeded
                 )
                 suspend = False
                 for msg, result in zip(run, results, strict=False):

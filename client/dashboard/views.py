@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from tidemq.client.admin.api import AdminClient, BrokerAddress
 from tidemq.client.errors import ClientError, TideMQError
+from tidemq.client.inflate import ReadableBody, readable_body
 from tidemq.client.message import Message
 from tidemq.client.protocol.heartbeat import ConsumeType
 from tidemq.client.protocol.models import MASTER_ID, TopicConfig, perm_to_string
@@ -350,7 +351,13 @@ async def reset_offset(
 # --- messages -------------------------------------------------------------------------------
 
 
-def message_summary(msg: StoredMessage, broker_name: str = "") -> dict[str, Any]:
+def message_summary(
+    msg: StoredMessage, broker_name: str = "", body: ReadableBody | None = None
+) -> dict[str, Any]:
+    """A message's list row; its bodySize is the body's as its producer gave it (`body`, when
+    the caller has it, else inflated here when compressed)."""
+    if body is None:
+        body = readable_body(msg)
     return {
         "msgId": msg.properties.get("UNIQ_KEY", msg.msg_id),
         "offsetMsgId": msg.msg_id,
@@ -362,22 +369,23 @@ def message_summary(msg: StoredMessage, broker_name: str = "") -> dict[str, Any]
         "keys": msg.keys or "",
         "storeTimestamp": msg.store_timestamp,
         "bornTimestamp": msg.born_timestamp,
-        "bodySize": len(msg.body),
+        "bodySize": body.size,
     }
 
 
 def message_detail(msg: StoredMessage, broker_name: str = "") -> dict[str, Any]:
-    body = bytes(msg.body)
-    preview = body[:BODY_PREVIEW].decode("utf-8", errors="replace")
+    """A message's fields, and its body as its producer gave it (inflated when compressed)."""
+    body = readable_body(msg)
     return {
-        **message_summary(msg, broker_name),
+        **message_summary(msg, broker_name, body),
         "reconsumeTimes": msg.reconsume_times,
         "bornHost": f"{msg.born_host[0]}:{msg.born_host[1]}",
         "storeHost": f"{msg.store_host[0]}:{msg.store_host[1]}",
         "commitLogOffset": msg.physical_offset,
         "properties": dict(msg.properties),
-        "body": preview,
-        "bodyTruncated": len(body) > BODY_PREVIEW,
+        "body": body.text(limit=BODY_PREVIEW),
+        "bodyTruncated": body.error is None and body.size > BODY_PREVIEW,
+        "sysFlag": msg.sys_flag,
         "deadLetter": msg.topic.startswith(DLQ_PREFIX),
     }
 

@@ -737,7 +737,7 @@ def test_blocking_api_producer_push_consumer_and_pull_consumer(
         eventually_sync(lambda: set(push_recorder.bodies) >= bodies, "push consumption", 20)
         assert len(push_recorder.bodies) == len(bodies)
         by_body = {m.body: m for m in push_recorder.snapshot()}
-        assert by_body[b"sync-3"].tags == "T" and by_body[b"sync-3"].keys == ("k3",)
+        assert by_body[b"sync-3"].tags == "T" and by_body[b"sync-3"].keys == "k3"
         # The batch is stored contiguously in one queue.
         batch_offsets = sorted(by_body[b"batch-%d" % i].queue_offset for i in range(8))
         assert batch_offsets == list(range(batch_offsets[0], batch_offsets[0] + 8))

@@ -7,26 +7,34 @@ The pages themselves are driven in a browser by test_dashboard_browser.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.conditions import eventually
 from tests.support.processes import LOOPBACK, Daemon, ProcessGroup, free_port
+from tidemq import AsyncProducer, AsyncPushConsumer, ConsumeResult
 from tidemq.client.admin.api import AdminClient
+from tidemq.client.config import ClientConfig
 from tidemq.client.dashboard import main as dashboard_main
 from tidemq.client.dashboard.cli import READY_PREFIX, command_line
 from tidemq.client.errors import ClientError, TideMQError
-from tidemq.client.message import Message
+from tidemq.client.inflate import readable_body
+from tidemq.client.message import Message, ReceivedMessage
 from tidemq.client.protocol.headers import ConsumerSendMsgBackRequestHeader
+from tidemq.client.protocol.heartbeat import ConsumeFromWhere
 from tidemq.client.protocol.models import MASTER_ID, SubscriptionGroupConfig, TopicConfig
 from tidemq.client.remoting.signing import SessionCredentials
+from tidemq.store.layout import FLAG_COMPRESSED
 
 GROUP = "dash_group"
 ADMIN = SessionCredentials("dash-admin", "dash-admin-secret")
@@ -314,3 +322,101 @@ def test_with_acl_the_dashboard_signs_as_its_account(
     status, body = _request("POST", f"{urls['wrong']}/api/topics", {"topic": "Refused"})
     assert status == 502 and isinstance(body, dict)
     assert "Check signature failed" in body["error"]
+
+
+async def test_compressed_bodies_and_trace_batches_read_as_their_producers_gave_them(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    """A 12,000-byte body is compressed by its producer (over 4 KiB), and so are trace
+    batches over 4 KiB: the API shows the body and its size as sent, the consumer's trace
+    records, and a compressed dead letter resends as it was sent."""
+    broker = processes.brokerd(
+        namesrv.address, tmp_path / "store", "traceTopicEnable=true", name="brokerd"
+    )
+    port = free_port()
+    processes.start(
+        dashboard_command(namesrv.address, port),
+        port=port,
+        name="dashboard",
+        ready_text=READY_PREFIX,
+    )
+    url = f"http://{LOOPBACK}:{port}"
+    text = "twelve thousand bytes " * 546  # 12,012 bytes
+    big_key = "big-" + "k" * 4200  # every trace record over 4 KiB
+    config = ClientConfig.create(namesrv.address, poll_name_server_interval=1.0)
+    async with AdminClient(namesrv.address) as admin:
+        await _topic(admin, broker, "BigTopic")
+        async with AsyncProducer("P-big", config=config, enable_trace=True) as producer:
+            sent = await producer.send(Message("BigTopic", text.encode(), keys=big_key))
+        consumed: list[bytes] = []
+
+        async def listener(msg: ReceivedMessage) -> ConsumeResult:
+            consumed.append(msg.body)
+            return ConsumeResult.SUCCESS
+
+        consumer = AsyncPushConsumer(
+            "G-big",
+            config=config,
+            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            enable_trace=True,
+        )
+        consumer.subscribe("BigTopic", "*", listener)
+        await consumer.start()
+        try:
+            await eventually(lambda: consumed == [text.encode()], "the big message consumed", 30)
+        finally:
+            await consumer.shutdown()
+        stored = await admin.view_message(sent.offset_msg_id)
+        assert stored.sys_flag & FLAG_COMPRESSED and len(stored.body) < 1000  # as stored
+
+        get = partial(asyncio.to_thread, _request, "GET")
+        status, by_id = await get(f"{url}/api/messages/by-id?id={sent.offset_msg_id}")
+        assert status == 200 and isinstance(by_id, dict), by_id
+        assert by_id["bodySize"] == len(text) and by_id["bodyTruncated"]
+        assert by_id["body"] == text[:2048]
+        status, by_key = await get(f"{url}/api/messages/by-key?topic=BigTopic&key={big_key}")
+        assert isinstance(by_key, dict), by_key
+        assert [m["bodySize"] for m in by_key["messages"]] == [len(text)]
+        status, page = await get(f"{url}/api/messages?topic=BigTopic&begin=0&end={2**62}")
+        assert isinstance(page, dict), page
+        assert [m["bodySize"] for m in page["messages"]] == [len(text)]
+
+        trace: dict[str, Any] = {}
+
+        async def whole_trace() -> bool:
+            nonlocal trace
+            status, body = await get(f"{url}/api/messages/trace?id={sent.msg_id}")
+            trace = body if status == 200 and isinstance(body, dict) else {}
+            return [r["type"] for r in trace.get("records", [])] == [
+                "Pub",
+                "SubBefore",
+                "SubAfter",
+            ]
+
+        await eventually(whole_trace, "the Pub, SubBefore and SubAfter records", 30)
+        assert trace["skipped"] == []
+        assert {r["group"] for r in trace["records"]} == {"P-big", "G-big"}
+
+        # A compressed message sent to the dead-letter queue and resent: its body as sent.
+        await admin.update_subscription_group(broker.address, SubscriptionGroupConfig(GROUP))
+        header = ConsumerSendMsgBackRequestHeader(
+            offset=stored.physical_offset,
+            group=GROUP,
+            delay_level=-1,
+            origin_msg_id=sent.offset_msg_id,
+            origin_topic="BigTopic",
+        )
+        await admin.api.consumer_send_msg_back(broker.address, header)
+
+        async def dead_letter() -> list[str]:
+            try:
+                found = await admin.query_message(f"%DLQ%{GROUP}", big_key)
+            except TideMQError:  # no route yet
+                return []
+            return [m.msg_id for _, m in found]
+
+        await eventually(dead_letter, "the message in the dead-letter queue", timeout=15)
+        (letter_id,) = await dead_letter()
+        _, _, result = await admin.resend_dead_letter(letter_id)
+        resent = await admin.view_message(result.msg_id)
+        assert readable_body(resent).data == text.encode()

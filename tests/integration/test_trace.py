@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,74 @@ async def test_a_transaction_s_trace_has_its_half_send_and_its_end(
     await eventually(both, "the Pub and EndTransaction records", 30)
     assert records[1]["transactionState"] == "COMMIT_MESSAGE"
     assert not records[1]["fromTransactionCheck"]
+
+
+async def test_compressed_trace_batches_show_the_consumer_and_its_listener_s_own_cost(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    """Trace messages over 4 KiB are compressed by the trace producer (a long key makes each
+    record that long): queryMsgTraceById inflates them and shows SubBefore and SubAfter. One
+    consume slot for four queues' batches: the batches wait for it in turn, a wait SubBefore
+    reports as slotWaitTime and SubAfter's cost (the listener's time, 0.4 s) leaves out."""
+    processes.brokerd(namesrv.address, tmp_path / "b", "traceTopicEnable=true")
+    long_key = "order-" + "x" * 5000
+    async with AsyncProducer("P-trace-z", config=config(namesrv), enable_trace=True) as producer:
+        sent = [
+            await producer.send(
+                Message("TRZ", b"slow", keys=long_key),
+                selector=lambda queues, msg, qid: next(q for q in queues if q.queue_id == qid),
+                arg=qid,
+            )
+            for qid in range(4)
+        ]
+    consumed: list[str] = []
+
+    async def slow(msg: ReceivedMessage) -> ConsumeResult:
+        await asyncio.sleep(0.4)
+        consumed.append(msg.msg_id)
+        return ConsumeResult.SUCCESS
+
+    consumer = AsyncPushConsumer(
+        "G-z",
+        config=config(namesrv),
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        enable_trace=True,
+        max_concurrency=1,
+    )
+    consumer.subscribe("TRZ", "*", slow)
+    await consumer.start()
+    try:
+        await eventually(lambda: len(consumed) == 4, "four slow deliveries", 30)
+    finally:
+        await consumer.shutdown()  # sends the queued trace records
+
+    by_message: dict[str, list[dict[str, Any]]] = {}
+
+    async def traced(msg_id: str) -> bool:
+        done = await asyncio.to_thread(
+            mqadmin, "queryMsgTraceById", "-n", namesrv.address, "-i", msg_id, "--json"
+        )
+        if done.returncode != 0:
+            return False
+        data = json.loads(done.stdout)
+        assert data["skipped"] == [], data["skipped"]
+        by_message[msg_id] = data["records"]
+        return [r["type"] for r in data["records"]] == ["Pub", "SubBefore", "SubAfter"]
+
+    for msg_id in [r.msg_id for r in sent]:
+        await eventually(partial(traced, msg_id), f"the trace of {msg_id}", 30)
+    befores = [r for rs in by_message.values() for r in rs if r["type"] == "SubBefore"]
+    afters = [r for rs in by_message.values() for r in rs if r["type"] == "SubAfter"]
+    assert {r["keys"] for r in befores} == {long_key}
+    assert all(400 <= r["costTime"] < 800 for r in afters), [r["costTime"] for r in afters]
+    waits = sorted(r["slotWaitTime"] for r in befores)
+    assert waits[-1] >= 400, waits  # the last batch waited for the three before it
+    text = await asyncio.to_thread(
+        mqadmin, "queryMsgTraceById", "-n", namesrv.address, "-i", sent[0].msg_id
+    )
+    assert [line.split()[0] for line in text.stdout.splitlines()[1:]] == [
+        "Pub",
+        "SubBefore",
+        "SubAfter",
+    ]
+    assert "slotWait=" in text.stdout

@@ -191,7 +191,7 @@ async def test_a_producer_that_died_is_checked_through_a_restarted_one(
             assert len(checked) == 1
             assert (checked[0].topic, checked[0].keys, checked[0].body) == (
                 "TX2",
-                ("K2",),
+                "K2",
                 b"crash-body",
             )
 

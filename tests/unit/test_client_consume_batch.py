@@ -38,7 +38,7 @@ def message(
         topic=topic,
         body=b"m%d" % offset,
         tags=properties.get("TAGS"),
-        keys=(),
+        keys=None,
         properties=properties,
         msg_id=f"ID{offset}",
         offset_msg_id=f"OFF{offset}",

@@ -32,7 +32,7 @@ def message(offset: int, body: bytes) -> ReceivedMessage:
         topic="T",
         body=body,
         tags=None,
-        keys=(),
+        keys=None,
         properties={},
         msg_id=f"ID{offset}",
         offset_msg_id=f"OFF{offset}",

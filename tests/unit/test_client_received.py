@@ -55,7 +55,7 @@ def old_fields(stored: StoredMessage, broker_name: str) -> dict[str, object]:
         "topic": stored.topic,
         "body": body,
         "tags": props.get("TAGS"),
-        "keys": tuple(k for k in props.get("KEYS", "").split(" ") if k),
+        "keys": props.get("KEYS") or None,  # RocketMQ's getKeys(): one str
         "properties": props,
         "msg_id": props.get("UNIQ_KEY", stored.msg_id),
         "offset_msg_id": stored.msg_id,
@@ -183,7 +183,8 @@ def test_received_message_is_frozen_and_replace_keeps_the_rest() -> None:
         del msg.body
     moved = msg.replace(topic="U", reconsume_times=2)
     assert (moved.topic, moved.reconsume_times, msg.topic, msg.reconsume_times) == ("U", 2, "T", 0)
-    assert (moved.tags, moved.keys, moved.msg_id) == ("a", ("k1", "k2"), "ID")
+    assert (moved.tags, moved.keys, moved.msg_id) == ("a", "k1 k2", "ID")
+    assert moved.key_list == ["k1", "k2"]
     assert moved.store_host == "10.0.0.2:10911" and moved.born_host == "10.0.0.1:5"
     assert moved.replace(topic="T", reconsume_times=0) == msg
     with pytest.raises(TypeError):
@@ -194,7 +195,7 @@ def test_received_message_is_frozen_and_replace_keeps_the_rest() -> None:
 def test_msg_id_falls_back_to_the_offset_msg_id() -> None:
     msg = _one({"TAGS": "a"})
     assert msg.msg_id == msg.offset_msg_id == "0A00000200002A9F00000000000004D2"
-    assert msg.keys == () and msg.delay_level == 0
+    assert msg.keys is None and msg.delay_level == 0
 
 
 def test_keyword_constructor_holds_what_it_is_given() -> None:

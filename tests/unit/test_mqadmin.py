@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
 import pytest
@@ -38,6 +39,7 @@ from tidemq.client.protocol.models import (
     SubscriptionGroupConfig,
     TopicRouteData,
 )
+from tidemq.store.layout import FLAG_COMPRESSED
 from tidemq.store.record import StoredMessage
 
 A, AS, B = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"
@@ -62,7 +64,9 @@ RUNTIME = {
 }
 
 
-def stored(topic: str = "T", queue_id: int = 0, offset: int = 7) -> StoredMessage:
+def stored(
+    topic: str = "T", queue_id: int = 0, offset: int = 7, body: bytes = b"hello", sys_flag: int = 0
+) -> StoredMessage:
     return StoredMessage(
         total_size=100,
         body_crc=0,
@@ -70,14 +74,14 @@ def stored(topic: str = "T", queue_id: int = 0, offset: int = 7) -> StoredMessag
         flag=0,
         queue_offset=offset,
         physical_offset=1234,
-        sys_flag=0,
+        sys_flag=sys_flag,
         born_timestamp=1_700_000_000_000,
         born_host=("10.0.0.9", 5555),
         store_timestamp=1_700_000_000_100,
         store_host=("10.0.0.1", 10911),
         reconsume_times=0,
         prepared_transaction_offset=0,
-        body=b"hello",
+        body=body,
         topic=topic,
         properties={"TAGS": "TagA", "KEYS": "k1", "UNIQ_KEY": "UNIQ1"},
     )
@@ -426,6 +430,36 @@ def test_message_queries(fake: FakeAdmin) -> None:
     assert "Queue ID:            1" in out and "Message Body:        hello" in out
     out = invoke("queryMsgByOffset", "-t", "T", "-b", "broker-a", "-i", "1", "-o", "9", code=1)
     assert "no message at T/broker-a/1 offset 9" in out
+
+
+COMPRESSED_TEXT = "compressed by its producer " * 200  # over 4 KiB: producers compress it
+
+
+def test_compressed_bodies_are_shown_as_the_producer_gave_them(
+    fake: FakeAdmin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    packed = stored(body=zlib.compress(COMPRESSED_TEXT.encode()), sys_flag=FLAG_COMPRESSED)
+    monkeypatch.setitem(ANSWERS, "find_message", lambda msg_id, topic=None: packed)
+    monkeypatch.setitem(ANSWERS, "query_message", lambda *args: [("broker-a", packed)])
+    monkeypatch.setitem(
+        ANSWERS, "pull", lambda *args: PullResult(PullStatus.FOUND, 8, 7, 8, 0, [packed])
+    )
+    monkeypatch.setitem(ANSWERS, "queue_offsets", lambda *args: (7, 8))
+    preview = COMPRESSED_TEXT[:512] + "..."
+    out = invoke("queryMsgById", "-i", "0A00000100002A9F00000000000004D2")
+    assert f"Message Body:        {preview}" in out.splitlines()
+    out = invoke("queryMsgByOffset", "-t", "T", "-b", "broker-a", "-i", "0", "-o", "7")
+    assert f"Message Body:        {preview}" in out.splitlines()
+    data = json.loads(invoke("queryMsgByKey", "-t", "T", "-k", "k1", "--json"))
+    assert data[0]["body"] == preview
+    out = invoke("printMsg", "-t", "T")
+    assert out.splitlines()[-1].endswith(f"BODY: {COMPRESSED_TEXT}")
+    # A compressed body that does not inflate is named, the other fields shown.
+    damaged = stored(body=b"not zlib at all", sys_flag=FLAG_COMPRESSED)
+    monkeypatch.setitem(ANSWERS, "find_message", lambda msg_id, topic=None: damaged)
+    out = invoke("queryMsgById", "-i", "0A00000100002A9F00000000000004D2")
+    assert "Message Body:        <compressed message body is not zlib" in out
+    assert "15 bytes as stored>" in out and "Topic:               T" in out
 
 
 def test_send_and_consume(fake: FakeAdmin) -> None:

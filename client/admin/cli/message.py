@@ -8,15 +8,17 @@ import click
 from tidemq.client.admin.api import AdminClient, offset_message_address
 from tidemq.client.admin.cli.base import CommandError, Output, Table, common, format_time, main, run
 from tidemq.client.api import PullStatus
+from tidemq.client.inflate import readable_body
 from tidemq.client.message import Message, UniqueIdGenerator
 from tidemq.store.record import StoredMessage, pack_host
 
 BODY_PREVIEW = 512
 
 
-def _body_text(body: bytes) -> str:
-    text = body[:BODY_PREVIEW].decode("utf-8", errors="replace")
-    return text + ("..." if len(body) > BODY_PREVIEW else "")
+def _body_text(msg: StoredMessage) -> str:
+    """The body as its producer gave it (inflated when compressed), cut at BODY_PREVIEW."""
+    body = readable_body(msg)
+    return body.text(limit=BODY_PREVIEW) + ("..." if body.size > BODY_PREVIEW else "")
 
 
 def message_data(msg: StoredMessage, broker_name: str = "") -> dict[str, object]:
@@ -37,7 +39,7 @@ def message_data(msg: StoredMessage, broker_name: str = "") -> dict[str, object]
         "storeHost": f"{msg.store_host[0]}:{msg.store_host[1]}",
         "sysFlag": msg.sys_flag,
         "properties": msg.properties,
-        "body": _body_text(msg.body),
+        "body": _body_text(msg),
     }
 
 
@@ -58,7 +60,7 @@ def message_lines(msg: StoredMessage) -> list[str]:
         ("Store Host:", f"{msg.store_host[0]}:{msg.store_host[1]}"),
         ("System Flag:", msg.sys_flag),
         ("Properties:", msg.properties),
-        ("Message Body:", _body_text(msg.body)),
+        ("Message Body:", _body_text(msg)),
     ]
     return [f"{k:<20s} {v}" for k, v in rows]
 
@@ -294,7 +296,7 @@ def consume_message(
                             uniq,
                             msg.tags or "",
                             msg.keys or "",
-                            _body_text(msg.body),
+                            _body_text(msg),
                         ]
                     )
                     data.append(message_data(msg, name))

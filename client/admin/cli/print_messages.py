@@ -26,6 +26,7 @@ from tidemq.client.admin.cli.base import (
 )
 from tidemq.client.admin.cli.message import message_data
 from tidemq.client.api import PullStatus
+from tidemq.client.inflate import readable_body
 from tidemq.store.record import StoredMessage
 
 PULL_BATCH = 32
@@ -62,7 +63,7 @@ def _message_line(msg: StoredMessage, charset: str, print_body: bool) -> str:
         f"bornTimestamp={msg.born_timestamp}, storeTimestamp={msg.store_timestamp}, "
         f"storeHost={msg.store_host[0]}:{msg.store_host[1]}, sysFlag={msg.sys_flag}]"
     )
-    body = msg.body.decode(charset, errors="replace") if print_body else "NOT PRINT BODY"
+    body = readable_body(msg).text(charset) if print_body else "NOT PRINT BODY"
     return f"MSGID: {uniq} {fields} BODY: {body}"
 
 
@@ -128,7 +129,7 @@ def print_msg(
             for msg in await _read_queue(admin, topic, queue, expression):
                 out.lines_before.append(_message_line(msg, encoding, show_body))
                 data = message_data(msg, broker_name)
-                data["body"] = msg.body.decode(encoding, errors="replace") if show_body else None
+                data["body"] = readable_body(msg).text(encoding) if show_body else None
                 out.data.append(data)
         return out
 
