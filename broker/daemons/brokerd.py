@@ -7,8 +7,10 @@ brokerClusterName, namesrvAddr, listenPort, brokerIP1, ...), MessageStoreConfig 
 (enableControllerMode, controllerAddr, ...: ha/controller_config.py). Trailing `key=value`
 arguments override the file, `-n` overrides namesrvAddr (like mqbroker), `-p` prints the
 effective configuration and exits. A bad file or value stops start-up with one line naming the
-key and exit status 1; a SLAVE whose brokerId is not above 0 is refused, as RocketMQ's
-BrokerStartup does. SIGTERM and SIGINT stop the broker cleanly (exit 0).
+key and exit status 1, and so does a key no configuration knows that is close to one it does
+(`brokerRoll`: "did you mean brokerRole?"); other unknown keys are warned about and ignored.
+A SLAVE whose brokerId is not above 0 is refused, as RocketMQ's BrokerStartup does. SIGTERM
+and SIGINT stop the broker cleanly (exit 0).
 """
 
 from __future__ import annotations
@@ -33,7 +35,12 @@ from tidemq.broker.failover import MemberConflict
 from tidemq.broker.open_doors import broker_doors
 from tidemq.client.version import version_option
 from tidemq.common.errors import ConfigError, StoreError
-from tidemq.common.settings import from_properties, to_properties, unknown_keys
+from tidemq.common.settings import (
+    from_properties,
+    refuse_mistyped_keys,
+    to_properties,
+    unknown_keys,
+)
 from tidemq.ha.config import HAConfig
 from tidemq.ha.controller_config import ControllerConfig
 from tidemq.ha.etcd import EtcdUnavailable
@@ -48,6 +55,10 @@ CONFIG_CLASSES: tuple[type, ...] = (
     HAConfig,
     ControllerConfig,
 )
+# RocketMQ broker keys tidemq does not use that are within a typo of one it does: unknown
+# here, warned about, but not taken for a mistyping (putThreadPoolQueueCapacity is RocketMQ's
+# send queue's capacity, pullThreadPoolQueueCapacity a key tidemq reads).
+ROCKETMQ_KEYS_NEAR_OURS = frozenset({"putThreadPoolQueueCapacity"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -93,6 +104,8 @@ class BrokerSettings:
 
 
 def load_settings(props: dict[str, str]) -> BrokerSettings:
+    unknown = unknown_keys(props, CONFIG_CLASSES)
+    refuse_mistyped_keys(unknown, CONFIG_CLASSES, ROCKETMQ_KEYS_NEAR_OURS)
     broker = from_properties(BrokerConfig, props)
     store = from_properties(StoreConfig, props)
     remoting = from_properties(RemotingConfig, props)
@@ -107,17 +120,13 @@ def load_settings(props: dict[str, str]) -> BrokerSettings:
             )
         if broker.broker_id <= 0:
             raise ConfigError("brokerId: with enableControllerMode each broker's own id, above 0")
-        return BrokerSettings(
-            broker, store, remoting, ha, controller, unknown_keys(props, CONFIG_CLASSES)
-        )
+        return BrokerSettings(broker, store, remoting, ha, controller, unknown)
     if store.broker_role is BrokerRole.SLAVE and broker.broker_id <= 0:
         raise ConfigError("brokerId: a SLAVE's brokerId must be > 0")
     if store.broker_role is not BrokerRole.SLAVE and broker.broker_id != 0:
         # RocketMQ forces a master's id to 0 (MASTER_ID).
         broker = dataclasses.replace(broker, broker_id=0)
-    return BrokerSettings(
-        broker, store, remoting, ha, controller, unknown_keys(props, CONFIG_CLASSES)
-    )
+    return BrokerSettings(broker, store, remoting, ha, controller, unknown)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

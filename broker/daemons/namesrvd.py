@@ -5,7 +5,9 @@ scanNotActiveBrokerInterval, brokerChannelExpiredTime, orderMessageEnable, ...) 
 (bindAddress, serverChannelMaxIdleTimeSeconds, maxFrameSize); trailing `key=value` arguments
 override the file. `-p` prints the effective configuration as `key=value` lines on stdout and
 exits. A file that cannot be read or a bad value stops start-up with one line naming the key on
-stderr and exit status 1; a key no configuration knows is warned about and ignored.
+stderr and exit status 1, and so does a key no configuration knows that is close to one it
+does ("unknown key listenPrt: did you mean listenPort?"); other unknown keys are warned about
+and ignored.
 
 When running: logs go to stderr, one line per event with a timestamp; "namesrvd listening on
 HOST:PORT" is printed on stdout once the port accepts connections; SIGTERM or SIGINT stops the
@@ -31,7 +33,7 @@ from tidemq.broker.open_doors import namesrv_doors
 from tidemq.broker.properties import load_properties, parse_overrides
 from tidemq.client.version import version_option
 from tidemq.common.errors import ConfigError
-from tidemq.common.settings import from_properties, unknown_keys
+from tidemq.common.settings import from_properties, refuse_mistyped_keys, unknown_keys
 
 __all__ = ["load_config", "main", "run"]
 
@@ -53,13 +55,16 @@ def load_config(
 ) -> tuple[NamesrvConfig, RemotingConfig, list[str]]:
     """The configurations from the file and overrides, and the keys neither knows.
 
-    Raises `ConfigError` (naming the file or key) when the file is unreadable or a value bad.
+    Raises `ConfigError` (naming the file or key) when the file is unreadable, a value bad or
+    an unknown key a mistyping of a known one.
     """
     props = load_properties(config_file) if config_file is not None else {}
     props.update(parse_overrides(overrides))
+    unknown = unknown_keys(props, _CONFIG_CLASSES)
+    refuse_mistyped_keys(unknown, _CONFIG_CLASSES)
     namesrv = from_properties(NamesrvConfig, props)
     remoting = from_properties(RemotingConfig, props)
-    return namesrv, remoting, unknown_keys(props, _CONFIG_CLASSES)
+    return namesrv, remoting, unknown
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -6,7 +6,10 @@ properties key is its name in camelCase unless `key=` says otherwise, so
 `mapped_file_size_commit_log` reads `mappedFileSizeCommitLog`; `from_properties()` converts each
 value to the field's type (int, float, bool, str or an Enum) and checks its bounds; any problem is
 a `ConfigError` that names the key. Unknown keys are ignored here, because one file configures
-several concerns; `unknown_keys()` lists those no concern claims.
+several concerns; `unknown_keys()` lists those no concern claims, and `refuse_mistyped_keys()`
+stops at one of them that is a known key mistyped (at most `TYPO_DISTANCE` edits from it, or
+differing in case only): `brokerRoll=SYNC_MASTER` ignored would run a master without the
+replication asked for.
 """
 
 from __future__ import annotations
@@ -64,3 +67,53 @@ def known_keys(classes: Iterable[type[Any]]) -> set[str]:
 def unknown_keys(props: Mapping[str, str], classes: Iterable[type[Any]]) -> list[str]:
     known = known_keys(classes)
     return sorted(k for k in props if k not in known)
+
+
+# Levenshtein edits (insert, delete, substitute; a swap of two letters is two).
+TYPO_DISTANCE = 2
+
+
+def edit_distance(a: str, b: str, limit: int = TYPO_DISTANCE) -> int:
+    """Levenshtein distance of `a` and `b`, or `limit + 1` as soon as it is over `limit`."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    previous = list(range(len(b) + 1))
+    for i, char_a in enumerate(a, 1):
+        current = [i]
+        for j, char_b in enumerate(b, 1):
+            current.append(
+                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b))
+            )
+        if min(current) > limit:
+            return limit + 1
+        previous = current
+    return min(previous[-1], limit + 1)
+
+
+def closest_key(key: str, known: Iterable[str]) -> str | None:
+    """The known key `key` is most likely a mistyping of: one differing in case only, else
+    the nearest within TYPO_DISTANCE edits (ties: the first in sorted order); None if none."""
+    lowered = key.lower()
+    best: tuple[int, str] | None = None
+    for candidate in sorted(known):
+        if candidate.lower() == lowered:
+            return candidate
+        distance = edit_distance(key, candidate)
+        if distance <= TYPO_DISTANCE and (best is None or distance < best[0]):
+            best = (distance, candidate)
+    return None if best is None else best[1]
+
+
+def refuse_mistyped_keys(
+    unknown: Iterable[str], classes: Iterable[type[Any]], foreign: frozenset[str] = frozenset()
+) -> None:
+    """Raise `ConfigError` "unknown key K: did you mean C?" for the first of `unknown` that
+    is close to a known key; `foreign` are keys of other programs (RocketMQ's that this one
+    does not use) that are unknown here without being mistakes."""
+    known = known_keys(classes)
+    for key in sorted(unknown):
+        if key in foreign:
+            continue
+        near = closest_key(key, known)
+        if near is not None:
+            raise ConfigError(f"unknown key {key}: did you mean {near}?")

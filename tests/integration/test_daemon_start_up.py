@@ -5,7 +5,7 @@ itself) is named with the process holding it before the store is created (broker
 would otherwise make ~/store: HOME is a temporary folder here). A store folder the broker cannot
 write stops it with one line instead of a traceback at every persist (as root, the broker runs
 as `nobody` through setpriv, since root may write anywhere). `brokerd -p` shows the warning for
-an unknown key that start-up would log.
+an unknown key that start-up would log; a key that is a known one mistyped stops either daemon.
 """
 
 from __future__ import annotations
@@ -130,7 +130,35 @@ def test_an_unwritable_store_stops_brokerd_with_one_line(shared_tmp: Path) -> No
 
 
 def test_print_config_shows_the_unknown_key_warning(tmp_path: Path) -> None:
-    done = run_brokerd(tmp_path, "-p", "listenPort=1234", "brokerNmae=typo")
+    done = run_brokerd(tmp_path, "-p", "listenPort=1234", "someoneElsesKey=x")
     assert done.returncode == 0, done.stderr
     assert "listenPort=1234" in done.stdout.splitlines()
-    assert done.stderr.splitlines() == ["brokerd: unknown configuration key brokerNmae ignored"]
+    assert done.stderr.splitlines() == [
+        "brokerd: unknown configuration key someoneElsesKey ignored"
+    ]
+
+
+def test_a_mistyped_key_stops_either_daemon_with_did_you_mean(tmp_path: Path) -> None:
+    """`brokerRoll=SYNC_MASTER` ignored would run an ASYNC_MASTER: a key within two edits of
+    a known one (or differing in case) stops start-up before anything is made."""
+    store = tmp_path / "store"
+    config = tmp_path / "broker.properties"
+    config.write_text(
+        f"brokerName=broker-a\nlistenPort={free_port()}\nhaListenPort={free_port()}\n"
+        f"metricsPort=0\nstorePathRootDir={store}\nbrokerRoll=SYNC_MASTER\n"
+    )
+    done = run_brokerd(tmp_path, "-c", str(config))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == ["brokerd: unknown key brokerRoll: did you mean brokerRole?"]
+    assert not store.exists()
+    done = subprocess.run(
+        [sys.executable, "-m", "tidemq.broker.namesrv", f"ListenPort={free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        "namesrvd: unknown key ListenPort: did you mean listenPort?"
+    ]
