@@ -11,7 +11,9 @@ Differences from RocketMQ 4.9.7, on purpose:
 
 - UPDATE_BROKER_CONFIG accepts only the keys that take effect at once (`RUNTIME_KEYS`) and
   refuses the others with the reason, instead of storing values that silently do nothing until
-  a restart. Changes live in memory: put them in the properties file to keep them.
+  a restart; a key that is no configuration key at all is refused as unknown (with the key it
+  is likely a mistyping of), told apart from a key that cannot change while the broker runs.
+  Changes live in memory: put them in the properties file to keep them.
 - INVOKE_BROKER_TO_RESET_OFFSET also commits the new offsets to this broker's offset table, so
   a group with no consumer online is reset too (RocketMQ answers CONSUMER_NOT_ONLINE and its
   mqadmin falls back to committing offsets itself). Online consumers get
@@ -60,7 +62,7 @@ from tidemq.client.remoting.json_body import dumps
 from tidemq.client.transport.connection import RemotingConnection
 from tidemq.client.version import TIDEMQ_VERSION
 from tidemq.common.errors import ConfigError
-from tidemq.common.settings import from_properties, to_properties
+from tidemq.common.settings import closest_key, from_properties, to_properties
 from tidemq.store.message_store import MessageStore
 from tidemq.store.services import disk_used_ratio
 
@@ -356,7 +358,14 @@ class OpsProcessor:
         return RemotingCommand.response_to(request, _OK, None, {"version": version}, body)
 
     def update_config(self, changes: dict[str, str]) -> str | None:
-        """Apply `changes`; None on success, else the reason nothing was changed."""
+        """Apply `changes`; None on success, else the reason nothing was changed: a key that
+        is not one of this broker's (with the known key it may be a mistyping of) is told apart
+        from a key it has but cannot change while it runs."""
+        known = self.config_properties()
+        for key in sorted(set(changes) - set(known)):
+            near = closest_key(key, known)
+            hint = f"did you mean {near}?" if near else "no broker configuration has it"
+            return f"unknown key {key}: {hint}"
         refused = sorted(set(changes) - RUNTIME_KEYS)
         if refused:
             return (

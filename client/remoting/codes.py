@@ -21,10 +21,42 @@ __all__ = [
     "RequestCode",
     "ResponseCode",
     "SerializeType",
+    "version_desc",
 ]
 
 # MQVersion.Version.V4_9_4.ordinal(): a 4.x broker gates a few features on the caller's version.
 DEFAULT_VERSION: Final = 401
+
+# MQVersion.Version's ordinals, by release line: 3.0 begins with 16 pre-releases of 3.0.0, then
+# 3.0.1 to 3.0.15, each a _SNAPSHOT and a release; 3.1 and 3.2 have patches 0-9, 3.3 to 3.9
+# patches 1-9; from 4.0 to 5.9 every minor has patches 0-9. HIGHER_VERSION follows 5.9.9.
+_V3_0_0: Final = (
+    "SNAPSHOT", "ALPHA1", "BETA1", "BETA2", "BETA3", "BETA4", "BETA5",
+    "BETA6_SNAPSHOT", "BETA6", "BETA7_SNAPSHOT", "BETA7", "BETA8_SNAPSHOT", "BETA8",
+    "BETA9_SNAPSHOT", "BETA9", "FINAL",
+)  # fmt: skip
+
+
+def _version_names() -> tuple[str, ...]:
+    names = [f"V3_0_0_{suffix}" for suffix in _V3_0_0]
+    lines = [(3, 0, range(1, 16)), (3, 1, range(10)), (3, 2, range(10))]
+    lines += [(3, minor, range(1, 10)) for minor in range(3, 10)]
+    lines += [(major, minor, range(10)) for major in (4, 5) for minor in range(10)]
+    for major, minor, patches in lines:
+        for patch in patches:
+            names += [f"V{major}_{minor}_{patch}_SNAPSHOT", f"V{major}_{minor}_{patch}"]
+    return (*names, "HIGHER_VERSION")
+
+
+_VERSION_NAMES: Final = _version_names()
+
+
+def version_desc(value: int) -> str:
+    """A client's or broker's version number by name, as RocketMQ's tools print it
+    (MQVersion.getVersionDesc: 401 is V4_9_4; past the last name, HIGHER_VERSION)."""
+    if value < 0:
+        return str(value)
+    return _VERSION_NAMES[min(value, len(_VERSION_NAMES) - 1)]
 
 
 class CommandFlag(enum.IntFlag):

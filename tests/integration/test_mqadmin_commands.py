@@ -253,6 +253,39 @@ def test_bad_input_gets_one_line_and_status_1(cluster: Cluster) -> None:
             ["updateNamesrvConfig", "-n", ns, "-k", "listenPort", "-v", "1"],
             "cannot change listenPort",
         ),
+        # RocketMQ's consumerProgress fails for a group no broker has offsets of.
+        (["consumerProgress", "-n", ns, "-g", "no-such-group"], "has no consume offsets"),
+        # A key the broker has but cannot change now, told apart from one it does not have.
+        (
+            [
+                *("updateBrokerConfig", "-n", ns, "-b", cluster.broker_addr),
+                "-k",
+                "listenPort",
+                "-v",
+                "1",
+            ],
+            "cannot change listenPort while the broker runs",
+        ),
+        (
+            [
+                *("updateBrokerConfig", "-n", ns, "-b", cluster.broker_addr),
+                "-k",
+                "brokerPermision",
+                "-v",
+                "6",
+            ],
+            "unknown key brokerPermision: did you mean brokerPermission?",
+        ),
+        (
+            [
+                *("updateBrokerConfig", "-n", ns, "-b", cluster.broker_addr),
+                "-k",
+                "noSuchKeyAtAll",
+                "-v",
+                "6",
+            ],
+            "unknown key noSuchKeyAtAll: no broker configuration has it",
+        ),
     ]
     for args, reason in cases:
         done = shell("mqadmin", *args)
@@ -260,6 +293,54 @@ def test_bad_input_gets_one_line_and_status_1(cluster: Cluster) -> None:
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in done.stderr, (args, done.stderr)
         assert lines[0].startswith(f"mqadmin {args[0]}: ") and reason in lines[0], lines
+
+
+def test_compressed_bodies_read_as_sent_and_properties_as_rocketmq_prints_them(
+    cluster: Cluster, producer: Producer
+) -> None:
+    """A 12,000-byte body is compressed by the producer (over 4 KiB): every command that
+    shows it shows it as sent."""
+    create_topic(cluster, "AdminBig", queues=1)
+    text = "twelve thousand bytes " * 546
+    result = producer.send(Message("AdminBig", text.encode(), tags="Big", keys="big-1"))
+    by_key = ["queryMsgByKey", "-t", "AdminBig", "-k", "big-1"]
+    eventually_sync(lambda: len(cli(cluster, *by_key).splitlines()) == 2, "the key indexed", 30)
+    preview = text[:512] + "..."
+    shown = cli(cluster, "queryMsgById", "-i", result.offset_msg_id).splitlines()
+    assert f"Message Body:        {preview}" in shown
+    assert "System Flag:         1" in shown  # as stored: compressed
+    [props] = [line for line in shown if line.startswith("Properties:")]
+    assert props.startswith("Properties:          {") and "KEYS=big-1" in props
+    assert "TAGS=Big" in props and f"UNIQ_KEY={result.msg_id}" in props and "'" not in props
+    at = ["-t", "AdminBig", "-b", "broker-a", "-i", "0", "-o", "0"]
+    shown = cli(cluster, "queryMsgByOffset", *at)
+    assert f"Message Body:        {preview}" in shown.splitlines()
+    data = cli_json(cluster, "queryMsgByKey", "-t", "AdminBig", "-k", "big-1")
+    assert isinstance(data, list) and [m["body"] for m in data] == [preview]
+    printed = cli(cluster, "printMsg", "-t", "AdminBig").splitlines()
+    assert printed[-1].endswith(f"BODY: {text}")
+
+
+def test_query_msg_by_key_says_when_it_stops_at_its_limit(
+    cluster: Cluster, producer: Producer
+) -> None:
+    create_topic(cluster, "AdminMany", queues=1)
+    for i in range(5):
+        producer.send(Message("AdminMany", f"m-{i}".encode(), keys="many"))
+    args = ["queryMsgByKey", "-t", "AdminMany", "-k", "many"]
+    eventually_sync(lambda: len(cli(cluster, *args).splitlines()) == 6, "5 keys indexed", 30)
+    done = shell("mqadmin", args[0], "-n", cluster.namesrv_addr, *args[1:])
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert len(done.stdout.splitlines()) == 6
+    done = shell("mqadmin", args[0], "-n", cluster.namesrv_addr, *args[1:], "-m", "3")
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 4  # the header and 3 rows
+    assert done.stderr.splitlines() == [
+        "mqadmin queryMsgByKey: stopped at 3 messages (broker broker-a answered its limit of 3): "
+        "more may carry key many; narrow the time with -b/-e or raise -m (at most 64 per broker)"
+    ]
+    done = shell("mqadmin", args[0], "-n", cluster.namesrv_addr, *args[1:], "-m", "3", "--json")
+    assert len(json.loads(done.stdout)) == 3 and "stopped at 3 messages" in done.stderr
 
 
 def test_print_msg_and_print_msg_by_queue(cluster: Cluster, producer: Producer) -> None:
@@ -442,6 +523,26 @@ def test_group_commands_against_a_running_consumer(cluster: Cluster, producer: P
         rates = info["statusTable"][topic]
         assert rates["pullTPS"] > 0 and rates["consumeOKTPS"] > 0
         assert rates["consumeFailedMsgs"] == 0
+        # consumerProgress -s true: which client consumes each queue, as RocketMQ's shows it.
+        text = cli(cluster, "consumerProgress", "-g", group, "-t", topic, "-s", "true")
+        assert [c.strip() for c in text.splitlines()[0].split("#")[1:]] == [
+            "Topic",
+            "Broker Name",
+            "QID",
+            "Broker Offset",
+            "Consumer Offset",
+            "Client IP",
+            "Diff",
+            "LastTime",
+        ]
+        ips = {line.split()[5] for line in text.splitlines()[1:] if line.startswith(topic)}
+        assert ips == {client_id.split("@")[0]}, text
+        # Versions by name, as RocketMQ's tools print them (the client says 401).
+        text = cli(cluster, "consumerConnection", "-g", group)
+        assert text.splitlines()[1].split()[-1] == "V4_9_4"
+        groups = cli(cluster, "consumerProgress")
+        [row] = [line.split() for line in groups.splitlines() if line.startswith(f"{group} ")]
+        assert row[:4] == [group, "1", "V4_9_4", "PUSH"]
         detail = cli(cluster, "consumerStatus", "-g", group, "-i", client_id)
         assert "#Consumer Properties#" in detail and "#Consumer MQ Detail#" in detail
         assert "#Consumer RT&TPS#" in detail

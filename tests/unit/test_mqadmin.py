@@ -24,7 +24,11 @@ from tidemq.client.protocol.admin import (
     TopicOffset,
     TopicStatsTable,
 )
-from tidemq.client.protocol.group_admin import ConsumeStatsList
+from tidemq.client.protocol.group_admin import (
+    ConsumerRunningInfo,
+    ConsumeStatsList,
+    ProcessQueueInfo,
+)
 from tidemq.client.protocol.heartbeat import (
     Connection,
     ConsumerConnection,
@@ -39,6 +43,7 @@ from tidemq.client.protocol.models import (
     SubscriptionGroupConfig,
     TopicRouteData,
 )
+from tidemq.client.remoting.codes import version_desc
 from tidemq.store.layout import FLAG_COMPRESSED
 from tidemq.store.record import StoredMessage
 
@@ -374,26 +379,68 @@ def test_update_sub_group_passes_broker_id_and_slow_broker(fake: FakeAdmin) -> N
     assert called(fake, "delete_subscription_group") == (A, "g1", True)
 
 
-def test_consumer_progress(fake: FakeAdmin) -> None:
+def test_consumer_progress(fake: FakeAdmin, monkeypatch: pytest.MonkeyPatch) -> None:
     out = invoke("consumerProgress", "-g", "g1")
     assert header(out) == [
-        "Topic", "Broker Name", "QID", "Broker Offset", "Consumer Offset", "Client IP",
-        "Diff", "Inflight", "LastTime",
+        "Topic", "Broker Name", "QID", "Broker Offset", "Consumer Offset", "Diff", "LastTime",
     ]  # fmt: skip
-    assert out.splitlines()[1].split() == ["T", "broker-a", "0", "10", "7", "NA", "3", "0"]
+    assert out.splitlines()[1].split()[:6] == ["T", "broker-a", "0", "10", "7", "3"]
+    assert out.splitlines()[2].split()[-1] == "N/A"  # never consumed
     assert out.splitlines()[-1] == "Diff Total: 3"
     assert "Consume TPS: 1.50" in out
+    assert not any(name == "examine_consumer_running_info" for name, _ in fake.calls)
     data = json.loads(invoke("consumerProgress", "-g", "g1", "--json"))
     assert data["diffTotal"] == 3 and len(data["queues"]) == 2
     groups = invoke("consumerProgress")
     assert header(groups) == ["Group", "Count", "Version", "Type", "Model", "TPS", "Diff Total"]
-    assert groups.splitlines()[1].split() == ["g1", "1", "401", "PUSH", "CLUSTERING", "1", "3"]
+    assert groups.splitlines()[1].split() == ["g1", "1", "V4_9_4", "PUSH", "CLUSTERING", "1", "3"]
+
+
+def test_consumer_progress_shows_who_holds_each_queue_with_s_true(
+    fake: FakeAdmin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As RocketMQ's -s true: the client IP (its clientId up to "@") from each connected
+    client's running info; N/A for a queue no client holds."""
+    monkeypatch.setitem(
+        ANSWERS,
+        "examine_consumer_running_info",
+        lambda group, client_id, jstack=False: ConsumerRunningInfo(
+            mq_table={MQ_A0: ProcessQueueInfo()}
+        ),
+    )
+    for flags in (["-s", "true"], ["-s"]):
+        out = invoke("consumerProgress", "-g", "g1", *flags)
+        assert header(out)[5] == "Client IP"
+        assert out.splitlines()[1].split()[5] == "10.0.0.9"
+        assert out.splitlines()[2].split()[5] == "N/A"
+    assert called(fake, "examine_consumer_running_info")[:2] == ("g1", CONN.client_id)
+    data = json.loads(invoke("consumerProgress", "-g", "g1", "-s", "true", "--json"))
+    assert [q["clientIp"] for q in data["queues"]] == ["10.0.0.9", None]
+    assert "Client IP" not in invoke("consumerProgress", "-g", "g1", "-s", "false")
+
+
+def test_consumer_progress_of_an_unknown_group_fails(
+    fake: FakeAdmin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(ANSWERS, "examine_consume_stats", lambda group, topic="": ConsumeStats())
+    result = CliRunner().invoke(mqadmin, ["consumerProgress", "-g", "nobody"])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "mqadmin consumerProgress: consumer group nobody has no consume offsets on any broker "
+        "(no such group, or it never consumed)\n"
+    )
 
 
 def test_connections(fake: FakeAdmin) -> None:
     out = invoke("consumerConnection", "-g", "g1")
     assert header(out) == ["", "ClientId", "ClientAddr", "Language", "Version"]
-    assert out.splitlines()[1].split() == ["001", CONN.client_id, CONN.client_addr, "PYTHON", "401"]
+    assert out.splitlines()[1].split() == [
+        "001",
+        CONN.client_id,
+        CONN.client_addr,
+        "PYTHON",
+        "V4_9_4",
+    ]
     assert "Below is subscription:" in out and "TagA || TagB" in out
     assert "MessageModel: CLUSTERING" in out
     out = invoke("producerConnection", "-g", "pg", "-t", "T")
@@ -402,7 +449,7 @@ def test_connections(fake: FakeAdmin) -> None:
         CONN.client_id,
         CONN.client_addr,
         "PYTHON",
-        "401",
+        "V4_9_4",
     ]
     assert called(fake, "examine_producer_connection") == ("pg", "T")
 
@@ -423,6 +470,8 @@ def test_reset_offset_by_time(fake: FakeAdmin) -> None:
 def test_message_queries(fake: FakeAdmin) -> None:
     out = invoke("queryMsgById", "-i", "0A00000100002A9F00000000000004D2")
     assert "Topic:               T" in out and "Keys:                [k1]" in out
+    # As RocketMQ prints a message's properties (Java's Map.toString), not a Python dict.
+    assert "Properties:          {TAGS=TagA, KEYS=k1, UNIQ_KEY=UNIQ1}" in out.splitlines()
     out = invoke("queryMsgByKey", "-t", "T", "-k", "k1")
     assert header(out) == ["Message ID", "QID", "Offset"]
     assert out.splitlines()[1].split() == ["UNIQ1", "0", "7"]
@@ -460,6 +509,33 @@ def test_compressed_bodies_are_shown_as_the_producer_gave_them(
     out = invoke("queryMsgById", "-i", "0A00000100002A9F00000000000004D2")
     assert "Message Body:        <compressed message body is not zlib" in out
     assert "15 bytes as stored>" in out and "Topic:               T" in out
+
+
+def test_query_msg_by_key_says_when_it_stops_at_a_limit(
+    fake: FakeAdmin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    many = [("broker-a", stored(offset=i)) for i in range(64)] + [("broker-b", stored())]
+    monkeypatch.setitem(ANSWERS, "query_message", lambda *args: many)
+    result = CliRunner().invoke(mqadmin, ["queryMsgByKey", "-t", "T", "-k", "k1"])
+    assert result.exit_code == 0
+    assert len(result.stdout.splitlines()) == 65  # the header and -m 64 rows
+    assert result.stderr == (
+        "mqadmin queryMsgByKey: stopped at 64 messages (broker broker-a answered its limit of "
+        "64): more may carry key k1; narrow the time with -b/-e or raise -m (at most 64 per "
+        "broker)\n"
+    )
+    monkeypatch.setitem(ANSWERS, "query_message", lambda *args: many[:3])
+    result = CliRunner().invoke(mqadmin, ["queryMsgByKey", "-t", "T", "-k", "k1", "--json"])
+    assert len(json.loads(result.stdout)) == 3 and result.stderr == ""
+
+
+def test_versions_by_name_as_rocketmq_s_tools_print_them() -> None:
+    assert version_desc(401) == "V4_9_4"
+    assert version_desc(0) == "V3_0_0_SNAPSHOT"
+    assert version_desc(15) == "V3_0_0_FINAL"
+    assert version_desc(413) == "V5_0_0"
+    assert version_desc(611) == "V5_9_9"
+    assert version_desc(612) == version_desc(10_000) == "HIGHER_VERSION"
 
 
 def test_send_and_consume(fake: FakeAdmin) -> None:

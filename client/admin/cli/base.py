@@ -13,7 +13,7 @@ import datetime
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Final, TypeVar
 
@@ -91,12 +91,14 @@ class Table:
 
 @dataclass(slots=True)
 class Output:
-    """What a command shows: `lines` around `tables` for people, `data` for `--json`."""
+    """What a command shows: `lines` around `tables` for people, `data` for `--json`, and
+    `notices` (what was left out, e.g. rows past a limit) on stderr either way."""
 
     data: Any
     lines_before: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     lines_after: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
 
     def text(self) -> str:
         out = list(self.lines_before)
@@ -251,6 +253,8 @@ def run(
         text = output.text()
         if text:
             click.echo(text)
+    for notice in output.notices:
+        click.echo(f"mqadmin {name}: {notice}", err=True)
 
 
 def _fail(name: str, reason: str) -> None:
@@ -280,6 +284,11 @@ def parse_timestamp(text: str) -> int:
             f"{text!r}: expected now, milliseconds or yyyy-MM-dd#HH:mm:ss:SSS"
         ) from None
     return int(moment.timestamp() * 1000)
+
+
+def java_map_text(mapping: Mapping[str, object]) -> str:
+    """A map as RocketMQ's tools print one (Java's Map.toString): {k1=v1, k2=v2}."""
+    return "{" + ", ".join(f"{k}={v}" for k, v in mapping.items()) + "}"
 
 
 def format_time(ms: int) -> str:

@@ -8,6 +8,7 @@ import click
 
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.admin.cli.base import (
+    CommandError,
     Output,
     Table,
     common,
@@ -19,8 +20,9 @@ from tidemq.client.admin.cli.base import (
     run,
 )
 from tidemq.client.errors import TideMQError
-from tidemq.client.protocol.heartbeat import ConsumeType
+from tidemq.client.protocol.heartbeat import ConsumeType, MessageQueue
 from tidemq.client.protocol.models import SubscriptionGroupConfig
+from tidemq.client.remoting.codes import version_desc
 
 RETRY_PREFIX = "%RETRY%"
 
@@ -139,52 +141,73 @@ def delete_sub_group(
     run("deleteSubGroup", namesrv_addr, as_json, work)
 
 
-PROGRESS_COLUMNS = [
-    "#Topic",
-    "#Broker Name",
-    "#QID",
-    "#Broker Offset",
-    "#Consumer Offset",
-    "#Client IP",
-    "#Diff",
-    "#Inflight",
-    "#LastTime",
-]
+PROGRESS_COLUMNS = ["#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset"]
+
+
+async def _queue_holders(admin: AdminClient, group: str) -> dict[MessageQueue, str]:
+    """Which client IP holds each queue of `group` (RocketMQ's getMessageQueueAllocationResult:
+    each connected client's running info, its clientId up to the "@"); {} when none is online."""
+    try:
+        connection = await admin.examine_consumer_connection(group)
+    except TideMQError:
+        return {}
+    holders: dict[MessageQueue, str] = {}
+    for client in connection.connections:
+        try:
+            info = await admin.examine_consumer_running_info(group, client.client_id)
+        except TideMQError:
+            continue  # gone meanwhile: its queues show N/A
+        holders.update(dict.fromkeys(info.mq_table, client.client_id.split("@")[0]))
+    return holders
 
 
 @main.command("consumerProgress")
 @common
 @click.option("-g", "--groupName", "group", default=None, help="Consumer group (else: all).")
 @click.option("-t", "--topicName", "topic", default="", help="Only this topic.")
-@click.option("-s", "--showClientIP", "show_ip", is_flag=True, help="Accepted; shows NA.")
+@click.option(
+    "-s",
+    "--showClientIP",
+    "show_ip",
+    is_flag=False,
+    flag_value="true",
+    default="false",
+    show_default=True,
+    help="true: a #Client IP column, the IP of the client consuming each queue.",
+)
 def consumer_progress(
-    namesrv_addr: str | None, as_json: bool, group: str | None, topic: str, show_ip: bool
+    namesrv_addr: str | None, as_json: bool, group: str | None, topic: str, show_ip: str
 ) -> None:
-    """Print a group's progress per queue and its lag (#Diff), or every group's total."""
-    del show_ip
+    """Print a group's progress per queue and its lag (#Diff), or every group's total.
+
+    As RocketMQ's: a group no broker holds offsets of (unknown, or it never consumed) is an
+    error (exit 1); `-s true` asks each connected client which queues it holds."""
+    with_ip = parse_bool(show_ip)
 
     async def work(admin: AdminClient) -> Output:
         if group is None:
             return await _all_groups(admin)
         stats = await admin.examine_consume_stats(group, topic)
-        table = Table(PROGRESS_COLUMNS)
+        if not stats.offset_table:
+            where = f" of topic {topic}" if topic else ""
+            raise CommandError(
+                f"consumer group {group} has no consume offsets{where} on any broker "
+                "(no such group, or it never consumed)"
+            )
+        holders = await _queue_holders(admin, group) if with_ip else {}
+        columns = [*PROGRESS_COLUMNS, *(["#Client IP"] if with_ip else []), "#Diff", "#LastTime"]
+        table = Table(columns)
         data = []
         for mq in sorted(stats.offset_table):
             o = stats.offset_table[mq]
-            table.rows.append(
-                [
-                    mq.topic,
-                    mq.broker_name,
-                    mq.queue_id,
-                    o.broker_offset,
-                    o.consumer_offset,
-                    "NA",
-                    o.diff,
-                    0,
-                    format_time(o.last_timestamp),
-                ]
-            )
-            data.append(o.progress_data(mq))
+            ip = [holders.get(mq, "N/A")] if with_ip else []
+            last = format_time(o.last_timestamp) or "N/A"
+            row = [mq.topic, mq.broker_name, mq.queue_id, o.broker_offset, o.consumer_offset]
+            table.rows.append([*row, *ip, o.diff, last])
+            queue = o.progress_data(mq)
+            if with_ip:
+                queue["clientIp"] = holders.get(mq)
+            data.append(queue)
         total = stats.total_diff()
         after = ["", f"Consume TPS: {stats.consume_tps:.2f}", f"Diff Total: {total}"]
         return Output(
@@ -211,7 +234,7 @@ async def _all_groups(admin: AdminClient) -> Output:
             pass
         else:
             count = len(cc.connections)
-            version = str(min((c.version for c in cc.connections), default=0))
+            version = version_desc(min((c.version for c in cc.connections), default=0))
             kind = "PULL" if cc.consume_type is ConsumeType.CONSUME_ACTIVELY else "PUSH"
             model = cc.message_model.value
         total = stats.total_diff()
@@ -232,7 +255,9 @@ def consumer_connection(namesrv_addr: str | None, as_json: bool, group: str) -> 
         cc = await admin.examine_consumer_connection(group)
         table = Table(["#", "#ClientId", "#ClientAddr", "#Language", "#Version"])
         for i, c in enumerate(sorted(cc.connections, key=lambda c: c.client_id), 1):
-            table.rows.append([f"{i:03d}", c.client_id, c.client_addr, c.language, c.version])
+            table.rows.append(
+                [f"{i:03d}", c.client_id, c.client_addr, c.language, version_desc(c.version)]
+            )
         subs = Table(["#", "#Topic", "#SubExpression"])
         for i, (topic, sub) in enumerate(sorted(cc.subscriptions.items()), 1):
             subs.rows.append([f"{i:03d}", topic, sub.sub_string])
@@ -260,7 +285,9 @@ def producer_connection(namesrv_addr: str | None, as_json: bool, group: str, top
         pc = await admin.examine_producer_connection(group, topic)
         table = Table(["#", "#ClientId", "#ClientAddr", "#Language", "#Version"])
         for i, c in enumerate(sorted(pc.connections, key=lambda c: c.client_id), 1):
-            table.rows.append([f"{i:04d}", c.client_id, c.client_addr, c.language, c.version])
+            table.rows.append(
+                [f"{i:04d}", c.client_id, c.client_addr, c.language, version_desc(c.version)]
+            )
         return Output(pc.to_dict(), tables=[table])
 
     run("producerConnection", namesrv_addr, as_json, work)

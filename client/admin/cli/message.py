@@ -3,16 +3,30 @@ sendMessage, consumeMessage (printMsg and printMsgByQueue are in `print_messages
 
 from __future__ import annotations
 
+from collections import Counter
+
 import click
 
 from tidemq.client.admin.api import AdminClient, offset_message_address
-from tidemq.client.admin.cli.base import CommandError, Output, Table, common, format_time, main, run
+from tidemq.client.admin.cli.base import (
+    CommandError,
+    Output,
+    Table,
+    common,
+    format_time,
+    java_map_text,
+    main,
+    run,
+)
 from tidemq.client.api import PullStatus
 from tidemq.client.inflate import readable_body
 from tidemq.client.message import Message, UniqueIdGenerator
 from tidemq.store.record import StoredMessage, pack_host
 
 BODY_PREVIEW = 512
+# What a broker answers a QUERY_MESSAGE with at most (RocketMQ's maxMsgsNumBatch default), -m
+# or not: a broker that answers this many may hold more.
+BROKER_QUERY_CAP = 64
 
 
 def _body_text(msg: StoredMessage) -> str:
@@ -59,7 +73,7 @@ def message_lines(msg: StoredMessage) -> list[str]:
         ("Born Host:", f"{msg.born_host[0]}:{msg.born_host[1]}"),
         ("Store Host:", f"{msg.store_host[0]}:{msg.store_host[1]}"),
         ("System Flag:", msg.sys_flag),
-        ("Properties:", msg.properties),
+        ("Properties:", java_map_text(msg.properties)),
         ("Message Body:", _body_text(msg)),
     ]
     return [f"{k:<20s} {v}" for k, v in rows]
@@ -159,7 +173,10 @@ def query_msg_by_key(
     end: int | None,
     max_num: int,
 ) -> None:
-    """List the messages of a topic carrying a key."""
+    """List the messages of a topic carrying a key.
+
+    Each broker answers at most -m messages (and at most 64, RocketMQ's maxMsgsNumBatch); when
+    the list stops at such a limit, a line on stderr says so: more may carry the key."""
 
     async def work(admin: AdminClient) -> Output:
         found = await admin.query_message(topic, key, max_num, begin, end)
@@ -170,7 +187,18 @@ def query_msg_by_key(
                 [msg.properties.get("UNIQ_KEY", msg.msg_id), msg.queue_id, msg.queue_offset]
             )
             data.append(message_data(msg, broker_name))
-        return Output(data, tables=[table])
+        out = Output(data, tables=[table])
+        per_broker = Counter(name for name, _ in found)
+        cap = min(max_num, BROKER_QUERY_CAP)
+        full = sorted(name for name, count in per_broker.items() if count >= cap)
+        if len(found) > max_num or full:
+            where = f" (broker {', '.join(full)} answered its limit of {cap})" if full else ""
+            out.notices.append(
+                f"stopped at {min(len(found), max_num)} messages{where}: more may carry key "
+                f"{key}; narrow the time with -b/-e or raise -m (at most {BROKER_QUERY_CAP} "
+                "per broker)"
+            )
+        return out
 
     run("queryMsgByKey", namesrv_addr, as_json, work)
 

@@ -27,6 +27,7 @@ from tidemq.client.errors import BrokerResponseError, TideMQError
 from tidemq.client.protocol.group_admin import BrokerStatsData, ConsumerRunningInfo
 from tidemq.client.protocol.heartbeat import MessageQueue
 from tidemq.client.protocol.models import MASTER_ID
+from tidemq.client.remoting.codes import version_desc
 
 RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 TOPIC_PUT_NUMS, GROUP_GET_NUMS = "TOPIC_PUT_NUMS", "GROUP_GET_NUMS"
@@ -336,7 +337,13 @@ def consumer_status(
             infos[c.client_id] = info
             cached = sum(pq.cached_msg_count for pq in info.mq_table.values())
             table.rows.append(
-                [f"{len(infos):03d}", c.client_id, c.version, len(info.mq_table), cached]
+                [
+                    f"{len(infos):03d}",
+                    c.client_id,
+                    version_desc(c.version),
+                    len(info.mq_table),
+                    cached,
+                ]
             )
         if not infos:
             reason = next(iter(failures.values()), "no client answered")
