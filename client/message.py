@@ -186,6 +186,7 @@ class _ReceivedFields:
     _store_host: Any
 
     def unset_caches(self) -> None:
+        """Mark every lazily decoded field as not decoded yet (decoders, before freezing)."""
         self._properties = self._tags = self._keys = self._msg_id = UNSET
         self._offset_msg_id = self._born_host = self._store_host = UNSET
 
@@ -292,6 +293,7 @@ class ReceivedMessage(_ReceivedFields):
 
     @property
     def properties(self) -> Mapping[str, str]:
+        """Every property: the user's and RocketMQ's (TAGS, KEYS, UNIQ_KEY, ...)."""
         props = self._properties
         if props is UNSET:
             props = decode_properties(self._raw_properties.decode("utf-8", "replace"))
@@ -300,6 +302,7 @@ class ReceivedMessage(_ReceivedFields):
 
     @property
     def tags(self) -> str | None:
+        """Its tag, None when it has none."""
         tags = self._tags
         if tags is UNSET:
             tags = self.properties.get(PROPERTY_TAGS)
@@ -324,6 +327,7 @@ class ReceivedMessage(_ReceivedFields):
 
     @property
     def msg_id(self) -> str:
+        """The client msgId its producer gave it (UNIQ_KEY), else its offsetMsgId."""
         msg_id = self._msg_id
         if msg_id is UNSET:
             msg_id = self.properties.get(PROPERTY_UNIQ_KEY)
@@ -334,6 +338,7 @@ class ReceivedMessage(_ReceivedFields):
 
     @property
     def offset_msg_id(self) -> str:
+        """The broker's id of the stored message: its store host and CommitLog offset."""
         offset_id = self._offset_msg_id
         if offset_id is UNSET:
             offset_id = message_id(self._raw_store_host, self.commit_log_offset)
@@ -342,6 +347,7 @@ class ReceivedMessage(_ReceivedFields):
 
     @property
     def store_host(self) -> str:
+        """The broker that stored it, "ip:port"."""
         host = self._store_host
         if host is UNSET:
             host = _host_text(self._raw_store_host)
@@ -350,6 +356,7 @@ class ReceivedMessage(_ReceivedFields):
 
     @property
     def born_host(self) -> str:
+        """The producer's address, "ip:port"."""
         host = self._born_host
         if host is UNSET:
             host = _host_text(self._raw_born_host)
@@ -358,14 +365,17 @@ class ReceivedMessage(_ReceivedFields):
 
     @property
     def message_queue(self) -> MessageQueue:
+        """The queue it was consumed from."""
         return MessageQueue(self.topic, self.broker_name, self.queue_id)
 
     @property
     def delay_level(self) -> int:
+        """The delay level it was sent with (0: none)."""
         return int(self.properties.get(PROPERTY_DELAY, "0") or 0)
 
     @classmethod
     def from_stored(cls, stored: StoredMessage, broker_name: str) -> ReceivedMessage:
+        """A decoded record as consumers hand it to listeners (its body inflated)."""
         fields = fields_of_stored(stored, broker_name)
         if stored.sys_flag & FLAG_COMPRESSED:
             fields.body = inflate_body(fields.body)
@@ -419,6 +429,9 @@ def _host_text(raw: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SendResult:
+    """A send's outcome (RocketMQ's SendResult): `status`, the client `msg_id` (UNIQ_KEY) and
+    the broker's `offset_msg_id`, the queue it went to and its offset there."""
+
     status: SendStatus
     msg_id: str
     offset_msg_id: str
@@ -427,6 +440,7 @@ class SendResult:
 
     @property
     def ok(self) -> bool:
+        """SEND_OK: stored, flushed and replicated as the broker is configured to."""
         return self.status is SendStatus.SEND_OK
 
 
@@ -441,10 +455,13 @@ class MessageSelector:
 
     @classmethod
     def by_tag(cls, expression: str = "*") -> MessageSelector:
+        """Messages whose tag is one of `expression` ("TagA || TagB"; "*": all)."""
         return cls(expression, ExpressionType.TAG)
 
     @classmethod
     def by_sql(cls, expression: str) -> MessageSelector:
+        """Messages whose properties match the SQL92 `expression` ("a BETWEEN 3 AND 5"),
+        filtered by brokers with enablePropertyFilter."""
         return cls(expression, ExpressionType.SQL92)
 
 

@@ -85,7 +85,19 @@ def _compress(body: bytes, threshold: int) -> tuple[bytes, int]:
 
 
 class AsyncProducer(AsyncLifecycle):
-    """An asyncio producer; `async with AsyncProducer("group", "127.0.0.1:9876") as p: ...`."""
+    """An asyncio producer (RocketMQ's DefaultMQProducer);
+    `async with AsyncProducer("group", "127.0.0.1:9876") as p: await p.send(msg)`.
+
+    `group` is the producer group; `namesrv_addr` the name servers ("host:port;host:port" or a
+    list; default $NAMESRV_ADDR), or `config` a whole `ClientConfig`. A send takes `timeout`
+    seconds at most in all and is tried 1 + `retry_times` times (module docstring);
+    `retry_another_broker_when_not_store_ok` retries a stored-but status too. Bodies over
+    `compress_over` bytes are compressed; a body over `max_message_size` is refused. A topic
+    brokers create on first send gets `default_topic_queue_nums` queues.
+    `latency_fault_enabled` avoids slow brokers for a while. `access_key` and `secret_key` sign
+    requests for brokers with aclEnable; `tls` connects with TLS. `enable_trace` writes a Pub
+    trace record of every send to `trace_topic` (default RMQ_SYS_TRACE_TOPIC).
+    """
 
     def __init__(
         self,
@@ -127,11 +139,13 @@ class AsyncProducer(AsyncLifecycle):
 
     @property
     def instance(self) -> ClientInstance:
+        """The client instance (connections, routes) this producer shares once started."""
         if self._instance is None:
             raise ClientError(f"producer {self.group} is not started")
         return self._instance
 
     async def start(self) -> None:
+        """Join the shared client instance and announce the group to the brokers it knows."""
         if self._instance is not None:
             return
         instance = get_instance(self.config)
@@ -145,6 +159,7 @@ class AsyncProducer(AsyncLifecycle):
             await self.trace.start(AsyncProducer(self.trace.producer_group, config=self.config))
 
     async def stop(self) -> None:
+        """Send the queued trace records, leave the client instance (closed when unused)."""
         if self.trace is not None:
             await self.trace.stop()
         instance, self._instance = self._instance, None
@@ -195,7 +210,10 @@ class AsyncProducer(AsyncLifecycle):
         arg: Any = None,
         timeout: float | None = None,
     ) -> SendResult:
-        """Send and wait for the broker's answer; retries per the class docstring."""
+        """Send and wait for the broker's answer; retries per the module docstring.
+
+        To a queue of the route picked round robin, or `queue`, or the one `selector(queues,
+        msg, arg)` returns; within `timeout` seconds (default: the producer's)."""
         self._check(msg)
         if queue is not None:
             check_queue(queue, msg.topic)
@@ -283,7 +301,7 @@ class AsyncProducer(AsyncLifecycle):
         )
 
     async def send_orderly(
-        self, msg: Message, sharding_key: Any, *, timeout: float | None = None
+        self, msg: Message, sharding_key: object, *, timeout: float | None = None
     ) -> SendResult:
         """Messages with one sharding key go to one queue, in order (no retry on another queue)."""
         return await self.send(msg, selector=hash_selector, arg=sharding_key, timeout=timeout)
@@ -400,31 +418,78 @@ def _result(raw: SendResponse, queue: MessageQueue, uniq: str) -> SendResult:
 
 
 class Producer(BlockingTwin[AsyncProducer]):
-    """The blocking twin of `AsyncProducer`: same constructor, same methods."""
+    """The blocking twin of `AsyncProducer`: the same parameters (see its docstring), the same
+    methods, each waiting for its result; `with Producer(...) as p: p.send(msg)`."""
 
     def __init__(
-        self, group: str, namesrv_addr: str | list[str] | None = None, **kwargs: Any
+        self,
+        group: str,
+        namesrv_addr: str | list[str] | None = None,
+        *,
+        config: ClientConfig | None = None,
+        timeout: float = DEFAULT_SEND_TIMEOUT,
+        retry_times: int = 2,
+        retry_another_broker_when_not_store_ok: bool = False,
+        compress_over: int = 4096,
+        max_message_size: int = 4 * 1024 * 1024,
+        default_topic_queue_nums: int = 4,
+        latency_fault_enabled: bool = False,
+        access_key: str = "",
+        secret_key: str = "",
+        tls: TlsClientSettings | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
-        self._async = AsyncProducer(group, namesrv_addr, **kwargs)
+        self._async = AsyncProducer(
+            group,
+            namesrv_addr,
+            config=config,
+            timeout=timeout,
+            retry_times=retry_times,
+            retry_another_broker_when_not_store_ok=retry_another_broker_when_not_store_ok,
+            compress_over=compress_over,
+            max_message_size=max_message_size,
+            default_topic_queue_nums=default_topic_queue_nums,
+            latency_fault_enabled=latency_fault_enabled,
+            access_key=access_key,
+            secret_key=secret_key,
+            tls=tls,
+            enable_trace=enable_trace,
+            trace_topic=trace_topic,
+        )
         self.group = group
 
-    def send(self, msg: Message, **kwargs: Any) -> SendResult:
-        return call(self._async.send(msg, **kwargs))
+    def send(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: QueueSelector | None = None,
+        arg: Any = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send and wait for the broker's answer (`AsyncProducer.send`)."""
+        return call(self._async.send(msg, queue=queue, selector=selector, arg=arg, timeout=timeout))
 
-    def send_batch(self, msgs: Sequence[Message], **kwargs: Any) -> SendResult:
-        return call(self._async.send_batch(msgs, **kwargs))
+    def send_batch(self, msgs: Sequence[Message], *, timeout: float | None = None) -> SendResult:
+        """One SEND_BATCH_MESSAGE: messages of one topic, stored contiguously in one queue."""
+        return call(self._async.send_batch(msgs, timeout=timeout))
 
-    def send_orderly(self, msg: Message, sharding_key: Any, **kwargs: Any) -> SendResult:
-        return call(self._async.send_orderly(msg, sharding_key, **kwargs))
+    def send_orderly(
+        self, msg: Message, sharding_key: object, *, timeout: float | None = None
+    ) -> SendResult:
+        """Messages with one sharding key go to one queue, in order (no retry on another queue)."""
+        return call(self._async.send_orderly(msg, sharding_key, timeout=timeout))
 
     def send_oneway(self, msg: Message) -> None:
+        """Send without waiting for an answer: no result, no retry."""
         call(self._async.send_oneway(msg))
 
     def send_async(
-        self, msg: Message, callback: SendCallback | None = None, **kwargs: Any
+        self, msg: Message, callback: SendCallback | None = None, *, timeout: float | None = None
     ) -> concurrent.futures.Future[SendResult]:
         """A thread-safe future of the SendResult; `callback(result, error)` runs on completion."""
-        future = submit(self._async.send(msg, **kwargs))
+        future = submit(self._async.send(msg, timeout=timeout))
         if callback is not None:
 
             def done(f: concurrent.futures.Future[SendResult]) -> None:

@@ -115,9 +115,11 @@ class BlockingTwin(Generic[L]):
     _async: L
 
     def start(self) -> None:
+        """Start (the async twin's `start()`, waited for)."""
         call(self._async.start())
 
     def stop(self) -> None:
+        """Stop (the async twin's `stop()`, waited for)."""
         call(self._async.stop())
 
     def shutdown(self) -> None:

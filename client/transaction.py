@@ -30,14 +30,21 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeAlias
 
+from tidemq.client.config import ClientConfig
 from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.message import Message, ReceivedMessage, SendResult, SendStatus
-from tidemq.client.producer import AUTO_CREATE_TOPIC, AsyncProducer, _compress
+from tidemq.client.producer import (
+    AUTO_CREATE_TOPIC,
+    DEFAULT_SEND_TIMEOUT,
+    AsyncProducer,
+    _compress,
+)
 from tidemq.client.protocol.headers import EndTransactionRequestHeader, encode
 from tidemq.client.remoting.codes import RequestCode
 from tidemq.client.sync import BlockingTwin, call
 from tidemq.client.trace import MessageType, TraceRecord, TraceType, now_ms
 from tidemq.client.transport.connection import RemotingConnection
+from tidemq.client.transport.tls import TlsClientSettings
 from tidemq.store.layout import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -76,6 +83,7 @@ class TransactionSendResult:
 
     @property
     def msg_id(self) -> str:
+        """The half message's client msgId (UNIQ_KEY), as the committed message keeps it."""
         return self.send_result.msg_id
 
 
@@ -101,8 +109,9 @@ _TRACE_STATE: Final = {
 
 
 class AsyncTransactionProducer(AsyncProducer):
-    """`AsyncProducer` plus `send_message_in_transaction`; `execute` and `check` as in the
-    module docstring."""
+    """`AsyncProducer` (the same other parameters) plus `send_message_in_transaction`;
+    `execute(msg, arg)` runs the local transaction and `check(msg)` answers the broker's check
+    of one left open, each returning a `LocalTransactionState` (module docstring)."""
 
     def __init__(
         self,
@@ -111,9 +120,37 @@ class AsyncTransactionProducer(AsyncProducer):
         *,
         execute: LocalTransactionExecutor,
         check: TransactionChecker,
-        **kwargs: Any,
+        config: ClientConfig | None = None,
+        timeout: float = DEFAULT_SEND_TIMEOUT,
+        retry_times: int = 2,
+        retry_another_broker_when_not_store_ok: bool = False,
+        compress_over: int = 4096,
+        max_message_size: int = 4 * 1024 * 1024,
+        default_topic_queue_nums: int = 4,
+        latency_fault_enabled: bool = False,
+        access_key: str = "",
+        secret_key: str = "",
+        tls: TlsClientSettings | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
-        super().__init__(group, namesrv_addr, **kwargs)
+        super().__init__(
+            group,
+            namesrv_addr,
+            config=config,
+            timeout=timeout,
+            retry_times=retry_times,
+            retry_another_broker_when_not_store_ok=retry_another_broker_when_not_store_ok,
+            compress_over=compress_over,
+            max_message_size=max_message_size,
+            default_topic_queue_nums=default_topic_queue_nums,
+            latency_fault_enabled=latency_fault_enabled,
+            access_key=access_key,
+            secret_key=secret_key,
+            tls=tls,
+            enable_trace=enable_trace,
+            trace_topic=trace_topic,
+        )
         self.execute = execute
         self.check = check
 
@@ -128,6 +165,7 @@ class AsyncTransactionProducer(AsyncProducer):
         await self.instance.heartbeat_all()
 
     async def stop(self) -> None:
+        """Stop answering checks, then stop as `AsyncProducer.stop`."""
         if self._instance is not None:
             self._instance.unregister_transaction_checker(self.group)
         await super().stop()
@@ -282,8 +320,8 @@ def _in_thread(callback: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
 
 
 class TransactionProducer(BlockingTwin[AsyncTransactionProducer]):
-    """The blocking twin of `AsyncTransactionProducer`: same constructor, same methods; the
-    callbacks are plain functions, run in a worker thread."""
+    """The blocking twin of `AsyncTransactionProducer`: the same parameters, the same methods;
+    the callbacks are plain functions, run in a worker thread."""
 
     def __init__(
         self,
@@ -292,14 +330,43 @@ class TransactionProducer(BlockingTwin[AsyncTransactionProducer]):
         *,
         execute: Callable[[Message, Any], LocalTransactionState],
         check: Callable[[ReceivedMessage], LocalTransactionState],
-        **kwargs: Any,
+        config: ClientConfig | None = None,
+        timeout: float = DEFAULT_SEND_TIMEOUT,
+        retry_times: int = 2,
+        retry_another_broker_when_not_store_ok: bool = False,
+        compress_over: int = 4096,
+        max_message_size: int = 4 * 1024 * 1024,
+        default_topic_queue_nums: int = 4,
+        latency_fault_enabled: bool = False,
+        access_key: str = "",
+        secret_key: str = "",
+        tls: TlsClientSettings | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
         self._async = AsyncTransactionProducer(
-            group, namesrv_addr, execute=_in_thread(execute), check=_in_thread(check), **kwargs
+            group,
+            namesrv_addr,
+            execute=_in_thread(execute),
+            check=_in_thread(check),
+            config=config,
+            timeout=timeout,
+            retry_times=retry_times,
+            retry_another_broker_when_not_store_ok=retry_another_broker_when_not_store_ok,
+            compress_over=compress_over,
+            max_message_size=max_message_size,
+            default_topic_queue_nums=default_topic_queue_nums,
+            latency_fault_enabled=latency_fault_enabled,
+            access_key=access_key,
+            secret_key=secret_key,
+            tls=tls,
+            enable_trace=enable_trace,
+            trace_topic=trace_topic,
         )
         self.group = group
 
     def send_message_in_transaction(
-        self, msg: Message, arg: Any = None, **kwargs: Any
+        self, msg: Message, arg: Any = None, *, timeout: float | None = None
     ) -> TransactionSendResult:
-        return call(self._async.send_message_in_transaction(msg, arg, **kwargs))
+        """Send `msg` as a half message, run the local transaction, end it (module docstring)."""
+        return call(self._async.send_message_in_transaction(msg, arg, timeout=timeout))

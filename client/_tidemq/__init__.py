@@ -11,7 +11,7 @@ The names most programs need are re-exported here::
 from tidemq.client.consumer.pull import AsyncPullConsumer, PullConsumer
 from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult, PushConsumer
 from tidemq.client.errors import TideMQError
-from tidemq.client.message import Message, MessageSelector
+from tidemq.client.message import Message, MessageSelector, ReceivedMessage, SendResult
 from tidemq.client.producer import AsyncProducer, Producer
 from tidemq.client.transaction import (
     AsyncTransactionProducer,
@@ -32,6 +32,8 @@ __all__ = [
     "Producer",
     "PullConsumer",
     "PushConsumer",
+    "ReceivedMessage",
+    "SendResult",
     "TideMQError",
     "TransactionProducer",
     "TransactionSendResult",

@@ -15,10 +15,9 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tidemq.client.api import PullStatus
 from tidemq.client.config import ClientConfig
@@ -69,6 +68,16 @@ class _QueueState:
 
 
 class AsyncPullConsumer(AsyncLifecycle):
+    """An asyncio lite pull consumer (RocketMQ's DefaultLitePullConsumer, Kafka-like; module
+    docstring): `subscribe()` or `assign()`, `start()`, then `poll()` or `async for`.
+
+    `group`, `namesrv_addr`/`config`, `message_model`, `consume_from_where`,
+    `consume_timestamp`, `allocate_strategy`, `offset_store_dir`, `access_key`/`secret_key` and
+    `tls` are as for `AsyncPushConsumer`. `auto_commit` commits what `poll()` returned every
+    `auto_commit_interval` seconds and at stop; each queue's fetcher pulls `pull_batch_size`
+    messages at a time and keeps at most `buffer_per_queue` of them ahead of `poll()`.
+    """
+
     def __init__(
         self,
         group: str,
@@ -137,9 +146,11 @@ class AsyncPullConsumer(AsyncLifecycle):
             await self.do_rebalance()
 
     def assignment(self) -> set[MessageQueue]:
+        """The queues this consumer reads now (assigned, or its share of the group's)."""
         return set(self._queues)
 
     def consumer_data(self) -> ConsumerData:
+        """What heartbeats tell brokers of this consumer: group, model, subscriptions."""
         return ConsumerData(
             group_name=self.group,
             consume_type=ConsumeType.CONSUME_ACTIVELY,
@@ -152,11 +163,13 @@ class AsyncPullConsumer(AsyncLifecycle):
 
     @property
     def instance(self) -> ClientInstance:
+        """The client instance (connections, routes) this consumer shares once started."""
         if self._instance is None:
             raise ClientError(f"consumer {self.group} is not started")
         return self._instance
 
     async def start(self) -> None:
+        """Join the shared client instance, take the queues and start fetching."""
         if self._running:
             return
         instance = get_instance(self.config)
@@ -188,6 +201,7 @@ class AsyncPullConsumer(AsyncLifecycle):
             await self.do_rebalance()
 
     async def stop(self) -> None:
+        """Stop fetching, commit (with auto_commit), leave the client instance."""
         if not self._running:
             return
         self._running = False
@@ -207,6 +221,7 @@ class AsyncPullConsumer(AsyncLifecycle):
     # --- rebalance ----------------------------------------------------------------------------
 
     async def do_rebalance(self) -> None:
+        """Take the assigned queues, or this consumer's share of the subscribed topics'."""
         if not self._running:
             return
         async with self._rebalance_lock:
@@ -379,18 +394,21 @@ class AsyncPullConsumer(AsyncLifecycle):
         self._start_fetch(state)
 
     async def seek_to_beginning(self, mq: MessageQueue) -> None:
+        """Read `mq` from its first message still stored."""
         address = await self.instance.find_offset_broker(mq.broker_name)
         if address is None:
             raise ClientError(f"no broker for {mq}")
         await self.seek(mq, await self.instance.api.get_min_offset(address, mq.topic, mq.queue_id))
 
     async def seek_to_end(self, mq: MessageQueue) -> None:
+        """Read `mq` from the next message sent to it."""
         address = await self.instance.find_offset_broker(mq.broker_name)
         if address is None:
             raise ClientError(f"no broker for {mq}")
         await self.seek(mq, await self.instance.api.get_max_offset(address, mq.topic, mq.queue_id))
 
     def position(self, mq: MessageQueue) -> int:
+        """The offset of the next message `poll()` returns from `mq`."""
         state = self._queues.get(mq)
         if state is None:
             raise ClientError(f"{mq} is not assigned to this consumer")
@@ -417,13 +435,16 @@ class AsyncPullConsumer(AsyncLifecycle):
         await self.offset_store.persist_all(queues)
 
     def commit_async(self, offsets: dict[MessageQueue, int] | None = None) -> asyncio.Task[None]:
+        """`commit()` in the background: a task of it."""
         return asyncio.get_running_loop().create_task(self.commit(offsets))
 
     async def committed(self, mq: MessageQueue) -> int:
+        """The offset stored for `mq` (on the broker, or the local file; -1 for none)."""
         assert self.offset_store is not None
         return await self.offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
 
     async def persist_offsets(self) -> None:
+        """Commit now, with auto_commit (the client instance's periodic persist)."""
         if self.auto_commit:
             await self.commit()
 
@@ -437,44 +458,87 @@ class AsyncPullConsumer(AsyncLifecycle):
 
 
 class PullConsumer(BlockingTwin[AsyncPullConsumer]):
-    """The blocking twin of `AsyncPullConsumer`; iterate it or call `poll()`."""
+    """The blocking twin of `AsyncPullConsumer`: the same parameters (see its docstring);
+    iterate it or call `poll()`."""
 
     def __init__(
-        self, group: str, namesrv_addr: str | list[str] | None = None, **kwargs: Any
+        self,
+        group: str,
+        namesrv_addr: str | list[str] | None = None,
+        *,
+        config: ClientConfig | None = None,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp: int | None = None,
+        allocate_strategy: AllocateStrategy | None = None,
+        auto_commit: bool = True,
+        auto_commit_interval: float = 5.0,
+        pull_batch_size: int = 32,
+        buffer_per_queue: int = 1000,
+        offset_store_dir: str | Path | None = None,
+        access_key: str = "",
+        secret_key: str = "",
+        tls: TlsClientSettings | None = None,
     ) -> None:
-        self._async = AsyncPullConsumer(group, namesrv_addr, **kwargs)
+        self._async = AsyncPullConsumer(
+            group,
+            namesrv_addr,
+            config=config,
+            message_model=message_model,
+            consume_from_where=consume_from_where,
+            consume_timestamp=consume_timestamp,
+            allocate_strategy=allocate_strategy,
+            auto_commit=auto_commit,
+            auto_commit_interval=auto_commit_interval,
+            pull_batch_size=pull_batch_size,
+            buffer_per_queue=buffer_per_queue,
+            offset_store_dir=offset_store_dir,
+            access_key=access_key,
+            secret_key=secret_key,
+            tls=tls,
+        )
         self.group = group
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Read `topic` messages matching `expression` (see `AsyncPushConsumer.subscribe`)."""
         self._async.subscribe(topic, expression)
 
     def assign(self, queues: list[MessageQueue]) -> None:
+        """Read exactly these queues (no group rebalance)."""
         call(self._async.assign(queues))
 
     def assignment(self) -> set[MessageQueue]:
+        """The queues this consumer reads now (assigned, or its share of the group's)."""
         return self._async.assignment()
 
     def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ReceivedMessage]:
+        """Messages ready now, waiting up to `timeout` seconds for the first one."""
         return call(self._async.poll(timeout, max_records))
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[ReceivedMessage]:
         while self._async._running:
             yield from self.poll(timeout=1.0)
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Read `mq` from `offset` on (buffered messages of the queue are discarded)."""
         call(self._async.seek(mq, offset))
 
     def seek_to_beginning(self, mq: MessageQueue) -> None:
+        """Read `mq` from its first message still stored."""
         call(self._async.seek_to_beginning(mq))
 
     def seek_to_end(self, mq: MessageQueue) -> None:
+        """Read `mq` from the next message sent to it."""
         call(self._async.seek_to_end(mq))
 
     def position(self, mq: MessageQueue) -> int:
+        """The offset of the next message `poll()` returns from `mq`."""
         return self._async.position(mq)
 
     def commit(self, offsets: dict[MessageQueue, int] | None = None) -> None:
+        """Store positions (the given ones, or what poll() returned) on the broker now."""
         call(self._async.commit(offsets))
 
     def committed(self, mq: MessageQueue) -> int:
+        """The offset stored for `mq` (on the broker, or the local file; -1 for none)."""
         return call(self._async.committed(mq))

@@ -115,6 +115,9 @@ LOCK_RENEW_INTERVAL = 20.0
 
 
 class ConsumeResult(enum.Enum):
+    """What a listener returns: SUCCESS (None counts as SUCCESS), or RECONSUME_LATER to have
+    the message delivered again later (RocketMQ's ConsumeConcurrentlyStatus)."""
+
     SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
 
@@ -132,7 +135,23 @@ class _Subscription:
 
 
 class AsyncPushConsumer(AsyncLifecycle):
-    """An asyncio push consumer; `subscribe()` topics, then `start()`."""
+    """An asyncio push consumer (RocketMQ's DefaultMQPushConsumer); `subscribe()` topics with
+    a listener, then `start()`.
+
+    `group` is the consumer group; `namesrv_addr` the name servers (or `config` a whole
+    `ClientConfig`). `message_model` CLUSTERING shares the queues among the group,
+    BROADCASTING gives each consumer every message; a group with no offset yet starts at
+    `consume_from_where` (`consume_timestamp`, ms, for CONSUME_FROM_TIMESTAMP); queues are
+    shared by `allocate_strategy` (averagely). `orderly` consumes each queue one message at a
+    time in order. Pulls take up to `pull_batch_size` messages and stop while a queue holds
+    `pull_threshold_for_queue` messages, `pull_threshold_size_for_queue` bytes or a span of
+    `consume_concurrently_max_span` offsets not consumed. At most `max_concurrency` listener
+    calls run at once (plain listeners on `executor`, or on threads of their own); a message
+    failing `max_reconsume_times` times goes to the dead-letter queue. BROADCASTING offsets
+    are kept under `offset_store_dir`. `access_key`/`secret_key` sign requests for brokers with
+    aclEnable; `tls` connects with TLS; `enable_trace` writes SubBefore and SubAfter trace
+    records of every listener call to `trace_topic`.
+    """
 
     def __init__(
         self,
@@ -220,6 +239,7 @@ class AsyncPushConsumer(AsyncLifecycle):
         self._default_listener = listener
 
     def consumer_data(self) -> ConsumerData:
+        """What heartbeats tell brokers of this consumer: group, model, subscriptions."""
         return ConsumerData(
             group_name=self.group,
             consume_type=ConsumeType.CONSUME_PASSIVELY,
@@ -277,11 +297,13 @@ class AsyncPushConsumer(AsyncLifecycle):
 
     @property
     def instance(self) -> ClientInstance:
+        """The client instance (connections, routes) this consumer shares once started."""
         if self._instance is None:
             raise ClientError(f"consumer {self.group} is not started")
         return self._instance
 
     async def start(self) -> None:
+        """Join the shared client instance, take the group's share of the queues and pull."""
         if self._running:
             return
         if not self._subscriptions:
@@ -330,6 +352,7 @@ class AsyncPushConsumer(AsyncLifecycle):
         await instance.register_consumer(self)
 
     async def stop(self) -> None:
+        """Stop pulling, let listener calls under way finish, commit the offsets, leave."""
         if not self._running:
             return
         self._running = False
@@ -361,6 +384,8 @@ class AsyncPushConsumer(AsyncLifecycle):
     # --- rebalance --------------------------------------------------------------------------
 
     async def do_rebalance(self) -> None:
+        """Take this consumer's share of each subscribed topic's queues now (the client
+        instance does it every 20 s and when the group changes)."""
         async with self._rebalance_lock:
             if not self._running:
                 return  # not started, or shut down while this rebalance waited for the lock
@@ -836,6 +861,7 @@ class AsyncPushConsumer(AsyncLifecycle):
         return True
 
     async def persist_offsets(self) -> None:
+        """Commit the offsets of the queues held (to the brokers, or the local file)."""
         if self.offset_store is not None:
             await self.offset_store.persist_all(set(self.process_queues))
 
@@ -913,12 +939,57 @@ def _consume_result(outcome: object) -> ConsumeResult:
 
 
 class PushConsumer(BlockingTwin[AsyncPushConsumer]):
-    """The blocking twin of `AsyncPushConsumer`; listeners run in a thread pool."""
+    """The blocking twin of `AsyncPushConsumer`: the same parameters (see its docstring);
+    listeners run in a thread pool."""
 
     def __init__(
-        self, group: str, namesrv_addr: str | list[str] | None = None, **kwargs: Any
+        self,
+        group: str,
+        namesrv_addr: str | list[str] | None = None,
+        *,
+        config: ClientConfig | None = None,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp: int | None = None,
+        allocate_strategy: AllocateStrategy | None = None,
+        orderly: bool = False,
+        pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100 * 1024 * 1024,
+        consume_concurrently_max_span: int = 2000,
+        max_concurrency: int = 20,
+        max_reconsume_times: int = 16,
+        offset_store_dir: str | Path | None = None,
+        executor: concurrent.futures.Executor | None = None,
+        access_key: str = "",
+        secret_key: str = "",
+        tls: TlsClientSettings | None = None,
+        enable_trace: bool = False,
+        trace_topic: str | None = None,
     ) -> None:
-        self._async = AsyncPushConsumer(group, namesrv_addr, **kwargs)
+        self._async = AsyncPushConsumer(
+            group,
+            namesrv_addr,
+            config=config,
+            message_model=message_model,
+            consume_from_where=consume_from_where,
+            consume_timestamp=consume_timestamp,
+            allocate_strategy=allocate_strategy,
+            orderly=orderly,
+            pull_batch_size=pull_batch_size,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            pull_threshold_size_for_queue=pull_threshold_size_for_queue,
+            consume_concurrently_max_span=consume_concurrently_max_span,
+            max_concurrency=max_concurrency,
+            max_reconsume_times=max_reconsume_times,
+            offset_store_dir=offset_store_dir,
+            executor=executor,
+            access_key=access_key,
+            secret_key=secret_key,
+            tls=tls,
+            enable_trace=enable_trace,
+            trace_topic=trace_topic,
+        )
         self.group = group
 
     def subscribe(
@@ -927,7 +998,10 @@ class PushConsumer(BlockingTwin[AsyncPushConsumer]):
         expression: str | MessageSelector = "*",
         listener: Listener | None = None,
     ) -> None:
+        """Consume `topic` messages matching `expression` with `listener`
+        (`AsyncPushConsumer.subscribe`)."""
         self._async.subscribe(topic, expression, listener)
 
     def register_listener(self, listener: Listener) -> None:
+        """The listener for every subscription that has none of its own."""
         self._async.register_listener(listener)

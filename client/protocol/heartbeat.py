@@ -376,10 +376,12 @@ class MessageQueue:
     queue_id: int
 
     def to_dict(self) -> dict[str, Any]:
+        """As RocketMQ's JSON carries it: topic, brokerName, queueId."""
         return {"topic": self.topic, "brokerName": self.broker_name, "queueId": self.queue_id}
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> MessageQueue:
+        """From RocketMQ's JSON (`to_dict`'s keys)."""
         return cls(_str(obj, "topic"), _str(obj, "brokerName"), _int(obj, "queueId", 0))
 
 
