@@ -70,6 +70,12 @@ def _is_port(text: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
+    """What producers and consumers of one process share (RocketMQ's ClientConfig): the name
+    servers, the client id (`client_ip@instance_name`), how often routes are polled, brokers
+    sent heartbeats and offsets committed (seconds), the timeout of admin-like calls, the
+    header serialisation, credentials and TLS. Made with `create()`; clients with equal
+    configs share one client instance (connections, routes)."""
+
     namesrv_addr: tuple[str, ...] = ()
     client_ip: str = field(default_factory=local_ip)
     instance_name: str = DEFAULT_INSTANCE
@@ -86,12 +92,38 @@ class ClientConfig:
 
     @classmethod
     def create(
-        cls, namesrv_addr: str | Iterable[str] | None = None, **kwargs: object
+        cls,
+        namesrv_addr: str | Iterable[str] | None = None,
+        *,
+        client_ip: str | None = None,
+        instance_name: str = DEFAULT_INSTANCE,
+        unit_name: str = "",
+        poll_name_server_interval: float = 30.0,
+        heartbeat_broker_interval: float = 30.0,
+        persist_consumer_offset_interval: float = 5.0,
+        mq_client_api_timeout: float = 3.0,
+        serialize_type: SerializeType = SerializeType.MSGPACK,
+        credentials: SessionCredentials | None = None,
+        tls: TlsClientSettings | None = None,
     ) -> ClientConfig:
-        config = cls(namesrv_addr=tuple(parse_namesrv_addr(namesrv_addr)), **kwargs)  # type: ignore[arg-type]
-        if config.instance_name == DEFAULT_INSTANCE:
-            config = replace(config, instance_name=f"{os.getpid()}#{random.getrandbits(40):x}")
-        return config
+        """A config for `namesrv_addr` ("host:port;host:port", a list, or None for
+        $NAMESRV_ADDR); `client_ip` defaults to this host's address, and the default
+        instance name becomes one of this process's own."""
+        if instance_name == DEFAULT_INSTANCE:
+            instance_name = f"{os.getpid()}#{random.getrandbits(40):x}"
+        return cls(
+            tuple(parse_namesrv_addr(namesrv_addr)),
+            local_ip() if client_ip is None else client_ip,
+            instance_name,
+            unit_name,
+            poll_name_server_interval,
+            heartbeat_broker_interval,
+            persist_consumer_offset_interval,
+            mq_client_api_timeout,
+            serialize_type,
+            credentials,
+            tls,
+        )
 
     @classmethod
     def for_client(
@@ -113,6 +145,7 @@ class ClientConfig:
 
     @property
     def client_id(self) -> str:
+        """`client_ip@instance_name` (and `@unit_name` when set), as RocketMQ's buildMQClientId."""
         ident = f"{self.client_ip}@{self.instance_name}"
         return f"{ident}@{self.unit_name}" if self.unit_name else ident
 

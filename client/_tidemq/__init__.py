@@ -8,11 +8,13 @@ The names most programs need are re-exported here::
     from tidemq import Producer, PushConsumer, Message
 """
 
+from tidemq.client.config import ClientConfig
 from tidemq.client.consumer.pull import AsyncPullConsumer, PullConsumer
 from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult, PushConsumer
 from tidemq.client.errors import TideMQError
 from tidemq.client.message import Message, MessageSelector, ReceivedMessage, SendResult
 from tidemq.client.producer import AsyncProducer, Producer
+from tidemq.client.protocol.heartbeat import ConsumeFromWhere, MessageModel, MessageQueue
 from tidemq.client.transaction import (
     AsyncTransactionProducer,
     LocalTransactionState,
@@ -25,9 +27,13 @@ __all__ = [
     "AsyncPullConsumer",
     "AsyncPushConsumer",
     "AsyncTransactionProducer",
+    "ClientConfig",
+    "ConsumeFromWhere",
     "ConsumeResult",
     "LocalTransactionState",
     "Message",
+    "MessageModel",
+    "MessageQueue",
     "MessageSelector",
     "Producer",
     "PullConsumer",

@@ -71,11 +71,17 @@ class ConsumeType(enum.Enum):
 
 
 class MessageModel(enum.Enum):
+    """How a consumer group shares a topic: CLUSTERING, each message to one consumer of the
+    group; BROADCASTING, each message to every consumer."""
+
     BROADCASTING = "BROADCASTING"
     CLUSTERING = "CLUSTERING"
 
 
 class ConsumeFromWhere(enum.Enum):
+    """Where a group with no committed offset on a queue starts: its end (LAST_OFFSET; a young
+    queue is read from 0), its first message (FIRST_OFFSET), or a time (TIMESTAMP)."""
+
     CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
     CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST = (
         "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST"

@@ -24,7 +24,6 @@ import pytest
 
 import tidemq
 from tidemq.client.message import ReceivedMessage, SendResult
-from tidemq.client.protocol.heartbeat import MessageQueue
 from tidemq.client.sync import BlockingTwin
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -32,12 +31,13 @@ TYPING_TREE = REPO_ROOT / ".venv" / "typing"
 README = REPO_ROOT / "README.md"
 
 TYPOS = """\
-from tidemq import AsyncProducer, Message, Producer, PushConsumer, ReceivedMessage
+from tidemq import AsyncProducer, ClientConfig, Message, Producer, PushConsumer, ReceivedMessage
 
 Producer("PG", retry_tims=3)
 PushConsumer("CG", orderly="yes")
 AsyncProducer("PG", retry_tims=3)
 Producer("PG").send(Message("T", b"x"), timout=1.0)
+ClientConfig.create("127.0.0.1:9876", poll_name_sever_interval=1.0)
 
 
 def listener(msg: ReceivedMessage) -> None:
@@ -49,12 +49,13 @@ TYPO_ERRORS = [
     (4, 'Argument "orderly" to "PushConsumer" has incompatible type "str"; expected "bool"'),
     (5, 'Unexpected keyword argument "retry_tims" for "AsyncProducer"'),
     (6, 'Unexpected keyword argument "timout" for "send" of "Producer"'),
-    (10, "Incompatible types in assignment"),
+    (7, 'Unexpected keyword argument "poll_name_sever_interval" for "create" of "ClientConfig"'),
+    (11, "Incompatible types in assignment"),
 ]
 
 TYPED_USE = """\
-from tidemq import ConsumeResult, PushConsumer, ReceivedMessage, TransactionProducer
-from tidemq import LocalTransactionState, Message
+from tidemq import ClientConfig, ConsumeFromWhere, ConsumeResult, PushConsumer, ReceivedMessage
+from tidemq import LocalTransactionState, Message, MessageModel, TransactionProducer
 
 
 def listener(msg: ReceivedMessage) -> ConsumeResult:
@@ -68,7 +69,15 @@ def execute(msg: Message, arg: object) -> LocalTransactionState:
     return LocalTransactionState.COMMIT
 
 
-consumer = PushConsumer("CG", "127.0.0.1:9876", orderly=True, max_concurrency=4)
+config = ClientConfig.create("127.0.0.1:9876", poll_name_server_interval=1.0)
+consumer = PushConsumer(
+    "CG",
+    config=config,
+    orderly=True,
+    max_concurrency=4,
+    message_model=MessageModel.BROADCASTING,
+    consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+)
 consumer.subscribe("T", "*", listener)
 producer = TransactionProducer(
     "PG", execute=execute, check=lambda m: LocalTransactionState.COMMIT, retry_times=3
@@ -144,8 +153,7 @@ def test_typed_use_and_the_readme_quick_starts_pass(mypy_errors: dict[str, list[
 
 
 API_CLASSES: list[type[Any]] = [
-    *(c for c in (getattr(tidemq, name) for name in tidemq.__all__) if inspect.isclass(c)),
-    MessageQueue,
+    c for c in (getattr(tidemq, name) for name in tidemq.__all__) if inspect.isclass(c)
 ]
 
 
