@@ -28,7 +28,7 @@ from tidemq.broker.remoting.server import RemotingServer
 from tidemq.client.transport.connection import RemotingConnection
 from tidemq.common.errors import ConfigError
 from tidemq.common.lifecycle import BackgroundTask, Service, Step
-from tidemq.common.settings import from_properties, to_properties
+from tidemq.common.settings import closest_key, from_properties, known_keys, to_properties
 
 __all__ = ["NameServer", "effective_properties"]
 
@@ -108,7 +108,13 @@ class NameServer(Service):
     def update_config(self, changes: dict[str, str]) -> str | None:
         """UPDATE_NAMESRV_CONFIG: apply `changes`; None, or the reason nothing changed. Only
         `RUNTIME_KEYS` can change while the server runs; changes live in memory (put them in
-        the properties file to keep them)."""
+        the properties file to keep them). A key that is no configuration key at all is
+        refused as unknown (with the key it is likely a mistyping of)."""
+        known = known_keys((NamesrvConfig, RemotingConfig))
+        for key in sorted(set(changes) - known):
+            near = closest_key(key, known)
+            hint = f"did you mean {near}?" if near else "no name server configuration has it"
+            return f"unknown key {key}: {hint}"
         refused = sorted(set(changes) - RUNTIME_KEYS)
         if refused:
             return (

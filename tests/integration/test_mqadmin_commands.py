@@ -253,6 +253,10 @@ def test_bad_input_gets_one_line_and_status_1(cluster: Cluster) -> None:
             ["updateNamesrvConfig", "-n", ns, "-k", "listenPort", "-v", "1"],
             "cannot change listenPort",
         ),
+        (
+            ["updateNamesrvConfig", "-n", ns, "-k", "orderMessageEnabled", "-v", "true"],
+            "unknown key orderMessageEnabled: did you mean orderMessageEnable?",
+        ),
         # RocketMQ's consumerProgress fails for a group no broker has offsets of.
         (["consumerProgress", "-n", ns, "-g", "no-such-group"], "has no consume offsets"),
         # A key the broker has but cannot change now, told apart from one it does not have.

@@ -503,6 +503,7 @@ def test_compressed_bodies_are_shown_as_the_producer_gave_them(
     assert data[0]["body"] == preview
     out = invoke("printMsg", "-t", "T")
     assert out.splitlines()[-1].endswith(f"BODY: {COMPRESSED_TEXT}")
+    assert "properties={TAGS=TagA, KEYS=k1, UNIQ_KEY=UNIQ1}]" in out.splitlines()[-1]
     # A compressed body that does not inflate is named, the other fields shown.
     damaged = stored(body=b"not zlib at all", sys_flag=FLAG_COMPRESSED)
     monkeypatch.setitem(ANSWERS, "find_message", lambda msg_id, topic=None: damaged)

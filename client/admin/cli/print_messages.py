@@ -4,7 +4,8 @@
 As RocketMQ's tools: each queue's range is [offset at -b, offset at -e) (default: its first to
 its last message), read with pulls filtered by the tag expression -s; a queue is announced by a
 `minOffset=.., maxOffset=.., MessageQueue [...]` line and each message printed as
-`MSGID: <msgId> <fields> BODY: <body>`.
+`MSGID: <msgId> <fields> BODY: <body>`, its properties as Java prints a map ({k=v, k2=v2}) and
+its body as its producer gave it (inflated when compressed).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tidemq.client.admin.api import AdminClient
 from tidemq.client.admin.cli.base import (
     Output,
     common,
+    java_map_text,
     main,
     parse_bool,
     parse_timestamp,
@@ -61,7 +63,8 @@ def _message_line(msg: StoredMessage, charset: str, print_body: bool) -> str:
         f"queueOffset={msg.queue_offset}, offsetMsgId={msg.msg_id}, tags={msg.tags or ''}, "
         f"keys={msg.keys or ''}, reconsumeTimes={msg.reconsume_times}, "
         f"bornTimestamp={msg.born_timestamp}, storeTimestamp={msg.store_timestamp}, "
-        f"storeHost={msg.store_host[0]}:{msg.store_host[1]}, sysFlag={msg.sys_flag}]"
+        f"storeHost={msg.store_host[0]}:{msg.store_host[1]}, sysFlag={msg.sys_flag}, "
+        f"properties={java_map_text(msg.properties)}]"
     )
     body = readable_body(msg).text(charset) if print_body else "NOT PRINT BODY"
     return f"MSGID: {uniq} {fields} BODY: {body}"
