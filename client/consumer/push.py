@@ -648,7 +648,7 @@ class AsyncPushConsumer(AsyncLifecycle):
                 results = await self._listen_in_slot(pq, msgs, stop_at_failure)
                 return results, time.monotonic() - started
             request_id = uuid.uuid4().hex.upper()
-            wait_ms = int((started - ready) * 1000)
+            wait_ms = round((started - ready) * 1000)
             trace.add(
                 TraceRecord(
                     TraceType.SUB_BEFORE,
@@ -665,7 +665,7 @@ class AsyncPushConsumer(AsyncLifecycle):
             results = await self._listen_in_slot(pq, msgs, stop_at_failure)
             elapsed = time.monotonic() - started
         # RocketMQ's consumeRT / batch size: each message's share of the listener's time.
-        cost = int(elapsed * 1000 / max(1, len(msgs)))
+        cost = round(elapsed * 1000 / max(1, len(msgs)))
         done = now_ms()
         trace.add(
             TraceRecord(

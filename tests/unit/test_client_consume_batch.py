@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult, Proces
 from tidemq.client.errors import ConnectError
 from tidemq.client.message import ReceivedMessage
 from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.trace import TraceRecord, TraceType
 from tidemq.client.transport import eager
 
 TOPIC = "T"
@@ -339,3 +341,60 @@ async def test_a_pull_sent_ahead_and_no_longer_wanted_is_cancelled_or_its_failur
     consumer_module._discard(eager.start(waiting()))
     assert answer.cancelled() and cleaned_up == [True]
     consumer_module._discard(None)
+
+
+class Clock:
+    """push.py's `time`: a monotonic clock the listeners move, and the real wall clock."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.time = time.time
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class Records:
+    """The trace dispatcher's part the consumer uses: every record added, in order."""
+
+    def __init__(self) -> None:
+        self.records: list[TraceRecord] = []
+
+    def add(self, records: Iterable[TraceRecord]) -> None:
+        self.records.extend(records)
+
+
+async def test_sub_after_s_cost_is_the_listener_s_time_and_the_slot_wait_is_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One slot, two batches: the second waits the first's 20 s for it. Its SubAfter costs
+    its listener's 20 ms (not 20.02 s), its SubBefore says it waited 20 s, and consumeRT
+    counts listener time only."""
+    clock = Clock()
+    monkeypatch.setattr(consumer_module, "time", clock)
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def listener(msg: ReceivedMessage) -> ConsumeResult:
+        if msg.queue_offset == 0:
+            entered.set()
+            await release.wait()  # holds the slot while the second batch waits for it
+            clock.now += 20.0
+        else:
+            clock.now += 0.02
+        return ConsumeResult.SUCCESS
+
+    consumer, _ = consumer_for(listener, max_concurrency=1)
+    trace = Records()
+    consumer.trace = trace  # type: ignore[assignment]
+    pq = ProcessQueue(MQ)
+    first = asyncio.create_task(consumer._consume_batch(pq, pulled(pq, 0, 1)))
+    second = asyncio.create_task(consumer._consume_batch(pq, pulled(pq, 1, 1)))
+    await entered.wait()  # the second task ran first: it waits for the slot
+    release.set()
+    await asyncio.gather(first, second)
+    by_type = {(r.type, r.msg_id): r for r in trace.records}
+    assert by_type[(TraceType.SUB_AFTER, "ID0")].cost_ms == 20_000
+    assert by_type[(TraceType.SUB_BEFORE, "ID0")].slot_wait_ms == 0
+    assert by_type[(TraceType.SUB_AFTER, "ID1")].cost_ms == 20
+    assert by_type[(TraceType.SUB_BEFORE, "ID1")].slot_wait_ms == 20_000
+    assert consumer.consume_stats._totals[TOPIC].consume_ms == pytest.approx(20_020)
