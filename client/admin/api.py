@@ -6,6 +6,10 @@ their runtime info, stats, connections and configuration. Broker-level calls tak
 address; `examine_*` calls fan out to every master that serves a topic or belongs to a cluster
 and merge the answers, as DefaultMQAdminExt does. Failures raise `client.errors` exceptions
 (`BrokerResponseError` leaves carry the broker's code and remark).
+
+Messages come back as stored: a body its producer compressed stays compressed (its sysFlag
+says so); what shows one to a person reads it through `client.inflate.readable_body`, and
+what sends one on (a dead letter resent) or decodes one (trace batches) inflates it first.
 """
 
 from __future__ import annotations
