@@ -56,8 +56,14 @@ system-packages:
 		echo "missing system packages; run: sudo apt-get install$$missing"; \
 	fi
 
+# The RocketMQ 5 protocol's Python modules (git-ignored): generated from the .proto files by
+# grpcio-tools, again whenever a .proto is newer than its module.
+.PHONY: protocol
+protocol: $(STAMP)
+	@$(BIN)/python broker/proxy/protocol/generate.py
+
 .PHONY: install
-install: $(STAMP) system-packages ## create .venv and install tidemq with its extras, and the Debian packages the tests use
+install: $(STAMP) protocol system-packages ## create .venv and install tidemq with its extras, and the Debian packages the tests use
 
 .PHONY: run
 run: install ## a local name server, SYNC_MASTER and SLAVE with a status line (Ctrl-C stops them)
