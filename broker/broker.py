@@ -48,9 +48,13 @@ from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
 from tidemq.broker.processors.retry import RetryProcessor
 from tidemq.broker.processors.send import SendProcessor
+from tidemq.broker.proxy.config import ProxyConfig
+from tidemq.broker.proxy.server import GrpcServer
+from tidemq.broker.proxy.service import MessagingService
 from tidemq.broker.rebalance_lock import RebalanceLockManager
 from tidemq.broker.registration import BrokerIdentity, NameServerRegistration
 from tidemq.broker.remoting.server import RemotingServer
+from tidemq.broker.remoting.tls import TlsMode
 from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.slave_names import SlaveNames
 from tidemq.broker.slave_sync import OffsetReconciler, SlaveSynchronize
@@ -106,6 +110,7 @@ class Broker(Service):
         remoting: RemotingConfig | None = None,
         ha_config: HAConfig | None = None,
         controller_config: ControllerConfig | None = None,
+        proxy_config: ProxyConfig | None = None,
     ) -> None:
         super().__init__()
         self.controller_config = controller_config or ControllerConfig()
@@ -217,6 +222,41 @@ class Broker(Service):
         self.register_result_listeners: list[Callable[[RegisterBrokerResult], None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._register_processors()
+        # RocketMQ 5's gRPC endpoint (broker/proxy): brokerd passes its keys; a Broker made
+        # without them (tests, embedding) serves remoting only.
+        self.grpc: GrpcServer | None = None
+        if proxy_config is not None and proxy_config.enabled:
+            self.grpc = self._grpc_server(proxy_config)
+
+    def _grpc_server(self, proxy_config: ProxyConfig) -> GrpcServer | None:
+        """The gRPC endpoint, unless ACL or TLS guard the remoting port: 5.x clients'
+        signatures and TLS on the gRPC port are not checked yet, and an open door beside a
+        guarded one would bypass it."""
+        guards = [
+            key
+            for key, on in (
+                ("aclEnable", self.config.acl_enable),
+                ("tls.server.mode", self.remoting.tls_server_mode is not TlsMode.disabled),
+            )
+            if on
+        ]
+        if guards:
+            log.warning(
+                "grpcServerPort: the RocketMQ 5 gRPC endpoint is not served with %s "
+                "(its authentication and TLS are not implemented yet)",
+                " and ".join(guards),
+            )
+            return None
+        service = MessagingService(
+            proxy_config,
+            self.state,
+            self.topics,
+            self.groups,
+            self.store,
+            self.stats,
+            port=lambda: self.grpc.port if self.grpc is not None else 0,
+        )
+        return GrpcServer(service, self.remoting.bind_address, proxy_config.grpc_server_port)
 
     def _slave_parts(self) -> tuple[HAClient, SlaveSynchronize]:
         """A slave's replication client and its copier of the master's tables."""
@@ -495,6 +535,8 @@ class Broker(Service):
         await self.start_child(self.server)
         self.state.advertised_address = f"{self.config.advertised_ip}:{self.listen_port}"
         self.state.store_host = pack_host(self.config.advertised_ip, self.listen_port)
+        if self.grpc is not None:
+            await self.start_child(self.grpc)
         if self.ha_client is not None:
             await self.start_child(self.ha_client)
         else:
@@ -784,7 +826,13 @@ class Broker(Service):
         the server stops accepting and lets requests in flight finish; delayed delivery and
         replication end before the broker unregisters, as in RocketMQ's shutdown (the store lets
         go of HA before HA stops)."""
-        for part in (self.pull_holds, self.server, self.schedule, self.transaction_check):
+        for part in (
+            self.pull_holds,
+            self.server,
+            self.grpc,
+            self.schedule,
+            self.transaction_check,
+        ):
             if part is not None:
                 await part.stop()
         if self.ha_service is not None:
@@ -820,6 +868,8 @@ class Broker(Service):
                 channel = expired.info.channel
                 if isinstance(channel, RemotingConnection):
                     channel.close()
+            if self.grpc is not None:
+                self.grpc.service.clients.expire(expiry / 1000)
 
     async def stop(self) -> None:
         if not self.running:

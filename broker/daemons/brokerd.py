@@ -31,6 +31,7 @@ from tidemq.broker.daemons.daemon import (
 )
 from tidemq.broker.failover import MemberConflict
 from tidemq.broker.open_doors import broker_doors
+from tidemq.broker.proxy.config import ProxyConfig
 from tidemq.client.version import version_option
 from tidemq.common.errors import ConfigError, StoreError
 from tidemq.common.settings import from_properties, to_properties, unknown_keys
@@ -47,6 +48,7 @@ CONFIG_CLASSES: tuple[type, ...] = (
     RemotingConfig,
     HAConfig,
     ControllerConfig,
+    ProxyConfig,
 )
 
 
@@ -58,6 +60,7 @@ class BrokerSettings:
     ha: HAConfig
     controller: ControllerConfig
     unknown: list[str]
+    proxy: ProxyConfig = dataclasses.field(default_factory=ProxyConfig)
 
     def fixed_ports(self) -> list[tuple[str, int]]:
         """(key, port) of the ports this broker will listen on (a slave has no HA port)."""
@@ -66,6 +69,7 @@ class BrokerSettings:
             ha = self.ha.ha_listen_port
             ports.append(("haListenPort", ha if ha >= 0 else self.broker.listen_port + 1))
         ports.append(("metricsPort", self.broker.metrics_port))
+        ports.append(("grpcServerPort", self.proxy.grpc_server_port))
         return ports
 
     def open_doors(self) -> list[str]:
@@ -85,7 +89,14 @@ class BrokerSettings:
 
     def effective(self) -> dict[str, str]:
         props: dict[str, str] = {}
-        for config in (self.broker, self.store, self.remoting, self.ha, self.controller):
+        for config in (
+            self.broker,
+            self.store,
+            self.remoting,
+            self.ha,
+            self.controller,
+            self.proxy,
+        ):
             props.update(to_properties(config))
         if self.ha.ha_listen_port < 0:
             props["haListenPort"] = str(self.broker.listen_port + 1)
@@ -98,6 +109,7 @@ def load_settings(props: dict[str, str]) -> BrokerSettings:
     remoting = from_properties(RemotingConfig, props)
     ha = from_properties(HAConfig, props)
     controller = from_properties(ControllerConfig, props)
+    proxy = from_properties(ProxyConfig, props)
     if controller.enable_controller_mode:
         # Every broker of the group starts as a slave; the elected one registers as id 0.
         if store.broker_role is BrokerRole.SLAVE:
@@ -108,7 +120,7 @@ def load_settings(props: dict[str, str]) -> BrokerSettings:
         if broker.broker_id <= 0:
             raise ConfigError("brokerId: with enableControllerMode each broker's own id, above 0")
         return BrokerSettings(
-            broker, store, remoting, ha, controller, unknown_keys(props, CONFIG_CLASSES)
+            broker, store, remoting, ha, controller, unknown_keys(props, CONFIG_CLASSES), proxy
         )
     if store.broker_role is BrokerRole.SLAVE and broker.broker_id <= 0:
         raise ConfigError("brokerId: a SLAVE's brokerId must be > 0")
@@ -116,7 +128,7 @@ def load_settings(props: dict[str, str]) -> BrokerSettings:
         # RocketMQ forces a master's id to 0 (MASTER_ID).
         broker = dataclasses.replace(broker, broker_id=0)
     return BrokerSettings(
-        broker, store, remoting, ha, controller, unknown_keys(props, CONFIG_CLASSES)
+        broker, store, remoting, ha, controller, unknown_keys(props, CONFIG_CLASSES), proxy
     )
 
 
@@ -174,6 +186,7 @@ def main(
             settings.remoting,
             settings.ha,
             settings.controller,
+            settings.proxy,
         )
     except ConfigError as exc:
         click.echo(f"brokerd: {exc}", err=True)

@@ -1,0 +1,31 @@
+"""The gRPC endpoint's keys (RocketMQ 5 ProxyConfig's names and defaults where it has them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidemq.common.settings import setting
+
+DEFAULT_GRPC_SERVER_PORT = 8081
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    grpc_server_port: int = setting(
+        DEFAULT_GRPC_SERVER_PORT,
+        min_value=-1,
+        max_value=65535,
+        doc="RocketMQ 5 gRPC MessagingService port (-1: not served, 0: any free port)",
+    )
+    grpc_client_producer_max_attempts: int = setting(
+        3, min_value=1, doc="send attempts the 5.x producers are told to make"
+    )
+    grpc_client_producer_backoff_initial_millis: int = setting(10, min_value=0)
+    grpc_client_producer_backoff_max_millis: int = setting(1000, min_value=0)
+    grpc_client_producer_backoff_multiplier: float = setting(2.0, min_value=1.0)
+    grpc_client_consumer_long_polling_batch_size: int = setting(32, min_value=1)
+    grpc_client_consumer_max_long_polling_timeout_millis: int = setting(20_000, min_value=1000)
+
+    @property
+    def enabled(self) -> bool:
+        return self.grpc_server_port >= 0
