@@ -178,7 +178,8 @@ def test_fixed_ports_of_a_master_a_slave_and_the_name_server(tmp_path: Path) -> 
         DEPLOY / "local",
         tmp_path,
         ["namesrv:listenPort=7000", "namesrv:metricsPort=0", "broker-a:listenPort=7100",
-         "broker-a:metricsPort=7102", "broker-a-s:listenPort=7200", "broker-a-s:metricsPort=-1"],
+         "broker-a:metricsPort=7102", "broker-a:grpcServerPort=7103", "broker-a-s:listenPort=7200",
+         "broker-a-s:metricsPort=-1", "broker-a-s:grpcServerPort=-1"],
     )  # fmt: skip
     assert topology.namesrv.fixed_ports() == [("listenPort", 7000)]  # 0: any free port
     master = next(p for p in topology.brokers if not p.is_slave)
@@ -187,6 +188,7 @@ def test_fixed_ports_of_a_master_a_slave_and_the_name_server(tmp_path: Path) -> 
         ("listenPort", 7100),
         ("haListenPort", 7101),
         ("metricsPort", 7102),
+        ("grpcServerPort", 7103),
     ]
     assert slave.fixed_ports() == [("listenPort", 7200)]  # a slave does not listen for HA
     bad = load_topology(DEPLOY / "single", tmp_path, ["broker-a:metricsPort=x"])
