@@ -48,6 +48,7 @@ from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
 from tidemq.broker.processors.retry import RetryProcessor
 from tidemq.broker.processors.send import SendProcessor
+from tidemq.broker.proxy.cluster_routes import ClusterRoutes
 from tidemq.broker.proxy.config import ProxyConfig
 from tidemq.broker.proxy.server import GrpcServer
 from tidemq.broker.proxy.service import MessagingService
@@ -62,6 +63,7 @@ from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats, RateSampler, StatsWindows
 from tidemq.broker.transaction.check import TransactionCheckService
 from tidemq.broker.transaction.service import TransactionalMessageService
+from tidemq.client.api import BrokerAPI
 from tidemq.client.protocol.models import PERM_READ_WRITE, TopicConfigSerializeWrapper
 from tidemq.client.protocol.namesrv import RegisterBrokerResult
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
@@ -221,6 +223,7 @@ class Broker(Service):
         self.last_register_result: RegisterBrokerResult | None = None
         self.register_result_listeners: list[Callable[[RegisterBrokerResult], None]] = []
         self._background: set[asyncio.Task[None]] = set()
+        self.proxy_config = proxy_config
         self._register_processors()
         # RocketMQ 5's gRPC endpoint (broker/proxy): brokerd passes its keys; a Broker made
         # without them (tests, embedding) serves remoting only.
@@ -256,6 +259,13 @@ class Broker(Service):
             self.stats,
             port=lambda: self.grpc.port if self.grpc is not None else 0,
         )
+        service.cluster = ClusterRoutes(
+            BrokerAPI(self.namesrv_client),
+            lambda: self.config.name_servers,
+            service.own_broker,
+        )
+        # GET_BROKER_CONFIG reports the bound port: other brokers list this one's queues there.
+        self.ops.grpc_port = lambda: self.grpc.port if self.grpc is not None else -1
         return GrpcServer(service, self.remoting.bind_address, proxy_config.grpc_server_port)
 
     def _slave_parts(self) -> tuple[HAClient, SlaveSynchronize]:
@@ -371,6 +381,7 @@ class Broker(Service):
                 self.remoting,
                 self.ha_config,
                 self.controller_config,
+                *((self.proxy_config,) if self.proxy_config is not None else ()),
             ),
             listen_ports=lambda: (self.listen_port, self.ha_listen_port),
             request_registration=self.request_registration,

@@ -27,6 +27,7 @@ from tidemq.broker.processors.ops import mask_permission
 from tidemq.broker.processors.send import with_cluster
 from tidemq.broker.proxy import routes
 from tidemq.broker.proxy.clients import GrpcClients
+from tidemq.broker.proxy.cluster_routes import ClusterRoutes
 from tidemq.broker.proxy.config import ProxyConfig
 from tidemq.broker.proxy.messages import Limits, Outgoing, to_store
 from tidemq.broker.proxy.protocol.definition_pb2 import (
@@ -125,7 +126,10 @@ class MessagingService:
         store: MessageStore,
         stats: BrokerStats,
         port: Callable[[], int],
+        cluster: ClusterRoutes | None = None,
     ) -> None:
+        """`cluster`: the queues of other brokers (name servers); without it QueryRoute
+        answers this broker's own."""
         self.config = config
         self.state = state
         self.topics = topics
@@ -134,6 +138,7 @@ class MessagingService:
         self.stats = stats
         self.clients = GrpcClients()
         self._port = port
+        self.cluster = cluster
         self.limits = Limits(store.config.max_message_size, tuple(store.delay_levels))
 
     # --- routes -------------------------------------------------------------------------
@@ -154,10 +159,20 @@ class MessagingService:
             raise Rejected(Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist on this broker")
         return name, config, mask_permission(config.perm, self.state.config.broker_permission)
 
+    def own_broker(self) -> Broker:
+        """This broker as routes name it: name, id, gRPC endpoint."""
+        return self._broker()
+
     async def query_route(
         self, request: QueryRouteRequest, call: CallContext
     ) -> QueryRouteResponse:
+        """Every master's queues of the topic (the name servers' route), else this broker's."""
         del call
+        name = resource_name(request.topic, NameKind.TOPIC)
+        if self.cluster is not None:
+            found = await self.cluster.queues(request.topic, name)
+            if found:
+                return QueryRouteResponse(status=ok(), message_queues=found)
         _name, config, perm = self._topic(request.topic)
         queues = routes.message_queues(request.topic, config, perm, self._broker())
         return QueryRouteResponse(status=ok(), message_queues=queues)

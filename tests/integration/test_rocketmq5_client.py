@@ -151,3 +151,41 @@ async def test_official_producer_is_told_why_a_send_is_refused(
         rmq5_send, endpoint, topic, [{"body": "too far", "delivery_timestamp": far}]
     )
     assert "error" in receipt and "longest delay level" in receipt["error"], receipt
+
+
+async def test_official_producer_sends_to_every_broker_group_of_the_topic(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    """One endpoint given, the whole cluster used: the route names each master at its own gRPC
+    port (learnt from it), and the 5.x producer sends to both groups' queues."""
+    topic = "RMQ5-cluster"
+    grpc_ports = {"broker-a": free_port(), "broker-b": free_port()}
+    brokers = {
+        name: processes.brokerd(
+            namesrv.address,
+            tmp_path / name,
+            f"brokerName={name}",
+            f"grpcServerPort={port}",
+            name=name,
+        )
+        for name, port in grpc_ports.items()
+    }
+    admin = AdminClient(namesrv.address)
+    try:
+        for broker in brokers.values():
+            await admin.create_topic(broker.address, TopicConfig(topic, 4, 4))
+
+        async def both_routed() -> bool:
+            route = await admin.api.get_route(namesrv.address, topic)
+            return route is not None and len(route.queue_datas) == 2
+
+        await eventually(both_routed, f"both groups in the route of {topic}", 40)
+    finally:
+        await admin.close()
+    endpoint = f"127.0.0.1:{grpc_ports['broker-a']}"
+    messages = [{"body": f"m{i}"} for i in range(8)]  # one per queue: round robin over 8
+    receipts = await asyncio.to_thread(rmq5_send, endpoint, topic, messages)
+    assert all("error" not in r for r in receipts), receipts
+    received = await consume(namesrv, topic, 8)
+    assert {m.broker_name for m in received} == {"broker-a", "broker-b"}
+    assert sorted(m.body for m in received) == sorted(f"m{i}".encode() for i in range(8))
