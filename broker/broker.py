@@ -257,6 +257,7 @@ class Broker(Service):
             self.groups,
             self.store,
             self.stats,
+            self.transactions,
             port=lambda: self.grpc.port if self.grpc is not None else 0,
         )
         service.cluster = ClusterRoutes(

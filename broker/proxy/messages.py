@@ -15,6 +15,8 @@ sent over gRPC as one of their own:
 | system_properties.trace_context     | TRACE_CONTEXT                                          |
 | user_properties                     | as they are (a system key is refused)                  |
 | (the topic)                         | PGROUP (5.x producers have no group: the topic's)    |
+| message_type TRANSACTION            | TRAN_MSG=true: a half message until EndTransaction     |
+| orphaned_transaction_recovery_duration | CHECK_IMMUNITY_TIME_IN_SECONDS                      |
 
 Refusals carry RocketMQ 5's codes: an empty body MESSAGE_BODY_EMPTY, a large one
 MESSAGE_BODY_TOO_LARGE, a bad tag / key / group / property ILLEGAL_MESSAGE_TAG / _KEY / _GROUP /
@@ -47,10 +49,12 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
 )
 from tidemq.broker.proxy.status import Rejected
 from tidemq.store.record import (
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
 )
 
@@ -99,6 +103,7 @@ class Outgoing:
     born_timestamp: int
     message_id: str
     message_group: str
+    transactional: bool = False
 
 
 def to_store(message: Message, limits: Limits, now_ms: int) -> Outgoing:
@@ -128,12 +133,18 @@ def to_store(message: Message, limits: Limits, now_ms: int) -> Outgoing:
         level = delay_level(deliver_at - now_ms, limits.delay_levels)
         if level:
             properties[PROPERTY_DELAY] = str(level)
+    transactional = system.message_type == MessageType.TRANSACTION
+    if transactional:
+        properties[PROPERTY_TRANSACTION_PREPARED] = "true"
+        if system.HasField("orphaned_transaction_recovery_duration"):
+            seconds = system.orphaned_transaction_recovery_duration.seconds
+            properties[PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(0, seconds))
     body = _body(message, limits.max_body_size)
     born = system.born_timestamp
-    born_ms = (
-        born.seconds * 1000 + born.nanos // 1_000_000 if system.HasField("born_timestamp") else 0
-    )
-    return Outgoing(body, properties, born_ms or now_ms, system.message_id, group)
+    born_ms = born.seconds * 1000 + born.nanos // 1_000_000
+    if not system.HasField("born_timestamp") or born_ms <= 0:
+        born_ms = now_ms
+    return Outgoing(body, properties, born_ms, system.message_id, group, transactional)
 
 
 def delay_level(wait_ms: int, levels: Sequence[int]) -> int:
@@ -152,10 +163,11 @@ def delay_level(wait_ms: int, levels: Sequence[int]) -> int:
 
 def _check_type(kind: MessageType.ValueType, group: str, deliver_at: int | None) -> None:
     name = MessageType.Name(kind) if kind in MessageType.values() else str(kind)
-    if kind in (MessageType.TRANSACTION, MessageType.LITE, MessageType.PRIORITY):
+    if kind in (MessageType.LITE, MessageType.PRIORITY):
         raise Rejected(Code.UNSUPPORTED, f"{name} messages are not served over gRPC yet")
     expected = {
         MessageType.NORMAL: (False, False),
+        MessageType.TRANSACTION: (False, False),
         MessageType.FIFO: (True, False),
         MessageType.DELAY: (False, True),
     }.get(kind)

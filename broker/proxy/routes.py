@@ -7,8 +7,8 @@ address (brokerIP1) and the gRPC port. A POP assignment is the whole topic on th
 (queue id -1); a FIFO group gets each readable queue.
 
 Accepted message types: a 4.x topic has no type, so every type this endpoint can store (NORMAL,
-FIFO, DELAY); TRANSACTION joins when EndTransaction is served. The 5.x clients check a message's
-type against this list before they send it.
+FIFO, DELAY, TRANSACTION). The 5.x clients check a message's type against this list before
+they send it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,12 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
 )
 from tidemq.client.protocol.models import PERM_READ, PERM_WRITE, TopicConfig
 
-ACCEPTED_TYPES: Final = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY)
+ACCEPTED_TYPES: Final = (
+    MessageType.NORMAL,
+    MessageType.FIFO,
+    MessageType.DELAY,
+    MessageType.TRANSACTION,
+)
 
 
 def endpoints(host: str, port: int) -> Endpoints:

@@ -140,6 +140,7 @@ class GrpcServer:
             "SendMessage": service.send_message,
             "QueryAssignment": service.query_assignment,
             "NotifyClientTermination": service.notify_client_termination,
+            "EndTransaction": service.end_transaction,
         }
 
     def _method_handlers(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:

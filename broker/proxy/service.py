@@ -40,8 +40,12 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     Resource,
     RetryPolicy,
     Settings,
+    TransactionResolution,
+    TransactionSource,
 )
 from tidemq.broker.proxy.protocol.service_pb2 import (
+    EndTransactionRequest,
+    EndTransactionResponse,
     HeartbeatRequest,
     HeartbeatResponse,
     NotifyClientTerminationRequest,
@@ -58,11 +62,24 @@ from tidemq.broker.proxy.protocol.service_pb2 import (
 from tidemq.broker.proxy.status import Rejected, ok, put_status_code
 from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats
+from tidemq.broker.transaction.messages import HALF_TOPIC, park_half
+from tidemq.broker.transaction.service import TransactionalMessageService
+from tidemq.client.protocol.headers import EndTransactionRequestHeader
 from tidemq.client.protocol.models import PERM_WRITE, TopicConfig
 from tidemq.client.protocol.names import NameKind, name_problem
+from tidemq.client.remoting.codes import ResponseCode
 from tidemq.store.commitlog import PutStatus
+from tidemq.store.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
 from tidemq.store.message_store import MessageStore
-from tidemq.store.record import MessageToStore, encode_properties, pack_host
+from tidemq.store.record import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_UNIQ_KEY,
+    MessageToStore,
+    decode_message_id,
+    encode_properties,
+    pack_host,
+)
 
 # The RPCs of service.proto this endpoint does not serve yet: each answers NOT_IMPLEMENTED.
 NOT_SERVED: Final = (
@@ -73,7 +90,6 @@ NOT_SERVED: Final = (
     "UpdateOffset",
     "GetOffset",
     "QueryOffset",
-    "EndTransaction",
     "ChangeInvisibleDuration",
     "RecallMessage",
     "SyncLiteSubscription",
@@ -125,6 +141,7 @@ class MessagingService:
         groups: SubscriptionGroupManager,
         store: MessageStore,
         stats: BrokerStats,
+        transactions: TransactionalMessageService,
         port: Callable[[], int],
         cluster: ClusterRoutes | None = None,
     ) -> None:
@@ -136,6 +153,7 @@ class MessagingService:
         self.groups = groups
         self.store = store
         self.stats = stats
+        self.transactions = transactions
         self.clients = GrpcClients()
         self._port = port
         self.cluster = cluster
@@ -321,7 +339,11 @@ class MessagingService:
             self.state.store_host,
             0,
         )
-        result = await self.store.put_message(message)
+        if outgoing.transactional:
+            park_half(message)  # in the half queue until EndTransaction (or the check)
+            result = await self.store.put_message(message, self.transactions.on_prepared)
+        else:
+            result = await self.store.put_message(message)
         append = result.append
         if result.status is not PutStatus.PUT_OK or append is None:
             code = put_status_code(result.status)
@@ -329,8 +351,70 @@ class MessagingService:
             return SendResultEntry(status=Rejected(code, remark).status())
         self.stats.on_put(topic, append.msg_num, append.wrote_bytes)
         return SendResultEntry(
-            status=ok(), message_id=outgoing.message_id, offset=append.queue_offset
+            status=ok(),
+            message_id=outgoing.message_id,
+            offset=append.queue_offset,
+            # The half message's offsetMsgId: EndTransaction finds it by its CommitLog offset.
+            transaction_id=append.msg_id if outgoing.transactional else "",
         )
+
+    # --- transactions -------------------------------------------------------------------
+
+    async def end_transaction(
+        self, request: EndTransactionRequest, call: CallContext
+    ) -> EndTransactionResponse:
+        """Commit or roll back the half message `transaction_id` names (the offsetMsgId
+        SendMessage answered), through the broker's transaction service."""
+        del call
+        topic = resource_name(request.topic, NameKind.TOPIC)
+        resolution = _END_STATES.get(request.resolution)
+        if resolution is None:
+            raise Rejected(Code.BAD_REQUEST, "resolution is neither COMMIT nor ROLLBACK")
+        if self.store.is_slave:
+            raise Rejected(Code.FORBIDDEN, "a slave does not end transactions")
+        try:
+            _host, physical = decode_message_id(request.transaction_id)
+        except ValueError:
+            raise Rejected(
+                Code.INVALID_TRANSACTION_ID,
+                f"transaction id {request.transaction_id!r} is not one this broker gave",
+            ) from None
+        half = self.transactions.half_message_at(physical)
+        if (
+            half is None
+            or half.topic != HALF_TOPIC
+            or half.properties.get(PROPERTY_REAL_TOPIC) != topic
+            or half.properties.get(PROPERTY_UNIQ_KEY) != request.message_id
+        ):
+            raise Rejected(
+                Code.INVALID_TRANSACTION_ID,
+                f"no half message of topic {topic} and message id {request.message_id!r} "
+                f"at transaction id {request.transaction_id}",
+            )
+        header = EndTransactionRequestHeader(
+            producer_group=half.properties.get(PROPERTY_PRODUCER_GROUP, ""),
+            tran_state_table_offset=half.queue_offset,
+            commit_log_offset=physical,
+            commit_or_rollback=resolution,
+            msg_id=request.message_id,
+            from_transaction_check=request.source == TransactionSource.SOURCE_SERVER_CHECK,
+            transaction_id=request.transaction_id,
+        )
+        outcome = await self.transactions.end(header)
+        if outcome.code == ResponseCode.SUCCESS:
+            return EndTransactionResponse(status=ok())
+        code = (
+            Code.INVALID_TRANSACTION_ID
+            if outcome.code == ResponseCode.TRANSACTION_FAILED
+            else Code.INTERNAL_SERVER_ERROR
+        )
+        raise Rejected(code, outcome.remark or "the transaction could not end")
+
+
+_END_STATES: Final = {
+    TransactionResolution.COMMIT: TRANSACTION_COMMIT_TYPE,
+    TransactionResolution.ROLLBACK: TRANSACTION_ROLLBACK_TYPE,
+}
 
 
 def choose_queue(write_queue_nums: int, message_group: str) -> int:

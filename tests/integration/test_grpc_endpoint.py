@@ -29,6 +29,7 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     Resource,
     Settings,
     Subscription,
+    TransactionResolution,
 )
 from tidemq.client.protocol.models import TopicConfig
 from tidemq.ha.config import HAConfig
@@ -123,6 +124,7 @@ async def test_query_route_lists_the_topics_queues_at_the_grpc_endpoint(
         MessageType.NORMAL,
         MessageType.FIFO,
         MessageType.DELAY,
+        MessageType.TRANSACTION,
     }
 
 
@@ -246,7 +248,11 @@ async def test_send_refusals_name_the_cause(channel: aio.Channel) -> None:
         (message(tag="a|b"), Code.ILLEGAL_MESSAGE_TAG),
         (message(message_type=MessageType.FIFO), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
         (message(message_group="g"), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-        (message(message_type=MessageType.TRANSACTION), Code.UNSUPPORTED),
+        (message(message_type=MessageType.LITE), Code.UNSUPPORTED),
+        (
+            message(message_type=MessageType.TRANSACTION, message_group="g"),
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        ),
     ]
     system_key = message()
     system_key.user_properties["UNIQ_KEY"] = "forged"
@@ -274,3 +280,29 @@ async def test_query_assignment_gives_the_whole_topic_to_pop(channel: aio.Channe
     [assignment] = answer.assignments
     assert assignment.message_queue.id == -1
     assert assignment.message_queue.permission == Permission.READ_WRITE
+
+
+async def test_end_transaction_commits_once_and_refuses_what_it_did_not_give(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    sent = await send(channel, message(b"tx", message_type=MessageType.TRANSACTION))
+    [entry] = sent.entries
+    assert entry.status.code == Code.OK and entry.transaction_id
+
+    async def end(transaction_id: str, message_id: str = "id-1") -> Code.ValueType:
+        request = pb.EndTransactionRequest(
+            topic=Resource(name=TOPIC),
+            message_id=message_id,
+            transaction_id=transaction_id,
+            resolution=TransactionResolution.COMMIT,
+        )
+        answer = await unary(channel, "EndTransaction", request, pb.EndTransactionResponse)
+        assert answer.status.message
+        return answer.status.code
+
+    assert await end("not-an-id") == Code.INVALID_TRANSACTION_ID
+    assert await end(entry.transaction_id, "another-id") == Code.INVALID_TRANSACTION_ID
+    assert sum(broker.store.max_offset_in_queue(TOPIC, q) for q in range(4)) == 0
+    assert await end(entry.transaction_id) == Code.OK
+    assert sum(broker.store.max_offset_in_queue(TOPIC, q) for q in range(4)) == 1
+    assert await end(entry.transaction_id) == Code.INVALID_TRANSACTION_ID  # ended already

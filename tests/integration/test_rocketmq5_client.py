@@ -189,3 +189,27 @@ async def test_official_producer_sends_to_every_broker_group_of_the_topic(
     received = await consume(namesrv, topic, 8)
     assert {m.broker_name for m in received} == {"broker-a", "broker-b"}
     assert sorted(m.body for m in received) == sorted(f"m{i}".encode() for i in range(8))
+
+
+async def test_official_transactions_commit_and_roll_back(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    topic = "RMQ5-tx"
+    broker, endpoint = await start_broker(processes, namesrv, tmp_path, topic)
+    messages = [
+        {"body": "committed", "transaction": "commit"},
+        {"body": "rolled back", "transaction": "rollback"},
+        {"body": "after"},
+    ]
+    receipts = await asyncio.to_thread(rmq5_send, endpoint, topic, messages)
+    assert all("error" not in r for r in receipts), receipts
+    received = await consume(namesrv, topic, 2)
+    assert sorted(m.body for m in received) == [b"after", b"committed"]
+    admin = AdminClient(namesrv.address)
+    try:  # the rollback stored nothing: two messages in the topic's queues, all received
+        stats = await admin.topic_stats(broker.address, topic)
+    finally:
+        await admin.close()
+    assert sum(o.max_offset for o in stats.offset_table.values()) == 2
+    committed = next(m for m in received if m.body == b"committed")
+    assert committed.msg_id == receipts[0]["message_id"]

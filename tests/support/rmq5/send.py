@@ -1,7 +1,9 @@
 """`python send.py ENDPOINT JSON`: send messages with the official 5.x Producer, print receipts.
 
 JSON: {"topic": T, "messages": [{"body": text, "tag": t, "keys": [..], "properties": {..},
-"message_group": g, "delivery_timestamp": ms}]}. Prints one JSON line per message:
+"message_group": g, "delivery_timestamp": ms, "transaction": "commit" | "rollback"}]}: a
+transaction is begun, the message sent in it, then committed or rolled back. Prints one JSON
+line per message:
 {"message_id": .., "offset": ..} or {"error": "<exception class>: <text>"}. Runs in .venv-rmq5
 (not tidemq's environment: imports only the official client).
 """
@@ -12,7 +14,21 @@ import json
 import sys
 from typing import Any
 
-from rocketmq import ClientConfiguration, Credentials, Message, Producer  # type: ignore[import-not-found]
+from rocketmq import (  # type: ignore[import-not-found]
+    ClientConfiguration,
+    Credentials,
+    Message,
+    Producer,
+    TransactionChecker,
+    TransactionResolution,
+)
+
+
+class Unknown(TransactionChecker):  # type: ignore[misc]
+    """The broker's check of an open transaction: left open (these tests end their own)."""
+
+    def check(self, message: Any) -> Any:
+        return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
 
 
 def build(topic: str, spec: dict[str, Any]) -> Any:
@@ -35,12 +51,17 @@ def build(topic: str, spec: dict[str, Any]) -> Any:
 def main() -> None:
     endpoint, request = sys.argv[1], json.loads(sys.argv[2])
     topic = request["topic"]
-    producer = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=5), (topic,))
+    config = ClientConfiguration(endpoint, Credentials(), request_timeout=5)
+    producer = Producer(config, (topic,), checker=Unknown())
     producer.startup()
     try:
         for spec in request["messages"]:
             try:
-                receipt = producer.send(build(topic, spec))
+                end = spec.get("transaction")
+                transaction = producer.begin_transaction() if end else None
+                receipt = producer.send(build(topic, spec), transaction)
+                if transaction is not None:
+                    (transaction.commit if end == "commit" else transaction.rollback)()
                 print(json.dumps({"message_id": receipt.message_id, "offset": receipt.offset}))
             except Exception as exc:
                 print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
