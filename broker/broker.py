@@ -49,13 +49,12 @@ from tidemq.broker.processors.query import QueryProcessor
 from tidemq.broker.processors.retry import RetryProcessor
 from tidemq.broker.processors.send import SendProcessor
 from tidemq.broker.proxy.cluster_routes import ClusterRoutes
-from tidemq.broker.proxy.config import ProxyConfig
+from tidemq.broker.proxy.config import ProxyConfig, grpc_blockers
 from tidemq.broker.proxy.server import GrpcServer
 from tidemq.broker.proxy.service import MessagingService
 from tidemq.broker.rebalance_lock import RebalanceLockManager
 from tidemq.broker.registration import BrokerIdentity, NameServerRegistration
 from tidemq.broker.remoting.server import RemotingServer
-from tidemq.broker.remoting.tls import TlsMode
 from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.slave_names import SlaveNames
 from tidemq.broker.slave_sync import OffsetReconciler, SlaveSynchronize
@@ -228,21 +227,18 @@ class Broker(Service):
         # RocketMQ 5's gRPC endpoint (broker/proxy): brokerd passes its keys; a Broker made
         # without them (tests, embedding) serves remoting only.
         self.grpc: GrpcServer | None = None
-        if proxy_config is not None and proxy_config.enabled:
-            self.grpc = self._grpc_server(proxy_config)
+        if proxy_config is not None:
+            if proxy_config.enabled:
+                self.grpc = self._grpc_server(proxy_config)
+            # GET_BROKER_CONFIG reports the bound port (-1: none): other brokers' routes list
+            # this one's queues there.
+            self.ops.grpc_port = lambda: self.grpc.port if self.grpc is not None else -1
 
     def _grpc_server(self, proxy_config: ProxyConfig) -> GrpcServer | None:
         """The gRPC endpoint, unless ACL or TLS guard the remoting port: 5.x clients'
         signatures and TLS on the gRPC port are not checked yet, and an open door beside a
         guarded one would bypass it."""
-        guards = [
-            key
-            for key, on in (
-                ("aclEnable", self.config.acl_enable),
-                ("tls.server.mode", self.remoting.tls_server_mode is not TlsMode.disabled),
-            )
-            if on
-        ]
+        guards = grpc_blockers(self.config.acl_enable, self.remoting.tls_server_mode.value)
         if guards:
             log.warning(
                 "grpcServerPort: the RocketMQ 5 gRPC endpoint is not served with %s "
@@ -265,8 +261,6 @@ class Broker(Service):
             lambda: self.config.name_servers,
             service.own_broker,
         )
-        # GET_BROKER_CONFIG reports the bound port: other brokers list this one's queues there.
-        self.ops.grpc_port = lambda: self.grpc.port if self.grpc is not None else -1
         return GrpcServer(service, self.remoting.bind_address, proxy_config.grpc_server_port)
 
     def _slave_parts(self) -> tuple[HAClient, SlaveSynchronize]:

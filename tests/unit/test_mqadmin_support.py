@@ -11,10 +11,12 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tidemq.broker.daemons.brokerd import load_settings
 from tidemq.broker.daemons.cluster import ClusterError, RateMeter, load_topology, parse_override
 from tidemq.broker.metrics import NamesrvCollector, registry_for
 from tidemq.broker.namesrv.route_info import RouteInfoManager
 from tidemq.broker.processors.ops import mask_permission
+from tidemq.broker.proxy.config import grpc_blockers
 from tidemq.broker.stats import LATENCY_BUCKETS, BrokerStats, LatencyHistogram, RateSampler
 from tidemq.client.protocol.admin import (
     ConsumeStats,
@@ -243,3 +245,14 @@ def test_put_message_distribute_time_steps_cover_every_bucket_once() -> None:
     assert histogram.counts[PMDT_STEPS["3to4s"][0]] == 1
     assert _quantile_ms(histogram, 0.99) == 5.0  # the 99th of 100 is in the 1-5 ms bucket
     assert _quantile_ms(histogram, 0.999) == 4000.0
+
+
+def test_a_broker_behind_acl_or_tls_has_no_grpc_port_to_wait_for() -> None:
+    """The gRPC endpoint does not check 5.x signatures or TLS yet: such a broker serves none,
+    and neither brokerd nor the launcher (the same grpc_blockers) checks or waits for it."""
+    assert grpc_blockers(False, "disabled") == []
+    assert grpc_blockers(True, "permissive") == ["aclEnable", "tls.server.mode"]
+    plain = load_settings({"grpcServerPort": "7300"})
+    guarded = load_settings({"grpcServerPort": "7300", "aclEnable": "true", "aclFile": "a.yml"})
+    assert ("grpcServerPort", 7300) in plain.fixed_ports()
+    assert all(key != "grpcServerPort" for key, _ in guarded.fixed_ports())
