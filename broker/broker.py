@@ -254,6 +254,7 @@ class Broker(Service):
             self.store,
             self.stats,
             self.transactions,
+            self.producers,
             port=lambda: self.grpc.port if self.grpc is not None else 0,
         )
         service.cluster = ClusterRoutes(
@@ -875,7 +876,7 @@ class Broker(Service):
                 if isinstance(channel, RemotingConnection):
                     channel.close()
             if self.grpc is not None:
-                self.grpc.service.clients.expire(expiry / 1000)
+                self.grpc.service.expire(expiry / 1000)
 
     async def stop(self) -> None:
         if not self.running:

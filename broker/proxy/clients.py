@@ -3,7 +3,9 @@
 A client is its `x-mq-client-id`. Telemetry's settings command says what it is (producer, push
 or simple consumer, its group and topics, language and version); heartbeats keep it alive;
 NotifyClientTermination, or `channelExpiredTimeout` without a heartbeat, forgets it.
-Nothing is persisted: a restarted broker learns its clients again from their next settings
+Producers are also registered in the broker's ProducerManager under the topics they publish to
+(their channel, `broker/proxy/channel.py`, carries the broker's transaction checks). Nothing is
+persisted: a restarted broker learns its clients again from their next settings
 (the clients send them every 5 minutes and on every new stream) and heartbeats (every 10 s).
 """
 
@@ -13,6 +15,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+from tidemq.broker.proxy.channel import GrpcChannel
 from tidemq.broker.proxy.protocol.definition_pb2 import ClientType, Settings
 
 
@@ -26,6 +29,13 @@ class GrpcClient:
     group: str = ""
     settings: Settings | None = None
     last_heartbeat: float = 0.0
+    # The producer groups it is registered under in the broker's ProducerManager: the topics
+    # it publishes to (the proxy's PGROUP for 5.x producers, which have no group).
+    producer_groups: tuple[str, ...] = ()
+    channel: GrpcChannel = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.channel = GrpcChannel(self.client_id, self.peer)
 
 
 class GrpcClients:
@@ -48,6 +58,7 @@ class GrpcClients:
         if client is None:
             client = self._clients[client_id] = GrpcClient(client_id, peer, language, version)
         client.peer, client.language, client.version = peer, language, version
+        client.channel.peer = peer
         client.last_heartbeat = self._clock()
         return client
 

@@ -53,9 +53,11 @@ from tidemq.store.record import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
+    StoredMessage,
 )
 
 PROPERTY_SHARDING_KEY: Final = "__SHARDINGKEY"
@@ -294,3 +296,36 @@ def _check_digest(message: Message) -> None:
         return
     if actual.lstrip("0").upper() != digest.checksum.lstrip("0").upper():
         raise Rejected(Code.MESSAGE_CORRUPTED, "message body does not match its digest")
+
+
+def from_store(stored: StoredMessage) -> Message:
+    """A stored message as the 5.x clients read one: its real topic (a half or delayed message's
+    REAL_TOPIC), 4.x properties back in their fields, the rest as user properties."""
+    props = stored.properties
+    message = Message(body=stored.body)
+    message.topic.name = props.get(PROPERTY_REAL_TOPIC) or stored.topic
+    system = message.system_properties
+    system.message_id = props.get(PROPERTY_UNIQ_KEY) or stored.msg_id
+    if props.get(PROPERTY_TAGS):
+        system.tag = props[PROPERTY_TAGS]
+    system.keys.extend(k for k in props.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k)
+    if props.get(PROPERTY_SHARDING_KEY):
+        system.message_group = props[PROPERTY_SHARDING_KEY]
+    if props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
+        system.message_type = MessageType.TRANSACTION
+    elif system.HasField("message_group"):
+        system.message_type = MessageType.FIFO
+    else:
+        system.message_type = MessageType.NORMAL
+    system.body_encoding = Encoding.IDENTITY
+    system.born_timestamp.FromMilliseconds(stored.born_timestamp)
+    system.store_timestamp.FromMilliseconds(stored.store_timestamp)
+    system.born_host = stored.born_host[0]
+    system.store_host = f"{stored.store_host[0]}:{stored.store_host[1]}"
+    system.queue_id = stored.queue_id
+    system.queue_offset = stored.queue_offset
+    system.delivery_attempt = stored.reconsume_times + 1
+    for key, value in props.items():
+        if key not in SYSTEM_PROPERTY_KEYS:
+            message.user_properties[key] = value
+    return message

@@ -15,6 +15,7 @@ proxy answers.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,6 +26,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 from grpc import aio
 
+from tidemq.broker.proxy.channel import Outbox
 from tidemq.broker.proxy.protocol import service_pb2 as pb
 from tidemq.broker.proxy.protocol.definition_pb2 import Code
 from tidemq.broker.proxy.service import NOT_SERVED, CallContext, MessagingService
@@ -207,11 +209,35 @@ class GrpcServer:
     async def _telemetry(
         self, requests: AsyncIterator[Any], context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.TelemetryCommand]:
+        """Answers to the client's commands and the broker's own commands (a transaction
+        check), through one outbox; the stream ends when the client ends its side."""
         call = call_context(context)
-        async for command in requests:
-            answer = self._telemetry_answer(command, call)
-            if answer is not None:
-                yield answer
+        outbox: Outbox = asyncio.Queue()
+        channel = None
+        if call.client_id:
+            client = self.service.clients.touch(
+                call.client_id, call.peer, call.language, call.version
+            )
+            channel = client.channel
+            channel.attach(outbox)
+
+        async def read() -> None:
+            try:
+                async for command in requests:
+                    answer = self._telemetry_answer(command, call)
+                    if answer is not None:
+                        outbox.put_nowait(answer)
+            finally:
+                outbox.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while (command := await outbox.get()) is not None:
+                yield command
+        finally:
+            if channel is not None:
+                channel.detach(outbox)
+            reader.cancel()
 
     def _telemetry_answer(self, command: Any, call: CallContext) -> pb.TelemetryCommand | None:
         if isinstance(command, Undecodable):

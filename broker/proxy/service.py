@@ -21,12 +21,13 @@ from typing import Final
 
 from google.protobuf.duration_pb2 import Duration
 
+from tidemq.broker.managers.clients import ClientChannelInfo, ProducerManager
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager, is_not_allowed_send_topic
 from tidemq.broker.processors.ops import mask_permission
 from tidemq.broker.processors.send import with_cluster
 from tidemq.broker.proxy import routes
-from tidemq.broker.proxy.clients import GrpcClients
+from tidemq.broker.proxy.clients import GrpcClient, GrpcClients
 from tidemq.broker.proxy.cluster_routes import ClusterRoutes
 from tidemq.broker.proxy.config import ProxyConfig
 from tidemq.broker.proxy.messages import Limits, Outgoing, to_store
@@ -142,6 +143,7 @@ class MessagingService:
         store: MessageStore,
         stats: BrokerStats,
         transactions: TransactionalMessageService,
+        producers: ProducerManager,
         port: Callable[[], int],
         cluster: ClusterRoutes | None = None,
     ) -> None:
@@ -154,6 +156,7 @@ class MessagingService:
         self.store = store
         self.stats = stats
         self.transactions = transactions
+        self.producers = producers
         self.clients = GrpcClients()
         self._port = port
         self.cluster = cluster
@@ -217,6 +220,7 @@ class MessagingService:
         if request.client_type != ClientType.CLIENT_TYPE_UNSPECIFIED:
             client.client_type = request.client_type
         client.group = group or client.group
+        self._register_producer(client, client.producer_groups)
         return HeartbeatResponse(status=ok())
 
     async def notify_client_termination(
@@ -225,8 +229,29 @@ class MessagingService:
         client_id = call.require_client_id()
         if request.HasField("group"):
             resource_name(request.group, NameKind.CONSUMER_GROUP)
-        self.clients.forget(client_id)
+        client = self.clients.forget(client_id)
+        if client is not None:
+            self.unregister(client)
         return NotifyClientTerminationResponse(status=ok())
+
+    def _register_producer(self, client: GrpcClient, groups: tuple[str, ...]) -> None:
+        """Register (or refresh) `client` in the ProducerManager under `groups`, and leave the
+        groups it no longer publishes to."""
+        for group in set(client.producer_groups) - set(groups):
+            self.producers.unregister_producer(group, client.channel)
+        client.producer_groups = groups
+        for group in groups:
+            info = ClientChannelInfo(client.channel, client.client_id, client.language or "JAVA")
+            self.producers.register_producer(group, info)
+
+    def unregister(self, client: GrpcClient) -> None:
+        """`client` is gone (termination, or no heartbeat for channelExpiredTimeout)."""
+        self.producers.do_channel_close_event(client.channel)
+        client.producer_groups = ()
+
+    def expire(self, idle_seconds: float) -> None:
+        for client in self.clients.expire(idle_seconds):
+            self.unregister(client)
 
     def telemetry(self, command: TelemetryCommand, call: CallContext) -> TelemetryCommand | None:
         """The answer to one command of a client's Telemetry stream (None: no answer).
@@ -256,6 +281,8 @@ class MessagingService:
             self._consumer_settings(settings, client.group)
         else:
             self._producer_settings(settings)
+            topics = tuple(resource_name(t, NameKind.TOPIC) for t in given.publishing.topics)
+            self._register_producer(client, topics)
         settings.metric.CopyFrom(Metric(on=False))
         client.settings = settings
         return settings
