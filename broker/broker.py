@@ -48,7 +48,7 @@ from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
 from tidemq.broker.processors.retry import RetryProcessor
 from tidemq.broker.processors.send import SendProcessor
-from tidemq.broker.proxy.cluster_routes import ClusterRoutes
+from tidemq.broker.proxy.cluster_routes import CALL_TIMEOUT_SECONDS, ClusterRoutes
 from tidemq.broker.proxy.config import ProxyConfig, grpc_blockers
 from tidemq.broker.proxy.server import GrpcServer
 from tidemq.broker.proxy.service import MessagingService
@@ -258,7 +258,7 @@ class Broker(Service):
             port=lambda: self.grpc.port if self.grpc is not None else 0,
         )
         service.cluster = ClusterRoutes(
-            BrokerAPI(self.namesrv_client),
+            BrokerAPI(self.namesrv_client, timeout=CALL_TIMEOUT_SECONDS),
             lambda: self.config.name_servers,
             service.own_broker,
         )

@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 
 PORT_TTL_SECONDS: Final = 30.0
 UNKNOWN_PORT_TTL_SECONDS: Final = 5.0  # a broker not reached is asked again soon
-CALL_TIMEOUT_SECONDS: Final = 3.0
+# Calls made while a client waits for QueryRoute (its request timeout is 3 s by default): a
+# name server or broker that does not answer within this is passed over.
+CALL_TIMEOUT_SECONDS: Final = 1.0
 
 
 class ClusterRoutes:
