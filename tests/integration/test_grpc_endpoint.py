@@ -195,6 +195,10 @@ async def test_telemetry_answers_settings_and_survives_a_bad_command(
     assert answer.status.code == Code.OK
     assert answer.settings.publishing.max_body_size == broker.store.config.max_message_size
     assert answer.settings.backoff_policy.max_attempts == 3
+    # a producer of TOPIC, as the transaction check and producer listings find producers
+    connection = broker.producers.producer_connection(TOPIC)
+    assert connection is not None
+    assert [(c.client_id, c.language) for c in connection.connections] == [("client-1", "PYTHON")]
     await call.write(pb.TelemetryCommand())  # no command at all
     assert (await call.read()).status.code == Code.BAD_REQUEST
     consumer = Settings(
@@ -209,6 +213,9 @@ async def test_telemetry_answers_settings_and_survives_a_bad_command(
     assert [d.seconds for d in answer.settings.backoff_policy.customized_backoff.next] == [10]
     await call.done_writing()
     assert await call.code() == grpc.StatusCode.OK
+    bye = pb.NotifyClientTerminationRequest()
+    await unary(channel, "NotifyClientTermination", bye, pb.NotifyClientTerminationResponse)
+    assert broker.producers.producer_connection(TOPIC) is None
 
 
 async def test_send_stores_a_4x_message_in_the_groups_queue(
