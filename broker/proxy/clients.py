@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 
 from tidemq.broker.proxy.channel import GrpcChannel
-from tidemq.broker.proxy.protocol.definition_pb2 import ClientType, Settings
+from tidemq.broker.proxy.protocol.definition_pb2 import ClientType, Code, Settings
+from tidemq.broker.proxy.status import Rejected
 
 
 @dataclasses.dataclass(slots=True)
@@ -39,9 +40,12 @@ class GrpcClient:
 
 
 class GrpcClients:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, *, max_clients: int = 10_000
+    ) -> None:
         self._clock = clock
         self._clients: dict[str, GrpcClient] = {}
+        self.max_clients = max_clients
 
     def __len__(self) -> int:
         return len(self._clients)
@@ -53,9 +57,15 @@ class GrpcClients:
         return list(self._clients.values())
 
     def touch(self, client_id: str, peer: str, language: str, version: str) -> GrpcClient:
-        """The client of `client_id`, known from now on; its last heartbeat is now."""
+        """The client of `client_id`, known from now on; its last heartbeat is now.
+        TOO_MANY_REQUESTS for a new client when `max_clients` are known."""
         client = self._clients.get(client_id)
         if client is None:
+            if len(self._clients) >= self.max_clients:
+                raise Rejected(
+                    Code.TOO_MANY_REQUESTS,
+                    f"the broker knows {self.max_clients} 5.x clients (grpcServerMaxClients)",
+                )
             client = self._clients[client_id] = GrpcClient(client_id, peer, language, version)
         client.peer, client.language, client.version = peer, language, version
         client.channel.peer = peer

@@ -25,6 +25,16 @@ class ProxyConfig:
     grpc_client_producer_backoff_multiplier: float = setting(2.0, min_value=1.0)
     grpc_client_consumer_long_polling_batch_size: int = setting(32, min_value=1)
     grpc_client_consumer_max_long_polling_timeout_millis: int = setting(20_000, min_value=1000)
+    # Bounds of tidemq's (RocketMQ's proxy sets none): what a flood of made-up client ids or of
+    # calls can make the broker hold.
+    grpc_server_max_clients: int = setting(
+        10_000, min_value=1, doc="tidemq: 5.x clients known at once; a new one past this is refused"
+    )
+    grpc_server_max_concurrent_rpcs: int = setting(
+        20_000,  # each client holds a Telemetry stream: twice the clients
+        min_value=1,
+        doc="tidemq: calls and streams in progress at once; more are refused",
+    )
 
     @property
     def enabled(self) -> bool:

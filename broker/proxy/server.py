@@ -215,9 +215,13 @@ class GrpcServer:
         outbox: Outbox = asyncio.Queue()
         channel = None
         if call.client_id:
-            client = self.service.clients.touch(
-                call.client_id, call.peer, call.language, call.version
-            )
+            try:
+                client = self.service.clients.touch(
+                    call.client_id, call.peer, call.language, call.version
+                )
+            except Rejected as rejected:  # too many clients: said once, then the stream ends
+                yield pb.TelemetryCommand(status=rejected.status())
+                return
             channel = client.channel
             channel.attach(outbox)
 
@@ -259,11 +263,12 @@ class GrpcServer:
     async def start(self) -> None:
         frame = max(self.service.limits.max_body_size, 4 * 1024 * 1024) + FRAME_HEADROOM
         server = aio.server(
+            maximum_concurrent_rpcs=self.service.config.grpc_server_max_concurrent_rpcs,
             options=[
                 ("grpc.max_receive_message_length", frame),
                 ("grpc.max_send_message_length", frame),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE_NAME, self._method_handlers()),)

@@ -157,7 +157,7 @@ class MessagingService:
         self.stats = stats
         self.transactions = transactions
         self.producers = producers
-        self.clients = GrpcClients()
+        self.clients = GrpcClients(max_clients=config.grpc_server_max_clients)
         self._port = port
         self.cluster = cluster
         self.limits = Limits(store.config.max_message_size, tuple(store.delay_levels))

@@ -43,9 +43,8 @@ CLIENT = (("x-mq-client-id", "client-1"), ("x-mq-language", "PYTHON"))
 TOPIC = "GT"
 
 
-@pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    broker = Broker(
+def make_broker(tmp_path: Path, proxy: ProxyConfig) -> Broker:
+    return Broker(
         BrokerConfig(broker_name="grpc-a", listen_port=0, broker_ip1="127.0.0.1"),
         StoreConfig(
             store_path_root_dir=str(tmp_path),
@@ -55,8 +54,13 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
         ),
         RemotingConfig(bind_address="127.0.0.1"),
         HAConfig(ha_listen_port=0),
-        proxy_config=ProxyConfig(grpc_server_port=0),
+        proxy_config=proxy,
     )
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    broker = make_broker(tmp_path, ProxyConfig(grpc_server_port=0))
     await broker.start()
     try:
         broker.topics.update(TopicConfig(TOPIC, 4, 2))
@@ -313,3 +317,35 @@ async def test_end_transaction_commits_once_and_refuses_what_it_did_not_give(
     assert await end(entry.transaction_id) == Code.OK
     assert sum(broker.store.max_offset_in_queue(TOPIC, q) for q in range(4)) == 1
     assert await end(entry.transaction_id) == Code.INVALID_TRANSACTION_ID  # ended already
+
+
+async def test_a_flood_of_client_ids_is_bounded(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path, ProxyConfig(grpc_server_port=0, grpc_server_max_clients=1))
+    await broker.start()
+    try:
+        assert broker.grpc is not None
+        async with aio.insecure_channel(f"127.0.0.1:{broker.grpc.port}") as channel:
+            beat = pb.HeartbeatRequest(client_type=ClientType.PRODUCER)
+
+            async def heartbeat(client_id: str) -> Code.ValueType:
+                call = channel.unary_unary(
+                    SERVICE + "Heartbeat",
+                    request_serializer=pb.HeartbeatRequest.SerializeToString,
+                    response_deserializer=pb.HeartbeatResponse.FromString,
+                )
+                answer = await call(beat, metadata=(("x-mq-client-id", client_id),), timeout=10)
+                return answer.status.code
+
+            assert await heartbeat("first") == Code.OK
+            assert await heartbeat("first") == Code.OK  # known: refreshed
+            assert await heartbeat("second") == Code.TOO_MANY_REQUESTS
+            bye = pb.NotifyClientTerminationRequest()
+            call = channel.unary_unary(
+                SERVICE + "NotifyClientTermination",
+                request_serializer=pb.NotifyClientTerminationRequest.SerializeToString,
+                response_deserializer=pb.NotifyClientTerminationResponse.FromString,
+            )
+            await call(bye, metadata=(("x-mq-client-id", "first"),), timeout=10)
+            assert await heartbeat("second") == Code.OK
+    finally:
+        await broker.stop()
