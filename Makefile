@@ -56,8 +56,26 @@ system-packages:
 		echo "missing system packages; run: sudo apt-get install$$missing"; \
 	fi
 
+# The RocketMQ 5 protocol's Python modules (git-ignored): generated from the .proto files by
+# grpcio-tools, again whenever a .proto is newer than its module.
+.PHONY: protocol
+protocol: $(STAMP)
+	@$(BIN)/python broker/proxy/protocol/generate.py
+
+# The official RocketMQ 5 Python client in a virtual environment of its own (its grpcio and
+# protobuf pins are not tidemq's): the peer of tests/integration/test_rocketmq5_client.py.
+RMQ5_VENV := .venv-rmq5
+RMQ5_CLIENT ?= rocketmq-python-client==5.1.2
+RMQ5_STAMP := $(RMQ5_VENV)/.installed-$(subst ==,-,$(RMQ5_CLIENT))
+$(RMQ5_STAMP):
+	@test -x $(RMQ5_VENV)/bin/python || $(PYTHON) -m venv $(RMQ5_VENV)
+	@echo "installing $(RMQ5_CLIENT) into $(RMQ5_VENV) (log: $(RMQ5_VENV)/install.log)"
+	@$(RMQ5_VENV)/bin/python -m pip install '$(RMQ5_CLIENT)' > $(RMQ5_VENV)/install.log 2>&1 || \
+		{ tail -30 $(RMQ5_VENV)/install.log; echo "install failed: see $(RMQ5_VENV)/install.log"; exit 1; }
+	@touch $(RMQ5_STAMP)
+
 .PHONY: install
-install: $(STAMP) system-packages ## create .venv and install tidemq with its extras, and the Debian packages the tests use
+install: $(STAMP) protocol $(RMQ5_STAMP) system-packages ## create .venv and install tidemq with its extras, and the Debian packages the tests use
 
 .PHONY: run
 run: install ## a local name server, SYNC_MASTER and SLAVE with a status line (Ctrl-C stops them)
@@ -109,4 +127,4 @@ bench: install ## benchmarks: prints throughput figures and ratios to their base
 
 .PHONY: clean
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(RMQ5_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -48,6 +48,10 @@ from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
 from tidemq.broker.processors.retry import RetryProcessor
 from tidemq.broker.processors.send import SendProcessor
+from tidemq.broker.proxy.cluster_routes import CALL_TIMEOUT_SECONDS, ClusterRoutes
+from tidemq.broker.proxy.config import ProxyConfig, grpc_blockers
+from tidemq.broker.proxy.server import GrpcServer
+from tidemq.broker.proxy.service import MessagingService
 from tidemq.broker.rebalance_lock import RebalanceLockManager
 from tidemq.broker.registration import BrokerIdentity, NameServerRegistration
 from tidemq.broker.remoting.server import RemotingServer
@@ -58,6 +62,7 @@ from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats, RateSampler, StatsWindows
 from tidemq.broker.transaction.check import TransactionCheckService
 from tidemq.broker.transaction.service import TransactionalMessageService
+from tidemq.client.api import BrokerAPI
 from tidemq.client.protocol.models import PERM_READ_WRITE, TopicConfigSerializeWrapper
 from tidemq.client.protocol.namesrv import RegisterBrokerResult
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
@@ -106,6 +111,7 @@ class Broker(Service):
         remoting: RemotingConfig | None = None,
         ha_config: HAConfig | None = None,
         controller_config: ControllerConfig | None = None,
+        proxy_config: ProxyConfig | None = None,
     ) -> None:
         super().__init__()
         self.controller_config = controller_config or ControllerConfig()
@@ -216,7 +222,47 @@ class Broker(Service):
         self.last_register_result: RegisterBrokerResult | None = None
         self.register_result_listeners: list[Callable[[RegisterBrokerResult], None]] = []
         self._background: set[asyncio.Task[None]] = set()
+        self.proxy_config = proxy_config
         self._register_processors()
+        # RocketMQ 5's gRPC endpoint (broker/proxy): brokerd passes its keys; a Broker made
+        # without them (tests, embedding) serves remoting only.
+        self.grpc: GrpcServer | None = None
+        if proxy_config is not None:
+            if proxy_config.enabled:
+                self.grpc = self._grpc_server(proxy_config)
+            # GET_BROKER_CONFIG reports the bound port (-1: none): other brokers' routes list
+            # this one's queues there.
+            self.ops.grpc_port = lambda: self.grpc.port if self.grpc is not None else -1
+
+    def _grpc_server(self, proxy_config: ProxyConfig) -> GrpcServer | None:
+        """The gRPC endpoint, unless ACL or TLS guard the remoting port: 5.x clients'
+        signatures and TLS on the gRPC port are not checked yet, and an open door beside a
+        guarded one would bypass it."""
+        guards = grpc_blockers(self.config.acl_enable, self.remoting.tls_server_mode.value)
+        if guards:
+            log.warning(
+                "grpcServerPort: the RocketMQ 5 gRPC endpoint is not served with %s "
+                "(its authentication and TLS are not implemented yet)",
+                " and ".join(guards),
+            )
+            return None
+        service = MessagingService(
+            proxy_config,
+            self.state,
+            self.topics,
+            self.groups,
+            self.store,
+            self.stats,
+            self.transactions,
+            self.producers,
+            port=lambda: self.grpc.port if self.grpc is not None else 0,
+        )
+        service.cluster = ClusterRoutes(
+            BrokerAPI(self.namesrv_client, timeout=CALL_TIMEOUT_SECONDS),
+            lambda: self.config.name_servers,
+            service.own_broker,
+        )
+        return GrpcServer(service, self.remoting.bind_address, proxy_config.grpc_server_port)
 
     def _slave_parts(self) -> tuple[HAClient, SlaveSynchronize]:
         """A slave's replication client and its copier of the master's tables."""
@@ -331,6 +377,7 @@ class Broker(Service):
                 self.remoting,
                 self.ha_config,
                 self.controller_config,
+                *((self.proxy_config,) if self.proxy_config is not None else ()),
             ),
             listen_ports=lambda: (self.listen_port, self.ha_listen_port),
             request_registration=self.request_registration,
@@ -495,6 +542,8 @@ class Broker(Service):
         await self.start_child(self.server)
         self.state.advertised_address = f"{self.config.advertised_ip}:{self.listen_port}"
         self.state.store_host = pack_host(self.config.advertised_ip, self.listen_port)
+        if self.grpc is not None:
+            await self.start_child(self.grpc)
         if self.ha_client is not None:
             await self.start_child(self.ha_client)
         else:
@@ -784,7 +833,13 @@ class Broker(Service):
         the server stops accepting and lets requests in flight finish; delayed delivery and
         replication end before the broker unregisters, as in RocketMQ's shutdown (the store lets
         go of HA before HA stops)."""
-        for part in (self.pull_holds, self.server, self.schedule, self.transaction_check):
+        for part in (
+            self.pull_holds,
+            self.server,
+            self.grpc,
+            self.schedule,
+            self.transaction_check,
+        ):
             if part is not None:
                 await part.stop()
         if self.ha_service is not None:
@@ -820,6 +875,8 @@ class Broker(Service):
                 channel = expired.info.channel
                 if isinstance(channel, RemotingConnection):
                     channel.close()
+            if self.grpc is not None:
+                self.grpc.service.expire(expiry / 1000)
 
     async def stop(self) -> None:
         if not self.running:

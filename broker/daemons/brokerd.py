@@ -33,6 +33,7 @@ from tidemq.broker.daemons.daemon import (
 )
 from tidemq.broker.failover import MemberConflict
 from tidemq.broker.open_doors import broker_doors
+from tidemq.broker.proxy.config import ProxyConfig, grpc_blockers
 from tidemq.client.version import version_option
 from tidemq.common.errors import ConfigError, StoreError
 from tidemq.common.settings import (
@@ -54,6 +55,7 @@ CONFIG_CLASSES: tuple[type, ...] = (
     RemotingConfig,
     HAConfig,
     ControllerConfig,
+    ProxyConfig,
 )
 # RocketMQ broker keys tidemq does not use that are within a typo of one it does: unknown
 # here, warned about, but not taken for a mistyping (putThreadPoolQueueCapacity is RocketMQ's
@@ -69,6 +71,7 @@ class BrokerSettings:
     ha: HAConfig
     controller: ControllerConfig
     unknown: list[str]
+    proxy: ProxyConfig = dataclasses.field(default_factory=ProxyConfig)
 
     def fixed_ports(self) -> list[tuple[str, int]]:
         """(key, port) of the ports this broker will listen on (a slave has no HA port)."""
@@ -77,6 +80,8 @@ class BrokerSettings:
             ha = self.ha.ha_listen_port
             ports.append(("haListenPort", ha if ha >= 0 else self.broker.listen_port + 1))
         ports.append(("metricsPort", self.broker.metrics_port))
+        if not grpc_blockers(self.broker.acl_enable, self.remoting.tls_server_mode.value):
+            ports.append(("grpcServerPort", self.proxy.grpc_server_port))
         return ports
 
     def open_doors(self) -> list[str]:
@@ -96,7 +101,14 @@ class BrokerSettings:
 
     def effective(self) -> dict[str, str]:
         props: dict[str, str] = {}
-        for config in (self.broker, self.store, self.remoting, self.ha, self.controller):
+        for config in (
+            self.broker,
+            self.store,
+            self.remoting,
+            self.ha,
+            self.controller,
+            self.proxy,
+        ):
             props.update(to_properties(config))
         if self.ha.ha_listen_port < 0:
             props["haListenPort"] = str(self.broker.listen_port + 1)
@@ -111,6 +123,7 @@ def load_settings(props: dict[str, str]) -> BrokerSettings:
     remoting = from_properties(RemotingConfig, props)
     ha = from_properties(HAConfig, props)
     controller = from_properties(ControllerConfig, props)
+    proxy = from_properties(ProxyConfig, props)
     if controller.enable_controller_mode:
         # Every broker of the group starts as a slave; the elected one registers as id 0.
         if store.broker_role is BrokerRole.SLAVE:
@@ -120,13 +133,13 @@ def load_settings(props: dict[str, str]) -> BrokerSettings:
             )
         if broker.broker_id <= 0:
             raise ConfigError("brokerId: with enableControllerMode each broker's own id, above 0")
-        return BrokerSettings(broker, store, remoting, ha, controller, unknown)
+        return BrokerSettings(broker, store, remoting, ha, controller, unknown, proxy)
     if store.broker_role is BrokerRole.SLAVE and broker.broker_id <= 0:
         raise ConfigError("brokerId: a SLAVE's brokerId must be > 0")
     if store.broker_role is not BrokerRole.SLAVE and broker.broker_id != 0:
         # RocketMQ forces a master's id to 0 (MASTER_ID).
         broker = dataclasses.replace(broker, broker_id=0)
-    return BrokerSettings(broker, store, remoting, ha, controller, unknown)
+    return BrokerSettings(broker, store, remoting, ha, controller, unknown, proxy)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -183,6 +196,7 @@ def main(
             settings.remoting,
             settings.ha,
             settings.controller,
+            settings.proxy,
         )
     except ConfigError as exc:
         click.echo(f"brokerd: {exc}", err=True)

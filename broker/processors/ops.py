@@ -146,6 +146,8 @@ class OpsProcessor:
         self.rates = rates
         self.fixed_configs = fixed_configs
         self.listen_ports = listen_ports
+        # The gRPC endpoint's bound port (-1: none), when the broker has one (broker/proxy).
+        self.grpc_port: Callable[[], int] | None = None
         self.request_registration = request_registration
         self.spawn = spawn
         # The broker's health (Broker.health: with HA and the schedule); the store's alone
@@ -347,6 +349,8 @@ class OpsProcessor:
         listen_port, ha_listen_port = self.listen_ports()
         props["listenPort"] = str(listen_port)
         props["haListenPort"] = str(ha_listen_port)
+        if self.grpc_port is not None:
+            props["grpcServerPort"] = str(self.grpc_port())
         return dict(sorted(props.items()))
 
     async def get_config(

@@ -24,6 +24,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 from tidemq.broker.managers.clients import ProducerManager
 from tidemq.broker.state import BrokerState
@@ -56,6 +57,15 @@ from tidemq.store.record import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class CheckChannel(Protocol):
+    """A producer that is asked to resolve a half message other than by remoting (a 5.x
+    client's Telemetry stream); False when it cannot be asked now."""
+
+    def check_transaction(self, half: StoredMessage, transaction_id: str) -> bool: ...
+
 
 _MAX_BODY = 1 << 27
 YIELD_EVERY = 512
@@ -191,7 +201,14 @@ class TransactionCheckService(Service):
 
     async def _send_check(self, half: StoredMessage) -> None:
         group = half.properties.get(PROPERTY_PRODUCER_GROUP, "")
-        channel = self.producers.get_available_channel(group)
+        channel: object = self.producers.get_available_channel(group)
+        if isinstance(channel, CheckChannel):  # a RocketMQ 5 producer (broker/proxy/channel.py)
+            transaction_id = message_id(self.state.store_host, half.physical_offset)
+            if channel.check_transaction(half, transaction_id):
+                self.checks_sent += 1
+            else:
+                log.info("check of half message %d: %s has no stream", half.queue_offset, channel)
+            return
         if not isinstance(channel, RemotingConnection):
             log.info(
                 "no producer of group %s online to check half message %d", group, half.queue_offset

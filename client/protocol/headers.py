@@ -323,3 +323,61 @@ class DeleteTopicRequestHeader:
 class DeleteSubscriptionGroupRequestHeader:
     group_name: str
     clean_offset: bool = False
+
+
+# --- POP consumption (RocketMQ 5: POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME) ----
+# Not served yet: the shapes the broker's POP processor will decode (see the receipt handle,
+# client/protocol/receipt.py, that `extraInfo` carries).
+
+
+@dataclass(slots=True)
+class PopMessageRequestHeader:
+    consumer_group: str
+    topic: str
+    queue_id: int = dataclasses.field(metadata=_REQUIRED_INT32)  # -1: any queue of the topic
+    max_msg_nums: int = dataclasses.field(metadata=_REQUIRED_INT32)
+    invisible_time: int = dataclasses.field(metadata=_REQUIRED)  # ms
+    poll_time: int = dataclasses.field(metadata=_REQUIRED)  # ms the request may be held
+    born_time: int = dataclasses.field(metadata=_REQUIRED)
+    init_mode: int = dataclasses.field(metadata=_REQUIRED_INT32)  # 0 last, 1 first offset
+    exp_type: str | None = None
+    exp: str | None = None
+    order: bool = False
+    attempt_id: str | None = None
+
+
+@dataclass(slots=True)
+class PopMessageResponseHeader:
+    pop_time: int
+    invisible_time: int
+    revive_qid: int = dataclasses.field(metadata=_INT32)
+    rest_num: int
+    start_offset_info: str | None = None
+    msg_offset_info: str | None = None
+    order_count_info: str | None = None
+
+
+@dataclass(slots=True)
+class AckMessageRequestHeader:
+    consumer_group: str
+    topic: str
+    queue_id: int = dataclasses.field(metadata=_REQUIRED_INT32)
+    extra_info: str = dataclasses.field(metadata=_REQUIRED)
+    offset: int = dataclasses.field(metadata=_REQUIRED)
+
+
+@dataclass(slots=True)
+class ChangeInvisibleTimeRequestHeader:
+    consumer_group: str
+    topic: str
+    queue_id: int = dataclasses.field(metadata=_REQUIRED_INT32)
+    extra_info: str = dataclasses.field(metadata=_REQUIRED)
+    offset: int = dataclasses.field(metadata=_REQUIRED)
+    invisible_time: int = dataclasses.field(metadata=_REQUIRED)
+
+
+@dataclass(slots=True)
+class ChangeInvisibleTimeResponseHeader:
+    pop_time: int
+    invisible_time: int
+    revive_qid: int = dataclasses.field(metadata=_INT32)

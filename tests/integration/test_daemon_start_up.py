@@ -50,12 +50,18 @@ def run_brokerd(
         ("SYNC_MASTER", "haListenPort"),
         ("ASYNC_MASTER", "metricsPort"),
         ("SLAVE", "metricsPort"),
+        ("SLAVE", "grpcServerPort"),
     ],
 )
 def test_a_busy_port_stops_brokerd_before_it_makes_its_store(
     tmp_path: Path, role: str, key: str
 ) -> None:
-    ports = {"listenPort": free_port(), "haListenPort": free_port(), "metricsPort": free_port()}
+    ports = {
+        "listenPort": free_port(),
+        "haListenPort": free_port(),
+        "metricsPort": free_port(),
+        "grpcServerPort": free_port(),
+    }
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", ports[key]))
         holder.listen()
@@ -116,6 +122,7 @@ def test_an_unwritable_store_stops_brokerd_with_one_line(shared_tmp: Path) -> No
             shared_tmp,
             f"storePathRootDir={store}",
             f"listenPort={free_port()}",
+            f"grpcServerPort={free_port()}",
             "namesrvAddr=127.0.0.1:1",
             as_nobody=as_nobody,
         )

@@ -36,12 +36,15 @@ class Ports:
     listen: int
     ha: int
     metrics: int
+    grpc: int = 0  # 0: the topology's own grpcServerPort
 
 
 def choose_ports(topology: str) -> tuple[int, dict[str, Ports]]:
     """Free ports for the name server and each broker of a topology under deploy/."""
     names = sorted(p.stem for p in (DEPLOY / topology).glob("broker*.properties"))
-    return free_port(), {n: Ports(free_port(), free_port(), free_port()) for n in names}
+    return free_port(), {
+        n: Ports(free_port(), free_port(), free_port(), free_port()) for n in names
+    }
 
 
 @dataclass
@@ -107,6 +110,8 @@ class LaunchedCluster:
         for name, p in ports.items():
             args += ["-o", f"{name}:listenPort={p.listen}", "-o", f"{name}:haListenPort={p.ha}"]
             args += ["-o", f"{name}:metricsPort={p.metrics}"]
+            if p.grpc:
+                args += ["-o", f"{name}:grpcServerPort={p.grpc}"]
         for item in (*TEST_STORE_OVERRIDES, "bindAddress=127.0.0.1", *overrides):
             args += ["-o", f"all:{item}"]
         if via_make:

@@ -291,6 +291,7 @@ def brokerd_command(
         f"brokerIP1={LOOPBACK}",
         f"listenPort={port}",
         f"haListenPort={free_port()}",
+        f"grpcServerPort={free_port()}",
         f"namesrvAddr={namesrv}",
         f"storePathRootDir={store_dir}",
         "brokerName=broker-a",

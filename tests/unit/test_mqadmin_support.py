@@ -11,10 +11,12 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tidemq.broker.daemons.brokerd import load_settings
 from tidemq.broker.daemons.cluster import ClusterError, RateMeter, load_topology, parse_override
 from tidemq.broker.metrics import NamesrvCollector, registry_for
 from tidemq.broker.namesrv.route_info import RouteInfoManager
 from tidemq.broker.processors.ops import mask_permission
+from tidemq.broker.proxy.config import grpc_blockers
 from tidemq.broker.stats import LATENCY_BUCKETS, BrokerStats, LatencyHistogram, RateSampler
 from tidemq.client.protocol.admin import (
     ConsumeStats,
@@ -178,7 +180,8 @@ def test_fixed_ports_of_a_master_a_slave_and_the_name_server(tmp_path: Path) -> 
         DEPLOY / "local",
         tmp_path,
         ["namesrv:listenPort=7000", "namesrv:metricsPort=0", "broker-a:listenPort=7100",
-         "broker-a:metricsPort=7102", "broker-a-s:listenPort=7200", "broker-a-s:metricsPort=-1"],
+         "broker-a:metricsPort=7102", "broker-a:grpcServerPort=7103", "broker-a-s:listenPort=7200",
+         "broker-a-s:metricsPort=-1", "broker-a-s:grpcServerPort=-1"],
     )  # fmt: skip
     assert topology.namesrv.fixed_ports() == [("listenPort", 7000)]  # 0: any free port
     master = next(p for p in topology.brokers if not p.is_slave)
@@ -187,6 +190,7 @@ def test_fixed_ports_of_a_master_a_slave_and_the_name_server(tmp_path: Path) -> 
         ("listenPort", 7100),
         ("haListenPort", 7101),
         ("metricsPort", 7102),
+        ("grpcServerPort", 7103),
     ]
     assert slave.fixed_ports() == [("listenPort", 7200)]  # a slave does not listen for HA
     bad = load_topology(DEPLOY / "single", tmp_path, ["broker-a:metricsPort=x"])
@@ -241,3 +245,14 @@ def test_put_message_distribute_time_steps_cover_every_bucket_once() -> None:
     assert histogram.counts[PMDT_STEPS["3to4s"][0]] == 1
     assert _quantile_ms(histogram, 0.99) == 5.0  # the 99th of 100 is in the 1-5 ms bucket
     assert _quantile_ms(histogram, 0.999) == 4000.0
+
+
+def test_a_broker_behind_acl_or_tls_has_no_grpc_port_to_wait_for() -> None:
+    """The gRPC endpoint does not check 5.x signatures or TLS yet: such a broker serves none,
+    and neither brokerd nor the launcher (the same grpc_blockers) checks or waits for it."""
+    assert grpc_blockers(False, "disabled") == []
+    assert grpc_blockers(True, "permissive") == ["aclEnable", "tls.server.mode"]
+    plain = load_settings({"grpcServerPort": "7300"})
+    guarded = load_settings({"grpcServerPort": "7300", "aclEnable": "true", "aclFile": "a.yml"})
+    assert ("grpcServerPort", 7300) in plain.fixed_ports()
+    assert all(key != "grpcServerPort" for key, _ in guarded.fixed_ports())

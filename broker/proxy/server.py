@@ -1,0 +1,287 @@
+"""grpcio's asyncio server for the MessagingService, on the broker's own event loop.
+
+brokerd runs one uvloop loop; grpc.aio drives its completion queue from whichever asyncio loop
+it is started on (uvloop included: the broker's etcd client, aetcd, is grpc.aio on the same
+loop already), so the handlers call the store and managers directly, with no thread hop and no
+lock. The handlers are registered by hand from the service's method names (no generated
+`_pb2_grpc` module): each RPC's request type, response type and streaming kind are in `RPCS`.
+
+One place turns what a handler raises into the answer: `Rejected` becomes the response's
+status, a request whose bytes do not decode BAD_REQUEST, anything unexpected
+INTERNAL_SERVER_ERROR (logged with its traceback); a stream gets the status as its one answer
+and stays open for the next command. gRPC's own status is OK for all of them, as RocketMQ's
+proxy answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final
+
+import grpc
+from google.protobuf.message import DecodeError
+from google.protobuf.message import Message as ProtoMessage
+from grpc import aio
+
+from tidemq.broker.proxy.channel import Outbox
+from tidemq.broker.proxy.protocol import service_pb2 as pb
+from tidemq.broker.proxy.protocol.definition_pb2 import Code
+from tidemq.broker.proxy.service import NOT_SERVED, CallContext, MessagingService
+from tidemq.broker.proxy.status import Rejected
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME: Final = "apache.rocketmq.v2.MessagingService"
+# Headroom above the largest body for the rest of a request (properties, several messages).
+FRAME_HEADROOM: Final = 1024 * 1024
+STOP_GRACE_SECONDS: Final = 1.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rpc:
+    request: type[Any]
+    response: type[Any]
+    streaming: str  # "unary", "server" (stream of responses) or "both"
+
+
+RPCS: Final[dict[str, Rpc]] = {
+    "QueryRoute": Rpc(pb.QueryRouteRequest, pb.QueryRouteResponse, "unary"),
+    "Heartbeat": Rpc(pb.HeartbeatRequest, pb.HeartbeatResponse, "unary"),
+    "SendMessage": Rpc(pb.SendMessageRequest, pb.SendMessageResponse, "unary"),
+    "QueryAssignment": Rpc(pb.QueryAssignmentRequest, pb.QueryAssignmentResponse, "unary"),
+    "ReceiveMessage": Rpc(pb.ReceiveMessageRequest, pb.ReceiveMessageResponse, "server"),
+    "AckMessage": Rpc(pb.AckMessageRequest, pb.AckMessageResponse, "unary"),
+    "ForwardMessageToDeadLetterQueue": Rpc(
+        pb.ForwardMessageToDeadLetterQueueRequest,
+        pb.ForwardMessageToDeadLetterQueueResponse,
+        "unary",
+    ),
+    "PullMessage": Rpc(pb.PullMessageRequest, pb.PullMessageResponse, "server"),
+    "UpdateOffset": Rpc(pb.UpdateOffsetRequest, pb.UpdateOffsetResponse, "unary"),
+    "GetOffset": Rpc(pb.GetOffsetRequest, pb.GetOffsetResponse, "unary"),
+    "QueryOffset": Rpc(pb.QueryOffsetRequest, pb.QueryOffsetResponse, "unary"),
+    "EndTransaction": Rpc(pb.EndTransactionRequest, pb.EndTransactionResponse, "unary"),
+    "Telemetry": Rpc(pb.TelemetryCommand, pb.TelemetryCommand, "both"),
+    "NotifyClientTermination": Rpc(
+        pb.NotifyClientTerminationRequest, pb.NotifyClientTerminationResponse, "unary"
+    ),
+    "ChangeInvisibleDuration": Rpc(
+        pb.ChangeInvisibleDurationRequest, pb.ChangeInvisibleDurationResponse, "unary"
+    ),
+    "RecallMessage": Rpc(pb.RecallMessageRequest, pb.RecallMessageResponse, "unary"),
+    "SyncLiteSubscription": Rpc(
+        pb.SyncLiteSubscriptionRequest, pb.SyncLiteSubscriptionResponse, "unary"
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A request whose bytes are no message of its type (the handler answers BAD_REQUEST)."""
+
+    type_name: str
+    reason: str
+
+
+def _decoder(message_type: type[Any]) -> Callable[[bytes], Any]:
+    def decode(data: bytes) -> Any:
+        try:
+            return message_type.FromString(data)
+        except DecodeError as exc:
+            return Undecodable(message_type.DESCRIPTOR.name, str(exc))
+
+    return decode
+
+
+def _serialize(message: ProtoMessage) -> bytes:
+    return message.SerializeToString()
+
+
+def call_context(context: aio.ServicerContext[Any, Any]) -> CallContext:
+    headers = {
+        key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)
+    }
+    return CallContext(
+        client_id=headers.get("x-mq-client-id", ""),
+        peer=_peer_address(context.peer()),
+        language=headers.get("x-mq-language", ""),
+        version=headers.get("x-mq-client-version", ""),
+    )
+
+
+def _peer_address(peer: str) -> str:
+    """gRPC's `ipv4:127.0.0.1:5000` / `ipv6:[::1]:5000` as `host:port`."""
+    scheme, _sep, address = peer.partition(":")
+    return address if scheme in ("ipv4", "ipv6") else peer
+
+
+def _failed(rpc: Rpc, code: Code.ValueType, message: str) -> Any:
+    return rpc.response(status=Rejected(code, message).status())
+
+
+Handler = Callable[[Any, CallContext], Awaitable[Any]]
+
+
+class GrpcServer:
+    """The MessagingService on `host:port` (0: any free port; `port` is the bound one)."""
+
+    def __init__(self, service: MessagingService, host: str, port: int) -> None:
+        self.service = service
+        self.host = host
+        self.port = port
+        self._server: aio.Server | None = None
+
+    def _unary_handlers(self) -> dict[str, Handler]:
+        service = self.service
+        return {
+            "QueryRoute": service.query_route,
+            "Heartbeat": service.heartbeat,
+            "SendMessage": service.send_message,
+            "QueryAssignment": service.query_assignment,
+            "NotifyClientTermination": service.notify_client_termination,
+            "EndTransaction": service.end_transaction,
+        }
+
+    def _method_handlers(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+        unary = self._unary_handlers()
+        for name, rpc in RPCS.items():
+            decode = _decoder(rpc.request)
+            if name == "Telemetry":
+                handlers[name] = grpc.stream_stream_rpc_method_handler(
+                    self._telemetry, request_deserializer=decode, response_serializer=_serialize
+                )
+            elif rpc.streaming == "server":
+                handlers[name] = grpc.unary_stream_rpc_method_handler(
+                    self._not_served_stream(name, rpc),
+                    request_deserializer=decode,
+                    response_serializer=_serialize,
+                )
+            else:
+                assert name in unary or name in NOT_SERVED, name
+                handler = unary.get(name) or self._not_served(name)
+                handlers[name] = grpc.unary_unary_rpc_method_handler(
+                    self._unary(name, rpc, handler),
+                    request_deserializer=decode,
+                    response_serializer=_serialize,
+                )
+        return handlers
+
+    def _unary(
+        self, name: str, rpc: Rpc, handler: Handler
+    ) -> Callable[[Any, aio.ServicerContext[Any, Any]], Awaitable[Any]]:
+        async def answer(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+            if isinstance(request, Undecodable):
+                return _failed(rpc, Code.BAD_REQUEST, f"{request.type_name}: {request.reason}")
+            try:
+                return await handler(request, call_context(context))
+            except Rejected as rejected:
+                return rpc.response(status=rejected.status())
+            except Exception:
+                log.exception("gRPC %s failed", name)
+                return _failed(rpc, Code.INTERNAL_SERVER_ERROR, f"{name} failed in the broker")
+
+        return answer
+
+    @staticmethod
+    def _not_served(name: str) -> Handler:
+        async def refuse(request: Any, call: CallContext) -> Any:
+            del request, call
+            raise Rejected(Code.NOT_IMPLEMENTED, f"{name} is not served by tidemq yet")
+
+        return refuse
+
+    @staticmethod
+    def _not_served_stream(
+        name: str, rpc: Rpc
+    ) -> Callable[[Any, aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
+        async def refuse(
+            request: Any, context: aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[Any]:
+            del request, context
+            yield _failed(rpc, Code.NOT_IMPLEMENTED, f"{name} is not served by tidemq yet")
+
+        return refuse
+
+    async def _telemetry(
+        self, requests: AsyncIterator[Any], context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.TelemetryCommand]:
+        """Answers to the client's commands and the broker's own commands (a transaction
+        check), through one outbox; the stream ends when the client ends its side."""
+        call = call_context(context)
+        outbox: Outbox = asyncio.Queue()
+        channel = None
+        if call.client_id:
+            try:
+                client = self.service.clients.touch(
+                    call.client_id, call.peer, call.language, call.version
+                )
+            except Rejected as rejected:  # too many clients: said once, then the stream ends
+                yield pb.TelemetryCommand(status=rejected.status())
+                return
+            channel = client.channel
+            channel.attach(outbox)
+
+        async def read() -> None:
+            try:
+                async for command in requests:
+                    answer = self._telemetry_answer(command, call)
+                    if answer is not None:
+                        outbox.put_nowait(answer)
+            finally:
+                outbox.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while (command := await outbox.get()) is not None:
+                yield command
+        finally:
+            if channel is not None:
+                channel.detach(outbox)
+            reader.cancel()
+
+    def _telemetry_answer(self, command: Any, call: CallContext) -> pb.TelemetryCommand | None:
+        if isinstance(command, Undecodable):
+            return pb.TelemetryCommand(
+                status=Rejected(Code.BAD_REQUEST, f"{command.type_name}: {command.reason}").status()
+            )
+        try:
+            return self.service.telemetry(command, call)
+        except Rejected as rejected:
+            return pb.TelemetryCommand(status=rejected.status())
+        except Exception:
+            log.exception("gRPC Telemetry command failed")
+            return pb.TelemetryCommand(
+                status=Rejected(
+                    Code.INTERNAL_SERVER_ERROR, "Telemetry failed in the broker"
+                ).status()
+            )
+
+    async def start(self) -> None:
+        frame = max(self.service.limits.max_body_size, 4 * 1024 * 1024) + FRAME_HEADROOM
+        server = aio.server(
+            maximum_concurrent_rpcs=self.service.config.grpc_server_max_concurrent_rpcs,
+            options=[
+                ("grpc.max_receive_message_length", frame),
+                ("grpc.max_send_message_length", frame),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE_NAME, self._method_handlers()),)
+        )
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        bound = server.add_insecure_port(f"{host}:{self.port}")
+        if bound == 0:
+            raise OSError(f"grpcServerPort: cannot listen on {self.host}:{self.port}")
+        await server.start()
+        self._server, self.port = server, bound
+        log.info("RocketMQ 5 gRPC endpoint on %s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(STOP_GRACE_SECONDS)

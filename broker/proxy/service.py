@@ -1,0 +1,464 @@
+"""The MessagingService's answers, one method per RPC, on this broker's store and managers.
+
+Each method takes the decoded request and the call's `CallContext` (the client's metadata) and
+returns the response message, or raises `Rejected`, which the server turns into the response's
+status (broker/proxy/server.py). No gRPC object reaches this module, so it is tested without a
+server. RPCs that are not served yet are listed in `NOT_SERVED` and answer NOT_IMPLEMENTED.
+
+Resources: a `resource_namespace` is RocketMQ's namespace, stored as `<namespace>%<name>`
+(NamespaceUtil's form); topic and group names pass the name gate's rules
+(client/protocol/names.py) and are refused with ILLEGAL_TOPIC / ILLEGAL_CONSUMER_GROUP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+import zlib
+from collections.abc import Callable
+from typing import Final
+
+from google.protobuf.duration_pb2 import Duration
+
+from tidemq.broker.managers.clients import ClientChannelInfo, ProducerManager
+from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
+from tidemq.broker.managers.topic_config import TopicConfigManager, is_not_allowed_send_topic
+from tidemq.broker.processors.ops import mask_permission
+from tidemq.broker.processors.send import with_cluster
+from tidemq.broker.proxy import routes
+from tidemq.broker.proxy.clients import GrpcClient, GrpcClients
+from tidemq.broker.proxy.cluster_routes import ClusterRoutes
+from tidemq.broker.proxy.config import ProxyConfig
+from tidemq.broker.proxy.messages import Limits, Outgoing, to_store
+from tidemq.broker.proxy.protocol.definition_pb2 import (
+    Broker,
+    ClientType,
+    Code,
+    CustomizedBackoff,
+    ExponentialBackoff,
+    Metric,
+    Resource,
+    RetryPolicy,
+    Settings,
+    TransactionResolution,
+    TransactionSource,
+)
+from tidemq.broker.proxy.protocol.service_pb2 import (
+    EndTransactionRequest,
+    EndTransactionResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    NotifyClientTerminationRequest,
+    NotifyClientTerminationResponse,
+    QueryAssignmentRequest,
+    QueryAssignmentResponse,
+    QueryRouteRequest,
+    QueryRouteResponse,
+    SendMessageRequest,
+    SendMessageResponse,
+    SendResultEntry,
+    TelemetryCommand,
+)
+from tidemq.broker.proxy.status import Rejected, ok, put_status_code
+from tidemq.broker.state import BrokerState
+from tidemq.broker.stats import BrokerStats
+from tidemq.broker.transaction.messages import HALF_TOPIC, park_half
+from tidemq.broker.transaction.service import TransactionalMessageService
+from tidemq.client.protocol.headers import EndTransactionRequestHeader
+from tidemq.client.protocol.models import PERM_WRITE, TopicConfig
+from tidemq.client.protocol.names import NameKind, name_problem
+from tidemq.client.remoting.codes import ResponseCode
+from tidemq.store.commitlog import PutStatus
+from tidemq.store.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_UNIQ_KEY,
+    MessageToStore,
+    decode_message_id,
+    encode_properties,
+    pack_host,
+)
+
+# The RPCs of service.proto this endpoint does not serve yet: each answers NOT_IMPLEMENTED.
+NOT_SERVED: Final = (
+    "ReceiveMessage",
+    "AckMessage",
+    "ForwardMessageToDeadLetterQueue",
+    "PullMessage",
+    "UpdateOffset",
+    "GetOffset",
+    "QueryOffset",
+    "ChangeInvisibleDuration",
+    "RecallMessage",
+    "SyncLiteSubscription",
+)
+CONSUMER_TYPES: Final = frozenset(
+    {
+        ClientType.PUSH_CONSUMER,
+        ClientType.SIMPLE_CONSUMER,
+        ClientType.PULL_CONSUMER,
+        ClientType.LITE_PUSH_CONSUMER,
+        ClientType.LITE_SIMPLE_CONSUMER,
+    }
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallContext:
+    """What a call's metadata says about its client (the x-mq-* headers) and where it is."""
+
+    client_id: str
+    peer: str  # host:port
+    language: str = ""
+    version: str = ""
+
+    def require_client_id(self) -> str:
+        if not self.client_id:
+            raise Rejected(Code.CLIENT_ID_REQUIRED, "the x-mq-client-id header is missing")
+        return self.client_id
+
+
+def resource_name(resource: Resource, kind: NameKind) -> str:
+    """The stored name of `resource` (namespace-qualified), checked against `kind`'s rules."""
+    name = resource.name
+    if resource.resource_namespace:
+        name = f"{resource.resource_namespace}%{name}"
+    problem = name_problem(kind, name)
+    if problem is not None:
+        code = Code.ILLEGAL_TOPIC if kind is NameKind.TOPIC else Code.ILLEGAL_CONSUMER_GROUP
+        raise Rejected(code, f"{kind.value} {name!r}: {problem}")
+    return name
+
+
+class MessagingService:
+    def __init__(
+        self,
+        config: ProxyConfig,
+        state: BrokerState,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        store: MessageStore,
+        stats: BrokerStats,
+        transactions: TransactionalMessageService,
+        producers: ProducerManager,
+        port: Callable[[], int],
+        cluster: ClusterRoutes | None = None,
+    ) -> None:
+        """`cluster`: the queues of other brokers (name servers); without it QueryRoute
+        answers this broker's own."""
+        self.config = config
+        self.state = state
+        self.topics = topics
+        self.groups = groups
+        self.store = store
+        self.stats = stats
+        self.transactions = transactions
+        self.producers = producers
+        self.clients = GrpcClients(max_clients=config.grpc_server_max_clients)
+        self._port = port
+        self.cluster = cluster
+        self.limits = Limits(store.config.max_message_size, tuple(store.delay_levels))
+
+    # --- routes -------------------------------------------------------------------------
+
+    def _broker(self) -> Broker:
+        config = self.state.config
+        return Broker(
+            name=config.broker_name,
+            id=config.broker_id,
+            endpoints=routes.endpoints(config.advertised_ip, self._port()),
+        )
+
+    def _topic(self, resource: Resource) -> tuple[str, TopicConfig, int]:
+        """The topic's stored name, config and permission here, or TOPIC_NOT_FOUND."""
+        name = resource_name(resource, NameKind.TOPIC)
+        config = self.topics.select(name)
+        if config is None:
+            raise Rejected(Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist on this broker")
+        return name, config, mask_permission(config.perm, self.state.config.broker_permission)
+
+    def own_broker(self) -> Broker:
+        """This broker as routes name it: name, id, gRPC endpoint."""
+        return self._broker()
+
+    async def query_route(
+        self, request: QueryRouteRequest, call: CallContext
+    ) -> QueryRouteResponse:
+        """Every master's queues of the topic (the name servers' route), else this broker's."""
+        del call
+        name = resource_name(request.topic, NameKind.TOPIC)
+        if self.cluster is not None:
+            found = await self.cluster.queues(request.topic, name)
+            if found:
+                return QueryRouteResponse(status=ok(), message_queues=found)
+        _name, config, perm = self._topic(request.topic)
+        queues = routes.message_queues(request.topic, config, perm, self._broker())
+        return QueryRouteResponse(status=ok(), message_queues=queues)
+
+    async def query_assignment(
+        self, request: QueryAssignmentRequest, call: CallContext
+    ) -> QueryAssignmentResponse:
+        del call
+        resource_name(request.group, NameKind.CONSUMER_GROUP)
+        _name, config, perm = self._topic(request.topic)
+        found = routes.assignments(request.topic, config, perm, self._broker(), fifo=False)
+        if not found:
+            raise Rejected(Code.FORBIDDEN, "no readable queue")
+        return QueryAssignmentResponse(status=ok(), assignments=found)
+
+    # --- clients ------------------------------------------------------------------------
+
+    async def heartbeat(self, request: HeartbeatRequest, call: CallContext) -> HeartbeatResponse:
+        client_id = call.require_client_id()
+        group = ""
+        if request.client_type in CONSUMER_TYPES or request.HasField("group"):
+            group = resource_name(request.group, NameKind.CONSUMER_GROUP)
+        client = self.clients.touch(client_id, call.peer, call.language, call.version)
+        if request.client_type != ClientType.CLIENT_TYPE_UNSPECIFIED:
+            client.client_type = request.client_type
+        client.group = group or client.group
+        self._register_producer(client, client.producer_groups)
+        return HeartbeatResponse(status=ok())
+
+    async def notify_client_termination(
+        self, request: NotifyClientTerminationRequest, call: CallContext
+    ) -> NotifyClientTerminationResponse:
+        client_id = call.require_client_id()
+        if request.HasField("group"):
+            resource_name(request.group, NameKind.CONSUMER_GROUP)
+        client = self.clients.forget(client_id)
+        if client is not None:
+            self.unregister(client)
+        return NotifyClientTerminationResponse(status=ok())
+
+    def _register_producer(self, client: GrpcClient, groups: tuple[str, ...]) -> None:
+        """Register (or refresh) `client` in the ProducerManager under `groups`, and leave the
+        groups it no longer publishes to."""
+        for group in set(client.producer_groups) - set(groups):
+            self.producers.unregister_producer(group, client.channel)
+        client.producer_groups = groups
+        for group in groups:
+            info = ClientChannelInfo(client.channel, client.client_id, client.language or "JAVA")
+            self.producers.register_producer(group, info)
+
+    def unregister(self, client: GrpcClient) -> None:
+        """`client` is gone (termination, or no heartbeat for channelExpiredTimeout)."""
+        self.producers.do_channel_close_event(client.channel)
+        client.producer_groups = ()
+
+    def expire(self, idle_seconds: float) -> None:
+        for client in self.clients.expire(idle_seconds):
+            self.unregister(client)
+
+    def telemetry(self, command: TelemetryCommand, call: CallContext) -> TelemetryCommand | None:
+        """The answer to one command of a client's Telemetry stream (None: no answer).
+
+        Settings are answered with the settings the client must use (RocketMQ 5's
+        GrpcClientSettingsManager): for a producer its retry policy and the largest body, for a
+        consumer the batch size, long-polling timeout and retry policy of its group.
+        """
+        client_id = call.require_client_id()
+        kind = command.WhichOneof("command")
+        if kind == "settings":
+            settings = self._answer_settings(command.settings, client_id, call)
+            return TelemetryCommand(status=ok(), settings=settings)
+        if kind in ("thread_stack_trace", "verify_message_result"):
+            return None  # answers to commands this endpoint never sends yet
+        raise Rejected(Code.BAD_REQUEST, f"telemetry command {kind or 'none'} is not a client's")
+
+    def _answer_settings(self, given: Settings, client_id: str, call: CallContext) -> Settings:
+        if given.client_type == ClientType.CLIENT_TYPE_UNSPECIFIED:
+            raise Rejected(Code.UNRECOGNIZED_CLIENT_TYPE, "settings name no client type")
+        client = self.clients.touch(client_id, call.peer, call.language, call.version)
+        client.client_type = given.client_type
+        settings = Settings()
+        settings.CopyFrom(given)
+        if given.HasField("subscription"):
+            client.group = resource_name(given.subscription.group, NameKind.CONSUMER_GROUP)
+            self._consumer_settings(settings, client.group)
+        else:
+            self._producer_settings(settings)
+            topics = tuple(resource_name(t, NameKind.TOPIC) for t in given.publishing.topics)
+            self._register_producer(client, topics)
+        settings.metric.CopyFrom(Metric(on=False))
+        client.settings = settings
+        return settings
+
+    def _producer_settings(self, settings: Settings) -> None:
+        config = self.config
+        settings.backoff_policy.CopyFrom(
+            RetryPolicy(
+                max_attempts=config.grpc_client_producer_max_attempts,
+                exponential_backoff=ExponentialBackoff(
+                    initial=_duration_ms(config.grpc_client_producer_backoff_initial_millis),
+                    max=_duration_ms(config.grpc_client_producer_backoff_max_millis),
+                    multiplier=config.grpc_client_producer_backoff_multiplier,
+                ),
+            )
+        )
+        settings.publishing.validate_message_type = True
+        settings.publishing.max_body_size = self.limits.max_body_size
+
+    def _consumer_settings(self, settings: Settings, group: str) -> None:
+        config = self.config
+        subscription = settings.subscription
+        subscription.receive_batch_size = config.grpc_client_consumer_long_polling_batch_size
+        subscription.long_polling_timeout.CopyFrom(
+            _duration_ms(config.grpc_client_consumer_max_long_polling_timeout_millis)
+        )
+        subscription.fifo = False  # tidemq's groups have no consumeMessageOrderly yet
+        group_config = self.groups.get(group)
+        retries = group_config.retry_max_times if group_config is not None else 16
+        # The redelivery delays of a 4.x retry: level 3 (10 s) on, as CONSUMER_SEND_MSG_BACK.
+        delays = [_duration_ms(ms) for ms in self.limits.delay_levels[2:]]
+        settings.backoff_policy.CopyFrom(
+            RetryPolicy(max_attempts=retries + 1, customized_backoff=CustomizedBackoff(next=delays))
+        )
+
+    # --- sending ------------------------------------------------------------------------
+
+    async def send_message(
+        self, request: SendMessageRequest, call: CallContext
+    ) -> SendMessageResponse:
+        if not request.messages:
+            raise Rejected(Code.BAD_REQUEST, "no message to send")
+        first = request.messages[0].topic
+        if any(m.topic != first for m in request.messages):
+            raise Rejected(
+                Code.MESSAGE_CORRUPTED, "the messages of one request name different topics"
+            )
+        if not self.state.config.broker_permission & PERM_WRITE:
+            raise Rejected(
+                Code.FORBIDDEN, f"the broker[{self.state.advertised_address}] refuses writes"
+            )
+        topic, config, perm = self._topic(first)
+        if is_not_allowed_send_topic(topic) or not perm & PERM_WRITE:
+            raise Rejected(Code.FORBIDDEN, f"sending message to topic[{topic}] is forbidden")
+        now_ms = int(time.time() * 1000)
+        outgoing = [to_store(message, self.limits, now_ms) for message in request.messages]
+        entries = [await self._put(topic, config, one, call) for one in outgoing]
+        codes = {entry.status.code for entry in entries}
+        if len(codes) > 1:
+            status = Rejected(Code.MULTIPLE_RESULTS, "MULTIPLE_RESULTS").status()
+        else:
+            status = entries[0].status
+        return SendMessageResponse(status=status, entries=entries)
+
+    async def _put(
+        self, topic: str, config: TopicConfig, outgoing: Outgoing, call: CallContext
+    ) -> SendResultEntry:
+        queue_id = choose_queue(config.write_queue_nums, outgoing.message_group)
+        properties = with_cluster(
+            encode_properties(outgoing.properties), self.state.config.broker_cluster_name
+        )
+        message = MessageToStore(
+            topic,
+            queue_id,
+            outgoing.body,
+            properties,
+            0,
+            0,
+            outgoing.born_timestamp,
+            _born_host(call.peer),
+            self.state.store_host,
+            0,
+        )
+        if outgoing.transactional:
+            park_half(message)  # in the half queue until EndTransaction (or the check)
+            result = await self.store.put_message(message, self.transactions.on_prepared)
+        else:
+            result = await self.store.put_message(message)
+        append = result.append
+        if result.status is not PutStatus.PUT_OK or append is None:
+            code = put_status_code(result.status)
+            remark = result.remark or f"send message failed, sendStatus={result.status.value}"
+            return SendResultEntry(status=Rejected(code, remark).status())
+        self.stats.on_put(topic, append.msg_num, append.wrote_bytes)
+        return SendResultEntry(
+            status=ok(),
+            message_id=outgoing.message_id,
+            offset=append.queue_offset,
+            # The half message's offsetMsgId: EndTransaction finds it by its CommitLog offset.
+            transaction_id=append.msg_id if outgoing.transactional else "",
+        )
+
+    # --- transactions -------------------------------------------------------------------
+
+    async def end_transaction(
+        self, request: EndTransactionRequest, call: CallContext
+    ) -> EndTransactionResponse:
+        """Commit or roll back the half message `transaction_id` names (the offsetMsgId
+        SendMessage answered), through the broker's transaction service."""
+        del call
+        topic = resource_name(request.topic, NameKind.TOPIC)
+        resolution = _END_STATES.get(request.resolution)
+        if resolution is None:
+            raise Rejected(Code.BAD_REQUEST, "resolution is neither COMMIT nor ROLLBACK")
+        if self.store.is_slave:
+            raise Rejected(Code.FORBIDDEN, "a slave does not end transactions")
+        try:
+            _host, physical = decode_message_id(request.transaction_id)
+        except ValueError:
+            raise Rejected(
+                Code.INVALID_TRANSACTION_ID,
+                f"transaction id {request.transaction_id!r} is not one this broker gave",
+            ) from None
+        half = self.transactions.half_message_at(physical)
+        if (
+            half is None
+            or half.topic != HALF_TOPIC
+            or half.properties.get(PROPERTY_REAL_TOPIC) != topic
+            or half.properties.get(PROPERTY_UNIQ_KEY) != request.message_id
+        ):
+            raise Rejected(
+                Code.INVALID_TRANSACTION_ID,
+                f"no half message of topic {topic} and message id {request.message_id!r} "
+                f"at transaction id {request.transaction_id}",
+            )
+        header = EndTransactionRequestHeader(
+            producer_group=half.properties.get(PROPERTY_PRODUCER_GROUP, ""),
+            tran_state_table_offset=half.queue_offset,
+            commit_log_offset=physical,
+            commit_or_rollback=resolution,
+            msg_id=request.message_id,
+            from_transaction_check=request.source == TransactionSource.SOURCE_SERVER_CHECK,
+            transaction_id=request.transaction_id,
+        )
+        outcome = await self.transactions.end(header)
+        if outcome.code == ResponseCode.SUCCESS:
+            return EndTransactionResponse(status=ok())
+        code = (
+            Code.INVALID_TRANSACTION_ID
+            if outcome.code == ResponseCode.TRANSACTION_FAILED
+            else Code.INTERNAL_SERVER_ERROR
+        )
+        raise Rejected(code, outcome.remark or "the transaction could not end")
+
+
+_END_STATES: Final = {
+    TransactionResolution.COMMIT: TRANSACTION_COMMIT_TYPE,
+    TransactionResolution.ROLLBACK: TRANSACTION_ROLLBACK_TYPE,
+}
+
+
+def choose_queue(write_queue_nums: int, message_group: str) -> int:
+    """A message group always goes to the same queue (FIFO); others to any writable queue."""
+    count = max(1, write_queue_nums)
+    if message_group:
+        return zlib.crc32(message_group.encode()) % count
+    return random.randrange(count)
+
+
+def _duration_ms(millis: int) -> Duration:
+    return Duration(seconds=millis // 1000, nanos=(millis % 1000) * 1_000_000)
+
+
+def _born_host(peer: str) -> bytes:
+    host, _sep, port = peer.rpartition(":")
+    try:
+        return pack_host(host.strip("[]"), int(port))
+    except ValueError:
+        return pack_host("127.0.0.1", 0)

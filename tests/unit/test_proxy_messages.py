@@ -1,0 +1,139 @@
+"""A 5.x client's Message as the store keeps it (broker/proxy/messages.py), and the queues of a
+route (broker/proxy/routes.py): sans-IO, no server."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import zlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidemq.broker.proxy.messages import Limits, delay_level, to_store
+from tidemq.broker.proxy.protocol.definition_pb2 import (
+    Broker,
+    Code,
+    DigestType,
+    Encoding,
+    Message,
+    MessageType,
+    Permission,
+    Resource,
+)
+from tidemq.broker.proxy.routes import assignments, message_queues
+from tidemq.broker.proxy.status import Rejected
+from tidemq.client.protocol.models import TopicConfig
+
+LEVELS = (1000, 5000, 10_000, 60_000)
+LIMITS = Limits(max_body_size=1024, delay_levels=LEVELS)
+NOW = 1_700_000_000_000
+
+
+def message(body: bytes = b"hello", kind: MessageType.ValueType = MessageType.NORMAL) -> Message:
+    built = Message(topic=Resource(name="T"), body=body)
+    built.system_properties.message_id = "id-1"
+    built.system_properties.message_type = kind
+    return built
+
+
+def refused(sent: Message) -> Rejected:
+    with pytest.raises(Rejected) as caught:
+        to_store(sent, LIMITS, NOW)
+    return caught.value
+
+
+def test_delay_levels_never_deliver_early() -> None:
+    assert delay_level(0, LEVELS) == 0  # the time has come: at once
+    assert delay_level(-5, LEVELS) == 0
+    assert delay_level(1, LEVELS) == 1
+    assert delay_level(1000, LEVELS) == 1
+    assert delay_level(1001, LEVELS) == 2
+    assert delay_level(60_000, LEVELS) == 4
+    with pytest.raises(Rejected) as caught:
+        delay_level(60_001, LEVELS)
+    assert caught.value.code == Code.ILLEGAL_DELIVERY_TIME and "60000 ms" in caught.value.message
+
+
+@given(st.integers(min_value=1, max_value=60_000))
+def test_the_chosen_level_is_the_shortest_not_shorter_than_the_wait(wait: int) -> None:
+    level = delay_level(wait, LEVELS)
+    assert LEVELS[level - 1] >= wait
+    assert level == 1 or LEVELS[level - 2] < wait
+
+
+def test_a_delayed_message_carries_its_level_and_time() -> None:
+    sent = message(kind=MessageType.DELAY)
+    sent.system_properties.delivery_timestamp.FromMilliseconds(NOW + 4000)
+    stored = to_store(sent, LIMITS, NOW)
+    assert stored.properties["DELAY"] == "2"
+    assert stored.properties["TIMER_DELIVER_MS"] == str(NOW + 4000)
+
+
+def test_gzip_bodies_are_stored_inflated_within_the_size_limit() -> None:
+    sent = message(gzip.compress(b"a" * 1000))
+    sent.system_properties.body_encoding = Encoding.GZIP
+    assert to_store(sent, LIMITS, NOW).body == b"a" * 1000
+    bomb = message(gzip.compress(b"a" * 100_000))
+    bomb.system_properties.body_encoding = Encoding.GZIP
+    assert refused(bomb).code == Code.MESSAGE_BODY_TOO_LARGE
+    cut = message(gzip.compress(b"a" * 1000)[:-12])
+    cut.system_properties.body_encoding = Encoding.GZIP
+    assert refused(cut).code == Code.MESSAGE_CORRUPTED
+
+
+@pytest.mark.parametrize(
+    ("kind", "digest"),
+    [
+        (DigestType.CRC32, f"{zlib.crc32(b'hello'):08X}"),
+        (DigestType.MD5, hashlib.md5(b"hello").hexdigest()),
+        (DigestType.SHA1, hashlib.sha1(b"hello").hexdigest().upper()),
+    ],
+)
+def test_a_body_digest_is_checked(kind: DigestType.ValueType, digest: str) -> None:
+    sent = message()
+    sent.system_properties.body_digest.type = kind
+    sent.system_properties.body_digest.checksum = digest
+    assert to_store(sent, LIMITS, NOW).body == b"hello"
+    sent.body = b"hellO"
+    assert refused(sent).code == Code.MESSAGE_CORRUPTED
+
+
+def test_user_properties_are_bounded() -> None:
+    many = message()
+    for i in range(129):
+        many.user_properties[f"k{i}"] = "v"
+    assert refused(many).code == Code.MESSAGE_PROPERTIES_TOO_LARGE
+    large = message()
+    large.user_properties["k"] = "v" * 20_000
+    assert refused(large).code == Code.MESSAGE_PROPERTIES_TOO_LARGE
+    large.user_properties["k"] = "v" * 1000
+    assert to_store(large, LIMITS, NOW).properties["k"] == "v" * 1000
+
+
+def test_a_message_group_is_checked_and_kept() -> None:
+    sent = message(kind=MessageType.FIFO)
+    sent.system_properties.message_group = "g" * 64
+    assert refused(sent).code == Code.ILLEGAL_MESSAGE_GROUP
+    sent.system_properties.message_group = "orders-7"
+    stored = to_store(sent, LIMITS, NOW)
+    assert (stored.message_group, stored.properties["__SHARDINGKEY"]) == ("orders-7", "orders-7")
+
+
+def test_route_queues_split_by_permission_in_rocketmqs_order() -> None:
+    broker = Broker(name="b", id=0)
+    topic = Resource(name="T")
+    queues = message_queues(topic, TopicConfig("T", 2, 3), 6, broker)
+    assert [(q.id, q.permission) for q in queues] == [
+        (0, Permission.WRITE),
+        (1, Permission.READ_WRITE),
+        (2, Permission.READ_WRITE),
+    ]
+    read_only = message_queues(topic, TopicConfig("T", 2, 3), 4, broker)
+    assert [q.permission for q in read_only] == [Permission.READ] * 2
+    closed = message_queues(topic, TopicConfig("T", 2, 3), 0, broker)
+    assert [q.permission for q in closed] == [Permission.NONE] * 3
+    assert not assignments(topic, TopicConfig("T", 2, 3), 2, broker, fifo=False)
+    fifo = assignments(topic, TopicConfig("T", 2, 3), 6, broker, fifo=True)
+    assert [a.message_queue.id for a in fifo] == [0, 1]
