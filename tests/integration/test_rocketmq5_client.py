@@ -112,7 +112,7 @@ async def test_official_producer_sends_what_a_4x_consumer_reads_intact(
     first = by_id[receipts[0]["message_id"]]  # the 4.x msgId is the 5.x client's message id
     assert first.body == "héllo from 5.x".encode()
     assert first.tags == "TagA"
-    assert set(first.keys) == {"order-1", "user-7"}
+    assert set(first.key_list) == {"order-1", "user-7"}
     assert first.properties["region"] == "eu" and first.properties["attempt"] == "1"
     assert first.queue_offset == receipts[0]["offset"]
     assert by_id[receipts[1]["message_id"]].body == b"second"
