@@ -38,7 +38,11 @@ became the group's master of epoch n at that wall time (an epoch ends where the 
     order      a consumer's session returned a queue's offsets out of order (each next offset is
                the one after the last), or a message the log after healing does not hold there
     offsets    a committed offset went backwards: a committed read below one that finished
-               before it began, or a consumer session committing less than it committed before
+               before it began, with no epoch beginning in between, or a consumer session
+               committing less than it committed before; reads that went backwards across a
+               new epoch are counted (`offsets_back_at_failover`, the most by how much in
+               `offsets_back_most`), not judged: a new master has the offsets its last
+               SlaveSynchronize copied, as in RocketMQ (offsets are replicated asynchronously)
     epoch      an acknowledgement from a broker that was not the master at its moment: the later
                of its invoke and of its store timestamp falls outside that broker's epochs
 
@@ -350,7 +354,8 @@ class Report:
             f"sends {c['sends']}: acknowledged {c['acknowledged']}, not acknowledged "
             f"{c['not_acknowledged']}, unknown {c['unknown']}; lost {c['lost']}, "
             f"duplicates {c['duplicates']}; consumed {c['consumed']}, committed reads "
-            f"{c['committed_reads']}, epochs {c['epochs']}",
+            f"{c['committed_reads']} ({c['offsets_back_at_failover']} back across a failover, "
+            f"by {c['offsets_back_most']} at most), epochs {c['epochs']}",
             "violations: " + ", ".join(f"{r} {len(self.violations[r])}" for r in RULES),
         ]
         for rule in RULES:
@@ -390,7 +395,7 @@ def check(events: Iterable[Event]) -> Report:
     _check_positions(acked, report)
     _check_duplicates(sends, log, report)
     _check_order(ops, log, report)
-    _check_offsets(ops, report)
+    _check_offsets(ops, _epoch_starts(events), report)
     _check_epochs(acked, log, events, report)
     return report
 
@@ -505,34 +510,45 @@ def _check_order(ops: list[Operation], log: Log | None, report: Report) -> None:
                 )
 
 
-def _check_offsets(ops: list[Operation], report: Report) -> None:
+def _check_offsets(ops: list[Operation], epoch_starts: list[float], report: Report) -> None:
     # committed reads: against every read of the same queue that completed before this began
-    done: dict[tuple[Any, ...], list[tuple[float, int]]] = defaultdict(list)
+    Finished = tuple[float, int, float]  # completion (monotonic), offset, invoke (wall)
+    done: dict[tuple[Any, ...], list[Finished]] = defaultdict(list)
     reads = [o for o in ops if o.f == "committed" and o.outcome == "ok"]
     report.counts["committed_reads"] = len(reads)
     for o in reads:
         key = (o.get("group"), o.get("topic"), o.get("broker_name"), o.get("queue"))
         assert o.done is not None
-        done[key].append((float(o.done["mono"]), int(o.get("offset"))))
-    highest: dict[tuple[Any, ...], tuple[list[float], list[int]]] = {}
+        done[key].append((float(o.done["mono"]), int(o.get("offset")), float(o.invoke["wall"])))
+    highest: dict[tuple[Any, ...], tuple[list[float], list[tuple[int, float]]]] = {}
     for key, finished in done.items():
         finished.sort()
-        running, best = [], []
-        top = -(2**63)
-        for at, offset in finished:
-            top = max(top, offset)
-            running.append(at)
+        times, best = [], []
+        top = (-(2**63), 0.0)
+        for at, offset, began in finished:
+            if offset >= top[0]:
+                top = (offset, began)
+            times.append(at)
             best.append(top)
-        highest[key] = (running, best)
+        highest[key] = (times, best)
     for o in reads:
+        assert o.done is not None
         key = (o.get("group"), o.get("topic"), o.get("broker_name"), o.get("queue"))
         times, best = highest[key]
         i = bisect_right(times, float(o.invoke["mono"]))
-        if i and int(o.get("offset")) < best[i - 1]:
-            report.violated(
-                "offsets",
-                f"committed offset of {key} read {o.get('offset')} after {best[i - 1]} was read",
-            )
+        if not i or int(o.get("offset")) >= best[i - 1][0]:
+            continue
+        before, began = best[i - 1]
+        if bisect_right(epoch_starts, float(o.done["wall"])) > bisect_right(epoch_starts, began):
+            # Across a failover: the new master answers with the offsets its last
+            # SlaveSynchronize copied (RocketMQ's offsets are replicated asynchronously).
+            report.counts["offsets_back_at_failover"] += 1
+            most = max(report.counts["offsets_back_most"], before - int(o.get("offset")))
+            report.counts["offsets_back_most"] = most
+            continue
+        report.violated(
+            "offsets", f"committed offset of {key} read {o.get('offset')} after {before} was read"
+        )
     # a session's own commits
     committed: dict[tuple[Any, ...], int] = {}
     for o in ops:
@@ -547,6 +563,10 @@ def _check_offsets(ops: list[Operation], report: Report) -> None:
                     f"{committed[mine]}",
                 )
             committed[mine] = max(offset, committed.get(mine, -1))
+
+
+def _epoch_starts(events: list[Event]) -> list[float]:
+    return sorted(float(e["wall"]) for e in events if e.get("type") == "epoch")
 
 
 def _check_epochs(acked: list[Operation], log: Log | None, events: list[Event], r: Report) -> None:
