@@ -23,7 +23,8 @@ in a seeded order:
 - master-slaves-out / master-slaves-in: one-way: the master's data to the slaves dropped, or the
   slaves' acknowledgements to it;
 - slave-etcd: one slave cut from etcd: its lease expires; nothing else may change;
-- pause-master: the master SIGSTOPped until another is elected and acknowledges, then resumed.
+- pause-master: the master SIGSTOPped until another is elected and acknowledges, then resumed;
+- etcd-member: one etcd member cut from the other two (the raft leader a third of the time).
 
 At the end the load stops, the master's whole topic is read as the final read, the epochs are
 taken from the brokers' logs ("elected master of epoch N" lines) and the history checker
@@ -69,6 +70,9 @@ ELECTION_TIMEOUT: Final = 60.0
 STABLE_TIMEOUT: Final = 120.0
 # A slave cut off leaves the SyncStateSet after 3 s without catching up (RocketMQ: 15 s).
 BROKER_OVERRIDES: Final = ("haMaxTimeSlaveNotCatchup=3000",)
+SEND_INTERVAL: Final = 0.02  # each of the 4 senders: at most 50 sends a second, sends always
+# in flight, and a history of 100 rounds that the checker reads in memory
+ETCD_CAMPAIGN: Final = "is starting a new election"
 ELECTED = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\.(\d{3}) .*elected master of epoch (\d+)", re.MULTILINE
 )
@@ -139,6 +143,10 @@ class Run:
     async def acknowledged(self, host: str) -> int:
         stats = await self.agent.call("load_stats")
         return int(stats["acknowledged"].get(self.address(host), 0))
+
+    async def total_acknowledged(self) -> int:
+        stats = await self.agent.call("load_stats")
+        return sum(int(n) for n in stats["acknowledged"].values())
 
     async def not_acknowledged(self) -> int:
         stats = await self.agent.call("load_stats")
@@ -315,6 +323,32 @@ async def slave_etcd(run: Run, master: str, epoch: int, rng: random.Random) -> s
     return f"{slave} cut off, {master} still master"
 
 
+async def etcd_member(run: Run, master: str, epoch: int, rng: random.Random) -> str:
+    """One etcd member (the raft leader a third of the time) cut from the other two, until it
+    has noticed (it campaigns, having heard from no leader) and the group served on: brokers
+    whose client used it move to another endpoint; whatever follows, the checker judges."""
+    lone = rng.choice(ETCD_HOSTS)
+    member = run.daemon(f"etcd-{lone}")
+    campaigns = member.log_text().count(ETCD_CAMPAIGN)
+    for other in ETCD_HOSTS:
+        if other != lone:
+            run.net.cut(lone, other)
+
+    def noticed() -> bool:
+        return member.log_text().count(ETCD_CAMPAIGN) > campaigns
+
+    await eventually(noticed, f"{lone} campaigning alone", ELECTION_TIMEOUT, interval=0.2)
+    before = await run.total_acknowledged()
+
+    async def served() -> bool:
+        return await run.total_acknowledged() >= before + 3 * ACKS
+
+    await eventually(served, f"{3 * ACKS} sends acknowledged with {lone} cut off", ELECTION_TIMEOUT,
+                     interval=0.2)  # fmt: skip
+    masters = await run.masters()
+    return f"{lone} cut off from etcd's quorum, {'/'.join(masters) or 'no broker'} master"
+
+
 async def pause_master(run: Run, master: str, epoch: int, rng: random.Random) -> str:
     run.pause(master)
     try:
@@ -333,6 +367,7 @@ SCENARIOS: Final[dict[str, Scenario]] = {
     "master-slaves-in": master_slaves_in,
     "slave-etcd": slave_etcd,
     "pause-master": pause_master,
+    "etcd-member": etcd_member,
 }
 
 
@@ -402,7 +437,8 @@ async def partitions(
         await agent.call("create_topic", address=cluster.broker_addr(first), topic=TOPIC,
                          queues=QUEUES)  # fmt: skip
         await agent.call("load_start", path=str(history), namesrv=cluster.namesrv_addr,
-                         topic=TOPIC, broker_name="broker-a", queues=QUEUES)  # fmt: skip
+                         topic=TOPIC, broker_name="broker-a", queues=QUEUES,
+                         interval=SEND_INTERVAL)  # fmt: skip
         master = await run.stable()
         for number, name in enumerate(schedule(rounds, rng), 1):
             began = time.monotonic()

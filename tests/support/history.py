@@ -82,11 +82,13 @@ Position = tuple[str, str, int, int]  # topic, broker name, queue id, queue offs
 
 class Recorder:
     """Appends events to `path` (one JSON line each, flushed: a killed test leaves its history)
-    and keeps them in `events`; `path` None keeps them in memory only."""
+    and keeps them in `events` (unless `keep` is False: a long run's file only); `path` None
+    keeps them in memory only."""
 
-    def __init__(self, path: Path | None = None, process: str = "client") -> None:
+    def __init__(self, path: Path | None = None, process: str = "client", *, keep: bool = True):
         self.path = path
         self.process = process
+        self.keep = keep or path is None
         self.events: list[Event] = []
         self._ops = itertools.count(1)
         self._sessions = itertools.count(1)
@@ -99,7 +101,8 @@ class Recorder:
         event.setdefault("process", self.process)
         event.setdefault("wall", time.time())
         event.setdefault("mono", time.monotonic())
-        self.events.append(event)
+        if self.keep:
+            self.events.append(event)
         if self._file is not None:
             self._file.write(json.dumps(event) + "\n")
             self._file.flush()

@@ -19,9 +19,10 @@ a long send does not hold up a status query) and answers `{"id": n, "result": ..
 - `consumer_start` group topic brokers queues, `consumer_poll` [count timeout],
   `consumer_stop`: one pull consumer assigned the queues of those brokers, from offset 0;
   a poll returns `[broker name, queue id, queue offset, number]` per message;
-- `load_start` path namesrv topic broker_name queues [senders], `load_stats`, `load_stop`: the
-  recorded workload of `recorded_load.py` (its history in the file `path`), and `final_read`
-  address topic broker_name queues: everything a broker serves, a final read in that history;
+- `load_start` path namesrv topic broker_name queues [senders interval], `load_stats`,
+  `load_stop`: the recorded workload of `recorded_load.py` (its history in the file `path`),
+  and `final_read` address topic broker_name queues: everything a broker serves, a final read
+  in that history;
 - `controller` address: the broker's controller status (GET_BROKER_HA_STATUS's "controller").
 
 Every client polls the name server each second (not 30), so route changes show quickly.
@@ -173,11 +174,18 @@ class Agent:
             self.consumer = None
 
     async def load_start(
-        self, path: str, namesrv: str, topic: str, broker_name: str, queues: int, senders: int = 4
+        self,
+        path: str,
+        namesrv: str,
+        topic: str,
+        broker_name: str,
+        queues: int,
+        senders: int = 4,
+        interval: float = 0.0,
     ) -> None:
         assert self.load is None, "one recorded load at a time"
         self.load = await RecordedLoad.start(
-            Path(path), namesrv, topic, broker_name, queues, senders=senders
+            Path(path), namesrv, topic, broker_name, queues, senders=senders, interval=interval
         )
 
     async def load_stats(self) -> dict[str, Any]:

@@ -1,11 +1,12 @@
-"""A recorded workload for fault tests: producers sending numbered messages without pause and a
-pull consumer reading and committing, every operation in one history (tests/support/history.py).
+"""A recorded workload for fault tests: producers sending numbered messages all along and a pull
+consumer reading and committing, every operation in one history (tests/support/history.py).
 
 `RecordedLoad.start(path, namesrv, topic, broker_name, queues)` starts `senders` tasks, each
-sending the next number (`ha_processes.body_of`) through one AsyncProducer (route from the name
-server polled each second, latency fault avoidance on, 3 s timeout, 2 retries) and a consumer
-task: an AsyncPullConsumer assigned the group's queues from the first offset, polling, and once a
-second committing what it polled and reading the committed offsets back. `stats()` says what
+sending (`interval` seconds apart, when given) the next number (`ha_processes.body_of`) through
+one AsyncProducer (route from the name server polled each second, latency fault avoidance on,
+3 s timeout, 2 retries) and a consumer task: an AsyncPullConsumer assigned the group's queues
+from the first offset, polling, and once a second committing what it polled and reading the
+committed offsets back. `stats()` says what
 happened so far (acknowledgements per broker, other outcomes, messages consumed): a test waits
 on it. `stop()` lets each send in flight finish and stops both clients; the history stays open
 for a final read (`history.record_read`) until `recorder.close()`.
@@ -65,6 +66,7 @@ class RecordedLoad:
         queues: int,
         *,
         senders: int = 4,
+        interval: float = 0.0,
         group: str = "Recorded",
     ) -> RecordedLoad:
         config = ClientConfig.create(namesrv, poll_name_server_interval=1.0)
@@ -79,7 +81,7 @@ class RecordedLoad:
             offset_store_dir=path.parent / "offsets",
         )
         load = cls(
-            Recorder(path, process="agent"),
+            Recorder(path, process="agent", keep=False),
             producer,
             consumer,
             [MessageQueue(topic, broker_name, q) for q in range(queues)],
@@ -87,13 +89,15 @@ class RecordedLoad:
         await producer.start()
         await consumer.start()
         await consumer.assign(load.queues)
-        load.tasks = [asyncio.create_task(load._send(topic)) for _ in range(senders)]
+        load.tasks = [asyncio.create_task(load._send(topic, interval)) for _ in range(senders)]
         load.tasks.append(asyncio.create_task(load._consume()))
         return load
 
-    async def _send(self, topic: str) -> None:
+    async def _send(self, topic: str, interval: float) -> None:
         sending = RecordingProducer(self.recorder, self.producer)
         while not self.stopping.is_set():
+            if interval:
+                await asyncio.sleep(interval)
             number = next(self.numbers)
             try:
                 result = await sending.send(Message(topic, body_of(number, BODY_SIZE)))
