@@ -355,7 +355,8 @@ class Report:
         c = self.counts
         lines = [
             f"sends {c['sends']}: acknowledged {c['acknowledged']}, not acknowledged "
-            f"{c['not_acknowledged']}, unknown {c['unknown']}; lost {c['lost']}, "
+            f"{c['not_acknowledged']}, unknown {c['unknown']} ({c['unknown_stored']} of them "
+            f"stored); lost {c['lost']}, "
             f"duplicates {c['duplicates']}; consumed {c['consumed']}, committed reads "
             f"{c['committed_reads']} ({c['offsets_back_at_failover']} back across a failover, "
             f"by {c['offsets_back_most']} at most), epochs {c['epochs']}",
@@ -394,6 +395,11 @@ def check(events: Iterable[Event]) -> Report:
     c["not_acknowledged"] = sum(1 for o in sends if o.outcome == "fail")
     c["unknown"] = sum(1 for o in sends if o.outcome in ("info", "open"))
     log, read_at = _final_log(ops)
+    if log is not None:
+        stored = {body for body, _host, _ms in log.values()}
+        unknown = {o.get("body") for o in sends if o.outcome in ("info", "open")}
+        unknown -= {o.get("body") for o in acked}
+        c["unknown_stored"] = len(unknown & stored)  # sends not acknowledged, yet in the log
     _check_lost(acked, log, read_at, report)
     _check_positions(acked, report)
     _check_duplicates(sends, log, report)

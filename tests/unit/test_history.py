@@ -125,6 +125,7 @@ def test_a_clean_history_passes() -> None:
     c = report.counts
     assert (c["sends"], c["acknowledged"], c["unknown"], c["lost"]) == (8, 6, 2, 0)
     assert c["duplicates"] == 1  # body 4 twice, explained by its 3 attempts
+    assert c["unknown_stored"] == 1  # body 4 (body 7 was never stored)
     assert (c["consumed"], c["committed_reads"], c["epochs"]) == (4, 2, 2)
 
 
