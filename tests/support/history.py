@@ -35,8 +35,10 @@ became the group's master of epoch n at that wall time (an epoch ends where the 
     position   two sends acknowledged at the same queue position with different bodies
     duplicate  a body at more positions than its sends' attempts explain, or at a position no
                send explains; `duplicates` counts every extra copy
-    order      a consumer's session returned a queue's offsets out of order (each next offset is
-               the one after the last), or a message the log after healing does not hold there
+    order      a consumer's session skipped a queue's offset (each offset past the highest it
+               returned is the one after it), returned an offset again with another body, or a
+               message the log after healing does not hold there; offsets returned again with
+               the same body are counted (`redelivered`: at least once), not judged
     offsets    a committed offset went backwards: a committed read below one that finished
                before it began, with no epoch beginning in between, or a consumer session
                committing less than it committed before; reads that went backwards across a
@@ -357,7 +359,8 @@ class Report:
             f"sends {c['sends']}: acknowledged {c['acknowledged']}, not acknowledged "
             f"{c['not_acknowledged']}, unknown {c['unknown']} ({c['unknown_stored']} of them "
             f"stored); lost {c['lost']}, "
-            f"duplicates {c['duplicates']}; consumed {c['consumed']}, committed reads "
+            f"duplicates {c['duplicates']}; consumed {c['consumed']} ({c['redelivered']} again), "
+            f"committed reads "
             f"{c['committed_reads']} ({c['offsets_back_at_failover']} back across a failover, "
             f"by {c['offsets_back_most']} at most), epochs {c['epochs']}",
             "violations: " + ", ".join(f"{r} {len(self.violations[r])}" for r in RULES),
@@ -492,21 +495,29 @@ def _check_duplicates(sends: list[Operation], log: Log | None, report: Report) -
 
 
 def _check_order(ops: list[Operation], log: Log | None, report: Report) -> None:
-    last: dict[tuple[str, Any, str, str, int], int] = {}
+    highest: dict[tuple[str, Any, str, str, int], int] = {}
+    delivered: dict[tuple[tuple[str, Any, str, str, int], int], Any] = {}
     for o in ops:
         if o.f != "poll" or o.outcome != "ok":
             continue
         for topic, broker_name, queue, offset, body in o.get("messages"):
             report.counts["consumed"] += 1
             key = (o.process, o.get("session"), str(topic), str(broker_name), int(queue))
-            before = last.get(key)
-            if before is not None and offset != before + 1:
-                report.violated(
-                    "order",
-                    f"session {key[1]} of {o.process} read {key[2:]} offset {offset} after "
-                    f"{before}",
-                )
-            last[key] = int(offset)
+            where = f"session {key[1]} of {o.process} read {key[2:]} offset {offset}"
+            top = highest.get(key)
+            if top is not None and offset > top + 1:
+                report.violated("order", f"{where} after {top}: it skipped {offset - top - 1}")
+            elif top is not None and offset <= top:
+                # At least once: read again from an earlier offset (a broker that was behind
+                # moved the consumer back); the same body, or a violation.
+                report.counts["redelivered"] += 1
+                if delivered.get((key, offset), body) != body:
+                    report.violated(
+                        "order",
+                        f"{where} again: body {body!r}, {delivered[(key, offset)]!r} before",
+                    )
+            highest[key] = max(int(offset), -1 if top is None else top)
+            delivered[(key, int(offset))] = body
             if log is None:
                 continue
             found = log.get((str(topic), str(broker_name), int(queue), int(offset)))

@@ -181,16 +181,25 @@ def test_more_copies_than_attempts() -> None:
 
 @pytest.mark.parametrize(
     "polled",
-    [((0, 0, 0), (0, 2, 4)), ((0, 1, 2), (0, 0, 0))],
-    ids=["skipped-an-offset", "went-back"],
+    [((0, 0, 0), (0, 2, 4)), ((0, 1, 2), (0, 0, 0), (0, 1, 99))],
+    ids=["skipped-an-offset", "another-body-read-again"],
 )
 def test_consumption_out_of_order(polled: tuple[tuple[int, int, int], ...]) -> None:
     def consume(s: Story) -> None:
         s.poll(2, *polled)
 
-    report = check(clean(before_epoch_2=consume).events)
+    report = check(clean(before_epoch_2=consume, final=False).events)
     assert broken(report.violations) == {"order"}, report.summary()
     assert "session 2 of client" in report.violations["order"][0]
+
+
+def test_reading_again_from_an_earlier_offset_is_counted_not_judged() -> None:
+    def again(s: Story) -> None:
+        s.poll(2, (0, 0, 0), (0, 1, 2), (0, 1, 2), (0, 2, 4))  # offset 1 again, then on
+
+    report = check(clean(before_epoch_2=again).events)
+    assert report.ok, report.summary()
+    assert report.counts["redelivered"] == 1
 
 
 def test_a_consumed_message_the_log_does_not_hold_there() -> None:
