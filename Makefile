@@ -121,6 +121,13 @@ SOAK_SEED ?=
 soak: install ## kill -9 the master or slave each round under SYNC load; check nothing acknowledged is lost
 	$(BIN)/python -m tests.fault.soak --rounds $(SOAK_ROUNDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
+# make partitions PARTITION_ROUNDS=20 (see tests/fault/partitions.py); PARTITION_SEED=n repeats
+PARTITION_ROUNDS ?= 100
+PARTITION_SEED ?=
+.PHONY: partitions
+partitions: install ## partitions and pauses during failover (etcd, 3 brokers, namespaces); one history checked
+	$(BIN)/python -m tests.fault.partitions --rounds $(PARTITION_ROUNDS) $(if $(PARTITION_SEED),--seed $(PARTITION_SEED))
+
 .PHONY: bench
 bench: install ## benchmarks: prints throughput figures and ratios to their baselines
 	$(BIN)/python -m tests.bench

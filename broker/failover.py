@@ -30,7 +30,10 @@ masterLeaseKeepAliveInterval; each renewal is one turn of `GroupController`:
   or before a set exists) publishes its candidacy (last epoch, CommitLog end, priority); a turn
   later the best live candidate, by highest (epoch, end), then smallest brokerElectionPriority,
   then smallest brokerId, takes the key in one transaction that also increases the epoch and
-  makes the set {itself}, and the broker switches to master in-process.
+  makes the set {itself}, and the broker switches to master in-process. A transaction etcd
+  applied but whose answer was lost (a timeout) leaves the key naming this broker under its own
+  lease while it is not master: the next turn completes that election when its log still ends
+  where the record's epoch starts, and frees the key otherwise.
 
 A slave's HA connection starts with the epoch handshake (ha/codec.py): the master learns the
 slave's brokerId from it, the slave the master's epochs (and cuts its log where they part).
@@ -318,6 +321,8 @@ class GroupController(Service):
         if master_id == self.broker_id and entry.lease == self.lease:
             if self.is_master:
                 await self._maintain_sync_state_set(entry.mod_revision)
+            else:
+                await self._won_unanswered(master, entry.mod_revision, sent)
             return
         if self.is_master:
             await self._step_down(f"broker {master_id} is master at epoch {epoch}")
@@ -457,6 +462,38 @@ class GroupController(Service):
             log.info("election: another broker was elected first")
             await self.member.resume_replication()
             return
+        await self._won(epoch, start, sent)
+
+    async def _won_unanswered(self, master: dict[str, Any], revision: int, sent: float) -> None:
+        """etcd names this broker master under its own lease, yet it is not: its election's
+        transaction was applied but the answer never came (a timeout on a slow etcd, a lost
+        reply), and the turn failed. Left so, the group would keep a master that never acts,
+        its key kept alive by this broker's keep-alives, for ever. When the log still ends where
+        the record says the epoch starts (replication stayed stopped since), the election is
+        completed; otherwise the key is freed, by compare-and-delete, for a new election."""
+        epoch, start = int(master["epoch"]), int(master["startOffset"])
+        if self.member.max_offset == start and epoch > self.epochs.last_epoch:
+            log.warning(
+                "etcd names this broker master of epoch %d though its election was not "
+                "answered: the election is completed",
+                epoch,
+            )
+            await self._won(epoch, start, sent)
+            return
+        log.warning(
+            "etcd names this broker master of epoch %d from %d, but its log ends at %d: the "
+            "master key is freed for a new election",
+            epoch,
+            start,
+            self.member.max_offset,
+        )
+        await self.etcd.transaction(
+            lambda tx: [tx.mod(self.key_master) == revision],
+            lambda tx: [tx.delete(self.key_master)],
+        )
+
+    async def _won(self, epoch: int, start: int, sent: float) -> None:
+        """This broker holds the `master` key of `epoch`, its log continuing at `start`."""
         self._vacancy_since = None
         self.is_master = True
         self.master_id, self.epoch = self.broker_id, epoch

@@ -189,6 +189,8 @@ class AllInSyncTransfer(GroupTransferService):
                 if not future.done():
                     future.set_result(True)
             self._waiting.clear()
+            for listener in self.ack_listeners:  # InSyncCap: all that is stored is confirmed
+                listener(self.acked_offset)
             return
         acks = {
             m.broker_id: m.slave_ack_offset
@@ -197,3 +199,26 @@ class AllInSyncTransfer(GroupTransferService):
         }
         if len(acks) == len(self.required):
             super().on_ack(min(acks.values()))
+
+
+class InSyncCap:
+    """Controller mode's dispatch cap (RocketMQ 5's confirmOffset): a master makes readable only
+    what every slave of the SyncStateSet has acknowledged, what it could have acknowledged to a
+    producer; with the set the master alone, all it stored. Without it, a consumer could read a
+    deposed master's unreplicated tail (stored, never acknowledged, cut to .diverged files when
+    it rejoins), take those queue offsets as consumed, and so never get the acknowledged
+    messages the new master puts at the same offsets."""
+
+    def __init__(self, transfer: AllInSyncTransfer, stored_end: Callable[[], int]) -> None:
+        self.transfer = transfer
+        self.stored_end = stored_end
+
+    @property
+    def acked_offset(self) -> int:
+        if not self.transfer.required:
+            return self.stored_end()
+        return self.transfer.acked_offset
+
+    @property
+    def ack_listeners(self) -> list[Callable[[int], None]]:
+        return self.transfer.ack_listeners

@@ -50,11 +50,11 @@ from tidemq.ha.codec import (
     encode_transfer_header,
 )
 from tidemq.ha.config import HAConfig
-from tidemq.ha.group_transfer import AllInSyncTransfer, GroupTransferService
+from tidemq.ha.group_transfer import AllInSyncTransfer, GroupTransferService, InSyncCap
 from tidemq.ha.transport import Listen, Listening, listen_tcp
 from tidemq.store.config import BrokerRole
 from tidemq.store.message_store import MessageStore
-from tidemq.store.replication import Replication
+from tidemq.store.replication import ReplicatedCap, Replication
 
 log = logging.getLogger(__name__)
 
@@ -457,10 +457,15 @@ class HAService(Service):
     def replication(self) -> Replication:
         """What the store is given to attach HA (`MessageStore.attach_replication`): wake-ups
         for the connections' writers; on a SYNC_MASTER the acknowledgement waiter, and the
-        dispatch cap with haReadReplicatedOnly."""
+        dispatch cap: in controller mode (allAckInSyncStateSet) always, what the SyncStateSet
+        has (`InSyncCap`), in 4.x groups with haReadReplicatedOnly, what a slave has."""
         if self.store.role is not BrokerRole.SYNC_MASTER:
             return Replication(self._wake_all)
-        cap = self.transfer if self.config.ha_read_replicated_only else None
+        cap: ReplicatedCap | None = None
+        if isinstance(self.transfer, AllInSyncTransfer):
+            cap = InSyncCap(self.transfer, lambda: self.store.max_phy_offset)
+        elif self.config.ha_read_replicated_only:
+            cap = self.transfer
         return Replication(self._wake_all, sync=self.transfer, dispatch_cap=cap)
 
     def _wake_all(self) -> None:

@@ -11,6 +11,9 @@
   `.diverged` files and converges byte-identical;
 - electMaster hands the group over to a broker of the SyncStateSet (and refuses one outside it
   in one line); the old master follows the new one;
+- a message the SyncStateSet's slave has not acknowledged is stored on the master but not
+  readable there until the slave has it (a consumer could otherwise read a deposed master's
+  unreplicated tail and skip the acknowledged messages the new master puts at those offsets);
 - a slave that does not catch up leaves the SyncStateSet (below minInSyncReplicas the master
   refuses writes: "in-sync replicas not enough"), and with unclean election off is not elected
   when the master dies: no election happens, and its log says why.
@@ -381,3 +384,44 @@ async def test_elect_master_hands_the_group_over_and_the_old_master_follows(
         assert sent.status is SendStatus.SEND_OK
     stamps = await stored_on(api, new, TOPIC)
     assert set(range(20)) <= stamps.keys()
+
+
+async def test_a_master_serves_only_what_its_sync_state_set_has(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    """A message the slave of the SyncStateSet has not acknowledged is stored on the master but
+    not readable there: were it read, and the master deposed before it was replicated (found by
+    `make partitions`: a SIGSTOPped master's pulls answered once it resumed), the consumer would
+    take its queue offset as consumed and never get the acknowledged message the new master puts
+    at that offset."""
+    master = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
+    assert await wait_master(api, [master], 30) is master
+    slave = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2)
+    await wait_sync_state_set(api, master, [1, 2])
+    first = await api.send(master.address, send_header(TOPIC, 0), body_of(0, 100))
+    assert first.status is SendStatus.SEND_OK
+    stored = as_int((await ha_status(api, master.address))["masterCommitLogMaxOffset"])
+    assert slave.pid is not None
+    os.kill(slave.pid, signal.SIGSTOP)
+    try:
+        pending = asyncio.create_task(
+            api.send(master.address, send_header(TOPIC, 0), body_of(1, 100), timeout=30)
+        )
+
+        async def appended() -> bool:
+            info = await ha_status(api, master.address)
+            return as_int(info["masterCommitLogMaxOffset"]) > stored
+
+        await eventually(appended, "the second message stored on the master", 15)
+        pulled = await api.pull(master.address, pull_header(TOPIC, 0, 1))
+        assert pulled.status is not PullStatus.FOUND, [id_of(m.body) for m in pulled.messages]
+        assert await api.get_max_offset(master.address, TOPIC, 0) == 1
+    finally:
+        os.kill(slave.pid, signal.SIGCONT)
+    await pending  # acknowledged, or FLUSH_SLAVE_TIMEOUT: either way the slave has it now
+
+    async def readable() -> bool:
+        found = await api.pull(master.address, pull_header(TOPIC, 0, 1))
+        return found.status is PullStatus.FOUND and id_of(found.messages[0].body) == 1
+
+    await eventually(readable, "the second message readable once the slave has it", 30)

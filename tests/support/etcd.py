@@ -39,14 +39,46 @@ class Member:
     name: str
     client_port: int
     peer_port: int
+    host: str = LOOPBACK
 
     @property
     def client_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.client_port}"
+        return f"http://{self.host}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.peer_port}"
+        return f"http://{self.host}:{self.peer_port}"
+
+
+def etcd_command(member: Member, members: list[Member], data_dir: Path, state: str) -> list[str]:
+    """etcd for `member` of the cluster `members` ("new" or "existing"), its data in
+    data_dir/<name>, with fast raft timing (a lost leader is replaced within about a second)."""
+    cluster = ",".join(f"{m.name}={m.peer_url}" for m in members)
+    return [
+        etcd_binary(),
+        "--name",
+        member.name,
+        "--data-dir",
+        str(data_dir / member.name),
+        "--listen-client-urls",
+        member.client_url,
+        "--advertise-client-urls",
+        member.client_url,
+        "--listen-peer-urls",
+        member.peer_url,
+        "--initial-advertise-peer-urls",
+        member.peer_url,
+        "--initial-cluster",
+        cluster,
+        "--initial-cluster-state",
+        state,
+        "--initial-cluster-token",
+        f"tidemq-test-{members[0].host}-{members[0].peer_port}",
+        "--heartbeat-interval",
+        "100",
+        "--election-timeout",
+        "1000",
+    ]
 
 
 class EtcdCluster:
@@ -62,33 +94,7 @@ class EtcdCluster:
         return ";".join(f"{LOOPBACK}:{m.client_port}" for m in self.members)
 
     def _command(self, member: Member, state: str) -> list[str]:
-        cluster = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
-        return [
-            etcd_binary(),
-            "--name",
-            member.name,
-            "--data-dir",
-            str(self.data_dir / member.name),
-            "--listen-client-urls",
-            member.client_url,
-            "--advertise-client-urls",
-            member.client_url,
-            "--listen-peer-urls",
-            member.peer_url,
-            "--initial-advertise-peer-urls",
-            member.peer_url,
-            "--initial-cluster",
-            cluster,
-            "--initial-cluster-state",
-            state,
-            "--initial-cluster-token",
-            f"tidemq-test-{self.members[0].peer_port}",
-            # Fast raft timing on loopback: a lost leader is replaced within about a second.
-            "--heartbeat-interval",
-            "100",
-            "--election-timeout",
-            "1000",
-        ]
+        return etcd_command(member, self.members, self.data_dir, state)
 
     def _launch(self, index: int, state: str) -> Daemon:
         member = self.members[index]

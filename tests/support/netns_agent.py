@@ -18,7 +18,12 @@ a long send does not hold up a status query) and answers `{"id": n, "result": ..
   number]` of every message, checking each queue runs from 0 without a hole);
 - `consumer_start` group topic brokers queues, `consumer_poll` [count timeout],
   `consumer_stop`: one pull consumer assigned the queues of those brokers, from offset 0;
-  a poll returns `[broker name, queue id, queue offset, number]` per message.
+  a poll returns `[broker name, queue id, queue offset, number]` per message;
+- `load_start` path namesrv topic broker_name queues [senders interval], `load_stats`,
+  `load_stop`: the recorded workload of `recorded_load.py` (its history in the file `path`),
+  and `final_read` address topic broker_name queues: everything a broker serves, a final read
+  in that history;
+- `controller` address: the broker's controller status (GET_BROKER_HA_STATUS's "controller").
 
 Every client polls the name server each second (not 30), so route changes show quickly.
 """
@@ -30,10 +35,13 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tests.support.ha_brokers import ha_status
 from tests.support.ha_processes import body_of, id_of, read_all
+from tests.support.history import record_read
+from tests.support.recorded_load import RecordedLoad
 from tests.support.wire import send_header
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
@@ -64,6 +72,7 @@ class Agent:
     api: BrokerAPI = field(default_factory=lambda: BrokerAPI(timeout=5))
     producers: dict[str, AsyncProducer] = field(default_factory=dict)
     consumer: AsyncPullConsumer | None = None
+    load: RecordedLoad | None = None
 
     async def send(
         self,
@@ -164,7 +173,41 @@ class Agent:
             await self.consumer.shutdown()
             self.consumer = None
 
+    async def load_start(
+        self,
+        path: str,
+        namesrv: str,
+        topic: str,
+        broker_name: str,
+        queues: int,
+        senders: int = 4,
+        interval: float = 0.0,
+    ) -> None:
+        assert self.load is None, "one recorded load at a time"
+        self.load = await RecordedLoad.start(
+            Path(path), namesrv, topic, broker_name, queues, senders=senders, interval=interval
+        )
+
+    async def load_stats(self) -> dict[str, Any]:
+        assert self.load is not None, "load_start first"
+        return self.load.stats()
+
+    async def load_stop(self) -> dict[str, Any]:
+        assert self.load is not None, "load_start first"
+        return await self.load.stop()
+
+    async def final_read(self, address: str, topic: str, broker_name: str, queues: int) -> int:
+        assert self.load is not None, "the final read goes into the load's history"
+        return await record_read(self.load.recorder, self.api, address, topic, broker_name, queues)
+
+    async def controller(self, address: str) -> object:
+        return (await ha_status(self.api, address))["controller"]
+
     async def close(self) -> None:
+        if self.load is not None:
+            if not self.load.stopping.is_set():
+                await self.load.stop()
+            self.load.recorder.close()
         await self.consumer_stop()
         for producer in self.producers.values():
             await producer.shutdown()
@@ -182,6 +225,11 @@ OPS = (
     "consumer_start",
     "consumer_poll",
     "consumer_stop",
+    "load_start",
+    "load_stats",
+    "load_stop",
+    "final_read",
+    "controller",
 )
 
 

@@ -2,7 +2,9 @@
 
 `NetnsCluster(network, folder)` starts daemons inside the hosts' namespaces, each bound to its
 host's address: `namesrvd()` on host "namesrv", `brokerd(host, name, role)` with its store in
-`folder/<host>` (a slave is given its master's HA address). `client()` starts the client
+`folder/<host>` (a slave is given its master's HA address); `etcd(hosts)` a member of one etcd
+cluster on each of some hosts, `controller_broker(host, id, endpoints)` a broker of a group that
+fails over on it (controller mode). `client()` starts the client
 process (`netns_agent.py`) on host "client"; the test drives it with `await agent.call(op,
 ...)`. A daemon counts as started when its port listens in its own namespace (read from
 /proc/<pid>/net/tcp: the test's namespace cannot connect to it) and, for a broker, once it
@@ -19,9 +21,13 @@ import contextlib
 import itertools
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from tests.support.conditions import eventually_sync
+from tests.support.etcd import HEALTH_TIMEOUT, Member, etcd_command
+from tests.support.failover import member_overrides
 from tests.support.ha_brokers import HA_TIMING
 from tests.support.netns import Network, listening
 from tests.support.processes import BROKER_BOOTED, REPO_ROOT, TEST_STORE_OVERRIDES, Daemon
@@ -29,6 +35,9 @@ from tests.support.processes import BROKER_BOOTED, REPO_ROOT, TEST_STORE_OVERRID
 NAMESRV_PORT: Final = 20876
 BROKER_PORT: Final = 20911
 HA_PORT: Final = 20912
+ETCD_CLIENT_PORT: Final = 20379
+ETCD_PEER_PORT: Final = 20380
+ETCD_READY: Final = "ready to serve client requests"
 AGENT_TIMEOUT: Final = 120.0
 
 
@@ -198,6 +207,41 @@ class NetnsCluster:
             argv.append(f"haMasterAddress={self.network.address(master)}:{HA_PORT}")
         argv += overrides
         return self._start(host, argv, BROKER_PORT, BROKER_BOOTED, name or host)
+
+    def etcd(self, hosts: Sequence[str]) -> str:
+        """One etcd cluster, a member on each of `hosts` (data in `folder/etcd`); returns once
+        every member serves clients (a quorum formed), with its endpoints (controllerAddr)."""
+        members = [
+            Member(f"etcd-{host}", ETCD_CLIENT_PORT, ETCD_PEER_PORT, self.network.address(host))
+            for host in hosts
+        ]
+        started = []
+        for host, member in zip(hosts, members, strict=True):
+            argv = etcd_command(member, members, self.folder / "etcd", "new")
+            # each is started without waiting: a member serves clients once a quorum formed
+            started.append(self._start(host, argv, ETCD_PEER_PORT, None, member.name))
+        for daemon in started:
+
+            def ready(d: NetnsDaemon = daemon) -> bool:
+                if not d.running:
+                    raise AssertionError(f"{d.name} exited:\n{d.log_tail()}")
+                return ETCD_READY in d.log_text()
+
+            eventually_sync(ready, f"{daemon.name} serving clients", HEALTH_TIMEOUT)
+        return ";".join(f"{m.host}:{m.client_port}" for m in members)
+
+    def controller_broker(
+        self, host: str, broker_id: int, controller_addr: str, *overrides: str
+    ) -> NetnsDaemon:
+        """Broker `broker_id` of group broker-a in controller mode (failover on the etcd at
+        `controller_addr`), with the tests' lease and HA timing (tests/support/failover.py)."""
+        return self.brokerd(
+            host,
+            "broker-a",
+            "SYNC_MASTER",
+            *member_overrides(controller_addr, broker_id),
+            *overrides,
+        )
 
     async def client(self, host: str = "client") -> ClientAgent:
         argv = self.network.exec_args(host, [sys.executable, "-m", "tests.support.netns_agent"])

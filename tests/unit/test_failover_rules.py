@@ -1,6 +1,6 @@
 """Controller mode's pure rules: the election's ranking (broker/failover.py), the name server's
-highest-epoch registration (route_info), the allAckInSyncStateSet waiter (ha/group_transfer.py),
-and the store's write fence at the lease deadline."""
+highest-epoch registration (route_info), the allAckInSyncStateSet waiter and dispatch cap
+(ha/group_transfer.py), and the store's write fence at the lease deadline."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.support.messages import message
 from tidemq.broker.failover import Candidate, best_candidate
 from tidemq.broker.namesrv.route_info import RouteInfoManager
-from tidemq.ha.group_transfer import AllInSyncTransfer
+from tidemq.ha.group_transfer import AllInSyncTransfer, InSyncCap
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.config import BrokerRole, StoreConfig
 from tidemq.store.message_store import MessageStore
@@ -89,6 +89,27 @@ async def test_all_ack_waits_for_every_member_and_the_union_while_changing() -> 
     assert not waiting.done()
     transfer.require(frozenset())  # the set became the master alone
     assert await waiting
+
+
+def test_what_a_controller_mode_master_makes_readable_is_what_its_set_has() -> None:
+    slaves = [Slave(2, 0), Slave(3, 0)]
+    transfer = AllInSyncTransfer(lambda: slaves, slave_timeout_ms=5000, fallbehind_max=1 << 30)
+    stored = [500]
+    cap = InSyncCap(transfer, lambda: stored[0])
+    woken: list[int] = []
+    cap.ack_listeners.append(woken.append)
+    assert cap.acked_offset == 500  # the master alone: all it stored
+    transfer.require(frozenset({2, 3}))
+    assert cap.acked_offset == 0
+    slaves[0].slave_ack_offset = 300
+    transfer.on_ack(300)
+    assert cap.acked_offset == 0  # broker 3 has nothing yet
+    slaves[1].slave_ack_offset = 200
+    transfer.on_ack(200)
+    assert cap.acked_offset == 200  # the slowest of the set
+    woken.clear()
+    transfer.require(frozenset())  # the set shrank to the master: dispatch is woken
+    assert cap.acked_offset == 500 and woken
 
 
 async def test_a_master_past_its_lease_deadline_refuses_and_says_why(tmp_path: Path) -> None:

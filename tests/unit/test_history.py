@@ -1,0 +1,318 @@
+"""The history checker (tests/support/history.py) on hand-made histories: a clean one passes, and
+each broken one fails exactly the rule it breaks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.history import RULES, Event, Recorder, check, load, operations
+
+B1, B2 = "198.18.2.2:20911", "198.18.3.2:20911"  # brokers 1 and 2 of group broker-a
+TOPIC = "T"
+
+
+class Story:
+    """A history written by hand: every event one second after the one before."""
+
+    def __init__(self) -> None:
+        self.rec = Recorder(process="client")
+        self.now = 1000.0
+        self.log: list[list[Any]] = []  # the final read's messages
+
+    def _at(self, at: float | None) -> dict[str, float]:
+        self.now = self.now + 1 if at is None else at
+        return {"wall": self.now, "mono": self.now}
+
+    def epoch(self, broker: str, epoch: int, at: float | None = None) -> None:
+        self.rec.epoch(broker, epoch, self._at(at)["wall"])
+
+    def send(
+        self,
+        body: int,
+        queue: int,
+        offset: int,
+        broker: str = B1,
+        *,
+        outcome: str = "ok",
+        attempts: int = 1,
+        stored: bool = True,
+        store_at: float | None = None,
+    ) -> None:
+        op = self.rec.invoke("send", topic=TOPIC, body=body, attempts=attempts, **self._at(None))
+        fields: dict[str, Any] = {"status": "SEND_OK" if outcome == "ok" else "error"}
+        if outcome == "ok":
+            fields |= {"broker_name": "broker-a", "queue": queue, "offset": offset}
+            fields["broker"] = broker
+        self.rec.complete(op, outcome, "send", **fields, **self._at(None))
+        if stored:
+            stamp = self.now if store_at is None else store_at
+            self.log.append(["broker-a", queue, offset, body, broker, int(stamp * 1000)])
+
+    def poll(self, session: int, *messages: tuple[int, int, int]) -> None:
+        op = self.rec.invoke("poll", session=session, group="G", **self._at(None))
+        got = [[TOPIC, "broker-a", q, off, body] for q, off, body in messages]
+        self.rec.complete(op, "ok", "poll", messages=got, **self._at(None))
+
+    def commit(self, session: int, queue: int, offset: int) -> None:
+        offsets = [[TOPIC, "broker-a", queue, offset]]
+        op = self.rec.invoke(
+            "commit", session=session, group="G", offsets=offsets, **self._at(None)
+        )
+        self.rec.complete(op, "ok", "commit", **self._at(None))
+
+    def committed(self, queue: int, offset: int) -> None:
+        op = self.rec.invoke(
+            "committed", group="G", topic=TOPIC, broker_name="broker-a", queue=queue,
+            **self._at(None),
+        )  # fmt: skip
+        self.rec.complete(op, "ok", "committed", offset=offset, **self._at(None))
+
+    def final_read(self) -> None:
+        op = self.rec.invoke("read", topic=TOPIC, final=True, **self._at(None))
+        self.rec.complete(op, "ok", "read", messages=self.log, **self._at(None))
+
+    @property
+    def events(self) -> list[Event]:
+        return self.rec.events
+
+
+def clean(
+    *,
+    before_epoch_2: Callable[[Story], None] = lambda s: None,
+    after_epoch_2: Callable[[Story], None] = lambda s: None,
+    final: bool = True,
+    change_log: Callable[[list[list[Any]]], None] = lambda log: None,
+) -> Story:
+    """Broker 1 master of epoch 1, acknowledging 0..3; a send of body 4 with an unknown outcome
+    stored twice by its retries; broker 2 elected (epoch 2) and acknowledging 5..6; a consumer
+    reading queue 0 in order, committing and read back; the final read."""
+    s = Story()
+    s.epoch(B1, 1)
+    for body in range(4):
+        s.send(body, queue=body % 2, offset=body // 2)
+    s.send(4, queue=1, offset=2, outcome="info", attempts=3)  # stored, the answer lost...
+    s.log.append(["broker-a", 0, 2, 4, B1, int(s.now * 1000)])  # ...and stored again by a retry
+    s.poll(1, (0, 0, 0), (0, 1, 2))
+    s.commit(1, 0, 2)
+    s.committed(0, 2)
+    before_epoch_2(s)
+    s.epoch(B2, 2)
+    after_epoch_2(s)
+    s.send(5, queue=0, offset=3, broker=B2)
+    s.send(6, queue=1, offset=3, broker=B2)
+    s.poll(1, (0, 2, 4), (0, 3, 5))
+    s.commit(1, 0, 4)
+    s.committed(0, 4)
+    s.send(7, queue=2, offset=0, broker=B2, outcome="info", stored=False)  # never stored
+    if final:
+        change_log(s.log)
+        s.final_read()
+    return s
+
+
+def broken(report_rules: dict[str, list[str]]) -> set[str]:
+    return {rule for rule, found in report_rules.items() if found}
+
+
+def test_a_clean_history_passes() -> None:
+    report = check(clean().events)
+    assert report.ok, report.summary()
+    c = report.counts
+    assert (c["sends"], c["acknowledged"], c["unknown"], c["lost"]) == (8, 6, 2, 0)
+    assert c["duplicates"] == 1  # body 4 twice, explained by its 3 attempts
+    assert c["unknown_stored"] == 1  # body 4 (body 7 was never stored)
+    assert (c["consumed"], c["committed_reads"], c["epochs"]) == (4, 2, 2)
+
+
+def test_an_acknowledged_message_missing_after_healing_is_lost() -> None:
+    def drop_body_3(log: list[list[Any]]) -> None:
+        log[:] = [m for m in log if m[3] != 3]
+
+    report = check(clean(change_log=drop_body_3).events)
+    assert broken(report.violations) == {"lost"}, report.summary()
+    assert report.counts["lost"] == 1
+    assert "body 3 acknowledged by" in report.violations["lost"][0]
+
+
+def test_another_body_at_an_acknowledged_position_is_lost() -> None:
+    def overwrite(log: list[list[Any]]) -> None:
+        for m in log:
+            if m[3] == 6:
+                m[3] = 99
+        log.append(["broker-a", 3, 0, 6, B2, 0])  # 6 is still somewhere, once
+
+    report = check(clean(change_log=overwrite).events)
+    # 99 was never sent, and 6 is not where it was acknowledged
+    assert broken(report.violations) == {"lost", "duplicate"}, report.summary()
+    assert "never sent" in report.violations["duplicate"][0]
+
+
+def test_two_bodies_acknowledged_at_one_position() -> None:
+    def second_ack(s: Story) -> None:
+        s.send(8, queue=1, offset=1)  # body 3 was acknowledged at queue 1 offset 1
+
+    report = check(clean(before_epoch_2=second_ack, final=False).events)
+    assert broken(report.violations) == {"position"}, report.summary()
+    assert "acknowledged for 2 bodies" in report.violations["position"][0]
+
+
+def test_a_duplicate_no_retry_explains() -> None:
+    def twice(log: list[list[Any]]) -> None:
+        log.append(["broker-a", 3, 0, 1, B1, 0])  # body 1 was sent once, with one attempt
+
+    report = check(clean(change_log=twice).events)
+    assert broken(report.violations) == {"duplicate"}, report.summary()
+    assert report.counts["duplicates"] == 2
+    assert "body 1 at 2 positions; its sends had 1 attempts" in report.violations["duplicate"]
+
+
+def test_more_copies_than_attempts() -> None:
+    def thrice(log: list[list[Any]]) -> None:
+        log += [["broker-a", 3, off, 4, B1, 0] for off in range(2)]  # body 4: 4 copies, 3 tries
+
+    report = check(clean(change_log=thrice).events)
+    assert broken(report.violations) == {"duplicate"}, report.summary()
+
+
+@pytest.mark.parametrize(
+    "polled",
+    [((0, 0, 0), (0, 2, 4)), ((0, 1, 2), (0, 0, 0), (0, 1, 99))],
+    ids=["skipped-an-offset", "another-body-read-again"],
+)
+def test_consumption_out_of_order(polled: tuple[tuple[int, int, int], ...]) -> None:
+    def consume(s: Story) -> None:
+        s.poll(2, *polled)
+
+    report = check(clean(before_epoch_2=consume, final=False).events)
+    assert broken(report.violations) == {"order"}, report.summary()
+    assert "session 2 of client" in report.violations["order"][0]
+
+
+def test_reading_again_from_an_earlier_offset_is_counted_not_judged() -> None:
+    def again(s: Story) -> None:
+        s.poll(2, (0, 0, 0), (0, 1, 2), (0, 1, 2), (0, 2, 4))  # offset 1 again, then on
+
+    report = check(clean(before_epoch_2=again).events)
+    assert report.ok, report.summary()
+    assert report.counts["redelivered"] == 1
+
+
+def test_a_consumed_message_the_log_does_not_hold_there() -> None:
+    def dirty(s: Story) -> None:
+        s.poll(2, (3, 0, 1))  # body 1 is at queue 1 offset 0, nothing is in queue 3
+
+    report = check(clean(before_epoch_2=dirty).events)
+    assert broken(report.violations) == {"order"}, report.summary()
+    assert "the log after healing has nothing there" in report.violations["order"][0]
+
+
+def test_a_committed_offset_read_going_backwards() -> None:
+    def back(s: Story) -> None:
+        s.committed(0, 1)  # 2 was read before this read began
+
+    report = check(clean(before_epoch_2=back).events)
+    assert broken(report.violations) == {"offsets"}, report.summary()
+    assert "read 1 after 2 was read" in report.violations["offsets"][0]
+
+
+def test_a_committed_offset_read_back_across_a_failover_is_counted_not_judged() -> None:
+    """The new master answers with the offsets its last SlaveSynchronize copied."""
+
+    def stale(s: Story) -> None:
+        s.committed(0, 1)  # 2 was read in epoch 1
+
+    report = check(clean(after_epoch_2=stale).events)
+    assert report.ok, report.summary()
+    assert report.counts["offsets_back_at_failover"] == 1
+    assert report.counts["offsets_back_most"] == 1
+
+
+def test_overlapping_committed_reads_may_disagree() -> None:
+    """A read that began before another finished is not ordered after it."""
+    s = Story()
+    first = s.rec.invoke("committed", group="G", topic=TOPIC, broker_name="b", queue=0,
+                         wall=1.0, mono=1.0)  # fmt: skip
+    second = s.rec.invoke("committed", group="G", topic=TOPIC, broker_name="b", queue=0,
+                          wall=2.0, mono=2.0)  # fmt: skip
+    s.rec.complete(first, "ok", "committed", offset=5, wall=3.0, mono=3.0)
+    s.rec.complete(second, "ok", "committed", offset=4, wall=4.0, mono=4.0)
+    assert check(s.events).ok
+
+
+def test_a_session_committing_less_than_before() -> None:
+    def back(s: Story) -> None:
+        s.commit(1, 0, 1)
+
+    report = check(clean(before_epoch_2=back).events)
+    assert broken(report.violations) == {"offsets"}, report.summary()
+    assert "committed 1 for" in report.violations["offsets"][0]
+
+
+def test_an_acknowledgement_after_the_brokers_epoch_ended() -> None:
+    """Broker 1 acknowledges body 9 stored after broker 2's epoch began (the store timestamp,
+    read back after healing, shows it)."""
+
+    def late(s: Story) -> None:
+        s.send(9, queue=2, offset=0, broker=B1, store_at=s.now + 10)
+
+    report = check(clean(before_epoch_2=late).events)
+    assert broken(report.violations) == {"epoch"}, report.summary()
+    assert "acknowledged by 198.18.2.2:20911" in report.violations["epoch"][0]
+    assert "in epoch 2 of 198.18.3.2:20911" in report.violations["epoch"][0]
+
+
+def test_an_acknowledgement_invoked_after_the_epoch_ended() -> None:
+    s = clean(final=False)
+    s.send(9, queue=2, offset=0, broker=B1, stored=False)  # invoked in epoch 2
+    report = check(s.events)
+    assert broken(report.violations) == {"epoch"}, report.summary()
+
+
+def test_an_acknowledgement_before_any_epoch() -> None:
+    s = Story()
+    s.send(0, queue=0, offset=0)
+    s.epoch(B1, 1)
+    s.final_read()
+    report = check(s.events)
+    assert broken(report.violations) == {"epoch"}, report.summary()
+    assert "before any epoch" in report.violations["epoch"][0]
+
+
+def test_without_a_final_read_acknowledgements_are_unverified() -> None:
+    report = check(clean(final=False).events)
+    assert report.ok and report.counts["unverified"] == 6
+
+
+def test_every_rule_is_reported() -> None:
+    assert set(check([]).violations) == set(RULES)
+
+
+def test_the_file_round_trips_and_a_torn_last_line_is_left_out(tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    recorder = Recorder(path, process="agent")
+    op = recorder.invoke("send", topic=TOPIC, body=1, attempts=1)
+    recorder.complete(op, "info", "send", status="error", error="Timeout")
+    recorder.close()
+    with path.open("a") as torn:
+        torn.write('{"type": "invo')
+    events = load(path)
+    assert events == recorder.events
+    assert all(e["process"] == "agent" and e["wall"] > 0 and e["mono"] > 0 for e in events)
+    [paired] = operations(events)
+    assert paired.outcome == "info" and paired.get("body") == 1
+    assert json.loads(path.read_text().splitlines()[0])["f"] == "send"
+
+
+def test_a_completion_without_its_invoke_is_an_error() -> None:
+    with pytest.raises(ValueError, match="without its invoke"):
+        check([{"type": "ok", "process": "c", "op": 1, "f": "send", "wall": 1, "mono": 1}])
+
+
+def test_an_unknown_outcome_is_refused() -> None:
+    with pytest.raises(ValueError, match="ok, fail or info"):
+        Recorder().complete(1, "maybe", "send")
