@@ -54,6 +54,7 @@ from tidemq.client.trace import (
 )
 from tidemq.client.transport.tls import TlsClientSettings
 from tidemq.client.validators import check_group, check_message, check_queue
+from tidemq.common.frozen import maker
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.layout import FLAG_COMPRESSED
 from tidemq.store.record import pack_host
@@ -389,14 +390,16 @@ class AsyncProducer(AsyncLifecycle):
         raise RemotingError(f"send of a message to {msg.topic} timed out after {budget:.1f} s")
 
 
+# Per send, without the frozen __init__'s object.__setattr__ per field (common/frozen.py).
+_SEND_RESULT = maker(SendResult)
+_QUEUE = maker(MessageQueue)
+
+
 def _result(raw: SendResponse, queue: MessageQueue, uniq: str) -> SendResult:
-    return SendResult(
-        status=raw.status,
-        msg_id=uniq,
-        offset_msg_id=raw.msg_id,
-        message_queue=MessageQueue(queue.topic, queue.broker_name, raw.queue_id),
-        queue_offset=raw.queue_offset,
-    )
+    # The broker stores in the queue it was asked for: its own MessageQueue then, not a copy.
+    if raw.queue_id != queue.queue_id:
+        queue = _QUEUE(queue.topic, queue.broker_name, raw.queue_id)
+    return _SEND_RESULT(raw.status, uniq, raw.msg_id, queue, raw.queue_offset)
 
 
 class Producer(BlockingTwin[AsyncProducer]):
