@@ -39,14 +39,15 @@ from __future__ import annotations
 import functools
 import operator
 import re
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from tidemq.store.record import decode_properties, find_property, read_properties
+from tidemq.store.record import find_property, read_properties
 
 MAX_EXPRESSION_LENGTH: Final = 32_768
 MAX_DEPTH: Final = 200
@@ -440,8 +441,15 @@ class _Build(Transformer[Token, _Node]):
     def null(self, _items: list[Token]) -> _Node:
         return _const(None, "NULL")
 
+    def __init__(self) -> None:
+        super().__init__()
+        # Properties the expression being parsed names, in first-use order (compile_sql92
+        # clears it before each parse, under _PARSE_LOCK).
+        self.names: dict[str, None] = {}
+
     def variable(self, items: list[Token]) -> _Node:
         name = str(items[0])
+        self.names[name] = None
         return _Node(lambda p: p.get(name), "prop", name, name=name)
 
     def negate(self, items: list[_Node]) -> _Node:
@@ -546,47 +554,26 @@ class _Build(Transformer[Token, _Node]):
         return _Node(_any(nodes), "bool", "... OR ...", _deeper(*nodes))
 
 
-_PARSER: Final = Lark(_GRAMMAR, parser="lalr", lexer="basic", transformer=_Build())
-
-
-class _RecordProperties(Mapping[str, str]):
-    """A record's properties, each looked up in the raw text when the expression asks for it
-    (an expression names a few of a message's properties; decoding them all costs more)."""
-
-    __slots__ = ("_found", "_raw")
-
-    def __init__(self, raw: bytes) -> None:
-        self._raw = raw
-        self._found: dict[str, str | None] = {}
-
-    def get(self, name: str, default: Any = None) -> Any:
-        try:
-            value = self._found[name]
-        except KeyError:
-            found = find_property(self._raw, name.encode())
-            value = self._found[name] = None if found is None else found.decode("utf-8", "replace")
-        return default if value is None else value
-
-    def __getitem__(self, name: str) -> str:
-        value = self.get(name)
-        if value is None:
-            raise KeyError(name)
-        return str(value)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(decode_properties(self._raw.decode("utf-8", "replace")))
-
-    def __len__(self) -> int:
-        return len(decode_properties(self._raw.decode("utf-8", "replace")))
+_BUILD: Final = _Build()
+_PARSER: Final = Lark(_GRAMMAR, parser="lalr", lexer="basic", transformer=_BUILD)
+_PARSE_LOCK: Final = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
 class Sql92Filter:
     """A compiled expression: `matches(properties)`, or `matches_record(record)` for a stored
-    record (its properties read in place)."""
+    record.
+
+    A record's properties are read in place, and only those the expression names (`names`,
+    with their wire spelling in `_keys`), each once: the expression then runs over a plain dict
+    of them. Decoding all of a message's properties, or looking each one up again at every
+    use, cost more than the expression itself.
+    """
 
     expression: str
     _evaluate: Evaluate
+    names: tuple[str, ...] = ()
+    _keys: tuple[tuple[str, bytes], ...] = ()
 
     def matches(self, properties: Properties) -> bool:
         try:
@@ -595,7 +582,17 @@ class Sql92Filter:
             return False
 
     def matches_record(self, record: memoryview) -> bool:
-        return self.matches(_RecordProperties(read_properties(record)))
+        raw = read_properties(record)
+        found: dict[str, str] = {}
+        if raw:
+            for name, key in self._keys:
+                value = find_property(raw, key)
+                if value is not None:
+                    found[name] = value.decode("utf-8", "replace")
+        try:
+            return self._evaluate(found) is True
+        except _EvalError:
+            return False
 
 
 def _syntax_error(exc: UnexpectedInput, expression: str) -> Sql92Error:
@@ -626,10 +623,14 @@ def compile_sql92(expression: str) -> Sql92Filter:
         )
     if not expression.strip():
         raise Sql92Error("the expression is empty")
-    try:
-        root = _PARSER.parse(expression)
-    except UnexpectedInput as exc:
-        raise _syntax_error(exc, expression) from None
+    with _PARSE_LOCK:
+        _BUILD.names.clear()
+        try:
+            root = _PARSER.parse(expression)
+        except UnexpectedInput as exc:
+            raise _syntax_error(exc, expression) from None
+        names = tuple(_BUILD.names)
     if not isinstance(root, _Node):  # a tail alone cannot reduce to start; kept for safety
         raise Sql92Error("the expression is not a condition")
-    return Sql92Filter(expression, _condition(root).evaluate)
+    keys = tuple((name, name.encode()) for name in names)
+    return Sql92Filter(expression, _condition(root).evaluate, names, keys)

@@ -824,6 +824,9 @@ def read_properties(record: bytes | memoryview) -> bytes:
     return bytes(record[topic_end + 2 : topic_end + 2 + props_len])
 
 
+read_properties = speedups.select(read_properties, "tidemq.store._record")
+
+
 def read_topic(buf: bytes | memoryview, pos: int, total: int) -> bytes | None:
     """The raw topic of the record of `total` bytes at `pos`, None if its lengths disagree."""
     sys_flag = _INT.unpack_from(buf, pos + OFFSET_SYS_FLAG)[0]

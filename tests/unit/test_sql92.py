@@ -9,7 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidemq.broker.sql92 import MAX_DEPTH, MAX_EXPRESSION_LENGTH, Sql92Error, compile_sql92
-from tidemq.store.record import MessageToStore, check_record, encode_properties, pack_record
+from tidemq.store.record import (
+    MessageToStore,
+    check_record,
+    decode_properties,
+    encode_properties,
+    pack_record,
+)
 
 EXPRESSION = "a BETWEEN 3 AND 5 AND region IN ('eu','us')"
 
@@ -157,3 +163,31 @@ def test_any_token_soup_compiles_or_is_refused_and_evaluates_to_a_bool(
         assert str(exc)
         return
     assert compiled.matches(properties) in (True, False)
+
+
+def test_a_filter_knows_the_properties_it_names() -> None:
+    assert compile_sql92("b > 1 AND (a = 'x' OR b IS NULL) AND c IN ('y')").names == ("b", "a", "c")
+    assert compile_sql92("TRUE").names == ()
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from([EXPRESSION, "a > 3", "a IS NULL", "NOT (region = 'us')", "b <> 'x' OR a < 2"]),
+    st.dictionaries(
+        st.sampled_from(["a", "b", "region", "TAGS", "UNIQ_KEY"]),
+        st.one_of(st.sampled_from(["1", "4", "7", "us", "eu", "x", ""]), st.text(max_size=4)),
+    ),
+)
+def test_a_record_matches_as_its_decoded_properties_do(
+    expression: str, properties: dict[str, str]
+) -> None:
+    """matches_record reads only the named properties, in place; the answer is the one the
+    whole decoded property map gives."""
+    properties = {
+        k: v for k, v in properties.items() if "\x01" not in v + k and "\x02" not in v + k
+    }
+    msg = MessageToStore("T", 0, b"body", encode_properties(properties))
+    record = pack_record(msg, check_record(msg, 1024), 0, 0, 0)
+    decoded = decode_properties(encode_properties(properties))
+    sql = compile_sql92(expression)
+    assert sql.matches_record(memoryview(record)) == sql.matches(decoded)
