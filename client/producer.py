@@ -338,21 +338,25 @@ class AsyncProducer(AsyncLifecycle):
         attempts = 1 if fixed_queue is not None or selector is not None else 1 + self.retry_times
         last_broker: str | None = None
         last_error: TideMQError | None = None
+        instance = self.instance
         for attempt in range(attempts):
             remaining = budget - (time.monotonic() - started)
             if remaining <= 0:
                 break
-            info, _auto = await self._route(msg.topic)
+            # A known, usable route without the two awaits of _route (most sends)
+            info = instance.publish_infos.get(msg.topic)
+            if info is None or not info.ok:
+                info, _auto = await self._route(msg.topic)
             if fixed_queue is not None:
                 queue = fixed_queue
             elif selector is not None:
                 queue = check_queue(selector(list(info.queues), msg, arg), None, "selector")
             else:
                 queue = self.fault.select_one_message_queue(info, last_broker)
-            address = self.instance.find_broker_address_in_publish(queue.broker_name)
+            address = instance.find_broker_address_in_publish(queue.broker_name)
             if address is None:
-                await self.instance.update_route(msg.topic)
-                address = self.instance.find_broker_address_in_publish(queue.broker_name)
+                await instance.update_route(msg.topic)
+                address = instance.find_broker_address_in_publish(queue.broker_name)
             if address is None:
                 last_error = ClientError(f"broker {queue.broker_name} has no master address")
                 last_broker = queue.broker_name
@@ -361,9 +365,7 @@ class AsyncProducer(AsyncLifecycle):
             header.batch = batch
             sent_at = time.monotonic()
             try:
-                raw = await self.instance.api.send(
-                    address, header, body, timeout=remaining, batch=batch
-                )
+                raw = await instance.api.send(address, header, body, timeout=remaining, batch=batch)
             except (RemotingError, BrokerResponseError) as exc:
                 self.fault.update_fault_item(queue.broker_name, 30_000, isolation=True)
                 # What the error tree marks retriable (client/errors.py): RocketMQ's
@@ -373,7 +375,7 @@ class AsyncProducer(AsyncLifecycle):
                 last_error, last_broker = exc, queue.broker_name
                 # The group may have a new master (failover): ask the name servers now rather
                 # than at the next 30 s refresh, so the retry and the sends after it go there.
-                await self.instance.refresh_route_after_failure(msg.topic)
+                await instance.refresh_route_after_failure(msg.topic)
                 if not retriable:
                     raise
                 continue
@@ -383,7 +385,7 @@ class AsyncProducer(AsyncLifecycle):
             result = _result(raw, queue, uniq)
             if result.ok or not self.retry_another_broker_when_not_store_ok:
                 return result
-            await self.instance.refresh_route_after_failure(msg.topic)
+            await instance.refresh_route_after_failure(msg.topic)
             last_broker = queue.broker_name
         if last_error is not None:
             raise last_error
