@@ -318,6 +318,21 @@ def _negated(node: _Node, text: str) -> _Node:
 
 def _all(nodes: list[_Node]) -> Evaluate:
     checks = [n.evaluate for n in nodes]
+    if len(checks) == 2:  # the usual AND, unrolled: the loop below, without the loop
+        first_check, second_check = checks
+
+        def evaluate_two(p: Properties) -> bool | None:
+            first = first_check(p)
+            if first is not None and not first:
+                return False
+            second = second_check(p)
+            if second is None:
+                return None
+            if not second:
+                return False
+            return None if first is None else True
+
+        return evaluate_two
 
     def evaluate(p: Properties) -> bool | None:
         unknown = False
@@ -334,6 +349,19 @@ def _all(nodes: list[_Node]) -> Evaluate:
 
 def _any(nodes: list[_Node]) -> Evaluate:
     checks = [n.evaluate for n in nodes]
+    if len(checks) == 2:  # the usual OR, unrolled: the loop below, without the loop
+        first_check, second_check = checks
+
+        def evaluate_two(p: Properties) -> bool | None:
+            first = first_check(p)
+            if first:
+                return True
+            second = second_check(p)
+            if second:
+                return True
+            return None if first is None or second is None else False
+
+        return evaluate_two
 
     def evaluate(p: Properties) -> bool | None:
         unknown = False
@@ -372,10 +400,10 @@ def _in_node(left: _Node, tokens: list[Token], negate: bool) -> _Node:
     if left.kind != "prop":
         raise Sql92Error(f"IN needs a property on its left, got {left.text}")
     members = frozenset(_string(t) for t in tokens)
-    read = left.evaluate
+    name = left.name
 
     def evaluate(p: Properties) -> bool | None:
-        value = read(p)
+        value = p.get(name)  # the property node's read, inline
         if value is None:
             return None
         return (value in members) != negate
@@ -401,12 +429,38 @@ def _between(value: _Node, low: _Node, high: _Node, negate: bool) -> _Node:
             _ordered_node(value, low, operator.lt, "<"),
             _ordered_node(value, high, operator.gt, ">"),
         ]
-        return _Node(_any(parts), "bool", f"{value.text} NOT BETWEEN", _deeper(*parts))
+        evaluate = _property_between(value, low, high, negate) or _any(parts)
+        return _Node(evaluate, "bool", f"{value.text} NOT BETWEEN", _deeper(*parts))
     parts = [
         _ordered_node(value, low, operator.ge, ">="),
         _ordered_node(value, high, operator.le, "<="),
     ]
-    return _Node(_all(parts), "bool", f"{value.text} BETWEEN", _deeper(*parts))
+    evaluate = _property_between(value, low, high, negate) or _all(parts)
+    return _Node(evaluate, "bool", f"{value.text} BETWEEN", _deeper(*parts))
+
+
+def _property_between(value: _Node, low: _Node, high: _Node, negate: bool) -> Evaluate | None:
+    """`property [NOT] BETWEEN number AND number` (bounds of one type) in one step: the
+    property read once as the bounds' type, what the two comparisons joined by AND (OR for NOT)
+    answer; None for any other BETWEEN."""
+    if value.kind != "prop" or low.kind != "const" or high.kind != "const":
+        return None
+    kind = type(low.value)
+    if kind not in (int, float) or type(high.value) is not kind:
+        return None
+    name, least, most = value.name, low.value, high.value
+    read = _java_long if kind is int else _java_double
+
+    def between(p: Properties) -> bool | None:
+        raw = p.get(name)
+        if raw is None:
+            return None
+        number = read(raw)
+        # NOT BETWEEN as its two comparisons, not as `not inside`: NaN is in neither
+        answer: bool = number < least or number > most if negate else least <= number <= most
+        return answer
+
+    return between
 
 
 _STRING_TESTS: Final[dict[str, tuple[Callable[[str, str], bool], str]]] = {

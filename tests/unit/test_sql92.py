@@ -191,3 +191,38 @@ def test_a_record_matches_as_its_decoded_properties_do(
     decoded = decode_properties(encode_properties(properties))
     sql = compile_sql92(expression)
     assert sql.matches_record(memoryview(record)) == sql.matches(decoded)
+
+
+_VALUES = st.one_of(
+    st.sampled_from(
+        ["", "0", "3", "4", "5", "-1", "2.5", "1e1", "NaN", "x", "true", " 4", "9" * 20]
+    ),
+    st.text(max_size=4),
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["0 AND 4", "-2 AND 3", "0.5 AND 4.5", "1 AND 2.5", "3 AND 3"]),
+    st.sampled_from(["b IS NULL", "b = 'x'", "region IN ('us')", "FALSE", "TRUE"]),
+    st.dictionaries(st.sampled_from(["a", "b", "region"]), _VALUES, max_size=3),
+)
+def test_fused_and_unrolled_forms_answer_as_the_general_ones(
+    bounds: str, other: str, properties: dict[str, str]
+) -> None:
+    """BETWEEN on a property (one read), and AND / OR of two (unrolled), answer as the
+    comparisons they stand for and as the general loop of three operands does."""
+    low, high = bounds.split(" AND ")
+    for negate, spelled in (
+        ("", f"(a >= {low} AND a <= {high})"),
+        ("NOT ", f"(a < {low} OR a > {high})"),
+    ):
+        fused = compile_sql92(f"a {negate}BETWEEN {bounds}")
+        assert fused.matches(properties) == compile_sql92(spelled).matches(properties)
+    for two, three in (
+        (f"a BETWEEN {bounds} AND {other}", f"a BETWEEN {bounds} AND {other} AND TRUE"),
+        (f"a BETWEEN {bounds} OR {other}", f"a BETWEEN {bounds} OR {other} OR FALSE"),
+        (f"NOT (a > {low} AND {other})", f"NOT (a > {low} AND {other} AND TRUE)"),
+        (f"NOT (a > {low} OR {other})", f"NOT (a > {low} OR {other} OR FALSE)"),
+    ):
+        assert compile_sql92(two).matches(properties) == compile_sql92(three).matches(properties)
