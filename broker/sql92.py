@@ -39,14 +39,15 @@ from __future__ import annotations
 import functools
 import operator
 import re
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from tidemq.store.record import decode_properties, find_property, read_properties
+from tidemq.store.record import find_property, read_properties
 
 MAX_EXPRESSION_LENGTH: Final = 32_768
 MAX_DEPTH: Final = 200
@@ -317,6 +318,21 @@ def _negated(node: _Node, text: str) -> _Node:
 
 def _all(nodes: list[_Node]) -> Evaluate:
     checks = [n.evaluate for n in nodes]
+    if len(checks) == 2:  # the usual AND, unrolled: the loop below, without the loop
+        first_check, second_check = checks
+
+        def evaluate_two(p: Properties) -> bool | None:
+            first = first_check(p)
+            if first is not None and not first:
+                return False
+            second = second_check(p)
+            if second is None:
+                return None
+            if not second:
+                return False
+            return None if first is None else True
+
+        return evaluate_two
 
     def evaluate(p: Properties) -> bool | None:
         unknown = False
@@ -333,6 +349,19 @@ def _all(nodes: list[_Node]) -> Evaluate:
 
 def _any(nodes: list[_Node]) -> Evaluate:
     checks = [n.evaluate for n in nodes]
+    if len(checks) == 2:  # the usual OR, unrolled: the loop below, without the loop
+        first_check, second_check = checks
+
+        def evaluate_two(p: Properties) -> bool | None:
+            first = first_check(p)
+            if first:
+                return True
+            second = second_check(p)
+            if second:
+                return True
+            return None if first is None or second is None else False
+
+        return evaluate_two
 
     def evaluate(p: Properties) -> bool | None:
         unknown = False
@@ -371,10 +400,10 @@ def _in_node(left: _Node, tokens: list[Token], negate: bool) -> _Node:
     if left.kind != "prop":
         raise Sql92Error(f"IN needs a property on its left, got {left.text}")
     members = frozenset(_string(t) for t in tokens)
-    read = left.evaluate
+    name = left.name
 
     def evaluate(p: Properties) -> bool | None:
-        value = read(p)
+        value = p.get(name)  # the property node's read, inline
         if value is None:
             return None
         return (value in members) != negate
@@ -400,12 +429,38 @@ def _between(value: _Node, low: _Node, high: _Node, negate: bool) -> _Node:
             _ordered_node(value, low, operator.lt, "<"),
             _ordered_node(value, high, operator.gt, ">"),
         ]
-        return _Node(_any(parts), "bool", f"{value.text} NOT BETWEEN", _deeper(*parts))
+        evaluate = _property_between(value, low, high, negate) or _any(parts)
+        return _Node(evaluate, "bool", f"{value.text} NOT BETWEEN", _deeper(*parts))
     parts = [
         _ordered_node(value, low, operator.ge, ">="),
         _ordered_node(value, high, operator.le, "<="),
     ]
-    return _Node(_all(parts), "bool", f"{value.text} BETWEEN", _deeper(*parts))
+    evaluate = _property_between(value, low, high, negate) or _all(parts)
+    return _Node(evaluate, "bool", f"{value.text} BETWEEN", _deeper(*parts))
+
+
+def _property_between(value: _Node, low: _Node, high: _Node, negate: bool) -> Evaluate | None:
+    """`property [NOT] BETWEEN number AND number` (bounds of one type) in one step: the
+    property read once as the bounds' type, what the two comparisons joined by AND (OR for NOT)
+    answer; None for any other BETWEEN."""
+    if value.kind != "prop" or low.kind != "const" or high.kind != "const":
+        return None
+    kind = type(low.value)
+    if kind not in (int, float) or type(high.value) is not kind:
+        return None
+    name, least, most = value.name, low.value, high.value
+    read = _java_long if kind is int else _java_double
+
+    def between(p: Properties) -> bool | None:
+        raw = p.get(name)
+        if raw is None:
+            return None
+        number = read(raw)
+        # NOT BETWEEN as its two comparisons, not as `not inside`: NaN is in neither
+        answer: bool = number < least or number > most if negate else least <= number <= most
+        return answer
+
+    return between
 
 
 _STRING_TESTS: Final[dict[str, tuple[Callable[[str, str], bool], str]]] = {
@@ -440,8 +495,15 @@ class _Build(Transformer[Token, _Node]):
     def null(self, _items: list[Token]) -> _Node:
         return _const(None, "NULL")
 
+    def __init__(self) -> None:
+        super().__init__()
+        # Properties the expression being parsed names, in first-use order (compile_sql92
+        # clears it before each parse, under _PARSE_LOCK).
+        self.names: dict[str, None] = {}
+
     def variable(self, items: list[Token]) -> _Node:
         name = str(items[0])
+        self.names[name] = None
         return _Node(lambda p: p.get(name), "prop", name, name=name)
 
     def negate(self, items: list[_Node]) -> _Node:
@@ -546,47 +608,26 @@ class _Build(Transformer[Token, _Node]):
         return _Node(_any(nodes), "bool", "... OR ...", _deeper(*nodes))
 
 
-_PARSER: Final = Lark(_GRAMMAR, parser="lalr", lexer="basic", transformer=_Build())
-
-
-class _RecordProperties(Mapping[str, str]):
-    """A record's properties, each looked up in the raw text when the expression asks for it
-    (an expression names a few of a message's properties; decoding them all costs more)."""
-
-    __slots__ = ("_found", "_raw")
-
-    def __init__(self, raw: bytes) -> None:
-        self._raw = raw
-        self._found: dict[str, str | None] = {}
-
-    def get(self, name: str, default: Any = None) -> Any:
-        try:
-            value = self._found[name]
-        except KeyError:
-            found = find_property(self._raw, name.encode())
-            value = self._found[name] = None if found is None else found.decode("utf-8", "replace")
-        return default if value is None else value
-
-    def __getitem__(self, name: str) -> str:
-        value = self.get(name)
-        if value is None:
-            raise KeyError(name)
-        return str(value)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(decode_properties(self._raw.decode("utf-8", "replace")))
-
-    def __len__(self) -> int:
-        return len(decode_properties(self._raw.decode("utf-8", "replace")))
+_BUILD: Final = _Build()
+_PARSER: Final = Lark(_GRAMMAR, parser="lalr", lexer="basic", transformer=_BUILD)
+_PARSE_LOCK: Final = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
 class Sql92Filter:
     """A compiled expression: `matches(properties)`, or `matches_record(record)` for a stored
-    record (its properties read in place)."""
+    record.
+
+    A record's properties are read in place, and only those the expression names (`names`,
+    with their wire spelling in `_keys`), each once: the expression then runs over a plain dict
+    of them. Decoding all of a message's properties, or looking each one up again at every
+    use, cost more than the expression itself.
+    """
 
     expression: str
     _evaluate: Evaluate
+    names: tuple[str, ...] = ()
+    _keys: tuple[tuple[str, bytes], ...] = ()
 
     def matches(self, properties: Properties) -> bool:
         try:
@@ -595,7 +636,17 @@ class Sql92Filter:
             return False
 
     def matches_record(self, record: memoryview) -> bool:
-        return self.matches(_RecordProperties(read_properties(record)))
+        raw = read_properties(record)
+        found: dict[str, str] = {}
+        if raw:
+            for name, key in self._keys:
+                value = find_property(raw, key)
+                if value is not None:
+                    found[name] = value.decode("utf-8", "replace")
+        try:
+            return self._evaluate(found) is True
+        except _EvalError:
+            return False
 
 
 def _syntax_error(exc: UnexpectedInput, expression: str) -> Sql92Error:
@@ -626,10 +677,14 @@ def compile_sql92(expression: str) -> Sql92Filter:
         )
     if not expression.strip():
         raise Sql92Error("the expression is empty")
-    try:
-        root = _PARSER.parse(expression)
-    except UnexpectedInput as exc:
-        raise _syntax_error(exc, expression) from None
+    with _PARSE_LOCK:
+        _BUILD.names.clear()
+        try:
+            root = _PARSER.parse(expression)
+        except UnexpectedInput as exc:
+            raise _syntax_error(exc, expression) from None
+        names = tuple(_BUILD.names)
     if not isinstance(root, _Node):  # a tail alone cannot reduce to start; kept for safety
         raise Sql92Error("the expression is not a condition")
-    return Sql92Filter(expression, _condition(root).evaluate)
+    keys = tuple((name, name.encode()) for name in names)
+    return Sql92Filter(expression, _condition(root).evaluate, names, keys)

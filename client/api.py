@@ -66,6 +66,7 @@ from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.json_body import dumps, loads_fastjson
 from tidemq.client.remoting.signing import RequestSigner, SessionCredentials, Signer
 from tidemq.client.transport.client import RemotingClient
+from tidemq.common.frozen import maker
 from tidemq.store.record import StoredMessage, decode_record
 
 DEFAULT_TIMEOUT = 3.0
@@ -115,6 +116,10 @@ class SendResponse:
     queue_id: int
     queue_offset: int
     broker_addr: str = ""
+
+
+# SendResponse(...) per send, without the frozen __init__'s object.__setattr__ per field
+_SEND_RESPONSE: Final = maker(SendResponse)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +255,7 @@ class BrokerAPI:
         if response.code not in _SEND_OK:
             raise BrokerResponseError.for_code(response.code, response.remark)
         ext = response.ext_fields
-        return SendResponse(
+        return _SEND_RESPONSE(
             _SEND_STATUS[response.code],
             ext.get("msgId", ""),
             int(ext.get("queueId", header.queue_id)),

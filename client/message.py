@@ -23,8 +23,10 @@ from tidemq.client.inflate import inflate_body
 from tidemq.client.protocol.heartbeat import ExpressionType, MessageQueue
 from tidemq.store.layout import FLAG_COMPRESSED
 from tidemq.store.record import (
+    NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
@@ -44,6 +46,11 @@ PROPERTY_CONSUME_START_TIME = "CONSUME_START_TIME"
 PROPERTY_MIN_OFFSET = "MIN_OFFSET"
 PROPERTY_MAX_OFFSET = "MAX_OFFSET"
 KEY_SEPARATOR = " "
+# Items of Message.encoded_properties's one-string path, as encode_properties writes them.
+_TAGS_ITEM: Final = f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}"
+_WAIT_TRUE: Final = f"{PROPERTY_WAIT}{NAME_VALUE_SEPARATOR}true{PROPERTY_SEPARATOR}"
+_WAIT_FALSE: Final = f"{PROPERTY_WAIT}{NAME_VALUE_SEPARATOR}false{PROPERTY_SEPARATOR}"
+_UNIQ_ITEM: Final = f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}"
 
 
 class SendStatus(enum.Enum):
@@ -105,7 +112,15 @@ class Message:
 
     def encoded_properties(self, uniq_key: str | None = None) -> str:
         """`all_properties` as the send header carries them (name\x01value\x02...)."""
-        return encode_properties(self.all_properties(uniq_key))
+        if self.properties or self.keys or self.delay_level > 0 or uniq_key is None:
+            return encode_properties(self.all_properties(uniq_key))
+        # What all_properties encodes for a message of at most a tag, as one string: most
+        # sends, and a dict per send for three items cost more than the rest of this method.
+        wait = _WAIT_TRUE if self.wait_store_msg_ok else _WAIT_FALSE
+        tags = self.tags
+        if tags:
+            return f"{_TAGS_ITEM}{tags}{PROPERTY_SEPARATOR}{wait}{_UNIQ_ITEM}{uniq_key}\x02"
+        return f"{wait}{_UNIQ_ITEM}{uniq_key}{PROPERTY_SEPARATOR}"
 
 
 _FIELDS: Final = (
@@ -485,8 +500,19 @@ class UniqueIdGenerator:
         now = time.localtime()
         month_start = time.mktime((now.tm_year, now.tm_mon, 1, 0, 0, 0, 0, 0, -1))
         self._base_ms = int(month_start * 1000)
+        # The id up to its counter, for the millisecond it was made in: sends in one
+        # millisecond (dozens, under load) format the clock once.
+        self._head_ms = -1
+        self._head = ""
 
     def next_id(self) -> str:
         count = next(self._counter) & 0xFFFF
-        elapsed = (int(time.time() * 1000) - self._base_ms) & 0xFFFFFFFF
-        return f"{self._prefix}{elapsed:08X}{count:04X}"
+        now_ms = int(time.time() * 1000)
+        if now_ms != self._head_ms:
+            self._head = f"{self._prefix}{(now_ms - self._base_ms) & 0xFFFFFFFF:08X}"
+            self._head_ms = now_ms
+        return self._head + _HEX_BYTE[count >> 8] + _HEX_BYTE[count & 0xFF]
+
+
+# "00" .. "FF": a counter's four hex digits as two lookups instead of a format.
+_HEX_BYTE: Final = tuple(f"{i:02X}" for i in range(256))

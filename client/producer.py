@@ -54,6 +54,7 @@ from tidemq.client.trace import (
 )
 from tidemq.client.transport.tls import TlsClientSettings
 from tidemq.client.validators import check_group, check_message, check_queue
+from tidemq.common.frozen import maker
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.layout import FLAG_COMPRESSED
 from tidemq.store.record import pack_host
@@ -355,21 +356,25 @@ class AsyncProducer(AsyncLifecycle):
         attempts = 1 if fixed_queue is not None or selector is not None else 1 + self.retry_times
         last_broker: str | None = None
         last_error: TideMQError | None = None
+        instance = self.instance
         for attempt in range(attempts):
             remaining = budget - (time.monotonic() - started)
             if remaining <= 0:
                 break
-            info, _auto = await self._route(msg.topic)
+            # A known, usable route without the two awaits of _route (most sends)
+            info = instance.publish_infos.get(msg.topic)
+            if info is None or not info.ok:
+                info, _auto = await self._route(msg.topic)
             if fixed_queue is not None:
                 queue = fixed_queue
             elif selector is not None:
                 queue = check_queue(selector(list(info.queues), msg, arg), None, "selector")
             else:
                 queue = self.fault.select_one_message_queue(info, last_broker)
-            address = self.instance.find_broker_address_in_publish(queue.broker_name)
+            address = instance.find_broker_address_in_publish(queue.broker_name)
             if address is None:
-                await self.instance.update_route(msg.topic)
-                address = self.instance.find_broker_address_in_publish(queue.broker_name)
+                await instance.update_route(msg.topic)
+                address = instance.find_broker_address_in_publish(queue.broker_name)
             if address is None:
                 last_error = ClientError(f"broker {queue.broker_name} has no master address")
                 last_broker = queue.broker_name
@@ -378,9 +383,7 @@ class AsyncProducer(AsyncLifecycle):
             header.batch = batch
             sent_at = time.monotonic()
             try:
-                raw = await self.instance.api.send(
-                    address, header, body, timeout=remaining, batch=batch
-                )
+                raw = await instance.api.send(address, header, body, timeout=remaining, batch=batch)
             except (RemotingError, BrokerResponseError) as exc:
                 self.fault.update_fault_item(queue.broker_name, 30_000, isolation=True)
                 # What the error tree marks retriable (client/errors.py): RocketMQ's
@@ -390,7 +393,7 @@ class AsyncProducer(AsyncLifecycle):
                 last_error, last_broker = exc, queue.broker_name
                 # The group may have a new master (failover): ask the name servers now rather
                 # than at the next 30 s refresh, so the retry and the sends after it go there.
-                await self.instance.refresh_route_after_failure(msg.topic)
+                await instance.refresh_route_after_failure(msg.topic)
                 if not retriable:
                     raise
                 continue
@@ -400,21 +403,23 @@ class AsyncProducer(AsyncLifecycle):
             result = _result(raw, queue, uniq)
             if result.ok or not self.retry_another_broker_when_not_store_ok:
                 return result
-            await self.instance.refresh_route_after_failure(msg.topic)
+            await instance.refresh_route_after_failure(msg.topic)
             last_broker = queue.broker_name
         if last_error is not None:
             raise last_error
         raise RemotingError(f"send of a message to {msg.topic} timed out after {budget:.1f} s")
 
 
+# Per send, without the frozen __init__'s object.__setattr__ per field (common/frozen.py).
+_SEND_RESULT = maker(SendResult)
+_QUEUE = maker(MessageQueue)
+
+
 def _result(raw: SendResponse, queue: MessageQueue, uniq: str) -> SendResult:
-    return SendResult(
-        status=raw.status,
-        msg_id=uniq,
-        offset_msg_id=raw.msg_id,
-        message_queue=MessageQueue(queue.topic, queue.broker_name, raw.queue_id),
-        queue_offset=raw.queue_offset,
-    )
+    # The broker stores in the queue it was asked for: its own MessageQueue then, not a copy.
+    if raw.queue_id != queue.queue_id:
+        queue = _QUEUE(queue.topic, queue.broker_name, raw.queue_id)
+    return _SEND_RESULT(raw.status, uniq, raw.msg_id, queue, raw.queue_offset)
 
 
 class Producer(BlockingTwin[AsyncProducer]):

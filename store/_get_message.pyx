@@ -101,8 +101,9 @@ cdef int _scan_unit_view(
             span_end += size
             span_records += 1
         else:
-            segment = commitlog.segments.find(phy)
-            record = None if segment is None else segment.select(phy - segment.start_offset, size)
+            if not filtering_records or size <= 0:  # else the filter's look found them
+                segment = commitlog.segments.find(phy)
+                record = None if segment is None else segment.select(phy - segment.start_offset, size)
             if segment is None or record is None:
                 if count == 0:
                     result.status = statuses.MESSAGE_WAS_REMOVING

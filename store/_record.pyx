@@ -1,9 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Compiled twins of the record codec's per-message steps (store/common/speedups.py picks a twin).
 
-    find_property  store/record.py  one property's value in a properties string
-    with_property  store/record.py  a properties string with one name set
-    encode_batch   store/record.py  a SEND_BATCH_MESSAGE body as records
+    find_property    store/record.py  one property's value in a properties string
+    read_properties  store/record.py  a whole record's raw properties (SQL92 filters)
+    with_property    store/record.py  a properties string with one name set
+    encode_batch     store/record.py  a SEND_BATCH_MESSAGE body as records
 
 Each has a pure-Python twin of the same name, the reference: same arguments, same result, same
 exceptions with the same messages (tests/unit/test_speedups*.py check it with hypothesis on
@@ -60,6 +61,46 @@ def find_property(properties, name):
             &stop,
         )
         return None if begin < 0 else _value(<const unsigned char*>buf.buf, begin, stop)
+    finally:
+        PyBuffer_Release(&buf)
+
+
+def read_properties(record):
+    """The raw properties of one whole record (`record` is exactly its bytes), b"" when its
+    lengths disagree: for filters that look at a few properties of every record."""
+    cdef Py_buffer buf
+    cdef const unsigned char* p
+    cdef Py_ssize_t size, at, topic_end
+    cdef int32_t sys_flag, body_len
+    cdef int props_len
+    try:
+        PyObject_GetBuffer(record, &buf, PyBUF_SIMPLE)
+    except (TypeError, BufferError):
+        return _pure("tidemq.store.record.read_properties")(record)
+    try:
+        p = <const unsigned char*>buf.buf
+        size = buf.len
+        if size < _PREFIX_SIZE:
+            return b""
+        sys_flag = _i32(p + _OFFSET_SYS_FLAG)
+        # fields 10-15 after the prefix: born host, store timestamp, store host, reconsume
+        # times, prepared offset, body length (the last 4 bytes)
+        at = _PREFIX_SIZE + 8 + 12 + 4
+        at += _HOST_V6_SIZE if sys_flag & _FLAG_BORNHOST_V6 else _HOST_V4_SIZE
+        at += _HOST_V6_SIZE if sys_flag & _FLAG_STOREHOST_V6 else _HOST_V4_SIZE
+        if at > size:
+            return b""
+        body_len = _i32(p + at - 4)
+        if body_len < 0 or at + body_len + 3 > size:
+            return b""
+        at += body_len
+        topic_end = at + 1 + p[at]
+        if topic_end + 2 > size:
+            return b""
+        props_len = _i16(p + topic_end)
+        if props_len < 0 or topic_end + 2 + props_len > size:
+            return b""
+        return PyBytes_FromStringAndSize(<const char*>p + topic_end + 2, props_len)
     finally:
         PyBuffer_Release(&buf)
 

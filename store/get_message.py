@@ -197,8 +197,11 @@ def scan_units(
             span_end += size  # the record right after the last one: the span grows
             span_records += 1
         else:
-            segment = commitlog.segments.find(phy)
-            record = None if segment is None else segment.select(phy - segment.start_offset, size)
+            if record_filter is None or size <= 0:  # else the filter's look found them
+                segment = commitlog.segments.find(phy)
+                record = (
+                    None if segment is None else segment.select(phy - segment.start_offset, size)
+                )
             if segment is None or record is None:
                 if not count:
                     result.status = GetMessageStatus.MESSAGE_WAS_REMOVING

@@ -9,6 +9,7 @@ store/_record.pyx, which run when built (store/common/speedups.py picks; same by
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 from collections.abc import Mapping
@@ -98,6 +99,9 @@ def body_crc(body: bytes | memoryview) -> int:
 # --- hosts -------------------------------------------------------------------------------
 
 
+# Kept per (ip, port): a broker packs the few hosts of its clients and itself per message
+# (a transaction's commit packs two), and ipaddress's parse costs 2-3 us each time.
+@functools.lru_cache(maxsize=1024, typed=True)
 def pack_host(ip: str, port: int) -> bytes:
     """`ip + port` as RocketMQ writes a socket address: 4 or 16 address bytes, then a 4-byte int."""
     return ipaddress.ip_address(ip).packed + _INT.pack(port)
@@ -822,6 +826,9 @@ def read_properties(record: bytes | memoryview) -> bytes:
     if props_len < 0 or topic_end + 2 + props_len > size:
         return b""
     return bytes(record[topic_end + 2 : topic_end + 2 + props_len])
+
+
+read_properties = speedups.select(read_properties, "tidemq.store._record")
 
 
 def read_topic(buf: bytes | memoryview, pos: int, total: int) -> bytes | None:

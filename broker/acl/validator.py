@@ -36,7 +36,7 @@ version of them.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hmac
 import logging
 from collections.abc import Callable
@@ -131,6 +131,13 @@ _NEEDS: Final[dict[int, Callable[[RemotingCommand], Needs]]] = {
 }
 
 
+# The sends, whose needs are a function of their "b" (V2 and batches) or "topic" (V1) field.
+_SEND_CODES: Final = frozenset(
+    (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+)
+_SEND_OUTCOMES_MAX: Final = 4096
+
+
 def peer_ip(peer: str) -> str:
     """The address part of a connection's "ip:port" peer text."""
     host = peer.rpartition(":")[0] if ":" in peer else peer
@@ -142,10 +149,15 @@ class PlainAccessValidator:
 
     def __init__(self, rules: AclRules) -> None:
         self.rules = rules
+        # A send's permission outcome (None: allowed, else the refusal) by account, code and
+        # its topic fields: it depends on nothing else, and sends are most requests. Emptied
+        # with the rules, and when full (topics come from clients: the memory stays bounded).
+        self._send_outcomes: dict[tuple[str, int, str | None, str | None], str | None] = {}
 
     def use(self, rules: AclRules) -> None:
         """Check requests against `rules` from now on (a reload)."""
         self.rules = rules
+        self._send_outcomes = {}
 
     def before_request(self, connection: RemotingConnection, request: RemotingCommand) -> None:
         try:
@@ -185,13 +197,31 @@ class PlainAccessValidator:
         if account.white_address(ip):
             return
         _check_signature(account, request)
-        _check_permissions(account, request)
+        code = request.code
+        if code not in _SEND_CODES:
+            _check_permissions(account, request)
+            return
+        outcomes = self._send_outcomes
+        key = (access_key, code, ext.get("b"), ext.get("topic"))
+        try:
+            refusal = outcomes[key]
+        except KeyError:
+            try:
+                _check_permissions(account, request)
+                refusal = None
+            except AclRefused as refused:
+                refusal = str(refused)
+            if len(outcomes) >= _SEND_OUTCOMES_MAX:
+                outcomes.clear()
+            outcomes[key] = refusal
+        if refusal is not None:
+            raise AclRefused(refusal)
 
 
 def _check_signature(account: Account, request: RemotingCommand) -> None:
     given = request.ext_fields.get(SIGNATURE, "")
     digest = signed_content_digest(account.signing_key, request.ext_fields, request.body)
-    expected = base64.b64encode(digest)
+    expected = binascii.b2a_base64(digest, newline=False)
     if not hmac.compare_digest(expected, given.encode("utf-8", "replace")):
         raise AclRefused(f"Check signature failed for accessKey={account.access_key}")
 

@@ -154,6 +154,9 @@ def for_check(half: StoredMessage) -> MessageToStore:
     )
 
 
+_OP_PROPERTIES: Final = encode_properties({PROPERTY_TAGS: REMOVE_TAG, PROPERTY_WAIT: "false"})
+
+
 def op_message(half_queue_offset: int, store_host: bytes) -> MessageToStore:
     """The op message recording that the half message at `half_queue_offset` has ended."""
     now = int(time.time() * 1000)
@@ -161,7 +164,7 @@ def op_message(half_queue_offset: int, store_host: bytes) -> MessageToStore:
         topic=OP_TOPIC,
         queue_id=HALF_QUEUE_ID,
         body=str(half_queue_offset).encode(),
-        properties=encode_properties({PROPERTY_TAGS: REMOVE_TAG, PROPERTY_WAIT: "false"}),
+        properties=_OP_PROPERTIES,
         born_timestamp=now,
         born_host=store_host,
         store_host=store_host,

@@ -1,6 +1,12 @@
 """Client benchmark: the Python client (asyncio API) against namesrvd and brokerd processes.
 
-- producer, single sends: 1 KiB messages, `AsyncProducer.send`, 64 in flight;
+- producer, single sends: 1 KiB messages, the public `AsyncProducer.send`, 64 in flight, beside
+  the minimal uvloop + msgpack server of the broker section (tests/bench/baseline.py) doing the
+  same record work for single sends with 64 in flight. The two take turns,
+  TIDEMQ_BENCH_CLIENT_ROUNDS times; reported are the medians of each round's ratio, of the
+  client's CPU per send (user + system of this process over the producer's sends: everything
+  between `send()` and the frame, and the answer back to the SendResult) and of the broker's
+  CPU per send. Targets (issue 36): ratio >= 0.6, client CPU <= 10 us, broker CPU <= 15 us;
 - producer, batches: `send_batch` of 32 x 1 KiB messages, 8 batches in flight;
 - push consumer, end to end: an `AsyncPushConsumer` (CLUSTERING, from the first offset) drains
   the backlog of the batched sends (1 KiB messages; 4x the single sends, so the drain lasts long
@@ -35,13 +41,17 @@ import asyncio
 import gc
 import os
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from statistics import median
 
-from tests.bench import Result, env_int, one_broker, run_on_uvloop
+from tests.bench import Result, env_int, one_broker, run_on_uvloop, temp_dir
+from tests.bench.baseline import load as baseline_load
 from tests.bench.broker_bench import _pulls
+from tests.bench.cpu import BrokerCpu
+from tests.support.processes import ProcessGroup, free_port
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult, PushConsumer
@@ -298,14 +308,67 @@ async def _drain_round(namesrv: str, broker: str, backlog: int, round_number: in
     return _DrainRound(raw, drained, drained_cpu, blocking, blocking_cpu)
 
 
-async def _run(namesrv: str, broker: str, messages: int, seconds: int, rounds: int) -> list[Result]:
+@dataclass(frozen=True)
+class _SendRound:
+    """One round: the minimal server's single sends, then the public producer's (msg/s, and the
+    client's and the serving process's CPU, us per send)."""
+
+    baseline: float
+    baseline_server_cpu: float
+    baseline_client_cpu: float
+    producer: float
+    client_cpu: float
+    broker_cpu: float
+
+
+def _server_cpu(before: BrokerCpu, after: BrokerCpu, messages: int) -> tuple[float, float]:
+    """(server, client) CPU us per message between two snapshots."""
+    cpu = after.per_message(before, messages)
+    return cpu["broker_user"] + cpu["broker_system"], cpu["client"]
+
+
+async def _send_round(
+    producer: AsyncProducer, broker_pid: int, port: int, baseline_pid: int, messages: int, n: int
+) -> _SendRound:
+    before = BrokerCpu.now(baseline_pid)
+    baseline = await baseline_load(port, messages, 64, 1, BODY)
+    baseline_cpu, baseline_client = _server_cpu(before, BrokerCpu.now(baseline_pid), messages)
+    gc.collect()
+    before = BrokerCpu.now(broker_pid)
+    single = await _single_sends(producer, "BenchSingle", messages)
+    broker_cpu, client_cpu = _server_cpu(before, BrokerCpu.now(broker_pid), messages)
+    print(
+        f"round {n + 1}: minimal server {baseline:,.0f} msg/s (server CPU {baseline_cpu:.1f}, "
+        f"its client's {baseline_client:.1f} us/msg); AsyncProducer.send {single:,.0f} msg/s "
+        f"({single / baseline:.2f}; client CPU {client_cpu:.1f} us/send, "
+        f"broker CPU {broker_cpu:.1f} us/send)",
+        flush=True,
+    )
+    return _SendRound(baseline, baseline_cpu, baseline_client, single, client_cpu, broker_cpu)
+
+
+async def _run(
+    namesrv: str,
+    broker: str,
+    broker_pid: int,
+    baseline_port: int,
+    baseline_pid: int,
+    messages: int,
+    seconds: int,
+    rounds: int,
+) -> list[Result]:
     await _create_topics(namesrv, broker, "BenchSingle", "BenchBatch", "BenchLatency")
     producer = AsyncProducer("BenchPG", config=_config(namesrv))
     await producer.start()
     try:
         await _single_sends(producer, "BenchBatch", 2000)  # warm up: routes, connections
-        single = await _single_sends(producer, "BenchSingle", messages)
-        print(f"single sends (1 KiB, 64 in flight):   {single:,.0f} msg/s", flush=True)
+        await baseline_load(baseline_port, 2000, 64, 1, BODY)
+        per_round = max(1000, messages // rounds)
+        sends = [
+            await _send_round(producer, broker_pid, baseline_port, baseline_pid, per_round, r)
+            for r in range(rounds)
+        ]
+        single = median([s.producer for s in sends])
         batched = await _batched_sends(producer, "BenchBatch", messages * 4)
         print(f"batched sends (32 x 1 KiB, 8 in flight): {batched:,.0f} msg/s", flush=True)
         backlog = await _backlog(broker, "BenchBatch")
@@ -321,8 +384,32 @@ async def _run(namesrv: str, broker: str, messages: int, seconds: int, rounds: i
         flush=True,
     )
     raw = median([d.raw for d in drains])
+    baseline = median([s.baseline for s in sends])
     return [
         Result("producer single sends, 1 KiB, 64 in flight", single, "msg/s"),
+        Result(
+            "AsyncProducer.send / minimal server's single sends",
+            median([s.producer / s.baseline for s in sends]),
+            "ratio",
+            0.6,
+            note=f"minimal server {baseline:,.0f} msg/s, server CPU "
+            f"{median([s.baseline_server_cpu for s in sends]):.1f} us/msg, its client's "
+            f"{median([s.baseline_client_cpu for s in sends]):.1f}",
+        ),
+        Result(
+            "AsyncProducer.send: client CPU per send",
+            median([s.client_cpu for s in sends]),
+            "us",
+            10,
+            higher_is_better=False,
+        ),
+        Result(
+            "AsyncProducer.send: broker CPU per send",
+            median([s.broker_cpu for s in sends]),
+            "us",
+            15,
+            higher_is_better=False,
+        ),
         Result("producer batches of 32 x 1 KiB, 8 in flight", batched, "msg/s"),
         Result("push consumer end to end, 1 KiB", median([d.drained for d in drains]), "msg/s"),
         Result("raw pulls of the same backlog, 32 per request", raw, "msg/s"),
@@ -352,5 +439,28 @@ def run() -> list[Result]:
     messages = env_int("TIDEMQ_BENCH_CLIENT_MESSAGES", 30_000)
     seconds = env_int("TIDEMQ_BENCH_CLIENT_LATENCY_SECONDS", 5)
     rounds = env_int("TIDEMQ_BENCH_CLIENT_ROUNDS", 3)
-    with one_broker("client") as (namesrv, broker):
-        return run_on_uvloop(_run(namesrv.address, broker.address, messages, seconds, rounds))
+    with one_broker("client") as (namesrv, broker), temp_dir("client-baseline") as folder:
+        group = ProcessGroup(folder / "logs")
+        try:
+            port = free_port()
+            server = group.start(
+                [sys.executable, "-m", "tests.bench.baseline", str(port), str(folder / "log")],
+                port=port,
+                name="baseline",
+                ready_text="ready",
+            )
+            assert server.pid is not None and broker.pid is not None
+            return run_on_uvloop(
+                _run(
+                    namesrv.address,
+                    broker.address,
+                    broker.pid,
+                    port,
+                    server.pid,
+                    messages,
+                    seconds,
+                    rounds,
+                )
+            )
+        finally:
+            group.stop_all()

@@ -7,9 +7,11 @@ processes, with the asyncio client.
   message, END_TRANSACTION, and the broker's commit (the message stored again in its topic, and
   an op message). Rate = committed messages / time; every one is checked to be COMMIT.
 
-The ratio transactional / plain is the figure to watch (no target: a transactional send is two
-round trips and three stores where a plain one is one and one). Knob:
-TIDEMQ_BENCH_TXN_MESSAGES (default 20,000 of each).
+Plain and transactional sends take turns, ROUNDS rounds of a third of the messages each;
+reported are medians: the ratio transactional / plain (target, issue 36: >= 0.4; a
+transactional send is two round trips and three stores where a plain one is one and one), and
+the broker's and the client's CPU per message of each. Knob: TIDEMQ_BENCH_TXN_MESSAGES (default
+20,000 of each).
 """
 
 from __future__ import annotations
@@ -18,15 +20,18 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
+from statistics import median
 
 from tests.bench import Result, env_int, one_broker, run_on_uvloop
 from tests.bench.client_bench import _config, _create_topics
+from tests.bench.cpu import BrokerCpu
 from tidemq.client.message import Message, ReceivedMessage, SendStatus
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.transaction import AsyncTransactionProducer, LocalTransactionState
 
 BODY = os.urandom(1024)
 IN_FLIGHT = 64
+ROUNDS = 3
 
 
 def _commit(msg: Message, arg: object) -> LocalTransactionState:
@@ -51,7 +56,7 @@ async def _rate(send: Callable[[], Awaitable[None]], messages: int) -> float:
     return messages / (time.perf_counter() - started)
 
 
-async def _run(namesrv: str, broker: str, messages: int) -> list[Result]:
+async def _run(namesrv: str, broker: str, pid: int, messages: int) -> list[Result]:
     await _create_topics(namesrv, broker, "BenchPlain", "BenchTxn")
     plain = AsyncProducer("BenchPlainPG", config=_config(namesrv))
     txn = AsyncTransactionProducer(
@@ -71,25 +76,55 @@ async def _run(namesrv: str, broker: str, messages: int) -> list[Result]:
 
         await _rate(plain_send, 2000)  # warm up: routes, connections
         await _rate(txn_send, 2000)
-        plain_rate = await _rate(plain_send, messages)
-        print(f"plain sends (1 KiB, {IN_FLIGHT} in flight):         {plain_rate:,.0f} msg/s")
-        txn_rate = await _rate(txn_send, messages)
-        print(
-            f"transactional sends (1 KiB, {IN_FLIGHT} in flight): {txn_rate:,.0f} msg/s "
-            f"({txn_rate / plain_rate:.2f} of plain)",
-            flush=True,
-        )
+        rounds = []
+        per_round = max(1000, messages // ROUNDS)
+        for n in range(ROUNDS):  # plain and transactional take turns
+            plain_rate, plain_cpu = await _measured(plain_send, per_round, pid)
+            txn_rate, txn_cpu = await _measured(txn_send, per_round, pid)
+            print(
+                f"round {n + 1}: plain {plain_rate:,.0f} msg/s (broker CPU "
+                f"{plain_cpu['broker']:.1f}, client {plain_cpu['client']:.1f} us/msg); "
+                f"transactional {txn_rate:,.0f} msg/s ({txn_rate / plain_rate:.2f} of plain; "
+                f"broker CPU {txn_cpu['broker']:.1f}, client {txn_cpu['client']:.1f} us/msg)",
+                flush=True,
+            )
+            rounds.append((plain_rate, txn_rate, plain_cpu, txn_cpu))
     finally:
         await txn.shutdown()
         await plain.shutdown()
+    plain_rate = median(r[0] for r in rounds)
+    txn_rate = median(r[1] for r in rounds)
     return [
         Result("plain sends, 1 KiB, 64 in flight", plain_rate, "msg/s"),
         Result("transactional sends (prepare + commit), 1 KiB, 64 in flight", txn_rate, "msg/s"),
-        Result("transactional / plain sends", txn_rate / plain_rate, "ratio"),
+        Result("transactional / plain sends", median(r[1] / r[0] for r in rounds), "ratio", 0.4),
+        Result("plain sends: broker CPU per message", median(r[2]["broker"] for r in rounds), "us"),
+        Result(
+            "transactional sends: broker CPU per message",
+            median(r[3]["broker"] for r in rounds),
+            "us",
+        ),
+        Result("plain sends: client CPU per message", median(r[2]["client"] for r in rounds), "us"),
+        Result(
+            "transactional sends: client CPU per message",
+            median(r[3]["client"] for r in rounds),
+            "us",
+        ),
     ]
+
+
+async def _measured(
+    send: Callable[[], Awaitable[None]], messages: int, pid: int
+) -> tuple[float, dict[str, float]]:
+    """`_rate` and the CPU per message of the broker (user + system) and of this process."""
+    before = BrokerCpu.now(pid)
+    rate = await _rate(send, messages)
+    cpu = BrokerCpu.now(pid).per_message(before, messages)
+    return rate, {"broker": cpu["broker_user"] + cpu["broker_system"], "client": cpu["client"]}
 
 
 def run() -> list[Result]:
     messages = env_int("TIDEMQ_BENCH_TXN_MESSAGES", 20_000)
     with one_broker("transaction") as (namesrv, broker):
-        return run_on_uvloop(_run(namesrv.address, broker.address, messages))
+        assert broker.pid is not None
+        return run_on_uvloop(_run(namesrv.address, broker.address, broker.pid, messages))

@@ -596,3 +596,37 @@ def test_watcher_sees_files_added_to_the_acl_folder(tmp_path: Path) -> None:
     assert watcher.poll()
     with pytest.raises(AclRefused, match="No acl config"):
         validator.check(PEER, request)
+
+
+def test_a_send_checked_again_gets_the_same_answer_until_the_rules_change() -> None:
+    """Send outcomes are kept per account, code and topic fields: the second check of each
+    answers as the first (refusals with their message), a reload answers by the new rules, and
+    a full table starts over."""
+    validator = PlainAccessValidator(rules())
+    sends = [
+        (RequestCode.SEND_MESSAGE_V2, {"b": "topicB"}, None),
+        (RequestCode.SEND_MESSAGE_V2, {"b": "topicC"}, "No default permission for topic:topicC"),
+        (RequestCode.SEND_MESSAGE, {"topic": "topicD"}, None),
+        (RequestCode.SEND_MESSAGE, {"topic": "topicA"}, "No default permission for topic:topicA"),
+        (RequestCode.SEND_BATCH_MESSAGE, {"topic": "topicB"}, None),
+        (RequestCode.SEND_BATCH_MESSAGE, {"b": "topicA"}, "No default permission for topic:topicA"),
+        (
+            RequestCode.SEND_MESSAGE_V2,
+            {"b": "%RETRY%groupA"},
+            "No default permission for group:groupA",
+        ),
+    ]
+    for _ in range(2):
+        for code, ext, expected in sends:
+            try:
+                validator.check(PEER, signed(code, ext))
+                answer = None
+            except AclRefused as refused:
+                answer = str(refused)
+            assert answer == expected, (code, ext)
+    validator.use(rules(ACL_YML.replace("topicC=SUB", "topicC=PUB")))
+    validator.check(PEER, signed(RequestCode.SEND_MESSAGE_V2, {"b": "topicC"}))
+    for i in range(5000):  # past the table's bound: it starts over, the answers stay right
+        with pytest.raises(AclRefused, match=f"topic:t{i}$"):
+            validator.check(PEER, signed(RequestCode.SEND_MESSAGE_V2, {"b": f"t{i}"}))
+    validator.check(PEER, signed(RequestCode.SEND_MESSAGE_V2, {"b": "topicB"}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -49,3 +50,12 @@ def test_ids_are_unique_across_threads() -> None:
     every = [one for into in made for one in into]
     # the counter is 16 bits: 20,000 ids made within one millisecond-clock tick stay distinct
     assert len(set(every)) == len(every)
+
+
+def test_ids_made_in_one_millisecond_differ_only_in_their_counter() -> None:
+    ids = UniqueIdGenerator(b"\x7f\x00\x00\x01")
+    made = [fields(ids.next_id()) for _ in range(300)]
+    for before, after in itertools.pairwise(made):
+        assert after[:3] == before[:3]
+        assert after[4] == (before[4] + 1) & 0xFFFF
+        assert 0 <= after[3] - before[3] < 60_000

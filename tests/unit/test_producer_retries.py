@@ -35,6 +35,7 @@ class _Api:
 class _Instance:
     def __init__(self, api: _Api) -> None:
         self.api = api
+        self.publish_infos: dict[str, TopicPublishInfo] = {}  # none known: publish_info asked
 
     async def publish_info(self, topic: str) -> TopicPublishInfo:
         return TopicPublishInfo(topic, QUEUES)

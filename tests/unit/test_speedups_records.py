@@ -1,6 +1,7 @@
 """The record twins: compiled and pure give the same bytes, values and errors.
 
-For encode_batch, scan_fast, find_value, find_property, KeyGatherer and gather_entries, on
+For encode_batch, scan_fast, find_value, find_property, read_properties, KeyGatherer and
+gather_entries, on
 well-formed input and on damaged input (truncated bodies and records, wrong lengths, bad magic,
 IPv6 hosts, transaction flags, limits, values out of range). On well-formed input the compiled
 fast path must do the work itself: `fast_path_only` makes a hand-over to the pure twin fail.
@@ -279,6 +280,28 @@ def test_find_property_twins(properties: bytes, name: bytes) -> None:
         assert outcome(_record.find_property, odd, name) == expected
     expected = outcome(pure("record.find_property"), properties, bytearray(name))
     assert outcome(_record.find_property, properties, bytearray(name)) == expected
+
+
+@given(record_spans(), st.data())
+def test_read_properties_twins(span: bytes, data: st.DataObject) -> None:
+    """Each whole record, as bytes and as a view of a map; then cut short, damaged, or with
+    bytes after it (its lengths disagree with its size)."""
+    mm = as_mmap(span)
+    starts = positions(span)
+    for pos, end in zip(starts, [*starts[1:], len(span)], strict=True):
+        record = span[pos:end]
+        expected = outcome(pure("record.read_properties"), record)
+        with fast_path_only("record.read_properties"):
+            assert outcome(_record.read_properties, record) == expected
+            assert outcome(_record.read_properties, memoryview(mm)[pos:end]) == expected
+        cut = data.draw(st.integers(0, len(record)))
+        for odd in (record[:cut], damage(record, data) if record else b"", record + b"\x00"):
+            expected = outcome(pure("record.read_properties"), odd)
+            with fast_path_only("record.read_properties"):
+                assert outcome(_record.read_properties, odd) == expected
+    for odd in ("text", 3, None):
+        expected = outcome(pure("record.read_properties"), odd)
+        assert outcome(_record.read_properties, odd) == expected
 
 
 def gatherers() -> tuple[Any, Any]:

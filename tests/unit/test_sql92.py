@@ -9,7 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidemq.broker.sql92 import MAX_DEPTH, MAX_EXPRESSION_LENGTH, Sql92Error, compile_sql92
-from tidemq.store.record import MessageToStore, check_record, encode_properties, pack_record
+from tidemq.store.record import (
+    MessageToStore,
+    check_record,
+    decode_properties,
+    encode_properties,
+    pack_record,
+)
 
 EXPRESSION = "a BETWEEN 3 AND 5 AND region IN ('eu','us')"
 
@@ -157,3 +163,66 @@ def test_any_token_soup_compiles_or_is_refused_and_evaluates_to_a_bool(
         assert str(exc)
         return
     assert compiled.matches(properties) in (True, False)
+
+
+def test_a_filter_knows_the_properties_it_names() -> None:
+    assert compile_sql92("b > 1 AND (a = 'x' OR b IS NULL) AND c IN ('y')").names == ("b", "a", "c")
+    assert compile_sql92("TRUE").names == ()
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from([EXPRESSION, "a > 3", "a IS NULL", "NOT (region = 'us')", "b <> 'x' OR a < 2"]),
+    st.dictionaries(
+        st.sampled_from(["a", "b", "region", "TAGS", "UNIQ_KEY"]),
+        st.one_of(st.sampled_from(["1", "4", "7", "us", "eu", "x", ""]), st.text(max_size=4)),
+    ),
+)
+def test_a_record_matches_as_its_decoded_properties_do(
+    expression: str, properties: dict[str, str]
+) -> None:
+    """matches_record reads only the named properties, in place; the answer is the one the
+    whole decoded property map gives."""
+    properties = {
+        k: v for k, v in properties.items() if "\x01" not in v + k and "\x02" not in v + k
+    }
+    msg = MessageToStore("T", 0, b"body", encode_properties(properties))
+    record = pack_record(msg, check_record(msg, 1024), 0, 0, 0)
+    decoded = decode_properties(encode_properties(properties))
+    sql = compile_sql92(expression)
+    assert sql.matches_record(memoryview(record)) == sql.matches(decoded)
+
+
+_VALUES = st.one_of(
+    st.sampled_from(
+        ["", "0", "3", "4", "5", "-1", "2.5", "1e1", "NaN", "x", "true", " 4", "9" * 20]
+    ),
+    st.text(max_size=4),
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["0 AND 4", "-2 AND 3", "0.5 AND 4.5", "1 AND 2.5", "3 AND 3"]),
+    st.sampled_from(["b IS NULL", "b = 'x'", "region IN ('us')", "FALSE", "TRUE"]),
+    st.dictionaries(st.sampled_from(["a", "b", "region"]), _VALUES, max_size=3),
+)
+def test_fused_and_unrolled_forms_answer_as_the_general_ones(
+    bounds: str, other: str, properties: dict[str, str]
+) -> None:
+    """BETWEEN on a property (one read), and AND / OR of two (unrolled), answer as the
+    comparisons they stand for and as the general loop of three operands does."""
+    low, high = bounds.split(" AND ")
+    for negate, spelled in (
+        ("", f"(a >= {low} AND a <= {high})"),
+        ("NOT ", f"(a < {low} OR a > {high})"),
+    ):
+        fused = compile_sql92(f"a {negate}BETWEEN {bounds}")
+        assert fused.matches(properties) == compile_sql92(spelled).matches(properties)
+    for two, three in (
+        (f"a BETWEEN {bounds} AND {other}", f"a BETWEEN {bounds} AND {other} AND TRUE"),
+        (f"a BETWEEN {bounds} OR {other}", f"a BETWEEN {bounds} OR {other} OR FALSE"),
+        (f"NOT (a > {low} AND {other})", f"NOT (a > {low} AND {other} AND TRUE)"),
+        (f"NOT (a > {low} OR {other})", f"NOT (a > {low} OR {other} OR FALSE)"),
+    ):
+        assert compile_sql92(two).matches(properties) == compile_sql92(three).matches(properties)

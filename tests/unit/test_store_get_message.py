@@ -31,7 +31,7 @@ from tidemq.store.consume_queue import iter_units
 from tidemq.store.get_message import GetMessageResult, GetMessageStatus, TransferLimits
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import MessageBatch, MessageToStore, decode_record, encode_properties
-from tidemq.store.tags import parse_tag_expression
+from tidemq.store.tags import MATCH_ALL, parse_tag_expression
 
 S = GetMessageStatus
 SCAN_KEY = "tidemq.store.get_message.scan_units"
@@ -241,6 +241,38 @@ async def test_tag_filter(tmp_path: Path) -> None:
         assert r.next_begin_offset == 30
         r = store.get_message("g", "Q", 0, 0, 32, parse_tag_expression("*"))
         assert r.message_count == 30
+    finally:
+        await store.stop()
+
+
+async def test_record_filter_sees_each_record_and_found_ones_are_those_records(
+    tmp_path: Path,
+) -> None:
+    """A record filter (SQL92's) is given each record the tag filter passed, whole; what it
+    passes comes back as exactly those records, in spans (a record the filter already read is
+    not looked up again), across CommitLog files."""
+    store = open_store(tmp_path)
+    try:
+        await fill(store, "Q", 60, body=150, tags=["TagA", "TagB", "TagC"])
+        seen: list[int] = []
+
+        def every_other(record: memoryview) -> bool:
+            msg = decode_record(record)
+            assert len(record) == msg.total_size
+            seen.append(msg.queue_offset)
+            return msg.queue_offset % 2 == 0
+
+        r = store.get_message("g", "Q", 0, 0, 64, MATCH_ALL, every_other)
+        assert seen == list(range(60))
+        assert r.queue_offsets == list(range(0, 60, 2))
+        assert [decode_record(m).queue_offset for m in r.messages] == r.queue_offsets
+        assert r.buffer_total_size == sum(len(m) for m in r.messages)
+        seen.clear()
+        r = store.get_message("g", "Q", 0, 0, 5, parse_tag_expression("TagB"), every_other)
+        assert seen == [1, 4, 7, 10, 13, 16, 19, 22, 25, 28]
+        assert r.queue_offsets == [4, 10, 16, 22, 28]
+        assert r.next_begin_offset == 29
+        assert all(decode_record(m).tags == "TagB" for m in r.messages)
     finally:
         await store.stop()
 

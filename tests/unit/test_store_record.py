@@ -441,3 +441,19 @@ def test_body_limit_boundary(size: int) -> None:
             encode_record(msg, 4 * MiB)
     else:
         assert decode_record(encode_stamped(msg, 0, 0, 0)).body == msg.body
+
+
+@given(
+    st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)).map(str),
+    st.integers(0, 65535),
+)
+def test_pack_host_gives_the_same_bytes_again(ip: str, port: int) -> None:
+    """pack_host keeps what it packed (per ip, port and their types): the same bytes as the
+    first time, what ipaddress gives; bad input raises every time, never cached."""
+    expected = ipaddress.ip_address(ip).packed + struct.pack(">i", port)
+    assert pack_host(ip, port) == pack_host(ip, port) == expected
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            pack_host(ip + "x", port)
+        with pytest.raises(struct.error):
+            pack_host(ip, 2**40)
