@@ -27,6 +27,11 @@ it has a route).
 
 Under spark-submit the master and Spark settings come from spark-submit; run directly, the
 command starts a local Spark (`--master`, default local[*]).
+
+While Spark starts and plans the query (tens of seconds on a small machine) a line every 5 s
+says so (`starting Spark (local[*]): 10 s`). The JVM's stderr goes through
+`client.spark.console.SparkNoise`: a worker's BrokenPipeError at the end of a task and Java
+stack frames are not shown (the one line of each ERROR is).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import click
 
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.errors import TideMQError, TopicNotExistError
+from tidemq.client.spark.console import Progress, filtered_stderr
 from tidemq.client.spark.options import offsets_from_json
 from tidemq.client.spark.source import FORMAT
 from tidemq.client.version import version_option
@@ -187,24 +193,32 @@ def run(settings: IngestSettings, spark: Any | None = None, *, out: Any = None) 
     out = out or sys.stdout
     if not preflight(settings.source_options, out):
         return EXIT_FAILED
-    own_session = spark is None
-    if spark is None:
-        from tidemq.client.spark.session import local_session
+    if spark is not None:
+        return _run_in(spark, settings, out, own_session=False)
+    from tidemq.client.spark.session import local_session
 
-        submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started us
-        master = settings.master
-        if master is None and not submitted:
-            master = "local[*]"  # run Spark in this process
-        spark = local_session(
-            master, app_name="tidemq-ingest", conf=settings.conf, defaults=not submitted
-        )
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started us
+    master = settings.master
+    if master is None and not submitted:
+        master = "local[*]"  # run Spark in this process
+    # The JVM starts with this process's stderr: from here on it goes through SparkNoise.
+    with filtered_stderr():
+        with Progress(out, f"starting Spark ({master or 'spark-submit'})"):
+            spark = local_session(
+                master, app_name="tidemq-ingest", conf=settings.conf, defaults=not submitted
+            )
+        return _run_in(spark, settings, out, own_session=True)
+
+
+def _run_in(spark: Any, settings: IngestSettings, out: Any, *, own_session: bool) -> int:
     stopper = _Stopper()
     if threading.current_thread() is threading.main_thread():
         stopper.install()
     status = 0
     try:
         try:
-            query = start_query(spark, settings)
+            with Progress(out, "starting the query (Python workers plan the source)"):
+                query = start_query(spark, settings)
         except Exception as exc:  # noqa: BLE001 (Spark wraps every failure: report it, exit 1)
             print(f"cannot start the query: {short_error(exc)}", file=out, flush=True)
             return EXIT_FAILED
