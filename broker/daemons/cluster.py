@@ -6,9 +6,10 @@ masters, then the slaves (each `python -m broker.namesrv` / `python -m broker` w
 `namesrvAddr`/`storePathRootDir` filled in), waits until every broker is registered and every
 slave replicates, then prints a status line (messages in and out per second over all masters
 since the previous line, each slave's HA lag by broker name and id) until SIGINT or SIGTERM.
-After the slaves it starts `tidemq-dashboard` over the name server, on `--dashboard-port`
-(8082; 0: none) at `--dashboard-bind` (127.0.0.1), and prints its address with "cluster ready";
-it is read-only unless TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account (without them, in a
+After the slaves it starts `tidemq-dashboard` over the name server, on `--dashboard-port` (8082;
+0: none) at `--dashboard-bind` (127.0.0.1), and prints its address with "cluster ready"; it may
+change the cluster when TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account, or without one when
+it is bound to loopback and no broker checks ACL (`make run`); otherwise it is read-only (in a
 topology with ACL it signs its reads with the brokers' account; it uses the checks' TLS, see
 below). It stops the dashboard, the slaves, the masters and the name server, in that order
 (SIGTERM, SIGKILL after `STOP_TIMEOUT`); a second signal kills them at once.
