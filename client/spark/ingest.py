@@ -20,7 +20,9 @@ abandoned and redone on restart, then the command exits 0; a second signal exits
 (130). `--available-now` reads what is there at start-up, in batches of
 `--max-offsets-per-trigger`, and exits. A failed query prints its error and exits 1.
 
-Before Spark starts, the name servers are asked for each topic's route: none of them answering
+Before Spark starts, the source's options are checked (a mistyped one is one line naming it,
+with the option it probably meant, and exit 1, in a second rather than after Spark's start),
+and the name servers are asked for each topic's route: none of them answering
 prints one line naming them and the error, and exits 1; a topic without a route (it does not
 exist, or not yet) is warned about on one line and the query goes on (it reads that topic once
 it has a route).
@@ -37,6 +39,7 @@ stack frames are not shown (the one line of each ERROR is).
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import signal
@@ -53,8 +56,7 @@ import click
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.errors import TideMQError, TopicNotExistError
 from tidemq.client.spark.console import Progress, filtered_stderr
-from tidemq.client.spark.options import offsets_from_json
-from tidemq.client.spark.source import FORMAT
+from tidemq.client.spark.options import OptionError, SourceOptions, offsets_from_json
 from tidemq.client.version import version_option
 
 EXIT_FAILED = 1
@@ -168,6 +170,8 @@ def preflight(options: Mapping[str, str], out: Any) -> bool:
 
 
 def start_query(spark: Any, settings: IngestSettings) -> Any:
+    from tidemq.client.spark.source import FORMAT
+
     reader = spark.readStream.format(FORMAT)
     for key, value in settings.source_options.items():
         reader = reader.option(key, value)
@@ -191,6 +195,11 @@ def start_query(spark: Any, settings: IngestSettings) -> Any:
 def run(settings: IngestSettings, spark: Any | None = None, *, out: Any = None) -> int:
     """Run the query until it ends (available-now), fails, or a signal stops it. Exit status."""
     out = out or sys.stdout
+    try:  # the source's own check, before Spark takes its tens of seconds to start
+        SourceOptions.parse(settings.source_options, streaming=True)
+    except OptionError as exc:
+        print(f"tidemq-ingest: {exc}", file=out, flush=True)
+        return EXIT_FAILED
     if not preflight(settings.source_options, out):
         return EXIT_FAILED
     if spark is not None:
@@ -379,8 +388,17 @@ def cli(
     sys.exit(run(settings))
 
 
+SPARK_MISSING = (
+    "tidemq-ingest: needs pyspark and pyarrow, the `spark` extra of tidemq: "
+    "pip install 'tidemq[spark]' (and Java 17)"
+)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """The console script's entry point."""
+    """The console script's entry point (one line and exit 1 without the spark extra)."""
+    if any(importlib.util.find_spec(name) is None for name in ("pyspark", "pyarrow")):
+        print(SPARK_MISSING, file=sys.stderr)
+        sys.exit(EXIT_FAILED)
     cli.main(args=list(argv) if argv is not None else None, prog_name="tidemq-ingest")
 
 
