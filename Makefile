@@ -91,6 +91,21 @@ install: $(TEST_STAMP) system-packages ## install-run, then what the tests need:
 run: install-run ## a local name server, SYNC_MASTER and SLAVE with a status line (Ctrl-C stops them)
 	@$(BIN)/tidemq-cluster run local --data data $(if $(PORT_BASE),--port-base $(PORT_BASE)) $(RUN_ARGS)
 
+# make dist DIST=/tmp/release: where the sdist and the wheel go
+DIST ?= dist
+.PHONY: dist
+dist: install ## a release: an sdist and a wheel with the compiled modules in $(DIST)/ (deploy/README.md)
+	@rm -rf $(DIST)/tidemq-*
+	@$(BIN)/python -m build --outdir $(DIST) . > $(VENV)/dist.log 2>&1 || \
+		{ tail -30 $(VENV)/dist.log; echo "make dist failed: see $(VENV)/dist.log"; exit 1; }
+	@# The compiled modules are optional to a build without a compiler: a release has them.
+	@$(BIN)/python -c 'import sys, zipfile; names = zipfile.ZipFile(sys.argv[1]).namelist(); \
+		missing = [m for m in ("store", "client") if not any(n.startswith(f"tidemq/{m}/_speedups.") \
+		and n.endswith(".so") for n in names)]; \
+		sys.exit(f"the wheel has no compiled module of {missing} (no C compiler?)" if missing else 0)' \
+		$(DIST)/tidemq-*.whl
+	@ls -1 $(DIST)/tidemq-*
+
 .PHONY: fmt
 fmt: install ## format the code
 	$(BIN)/ruff format store broker client ha tests
@@ -137,4 +152,4 @@ bench: install ## benchmarks: prints throughput figures and ratios to their base
 
 .PHONY: clean
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist
