@@ -94,7 +94,7 @@ run: install-run ## a local name server, SYNC_MASTER and SLAVE with a status lin
 # make dist DIST=/tmp/release: where the sdist and the wheel go
 DIST ?= dist
 .PHONY: dist
-dist: install ## a release: an sdist and a wheel with the compiled modules in $(DIST)/ (deploy/README.md)
+dist: install ## a release: an sdist and a wheel with the compiled modules in dist/ (DIST=dir: elsewhere)
 	@rm -rf $(DIST)/tidemq-*
 	@$(BIN)/python -m build --outdir $(DIST) . > $(VENV)/dist.log 2>&1 || \
 		{ tail -30 $(VENV)/dist.log; echo "make dist failed: see $(VENV)/dist.log"; exit 1; }
