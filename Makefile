@@ -3,10 +3,17 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# What the daemons, mqadmin and the dashboard need (tidemq and its dependencies), and what the
+# tests, linters and Spark add to it (the dev and spark extras): `make run` installs the first
+# alone, `make test` both.
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 # e.g. make run RUN_ARGS='-o namesrv:listenPort=19876' (see tidemq-cluster run --help)
 RUN_ARGS ?=
+# e.g. make run PORT_BASE=20000: every port of `make run` moved at once (name server 20000,
+# broker-a 20010-20012, broker-a-s 20020 and 20022, dashboard 20030; README, "Quick start")
+PORT_BASE ?=
 
 .DEFAULT_GOAL := help
 
@@ -17,16 +24,33 @@ help: ## list the targets
 # The Cython sources too: `pip install -e` rebuilds the compiled modules when one changed.
 CYTHON_SOURCES := $(shell find store ha client broker -name '*.pyx' -o -name '*.pxi' 2>/dev/null)
 
-$(STAMP): pyproject.toml $(CYTHON_SOURCES)
+# pip's output goes to the log; what it is at (each package collected, the build of the
+# compiled modules, the install) is shown as it happens, so a minute of building is not silent.
+comma := ,
+define pip_install
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing $(1) into $(VENV) (log: $(VENV)/install.log)"
+	@set -o pipefail; { $(BIN)/python -m pip install --progress-bar off --upgrade pip && \
+	   $(BIN)/python -m pip install --progress-bar off -e '$(2)'; } 2>&1 | tee -a $(VENV)/install.log | \
+		{ grep --line-buffered -E '^ *(Collecting|Building|Installing collected|Successfully installed)' \
+		  | sed -u -E 's/^ */  /; s/^(.{98}).+/\1 .../' || true; } || \
+		{ tail -30 $(VENV)/install.log; echo "install failed: see $(VENV)/install.log"; exit 1; }
+endef
+
+.PHONY: python-version
+python-version:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "tidemq needs Python >= 3.11 (found $$($(PYTHON) --version))"; exit 1; }
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "installing tidemq and its dependencies into $(VENV) (log: $(VENV)/install.log)"
-	@{ $(BIN)/python -m pip install --upgrade pip && \
-	   $(BIN)/python -m pip install -e '.[dev,spark]'; } > $(VENV)/install.log 2>&1 || \
-		{ tail -30 $(VENV)/install.log; echo "install failed: see $(VENV)/install.log"; exit 1; }
+
+$(RUN_STAMP): pyproject.toml $(CYTHON_SOURCES) | python-version
+	$(call pip_install,tidemq and what it runs on,.[protocol])
 	@$(MAKE) --no-print-directory typing-tree
-	@touch $(STAMP)
+	@touch $(RUN_STAMP)
+
+$(TEST_STAMP): pyproject.toml $(CYTHON_SOURCES) | python-version
+	$(call pip_install,tidemq with the dev and spark extras for tests and lint,.[dev$(comma)spark$(comma)protocol])
+	@$(MAKE) --no-print-directory typing-tree
+	@touch $(RUN_STAMP) $(TEST_STAMP)
 
 # mypy reads the packages under their installed names: a tree of links, tidemq/store -> store/
 # and so on, as pyproject.toml's package-dir maps them (the editable install's import hook is
@@ -39,8 +63,9 @@ typing-tree:
 	@ln -sfn ../../../store/common $(TYPING)/common
 	@ln -sf ../../../client/_tidemq/__init__.py ../../../client/_tidemq/py.typed $(TYPING)/
 
-# Debian packages the tests and daemons run, as command:package. Installed with apt-get when
-# run as root and missing (CI runs as root); otherwise the one command to run is printed.
+# Debian packages the tests run, as command:package (the daemons need none of them: setpriv is
+# for the tests that drop privileges as deploy/systemd does). Installed with apt-get when run as
+# root and missing (CI runs as root); otherwise the one command to run is printed.
 SYSTEM_PACKAGES ?= java:openjdk-17-jre-headless nft:nftables iptables:iptables setpriv:util-linux \
 	chromium:chromium chromedriver:chromium-driver etcd:etcd-server
 .PHONY: system-packages
@@ -59,7 +84,7 @@ system-packages:
 # The RocketMQ 5 protocol's Python modules (git-ignored): generated from the .proto files by
 # grpcio-tools, again whenever a .proto is newer than its module.
 .PHONY: protocol
-protocol: $(STAMP)
+protocol: $(RUN_STAMP)
 	@$(BIN)/python broker/proxy/protocol/generate.py
 
 # The official RocketMQ 5 Python client in a virtual environment of its own (its grpcio and
@@ -74,12 +99,27 @@ $(RMQ5_STAMP):
 		{ tail -30 $(RMQ5_VENV)/install.log; echo "install failed: see $(RMQ5_VENV)/install.log"; exit 1; }
 	@touch $(RMQ5_STAMP)
 
+.PHONY: install-run
+install-run: $(RUN_STAMP) protocol ## create .venv with tidemq and what its daemons, mqadmin and dashboard need
+
 .PHONY: install
-install: $(STAMP) protocol $(RMQ5_STAMP) system-packages ## create .venv and install tidemq with its extras, and the Debian packages the tests use
+install: $(TEST_STAMP) protocol $(RMQ5_STAMP) system-packages ## install-run, then what the tests need: the dev and spark extras, the RocketMQ 5 client, Debian packages
 
 .PHONY: run
-run: install ## a local name server, SYNC_MASTER and SLAVE with a status line (Ctrl-C stops them)
-	@$(BIN)/tidemq-cluster run local --data data $(RUN_ARGS)
+run: install-run ## a local name server, SYNC_MASTER and SLAVE with a status line (Ctrl-C stops them)
+	@$(BIN)/tidemq-cluster run local --data data $(if $(PORT_BASE),--port-base $(PORT_BASE)) $(RUN_ARGS)
+
+# make dist DIST=/tmp/release: where the sdist and the wheel go
+DIST ?= dist
+.PHONY: dist
+dist: install ## a release: an sdist and a wheel with the compiled modules in dist/ (DIST=dir: elsewhere)
+	@rm -rf $(DIST)/tidemq-*
+	@$(BIN)/python -m build --outdir $(DIST) . > $(VENV)/dist.log 2>&1 || \
+		{ tail -30 $(VENV)/dist.log; echo "make dist failed: see $(VENV)/dist.log"; exit 1; }
+	@# The compiled modules are optional to a build without a compiler: a release has them, and
+	@# the generated protocol modules (tests/support/release.py checks both).
+	@$(BIN)/python -m tests.support.release $(DIST)/tidemq-*.whl
+	@ls -1 $(DIST)/tidemq-*
 
 .PHONY: fmt
 fmt: install ## format the code
@@ -134,4 +174,4 @@ bench: install ## benchmarks: prints throughput figures and ratios to their base
 
 .PHONY: clean
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) $(RMQ5_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(RMQ5_VENV) .pytest_cache .mypy_cache .ruff_cache dist

@@ -6,9 +6,10 @@ masters, then the slaves (each `python -m broker.namesrv` / `python -m broker` w
 `namesrvAddr`/`storePathRootDir` filled in), waits until every broker is registered and every
 slave replicates, then prints a status line (messages in and out per second over all masters
 since the previous line, each slave's HA lag by broker name and id) until SIGINT or SIGTERM.
-After the slaves it starts `tidemq-dashboard` over the name server, on `--dashboard-port`
-(8082; 0: none) at `--dashboard-bind` (127.0.0.1), and prints its address with "cluster ready";
-it is read-only unless TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account (without them, in a
+After the slaves it starts `tidemq-dashboard` over the name server, on `--dashboard-port` (8082;
+0: none) at `--dashboard-bind` (127.0.0.1), and prints its address with "cluster ready"; it may
+change the cluster when TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account, or without one when
+it is bound to loopback and no broker checks ACL (`make run`); otherwise it is read-only (in a
 topology with ACL it signs its reads with the brokers' account; it uses the checks' TLS, see
 below). It stops the dashboard, the slaves, the masters and the name server, in that order
 (SIGTERM, SIGKILL after `STOP_TIMEOUT`); a second signal kills them at once.
@@ -42,6 +43,13 @@ start of a daemon writes a `----- tidemq-cluster: started <time>` line first, an
 the launcher quotes begin at the last one). `-o STEM:key=value` overrides a key for one process
 (`namesrv`, `broker-a`, `etcd`, ...) and `-o all:key=value` for every broker, so a test can run
 a topology on free ports.
+
+`--port-base N` moves every port of the topology at once, in blocks of PORT_BLOCK: the name
+server listens on N (its metricsPort N+2), the brokers in start order (masters, then slaves) on
+N+10, N+20, ... (the haListenPort of a master the next port, its metricsPort the one after),
+etcd's clientPort and peerPort on the block after the brokers, the dashboard on the last one.
+A metricsPort is moved only where the file sets one; `-o` still wins over the base.
+`port_layout` lists the result; `run` prints it before it starts anything.
 
 The daemons run in their own sessions (a terminal's Ctrl-C reaches only the launcher, which
 stops them in order) and on Linux are told to terminate if the launcher dies.
@@ -91,6 +99,8 @@ STOP_TIMEOUT: Final = 30.0
 RESTART_PAUSE: Final = 5.0
 START_MARK: Final = "----- tidemq-cluster: started"
 PR_SET_PDEATHSIG: Final = 1
+# --port-base: each process of the topology gets this many ports from the base on.
+PORT_BLOCK: Final = 10
 
 
 class ClusterError(Exception):
@@ -256,16 +266,23 @@ def load_topology(
     *,
     dashboard_port: int = 0,
     dashboard_bind: str = DASHBOARD_BIND,
+    port_base: int | None = None,
 ) -> Topology:
     """The processes of a topology folder with their command lines (ConfigError, ClusterError);
     with `dashboard_port`, a tidemq-dashboard on that port too (read-only unless
-    TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account, as for tidemq-dashboard itself)."""
-    parsed = [parse_override(o) for o in overrides]
+    TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY name an account, as for tidemq-dashboard itself); with
+    `port_base`, every port moved to the blocks of --port-base (the dashboard's too, if any)."""
     namesrv_file = folder / "namesrv.properties"
     broker_files = sorted(folder.glob("broker*.properties"))
     if not broker_files:
         raise ClusterError(f"{folder}: no broker*.properties file")
     etcd_file = folder / "etcd.properties"
+    if port_base is not None:
+        based, dashboard_base = based_ports(port_base, namesrv_file, broker_files, etcd_file)
+        overrides = [*based, *overrides]
+        if dashboard_port > 0:
+            dashboard_port = dashboard_base
+    parsed = [parse_override(o) for o in overrides]
     names = {"namesrv", "all", *(f.stem for f in broker_files)}
     if etcd_file.exists():
         names.add("etcd")
@@ -321,6 +338,56 @@ def load_topology(
             env=env,
         )
     return Topology(folder, namesrv, brokers, etcd=etcd, dashboard=dashboard, access=access)
+
+
+def based_ports(
+    base: int, namesrv_file: Path, broker_files: Sequence[Path], etcd_file: Path
+) -> tuple[list[str], int]:
+    """The overrides (`NAME:key=port`) that put every process on its block from `base`, and the
+    dashboard's port (ClusterError when the last block passes 65535)."""
+    blocks = 1 + len(broker_files) + (1 if etcd_file.exists() else 0) + 1
+    last = base + blocks * PORT_BLOCK - 1
+    if base < 1 or last > 65535:
+        raise ClusterError(
+            f"--port-base {base}: the topology takes ports {base}-{last}, "
+            f"so the base must be between 1 and {65536 - blocks * PORT_BLOCK}"
+        )
+
+    def has_metrics(file: Path) -> bool:
+        if not file.exists():
+            return False
+        text = load_properties(file).get("metricsPort", "-1").strip()
+        return text.lstrip("-").isdigit() and int(text) > 0
+
+    def is_slave(file: Path) -> bool:
+        role = load_properties(file).get("brokerRole", "ASYNC_MASTER")
+        return role.strip().upper() == "SLAVE"
+
+    overrides = [f"namesrv:listenPort={base}"]
+    if has_metrics(namesrv_file):
+        overrides.append(f"namesrv:metricsPort={base + 2}")
+    # In start order, as the launcher prints them: the masters, then the slaves.
+    in_order = sorted(broker_files, key=is_slave)
+    for number, file in enumerate(in_order, start=1):
+        block = base + number * PORT_BLOCK
+        overrides.append(f"{file.stem}:listenPort={block}")
+        if not is_slave(file):
+            overrides.append(f"{file.stem}:haListenPort={block + 1}")
+        if has_metrics(file):
+            overrides.append(f"{file.stem}:metricsPort={block + 2}")
+    if etcd_file.exists():
+        block = base + (1 + len(broker_files)) * PORT_BLOCK
+        overrides += [f"etcd:clientPort={block}", f"etcd:peerPort={block + 1}"]
+    return overrides, base + (blocks - 1) * PORT_BLOCK
+
+
+def port_layout(topology: Topology) -> list[tuple[str, str, int]]:
+    """(process, key, port) of every fixed port, in start order: what `run` will take."""
+    return [
+        (process.name, key, port)
+        for process in topology.processes
+        for key, port in process.fixed_ports()
+    ]
 
 
 def check_secure_files(processes: Sequence[Process]) -> None:
@@ -802,6 +869,13 @@ def main() -> None:
     show_default=True,
     help="Address the dashboard listens on.",
 )
+@click.option(
+    "--port-base",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help=f"Move every port at once: the name server on N, each broker on N+{PORT_BLOCK}, "
+    f"N+{2 * PORT_BLOCK}, ... (HA +1, metrics +2), the dashboard on the last block.",
+)
 def run_command(
     topology: str,
     data_dir: Path | None,
@@ -811,6 +885,7 @@ def run_command(
     restart: bool,
     dashboard_port: int,
     dashboard_bind: str,
+    port_base: int | None,
 ) -> None:
     """Start TOPOLOGY (a folder or a name under deploy/) and a dashboard, show status until
     Ctrl-C, stop them."""
@@ -823,12 +898,13 @@ def run_command(
             overrides,
             dashboard_port=dashboard_port,
             dashboard_bind=dashboard_bind,
+            port_base=port_base,
         )
-        for process in parsed.processes:
-            process.fixed_ports()  # a port key that is not a number: one line now
+        layout = port_layout(parsed)  # a port key that is not a number: one line now
     except (ClusterError, ConfigError) as exc:
         click.echo(f"tidemq-cluster: {exc}", err=True)
         sys.exit(2)
+    click.echo("ports: " + ", ".join(f"{name} {key} {port}" for name, key, port in layout))
     sys.exit(asyncio.run(run_cluster(parsed, data, interval, start_timeout, restart=restart)))
 
 

@@ -1,11 +1,13 @@
 """`tidemq-dashboard --namesrv HOST:PORT [--port N] [--bind ADDR] [--ak AK --sk SK]
 [--read-only] [--interval S] [--tls] [--tls-trust CA] [--tls-cert C --tls-key K]`.
 
-Without --ak/--sk the dashboard is read-only; with them it may change the cluster and signs
-every request as that account (brokers with aclEnable check it; it should be an admin account
-there), unless --read-only keeps it to reading. With --tls (or any --tls-* option) it reaches
-the name servers and brokers in TLS, verifying them against --tls-trust (else the system's CAs)
-and presenting --tls-cert/--tls-key to a port that asks for a client certificate.
+With --ak/--sk it may change the cluster and signs every request as that account (brokers with
+aclEnable check it; it should be an admin account there), unless --read-only keeps it to
+reading. Without them it may change the cluster only when it listens on loopback and no broker
+checks ACL (what `make run` starts: RocketMQ Dashboard's default), else it is read-only
+(server.WriteMode); the ready line says which, and why. With --tls (or any --tls-* option) it
+reaches the name servers and brokers in TLS, verifying them against --tls-trust (else the
+system's CAs) and presenting --tls-cert/--tls-key to a port that asks for a client certificate.
 
 Checks that the name server answers, then serves the dashboard until SIGINT or SIGTERM and
 prints one line when it is ready: `tidemq-dashboard: serving http://ADDR:PORT/ ...`. Operator
@@ -30,7 +32,7 @@ from aiohttp import web
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.admin.cli.base import ACCESS_KEY_ENV, SECRET_KEY_ENV
 from tidemq.client.dashboard.sampler import DEFAULT_INTERVAL
-from tidemq.client.dashboard.server import make_app
+from tidemq.client.dashboard.server import WriteMode, make_app
 from tidemq.client.errors import ClientError, TideMQError
 from tidemq.client.transport.tls import TlsClientSettings
 
@@ -137,12 +139,26 @@ def command(
         tls = TlsClientSettings(trust_cert_path=tls_trust, cert_path=tls_cert, key_path=tls_key)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        writable = bool(access_key) and not read_only
-        asyncio.run(_serve(namesrv, port, bind, access_key, secret_key, writable, interval, tls))
+        mode = write_mode(bool(access_key), read_only, bind)
+        asyncio.run(_serve(namesrv, port, bind, access_key, secret_key, mode, interval, tls))
     except StartError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
         pass
+
+
+def write_mode(account: bool, read_only: bool, bind: str) -> WriteMode:
+    """With an account: writable unless --read-only. Without one: read-only off loopback (no
+    login guards it), else as the brokers' ACL decides (WriteMode.decide)."""
+    if read_only:
+        return WriteMode(False, "started with --read-only")
+    if account:
+        return WriteMode(True, "changes are signed with its --ak account")
+    if not _loopback(bind):
+        return WriteMode(
+            False, f"it listens on {bind} without an account: --bind 127.0.0.1, or --ak/--sk"
+        )
+    return WriteMode(None, "")
 
 
 def main(args: list[str] | None = None) -> None:
@@ -178,7 +194,7 @@ async def _serve(
     bind: str,
     access_key: str,
     secret_key: str,
-    writable: bool,
+    mode: WriteMode,
     interval: float,
     tls: TlsClientSettings | None = None,
 ) -> None:
@@ -198,7 +214,8 @@ async def _serve(
         await admin.close()
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise StartError(f"name server {namesrv} does not answer: {reason}") from None
-    app = make_app(admin, namesrv, writable=writable, interval=interval, loopback=_loopback(bind))
+    writable, why = await mode.decide(admin)
+    app = make_app(admin, namesrv, writable=mode, interval=interval, loopback=_loopback(bind))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
@@ -218,10 +235,10 @@ async def _serve(
                 bound,
                 access_key,
             )
-        mode = "admin" if writable else "read-only"
+        state = ("writable" if writable else "read-only") + f": {why}"
         if access_key:
-            mode += f", signing as {access_key}"
-        click.echo(f"{READY_PREFIX}http://{bind}:{bound}/ (name server {namesrv}; {mode})")
+            state += f", signing as {access_key}"
+        click.echo(f"{READY_PREFIX}http://{bind}:{bound}/ (name server {namesrv}; {state})")
         await _until_signalled()
     finally:
         await runner.cleanup()

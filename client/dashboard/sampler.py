@@ -11,7 +11,9 @@ charts page draws,
      "brokerOut": {...}, "topicIn": {"TopicA": [msg/s...]}, "groupLag": {"G": [messages...]},
      "error": "last sampling failure or empty"}
 
-A series starts with the sample its name first appeared in (earlier points are null).
+A series starts with the sample its name first appeared in (earlier points are null), and is
+left out once the newest sample has no figure for it: a broker stopped (or not answering), a
+topic deleted, a group gone are dropped from the charts and their legends.
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ class Sampler:
 
 def _rates(pairs: list[tuple[Sample, Sample]], name: str) -> dict[str, list[float | None]]:
     """Per second between consecutive samples; None where a series has no earlier figure."""
-    names = sorted({key for _, new in pairs for key in getattr(new, name)})
+    names = sorted(getattr(pairs[-1][1], name)) if pairs else []
     out: dict[str, list[float | None]] = {}
     for key in names:
         series: list[float | None] = []
@@ -141,7 +143,7 @@ def _rates(pairs: list[tuple[Sample, Sample]], name: str) -> dict[str, list[floa
 
 
 def _levels(samples: list[Sample]) -> dict[str, list[float | None]]:
-    names = sorted({key for sample in samples for key in sample.group_lag})
+    names = sorted(samples[-1].group_lag) if samples else []
     return {
         key: [
             float(sample.group_lag[key]) if key in sample.group_lag else None for sample in samples

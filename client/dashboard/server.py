@@ -20,12 +20,19 @@ Routes (all answers JSON; failures are `{"error": "one line"}` with a 4xx/5xx st
     POST   /api/messages/resend               {msgId}: a dead letter back to its topic
     GET    /api/charts                        the sampler's series (sampler.py)
 
-Writes (POST, DELETE) are refused with 403 unless the dashboard was started with an admin
-account (--ak/--sk) and without --read-only: the account is what the brokers' ACL checks, so a
-dashboard without one has nothing to sign changes with. A POST must carry a JSON body
-(Content-Type application/json, else 415), so that no other site's page can make one from the
-operator's browser without a CORS preflight (never granted). The HTTP side has no login: bind it
-to an address only operators reach.
+    GET    /api/producers?topic&group         producer connections of a group on a topic's masters
+    GET    /api/brokers/config                every broker's configuration
+    POST   /api/brokers/config                {address, key, value}: UPDATE_BROKER_CONFIG
+    GET    /api/acl                           whether each broker checks ACL (aclEnable, aclFile)
+
+Writes (POST, DELETE) are refused with 403 unless the dashboard may write (WriteMode): with an
+admin account (--ak/--sk) and without --read-only, as that account (what the brokers' ACL
+checks); without an account, only when it listens on loopback and no broker checks ACL (asked of
+every broker until one is registered, then kept). /api/overview says which, and why, and the
+front end shows no create, update, send, reset, resend or delete control when it may not. A POST
+must carry a JSON body (Content-Type application/json, else 415), so that no other site's page
+can make one from the operator's browser without a CORS preflight (never granted). The HTTP side
+has no login: bind it to an address only operators reach.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
@@ -52,13 +60,31 @@ from tidemq.client.protocol.models import TopicConfig
 
 log = logging.getLogger(__name__)
 
-READ_ONLY: Final = (
-    "read-only dashboard: start tidemq-dashboard with --ak/--sk of an admin account (without "
-    "--read-only) to change the cluster"
-)
+READ_ONLY: Final = "read-only dashboard"
+
+
+@dataclass(slots=True)
+class WriteMode:
+    """Whether the dashboard may change the cluster, and the reason it gives.
+
+    `writable` None: no account, on loopback, not --read-only: decided by the brokers' ACL
+    (views.writable_without_account), asked until a broker is registered."""
+
+    writable: bool | None
+    why: str
+
+    async def decide(self, admin: AdminClient) -> tuple[bool, str]:
+        if self.writable is not None:
+            return self.writable, self.why
+        writable, why = views.writable_without_account(await views.acl_view(admin))
+        if not why.startswith("no broker is registered"):
+            self.writable, self.why = writable, why
+        return writable, why
+
+
 ADMIN_KEY: Final = web.AppKey("admin", AdminClient)
 SAMPLER_KEY: Final = web.AppKey("sampler", Sampler)
-WRITABLE_KEY: Final = web.AppKey("writable", bool)
+WRITABLE_KEY: Final = web.AppKey("writable", WriteMode)
 NAMESRV_KEY: Final = web.AppKey("namesrv", str)
 LOOPBACK_KEY: Final = web.AppKey("loopback", bool)
 
@@ -120,8 +146,9 @@ def _host_name(host: str) -> str:
 @web.middleware
 async def _write_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.method in ("POST", "PUT", "DELETE"):
-        if not request.app[WRITABLE_KEY]:
-            return _error(403, READ_ONLY)
+        writable, why = await request.app[WRITABLE_KEY].decide(request.app[ADMIN_KEY])
+        if not writable:
+            return _error(403, f"{READ_ONLY}: {why}")
         # Another site's page in the operator's browser can POST a form or text/plain to
         # this port without asking; a JSON body needs a CORS preflight, which we never grant.
         if request.method != "DELETE" and request.content_type != "application/json":
@@ -166,7 +193,36 @@ def _field(data: dict[str, Any], name: str) -> str:
 
 
 async def overview(request: web.Request) -> web.Response:
-    return _json({"namesrv": request.app[NAMESRV_KEY], "writable": request.app[WRITABLE_KEY]})
+    writable, why = await request.app[WRITABLE_KEY].decide(request.app[ADMIN_KEY])
+    return _json({"namesrv": request.app[NAMESRV_KEY], "writable": writable, "why": why})
+
+
+async def producers(request: web.Request) -> web.Response:
+    return _json(
+        await views.producers_view(
+            request.app[ADMIN_KEY], _param(request, "topic"), _param(request, "group")
+        )
+    )
+
+
+async def broker_configs(request: web.Request) -> web.Response:
+    return _json(await views.broker_configs_view(request.app[ADMIN_KEY]))
+
+
+async def update_broker_config(request: web.Request) -> web.Response:
+    data = await _body(request)
+    value = data.get("value")
+    if value is None:
+        raise BadRequest("value is required")
+    return _json(
+        await views.update_broker_config(
+            request.app[ADMIN_KEY], _field(data, "address"), _field(data, "key"), str(value)
+        )
+    )
+
+
+async def acl(request: web.Request) -> web.Response:
+    return _json(await views.acl_view(request.app[ADMIN_KEY]))
 
 
 async def cluster(request: web.Request) -> web.Response:
@@ -293,7 +349,7 @@ async def index(_request: web.Request) -> web.FileResponse:
 
 
 def make_app(
-    admin: AdminClient, namesrv: str, writable: bool, interval: float, loopback: bool = True
+    admin: AdminClient, namesrv: str, writable: WriteMode, interval: float, loopback: bool = True
 ) -> web.Application:
     """The application; it starts the sampler on start-up and stops it and closes `admin` on
     clean-up. `loopback`: served on a loopback address (then only to loopback host names)."""
@@ -321,6 +377,10 @@ def make_app(
     app.router.add_get("/api/messages/trace", message_trace)
     app.router.add_post("/api/messages/resend", resend)
     app.router.add_get("/api/charts", charts)
+    app.router.add_get("/api/producers", producers)
+    app.router.add_get("/api/brokers/config", broker_configs)
+    app.router.add_post("/api/brokers/config", update_broker_config)
+    app.router.add_get("/api/acl", acl)
     app.router.add_static("/static", static_dir())
 
     async def lifecycle(app: web.Application) -> Any:

@@ -12,7 +12,12 @@ import asyncio
 from typing import Any, Final
 
 from tidemq.client.admin.api import AdminClient, BrokerAddress
-from tidemq.client.errors import ClientError, TideMQError
+from tidemq.client.errors import (
+    BrokerResponseError,
+    ClientError,
+    TideMQError,
+    TopicNotExistError,
+)
 from tidemq.client.inflate import ReadableBody, readable_body
 from tidemq.client.message import Message
 from tidemq.client.protocol.heartbeat import ConsumeType
@@ -446,3 +451,93 @@ async def resend_dead_letter(admin: AdminClient, msg_id: str) -> dict[str, Any]:
         "queueId": queue_id,
         "queueOffset": result.queue_offset,
     }
+
+
+# --- producers, broker configuration, ACL ---------------------------------------------------
+
+
+async def producers_view(admin: AdminClient, topic: str, group: str) -> dict[str, Any]:
+    """The producers of `group` connected to the masters serving `topic` (RocketMQ Dashboard's
+    producer page: GET_PRODUCER_CONNECTION_LIST); an empty list when none is connected."""
+    try:
+        connection = await admin.examine_producer_connection(group, topic)
+    except TopicNotExistError:
+        raise
+    except BrokerResponseError:
+        connection = None
+    rows = [] if connection is None else [c.to_dict() for c in connection.connections]
+    return {"topic": topic, "group": group, "producers": sorted(rows, key=lambda r: r["clientId"])}
+
+
+# Values of these keys are not shown: a key that names a secret (none today) stays on the broker.
+HIDDEN_CONFIG: Final = ("secret", "password")
+
+
+def _shown_config(config: dict[str, str]) -> dict[str, str]:
+    return {
+        key: "(hidden)" if any(word in key.lower() for word in HIDDEN_CONFIG) else value
+        for key, value in sorted(config.items())
+    }
+
+
+async def _config(admin: AdminClient, broker: BrokerAddress) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "brokerName": broker.broker_name,
+        "brokerId": broker.broker_id,
+        "address": broker.address,
+    }
+    try:
+        row["config"] = _shown_config(await admin.broker_config(broker.address))
+    except (TideMQError, OSError, TimeoutError) as exc:
+        row["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return row
+
+
+async def broker_configs_view(admin: AdminClient) -> dict[str, Any]:
+    """Every broker's configuration (GET_BROKER_CONFIG), keys sorted; a broker that does not
+    answer is shown with an `error` line."""
+    brokers = await admin.brokers()
+    return {"brokers": list(await asyncio.gather(*(_config(admin, b) for b in brokers)))}
+
+
+async def update_broker_config(
+    admin: AdminClient, address: str, key: str, value: str
+) -> dict[str, Any]:
+    """UPDATE_BROKER_CONFIG of one key on one broker of the cluster (ClientError for an address
+    that is not one of its brokers; the broker's refusal of a key it cannot change as it is)."""
+    if address not in {b.address for b in await admin.brokers()}:
+        raise ClientError(f"{address} is not a broker of this cluster")
+    await admin.update_broker_config(address, {key: value})
+    return {"address": address, "key": key, "value": (await admin.broker_config(address))[key]}
+
+
+async def acl_view(admin: AdminClient) -> dict[str, Any]:
+    """Whether each broker checks requests against its plain ACL file (aclEnable, aclFile),
+    from its configuration; `acl` is "on", "off" or "unknown" (the broker did not answer, or
+    refused an unsigned question: then it checks ACL)."""
+    rows = []
+    for row in (await broker_configs_view(admin))["brokers"]:
+        config = row.pop("config", None)
+        if config is None:
+            row["acl"] = "unknown"
+        else:
+            enabled = config.get("aclEnable", "false").strip().lower() == "true"
+            row["acl"] = "on" if enabled else "off"
+            row["aclFile"] = config.get("aclFile", "") if enabled else ""
+        rows.append(row)
+    return {"brokers": rows}
+
+
+def writable_without_account(acl: dict[str, Any]) -> tuple[bool, str]:
+    """(writable, why) for a dashboard without an account on loopback: only when every broker
+    said it checks no ACL (a broker with ACL would refuse its unsigned changes anyway)."""
+    brokers = acl["brokers"]
+    if not brokers:
+        return False, "no broker is registered yet, so the ACL of the cluster is unknown"
+    with_acl = [f"{b['brokerName']}/{b['brokerId']}" for b in brokers if b["acl"] == "on"]
+    if with_acl:
+        return False, f"brokers {', '.join(with_acl)} check ACL: start it with --ak/--sk"
+    unknown = [f"{b['brokerName']}/{b['brokerId']}" for b in brokers if b["acl"] != "off"]
+    if unknown:
+        return False, f"brokers {', '.join(unknown)} did not say whether they check ACL"
+    return True, "no broker checks ACL and it listens on loopback only"

@@ -11,12 +11,28 @@ and the offsets JSON), `records` (the schema and Arrow decoding), `reader` (the 
 `brokers` (name server and broker look-ups), `session` (a SparkSession with the settings the
 source needs), `ingest` (the streaming ingest command). See client/spark/README.md.
 
-Importing this package imports pyspark and pyarrow (the `spark` extra).
+The names below import pyspark and pyarrow (the `spark` extra) when first used, not when the
+package is: `tidemq-ingest` without the extra says so in one line instead of a traceback.
 """
 
 from __future__ import annotations
 
-from tidemq.client.spark.session import local_session, register
-from tidemq.client.spark.source import FORMAT, TideMQDataSource
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidemq.client.spark.session import local_session, register
+    from tidemq.client.spark.source import FORMAT, TideMQDataSource
 
 __all__ = ["FORMAT", "TideMQDataSource", "local_session", "register"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("local_session", "register"):
+        from tidemq.client.spark import session
+
+        return getattr(session, name)
+    if name in ("FORMAT", "TideMQDataSource"):
+        from tidemq.client.spark import source
+
+        return getattr(source, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,18 +20,26 @@ abandoned and redone on restart, then the command exits 0; a second signal exits
 (130). `--available-now` reads what is there at start-up, in batches of
 `--max-offsets-per-trigger`, and exits. A failed query prints its error and exits 1.
 
-Before Spark starts, the name servers are asked for each topic's route: none of them answering
+Before Spark starts, the source's options are checked (a mistyped one is one line naming it,
+with the option it probably meant, and exit 1, in a second rather than after Spark's start),
+and the name servers are asked for each topic's route: none of them answering
 prints one line naming them and the error, and exits 1; a topic without a route (it does not
 exist, or not yet) is warned about on one line and the query goes on (it reads that topic once
 it has a route).
 
 Under spark-submit the master and Spark settings come from spark-submit; run directly, the
 command starts a local Spark (`--master`, default local[*]).
+
+While Spark starts and plans the query (tens of seconds on a small machine) a line every 5 s
+says so (`starting Spark (local[*]): 10 s`). The JVM's stderr goes through
+`client.spark.console.SparkNoise`: a worker's BrokenPipeError at the end of a task and Java
+stack frames are not shown (the one line of each ERROR is).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import signal
@@ -47,8 +55,8 @@ import click
 
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.errors import TideMQError, TopicNotExistError
-from tidemq.client.spark.options import offsets_from_json
-from tidemq.client.spark.source import FORMAT
+from tidemq.client.spark.console import Progress, filtered_stderr
+from tidemq.client.spark.options import OptionError, SourceOptions, offsets_from_json
 from tidemq.client.version import version_option
 
 EXIT_FAILED = 1
@@ -162,6 +170,8 @@ def preflight(options: Mapping[str, str], out: Any) -> bool:
 
 
 def start_query(spark: Any, settings: IngestSettings) -> Any:
+    from tidemq.client.spark.source import FORMAT
+
     reader = spark.readStream.format(FORMAT)
     for key, value in settings.source_options.items():
         reader = reader.option(key, value)
@@ -185,26 +195,39 @@ def start_query(spark: Any, settings: IngestSettings) -> Any:
 def run(settings: IngestSettings, spark: Any | None = None, *, out: Any = None) -> int:
     """Run the query until it ends (available-now), fails, or a signal stops it. Exit status."""
     out = out or sys.stdout
+    try:  # the source's own check, before Spark takes its tens of seconds to start
+        SourceOptions.parse(settings.source_options, streaming=True)
+    except OptionError as exc:
+        print(f"tidemq-ingest: {exc}", file=out, flush=True)
+        return EXIT_FAILED
     if not preflight(settings.source_options, out):
         return EXIT_FAILED
-    own_session = spark is None
-    if spark is None:
-        from tidemq.client.spark.session import local_session
+    if spark is not None:
+        return _run_in(spark, settings, out, own_session=False)
+    from tidemq.client.spark.session import local_session
 
-        submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started us
-        master = settings.master
-        if master is None and not submitted:
-            master = "local[*]"  # run Spark in this process
-        spark = local_session(
-            master, app_name="tidemq-ingest", conf=settings.conf, defaults=not submitted
-        )
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started us
+    master = settings.master
+    if master is None and not submitted:
+        master = "local[*]"  # run Spark in this process
+    # The JVM starts with this process's stderr: from here on it goes through SparkNoise.
+    with filtered_stderr():
+        with Progress(out, f"starting Spark ({master or 'spark-submit'})"):
+            spark = local_session(
+                master, app_name="tidemq-ingest", conf=settings.conf, defaults=not submitted
+            )
+        return _run_in(spark, settings, out, own_session=True)
+
+
+def _run_in(spark: Any, settings: IngestSettings, out: Any, *, own_session: bool) -> int:
     stopper = _Stopper()
     if threading.current_thread() is threading.main_thread():
         stopper.install()
     status = 0
     try:
         try:
-            query = start_query(spark, settings)
+            with Progress(out, "starting the query (Python workers plan the source)"):
+                query = start_query(spark, settings)
         except Exception as exc:  # noqa: BLE001 (Spark wraps every failure: report it, exit 1)
             print(f"cannot start the query: {short_error(exc)}", file=out, flush=True)
             return EXIT_FAILED
@@ -365,8 +388,17 @@ def cli(
     sys.exit(run(settings))
 
 
+SPARK_MISSING = (
+    "tidemq-ingest: needs pyspark and pyarrow, the `spark` extra of tidemq: "
+    "pip install 'tidemq[spark]' (and Java 17)"
+)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """The console script's entry point."""
+    """The console script's entry point (one line and exit 1 without the spark extra)."""
+    if any(importlib.util.find_spec(name) is None for name in ("pyspark", "pyarrow")):
+        print(SPARK_MISSING, file=sys.stderr)
+        sys.exit(EXIT_FAILED)
     cli.main(args=list(argv) if argv is not None else None, prog_name="tidemq-ingest")
 
 

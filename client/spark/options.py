@@ -41,6 +41,7 @@ Queues not named in a JSON `startingOffsets` start at earliest, as newly created
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -107,8 +108,17 @@ class SourceOptions:
         known = {name.lower() for name in _KNOWN}
         unknown = sorted(set(opts) - known)
         if unknown:
+            by_lower = {name.lower(): name for name in _KNOWN}
+            guesses = {
+                name: by_lower[close[0]]
+                for name in unknown
+                if (close := difflib.get_close_matches(name, by_lower, n=1, cutoff=0.8))
+            }
+            hint = "".join(
+                f" (did you mean {guesses[name]}?)" for name in unknown if name in guesses
+            )
             raise OptionError(
-                f"unknown option(s) {', '.join(unknown)}; tidemq knows {', '.join(_KNOWN)}"
+                f"unknown option(s) {', '.join(unknown)}{hint}; tidemq knows {', '.join(_KNOWN)}"
             )
         namesrv = _namesrv(opts.get("namesrvaddr") or os.environ.get("NAMESRV_ADDR", ""))
         topics = tuple(dict.fromkeys(t.strip() for t in opts.get("topic", "").split(",")))

@@ -3,35 +3,36 @@
 A busy port (any of listenPort, a master's haListenPort, metricsPort, held here by the test
 itself) is named with the process holding it before the store is created (brokerd without -c
 would otherwise make ~/store: HOME is a temporary folder here). A store folder the broker cannot
-write stops it with one line instead of a traceback at every persist (as root, the broker runs
-as `nobody` through setpriv, since root may write anywhere). `brokerd -p` shows the warning for
-an unknown key that start-up would log; a key that is a known one mistyped stops either daemon.
+write stops it with one line instead of a traceback at every persist. Root may write anywhere
+through CAP_DAC_OVERRIDE, so as root the broker runs without that one capability (setpriv drops
+it from the bounding set): it stays root, so it reads the checkout and its .venv wherever they lie
+(a 0700 home or `mktemp -d` included), and a folder of mode 555 refuses it as it would any user.
+`brokerd -p` shows the warning for an unknown key that start-up would log; a key that is a
+known one mistyped stops either daemon.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.processes import free_port
 
-NOBODY = 65534
+# What lets root write a folder of mode 555: the one capability dropped to see the refusal.
+WITHOUT_DAC_OVERRIDE = ["setpriv", "--bounding-set=-dac_override", "--inh-caps=-dac_override"]
 
 
 def run_brokerd(
-    home: Path, *args: str, as_nobody: bool = False, timeout: float = 60
+    home: Path, *args: str, without_dac_override: bool = False, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "tidemq.broker", *args]
-    if as_nobody:
-        command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command]
+    if without_dac_override:
+        command = [*WITHOUT_DAC_OVERRIDE, *command]
     return subprocess.run(
         command,
         capture_output=True,
@@ -96,42 +97,27 @@ def test_namesrvd_names_the_holder_of_its_busy_metrics_port(tmp_path: Path) -> N
     )
 
 
-@pytest.fixture
-def shared_tmp() -> Iterator[Path]:
-    """A temporary folder `nobody` can reach (pytest's own are private to their owner)."""
-    folder = Path(tempfile.mkdtemp(prefix="tidemq-store-"))
-    folder.chmod(0o755)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def test_an_unwritable_store_stops_brokerd_with_one_line(shared_tmp: Path) -> None:
-    """A store left by another user (here: folders it cannot write)."""
-    store = shared_tmp / "store"
+def test_an_unwritable_store_stops_brokerd_with_one_line(tmp_path: Path) -> None:
+    """A store left by another user (here: a folder of mode 555 under a writable root)."""
+    store = tmp_path / "store"
     (store / "commitlog").mkdir(parents=True)
     (store / "config").mkdir()
-    as_nobody = os.getuid() == 0
-    if as_nobody:
-        store.chmod(0o777)  # the root is writable, its folders (root's, 755) are not
-    else:
-        (store / "commitlog").chmod(0o555)
+    (store / "commitlog").chmod(0o555)
     try:
         done = run_brokerd(
-            shared_tmp,
+            tmp_path,
             f"storePathRootDir={store}",
             f"listenPort={free_port()}",
             f"grpcServerPort={free_port()}",
             "namesrvAddr=127.0.0.1:1",
-            as_nobody=as_nobody,
+            without_dac_override=os.getuid() == 0,
         )
     finally:
         (store / "commitlog").chmod(0o755)
     assert done.returncode == 1, done.stderr
     assert done.stderr.splitlines() == [
         f"brokerd: cannot start: store folder {store / 'commitlog'} is not writable by this user "
-        f"(uid {NOBODY if as_nobody else os.getuid()})"
+        f"(uid {os.getuid()})"
     ]
     assert set(store.iterdir()) == {store / "commitlog", store / "config"}  # nothing made
 

@@ -222,7 +222,7 @@ def test_read_only_api_refuses_writes_and_admin_api_writes(
     broker = processes.brokerd(namesrv.address, tmp_path / "store", name="brokerd")
     read_only_port, admin_port = free_port(), free_port()
     processes.start(
-        dashboard_command(namesrv.address, read_only_port),
+        dashboard_command(namesrv.address, read_only_port, "--read-only"),
         port=read_only_port,
         name="dashboard-ro",
         ready_text=READY_PREFIX,
@@ -237,10 +237,10 @@ def test_read_only_api_refuses_writes_and_admin_api_writes(
     assert _request("GET", f"{ro}/api/overview")[1] == {
         "namesrv": namesrv.address,
         "writable": False,
+        "why": "started with --read-only",
     }
     status, body = _request("POST", f"{ro}/api/topics", {"topic": "RoTopic"})
-    assert status == 403
-    assert isinstance(body, dict) and "read-only dashboard" in body["error"]
+    assert (status, body) == (403, {"error": "read-only dashboard: started with --read-only"})
 
     status, body = _request(
         "POST", f"{rw}/api/topics", {"topic": "RwTopic", "readQueueNums": 3, "writeQueueNums": 3}
@@ -288,6 +288,61 @@ def test_read_only_api_refuses_writes_and_admin_api_writes(
     assert not {"RwTopic", "Csrf", "RoTopic", "Bad"} & {t["topic"] for t in names["topics"]}
 
 
+def _start_dashboard(processes: ProcessGroup, namesrv: str, name: str, *args: str) -> str:
+    port = free_port()
+    command = [*command_line(namesrv, port, LOOPBACK, "--interval", "0.5"), *args]
+    processes.start(command, port=port, name=name, ready_text=READY_PREFIX)
+    return f"http://{LOOPBACK}:{port}"
+
+
+def test_without_an_account_it_writes_only_on_loopback_to_a_cluster_without_acl(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    """What `make run` starts: no account, 127.0.0.1, brokers without ACL: writable. Bound to
+    every address it is read-only (no login guards it); the ACL case is the next test's."""
+    broker = processes.brokerd(namesrv.address, tmp_path / "store", name="brokerd")
+    local = _start_dashboard(processes, namesrv.address, "dashboard-local")
+    assert _request("GET", f"{local}/api/overview")[1] == {
+        "namesrv": namesrv.address,
+        "writable": True,
+        "why": "no broker checks ACL and it listens on loopback only",
+    }
+    status, body = _request("POST", f"{local}/api/topics", {"topic": "OpenTopic"})
+    assert (status, body) == (200, {"topic": "OpenTopic", "brokers": [broker.address]})
+    status, acl = _request("GET", f"{local}/api/acl")
+    assert status == 200 and isinstance(acl, dict)
+    assert [(b["address"], b["acl"]) for b in acl["brokers"]] == [(broker.address, "off")]
+    status, configs = _request("GET", f"{local}/api/brokers/config")
+    assert status == 200 and isinstance(configs, dict)
+    assert configs["brokers"][0]["config"]["brokerRole"] == "ASYNC_MASTER"
+    change = {"address": broker.address, "key": "flushConsumerOffsetInterval", "value": "7000"}
+    assert _request("POST", f"{local}/api/brokers/config", change) == (
+        200,
+        {"address": broker.address, "key": "flushConsumerOffsetInterval", "value": "7000"},
+    )
+    stranger = {**change, "address": "127.0.0.1:1"}
+    assert _request("POST", f"{local}/api/brokers/config", stranger) == (
+        400,
+        {"error": "127.0.0.1:1 is not a broker of this cluster"},
+    )
+    status, found = _request("GET", f"{local}/api/producers?topic=OpenTopic&group=NoGroup")
+    assert (status, found) == (200, {"topic": "OpenTopic", "group": "NoGroup", "producers": []})
+
+    port = free_port()
+    command = command_line(namesrv.address, port, "0.0.0.0", "--interval", "0.5")
+    processes.start(command, port=port, name="dashboard-everywhere", ready_text=READY_PREFIX)
+    everywhere = f"http://{LOOPBACK}:{port}"
+    overview = _request("GET", f"{everywhere}/api/overview")[1]
+    assert overview == {
+        "namesrv": namesrv.address,
+        "writable": False,
+        "why": "it listens on 0.0.0.0 without an account: --bind 127.0.0.1, or --ak/--sk",
+    }
+    status, body = _request("POST", f"{everywhere}/api/topics", {"topic": "Refused"})
+    assert status == 403 and isinstance(body, dict)
+    assert body["error"].startswith("read-only dashboard: it listens on 0.0.0.0")
+
+
 def test_with_acl_the_dashboard_signs_as_its_account(
     processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
 ) -> None:
@@ -322,6 +377,17 @@ def test_with_acl_the_dashboard_signs_as_its_account(
     status, body = _request("POST", f"{urls['wrong']}/api/topics", {"topic": "Refused"})
     assert status == 502 and isinstance(body, dict)
     assert "Check signature failed" in body["error"]
+    # Without an account, on loopback: the brokers check ACL, so it is read-only.
+    anonymous = _start_dashboard(processes, namesrv.address, "dashboard-anonymous")
+    overview = _request("GET", f"{anonymous}/api/overview")[1]
+    assert isinstance(overview, dict) and overview["writable"] is False
+    assert overview["why"] in (
+        "brokers broker-a/0 check ACL: start it with --ak/--sk",
+        "brokers broker-a/0 did not say whether they check ACL",
+    )
+    status, acl = _request("GET", f"{urls['admin']}/api/acl")
+    assert status == 200 and isinstance(acl, dict)
+    assert [(b["acl"], b["aclFile"]) for b in acl["brokers"]] == [("on", str(acl_file))]
 
 
 async def test_compressed_bodies_and_trace_batches_read_as_their_producers_gave_them(

@@ -1,6 +1,7 @@
 """The dashboard's pages in headless Chromium against a real cluster: a name server, a master
 and its slave (brokerd processes on free ports), `tidemq-dashboard` as a process with an admin
-account and a second one read-only.
+account, a second one --read-only and a third without an account on loopback (writable: the
+cluster has no ACL, as under `make run`).
 
 Every page is opened, checked for the cluster's numbers (a topic created in the page is routed;
 a group's lag after N sends is N; a reset offset moves the group's offsets, checked through the
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -61,6 +63,7 @@ class Console:
     slave: Daemon
     url: str
     read_only_url: str
+    open_url: str
 
     def admin(self, work: Callable[[AdminClient], Awaitable[T]]) -> T:
         async def go() -> T:
@@ -86,8 +89,9 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         master, _ = start_master(group, namesrv, root / "master", role="ASYNC_MASTER")
         slave = start_slave(group, namesrv, root / "slave")
         url = _dashboard(group, namesrv.address, "dashboard", "--ak", "admin", "--sk", "secret12")
-        read_only = _dashboard(group, namesrv.address, "dashboard-ro")
-        yield Console(namesrv.address, master, slave, url, read_only)
+        read_only = _dashboard(group, namesrv.address, "dashboard-ro", "--read-only")
+        open_url = _dashboard(group, namesrv.address, "dashboard-open")
+        yield Console(namesrv.address, master, slave, url, read_only, open_url)
     finally:
         group.stop_all()
 
@@ -495,6 +499,14 @@ def test_a_message_s_trace_in_its_detail(console: Console, chrome: webdriver.Chr
         ("SubAfter", "dash_trace_group", "success"),
     ]
     assert f"topic={topic}" in shown[0][5] and "keys=traced-1" in shown[0][5]
+    # The detail column wraps inside the panel: nothing sticks out to the right.
+    overflow = chrome.execute_script(
+        "const panel = document.querySelector('#message-detail .panel');"
+        "const table = document.getElementById('trace-table');"
+        "return [table.getBoundingClientRect().right, panel.getBoundingClientRect().right,"
+        " panel.scrollWidth, panel.clientWidth];"
+    )
+    assert overflow[0] <= overflow[1] and overflow[2] <= overflow[3], overflow
     shot(chrome, "message-trace")
 
 
@@ -528,18 +540,151 @@ def test_live_chart_of_a_topic_updates(console: Console, chrome: webdriver.Chrom
     shot(chrome, "charts")
 
 
-def test_read_only_dashboard_refuses_a_change(console: Console, chrome: webdriver.Chrome) -> None:
+def test_read_only_dashboard_shows_no_write_control(
+    console: Console, chrome: webdriver.Chrome
+) -> None:
+    make_topic(console, "ReadOnlyTopic")
     open_page(chrome, console.read_only_url, "topics", "topics")
-    assert "read-only" in chrome.find_element(By.ID, "mode").text
-    form = chrome.find_element(By.ID, "topic-form")
-    fill(form, "topic", "RefusedTopic")
-    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    assert wait_notice(chrome, "read-only").startswith(
-        "read-only dashboard: start tidemq-dashboard with --ak/--sk"
-    )
-    shot(chrome, "read-only-refusal")
+    mode = chrome.find_element(By.ID, "mode")
+    assert "read-only" in mode.text
+    assert mode.get_attribute("title") == "started with --read-only"
+    assert not chrome.find_elements(By.ID, "topic-form")
+    assert rows(chrome, "topics")  # what it reads is there
+    open_page(chrome, console.read_only_url, "topics/ReadOnlyTopic", "topic")
+    for control in ("update-form", "send-form", "delete-topic", "confirm-delete"):
+        assert not chrome.find_elements(By.ID, control), control
+    assert rows(chrome, "queues")
+    open_page(chrome, console.read_only_url, "brokers", "brokers")
+    assert not chrome.find_elements(By.CSS_SELECTOR, "form[data-broker]")
+    shot(chrome, "read-only-topic")
 
     async def topics(admin: AdminClient) -> list[str]:
         return await admin.topic_list()
 
     assert "RefusedTopic" not in console.admin(topics)
+
+
+def test_without_an_account_on_loopback_and_no_acl_it_is_writable(
+    console: Console, chrome: webdriver.Chrome
+) -> None:
+    open_page(chrome, console.open_url, "topics", "topics")
+    mode = chrome.find_element(By.ID, "mode")
+    assert "writable" in mode.text
+    assert mode.get_attribute("title") == "no broker checks ACL and it listens on loopback only"
+    form = chrome.find_element(By.ID, "topic-form")
+    fill(form, "topic", "OpenTopic")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    assert wait_notice(chrome, "saved").startswith("topic OpenTopic saved on ")
+
+    async def topics(admin: AdminClient) -> list[str]:
+        return await admin.topic_list()
+
+    assert "OpenTopic" in console.admin(topics)
+
+
+def test_producer_page_lists_a_group_s_connected_producers(
+    console: Console, chrome: webdriver.Chrome
+) -> None:
+    topic, group = "ProducedTopic", "P-dash-page"
+    make_topic(console, topic, 1)
+    config = ClientConfig.create(console.namesrv, heartbeat_broker_interval=0.5)
+
+    async def connected(admin: AdminClient) -> None:
+        async with AsyncProducer(group, config=config) as producer:
+            await producer.send(Message(topic, b"from a producer"))
+            for _ in range(600):  # registered with the broker by its next heartbeat
+                try:
+                    found = await admin.examine_producer_connection(group, topic)
+                except TideMQError:
+                    await asyncio.sleep(0.05)
+                    continue
+                if found.connections:
+                    break
+            open_page(chrome, console.url, f"producers?topic={topic}&group={group}", "producers")
+            shown = rows(chrome, "producers")
+            assert len(shown) == 1 and shown[0][2] == "PYTHON", shown
+            assert shown[0][0] == found.connections[0].client_id
+            assert chrome.find_element(By.ID, "producer-count").text.startswith(
+                f"1 producer(s) of {group} connected to the masters of {topic}"
+            )
+            shot(chrome, "producers")
+
+    console.admin(connected)
+    open_page(chrome, console.url, f"producers?topic={topic}&group=NoSuchGroup", "producers")
+    assert rows(chrome, "producers") == [["none"]]
+
+
+def test_broker_configuration_page_shows_and_changes_a_key(
+    console: Console, chrome: webdriver.Chrome
+) -> None:
+    open_page(chrome, console.url, "brokers", "brokers")
+    config = {row[0]: row[1] for row in rows(chrome, "config-broker-a-0")}
+    assert config["brokerRole"] == "ASYNC_MASTER" and config["brokerName"] == "broker-a"
+    assert config["listenPort"] == console.master.address.rsplit(":", 1)[1]
+    assert {row[0]: row[1] for row in rows(chrome, "config-broker-a-1")}["brokerRole"] == "SLAVE"
+    form = chrome.find_element(By.CSS_SELECTOR, f"form[data-broker='{console.master.address}']")
+    Select(form.find_element(By.NAME, "key")).select_by_value("flushConsumerOffsetInterval")
+    fill(form, "value", "4321")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    assert wait_notice(chrome, "is now").startswith(
+        f"flushConsumerOffsetInterval of {console.master.address} is now 4321"
+    )
+    wait_loaded(chrome, "brokers")
+    config = {row[0]: row[1] for row in rows(chrome, "config-broker-a-0")}
+    assert config["flushConsumerOffsetInterval"] == "4321"
+    shot(chrome, "broker-config")
+    form = chrome.find_element(By.CSS_SELECTOR, f"form[data-broker='{console.master.address}']")
+    Select(form.find_element(By.NAME, "key")).select_by_value("brokerRole")
+    fill(form, "value", "SLAVE")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    assert "cannot change brokerRole while the broker runs" in wait_notice(chrome, "cannot change")
+
+
+def test_acl_page_shows_which_brokers_check_acl(console: Console, chrome: webdriver.Chrome) -> None:
+    open_page(chrome, console.url, "acl", "acl")
+    shown = rows(chrome, "acl")
+    assert sorted((r[0], r[1], r[2]) for r in shown) == [
+        ("broker-a/0", console.master.address, "off"),
+        ("broker-a/1", console.slave.address, "off"),
+    ]
+    shot(chrome, "acl")
+
+
+ISO_TIME = r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3}$"
+
+
+def test_charts_drop_a_deleted_topic_and_a_stopped_broker_and_use_iso_times(
+    console: Console, chrome: webdriver.Chrome
+) -> None:
+    """Last in the module: it stops the slave."""
+    topic = "ChartGoneTopic"
+    make_topic(console, topic)
+    open_page(chrome, console.url, "charts", "charts")
+
+    def legend(name: str) -> set[str]:
+        latest = chrome.execute_script(
+            "const svg = document.querySelector(`#chart-${arguments[0]} svg`);"
+            "return svg ? svg.dataset.latest : '{}';",
+            name,
+        )
+        return set(json.loads(latest))
+
+    eventually_sync(lambda: topic in legend("topicIn"), f"{topic} charted", WAIT)
+    labels = chrome.execute_script(
+        "return [...document.querySelectorAll('#chart-topicIn svg text')].map(t => t.textContent)"
+    )
+    stamps = [label for label in labels if ":" in label]
+    assert len(stamps) == 2 and all(re.match(ISO_TIME, s) for s in stamps), labels
+
+    async def delete(admin: AdminClient) -> None:
+        await admin.delete_topic_in_broker(console.master.address, topic)
+        await admin.delete_topic_in_namesrv(topic)
+
+    console.admin(delete)
+    eventually_sync(lambda: topic not in legend("topicIn"), f"{topic} gone from the legend", WAIT)
+    assert legend("brokerIn") == {"broker-a/0", "broker-a/1"}
+    console.slave.stop()
+    eventually_sync(lambda: legend("brokerIn") == {"broker-a/0"}, "the stopped slave gone", WAIT)
+    legend_text = chrome.find_element(By.CSS_SELECTOR, "#chart-brokerIn .legend").text
+    assert "broker-a/1" not in legend_text
+    shot(chrome, "charts-after-stop")

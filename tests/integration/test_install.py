@@ -8,6 +8,10 @@ The wheel is built from a copy of the sources (so the work tree gets no build/ o
 installed without its dependencies into a fresh virtual environment, which reaches them through
 a path entry to this environment's site-packages (a path entry only: this environment's editable
 finder is not installed there, so nothing of the repository can leak in).
+
+`make install-run` (what `make run` installs first) is run in a copy of the sources as a
+newcomer's clone would: a fresh .venv with tidemq and its dependencies and none of the dev or
+spark extras, and progress lines on the terminal while pip works.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.support.speedups_twins import COMPILED_MODULES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -26,10 +32,10 @@ SOURCES = ("pyproject.toml", "README.md", "store", "ha", "client", "broker")
 SCRIPTS = ("namesrvd", "brokerd", "mqadmin", "tidemq-cluster", "tidemq-ingest", "tidemq-dashboard")
 
 
-def _build_wheel(tmp_path: Path) -> Path:
+def _copy_sources(tmp_path: Path, names: tuple[str, ...] = SOURCES) -> Path:
     source = tmp_path / "src"
     source.mkdir()
-    for name in SOURCES:
+    for name in names:
         path = REPO_ROOT / name
         if path.is_dir():
             shutil.copytree(
@@ -37,6 +43,11 @@ def _build_wheel(tmp_path: Path) -> Path:
             )
         else:
             shutil.copy(path, source / name)
+    return source
+
+
+def _build_wheel(tmp_path: Path) -> Path:
+    source = _copy_sources(tmp_path)
     wheels = tmp_path / "wheels"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
@@ -101,3 +112,47 @@ def test_the_wheel_and_a_fresh_environment_hold_only_tidemq(tmp_path: Path) -> N
         [venv / "bin" / "brokerd", "--help"], check=True, capture_output=True, text=True
     ).stdout
     assert "Usage: brokerd" in help_text
+
+
+@pytest.mark.slow
+def test_make_run_installs_only_what_running_needs_and_shows_progress(tmp_path: Path) -> None:
+    source = _copy_sources(tmp_path, (*SOURCES, "Makefile"))
+    lines: list[str] = []
+    shown_while_installing = 0
+    with subprocess.Popen(
+        ["make", "-s", "--no-print-directory", "install-run"],
+        cwd=source,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as make:
+        assert make.stdout is not None
+        try:
+            for line in make.stdout:
+                lines.append(line.rstrip("\n"))
+                if make.poll() is None and line.startswith("  Collecting "):
+                    shown_while_installing += 1
+            assert make.wait(timeout=900) == 0, "\n".join(lines)
+        finally:
+            if make.poll() is None:
+                make.kill()
+    assert lines[0] == "installing tidemq and what it runs on into .venv (log: .venv/install.log)"
+    assert shown_while_installing >= 5, lines  # one line per package, as pip gets to it
+    assert any(line.startswith("  Building editable for tidemq") for line in lines), lines
+    python = source / ".venv" / "bin" / "python"
+    probe = (
+        "import importlib.util as u, tidemq.broker.daemons.cluster\n"
+        "import tidemq.client.dashboard.server\n"
+        "print(sorted(n for n in ('pytest', 'pyspark', 'pyarrow', 'selenium', 'mypy', 'ruff',"
+        " 'hypothesis') if u.find_spec(n)))\n"
+    )
+    found = subprocess.run([python, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "[]"
+    help_text = subprocess.run(
+        [source / ".venv" / "bin" / "tidemq-cluster", "run", "--help"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "--port-base" in help_text

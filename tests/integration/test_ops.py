@@ -14,8 +14,10 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import signal
 import socket
+import subprocess
 import threading
 import time
 import urllib.request
@@ -28,7 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.conditions import eventually_sync
 from tests.support.launcher import LaunchedCluster, alive, choose_ports, index_workers_of
-from tests.support.processes import REPO_ROOT, free_port
+from tests.support.processes import REPO_ROOT, TEST_STORE_OVERRIDES, free_port
+from tidemq.broker.daemons.port_owner import pid_listens_on, port_is_free
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.admin.cli import main as mqadmin
 from tidemq.client.config import ClientConfig
@@ -559,6 +562,10 @@ def test_make_run_starts_the_local_cluster_and_ctrl_c_stops_every_process(
             launched.address("broker-a"),
             launched.address("broker-a-s"),
         }
+        # No ACL and bound to 127.0.0.1: the dashboard of `make run` may change the cluster.
+        with urllib.request.urlopen(url + "api/overview", timeout=30) as answer:
+            overview = json.loads(answer.read())
+        assert overview["writable"] is True, overview
         eventually_sync(lambda: "HA: broker-a/1 lag" in launched.output(), "the status line", 10)
         workers = {
             worker
@@ -578,6 +585,66 @@ def test_make_run_starts_the_local_cluster_and_ctrl_c_stops_every_process(
     assert output.index("stopped broker-a-s") < output.index("stopped broker-a ")
     assert output.index("stopped broker-a ") < output.index("stopped namesrv")
     assert (tmp_path / "local" / "logs" / "broker-a.log").exists()
+
+
+def free_block(size: int) -> int:
+    """A base below the ephemeral range with `size` ports free from it (checked, not held)."""
+    for _ in range(50):
+        base = free_port() // 10 * 10
+        if base + size < 65536 and all(port_is_free("0.0.0.0", base + i) for i in range(size)):
+            return base
+    raise AssertionError(f"no {size} free ports in a row")
+
+
+def test_make_run_port_base_moves_every_port_at_once(tmp_path: Path) -> None:
+    """`make run PORT_BASE=N`: the name server on N (metrics N+2), broker-a on N+10..N+12,
+    broker-a-s on N+20 and N+22, the dashboard on N+30, each held by the daemon named."""
+    base = free_block(40)
+    data = tmp_path / "local"
+    data.mkdir()
+    run_args = ["--data", str(data), "--interval", "1"]
+    for item in (*TEST_STORE_OVERRIDES, "bindAddress=127.0.0.1"):
+        run_args += ["-o", f"all:{item}"]
+    output_path = data / "launcher.out"
+    with output_path.open("wb") as out:
+        make = subprocess.Popen(
+            ["make", "-s", "--no-print-directory", "run", f"PORT_BASE={base}",
+             f"RUN_ARGS={shlex.join(run_args)}"],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+
+        def ready() -> bool:
+            text = output_path.read_text(errors="replace")
+            assert make.poll() is None, text
+            return "cluster ready" in text
+
+        eventually_sync(ready, "make run ready", 120)
+        text = output_path.read_text(errors="replace")
+        pids = {m[1]: int(m[2]) for m in re.finditer(r"started (\S+) \(pid (\d+),", text)}
+        expected = {
+            base: "namesrv",
+            base + 2: "namesrv",
+            base + 10: "broker-a",
+            base + 11: "broker-a",
+            base + 12: "broker-a",
+            base + 20: "broker-a-s",
+            base + 22: "broker-a-s",
+            base + 30: "dashboard",
+        }
+        for port, name in expected.items():
+            assert pid_listens_on(pids[name], port), (name, port)
+        assert f"name server 127.0.0.1:{base};" in text
+        assert f"dashboard http://127.0.0.1:{base + 30}/;" in text
+    finally:
+        if make.poll() is None:
+            os.killpg(make.pid, signal.SIGINT)
+            try:
+                make.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(make.pid, signal.SIGKILL)
+                make.wait()
 
 
 # --- the launcher tells the truth (issue 19) ------------------------------------------------

@@ -186,6 +186,42 @@ def _batches(checkpoint: Path, kind: str) -> int:
 
 
 @pytest.mark.slow
+def test_ingest_says_what_it_waits_for_and_ends_without_tracebacks(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """`tidemq-ingest --available-now`: progress lines while the JVM starts and the query is
+    planned, then its batches, then exit 0 with no traceback from Spark's Python workers."""
+    topic = "SparkIngestOnce"
+    cluster.create_topic(topic, queues=2)
+    cluster.produce(topic, 600, "o", all_queues(cluster, 2))
+    command = [
+        *_ingest_command(cluster, topic, tmp_path / "out", tmp_path / "checkpoint")[:-8],
+        "--available-now",
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.sql.shuffle.partitions=1",
+    ]
+    assert "--trigger-interval" not in command
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+        env=spark_subprocess_env(),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout.splitlines()
+    assert out[0] == "starting Spark (local[2])..."
+    assert any(line.startswith("starting Spark (local[2]): ready in ") for line in out), out
+    assert "starting the query (Python workers plan the source)..." in out
+    assert any(line.startswith("batch ") for line in out) and out[-1].startswith("stopped: ")
+    for text in (done.stdout, done.stderr):
+        assert "Traceback" not in text and "BrokenPipeError" not in text and "\tat " not in text
+
+
+@pytest.mark.slow
 def test_ingest_stopped_and_killed_then_restarted_reads_everything_once(
     spark: Any, cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -219,6 +255,8 @@ def test_ingest_stopped_and_killed_then_restarted_reads_everything_once(
                 os.killpg(first.pid, signal.SIGKILL)
     text = log1.read_text(errors="replace")
     assert "SIGINT: stopping the query" in text and "stopped:" in text
+    # A stop that cancels a batch is still a clean stop: no Java or Python traceback shown.
+    assert "\tat " not in text and "Traceback" not in text, text[-3000:]
     assert "rows/s), lag " in text
     done = _batches(checkpoint, "commits")
     assert done >= 3 and rows_of(spark, out) < 3000

@@ -672,3 +672,24 @@ def test_a_reused_worker_freezes_its_imports_once(
     for _ in range(3):
         reader._freeze_imports()
     assert len(calls) == freezes
+
+
+def test_ingest_names_a_mistyped_option_in_one_line_before_spark_starts() -> None:
+    """Checked before the name servers (none answers here) and before Spark: one line naming
+    the option and the one it probably meant, no AnalysisException from a Python worker."""
+    import io
+
+    from tidemq.client.spark.ingest import IngestSettings, run
+
+    out = io.StringIO()
+    settings = IngestSettings(
+        source_options={"namesrvAddr": "127.0.0.1:1", "topic": "T", "maxOffsetPerTrigger": "5"},
+        output="/nonexistent/out",
+        checkpoint="/nonexistent/checkpoint",
+    )
+    assert run(settings, out=out) == 1
+    [line] = out.getvalue().splitlines()
+    assert line.startswith(
+        "tidemq-ingest: unknown option(s) maxoffsetpertrigger "
+        "(did you mean maxOffsetsPerTrigger?); tidemq knows "
+    )

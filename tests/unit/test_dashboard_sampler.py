@@ -54,3 +54,17 @@ def test_topic_kinds_and_system_groups() -> None:
     assert topic_kind("other_REPLY_TOPIC", own) == "normal"
     assert group_is_system("TOOLS_CONSUMER") and group_is_system("CID_RMQ_SYS_TRANS")
     assert not group_is_system("orders-consumers")
+
+
+def test_what_the_newest_sample_lacks_leaves_the_charts_and_their_legends() -> None:
+    """A broker stopped (no runtime info), a topic deleted, a group gone: not in the newest
+    sample, so no longer a series, however long they were charted before."""
+    snapshot = sampler_with(
+        Sample(0.0, {"a/0": 1, "a/1": 1}, {"a/0": 0, "a/1": 0}, {"T": 1, "Gone": 1}, {"G": 1}),
+        Sample(1.0, {"a/0": 2, "a/1": 2}, {"a/0": 0, "a/1": 0}, {"T": 2, "Gone": 2}, {"G": 2}),
+        Sample(2.0, {"a/0": 3}, {"a/0": 0}, {"T": 3}, {}),
+    ).snapshot()
+    assert snapshot["brokerIn"] == {"a/0": [1.0, 1.0]}
+    assert snapshot["brokerOut"] == {"a/0": [0.0, 0.0]}
+    assert snapshot["topicIn"] == {"T": [1.0, 1.0]}
+    assert snapshot["groupLag"] == {}

@@ -1,12 +1,14 @@
 /* tidemq dashboard front end: hash routes, one render function per page, the JSON API of
  * server.py. Text always goes in with textContent (names and bodies are user data).
  *
- * Routes: #/cluster, #/topics, #/topics/NAME, #/groups, #/groups/NAME, #/messages, #/charts.
+ * Routes: #/cluster, #/topics, #/topics/NAME, #/groups, #/groups/NAME, #/producers, #/messages,
+ * #/charts, #/brokers (configuration), #/acl. A read-only dashboard shows no control that
+ * would change the cluster (whenWritable).
  * When a page has drawn its data, <body data-loaded="PAGE"> is set (the browser tests wait on
  * it); failures show in #notice. */
 "use strict";
 
-let overview = { namesrv: "", writable: false };
+let overview = { namesrv: "", writable: false, why: "" };
 let chartTimer = null;
 let carriedNotice = null; /* shown on the next page (after a delete) instead of cleared */
 
@@ -43,13 +45,12 @@ function notify(text, ok) {
   box.hidden = !text;
 }
 
-function time(ms) {
-  if (!ms || ms <= 0) return "";
-  const d = new Date(ms);
-  const pad = (n, w) => String(n).padStart(w || 2, "0");
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
-         `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
-}
+const time = isoTime; /* chart.js: one format for tables and charts */
+
+/* The controls that change the cluster, or nothing on a read-only dashboard (the reason is in
+ * the header). */
+/* Spread it into append() (which takes nodes, not arrays): main.append(...whenWritable(a, b)). */
+function whenWritable(...nodes) { return overview.writable ? nodes : []; }
 
 function localInput(ms) {
   const d = new Date(ms - new Date(ms).getTimezoneOffset() * 60000);
@@ -174,7 +175,7 @@ async function topicsPage(main) {
   toggle.onchange = () => { sessionStorage.setItem("showSystemTopics", toggle.checked ? "1" : "0"); render(); };
   main.append(
     el("h1", {}, "Topics"),
-    el("div", { class: "panel" }, form),
+    ...whenWritable(el("div", { class: "panel" }, form)),
     el("p", {}, el("label", { style: "flex-direction: row; gap: 6px" }, toggle, "show system and retry topics")),
     table("topics", [
       ["Topic", (t) => el("a", { href: `#/topics/${encodeURIComponent(t.topic)}` }, t.topic)],
@@ -233,13 +234,14 @@ async function topicPage(main, topic) {
       ["Max offset", (q) => q.maxOffset, "num"],
       ["Last stored", (q) => time(q.lastUpdateTimestamp)],
     ], data.queues),
-    el("h2", {}, "Update"),
-    el("div", { class: "panel" }, topicForm("update-form",
-      [...new Set(data.route.brokers.map((b) => b.cluster))].sort(),
-      { topic, ...(data.route.queues[0] || {}) })),
-    el("h2", {}, "Send a test message"),
-    el("div", { class: "panel" }, send),
-    el("p", {}, remove, " ", confirm),
+    ...whenWritable(
+      el("h2", {}, "Update"),
+      el("div", { class: "panel" }, topicForm("update-form",
+        [...new Set(data.route.brokers.map((b) => b.cluster))].sort(),
+        { topic, ...(data.route.queues[0] || {}) })),
+      el("h2", {}, "Send a test message"),
+      el("div", { class: "panel" }, send),
+      el("p", {}, remove, " ", confirm)),
   );
   loaded("topic");
 }
@@ -313,8 +315,9 @@ async function groupPage(main, group) {
       ["Lag", (q) => q.diff, "num"],
       ["Last consumed", (q) => time(q.lastTimestamp)],
     ], data.queues),
-    el("h2", {}, "Reset offset"),
-    el("div", { class: "panel" }, reset, el("div", { style: "height: 10px" }), skip),
+    ...whenWritable(
+      el("h2", {}, "Reset offset"),
+      el("div", { class: "panel" }, reset, el("div", { style: "height: 10px" }), skip)),
   );
   loaded("group");
 }
@@ -355,7 +358,7 @@ async function showMessage(id, topic) {
     el("h2", {}, m.bodyTruncated ? "Body (first 2 KiB)" : "Body"),
     el("pre", { class: "body", id: "message-body" }, m.body),
   ];
-  if (m.deadLetter) {
+  if (m.deadLetter && overview.writable) {
     const origin = m.properties.RETRY_TOPIC || "its topic";
     const resend = el("button", { type: "button", id: "resend" }, `Resend to ${origin}`);
     resend.onclick = () => action(() => api("POST", "/api/messages/resend", { msgId: m.offsetMsgId }),
@@ -386,7 +389,7 @@ async function showTrace(box, msgId) {
     ["Time", (r) => time(r.timestamp)],
     ["Cost (ms)", (r) => (r.type === "SubBefore" ? "-" : r.costTime), "num"],
     ["Status", (r) => r.status],
-    ["Detail", (r) => r.detail],
+    ["Detail", (r) => r.detail, "detail"],
   ], t.records));
 }
 
@@ -484,6 +487,93 @@ async function chartsPage(main) {
   chartTimer = setInterval(draw, Math.max(500, (first ? first.interval : 2) * 1000));
 }
 
+/* --- producers -------------------------------------------------------------------------- */
+
+/* RocketMQ Dashboard's producer page: the connections of a producer group on a topic's masters
+ * (producers register their group with the brokers of the topics they send to). */
+async function producersPage(main, params) {
+  const topics = (await api("GET", "/api/topics")).topics.filter((t) => t.kind === "normal");
+  const form = el("form", { class: "inline", id: "producer-form" },
+    el("label", {}, "Topic", el("select", { name: "topic" }, topics.map((t) =>
+      el("option", { value: t.topic, selected: t.topic === params.get("topic") }, t.topic)))),
+    el("label", {}, "Producer group", el("input", { name: "group", required: true,
+                                                     value: params.get("group") || "" })),
+    el("button", { type: "submit" }, "Search"));
+  const results = el("div", { id: "producer-results" });
+  form.onsubmit = (event) => {
+    event.preventDefault();
+    const query = new URLSearchParams({ topic: field(form, "topic"), group: field(form, "group") });
+    location.hash = `#/producers?${query}`;
+  };
+  main.append(el("h1", {}, "Producers"), el("div", { class: "panel" }, form), results);
+  if (params.get("topic") && params.get("group")) {
+    const r = await api("GET", `/api/producers?${new URLSearchParams({
+      topic: params.get("topic"), group: params.get("group") })}`);
+    results.append(
+      el("p", { id: "producer-count" }, `${r.producers.length} producer(s) of ${r.group} connected to the masters of ${r.topic}`),
+      table("producers", [
+        ["Client id", (c) => c.clientId],
+        ["Address", (c) => c.clientAddr],
+        ["Language", (c) => c.language],
+        ["Version", (c) => c.version, "num"],
+      ], r.producers));
+  }
+  loaded("producers");
+}
+
+/* --- broker configuration --------------------------------------------------------------- */
+
+async function brokersPage(main) {
+  const data = await api("GET", "/api/brokers/config");
+  main.append(el("h1", {}, "Broker configuration"));
+  for (const b of data.brokers) {
+    const title = `${b.brokerName}/${b.brokerId} ${b.address}`;
+    if (b.error) {
+      main.append(el("div", { class: "panel" }, el("h2", {}, title), el("p", { class: "muted" }, b.error)));
+      continue;
+    }
+    const keys = Object.keys(b.config);
+    const update = el("form", { class: "inline", "data-broker": b.address },
+      el("label", {}, "Key", el("select", { name: "key" }, keys.map((k) => el("option", { value: k }, k)))),
+      el("label", {}, "Value", el("input", { name: "value", size: "24" })),
+      el("button", { type: "submit" }, "Update"));
+    update.onsubmit = async (event) => {
+      event.preventDefault();
+      const done = await action(() => api("POST", "/api/brokers/config",
+        { address: b.address, key: field(update, "key"), value: update.elements.value.value }),
+        (r) => `${r.key} of ${r.address} is now ${r.value}`);
+      if (done) { const keep = document.getElementById("notice").textContent; await render(); notify(keep, true); }
+    };
+    main.append(el("div", { class: "panel" }, el("h2", {}, title),
+      whenWritable(update, el("div", { style: "height: 10px" })),
+      table(`config-${b.brokerName}-${b.brokerId}`, [
+        ["Key", (k) => k],
+        ["Value", (k) => b.config[k], "wrap"],
+      ], keys)));
+  }
+  loaded("brokers");
+}
+
+/* --- ACL -------------------------------------------------------------------------------- */
+
+async function aclPage(main) {
+  const data = await api("GET", "/api/acl");
+  const state = (b) => el("span", { class: `tag ${b.acl === "on" ? "master" : b.acl === "off" ? "" : "bad"}` }, b.acl);
+  main.append(
+    el("h1", {}, "Access control"),
+    el("p", { class: "muted" }, "Brokers with ACL check every request against the accounts of their " +
+      "plain ACL file (RocketMQ 4.x plain ACL); the file lives on the broker's machine. " +
+      `This dashboard is ${overview.writable ? "writable" : "read-only"}: ${overview.why}.`),
+    table("acl", [
+      ["Broker", (b) => `${b.brokerName}/${b.brokerId}`],
+      ["Address", (b) => b.address],
+      ["ACL", state],
+      ["ACL file", (b) => b.error || b.aclFile || "", "wrap"],
+    ], data.brokers),
+  );
+  loaded("acl");
+}
+
 /* --- routing ---------------------------------------------------------------------------- */
 
 async function render() {
@@ -505,6 +595,9 @@ async function render() {
     else if (parts[0] === "groups") await groupsPage(fresh);
     else if (parts[0] === "messages") await messagesPage(fresh, params);
     else if (parts[0] === "charts") await chartsPage(fresh);
+    else if (parts[0] === "producers") await producersPage(fresh, params);
+    else if (parts[0] === "brokers") await brokersPage(fresh);
+    else if (parts[0] === "acl") await aclPage(fresh);
     else await clusterPage(fresh);
   } catch (e) {
     fresh.append(el("p", { class: "muted" }, "Could not load this page."));
@@ -520,7 +613,9 @@ window.addEventListener("hashchange", () => {
 });
 window.addEventListener("DOMContentLoaded", async () => {
   try { overview = await api("GET", "/api/overview"); } catch (e) { notify(e.message); }
-  document.getElementById("mode").textContent =
-    `name server ${overview.namesrv} · ${overview.writable ? "admin" : "read-only"}`;
+  const mode = document.getElementById("mode");
+  mode.textContent = `name server ${overview.namesrv} · ${overview.writable ? "writable" : "read-only"}`;
+  mode.title = overview.why || "";
+  document.body.dataset.writable = overview.writable ? "yes" : "no";
   render();
 });

@@ -3,12 +3,23 @@
  * drawChart(container, times, series, unit): times are ms since the epoch, series maps a name
  * to one value (or null: no figure) per time. The container gets an <svg> with one path per
  * series, value and time axes, and a legend with each series' latest value. The svg carries
- * data-points (how many times) and data-latest (JSON: name -> latest value) for tests. */
+ * data-points (how many times) and data-latest (JSON: name -> latest value) for tests; the
+ * time axis is labelled with isoTime, as the tables are. */
 "use strict";
 
 const CHART_COLORS = ["#0b6bcb", "#d9480f", "#2b8a3e", "#862e9c", "#c2255c", "#1098ad",
                       "#e67700", "#5c7cfa", "#495057", "#a61e4d"];
 const SVG_NS = "http://www.w3.org/2000/svg";
+
+/* The one time format of the dashboard, tables and charts alike: ISO 8601 date and 24-hour
+ * time in the browser's zone, to the millisecond ("2026-11-29 14:05:09.120"). */
+function isoTime(ms) {
+  if (!ms || ms <= 0) return "";
+  const d = new Date(ms);
+  const pad = (n, w) => String(n).padStart(w || 2, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+         `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+}
 
 function svgEl(name, attrs, text) {
   const node = document.createElementNS(SVG_NS, name);
@@ -50,7 +61,7 @@ function drawChart(container, times, series, unit) {
   }
   svg.appendChild(svgEl("line", { x1: left, x2: left, y1: top, y2: top + plotH, class: "axis" }));
   if (times.length > 0) {
-    const label = (ms) => new Date(ms).toLocaleTimeString();
+    const label = isoTime;
     svg.appendChild(svgEl("text", { x: left, y: height - 6 }, label(times[0])));
     svg.appendChild(svgEl("text", { x: width - right, y: height - 6, "text-anchor": "end" },
                           label(times[times.length - 1])));
