@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from tidemq.common.files import path_inside, write_file_safely
+from tidemq.common.files import make_dirs, path_inside, write_file_safely
 from tidemq.common.lifecycle import Service, Step
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import AppendResult, CommitLog, PutStatus
@@ -238,7 +238,7 @@ class MessageStore(Service):
 
     def load(self) -> None:
         """Lock, open and recover the store; afterwards queues match the CommitLog."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.root)
         self._lock.take()
         try:
             self.index_keeper.take_lock()

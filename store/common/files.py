@@ -1,5 +1,6 @@
-"""Crash-safe replacement of a small file, the directory fsync that makes a rename durable, and
-the one function the store builds a path from a name with.
+"""Crash-safe replacement of a small file, the directory fsync that makes a rename durable, the
+`mkdir -p` whose new directories are durable (`make_dirs`), and the one function the store builds
+a path from a name with.
 
 `path_inside(root, *names)` is `root/name/...` when every name is one plain path segment
 (not empty, no `/` or NUL, not `.` or `..`) and the joined path, normalised, lies inside
@@ -52,6 +53,29 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def make_dirs(directory: Path) -> None:
+    """`mkdir -p` whose new names are durable: each directory created is fsynced into its parent.
+
+    A name created in a directory survives a power cut only once that directory is fsynced
+    (POSIX; ext4 and XFS often commit it with a later fsync of a file, but nothing promises
+    that): without this a new store, or a new ConsumeQueue, could lose all its files at once.
+    """
+    if directory.is_dir():
+        return
+    missing: list[Path] = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for new in reversed(missing):
+        try:
+            new.mkdir()
+        except FileExistsError:
+            if not new.is_dir():
+                raise
+            continue  # made meanwhile by another thread or process, which syncs its parent
+        fsync_dir(new.parent)
+
+
 def _write_synced(path: Path, data: bytes) -> None:
     with open(path, "wb") as out:
         out.write(data)
@@ -78,7 +102,7 @@ def write_file_safely(path: Path, data: bytes, *, keep_backup: bool = True) -> N
     Blocks on fsyncs: call it off the event loop when the file is large or written often.
     Raises `OSError` when the file cannot be written; the previous file is then left in place.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     tmp = sibling(path, ".tmp")
     _write_synced(tmp, data)
     if keep_backup and path.exists():
