@@ -73,8 +73,9 @@ from tests.support.ha_processes import assert_identical, wait_caught_up, wait_tr
 from tests.support.lazy_mounts import LazyMount
 from tests.support.processes import Daemon, ProcessGroup, free_port
 from tests.support.wire import pull_header, send_header
-from tidemq.client.api import BrokerAPI, PullStatus, SendStatus
+from tidemq.client.api import BrokerAPI, PullStatus
 from tidemq.client.errors import ConnectError
+from tidemq.client.message import SendStatus
 from tidemq.client.transport.connection import ConnectionClosedError
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.recovery import read_boot_id

@@ -118,10 +118,13 @@ class LazyMount:
         stats: dict[str, int] = json.loads(self.request("stats"))
         return stats
 
-    def cut(self, mode: str = "all", seed: int = 0, timeout: float = 60.0) -> dict[str, int]:
-        """The power cut: every process using the mount must be dead (or it sees I/O errors)."""
+    def cut(self, mode: str = "all", seed: int = 0, timeout: float = 60.0) -> dict[str, object]:
+        """The power cut: every process using the mount must be dead (or it sees I/O errors).
+
+        Returns the daemon's summary: files, pages_lost, pages_kept, dirs (counts) and
+        first_unsynced ({path under the backing folder: its first unsynced byte})."""
         line = "cut all" if mode == "all" else f"cut torn {seed}"
-        summary: dict[str, int] = json.loads(self.request(line, timeout))
+        summary: dict[str, object] = json.loads(self.request(line, timeout))
         assert self.process is not None
         try:
             self.process.wait(timeout)
