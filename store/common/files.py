@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 
 from tidemq.common.errors import StorePathError
@@ -96,16 +97,29 @@ def _keep_backup(path: Path) -> None:
     os.replace(staging, sibling(path, ".bak"))
 
 
+_path_locks: dict[Path, threading.Lock] = {}
+_path_locks_lock = threading.Lock()
+
+
+def _lock_of(path: Path) -> threading.Lock:
+    with _path_locks_lock:
+        return _path_locks.setdefault(path, threading.Lock())
+
+
 def write_file_safely(path: Path, data: bytes, *, keep_backup: bool = True) -> None:
     """Replace `path` with `data` crash-safely (the order is in the module docstring).
 
     Blocks on fsyncs: call it off the event loop when the file is large or written often.
     Raises `OSError` when the file cannot be written; the previous file is then left in place.
+    Writes of one path in one process take turns: they share `<path>.tmp`, and a broker
+    persists a table from a worker thread and from its event loop (the slave's offset
+    reconcile), so one could rename the other's half-written file, or find it gone.
     """
-    make_dirs(path.parent)
-    tmp = sibling(path, ".tmp")
-    _write_synced(tmp, data)
-    if keep_backup and path.exists():
-        _keep_backup(path)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    with _lock_of(path):
+        make_dirs(path.parent)
+        tmp = sibling(path, ".tmp")
+        _write_synced(tmp, data)
+        if keep_backup and path.exists():
+            _keep_backup(path)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
