@@ -13,11 +13,14 @@ what was durable:
   with WRITE requests, then sends FSYNC) empties it. Files opened O_SYNC/O_DSYNC are synced after
   each write.
 - Names. The rule is POSIX's: a create, link, unlink or rename in a directory is durable only
-  after an fsync of that directory. The first change to a directory after its last fsync records
-  its entries (name -> inode); fsyncdir drops the record. A name removed meanwhile keeps its
-  inode alive through a hard link in BACKING/.lazyfs-attic (hidden from the mount), so a cut can
-  put it back. mkdir is such a change too; rmdir and the rename of a directory are taken as
-  durable at once (they are rare in the store and an empty directory has nothing to lose).
+  after an fsync of that directory. It is the weakest promise a file system makes, so a store
+  that keeps it is safe on all of them (ext4 and XFS usually commit a new name with the next
+  fsync of the file, which would hide a missing directory fsync). The first change to a
+  directory after its last fsync records its entries (name -> inode); fsyncdir drops the
+  record. A name removed meanwhile keeps its inode alive through a hard link in
+  BACKING/.lazyfs-attic (hidden from the mount), so a cut can put it back. mkdir is such a
+  change too; rmdir and the rename of a directory are taken as durable at once (they are rare
+  in the store, and an empty directory has nothing to lose).
 
 A cut, asked for on the control socket, aborts the FUSE connection first
 (/sys/fs/fuse/connections/N/abort): the kernel drops its page cache of the mount, so dirty pages
