@@ -144,6 +144,7 @@ class Report:
     acknowledged: int = 0
     lost: int = 0
     in_flight_at_cut: int = 0
+    offsets_past_end: int = 0  # committed offsets the cut left past their queue's new end
     slave_diverged: int = 0  # ha: rounds after which the slave set a diverged tail aside
     violations: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
@@ -155,6 +156,7 @@ class Report:
             f"{self.scenario}: {self.rounds} rounds ({cuts}) in {self.seconds:.0f} s: "
             f"{self.acknowledged} acknowledged, {self.lost} lost, "
             f"{self.in_flight_at_cut} sends in flight at the cuts, "
+            f"{self.offsets_past_end} committed offsets left past a queue's end (corrected), "
             + (f"slave diverged {self.slave_diverged} times, " if self.scenario == "ha" else "")
             + f"violations: {violations or 'none'}"
         )
@@ -414,12 +416,15 @@ async def wait_offsets_persisted(store: Path, ends: dict[int, int]) -> None:
     await eventually(persisted, "consumer offsets persisted", 10)
 
 
-async def check_offsets(api: BrokerAPI, address: str, check: Check) -> None:
+async def check_offsets(api: BrokerAPI, address: str, check: Check) -> dict[int, int]:
+    """No committed offset is past its queue's end; returns the queues' ends."""
+    ends = {}
     for queue in range(QUEUES):
-        end = await api.get_max_offset(address, TOPIC, queue)
+        end = ends[queue] = await api.get_max_offset(address, TOPIC, queue)
         committed = await api.query_consumer_offset(address, GROUP, TOPIC, queue)
         if committed > end:
             check.violate("consumer-offset", f"queue {queue}: committed {committed}, ends at {end}")
+    return ends
 
 
 def diverged_tails(store: Path) -> int:
@@ -505,9 +510,11 @@ class PowerCuts:
         sending = asyncio.create_task(sender.run(first, PER_ROUND))
         try:
             await eventually(lambda: sender.answered >= wait_for or sending.done(), "answers", 60)
-            if rng.random() < 0.5:
-                ends = await commit_offsets(self.api, self.master.address)
-                await wait_offsets_persisted(self.master.store, ends)
+            committed: dict[int, int] = {}
+            # every round of async-flush: its cut may leave them past the end, to be corrected
+            if self.scenario == "async-flush" or rng.random() < 0.5:
+                committed = await commit_offsets(self.api, self.master.address)
+                await wait_offsets_persisted(self.master.store, committed)
             in_flight = sender.in_flight
             summaries = {}
             for victim in victims:
@@ -534,7 +541,10 @@ class PowerCuts:
         await check_index(self.api, address, kept, random.Random(cut_seed), check)
         newest = await newest_store_time(self.api, address, self.sent)
         check_checkpoint(self.master.store, newest, check)
-        await check_offsets(self.api, address, check)
+        new_ends = await check_offsets(self.api, address, check)
+        self.report.offsets_past_end += sum(
+            1 for queue, offset in committed.items() if offset > new_ends[queue]
+        )
         if self.scenario == "async-flush":
             end = durable_end(summaries["master"])
             for record in check.lost:
@@ -561,7 +571,7 @@ class PowerCuts:
 
         self.report.rounds += 1
         self.report.cuts[f"{'+'.join(victims)} {mode}"] += 1
-        self.report.acknowledged = sum(1 for s in self.sent.values() if s.acked)
+        self.report.acknowledged += len(round_acked)
         self.report.lost += len(check.lost)
         self.report.in_flight_at_cut += in_flight
         self.report.violations.update(check.violations)
