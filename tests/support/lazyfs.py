@@ -248,11 +248,12 @@ class LazyOperations(pyfuse3.Operations):
         self._dir_change(parent_inode)
         try:
             ino = os.lstat(path).st_ino
-            self.volatile.keep(path, ino)
+            kept = self.volatile.keep(path, ino)
             os.unlink(path)
         except OSError as e:
             raise pyfuse3.FUSEError(e.errno or errno.EIO) from None
         self._forget_path(path, ino)
+        self._kept_at(ino, kept)
 
     async def symlink(
         self,
@@ -319,15 +320,23 @@ class LazyOperations(pyfuse3.Operations):
                 self._dir_change(parent_inode_old)
                 self._dir_change(parent_inode_new)
                 self.volatile.keep(old, st.st_ino)
+                kept = None
                 if replaced is not None and not stat.S_ISDIR(replaced.st_mode):
-                    self.volatile.keep(new, replaced.st_ino)
+                    kept = self.volatile.keep(new, replaced.st_ino)
                 os.rename(old, new)
                 if replaced is not None:
                     self._forget_path(new, replaced.st_ino)
+                    if kept is not None:
+                        self._kept_at(replaced.st_ino, kept)
         except OSError as e:
             raise pyfuse3.FUSEError(e.errno or errno.EIO) from None
         self._forget_path(old, st.st_ino)
         self.paths.setdefault(st.st_ino, set()).add(new)
+
+    def _kept_at(self, ino: int, kept: Path) -> None:
+        """An inode that lost a name stays openable, as on any file system, through the name
+        the attic keeps it under (the kernel may open it from a dentry looked up just before)."""
+        self.paths.setdefault(ino, set()).add(kept)
 
     def _moved_dir(self, old: Path, new: Path) -> None:
         for known in self.paths.values():
@@ -444,6 +453,11 @@ class LazyOperations(pyfuse3.Operations):
         self.volatile.synced_dir(self.dir_handles[fh])
         while self.volatile.gone:
             self.paths.pop(self.volatile.gone.pop(), None)
+        if not self.volatile.dirs:  # the attic was emptied: its names are gone
+            attic = self.volatile.attic
+            for known in self.paths.values():
+                for path in [p for p in known if p.parent == attic]:
+                    known.discard(path)
 
 
 # --- the daemon ---------------------------------------------------------------------------

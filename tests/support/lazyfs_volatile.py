@@ -98,12 +98,14 @@ class Volatile:
                 if not (path == self.root and e.name == ATTIC)
             }
 
-    def keep(self, path: Path, ino: int) -> None:
-        """Keep inode `ino` (a file at `path` about to lose that name) for a cut to put back."""
+    def keep(self, path: Path, ino: int) -> Path:
+        """Keep inode `ino` (a file at `path` about to lose that name) for a cut to put back;
+        returns the name it is kept under."""
         self.attic.mkdir(exist_ok=True)
         kept = self.attic / str(ino)
         if not kept.exists():
             os.link(path, kept, follow_symlinks=False)
+        return kept
 
     def dir_entry_durable(self, parent: int, name: str, entry: tuple[int, bool] | None) -> None:
         """A change taken as durable at once (rmdir, a directory's rename) in `parent`."""
