@@ -600,9 +600,13 @@ class MessageStore(Service):
         self, offset: int, data: bytes | memoryview | Sequence[bytes | memoryview]
     ) -> None:
         """The slave side of HA: append the master's bytes at exactly `offset` (one buffer, or
-        the bodies of consecutive frames). Dispatch follows in its own task."""
+        the bodies of consecutive frames). Dispatch follows in its own task. With SYNC_FLUSH the
+        group commit flushes them (no put waits on a slave, and nothing else would: its
+        CommitLog stayed unsynced until it stopped, and a power cut tore pages anywhere in it)."""
         self.commitlog.append_raw(offset, data)
         self.reput.wakeup()
+        if self._group_commit is not None:
+            self._group_commit.wakeup()
 
     def on_committed(self) -> None:
         """The commit service moved bytes into the files: readers may see more, buffers return."""
