@@ -63,15 +63,20 @@ typing-tree:
 	@ln -sfn ../../../store/common $(TYPING)/common
 	@ln -sf ../../../client/_tidemq/__init__.py ../../../client/_tidemq/py.typed $(TYPING)/
 
-# Debian packages the tests run, as command:package (the daemons need none of them: setpriv is
-# for the tests that drop privileges as deploy/systemd does). Installed with apt-get when run as
-# root and missing (CI runs as root); otherwise the one command to run is printed.
+# Debian packages the tests run, as command:package (or /file:package for a package without a
+# command); the daemons need none of them (setpriv is for the tests that drop privileges as
+# deploy/systemd does). Installed with apt-get when run as root and missing (CI runs as root);
+# otherwise the one command to run is printed. They come before the test extras: pyfuse3 is
+# built from source against libfuse3-dev (found by pkg-config); fusermount3 (fuse3) mounts the
+# lossy file system of the power-cut tests.
 SYSTEM_PACKAGES ?= java:openjdk-17-jre-headless nft:nftables iptables:iptables setpriv:util-linux \
-	chromium:chromium chromedriver:chromium-driver etcd:etcd-server
+	chromium:chromium chromedriver:chromium-driver etcd:etcd-server fusermount3:fuse3 \
+	pkg-config:pkg-config /usr/include/fuse3/fuse_lowlevel.h:libfuse3-dev
 .PHONY: system-packages
 system-packages:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
-		command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+		what="$${pair%%:*}"; \
+		{ command -v "$$what" || test -e "$$what"; } >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing Debian packages:$$missing (log: /tmp/tidemq-apt.log)"; \
@@ -103,7 +108,7 @@ $(RMQ5_STAMP):
 install-run: $(RUN_STAMP) protocol ## create .venv with tidemq and what its daemons, mqadmin and dashboard need
 
 .PHONY: install
-install: $(TEST_STAMP) protocol $(RMQ5_STAMP) system-packages ## install-run, then what the tests need: the dev and spark extras, the RocketMQ 5 client, Debian packages
+install: system-packages $(TEST_STAMP) protocol $(RMQ5_STAMP) ## install-run, then what the tests need: the dev and spark extras, the RocketMQ 5 client, Debian packages
 
 .PHONY: run
 run: install-run ## a local name server, SYNC_MASTER and SLAVE with a status line (Ctrl-C stops them)
@@ -167,6 +172,16 @@ PARTITION_SEED ?=
 .PHONY: partitions
 partitions: install ## partitions and pauses during failover (etcd, 3 brokers, namespaces); one history checked
 	$(BIN)/python -m tests.fault.partitions --rounds $(PARTITION_ROUNDS) $(if $(PARTITION_SEED),--seed $(PARTITION_SEED))
+
+# make powercut POWERCUT_ROUNDS=20 POWERCUT_SCENARIO=ha (see tests/fault/powercut.py: sync-flush,
+# async-flush or ha); POWERCUT_SEED=n repeats a run. Needs root and /dev/fuse (a FUSE mount).
+POWERCUT_ROUNDS ?= 100
+POWERCUT_SCENARIO ?= sync-flush
+POWERCUT_SEED ?=
+.PHONY: powercut
+powercut: install ## power cuts of brokers on a lossy FUSE file system; check nothing acknowledged is lost
+	$(BIN)/python -m tests.fault.powercut --scenario $(POWERCUT_SCENARIO) --rounds $(POWERCUT_ROUNDS) \
+		$(if $(POWERCUT_SEED),--seed $(POWERCUT_SEED))
 
 .PHONY: bench
 bench: install ## benchmarks: prints throughput figures and ratios to their baselines

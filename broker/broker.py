@@ -534,6 +534,9 @@ class Broker(Service):
         self.store.load()
         for manager in self._managers():
             manager.load()
+        if self.store.role is not BrokerRole.SLAVE:
+            # a slave's offsets come from its master, whose queues may be ahead of its own
+            self.offsets.correct_past_end(self.store.max_offset_in_queue)
         await self.start_child(Step(stop=self.namesrv_client.close))
         await self.start_child(self.store)
         await self.start_child(Step(stop=self._persist_managers))

@@ -23,6 +23,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidemq.common.files import make_dirs
+
 log = logging.getLogger(__name__)
 
 
@@ -130,7 +132,7 @@ class EpochFile:
             self._write()
 
     def _write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.path.parent)
         temporary = self.path.with_name(self.path.name + ".tmp")
         with temporary.open("w", encoding="utf-8") as out:
             out.write(encode(self.entries))

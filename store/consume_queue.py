@@ -223,12 +223,18 @@ class ConsumeQueue:
         """Check, then cut as checked (`check_recovery`, `apply_recovery`); returns `clean`."""
         return self.apply_recovery(self.check_recovery(checker, commitlog_end))
 
-    def check_recovery(self, checker: UnitChecker, commitlog_end: int) -> QueueCut:
+    def check_recovery(
+        self, checker: UnitChecker, commitlog_end: int, suspect_from: int | None = None
+    ) -> QueueCut:
         """Where this queue's valid prefix ends and where it is cut; reads only.
 
         Older files are spot-checked against the CommitLog (their first and last unit, through
         `checker`), and the full check starts at the first of them that fails, else at the
-        third file from the end. From there every unit is checked structurally, at C speed
+        third file from the end. With `suspect_from` (a CommitLog offset: after a machine
+        restart, where the checkpoint no longer vouches that units were synced) it starts no
+        later than the first file whose last unit's record lies at or past it: a power cut can
+        zero an unsynced page in any such file, also in the middle of a file whose first and
+        last units survived. From there every unit is checked structurally, at C speed
         (`struct.iter_unpack`): its size is positive, physical offsets grow strictly, and its
         record ends within `commitlog_end`; blank padding units are skipped, and a zero unit
         is the end. A unit whose record lies past `commitlog_end` (the CommitLog lost its
@@ -258,7 +264,10 @@ class ConsumeQueue:
         if not segments:
             return QueueCut(-1, self.min_logic_offset, -1, -1, True)
         first = segments[0]
-        start_index = self._first_suspect_file(checker, max(0, len(segments) - 3))
+        full_from = max(0, len(segments) - 3)
+        if suspect_from is not None:
+            full_from = self._first_unsynced_file(suspect_from, full_from)
+        start_index = self._first_suspect_file(checker, full_from)
         check_from = segments[start_index].start_offset
         valid_end, damaged = self._check_structure(start_index, commitlog_end)
         bad = self._check_samples(checker, check_from, valid_end)
@@ -353,6 +362,15 @@ class ConsumeQueue:
         if size == _BLANK_SIZE and phy == 0:
             return True  # padding
         return checker(phy, size, queue_offset)
+
+    def _first_unsynced_file(self, suspect_from: int, full_from: int) -> int:
+        """The first file before `full_from` whose last unit's record starts at or past
+        `suspect_from`, else `full_from`."""
+        for index, segment in enumerate(self.segments.segments[:full_from]):
+            phy, _size, _tags = _UNIT.unpack_from(segment.view, segment.size - CQ_UNIT_SIZE)
+            if phy >= suspect_from:
+                return index
+        return full_from
 
     def _first_suspect_file(self, checker: UnitChecker, full_from: int) -> int:
         """The first file before `full_from` whose first or last unit fails, else `full_from`."""

@@ -71,7 +71,7 @@ from typing import Final
 
 from tidemq.common import speedups
 from tidemq.common.errors import ConfigError
-from tidemq.common.files import fsync_dir
+from tidemq.common.files import fsync_dir, make_dirs
 from tidemq.store.errors import CorruptStoreError
 from tidemq.store.javahash import HIGH_DIGITS, LOW_DIGITS, ascii_hash_u32, java_string_hash
 from tidemq.store.layout import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
@@ -592,7 +592,7 @@ class IndexService:
         """Remove and destroy the files `plan_load` named, open the others."""
         if self._files:
             raise RuntimeError("IndexService.load called twice")
-        self.index_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.index_dir)
         for path in plan.empty:
             log.warning("removing empty index file %s", path)
             path.unlink()
@@ -706,7 +706,7 @@ class IndexService:
     def _roll(self) -> _IndexFile:
         """getAndCreateLastIndexFile: start a new file continuing from the last one."""
         prev = self._files[-1] if self._files else None
-        self.index_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.index_dir)
         with self._lock:
             f = self._create_file(
                 prev.name if prev else "",

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import IO
 
 from tidemq.common import speedups
+from tidemq.common.files import make_dirs
 from tidemq.store.errors import StoreLockedError
 from tidemq.store.fast_scan import KeyGatherer, scan_fast
 from tidemq.store.index import IndexService
@@ -96,7 +97,7 @@ class WorkerSpec:
 
 def take_lock(index_dir: Path, wait: float) -> int:
     """Hold the index writer lock; waits up to `wait` seconds for another holder to go."""
-    index_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(index_dir)
     path = index_dir.with_name(index_dir.name + LOCK_SUFFIX)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + wait

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from tidemq.common.files import path_inside, write_file_safely
+from tidemq.common.files import make_dirs, path_inside, write_file_safely
 from tidemq.common.lifecycle import Service, Step
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import AppendResult, CommitLog, PutStatus
@@ -238,7 +238,7 @@ class MessageStore(Service):
 
     def load(self) -> None:
         """Lock, open and recover the store; afterwards queues match the CommitLog."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.root)
         self._lock.take()
         try:
             self.index_keeper.take_lock()
@@ -600,9 +600,13 @@ class MessageStore(Service):
         self, offset: int, data: bytes | memoryview | Sequence[bytes | memoryview]
     ) -> None:
         """The slave side of HA: append the master's bytes at exactly `offset` (one buffer, or
-        the bodies of consecutive frames). Dispatch follows in its own task."""
+        the bodies of consecutive frames). Dispatch follows in its own task. With SYNC_FLUSH the
+        group commit flushes them (no put waits on a slave, and nothing else would: its
+        CommitLog stayed unsynced until it stopped, and a power cut tore pages anywhere in it)."""
         self.commitlog.append_raw(offset, data)
         self.reput.wakeup()
+        if self._group_commit is not None:
+            self._group_commit.wakeup()
 
     def on_committed(self) -> None:
         """The commit service moved bytes into the files: readers may see more, buffers return."""

@@ -57,6 +57,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidemq.common.files import write_file_safely
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import CommitLog, KeptTail
 from tidemq.store.config import StoreConfig
@@ -88,8 +89,13 @@ def read_boot_id() -> str:
 
 
 def write_abort_file(root: Path) -> None:
-    """The store runs: a load that finds this file recovers abnormally (module docstring)."""
-    (root / "abort").write_text(read_boot_id())
+    """The store runs: a load that finds this file recovers abnormally (module docstring).
+
+    Synced, name and content, before the store takes any write: a power cut that took it
+    would make the next load a normal one, which trusts the ConsumeQueues and checks only the
+    last CommitLog files.
+    """
+    write_file_safely(root / "abort", read_boot_id().encode(), keep_backup=False)
 
 
 def recovery_kind(root: Path) -> Recovery:
@@ -171,7 +177,9 @@ def plan_cut(
     segments = commitlog.segments.segments
     check_from = segments[check_from_segment].start_offset if segments else 0
     tails = tuple(commitlog.tails_past(end)) if segments else ()
-    queue_cuts, queues = check_consume_queues(consume_queues, commitlog, end)
+    # After a machine restart units of records from S on may have lost unsynced pages anywhere.
+    suspect_from = check_from if kind is Recovery.OTHER_BOOT else None
+    queue_cuts, queues = check_consume_queues(consume_queues, commitlog, end, suspect_from)
     rebuild_from = index_load.rebuild_from if index_load is not None else None
     reput_from = redispatch_start(kind, queues, check_from, rebuild_from)
     # The cut keeps the CommitLog's first file (end lies at or past its start): same minimum.
@@ -246,15 +254,19 @@ def apply_recovery(
 
 
 def check_consume_queues(
-    consume_queues: Mapping[tuple[str, int], ConsumeQueue], commitlog: CommitLog, end: int
+    consume_queues: Mapping[tuple[str, int], ConsumeQueue],
+    commitlog: CommitLog,
+    end: int,
+    suspect_from: int | None = None,
 ) -> tuple[dict[tuple[str, int], QueueCut], RecoveredQueues]:
     """Check every queue against a CommitLog cut at `end` (reads only): each queue's cut, where
-    their units then end, and where damaged ones need rebuilding."""
+    their units then end, and where damaged ones need rebuilding. `suspect_from`: see
+    ConsumeQueue.check_recovery."""
     cuts: dict[tuple[str, int], QueueCut] = {}
     queues_end = 0
     damaged_from: list[int] = []
     for key, queue in consume_queues.items():
-        cut = queue.check_recovery(unit_checker(commitlog, queue, end), end)
+        cut = queue.check_recovery(unit_checker(commitlog, queue, end), end, suspect_from)
         cuts[key] = cut
         if not cut.clean:
             damaged_from.append(max(cut.max_physical_offset, 0))

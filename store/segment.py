@@ -25,6 +25,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from tidemq.common.files import fsync_dir
 from tidemq.store.config import AppendMode
 from tidemq.store.errors import CorruptStoreError
 
@@ -70,17 +71,27 @@ def _create_full_size(path: Path, size: int) -> int:
 
     The file is sized under a temporary name, then linked to its own name, which fails if that
     exists (as O_EXCL would). A temporary file left by a crash never held data; load removes it.
+    Against a power cut: the size is synced before the link (else the name could come back with
+    a file of 0 bytes, which stops the next load), and the directory after it (else the name
+    could be lost, and with it every record a later fdatasync of the file "made durable": a
+    SYNC_FLUSH acknowledgement).
     """
     tmp = path.with_name(path.name + TMP_SUFFIX)
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         preallocate(fd, size)
+        os.fdatasync(fd)
         os.link(tmp, path)
     except BaseException:
         os.close(fd)
         raise
     finally:
         tmp.unlink(missing_ok=True)
+    try:
+        fsync_dir(path.parent)
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from tidemq.common.files import make_dirs
 from tidemq.store.config import AppendMode
 from tidemq.store.errors import CorruptStoreError
 from tidemq.store.segment import TMP_SUFFIX, Segment, name_to_offset, offset_to_name
@@ -40,7 +41,7 @@ class SegmentQueue:
 
     def load(self) -> None:
         """Open every segment file; a file of the wrong size or name stops the load."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.directory)
         files = sorted(p for p in self.directory.iterdir() if p.is_file())
         for path in files:
             if name_to_offset(path.name) is None:
@@ -122,7 +123,7 @@ class SegmentQueue:
         return self._create(create_at)
 
     def _create(self, start: int) -> Segment:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.directory)
         buffer = self._write_buffers() if self._write_buffers else None
         segment = Segment(
             self.directory / offset_to_name(start),

@@ -157,6 +157,11 @@ class GroupCommitService(Service):
         self.add_child(Step(stop=self._flush_and_release))
         self.add_child(BackgroundTask(self._run, "group-commit"))
 
+    def wakeup(self) -> None:
+        """Flush what was appended without a waiter (a slave's replicated bytes), as RocketMQ's
+        group commit flushes when no request waits; appends meanwhile share the next fsync."""
+        self._wakeup.set()
+
     async def wait_flushed(self, offset: int) -> bool:
         """True once an fsync covers `offset`; False after syncFlushTimeout."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()

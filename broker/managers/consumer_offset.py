@@ -123,6 +123,33 @@ class ConsumerOffsetManager(ConfigManager[OffsetTable]):
                 previous,
             )
 
+    def correct_past_end(self, end_of: Callable[[str, int], int]) -> int:
+        """Lower each committed offset past its queue's end (`end_of(topic, queue_id)`) to that
+        end; returns how many were. After a power cut the store may have lost its unflushed
+        tail while the offsets file (synced on its own schedule) kept offsets into it: trusted,
+        they would make consumers skip the messages stored again at those offsets."""
+        corrected = 0
+        for key, queues in self._table.items():
+            split = _split(key)
+            if split is None:
+                continue
+            topic, group = split
+            for queue_id, offset in queues.items():
+                end = end_of(topic, queue_id)
+                if offset > end:
+                    log.warning(
+                        "committed offset past the end of its queue, corrected: group %s topic "
+                        "%s queue %d committed %d, the queue ends at %d",
+                        group,
+                        topic,
+                        queue_id,
+                        offset,
+                        end,
+                    )
+                    queues[queue_id] = end
+                    corrected += 1
+        return corrected
+
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when the group never committed one for this queue."""
         return self._table.get(_key(topic, group), {}).get(queue_id, -1)

@@ -6,7 +6,7 @@ theirs. It imports no other tidemq package (tests/unit/test_import_graph.py).
 - `lifecycle`: the `Service` base with ordered children, `BackgroundTask`, `cancel_and_wait`.
 - `schema`: one schema for camelCase fields (headers, properties files, JSON bodies).
 - `settings`: `setting()` and typed config objects read from properties.
-- `files`: `write_file_safely`, `path_inside`, `fsync_dir`.
+- `files`: `write_file_safely`, `path_inside`, `fsync_dir`, `make_dirs`.
 - `speedups`: which twin runs, the compiled or the pure-Python one.
 - `accept`: the one accept loop of a listening socket (remoting and HA ports).
 

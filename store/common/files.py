@@ -1,5 +1,6 @@
-"""Crash-safe replacement of a small file, the directory fsync that makes a rename durable, and
-the one function the store builds a path from a name with.
+"""Crash-safe replacement of a small file, the directory fsync that makes a rename durable, the
+`mkdir -p` whose new directories are durable (`make_dirs`), and the one function the store builds
+a path from a name with.
 
 `path_inside(root, *names)` is `root/name/...` when every name is one plain path segment
 (not empty, no `/` or NUL, not `.` or `..`) and the joined path, normalised, lies inside
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 
 from tidemq.common.errors import StorePathError
@@ -52,6 +54,29 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def make_dirs(directory: Path) -> None:
+    """`mkdir -p` whose new names are durable: each directory created is fsynced into its parent.
+
+    A name created in a directory survives a power cut only once that directory is fsynced
+    (POSIX; ext4 and XFS often commit it with a later fsync of a file, but nothing promises
+    that): without this a new store, or a new ConsumeQueue, could lose all its files at once.
+    """
+    if directory.is_dir():
+        return
+    missing: list[Path] = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for new in reversed(missing):
+        try:
+            new.mkdir()
+        except FileExistsError:
+            if not new.is_dir():
+                raise
+            continue  # made meanwhile by another thread or process, which syncs its parent
+        fsync_dir(new.parent)
+
+
 def _write_synced(path: Path, data: bytes) -> None:
     with open(path, "wb") as out:
         out.write(data)
@@ -72,16 +97,29 @@ def _keep_backup(path: Path) -> None:
     os.replace(staging, sibling(path, ".bak"))
 
 
+_path_locks: dict[Path, threading.Lock] = {}
+_path_locks_lock = threading.Lock()
+
+
+def _lock_of(path: Path) -> threading.Lock:
+    with _path_locks_lock:
+        return _path_locks.setdefault(path, threading.Lock())
+
+
 def write_file_safely(path: Path, data: bytes, *, keep_backup: bool = True) -> None:
     """Replace `path` with `data` crash-safely (the order is in the module docstring).
 
     Blocks on fsyncs: call it off the event loop when the file is large or written often.
     Raises `OSError` when the file cannot be written; the previous file is then left in place.
+    Writes of one path in one process take turns: they share `<path>.tmp`, and a broker
+    persists a table from a worker thread and from its event loop (the slave's offset
+    reconcile), so one could rename the other's half-written file, or find it gone.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = sibling(path, ".tmp")
-    _write_synced(tmp, data)
-    if keep_backup and path.exists():
-        _keep_backup(path)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    with _lock_of(path):
+        make_dirs(path.parent)
+        tmp = sibling(path, ".tmp")
+        _write_synced(tmp, data)
+        if keep_backup and path.exists():
+            _keep_backup(path)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)

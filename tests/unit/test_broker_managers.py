@@ -431,6 +431,18 @@ class TestConsumerOffsets:
         assert offsets.remove("g3", "U") and not offsets.remove("g3", "U")
         assert offsets.snapshot() == {}
 
+    def test_offsets_past_the_end_of_their_queue_are_corrected(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        offsets = ConsumerOffsetManager(tmp_path)
+        offsets.commit("h", "cg", "T", 0, 120)  # the queue lost its tail: ends at 100 now
+        offsets.commit("h", "cg", "T", 1, 40)  # within its queue
+        offsets.commit("h", "cg", "U", 0, 7)  # a queue the store no longer has
+        ends = {("T", 0): 100, ("T", 1): 50}
+        assert offsets.correct_past_end(lambda topic, queue: ends.get((topic, queue), 0)) == 2
+        assert offsets.snapshot() == {"T@cg": {0: 100, 1: 40}, "U@cg": {0: 0}}
+        assert "committed 120, the queue ends at 100" in caplog.text
+
     def test_snapshot_is_a_deep_copy(self, tmp_path: Path) -> None:
         offsets = ConsumerOffsetManager(tmp_path)
         offsets.commit("h", "cg", "T", 0, 1)

@@ -4,6 +4,7 @@ between writing the temporary file and renaming it (os.replace raising) leaving 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,27 @@ def test_fsync_dir_accepts_a_directory_and_rejects_a_missing_one(tmp_path: Path)
     fsync_dir(tmp_path)
     with pytest.raises(FileNotFoundError):
         fsync_dir(tmp_path / "missing")
+
+
+def test_concurrent_writes_of_one_path_take_turns(tmp_path: Path) -> None:
+    """Two threads replacing one file (a broker's periodic persist in a worker thread and a
+    persist on its event loop) share `<path>.tmp`: each write must still succeed, whole."""
+    path = tmp_path / "consumerOffset.json"
+    contents = [bytes([65 + n]) * (20_000 + n) for n in range(2)]
+    errors: list[BaseException] = []
+
+    def writer(data: bytes) -> None:
+        try:
+            for _ in range(150):
+                write_file_safely(path, data)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(data,)) for data in contents]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[:3]
+    assert path.read_bytes() in contents
+    assert (tmp_path / "consumerOffset.json.bak").read_bytes() in contents

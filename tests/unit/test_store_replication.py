@@ -15,7 +15,7 @@ import pytest
 from tests.support.conditions import eventually
 from tests.support.stores import StoreFactory
 from tidemq.store.commitlog import PutStatus
-from tidemq.store.config import BrokerRole
+from tidemq.store.config import BrokerRole, FlushDiskType
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import MessageToStore
 from tidemq.store.replication import Replication
@@ -110,3 +110,26 @@ async def test_the_dispatch_cap_holds_dispatch_until_an_ack_moves_it(
     assert transfer.ack_listeners == []
     assert await put(store, 1) is PutStatus.PUT_OK
     await eventually(lambda: store.max_offset_in_queue("T", 0) == 2, "dispatch without a cap")
+
+
+async def test_a_sync_flush_slave_flushes_what_it_replicates(tmp_path: Path) -> None:
+    """No put waits on a slave: its group commit must flush the replicated bytes by itself
+    (else a power cut of the slave tears pages anywhere in its CommitLog; found by
+    tests/fault/powercut.py)."""
+    master = await open_store(tmp_path / "master", BrokerRole.ASYNC_MASTER)
+    slave = STORES.open(
+        tmp_path / "slave", broker_role=BrokerRole.SLAVE, flush_disk_type=FlushDiskType.SYNC_FLUSH
+    )
+    await slave.start()
+    try:
+        for i in range(20):
+            assert await put(master, i) is PutStatus.PUT_OK
+        end = master.commitlog.max_offset
+        data = bytes(master.commitlog.segments.segments[0].view[:end])
+        slave.append_to_commitlog(0, data)
+        await eventually(
+            lambda: slave.commitlog.segments.flushed_where >= end, "the slave's flush", 5
+        )
+    finally:
+        await slave.stop()
+        await master.stop()

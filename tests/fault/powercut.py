@@ -1,0 +1,630 @@
+"""Power cuts of brokers whose stores live on lossy file systems (issue 32 item 2).
+
+    python -m tests.fault.powercut [--scenario sync-flush|async-flush|ha] [--rounds N] [--seed S]
+
+Each broker's `storePathRootDir` (its config files included) is on its own lossy FUSE mount
+(tests/support/lazyfs.py): what no fsync, fdatasync or msync made durable is dropped by a cut.
+A round sends numbered messages (16 in flight, 4 queues; each body is a pure function of its
+number, so any byte served wrong is seen), and once a random number of them have been answered,
+with sends still in flight, it cuts: every process using the store's mount is SIGKILLed (the
+broker and its index worker), the mount is aborted, the unsynced state dropped (`all`, or
+`torn` with a seeded random half of the unsynced pages kept), and the next boot starts: a fresh
+mount, and the store's abort file, if the cut left it holding this machine's boot id, given
+another one (the machine "restarted"; recovery must not trust the page cache). Each restart
+picks the store's appendMode at random: pwrite, or copies into the shared map (on FUSE a shared
+writable map works: the mount is not direct_io, and msync reaches the daemon as an fsync), so
+the proof covers both. Every send is
+recorded: acknowledged with its queue, queue offset and physical offset, or not. After the
+restart the round checks, exactly:
+
+- what a consumer reads: each queue's offsets run from 0 without a hole; each message's body is
+  exactly the one sent under its number (nothing half-written, nothing from elsewhere) and was
+  sent; every acknowledged message is at its queue and offset (else it is counted lost);
+- the store: an offline walk (`cq_check`) finds every ConsumeQueue unit pointing at its record
+  of the CommitLog and every record in its queue; each acknowledged message of the round is
+  found by its key through the index (QUERY_MESSAGE); the checkpoint's store times are not
+  newer than the newest record kept (a checkpoint claiming data the cut took would let a later
+  recovery skip its check);
+- committed consumer offsets: before each cut the round commits every queue's end for a group
+  (and waits until the broker has persisted them); after it no committed offset is past its
+  queue's new end.
+
+Scenarios and what each promises (violations are counted per property; `lost` is acknowledged
+messages not read back):
+
+- `sync-flush` (ASYNC_MASTER, SYNC_FLUSH): an acknowledgement follows the fsync that covered the
+  message, so nothing acknowledged is lost: lost must be 0.
+- `async-flush` (ASYNC_MASTER, ASYNC_FLUSH): acknowledged before any fsync, so the tail may be
+  lost; what is lost is at most what the cut found unsynced: an acknowledged message whose record
+  lay wholly before the first unsynced page of the CommitLog must be there (`beyond_unsynced`).
+- `ha` (SYNC_MASTER and its SLAVE, both SYNC_FLUSH, each on its own lossy mount): each round cuts
+  the master, the slave, or both. An acknowledgement means the master flushed the message and the
+  slave received it. Master alone or both: the master keeps every acknowledged message (its own
+  fsync). Slave alone: the master is untouched; the slave comes back, reconnects and catches up.
+  In every case, once the slave has caught up its CommitLog is byte-identical to the master's.
+  What is not promised: the master replicates a send while its own fsync runs, so a cut of the
+  master can take bytes its slave already has (of sends not yet acknowledged). The slave is then
+  ahead: it says DIVERGED and, without haSlaveAutoTruncate, stops following (SYNC_MASTER sends
+  fail until an operator acts). The slave here has haSlaveAutoTruncate: it sets the extra tail
+  aside (`*.diverged`) and resynchronises; the report counts those rounds.
+
+`make powercut` runs POWERCUT_ROUNDS (100) rounds of POWERCUT_SCENARIO (sync-flush) with
+POWERCUT_SEED; tests/fault/test_power_cut.py runs a few seeded rounds of each in `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from tests.fault.cq_check import check_consume_queues
+from tests.support.conditions import eventually
+from tests.support.ha_processes import assert_identical, wait_caught_up, wait_transfer
+from tests.support.lazy_mounts import LazyMount
+from tests.support.processes import Daemon, ProcessGroup, free_port
+from tests.support.wire import pull_header, send_header
+from tidemq.client.api import BrokerAPI, PullStatus
+from tidemq.client.errors import ConnectError
+from tidemq.client.message import SendStatus
+from tidemq.client.transport.connection import ConnectionClosedError
+from tidemq.store.checkpoint import StoreCheckpoint
+from tidemq.store.recovery import read_boot_id
+
+TOPIC: Final = "PowerCut"
+QUEUES: Final = 4
+GROUP: Final = "PowerCutCG"
+IN_FLIGHT: Final = 16
+PER_ROUND: Final = 5000  # sends a round may make; the cut comes well before they are done
+CUT_AFTER: Final = 600  # the cut comes once 1 to this many sends were answered
+# A record of these tests (a body under 1 KiB, a key, a few properties) is under this size.
+RECORD_BOUND: Final = 2048
+SCENARIOS: Final = ("sync-flush", "async-flush", "ha")
+HA_TIMING: Final = ("haHousekeepingInterval=500", "haSendHeartbeatInterval=200")
+# A master's cut can leave its slave ahead of it (module docstring): it must set the tail aside.
+SLAVE_TRUNCATES: Final = ("haSlaveAutoTruncate=true", "haDivergedRetryInterval=500")
+COMMON: Final = (
+    "flushConsumerOffsetInterval=100",
+    # a stalled flush must fail the send, not hang the round
+    "syncFlushTimeout=5000",
+)
+
+
+def body_of(number: int) -> bytes:
+    """Message `number`'s body: a header naming it, then bytes derived from it (100-999 long)."""
+    head = f"m{number:09d}|".encode()
+    size = 100 + number * 7919 % 900
+    filler = hashlib.sha256(head).digest() * (size // 32 + 1)
+    return head + filler[: size - len(head)]
+
+
+def number_of(body: bytes) -> int | None:
+    if len(body) < 11 or body[:1] != b"m" or body[10:11] != b"|" or not body[1:10].isdigit():
+        return None
+    return int(body[1:10])
+
+
+def key_of(number: int) -> str:
+    return f"pc{number}"
+
+
+def phy_of(msg_id: str) -> int:
+    """The physical offset in a broker's message id (RocketMQ's offsetMsgId: ip, port, offset)."""
+    return int(msg_id[16:32], 16) if len(msg_id) == 32 else -1
+
+
+@dataclass
+class Sent:
+    number: int
+    acked: bool = False
+    queue: int = -1
+    offset: int = -1
+    phy: int = -1
+
+
+@dataclass
+class Report:
+    scenario: str
+    rounds: int = 0
+    cuts: Counter[str] = field(default_factory=Counter)
+    acknowledged: int = 0
+    lost: int = 0
+    in_flight_at_cut: int = 0
+    offsets_past_end: int = 0  # committed offsets the cut left past their queue's new end
+    slave_diverged: int = 0  # ha: rounds after which the slave set a diverged tail aside
+    violations: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        cuts = ", ".join(f"{n} {what}" for what, n in sorted(self.cuts.items()))
+        violations = ", ".join(f"{n} {what}" for what, n in sorted(self.violations.items()))
+        return (
+            f"{self.scenario}: {self.rounds} rounds ({cuts}) in {self.seconds:.0f} s: "
+            f"{self.acknowledged} acknowledged, {self.lost} lost, "
+            f"{self.in_flight_at_cut} sends in flight at the cuts, "
+            f"{self.offsets_past_end} committed offsets left past a queue's end (corrected), "
+            + (f"slave diverged {self.slave_diverged} times, " if self.scenario == "ha" else "")
+            + f"violations: {violations or 'none'}"
+        )
+
+
+# --- nodes: a broker and its lossy mount ----------------------------------------------------
+
+
+def processes_using(path: Path) -> set[int]:
+    """Pids with a file, a map, a cwd or a root under `path` (read from /proc)."""
+    prefix = str(path) + "/"
+    found: set[int] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            links = [os.readlink(proc / "cwd")]
+            links += [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+            maps = (proc / "maps").read_text()
+        except OSError:
+            continue  # gone, or not ours to read
+        if any(link == str(path) or link.startswith(prefix) for link in links) or prefix in maps:
+            found.add(int(proc.name))
+    return found
+
+
+def kill_and_wait(pids: set[int], timeout: float = 10.0) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                break
+            if state in ("Z", "X"):
+                break
+            time.sleep(0.01)
+
+
+def power_cut(mount: LazyMount, mode: str, seed: int, store: str = "store") -> dict[str, object]:
+    """Kill every process using `mount`, cut it, and make the next boot another boot: a store
+    abort file the cut left holding this machine's boot id is given another one."""
+    kill_and_wait(processes_using(mount.path))
+    summary = mount.cut(mode, seed)
+    abort = mount.backing / store / "abort"
+    if abort.exists() and abort.read_text(errors="replace").strip() == read_boot_id():
+        abort.write_text(f"before-power-cut-{mount.boots}")
+    return summary
+
+
+@dataclass
+class Node:
+    """One broker whose store is on its own lossy mount; `boot()` (re)starts both."""
+
+    processes: ProcessGroup
+    namesrv: Daemon
+    mount: LazyMount
+    overrides: tuple[str, ...]
+    port: int = field(default_factory=free_port)
+    ha_port: int = field(default_factory=free_port)
+    broker: Daemon | None = None
+
+    @property
+    def store(self) -> Path:
+        return self.mount.path / "store"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def boot(self, append_mode: str = "pwrite") -> Daemon:
+        if not self.mount.mounted:
+            self.mount.start()
+        self.broker = self.processes.brokerd(
+            self.namesrv.address,
+            self.store,
+            f"haListenPort={self.ha_port}",
+            f"appendMode={append_mode}",
+            *self.overrides,
+            port=self.port,
+            name=f"{self.mount.name}-{self.mount.boots}",
+        )
+        return self.broker
+
+    def power_cut(self, mode: str, seed: int) -> dict[str, object]:
+        """Kill every process of the store, drop what was not synced, and 'reboot' the disk."""
+        if self.broker is not None:
+            self.broker.kill()
+        return power_cut(self.mount, mode, seed)
+
+
+# --- sends and reads ------------------------------------------------------------------------
+
+
+class Sender:
+    """Sends numbered messages, IN_FLIGHT at a time, recording each outcome."""
+
+    def __init__(self, api: BrokerAPI, address: str) -> None:
+        self.api = api
+        self.address = address
+        self.sent: dict[int, Sent] = {}
+        self.answered = 0
+        self.in_flight = 0
+
+    async def run(self, first: int, count: int) -> None:
+        numbers = iter(range(first, first + count))
+
+        async def worker() -> None:
+            for number in numbers:
+                await self.one(number)
+
+        await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+
+    async def one(self, number: int) -> None:
+        record = self.sent[number] = Sent(number)
+        header = send_header(TOPIC, number % QUEUES, KEYS=key_of(number))
+        self.in_flight += 1
+        try:
+            result = await self.api.send(self.address, header, body_of(number), timeout=10)
+        except Exception:  # the broker died or refused: not acknowledged
+            return
+        finally:
+            self.in_flight -= 1
+            self.answered += 1
+        if result.status is SendStatus.SEND_OK:
+            record.acked = True
+            record.queue = result.queue_id
+            record.offset = result.queue_offset
+            record.phy = phy_of(result.msg_id)
+
+
+async def read_queues(api: BrokerAPI, address: str) -> dict[tuple[int, int], bytes]:
+    """{(queue, offset): body} of everything `address` serves of TOPIC."""
+
+    async def topic_known() -> bool:
+        try:
+            return TOPIC in (await api.all_topic_config(address)).topic_config_table
+        except (ConnectError, ConnectionClosedError):
+            return False  # the first request may go out on the connection to the killed broker
+
+    await eventually(topic_known, f"topic {TOPIC} on {address}", 20)
+    found: dict[tuple[int, int], bytes] = {}
+    for queue in range(QUEUES):
+        offset = 0
+        while True:
+            pulled = await api.pull(address, pull_header(TOPIC, queue, offset))
+            if pulled.status is not PullStatus.FOUND:
+                break
+            for message in pulled.messages:
+                found[(queue, message.queue_offset)] = bytes(message.body)
+            offset = pulled.next_begin_offset
+    return found
+
+
+# --- the checks -----------------------------------------------------------------------------
+
+
+@dataclass
+class Check:
+    """What one round's check found; `violations` names each broken property."""
+
+    lost: list[Sent] = field(default_factory=list)
+    violations: Counter[str] = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)
+
+    def violate(self, what: str, note: str) -> None:
+        self.violations[what] += 1
+        if len(self.notes) < 20:
+            self.notes.append(f"{what}: {note}")
+
+
+async def check_served(
+    api: BrokerAPI, address: str, sent: dict[int, Sent], check: Check
+) -> dict[tuple[int, int], int]:
+    """What a consumer reads: contiguous queues, exact bodies, acknowledged messages in place."""
+    found = await read_queues(api, address)
+    placed: dict[tuple[int, int], int] = {}
+    for queue in range(QUEUES):
+        offsets = sorted(off for q, off in found if q == queue)
+        if offsets != list(range(len(offsets))):
+            check.violate("queue-hole", f"queue {queue} serves offsets {offsets[:5]}...")
+    for place, body in found.items():
+        number = number_of(body)
+        if number is None or number not in sent or body != body_of(number):
+            check.violate("bad-body", f"{place} serves {body[:16]!r}... ({len(body)} bytes)")
+            continue
+        placed[place] = number
+    for record in sent.values():
+        if record.acked and placed.get((record.queue, record.offset)) != record.number:
+            check.lost.append(record)
+    return placed
+
+
+def check_store_files(store: Path, check: Check) -> None:
+    queues = check_consume_queues(store)
+    for problem in queues.problems[:5]:
+        check.violate("consume-queue", problem)
+
+
+async def check_index(
+    api: BrokerAPI, address: str, records: list[Sent], rng: random.Random, check: Check
+) -> None:
+    """Acknowledged messages (a sample of at most 100) are found by key through the index."""
+    sample = rng.sample(records, min(len(records), 100))
+    for record in sample:
+        messages = await api.query_message(address, TOPIC, key_of(record.number), 8, 0, 2**62)
+        if not any(bytes(m.body) == body_of(record.number) for m in messages):
+            check.violate("index", f"message {record.number} not found by its key")
+
+
+def check_checkpoint(store: Path, newest_store_time: int | None, check: Check) -> None:
+    """The checkpoint claims no store time newer than the newest record the CommitLog kept."""
+    path = store / "checkpoint"
+    if not path.exists() or newest_store_time is None:
+        return
+    point = StoreCheckpoint(path)
+    # what recovery trusts (RocketMQ's getMinTimestamp, before its 3 s of slack)
+    claimed = min(point.physic_msg_timestamp, point.logics_msg_timestamp)
+    if claimed > newest_store_time:
+        check.violate("checkpoint", f"claims {claimed}, the CommitLog ends at {newest_store_time}")
+
+
+async def newest_store_time(api: BrokerAPI, address: str, sent: dict[int, Sent]) -> int | None:
+    """The store time of the record with the highest physical offset still served."""
+    best: int | None = None
+    for queue in range(QUEUES):
+        end = await api.get_max_offset(address, TOPIC, queue)
+        if end == 0:
+            continue
+        pulled = await api.pull(address, pull_header(TOPIC, queue, end - 1))
+        for message in pulled.messages:
+            best = max(best or 0, message.store_timestamp)
+    return best
+
+
+async def commit_offsets(api: BrokerAPI, address: str) -> dict[int, int]:
+    """Commit every queue's end for GROUP; returns them."""
+    ends = {q: await api.get_max_offset(address, TOPIC, q) for q in range(QUEUES)}
+    for queue, end in ends.items():
+        await api.update_consumer_offset(address, GROUP, TOPIC, queue, end)
+    return ends
+
+
+async def wait_offsets_persisted(store: Path, ends: dict[int, int]) -> None:
+    path = store / "config" / "consumerOffset.json"
+
+    def persisted() -> bool:
+        try:
+            table = json.loads(path.read_text())["offsetTable"][f"{TOPIC}@{GROUP}"]
+        except (OSError, ValueError, KeyError):
+            return False
+        return all(int(table.get(str(q), -1)) >= end for q, end in ends.items())
+
+    await eventually(persisted, "consumer offsets persisted", 10)
+
+
+async def check_offsets(api: BrokerAPI, address: str, check: Check) -> dict[int, int]:
+    """No committed offset is past its queue's end; returns the queues' ends."""
+    ends = {}
+    for queue in range(QUEUES):
+        end = ends[queue] = await api.get_max_offset(address, TOPIC, queue)
+        committed = await api.query_consumer_offset(address, GROUP, TOPIC, queue)
+        if committed > end:
+            check.violate("consumer-offset", f"queue {queue}: committed {committed}, ends at {end}")
+    return ends
+
+
+def diverged_tails(store: Path) -> int:
+    return len(list((store / "commitlog").glob("*.diverged")))
+
+
+def durable_end(summary: dict[str, object]) -> int | None:
+    """Where the CommitLog's first unsynced page was at the cut (None: none was unsynced)."""
+    unsynced = summary.get("first_unsynced", {})
+    assert isinstance(unsynced, dict)
+    ends = [
+        int(Path(name).name) + int(at)
+        for name, at in unsynced.items()
+        if Path(name).parent.name == "commitlog" and Path(name).name.isdigit()
+    ]
+    return min(ends) if ends else None
+
+
+# --- rounds ---------------------------------------------------------------------------------
+
+
+class PowerCuts:
+    def __init__(self, scenario: str, folder: Path, seed: int, log: Callable[[str], None]) -> None:
+        self.scenario = scenario
+        self.folder = folder
+        self.rng = random.Random(seed)
+        self.log = log
+        self.report = Report(scenario)
+        self.processes = ProcessGroup(folder / "logs")
+        self.api = BrokerAPI()
+        self.sent: dict[int, Sent] = {}
+        self.next_number = 0
+        self.mounts: list[LazyMount] = []
+        self.master: Node
+        self.slave: Node | None = None
+
+    def node(self, name: str, *overrides: str) -> Node:
+        mount = LazyMount(self.folder, name)
+        self.mounts.append(mount)
+        namesrv = self.processes.daemons[0]
+        return Node(self.processes, namesrv, mount, (*COMMON, *overrides))
+
+    async def start(self) -> None:
+        self.processes.namesrvd(name="namesrvd")
+        if self.scenario == "ha":
+            sync = "flushDiskType=SYNC_FLUSH"
+            self.master = self.node("master", "brokerRole=SYNC_MASTER", sync, *HA_TIMING)
+            slave = self.node(
+                "slave", "brokerRole=SLAVE", "brokerId=1", sync, *HA_TIMING, *SLAVE_TRUNCATES
+            )
+            self.master.boot()
+            slave.boot()
+            self.slave = slave
+            await wait_transfer(self.api, self.master_daemon, timeout=30)
+        else:
+            flush = "SYNC_FLUSH" if self.scenario == "sync-flush" else "ASYNC_FLUSH"
+            self.master = self.node("master", "brokerRole=ASYNC_MASTER", f"flushDiskType={flush}")
+            self.master.boot()
+
+    @property
+    def master_daemon(self) -> Daemon:
+        assert self.master.broker is not None
+        return self.master.broker
+
+    async def stop(self) -> None:
+        await self.api.close()
+        self.processes.stop_all()
+        for mount in self.mounts:
+            mount.stop()
+
+    async def round(self, number: int) -> Check:
+        rng = self.rng
+        victims = ["master"]
+        if self.scenario == "ha":
+            victims = rng.choice([["master"], ["slave"], ["master", "slave"]])
+        mode = rng.choice(["all", "torn"])
+        cut_seed = rng.randrange(2**31)
+        wait_for = rng.randint(1, CUT_AFTER)
+
+        sender = Sender(self.api, self.master.address)
+        first = self.next_number
+        self.next_number += PER_ROUND
+        sending = asyncio.create_task(sender.run(first, PER_ROUND))
+        try:
+            await eventually(lambda: sender.answered >= wait_for or sending.done(), "answers", 60)
+            committed: dict[int, int] = {}
+            # every round of async-flush: its cut may leave them past the end, to be corrected
+            if self.scenario == "async-flush" or rng.random() < 0.5:
+                committed = await commit_offsets(self.api, self.master.address)
+                await wait_offsets_persisted(self.master.store, committed)
+            in_flight = sender.in_flight
+            summaries = {}
+            for victim in victims:
+                node = self.master if victim == "master" else self.slave
+                assert node is not None
+                summaries[victim] = node.power_cut(mode, cut_seed)
+        finally:
+            sending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sending
+        self.sent.update(sender.sent)
+        round_acked = [s for s in sender.sent.values() if s.acked]
+
+        for victim in victims:
+            node = self.master if victim == "master" else self.slave
+            assert node is not None
+            node.boot(rng.choice(["pwrite", "mmap"]))
+        check = Check()
+        address = self.master.address
+        placed = await check_served(self.api, address, self.sent, check)
+        check_store_files(self.master.store, check)
+        kept = [s for s in round_acked if placed.get((s.queue, s.offset)) == s.number]
+        # its own stream: the next rounds' draws must not depend on how many were acknowledged
+        await check_index(self.api, address, kept, random.Random(cut_seed), check)
+        newest = await newest_store_time(self.api, address, self.sent)
+        check_checkpoint(self.master.store, newest, check)
+        new_ends = await check_offsets(self.api, address, check)
+        self.report.offsets_past_end += sum(
+            1 for queue, offset in committed.items() if offset > new_ends[queue]
+        )
+        if self.scenario == "async-flush":
+            end = durable_end(summaries["master"])
+            for record in check.lost:
+                if record.phy < 0:
+                    check.violate("no-physical-offset", f"{record}: its msgId has none")
+                elif end is not None and record.phy + RECORD_BOUND <= end:
+                    check.violate("beyond-unsynced", f"{record} lay before {end}")
+        else:
+            for record in check.lost:
+                check.violate("acknowledged-lost", str(record))
+        if self.slave is not None:
+            diverged_before = diverged_tails(self.slave.store)
+            await wait_transfer(self.api, self.master_daemon, timeout=30)
+            assert self.slave.broker is not None
+            end_offset = await wait_caught_up(self.api, self.master_daemon, self.slave.broker)
+            try:
+                assert_identical(self.master.store, self.slave.store, 0, end_offset)
+            except AssertionError as e:
+                check.violate("slave-differs", str(e))
+            check_store_files(self.slave.store, check)
+            if diverged_tails(self.slave.store) > diverged_before:
+                self.report.slave_diverged += 1
+                check.notes.append("the slave was ahead of the master: its tail was set aside")
+
+        self.report.rounds += 1
+        self.report.cuts[f"{'+'.join(victims)} {mode}"] += 1
+        self.report.acknowledged += len(round_acked)
+        self.report.lost += len(check.lost)
+        self.report.in_flight_at_cut += in_flight
+        self.report.violations.update(check.violations)
+        # Acknowledged messages the scenario may lose are no longer expected.
+        for record in check.lost:
+            record.acked = False
+        self.log(
+            f"round {number + 1}: cut {'+'.join(victims)} ({mode}), {in_flight} in flight, "
+            f"{len(round_acked)} acknowledged, {len(placed)} served, {len(check.lost)} lost"
+            + "".join(f"\n  {note}" for note in check.notes)
+        )
+        return check
+
+
+async def run(
+    scenario: str, rounds: int, folder: Path, seed: int, log: Callable[[str], None] = print
+) -> Report:
+    cuts = PowerCuts(scenario, folder, seed, log)
+    started = time.monotonic()
+    try:
+        await cuts.start()
+        for number in range(rounds):
+            await cuts.round(number)
+    finally:
+        await cuts.stop()
+        cuts.report.seconds = time.monotonic() - started
+    return cuts.report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.fault.powercut", description=__doc__)
+    parser.add_argument("--scenario", choices=SCENARIOS, default="sync-flush")
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    print(f"power-cut seed {seed} (rerun with --seed {seed})", flush=True)
+    folder = Path(tempfile.mkdtemp(prefix="tidemq-powercut-"))
+    try:
+        report = asyncio.run(
+            run(args.scenario, args.rounds, folder, seed, lambda line: print(line, flush=True))
+        )
+    except BaseException:
+        print(f"the power-cut run failed: stores and logs kept in {folder}")
+        raise
+    print(report.line())
+    ok = not report.violations and report.rounds == args.rounds
+    if ok:
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        print(f"stores and logs kept in {folder}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

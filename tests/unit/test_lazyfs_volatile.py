@@ -1,0 +1,95 @@
+"""The lossy file system's bookkeeping without FUSE (tests/support/lazyfs_volatile.py): the hooks
+are called as the daemon calls them, before each change to a plain folder, then a cut."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+from tests.support.lazyfs_volatile import ATTIC, PAGE, Volatile
+
+
+def write(volatile: Volatile, path: Path, data: bytes, at: int = 0) -> None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        volatile.before_write(os.fstat(fd).st_ino, fd, at, at + len(data))
+        os.pwrite(fd, data, at)
+    finally:
+        os.close(fd)
+
+
+def test_a_cut_restores_pages_and_size_as_of_the_sync(tmp_path: Path) -> None:
+    volatile = Volatile(tmp_path)
+    path = tmp_path / "f"
+    path.write_bytes(b"a" * (2 * PAGE))  # there before: durable
+    write(volatile, path, b"b" * (3 * PAGE), PAGE // 2)
+    assert volatile.stats() == {"files": 1, "pages": 4, "dirs": 0}
+    summary = volatile.cut(None)
+    assert (summary.pages_lost, summary.pages_kept) == (4, 0)
+    assert summary.first_unsynced == {"f": 0}
+    assert path.read_bytes() == b"a" * (2 * PAGE)
+
+
+def test_a_synced_file_keeps_what_it_had_at_the_sync(tmp_path: Path) -> None:
+    volatile = Volatile(tmp_path)
+    path = tmp_path / "f"
+    path.write_bytes(b"")
+    write(volatile, path, b"x" * 100)
+    volatile.synced_file(os.stat(path).st_ino)
+    write(volatile, path, b"y" * 100, 100)
+    volatile.cut(None)
+    assert path.read_bytes() == b"x" * 100
+
+
+def test_a_torn_cut_is_decided_by_its_seed(tmp_path: Path) -> None:
+    results = []
+    for attempt in range(2):
+        folder = tmp_path / str(attempt)
+        folder.mkdir()
+        volatile = Volatile(folder)
+        path = folder / "f"
+        path.write_bytes(bytes(32 * PAGE))
+        write(volatile, path, b"\xff" * (32 * PAGE))
+        summary = volatile.cut(random.Random(42))
+        data = path.read_bytes()
+        pages = [data[i * PAGE : (i + 1) * PAGE] for i in range(32)]
+        assert all(p in (bytes(PAGE), b"\xff" * PAGE) for p in pages)
+        results.append((summary.pages_kept, data))
+    assert results[0] == results[1]
+    assert 0 < results[0][0] < 32
+
+
+def test_names_come_back_as_the_directory_was_at_its_sync(tmp_path: Path) -> None:
+    volatile = Volatile(tmp_path)
+    root_ino = os.stat(tmp_path).st_ino
+    kept = tmp_path / "kept"
+    kept.write_bytes(b"k")
+    (tmp_path / "other").write_bytes(b"o")
+    # unlink "kept", rename "other" over a new name, create "new": none synced
+    volatile.before_dir_change(root_ino, tmp_path)
+    volatile.keep(kept, os.stat(kept).st_ino)
+    kept.unlink()
+    volatile.keep(tmp_path / "other", os.stat(tmp_path / "other").st_ino)
+    os.rename(tmp_path / "other", tmp_path / "renamed")
+    (tmp_path / "new").write_bytes(b"n")
+    assert sorted(os.listdir(tmp_path)) == sorted([ATTIC, "new", "renamed"])
+    summary = volatile.cut(None)
+    assert summary.dirs == 1
+    assert sorted(os.listdir(tmp_path)) == ["kept", "other"]
+    assert (tmp_path / "kept").read_bytes() == b"k"
+
+
+def test_a_directory_sync_makes_its_names_durable_and_empties_the_attic(tmp_path: Path) -> None:
+    volatile = Volatile(tmp_path)
+    root_ino = os.stat(tmp_path).st_ino
+    gone = tmp_path / "gone"
+    gone.write_bytes(b"g")
+    volatile.before_dir_change(root_ino, tmp_path)
+    volatile.keep(gone, os.stat(gone).st_ino)
+    gone.unlink()
+    (tmp_path / "new").write_bytes(b"n")
+    volatile.synced_dir(root_ino)
+    assert not (tmp_path / ATTIC).exists()
+    volatile.cut(None)
+    assert os.listdir(tmp_path) == ["new"]
