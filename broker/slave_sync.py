@@ -5,7 +5,8 @@ result), every slaveSynchronizeInterval (10 s; first after 3 s): GET_ALL_TOPIC_C
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG replace the slave's tables when their DataVersion differs;
 GET_ALL_CONSUMER_OFFSET merges the master's offsets without ever moving one backwards (offsets
 consumers committed to the slave while the master was down survive, RocketMQ #1094);
-GET_ALL_DELAY_OFFSET replaces the delay progress.
+GET_ALL_DELAY_OFFSET replaces the delay progress; GET_TIMER_CHECK_POINT (RocketMQ 5) hands the
+master's timer cursor and timer queue offset to the slave's wheel (broker/timer.py).
 
 OffsetReconciler (tidemq): when the master (re)starts, and whenever a slave connects to it, the
 master asks each slave of its group (addresses from the name server's cluster info) for its
@@ -19,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+from collections.abc import Callable
 
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager, parse_offset_table
 from tidemq.broker.managers.delay_offset import DelayOffsetTable, parse_delay_offsets
@@ -33,6 +35,7 @@ from tidemq.client.errors import TideMQError
 from tidemq.client.remoting.codes import RequestCode, SerializeType
 from tidemq.client.remoting.signing import Signer
 from tidemq.common.lifecycle import cancel_and_wait
+from tidemq.store.timer_checkpoint import TimerProgress
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +55,10 @@ class SlaveSynchronize:
         *,
         tls: ssl.SSLContext | None = None,
         signer: Signer | None = None,
+        on_timer_checkpoint: Callable[[TimerProgress], None] | None = None,
     ) -> None:
         self.state = state
+        self.on_timer_checkpoint = on_timer_checkpoint
         self.topics = topics
         self.groups = groups
         self.offsets = offsets
@@ -104,6 +109,9 @@ class SlaveSynchronize:
         self.delay_offsets.replace(parse_delay_offsets(bytes(delays.body)))
         groups = await api.call(master, api.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
         self.groups.replace_all(SubscriptionGroupWrapper.decode(bytes(groups.body)))
+        if self.on_timer_checkpoint is not None:
+            timers = await api.call(master, api.request(RequestCode.GET_TIMER_CHECK_POINT))
+            self.on_timer_checkpoint(TimerProgress.decode(bytes(timers.body)))
         self.syncs += 1
         log.debug("SlaveSynchronize from %s done: %s", master, merged)
 

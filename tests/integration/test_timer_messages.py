@@ -1,0 +1,128 @@
+"""Timer messages (RocketMQ 5's TIMER_DELIVER_MS / TIMER_DELAY_MS / TIMER_DELAY_SEC) against real
+brokerd processes: delivered at their time, not before; across a broker restart (clean and
+killed); refused with a clear error when out of range or not a number."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.conditions import eventually
+from tests.support.processes import Daemon, ProcessGroup
+from tidemq.client.config import ClientConfig
+from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult
+from tidemq.client.errors import TideMQError
+from tidemq.client.message import Message, ReceivedMessage
+from tidemq.client.producer import AsyncProducer
+from tidemq.client.protocol.heartbeat import ConsumeFromWhere
+
+pytestmark = pytest.mark.asyncio
+
+TIMER_LOG = "mappedFileSizeTimerLog=65536"
+
+
+def config(namesrv: Daemon) -> ClientConfig:
+    return ClientConfig.create(
+        namesrv.address, poll_name_server_interval=1.0, heartbeat_broker_interval=1.0
+    )
+
+
+class Arrivals:
+    """What a push consumer received: body -> wall-clock ms of each arrival."""
+
+    def __init__(self) -> None:
+        self.at: dict[bytes, list[int]] = {}
+
+    async def listener(self, msg: ReceivedMessage) -> ConsumeResult:
+        self.at.setdefault(msg.body, []).append(int(time.time() * 1000))
+        return ConsumeResult.SUCCESS
+
+
+async def consume(namesrv: Daemon, topic: str, group: str, arrivals: Arrivals) -> AsyncPushConsumer:
+    consumer = AsyncPushConsumer(
+        group,
+        config=config(namesrv),
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    consumer.subscribe(topic, "*", arrivals.listener)
+    await consumer.start()
+    return consumer
+
+
+async def test_a_300_ms_timer_arrives_after_300_ms(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    processes.brokerd(namesrv.address, tmp_path / "b", TIMER_LOG)
+    arrivals = Arrivals()
+    async with AsyncProducer("P", config=config(namesrv)) as producer:
+        await producer.send(Message("TT1", b"warm-up"))  # route and queues exist
+        consumer = await consume(namesrv, "TT1", "G-timer", arrivals)
+        try:
+            await eventually(lambda: b"warm-up" in arrivals.at, "the consumer runs", 30)
+            sent = {}
+            for i in range(5):
+                body = b"t%d" % i
+                sent[body] = int(time.time() * 1000)
+                await producer.send(Message("TT1", body, delay_ms=300))
+            deliver_at = int(time.time() * 1000) + 700
+            await producer.send(Message("TT1", b"at", deliver_at_ms=deliver_at))
+            await eventually(lambda: len(arrivals.at) == 7, "every timer delivered", 30)
+        finally:
+            await consumer.shutdown()
+    for body, at in sent.items():
+        assert arrivals.at[body][0] - at >= 300, (body, arrivals.at[body][0] - at)
+    assert arrivals.at[b"at"][0] >= deliver_at
+
+
+async def test_bad_timers_are_refused_and_past_ones_delivered_at_once(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    processes.brokerd(namesrv.address, tmp_path / "b", TIMER_LOG, "timerMaxDelaySec=60")
+    arrivals = Arrivals()
+    async with AsyncProducer("P", config=config(namesrv), retry_times=0) as producer:
+        await producer.send(Message("TT2", b"warm-up"))
+        with pytest.raises(TideMQError, match="timerMaxDelaySec"):
+            await producer.send(Message("TT2", b"far", delay_ms=61_000))
+        with pytest.raises(TideMQError, match="TIMER_DELAY_SEC"):
+            await producer.send(Message("TT2", b"nan", properties={"TIMER_DELAY_SEC": "soon"}))
+        past = await producer.send(Message("TT2", b"past", deliver_at_ms=1000))
+        assert past.ok
+        consumer = await consume(namesrv, "TT2", "G-timer2", arrivals)
+        try:
+            await eventually(lambda: b"past" in arrivals.at, "the past timer delivered", 30)
+        finally:
+            await consumer.shutdown()
+    assert b"far" not in arrivals.at and b"nan" not in arrivals.at
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+async def test_pending_timers_survive_a_broker_restart(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, how: str
+) -> None:
+    store = tmp_path / "b"
+    broker = processes.brokerd(namesrv.address, store, TIMER_LOG)
+    async with AsyncProducer("P", config=config(namesrv)) as producer:
+        await producer.send(Message("TT3", b"warm-up"))
+        due = int(time.time() * 1000) + 4000
+        for i in range(20):
+            await producer.send(Message("TT3", b"r%d" % i, deliver_at_ms=due + i * 10))
+    # Down before any is due, back after some are due: none lost, none twice.
+    if how == "stop":
+        broker.stop()
+    else:
+        broker.kill()
+    await asyncio.sleep(max(0.0, (due - time.time() * 1000) / 1000) + 0.5)
+    processes.brokerd(namesrv.address, store, TIMER_LOG, port=broker.port)
+    arrivals = Arrivals()
+    consumer = await consume(namesrv, "TT3", "G-timer3", arrivals)
+    try:
+        await eventually(lambda: len(arrivals.at) == 21, "every timer delivered", 40)
+        await asyncio.sleep(1.0)  # nothing more follows
+    finally:
+        await consumer.shutdown()
+    assert all(len(times) == 1 for times in arrivals.at.values()), arrivals.at
+    for i in range(20):
+        assert arrivals.at[b"r%d" % i][0] >= due + i * 10
