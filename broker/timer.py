@@ -133,12 +133,17 @@ class TimerMessageService(Service):
         self.delivered = 0
         self.undeliverable = 0
         self._refusal_reported = float("-inf")
+        if deliver:  # a slave's count was the master's cursor on: this broker's now
+            self.add_child(Step(start=self._recount))
         self.add_child(Step(start=self._listen, stop=self._unlisten))
         self.add_child(BackgroundTask(self._enqueue_loop, "timer-enqueue"))
         if deliver:
             self.add_child(BackgroundTask(self._dequeue_loop, "timer-dequeue"))
         self.add_child(BackgroundTask(self._flush_loop, "timer-flush"))
         self.add_child(Step(stop=self.timers.save_progress))
+
+    def _recount(self) -> None:
+        self.timers.pending = self.timers.count_pending()
 
     def _listen(self) -> None:
         self.store.add_arrival_listener(self._on_arrival)
@@ -300,13 +305,16 @@ class TimerMessageService(Service):
     # --- what operators see -----------------------------------------------------------------
 
     def runtime_info(self) -> dict[str, str]:
-        """RocketMQ's timer keys of GET_BROKER_RUNTIME_INFO."""
+        """RocketMQ's timer keys of GET_BROKER_RUNTIME_INFO (timerCongestNum: timers waiting;
+        on a slave counted in its wheel from the master's cursor on, slot by slot)."""
         timers = self.timers
         queue = self.store.find_consume_queue(TIMER_TOPIC, 0)
         behind = (queue.max_offset - timers.queue_offset) if queue is not None else 0
-        read_behind = max(0, now_ms() - timers.cursor) // 1000 if self.deliver else 0
+        pending = timers.pending if self.deliver else timers.count_pending()
         return {
-            "timerReadBehind": str(read_behind),
+            "timerReadBehind": str(max(0, now_ms() - timers.cursor) // 1000),
             "timerOffsetBehind": str(max(behind, 0)),
-            "timerCongestNum": str(timers.pending),
+            "timerCongestNum": str(pending),
+            # tidemq's: the cursor itself (a slave's is its master's, from the checkpoint)
+            "timerCursorMs": str(timers.cursor),
         }

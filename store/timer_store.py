@@ -60,6 +60,7 @@ class TimerStore:
         self.queue_offset = 0
         self.master_queue_offset = 0
         self.pending = 0  # records waiting in the wheel (RocketMQ's timerCongestNum)
+        self.latest = 0  # the latest slot time a record was put in (bounds a count of the wheel)
         self.segment_units = (config.mapped_file_size_timer_log - MIN_BLANK_LEN) // UNIT_SIZE
 
     # --- life cycle -----------------------------------------------------------------------
@@ -86,8 +87,8 @@ class TimerStore:
             )
             cursor = oldest
         self.cursor = cursor
-        if self.wheel is not None:
-            self.pending = self.wheel.pending(cursor, now_ms + self.roll_window_ms + self.precision)
+        self.latest = now_ms + self.roll_window_ms + self.precision
+        self.pending = self.count_pending()
         log.info(
             "timer store loaded: cursor %d, queue offset %d, %d timers pending, log ends at %d",
             self.cursor,
@@ -113,6 +114,13 @@ class TimerStore:
             raise
         self._wheel_fd = fd
         self.wheel = TimerWheel(memoryview(self._map), self.slots_total, self.precision)
+
+    def count_pending(self) -> int:
+        """Records in the wheel from the cursor's slot on, counted slot by slot (a slave's
+        number: its cursor is the master's, which it does not follow record by record)."""
+        if self.wheel is None:
+            return 0
+        return self.wheel.pending(self.cursor, self.latest)
 
     def _writable_wheel(self) -> TimerWheel:
         """The wheel, its file created by the first timer (a broker without any has none)."""
@@ -177,6 +185,7 @@ class TimerStore:
         if written != pos:  # never: next_position is where append writes
             raise RuntimeError(f"timer log wrote at {written}, expected {pos}")
         self.pending += 1
+        self.latest = max(self.latest, at)
         return at
 
     def slot_units(self, slot_ms: int, after_pos: int) -> tuple[int, list[tuple[int, TimerUnit]]]:

@@ -1,6 +1,7 @@
 """Timer messages (RocketMQ 5's TIMER_DELIVER_MS / TIMER_DELAY_MS / TIMER_DELAY_SEC) against real
 brokerd processes: delivered at their time, not before; across a broker restart (clean and
-killed); refused with a clear error when out of range or not a number."""
+killed); by the slave elected when the master is killed (controller mode); refused with a clear
+error when out of range or not a number."""
 
 from __future__ import annotations
 
@@ -11,13 +12,18 @@ from pathlib import Path
 import pytest
 
 from tests.support.conditions import eventually
+from tests.support.etcd import EtcdCluster
+from tests.support.failover import start_member, wait_master, wait_sync_state_set
 from tests.support.processes import Daemon, ProcessGroup
+from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult
 from tidemq.client.errors import TideMQError
 from tidemq.client.message import Message, ReceivedMessage
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere
+from tidemq.client.protocol.namesrv import KVTable
+from tidemq.client.remoting.codes import RequestCode
 
 pytestmark = pytest.mark.asyncio
 
@@ -126,3 +132,49 @@ async def test_pending_timers_survive_a_broker_restart(
     assert all(len(times) == 1 for times in arrivals.at.values()), arrivals.at
     for i in range(20):
         assert arrivals.at[b"r%d" % i][0] >= due + i * 10
+
+
+async def test_timers_are_delivered_by_the_slave_elected_after_the_master_is_killed(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    """Controller mode: the timer messages reach the slave through the CommitLog, its wheel
+    follows the master's checkpoint (GET_TIMER_CHECK_POINT); after the master is SIGKILLed the
+    elected slave delivers the timers not yet due, and not again those the master delivered."""
+    extra = (TIMER_LOG, "slaveSynchronizeInterval=500")
+    first = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1, *extra)
+    assert await wait_master(api, [first], 30) is first
+    second = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2, *extra)
+    await wait_sync_state_set(api, first, [1, 2])
+    early = int(time.time() * 1000) + 1000
+    late = early + 8000
+    arrivals = Arrivals()
+    async with AsyncProducer("P", config=config(namesrv)) as producer:
+        await producer.send(Message("TT4", b"warm-up"))
+        for i in range(3):
+            await producer.send(Message("TT4", b"early%d" % i, deliver_at_ms=early))
+        for i in range(10):
+            await producer.send(Message("TT4", b"late%d" % i, deliver_at_ms=late + i))
+    consumer = await consume(namesrv, "TT4", "G-timer4", arrivals)
+    try:
+        await eventually(lambda: len(arrivals.at) == 4, "the early timers delivered", 30)
+
+        async def slave_has_them() -> bool:
+            info = await api.call(second.address, api.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+            table = KVTable.decode(bytes(info.body)).table
+            return (
+                int(table["timerCursorMs"]) > early
+                and table["timerOffsetBehind"] == "0"
+                and table["timerCongestNum"] == "10"
+            )
+
+        await eventually(slave_has_them, "the slave's wheel holds the 10 late timers", 30)
+        assert time.time() * 1000 < late, "the test was too slow to kill the master in time"
+        first.kill()
+        assert await wait_master(api, [second], 30) is second
+        await eventually(lambda: len(arrivals.at) == 14, "the late timers delivered", 40)
+        await asyncio.sleep(1.0)  # nothing more follows
+    finally:
+        await consumer.shutdown()
+    assert all(len(times) == 1 for times in arrivals.at.values()), arrivals.at
+    for i in range(10):
+        assert arrivals.at[b"late%d" % i][0] >= late + i
