@@ -51,6 +51,7 @@ PROPERTY_TIMER_DEQUEUE_MS: Final = "TIMER_DEQUEUE_MS"
 PROPERTY_TIMER_ROLL_TIMES: Final = "TIMER_ROLL_TIMES"
 # The three request properties share this prefix: one substring test per put.
 TIMER_MARKER: Final = "TIMER_DEL"
+_OUT_MARKER: Final = PROPERTY_TIMER_OUT_MS + "\x01"
 _REQUEST_PROPERTIES: Final = (
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELAY_MS,
@@ -94,6 +95,8 @@ def park_timer(msg: MessageToStore, now_ms: int, limits: TimerLimits) -> TimerRe
     """Park a timer message in TIMER_TOPIC (see the module docstring); a refusal, or None."""
     if TIMER_MARKER not in msg.properties or msg.topic == TIMER_TOPIC:
         return None
+    if _OUT_MARKER in msg.properties:
+        return None  # delivered already (or rolled): never parked twice
     tran = msg.sys_flag & TRANSACTION_MASK
     if tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
         return None
