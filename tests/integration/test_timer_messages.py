@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.conditions import eventually
+from tests.support.cpp_peers import SEND_OK, run_peer
 from tests.support.etcd import EtcdCluster
 from tests.support.failover import start_member, wait_master, wait_sync_state_set
 from tests.support.processes import Daemon, ProcessGroup
@@ -41,9 +42,11 @@ class Arrivals:
 
     def __init__(self) -> None:
         self.at: dict[bytes, list[int]] = {}
+        self.messages: dict[bytes, ReceivedMessage] = {}
 
     async def listener(self, msg: ReceivedMessage) -> ConsumeResult:
         self.at.setdefault(msg.body, []).append(int(time.time() * 1000))
+        self.messages[msg.body] = msg
         return ConsumeResult.SUCCESS
 
 
@@ -178,3 +181,33 @@ async def test_timers_are_delivered_by_the_slave_elected_after_the_master_is_kil
     assert all(len(times) == 1 for times in arrivals.at.values()), arrivals.at
     for i in range(10):
         assert arrivals.at[b"late%d" % i][0] >= late + i
+
+
+async def test_the_rocketmq_4x_cpp_client_sets_the_timer_property_by_hand(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    """`msg.set_property("TIMER_DELAY_MS", ...)` from the C++ client (rocketmq on PyPI)."""
+    processes.brokerd(namesrv.address, tmp_path / "b", TIMER_LOG)
+    arrivals = Arrivals()
+    async with AsyncProducer("P", config=config(namesrv)) as producer:
+        await producer.send(Message("TT5", b"warm-up"))
+    consumer = await consume(namesrv, "TT5", "G-timer5", arrivals)
+    try:
+        await eventually(lambda: b"warm-up" in arrivals.at, "the consumer runs", 30)
+        sent_at = int(time.time() * 1000)
+        spec = {
+            "op": "produce",
+            "namesrv": namesrv.address,
+            "group": "PG-TT5",
+            "topic": "TT5",
+            "messages": [{"body": "cpp-timer", "props": {"TIMER_DELAY_MS": "1500"}}],
+        }
+        sent = [e for e in await run_peer(tmp_path, spec) if e["event"] == "sent"]
+        assert [e["status"] for e in sent] == [SEND_OK]
+        await eventually(lambda: b"cpp-timer" in arrivals.at, "the C++ client's timer", 30)
+    finally:
+        await consumer.shutdown()
+    timer = arrivals.messages[b"cpp-timer"]
+    due = int(timer.properties["TIMER_OUT_MS"])  # parked as a timer, 1500 ms after it was stored
+    assert due >= sent_at + 1500 and arrivals.at[b"cpp-timer"][0] >= due
+    assert int(timer.properties["TIMER_DEQUEUE_MS"]) >= due
