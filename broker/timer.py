@@ -178,6 +178,15 @@ class TimerMessageService(Service):
         if queue is None:
             return False
         timers = self.timers
+        if timers.queue_offset > queue.max_offset:
+            # The queue is shorter than the wheel has seen: its CommitLog was cut (a deposed
+            # master resynchronised with the new one). Go on from its end, as RocketMQ does.
+            log.warning(
+                "timer queue offset %d is past the timer topic's end %d: going on from there",
+                timers.queue_offset,
+                queue.max_offset,
+            )
+            timers.queue_offset = queue.max_offset
         offset = max(timers.queue_offset, queue.min_offset)
         limit = queue.max_offset
         if not self.deliver:
@@ -209,6 +218,15 @@ class TimerMessageService(Service):
     # --- dequeue ----------------------------------------------------------------------------
 
     async def _dequeue_loop(self) -> None:
+        """`_dequeue`, restarted (from the cursor) after anything it did not expect."""
+        while True:
+            try:
+                await self._dequeue()
+            except Exception:
+                log.exception("timer delivery failed; it starts again from the cursor")
+                await asyncio.sleep(RETRY_INTERVAL)
+
+    async def _dequeue(self) -> None:
         timers = self.timers
         precision = timers.precision
         slot = timers.cursor // precision * precision
@@ -226,7 +244,13 @@ class TimerMessageService(Service):
             if due and due[0][0] <= now:
                 while due and due[0][0] <= now:
                     _at, _pos, unit = heapq.heappop(due)
-                    await self._deliver(unit.phy_offset, unit.size, unit.rolls, unit.write_ms)
+                    try:
+                        await self._deliver(
+                            unit.phy_offset, unit.size, unit.rolls, unit.write_ms, unit.queue_offset
+                        )
+                    except Exception as exc:  # this record, not the ones after it
+                        log.exception("timer record at %d", _pos)
+                        self._skip(unit.phy_offset, "?", f"{type(exc).__name__}: {exc}")
                     timers.pending = max(0, timers.pending - 1)
                 timers.save_progress()
                 continue  # read the slot again before the cursor moves
@@ -244,10 +268,20 @@ class TimerMessageService(Service):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._dequeue_wakeup.wait(), max(wake_at - now, 1) / 1000)
 
-    async def _deliver(self, phy_offset: int, size: int, rolls: bool, enqueue_ms: int) -> None:
+    async def _deliver(
+        self, phy_offset: int, size: int, rolls: bool, enqueue_ms: int, queue_offset: int = -1
+    ) -> None:
+        """Put the timer message at `phy_offset` into its topic (or back into the timer topic,
+        `rolls`); a record of the wheel names its unit's `queue_offset`, which the message at
+        that place must have (a cut and rewritten CommitLog holds other messages there)."""
         stored = self.store.look_message_by_offset(phy_offset, size)
         if stored is None:
             self._skip(phy_offset, "?", "its message is gone from the CommitLog")
+            return
+        if queue_offset >= 0 and (
+            stored.topic != TIMER_TOPIC or stored.queue_offset != queue_offset
+        ):
+            self._skip(phy_offset, "?", "the CommitLog holds another message there now")
             return
         host = self.store_host()
         if rolls:
