@@ -1,4 +1,5 @@
-"""The timer wheel, log and checkpoint codecs, and the timer transform at put (sans-IO)."""
+"""The timer wheel, log and checkpoint codecs, the timer transform at put (sans-IO), the store's
+entry for a delivery timestamp, and the client's timer fields."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tidemq.client.errors import InvalidMessageError
+from tidemq.client.message import Message
+from tidemq.client.validators import check_message
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.config import StoreConfig
 from tidemq.store.message_store import MessageStore
@@ -175,3 +179,24 @@ async def test_put_timer_message_is_the_entry_for_a_delivery_timestamp(tmp_path:
         assert decode_properties(due.properties)["TIMER_OUT_MS"] == str(at)
     finally:
         await store.stop()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("deliver_at_ms", "1700000000000", "must be an int, not str"),
+        ("delay_ms", True, "must be an int, not bool"),
+        ("delay_ms", 2**63, "outside Java's long range"),
+    ],
+)
+def test_the_client_refuses_a_timer_of_the_wrong_type(
+    field: str, value: object, words: str
+) -> None:
+    msg = Message("T", b"x", **{field: value})  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessageError, match=words):
+        check_message(msg)
+
+
+def test_the_client_sends_the_timer_properties() -> None:
+    props = Message("T", b"x", deliver_at_ms=NOW, delay_ms=300).all_properties()
+    assert (props["TIMER_DELIVER_MS"], props["TIMER_DELAY_MS"]) == (str(NOW), "300")
