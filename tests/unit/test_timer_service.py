@@ -16,7 +16,7 @@ from tests.support.conditions import eventually
 from tidemq.broker.timer import TimerMessageService
 from tidemq.store.config import StoreConfig
 from tidemq.store.message_store import MessageStore
-from tidemq.store.record import MessageToStore, encode_properties
+from tidemq.store.record import MessageToStore, decode_properties, encode_properties
 from tidemq.store.timer_message import TIMER_TOPIC
 from tidemq.store.timer_store import TimerStore
 
@@ -30,18 +30,20 @@ def now_ms() -> int:
 class Running:
     """A started store, its timer store and a delivering service; what reached topic T."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, **config: int) -> None:
         self.config = StoreConfig(
             store_path_root_dir=str(root),
             mapped_file_size_commit_log=1 << 20,
             mapped_file_size_timer_log=4096,
             message_index_enable=False,
             message_index_worker_enable=False,
+            **config,  # type: ignore[arg-type]
         )
         self.store = MessageStore(self.config)
         self.timers = TimerStore(self.config, slots_total=3600)
         self.service = TimerMessageService(self.store, self.timers, lambda: HOST, deliver=True)
         self.arrived: list[tuple[bytes, int]] = []  # (body, when it was put into T)
+        self.delivered: list[MessageToStore] = []
 
     async def start(self) -> None:
         self.store.load()
@@ -53,6 +55,7 @@ class Running:
         async def put(msg: MessageToStore, *args: object) -> object:
             if msg.topic == "T" and "TIMER_DEQUEUE_MS" in msg.properties:  # not the send
                 self.arrived.append((msg.body, now_ms()))
+                self.delivered.append(msg)
             return await original(msg)
 
         self.store.put_message = put  # type: ignore[method-assign, assignment]
@@ -140,3 +143,22 @@ async def test_a_record_whose_message_is_not_there_is_skipped(running: Running) 
     await asyncio.sleep(0.2)
     assert [body for body, _when in running.arrived] == [b"real"]
     assert running.service.undeliverable == 1
+
+
+async def test_a_timer_beyond_the_roll_window_is_written_again_and_arrives_in_time(
+    tmp_path: Path,
+) -> None:
+    """Slots of 100 ms, a window of 2 slots: a timer 900 ms ahead rolls (its message goes back
+    into the timer topic) until it is within the window, then arrives at its time."""
+    rolling = Running(tmp_path, timer_precision_ms=100, timer_roll_window_slot=2)
+    await rolling.start()
+    try:
+        due = now_ms() + 900
+        await send_timer(rolling.store, b"far", due)
+        await eventually(lambda: len(rolling.arrived) == 1, "delivered", 10)
+    finally:
+        await rolling.stop()
+    (body, when), msg = rolling.arrived[0], rolling.delivered[0]
+    assert body == b"far" and when >= due
+    rolls = decode_properties(msg.properties)["TIMER_ROLL_TIMES"]
+    assert int(rolls) >= 2  # 900 ms in windows of 200 ms
