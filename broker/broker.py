@@ -1,13 +1,14 @@
 """The broker (RocketMQ's BrokerController): store, managers, processors, registration.
 
 Start order: load the store (recovery) and the managers' files, start the store's services,
-listen, start HA (the slave's client, or the master's service and the delayed-message schedule),
-long polling, register with the name servers, then the periodic tasks and metrics. Each is a
-child of the broker's `Service` and stops in reverse, except that right after metrics the
-broker stops serving: held pulls answer, the server stops and lets requests in flight finish,
-the schedule and HA stop. Then the periodic tasks end, the broker unregisters, every table is
-persisted, the store flushes and stops (which removes the abort file), and the name-server
-client closes.
+load the timer store (store/timer_store.py), listen, start HA (the slave's client and the
+filling of its timer wheel, or the master's service, the delayed-message schedule and timer
+delivery: broker/timer.py), long polling, register with the name servers, then the periodic
+tasks and metrics. Each is a child of the broker's `Service` and stops in reverse, except that
+right after metrics the broker stops serving: held pulls answer, the server stops and lets
+requests in flight finish, the schedule, timer delivery and HA stop. Then the periodic tasks
+end, the broker unregisters, every table is persisted, the store flushes and stops (which
+removes the abort file), and the name-server client closes.
 """
 
 from __future__ import annotations
