@@ -144,8 +144,10 @@ class TimerStore:
     def flush(self) -> None:
         """fsync log, wheel and checkpoint (in a worker thread)."""
         self.log.flush()
-        if self._map is not None:
-            self._map.flush()
+        if self._wheel_fd >= 0:
+            # fdatasync writes back what the map dirtied too, and releases the GIL, where
+            # mmap.flush (msync) holds it, stopping the event loop for the disk's time.
+            os.fdatasync(self._wheel_fd)
         self.checkpoint.sync()  # what the loop wrote last (a write here could be older)
 
     def close(self) -> None:
