@@ -7,9 +7,11 @@ delivery time (`Message.deliver_at_ms`) 0.5 to 3 s ahead, written in its body. A
 of the topic notes when each arrives: lateness = arrival - delivery time (wall clock, ms; both
 ends on this machine). Headline: p50 and p99 of the lateness (target p99 <= 100 ms), the same of
 the broker's put into the topic (TIMER_DEQUEUE_MS, read by the consumer), and the timers put
-before their time (target 0). Baseline of the same run: plain messages at the same rate,
-their send-to-arrival time, which is the floor under any timer's lateness (a delivered timer is
-a message stored and pulled like any other).
+before their time (target 0). Baseline of the same run: plain messages at the same rate, their
+send-to-arrival time, the floor under any timer's lateness (a delivered timer is a message
+stored and pulled like any other). Beside them, the store and the timer service alone in this
+process at the same rate: the lateness the broker's own work adds (no network, no consumer, no
+other process in between), which the shared machine's noise hides less.
 """
 
 from __future__ import annotations
@@ -18,13 +20,19 @@ import asyncio
 import contextlib
 import random
 import time
+from pathlib import Path
 
-from tests.bench import Result, env_int, one_broker, run_on_uvloop
+from tests.bench import Result, env_int, one_broker, run_on_uvloop, temp_dir
 from tests.bench.client_bench import _config, _create_topics
+from tidemq.broker.timer import TimerMessageService
 from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult
 from tidemq.client.message import Message, ReceivedMessage
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere
+from tidemq.store.config import StoreConfig
+from tidemq.store.message_store import MessageStore
+from tidemq.store.record import MessageToStore, encode_properties
+from tidemq.store.timer_store import TimerStore
 
 TICK = 0.01
 
@@ -134,8 +142,64 @@ async def _run(namesrv: str, broker: str, rate: int, seconds: int) -> list[Resul
     ]
 
 
+async def _in_process(root: Path, rate: int, seconds: int) -> list[int]:
+    """The store and the timer service alone, in this process: lateness of each put into the
+    topic (what the broker adds, without the network, the consumer or other processes)."""
+    config = StoreConfig(
+        store_path_root_dir=str(root),
+        mapped_file_size_commit_log=256 * 1024 * 1024,
+        message_index_worker_enable=False,
+    )
+    store = MessageStore(config)
+    store.load()
+    timers = TimerStore(config)
+    timers.load(_ms(), 0, 0)
+    await store.start()
+    service = TimerMessageService(store, timers, lambda: bytes(8), deliver=True)
+    await service.start()
+    late: list[int] = []
+    put = store.put_message
+
+    async def noting(msg: MessageToStore, *args: object) -> object:
+        if msg.topic == "BenchTimer" and "TIMER_DEQUEUE_MS" in msg.properties:
+            late.append(_ms() - int(msg.body))
+        return await put(msg)
+
+    store.put_message = noting  # type: ignore[method-assign, assignment]
+    try:
+        per_tick = max(1, round(rate * TICK))
+        started = time.monotonic()
+        for tick in range(round(seconds / TICK)):
+            for _ in range(per_tick):
+                at = _ms() + random.randint(500, 3000)
+                props = encode_properties({"TIMER_DELIVER_MS": str(at)})
+                await put(MessageToStore("BenchTimer", 0, str(at).encode(), props))
+            delay = started + (tick + 1) * TICK - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await asyncio.sleep(3.5)
+    finally:
+        await service.stop()
+        timers.close()
+        await store.stop()
+    return late
+
+
 def run() -> list[Result]:
     rate = env_int("TIDEMQ_BENCH_TIMER_RATE", 1000)
     seconds = env_int("TIDEMQ_BENCH_TIMER_SECONDS", 20)
+    with temp_dir("timer-store") as root:
+        alone = run_on_uvloop(_in_process(root, rate, seconds))
+    a50, a99 = _quantile(alone, 0.5), _quantile(alone, 0.99)
+    print(
+        f"store and timer service alone, put into the topic after the time ({len(alone)}): "
+        f"p50 {a50:.0f} ms, p99 {a99:.0f} ms, max {max(alone, default=0)} ms",
+        flush=True,
+    )
     with one_broker("timer", "mappedFileSizeTimerLog=104857600") as (namesrv, broker):
-        return run_on_uvloop(_run(namesrv.address, broker.address, rate, seconds))
+        results = run_on_uvloop(_run(namesrv.address, broker.address, rate, seconds))
+    note = f"{rate}/s for {seconds} s"
+    return [
+        Result("timer lateness, store and timer service alone, p99", a99, "ms", note=note),
+        *results,
+    ]
