@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tidemq.client.admin.api import BrokerAddress
+from tidemq.client.dashboard.views import _broker_row
 from tidemq.client.errors import InvalidMessageError
 from tidemq.client.message import Message
 from tidemq.client.validators import check_message
@@ -200,3 +202,10 @@ def test_the_client_refuses_a_timer_of_the_wrong_type(
 def test_the_client_sends_the_timer_properties() -> None:
     props = Message("T", b"x", deliver_at_ms=NOW, delay_ms=300).all_properties()
     assert (props["TIMER_DELIVER_MS"], props["TIMER_DELAY_MS"]) == (str(NOW), "300")
+
+
+def test_the_dashboard_shows_the_timers_pending() -> None:
+    row = _broker_row(
+        BrokerAddress("c", "broker-a", 0, "127.0.0.1:1"), {"timerCongestNum": "7"}, None
+    )
+    assert row["timersPending"] == 7
