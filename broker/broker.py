@@ -441,9 +441,12 @@ class Broker(Service):
         return {"timerCongestNum": str(self.timers.pending)}
 
     def adopt_master_timers(self, progress: TimerProgress) -> None:
-        """A slave: the master's timer checkpoint (broker/slave_sync.py)."""
+        """A slave: the master's timer checkpoint (broker/slave_sync.py). Its cursor is the
+        master's as it is, even behind the slave's own (a fresh slave's is its start time): a
+        timer the master has not delivered must not be skipped."""
         timers = self.timers
-        timers.cursor = max(timers.cursor, progress.last_read_time_ms)
+        if progress.last_read_time_ms > 0:
+            timers.cursor = progress.last_read_time_ms
         timers.master_queue_offset = progress.queue_offset
 
     async def _start_timer(self, *, deliver: bool) -> None:
