@@ -6,10 +6,12 @@ error when out of range or not a number."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from tests.fault.cq_check import check_consume_queues
 from tests.support.conditions import eventually
@@ -17,6 +19,7 @@ from tests.support.cpp_peers import SEND_OK, run_peer
 from tests.support.etcd import EtcdCluster
 from tests.support.failover import start_member, wait_master, wait_sync_state_set
 from tests.support.processes import Daemon, ProcessGroup
+from tidemq.client.admin.cli import main as mqadmin
 from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult
@@ -53,6 +56,17 @@ class Arrivals:
         self.messages[msg.body] = msg
         self.stored.setdefault(msg.body, set()).add((msg.queue_id, msg.queue_offset))
         return ConsumeResult.SUCCESS
+
+
+def broker_status(namesrv: Daemon, address: str) -> dict[str, str]:
+    """`mqadmin brokerStatus -n NAMESRV -b ADDRESS --json`, as an operator runs it."""
+    result = CliRunner().invoke(
+        mqadmin, ["brokerStatus", "-n", namesrv.address, "-b", address, "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    table = json.loads(result.output)[address]
+    assert isinstance(table, dict)
+    return {str(k): str(v) for k, v in table.items()}
 
 
 async def consume(namesrv: Daemon, topic: str, group: str, arrivals: Arrivals) -> AsyncPushConsumer:
@@ -123,6 +137,13 @@ async def test_pending_timers_survive_a_broker_restart(
         due = int(time.time() * 1000) + 4000
         for i in range(20):
             await producer.send(Message("TT3", b"r%d" % i, deliver_at_ms=due + i * 10))
+
+    # Visible to operators: mqadmin brokerStatus's timerCongestNum.
+    async def pending_in_broker_status() -> bool:
+        table = await asyncio.to_thread(broker_status, namesrv, broker.address)
+        return table.get("timerCongestNum") == "20"
+
+    await eventually(pending_in_broker_status, "brokerStatus shows the 20 timers pending", 20)
     # Down before any is due, back after some are due: none lost, none twice.
     if how == "stop":
         broker.stop()
