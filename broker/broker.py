@@ -1,13 +1,14 @@
 """The broker (RocketMQ's BrokerController): store, managers, processors, registration.
 
 Start order: load the store (recovery) and the managers' files, start the store's services,
-listen, start HA (the slave's client, or the master's service and the delayed-message schedule),
-long polling, register with the name servers, then the periodic tasks and metrics. Each is a
-child of the broker's `Service` and stops in reverse, except that right after metrics the
-broker stops serving: held pulls answer, the server stops and lets requests in flight finish,
-the schedule and HA stop. Then the periodic tasks end, the broker unregisters, every table is
-persisted, the store flushes and stops (which removes the abort file), and the name-server
-client closes.
+load the timer store (store/timer_store.py), listen, start HA (the slave's client and the
+filling of its timer wheel, or the master's service, the delayed-message schedule and timer
+delivery: broker/timer.py), long polling, register with the name servers, then the periodic
+tasks and metrics. Each is a child of the broker's `Service` and stops in reverse, except that
+right after metrics the broker stops serving: held pulls answer, the server stops and lets
+requests in flight finish, the schedule, timer delivery and HA stop. Then the periodic tasks
+end, the broker unregisters, every table is persisted, the store flushes and stops (which
+removes the abort file), and the name-server client closes.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from tidemq.broker.slave_names import SlaveNames
 from tidemq.broker.slave_sync import OffsetReconciler, SlaveSynchronize
 from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats, RateSampler, StatsWindows
+from tidemq.broker.timer import TimerMessageService
 from tidemq.broker.transaction.check import TransactionCheckService
 from tidemq.broker.transaction.service import TransactionalMessageService
 from tidemq.client.api import BrokerAPI
@@ -79,6 +81,9 @@ from tidemq.ha.slave import ClientState, EpochHandshake, HAClient
 from tidemq.store.config import BrokerRole, StoreConfig
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import pack_host
+from tidemq.store.timer_checkpoint import TimerProgress
+from tidemq.store.timer_message import TIMER_TOPIC
+from tidemq.store.timer_store import TimerStore
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +134,9 @@ class Broker(Service):
         self.remoting = remoting or RemotingConfig()
         self.ha_config = ha_config or HAConfig()
         self.store = MessageStore(store_config)
+        self.timers = TimerStore(store_config)
+        # Timer messages (broker/timer.py): a master's delivers, a slave's fills the wheel only.
+        self.timer: TimerMessageService | None = None
         folder = config_dir(store_config.root)
         self.topics = TopicConfigManager(
             folder,
@@ -287,6 +295,7 @@ class Broker(Service):
             self.ha_config.slave_synchronize_interval,
             tls=self.client_tls,
             signer=self.signer,
+            on_timer_checkpoint=self.adopt_master_timers,
         )
         return ha_client, slave_sync
 
@@ -400,6 +409,8 @@ class Broker(Service):
             for code, handler in handlers(processor).items()
         }
         table[RequestCode.GET_BROKER_HA_STATUS] = self._ha_status
+        table[RequestCode.GET_TIMER_CHECK_POINT] = self._timer_check_point
+        ops.timer_info = self._timer_info
         if self.controller is not None:
             table[RequestCode.CONTROLLER_ELECT_MASTER] = self._elect_master
         for code, processor in table.items():
@@ -460,6 +471,44 @@ class Broker(Service):
         del connection
         info = self.ha_runtime_info()
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS, None, body=dumps(info))
+
+    async def _timer_check_point(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """GET_TIMER_CHECK_POINT (60): the timer checkpoint, what a slave's wheel follows."""
+        del connection
+        return RemotingCommand.response_to(
+            request, ResponseCode.SUCCESS, None, body=self.timers.progress().encode()
+        )
+
+    def _timer_info(self) -> dict[str, str]:
+        timer = self.timer
+        if timer is not None:
+            return timer.runtime_info()
+        return {"timerCongestNum": str(self.timers.pending)}
+
+    def adopt_master_timers(self, progress: TimerProgress) -> None:
+        """A slave: the master's timer checkpoint (broker/slave_sync.py). Its cursor is the
+        master's as it is, even behind the slave's own (a fresh slave's is its start time): a
+        timer the master has not delivered must not be skipped."""
+        timers = self.timers
+        if progress.last_read_time_ms > 0:
+            timers.cursor = progress.last_read_time_ms
+        timers.master_queue_offset = progress.queue_offset
+
+    async def _start_timer(self, *, deliver: bool) -> None:
+        """The timer service of this role (a previous one stops first)."""
+        if self.timer is not None:
+            await self.timer.stop()
+        self.timer = await self.start_child(
+            TimerMessageService(
+                self.store,
+                self.timers,
+                lambda: self.store_host,
+                deliver=deliver,
+                flush_interval_ms=self.store_config.timer_flush_interval_ms,
+            )
+        )
 
     async def _elect_master(
         self, connection: RemotingConnection, request: RemotingCommand
@@ -539,6 +588,13 @@ class Broker(Service):
             self.offsets.correct_past_end(self.store.max_offset_in_queue)
         await self.start_child(Step(stop=self.namesrv_client.close))
         await self.start_child(self.store)
+        queue = self.store.find_consume_queue(TIMER_TOPIC, 0)
+        self.timers.load(
+            int(time.time() * 1000),
+            queue.min_offset if queue is not None else 0,
+            queue.max_offset if queue is not None else 0,
+        )
+        await self.start_child(Step(stop=self.timers.close))
         await self.start_child(Step(stop=self._persist_managers))
         if self.acl_watcher is not None:  # the rules are loaded before the first request
             await self.start_child(self.acl_watcher)
@@ -549,6 +605,7 @@ class Broker(Service):
             await self.start_child(self.grpc)
         if self.ha_client is not None:
             await self.start_child(self.ha_client)
+            await self._start_timer(deliver=False)
         else:
             await self._start_master_ha()
         self.store.add_arrival_listener(self.pull_holds.notify_arrival)
@@ -653,6 +710,7 @@ class Broker(Service):
         self.schedule = await self.start_child(
             ScheduleMessageService(self.store, self.delay_offsets, lambda: self.store_host)
         )
+        await self._start_timer(deliver=True)
         self.transaction_check = await self.start_child(
             TransactionCheckService(
                 self.state, self.transactions, self.producers, self._ensure_system_topic
@@ -769,7 +827,7 @@ class Broker(Service):
         the broker registers under its own brokerId again and a replication client waits for
         the master to follow."""
         self.store.lease_deadline = 0.0
-        for part in (self.schedule, self.transaction_check, self.ha_service):
+        for part in (self.schedule, self.timer, self.transaction_check, self.ha_service):
             if part is not None:
                 if part is self.ha_service:
                     self.store.detach_replication()
@@ -788,6 +846,7 @@ class Broker(Service):
         self.ha_client, self.slave_sync = self._slave_parts()
         await self.start_child(self.ha_client)
         await self.start_child(self.slave_sync)
+        await self._start_timer(deliver=False)
         if self.registration is not None:
             self.registration.change_identity(
                 dataclasses.replace(
@@ -841,6 +900,7 @@ class Broker(Service):
             self.server,
             self.grpc,
             self.schedule,
+            self.timer,
             self.transaction_check,
         ):
             if part is not None:

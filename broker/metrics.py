@@ -64,6 +64,10 @@ every master through the admin API; scrape every broker instead):
   `tidemq_dispatch_errors_total` (failed attempts), `tidemq_dispatch_quarantined_records_total`
   (records skipped) and `tidemq_schedule_undeliverable_total` (delayed or retry messages
   skipped because they can never be delivered). See store/dispatch_faults.py for the policy.
+- `tidemq_timer_pending` {cluster, broker}: timer messages waiting in the time wheel
+  (broker/timer.py; RocketMQ's timerCongestNum), `tidemq_timer_read_behind_seconds` how far
+  delivery is behind the clock, `tidemq_timer_offset_behind` timer messages stored but not yet
+  in the wheel.
 - The process's own (prometheus_client's collectors): `process_cpu_seconds_total`,
   `process_resident_memory_bytes`, `process_open_fds`, ..., `python_info`,
   `python_gc_collections_total`, ... (name servers too).
@@ -473,6 +477,27 @@ class BrokerCollector(Collector):
         )
         queues.add_metric(values, float(len(faults.quarantined)))
         yield from (serving, stuck, behind, queues)
+        timers = self.runtime_info()
+        for metric, doc, key in (
+            (
+                "tidemq_timer_pending",
+                "Timer messages waiting in the time wheel (RocketMQ's timerCongestNum)",
+                "timerCongestNum",
+            ),
+            (
+                "tidemq_timer_read_behind_seconds",
+                "How far timer delivery is behind the clock (RocketMQ's timerReadBehind)",
+                "timerReadBehind",
+            ),
+            (
+                "tidemq_timer_offset_behind",
+                "Timer messages stored but not in the wheel yet (RocketMQ's timerOffsetBehind)",
+                "timerOffsetBehind",
+            ),
+        ):
+            gauge = _gauge(metric, doc, labels)
+            gauge.add_metric(values, float(timers.get(key, "0")))
+            yield gauge
         for metric, doc, value in (
             ("tidemq_dispatch_errors", "Failed dispatch attempts", faults.errors_total),
             (

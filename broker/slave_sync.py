@@ -5,7 +5,9 @@ result), every slaveSynchronizeInterval (10 s; first after 3 s): GET_ALL_TOPIC_C
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG replace the slave's tables when their DataVersion differs;
 GET_ALL_CONSUMER_OFFSET merges the master's offsets without ever moving one backwards (offsets
 consumers committed to the slave while the master was down survive, RocketMQ #1094);
-GET_ALL_DELAY_OFFSET replaces the delay progress.
+GET_ALL_DELAY_OFFSET replaces the delay progress; GET_TIMER_CHECK_POINT (RocketMQ 5) hands the
+master's timer cursor and timer queue offset to the slave's wheel (broker/timer.py), also
+between those, every 3 s (as RocketMQ 5's tick) when the interval is longer.
 
 OffsetReconciler (tidemq): when the master (re)starts, and whenever a slave connects to it, the
 master asks each slave of its group (addresses from the name server's cluster info) for its
@@ -19,6 +21,8 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
+from collections.abc import Callable
 
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager, parse_offset_table
 from tidemq.broker.managers.delay_offset import DelayOffsetTable, parse_delay_offsets
@@ -33,10 +37,12 @@ from tidemq.client.errors import TideMQError
 from tidemq.client.remoting.codes import RequestCode, SerializeType
 from tidemq.client.remoting.signing import Signer
 from tidemq.common.lifecycle import cancel_and_wait
+from tidemq.store.timer_checkpoint import TimerProgress
 
 log = logging.getLogger(__name__)
 
 FIRST_SYNC_DELAY = 3.0
+TIMER_CHECKPOINT_INTERVAL = 3.0
 SYNC_TIMEOUT = 3.0
 
 
@@ -52,8 +58,10 @@ class SlaveSynchronize:
         *,
         tls: ssl.SSLContext | None = None,
         signer: Signer | None = None,
+        on_timer_checkpoint: Callable[[TimerProgress], None] | None = None,
     ) -> None:
         self.state = state
+        self.on_timer_checkpoint = on_timer_checkpoint
         self.topics = topics
         self.groups = groups
         self.offsets = offsets
@@ -83,15 +91,31 @@ class SlaveSynchronize:
 
     async def _run(self) -> None:
         await asyncio.sleep(min(FIRST_SYNC_DELAY, self.interval))
+        # The timer checkpoint every tick (RocketMQ 5: 3 s), the whole tables every interval.
+        tick = min(TIMER_CHECKPOINT_INTERVAL, self.interval)
+        due = 0.0
         while True:
-            if self.master_address and self.master_address != self.state.advertised_address:
+            master = self.master_address
+            if master and master != self.state.advertised_address:
+                full = self._now.is_set() or time.monotonic() >= due
                 try:
-                    await self.sync_all(self.master_address)
+                    if full:
+                        due = time.monotonic() + self.interval
+                        await self.sync_all(master)
+                    else:
+                        await self.sync_timer_checkpoint(master)
                 except (TideMQError, ValueError) as exc:
-                    log.warning("SlaveSynchronize from %s failed: %s", self.master_address, exc)
+                    log.warning("SlaveSynchronize from %s failed: %s", master, exc)
             self._now.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._now.wait(), self.interval)
+                await asyncio.wait_for(self._now.wait(), tick)
+
+    async def sync_timer_checkpoint(self, master: str) -> None:
+        """GET_TIMER_CHECK_POINT: the master's timer cursor and queue offset, to the wheel."""
+        if self.on_timer_checkpoint is not None:
+            api = self.api
+            timers = await api.call(master, api.request(RequestCode.GET_TIMER_CHECK_POINT))
+            self.on_timer_checkpoint(TimerProgress.decode(bytes(timers.body)))
 
     async def sync_all(self, master: str) -> None:
         api = self.api
@@ -104,6 +128,7 @@ class SlaveSynchronize:
         self.delay_offsets.replace(parse_delay_offsets(bytes(delays.body)))
         groups = await api.call(master, api.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
         self.groups.replace_all(SubscriptionGroupWrapper.decode(bytes(groups.body)))
+        await self.sync_timer_checkpoint(master)
         self.syncs += 1
         log.debug("SlaveSynchronize from %s done: %s", master, merged)
 

@@ -1,7 +1,8 @@
 """Messages as users see them: `Message` to send, `ReceivedMessage` from consumers, `SendResult`.
 
 Properties travel as RocketMQ's `name\\x01value\\x02` text; the well-known ones (TAGS, KEYS,
-DELAY, WAIT, UNIQ_KEY) are fields here. `msg_id` of a sent or received message is its UNIQ_KEY,
+DELAY, WAIT, UNIQ_KEY, and RocketMQ 5's TIMER_DELIVER_MS / TIMER_DELAY_MS as `deliver_at_ms` /
+`delay_ms`) are fields here. `msg_id` of a sent or received message is its UNIQ_KEY,
 the id the producer made (RocketMQ's client msgId); `offset_msg_id` is the broker's id, which
 encodes the storing broker and the physical offset.
 """
@@ -37,6 +38,7 @@ from tidemq.store.record import (
     pack_host,
     unpack_host,
 )
+from tidemq.store.timer_message import PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS
 
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
@@ -84,6 +86,11 @@ class Message:
     delay_level: int = 0
     wait_store_msg_ok: bool = True
     flag: int = 0
+    # A timer message (RocketMQ 5, any time up to the broker's timerMaxDelaySec): delivered at
+    # this epoch millisecond (TIMER_DELIVER_MS), or this many ms after the broker stores it
+    # (TIMER_DELAY_MS). A delay_level wins over both, as in RocketMQ.
+    deliver_at_ms: int | None = None
+    delay_ms: int | None = None
 
     @property
     def key_list(self) -> list[str]:
@@ -105,6 +112,10 @@ class Message:
             props[PROPERTY_KEYS] = KEY_SEPARATOR.join(keys)
         if self.delay_level > 0:
             props[PROPERTY_DELAY] = str(self.delay_level)
+        if self.deliver_at_ms is not None:
+            props[PROPERTY_TIMER_DELIVER_MS] = str(int(self.deliver_at_ms))
+        if self.delay_ms is not None:
+            props[PROPERTY_TIMER_DELAY_MS] = str(int(self.delay_ms))
         props[PROPERTY_WAIT] = "true" if self.wait_store_msg_ok else "false"
         if uniq_key is not None:
             props.setdefault(PROPERTY_UNIQ_KEY, uniq_key)
@@ -112,7 +123,14 @@ class Message:
 
     def encoded_properties(self, uniq_key: str | None = None) -> str:
         """`all_properties` as the send header carries them (name\x01value\x02...)."""
-        if self.properties or self.keys or self.delay_level > 0 or uniq_key is None:
+        if (
+            self.properties
+            or self.keys
+            or self.delay_level > 0
+            or self.deliver_at_ms is not None
+            or self.delay_ms is not None
+            or uniq_key is None
+        ):
             return encode_properties(self.all_properties(uniq_key))
         # What all_properties encodes for a message of at most a tag, as one string: most
         # sends, and a dict per send for three items cost more than the rest of this method.

@@ -12,7 +12,8 @@ connection with it. The rules:
 - tags, keys, property names and values: str (keys: one str or an iterable of str), without the
   property separators \\x01 and \\x02 (they would split or merge properties on the broker), and
   encodable as UTF-8 (the header carries them so);
-- delay_level and flag: an int (not a bool) in Java's int range;
+- delay_level and flag: an int (not a bool) in Java's int range; deliver_at_ms and delay_ms:
+  None or an int (not a bool) in Java's long range;
 - a send's given queue: a `MessageQueue` of the message's topic with a queue id of Java's int
   range (RocketMQ: "message's topic not equal mq's topic").
 
@@ -53,6 +54,8 @@ _MAX_VALID_TOPICS: Final = 1024
 _valid_topics: set[str] = set()
 _INT_MIN: Final = -(2**31)
 _INT_MAX: Final = 2**31 - 1
+_LONG_MIN: Final = -(2**63)
+_LONG_MAX: Final = 2**63 - 1
 _shown = reprlib.Repr()
 _shown.maxstring = 60
 
@@ -141,6 +144,9 @@ def check_message(msg: object, max_size: int | None = None) -> None:
     flag = msg.flag
     if type(flag) is not int or not _INT_MIN <= flag <= _INT_MAX:
         _check_int("flag", flag)
+    for field, when in (("deliver_at_ms", msg.deliver_at_ms), ("delay_ms", msg.delay_ms)):
+        if when is not None and (type(when) is not int or not _LONG_MIN <= when <= _LONG_MAX):
+            _check_long(field, when)
 
 
 def check_queue(queue: object, topic: str | None, field: str = "queue") -> MessageQueue:
@@ -235,6 +241,12 @@ def _check_int(field: str, value: object) -> None:
         raise InvalidMessageError(field, f"message {field} must be an int, not {_type(value)}")
     if not _INT_MIN <= value <= _INT_MAX:
         raise InvalidMessageError(field, f"message {field} {value} is outside Java's int range")
+
+
+def _check_long(field: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidMessageError(field, f"message {field} must be an int, not {_type(value)}")
+    raise InvalidMessageError(field, f"message {field} {value} is outside Java's long range")
 
 
 def _type(value: object) -> str:

@@ -88,6 +88,10 @@ class PutStatus(enum.Enum):
     TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"
     # RocketMQ 5 controller mode: the SyncStateSet is smaller than minInSyncReplicas
     IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
+    # RocketMQ 5 timer messages (store/timer_message.py)
+    WHEEL_TIMER_FLOW_CONTROL = "WHEEL_TIMER_FLOW_CONTROL"
+    WHEEL_TIMER_MSG_ILLEGAL = "WHEEL_TIMER_MSG_ILLEGAL"
+    WHEEL_TIMER_NOT_ENABLE = "WHEEL_TIMER_NOT_ENABLE"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 

@@ -116,6 +116,29 @@ class StoreConfig:
     physical_memory_bytes: int = setting(
         0, min_value=0, doc="tidemq: RAM size for the in-memory ratio; 0 = read from the OS"
     )
+    timer_wheel_enable: bool = setting(
+        True, doc="timer messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS) accepted"
+    )
+    timer_max_delay_sec: int = setting(
+        3600 * 24 * 3, min_value=1, doc="the longest delay a timer message may ask for"
+    )
+    timer_precision_ms: int = setting(
+        1000,
+        min_value=100,
+        max_value=1000,
+        doc="width of a time wheel slot (100, 200, 500 or 1000; others round down to one)",
+    )
+    timer_roll_window_slot: int = setting(
+        3600 * 24 * 2,
+        min_value=2,
+        doc="slots ahead a timer is put in the wheel; a later one is rolled (written again)",
+    )
+    timer_flush_interval_ms: int = setting(
+        1000, min_value=1, doc="how often the timer log, wheel and checkpoint are fsynced"
+    )
+    mapped_file_size_timer_log: int = setting(
+        100 * 1024 * 1024, min_value=4096, doc="size of one timer log segment file"
+    )
 
     @property
     def root(self) -> Path:
@@ -156,3 +179,8 @@ class StoreConfig:
         from tidemq.store.delay import parse_delay_levels
 
         parse_delay_levels(self.message_delay_level)
+
+    @property
+    def timer_precision(self) -> int:
+        """timerPrecisionMs as RocketMQ's setter takes it: rounded down to 100, 200, 500 or 1000."""
+        return max(c for c in (100, 200, 500, 1000) if c <= self.timer_precision_ms)

@@ -64,6 +64,7 @@ from tidemq.store.record import (
     scan_record,
 )
 from tidemq.store.tags import tags_code_for
+from tidemq.store.timer_message import PROPERTY_TIMER_OUT_MS, TIMER_TOPIC
 
 if TYPE_CHECKING:
     from tidemq.store.index import IndexService
@@ -93,12 +94,14 @@ _TAGS = PROPERTY_TAGS.encode()
 _KEYS = PROPERTY_KEYS.encode()
 _UNIQ = PROPERTY_UNIQ_KEY.encode()
 _DELAY = PROPERTY_DELAY.encode()
+_TIMER_OUT = PROPERTY_TIMER_OUT_MS.encode()
 
 # Bytes dispatched before yielding to the event loop, so appends and pulls stay responsive
 # (about 1,000 records of 1 KiB: a few milliseconds).
 CHUNK_BYTES = 1024 * 1024
 
 _SCHEDULE_RAW = SCHEDULE_TOPIC.encode()
+_TIMER_RAW = TIMER_TOPIC.encode()
 _TAGS_NEEDLE = _TAGS + b"\x01"
 
 # Turns dispatch lets go by in a row when `defer` asks it to: it keeps at least a quarter.
@@ -141,7 +144,14 @@ class _QueueRun:
 
 
 def tags_code_of(info: DispatchInfo, delay_levels: list[int]) -> int:
-    """tagsCode for the ConsumeQueue; a delayed message's is its delivery time."""
+    """tagsCode for the ConsumeQueue; a delayed or timer message's is its delivery time."""
+    if info.topic == TIMER_TOPIC:
+        raw = find_property(info.properties, _TIMER_OUT)
+        if raw is not None:
+            try:
+                return int(raw)
+            except ValueError:
+                pass
     if info.topic == SCHEDULE_TOPIC:
         raw = find_property(info.properties, _DELAY)
         if raw is not None:
@@ -214,7 +224,11 @@ class ReputService(Service):
         self, batch: EncodedBatch, wrote_offset: int, first_queue_offset: int, store_ts: int
     ) -> None:
         """A batch was appended at `wrote_offset`: dispatch may take its layout from here."""
-        if batch.sys_flag & SLOW_FLAGS or batch.topic == SCHEDULE_TOPIC or not batch.offsets:
+        if (
+            batch.sys_flag & SLOW_FLAGS
+            or batch.topic in (SCHEDULE_TOPIC, TIMER_TOPIC)
+            or not batch.offsets
+        ):
             return  # records the scan's general path handles
         if self.index_in_process() is not None:
             return  # the scan gathers index keys as it goes
@@ -438,7 +452,7 @@ class ReputService(Service):
         try:
             while pos < end and pos < stop:
                 record = scan_fast(mm, pos, end) if fast_path else None
-                if record is None or record[6] == _SCHEDULE_RAW:
+                if record is None or record[6] == _SCHEDULE_RAW or record[6] == _TIMER_RAW:
                     # The general path, for one record; what is gathered so far goes first.
                     self._write_gathered(runs, entries, index, last_ts)
                     last_ts = -1

@@ -80,6 +80,8 @@ from tidemq.store.services import (
 )
 from tidemq.store.store_lock import StoreLock
 from tidemq.store.tags import MATCH_ALL, TagFilter
+from tidemq.store.timer_message import TIMER_MARKER as _TIMER_MARKER
+from tidemq.store.timer_message import TimerLimits, park_timer, with_delivery_time
 from tidemq.store.transient_pool import TransientStorePool
 
 __all__ = ["MessageStore", "PutMessageResult", "QueryMessageResult", "Recovery", "Replication"]
@@ -133,6 +135,7 @@ class MessageStore(Service):
         self.config = config
         self.root = config.root
         self.delay_levels = parse_delay_levels(config.message_delay_level)
+        self.timer_limits = TimerLimits(config.timer_wheel_enable, config.timer_max_delay_sec)
         self.role = config.broker_role
         self.pool: TransientStorePool | None = None
         if self.transient_pool_enabled:
@@ -513,12 +516,24 @@ class MessageStore(Service):
         refused = self._check_writable()
         if refused is not None:
             return refused
+        if _TIMER_MARKER in msg.properties:  # park_timer's own first test, saving the call
+            timer_refused = park_timer(msg, int(time.time() * 1000), self.timer_limits)
+            if timer_refused is not None:
+                return PutMessageResult(timer_refused.status, remark=timer_refused.remark)
         if _DELAY_MARKER in msg.properties:  # park_delayed's own first test, saving the call
             park_delayed(msg, self.delay_levels)
         append = self.commitlog.put(msg)
         if on_appended is not None and append.status is _PUT_OK:
             on_appended(append)
         return await self._after_append(append, waits_for_store(msg.properties))
+
+    async def put_timer_message(self, msg: MessageToStore, deliver_at_ms: int) -> PutMessageResult:
+        """Store `msg` for delivery to its topic and queue at `deliver_at_ms` (epoch ms): the
+        entry for any protocol (the remoting send sets the property itself). A time at or before
+        now is stored in its topic at once; refusals are WHEEL_TIMER_MSG_ILLEGAL (beyond
+        timerMaxDelaySec) and WHEEL_TIMER_NOT_ENABLE, each with a remark for the client."""
+        msg.properties = with_delivery_time(msg.properties, deliver_at_ms)
+        return await self.put_message(msg)
 
     async def put_message_batch(self, batch: MessageBatch) -> PutMessageResult:
         """A SEND_BATCH_MESSAGE: messages of one topic and queue, stored contiguously."""

@@ -46,6 +46,7 @@ from tidemq.client.protocol.models import (
     TopicConfigSerializeWrapper,
 )
 from tidemq.client.protocol.names import topic_problem
+from tidemq.store.timer_message import TIMER_TOPIC
 
 __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC",
@@ -89,6 +90,7 @@ SYSTEM_TOPICS: Final = frozenset(
 NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
     {
         SCHEDULE_TOPIC,
+        TIMER_TOPIC,
         TRANS_HALF_TOPIC,
         TRANS_OP_HALF_TOPIC,
         TRANS_CHECK_MAX_TIME_TOPIC,

@@ -153,6 +153,8 @@ class OpsProcessor:
         # The broker's health (Broker.health: with HA and the schedule); the store's alone
         # until the broker sets it.
         self.health: Callable[[], Health] = lambda: check_health(store)
+        # The timer keys (timerCongestNum: timers waiting), until the broker sets it.
+        self.timer_info: Callable[[], dict[str, str]] = dict
 
     # --- runtime info ---------------------------------------------------------------------
 
@@ -217,6 +219,7 @@ class OpsProcessor:
             "timerCongestNum": "0",
             "timerEnqueueTps": "0.0",
             "timerDequeueTps": "0.0",
+            **self.timer_info(),
         }
 
     def _dispatch_health(self) -> dict[str, str]:

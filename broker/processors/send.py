@@ -289,6 +289,19 @@ _STATUS_CODES: dict[PutStatus, tuple[int, str | None]] = {
         ResponseCode.SYSTEM_ERROR,
         "in-sync replicas not enough",
     ),
+    # RocketMQ 5's answers to timer messages; the store's remark names the property and limit
+    PutStatus.WHEEL_TIMER_MSG_ILLEGAL: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "timer message illegal, the delay time should not be bigger than the max delay",
+    ),
+    PutStatus.WHEEL_TIMER_FLOW_CONTROL: (
+        ResponseCode.SYSTEM_ERROR,
+        "timer message is under flow control",
+    ),
+    PutStatus.WHEEL_TIMER_NOT_ENABLE: (
+        ResponseCode.SYSTEM_ERROR,
+        "accurate timer message is not enabled, timerWheelEnable is false",
+    ),
     PutStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
 }
 

@@ -168,6 +168,8 @@ def _broker_row(
         "health": info.get("brokerHealth", ""),
         "healthNotes": info.get("brokerHealthNotes", ""),
         "dispatchBehindBytes": int(info.get("dispatchBehindBytes", 0) or 0),
+        # Timer messages waiting in the broker's time wheel (RocketMQ's timerCongestNum).
+        "timersPending": int(info.get("timerCongestNum", 0) or 0),
     }
 
 

@@ -14,7 +14,7 @@ broker may keep running on the store, its writes are to the same page cache) and
   (`store.record.decode_record`, body CRC checked) at exactly that physical offset, of the
   unit's size, topic and queue id, whose QUEUEOFFSET is the unit's index, and whose TAGS give
   the unit's tagsCode (`store.tags.tags_code_for`; the delay topic's tagsCode is a delivery time
-  and is not compared);
+  and is not compared; the timer topic's is its TIMER_OUT_MS);
 - walking the CommitLog (`store.record.scan_record`, as the store's dispatch does) from its
   first file to its end, every record that a ConsumeQueue must index (not a prepared or
   rolled-back transaction half) has its unit, except at the tail of its queue: records not
@@ -40,6 +40,7 @@ from tidemq.store.layout import (
 from tidemq.store.record import PROPERTY_TAGS, RecordFormatError, decode_record, scan_record
 from tidemq.store.segment import name_to_offset
 from tidemq.store.tags import tags_code_for
+from tidemq.store.timer_message import PROPERTY_TIMER_OUT_MS, TIMER_TOPIC
 
 ZERO_UNIT = bytes(CQ_UNIT_SIZE)
 NOT_INDEXED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
@@ -156,6 +157,9 @@ def _check_unit(
         wrong.append(f"its QUEUEOFFSET is {record.queue_offset}")
     tags = record.properties.get(PROPERTY_TAGS)
     expected = tags_code_for(tags.encode() if tags else None)
+    if topic == TIMER_TOPIC:  # a timer's tagsCode is its delivery time, TIMER_OUT_MS
+        out = record.properties.get(PROPERTY_TIMER_OUT_MS, "")
+        expected = int(out) if out.isdigit() else expected
     if topic != SCHEDULE_TOPIC and tags_code != expected:
         wrong.append(f"tagsCode {tags_code} != {expected} of its tags {tags!r}")
     if wrong:

@@ -149,6 +149,7 @@ _BROKER_SPECS: Final = (
     _broker(C.GET_ALL_CONSUMER_OFFSET),
     _broker(C.GET_ALL_DELAY_OFFSET),
     _broker(C.GET_BROKER_HA_STATUS),
+    _broker(C.GET_TIMER_CHECK_POINT),
     _broker(C.CONSUMER_SEND_MSG_BACK, h.ConsumerSendMsgBackRequestHeader),
     _broker(C.GET_BROKER_RUNTIME_INFO),
     _broker(C.GET_TOPIC_STATS_INFO, admin.GetTopicStatsInfoRequestHeader),

@@ -1,5 +1,5 @@
 """Message.encoded_properties: its one-string path for messages of at most a tag writes what
-encode_properties(all_properties(...)) writes, for every message."""
+encode_properties(all_properties(...)) writes, for every message (timer messages included)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ WORDS = st.text(alphabet=st.characters(blacklist_characters="\x01\x02"), max_siz
     st.integers(0, 3),
     st.booleans(),
     st.one_of(st.none(), WORDS),
+    st.one_of(st.none(), st.integers(0, 2**45)),
+    st.one_of(st.none(), st.integers(0, 2**32)),
 )
 def test_encoded_properties_are_those_of_all_properties(
     tags: str | None,
@@ -27,8 +29,20 @@ def test_encoded_properties_are_those_of_all_properties(
     delay_level: int,
     wait: bool,
     uniq_key: str | None,
+    deliver_at_ms: int | None,
+    delay_ms: int | None,
 ) -> None:
-    msg = Message("T", b"x", tags, keys, properties, delay_level, wait)
+    msg = Message(
+        "T",
+        b"x",
+        tags,
+        keys,
+        properties,
+        delay_level,
+        wait,
+        deliver_at_ms=deliver_at_ms,
+        delay_ms=delay_ms,
+    )
     expected = encode_properties(msg.all_properties(uniq_key))
     assert msg.encoded_properties(uniq_key) == expected
 

@@ -119,6 +119,7 @@ async function clusterPage(main) {
       ["Disk", (b) => b.diskCapacity || "", "wrap"],
       ["HA lag (bytes)", (b) => b.haLagBytes === null || b.haLagBytes === undefined ? "" : num(b.haLagBytes), "num"],
       ["Dispatch behind (bytes)", (b) => b.error ? "" : num(b.dispatchBehindBytes || 0), "num"],
+      ["Timers pending", (b) => b.error ? "" : num(b.timersPending || 0), "num"],
     ], data.brokers),
     el("h2", {}, "HA connections (master side)"),
     table("ha", [
