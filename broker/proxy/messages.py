@@ -24,10 +24,11 @@ _PROPERTY_KEY, a type its fields contradict MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
 does not match MESSAGE_CORRUPTED. Control characters are refused everywhere: 4.x properties
 are `key\\x01value\\x02` text, and one in a value would cut it.
 
-Delivery timestamps map onto the store's delay levels (messageDelayLevel) until tidemq has a
-timer wheel: the first level at least as long as the wait, never an earlier one; a time past
-the longest level is refused (ILLEGAL_DELIVERY_TIME names the longest), a time already past is
-delivered at once.
+A delivery timestamp becomes TIMER_DELIVER_MS, which the store's timer wheel delivers at that
+millisecond (store/timer_store.py; a time already past is delivered at once); one further ahead
+than timerMaxDelaySec is refused with ILLEGAL_DELIVERY_TIME naming the limit. With
+timerWheelEnable=false it maps onto the delay levels (messageDelayLevel) instead: the first
+level at least as long as the wait, never an earlier one, a time past the longest refused.
 """
 
 from __future__ import annotations
@@ -90,10 +91,12 @@ _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Limits:
     """What the broker accepts: `max_body_size` is maxMessageSize, `delay_levels` the store's
-    messageDelayLevel in milliseconds (level 1 first)."""
+    messageDelayLevel in milliseconds (level 1 first), `timer_max_delay_ms` timerMaxDelaySec
+    in milliseconds, or None when the timer wheel is off (timerWheelEnable=false)."""
 
     max_body_size: int
     delay_levels: Sequence[int]
+    timer_max_delay_ms: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -132,9 +135,16 @@ def to_store(message: Message, limits: Limits, now_ms: int) -> Outgoing:
     _check_type(system.message_type, group, deliver_at)
     if deliver_at is not None:
         properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_at)
-        level = delay_level(deliver_at - now_ms, limits.delay_levels)
-        if level:
-            properties[PROPERTY_DELAY] = str(level)
+        if limits.timer_max_delay_ms is None:
+            level = delay_level(deliver_at - now_ms, limits.delay_levels)
+            if level:
+                properties[PROPERTY_DELAY] = str(level)
+        elif deliver_at - now_ms > limits.timer_max_delay_ms:
+            raise Rejected(
+                Code.ILLEGAL_DELIVERY_TIME,
+                f"delivery time {deliver_at - now_ms} ms ahead is past timerMaxDelaySec "
+                f"({limits.timer_max_delay_ms // 1000} s)",
+            )
     transactional = system.message_type == MessageType.TRANSACTION
     if transactional:
         properties[PROPERTY_TRANSACTION_PREPARED] = "true"
@@ -158,7 +168,7 @@ def delay_level(wait_ms: int, levels: Sequence[int]) -> int:
         raise Rejected(
             Code.ILLEGAL_DELIVERY_TIME,
             f"delivery time {wait_ms} ms ahead is past the longest delay level "
-            f"({levels[-1]} ms, messageDelayLevel): tidemq has no timer wheel yet",
+            f"({levels[-1]} ms, messageDelayLevel; timerWheelEnable=false)",
         )
     return index + 1
 

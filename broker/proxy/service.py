@@ -160,7 +160,11 @@ class MessagingService:
         self.clients = GrpcClients(max_clients=config.grpc_server_max_clients)
         self._port = port
         self.cluster = cluster
-        self.limits = Limits(store.config.max_message_size, tuple(store.delay_levels))
+        self.limits = Limits(
+            store.config.max_message_size,
+            tuple(store.delay_levels),
+            store.config.timer_max_delay_sec * 1000 if store.config.timer_wheel_enable else None,
+        )
 
     # --- routes -------------------------------------------------------------------------
 

@@ -271,7 +271,7 @@ async def test_send_refusals_name_the_cause(channel: aio.Channel) -> None:
     control = message()
     control.user_properties["k"] = "a\x01b"
     cases.append((control, Code.ILLEGAL_MESSAGE_PROPERTY_KEY))
-    far = Timestamp(seconds=int(time.time()) + 3600)
+    far = Timestamp(seconds=int(time.time()) + 4 * 24 * 3600)  # past timerMaxDelaySec (3 days)
     cases.append(
         (
             message(message_type=MessageType.DELAY, delivery_timestamp=far),

@@ -71,6 +71,20 @@ def test_a_delayed_message_carries_its_level_and_time() -> None:
     assert stored.properties["TIMER_DELIVER_MS"] == str(NOW + 4000)
 
 
+def test_with_the_timer_wheel_a_delayed_message_carries_its_time_alone() -> None:
+    wheel = Limits(max_body_size=1024, delay_levels=LEVELS, timer_max_delay_ms=259_200_000)
+    sent = message(kind=MessageType.DELAY)
+    sent.system_properties.delivery_timestamp.FromMilliseconds(NOW + 3_600_000)
+    stored = to_store(sent, wheel, NOW)
+    assert "DELAY" not in stored.properties
+    assert stored.properties["TIMER_DELIVER_MS"] == str(NOW + 3_600_000)
+    sent.system_properties.delivery_timestamp.FromMilliseconds(NOW + 259_200_001)
+    with pytest.raises(Rejected) as refused:
+        to_store(sent, wheel, NOW)
+    assert refused.value.code == Code.ILLEGAL_DELIVERY_TIME
+    assert "timerMaxDelaySec (259200 s)" in str(refused.value)
+
+
 def test_gzip_bodies_are_stored_inflated_within_the_size_limit() -> None:
     sent = message(gzip.compress(b"a" * 1000))
     sent.system_properties.body_encoding = Encoding.GZIP
