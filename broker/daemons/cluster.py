@@ -46,9 +46,11 @@ a topology on free ports.
 
 `--port-base N` moves every port of the topology at once, in blocks of PORT_BLOCK: the name
 server listens on N (its metricsPort N+2), the brokers in start order (masters, then slaves) on
-N+10, N+20, ... (the haListenPort of a master the next port, its metricsPort the one after),
+N+10, N+20, ... (the haListenPort of a master the next port, its metricsPort the one after,
+its grpcServerPort the one after that),
 etcd's clientPort and peerPort on the block after the brokers, the dashboard on the last one.
-A metricsPort is moved only where the file sets one; `-o` still wins over the base.
+A metricsPort is moved only where the file sets one, a grpcServerPort only where the broker
+serves gRPC; `-o` still wins over the base.
 `port_layout` lists the result; `run` prints it before it starts anything.
 
 The daemons run in their own sessions (a terminal's Ctrl-C reaches only the launcher, which
@@ -363,6 +365,13 @@ def based_ports(
         role = load_properties(file).get("brokerRole", "ASYNC_MASTER")
         return role.strip().upper() == "SLAVE"
 
+    def serves_grpc(file: Path) -> bool:
+        props = load_properties(file)
+        text = props.get("grpcServerPort", str(DEFAULT_GRPC_SERVER_PORT)).strip()
+        acl = props.get("aclEnable", "false").strip().lower() == "true"
+        blocked = grpc_blockers(acl, props.get("tls.server.mode", "disabled"))
+        return text.lstrip("-").isdigit() and int(text) > 0 and not blocked
+
     overrides = [f"namesrv:listenPort={base}"]
     if has_metrics(namesrv_file):
         overrides.append(f"namesrv:metricsPort={base + 2}")
@@ -375,6 +384,8 @@ def based_ports(
             overrides.append(f"{file.stem}:haListenPort={block + 1}")
         if has_metrics(file):
             overrides.append(f"{file.stem}:metricsPort={block + 2}")
+        if serves_grpc(file):
+            overrides.append(f"{file.stem}:grpcServerPort={block + 3}")
     if etcd_file.exists():
         block = base + (1 + len(broker_files)) * PORT_BLOCK
         overrides += [f"etcd:clientPort={block}", f"etcd:peerPort={block + 1}"]
@@ -874,7 +885,7 @@ def main() -> None:
     type=click.IntRange(1, 65535),
     default=None,
     help=f"Move every port at once: the name server on N, each broker on N+{PORT_BLOCK}, "
-    f"N+{2 * PORT_BLOCK}, ... (HA +1, metrics +2), the dashboard on the last block.",
+    f"N+{2 * PORT_BLOCK}, ... (HA +1, metrics +2, gRPC +3), the dashboard on the last block.",
 )
 def run_command(
     topology: str,

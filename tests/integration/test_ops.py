@@ -597,8 +597,9 @@ def free_block(size: int) -> int:
 
 
 def test_make_run_port_base_moves_every_port_at_once(tmp_path: Path) -> None:
-    """`make run PORT_BASE=N`: the name server on N (metrics N+2), broker-a on N+10..N+12,
-    broker-a-s on N+20 and N+22, the dashboard on N+30, each held by the daemon named."""
+    """`make run PORT_BASE=N`: the name server on N (metrics N+2), broker-a on N+10..N+13,
+    broker-a-s on N+20, N+22 and N+23 (gRPC last), the dashboard on N+30, each held by the
+    daemon named."""
     base = free_block(40)
     data = tmp_path / "local"
     data.mkdir()
@@ -629,8 +630,10 @@ def test_make_run_port_base_moves_every_port_at_once(tmp_path: Path) -> None:
             base + 10: "broker-a",
             base + 11: "broker-a",
             base + 12: "broker-a",
+            base + 13: "broker-a",
             base + 20: "broker-a-s",
             base + 22: "broker-a-s",
+            base + 23: "broker-a-s",
             base + 30: "dashboard",
         }
         for port, name in expected.items():

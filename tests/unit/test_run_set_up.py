@@ -33,7 +33,7 @@ def quick_start() -> str:
 def test_the_readme_lists_every_port_make_run_takes(tmp_path: Path) -> None:
     topology = load_topology(LOCAL, tmp_path, dashboard_port=DASHBOARD_PORT)
     taken = {port for _, _, port in port_layout(topology)}
-    assert {5556, 5557, 5559, 9876, 10911, 10912, 11011, 8082} <= taken
+    assert {5556, 5557, 5559, 9876, 10911, 10912, 11011, 8082, 8081, 8181} <= taken
     table = {int(m) for m in re.findall(r"^\| [^|]+ \| (\d+) \|", quick_start(), re.M)}
     assert table == taken
 
@@ -53,8 +53,10 @@ def test_a_port_base_moves_every_port_of_make_run(tmp_path: Path) -> None:
         ("broker-a", "listenPort", 20010),
         ("broker-a", "haListenPort", 20011),
         ("broker-a", "metricsPort", 20012),
+        ("broker-a", "grpcServerPort", 20013),
         ("broker-a-s", "listenPort", 20020),
         ("broker-a-s", "metricsPort", 20022),
+        ("broker-a-s", "grpcServerPort", 20023),
         ("dashboard", "port", 20030),
     ]
     assert [(n, k) for n, k, _ in port_layout(default)] == [
