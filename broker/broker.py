@@ -6,8 +6,9 @@ long polling, register with the name servers, then the periodic tasks and metric
 child of the broker's `Service` and stops in reverse, except that right after metrics the
 broker stops serving: held pulls answer, the server stops and lets requests in flight finish,
 the schedule and HA stop. Then the periodic tasks end, the broker unregisters, every table is
-persisted, the store flushes and stops (which removes the abort file), and the name-server
-client closes.
+persisted (its last changes to config/tables.db, then its RocketMQ JSON file exported in full,
+when exportConfigJsonOnShutdown), the store flushes and stops (which removes the abort file),
+and the name-server client closes.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from tidemq.broker.health import Health, check_health
 from tidemq.broker.long_polling import PullRequestHoldService
 from tidemq.broker.managers.clients import Channel, ConsumerManager, ProducerManager
 from tidemq.broker.managers.config_file import ConfigManager, config_dir
-from tidemq.broker.managers.config_file import persist as persist_file
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.delay_offset import DelayOffsetTable
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
@@ -777,6 +777,9 @@ class Broker(Service):
     def _persist_managers(self) -> None:
         for manager in self._managers():
             manager.persist_quietly()
+            if self.config.export_config_json_on_shutdown:
+                manager.export_quietly()
+            manager.close()
 
     async def _stop_serving(self) -> None:
         """Right after metrics, ahead of the reverse order (their own stops later find nothing
@@ -797,12 +800,15 @@ class Broker(Service):
         while True:
             await asyncio.sleep(self.config.flush_consumer_offset_interval / 1000)
             for manager in (self.offsets, self.delay_offsets):
-                # Encode on the loop (a consistent snapshot), write and fsync off it.
-                text = manager.encode()
+                # Encode the changed rows on the loop (a consistent view), write them off it.
+                changes = manager.take_changes()
+                if not changes:
+                    continue
                 try:
-                    await asyncio.to_thread(persist_file, manager.path, text)
+                    await asyncio.to_thread(manager.store.write, manager.table_name, changes)
                 except OSError as exc:
-                    log.error("cannot persist %s: %s", manager.path, exc)
+                    manager.restore_changes(changes)
+                    log.error("cannot persist %s: %s", manager.table_name, exc)
 
     async def _sample_rates_periodically(self) -> None:
         while True:
