@@ -8,8 +8,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from tidemq.broker.config import BrokerConfig
+from tidemq.broker.daemons.cluster import main as cluster_main
 from tidemq.broker.managers.config_file import ConfigFileCorruptError, pretty_json
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.delay_offset import DelayOffsetTable
@@ -215,3 +217,27 @@ def test_json_rows_match_the_rocketmq_entries(tmp_path: Path) -> None:
     rows, version = manager.store.read("topics")
     assert json.loads(rows["A"]) == TopicConfig("A", 1, 2, 6).to_dict()
     assert version is not None and json.loads(version) == manager.data_version.to_dict()
+
+
+def test_export_command_reads_the_tables_of_a_live_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    topics = TopicConfigManager(tmp_path / "config", BROKER)  # held open, as a running broker
+    topics.load()
+    topics.update(TopicConfig("Live", 3, 3))
+    offsets = ConsumerOffsetManager(tmp_path / "config")
+    offsets.load()
+    offsets.commit("h", "cg", "Live", 0, 9)
+    offsets.persist()
+    result = CliRunner().invoke(cluster_main, ["export-config", str(tmp_path), "-o", "out"])
+    assert result.exit_code == 0, result.output
+    assert "topics.json" in result.output and "consumerOffset.json" in result.output
+    exported = parse_topic_wrapper(Path("out/topics.json").read_text())
+    assert exported.topic_config_table == topics.wrapper().topic_config_table
+    assert exported.data_version == topics.data_version
+    assert json.loads(Path("out/consumerOffset.json").read_text()) == {
+        "offsetTable": {"Live@cg": {"0": 9}}
+    }
+    missing = CliRunner().invoke(cluster_main, ["export-config", str(tmp_path / "none")])
+    assert missing.exit_code == 1 and "no tables.db" in missing.output
