@@ -49,7 +49,12 @@ from tidemq.broker.processors.query import QueryProcessor
 from tidemq.broker.processors.retry import RetryProcessor
 from tidemq.broker.processors.send import SendProcessor
 from tidemq.broker.rebalance_lock import RebalanceLockManager
-from tidemq.broker.registration import BrokerIdentity, NameServerRegistration
+from tidemq.broker.registration import (
+    BrokerIdentity,
+    NameServerRegistration,
+    RegistrationShape,
+    RegistrationTable,
+)
 from tidemq.broker.remoting.server import RemotingServer
 from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.slave_names import SlaveNames
@@ -58,7 +63,7 @@ from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats, RateSampler, StatsWindows
 from tidemq.broker.transaction.check import TransactionCheckService
 from tidemq.broker.transaction.service import TransactionalMessageService
-from tidemq.client.protocol.models import PERM_READ_WRITE, TopicConfigSerializeWrapper
+from tidemq.client.protocol.models import PERM_READ_WRITE, TopicConfig, TopicConfigSerializeWrapper
 from tidemq.client.protocol.namesrv import RegisterBrokerResult
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
@@ -333,7 +338,7 @@ class Broker(Service):
                 self.controller_config,
             ),
             listen_ports=lambda: (self.listen_port, self.ha_listen_port),
-            request_registration=self.request_registration,
+            request_registration=self.request_full_registration,
             spawn=self.spawn,
         )
         ops.health = self.health
@@ -369,6 +374,21 @@ class Broker(Service):
                 wrapper.topic_config_table[name] = dataclasses.replace(topic, perm=perm)
         return wrapper
 
+    def _registration_topic(self, name: str) -> TopicConfig | None:
+        """One topic as registered (see `_registration_topics`); None when it is gone."""
+        topic = self.topics.select(name)
+        if topic is None:
+            return None
+        perm = mask_permission(topic.perm, self.config.broker_permission)
+        return topic if perm == topic.perm else dataclasses.replace(topic, perm=perm)
+
+    def _registration_table(self) -> RegistrationTable:
+        return RegistrationTable(
+            self._registration_topics,
+            self._registration_topic,
+            lambda: dataclasses.replace(self.topics.data_version),
+        )
+
     def _on_connection_closed(self, connection: RemotingConnection) -> None:
         self.consumers.do_channel_close_event(connection)
         self.producers.do_channel_close_event(connection)
@@ -382,8 +402,13 @@ class Broker(Service):
                 self.spawn(channel.oneway(request))
 
     def _on_topic_change(self, change: TopicConfigChanged) -> None:
-        del change  # the manager has persisted it; the name servers must learn of it
-        self.request_registration()
+        # The manager has persisted it; the name servers must learn of it.
+        if self.registration is None:
+            return  # the first registration, still to come, sends the whole table
+        if change.topic is None:  # the whole table (copied from the master)
+            self.registration.request_full()
+        else:
+            self.registration.note_change(change.topic)
 
     def _ensure_system_topic(self, topic: str) -> None:
         """A topic the broker writes itself (TRANS_CHECK_MAX_TIME_TOPIC), one queue, read-write."""
@@ -393,6 +418,12 @@ class Broker(Service):
         """Register with the name servers soon (once registration has started)."""
         if self.registration is not None:
             self.registration.request_registration()
+
+    def request_full_registration(self) -> None:
+        """Send the whole table to every name server soon: what every topic registers as changed
+        (the broker's permission)."""
+        if self.registration is not None:
+            self.registration.request_full()
 
     def spawn(self, work: Awaitable[None]) -> None:
         """Run `work` in the background; connection failures are only logged (debug)."""
@@ -513,9 +544,14 @@ class Broker(Service):
             identity,
             self.config.name_servers,
             self.namesrv_client,
-            self._registration_topics,
+            self._registration_table(),
             period_ms=self.config.register_name_server_period,
             timeout_ms=self.config.register_broker_timeout_mills,
+            shape=RegistrationShape(
+                split=self.config.enable_split_registration,
+                split_size=self.config.split_registration_size,
+                compressed=self.config.compressed_register,
+            ),
             on_result=self._on_register_result,
         )
         await self.start_child(self.registration)

@@ -175,6 +175,8 @@ def registration_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
         # The broker's own topic is its name, by default the host's, which may hold dots
         # (RocketMQ registers it so): table keys here, never paths.
         yield "topicConfigTable", BROKER, topic
+    for topic in data.deleted_topics:  # an incremental registration's
+        yield "deletedTopicList", BROKER, topic
 
 
 BROKER_BODY_NAMES: Final[Mapping[int, BodyNames]] = {
