@@ -33,6 +33,7 @@ from tidemq.broker.managers.config_file import (
     ConfigManager,
     compact_json,
     decode_json_object,
+    decode_rows,
     pretty_json,
 )
 from tidemq.client.protocol.models import DataVersion, SubscriptionGroupConfig
@@ -132,8 +133,8 @@ class SubscriptionGroupManager(ConfigManager[SubscriptionGroupWrapper]):
         return None if config is None else compact_json(config.to_dict())
 
     def adopt_rows(self, rows: dict[str, str], version: str | None) -> None:
-        for key, value in rows.items():
-            self._table[key] = SubscriptionGroupConfig.from_dict(json.loads(value))
+        for key, entry in decode_rows(rows, "groupName"):
+            self._table[key] = SubscriptionGroupConfig.from_dict(entry)
         if version is not None:
             self.data_version = DataVersion.from_dict(json.loads(version))
 

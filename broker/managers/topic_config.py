@@ -42,6 +42,7 @@ from tidemq.broker.managers.config_file import (
     ConfigManager,
     compact_json,
     decode_json_object,
+    decode_rows,
     pretty_json,
 )
 from tidemq.client.protocol.models import (
@@ -223,7 +224,7 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         return None if config is None else compact_json(config.to_dict())
 
     def adopt_rows(self, rows: dict[str, str], version: str | None) -> None:
-        table = {key: TopicConfig.from_dict(json.loads(value)) for key, value in rows.items()}
+        table = {key: TopicConfig.from_dict(entry) for key, entry in decode_rows(rows, "topicName")}
         self._table.update(_valid_topics(table, "tables.db"))
         if version is not None:
             self.data_version = DataVersion.from_dict(json.loads(version))

@@ -165,6 +165,7 @@ def test_replace_from_the_master_writes_only_the_rows_that_differ(tmp_path: Path
     slave.update(TopicConfig("Gone"))
     master = TopicConfigManager(tmp_path / "master", BROKER)
     master.update(TopicConfig("New", 2, 2))
+    master.data_version.next_version()  # never the slave's (same millisecond, same counter)
     written: list[set[str]] = []
     write = slave.store.write
 
@@ -241,3 +242,18 @@ def test_export_command_reads_the_tables_of_a_live_broker(
     }
     missing = CliRunner().invoke(cluster_main, ["export-config", str(tmp_path / "none")])
     assert missing.exit_code == 1 and "no tables.db" in missing.output
+
+
+def test_a_row_of_two_objects_does_not_shift_the_others(tmp_path: Path) -> None:
+    # The rows are parsed as one JSON array: a row holding two objects would give the next
+    # keys their neighbours' entries if that went unchecked.
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    manager.update_many([TopicConfig("A", 1, 1), TopicConfig("B", 2, 2), TopicConfig("C", 3, 3)])
+    manager.close()
+    two = '{"topicName":"A","readQueueNums":9},{"topicName":"B","readQueueNums":9}'
+    with sqlite3.connect(tmp_path / TABLES_FILE) as db:
+        db.execute("UPDATE config_rows SET value = ? WHERE key = 'A'", (two,))
+        db.execute("DELETE FROM config_rows WHERE key = 'SELF_TEST_TOPIC'")  # same count
+    with pytest.raises(ConfigFileCorruptError, match="table topics"):
+        TopicConfigManager(tmp_path, BROKER).load()
