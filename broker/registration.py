@@ -17,9 +17,12 @@ changed since (`pending`), and sends (formats in client/protocol/namesrv.py):
   (enableSplitRegistration), each compressed with compressedRegister, so no frame grows with
   the table;
 - otherwise an incremental registration: only the pending topics (their configs, or their
-  names when deleted), on the version the name server holds. With nothing pending it is the
-  periodic heartbeat: a few hundred bytes, whatever the table's size. A name server that does
-  not answer it as one (a RocketMQ name server) gets full registrations only, as from RocketMQ.
+  names when deleted), on the version the name server holds, in requests of at most
+  splitRegistrationSize topics (all but the last on the held version, so the name server's
+  work per request stays bounded and a failure in between leaves its version valid). With
+  nothing pending it is the periodic heartbeat: a few hundred bytes, whatever the table's
+  size. A name server that does not answer it as one (a RocketMQ name server) gets full
+  registrations only, as from RocketMQ.
 
 An auto-created `%RETRY%` topic is one pending topic like any other: it costs an incremental
 registration, never a full one.
@@ -213,21 +216,36 @@ class NameServerRegistration(Service):
             else:
                 changed[topic] = config
         version = self.table.version()
-        body = RegisterBrokerBody(
-            TopicConfigSerializeWrapper(changed, version),
-            [],
-            base_data_version=base,
-            deleted_topics=deleted,
-        )
-        result = await self._register_one(address, body)
-        if result is None:  # sent again with the next changes, on the same base
-            sync.pending |= topics
-            return None
-        sync.incremental_registrations += 1
-        if result.full_registration_needed or not result.incremental:
-            sync.held = None
-        else:
-            sync.held = version
+        # Requests of at most splitRegistrationSize topics, so that the name server's work per
+        # request stays bounded. All but the last keep the base version (the name server's
+        # version moves only with the last), so any of them failing leaves the base valid.
+        entries: list[tuple[str, TopicConfig | None]] = [
+            *changed.items(),
+            *((topic, None) for topic in deleted),
+        ]
+        size = self.shape.split_size if self.shape.split else max(1, len(entries))
+        chunks = [entries[i : i + size] for i in range(0, len(entries), size)] or [[]]
+        result: RegisterBrokerResult | None = None
+        for index, chunk in enumerate(chunks):
+            last = index == len(chunks) - 1
+            body = RegisterBrokerBody(
+                TopicConfigSerializeWrapper(
+                    {t: c for t, c in chunk if c is not None}, version if last else base
+                ),
+                [],
+                base_data_version=base,
+                deleted_topics=[t for t, c in chunk if c is None],
+            )
+            result = await self._register_one(address, body)
+            if result is None:  # sent again with the next changes, on the same base
+                sync.pending.update(t for part in chunks[index:] for t, _c in part)
+                return None
+            sync.incremental_registrations += 1
+            if result.full_registration_needed or not result.incremental:
+                sync.held = None
+                return result
+        assert result is not None
+        sync.held = version
         return result
 
     async def _register_full(

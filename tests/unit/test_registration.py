@@ -43,6 +43,7 @@ class NameServer:
     routes: RouteInfoManager = field(default_factory=RouteInfoManager)
     headers: list[RegisterBrokerRequestHeader] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
+    held: list[DataVersion | None] = field(default_factory=list)  # after each request
 
     def restart(self) -> None:
         self.routes = RouteInfoManager()
@@ -55,6 +56,7 @@ class NameServer:
             request.ext_fields.pop("incremental", None)
         processor = NamesrvProcessor(self.routes, KvConfigStore())
         response = processor.handlers[request.code](cast(Any, Peer()), request)
+        self.held.append(self.routes.query_data_version(header.broker_addr))
         return response
 
     def kinds(self) -> list[str]:
@@ -141,3 +143,27 @@ async def test_a_rocketmq_name_server_gets_full_registrations_only() -> None:
     await reg.register_all()
     await reg.register_all()
     assert namesrv.kinds() == ["full", "inc", "full", "full"]
+
+
+async def test_many_pending_topics_go_in_requests_of_the_split_size() -> None:
+    namesrv, table = NameServer(), Table()
+    reg = registration(namesrv, table, split_size=100)
+    await reg.register_all()
+    for i in range(250):
+        table.put(f"New{i}")
+        reg.note_change(f"New{i}")
+    del table.topics["New0"]  # deleted again before it was sent: its deletion is sent
+    table.version.next_version()
+    await reg.register_all()
+    assert namesrv.kinds() == ["full", "inc", "inc", "inc"]
+    sent = [h for h in namesrv.headers if h.incremental]
+    assert len(sent) == 3
+    # Only the last moved the name server's version: a failure before it left the base valid.
+    base = namesrv.held[0]
+    assert namesrv.held[1:] == [base, base, table.version]
+    assert namesrv.routes.get_route("New249") is not None
+    assert namesrv.routes.get_route("New0") is None
+    table.put("Later")
+    reg.note_change("Later")
+    await reg.register_all()
+    assert namesrv.kinds()[-1] == "inc" and namesrv.routes.get_route("Later") is not None
