@@ -41,6 +41,7 @@ CONSOLE_SCRIPTS = ("namesrvd", "brokerd", "mqadmin", "tidemq-cluster", "tidemq-i
 class Cluster:
     namesrv: Daemon
     broker: Daemon
+    store: Path
 
     @property
     def namesrv_addr(self) -> str:
@@ -64,7 +65,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             "brokerClusterName=DefaultCluster",
             name="brokerd",
         )
-        yield Cluster(namesrv, broker)
+        yield Cluster(namesrv, broker, root / "store")
     finally:
         processes.stop_all()
 
@@ -664,3 +665,13 @@ def test_update_topic_list_and_sub_group_list_from_files(cluster: Cluster, tmp_p
     assert {"batch-g1", "batch-g2"} <= groups.keys()
     g1 = groups["batch-g1"]
     assert getattr(g1, "retry_max_times", None) == 3
+    # The running broker's tables, exported as RocketMQ's JSON files.
+    exported = shell(
+        "tidemq-cluster", "export-config", str(cluster.store), "-o", str(tmp_path / "x")
+    )
+    assert exported.returncode == 0, exported.stderr
+    topics_json = json.loads((tmp_path / "x" / "topics.json").read_text())
+    assert set(names) <= topics_json["topicConfigTable"].keys()
+    assert topics_json["topicConfigTable"][names[0]]["readQueueNums"] == 2
+    groups_json = json.loads((tmp_path / "x" / "subscriptionGroup.json").read_text())
+    assert groups_json["subscriptionGroupTable"]["batch-g1"]["retryMaxTimes"] == 3
