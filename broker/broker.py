@@ -7,8 +7,9 @@ delivery: broker/timer.py), long polling, register with the name servers, then t
 tasks and metrics. Each is a child of the broker's `Service` and stops in reverse, except that
 right after metrics the broker stops serving: held pulls answer, the server stops and lets
 requests in flight finish, the schedule, timer delivery and HA stop. Then the periodic tasks
-end, the broker unregisters, every table is persisted, the store flushes and stops (which
-removes the abort file), and the name-server client closes.
+end, the broker unregisters, every table is persisted (its last changes to config/tables.db,
+then its RocketMQ JSON file exported in full, when exportConfigJsonOnShutdown), the store
+flushes and stops (which removes the abort file), and the name-server client closes.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from tidemq.broker.health import Health, check_health
 from tidemq.broker.long_polling import PullRequestHoldService
 from tidemq.broker.managers.clients import Channel, ConsumerManager, ProducerManager
 from tidemq.broker.managers.config_file import ConfigManager, config_dir
-from tidemq.broker.managers.config_file import persist as persist_file
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.delay_offset import DelayOffsetTable
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
@@ -54,7 +54,12 @@ from tidemq.broker.proxy.config import ProxyConfig, grpc_blockers
 from tidemq.broker.proxy.server import GrpcServer
 from tidemq.broker.proxy.service import MessagingService
 from tidemq.broker.rebalance_lock import RebalanceLockManager
-from tidemq.broker.registration import BrokerIdentity, NameServerRegistration
+from tidemq.broker.registration import (
+    BrokerIdentity,
+    NameServerRegistration,
+    RegistrationShape,
+    RegistrationTable,
+)
 from tidemq.broker.remoting.server import RemotingServer
 from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.slave_names import SlaveNames
@@ -65,7 +70,7 @@ from tidemq.broker.timer import TimerMessageService
 from tidemq.broker.transaction.check import TransactionCheckService
 from tidemq.broker.transaction.service import TransactionalMessageService
 from tidemq.client.api import BrokerAPI
-from tidemq.client.protocol.models import PERM_READ_WRITE, TopicConfigSerializeWrapper
+from tidemq.client.protocol.models import PERM_READ_WRITE, TopicConfig, TopicConfigSerializeWrapper
 from tidemq.client.protocol.namesrv import RegisterBrokerResult
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
@@ -389,7 +394,7 @@ class Broker(Service):
                 *((self.proxy_config,) if self.proxy_config is not None else ()),
             ),
             listen_ports=lambda: (self.listen_port, self.ha_listen_port),
-            request_registration=self.request_registration,
+            request_registration=self.request_full_registration,
             spawn=self.spawn,
         )
         ops.health = self.health
@@ -427,6 +432,21 @@ class Broker(Service):
                 wrapper.topic_config_table[name] = dataclasses.replace(topic, perm=perm)
         return wrapper
 
+    def _registration_topic(self, name: str) -> TopicConfig | None:
+        """One topic as registered (see `_registration_topics`); None when it is gone."""
+        topic = self.topics.select(name)
+        if topic is None:
+            return None
+        perm = mask_permission(topic.perm, self.config.broker_permission)
+        return topic if perm == topic.perm else dataclasses.replace(topic, perm=perm)
+
+    def _registration_table(self) -> RegistrationTable:
+        return RegistrationTable(
+            self._registration_topics,
+            self._registration_topic,
+            lambda: dataclasses.replace(self.topics.data_version),
+        )
+
     def _on_connection_closed(self, connection: RemotingConnection) -> None:
         self.consumers.do_channel_close_event(connection)
         self.producers.do_channel_close_event(connection)
@@ -440,8 +460,13 @@ class Broker(Service):
                 self.spawn(channel.oneway(request))
 
     def _on_topic_change(self, change: TopicConfigChanged) -> None:
-        del change  # the manager has persisted it; the name servers must learn of it
-        self.request_registration()
+        # The manager has persisted it; the name servers must learn of it.
+        if self.registration is None:
+            return  # the first registration, still to come, sends the whole table
+        if change.topic is None:  # the whole table (copied from the master)
+            self.registration.request_full()
+        else:
+            self.registration.note_change(change.topic)
 
     def _ensure_system_topic(self, topic: str) -> None:
         """A topic the broker writes itself (TRANS_CHECK_MAX_TIME_TOPIC), one queue, read-write."""
@@ -451,6 +476,12 @@ class Broker(Service):
         """Register with the name servers soon (once registration has started)."""
         if self.registration is not None:
             self.registration.request_registration()
+
+    def request_full_registration(self) -> None:
+        """Send the whole table to every name server soon: what every topic registers as changed
+        (the broker's permission)."""
+        if self.registration is not None:
+            self.registration.request_full()
 
     def spawn(self, work: Awaitable[None]) -> None:
         """Run `work` in the background; connection failures are only logged (debug)."""
@@ -622,9 +653,14 @@ class Broker(Service):
             identity,
             self.config.name_servers,
             self.namesrv_client,
-            self._registration_topics,
+            self._registration_table(),
             period_ms=self.config.register_name_server_period,
             timeout_ms=self.config.register_broker_timeout_mills,
+            shape=RegistrationShape(
+                split=self.config.enable_split_registration,
+                split_size=self.config.split_registration_size,
+                compressed=self.config.compressed_register,
+            ),
             on_result=self._on_register_result,
         )
         await self.start_child(self.registration)
@@ -888,6 +924,9 @@ class Broker(Service):
     def _persist_managers(self) -> None:
         for manager in self._managers():
             manager.persist_quietly()
+            if self.config.export_config_json_on_shutdown:
+                manager.export_quietly()
+            manager.close()
 
     async def _stop_serving(self) -> None:
         """Right after metrics, ahead of the reverse order (their own stops later find nothing
@@ -915,12 +954,15 @@ class Broker(Service):
         while True:
             await asyncio.sleep(self.config.flush_consumer_offset_interval / 1000)
             for manager in (self.offsets, self.delay_offsets):
-                # Encode on the loop (a consistent snapshot), write and fsync off it.
-                text = manager.encode()
+                # Encode the changed rows on the loop (a consistent view), write them off it.
+                changes = manager.take_changes()
+                if not changes:
+                    continue
                 try:
-                    await asyncio.to_thread(persist_file, manager.path, text)
+                    await asyncio.to_thread(manager.store.write, manager.table_name, changes)
                 except OSError as exc:
-                    log.error("cannot persist %s: %s", manager.path, exc)
+                    manager.restore_changes(changes)
+                    log.error("cannot persist %s: %s", manager.table_name, exc)
 
     async def _sample_rates_periodically(self) -> None:
         while True:

@@ -165,7 +165,19 @@ class BrokerConfig:
     register_broker_timeout_mills: int = setting(6000, min_value=100)
     register_name_server_period: int = setting(30_000, min_value=1000)
     force_register: bool = setting(True)
+    compressed_register: bool = setting(False, doc="deflate full registrations (RocketMQ's)")
+    enable_split_registration: bool = setting(
+        True, doc="send a full registration of many topics in parts (RocketMQ 5's; on here)"
+    )
+    split_registration_size: int = setting(
+        800, min_value=1, doc="topics per part of a split registration (RocketMQ 5's)"
+    )
     flush_consumer_offset_interval: int = setting(5000, min_value=100)
+    export_config_json_on_shutdown: bool = setting(
+        True,
+        doc="tidemq: write topics.json and the other RocketMQ config files at every clean stop "
+        "(the tables live in config/tables.db)",
+    )
     wait_time_mills_in_send_queue: int = setting(200, min_value=1)
     max_msgs_num_batch: int = setting(64, min_value=1)
     channel_expired_timeout: int = setting(

@@ -152,6 +152,18 @@ def subscription_group_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
         yield "groupName", CONSUMER_GROUP, obj["groupName"]
 
 
+def topic_list_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
+    obj: Any = loads_fastjson(body)
+    for entry in obj["topicConfigList"]:
+        yield "topicConfigList.topicName", TOPIC, entry["topicName"]
+
+
+def subscription_group_list_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
+    obj: Any = loads_fastjson(body)
+    for entry in obj["groupConfigList"]:
+        yield "groupConfigList.groupName", CONSUMER_GROUP, entry["groupName"]
+
+
 def registration_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
     # Decoded twice (here and by the processor): registrations come every 30 s per broker.
     # An empty body stands for no topics; a compressed one is read by the processor alone
@@ -163,6 +175,8 @@ def registration_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
         # The broker's own topic is its name, by default the host's, which may hold dots
         # (RocketMQ registers it so): table keys here, never paths.
         yield "topicConfigTable", BROKER, topic
+    for topic in data.deleted_topics:  # an incremental registration's
+        yield "deletedTopicList", BROKER, topic
 
 
 BROKER_BODY_NAMES: Final[Mapping[int, BodyNames]] = {
@@ -170,6 +184,8 @@ BROKER_BODY_NAMES: Final[Mapping[int, BodyNames]] = {
     RequestCode.LOCK_BATCH_MQ: lock_batch_names,
     RequestCode.UNLOCK_BATCH_MQ: lock_batch_names,
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: subscription_group_names,
+    RequestCode.UPDATE_AND_CREATE_TOPIC_LIST: topic_list_names,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST: subscription_group_list_names,
 }
 
 NAMESRV_BODY_NAMES: Final[Mapping[int, BodyNames]] = {
@@ -229,7 +245,7 @@ class NameGate:
     def _check_body(self, names: BodyNames, body: Body) -> None:
         try:
             found = list(names(body))
-        except (DecodeError, ValueError, TypeError, AttributeError):
+        except (DecodeError, ValueError, TypeError, AttributeError, KeyError):
             return  # the processor reads the body again and refuses it, naming why
         for field, kind, value in found:
             self._check(field, kind, value)

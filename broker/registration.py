@@ -1,10 +1,31 @@
-"""Registration with the name servers (RocketMQ's BrokerOuterAPI.registerBrokerAll).
+"""Registration with the name servers (RocketMQ's BrokerOuterAPI.registerBrokerAll), sent so that
+its cost follows the changes, not the size of the topic table.
 
 The broker registers with every name server of namesrvAddr in parallel: at start, whenever its
 topic table changes, and every registerNameServerPeriod (clamped to 10-60 s, as RocketMQ does).
 Each call waits at most registerBrokerTimeoutMills. The result of the first name server that
 answered tells a slave its master's HA address and broker address. At stop the broker
 unregisters from every name server.
+
+Per name server it keeps the version that name server holds for it (`held`) and the topics
+changed since (`pending`), and sends (formats in client/protocol/namesrv.py):
+
+- a full registration when the name server holds nothing of it: the first time, after a
+  failure, when the name server asks for one (it restarted or missed a change), after the
+  broker's identity or permission changed, or when more than `MAX_INCREMENT_TOPICS` topics are
+  pending. A table of more than splitRegistrationSize topics is sent in parts of that many
+  (enableSplitRegistration), each compressed with compressedRegister, so no frame grows with
+  the table;
+- otherwise an incremental registration: only the pending topics (their configs, or their
+  names when deleted), on the version the name server holds, in requests of at most
+  splitRegistrationSize topics (all but the last on the held version, so the name server's
+  work per request stays bounded and a failure in between leaves its version valid). With
+  nothing pending it is the periodic heartbeat: a few hundred bytes, whatever the table's
+  size. A name server that does not answer it as one (a RocketMQ name server) gets full
+  registrations only, as from RocketMQ.
+
+An auto-created `%RETRY%` topic is one pending topic like any other: it costs an incremental
+registration, never a full one.
 """
 
 from __future__ import annotations
@@ -13,9 +34,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Final
 
-from tidemq.client.protocol.models import TopicConfigSerializeWrapper
+from tidemq.client.protocol.models import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 from tidemq.client.protocol.namesrv import (
     NamesrvResponseError,
     RegisterBrokerBody,
@@ -32,6 +54,10 @@ from tidemq.common.lifecycle import BackgroundTask, Service, Step
 
 log = logging.getLogger(__name__)
 
+# More pending topics than this are sent as a full registration (split as usual) rather than
+# one incremental body of several MB.
+MAX_INCREMENT_TOPICS: Final = 50_000
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerIdentity:
@@ -41,6 +67,37 @@ class BrokerIdentity:
     broker_addr: str
     ha_server_addr: str
     master_epoch: int | None = None  # controller mode: an elected master's epoch
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationTable:
+    """What registration reads of the broker's topic table: all of it (as registered: perms
+    limited by the broker's), one topic, and the current version."""
+
+    wrapper: Callable[[], TopicConfigSerializeWrapper]
+    topic: Callable[[str], TopicConfig | None]
+    version: Callable[[], DataVersion]
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationShape:
+    """enableSplitRegistration, splitRegistrationSize and compressedRegister."""
+
+    split: bool = True
+    split_size: int = 800
+    compressed: bool = False
+
+
+@dataclass(slots=True)
+class NameServerSync:
+    """What one name server holds of this broker: `held` None means nothing usable."""
+
+    held: DataVersion | None = None
+    pending: set[str] = field(default_factory=set)
+    # False once the name server answered an incremental registration as a RocketMQ one does.
+    takes_increments: bool = True
+    full_registrations: int = 0
+    incremental_registrations: int = 0
 
 
 ResultListener = Callable[[RegisterBrokerResult], None]
@@ -58,21 +115,24 @@ class NameServerRegistration(Service):
         identity: BrokerIdentity,
         name_servers: list[str],
         client: RemotingClient,
-        topics: Callable[[], TopicConfigSerializeWrapper],
+        table: RegistrationTable,
         *,
         period_ms: int,
         timeout_ms: int,
+        shape: RegistrationShape | None = None,
         on_result: ResultListener | None = None,
     ) -> None:
         self.identity = identity
         self.name_servers = name_servers
         self.client = client
-        self.topics = topics
+        self.table = table
+        self.shape = shape or RegistrationShape()
         self.period = registration_period_ms(period_ms) / 1000
         self.timeout = timeout_ms / 1000
         self.on_result = on_result
         self._wakeup = asyncio.Event()
         self.registrations = 0
+        self.sync = {address: NameServerSync() for address in name_servers}
         super().__init__()
         self.add_child(Step(start=self.register_all, stop=self._unregister_all))
         self.add_child(BackgroundTask(self._run, "register-broker"))
@@ -81,11 +141,24 @@ class NameServerRegistration(Service):
         """Register soon (the topic table changed)."""
         self._wakeup.set()
 
+    def note_change(self, topic: str) -> None:
+        """`topic` was created, changed or deleted: the next registration sends it."""
+        for sync in self.sync.values():
+            sync.pending.add(topic)
+        self._wakeup.set()
+
+    def request_full(self) -> None:
+        """Every name server gets a full registration soon (the whole table changed, or what
+        every topic registers as: the broker's permission)."""
+        for sync in self.sync.values():
+            sync.held = None
+        self._wakeup.set()
+
     def change_identity(self, identity: BrokerIdentity) -> None:
         """Controller mode: the broker was elected master (id 0, with its epoch); register as it
         with every name server now."""
         self.identity = identity
-        self._wakeup.set()
+        self.request_full()
 
     async def _run(self) -> None:
         while True:
@@ -100,19 +173,113 @@ class NameServerRegistration(Service):
     async def register_all(self) -> list[RegisterBrokerResult]:
         if not self.name_servers:
             return []
-        wrapper = self.topics()
-        body = RegisterBrokerBody(wrapper, [])
-        results = await asyncio.gather(
-            *(self._register_one(address, body) for address in self.name_servers)
-        )
+        results = await asyncio.gather(*(self._sync_one(address) for address in self.name_servers))
         answered = [r for r in results if r is not None]
         self.registrations += 1
         if answered and self.on_result is not None:
             self.on_result(answered[0])
         return answered
 
+    async def _sync_one(self, address: str) -> RegisterBrokerResult | None:
+        sync = self.sync.setdefault(address, NameServerSync())
+        if (
+            sync.takes_increments
+            and sync.held is not None
+            and len(sync.pending) <= MAX_INCREMENT_TOPICS
+        ):
+            result = await self._register_increment(address, sync)
+            if result is not None and not result.incremental:
+                log.warning(
+                    "name server %s does not take incremental registrations: sending it full "
+                    "ones only",
+                    address,
+                )
+                sync.takes_increments = False
+            elif result is None or not result.full_registration_needed:
+                return result
+            else:
+                log.info("name server %s asks for a full registration", address)
+        return await self._register_full(address, sync)
+
+    async def _register_increment(
+        self, address: str, sync: NameServerSync
+    ) -> RegisterBrokerResult | None:
+        base = sync.held
+        assert base is not None
+        topics, sync.pending = sync.pending, set()
+        changed: dict[str, TopicConfig] = {}
+        deleted: list[str] = []
+        for topic in topics:
+            config = self.table.topic(topic)
+            if config is None:
+                deleted.append(topic)
+            else:
+                changed[topic] = config
+        version = self.table.version()
+        # Requests of at most splitRegistrationSize topics, so that the name server's work per
+        # request stays bounded. All but the last keep the base version (the name server's
+        # version moves only with the last), so any of them failing leaves the base valid.
+        entries: list[tuple[str, TopicConfig | None]] = [
+            *changed.items(),
+            *((topic, None) for topic in deleted),
+        ]
+        size = self.shape.split_size if self.shape.split else max(1, len(entries))
+        chunks = [entries[i : i + size] for i in range(0, len(entries), size)] or [[]]
+        result: RegisterBrokerResult | None = None
+        for index, chunk in enumerate(chunks):
+            last = index == len(chunks) - 1
+            body = RegisterBrokerBody(
+                TopicConfigSerializeWrapper(
+                    {t: c for t, c in chunk if c is not None}, version if last else base
+                ),
+                [],
+                base_data_version=base,
+                deleted_topics=[t for t, c in chunk if c is None],
+            )
+            result = await self._register_one(address, body)
+            if result is None:  # sent again with the next changes, on the same base
+                sync.pending.update(t for part in chunks[index:] for t, _c in part)
+                return None
+            sync.incremental_registrations += 1
+            if result.full_registration_needed or not result.incremental:
+                sync.held = None
+                return result
+        assert result is not None
+        sync.held = version
+        return result
+
+    async def _register_full(
+        self, address: str, sync: NameServerSync
+    ) -> RegisterBrokerResult | None:
+        # Changes from here on are pending against the version of this snapshot.
+        sync.pending = set()
+        sync.held = None
+        wrapper = self.table.wrapper()
+        items = list(wrapper.topic_config_table.items())
+        size = self.shape.split_size
+        if not self.shape.split or len(items) <= size:
+            parts = [items]
+        else:
+            parts = [items[start : start + size] for start in range(0, len(items), size)]
+        result: RegisterBrokerResult | None = None
+        for index, part in enumerate(parts):
+            body = RegisterBrokerBody(TopicConfigSerializeWrapper(dict(part), wrapper.data_version))
+            split = (index, len(parts)) if len(parts) > 1 else None
+            result = await self._register_one(address, body, split)
+            if result is None:
+                return None  # held stays None: the next round sends a full one again
+        sync.full_registrations += 1
+        sync.held = wrapper.data_version
+        log.info(
+            "full registration with name server %s: %d topics in %d part(s)",
+            address,
+            len(items),
+            len(parts),
+        )
+        return result
+
     async def _register_one(
-        self, address: str, body: RegisterBrokerBody
+        self, address: str, body: RegisterBrokerBody, split: tuple[int, int] | None = None
     ) -> RegisterBrokerResult | None:
         ident = self.identity
         request = register_broker_request(
@@ -122,7 +289,9 @@ class NameServerRegistration(Service):
             ha_server_addr=ident.ha_server_addr,
             broker_id=ident.broker_id,
             body=body,
+            compressed=self.shape.compressed,
             master_epoch=ident.master_epoch,
+            split=split,
         )
         try:
             response = await self.client.invoke(address, request, self.timeout)

@@ -400,6 +400,12 @@ class BrokerAPI:
         )
         await self.call(address, self.request(RequestCode.UPDATE_AND_CREATE_TOPIC, encode(header)))
 
+    async def create_topic_list(self, address: str, configs: list[TopicConfig]) -> None:
+        """UPDATE_AND_CREATE_TOPIC_LIST (RocketMQ 5): create or update `configs` in one request
+        (CreateTopicListRequestBody; the broker applies all or none)."""
+        body = dumps({"topicConfigList": [config.to_dict() for config in configs]})
+        await self.call(address, self.request(RequestCode.UPDATE_AND_CREATE_TOPIC_LIST, body=body))
+
     async def delete_topic_in_broker(self, address: str, topic: str) -> None:
         await self.call(
             address,
@@ -440,6 +446,14 @@ class BrokerAPI:
         request = self.request(
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=dumps(config.to_dict())
         )
+        await self.call(address, request)
+
+    async def update_subscription_group_list(
+        self, address: str, configs: list[SubscriptionGroupConfig]
+    ) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST (RocketMQ 5): body SubscriptionGroupList."""
+        body = dumps({"groupConfigList": [config.to_dict() for config in configs]})
+        request = self.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, body=body)
         await self.call(address, request)
 
 

@@ -79,6 +79,7 @@ from tidemq.broker.config import DEFAULT_BROKER_PORT, DEFAULT_NAMESRV_PORT
 from tidemq.broker.daemons.cluster_access import ClusterAccess, access_of, dashboard_access
 from tidemq.broker.daemons.port_owner import describe_holders, holders, pid_listens_on, port_is_free
 from tidemq.broker.daemons.secure_init import SecureInitError, secure_init
+from tidemq.broker.managers.config_export import export_config
 from tidemq.broker.properties import load_properties
 from tidemq.broker.proxy.config import DEFAULT_GRPC_SERVER_PORT, grpc_blockers
 from tidemq.client.admin.api import AdminClient, BrokerAddress
@@ -89,6 +90,7 @@ from tidemq.client.errors import TideMQError
 from tidemq.client.version import version_option
 from tidemq.common.errors import ConfigError
 from tidemq.common.lifecycle import cancel_and_wait
+from tidemq.store.errors import CorruptStoreError
 
 __all__ = ["ClusterError", "Launcher", "Process", "Topology", "load_topology", "main"]
 
@@ -958,6 +960,29 @@ def status_command(namesrv_addr: str, topology: str | None) -> None:
     except TideMQError as exc:
         click.echo(f"tidemq-cluster status: {exc}", err=True)
         sys.exit(1)
+
+
+@main.command("export-config")
+@click.argument("store_root", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "-o",
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder to write the files to [default: STORE_ROOT/config, where RocketMQ keeps them].",
+)
+def export_config_command(store_root: Path, out_dir: Path | None) -> None:
+    """Write a broker's config tables (STORE_ROOT/config/tables.db) as RocketMQ's JSON files
+    (topics.json, subscriptionGroup.json, consumerOffset.json, delayOffset.json); the broker may
+    be running. A broker also writes them at every clean stop."""
+    try:
+        exported = export_config(store_root, out_dir)
+    except (OSError, CorruptStoreError) as exc:
+        click.echo(f"tidemq-cluster export-config: {exc}", err=True)
+        sys.exit(1)
+    for item in exported:
+        click.echo(f"wrote {item.path} ({item.entries} entries)")
 
 
 @main.command("secure-init")

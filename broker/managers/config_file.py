@@ -1,22 +1,32 @@
-"""The broker's JSON config files: how they are written, read back, and recovered.
+"""The broker's config tables: kept in `config/tables.db`, imported from and exported to
+RocketMQ's JSON config files.
 
 RocketMQ's `ConfigManager` keeps each table in one JSON file under `<storePathRootDir>/config/`
-(`topics.json`, `subscriptionGroup.json`, `consumerOffset.json`, `delayOffset.json`) next to the
-previous version, `<file>.bak`. tidemq keeps the same names and layout so a store directory moves
-between the two, and writes each file so that a crash at any moment leaves a loadable one:
+(`topics.json`, `subscriptionGroup.json`, `consumerOffset.json`, `delayOffset.json`) and rewrites
+the whole file for every change. tidemq keeps the tables as rows in `config/tables.db`
+(`table_store.py`: one change writes the rows it touched, durably, whatever the table's size) and
+keeps RocketMQ's files as the exchange format:
 
-`<file>.tmp` fsynced, the current file kept as `<file>.bak`, `<file>.tmp` renamed over `<file>`,
-the directory fsynced (`common.files.write_file_safely`, which states the exact order).
+- import: at start, a table that `tables.db` does not hold yet is read from its JSON file (the
+  file of a RocketMQ broker, or of an older tidemq) and written to `tables.db` in one
+  transaction; from then on the file is never read again. A store with neither starts with the
+  defaults, which are written to `tables.db` at once.
+- export: each table's JSON file is written, crash-safely, at every clean broker stop, and on
+  demand with `tidemq-cluster export-config <storePathRootDir>` (which reads `tables.db`, also
+  while the broker runs), so the directory still moves to a RocketMQ broker and RocketMQ's tools
+  read current files.
 
-The main file is therefore never missing or half written once it exists. Reading (`load`) takes
-the main file; when it is missing or empty, or does not decode, it takes `.bak` and logs which
-one it used and why. RocketMQ then starts with an empty table if the backup is also unreadable,
-silently losing every topic or offset; tidemq raises `ConfigFileCorruptError` instead, so the
-operator decides (only a store with neither file starts empty).
+JSON files are written so that a crash at any moment leaves a loadable one: `<file>.tmp`
+fsynced, the current file kept as `<file>.bak`, `<file>.tmp` renamed over `<file>`, the
+directory fsynced (`common.files.write_file_safely`, which states the exact order). Importing
+takes the main file; when it is missing or empty, or does not decode, it takes `.bak` and logs
+which one it used and why. RocketMQ then starts with an empty table if the backup is also
+unreadable, silently losing every topic or offset; tidemq raises `ConfigFileCorruptError`
+instead, so the operator decides (only a store with neither file starts empty).
 
 Text is pretty-printed JSON (tab indents, as fastjson's prettyFormat) with every key quoted.
 Files that Java wrote hold bare numeric keys (`{0:12}`); decoders read them with
-`client.remoting.json_body.loads_fastjson`.
+`client.remoting.json_body.loads_fastjson`, without the 16 MiB limit of a request body.
 """
 
 from __future__ import annotations
@@ -24,12 +34,13 @@ from __future__ import annotations
 import abc
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
+from tidemq.broker.managers.table_store import TABLES_FILE, TableChanges, TableStore
 from tidemq.client.remoting.errors import BodyDecodeError
-from tidemq.client.remoting.json_body import loads_fastjson
+from tidemq.client.remoting.json_body import DEFAULT_MAX_BODY_SIZE, loads_fastjson
 from tidemq.common.files import sibling, write_file_safely
 from tidemq.store.errors import CorruptStoreError
 
@@ -40,8 +51,10 @@ __all__ = [
     "TOPICS_FILE",
     "ConfigFileCorruptError",
     "ConfigManager",
+    "compact_json",
     "config_dir",
     "decode_json_object",
+    "decode_rows",
     "load",
     "persist",
     "pretty_json",
@@ -57,6 +70,9 @@ DELAY_OFFSET_FILE: Final = "delayOffset.json"
 # What a decoder raises for content it cannot use (JSONDecodeError, UnicodeDecodeError and
 # BodyDecodeError are ValueErrors; a wrong JSON shape surfaces as one of the others).
 DECODE_ERRORS: Final = (ValueError, TypeError, KeyError, AttributeError)
+# A JSON config file being imported may be far larger than a request body (1,000,000 topics
+# make a topics.json of about 160 MB).
+CONFIG_FILE_MAX_SIZE: Final = 4 * 1024 * 1024 * 1024
 
 T = TypeVar("T")
 
@@ -75,14 +91,50 @@ def pretty_json(obj: Any) -> str:
     return json.dumps(obj, indent="\t", ensure_ascii=False)
 
 
-def decode_json_object(text: str | bytes, what: str, build: Callable[[dict[str, Any]], T]) -> T:
+def compact_json(obj: Any) -> str:
+    """One table row's text in tables.db: JSON without spaces."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode_rows(rows: dict[str, str], name_key: str) -> list[tuple[str, dict[str, Any]]]:
+    """(key, entry) of each row, the entry's `name_key` field being its key.
+
+    All rows are parsed in one `json.loads` of their concatenation (twice as fast as one call a
+    row at a million rows). A row that is not one JSON object would shift the entries: the
+    count and each entry's name are checked, and any doubt parses row by row, which raises on
+    the bad row.
+    """
+    keys = list(rows)
+    try:
+        entries = json.loads("[" + ",".join(rows.values()) + "]")
+    except ValueError:
+        entries = None
+    if (
+        not isinstance(entries, list)
+        or len(entries) != len(keys)
+        or not all(
+            isinstance(entry, dict) and entry.get(name_key) == key
+            for key, entry in zip(keys, entries, strict=True)
+        )
+    ):
+        entries = [json.loads(rows[key]) for key in keys]
+    return list(zip(keys, entries, strict=True))
+
+
+def decode_json_object(
+    text: str | bytes,
+    what: str,
+    build: Callable[[dict[str, Any]], T],
+    *,
+    max_size: int = DEFAULT_MAX_BODY_SIZE,
+) -> T:
     """`build(obj)` for the JSON object in `text` (fastjson's bare keys allowed).
 
     Any failure, including a wrong shape deep inside, is a `BodyDecodeError` naming `what`, so
     that callers handling a peer's body (SlaveSynchronize) have one exception to catch.
     """
     try:
-        obj = loads_fastjson(text)
+        obj = loads_fastjson(text, max_size=max_size)
         if not isinstance(obj, dict):
             raise BodyDecodeError(f"{what}: not a JSON object")
         return build(obj)
@@ -150,14 +202,23 @@ def load(path: Path, decode: Callable[[str], T]) -> T | None:
 
 
 class ConfigManager(abc.ABC, Generic[T]):
-    """A table kept in one config file: subclasses say how to encode, parse and adopt it.
+    """A table kept as rows in `tables.db`, with its RocketMQ JSON file for import and export.
 
-    Parsing and adopting are separate steps so that a file that fails half-way through parsing
-    never leaves half of its content in the table before the backup is tried.
+    Subclasses say how the whole table is encoded, parsed and adopted as JSON (the file), and
+    how one entry is encoded and all rows adopted (the database). A change calls `changed(key)`
+    and then `persist()` (or lets the owner persist later, as offsets are): only the keys that
+    changed since the last persist are written. Parsing and adopting are separate steps so that
+    a file that fails half-way through parsing never leaves half of its content in the table.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.table_name = path.stem
+        self._store: TableStore | None = None
+        self._changed_keys: set[str] = set()
+        self._version_changed = False
+
+    # --- what subclasses define -------------------------------------------------------------
 
     @abc.abstractmethod
     def encode(self) -> str:
@@ -171,19 +232,109 @@ class ConfigManager(abc.ABC, Generic[T]):
     def adopt(self, state: T) -> None:
         """Take a parsed file's content as the table."""
 
+    @abc.abstractmethod
+    def row_keys(self) -> Iterable[str]:
+        """Every key of the table (the keys of its JSON file's map)."""
+
+    @abc.abstractmethod
+    def encode_row(self, key: str) -> str | None:
+        """The JSON text of one entry; None when the table no longer holds `key`."""
+
+    @abc.abstractmethod
+    def adopt_rows(self, rows: dict[str, str], version: str | None) -> None:
+        """Take the database's rows (key -> `encode_row` text) and version as the table;
+        raises one of `DECODE_ERRORS` when a row is unusable."""
+
+    def encode_version(self) -> str | None:
+        """The table's DataVersion as JSON; None for tables without one."""
+        return None
+
+    # --- the database -----------------------------------------------------------------------
+
+    @property
+    def store(self) -> TableStore:
+        """The connection to `tables.db`, opened on first use."""
+        if self._store is None:
+            self._store = TableStore(self.path.parent / TABLES_FILE)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def changed(self, key: str) -> None:
+        """Note that `key`'s entry was put, replaced or removed; the next persist writes it."""
+        self._changed_keys.add(key)
+
+    def version_changed(self) -> None:
+        self._version_changed = True
+
+    def changed_all(self) -> None:
+        """Every key changed (a table replaced wholesale): the next persist writes them all."""
+        self._changed_keys.update(self.row_keys())
+        self._version_changed = True
+
+    def take_changes(self) -> TableChanges:
+        """The rows changed since the last call, encoded now (on the event loop: a consistent
+        view), for `store.write` (which may run in a worker thread)."""
+        changes = TableChanges(version=self.encode_version() if self._version_changed else None)
+        for key in self._changed_keys:
+            value = self.encode_row(key)
+            if value is None:
+                changes.deletes.add(key)
+            else:
+                changes.puts[key] = value
+        self._changed_keys = set()
+        self._version_changed = False
+        return changes
+
+    def restore_changes(self, changes: TableChanges) -> None:
+        """A write of `changes` failed: they are written again by the next persist."""
+        self._changed_keys.update(changes.puts)
+        self._changed_keys.update(changes.deletes)
+        if changes.version is not None:
+            self._version_changed = True
+
     def load(self) -> bool:
-        """Read the file (or its backup) into the table; False when there was neither."""
+        """Read the table from `tables.db`, or import it from its JSON file (or that file's
+        backup) the first time; False when there was neither (the defaults are then stored)."""
+        store = self.store
+        if store.has(self.table_name):
+            rows, version = store.read(self.table_name)
+            try:
+                self.adopt_rows(rows, version)
+            except DECODE_ERRORS as exc:
+                raise ConfigFileCorruptError(
+                    f"table {self.table_name} in {store.path} is unreadable "
+                    f"({type(exc).__name__}: {exc}); restore the file from a backup"
+                ) from exc
+            log.info("loaded %d %s entries from %s", len(rows), self.table_name, store.path)
+            return True
         state = load(self.path, self.parse)
+        if state is not None:
+            self.adopt(state)
+        rows = {key: value for key in self.row_keys() if (value := self.encode_row(key))}
+        source = f"imported {self.path.name}" if state is not None else "new"
+        store.replace(self.table_name, rows, self.encode_version(), source)
+        self._changed_keys = set()
+        self._version_changed = False
         if state is None:
-            log.info("config file %s does not exist yet; starting with defaults", self.path)
+            log.info("config file %s does not exist; starting with defaults", self.path)
             return False
-        self.adopt(state)
-        log.info("loaded %s", self.path)
+        log.info("imported %s into %s: %d entries", self.path, store.path, len(rows))
         return True
 
     def persist(self) -> None:
-        """Write the table to its file now; raises `OSError` on failure."""
-        persist(self.path, self.encode())
+        """Write the changed rows now; raises `OSError` on failure (they are kept to retry)."""
+        changes = self.take_changes()
+        if not changes:
+            return
+        try:
+            self.store.write(self.table_name, changes)
+        except OSError:
+            self.restore_changes(changes)
+            raise
 
     def persist_quietly(self) -> bool:
         """Persist, logging instead of raising: a failed write must not fail the request that
@@ -191,6 +342,20 @@ class ConfigManager(abc.ABC, Generic[T]):
         try:
             self.persist()
         except OSError as exc:  # the OS error says it all (permission, disk full): no traceback
-            log.error("cannot persist %s: %s", self.path, exc)
+            log.error("cannot persist %s: %s", self.table_name, exc)
+            return False
+        return True
+
+    # --- the JSON file ----------------------------------------------------------------------
+
+    def export(self) -> None:
+        """Write the table's RocketMQ JSON file now, crash-safely; raises `OSError`."""
+        persist(self.path, self.encode())
+
+    def export_quietly(self) -> bool:
+        try:
+            self.export()
+        except OSError as exc:
+            log.error("cannot export %s: %s", self.path, exc)
             return False
         return True

@@ -1,4 +1,6 @@
-"""Committed consume offsets (RocketMQ's ConsumerOffsetManager): `config/consumerOffset.json`.
+"""Committed consume offsets (RocketMQ's ConsumerOffsetManager): table `consumerOffset` of
+`config/tables.db` (a row per `topic@group`, its queue map as JSON), imported from and exported
+to `config/consumerOffset.json` (config_file.py).
 
 File format: one map per `topic@group`, queue id -> next offset to consume::
 
@@ -6,8 +8,8 @@ File format: one map per `topic@group`, queue id -> next offset to consume::
 
 Java writes the queue ids as bare numbers (`{0:12,1:3}`), which is not JSON; both forms are
 read. The same text is the body of GET_ALL_CONSUMER_OFFSET (43), which a slave fetches from its
-master every 10 s. The broker persists the table every flushConsumerOffsetInterval (5 s) and at
-shutdown: `encode()` on the loop, `config_file.persist(manager.path, text)` off it.
+master every 10 s. The broker persists the rows that changed every flushConsumerOffsetInterval
+(5 s) and at shutdown: `take_changes()` on the loop, `store.write` off it.
 
 Slave synchronisation differs from RocketMQ on purpose. RocketMQ's slave takes the master's
 table wholesale (`offsetTable.putAll`), so offsets that consumers committed to the slave while
@@ -20,19 +22,22 @@ slave; a consumer that fails over to the slave resumes from the slave's higher o
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from tidemq.broker.managers.config_file import (
+    CONFIG_FILE_MAX_SIZE,
     CONSUMER_OFFSET_FILE,
     ConfigManager,
+    compact_json,
     decode_json_object,
     pretty_json,
 )
-from tidemq.client.remoting.json_body import dumps
+from tidemq.client.remoting.json_body import DEFAULT_MAX_BODY_SIZE, dumps
 
 __all__ = ["ConsumerOffsetManager", "OffsetMergeResult", "OffsetTable", "parse_offset_table"]
 
@@ -53,12 +58,12 @@ def _split(key: str) -> tuple[str, str] | None:
     return (parts[0], parts[1]) if len(parts) == 2 else None
 
 
-def parse_offset_table(text: str | bytes) -> OffsetTable:
+def parse_offset_table(text: str | bytes, *, max_size: int = DEFAULT_MAX_BODY_SIZE) -> OffsetTable:
     """The `offsetTable` of a consumerOffset.json or GET_ALL_CONSUMER_OFFSET body.
 
     Raises `BodyDecodeError` when the content is not such a table.
     """
-    return decode_json_object(text, "consumer offsets", _offset_table)
+    return decode_json_object(text, "consumer offsets", _offset_table, max_size=max_size)
 
 
 def _offset_table(obj: dict[str, Any]) -> OffsetTable:
@@ -99,10 +104,20 @@ class ConsumerOffsetManager(ConfigManager[OffsetTable]):
         return dumps(self.to_dict())
 
     def parse(self, text: str) -> OffsetTable:
-        return parse_offset_table(text)
+        return parse_offset_table(text, max_size=CONFIG_FILE_MAX_SIZE)
 
     def adopt(self, state: OffsetTable) -> None:
         self._table = state
+
+    def row_keys(self) -> Iterable[str]:
+        return self._table.keys()
+
+    def encode_row(self, key: str) -> str | None:
+        queues = self._table.get(key)
+        return None if queues is None else compact_json(queues)
+
+    def adopt_rows(self, rows: dict[str, str], version: str | None) -> None:
+        self._table = {key: _queue_offsets(json.loads(value)) for key, value in rows.items()}
 
     # --- commit and query -----------------------------------------------------------------
 
@@ -113,6 +128,7 @@ class ConsumerOffsetManager(ConfigManager[OffsetTable]):
         queues = self._table.setdefault(key, {})
         previous = queues.get(queue_id)
         queues[queue_id] = offset
+        self.changed(key)
         if previous is not None and offset < previous:
             log.warning(
                 "consumer offset moved back: client=%s key=%s queue=%d offset=%d stored=%d",
@@ -148,6 +164,7 @@ class ConsumerOffsetManager(ConfigManager[OffsetTable]):
                     )
                     queues[queue_id] = end
                     corrected += 1
+                    self.changed(key)
         return corrected
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
@@ -174,7 +191,9 @@ class ConsumerOffsetManager(ConfigManager[OffsetTable]):
 
     def remove(self, group: str, topic: str) -> bool:
         """Drop a group's offsets of one topic; False when there were none."""
-        return self._table.pop(_key(topic, group), None) is not None
+        key = _key(topic, group)
+        self.changed(key)
+        return self._table.pop(key, None) is not None
 
     def remove_group(self, group: str) -> int:
         """Drop every offset of a group; returns how many topics it had."""
@@ -188,6 +207,7 @@ class ConsumerOffsetManager(ConfigManager[OffsetTable]):
         doomed = [k for k in self._table if (p := _split(k)) is not None and match(*p)]
         for key in doomed:
             del self._table[key]
+            self.changed(key)
             log.info("removed consumer offsets of %s", key)
         return len(doomed)
 
@@ -196,7 +216,9 @@ class ConsumerOffsetManager(ConfigManager[OffsetTable]):
         offsets = self._table.get(_key(topic, src_group))
         if offsets is None:
             return False
-        self._table[_key(topic, dest_group)] = dict(offsets)
+        key = _key(topic, dest_group)
+        self._table[key] = dict(offsets)
+        self.changed(key)
         return True
 
     # --- slave synchronisation ---------------------------------------------------------------
@@ -210,6 +232,7 @@ class ConsumerOffsetManager(ConfigManager[OffsetTable]):
                 mine = local.get(queue_id)
                 if mine is None or offset > mine:
                     local[queue_id] = offset
+                    self.changed(key)
                     adopted += 1
                 elif mine > offset:
                     kept += 1

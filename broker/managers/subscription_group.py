@@ -1,4 +1,6 @@
-"""Consumer groups' settings (RocketMQ's SubscriptionGroupManager): `config/subscriptionGroup.json`.
+"""Consumer groups' settings (RocketMQ's SubscriptionGroupManager): table `subscriptionGroup` of
+`config/tables.db` (a row per group), imported from and exported to
+`config/subscriptionGroup.json` (config_file.py).
 
 File format (RocketMQ serialises the manager itself)::
 
@@ -18,18 +20,24 @@ autoCreateSubscriptionGroup is on, or always for `CID_RMQ_SYS_*` system groups.
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
 from tidemq.broker.managers.config_file import (
+    CONFIG_FILE_MAX_SIZE,
     SUBSCRIPTION_GROUP_FILE,
     ConfigManager,
+    compact_json,
     decode_json_object,
+    decode_rows,
     pretty_json,
 )
 from tidemq.client.protocol.models import DataVersion, SubscriptionGroupConfig
+from tidemq.client.remoting.json_body import DEFAULT_MAX_BODY_SIZE
 
 __all__ = [
     "SYSTEM_GROUPS",
@@ -89,9 +97,11 @@ class SubscriptionGroupWrapper:
         )
 
     @classmethod
-    def decode(cls, text: str | bytes) -> SubscriptionGroupWrapper:
+    def decode(
+        cls, text: str | bytes, *, max_size: int = DEFAULT_MAX_BODY_SIZE
+    ) -> SubscriptionGroupWrapper:
         """Parse the file or a GET_ALL_SUBSCRIPTIONGROUP_CONFIG body; `BodyDecodeError` if bad."""
-        return decode_json_object(text, "subscription groups", cls.from_dict)
+        return decode_json_object(text, "subscription groups", cls.from_dict, max_size=max_size)
 
 
 class SubscriptionGroupManager(ConfigManager[SubscriptionGroupWrapper]):
@@ -109,11 +119,27 @@ class SubscriptionGroupManager(ConfigManager[SubscriptionGroupWrapper]):
         return pretty_json(self.wrapper().to_dict())
 
     def parse(self, text: str) -> SubscriptionGroupWrapper:
-        return SubscriptionGroupWrapper.decode(text)
+        return SubscriptionGroupWrapper.decode(text, max_size=CONFIG_FILE_MAX_SIZE)
 
     def adopt(self, state: SubscriptionGroupWrapper) -> None:
         self._table.update(state.table)
         self.data_version = replace(state.data_version)
+
+    def row_keys(self) -> Iterable[str]:
+        return self._table.keys()
+
+    def encode_row(self, key: str) -> str | None:
+        config = self._table.get(key)
+        return None if config is None else compact_json(config.to_dict())
+
+    def adopt_rows(self, rows: dict[str, str], version: str | None) -> None:
+        for key, entry in decode_rows(rows, "groupName"):
+            self._table[key] = SubscriptionGroupConfig.from_dict(entry)
+        if version is not None:
+            self.data_version = DataVersion.from_dict(json.loads(version))
+
+    def encode_version(self) -> str | None:
+        return compact_json(self.data_version.to_dict())
 
     def wrapper(self) -> SubscriptionGroupWrapper:
         return SubscriptionGroupWrapper(dict(self._table), replace(self.data_version))
@@ -147,6 +173,24 @@ class SubscriptionGroupManager(ConfigManager[SubscriptionGroupWrapper]):
         )
         self._put(replace(config))
 
+    def update_many(self, configs: Iterable[SubscriptionGroupConfig]) -> int:
+        """Create or replace several groups (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST): one
+        DataVersion step and one transaction for all; returns how many."""
+        names = []
+        for config in configs:
+            self._table[config.group_name] = replace(config)
+            self.changed(config.group_name)
+            names.append(config.group_name)
+        if names:
+            log.info(
+                "created or updated %d subscription groups in one batch: %s%s",
+                len(names),
+                ", ".join(names[:10]),
+                " ..." if len(names) > 10 else "",
+            )
+            self._changed()
+        return len(names)
+
     def delete(self, group: str) -> bool:
         """Remove a group's config; False when there was none."""
         old = self._table.pop(group, None)
@@ -154,6 +198,7 @@ class SubscriptionGroupManager(ConfigManager[SubscriptionGroupWrapper]):
             log.warning("delete subscription group %s: no such group", group)
             return False
         log.info("deleted subscription group %s", old)
+        self.changed(group)
         self._changed()
         return True
 
@@ -161,16 +206,24 @@ class SubscriptionGroupManager(ConfigManager[SubscriptionGroupWrapper]):
         """SlaveSynchronize: adopt the master's table when its DataVersion differs from ours."""
         if wrapper.data_version == self.data_version:
             return False
+        for group in self._table.keys() - wrapper.table.keys():
+            self.changed(group)
+        for group, config in wrapper.table.items():
+            if self._table.get(group) != config:
+                self.changed(group)
         self._table = dict(wrapper.table)
         self.data_version = replace(wrapper.data_version)
         log.info("subscription groups replaced from the master: %d groups", len(self._table))
+        self.version_changed()
         self.persist_quietly()
         return True
 
     def _put(self, config: SubscriptionGroupConfig) -> None:
         self._table[config.group_name] = config
+        self.changed(config.group_name)
         self._changed()
 
     def _changed(self) -> None:
         self.data_version.next_version()
+        self.version_changed()
         self.persist_quietly()

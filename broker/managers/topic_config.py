@@ -1,4 +1,7 @@
-"""The broker's topic table (RocketMQ's TopicConfigManager), persisted as `config/topics.json`.
+"""The broker's topic table (RocketMQ's TopicConfigManager): table `topics` of
+`config/tables.db`, imported from and exported to `config/topics.json` (config_file.py).
+
+One row per topic (its TopicConfig as JSON); a change writes that row and the DataVersion.
 
 File format: a TopicConfigSerializeWrapper, as RocketMQ writes it::
 
@@ -25,17 +28,21 @@ has no trace switch).
 from __future__ import annotations
 
 import enum
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.managers.config_file import (
+    CONFIG_FILE_MAX_SIZE,
     TOPICS_FILE,
     ConfigManager,
+    compact_json,
     decode_json_object,
+    decode_rows,
     pretty_json,
 )
 from tidemq.client.protocol.models import (
@@ -46,6 +53,7 @@ from tidemq.client.protocol.models import (
     TopicConfigSerializeWrapper,
 )
 from tidemq.client.protocol.names import topic_problem
+from tidemq.client.remoting.json_body import DEFAULT_MAX_BODY_SIZE
 from tidemq.store.timer_message import TIMER_TOPIC
 
 __all__ = [
@@ -119,9 +127,13 @@ def _valid_topics(table: dict[str, TopicConfig], source: str) -> dict[str, Topic
     return {topic: config for topic, config in table.items() if topic not in invalid}
 
 
-def parse_topic_wrapper(text: str | bytes) -> TopicConfigSerializeWrapper:
+def parse_topic_wrapper(
+    text: str | bytes, *, max_size: int = DEFAULT_MAX_BODY_SIZE
+) -> TopicConfigSerializeWrapper:
     """A topics.json or GET_ALL_TOPIC_CONFIG body; `BodyDecodeError` when it is not one."""
-    return decode_json_object(text, "topic configs", TopicConfigSerializeWrapper.from_dict)
+    return decode_json_object(
+        text, "topic configs", TopicConfigSerializeWrapper.from_dict, max_size=max_size
+    )
 
 
 def is_not_allowed_send_topic(topic: str) -> bool:
@@ -200,11 +212,27 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         return pretty_json(self.wrapper().to_dict())
 
     def parse(self, text: str) -> TopicConfigSerializeWrapper:
-        return parse_topic_wrapper(text)
+        return parse_topic_wrapper(text, max_size=CONFIG_FILE_MAX_SIZE)
 
     def adopt(self, state: TopicConfigSerializeWrapper) -> None:
         self._table.update(_valid_topics(state.topic_config_table, "topics.json"))
         self.data_version = replace(state.data_version)
+
+    def row_keys(self) -> Iterable[str]:
+        return self._table.keys()
+
+    def encode_row(self, key: str) -> str | None:
+        config = self._table.get(key)
+        return None if config is None else compact_json(config.to_dict())
+
+    def adopt_rows(self, rows: dict[str, str], version: str | None) -> None:
+        table = {key: TopicConfig.from_dict(entry) for key, entry in decode_rows(rows, "topicName")}
+        self._table.update(_valid_topics(table, "tables.db"))
+        if version is not None:
+            self.data_version = DataVersion.from_dict(json.loads(version))
+
+    def encode_version(self) -> str | None:
+        return compact_json(self.data_version.to_dict())
 
     # --- queries --------------------------------------------------------------------------
 
@@ -216,6 +244,9 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
 
     def topics(self) -> list[str]:
         return list(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
 
     def is_system_topic(self, topic: str) -> bool:
         """TopicValidator.isSystemTopic, with this broker's cluster/broker/reply topics."""
@@ -332,6 +363,36 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         log.info("%s topic %s (was %s)", kind.value, config, old)
         self._put(replace(config), kind)
 
+    def update_many(self, configs: Iterable[TopicConfig]) -> list[TopicConfigChanged]:
+        """Create or replace several topics (UPDATE_AND_CREATE_TOPIC_LIST): one DataVersion
+        step and one transaction for all; `on_change` hears of each. Callers validate names."""
+        changes: list[tuple[TopicChange, str]] = []
+        for config in configs:
+            kind = (
+                TopicChange.CREATED if config.topic_name not in self._table else TopicChange.UPDATED
+            )
+            self._table[config.topic_name] = replace(config)
+            self.changed(config.topic_name)
+            changes.append((kind, config.topic_name))
+        if not changes:
+            return []
+        log.info(
+            "created or updated %d topics in one batch: %s%s",
+            len(changes),
+            ", ".join(topic for _, topic in changes[:10]),
+            " ..." if len(changes) > 10 else "",
+        )
+        self.data_version.next_version()
+        self.version_changed()
+        self.persist_quietly()
+        reported = [
+            TopicConfigChanged(kind, topic, replace(self.data_version)) for kind, topic in changes
+        ]
+        if self.on_change is not None:
+            for change in reported:
+                self.on_change(change)
+        return reported
+
     def delete(self, topic: str) -> bool:
         """Remove a topic's config; False when there was none."""
         old = self._table.pop(topic, None)
@@ -349,7 +410,13 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         """
         if wrapper.data_version == self.data_version:
             return False
-        self._table = _valid_topics(wrapper.topic_config_table, "the master's topic table")
+        table = _valid_topics(wrapper.topic_config_table, "the master's topic table")
+        for topic in self._table.keys() - table.keys():
+            self.changed(topic)
+        for topic, config in table.items():
+            if self._table.get(topic) != config:
+                self.changed(topic)
+        self._table = table
         self.data_version = replace(wrapper.data_version)
         log.info(
             "topic table replaced from the master: %d topics, %s",
@@ -365,9 +432,11 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
 
     def _changed(self, kind: TopicChange, topic: str) -> None:
         self.data_version.next_version()
+        self.changed(topic)
         self._notify(kind, topic)
 
     def _notify(self, kind: TopicChange, topic: str | None) -> None:
+        self.version_changed()
         self.persist_quietly()
         if self.on_change is not None:
             self.on_change(TopicConfigChanged(kind, topic, replace(self.data_version)))

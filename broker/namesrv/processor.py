@@ -162,17 +162,46 @@ class NamesrvProcessor:
             body = RegisterBrokerBody.decode(request.body, header.compressed)
         else:
             body = RegisterBrokerBody.empty()
-        outcome = self.routes.register_broker(
-            cluster_name=header.cluster_name,
-            broker_addr=header.broker_addr,
-            broker_name=header.broker_name,
-            broker_id=header.broker_id,
-            ha_server_addr=header.ha_server_addr,
-            topic_config_wrapper=body.topic_config_wrapper,
-            filter_server_list=body.filter_server_list,
-            connection=connection,
-            master_epoch=header.master_epoch,
-        )
+        split = self._split_of(header)
+        if header.incremental:
+            if body.base_data_version is None:
+                raise RequestRejected(
+                    ResponseCode.SYSTEM_ERROR, "incremental registration without baseDataVersion"
+                )
+            outcome = self.routes.register_increment(
+                cluster_name=header.cluster_name,
+                broker_addr=header.broker_addr,
+                broker_name=header.broker_name,
+                broker_id=header.broker_id,
+                ha_server_addr=header.ha_server_addr,
+                base_version=body.base_data_version,
+                topic_config_wrapper=body.topic_config_wrapper,
+                deleted_topics=body.deleted_topics,
+                connection=connection,
+                master_epoch=header.master_epoch,
+            )
+            if outcome.full_registration_needed:
+                log.info(
+                    "incremental registration of %s[%d] %s does not follow the version held "
+                    "here: asking for a full one",
+                    header.broker_name,
+                    header.broker_id,
+                    header.broker_addr,
+                )
+                return _ok(request, b"", fullRegistrationNeeded="true", incremental="true")
+        else:
+            outcome = self.routes.register_broker(
+                cluster_name=header.cluster_name,
+                broker_addr=header.broker_addr,
+                broker_name=header.broker_name,
+                broker_id=header.broker_id,
+                ha_server_addr=header.ha_server_addr,
+                topic_config_wrapper=body.topic_config_wrapper,
+                filter_server_list=body.filter_server_list,
+                connection=connection,
+                master_epoch=header.master_epoch,
+                split=split,
+            )
         if outcome.stale_against is not None:
             log.warning(
                 "registration of %s[0] %s with epoch %s ignored: a master of epoch %d registered",
@@ -193,10 +222,24 @@ class NamesrvProcessor:
                 len(body.topic_config_wrapper.topic_config_table),
                 "" if outcome.master_addr is None else f", master {outcome.master_addr}",
             )
-        result = RegisterBrokerResult(outcome.ha_server_addr, outcome.master_addr)
+        result = RegisterBrokerResult(
+            outcome.ha_server_addr, outcome.master_addr, incremental=bool(header.incremental)
+        )
         order = self.kv_config.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
         body_out = b"" if order is None else KVTable(order).encode()
         return _ok(request, body_out, **result.ext_fields())
+
+    @staticmethod
+    def _split_of(header: RegisterBrokerRequestHeader) -> tuple[int, int] | None:
+        if header.split_count is None and header.split_index is None:
+            return None
+        index, count = header.split_index, header.split_count
+        if index is None or count is None or not 0 <= index < count:
+            raise RequestRejected(
+                ResponseCode.SYSTEM_ERROR,
+                f"splitIndex {index} and splitCount {count}: need 0 <= splitIndex < splitCount",
+            )
+        return index, count
 
     def unregister_broker(
         self, connection: RemotingConnection, request: RemotingCommand

@@ -19,6 +19,15 @@ Queue data belongs to a broker *group* (brokerName), not to one address: it is t
 master's registrations only, and removed when the group's last address goes (connection closed,
 expired, unregistered). While a slave is left alone its group keeps its queue data, so consumers
 can still read from it; producers skip it because the group has no brokerId 0.
+
+Besides RocketMQ's full registration, a broker may send (client/protocol/namesrv.py):
+
+- an incremental registration (`register_increment`): the topics changed since a base version,
+  applied only when that is the version held for the address; else nothing is applied and the
+  outcome asks for a full registration. Its cost is that of the changed topics alone.
+- a full registration split in parts (`register_broker(..., split=(index, count))`): each part's
+  topics are applied as they come; the address's version is held as "incomplete" until the last
+  part, so an incremental registration in between asks for a full one again.
 """
 
 from __future__ import annotations
@@ -53,6 +62,9 @@ __all__ = [
 ]
 
 DEFAULT_BROKER_CHANNEL_EXPIRED_TIME: Final = 120_000
+
+# The version held for an address whose split full registration has not ended: no broker's.
+INCOMPLETE_VERSION: Final = DataVersion(timestamp=0, counter=-1)
 
 # TopicSysFlag bits (RocketMQ `TopicSysFlag`): unit topics and topics with unit subscriptions.
 _FLAG_UNIT: Final = 0x1
@@ -95,6 +107,8 @@ class RegisterOutcome:
     # Set when the registration was ignored: a master with an epoch below this one, the
     # highest registered for its broker name (a deposed master that came back).
     stale_against: int | None = None
+    # An incremental registration not applied: the broker must send a full one.
+    full_registration_needed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +148,9 @@ class RouteInfoManager:
         # Controller mode: brokerName -> the highest epoch a master of it registered with. Kept
         # when the group's addresses go: a deposed master must not win by outliving the others.
         self.master_epoch_table: dict[str, int] = {}
+        # brokerAddr -> the topics of a split registration's parts so far (only with
+        # delete_topic_with_broker_registration, which needs the whole table).
+        self._split_topics: dict[str, set[str]] = {}
 
     # --- registration ---------------------------------------------------------------------
 
@@ -149,15 +166,15 @@ class RouteInfoManager:
         filter_server_list: list[str] | None,
         connection: object,
         master_epoch: int | None = None,
+        split: tuple[int, int] | None = None,
     ) -> RegisterOutcome:
-        """`master_epoch`: an elected master's epoch (controller mode). The name server keeps
+        """`split`: (index, count) of one part of a split full registration.
+        `master_epoch`: an elected master's epoch (controller mode). The name server keeps
         the registration with the highest epoch for a broker name: a master registering with a
         lower one is ignored (its outcome says so), a higher one replaces the group's master."""
-        if broker_id == MASTER_ID and master_epoch is not None:
-            known = self.master_epoch_table.get(broker_name, 0)
-            if master_epoch < known:
-                return RegisterOutcome(None, None, False, False, stale_against=known)
-            self.master_epoch_table[broker_name] = master_epoch
+        stale = self._stale_epoch(broker_name, broker_id, master_epoch)
+        if stale is not None:
+            return RegisterOutcome(None, None, False, False, stale_against=stale)
         broker_data, register_first = self._join_group(
             cluster_name, broker_name, broker_id, broker_addr
         )
@@ -167,14 +184,21 @@ class RouteInfoManager:
             else DataVersion(timestamp=0, counter=0)
         )
         topics_updated = False
-        # Queue data is the group's, so only the master's table counts, and only when it changed.
+        # Queue data is the group's, so only the master's table counts, and only when it changed
+        # (a part of a split registration always counts: its topics are not all there yet).
         if (
             topic_config_wrapper is not None
             and broker_id == MASTER_ID
-            and (register_first or self.is_topic_config_changed(broker_addr, version))
+            and (
+                split is not None
+                or register_first
+                or self.is_topic_config_changed(broker_addr, version)
+            )
         ):
-            self._update_queue_datas(broker_name, topic_config_wrapper)
+            self._update_queue_datas(broker_name, broker_addr, topic_config_wrapper, split)
             topics_updated = True
+        if split is not None and split[0] < split[1] - 1:
+            version = INCOMPLETE_VERSION
 
         previous = self.broker_live_table.get(broker_addr)
         self.broker_live_table[broker_addr] = BrokerLiveInfo(
@@ -188,6 +212,55 @@ class RouteInfoManager:
 
         ha_addr, master_addr = self._master_of(broker_data, broker_id)
         return RegisterOutcome(ha_addr, master_addr, previous is None, topics_updated)
+
+    def register_increment(
+        self,
+        *,
+        cluster_name: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        base_version: DataVersion,
+        topic_config_wrapper: TopicConfigSerializeWrapper,
+        deleted_topics: Iterable[str],
+        connection: object,
+        master_epoch: int | None = None,
+    ) -> RegisterOutcome:
+        """The topics changed since `base_version` (module docstring): applied, and the
+        address's version moved to the wrapper's, only when `base_version` is the one held."""
+        live = self.broker_live_table.get(broker_addr)
+        if live is None or live.data_version != base_version:
+            return RegisterOutcome(None, None, False, False, full_registration_needed=True)
+        stale = self._stale_epoch(broker_name, broker_id, master_epoch)
+        if stale is not None:
+            return RegisterOutcome(None, None, False, False, stale_against=stale)
+        broker_data, _first = self._join_group(cluster_name, broker_name, broker_id, broker_addr)
+        changed = topic_config_wrapper.topic_config_table
+        deleted = list(deleted_topics)
+        if broker_id == MASTER_ID:
+            for key, config in changed.items():
+                self._put_queue_data(broker_name, config.topic_name or key, config)
+            self._remove_group_from_topics(broker_name, deleted)
+        live.last_update_timestamp = self.clock()
+        live.data_version = topic_config_wrapper.data_version
+        live.connection = connection
+        live.ha_server_addr = ha_server_addr
+        ha_addr, master_addr = self._master_of(broker_data, broker_id)
+        updated = broker_id == MASTER_ID and bool(changed or deleted)
+        return RegisterOutcome(ha_addr, master_addr, False, updated)
+
+    def _stale_epoch(
+        self, broker_name: str, broker_id: int, master_epoch: int | None
+    ) -> int | None:
+        """The higher epoch a master registration of `master_epoch` loses to; None when it
+        may register (and its epoch is then the highest)."""
+        if broker_id == MASTER_ID and master_epoch is not None:
+            known = self.master_epoch_table.get(broker_name, 0)
+            if master_epoch < known:
+                return known
+            self.master_epoch_table[broker_name] = master_epoch
+        return None
 
     def _join_group(
         self, cluster_name: str, broker_name: str, broker_id: int, broker_addr: str
@@ -217,14 +290,30 @@ class RouteInfoManager:
             return None, None
         return live.ha_server_addr, master_addr
 
-    def _update_queue_datas(self, broker_name: str, wrapper: TopicConfigSerializeWrapper) -> None:
+    def _update_queue_datas(
+        self,
+        broker_name: str,
+        broker_addr: str,
+        wrapper: TopicConfigSerializeWrapper,
+        split: tuple[int, int] | None,
+    ) -> None:
         table = wrapper.topic_config_table
         for key, config in table.items():
             self._put_queue_data(broker_name, config.topic_name or key, config)
-        if self.delete_topic_with_broker_registration:
-            present = {config.topic_name or key for key, config in table.items()}
-            gone = [t for t, q in self.topic_queue_table.items() if broker_name in q]
-            self._remove_group_from_topics(broker_name, (t for t in gone if t not in present))
+        if not self.delete_topic_with_broker_registration:
+            return
+        present = {config.topic_name or key for key, config in table.items()}
+        if split is not None:  # the table is the union of the parts: gather until the last
+            index, count = split
+            seen = set() if index == 0 else self._split_topics.get(broker_addr, set())
+            seen |= present
+            if index < count - 1:
+                self._split_topics[broker_addr] = seen
+                return
+            self._split_topics.pop(broker_addr, None)
+            present = seen
+        gone = [t for t, q in self.topic_queue_table.items() if broker_name in q]
+        self._remove_group_from_topics(broker_name, (t for t in gone if t not in present))
 
     def _put_queue_data(self, broker_name: str, topic: str, config: TopicConfig) -> None:
         self.topic_queue_table.setdefault(topic, {})[broker_name] = QueueData(

@@ -398,6 +398,9 @@ class AdminClient(Service):
     async def create_topic(self, address: str, config: TopicConfig) -> None:
         await self.api.create_topic(address, config)
 
+    async def create_topic_list(self, address: str, configs: list[TopicConfig]) -> None:
+        await self.api.create_topic_list(address, configs)
+
     async def delete_topic_in_broker(self, address: str, topic: str) -> None:
         await self.api.delete_topic_in_broker(address, topic)
 
@@ -405,6 +408,11 @@ class AdminClient(Service):
         self, address: str, config: SubscriptionGroupConfig
     ) -> None:
         await self.api.update_subscription_group(address, config)
+
+    async def update_subscription_group_list(
+        self, address: str, configs: list[SubscriptionGroupConfig]
+    ) -> None:
+        await self.api.update_subscription_group_list(address, configs)
 
     async def delete_subscription_group(
         self, address: str, group: str, clean_offset: bool = False

@@ -51,6 +51,19 @@ after the filter list; readers here ignore both, writers leave them out (4.x rea
 
 `bodyCrc32` is `zlib.crc32(body as sent) & 0x7FFFFFFF` (RocketMQ's UtilAll.crc32); 0 means the
 sender did not compute it, and the name server then skips the check.
+
+Scalable registration (tidemq; a RocketMQ name server reads neither extension as such):
+
+- incremental: header `incremental=true`, JSON body whose topicConfigSerializeWrapper holds only
+  the topics created or changed since `baseDataVersion`, with the broker's current dataVersion,
+  and `"deletedTopicList": [topic, ...]`. The name server applies it only when the version it
+  holds for that broker address is `baseDataVersion`; otherwise (it restarted, or missed a
+  change) it applies nothing and answers extFields `fullRegistrationNeeded=true`, and the broker
+  sends a full registration. An incremental registration with no topics is the heartbeat.
+- split: a full registration of many topics is sent as `splitCount` requests (`splitIndex`
+  0, 1, ...), each with a part of the table and the same dataVersion, each compressed when the
+  broker's compressedRegister is on. The name server holds the broker's version only once the
+  last part arrived, so an incremental registration before that asks for a full one again.
 """
 
 from __future__ import annotations
@@ -181,6 +194,12 @@ class RegisterBrokerRequestHeader(ExtFieldsHeader):
     # tidemq's controller mode: the epoch of an elected master (left out otherwise, so that a
     # RocketMQ 4.x broker's registration and ours are the same fields).
     master_epoch: int | None = None
+    # tidemq's scalable registration (module docstring), left out of a plain registration:
+    # `incremental` for the topics changed since the body's baseDataVersion only; `splitIndex`
+    # and `splitCount` for one part of a full registration sent in several.
+    incremental: bool | None = None
+    split_index: int | None = None
+    split_count: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,16 +343,22 @@ class RegisterBrokerBody:
         default_factory=TopicConfigSerializeWrapper
     )
     filter_server_list: list[str] = field(default_factory=list)
+    # An incremental registration's (tidemq): the version the name server must hold for this
+    # broker for the change to apply, and the topics deleted since then.
+    base_data_version: DataVersion | None = None
+    deleted_topics: list[str] = field(default_factory=list)
 
     def encode(self, compressed: bool = False) -> bytes:
         if compressed:
             return _encode_compressed(self)
-        return dumps(
-            {
-                "topicConfigSerializeWrapper": self.topic_config_wrapper.to_dict(),
-                "filterServerList": self.filter_server_list,
-            }
-        )
+        obj: dict[str, Any] = {
+            "topicConfigSerializeWrapper": self.topic_config_wrapper.to_dict(),
+            "filterServerList": self.filter_server_list,
+        }
+        if self.base_data_version is not None:
+            obj["baseDataVersion"] = self.base_data_version.to_dict()
+            obj["deletedTopicList"] = self.deleted_topics
+        return dumps(obj)
 
     @classmethod
     def decode(cls, body: Body, compressed: bool = False) -> RegisterBrokerBody:
@@ -347,7 +372,14 @@ class RegisterBrokerBody:
             )
         topics = _from_dict(TopicConfigSerializeWrapper.from_dict, wrapper, "RegisterBrokerBody")
         filters = _str_list(obj.get("filterServerList"), "RegisterBrokerBody.filterServerList")
-        return cls(topics, filters)
+        base = obj.get("baseDataVersion")
+        if base is None:
+            return cls(topics, filters)
+        if not isinstance(base, dict):
+            raise NamesrvProtocolError("RegisterBrokerBody: baseDataVersion is not an object")
+        base_version = _from_dict(DataVersion.from_dict, base, "RegisterBrokerBody.baseDataVersion")
+        deleted = _str_list(obj.get("deletedTopicList"), "RegisterBrokerBody.deletedTopicList")
+        return cls(topics, filters, base_version, deleted)
 
     @classmethod
     def empty(cls) -> RegisterBrokerBody:
@@ -453,11 +485,17 @@ def _decode_compressed(body: Body) -> RegisterBrokerBody:
 
 @dataclass(frozen=True, slots=True)
 class RegisterBrokerResult:
-    """A registration's answer: for a slave, its master's HA and broker addresses."""
+    """A registration's answer: for a slave, its master's HA and broker addresses;
+    `full_registration_needed` (tidemq) when an incremental registration was not applied because
+    the name server does not hold its base version (it restarted, or missed a change)."""
 
     ha_server_addr: str | None = None
     master_addr: str | None = None
     kv_table: KVTable | None = None
+    full_registration_needed: bool = False
+    # Set by a name server that read an incremental registration as one (a RocketMQ name
+    # server does not, and takes it as a full registration of the changed topics).
+    incremental: bool = False
 
     def ext_fields(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -465,6 +503,10 @@ class RegisterBrokerResult:
             out["haServerAddr"] = self.ha_server_addr
         if self.master_addr is not None:
             out["masterAddr"] = self.master_addr
+        if self.full_registration_needed:
+            out["fullRegistrationNeeded"] = "true"
+        if self.incremental:
+            out["incremental"] = "true"
         return out
 
 
@@ -492,8 +534,13 @@ def register_broker_request(
     body: RegisterBrokerBody,
     compressed: bool = False,
     master_epoch: int | None = None,
+    split: tuple[int, int] | None = None,
 ) -> RemotingCommand:
-    """REGISTER_BROKER with the body encoded as asked and its bodyCrc32 filled in."""
+    """REGISTER_BROKER with the body encoded as asked and its bodyCrc32 filled in; `split` is
+    (index, count) for one part of a split full registration. A body with a
+    `base_data_version` is sent as an incremental registration (JSON, never compressed)."""
+    incremental = body.base_data_version is not None
+    compressed = compressed and not incremental
     data = body.encode(compressed)
     header = RegisterBrokerRequestHeader(
         broker_name=broker_name,
@@ -504,6 +551,9 @@ def register_broker_request(
         compressed=compressed,
         body_crc32=body_crc32(data),
         master_epoch=master_epoch,
+        incremental=True if incremental else None,
+        split_index=None if split is None else split[0],
+        split_count=None if split is None else split[1],
     )
     return RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext_fields(), data)
 
@@ -543,7 +593,11 @@ def parse_register_broker_response(response: RemotingCommand) -> RegisterBrokerR
     check_success(response)
     ext = response.ext_fields
     kv = KVTable.decode(response.body) if len(response.body) else None
-    return RegisterBrokerResult(ext.get("haServerAddr"), ext.get("masterAddr"), kv)
+    full_needed = ext.get("fullRegistrationNeeded") == "true"
+    incremental = ext.get("incremental") == "true"
+    return RegisterBrokerResult(
+        ext.get("haServerAddr"), ext.get("masterAddr"), kv, full_needed, incremental
+    )
 
 
 def parse_route_response(response: RemotingCommand) -> TopicRouteData | None:

@@ -189,6 +189,35 @@ class BodyMaker:
             }
         )
 
+    def _group_config_list(
+        self, topics: list[str], groups: list[str], hostility: float, tag: bytes
+    ) -> bytes:
+        entries = [
+            {
+                "groupName": self._name(groups, hostility),
+                "retryQueueNums": self._number(1, hostility),
+                "retryMaxTimes": self._number(16, hostility),
+            }
+            for _ in range(self.rng.randint(0, 3))
+        ]
+        return self._json({"groupConfigList": entries})
+
+    def _topic_config_list(
+        self, topics: list[str], groups: list[str], hostility: float, tag: bytes
+    ) -> bytes:
+        entries = [
+            {
+                "topicName": self._name(topics, hostility),
+                "readQueueNums": self._number(4, hostility),
+                "writeQueueNums": self._number(4, hostility),
+                "perm": self._number(6, hostility),
+                "topicSysFlag": self._number(0, hostility),
+                "order": False,
+            }
+            for _ in range(self.rng.randint(0, 3))
+        ]
+        return self._json({"topicConfigList": entries})
+
     def _properties(self, keys: tuple[str, ...], hostility: float) -> bytes:
         rng = self.rng
         lines = []

@@ -54,6 +54,8 @@ class Body(enum.Enum):
     CHECK_CLIENT = "check_client"
     LOCK_BATCH = "lock_batch"
     GROUP_CONFIG = "group_config"
+    TOPIC_CONFIG_LIST = "topic_config_list"  # CreateTopicListRequestBody
+    GROUP_CONFIG_LIST = "group_config_list"  # SubscriptionGroupList
     BROKER_PROPERTIES = "broker_properties"  # key=value lines
     NAMESRV_PROPERTIES = "namesrv_properties"
     REGISTER_BROKER = "register_broker"
@@ -141,9 +143,11 @@ _BROKER_SPECS: Final = (
     _broker(C.LOCK_BATCH_MQ, None, Body.LOCK_BATCH),
     _broker(C.UNLOCK_BATCH_MQ, None, Body.LOCK_BATCH),
     _broker(C.UPDATE_AND_CREATE_TOPIC, h.CreateTopicRequestHeader),
+    _broker(C.UPDATE_AND_CREATE_TOPIC_LIST, None, Body.TOPIC_CONFIG_LIST),
     _broker(C.DELETE_TOPIC_IN_BROKER, h.DeleteTopicRequestHeader),
     _broker(C.GET_ALL_TOPIC_CONFIG),
     _broker(C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, Body.GROUP_CONFIG),
+    _broker(C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST, None, Body.GROUP_CONFIG_LIST),
     _broker(C.DELETE_SUBSCRIPTIONGROUP, h.DeleteSubscriptionGroupRequestHeader),
     _broker(C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG),
     _broker(C.GET_ALL_CONSUMER_OFFSET),

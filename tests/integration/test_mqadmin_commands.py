@@ -41,6 +41,7 @@ CONSOLE_SCRIPTS = ("namesrvd", "brokerd", "mqadmin", "tidemq-cluster", "tidemq-i
 class Cluster:
     namesrv: Daemon
     broker: Daemon
+    store: Path
 
     @property
     def namesrv_addr(self) -> str:
@@ -64,7 +65,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             "brokerClusterName=DefaultCluster",
             name="brokerd",
         )
-        yield Cluster(namesrv, broker)
+        yield Cluster(namesrv, broker, root / "store")
     finally:
         processes.stop_all()
 
@@ -693,3 +694,89 @@ def test_consumer_status_of_a_rocketmq_cpp_consumer(cluster: Cluster, tmp_path: 
     finally:
         peer.kill()
         peer.communicate()  # reaps it and closes its stdout
+
+
+# --- batch creation (RocketMQ 5's list requests) ------------------------------------------------
+
+
+def broker_tables(cluster: Cluster) -> tuple[set[str], dict[str, object]]:
+    """The topics and the subscription groups the broker holds (GET_ALL_* requests)."""
+
+    async def get() -> tuple[set[str], dict[str, object]]:
+        async with AdminClient(cluster.namesrv_addr) as admin:
+            wrapper = await admin.api.all_topic_config(cluster.broker_addr)
+            groups = await admin.subscription_groups(cluster.broker_addr)
+            return set(wrapper.topic_config_table), dict(groups)
+
+    return asyncio.run(get())
+
+
+def test_update_topic_list_and_sub_group_list_from_files(cluster: Cluster, tmp_path: Path) -> None:
+    # 2,500 topics: two requests of the list (2,000 and 500), each one change of the table.
+    names = [f"Batch{i:04d}" for i in range(2500)]
+    topics_file = tmp_path / "topics.json"
+    topics_file.write_text(
+        json.dumps(
+            [{"topicName": n, "readQueueNums": 2, "writeQueueNums": 2, "perm": 6} for n in names]
+        )
+    )
+    out = cli(cluster, "updateTopicList", "-b", cluster.broker_addr, "-f", str(topics_file))
+    assert f"submit batch of topic config to {cluster.broker_addr} success" in out
+    topics, _groups = broker_tables(cluster)
+    assert set(names) <= topics
+    eventually_sync(
+        lambda: (
+            shell("mqadmin", "topicRoute", "-n", cluster.namesrv_addr, "-t", names[-1]).returncode
+            == 0
+        ),
+        "the last topic of the batch routable",
+        40,
+    )
+    # One bad name refuses the whole file: nothing of it is created.
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"topicName": "GoodOfBadBatch"}, {"topicName": "../escape"}]))
+    refused = shell(
+        "mqadmin",
+        "updateTopicList",
+        "-n",
+        cluster.namesrv_addr,
+        "-c",
+        "DefaultCluster",
+        "-f",
+        str(bad),
+    )
+    assert refused.returncode == 1 and "topicConfigList.topicName" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert "GoodOfBadBatch" not in broker_tables(cluster)[0]
+    missing = shell(
+        "mqadmin",
+        "updateTopicList",
+        "-n",
+        cluster.namesrv_addr,
+        "-b",
+        cluster.broker_addr,
+        "-f",
+        str(tmp_path / "none.json"),
+    )
+    assert missing.returncode == 1 and "cannot read" in missing.stderr
+    # Subscription groups, by cluster.
+    groups_file = tmp_path / "groups.json"
+    groups_file.write_text(
+        json.dumps([{"groupName": "batch-g1", "retryMaxTimes": 3}, {"groupName": "batch-g2"}])
+    )
+    out = cli(cluster, "updateSubGroupList", "-c", "DefaultCluster", "-f", str(groups_file))
+    assert "submit batch of subscription group config to" in out
+    groups = broker_tables(cluster)[1]
+    assert {"batch-g1", "batch-g2"} <= groups.keys()
+    g1 = groups["batch-g1"]
+    assert getattr(g1, "retry_max_times", None) == 3
+    # The running broker's tables, exported as RocketMQ's JSON files.
+    exported = shell(
+        "tidemq-cluster", "export-config", str(cluster.store), "-o", str(tmp_path / "x")
+    )
+    assert exported.returncode == 0, exported.stderr
+    topics_json = json.loads((tmp_path / "x" / "topics.json").read_text())
+    assert set(names) <= topics_json["topicConfigTable"].keys()
+    assert topics_json["topicConfigTable"][names[0]]["readQueueNums"] == 2
+    groups_json = json.loads((tmp_path / "x" / "subscriptionGroup.json").read_text())
+    assert groups_json["subscriptionGroupTable"]["batch-g1"]["retryMaxTimes"] == 3

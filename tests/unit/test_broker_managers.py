@@ -206,7 +206,7 @@ class TestTopicAutoCreation:
         assert manager.create_in_send("T", "TBW102", "p", 4, 0) is None
 
     def test_refused_when_off_even_if_tbw102_came_from_the_file(self, tmp_path: Path) -> None:
-        topics(tmp_path).persist()  # written while auto-creation was on
+        topics(tmp_path).load()  # stored while auto-creation was on
         manager = topics(tmp_path, replace(BROKER, auto_create_topic_enable=False))
         manager.load()
         assert manager.select("TBW102") is not None
@@ -276,20 +276,29 @@ class TestTopicVersionsAndPersistence:
         assert "A" not in wrapper.topic_config_table
         assert wrapper.data_version != manager.data_version
 
-    def test_round_trip_through_the_file(self, tmp_path: Path) -> None:
+    def test_round_trip_through_the_table_store(self, tmp_path: Path) -> None:
         manager = topics(tmp_path)
+        assert not manager.load()  # a fresh store
         manager.update(TopicConfig("Orders", 3, 5, PERM_READ, order=True, topic_sys_flag=2))
         reloaded = topics(tmp_path)
         assert reloaded.load()
         assert reloaded.select("Orders") == manager.select("Orders")
         assert reloaded.data_version == manager.data_version
-        assert (tmp_path / "topics.json").exists()
+        assert not (tmp_path / "topics.json").exists()  # written only by an export
+        manager.export()
+        assert (
+            "Orders"
+            in parse_topic_wrapper((tmp_path / "topics.json").read_text()).topic_config_table
+        )
 
     def test_corrupt_file_falls_back_to_bak(self, tmp_path: Path) -> None:
-        manager = topics(tmp_path)
+        manager = topics(tmp_path / "old")
         manager.update(TopicConfig("First"))
+        manager.export()
         manager.update(TopicConfig("Second"))
+        manager.export()
         (tmp_path / "topics.json").write_text('{"topicConfigTable": {"x": ')
+        (tmp_path / "old" / "topics.json.bak").rename(tmp_path / "topics.json.bak")
         reloaded = topics(tmp_path)
         reloaded.load()
         assert reloaded.select("First") is not None
@@ -438,10 +447,16 @@ class TestConsumerOffsets:
         offsets.commit("h", "cg", "T", 0, 120)  # the queue lost its tail: ends at 100 now
         offsets.commit("h", "cg", "T", 1, 40)  # within its queue
         offsets.commit("h", "cg", "U", 0, 7)  # a queue the store no longer has
+        offsets.persist()
         ends = {("T", 0): 100, ("T", 1): 50}
         assert offsets.correct_past_end(lambda topic, queue: ends.get((topic, queue), 0)) == 2
         assert offsets.snapshot() == {"T@cg": {0: 100, 1: 40}, "U@cg": {0: 0}}
         assert "committed 120, the queue ends at 100" in caplog.text
+        # The corrections are changes of their rows: persisted, they survive a restart.
+        offsets.persist()
+        reloaded = ConsumerOffsetManager(tmp_path)
+        assert reloaded.load()
+        assert reloaded.snapshot() == {"T@cg": {0: 100, 1: 40}, "U@cg": {0: 0}}
 
     def test_snapshot_is_a_deep_copy(self, tmp_path: Path) -> None:
         offsets = ConsumerOffsetManager(tmp_path)

@@ -236,6 +236,8 @@ def test_every_rocketmq_subcommand_is_there() -> None:
         "updateNamesrvConfig", "updateKvConfig", "deleteKvConfig", "help",
         # RocketMQ 5's controller-mode commands
         "getSyncStateSet", "getBrokerEpoch", "electMaster",
+        # RocketMQ 5's batch creation
+        "updateTopicList", "updateSubGroupList",
     }  # fmt: skip
 
 

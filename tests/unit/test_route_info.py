@@ -564,3 +564,80 @@ def test_tables_stay_consistent_under_any_events(sequence: list[tuple[object, ..
     routes = world.routes
     assert routes.broker_addr_table == {} and routes.cluster_addr_table == {}
     assert routes.topic_queue_table == {} and routes.broker_live_table == {}
+
+
+# --- incremental and split registrations (tidemq) ------------------------------------------
+
+
+def _increment(
+    world: World,
+    base: DataVersion,
+    topics: dict[str, int],
+    counter: int,
+    deleted: tuple[str, ...] = (),
+) -> RegisterOutcome:
+    return world.routes.register_increment(
+        cluster_name="C1",
+        broker_addr=M,
+        broker_name="broker-a",
+        broker_id=0,
+        ha_server_addr=M_HA,
+        base_version=base,
+        topic_config_wrapper=TopicConfigSerializeWrapper(
+            {t: TopicConfig(t, q, q) for t, q in topics.items()}, DataVersion(7, counter)
+        ),
+        deleted_topics=deleted,
+        connection=Conn(),
+    )
+
+
+def test_an_increment_on_the_held_version_applies_only_its_topics() -> None:
+    world = World()
+    world.register(M, 0, {"A": 4, "B": 4}, counter=1)
+    world.clock.now += 900
+    outcome = _increment(world, DataVersion(7, 1), {"C": 2}, counter=2, deleted=("A",))
+    assert outcome.topics_updated and not outcome.full_registration_needed
+    assert world.routes.get_route("A") is None
+    assert world.routes.get_route("B") is not None and world.routes.get_route("C") is not None
+    assert world.routes.query_data_version(M) == DataVersion(7, 2)
+    world.clock.now += 900  # 1800 after the full one: alive thanks to the increment
+    assert not world.routes.scan_not_active_brokers()
+    # A heartbeat: nothing changed, the version stays, the broker stays alive.
+    assert not _increment(world, DataVersion(7, 2), {}, counter=2).topics_updated
+
+
+def test_an_increment_on_another_version_asks_for_a_full_registration() -> None:
+    world = World()
+    assert _increment(world, DataVersion(7, 1), {"C": 2}, counter=2).full_registration_needed
+    assert world.routes.get_route("C") is None and world.routes.query_data_version(M) is None
+    world.register(M, 0, {"A": 4}, counter=1)
+    missed = _increment(world, DataVersion(7, 5), {"C": 2}, counter=6)
+    assert missed.full_registration_needed and world.routes.get_route("C") is None
+
+
+def test_a_split_registration_holds_its_version_only_after_the_last_part() -> None:
+    world = World()
+    world.routes.delete_topic_with_broker_registration = True
+    world.register(M, 0, {"Old": 1}, counter=1)
+    parts = [{"A": 1, "B": 1}, {"C": 1}, {"D": 1}]
+    for index, part in enumerate(parts):
+        world.routes.register_broker(
+            cluster_name="C1",
+            broker_addr=M,
+            broker_name="broker-a",
+            broker_id=0,
+            ha_server_addr=M_HA,
+            topic_config_wrapper=TopicConfigSerializeWrapper(
+                {t: TopicConfig(t, q, q) for t, q in part.items()}, DataVersion(7, 9)
+            ),
+            filter_server_list=None,
+            connection=Conn(),
+            split=(index, len(parts)),
+        )
+        if index < len(parts) - 1:
+            # Not the broker's version yet: an increment now would miss parts.
+            assert world.routes.query_data_version(M) != DataVersion(7, 9)
+            assert _increment(world, DataVersion(7, 9), {}, 10).full_registration_needed
+    assert world.routes.query_data_version(M) == DataVersion(7, 9)
+    assert {t for t in "ABCD" if world.routes.get_route(t)} == set("ABCD")
+    assert world.routes.get_route("Old") is None  # not in the whole table the parts made

@@ -15,16 +15,20 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import click
 
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.errors import BrokerResponseError, ClientError, TideMQError
+from tidemq.client.remoting.errors import BodyDecodeError
+from tidemq.client.remoting.json_body import loads_fastjson
 from tidemq.client.transport.tls import TlsClientSettings
 from tidemq.client.version import version_option
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 DEFAULT_NAMESRV: Final = "127.0.0.1:9876"
 TIMESTAMP_FORMAT: Final = "%Y-%m-%d#%H:%M:%S:%f"
@@ -301,6 +305,34 @@ def format_time(ms: int) -> str:
     except (OverflowError, OSError, ValueError):
         return str(ms)
     return moment.strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+
+
+# updateTopicList and updateSubGroupList send a file's entries in requests of at most this many
+# (a few hundred KB each, far below the frame limit).
+LIST_REQUEST_SIZE: Final = 2000
+
+
+def read_config_list(filename: str, parse: Callable[[dict[str, Any]], T], name_key: str) -> list[T]:
+    """The entries of a JSON file holding a list of config objects (RocketMQ's
+    `JSON.parseArray(file, TopicConfig.class)`); `CommandError` naming the file and the entry
+    when it is not one. Each entry must have `name_key`."""
+    try:
+        obj = loads_fastjson(Path(filename).read_bytes(), max_size=1 << 31)
+    except OSError as exc:
+        raise CommandError(f"cannot read {filename}: {exc.strerror or exc}") from None
+    except BodyDecodeError as exc:
+        raise CommandError(f"{filename}: {exc}") from None
+    if not isinstance(obj, list):
+        raise CommandError(f"{filename}: not a JSON list of config objects")
+    configs = []
+    for index, entry in enumerate(obj):
+        if not isinstance(entry, dict) or not isinstance(entry.get(name_key), str):
+            raise CommandError(f"{filename}: entry {index} is not an object with {name_key}")
+        try:
+            configs.append(parse(entry))
+        except ValueError as exc:
+            raise CommandError(f"{filename}: entry {index}: {exc}") from None
+    return configs
 
 
 def parse_bool(text: str) -> bool:

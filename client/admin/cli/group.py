@@ -1,6 +1,6 @@
-"""Consumer and producer group commands: updateSubGroup, deleteSubGroup, consumerProgress,
-consumerConnection, producerConnection, resetOffsetByTime, skipAccumulatedMessage,
-cloneGroupOffset (consumerStatus is in `stats`)."""
+"""Consumer and producer group commands: updateSubGroup, updateSubGroupList, deleteSubGroup,
+consumerProgress, consumerConnection, producerConnection, resetOffsetByTime,
+skipAccumulatedMessage, cloneGroupOffset (consumerStatus is in `stats`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import click
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.admin.cli.base import (
     CommandError,
+    LIST_REQUEST_SIZE,
     Output,
     Table,
     common,
@@ -17,6 +18,7 @@ from tidemq.client.admin.cli.base import (
     need_one,
     parse_bool,
     parse_timestamp,
+    read_config_list,
     run,
 )
 from tidemq.client.errors import TideMQError
@@ -108,6 +110,44 @@ def update_sub_group(
         return Output({"brokers": addresses, "groupConfig": config.to_dict()}, lines_before=lines)
 
     run("updateSubGroup", namesrv_addr, as_json, work)
+
+
+@main.command("updateSubGroupList")
+@common
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Create on this broker.")
+@click.option("-c", "--clusterName", "cluster", default=None, help="Create on every master.")
+@click.option(
+    "-f",
+    "--filename",
+    "filename",
+    required=True,
+    help="A JSON file: a list of SubscriptionGroupConfig objects (groupName, ...).",
+)
+def update_sub_group_list(
+    namesrv_addr: str | None,
+    as_json: bool,
+    broker_addr: str | None,
+    cluster: str | None,
+    filename: str,
+) -> None:
+    """Create or update subscription groups in batch (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST)."""
+    need_one("updateSubGroupList", b=broker_addr, c=cluster)
+
+    async def work(admin: AdminClient) -> Output:
+        configs = read_config_list(filename, SubscriptionGroupConfig.from_dict, "groupName")
+        addresses = await _addresses(admin, broker_addr, cluster)
+        lines = []
+        for address in addresses:
+            for start in range(0, len(configs), LIST_REQUEST_SIZE):
+                batch = configs[start : start + LIST_REQUEST_SIZE]
+                await admin.update_subscription_group_list(address, batch)
+            lines.append(
+                f"submit batch of subscription group config to {address} success, "
+                "please check the result later."
+            )
+        return Output({"brokers": addresses, "groups": len(configs)}, lines_before=lines)
+
+    run("updateSubGroupList", namesrv_addr, as_json, work)
 
 
 @main.command("deleteSubGroup")

@@ -1,5 +1,5 @@
-"""Topic commands: updateTopic, updateTopicPerm, deleteTopic, topicList, topicRoute,
-topicStatus, topicClusterList."""
+"""Topic commands: updateTopic, updateTopicList, updateTopicPerm, deleteTopic, topicList,
+topicRoute, topicStatus, topicClusterList."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import click
 
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.admin.cli.base import (
+    LIST_REQUEST_SIZE,
     Output,
     Table,
     common,
@@ -18,6 +19,7 @@ from tidemq.client.admin.cli.base import (
     main,
     need_one,
     parse_bool,
+    read_config_list,
     run,
 )
 from tidemq.client.errors import TideMQError
@@ -70,6 +72,46 @@ def update_topic(
         return Output({"brokers": addresses, "topicConfig": config.to_dict()}, lines_before=lines)
 
     run("updateTopic", namesrv_addr, as_json, work)
+
+
+@main.command("updateTopicList")
+@common
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Create on this broker.")
+@click.option("-c", "--clusterName", "cluster", default=None, help="Create on every master.")
+@click.option(
+    "-f",
+    "--filename",
+    "filename",
+    required=True,
+    help="A JSON file: a list of TopicConfig objects (topicName, readQueueNums, ...).",
+)
+def update_topic_list(
+    namesrv_addr: str | None,
+    as_json: bool,
+    broker_addr: str | None,
+    cluster: str | None,
+    filename: str,
+) -> None:
+    """Create or update topics in batch (UPDATE_AND_CREATE_TOPIC_LIST)."""
+    need_one("updateTopicList", b=broker_addr, c=cluster)
+
+    async def work(admin: AdminClient) -> Output:
+        configs = read_config_list(filename, TopicConfig.from_dict, "topicName")
+        if broker_addr is not None:
+            addresses = [broker_addr]
+        else:
+            addresses = [b.address for b in await admin.masters(cluster)]
+        lines = []
+        for address in addresses:
+            # Requests of at most LIST_REQUEST_SIZE topics: each is one change of the table.
+            for start in range(0, len(configs), LIST_REQUEST_SIZE):
+                await admin.create_topic_list(address, configs[start : start + LIST_REQUEST_SIZE])
+            lines.append(
+                f"submit batch of topic config to {address} success, please check the result later."
+            )
+        return Output({"brokers": addresses, "topics": len(configs)}, lines_before=lines)
+
+    run("updateTopicList", namesrv_addr, as_json, work)
 
 
 @main.command("deleteTopic")

@@ -1,0 +1,277 @@
+"""Scale benchmark (issue 34): a million topics on one broker, ten thousand idle clients.
+
+One namesrvd and one brokerd (production file sizes), every figure in the same run:
+
+1. TIDEMQ_BENCH_SCALE_TOPICS (1,000,000) topics of 8 queues created in lists of
+   TIDEMQ_BENCH_SCALE_BATCH (2,000; UPDATE_AND_CREATE_TOPIC_LIST, 2 in flight). Targets: at least
+   2,000 topics/s, and the rate over the last 10 % at least 0.8 of the rate over the first 10 %.
+   A broker without the list request (main before issue 34) gets UPDATE_AND_CREATE_TOPIC one by
+   one, 16 in flight, as the issue measured it: the "before" figures.
+2. One more topic created one by one (UPDATE_AND_CREATE_TOPIC, as `mqadmin updateTopic`),
+   median of TIDEMQ_BENCH_SCALE_SAMPLES (15) creates, at 10,000 topics and at the end. Targets:
+   the ratio end / 10,000 at most 1.25, and at most 20 ms at the end.
+3. Route queries (GET_ROUTEINFO_BY_TOPIC of random topics, one after the other): p99 at most
+   1 ms. Sends of 128 bytes to TIDEMQ_BENCH_SCALE_SENDS (10,000) random topics: p99 at most 5 ms.
+4. The broker stopped and started again: seconds until it listens, and until a topic's route
+   is back at the name server: at most 10 s. The broker's and the name server's VmRSS after
+   (target: broker at most 2 GiB).
+5. TIDEMQ_BENCH_SCALE_CLIENTS (10,000) idle clients, each a producer and a consumer of one of
+   1,000 groups, heartbeating every 30 s (RocketMQ's default) spread evenly: the broker's CPU
+   over one heartbeat round, at most 10 % of a core; its memory per connection.
+
+TIDEMQ_BENCH_SCALE_SEED (34) seeds the random topics. The section takes minutes (the creation
+of a million topics alone about eight at the target rate); tests/integration/test_scale.py runs
+it scaled down in `make test`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from dataclasses import dataclass
+
+from tests.bench import BROKER_SIZES, Result, env_int, run_on_uvloop, temp_dir
+from tests.bench.cpu import user_system
+from tests.support.burst import memory_mib
+from tests.support.conditions import eventually
+from tests.support.processes import Daemon, ProcessGroup
+from tests.support.scale import (
+    IdleClients,
+    create_topics,
+    median,
+    one_more_create_ms,
+    percentile,
+    route_query_ms,
+    send_ms,
+    topic_name,
+)
+from tests.support.trickle import raise_fd_limit
+from tidemq.client.api import BrokerAPI
+
+
+@dataclass(frozen=True)
+class ScaleKnobs:
+    topics: int = 1_000_000
+    batch: int = 2000
+    samples: int = 15
+    sends: int = 10_000
+    routes: int = 10_000
+    clients: int = 10_000
+    groups: int = 1000
+    heartbeat_interval: float = 30.0
+    seed: int = 34
+    early: int = 10_000  # where the first one-more-create is measured
+    broker_overrides: tuple[str, ...] = ()  # `key=value` after the production sizes
+
+    @classmethod
+    def from_env(cls) -> ScaleKnobs:
+        return cls(
+            topics=env_int("TIDEMQ_BENCH_SCALE_TOPICS", 1_000_000),
+            batch=env_int("TIDEMQ_BENCH_SCALE_BATCH", 2000),
+            samples=env_int("TIDEMQ_BENCH_SCALE_SAMPLES", 15),
+            sends=env_int("TIDEMQ_BENCH_SCALE_SENDS", 10_000),
+            routes=env_int("TIDEMQ_BENCH_SCALE_ROUTES", 10_000),
+            clients=env_int("TIDEMQ_BENCH_SCALE_CLIENTS", 10_000),
+            seed=env_int("TIDEMQ_BENCH_SCALE_SEED", 34),
+        )
+
+
+def run() -> list[Result]:
+    return measure(ScaleKnobs.from_env())
+
+
+def measure(knobs: ScaleKnobs) -> list[Result]:
+    raise_fd_limit(knobs.clients + 4096)
+    with temp_dir("scale") as folder:
+        group = ProcessGroup(folder / "logs")
+        try:
+            namesrv = group.namesrvd(name="namesrvd")
+            broker_args = (
+                *BROKER_SIZES,
+                f"serverMaxConnections={knobs.clients + 1000}",
+                "exportConfigJsonOnShutdown=false",
+                *knobs.broker_overrides,
+            )
+            broker = group.brokerd(namesrv.address, folder / "store", *broker_args, name="brokerd")
+            results = run_on_uvloop(_load_and_query(knobs, namesrv, broker))
+            restart = _restart(group, namesrv, broker, knobs)
+            results += restart[0]
+            results += run_on_uvloop(_idle_clients(knobs, restart[1]))
+            return results
+        finally:
+            group.stop_all()
+
+
+async def _load_and_query(knobs: ScaleKnobs, namesrv: Daemon, broker: Daemon) -> list[Result]:
+    api = BrokerAPI()
+    rng = random.Random(knobs.seed)
+    try:
+        early = min(knobs.early, knobs.topics // 2)
+        started = time.perf_counter()
+        creation = await create_topics(
+            api, broker.address, 0, early, batch_size=knobs.batch, started=started
+        )
+        paused = time.perf_counter()
+        at_early = await one_more_create_ms(api, broker.address, "early", knobs.samples)
+        pause = time.perf_counter() - paused
+        await create_topics(
+            api,
+            broker.address,
+            early,
+            knobs.topics - early,
+            batch_size=knobs.batch,
+            run=creation,
+            started=started + pause,  # the single creates are not creation time
+        )
+        at_end = await one_more_create_ms(api, broker.address, "end", knobs.samples)
+        how = f"lists of {knobs.batch}" if creation.batch else "one by one, 16 in flight"
+        first, last = creation.rate_between(0, 0.1), creation.rate_between(0.9, 1.0)
+        print(
+            f"created {creation.topics:,} topics ({how}) in {creation.seconds:.1f} s: "
+            f"{creation.rate():,.0f}/s; first 10 % {first:,.0f}/s, last 10 % {last:,.0f}/s"
+        )
+        early_ms, end_ms = median(at_early), median(at_end)
+        print(
+            f"one more create: median {early_ms:.1f} ms at {early:,} topics, {end_ms:.1f} ms at "
+            f"{creation.topics:,} (samples {', '.join(f'{t:.1f}' for t in at_end)})"
+        )
+        last_topic = topic_name(knobs.topics - 1)
+        await eventually(
+            lambda: api.get_route(namesrv.address, last_topic),
+            "the last topic's route",
+            300,
+            interval=0.2,
+        )
+        routes = await route_query_ms(api, namesrv.address, knobs.topics, knobs.routes, rng)
+        sends = await send_ms(api, broker.address, knobs.topics, knobs.sends, rng)
+        print(
+            f"route queries: p50 {percentile(routes, 0.5):.3f} ms, p99 "
+            f"{percentile(routes, 0.99):.3f} ms; sends to {knobs.sends:,} random topics: p50 "
+            f"{percentile(sends, 0.5):.3f} ms, p99 {percentile(sends, 0.99):.3f} ms"
+        )
+    finally:
+        await api.close()
+    return [
+        Result(f"topic creation ({how})", creation.rate(), "topics/s", 2000),
+        Result("creation rate, last 10 % / first 10 %", last / first, "x", 0.8),
+        Result(f"one more create at {early:,} topics", early_ms, "ms"),
+        Result(
+            f"one more create at {creation.topics:,} topics",
+            end_ms,
+            "ms",
+            20,
+            higher_is_better=False,
+        ),
+        Result(
+            f"one more create, {creation.topics:,} / {early:,} topics",
+            end_ms / early_ms,
+            "x",
+            1.25,
+            higher_is_better=False,
+        ),
+        Result("route query p99", percentile(routes, 0.99), "ms", 1, higher_is_better=False),
+        Result(
+            f"send to {knobs.sends:,} random topics p99",
+            percentile(sends, 0.99),
+            "ms",
+            5,
+            higher_is_better=False,
+        ),
+    ]
+
+
+def _restart(
+    group: ProcessGroup,
+    namesrv: Daemon,
+    broker: Daemon,
+    knobs: ScaleKnobs,
+) -> tuple[list[Result], Daemon]:
+    stopping = time.perf_counter()
+    broker.stop(timeout=120)
+    stopped = time.perf_counter() - stopping
+    restarted = Daemon(
+        broker.args,
+        port=broker.port,
+        log_path=broker.log_path,
+        name="brokerd-restarted",
+        start_timeout=300,
+    )
+    group.daemons.append(restarted)
+    topic = topic_name(knobs.topics - 1)
+    started = time.perf_counter()
+    restarted.start()  # returns once the port accepts connections
+    listening = time.perf_counter() - started
+
+    async def routable() -> float:
+        api = BrokerAPI()
+        try:
+            await eventually(
+                lambda: api.get_route(namesrv.address, topic), "the route back", 300, interval=0.02
+            )
+            return time.perf_counter() - started
+        finally:
+            await api.close()
+
+    routed = run_on_uvloop(routable())
+    # VmRSS counts the mapped store files' pages the broker touched (page cache); RssAnon is
+    # its heap.
+    broker_rss, broker_heap = memory_mib(restarted.pid or 0)
+    namesrv_rss = memory_mib(namesrv.pid or 0)[0]
+    print(
+        f"restart with {knobs.topics:,} topics: stop {stopped:.1f} s; listening after "
+        f"{listening:.2f} s, routable after {routed:.2f} s; RSS broker {broker_rss:.0f} MiB "
+        f"(heap {broker_heap:.0f} MiB), name server {namesrv_rss:.0f} MiB"
+    )
+    return [
+        Result("broker restart: listening", listening, "s"),
+        Result("broker restart: listening and routable", routed, "s", 10, higher_is_better=False),
+        Result("broker RSS after restart", broker_rss, "MiB", 2048, higher_is_better=False),
+        Result("broker heap (RssAnon) after restart", broker_heap, "MiB"),
+        Result("name server RSS", namesrv_rss, "MiB"),
+    ], restarted
+
+
+async def _idle_clients(knobs: ScaleKnobs, broker: Daemon) -> list[Result]:
+    pid = broker.pid or 0
+    before_rss = memory_mib(pid)[1]
+    clients = IdleClients(broker.address, knobs.clients, knobs.groups, knobs.heartbeat_interval)
+    try:
+        await clients.connect()
+        # The first round's group changes and %RETRY% topics settle.
+        await asyncio.sleep(min(5.0, knobs.heartbeat_interval))
+        after_rss = memory_mib(pid)[1]
+        tick = os.sysconf("SC_CLK_TCK")
+        user0, system0 = user_system(pid)
+        beats0, started = clients.heartbeats, time.perf_counter()
+        await asyncio.sleep(knobs.heartbeat_interval)
+        user1, system1 = user_system(pid)
+        seconds = time.perf_counter() - started
+        beats = clients.heartbeats - beats0
+        cpu = ((user1 - user0) + (system1 - system0)) / tick / seconds * 100
+        failures = clients.failures
+    finally:
+        await clients.close()
+    per_connection = (after_rss - before_rss) * 1024 / max(1, knobs.clients)
+    print(
+        f"{knobs.clients:,} idle clients of {knobs.groups:,} groups: {beats:,} heartbeats in "
+        f"{seconds:.0f} s, broker CPU {cpu:.1f} % of a core; heap {before_rss:.0f} -> "
+        f"{after_rss:.0f} MiB ({per_connection:.1f} KiB per connection); {failures} closed"
+    )
+    assert failures == 0, f"{failures} idle clients were disconnected"
+    return [
+        Result(
+            f"{knobs.clients:,} idle clients' heartbeats: broker CPU",
+            cpu,
+            "% core",
+            10,
+            higher_is_better=False,
+        ),
+        Result(
+            "broker heap per idle client",
+            per_connection,
+            "KiB",
+            note="RssAnon growth; malloc reuses what the start-up freed, so a lower bound",
+        ),
+    ]

@@ -1,0 +1,39 @@
+"""The scale section of `make bench` (tests/bench/scale_bench.py), scaled down and seeded.
+
+A real namesrvd and brokerd: 6,000 topics created in lists of 500, single creates at 1,000 and
+at 6,000 topics, route queries and sends to random topics, a broker restart until the last
+topic is routable again, then 200 idle clients heartbeating every 2 s. What it proves: every
+step of the section runs and yields a figure (the lists are served, every route and send
+answers, the restarted broker registers its whole table, no idle client is dropped). Timing
+targets are `make bench`'s to report, never asserted here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tests.bench.scale_bench import ScaleKnobs, measure
+
+KNOBS = ScaleKnobs(
+    topics=6000,
+    batch=500,
+    samples=3,
+    sends=200,
+    routes=500,
+    clients=200,
+    groups=20,
+    heartbeat_interval=2.0,
+    seed=34,
+    early=1000,
+    # Small ConsumeQueue files: the sends create 200 queues.
+    broker_overrides=("mappedFileSizeConsumeQueue=20000",),
+)
+
+
+def test_the_scale_section_measures_every_figure() -> None:
+    results = {result.name: result for result in measure(KNOBS)}
+    assert "topic creation (lists of 500)" in results  # the batch request was served
+    for result in results.values():
+        assert math.isfinite(result.value) and result.value >= 0, result
+    assert results["one more create at 6,000 topics"].value > 0
+    assert results["broker restart: listening and routable"].value > 0

@@ -1,0 +1,246 @@
+"""Measurements of a broker with many topics and many clients (issue 34), for the scale section of
+`make bench` (tests/bench/scale_bench.py) and its short seeded run in `make test`
+(tests/integration/test_scale.py).
+
+Everything talks the wire protocol through `BrokerAPI` or raw sockets, so the same functions
+measure a broker that lacks the batch request (main before issue 34): `create_topics` then falls
+back to UPDATE_AND_CREATE_TOPIC one by one, 16 in flight, as the issue measured it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import struct
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tidemq.client.api import BrokerAPI
+from tidemq.client.protocol.heartbeat import (
+    ConsumerData,
+    HeartbeatData,
+    ProducerData,
+    SubscriptionData,
+)
+from tidemq.client.protocol.models import TopicConfig
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.remoting.frame import encode_command
+from tidemq.client.remoting.json_body import dumps
+
+QUEUES = 8
+SINGLE_IN_FLIGHT = 16  # as `mqadmin updateTopic` in a shell loop of 16, the issue's measurement
+_LENGTH = struct.Struct(">i")
+
+
+def topic_name(index: int) -> str:
+    return f"ScaleT{index:07d}"
+
+
+@dataclass
+class CreationRun:
+    """Topics created, and (topics so far, seconds so far) after each request completed."""
+
+    batch: bool
+    timeline: list[tuple[int, float]] = field(default_factory=list)
+
+    @property
+    def topics(self) -> int:
+        return self.timeline[-1][0] if self.timeline else 0
+
+    @property
+    def seconds(self) -> float:
+        return self.timeline[-1][1] if self.timeline else 0.0
+
+    def rate(self) -> float:
+        return self.topics / self.seconds if self.seconds else float("nan")
+
+    def rate_between(self, low: float, high: float) -> float:
+        """Topics per second between the fractions `low` and `high` of the topics created."""
+        total = self.topics
+        # From the last point at or before `low` to the first at or after `high`: whole
+        # requests, so two that ended together do not make a span of nothing.
+        begin = max((p for p in self.timeline if p[0] <= low * total), default=(0, 0.0))
+        end = next(p for p in self.timeline if p[0] >= high * total)
+        span = end[1] - begin[1]
+        return (end[0] - begin[0]) / span if span > 0 else float("nan")
+
+
+async def serves_topic_lists(api: BrokerAPI, broker: str) -> bool:
+    """Whether the broker serves UPDATE_AND_CREATE_TOPIC_LIST (an empty list changes nothing)."""
+    request = api.request(
+        RequestCode.UPDATE_AND_CREATE_TOPIC_LIST, body=dumps({"topicConfigList": []})
+    )
+    response = await api.invoke(broker, request, 10.0)
+    return response.code == ResponseCode.SUCCESS
+
+
+async def create_topic_list(api: BrokerAPI, broker: str, configs: Sequence[TopicConfig]) -> None:
+    body = dumps({"topicConfigList": [c.to_dict() for c in configs]})
+    await api.call(
+        broker, api.request(RequestCode.UPDATE_AND_CREATE_TOPIC_LIST, body=body), timeout=120.0
+    )
+
+
+async def create_topics(
+    api: BrokerAPI,
+    broker: str,
+    first: int,
+    count: int,
+    *,
+    batch_size: int,
+    in_flight: int = 2,
+    run: CreationRun | None = None,
+    started: float | None = None,
+) -> CreationRun:
+    """Create topics `first` .. `first + count - 1` (8 queues each): in lists of `batch_size`
+    when the broker serves them, else one by one; appended to `run`'s timeline."""
+    if run is None:
+        run = CreationRun(await serves_topic_lists(api, broker))
+    begin = time.perf_counter() if started is None else started
+    done = run.topics
+    size = batch_size if run.batch else 1
+    chunks = [range(i, min(i + size, first + count)) for i in range(first, first + count, size)]
+    queue = list(reversed(chunks))
+
+    async def worker() -> None:
+        nonlocal done
+        while queue:
+            chunk = queue.pop()
+            configs = [TopicConfig(topic_name(i), QUEUES, QUEUES) for i in chunk]
+            if run.batch:
+                await create_topic_list(api, broker, configs)
+            else:
+                await api.create_topic(broker, configs[0])
+            done += len(configs)
+            run.timeline.append((done, time.perf_counter() - begin))
+
+    workers = in_flight if run.batch else SINGLE_IN_FLIGHT
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return run
+
+
+async def one_more_create_ms(api: BrokerAPI, broker: str, tag: str, samples: int) -> list[float]:
+    """Milliseconds of single creates (UPDATE_AND_CREATE_TOPIC, as `mqadmin updateTopic`), one
+    after the other."""
+    times = []
+    for i in range(samples):
+        config = TopicConfig(f"OneMore{tag}x{i}", QUEUES, QUEUES)
+        started = time.perf_counter()
+        await api.create_topic(broker, config)
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+async def route_query_ms(
+    api: BrokerAPI, namesrv: str, topics: int, samples: int, rng: random.Random
+) -> list[float]:
+    """Milliseconds of GET_ROUTEINFO_BY_TOPIC for random topics of the `topics` created."""
+    times = []
+    for _ in range(samples):
+        topic = topic_name(rng.randrange(topics))
+        started = time.perf_counter()
+        route = await api.get_route(namesrv, topic)
+        times.append((time.perf_counter() - started) * 1000)
+        assert route is not None, topic
+    return times
+
+
+async def send_ms(
+    api: BrokerAPI, broker: str, topics: int, samples: int, rng: random.Random
+) -> list[float]:
+    """Milliseconds of single 128-byte sends, each to a random topic of the `topics` created."""
+    from tests.support.wire import send_header
+
+    body = b"x" * 128
+    times = []
+    for _ in range(samples):
+        topic = topic_name(rng.randrange(topics))
+        header = send_header(topic, rng.randrange(QUEUES))
+        started = time.perf_counter()
+        await api.send(broker, header, body)
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+# --- many idle clients -------------------------------------------------------------------------
+
+
+def heartbeat_frame(client: int, groups: int, opaque: int) -> bytes:
+    """A HEART_BEAT of client `client`: a producer and a consumer of group `client % groups`."""
+    group = f"ScaleG{client % groups:04d}"
+    data = HeartbeatData(
+        f"127.0.0.1@scale{client}",
+        [ProducerData(f"{group}-P")],
+        [ConsumerData(group, subscriptions=[SubscriptionData(topic_name(client % groups))])],
+    )
+    request = RemotingCommand.request(RequestCode.HEART_BEAT, None, data.encode())
+    request.opaque = opaque
+    return encode_command(request)
+
+
+@dataclass
+class IdleClients:
+    """`count` connections, each heartbeating every `interval` seconds (spread evenly) and
+    reading whatever the broker sends (answers, consumer-id change notifications)."""
+
+    address: str
+    count: int
+    groups: int
+    interval: float
+    heartbeats: int = 0
+    failures: int = 0
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _writers: list[asyncio.StreamWriter] = field(default_factory=list)
+
+    async def connect(self, on_progress: Callable[[int], None] | None = None) -> None:
+        host, port = self.address.rsplit(":", 1)
+        for client in range(self.count):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            self._writers.append(writer)
+            self._tasks.append(asyncio.create_task(self._drain(reader)))
+            writer.write(heartbeat_frame(client, self.groups, client + 1))
+            self.heartbeats += 1
+            if client % 500 == 0:
+                await writer.drain()
+                if on_progress is not None:
+                    on_progress(client)
+        self._tasks.append(asyncio.create_task(self._beat()))
+
+    async def _drain(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                length = _LENGTH.unpack(await reader.readexactly(4))[0]
+                await reader.readexactly(length)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.failures += 1
+
+    async def _beat(self) -> None:
+        pause = self.interval / max(1, self.count)
+        opaque = self.count + 1
+        while True:
+            for client, writer in enumerate(self._writers):
+                writer.write(heartbeat_frame(client, self.groups, opaque))
+                opaque += 1
+                self.heartbeats += 1
+                await asyncio.sleep(pause)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for writer in self._writers:
+            writer.close()

@@ -1,0 +1,259 @@
+"""The config tables in config/tables.db (broker/managers/table_store.py, config_file.py):
+import of RocketMQ's JSON files at first start, export, and the cost of one change."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tidemq.broker.config import BrokerConfig
+from tidemq.broker.daemons.cluster import main as cluster_main
+from tidemq.broker.managers.config_file import ConfigFileCorruptError, pretty_json
+from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
+from tidemq.broker.managers.delay_offset import DelayOffsetTable
+from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
+from tidemq.broker.managers.table_store import TABLES_FILE, TableStore, TableStoreCorruptError
+from tidemq.broker.managers.topic_config import TopicConfigManager, parse_topic_wrapper
+from tidemq.client.protocol.models import DataVersion, SubscriptionGroupConfig, TopicConfig
+
+BROKER = BrokerConfig(broker_cluster_name="DefaultCluster", broker_name="broker-a")
+
+
+def topics_json(count: int, counter: int = 9) -> str:
+    table = {
+        f"T{i:07d}": {
+            "topicName": f"T{i:07d}",
+            "readQueueNums": 8,
+            "writeQueueNums": 8,
+            "perm": 6,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": False,
+        }
+        for i in range(count)
+    }
+    version = {"timestamp": 1700000000000, "counter": counter}
+    return pretty_json({"topicConfigTable": table, "dataVersion": version})
+
+
+def test_json_files_are_imported_once_then_only_exported(tmp_path: Path) -> None:
+    (tmp_path / "topics.json").write_text(topics_json(3))
+    manager = TopicConfigManager(tmp_path, BROKER)
+    assert manager.load()
+    assert manager.data_version == DataVersion(1700000000000, 9)
+    manager.update(TopicConfig("Added", 2, 2))
+    manager.close()
+    # An edit of the file after the import is not read: the table lives in tables.db now.
+    (tmp_path / "topics.json").write_text(topics_json(1, counter=99))
+    reloaded = TopicConfigManager(tmp_path, BROKER)
+    assert reloaded.load()
+    assert {"T0000000", "T0000002", "Added"} <= set(reloaded.topics())
+    assert reloaded.data_version == manager.data_version
+    reloaded.export()
+    exported = parse_topic_wrapper((tmp_path / "topics.json").read_text())
+    assert exported.topic_config_table == reloaded.wrapper().topic_config_table
+    assert exported.data_version == reloaded.data_version
+    reloaded.close()
+
+
+def test_every_table_round_trips_through_json(tmp_path: Path) -> None:
+    source = tmp_path / "a"
+    topics = TopicConfigManager(source, BROKER)
+    groups = SubscriptionGroupManager(source)
+    offsets = ConsumerOffsetManager(source)
+    delays = DelayOffsetTable(source)
+    for manager in (topics, groups, offsets, delays):
+        manager.load()
+    topics.update(TopicConfig("Orders", 3, 5, 4, order=True))
+    groups.update(SubscriptionGroupConfig("cg", retry_max_times=3))
+    offsets.commit("h", "cg", "Orders", 2, 40)
+    offsets.persist()
+    delays.update(3, 17)
+    delays.persist()
+    for manager in (topics, groups, offsets, delays):
+        manager.export()
+        manager.close()
+    copy = tmp_path / "b"
+    copy.mkdir()
+    for name in ("topics", "subscriptionGroup", "consumerOffset", "delayOffset"):
+        (copy / f"{name}.json").write_text((source / f"{name}.json").read_text())
+    imported = (
+        TopicConfigManager(copy, BROKER),
+        SubscriptionGroupManager(copy),
+        ConsumerOffsetManager(copy),
+        DelayOffsetTable(copy),
+    )
+    for manager in imported:
+        assert manager.load()
+    t, g, o, d = imported
+    assert t.wrapper() == topics.wrapper()
+    assert g.wrapper() == groups.wrapper()
+    assert o.snapshot() == {"Orders@cg": {2: 40}}
+    assert d.snapshot() == {3: 17}
+    assert sorted(TableStore(copy / TABLES_FILE).tables()) == [
+        "consumerOffset",
+        "delayOffset",
+        "subscriptionGroup",
+        "topics",
+    ]
+
+
+def test_a_topics_json_over_the_request_body_limit_is_imported(tmp_path: Path) -> None:
+    text = topics_json(100_000)
+    assert len(text) > 16 * 1024 * 1024  # what a request body may hold
+    (tmp_path / "topics.json").write_text(text)
+    manager = TopicConfigManager(tmp_path, BROKER)
+    assert manager.load()
+    assert manager.select("T0099999") == TopicConfig("T0099999", 8, 8, 6)
+
+
+def test_one_change_writes_a_few_pages_whatever_the_table_size(tmp_path: Path) -> None:
+    (tmp_path / "topics.json").write_text(topics_json(20_000))
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    db_size = (tmp_path / TABLES_FILE).stat().st_size + (tmp_path / "tables.db-wal").stat().st_size
+    assert db_size > 2_000_000
+    # A checkpoint empties the WAL; what one change adds to it is what it wrote.
+    with sqlite3.connect(tmp_path / TABLES_FILE) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert (tmp_path / "tables.db-wal").stat().st_size == 0
+    manager.update(TopicConfig("OneMore", 8, 8))
+    written = (tmp_path / "tables.db-wal").stat().st_size
+    assert 0 < written <= 8 * 4096 + 1024, written  # b-tree path, version row, WAL header
+
+
+def test_a_change_is_one_row_and_the_version(tmp_path: Path) -> None:
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    manager.update(TopicConfig("A", 1, 1))
+    manager.changed("A")
+    manager.version_changed()
+    changes = manager.take_changes()
+    assert list(changes.puts) == ["A"] and not changes.deletes and changes.version is not None
+    assert not manager.take_changes()
+
+
+def test_a_failed_write_is_retried_by_the_next_persist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offsets = ConsumerOffsetManager(tmp_path)
+    offsets.load()
+    offsets.commit("h", "cg", "T", 0, 5)
+    store = offsets.store
+
+    def disk_full(table: str, changes: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "write", disk_full)
+        assert not offsets.persist_quietly()
+    offsets.commit("h", "cg", "U", 1, 6)
+    assert offsets.persist_quietly()
+    offsets.close()
+    reloaded = ConsumerOffsetManager(tmp_path)
+    reloaded.load()
+    assert reloaded.snapshot() == {"T@cg": {0: 5}, "U@cg": {1: 6}}
+
+
+def test_replace_from_the_master_writes_only_the_rows_that_differ(tmp_path: Path) -> None:
+    slave = TopicConfigManager(tmp_path / "slave", BROKER)
+    slave.load()
+    slave.update(TopicConfig("Gone"))
+    master = TopicConfigManager(tmp_path / "master", BROKER)
+    master.update(TopicConfig("New", 2, 2))
+    master.data_version.next_version()  # never the slave's (same millisecond, same counter)
+    written: list[set[str]] = []
+    write = slave.store.write
+
+    def record(table: str, changes: object) -> None:
+        written.append(set(changes.puts) | set(changes.deletes))  # type: ignore[attr-defined]
+        write(table, changes)  # type: ignore[arg-type]
+
+    slave.store.write = record  # type: ignore[method-assign]
+    assert slave.replace_all(master.wrapper())
+    assert written == [{"Gone", "New"}]
+    slave.close()
+    reloaded = TopicConfigManager(tmp_path / "slave", BROKER)
+    reloaded.load()
+    assert "Gone" not in reloaded and reloaded.select("New") == TopicConfig("New", 2, 2)
+
+
+def test_a_batch_is_one_version_step(tmp_path: Path) -> None:
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    before = manager.data_version.counter
+    reported = manager.update_many(TopicConfig(f"B{i}", 4, 4) for i in range(100))
+    assert len(reported) == 100 and manager.data_version.counter == before + 1
+    manager.close()
+    reloaded = TopicConfigManager(tmp_path, BROKER)
+    reloaded.load()
+    assert all(f"B{i}" in reloaded for i in range(100))
+
+
+def test_an_unreadable_table_file_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / TABLES_FILE).write_bytes(b"this is not a database, it only looks like one" * 100)
+    with pytest.raises(TableStoreCorruptError, match=r"tables\.db") as caught:
+        TopicConfigManager(tmp_path, BROKER).load()
+    assert "\n" not in str(caught.value)
+
+
+def test_an_unreadable_row_stops_start_up(tmp_path: Path) -> None:
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    manager.close()
+    with sqlite3.connect(tmp_path / TABLES_FILE) as db:
+        db.execute("UPDATE config_rows SET value = '{' WHERE key = 'TBW102'")
+    with pytest.raises(ConfigFileCorruptError, match="table topics"):
+        TopicConfigManager(tmp_path, BROKER).load()
+
+
+def test_json_rows_match_the_rocketmq_entries(tmp_path: Path) -> None:
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    manager.update(TopicConfig("A", 1, 2, 6))
+    rows, version = manager.store.read("topics")
+    assert json.loads(rows["A"]) == TopicConfig("A", 1, 2, 6).to_dict()
+    assert version is not None and json.loads(version) == manager.data_version.to_dict()
+
+
+def test_export_command_reads_the_tables_of_a_live_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    topics = TopicConfigManager(tmp_path / "config", BROKER)  # held open, as a running broker
+    topics.load()
+    topics.update(TopicConfig("Live", 3, 3))
+    offsets = ConsumerOffsetManager(tmp_path / "config")
+    offsets.load()
+    offsets.commit("h", "cg", "Live", 0, 9)
+    offsets.persist()
+    result = CliRunner().invoke(cluster_main, ["export-config", str(tmp_path), "-o", "out"])
+    assert result.exit_code == 0, result.output
+    assert "topics.json" in result.output and "consumerOffset.json" in result.output
+    exported = parse_topic_wrapper(Path("out/topics.json").read_text())
+    assert exported.topic_config_table == topics.wrapper().topic_config_table
+    assert exported.data_version == topics.data_version
+    assert json.loads(Path("out/consumerOffset.json").read_text()) == {
+        "offsetTable": {"Live@cg": {"0": 9}}
+    }
+    missing = CliRunner().invoke(cluster_main, ["export-config", str(tmp_path / "none")])
+    assert missing.exit_code == 1 and "no tables.db" in missing.output
+
+
+def test_a_row_of_two_objects_does_not_shift_the_others(tmp_path: Path) -> None:
+    # The rows are parsed as one JSON array: a row holding two objects would give the next
+    # keys their neighbours' entries if that went unchecked.
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    manager.update_many([TopicConfig("A", 1, 1), TopicConfig("B", 2, 2), TopicConfig("C", 3, 3)])
+    manager.close()
+    two = '{"topicName":"A","readQueueNums":9},{"topicName":"B","readQueueNums":9}'
+    with sqlite3.connect(tmp_path / TABLES_FILE) as db:
+        db.execute("UPDATE config_rows SET value = ? WHERE key = 'A'", (two,))
+        db.execute("DELETE FROM config_rows WHERE key = 'SELF_TEST_TOPIC'")  # same count
+    with pytest.raises(ConfigFileCorruptError, match="table topics"):
+        TopicConfigManager(tmp_path, BROKER).load()
