@@ -8,8 +8,8 @@ import click
 
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.admin.cli.base import (
-    CommandError,
     LIST_REQUEST_SIZE,
+    CommandError,
     Output,
     Table,
     common,
