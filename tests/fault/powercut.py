@@ -63,6 +63,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import sys
 import tempfile
 import time
@@ -78,6 +79,7 @@ from tests.support.ha_processes import assert_identical, wait_caught_up, wait_tr
 from tests.support.lazy_mounts import LazyMount
 from tests.support.processes import Daemon, ProcessGroup, free_port
 from tests.support.wire import pull_header, send_header
+from tidemq.broker.managers.table_store import TABLES_FILE, TableStore
 from tidemq.client.api import BrokerAPI, PullStatus
 from tidemq.client.errors import ConnectError
 from tidemq.client.message import SendStatus
@@ -404,13 +406,21 @@ async def commit_offsets(api: BrokerAPI, address: str) -> dict[int, int]:
 
 
 async def wait_offsets_persisted(store: Path, ends: dict[int, int]) -> None:
-    path = store / "config" / "consumerOffset.json"
+    """Until the broker's table in config/tables.db (broker/managers/table_store.py) holds at
+    least `ends` for GROUP."""
+    path = store / "config" / TABLES_FILE
 
     def persisted() -> bool:
-        try:
-            table = json.loads(path.read_text())["offsetTable"][f"{TOPIC}@{GROUP}"]
-        except (OSError, ValueError, KeyError):
+        if not path.exists():
             return False
+        tables = TableStore(path, readonly=True)
+        try:
+            rows, _version = tables.read("consumerOffset")
+            table = json.loads(rows[f"{TOPIC}@{GROUP}"])
+        except (sqlite3.Error, ValueError, KeyError):
+            return False
+        finally:
+            tables.close()
         return all(int(table.get(str(q), -1)) >= end for q, end in ends.items())
 
     await eventually(persisted, "consumer offsets persisted", 10)
