@@ -19,6 +19,7 @@ whole, and `<path>.bak` a whole earlier one. Nothing is left half-written under 
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -63,10 +64,15 @@ def make_dirs(directory: Path) -> None:
     """
     if directory.is_dir():
         return
+    wanted = directory
     missing: list[Path] = []
-    while not directory.is_dir():
+    # As mkdir -p: up to the first name that exists, so that a file in the way is refused by
+    # the mkdir below it with "Not a directory" (the error operators read in the log).
+    while not directory.exists():
         missing.append(directory)
         directory = directory.parent
+    if not missing:
+        raise FileExistsError(errno.EEXIST, "File exists (not a directory)", str(wanted))
     for new in reversed(missing):
         try:
             new.mkdir()

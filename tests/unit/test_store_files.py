@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tidemq.common.files import fsync_dir, write_file_safely
+from tidemq.common.files import fsync_dir, make_dirs, write_file_safely
 
 
 def test_first_write_creates_the_file_and_its_folder_without_a_backup(tmp_path: Path) -> None:
@@ -107,3 +107,19 @@ def test_concurrent_writes_of_one_path_take_turns(tmp_path: Path) -> None:
     assert not errors, errors[:3]
     assert path.read_bytes() in contents
     assert (tmp_path / "consumerOffset.json.bak").read_bytes() in contents
+
+
+def test_make_dirs_makes_every_missing_folder_and_accepts_existing_ones(tmp_path: Path) -> None:
+    make_dirs(tmp_path / "a" / "b" / "c")
+    assert (tmp_path / "a" / "b" / "c").is_dir()
+    make_dirs(tmp_path / "a" / "b")  # there already: nothing to do
+
+
+def test_make_dirs_refuses_a_file_in_the_way_as_mkdir_p_does(tmp_path: Path) -> None:
+    # A file where a folder of the path should be: "Not a directory", as `mkdir -p` and
+    # os.makedirs say it (the dispatch fault test reads it in a broker's log).
+    (tmp_path / "queue").write_text("not a folder")
+    with pytest.raises(NotADirectoryError):
+        make_dirs(tmp_path / "queue" / "0")
+    with pytest.raises(FileExistsError):
+        make_dirs(tmp_path / "queue")
