@@ -143,6 +143,9 @@ class GrpcServer:
             "QueryAssignment": service.query_assignment,
             "NotifyClientTermination": service.notify_client_termination,
             "EndTransaction": service.end_transaction,
+            "AckMessage": service.ack_message,
+            "ChangeInvisibleDuration": service.change_invisible_duration,
+            "ForwardMessageToDeadLetterQueue": service.forward_message_to_dead_letter_queue,
         }
 
     def _method_handlers(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
@@ -153,6 +156,12 @@ class GrpcServer:
             if name == "Telemetry":
                 handlers[name] = grpc.stream_stream_rpc_method_handler(
                     self._telemetry, request_deserializer=decode, response_serializer=_serialize
+                )
+            elif name == "ReceiveMessage":
+                handlers[name] = grpc.unary_stream_rpc_method_handler(
+                    self._stream(name, rpc, self.service.receive_message),
+                    request_deserializer=decode,
+                    response_serializer=_serialize,
                 )
             elif rpc.streaming == "server":
                 handlers[name] = grpc.unary_stream_rpc_method_handler(
@@ -183,6 +192,30 @@ class GrpcServer:
             except Exception:
                 log.exception("gRPC %s failed", name)
                 return _failed(rpc, Code.INTERNAL_SERVER_ERROR, f"{name} failed in the broker")
+
+        return answer
+
+    @staticmethod
+    def _stream(
+        name: str, rpc: Rpc, handler: Callable[[Any, CallContext], AsyncIterator[Any]]
+    ) -> Callable[[Any, aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
+        """A server-streamed RPC: a refusal before the first answer is the stream's one
+        status; the handler's answers otherwise."""
+
+        async def answer(
+            request: Any, context: aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[Any]:
+            if isinstance(request, Undecodable):
+                yield _failed(rpc, Code.BAD_REQUEST, f"{request.type_name}: {request.reason}")
+                return
+            try:
+                async for response in handler(request, call_context(context)):
+                    yield response
+            except Rejected as rejected:
+                yield rpc.response(status=rejected.status())
+            except Exception:
+                log.exception("gRPC %s failed", name)
+                yield _failed(rpc, Code.INTERNAL_SERVER_ERROR, f"{name} failed in the broker")
 
         return answer
 

@@ -326,7 +326,7 @@ class DeleteSubscriptionGroupRequestHeader:
 
 
 # --- POP consumption (RocketMQ 5: POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME) ----
-# Not served yet: the shapes the broker's POP processor will decode (see the receipt handle,
+# Decoded by broker/processors/pop.py (see the receipt handle,
 # client/protocol/receipt.py, that `extraInfo` carries).
 
 
