@@ -8,9 +8,10 @@ commits it), so it is persisted and replicated as every other offset; what a pop
 was not acknowledged comes back through the revive service, not through that offset.
 
 - pop: per (topic, group, queue), or every readable queue of the topic from a rotating start
-  (queue -1); the group's retry topic `%RETRY%<group>` is popped too, first one pop in five
-  (as RocketMQ), else when the topic has nothing. Nothing found: the request waits in the
-  long-polling service (woken by an arrival in any of the queues) up to its poll time.
+  (queue -1); every queue of the group's retry topic `%RETRY%<group>` is popped too, first one
+  pop in five (as RocketMQ), else when the topic has too few. Nothing found: the request
+  waits in the long-polling service (woken by an arrival in any of the queues) up to its poll
+  time.
   A group's first pop of a queue starts at its first message while the queue was never
   truncated (RocketMQ's initPopOffsetByCheckMsgInMem), else per the request's init mode.
 - ack: an ACK naming the message's CK (the receipt handle) and its queue offset, to the CK's
@@ -73,6 +74,7 @@ RETRY_FIRST_ONE_IN: Final = 5  # RocketMQ: the retry topic first in one pop out 
 ARRIVAL_MARGIN_MS: Final = 1000  # a record appended this long ago is readable by now
 REVIVE_INTERVAL: Final = 0.2  # s between reads of the revive queues when idle
 REVIVE_BATCH: Final = 64
+CATCH_UP_SECONDS: Final = 10.0
 INIT_MODE_MIN: Final = 1  # PopMessageRequestHeader.initMode: ConsumeInitMode.MIN
 
 
@@ -96,6 +98,7 @@ class Popped:
 class PopResult:
     pop_time: int
     invisible_time: int
+    revive_queue_id: int
     messages: list[Popped]
     rest: int  # messages left in the queues read (RocketMQ's restNum)
 
@@ -128,6 +131,9 @@ class PopService:
         self._positions: dict[int, int] = {}
         self.revived = 0  # messages put back (retry or DLQ) since start
         self.reviving = False
+        # Set once the revive service has read every revive queue to its end after a start:
+        # pops wait for it, so they start past what the checkpoints say was handed out.
+        self.caught_up = asyncio.Event()
 
     @property
     def revive_topic(self) -> str:
@@ -171,6 +177,11 @@ class PopService:
         if max_nums <= 0 or invisible_ms <= 0:
             raise PopRefused("maxMsgNums and invisibleTime must be positive")
         self.ensure_revive_topic()
+        if not self.caught_up.is_set():
+            try:
+                await asyncio.wait_for(self.caught_up.wait(), CATCH_UP_SECONDS)
+            except TimeoutError:
+                raise PopRefused("the POP checkpoints are still being read: retry") from None
         deadline = time.monotonic() + max(0, poll_ms) / 1000
         while True:
             result, waits = await self._pop_once(
@@ -204,7 +215,10 @@ class PopService:
         init_mode: int,
     ) -> tuple[PopResult, list[tuple[str, int, int]]]:
         pop_time = int(time.time() * 1000)
-        result = PopResult(pop_time, invisible_ms, [], 0)
+        # One revive queue for every CK of a pop: a remoting answer names one (reviveQid).
+        revive_qid = self._next_revive_queue
+        self._next_revive_queue = (revive_qid + 1) % self.revive_queue_num
+        result = PopResult(pop_time, invisible_ms, revive_qid, [], 0)
         waits: list[tuple[str, int, int]] = []
         retry_topic = RETRY_PREFIX + group
         sources: list[tuple[str, TopicType, list[int], TagFilter, RecordFilter | None]] = []
@@ -216,8 +230,9 @@ class PopService:
             queues = [queue_id]
         sources.append((topic, TopicType.NORMAL, queues, tag_filter, record_filter))
         retry_config = self.topics.select(retry_topic)
-        if retry_config is not None and queue_id < 0 and not topic.startswith(RETRY_PREFIX):
-            # Revived messages passed the filter once already.
+        if retry_config is not None and not topic.startswith(RETRY_PREFIX):
+            # Every queue of the retry topic, whichever queue of the topic was asked (the 5.x
+            # clients ask one queue at a time); revived messages passed the filter already.
             retry_queues = list(range(retry_config.read_queue_nums))
             sources.append((retry_topic, TopicType.RETRY, retry_queues, MATCH_ALL, None))
             if random.randrange(RETRY_FIRST_ONE_IN) == 0:
@@ -280,8 +295,7 @@ class PopService:
             waits.append((topic, queue_id, next_offset))
             return
         stored = [decode_record(view, check_crc=False) for view in found.messages]
-        revive_qid = self._next_revive_queue
-        self._next_revive_queue = (revive_qid + 1) % self.revive_queue_num
+        revive_qid = result.revive_queue_id
         checkpoint = Checkpoint(
             topic,
             group,
@@ -392,6 +406,13 @@ class PopService:
 
     async def _revive_loop(self) -> None:
         self.ensure_revive_topic()
+        self.caught_up.clear()
+        try:
+            await self._revive_rounds()
+        finally:
+            self.caught_up.clear()
+
+    async def _revive_rounds(self) -> None:
         while True:
             try:
                 busy = await self.revive_round(int(time.time() * 1000))
@@ -399,6 +420,7 @@ class PopService:
                 log.warning("POP revive: %s", exc.reason)
                 busy = False
             if not busy:
+                self.caught_up.set()
                 await asyncio.sleep(REVIVE_INTERVAL)
 
     async def revive_round(self, now_ms: int) -> bool:
@@ -456,6 +478,13 @@ class PopService:
         position, stamp = stored.queue_offset, stored.store_timestamp
         if isinstance(record, Checkpoint):
             ledger.checkpoint(record, position, stamp)
+            # After a crash the pop offsets on disk may be older than this CK (they are
+            # persisted every flushConsumerOffsetInterval): what it handed out is not popped
+            # again; unacknowledged, it comes back through revival instead.
+            past = max(record.offsets) + 1
+            key = (record.group, record.topic, record.queue_id)
+            if self.offsets.query(*key) < past:
+                self.offsets.commit("", *key, past)
         elif isinstance(record, Ack):
             ledger.ack(record, position, stamp)
         else:

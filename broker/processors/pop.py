@@ -85,7 +85,7 @@ class PopProcessor:
         ext = {
             "popTime": str(result.pop_time),
             "invisibleTime": str(result.invisible_time),
-            "reviveQid": str(result.messages[0].handle.revive_queue_id if result.messages else 0),
+            "reviveQid": str(result.revive_queue_id),
             "restNum": str(result.rest),
         }
         if not result.messages:

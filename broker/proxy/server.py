@@ -24,6 +24,7 @@ from typing import Any, Final
 import grpc
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
+from google.protobuf.timestamp_pb2 import Timestamp
 from grpc import aio
 
 from tidemq.broker.proxy.channel import Outbox
@@ -200,7 +201,8 @@ class GrpcServer:
         name: str, rpc: Rpc, handler: Callable[[Any, CallContext], AsyncIterator[Any]]
     ) -> Callable[[Any, aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
         """A server-streamed RPC: a refusal before the first answer is the stream's one
-        status; the handler's answers otherwise."""
+        status; the handler's answers otherwise; ReceiveMessage's stream then ends with the
+        delivery timestamp (status, messages, timestamp, as RocketMQ's proxy writes it)."""
 
         async def answer(
             request: Any, context: aio.ServicerContext[Any, Any]
@@ -216,6 +218,13 @@ class GrpcServer:
             except Exception:
                 log.exception("gRPC %s failed", name)
                 yield _failed(rpc, Code.INTERNAL_SERVER_ERROR, f"{name} failed in the broker")
+            if name == "ReceiveMessage":
+                # The proxy ends every ReceiveMessage stream so (its onComplete): the 5.x
+                # clients measure delivery latency from it, and the push consumer fails
+                # every message without it.
+                stamp = Timestamp()
+                stamp.GetCurrentTime()
+                yield pb.ReceiveMessageResponse(delivery_timestamp=stamp)
 
         return answer
 

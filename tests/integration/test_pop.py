@@ -146,7 +146,11 @@ async def receive(
     )
     statuses: list[Any] = []
     messages: list[Message] = []
-    async for answer in call(request, metadata=CLIENT, timeout=30):
+    answers = [answer async for answer in call(request, metadata=CLIENT, timeout=30)]
+    # The proxy's order: a status, the messages, then the delivery timestamp, always last.
+    assert answers[-1].WhichOneof("content") == "delivery_timestamp", answers[-1]
+    assert abs(answers[-1].delivery_timestamp.ToMilliseconds() - time.time() * 1000) < 5000
+    for answer in answers[:-1]:
         kind = answer.WhichOneof("content")
         if kind == "status":
             assert not messages, "a status after messages"
@@ -369,7 +373,8 @@ async def test_bad_handles_and_arguments_get_their_codes(channel: aio.Channel) -
         response_deserializer=pb.ReceiveMessageResponse.FromString,
     )
     answers = [a async for a in call(request, metadata=CLIENT, timeout=10)]
-    assert [a.status.code for a in answers] == [Code.TOPIC_NOT_FOUND]
+    assert [a.WhichOneof("content") for a in answers] == ["status", "delivery_timestamp"]
+    assert answers[0].status.code == Code.TOPIC_NOT_FOUND
 
 
 async def test_a_restart_keeps_what_is_in_flight_and_forgets_nothing_acknowledged(
