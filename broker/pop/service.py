@@ -405,7 +405,8 @@ class PopService:
         return BackgroundTask(self._revive_loop, "pop-revive")
 
     async def _revive_loop(self) -> None:
-        self.ensure_revive_topic()
+        # The revive topic is made by the first pop (a broker nobody pops from keeps its topic
+        # table as it was); until then there is nothing to read.
         self.caught_up.clear()
         try:
             await self._revive_rounds()
@@ -426,6 +427,8 @@ class PopService:
     async def revive_round(self, now_ms: int) -> bool:
         """Read what is new in every revive queue, revive what is due; True when a queue had
         more to read than one batch."""
+        if self.topics.select(self.revive_topic) is None:
+            return False
         self.reviving = True
         try:
             busy = False

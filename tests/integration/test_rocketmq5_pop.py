@@ -17,9 +17,17 @@ from typing import Any
 import pytest
 
 from tests.integration.test_rocketmq5_client import RMQ5_PYTHON, rmq5_send, start_broker
-from tests.support.processes import BROKER_BOOTED, Daemon, ProcessGroup
+from tests.support.conditions import eventually
+from tests.support.ha_processes import start_master, start_slave, wait_transfer
+from tests.support.processes import BROKER_BOOTED, Daemon, ProcessGroup, free_port
+from tests.support.wire import pull_header
+from tidemq.client.admin.api import AdminClient
+from tidemq.client.api import BrokerAPI, PullStatus
+from tidemq.client.errors import TopicNotExistError
 from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer
+from tidemq.client.protocol.models import TopicConfig
+from tidemq.client.transport.client import RemotingClient
 
 pytestmark = pytest.mark.asyncio
 
@@ -219,3 +227,57 @@ async def test_a_broker_killed_and_restarted_loses_nothing_in_flight(
         await consumer.call(op="ack", id=message["id"])
     for _ in range(4):  # every queue once
         assert await consumer.receive(invisible=60) == []
+
+
+async def test_checkpoints_and_acks_reach_the_slave(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, consumers: list[Rmq5Consumer]
+) -> None:
+    """The revive topic's records are CommitLog records: a SYNC_MASTER's slave holds every
+    checkpoint and ack before the pop and the ack are answered (what a promoted slave revives
+    from). Read back from the slave's store by PULL_MESSAGE."""
+    topic = "POP-ha"
+    grpc_port = free_port()
+    master, _ha_port = start_master(
+        processes, namesrv, tmp_path / "master", f"grpcServerPort={grpc_port}"
+    )
+    slave = start_slave(processes, namesrv, tmp_path / "slave", "grpcServerPort=-1")
+    api = BrokerAPI(RemotingClient(), timeout=5)
+    try:
+        await wait_transfer(api, master)
+        admin = AdminClient(namesrv.address)
+        try:
+            await admin.create_topic(master.address, TopicConfig(topic, 1, 1))
+        finally:
+            await admin.close()
+        await send_4x(namesrv, topic, ["h1", "h2", "h3"])
+        consumer = await Rmq5Consumer.start(
+            f"127.0.0.1:{grpc_port}", mode="simple", topic=topic, group="GH", await_seconds=1
+        )
+        consumers.append(consumer)
+        got = await consumer.receive_until(3, invisible=60)
+        for message in got[:2]:
+            await consumer.call(op="ack", id=message["id"])
+        revive = "rmq_sys_REVIVE_LOG_DefaultCluster"
+
+        async def slave_tags() -> list[str]:
+            tags: list[str] = []
+            for queue in range(8):
+                header = pull_header(revive, queue, 0, group="X")
+                try:
+                    result = await api.pull(slave.address, header)
+                except TopicNotExistError:  # a queue the slave holds no record of
+                    continue
+                if result.status is PullStatus.FOUND:
+                    tags += [m.properties["TAGS"] for m in result.messages]
+            return sorted(tags)
+
+        # SYNC_MASTER: replicated before each answer; the slave's dispatch may lag a little.
+        await eventually(
+            lambda: _equal(slave_tags(), ["ack", "ack", "ck"]), "the records on the slave"
+        )
+    finally:
+        await api.remoting.close()
+
+
+async def _equal(got: Any, expected: list[str]) -> bool:
+    return bool(await got == expected)
