@@ -44,10 +44,11 @@ from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
 from tidemq.broker.pop import records
+from tidemq.broker.pop.fifo import FifoLocks
 from tidemq.broker.pop.ledger import Ack, Checkpoint, CheckpointKey, ReviveLedger
+from tidemq.broker.pop.receipt import InvalidReceiptHandle, ReceiptHandle, TopicType
 from tidemq.broker.processors.retry import DLQ_PREFIX, DLQ_QUEUE_NUMS, RETRY_PREFIX
 from tidemq.client.protocol.models import PERM_READ, PERM_READ_WRITE, PERM_WRITE
-from tidemq.client.protocol.receipt import InvalidReceiptHandle, ReceiptHandle, TopicType
 from tidemq.common.errors import TideMQError
 from tidemq.common.lifecycle import BackgroundTask
 from tidemq.store.get_message import GetMessageStatus, RecordFilter
@@ -92,6 +93,7 @@ class Popped:
     message: StoredMessage
     record: bytes  # the stored record, as a pull answers it
     handle: ReceiptHandle
+    attempt: int  # which delivery of the message this is (1: the first)
 
 
 @dataclasses.dataclass(slots=True)
@@ -134,6 +136,7 @@ class PopService:
         # Set once the revive service has read every revive queue to its end after a start:
         # pops wait for it, so they start past what the checkpoints say was handed out.
         self.caught_up = asyncio.Event()
+        self.fifo = FifoLocks()  # FIFO groups' batches in flight (broker/pop/fifo.py)
 
     @property
     def revive_topic(self) -> str:
@@ -185,6 +188,8 @@ class PopService:
         deadline = time.monotonic() + max(0, poll_ms) / 1000
         while True:
             result, waits = await self._pop_once(
+                group_config.consume_message_orderly,
+                group_config.retry_max_times + 1,
                 group,
                 topic,
                 config.read_queue_nums,
@@ -204,6 +209,8 @@ class PopService:
 
     async def _pop_once(
         self,
+        orderly: bool,
+        max_attempts: int,
         group: str,
         topic: str,
         queue_nums: int,
@@ -229,6 +236,15 @@ class PopService:
         else:
             queues = [queue_id]
         sources.append((topic, TopicType.NORMAL, queues, tag_filter, record_filter))
+        if orderly:
+            for qid in queues:
+                if len(result.messages) >= max_nums:
+                    break
+                await self._pop_fifo_queue(
+                    result, group, topic, qid, max_nums - len(result.messages), tag_filter,
+                    record_filter, init_mode, waits, max_attempts,
+                )  # fmt: skip
+            return result, waits
         retry_config = self.topics.select(retry_topic)
         if retry_config is not None and not topic.startswith(RETRY_PREFIX):
             # Every queue of the retry topic, whichever queue of the topic was asked (the 5.x
@@ -324,8 +340,72 @@ class PopService:
                 message.queue_offset,
                 message.physical_offset,
             )
-            result.messages.append(Popped(message, bytes(view), handle))
+            result.messages.append(
+                Popped(message, bytes(view), handle, message.reconsume_times + 1)
+            )
         del asked_topic
+
+    async def _pop_fifo_queue(
+        self,
+        result: PopResult,
+        group: str,
+        topic: str,
+        queue_id: int,
+        count: int,
+        tag_filter: TagFilter,
+        record_filter: RecordFilter | None,
+        init_mode: int,
+        waits: list[tuple[str, int, int]],
+        max_attempts: int,
+    ) -> None:
+        """A FIFO group's pop of one queue (broker/pop/fifo.py): nothing while its batch is in
+        flight; the same batch again, one attempt more, once that batch is visible again."""
+        key = (topic, group, queue_id)
+        offset = self._start_offset(group, topic, queue_id, init_mode)
+        if self.fifo.blocked(key, result.pop_time):
+            waits.append((topic, queue_id, self.store.max_offset_in_queue(topic, queue_id)))
+            return
+        found = self.store.get_message(
+            group, topic, queue_id, offset, count, tag_filter, record_filter
+        )
+        if not found.message_count:
+            if found.next_begin_offset > offset:  # filtered out: passed for good
+                self.offsets.commit("", group, topic, queue_id, found.next_begin_offset)
+            waits.append((topic, queue_id, found.next_begin_offset))
+            return
+        stored = [decode_record(view, check_crc=False) for view in found.messages]
+        attempt = self.fifo.attempt_at(key, offset)
+        if attempt > max_attempts:
+            for message in stored:
+                await self._put_back(message, group, dead=True)
+            self.fifo.release(key)
+            self.offsets.commit("", group, topic, queue_id, found.next_begin_offset)
+            return
+        offsets = [m.queue_offset for m in stored]
+        deadline = result.pop_time + result.invisible_time
+        self.fifo.lock(key, offsets, found.next_begin_offset, deadline, attempt)
+        broker = self.broker_name()
+        for view, message in zip(found.messages, stored, strict=True):
+            handle = ReceiptHandle(
+                offset,
+                result.pop_time,
+                result.invisible_time,
+                result.revive_queue_id,
+                TopicType.NORMAL,
+                broker,
+                queue_id,
+                message.queue_offset,
+                message.physical_offset,
+            )
+            result.messages.append(Popped(message, bytes(view), handle, attempt))
+
+    def _orderly(self, group: str, handle: ReceiptHandle) -> bool:
+        config = self.groups.get(group)
+        return (
+            config is not None
+            and config.consume_message_orderly
+            and handle.topic_type is TopicType.NORMAL
+        )
 
     # --- ack and change ------------------------------------------------------------------
 
@@ -343,6 +423,12 @@ class PopService:
     async def ack(self, group: str, topic: str, handle_text: str) -> ReceiptHandle:
         """Acknowledge the message `handle_text` names (popped from `topic` by `group`)."""
         handle = self._handle(handle_text)
+        if self._orderly(group, handle):
+            key = (topic, group, handle.queue_id)
+            next_offset = self.fifo.ack(key, handle.offset, handle.pop_time)
+            if next_offset is not None:
+                self.offsets.commit("", group, topic, handle.queue_id, next_offset)
+            return handle
         real = handle.topic_type.real_topic(topic, group)
         ack = Ack(
             real, group, handle.queue_id, handle.start_offset, handle.pop_time, handle.offset, True
@@ -360,6 +446,11 @@ class PopService:
         now = int(time.time() * 1000)
         if handle.expired(now):
             raise PopRefused("receipt handle is expired: the message is visible again")
+        if self._orderly(group, handle):
+            key = (topic, group, handle.queue_id)
+            if not self.fifo.extend(key, handle.offset, now + invisible_ms):
+                raise PopRefused("receipt handle is expired: the message is not in flight")
+            return dataclasses.replace(handle, pop_time=now, invisible_time=invisible_ms)
         real = handle.topic_type.real_topic(topic, group)
         # A CK is known by (topic, group, queue, start offset, pop time): a change within the
         # pop's millisecond of its first offset would otherwise name the old CK.
@@ -551,7 +642,7 @@ class PopService:
         """Messages of `topic` (and of the group's retry topic) handed out to `group` and
         neither acknowledged nor revived, as far as the revive service has read."""
         retry = RETRY_PREFIX + group
-        return sum(
+        return self.fifo.in_flight(topic, group) + sum(
             ledger.in_flight(topic, group) + ledger.in_flight(retry, group)
             for ledger in self.ledgers.values()
         )

@@ -20,6 +20,7 @@ import binascii
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
+from tidemq.broker.pop.receipt import ReceiptHandle, TopicType
 from tidemq.broker.pop.service import PopRefused, PopResult, PopService
 from tidemq.broker.processors.decoding import request_body, request_header
 from tidemq.broker.property_filter import property_filter
@@ -31,7 +32,6 @@ from tidemq.client.protocol.headers import (
     PopMessageRequestHeader,
 )
 from tidemq.client.protocol.heartbeat import ExpressionType
-from tidemq.client.protocol.receipt import ReceiptHandle, TopicType
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import BodyDecodeError

@@ -214,9 +214,10 @@ class MessagingService:
         self, request: QueryAssignmentRequest, call: CallContext
     ) -> QueryAssignmentResponse:
         del call
-        resource_name(request.group, NameKind.CONSUMER_GROUP)
+        group = self.groups.get(resource_name(request.group, NameKind.CONSUMER_GROUP))
         _name, config, perm = self._topic(request.topic)
-        found = routes.assignments(request.topic, config, perm, self._broker(), fifo=False)
+        fifo = group is not None and group.consume_message_orderly
+        found = routes.assignments(request.topic, config, perm, self._broker(), fifo=fifo)
         if not found:
             raise Rejected(Code.FORBIDDEN, "no readable queue")
         return QueryAssignmentResponse(status=ok(), assignments=found)
@@ -321,8 +322,8 @@ class MessagingService:
         subscription.long_polling_timeout.CopyFrom(
             _duration_ms(config.grpc_client_consumer_max_long_polling_timeout_millis)
         )
-        subscription.fifo = False  # tidemq's groups have no consumeMessageOrderly yet
         group_config = self.groups.get(group)
+        subscription.fifo = group_config is not None and group_config.consume_message_orderly
         retries = group_config.retry_max_times if group_config is not None else 16
         # The redelivery delays of a 4.x retry: level 3 (10 s) on, as CONSUMER_SEND_MSG_BACK.
         delays = [_duration_ms(ms) for ms in self.limits.delay_levels[2:]]
@@ -518,6 +519,7 @@ class MessagingService:
             system = message.system_properties
             system.receipt_handle = popped.handle.encode()
             system.invisible_duration.CopyFrom(_duration_ms(result.invisible_time))
+            system.delivery_attempt = popped.attempt
             yield ReceiveMessageResponse(message=message)
 
     async def ack_message(

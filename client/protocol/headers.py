@@ -327,7 +327,7 @@ class DeleteSubscriptionGroupRequestHeader:
 
 # --- POP consumption (RocketMQ 5: POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME) ----
 # Decoded by broker/processors/pop.py (see the receipt handle,
-# client/protocol/receipt.py, that `extraInfo` carries).
+# broker/pop/receipt.py, that `extraInfo` carries).
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from tests.support.conditions import eventually
 from tidemq.broker.broker import Broker
 from tidemq.broker.config import BrokerConfig, RemotingConfig
 from tidemq.broker.pop import records
+from tidemq.broker.pop.receipt import ReceiptHandle
 from tidemq.broker.proxy.config import ProxyConfig
 from tidemq.broker.proxy.protocol import service_pb2 as pb
 from tidemq.broker.proxy.protocol.definition_pb2 import (
@@ -35,7 +36,6 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     Resource,
 )
 from tidemq.client.protocol.models import SubscriptionGroupConfig, TopicConfig
-from tidemq.client.protocol.receipt import ReceiptHandle
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.transport.client import RemotingClient
@@ -197,14 +197,21 @@ def bodies(messages: list[Message]) -> list[bytes]:
 
 
 async def receive_all(
-    channel: aio.Channel, count: int, *, invisible_ms: int = 30_000, timeout: float = 10
+    channel: aio.Channel,
+    count: int,
+    *,
+    invisible_ms: int = 30_000,
+    timeout: float = 10,
+    batch: int = 32,
 ) -> list[Message]:
     """Receive until `count` messages came (long polls of 1 s), failing after `timeout`."""
     got: list[Message] = []
     deadline = time.monotonic() + timeout
     while len(got) < count:
         assert time.monotonic() < deadline, f"only {len(got)} of {count} messages came"
-        _statuses, messages = await receive(channel, invisible_ms=invisible_ms, poll_ms=1000)
+        _statuses, messages = await receive(
+            channel, batch=batch, invisible_ms=invisible_ms, poll_ms=1000
+        )
         got += messages
     return got
 
@@ -567,3 +574,46 @@ async def test_a_change_in_the_pops_own_millisecond_keeps_its_checkpoint(
     back = await receive_all(channel, 1, timeout=10)  # revived after the new CK's time
     assert bodies(back) == [b"same-ms"]
     assert back[0].system_properties.delivery_attempt == 2
+
+
+async def send_group(channel: aio.Channel, group: str, *bodies: bytes) -> None:
+    for body in bodies:
+        message = Message(topic=Resource(name=TOPIC), body=body)
+        message.system_properties.message_id = f"fifo-{body.decode()}-{time.time_ns()}"
+        message.system_properties.message_type = MessageType.FIFO
+        message.system_properties.message_group = group
+        answer = await unary(
+            channel,
+            "SendMessage",
+            pb.SendMessageRequest(messages=[message]),
+            pb.SendMessageResponse,
+        )
+        assert answer.status.code == Code.OK, answer.status
+
+
+async def test_a_fifo_group_gets_a_message_groups_next_only_after_the_ack(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    broker.groups.update(
+        SubscriptionGroupConfig(group_name=GROUP, retry_max_times=1, consume_message_orderly=True)
+    )
+    await send_group(channel, "order-7", b"f1", b"f2", b"f3")
+    _s, first = await receive(channel, batch=1, invisible_ms=30_000)
+    assert bodies(first) == [b"f1"]
+    statuses, _ = await receive(channel, batch=1, poll_ms=300)
+    assert statuses[0].code == Code.MESSAGE_NOT_FOUND  # f2 waits for f1's ack
+    assert (await ack(channel, *first)).status.code == Code.OK
+    _s, second = await receive(channel, batch=1, invisible_ms=SHORT_MS)
+    assert bodies(second) == [b"f2"] and second[0].system_properties.delivery_attempt == 1
+    # Not acknowledged: f2 again once visible, its second attempt, in the topic itself.
+    again = await receive_all(channel, 1, invisible_ms=SHORT_MS, batch=1)
+    assert bodies(again) == [b"f2"] and again[0].system_properties.delivery_attempt == 2
+    assert again[0].topic.name == TOPIC
+    # retryMaxTimes 1: a third delivery goes to the DLQ instead, and f3 comes next.
+    third = await receive_all(channel, 1, batch=1)
+    assert bodies(third) == [b"f3"] and third[0].system_properties.delivery_attempt == 1
+    assert broker.store.max_offset_in_queue("%DLQ%" + GROUP, 0) == 1
+    assert (await ack(channel, *third)).status.code == Code.OK
+    assert broker.pop.in_flight(TOPIC, GROUP) == 0
+    settings_fifo = broker.groups.get(GROUP)
+    assert settings_fifo is not None and settings_fifo.to_dict()["consumeMessageOrderly"]

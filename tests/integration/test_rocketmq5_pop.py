@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_rocketmq5_client import RMQ5_PYTHON, rmq5_send, start_broker
 from tests.support.conditions import eventually
 from tests.support.ha_processes import start_master, start_slave, wait_transfer
 from tests.support.processes import BROKER_BOOTED, Daemon, ProcessGroup, free_port
+from tests.support.rmq5_clients import RMQ5_PYTHON, rmq5_send, start_broker
 from tests.support.wire import pull_header
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.api import BrokerAPI, PullStatus

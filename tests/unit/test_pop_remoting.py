@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidemq.broker.pop.receipt import ReceiptHandle, TopicType
 from tidemq.broker.pop.service import Popped, PopResult
 from tidemq.broker.processors.pop import _with_offset, batch_ack_handles, offset_infos
 from tidemq.broker.remoting.server import RequestRejected
-from tidemq.client.protocol.receipt import ReceiptHandle, TopicType
 from tidemq.client.remoting.errors import BodyDecodeError
 
 
@@ -72,7 +72,7 @@ def test_bad_batch_ack_bodies_are_refused_naming_why(raw: bytes, why: str) -> No
 def test_offset_infos_group_by_topic_type_and_queue() -> None:
     def popped(kind: TopicType, queue: int, start: int, offset: int) -> Popped:
         handle = ReceiptHandle(start, 5, 6, 0, kind, "b", queue, offset)
-        return Popped(None, b"", handle)  # type: ignore[arg-type]
+        return Popped(None, b"", handle, 1)  # type: ignore[arg-type]
 
     result = PopResult(5, 6, 0, [], 0)
     result.messages = [
