@@ -26,7 +26,7 @@ from tidemq.client.api import BrokerAPI, PullStatus
 from tidemq.client.errors import TopicNotExistError
 from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer
-from tidemq.client.protocol.models import TopicConfig
+from tidemq.client.protocol.models import SubscriptionGroupConfig, TopicConfig
 from tidemq.client.transport.client import RemotingClient
 
 pytestmark = pytest.mark.asyncio
@@ -281,3 +281,33 @@ async def test_checkpoints_and_acks_reach_the_slave(
 
 async def _equal(got: Any, expected: list[str]) -> bool:
     return bool(await got == expected)
+
+
+async def test_official_push_consumer_of_a_fifo_group_gets_each_message_group_in_order(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, consumers: list[Rmq5Consumer]
+) -> None:
+    topic = "POP-fifo"
+    broker, endpoint = await start_broker(processes, namesrv, tmp_path, topic)
+    admin = AdminClient(namesrv.address)
+    try:
+        await admin.update_subscription_group(
+            broker.address, SubscriptionGroupConfig("GF", consume_message_orderly=True)
+        )
+    finally:
+        await admin.close()
+    # ga's second message fails its first attempt: in a FIFO group nothing after it in ga
+    # comes before its second attempt (a normal group hands ga-2, ga-3 out meanwhile).
+    bodies = {"ga": ["ga-0", "fail-ga-1", "ga-2", "ga-3"], "gb": ["gb-0", "gb-1", "gb-2"]}
+    sent = [{"body": b, "message_group": g} for g, group in bodies.items() for b in group]
+    receipts = await asyncio.to_thread(rmq5_send, endpoint, topic, sent)
+    assert all("error" not in r for r in receipts), receipts
+    consumer = await Rmq5Consumer.start(endpoint, mode="push", topic=topic, group="GF")
+    consumers.append(consumer)
+    consumed: list[tuple[str, int]] = []
+    # The client retries a FIFO message itself (same attempt number): 8 consumptions in all.
+    while len(consumed) < len(sent) + 1:
+        message = (await consumer.answer(timeout=90))["consumed"]
+        consumed.append((message["body"], message["attempt"]))
+    ga = [body for body, _attempt in consumed if "ga-" in body]
+    assert ga == ["ga-0", "fail-ga-1", "fail-ga-1", "ga-2", "ga-3"]
+    assert [b for b, _a in consumed if b.startswith("gb")] == bodies["gb"]

@@ -14,7 +14,8 @@ simple: one command per stdin line, one JSON answer per stdout line:
 - {"op": "ack_with", "id": id, "handle": h}: ack a message with an older handle h;
 - {"op": "quit"}.
 push: prints {"consumed": message} per message its listener gets (it answers SUCCESS, or
-FAILURE for bodies starting with "fail" on their first attempt), until stdin closes.
+FAILURE for bodies starting with "fail" the first time it sees them: a FIFO consumer retries
+in the client without a new attempt number), until stdin closes.
 """
 
 from __future__ import annotations
@@ -55,9 +56,14 @@ def describe(message: Any) -> dict[str, Any]:
 
 
 class Listener(MessageListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
     def consume(self, message: Any) -> Any:
         emit({"consumed": describe(message)})
-        if message.body.startswith(b"fail") and message.delivery_attempt == 1:
+        first = message.message_id not in self.seen
+        self.seen.add(message.message_id)
+        if message.body.startswith(b"fail") and first:
             return ConsumeResult.FAILURE
         return ConsumeResult.SUCCESS
 
