@@ -39,12 +39,14 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigChanged, TopicConfigManager
 from tidemq.broker.metrics import BrokerCollector, MetricsServer, registry_for
 from tidemq.broker.name_gate import NameGate
+from tidemq.broker.pop.service import PopService
 from tidemq.broker.processors import handlers
 from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.consumer import ConsumerProcessor
 from tidemq.broker.processors.end_transaction import EndTransactionProcessor
 from tidemq.broker.processors.group_admin import GroupAdminProcessor
 from tidemq.broker.processors.ops import OpsProcessor, mask_permission
+from tidemq.broker.processors.pop import PopProcessor
 from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
 from tidemq.broker.processors.retry import RetryProcessor
@@ -215,6 +217,19 @@ class Broker(Service):
             self.store, self.offsets, lambda: self.store_host
         )
         self.transaction_check: TransactionCheckService | None = None
+        # POP consumption (broker/pop): served by a master, revived by the master's task.
+        self.pop = PopService(
+            lambda: self.config.broker_name,
+            lambda: self.config.broker_cluster_name,
+            self.store,
+            self.topics,
+            self.groups,
+            self.offsets,
+            self.pull_holds,
+            lambda: self.store_host,
+            revive_queue_num=config.revive_queue_num,
+        )
+        self.pop_revive: BackgroundTask | None = None
         if store_config.broker_role is BrokerRole.SLAVE:
             self.ha_client, self.slave_sync = self._slave_parts()
         else:
@@ -269,6 +284,7 @@ class Broker(Service):
             self.transactions,
             self.producers,
             port=lambda: self.grpc.port if self.grpc is not None else 0,
+            pop=self.pop,
         )
         service.cluster = ClusterRoutes(
             BrokerAPI(self.namesrv_client, timeout=CALL_TIMEOUT_SECONDS),
@@ -407,7 +423,19 @@ class Broker(Service):
             consume_stats=ops.consume_stats,
             broker_addr=lambda: self.advertised_address,
         )
-        processors = (send, end_transaction, pull, query, consumer, admin, retry, ops, group_admin)
+        pop = PopProcessor(state, self.pop)
+        processors = (
+            send,
+            end_transaction,
+            pull,
+            pop,
+            query,
+            consumer,
+            admin,
+            retry,
+            ops,
+            group_admin,
+        )
         table: dict[int, Processor] = {
             code: handler
             for processor in processors
@@ -752,6 +780,7 @@ class Broker(Service):
                 self.state, self.transactions, self.producers, self._ensure_system_topic
             )
         )
+        self.pop_revive = await self.start_child(self.pop.revive_task())
         if self.offset_reconciler is not None:
             reconciler = self.offset_reconciler
             ha_service.slave_listeners.append(lambda _address: reconciler.request())
@@ -863,7 +892,13 @@ class Broker(Service):
         the broker registers under its own brokerId again and a replication client waits for
         the master to follow."""
         self.store.lease_deadline = 0.0
-        for part in (self.schedule, self.timer, self.transaction_check, self.ha_service):
+        for part in (
+            self.schedule,
+            self.timer,
+            self.transaction_check,
+            self.pop_revive,
+            self.ha_service,
+        ):
             if part is not None:
                 if part is self.ha_service:
                     self.store.detach_replication()
@@ -875,6 +910,8 @@ class Broker(Service):
         self.ha_members = None
         self.schedule = None
         self.transaction_check = None
+        self.pop_revive = None
+        self.pop.ledgers.clear()  # a promotion reads the revive queues again
         self.slave_names = None
         self.ha_service = None
         self.store.take_role(BrokerRole.SLAVE)
@@ -941,6 +978,7 @@ class Broker(Service):
             self.schedule,
             self.timer,
             self.transaction_check,
+            self.pop_revive,
         ):
             if part is not None:
                 await part.stop()

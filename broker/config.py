@@ -158,6 +158,9 @@ class BrokerConfig:
     slave_read_enable: bool = setting(False)
     long_polling_enable: bool = setting(True)
     short_polling_time_mills: int = setting(1000, min_value=1)
+    revive_queue_num: int = setting(
+        8, min_value=1, max_value=1024, doc="queues of the POP revive topic (rmq_sys_REVIVE_LOG_)"
+    )
     # RocketMQ's pull queue bound, here the pulls held by long polling at once: one more is
     # answered SYSTEM_BUSY "[TOO_MANY_REQUESTS]" (a consumer retries it later).
     pull_thread_pool_queue_capacity: int = setting(100_000, min_value=1)

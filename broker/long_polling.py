@@ -93,6 +93,39 @@ class PullRequestHoldService(Service):
                 if not pulls:
                     del self._held[key]
 
+    async def hold_any(
+        self, queues: list[tuple[str, int, int]], tag_filter: TagFilter, timeout: float
+    ) -> None:
+        """Wait until a matching message may have arrived in any of `queues` (topic, queue id,
+        offset waited past), or `timeout` passes: a POP of all the queues of a topic."""
+        if len(queues) == 1:
+            topic, queue_id, offset = queues[0]
+            await self.hold(topic, queue_id, offset, tag_filter, timeout)
+            return
+        woken = asyncio.Event()
+        pulls = [
+            (
+                (topic, queue_id),
+                HeldPull(offset, tag_filter, time.monotonic() + timeout, woken),
+            )
+            for topic, queue_id, offset in queues
+        ]
+        for key, pull in pulls:
+            self._held.setdefault(key, []).append(pull)
+        self._held_count += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), timeout)
+        finally:
+            self._held_count -= 1
+            for key, pull in pulls:
+                held = self._held.get(key)
+                if held is not None:
+                    if pull in held:
+                        held.remove(pull)
+                    if not held:
+                        del self._held[key]
+
     def notify_arrival(
         self, topic: str, queue_id: int, max_offset: int, tags_code: int, store_timestamp: int
     ) -> None:

@@ -108,6 +108,9 @@ BROKER_HEADER_NAMES: Final[Mapping[int, tuple[HeaderName, ...]]] = {
         _optional("topic", TOPIC),
     ),
     RequestCode.GET_CONSUMER_RUNNING_INFO: (_CONSUMER,),
+    RequestCode.POP_MESSAGE: (_CONSUMER, _TOPIC),
+    RequestCode.ACK_MESSAGE: (_CONSUMER, _TOPIC),
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: (_CONSUMER, _TOPIC),
 }
 
 _BROKER_IDENTITY = (_required("brokerName", BROKER), _required("clusterName", BROKER))
@@ -179,7 +182,19 @@ def registration_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
         yield "deletedTopicList", BROKER, topic
 
 
+def batch_ack_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
+    obj: Any = loads_fastjson(body)
+    acks = obj.get("acks") if isinstance(obj, dict) else None
+    for ack in acks if isinstance(acks, list) else ():
+        if isinstance(ack, dict):
+            if isinstance(ack.get("c"), str):
+                yield "acks.c", CONSUMER_GROUP, ack["c"]
+            if isinstance(ack.get("t"), str):
+                yield "acks.t", TOPIC, ack["t"]
+
+
 BROKER_BODY_NAMES: Final[Mapping[int, BodyNames]] = {
+    RequestCode.BATCH_ACK_MESSAGE: batch_ack_names,
     RequestCode.HEART_BEAT: heartbeat_names,
     RequestCode.LOCK_BATCH_MQ: lock_batch_names,
     RequestCode.UNLOCK_BATCH_MQ: lock_batch_names,

@@ -25,6 +25,12 @@ class ProxyConfig:
     grpc_client_producer_backoff_multiplier: float = setting(2.0, min_value=1.0)
     grpc_client_consumer_long_polling_batch_size: int = setting(32, min_value=1)
     grpc_client_consumer_max_long_polling_timeout_millis: int = setting(20_000, min_value=1000)
+    # ProxyConfig's: an auto-renewed receive (push consumers) and one without a duration.
+    default_invisible_time_mills: int = setting(60_000, min_value=1000)
+    min_invisible_time_mills_for_recv: int = setting(
+        10_000, min_value=1, doc="shortest invisible duration a ReceiveMessage may ask"
+    )
+    max_invisible_time_mills: int = setting(12 * 3600 * 1000, min_value=1000)
     # Bounds of tidemq's (RocketMQ's proxy sets none): what a flood of made-up client ids or of
     # calls can make the broker hold.
     grpc_server_max_clients: int = setting(

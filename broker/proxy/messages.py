@@ -328,6 +328,9 @@ def from_store(stored: StoredMessage) -> Message:
     else:
         system.message_type = MessageType.NORMAL
     system.body_encoding = Encoding.IDENTITY
+    # As the proxy answers: the clients check it (and log an error for a message without one).
+    system.body_digest.type = DigestType.CRC32
+    system.body_digest.checksum = f"{zlib.crc32(stored.body):08X}"
     system.born_timestamp.FromMilliseconds(stored.born_timestamp)
     system.store_timestamp.FromMilliseconds(stored.store_timestamp)
     system.born_host = stored.born_host[0]

@@ -24,6 +24,7 @@ from typing import Any, Final
 import grpc
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
+from google.protobuf.timestamp_pb2 import Timestamp
 from grpc import aio
 
 from tidemq.broker.proxy.channel import Outbox
@@ -143,6 +144,9 @@ class GrpcServer:
             "QueryAssignment": service.query_assignment,
             "NotifyClientTermination": service.notify_client_termination,
             "EndTransaction": service.end_transaction,
+            "AckMessage": service.ack_message,
+            "ChangeInvisibleDuration": service.change_invisible_duration,
+            "ForwardMessageToDeadLetterQueue": service.forward_message_to_dead_letter_queue,
         }
 
     def _method_handlers(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
@@ -153,6 +157,12 @@ class GrpcServer:
             if name == "Telemetry":
                 handlers[name] = grpc.stream_stream_rpc_method_handler(
                     self._telemetry, request_deserializer=decode, response_serializer=_serialize
+                )
+            elif name == "ReceiveMessage":
+                handlers[name] = grpc.unary_stream_rpc_method_handler(
+                    self._stream(name, rpc, self.service.receive_message),
+                    request_deserializer=decode,
+                    response_serializer=_serialize,
                 )
             elif rpc.streaming == "server":
                 handlers[name] = grpc.unary_stream_rpc_method_handler(
@@ -183,6 +193,38 @@ class GrpcServer:
             except Exception:
                 log.exception("gRPC %s failed", name)
                 return _failed(rpc, Code.INTERNAL_SERVER_ERROR, f"{name} failed in the broker")
+
+        return answer
+
+    @staticmethod
+    def _stream(
+        name: str, rpc: Rpc, handler: Callable[[Any, CallContext], AsyncIterator[Any]]
+    ) -> Callable[[Any, aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
+        """A server-streamed RPC: a refusal before the first answer is the stream's one
+        status; the handler's answers otherwise; ReceiveMessage's stream then ends with the
+        delivery timestamp (status, messages, timestamp, as RocketMQ's proxy writes it)."""
+
+        async def answer(
+            request: Any, context: aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[Any]:
+            if isinstance(request, Undecodable):
+                yield _failed(rpc, Code.BAD_REQUEST, f"{request.type_name}: {request.reason}")
+                return
+            try:
+                async for response in handler(request, call_context(context)):
+                    yield response
+            except Rejected as rejected:
+                yield rpc.response(status=rejected.status())
+            except Exception:
+                log.exception("gRPC %s failed", name)
+                yield _failed(rpc, Code.INTERNAL_SERVER_ERROR, f"{name} failed in the broker")
+            if name == "ReceiveMessage":
+                # The proxy ends every ReceiveMessage stream so (its onComplete): the 5.x
+                # clients measure delivery latency from it, and the push consumer fails
+                # every message without it.
+                stamp = Timestamp()
+                stamp.GetCurrentTime()
+                yield pb.ReceiveMessageResponse(delivery_timestamp=stamp)
 
         return answer
 

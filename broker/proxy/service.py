@@ -16,7 +16,7 @@ import dataclasses
 import random
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 from google.protobuf.duration_pb2 import Duration
@@ -24,19 +24,22 @@ from google.protobuf.duration_pb2 import Duration
 from tidemq.broker.managers.clients import ClientChannelInfo, ProducerManager
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager, is_not_allowed_send_topic
+from tidemq.broker.pop.service import PopRefused, PopService
 from tidemq.broker.processors.ops import mask_permission
 from tidemq.broker.processors.send import with_cluster
+from tidemq.broker.property_filter import property_filter
 from tidemq.broker.proxy import routes
 from tidemq.broker.proxy.clients import GrpcClient, GrpcClients
 from tidemq.broker.proxy.cluster_routes import ClusterRoutes
 from tidemq.broker.proxy.config import ProxyConfig
-from tidemq.broker.proxy.messages import Limits, Outgoing, to_store
+from tidemq.broker.proxy.messages import Limits, Outgoing, from_store, to_store
 from tidemq.broker.proxy.protocol.definition_pb2 import (
     Broker,
     ClientType,
     Code,
     CustomizedBackoff,
     ExponentialBackoff,
+    FilterType,
     Metric,
     Resource,
     RetryPolicy,
@@ -45,8 +48,15 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     TransactionSource,
 )
 from tidemq.broker.proxy.protocol.service_pb2 import (
+    AckMessageRequest,
+    AckMessageResponse,
+    AckMessageResultEntry,
+    ChangeInvisibleDurationRequest,
+    ChangeInvisibleDurationResponse,
     EndTransactionRequest,
     EndTransactionResponse,
+    ForwardMessageToDeadLetterQueueRequest,
+    ForwardMessageToDeadLetterQueueResponse,
     HeartbeatRequest,
     HeartbeatResponse,
     NotifyClientTerminationRequest,
@@ -55,6 +65,8 @@ from tidemq.broker.proxy.protocol.service_pb2 import (
     QueryAssignmentResponse,
     QueryRouteRequest,
     QueryRouteResponse,
+    ReceiveMessageRequest,
+    ReceiveMessageResponse,
     SendMessageRequest,
     SendMessageResponse,
     SendResultEntry,
@@ -69,6 +81,7 @@ from tidemq.client.protocol.headers import EndTransactionRequestHeader
 from tidemq.client.protocol.models import PERM_WRITE, TopicConfig
 from tidemq.client.protocol.names import NameKind, name_problem
 from tidemq.client.remoting.codes import ResponseCode
+from tidemq.common.errors import TideMQError
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
 from tidemq.store.message_store import MessageStore
@@ -81,17 +94,14 @@ from tidemq.store.record import (
     encode_properties,
     pack_host,
 )
+from tidemq.store.tags import MATCH_ALL, parse_tag_expression
 
 # The RPCs of service.proto this endpoint does not serve yet: each answers NOT_IMPLEMENTED.
 NOT_SERVED: Final = (
-    "ReceiveMessage",
-    "AckMessage",
-    "ForwardMessageToDeadLetterQueue",
     "PullMessage",
     "UpdateOffset",
     "GetOffset",
     "QueryOffset",
-    "ChangeInvisibleDuration",
     "RecallMessage",
     "SyncLiteSubscription",
 )
@@ -146,6 +156,7 @@ class MessagingService:
         producers: ProducerManager,
         port: Callable[[], int],
         cluster: ClusterRoutes | None = None,
+        pop: PopService | None = None,
     ) -> None:
         """`cluster`: the queues of other brokers (name servers); without it QueryRoute
         answers this broker's own."""
@@ -160,6 +171,7 @@ class MessagingService:
         self.clients = GrpcClients(max_clients=config.grpc_server_max_clients)
         self._port = port
         self.cluster = cluster
+        self.pop = pop  # POP consumption (ReceiveMessage and the acks); None: not served
         self.limits = Limits(
             store.config.max_message_size,
             tuple(store.delay_levels),
@@ -206,9 +218,10 @@ class MessagingService:
         self, request: QueryAssignmentRequest, call: CallContext
     ) -> QueryAssignmentResponse:
         del call
-        resource_name(request.group, NameKind.CONSUMER_GROUP)
+        group = self.groups.get(resource_name(request.group, NameKind.CONSUMER_GROUP))
         _name, config, perm = self._topic(request.topic)
-        found = routes.assignments(request.topic, config, perm, self._broker(), fifo=False)
+        fifo = group is not None and group.consume_message_orderly
+        found = routes.assignments(request.topic, config, perm, self._broker(), fifo=fifo)
         if not found:
             raise Rejected(Code.FORBIDDEN, "no readable queue")
         return QueryAssignmentResponse(status=ok(), assignments=found)
@@ -313,8 +326,8 @@ class MessagingService:
         subscription.long_polling_timeout.CopyFrom(
             _duration_ms(config.grpc_client_consumer_max_long_polling_timeout_millis)
         )
-        subscription.fifo = False  # tidemq's groups have no consumeMessageOrderly yet
         group_config = self.groups.get(group)
+        subscription.fifo = group_config is not None and group_config.consume_message_orderly
         retries = group_config.retry_max_times if group_config is not None else 16
         # The redelivery delays of a 4.x retry: level 3 (10 s) on, as CONSUMER_SEND_MSG_BACK.
         delays = [_duration_ms(ms) for ms in self.limits.delay_levels[2:]]
@@ -440,6 +453,137 @@ class MessagingService:
             else Code.INTERNAL_SERVER_ERROR
         )
         raise Rejected(code, outcome.remark or "the transaction could not end")
+
+    # --- consuming (POP: broker/pop/service.py) --------------------------------------------
+
+    def _pop(self) -> PopService:
+        if self.pop is None:
+            raise Rejected(Code.NOT_IMPLEMENTED, "POP consumption is not served by this broker")
+        return self.pop
+
+    async def receive_message(
+        self, request: ReceiveMessageRequest, call: CallContext
+    ) -> AsyncIterator[ReceiveMessageResponse]:
+        """As RocketMQ's proxy writes the stream: status OK then one response per message, or
+        one status (MESSAGE_NOT_FOUND when the long poll ended empty)."""
+        del call
+        pop = self._pop()
+        group = resource_name(request.group, NameKind.CONSUMER_GROUP)
+        topic, _config, _perm = self._topic(request.message_queue.topic)
+        config = self.config
+        batch = request.batch_size or config.grpc_client_consumer_long_polling_batch_size
+        if batch <= 0:
+            raise Rejected(Code.ILLEGAL_INVISIBLE_TIME, "batch size must be positive")
+        invisible = config.default_invisible_time_mills
+        if request.HasField("invisible_duration") and not request.auto_renew:
+            invisible = request.invisible_duration.ToMilliseconds()
+            low, high = config.min_invisible_time_mills_for_recv, config.max_invisible_time_mills
+            if not low <= invisible <= high:
+                raise Rejected(
+                    Code.ILLEGAL_INVISIBLE_TIME,
+                    f"invisible duration {invisible} ms is outside [{low}, {high}] ms",
+                )
+        poll = config.grpc_client_consumer_max_long_polling_timeout_millis
+        if request.HasField("long_polling_timeout"):
+            asked = request.long_polling_timeout.ToMilliseconds()
+            if asked < 0:
+                raise Rejected(Code.ILLEGAL_POLLING_TIME, "long polling timeout is negative")
+            poll = min(poll, asked)
+        expression = request.filter_expression
+        tags, record = MATCH_ALL, None
+        try:
+            if expression.type == FilterType.SQL:
+                record = property_filter(self.state.config, "SQL92", expression.expression)
+            else:
+                tags = parse_tag_expression(expression.expression or "*")
+        except (TideMQError, ValueError) as exc:
+            raise Rejected(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
+        try:
+            result = await pop.pop(
+                group, topic, request.message_queue.id, batch, invisible, poll, tags, record
+            )
+        except PopRefused as refused:
+            code = Code.FORBIDDEN
+            if refused.not_found:
+                code = (
+                    Code.TOPIC_NOT_FOUND
+                    if refused.reason.startswith("topic")
+                    else Code.CONSUMER_GROUP_NOT_FOUND
+                )
+            raise Rejected(code, refused.reason) from None
+        if not result.messages:
+            yield ReceiveMessageResponse(
+                status=Rejected(Code.MESSAGE_NOT_FOUND, "no new message").status()
+            )
+            return
+        yield ReceiveMessageResponse(status=ok())
+        for popped in result.messages:
+            message = from_store(popped.message)
+            message.topic.CopyFrom(request.message_queue.topic)  # a retry topic's too
+            system = message.system_properties
+            system.receipt_handle = popped.handle.encode()
+            system.invisible_duration.CopyFrom(_duration_ms(result.invisible_time))
+            system.delivery_attempt = popped.attempt
+            yield ReceiveMessageResponse(message=message)
+
+    async def ack_message(
+        self, request: AckMessageRequest, call: CallContext
+    ) -> AckMessageResponse:
+        del call
+        pop = self._pop()
+        group = resource_name(request.group, NameKind.CONSUMER_GROUP)
+        topic = resource_name(request.topic, NameKind.TOPIC)
+        if not request.entries:
+            raise Rejected(Code.BAD_REQUEST, "no entry to acknowledge")
+        entries = []
+        for entry in request.entries:
+            try:
+                await pop.ack(group, topic, entry.receipt_handle)
+                status = ok()
+            except PopRefused as refused:
+                status = Rejected(Code.INVALID_RECEIPT_HANDLE, refused.reason).status()
+            entries.append(
+                AckMessageResultEntry(
+                    message_id=entry.message_id,
+                    receipt_handle=entry.receipt_handle,
+                    status=status,
+                )
+            )
+        codes = {e.status.code for e in entries}
+        if len(codes) > 1:
+            overall = Rejected(Code.MULTIPLE_RESULTS, "MULTIPLE_RESULTS").status()
+        else:
+            overall = entries[0].status
+        return AckMessageResponse(status=overall, entries=entries)
+
+    async def change_invisible_duration(
+        self, request: ChangeInvisibleDurationRequest, call: CallContext
+    ) -> ChangeInvisibleDurationResponse:
+        del call
+        pop = self._pop()
+        group = resource_name(request.group, NameKind.CONSUMER_GROUP)
+        topic = resource_name(request.topic, NameKind.TOPIC)
+        invisible = request.invisible_duration.ToMilliseconds()
+        if not 0 < invisible <= self.config.max_invisible_time_mills:
+            raise Rejected(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms")
+        try:
+            handle = await pop.change_invisible(group, topic, request.receipt_handle, invisible)
+        except PopRefused as refused:
+            raise Rejected(Code.INVALID_RECEIPT_HANDLE, refused.reason) from None
+        return ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle.encode())
+
+    async def forward_message_to_dead_letter_queue(
+        self, request: ForwardMessageToDeadLetterQueueRequest, call: CallContext
+    ) -> ForwardMessageToDeadLetterQueueResponse:
+        del call
+        pop = self._pop()
+        group = resource_name(request.group, NameKind.CONSUMER_GROUP)
+        topic = resource_name(request.topic, NameKind.TOPIC)
+        try:
+            await pop.forward_to_dead_letter(group, topic, request.receipt_handle)
+        except PopRefused as refused:
+            raise Rejected(Code.INVALID_RECEIPT_HANDLE, refused.reason) from None
+        return ForwardMessageToDeadLetterQueueResponse(status=ok())
 
 
 _END_STATES: Final = {

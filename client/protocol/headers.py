@@ -326,8 +326,8 @@ class DeleteSubscriptionGroupRequestHeader:
 
 
 # --- POP consumption (RocketMQ 5: POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME) ----
-# Not served yet: the shapes the broker's POP processor will decode (see the receipt handle,
-# client/protocol/receipt.py, that `extraInfo` carries).
+# Decoded by broker/processors/pop.py (see the receipt handle,
+# broker/pop/receipt.py, that `extraInfo` carries).
 
 
 @dataclass(slots=True)

@@ -125,9 +125,11 @@ class SubscriptionGroupConfig:
     broker_id: int = MASTER_ID
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    # RocketMQ 5's: a FIFO group (POP hands out a queue's next batch once the last is acked)
+    consume_message_orderly: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "groupName": self.group_name,
             "consumeEnable": self.consume_enable,
             "consumeFromMinEnable": self.consume_from_min_enable,
@@ -138,6 +140,9 @@ class SubscriptionGroupConfig:
             "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
             "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
         }
+        if self.consume_message_orderly:  # written only when set: 4.x tools never see it
+            out["consumeMessageOrderly"] = True
+        return out
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> SubscriptionGroupConfig:
@@ -152,6 +157,7 @@ class SubscriptionGroupConfig:
             broker_id=_int(obj, "brokerId", MASTER_ID, 64),
             which_broker_when_consume_slowly=_int(obj, "whichBrokerWhenConsumeSlowly", 1),
             notify_consumer_ids_changed_enable=_bool(obj, "notifyConsumerIdsChangedEnable", True),
+            consume_message_orderly=_bool(obj, "consumeMessageOrderly", False),
         )
 
 

@@ -235,6 +235,7 @@ class RequestCode(enum.IntEnum):
     CHANGE_MESSAGE_INVISIBLETIME = 200053
     NOTIFICATION = 200054
     POLLING_INFO = 200055
+    BATCH_ACK_MESSAGE = 200151
 
 
 class ResponseCode(enum.IntEnum):

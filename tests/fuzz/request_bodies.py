@@ -218,6 +218,25 @@ class BodyMaker:
         ]
         return self._json({"topicConfigList": entries})
 
+    def _batch_ack(
+        self, topics: list[str], groups: list[str], hostility: float, tag: bytes
+    ) -> bytes:
+        acks = [
+            {
+                "c": self._name(groups, hostility),
+                "t": self._name(topics, hostility),
+                "r": self.rng.choice(["0", "1"]),
+                "so": self._number(self.rng.randint(0, 10), hostility),
+                "q": self._number(self.rng.randint(0, 7), hostility),
+                "rq": self._number(self.rng.randint(0, 7), hostility),
+                "pt": self._number(1_700_000_000_000, hostility),
+                "it": self._number(30_000, hostility),
+                "b": self.rng.choice(["AQ==", "Aw==", "", "!!", "/////w=="]),
+            }
+            for _ in range(self.rng.randint(0, 3))
+        ]
+        return self._json({"brokerName": self._name(["broker-a"], hostility), "acks": acks})
+
     def _properties(self, keys: tuple[str, ...], hostility: float) -> bytes:
         rng = self.rng
         lines = []

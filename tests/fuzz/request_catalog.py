@@ -59,6 +59,7 @@ class Body(enum.Enum):
     BROKER_PROPERTIES = "broker_properties"  # key=value lines
     NAMESRV_PROPERTIES = "namesrv_properties"
     REGISTER_BROKER = "register_broker"
+    BATCH_ACK = "batch_ack"  # BatchAckMessageRequestBody
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +170,10 @@ _BROKER_SPECS: Final = (
     _broker(C.GET_BROKER_CONSUME_STATS, group_admin.GetConsumeStatsInBrokerHeader),
     _broker(C.VIEW_BROKER_STATS_DATA, group_admin.ViewBrokerStatsDataRequestHeader),
     _broker(C.GET_CONSUMER_RUNNING_INFO, group_admin.GetConsumerRunningInfoRequestHeader),
+    _broker(C.POP_MESSAGE, h.PopMessageRequestHeader),
+    _broker(C.ACK_MESSAGE, h.AckMessageRequestHeader),
+    _broker(C.CHANGE_MESSAGE_INVISIBLETIME, h.ChangeInvisibleTimeRequestHeader),
+    _broker(C.BATCH_ACK_MESSAGE, None, Body.BATCH_ACK),
 )
 
 _NAMESRV_SPECS: Final = (

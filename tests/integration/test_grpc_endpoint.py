@@ -146,14 +146,16 @@ async def test_undecodable_bytes_and_rpcs_not_served_get_a_status(channel: aio.C
     answer = await unary(channel, "QueryRoute", b"\xff\xff\xff", pb.QueryRouteResponse)
     assert answer.status.code == Code.BAD_REQUEST
     assert "QueryRouteRequest" in answer.status.message
-    ack = await unary(channel, "AckMessage", pb.AckMessageRequest(), pb.AckMessageResponse)
-    assert ack.status.code == Code.NOT_IMPLEMENTED
-    receive = channel.unary_stream(
-        SERVICE + "ReceiveMessage",
-        request_serializer=pb.ReceiveMessageRequest.SerializeToString,
-        response_deserializer=pb.ReceiveMessageResponse.FromString,
+    recall = await unary(
+        channel, "RecallMessage", pb.RecallMessageRequest(), pb.RecallMessageResponse
     )
-    answers = [a async for a in receive(pb.ReceiveMessageRequest(), metadata=CLIENT, timeout=10)]
+    assert recall.status.code == Code.NOT_IMPLEMENTED
+    pull = channel.unary_stream(
+        SERVICE + "PullMessage",
+        request_serializer=pb.PullMessageRequest.SerializeToString,
+        response_deserializer=pb.PullMessageResponse.FromString,
+    )
+    answers = [a async for a in pull(pb.PullMessageRequest(), metadata=CLIENT, timeout=10)]
     assert [a.status.code for a in answers] == [Code.NOT_IMPLEMENTED]
 
 

@@ -6,16 +6,14 @@ protobuf are not tidemq's."""
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.support.conditions import eventually
 from tests.support.processes import Daemon, ProcessGroup, free_port
+from tests.support.rmq5_clients import rmq5_send, start_broker
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult
@@ -24,52 +22,6 @@ from tidemq.client.protocol.heartbeat import ConsumeFromWhere
 from tidemq.client.protocol.models import TopicConfig
 
 pytestmark = pytest.mark.asyncio
-
-ROOT = Path(__file__).resolve().parents[2]
-RMQ5_PYTHON = ROOT / ".venv-rmq5" / "bin" / "python"
-SEND_SCRIPT = ROOT / "tests" / "support" / "rmq5" / "send.py"
-LEVELS = "messageDelayLevel=1s 2s 3s 4s 5s"
-
-
-def rmq5_send(
-    endpoint: str, topic: str, messages: list[dict[str, Any]], **options: Any
-) -> list[dict[str, Any]]:
-    """Send `messages` with the official Producer; the receipts (or errors), one per message,
-    then what the checker saw (tests/support/rmq5/send.py says the options)."""
-    if not RMQ5_PYTHON.exists():
-        pytest.fail(f"{RMQ5_PYTHON} is missing: `make install` makes it")
-    request = json.dumps({"topic": topic, "messages": messages, **options})
-    done = subprocess.run(
-        [str(RMQ5_PYTHON), str(SEND_SCRIPT), endpoint, request],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=SEND_SCRIPT.parent,
-    )
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert done.returncode == 0 and len(lines) >= len(messages), (done.stdout, done.stderr[-3000:])
-    return lines
-
-
-async def start_broker(
-    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, topic: str, *overrides: str
-) -> tuple[Daemon, str]:
-    grpc_port = free_port()
-    broker = processes.brokerd(
-        namesrv.address, tmp_path / "store", f"grpcServerPort={grpc_port}", LEVELS, *overrides
-    )
-    admin = AdminClient(namesrv.address)
-    try:
-        await admin.create_topic(broker.address, TopicConfig(topic, 4, 4))
-
-        async def routed() -> bool:
-            return bool(await admin.api.get_route(namesrv.address, topic))
-
-        await eventually(routed, f"the route of {topic}", 15)
-    finally:
-        await admin.close()
-    return broker, f"127.0.0.1:{grpc_port}"
 
 
 async def consume(namesrv: Daemon, topic: str, count: int) -> list[ReceivedMessage]:

@@ -1,4 +1,4 @@
-"""POP receipt handles (client/protocol/receipt.py): RocketMQ 5's text form, round trips, and a
+"""POP receipt handles (broker/pop/receipt.py): RocketMQ 5's text form, round trips, and a
 clear refusal of anything else."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidemq.broker.pop.receipt import InvalidReceiptHandle, ReceiptHandle, TopicType
 from tidemq.client.protocol.headers import (
     AckMessageRequestHeader,
     HeaderFieldError,
     PopMessageRequestHeader,
     decode,
 )
-from tidemq.client.protocol.receipt import InvalidReceiptHandle, ReceiptHandle, TopicType
 
 # As a RocketMQ 5 broker writes one: start offset 7, popped at 1700000000000 for 30 s, revive
 # queue 3, the topic itself, broker-a queue 1 offset 9 at physical offset 4096.

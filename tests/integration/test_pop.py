@@ -1,0 +1,619 @@
+"""POP consumption in the broker (broker/pop/service.py) through its two doors, in process: the
+gRPC RPCs over a real channel (ReceiveMessage, AckMessage, ChangeInvisibleDuration,
+ForwardMessageToDeadLetterQueue) and the remoting codes over a real connection (POP_MESSAGE,
+ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, BATCH_ACK_MESSAGE). Redelivery through the revive
+service, the DLQ after the group's maximum, a broker restart with checkpoints in flight, and
+RocketMQ's reported failures #7724, #9583, #5408 as situations. The official 5.x client against
+brokerd is tests/integration/test_rocketmq5_pop.py."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from grpc import aio
+
+from tests.support.conditions import eventually
+from tidemq.broker.broker import Broker
+from tidemq.broker.config import BrokerConfig, RemotingConfig
+from tidemq.broker.pop import records
+from tidemq.broker.pop.receipt import ReceiptHandle
+from tidemq.broker.proxy.config import ProxyConfig
+from tidemq.broker.proxy.protocol import service_pb2 as pb
+from tidemq.broker.proxy.protocol.definition_pb2 import (
+    Code,
+    FilterExpression,
+    FilterType,
+    Message,
+    MessageQueue,
+    MessageType,
+    Resource,
+)
+from tidemq.client.protocol.models import SubscriptionGroupConfig, TopicConfig
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.transport.client import RemotingClient
+from tidemq.ha.config import HAConfig
+from tidemq.store.config import StoreConfig
+from tidemq.store.record import decode_record
+
+pytestmark = pytest.mark.asyncio
+
+SERVICE = "/apache.rocketmq.v2.MessagingService/"
+CLIENT = (("x-mq-client-id", "pop-client"), ("x-mq-language", "PYTHON"))
+TOPIC = "PT"
+GROUP = "GPOP"
+SHORT_MS = 300  # invisible time of the redelivery cases (the minimum is lowered for them)
+
+
+def make_broker(tmp_path: Path) -> Broker:
+    return Broker(
+        BrokerConfig(broker_name="pop-a", listen_port=0, broker_ip1="127.0.0.1"),
+        StoreConfig(
+            store_path_root_dir=str(tmp_path),
+            mapped_file_size_commit_log=4 * 1024 * 1024,
+            mapped_file_size_consume_queue=6000,
+            message_delay_level="1s 5s 10s",
+        ),
+        RemotingConfig(bind_address="127.0.0.1"),
+        HAConfig(ha_listen_port=0),
+        proxy_config=ProxyConfig(grpc_server_port=0, min_invisible_time_mills_for_recv=100),
+    )
+
+
+async def started(tmp_path: Path) -> Broker:
+    broker = make_broker(tmp_path)
+    await broker.start()
+    broker.topics.update(TopicConfig(TOPIC, 2, 2))
+    return broker
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    broker = await started(tmp_path)
+    try:
+        yield broker
+    finally:
+        await broker.stop()
+
+
+def grpc_channel(broker: Broker) -> aio.Channel:
+    assert broker.grpc is not None
+    return aio.insecure_channel(f"127.0.0.1:{broker.grpc.port}")
+
+
+@pytest.fixture
+async def channel(broker: Broker) -> AsyncIterator[aio.Channel]:
+    async with grpc_channel(broker) as channel:
+        yield channel
+
+
+async def unary(channel: aio.Channel, method: str, request: Any, response: type[Any]) -> Any:
+    call = channel.unary_unary(
+        SERVICE + method,
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=response.FromString,
+    )
+    return await call(request, metadata=CLIENT, timeout=30)
+
+
+async def send(channel: aio.Channel, *bodies: bytes, tag: str = "") -> None:
+    messages = []
+    for index, body in enumerate(bodies):
+        message = Message(topic=Resource(name=TOPIC), body=body)
+        message.system_properties.message_id = f"id-{body.decode()}-{index}-{time.time_ns()}"
+        message.system_properties.message_type = MessageType.NORMAL
+        if tag:
+            message.system_properties.tag = tag
+        messages.append(message)
+    for message in messages:
+        answer = await unary(
+            channel,
+            "SendMessage",
+            pb.SendMessageRequest(messages=[message]),
+            pb.SendMessageResponse,
+        )
+        assert answer.status.code == Code.OK, answer.status
+
+
+async def receive(
+    channel: aio.Channel,
+    *,
+    batch: int = 32,
+    invisible_ms: int = 30_000,
+    poll_ms: int = 0,
+    tag: str = "*",
+) -> tuple[list[Any], list[Message]]:
+    """The stream's answers split into statuses and messages, in the order they came."""
+    request = pb.ReceiveMessageRequest(
+        group=Resource(name=GROUP),
+        message_queue=MessageQueue(topic=Resource(name=TOPIC), id=-1),
+        filter_expression=FilterExpression(type=FilterType.TAG, expression=tag),
+        batch_size=batch,
+        invisible_duration=_duration(invisible_ms),
+        long_polling_timeout=_duration(poll_ms),
+    )
+    call = channel.unary_stream(
+        SERVICE + "ReceiveMessage",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=pb.ReceiveMessageResponse.FromString,
+    )
+    statuses: list[Any] = []
+    messages: list[Message] = []
+    answers = [answer async for answer in call(request, metadata=CLIENT, timeout=30)]
+    # The proxy's order: a status, the messages, then the delivery timestamp, always last.
+    assert answers[-1].WhichOneof("content") == "delivery_timestamp", answers[-1]
+    assert abs(answers[-1].delivery_timestamp.ToMilliseconds() - time.time() * 1000) < 5000
+    for answer in answers[:-1]:
+        kind = answer.WhichOneof("content")
+        if kind == "status":
+            assert not messages, "a status after messages"
+            statuses.append(answer.status)
+        elif kind == "message":
+            assert statuses and statuses[0].code == Code.OK, "messages before the OK status"
+            messages.append(answer.message)
+    return statuses, messages
+
+
+async def ack(channel: aio.Channel, *messages: Message, handle: str | None = None) -> Any:
+    entries = [
+        pb.AckMessageEntry(
+            message_id=m.system_properties.message_id,
+            receipt_handle=handle or m.system_properties.receipt_handle,
+        )
+        for m in messages
+    ]
+    request = pb.AckMessageRequest(
+        group=Resource(name=GROUP), topic=Resource(name=TOPIC), entries=entries
+    )
+    return await unary(channel, "AckMessage", request, pb.AckMessageResponse)
+
+
+async def change(channel: aio.Channel, message: Message, invisible_ms: int) -> Any:
+    request = pb.ChangeInvisibleDurationRequest(
+        group=Resource(name=GROUP),
+        topic=Resource(name=TOPIC),
+        receipt_handle=message.system_properties.receipt_handle,
+        invisible_duration=_duration(invisible_ms),
+        message_id=message.system_properties.message_id,
+    )
+    return await unary(
+        channel, "ChangeInvisibleDuration", request, pb.ChangeInvisibleDurationResponse
+    )
+
+
+def _duration(ms: int) -> Duration:
+    return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def bodies(messages: list[Message]) -> list[bytes]:
+    return sorted(m.body for m in messages)
+
+
+async def receive_all(
+    channel: aio.Channel,
+    count: int,
+    *,
+    invisible_ms: int = 30_000,
+    timeout: float = 10,
+    batch: int = 32,
+) -> list[Message]:
+    """Receive until `count` messages came (long polls of 1 s), failing after `timeout`."""
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"only {len(got)} of {count} messages came"
+        _statuses, messages = await receive(
+            channel, batch=batch, invisible_ms=invisible_ms, poll_ms=1000
+        )
+        got += messages
+    return got
+
+
+# --- gRPC ----------------------------------------------------------------------------------
+
+
+async def test_receive_answers_status_then_messages_with_handles_and_ack_ends_them(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    await send(channel, b"a", b"b", b"c")
+    statuses, messages = await receive(channel)
+    assert [s.code for s in statuses] == [Code.OK]
+    assert bodies(messages) == [b"a", b"b", b"c"]
+    for message in messages:
+        system = message.system_properties
+        assert message.topic.name == TOPIC
+        assert system.delivery_attempt == 1
+        handle = ReceiptHandle.decode(system.receipt_handle)
+        assert handle.invisible_time == 30_000 and handle.broker_name == "pop-a"
+        assert system.invisible_duration.seconds == 30
+    answer = await ack(channel, *messages)
+    assert answer.status.code == Code.OK
+    assert [e.status.code for e in answer.entries] == [Code.OK] * 3
+    # Nothing more: the next receive's one answer is MESSAGE_NOT_FOUND.
+    statuses, messages = await receive(channel)
+    assert [s.code for s in statuses] == [Code.MESSAGE_NOT_FOUND] and not messages
+    await eventually(
+        lambda: broker.pop.in_flight(TOPIC, GROUP) == 0 and broker.pop.ledgers,
+        "the acks read by the revive service",
+    )
+
+
+async def test_a_long_poll_is_answered_when_a_message_arrives(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    import asyncio
+
+    started_at = time.monotonic()
+    waiting = asyncio.ensure_future(receive(channel, poll_ms=10_000))
+    await eventually(lambda: broker.pull_holds.held_count == 1, "the receive held")
+    await send(channel, b"late")
+    statuses, messages = await waiting
+    assert [s.code for s in statuses] == [Code.OK] and bodies(messages) == [b"late"]
+    assert time.monotonic() - started_at < 8
+    # Empty and not held: answered at once with MESSAGE_NOT_FOUND.
+    statuses, _ = await receive(channel, poll_ms=0)
+    assert statuses[0].code == Code.MESSAGE_NOT_FOUND
+
+
+async def test_unacknowledged_messages_come_back_with_one_more_attempt(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    await send(channel, b"x", b"y")
+    _s, first = await receive(channel, invisible_ms=SHORT_MS)
+    assert bodies(first) == [b"x", b"y"]
+    await ack(channel, next(m for m in first if m.body == b"x"))
+    again = await receive_all(channel, 1, invisible_ms=30_000)
+    assert bodies(again) == [b"y"]  # the acknowledged one never comes back (#7724)
+    assert again[0].system_properties.delivery_attempt == 2
+    assert again[0].topic.name == TOPIC
+    assert (
+        again[0].system_properties.message_id
+        == next(m for m in first if m.body == b"y").system_properties.message_id
+    )
+    assert (await ack(channel, *again)).status.code == Code.OK
+    await eventually(lambda: broker.pop.in_flight(TOPIC, GROUP) == 0, "nothing in flight")
+    statuses, _ = await receive(channel, poll_ms=SHORT_MS * 4)
+    assert statuses[0].code == Code.MESSAGE_NOT_FOUND
+
+
+async def test_change_of_invisible_duration_keeps_both_handles_valid_9583(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    await send(channel, b"slow", b"slower")
+    _s, messages = await receive(channel, invisible_ms=SHORT_MS * 2)
+    slow = next(m for m in messages if m.body == b"slow")
+    slower = next(m for m in messages if m.body == b"slower")
+    changed = await change(channel, slow, 30_000)
+    assert changed.status.code == Code.OK
+    new = ReceiptHandle.decode(changed.receipt_handle)
+    old = ReceiptHandle.decode(slow.system_properties.receipt_handle)
+    assert new.offset == old.offset and new.invisible_time == 30_000
+    longer = await change(channel, slower, 30_000)
+    # slow: past its first invisible time it does not come back (the new CK holds it) ...
+    await asyncio_sleep_past(SHORT_MS * 2 + 1500)
+    statuses, _ = await receive(channel)
+    assert statuses[0].code == Code.MESSAGE_NOT_FOUND
+    # ... and the OLD handle still acknowledges it; the new one acknowledges slower.
+    assert (await ack(channel, slow)).status.code == Code.OK
+    assert (await ack(channel, slower, handle=longer.receipt_handle)).status.code == Code.OK
+    await eventually(lambda: broker.pop.in_flight(TOPIC, GROUP) == 0, "both acknowledged")
+    # An expired handle cannot be changed (its message may be revived already).
+    await send(channel, b"expired")
+    _s, messages = await receive(channel, invisible_ms=100)
+    await asyncio_sleep_past(300)
+    refused = await change(channel, messages[0], 30_000)
+    assert refused.status.code == Code.INVALID_RECEIPT_HANDLE
+
+
+async def asyncio_sleep_past(ms: int) -> None:
+    """Let an invisible time run out (the one thing a test must wait for by the clock)."""
+    import asyncio
+
+    await asyncio.sleep(ms / 1000)
+
+
+async def test_after_max_attempts_a_message_goes_to_the_dlq(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    broker.groups.update(SubscriptionGroupConfig(group_name=GROUP, retry_max_times=1))
+    await send(channel, b"poison")
+    _s, first = await receive(channel, invisible_ms=SHORT_MS)
+    second = await receive_all(channel, 1, invisible_ms=SHORT_MS)
+    assert second[0].system_properties.delivery_attempt == 2
+    dlq = "%DLQ%" + GROUP
+    await eventually(lambda: broker.store.max_offset_in_queue(dlq, 0) == 1, "the DLQ", 10)
+    stored = decode_record(broker.store.get_message("", dlq, 0, 0, 1).messages[0])
+    assert stored.body == b"poison" and stored.properties["RETRY_TOPIC"] == TOPIC
+    statuses, _ = await receive(channel, poll_ms=SHORT_MS * 4)
+    assert statuses[0].code == Code.MESSAGE_NOT_FOUND
+    del first
+
+
+async def test_forward_to_dead_letter_queue_stores_and_acknowledges(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    await send(channel, b"bad")
+    _s, messages = await receive(channel, invisible_ms=SHORT_MS)
+    request = pb.ForwardMessageToDeadLetterQueueRequest(
+        group=Resource(name=GROUP),
+        topic=Resource(name=TOPIC),
+        receipt_handle=messages[0].system_properties.receipt_handle,
+        message_id=messages[0].system_properties.message_id,
+        delivery_attempt=1,
+        max_delivery_attempts=1,
+    )
+    answer = await unary(
+        channel,
+        "ForwardMessageToDeadLetterQueue",
+        request,
+        pb.ForwardMessageToDeadLetterQueueResponse,
+    )
+    assert answer.status.code == Code.OK
+    assert broker.store.max_offset_in_queue("%DLQ%" + GROUP, 0) == 1
+    statuses, _ = await receive(channel, poll_ms=SHORT_MS * 5)
+    assert statuses[0].code == Code.MESSAGE_NOT_FOUND  # acknowledged: never revived
+
+
+async def test_bad_handles_and_arguments_get_their_codes(channel: aio.Channel) -> None:
+    await send(channel, b"m")
+    _s, messages = await receive(channel)
+    bad = await ack(channel, messages[0], handle="not a handle")
+    assert bad.status.code == Code.INVALID_RECEIPT_HANDLE
+    assert "fields" in bad.entries[0].status.message
+    statuses, _ = await receive(channel, invisible_ms=50)  # below the minimum (100 here)
+    assert statuses[0].code == Code.ILLEGAL_INVISIBLE_TIME
+    request = pb.ReceiveMessageRequest(
+        group=Resource(name=GROUP),
+        message_queue=MessageQueue(topic=Resource(name="NOPE"), id=-1),
+        batch_size=1,
+    )
+    call = channel.unary_stream(
+        SERVICE + "ReceiveMessage",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=pb.ReceiveMessageResponse.FromString,
+    )
+    answers = [a async for a in call(request, metadata=CLIENT, timeout=10)]
+    assert [a.WhichOneof("content") for a in answers] == ["status", "delivery_timestamp"]
+    assert answers[0].status.code == Code.TOPIC_NOT_FOUND
+
+
+async def test_a_restart_keeps_what_is_in_flight_and_forgets_nothing_acknowledged(
+    tmp_path: Path,
+) -> None:
+    broker = await started(tmp_path)
+    try:
+        async with grpc_channel(broker) as channel:
+            await send(channel, *(str(i).encode() for i in range(10)))
+            _s, messages = await receive(channel, invisible_ms=2000)
+            assert len(messages) == 10
+            acked = [m for m in messages if int(m.body) % 2 == 0]
+            await ack(channel, *acked)
+    finally:
+        await broker.stop()
+    broker = await started(tmp_path)  # the revive service reads the checkpoints again
+    try:
+        async with grpc_channel(broker) as channel:
+            back = await receive_all(channel, 5, timeout=15)
+            assert bodies(back) == [b"1", b"3", b"5", b"7", b"9"]
+            assert {m.system_properties.delivery_attempt for m in back} == {2}
+            await ack(channel, *back)
+            await eventually(lambda: broker.pop.in_flight(TOPIC, GROUP) == 0, "all acked")
+            # #5408: the revive offset is not stuck behind checkpoints that are done.
+            topic = broker.pop.revive_topic
+
+            def caught_up() -> bool:
+                return all(
+                    broker.offsets.query(records.REVIVE_GROUP, topic, qid)
+                    in (-1, broker.store.max_offset_in_queue(topic, qid))
+                    for qid in range(broker.pop.revive_queue_num)
+                )
+
+            await eventually(caught_up, "every revive offset past what is done")
+            statuses, _ = await receive(channel, poll_ms=3000)
+            assert statuses[0].code == Code.MESSAGE_NOT_FOUND
+    finally:
+        await broker.stop()
+
+
+# --- remoting ------------------------------------------------------------------------------
+
+
+async def remoting(broker: Broker, code: int, ext: dict[str, str], body: bytes = b"") -> Any:
+    client = RemotingClient(idle_timeout=0)
+    try:
+        request = RemotingCommand.request(code, ext, body=body)
+        return await client.invoke(f"127.0.0.1:{broker.listen_port}", request, timeout=30)
+    finally:
+        await client.close()
+
+
+def pop_header(**given: str) -> dict[str, str]:
+    header = {
+        "consumerGroup": GROUP,
+        "topic": TOPIC,
+        "queueId": "-1",
+        "maxMsgNums": "32",
+        "invisibleTime": "30000",
+        "pollTime": "0",
+        "bornTime": str(int(time.time() * 1000)),
+        "initMode": "0",
+    }
+    header.update(given)
+    return header
+
+
+def handles_of(response: RemotingCommand, broker_name: str) -> list[str]:
+    """Each popped message's receipt handle, built as RocketMQ's client builds it from the
+    header's startOffsetInfo and msgOffsetInfo."""
+    ext = response.ext_fields
+    starts = {}
+    for item in ext["startOffsetInfo"].split(";"):
+        kind, queue, start = item.split(" ")
+        starts[(kind, queue)] = start
+    out = []
+    for item in ext["msgOffsetInfo"].split(";"):
+        kind, queue, offsets = item.split(" ")
+        for offset in offsets.split(","):
+            out.append(
+                " ".join(
+                    (
+                        starts[(kind, queue)],
+                        ext["popTime"],
+                        ext["invisibleTime"],
+                        ext["reviveQid"],
+                        kind,
+                        broker_name,
+                        queue,
+                        offset,
+                    )
+                )
+            )
+    return out
+
+
+async def test_remoting_pop_ack_change_and_batch_ack(broker: Broker, channel: aio.Channel) -> None:
+    await send(channel, b"r1", b"r2", b"r3")
+    popped = await remoting(broker, RequestCode.POP_MESSAGE, pop_header())
+    assert popped.code == ResponseCode.SUCCESS, popped.remark
+    records_ = []
+    view = memoryview(bytes(popped.body))
+    pos = 0
+    while pos < len(view):
+        record = decode_record(view, pos)
+        records_.append(record)
+        pos += record.total_size
+    assert sorted(r.body for r in records_) == [b"r1", b"r2", b"r3"]
+    handles = handles_of(popped, "pop-a")
+    assert len(handles) == 3
+    one, two, three = (h.split(" ") for h in handles)
+    # ACK_MESSAGE: RocketMQ's 7-field extraInfo with the offset in the header
+    acked = await remoting(
+        broker,
+        RequestCode.ACK_MESSAGE,
+        {
+            "consumerGroup": GROUP,
+            "topic": TOPIC,
+            "queueId": one[6],
+            "extraInfo": " ".join(one[:7]),
+            "offset": one[7],
+        },
+    )
+    assert acked.code == ResponseCode.SUCCESS, acked.remark
+    changed = await remoting(
+        broker,
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+        {
+            "consumerGroup": GROUP,
+            "topic": TOPIC,
+            "queueId": two[6],
+            "extraInfo": " ".join(two),
+            "offset": two[7],
+            "invisibleTime": "60000",
+        },
+    )
+    assert changed.code == ResponseCode.SUCCESS, changed.remark
+    assert changed.ext_fields["invisibleTime"] == "60000"
+    start, bit = int(three[0]), int(three[7]) - int(three[0])
+    bits = bytearray(bit // 8 + 1)
+    bits[bit // 8] |= 1 << (bit % 8)
+    body = {
+        "brokerName": "pop-a",
+        "acks": [
+            {
+                "c": GROUP,
+                "t": TOPIC,
+                "r": three[4],
+                "so": start,
+                "q": int(three[6]),
+                "rq": int(three[3]),
+                "pt": int(three[1]),
+                "it": int(three[2]),
+                "b": base64.b64encode(bytes(bits)).decode(),
+            }
+        ],
+    }
+    batch = await remoting(broker, RequestCode.BATCH_ACK_MESSAGE, {}, json.dumps(body).encode())
+    assert batch.code == ResponseCode.SUCCESS, batch.remark
+    await eventually(
+        lambda: broker.pop.in_flight(TOPIC, GROUP) == 1, "only the changed one in flight"
+    )
+    empty = await remoting(broker, RequestCode.POP_MESSAGE, pop_header(pollTime="200"))
+    assert empty.code == ResponseCode.PULL_NOT_FOUND
+    illegal = await remoting(broker, RequestCode.POP_MESSAGE, pop_header(topic="a/b"))
+    assert illegal.code == ResponseCode.SYSTEM_ERROR and "topic" in (illegal.remark or "")
+    bad = await remoting(
+        broker,
+        RequestCode.ACK_MESSAGE,
+        {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "0", "extraInfo": "x", "offset": "0"},
+    )
+    assert bad.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+async def test_a_change_in_the_pops_own_millisecond_keeps_its_checkpoint(
+    broker: Broker, channel: aio.Channel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the remoting test: a change of the first offset of a pop within the pop's
+    millisecond wrote a CK with the old CK's key; the ledger took it for a re-read and the
+    ack of the old CK then ended the message for good (never revived: lost)."""
+    await send(channel, b"same-ms")
+    frozen = time.time()
+    monkeypatch.setattr("tidemq.broker.pop.service.time.time", lambda: frozen)
+    result = await broker.pop.pop(GROUP, TOPIC, -1, 1, 500, 0)
+    handle = result.messages[0].handle
+    assert handle.start_offset == handle.offset  # the pop's first offset
+    new = await broker.pop.change_invisible(GROUP, TOPIC, handle.encode(), 500)
+    assert new.pop_time != handle.pop_time
+    monkeypatch.undo()
+    back = await receive_all(channel, 1, timeout=10)  # revived after the new CK's time
+    assert bodies(back) == [b"same-ms"]
+    assert back[0].system_properties.delivery_attempt == 2
+
+
+async def send_group(channel: aio.Channel, group: str, *bodies: bytes) -> None:
+    for body in bodies:
+        message = Message(topic=Resource(name=TOPIC), body=body)
+        message.system_properties.message_id = f"fifo-{body.decode()}-{time.time_ns()}"
+        message.system_properties.message_type = MessageType.FIFO
+        message.system_properties.message_group = group
+        answer = await unary(
+            channel,
+            "SendMessage",
+            pb.SendMessageRequest(messages=[message]),
+            pb.SendMessageResponse,
+        )
+        assert answer.status.code == Code.OK, answer.status
+
+
+async def test_a_fifo_group_gets_a_message_groups_next_only_after_the_ack(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    broker.groups.update(
+        SubscriptionGroupConfig(group_name=GROUP, retry_max_times=1, consume_message_orderly=True)
+    )
+    await send_group(channel, "order-7", b"f1", b"f2", b"f3")
+    _s, first = await receive(channel, batch=1, invisible_ms=30_000)
+    assert bodies(first) == [b"f1"]
+    statuses, _ = await receive(channel, batch=1, poll_ms=300)
+    assert statuses[0].code == Code.MESSAGE_NOT_FOUND  # f2 waits for f1's ack
+    assert (await ack(channel, *first)).status.code == Code.OK
+    _s, second = await receive(channel, batch=1, invisible_ms=SHORT_MS)
+    assert bodies(second) == [b"f2"] and second[0].system_properties.delivery_attempt == 1
+    # Not acknowledged: f2 again once visible, its second attempt, in the topic itself.
+    again = await receive_all(channel, 1, invisible_ms=SHORT_MS, batch=1)
+    assert bodies(again) == [b"f2"] and again[0].system_properties.delivery_attempt == 2
+    assert again[0].topic.name == TOPIC
+    # retryMaxTimes 1: a third delivery goes to the DLQ instead, and f3 comes next.
+    third = await receive_all(channel, 1, batch=1)
+    assert bodies(third) == [b"f3"] and third[0].system_properties.delivery_attempt == 1
+    assert broker.store.max_offset_in_queue("%DLQ%" + GROUP, 0) == 1
+    assert (await ack(channel, *third)).status.code == Code.OK
+    assert broker.pop.in_flight(TOPIC, GROUP) == 0
+    settings_fifo = broker.groups.get(GROUP)
+    assert settings_fifo is not None and settings_fifo.to_dict()["consumeMessageOrderly"]

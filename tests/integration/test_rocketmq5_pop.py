@@ -1,0 +1,313 @@
+"""POP consumption with the official RocketMQ 5 Python client (`rocketmq-python-client` in
+`.venv-rmq5`, driven line by line through tests/support/rmq5/consume.py) against real
+namesrvd and brokerd processes: SimpleConsumer receive / ack / change of invisible duration /
+redelivery after it expires, on messages sent by tidemq's 4.x producer; PushConsumer; a broker
+killed (-9) and restarted with messages in flight; RocketMQ's reported failures as situations
+(#3787, #7724, #9583)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.conditions import eventually
+from tests.support.ha_processes import start_master, start_slave, wait_transfer
+from tests.support.processes import BROKER_BOOTED, Daemon, ProcessGroup, free_port
+from tests.support.rmq5_clients import RMQ5_PYTHON, rmq5_send, start_broker
+from tests.support.wire import pull_header
+from tidemq.client.admin.api import AdminClient
+from tidemq.client.api import BrokerAPI, PullStatus
+from tidemq.client.errors import TopicNotExistError
+from tidemq.client.message import Message
+from tidemq.client.producer import AsyncProducer
+from tidemq.client.protocol.models import SubscriptionGroupConfig, TopicConfig
+from tidemq.client.transport.client import RemotingClient
+
+pytestmark = pytest.mark.asyncio
+
+CONSUME_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "rmq5" / "consume.py"
+# Short invisible durations for the redelivery cases (ProxyConfig's minimum is 10 s).
+SHORT = "minInvisibleTimeMillsForRecv=1000"
+ANSWER_SECONDS = 60.0
+
+
+class Rmq5Consumer:
+    """One official consumer process; `call` sends a command and returns its answer line."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def start(cls, endpoint: str, **request: Any) -> Rmq5Consumer:
+        if not RMQ5_PYTHON.exists():
+            pytest.fail(f"{RMQ5_PYTHON} is missing: `make install` makes it")
+        process = await asyncio.create_subprocess_exec(
+            str(RMQ5_PYTHON),
+            str(CONSUME_SCRIPT),
+            endpoint,
+            json.dumps(request),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            cwd=CONSUME_SCRIPT.parent,
+        )
+        consumer = cls(process)
+        try:
+            assert (await consumer.answer()).get("started"), "the consumer did not start"
+        except BaseException:
+            await consumer.close()
+            raise
+        return consumer
+
+    async def answer(self, timeout: float = ANSWER_SECONDS) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            assert left > 0, "the official client did not answer"
+            line = await asyncio.wait_for(self.process.stdout.readline(), left)
+            assert line, f"the official client ended (exit {self.process.returncode})"
+            if line.startswith(b"{"):
+                answer: dict[str, Any] = json.loads(line)
+                return answer
+
+    async def call(self, **command: Any) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(command).encode() + b"\n")
+        await self.process.stdin.drain()
+        answer = await self.answer()
+        assert "error" not in answer, answer
+        return answer
+
+    async def receive(self, max_num: int = 32, invisible: int = 30) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = (
+            await self.call(op="receive", max=max_num, invisible=invisible)
+        )["messages"]
+        return messages
+
+    async def receive_until(
+        self, count: int, invisible: int = 30, timeout: float = 40
+    ) -> list[dict[str, Any]]:
+        got: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout
+        while len(got) < count:
+            assert time.monotonic() < deadline, f"{len(got)} of {count} messages: {got}"
+            got += await self.receive(invisible=invisible)
+        return got
+
+    async def close(self) -> None:
+        process = self.process
+        if process.returncode is None:
+            try:
+                assert process.stdin is not None
+                process.stdin.close()
+                await asyncio.wait_for(process.wait(), 15)
+            except (TimeoutError, BrokenPipeError, ConnectionResetError, AssertionError):
+                process.kill()
+                await process.wait()
+
+
+@pytest.fixture
+async def consumers() -> AsyncIterator[list[Rmq5Consumer]]:
+    """Every official consumer a test starts, closed (killed if need be) at its end."""
+    started: list[Rmq5Consumer] = []
+    try:
+        yield started
+    finally:
+        for consumer in started:
+            await consumer.close()
+
+
+async def send_4x(namesrv: Daemon, topic: str, bodies: list[str], tag: str = "") -> None:
+    producer = AsyncProducer("PG-pop", namesrv.address)
+    await producer.start()
+    try:
+        for body in bodies:
+            await producer.send(Message(topic, body.encode(), tags=tag or None))
+    finally:
+        await producer.stop()
+
+
+def by_body(messages: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {m["body"]: m for m in messages}
+
+
+async def test_simple_consumer_receives_acks_changes_and_gets_redeliveries(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, consumers: list[Rmq5Consumer]
+) -> None:
+    topic = "POP-simple"
+    _broker, endpoint = await start_broker(processes, namesrv, tmp_path, topic, SHORT)
+    await send_4x(namesrv, topic, ["ack-me", "let-expire", "extend", "old-handle"], tag="T")
+    # The client receives from one queue of the route at a time, round robin: a short long
+    # poll keeps the four receives within the first invisible time.
+    consumer = await Rmq5Consumer.start(
+        endpoint, mode="simple", topic=topic, group="GS", await_seconds=1
+    )
+    consumers.append(consumer)
+    first = by_body(await consumer.receive_until(4, invisible=10))
+    assert set(first) == {"ack-me", "let-expire", "extend", "old-handle"}
+    assert {m["attempt"] for m in first.values()} == {1}
+    assert {m["topic"] for m in first.values()} == {topic}
+    assert {m["tag"] for m in first.values()} == {"T"}
+    await consumer.call(op="ack", id=first["ack-me"]["id"])
+    # #3787 / #9583: a slow consumer extends; its old handle still acknowledges afterwards.
+    changed = await consumer.call(op="change", id=first["extend"]["id"], invisible=60)
+    assert changed["handle"] != first["extend"]["handle"]
+    await consumer.call(op="change", id=first["old-handle"]["id"], invisible=60)
+    await consumer.call(
+        op="ack_with", id=first["old-handle"]["id"], handle=first["old-handle"]["handle"]
+    )
+    # Only the one left to expire comes back, with its second attempt (#7724: never ack-me).
+    again = await consumer.receive_until(1, invisible=60)
+    assert [m["body"] for m in again] == ["let-expire"]
+    assert again[0]["attempt"] == 2 and again[0]["id"] == first["let-expire"]["id"]
+    assert again[0]["topic"] == topic
+    await consumer.call(op="ack", id=again[0]["id"])
+    await consumer.call(op="ack", id=first["extend"]["id"])  # with its new handle
+    # Past every first invisible time: nothing more (every queue asked twice).
+    for _ in range(8):
+        assert await consumer.receive(invisible=60) == []
+
+
+async def test_official_producer_and_push_consumer(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, consumers: list[Rmq5Consumer]
+) -> None:
+    topic = "POP-push"
+    _broker, endpoint = await start_broker(processes, namesrv, tmp_path, topic)
+    bodies = [{"body": f"push-{i}"} for i in range(5)] + [{"body": "fail-once"}]
+    receipts = await asyncio.to_thread(rmq5_send, endpoint, topic, bodies)
+    assert all("error" not in r for r in receipts), receipts
+    consumer = await Rmq5Consumer.start(endpoint, mode="push", topic=topic, group="GP")
+    consumers.append(consumer)
+    consumed: list[dict[str, Any]] = []
+    # fail-once is answered FAILURE on attempt 1: the client's retry policy (the group's
+    # backoff from delay level 3, 10 s) makes it visible again, then attempt 2 succeeds.
+    while not any(m["body"] == "fail-once" and m["attempt"] == 2 for m in consumed):
+        consumed.append((await consumer.answer(timeout=90))["consumed"])
+    firsts = sorted(m["body"] for m in consumed if m["attempt"] == 1)
+    assert firsts == sorted(b["body"] for b in bodies)
+    assert {m["id"] for m in consumed} == {r["message_id"] for r in receipts}
+
+
+async def test_a_broker_killed_and_restarted_loses_nothing_in_flight(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, consumers: list[Rmq5Consumer]
+) -> None:
+    topic = "POP-restart"
+    broker, endpoint = await start_broker(processes, namesrv, tmp_path, topic, SHORT)
+    bodies = [f"m{i}" for i in range(10)]
+    await send_4x(namesrv, topic, bodies)
+    consumer = await Rmq5Consumer.start(
+        endpoint, mode="simple", topic=topic, group="GR", await_seconds=1
+    )
+    consumers.append(consumer)
+    got = by_body(await consumer.receive_until(10, invisible=20))
+    acked = {f"m{i}" for i in range(0, 10, 2)}
+    for body in sorted(acked):
+        await consumer.call(op="ack", id=got[body]["id"])
+    await consumer.close()
+    broker.kill()  # -9: the pop offsets on disk are older than the checkpoints
+    again = processes.start(
+        broker.args, port=broker.port, name="brokerd-restarted", ready_text=BROKER_BOOTED
+    )
+    assert again.running
+    consumer = await Rmq5Consumer.start(
+        endpoint, mode="simple", topic=topic, group="GR", await_seconds=1
+    )
+    consumers.append(consumer)
+    back = await consumer.receive_until(5, invisible=60, timeout=60)
+    assert sorted(m["body"] for m in back) == sorted(set(bodies) - acked)
+    assert {m["attempt"] for m in back} == {2}
+    for message in back:
+        await consumer.call(op="ack", id=message["id"])
+    for _ in range(4):  # every queue once
+        assert await consumer.receive(invisible=60) == []
+
+
+async def test_checkpoints_and_acks_reach_the_slave(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, consumers: list[Rmq5Consumer]
+) -> None:
+    """The revive topic's records are CommitLog records: a SYNC_MASTER's slave holds every
+    checkpoint and ack before the pop and the ack are answered (what a promoted slave revives
+    from). Read back from the slave's store by PULL_MESSAGE."""
+    topic = "POP-ha"
+    grpc_port = free_port()
+    master, _ha_port = start_master(
+        processes, namesrv, tmp_path / "master", f"grpcServerPort={grpc_port}"
+    )
+    slave = start_slave(processes, namesrv, tmp_path / "slave", "grpcServerPort=-1")
+    api = BrokerAPI(RemotingClient(), timeout=5)
+    try:
+        await wait_transfer(api, master)
+        admin = AdminClient(namesrv.address)
+        try:
+            await admin.create_topic(master.address, TopicConfig(topic, 1, 1))
+        finally:
+            await admin.close()
+        await send_4x(namesrv, topic, ["h1", "h2", "h3"])
+        consumer = await Rmq5Consumer.start(
+            f"127.0.0.1:{grpc_port}", mode="simple", topic=topic, group="GH", await_seconds=1
+        )
+        consumers.append(consumer)
+        got = await consumer.receive_until(3, invisible=60)
+        for message in got[:2]:
+            await consumer.call(op="ack", id=message["id"])
+        revive = "rmq_sys_REVIVE_LOG_DefaultCluster"
+
+        async def slave_tags() -> list[str]:
+            tags: list[str] = []
+            for queue in range(8):
+                header = pull_header(revive, queue, 0, group="X")
+                try:
+                    result = await api.pull(slave.address, header)
+                except TopicNotExistError:  # a queue the slave holds no record of
+                    continue
+                if result.status is PullStatus.FOUND:
+                    tags += [m.properties["TAGS"] for m in result.messages]
+            return sorted(tags)
+
+        # SYNC_MASTER: replicated before each answer; the slave's dispatch may lag a little.
+        await eventually(
+            lambda: _equal(slave_tags(), ["ack", "ack", "ck"]), "the records on the slave"
+        )
+    finally:
+        await api.remoting.close()
+
+
+async def _equal(got: Any, expected: list[str]) -> bool:
+    return bool(await got == expected)
+
+
+async def test_official_push_consumer_of_a_fifo_group_gets_each_message_group_in_order(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, consumers: list[Rmq5Consumer]
+) -> None:
+    topic = "POP-fifo"
+    broker, endpoint = await start_broker(processes, namesrv, tmp_path, topic)
+    admin = AdminClient(namesrv.address)
+    try:
+        await admin.update_subscription_group(
+            broker.address, SubscriptionGroupConfig("GF", consume_message_orderly=True)
+        )
+    finally:
+        await admin.close()
+    # ga's second message fails its first attempt: in a FIFO group nothing after it in ga
+    # comes before its second attempt (a normal group hands ga-2, ga-3 out meanwhile).
+    bodies = {"ga": ["ga-0", "fail-ga-1", "ga-2", "ga-3"], "gb": ["gb-0", "gb-1", "gb-2"]}
+    sent = [{"body": b, "message_group": g} for g, group in bodies.items() for b in group]
+    receipts = await asyncio.to_thread(rmq5_send, endpoint, topic, sent)
+    assert all("error" not in r for r in receipts), receipts
+    consumer = await Rmq5Consumer.start(endpoint, mode="push", topic=topic, group="GF")
+    consumers.append(consumer)
+    consumed: list[tuple[str, int]] = []
+    # The client retries a FIFO message itself (same attempt number): 8 consumptions in all.
+    while len(consumed) < len(sent) + 1:
+        message = (await consumer.answer(timeout=90))["consumed"]
+        consumed.append((message["body"], message["attempt"]))
+    ga = [body for body, _attempt in consumed if "ga-" in body]
+    assert ga == ["ga-0", "fail-ga-1", "fail-ga-1", "ga-2", "ga-3"]
+    assert [b for b, _a in consumed if b.startswith("gb")] == bodies["gb"]
