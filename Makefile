@@ -139,7 +139,7 @@ lint: install ## ruff (format and rules) and mypy strict
 
 .PHONY: test
 test: install lint ## lint, then every test: unit, integration, fault
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
 
 .PHONY: test-unit
 test-unit: install ## unit tests only (no processes, no sockets)
