@@ -3,16 +3,17 @@
 
 A name server, a SYNC_MASTER and its SLAVE, both SYNC_FLUSH, each with its store on its own
 lossy FUSE mount (tests/support/lazy_mounts.py), run through the whole soak. Each round sends
-numbered messages to the master (32 in flight, 4 queues; every send recorded in one history,
-tests/support/history.py) and, once a random number of them were answered and while sends are
-in flight, strikes; the rounds rotate four kinds:
+numbered messages to the master (1, 4, 16, 32 or 64 in flight, drawn per round; 4 queues;
+every send recorded in one history, tests/support/history.py) and, once a random number of them
+were answered and while sends are in flight, strikes; the rounds rotate four kinds:
 
 - `master-kill`: the master is SIGKILLed and restarted on its store and ports;
 - `slave-kill`: the same for the slave;
 - `power-cut`: the master's or the slave's store loses power (every process using its mount
   SIGKILLed, everything not synced dropped, `all` or `torn`, tests/fault/powercut.py's
   power_cut), and the broker boots again on a fresh mount;
-- `pause`: the master or the slave is stopped (SIGSTOP) for 0.5-3 s, then continued.
+- `pause`: the master or the slave is stopped (SIGSTOP) for 0.5-6 s, then continued
+  (longer than syncFlushTimeout, 5 s, now and then: a paused slave fails sends by timeout).
 
 The round records how many sends were in flight at the strike. When the sends ran out before it
 (none in flight) the draw does not count: the round sends again and draws again. After the
@@ -74,7 +75,7 @@ from tidemq.store.record import decode_record
 TOPIC: Final = "Soak"
 QUEUES: Final = 4
 BROKER_NAME: Final = "broker-a"  # the brokers' name (tests/support/processes.py)
-IN_FLIGHT: Final = 32
+CONCURRENCY: Final = (1, 4, 16, 32, 64)  # sends in flight at once: one drawn per round
 PER_DRAW: Final = 3000  # sends a draw may make; the strike comes well before they are done
 STRIKE_AFTER: Final = 600  # the strike comes once 1 to this many sends were answered
 KINDS: Final = ("master-kill", "slave-kill", "power-cut", "pause")
@@ -131,9 +132,10 @@ class Node:
 
 
 class Sender:
-    """Sends numbered messages, IN_FLIGHT at a time, each recorded; `stop()` starts no more."""
+    """Sends numbered messages, `concurrency` at a time, each recorded; `stop()` starts no more."""
 
-    def __init__(self, api: BrokerAPI, address: str, recorder: Recorder) -> None:
+    def __init__(self, api: BrokerAPI, address: str, recorder: Recorder, concurrency: int) -> None:
+        self.concurrency = concurrency
         self.api = api
         self.address = address
         self.recorder = recorder
@@ -150,7 +152,7 @@ class Sender:
                     return
                 await self.one(number)
 
-        await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+        await asyncio.gather(*(worker() for _ in range(self.concurrency)))
 
     def stop(self) -> None:
         self.stopped = True
@@ -222,6 +224,7 @@ def record_store_read(recorder: Recorder, store: Path) -> int:
 class SoakReport:
     rounds: int = 0
     kinds: Counter[str] = field(default_factory=Counter)
+    victims: Counter[str] = field(default_factory=Counter)  # 'slave pause': 3, ...
     in_flight: list[int] = field(default_factory=list)  # at each counted strike
     redraws: int = 0  # draws that found no send in flight (not counted)
     history: Report | None = None  # the last check of the whole history (the master's log)
@@ -234,7 +237,7 @@ class SoakReport:
         return not self.violations
 
     def line(self) -> str:
-        kinds = ", ".join(f"{self.kinds[k]} {k}" for k in KINDS)
+        kinds = ", ".join(f"{n} {what}" for what, n in sorted(self.victims.items()))
         flight = (
             f"{min(self.in_flight)}-{max(self.in_flight)} (mean "
             f"{sum(self.in_flight) / len(self.in_flight):.1f})"
@@ -297,18 +300,20 @@ class Soak:
                 self.report.notes += [f"round {round_number}, {what}: {t}" for t in texts[:5]]
         return result
 
-    async def draw(self) -> tuple[Sender, asyncio.Task[None], int]:
+    async def draw(self, concurrency: int) -> tuple[Sender, asyncio.Task[None], int]:
         """Send until a random number of sends were answered with some still in flight; returns
         the sender (still running), its task and how many were in flight then."""
         while True:
-            sender, sending = await self.send_until(self.rng.randint(1, STRIKE_AFTER))
+            sender, sending = await self.send_until(self.rng.randint(1, STRIKE_AFTER), concurrency)
             if not sending.done() and sender.in_flight > 0:
                 return sender, sending, sender.in_flight  # the strike follows with no await
             await sending
             self.report.redraws += 1
 
-    async def send_until(self, answered: int) -> tuple[Sender, asyncio.Task[None]]:
-        sender = Sender(self.api, self.master.daemon.address, self.recorder)
+    async def send_until(
+        self, answered: int, concurrency: int
+    ) -> tuple[Sender, asyncio.Task[None]]:
+        sender = Sender(self.api, self.master.daemon.address, self.recorder, concurrency)
         first = self.next_number
         self.next_number += PER_DRAW
         sending = asyncio.create_task(sender.run(first, PER_DRAW))
@@ -327,8 +332,8 @@ class Soak:
         node = self.master if victim == "master" else self.slave
         cut_mode = rng.choice(["all", "torn"])
         cut_seed = rng.randrange(2**31)
-        pause = rng.uniform(0.5, 3.0)
-        sender, sending, in_flight = await self.draw()
+        pause = rng.uniform(0.5, 6.0)
+        sender, sending, in_flight = await self.draw(rng.choice(CONCURRENCY))
         # the strike: nothing awaited since in_flight was read
         if kind == "power-cut":
             node.daemon.kill()
@@ -370,6 +375,7 @@ class Soak:
                 self.report.notes.append(f"round {number + 1}, {name}: {problem}")
         self.report.rounds += 1
         self.report.kinds[kind] += 1
+        self.report.victims[f"{victim} {kind}"] += 1
         self.report.in_flight.append(in_flight)
         h = self.report.history.counts
         self.log(
