@@ -4,7 +4,9 @@
 A name server, a SYNC_MASTER and its SLAVE, both SYNC_FLUSH, each with its store on its own
 lossy FUSE mount (tests/support/lazy_mounts.py), run through the whole soak. Each round sends
 numbered messages to the master (1, 4, 16, 32 or 64 in flight, drawn per round; 4 queues;
-every send recorded in one history, tests/support/history.py) and, once a random number of them
+every send recorded in one history, tests/support/history.py; rounds alternate, four at a time,
+between raw SEND_MESSAGE requests with no retry and the public AsyncProducer, routed by the name
+server, with its 2 retries, which may store a message twice) and, once a random number of them
 were answered and while sends are in flight, strikes; the rounds rotate four kinds:
 
 - `master-kill`: the master is SIGKILLed and restarted on its store and ports;
@@ -65,11 +67,14 @@ from tests.support.ha_processes import (
     wait_caught_up,
     wait_transfer,
 )
-from tests.support.history import Recorder, Report, check, record_read
+from tests.support.history import Recorder, RecordingProducer, Report, check, record_read
 from tests.support.lazy_mounts import LazyMount
 from tests.support.processes import Daemon, ProcessGroup, free_port
 from tests.support.wire import send_header
 from tidemq.client.api import BrokerAPI, SendStatus
+from tidemq.client.config import ClientConfig
+from tidemq.client.message import Message
+from tidemq.client.producer import AsyncProducer
 from tidemq.store.record import decode_record
 
 TOPIC: Final = "Soak"
@@ -134,8 +139,16 @@ class Node:
 class Sender:
     """Sends numbered messages, `concurrency` at a time, each recorded; `stop()` starts no more."""
 
-    def __init__(self, api: BrokerAPI, address: str, recorder: Recorder, concurrency: int) -> None:
+    def __init__(
+        self,
+        api: BrokerAPI,
+        address: str,
+        recorder: Recorder,
+        concurrency: int,
+        producer: RecordingProducer | None = None,
+    ) -> None:
         self.concurrency = concurrency
+        self.producer = producer
         self.api = api
         self.address = address
         self.recorder = recorder
@@ -158,6 +171,9 @@ class Sender:
         self.stopped = True
 
     async def one(self, number: int) -> None:
+        if self.producer is not None:
+            await self.through_producer(number)
+            return
         rec = self.recorder
         op = rec.invoke("send", topic=TOPIC, body=number, attempts=1)
         self.in_flight += 1
@@ -184,6 +200,18 @@ class Sender:
             offset=result.queue_offset,
             broker=self.address,
         )
+
+    async def through_producer(self, number: int) -> None:
+        """The public producer's send (RecordingProducer records it, retries included)."""
+        assert self.producer is not None
+        self.in_flight += 1
+        try:
+            await self.producer.send(Message(TOPIC, body_of(number, 100 + number % 900)))
+        except Exception:  # recorded (unknown); the round goes on
+            pass
+        finally:
+            self.in_flight -= 1
+            self.answered += 1
 
 
 def stored_messages(store: Path) -> list[list[Any]]:
@@ -266,6 +294,7 @@ class Soak:
         self.recorder = Recorder(folder / "history.jsonl", "soak")
         self.mounts: list[LazyMount] = []
         self.next_number = 0
+        self.producer: AsyncProducer | None = None
         self.master: Node
         self.slave: Node
 
@@ -283,8 +312,13 @@ class Soak:
         self.master.boot()
         self.slave.boot()
         await wait_transfer(self.api, self.master.daemon, timeout=30)
+        config = ClientConfig.create(self.processes.daemons[0].address, poll_name_server_interval=1)
+        self.producer = AsyncProducer("SoakPG", config=config, timeout=10.0)
+        await self.producer.start()
 
     async def stop(self) -> None:
+        if self.producer is not None:
+            await self.producer.stop()
         await self.api.close()
         self.processes.stop_all()
         for mount in self.mounts:
@@ -300,20 +334,27 @@ class Soak:
                 self.report.notes += [f"round {round_number}, {what}: {t}" for t in texts[:5]]
         return result
 
-    async def draw(self, concurrency: int) -> tuple[Sender, asyncio.Task[None], int]:
+    async def draw(
+        self, concurrency: int, producer: bool
+    ) -> tuple[Sender, asyncio.Task[None], int]:
         """Send until a random number of sends were answered with some still in flight; returns
         the sender (still running), its task and how many were in flight then."""
         while True:
-            sender, sending = await self.send_until(self.rng.randint(1, STRIKE_AFTER), concurrency)
+            sender, sending = await self.send_until(
+                self.rng.randint(1, STRIKE_AFTER), concurrency, producer
+            )
             if not sending.done() and sender.in_flight > 0:
                 return sender, sending, sender.in_flight  # the strike follows with no await
             await sending
             self.report.redraws += 1
 
     async def send_until(
-        self, answered: int, concurrency: int
+        self, answered: int, concurrency: int, producer: bool
     ) -> tuple[Sender, asyncio.Task[None]]:
-        sender = Sender(self.api, self.master.daemon.address, self.recorder, concurrency)
+        assert self.producer is not None
+        recording = RecordingProducer(self.recorder, self.producer) if producer else None
+        address = self.master.daemon.address
+        sender = Sender(self.api, address, self.recorder, concurrency, recording)
         first = self.next_number
         self.next_number += PER_DRAW
         sending = asyncio.create_task(sender.run(first, PER_DRAW))
@@ -326,6 +367,7 @@ class Soak:
 
     async def round(self, number: int) -> None:
         kind = KINDS[number % len(KINDS)]
+        producer = number // len(KINDS) % 2 == 1
         rng = self.rng
         victim = "master" if kind == "master-kill" else "slave" if kind == "slave-kill" else None
         victim = victim or rng.choice(["master", "slave"])
@@ -333,7 +375,7 @@ class Soak:
         cut_mode = rng.choice(["all", "torn"])
         cut_seed = rng.randrange(2**31)
         pause = rng.uniform(0.5, 6.0)
-        sender, sending, in_flight = await self.draw(rng.choice(CONCURRENCY))
+        sender, sending, in_flight = await self.draw(rng.choice(CONCURRENCY), producer)
         # the strike: nothing awaited since in_flight was read
         if kind == "power-cut":
             node.daemon.kill()
@@ -347,6 +389,7 @@ class Soak:
             await asyncio.sleep(pause)  # the stall itself, not a wait for a condition
             os.kill(node.pid, signal.SIGCONT)
         await sending
+        client = "producer" if producer else "raw sends"
         what = f"{victim} {kind}" + (f" ({cut_mode})" if kind == "power-cut" else "")
         # the slave's files before anything restarts: every acknowledgement must be in them
         slave_held = record_store_read(self.recorder, self.slave.files)
@@ -379,7 +422,7 @@ class Soak:
         self.report.in_flight.append(in_flight)
         h = self.report.history.counts
         self.log(
-            f"round {number + 1}: {what}, {in_flight} in flight; the slave's files held "
+            f"round {number + 1}: {what}, {client}, {in_flight} in flight; the slave's files held "
             f"{slave_held}, the master serves {served}; {h['acknowledged']} acknowledged in all, "
             f"{h['lost']} lost, {h['duplicates']} duplicates; violations "
             f"{sum(self.report.violations.values())}"
