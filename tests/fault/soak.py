@@ -29,7 +29,8 @@ Checks, all by the history checker (`history.check`: lost, position, duplicate, 
   being SYNC_FLUSH, flushed it); a slave that reported an offset before storing fails here;
 - after the restart, once the slave caught up: everything the master serves, then everything
   the slave serves, each as a final read judged in turn (acknowledged at its queue and offset,
-  no body at two positions, nothing never sent);
+  no body at more positions than its send's attempts explain, nothing
+  never sent);
 - and, as before, both stores' files offline (`cq_check`) and the slave's CommitLog
   byte-identical to the master's.
 
