@@ -163,7 +163,7 @@ fuzz: install ## fuzz every decoder, then requests to live daemons; findings go 
 SOAK_ROUNDS ?= 100
 SOAK_SEED ?=
 .PHONY: soak
-soak: install ## kill -9 the master or slave each round under SYNC load; check nothing acknowledged is lost
+soak: install ## kill, power-cut or pause the master or slave under load each round; the history checker judges both
 	$(BIN)/python -m tests.fault.soak --rounds $(SOAK_ROUNDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 # make partitions PARTITION_ROUNDS=20 (see tests/fault/partitions.py); PARTITION_SEED=n repeats

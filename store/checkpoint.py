@@ -45,15 +45,12 @@ class StoreCheckpoint:
     def min_timestamp_index(self) -> int:
         return min(self.min_timestamp, self.index_msg_timestamp)
 
-    def flush(self) -> None:
-        """Write and fsync the page through a temporary file, so a crash leaves old or new."""
+    def flush(self, logics_msg_timestamp: int | None = None) -> None:
+        """Write and fsync the page through a temporary file, so a crash leaves old or new;
+        `logics_msg_timestamp` is written instead of the dispatch's newest when given (what
+        the ConsumeQueues are synced up to)."""
         page = bytearray(FILE_SIZE)
-        _FIELDS.pack_into(
-            page,
-            0,
-            self.physic_msg_timestamp,
-            self.logics_msg_timestamp,
-            self.index_msg_timestamp,
-        )
+        logics = self.logics_msg_timestamp if logics_msg_timestamp is None else logics_msg_timestamp
+        _FIELDS.pack_into(page, 0, self.physic_msg_timestamp, logics, self.index_msg_timestamp)
         with self._flush_lock:
             write_file_safely(self.path, bytes(page), keep_backup=False)

@@ -28,6 +28,8 @@ class StoreFlusher:
         self.checkpoint = checkpoint
         self.consume_queues = consume_queues
         self.index = index
+        # the dispatch time every ConsumeQueue's units are synced up to (what the file claims)
+        self.logics_durable = checkpoint.logics_msg_timestamp
         self._lock = asyncio.Lock()
 
     async def flush_commitlog(self, least_pages: int) -> bool:
@@ -53,11 +55,18 @@ class StoreFlusher:
             return index.flush() if index is not None else 0
 
         index_ts = await asyncio.to_thread(work)
-        checkpoint.logics_msg_timestamp = max(logics_ts, 0)
+        if least_pages == 0:
+            self.logics_durable = max(logics_ts, self.logics_durable)
         if index is not None:
             checkpoint.index_msg_timestamp = index_ts
         elif worker is not None:
             worker_ts = await worker.flush()
             if worker_ts is not None:
                 checkpoint.index_msg_timestamp = worker_ts
-        await asyncio.to_thread(checkpoint.flush)
+        # Only a thorough flush (every queue synced) moves logicsMsgTimestamp on the disk: a
+        # flush of the queues with `least_pages` dirty pages leaves the others' newest units
+        # unsynced, and a checkpoint claiming them would make recovery after a power cut check
+        # the CommitLog from a file past their records, which would never be dispatched again
+        # (as RocketMQ's FlushConsumeQueueService moves it only when flushConsumeQueueLeastPages
+        # is 0).
+        await asyncio.to_thread(checkpoint.flush, self.logics_durable)

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.conditions import eventually
 from tests.support.stores import StoreFactory
 from tidemq.store import recovery
+from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.errors import CorruptStoreError
 from tidemq.store.get_message import GetMessageStatus
@@ -394,5 +396,31 @@ async def test_garbage_consume_queue_file_is_rebuilt_on_the_same_boot(
         assert store.recovery is Recovery.SAME_BOOT
         assert cq_tree(tmp_path) == before
         check_contents(store, sent)
+    finally:
+        await store.stop()
+
+
+async def test_a_partial_consume_queue_flush_does_not_move_the_checkpoint(tmp_path: Path) -> None:
+    """flushConsumeQueueLeastPages > 0 syncs only queues with that many dirty pages: the
+    checkpoint's logicsMsgTimestamp on disk must not claim the others' new units (recovery after
+    a power cut would check the CommitLog from past their records and never dispatch them)."""
+    await build(tmp_path, 90)
+    before = StoreCheckpoint(tmp_path / "checkpoint").logics_msg_timestamp
+    store = open_store(tmp_path)
+    await store.start()
+    try:
+        late = T0 + 1000 * 500
+        ends = [store.max_offset_in_queue("R", q) for q in (0, 1)]
+        await put(store, "R", 0, 500, late)
+        await put(store, "R", 1, 501, late)
+        await eventually(
+            lambda: [store.max_offset_in_queue("R", q) for q in (0, 1)] == [e + 1 for e in ends],
+            "the new messages dispatched",
+        )
+        assert store.checkpoint.logics_msg_timestamp >= late  # dispatch's newest, in memory
+        await store.flusher.flush_consume_queues(2)  # one unit each: neither queue is synced
+        assert StoreCheckpoint(tmp_path / "checkpoint").logics_msg_timestamp == before
+        await store.flusher.flush_consume_queues(0)  # every queue synced
+        assert StoreCheckpoint(tmp_path / "checkpoint").logics_msg_timestamp >= late
     finally:
         await store.stop()

@@ -150,7 +150,7 @@ def journal(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     wrap(IndexKeeper, "start_worker", lambda *_a: "start index worker")
     wrap(IndexKeeper, "stop_worker", lambda s, _d: "stop index worker" if s.worker else None)
     wrap(message_store, "write_abort_file", lambda _root: "write abort file")
-    wrap(StoreCheckpoint, "flush", lambda _s: "flush checkpoint")
+    wrap(StoreCheckpoint, "flush", lambda *_a: "flush checkpoint")
     wrap(MessageStore, "close_files", _close_files)
     wrap(StoreLock, "release", lambda s: "release lock" if s._fd is not None else None)
     return journal
