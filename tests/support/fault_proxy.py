@@ -41,6 +41,9 @@ change is in effect when the call returns. Modes (`Mode`), switchable at run tim
   held too: its upstream connection is made only when the partition heals. `heal()` (or any
   other mode) delivers everything held, in order, then any close that happened meanwhile; an
   endpoint that gave up during the partition sees its peer's close then.
+- `partition_after(n)`: PASS until `n` more bytes have been forwarded (both directions counted),
+  then PARTITION, exactly at that byte: what a test needs to stop a fast transfer (an HA
+  catch-up on loopback) at a point of its choosing, which polling cannot do.
 - `DROP`: every open connection is aborted (both sides, at once), and connections accepted while
   the mode lasts are aborted as soon as they are accepted. `drop_connections()` aborts the open
   connections without changing the mode.
@@ -185,8 +188,15 @@ class _Pipe:
                         continue
                     proxy.idle_releases += 1
             if self.pending:
-                # Everything read so far, as one write (also what RECHUNK releases alone).
-                self._write(self.pending)
+                # Everything read so far, as one write (also what RECHUNK releases alone), or
+                # what is left of a partition_after budget.
+                size = self.pending
+                if proxy.partition_at is not None:
+                    size = min(size, proxy.partition_at - proxy.bytes_forwarded)
+                    if size <= 0:
+                        await proxy._set_mode(Mode.PARTITION)
+                        continue
+                self._write(size)
                 self.planned_total = self.written_total
                 self.read_ends.clear()
                 await self.writer.drain()
@@ -287,6 +297,7 @@ class FaultProxy:
         self.splits = 0
         self.merges = 0
         self.idle_releases = 0
+        self.partition_at: int | None = None  # bytes_forwarded at which to partition
         self._connections: set[_Connection] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -348,6 +359,14 @@ class FaultProxy:
     def partition(self) -> None:
         self.set_mode(Mode.PARTITION)
 
+    def partition_after(self, size: int) -> None:
+        """Forward (in PASS mode) `size` more bytes, then partition at exactly that byte."""
+        self._call(self._partition_after(size))
+
+    async def _partition_after(self, size: int) -> None:
+        await self._set_mode(Mode.PASS)  # does not yield for PASS: no byte moves in between
+        self.partition_at = self.bytes_forwarded + size
+
     def heal(self, mode: Mode = Mode.PASS) -> None:
         """End a partition (or a drop): held bytes are delivered in order."""
         self.set_mode(mode)
@@ -400,6 +419,7 @@ class FaultProxy:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _set_mode(self, mode: Mode) -> None:
+        self.partition_at = None  # a mode change ends a partition_after budget
         self.mode = mode
         if mode is Mode.PARTITION:
             self._flowing.clear()

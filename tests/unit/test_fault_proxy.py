@@ -205,6 +205,21 @@ async def test_partition_holds_bytes_and_connections_until_healed(proxy: FaultPr
             await close(late_writer)
 
 
+async def test_partition_after_stops_at_exactly_the_byte_asked(proxy: FaultProxy) -> None:
+    reader, writer = await connect(proxy)
+    try:
+        proxy.partition_after(15)  # 10 bytes to the echo server, 5 of the 10 coming back
+        writer.write(b"abcdefghij")
+        assert await asyncio.wait_for(reader.readexactly(5), 5) == b"abcde"
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.read(100), 0.3)
+        assert proxy.bytes_forwarded == 15 and proxy.mode is Mode.PARTITION
+        proxy.heal()
+        assert await asyncio.wait_for(reader.readexactly(5), 5) == b"fghij"
+    finally:
+        await close(writer)
+
+
 async def test_partition_propagates_a_close_only_after_healing(proxy: FaultProxy) -> None:
     reader, writer = await connect(proxy)
     try:
