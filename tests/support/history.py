@@ -68,6 +68,7 @@ from typing import IO, Any, Final
 from tests.support.ha_processes import id_of
 from tests.support.wire import pull_header
 from tidemq.client.api import BrokerAPI, PullStatus
+from tidemq.client.consumer.offset_store import OFFSET_READ_ERROR
 from tidemq.client.consumer.pull import AsyncPullConsumer
 from tidemq.client.errors import TideMQError
 from tidemq.client.message import Message, ReceivedMessage, SendResult
@@ -278,6 +279,11 @@ class RecordingPullConsumer:
         except TideMQError as exc:
             self.recorder.complete(op, "fail", "committed", error=_error(exc))
             raise
+        if offset == OFFSET_READ_ERROR:
+            # The store could not be asked (its broker unreachable): a failed read, not an
+            # offset of -2 (read as one, it looked like a committed offset going back).
+            self.recorder.complete(op, "fail", "committed", error="OFFSET_READ_ERROR")
+            return offset
         self.recorder.complete(op, "ok", "committed", offset=offset)
         return offset
 

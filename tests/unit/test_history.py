@@ -10,7 +10,17 @@ from typing import Any
 
 import pytest
 
-from tests.support.history import RULES, Event, Recorder, check, load, operations
+from tests.support.history import (
+    RULES,
+    Event,
+    Recorder,
+    RecordingPullConsumer,
+    check,
+    load,
+    operations,
+)
+from tidemq.client.consumer.offset_store import OFFSET_READ_ERROR
+from tidemq.client.protocol.heartbeat import MessageQueue
 
 B1, B2 = "198.18.2.2:20911", "198.18.3.2:20911"  # brokers 1 and 2 of group broker-a
 TOPIC = "T"
@@ -230,6 +240,22 @@ def test_a_committed_offset_read_back_across_a_failover_is_counted_not_judged() 
     assert report.ok, report.summary()
     assert report.counts["offsets_back_at_failover"] == 1
     assert report.counts["offsets_back_most"] == 1
+
+
+async def test_a_committed_read_the_store_could_not_answer_is_a_failed_read() -> None:
+    # The consumer's OFFSET_READ_ERROR (-2) during a partition once read as a committed offset
+    # of -2, an offset going back (a failure of the partition test in CI).
+    class Unreachable:
+        group = "G"
+
+        async def committed(self, mq: MessageQueue) -> int:
+            return OFFSET_READ_ERROR
+
+    recorder = Recorder(process="client")
+    consumer = RecordingPullConsumer(recorder, Unreachable())  # type: ignore[arg-type]
+    assert await consumer.committed(MessageQueue(TOPIC, "broker-a", 0)) == OFFSET_READ_ERROR
+    [read] = [o for o in operations(recorder.events) if o.f == "committed"]
+    assert read.outcome == "fail"
 
 
 def test_overlapping_committed_reads_may_disagree() -> None:
