@@ -3,8 +3,10 @@
 Against a real name server and broker, for every kind of bad message (tests/support/
 bad_messages.py) and every send path of the blocking producers and of the asyncio ones (send,
 oneway, async with a callback, orderly, batch, to a given queue, with a selector, in a
-transaction): the send raises `InvalidMessageError` naming the field well within QUICK, and a
-good message sent next by the same producer, on the same connection, is stored within QUICK.
+transaction): the send raises `InvalidMessageError` naming the field, and a good message sent
+next by the same producer, on the same connection, is stored. "At once" is a condition, not a
+clock: a refusal raised inside the transport (the old behaviour) leaves a connection whose next
+send fails with the producer's own timeout error, which fails the test without timing anything.
 So are a send's bad queue and a selector that gives no queue. At the end the broker holds
 exactly the good messages: nothing of a refused one reached it.
 
@@ -17,10 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -39,11 +40,8 @@ from tidemq.client.transaction import (
     TransactionProducer,
 )
 
-T = TypeVar("T")
-
-# Half the producers' default send timeout, which the old behaviour waited out: a refusal (or
-# the good send after it) that takes this long is the old behaviour, not a slow machine.
-QUICK = 5.0
+# A bound on waits for callbacks and stored messages, not a speed target.
+LIVENESS = 60.0
 TOPIC = "BadMessagesT"
 QUEUES = 2
 BROKER = "broker-a"  # tests.support.processes names every broker so
@@ -93,21 +91,10 @@ def start_broker(processes: ProcessGroup, namesrv: Daemon, tmp_path: Path) -> Da
 # --- the blocking producers -------------------------------------------------------------------
 
 
-def quickly(call: Callable[[], T], what: str) -> T:
-    started = time.monotonic()
-    result = call()
-    elapsed = time.monotonic() - started
-    assert elapsed < QUICK, f"{what} took {elapsed:.1f} s"
-    return result
-
-
-def refusal(send: Callable[[Message], object], msg: Message, what: str) -> InvalidMessageError:
-    def refused() -> InvalidMessageError:
-        with pytest.raises(InvalidMessageError) as caught:
-            send(msg)
-        return caught.value
-
-    return quickly(refused, what)
+def refusal(send: Callable[[Message], object], msg: Message) -> InvalidMessageError:
+    with pytest.raises(InvalidMessageError) as caught:
+        send(msg)
+    return caught.value
 
 
 def test_the_blocking_producers_refuse_bad_messages_at_once_and_send_on(
@@ -134,7 +121,7 @@ def test_the_blocking_producers_refuse_bad_messages_at_once_and_send_on(
             "send": (producer.send, send_good),
             "send_oneway": (producer.send_oneway, send_good),
             "send_async": (
-                lambda m: producer.send_async(m, lambda r, e: told.append(e)).result(QUICK),
+                lambda m: producer.send_async(m, lambda r, e: told.append(e)).result(LIVENESS),
                 send_good,
             ),
             "send_orderly": (lambda m: producer.send_orderly(m, "key"), send_good),
@@ -157,18 +144,18 @@ def test_the_blocking_producers_refuse_bad_messages_at_once_and_send_on(
         good += 2
         for label, make, field in BAD_MESSAGES:
             for path, (send_bad, send_next) in paths.items():
-                refused = refusal(send_bad, make(TOPIC), f"{path} of {label}")
+                refused = refusal(send_bad, make(TOPIC))
                 assert refused.field == field, f"{path} of {label}: {refused}"
-                quickly(send_next, f"the good {path} after {label}")
+                send_next()
                 good += 1
         for label, kwargs, field in misused_sends(TOPIC):
             send = functools.partial(producer.send, **kwargs)
-            refused = refusal(send, Message(TOPIC, b"x"), label)
+            refused = refusal(send, Message(TOPIC, b"x"))
             assert refused.field == field, f"{label}: {refused}"
-            quickly(send_good, f"the good send after {label}")
+            send_good()
             good += 1
 
-    eventually_sync(lambda: len(told) == len(BAD_MESSAGES), "every send_async callback", QUICK)
+    eventually_sync(lambda: len(told) == len(BAD_MESSAGES), "every send_async callback", LIVENESS)
     assert all(isinstance(error, InvalidMessageError) for error in told)
     eventually_sync(lambda: asyncio.run(stored(broker)) >= good, "the good messages stored", 15)
     assert asyncio.run(stored(broker)) == good
@@ -177,18 +164,11 @@ def test_the_blocking_producers_refuse_bad_messages_at_once_and_send_on(
 # --- the asyncio producers --------------------------------------------------------------------
 
 
-async def quickly_async(call: Awaitable[T], what: str) -> T:
-    try:
-        return await asyncio.wait_for(call, QUICK)
-    except TimeoutError:
-        raise AssertionError(f"{what} took over {QUICK} s") from None
-
-
 async def refusal_async(
-    send: Callable[[Message], Awaitable[object]], msg: Message, what: str
+    send: Callable[[Message], Awaitable[object]], msg: Message
 ) -> InvalidMessageError:
     with pytest.raises(InvalidMessageError) as caught:
-        await quickly_async(send(msg), what)
+        await send(msg)
     return caught.value
 
 
@@ -239,18 +219,18 @@ async def test_the_asyncio_producers_refuse_bad_messages_at_once_and_send_on(
         good += 2
         for label, make, field in BAD_MESSAGES:
             for path, (send_bad, send_next) in paths.items():
-                refused = await refusal_async(send_bad, make(TOPIC), f"{path} of {label}")
+                refused = await refusal_async(send_bad, make(TOPIC))
                 assert refused.field == field, f"{path} of {label}: {refused}"
-                await quickly_async(send_next(), f"the good {path} after {label}")
+                await send_next()
                 good += 1
         for label, kwargs, field in misused_sends(TOPIC):
             send_with = functools.partial(producer.send, **kwargs)
-            refused = await refusal_async(send_with, Message(TOPIC, b"x"), label)
+            refused = await refusal_async(send_with, Message(TOPIC, b"x"))
             assert refused.field == field, f"{label}: {refused}"
-            await quickly_async(send_good(), f"the good send after {label}")
+            await send_good()
             good += 1
 
-    await eventually(lambda: len(told) == len(BAD_MESSAGES), "every send_async callback", QUICK)
+    await eventually(lambda: len(told) == len(BAD_MESSAGES), "every send_async callback", LIVENESS)
     assert all(isinstance(error, InvalidMessageError) for error in told)
 
     async def all_good_stored() -> bool:
