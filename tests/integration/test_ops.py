@@ -590,8 +590,8 @@ def test_make_run_starts_the_local_cluster_and_ctrl_c_stops_every_process(
 def free_block(size: int) -> int:
     """A base below the ephemeral range with `size` ports free from it (checked, not held)."""
     for _ in range(50):
-        base = free_port() // 10 * 10
-        if base + size < 65536 and all(port_is_free("0.0.0.0", base + i) for i in range(size)):
+        base = free_port(span=size)
+        if all(port_is_free("0.0.0.0", base + i) for i in range(size)):
             return base
     raise AssertionError(f"no {size} free ports in a row")
 

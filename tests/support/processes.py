@@ -51,27 +51,65 @@ BROKER_BOOTED: Final = ") boot success at "
 _running: set[Daemon] = set()
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port nothing listens on right now, never one of RocketMQ's, never handed out twice.
+def free_port(host: str = LOOPBACK, span: int = 1) -> int:
+    """A TCP port nothing listens on right now, never one of RocketMQ's, never handed out twice
+    (with `span`, the first of that many such ports in a row).
 
     Taken below the kernel's ephemeral range: a port from `bind(0)` comes from that range, the
     one outgoing connections take their source ports from, so between the pick and a daemon's
     bind a connection could take it ("address already in use"; seen with a slave started
     after its masters had connected out). Below the range only a listener can take a port.
+    Under pytest-xdist each worker picks from its own slice of that range: two tests running
+    at once never pick the same port.
     """
-    low, _high = _ephemeral_range()
+    low, high = _pick_range()
+    if high - low < 100:
+        if span != 1:
+            raise RuntimeError(f"no room for {span} ports in a row below the ephemeral range")
+        return _bound_port(host)
     for _ in range(200):
-        port = _random.randrange(_PICK_FROM, low) if low > _PICK_FROM + 100 else 0
+        port = _random.randrange(low, high - span + 1)
+        ports = range(port, port + span)
+        if any(p in RESERVED_PORTS or p in _handed_out for p in ports):
+            continue
+        if all(_bindable(host, p) for p in ports):
+            _handed_out.update(ports)
+            return port
+    raise RuntimeError("no free port found")
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _bound_port(host: str) -> int:
+    """The last resort of a machine whose ephemeral range starts low: a port from bind(0)."""
+    for _ in range(200):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((host, port))
-            except OSError:
-                continue
-            port = probe.getsockname()[1]
+            probe.bind((host, 0))
+            port: int = probe.getsockname()[1]
         if port not in RESERVED_PORTS and port not in _handed_out:
             _handed_out.add(port)
             return port
     raise RuntimeError("no free port found")
+
+
+def _pick_range() -> tuple[int, int]:
+    """[low, high) this process picks ports from: its xdist worker's slice of [20000, the
+    ephemeral range)."""
+    low, high = _PICK_FROM, _ephemeral_range()[0]
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if worker.startswith("gw") and workers > 1:
+        index = int(worker[2:])
+        width = (high - low) // workers
+        low, high = low + index * width, low + (index + 1) * width
+    return low, high
 
 
 _PICK_FROM: Final = 20000
