@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,22 +129,52 @@ def test_make_dist_builds_an_sdist_and_a_wheel_with_the_compiled_modules(
     assert release.sdist.name == "tidemq-0.1.0.tar.gz"
 
 
+def test_the_wheel_holds_one_top_level_name_its_assets_and_typed_compiled_modules(
+    release: Release,
+) -> None:
+    """`pip install` puts one new top-level import name into an environment: `tidemq`; the
+    wheel (built from the sdist, which holds the .pyx and .pxi files but no generated .c) carries
+    the Spark source, the dashboard's assets, py.typed, and each compiled module with its .pyi."""
+    with zipfile.ZipFile(release.wheel) as archive:
+        names = archive.namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"tidemq"}
+    assert "tidemq/client/spark/source.py" in names
+    assert "tidemq/py.typed" in names
+    for asset in ("index.html", "app.js", "app.css", "chart.js"):
+        assert f"tidemq/client/dashboard/static/{asset}" in names, asset
+    for module in COMPILED_MODULES:
+        stem = module.replace(".", "/")
+        assert f"{stem}.pyi" in names, module
+        assert any(n.startswith(f"{stem}.") and n.endswith(".so") for n in names), module
+
+
 def test_the_wheel_runs_from_a_fresh_environment_outside_the_checkout(release: Release) -> None:
     bin_dir = release.venv / "bin"
     probe = (
-        "import tidemq, tidemq.store.index as index, tidemq.store._hashing as compiled\n"
-        "assert index.prefixed_key_hash is compiled.prefixed_key_hash\n"
+        "import importlib, importlib.util as u, tidemq\n"
+        "from tidemq import Producer, PushConsumer, Message\n"
+        "import tidemq.broker.daemons.brokerd, tidemq.ha.master, tidemq.store.message_store\n"
+        "from tidemq.store import _hashing, index\n"
+        "assert index.prefixed_key_hash is _hashing.prefixed_key_hash\n"
+        f"for name in {COMPILED_MODULES!r}:\n"
+        "    assert importlib.import_module(name).__file__.startswith(tidemq.__path__[0]), name\n"
+        "from tidemq.client.dashboard.server import static_dir\n"
+        "assert (static_dir() / 'index.html').is_file(), static_dir()\n"
+        "assert str(static_dir()).startswith(tidemq.__path__[0])\n"
         "print(tidemq.__file__)\n"
+        "print(sorted(n for n in ('client', 'store', 'broker', 'ha') if u.find_spec(n)))\n"
     )
-    where = subprocess.run(
+    where, old_names = subprocess.run(
         [bin_dir / "python", "-c", probe],
         capture_output=True,
         text=True,
         check=True,
         cwd=release.prefix,
         env=outside_env(release.prefix),
-    ).stdout.strip()
+    ).stdout.splitlines()
     assert where.startswith(str(release.venv)), where
+    assert old_names == "[]"
     for script in SCRIPTS:
         if script == "tidemq-ingest":
             continue  # the spark extra: below
@@ -230,7 +261,7 @@ def test_the_units_run_namesrvd_and_brokerd_as_a_non_root_user(release: Release)
     (etc / "broker-a.properties").write_text(
         "brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerId=0\n"
         f"brokerRole=ASYNC_MASTER\nnamesrvAddr={namesrv}\nbrokerIP1=127.0.0.1\n"
-        f"listenPort={broker_port}\nhaListenPort={free_port()}\n"
+        f"listenPort={broker_port}\nhaListenPort={free_port()}\ngrpcServerPort={free_port()}\n"
         f"storePathRootDir={state}/broker-a\n"
         # deploy/local's laptop-sized store files
         "mappedFileSizeCommitLog=67108864\nmappedFileSizeConsumeQueue=600000\n"
