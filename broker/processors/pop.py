@@ -32,6 +32,7 @@ from tidemq.client.protocol.headers import (
     PopMessageRequestHeader,
 )
 from tidemq.client.protocol.heartbeat import ExpressionType
+from tidemq.client.protocol.models import PERM_READ
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import BodyDecodeError
@@ -60,6 +61,11 @@ class PopProcessor:
     ) -> RemotingCommand:
         del connection
         header = request_header(PopMessageRequestHeader, request)
+        if not self.state.config.broker_permission & PERM_READ:
+            raise RequestRejected(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.state.advertised_address}] pop message is forbidden",
+            )
         expression_type = (header.exp_type or ExpressionType.TAG.value).upper()
         if expression_type == ExpressionType.TAG.value:
             tags, record = parse_tag_expression(header.exp), None

@@ -78,7 +78,7 @@ from tidemq.broker.stats import BrokerStats
 from tidemq.broker.transaction.messages import HALF_TOPIC, park_half
 from tidemq.broker.transaction.service import TransactionalMessageService
 from tidemq.client.protocol.headers import EndTransactionRequestHeader
-from tidemq.client.protocol.models import PERM_WRITE, TopicConfig
+from tidemq.client.protocol.models import PERM_READ, PERM_WRITE, TopicConfig
 from tidemq.client.protocol.names import NameKind, name_problem
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.common.errors import TideMQError
@@ -469,7 +469,9 @@ class MessagingService:
         del call
         pop = self._pop()
         group = resource_name(request.group, NameKind.CONSUMER_GROUP)
-        topic, _config, _perm = self._topic(request.message_queue.topic)
+        topic, _config, perm = self._topic(request.message_queue.topic)
+        if not perm & PERM_READ:  # the topic's, masked by the broker's (brokerPermission)
+            raise Rejected(Code.FORBIDDEN, f"receiving messages of topic[{topic}] is forbidden")
         config = self.config
         batch = request.batch_size or config.grpc_client_consumer_long_polling_batch_size
         if batch <= 0:

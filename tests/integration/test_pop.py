@@ -9,6 +9,7 @@ brokerd is tests/integration/test_rocketmq5_pop.py."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator
@@ -35,7 +36,7 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     MessageType,
     Resource,
 )
-from tidemq.client.protocol.models import SubscriptionGroupConfig, TopicConfig
+from tidemq.client.protocol.models import PERM_WRITE, SubscriptionGroupConfig, TopicConfig
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.transport.client import RemotingClient
@@ -129,8 +130,10 @@ async def receive(
     invisible_ms: int = 30_000,
     poll_ms: int = 0,
     tag: str = "*",
+    timeout: float = 30,
 ) -> tuple[list[Any], list[Message]]:
-    """The stream's answers split into statuses and messages, in the order they came."""
+    """The stream's answers split into statuses and messages, in the order they came; the
+    call fails (DEADLINE_EXCEEDED) when they did not all come within `timeout` seconds."""
     request = pb.ReceiveMessageRequest(
         group=Resource(name=GROUP),
         message_queue=MessageQueue(topic=Resource(name=TOPIC), id=-1),
@@ -147,7 +150,7 @@ async def receive(
     statuses: list[Any] = []
     messages: list[Message] = []
     called_ms = int(time.time() * 1000)
-    answers = [answer async for answer in call(request, metadata=CLIENT, timeout=30)]
+    answers = [answer async for answer in call(request, metadata=CLIENT, timeout=timeout)]
     answered_ms = int(time.time() * 1000) + 1
     # The proxy's order: a status, the messages, then the delivery timestamp, always last; the
     # timestamp falls inside the call (same machine, same clock).
@@ -254,16 +257,34 @@ async def test_a_long_poll_is_answered_when_a_message_arrives(
 ) -> None:
     import asyncio
 
-    started_at = time.monotonic()
-    waiting = asyncio.ensure_future(receive(channel, poll_ms=10_000))
+    # The poll outlasts the call's deadline: a receive that only the end of its poll answers
+    # fails by DEADLINE_EXCEEDED (a condition of the call, not a measured time).
+    assert broker.proxy_config is not None
+    poll_ms = broker.proxy_config.grpc_client_consumer_max_long_polling_timeout_millis
+    waiting = asyncio.ensure_future(receive(channel, poll_ms=poll_ms, timeout=poll_ms / 2000))
     await eventually(lambda: broker.pull_holds.held_count == 1, "the receive held")
     await send(channel, b"late")
     statuses, messages = await waiting
     assert [s.code for s in statuses] == [Code.OK] and bodies(messages) == [b"late"]
-    assert time.monotonic() - started_at < 8
     # Empty and not held: answered at once with MESSAGE_NOT_FOUND.
     statuses, _ = await receive(channel, poll_ms=0)
     assert statuses[0].code == Code.MESSAGE_NOT_FOUND
+
+
+async def test_a_broker_without_read_permission_pops_nothing(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    """Found in review: POP ignored brokerPermission (a pull is refused NO_PERMISSION on a
+    broker that is not readable), on both doors."""
+    await send(channel, b"kept")
+    readable = broker.state.config
+    broker.state.config = dataclasses.replace(readable, broker_permission=PERM_WRITE)
+    popped = await remoting(broker, RequestCode.POP_MESSAGE, pop_header())
+    assert popped.code == ResponseCode.NO_PERMISSION, popped.remark
+    statuses, messages = await receive(channel)
+    assert [s.code for s in statuses] == [Code.FORBIDDEN] and not messages
+    broker.state.config = readable
+    assert bodies(await receive_all(channel, 1)) == [b"kept"]  # nothing was handed out
 
 
 async def test_unacknowledged_messages_come_back_with_one_more_attempt(
