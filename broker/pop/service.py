@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import logging
 import random
 import time
@@ -79,13 +80,23 @@ CATCH_UP_SECONDS: Final = 10.0
 INIT_MODE_MIN: Final = 1  # PopMessageRequestHeader.initMode: ConsumeInitMode.MIN
 
 
-class PopRefused(TideMQError):
-    """A pop, ack or change this broker does not serve; `reason` says which rule."""
+class Refusal(enum.Enum):
+    """Which kind of rule a `PopRefused` names: each door answers its own code for it."""
 
-    def __init__(self, reason: str, *, not_found: bool = False) -> None:
+    OTHER = "other"
+    NO_TOPIC = "no topic"
+    NO_GROUP = "no group"
+    BAD_HANDLE = "bad handle"  # a receipt handle that does not decode or names no revive queue
+
+
+class PopRefused(TideMQError):
+    """A pop, ack or change this broker does not serve; `reason` says which rule, `kind` its
+    kind (the codes are chosen by kind, never by the reason's words)."""
+
+    def __init__(self, reason: str, kind: Refusal = Refusal.OTHER) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.not_found = not_found  # the topic or group does not exist
+        self.kind = kind
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -165,14 +176,14 @@ class PopService:
         for the first when there is none."""
         config = self.topics.select(topic)
         if config is None:
-            raise PopRefused(f"topic[{topic}] not exist, apply first please!", not_found=True)
+            raise PopRefused(f"topic[{topic}] not exist, apply first please!", Refusal.NO_TOPIC)
         if not config.perm & PERM_READ:
             raise PopRefused(f"the topic[{topic}] pop message is forbidden")
         if queue_id >= config.read_queue_nums or queue_id < -1:
             raise PopRefused(f"queueId[{queue_id}] is illegal, topic {topic}")
         group_config = self.groups.find(group)
         if group_config is None:
-            raise PopRefused(f"subscription group [{group}] does not exist", not_found=True)
+            raise PopRefused(f"subscription group [{group}] does not exist", Refusal.NO_GROUP)
         if not group_config.consume_enable:
             raise PopRefused(f"subscription group no permission, {group}")
         if self.store.is_slave:
@@ -260,7 +271,6 @@ class PopService:
                 await self._pop_queue(
                     result,
                     group,
-                    topic,
                     source_topic,
                     kind,
                     qid,
@@ -285,7 +295,6 @@ class PopService:
         self,
         result: PopResult,
         group: str,
-        asked_topic: str,
         topic: str,
         kind: TopicType,
         queue_id: int,
@@ -343,7 +352,6 @@ class PopService:
             result.messages.append(
                 Popped(message, bytes(view), handle, message.reconsume_times + 1)
             )
-        del asked_topic
 
     async def _pop_fifo_queue(
         self,
@@ -413,9 +421,12 @@ class PopService:
         try:
             handle = ReceiptHandle.decode(text)
         except InvalidReceiptHandle as exc:
-            raise PopRefused(f"invalid receipt handle: {exc}") from None
+            raise PopRefused(f"invalid receipt handle: {exc}", Refusal.BAD_HANDLE) from None
         if handle.revive_queue_id >= self.revive_queue_num:
-            raise PopRefused(f"invalid receipt handle: revive queue {handle.revive_queue_id}")
+            raise PopRefused(
+                f"invalid receipt handle: revive queue {handle.revive_queue_id}",
+                Refusal.BAD_HANDLE,
+            )
         if handle.broker_name != self.broker_name():
             raise PopRefused(f"receipt handle of broker {handle.broker_name}, not this one")
         return handle

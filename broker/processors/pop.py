@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 from tidemq.broker.pop.receipt import ReceiptHandle, TopicType
-from tidemq.broker.pop.service import PopRefused, PopResult, PopService
+from tidemq.broker.pop.service import PopRefused, PopResult, PopService, Refusal
 from tidemq.broker.processors.decoding import request_body, request_header
 from tidemq.broker.property_filter import property_filter
 from tidemq.broker.remoting.server import RequestRejected
@@ -151,17 +151,17 @@ class PopProcessor:
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
 
+_REFUSAL_CODES: Final = {
+    Refusal.NO_TOPIC: ResponseCode.TOPIC_NOT_EXIST,
+    Refusal.NO_GROUP: ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+    Refusal.BAD_HANDLE: ResponseCode.MESSAGE_ILLEGAL,
+}
+
+
 def _rejected(refused: PopRefused) -> RequestRejected:
-    code = ResponseCode.SYSTEM_ERROR
-    if refused.not_found:
-        code = (
-            ResponseCode.TOPIC_NOT_EXIST
-            if refused.reason.startswith("topic")
-            else ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
-        )
-    elif refused.reason.startswith("invalid receipt handle"):
-        code = ResponseCode.MESSAGE_ILLEGAL
-    return RequestRejected(code, refused.reason)
+    return RequestRejected(
+        _REFUSAL_CODES.get(refused.kind, ResponseCode.SYSTEM_ERROR), refused.reason
+    )
 
 
 def _with_offset(extra_info: str, queue_id: int, offset: int) -> str:

@@ -16,7 +16,7 @@ import dataclasses
 import random
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
 from google.protobuf.duration_pb2 import Duration
@@ -24,7 +24,7 @@ from google.protobuf.duration_pb2 import Duration
 from tidemq.broker.managers.clients import ClientChannelInfo, ProducerManager
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager, is_not_allowed_send_topic
-from tidemq.broker.pop.service import PopRefused, PopService
+from tidemq.broker.pop.service import PopRefused, PopService, Refusal
 from tidemq.broker.processors.ops import mask_permission
 from tidemq.broker.processors.send import with_cluster
 from tidemq.broker.property_filter import property_filter
@@ -44,6 +44,7 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     Resource,
     RetryPolicy,
     Settings,
+    Status,
     TransactionResolution,
     TransactionSource,
 )
@@ -357,12 +358,7 @@ class MessagingService:
         now_ms = int(time.time() * 1000)
         outgoing = [to_store(message, self.limits, now_ms) for message in request.messages]
         entries = [await self._put(topic, config, one, call) for one in outgoing]
-        codes = {entry.status.code for entry in entries}
-        if len(codes) > 1:
-            status = Rejected(Code.MULTIPLE_RESULTS, "MULTIPLE_RESULTS").status()
-        else:
-            status = entries[0].status
-        return SendMessageResponse(status=status, entries=entries)
+        return SendMessageResponse(status=_overall(entries), entries=entries)
 
     async def _put(
         self, topic: str, config: TopicConfig, outgoing: Outgoing, call: CallContext
@@ -505,13 +501,7 @@ class MessagingService:
                 group, topic, request.message_queue.id, batch, invisible, poll, tags, record
             )
         except PopRefused as refused:
-            code = Code.FORBIDDEN
-            if refused.not_found:
-                code = (
-                    Code.TOPIC_NOT_FOUND
-                    if refused.reason.startswith("topic")
-                    else Code.CONSUMER_GROUP_NOT_FOUND
-                )
+            code = _RECEIVE_REFUSAL_CODES.get(refused.kind, Code.FORBIDDEN)
             raise Rejected(code, refused.reason) from None
         if not result.messages:
             yield ReceiveMessageResponse(
@@ -551,12 +541,7 @@ class MessagingService:
                     status=status,
                 )
             )
-        codes = {e.status.code for e in entries}
-        if len(codes) > 1:
-            overall = Rejected(Code.MULTIPLE_RESULTS, "MULTIPLE_RESULTS").status()
-        else:
-            overall = entries[0].status
-        return AckMessageResponse(status=overall, entries=entries)
+        return AckMessageResponse(status=_overall(entries), entries=entries)
 
     async def change_invisible_duration(
         self, request: ChangeInvisibleDurationRequest, call: CallContext
@@ -588,10 +573,23 @@ class MessagingService:
         return ForwardMessageToDeadLetterQueueResponse(status=ok())
 
 
+_RECEIVE_REFUSAL_CODES: Final = {
+    Refusal.NO_TOPIC: Code.TOPIC_NOT_FOUND,
+    Refusal.NO_GROUP: Code.CONSUMER_GROUP_NOT_FOUND,
+}
+
 _END_STATES: Final = {
     TransactionResolution.COMMIT: TRANSACTION_COMMIT_TYPE,
     TransactionResolution.ROLLBACK: TRANSACTION_ROLLBACK_TYPE,
 }
+
+
+def _overall(entries: Sequence[SendResultEntry | AckMessageResultEntry]) -> Status:
+    """A request's status over its entries' (at least one): theirs when they agree, else
+    MULTIPLE_RESULTS (RocketMQ's proxy)."""
+    if len({entry.status.code for entry in entries}) > 1:
+        return Rejected(Code.MULTIPLE_RESULTS, "MULTIPLE_RESULTS").status()
+    return entries[0].status
 
 
 def choose_queue(write_queue_nums: int, message_group: str) -> int:

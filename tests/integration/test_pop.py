@@ -392,6 +392,17 @@ async def test_bad_handles_and_arguments_get_their_codes(channel: aio.Channel) -
     bad = await ack(channel, messages[0], handle="not a handle")
     assert bad.status.code == Code.INVALID_RECEIPT_HANDLE
     assert "fields" in bad.entries[0].status.message
+    # Entries that end differently: each its own status, the request's MULTIPLE_RESULTS.
+    entries = [
+        pb.AckMessageEntry(message_id="good", receipt_handle=handle)
+        for handle in (messages[0].system_properties.receipt_handle, "not a handle")
+    ]
+    request = pb.AckMessageRequest(
+        group=Resource(name=GROUP), topic=Resource(name=TOPIC), entries=entries
+    )
+    mixed = await unary(channel, "AckMessage", request, pb.AckMessageResponse)
+    assert mixed.status.code == Code.MULTIPLE_RESULTS
+    assert [e.status.code for e in mixed.entries] == [Code.OK, Code.INVALID_RECEIPT_HANDLE]
     statuses, _ = await receive(channel, invisible_ms=50)  # below the minimum (100 here)
     assert statuses[0].code == Code.ILLEGAL_INVISIBLE_TIME
     request = pb.ReceiveMessageRequest(
