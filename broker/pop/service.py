@@ -37,7 +37,7 @@ import enum
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Final
 
 from tidemq.broker.long_polling import PullRequestHoldService
@@ -46,7 +46,7 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
 from tidemq.broker.pop import records
 from tidemq.broker.pop.fifo import FifoLocks
-from tidemq.broker.pop.ledger import Ack, Checkpoint, CheckpointKey, ReviveLedger
+from tidemq.broker.pop.ledger import Ack, Checkpoint, ReviveLedger
 from tidemq.broker.pop.receipt import InvalidReceiptHandle, ReceiptHandle, TopicType
 from tidemq.broker.processors.retry import DLQ_PREFIX, DLQ_QUEUE_NUMS, RETRY_PREFIX
 from tidemq.client.protocol.models import PERM_READ, PERM_READ_WRITE, PERM_WRITE
@@ -143,7 +143,6 @@ class PopService:
         self.ledgers: dict[int, ReviveLedger] = {}
         self._positions: dict[int, int] = {}
         self.revived = 0  # messages put back (retry or DLQ) since start
-        self.reviving = False
         # Set once the revive service has read every revive queue to its end after a start:
         # pops wait for it, so they start past what the checkpoints say was handed out.
         self.caught_up = asyncio.Event()
@@ -531,14 +530,10 @@ class PopService:
         more to read than one batch."""
         if self.topics.select(self.revive_topic) is None:
             return False
-        self.reviving = True
-        try:
-            busy = False
-            for qid in range(self.revive_queue_num):
-                busy |= await self._revive_queue(qid, now_ms)
-            return busy
-        finally:
-            self.reviving = False
+        busy = False
+        for qid in range(self.revive_queue_num):
+            busy |= await self._revive_queue(qid, now_ms)
+        return busy
 
     def _ledger(self, qid: int) -> ReviveLedger:
         ledger = self.ledgers.get(qid)
@@ -657,6 +652,3 @@ class PopService:
             ledger.in_flight(topic, group) + ledger.in_flight(retry, group)
             for ledger in self.ledgers.values()
         )
-
-    def open_keys(self) -> Sequence[CheckpointKey]:
-        return [c.key for ledger in self.ledgers.values() for c in ledger.open_checkpoints()]

@@ -60,9 +60,9 @@ from tidemq.store.record import (
     PROPERTY_UNIQ_KEY,
     StoredMessage,
 )
+from tidemq.store.timer_message import PROPERTY_TIMER_DELIVER_MS
 
 PROPERTY_SHARDING_KEY: Final = "__SHARDINGKEY"
-PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
 PROPERTY_TRACE_CONTEXT: Final = "TRACE_CONTEXT"
 KEY_SEPARATOR: Final = " "
 MAX_USER_PROPERTIES: Final = 128
