@@ -12,6 +12,7 @@ import base64
 import dataclasses
 import json
 import time
+import types
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -600,7 +601,10 @@ async def test_a_change_in_the_pops_own_millisecond_keeps_its_checkpoint(
     ack of the old CK then ended the message for good (never revived: lost)."""
     await send(channel, b"same-ms")
     frozen = time.time()
-    monkeypatch.setattr("tidemq.broker.pop.service.time.time", lambda: frozen)
+    # The POP service's clock alone (not time.time itself): the store's timestamps and the
+    # rest of the broker keep the real one.
+    clock = types.SimpleNamespace(time=lambda: frozen, monotonic=time.monotonic)
+    monkeypatch.setattr("tidemq.broker.pop.service.time", clock)
     result = await broker.pop.pop(GROUP, TOPIC, -1, 1, 500, 0)
     handle = result.messages[0].handle
     assert handle.start_offset == handle.offset  # the pop's first offset
