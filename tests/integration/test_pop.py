@@ -398,10 +398,10 @@ async def test_bad_handles_and_arguments_get_their_codes(channel: aio.Channel) -
         pb.AckMessageEntry(message_id="good", receipt_handle=handle)
         for handle in (messages[0].system_properties.receipt_handle, "not a handle")
     ]
-    request = pb.AckMessageRequest(
+    acks = pb.AckMessageRequest(
         group=Resource(name=GROUP), topic=Resource(name=TOPIC), entries=entries
     )
-    mixed = await unary(channel, "AckMessage", request, pb.AckMessageResponse)
+    mixed = await unary(channel, "AckMessage", acks, pb.AckMessageResponse)
     assert mixed.status.code == Code.MULTIPLE_RESULTS
     assert [e.status.code for e in mixed.entries] == [Code.OK, Code.INVALID_RECEIPT_HANDLE]
     statuses, _ = await receive(channel, invisible_ms=50)  # below the minimum (100 here)
