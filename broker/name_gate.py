@@ -174,10 +174,13 @@ def registration_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
     if not len(body) or body[:1] != b"{":
         return
     data = RegisterBrokerBody.decode(body)
-    for topic in data.topic_config_wrapper.topic_config_table:
+    for topic, config in data.topic_config_wrapper.topic_config_table.items():
         # The broker's own topic is its name, by default the host's, which may hold dots
         # (RocketMQ registers it so): table keys here, never paths.
         yield "topicConfigTable", BROKER, topic
+        if config.topic_name and config.topic_name != topic:
+            # the route table is keyed by the entry's own name (RouteInfoManager's)
+            yield "topicConfigTable.topicName", BROKER, config.topic_name
     for topic in data.deleted_topics:  # an incremental registration's
         yield "deletedTopicList", BROKER, topic
 

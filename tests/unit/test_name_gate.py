@@ -226,6 +226,12 @@ def test_registered_topics_are_gated() -> None:
     assert remark.startswith("topicConfigTable: ")
     body = RegisterBrokerBody(TopicConfigSerializeWrapper({"T": TopicConfig("T")})).encode()
     gate.check(RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body=body))
+    # Found in review: the name server stores an entry under its topicName, which the gate
+    # did not read (only the map's key).
+    table = {"T": TopicConfig("../t")}
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper(table)).encode()
+    remark = refused(gate, RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body=body))
+    assert remark.startswith("topicConfigTable.topicName: ")
 
 
 async def refuse_all(connection: object, request: RemotingCommand) -> RemotingCommand:
