@@ -261,12 +261,13 @@ class NameGate:
             self._check_body(names, request.body)
 
     def _check_body(self, names: BodyNames, body: Body) -> None:
+        # Each name as it is read: a body that turns unreadable later still has the names
+        # before that point checked (its processor may read more of it than the gate).
         try:
-            found = list(names(body))
+            for field, kind, value in names(body):
+                self._check(field, kind, value)
         except (DecodeError, ValueError, TypeError, AttributeError, KeyError):
             return  # the processor reads the body again and refuses it, naming why
-        for field, kind, value in found:
-            self._check(field, kind, value)
 
     def _check(self, field: str, kind: NameKind, value: object) -> None:
         if not isinstance(value, str):  # a msgpack header may hold any type

@@ -215,6 +215,11 @@ def test_lock_batch_and_subscription_group_bodies_are_gated() -> None:
     assert refused(gate, RemotingCommand.request(code, body=group)).startswith("groupName: ")
     # a body the gate cannot read is left to the processor, which names why
     gate.check(RemotingCommand.request(code, body=b"not json"))
+    # ... but the names read before the part it cannot read are checked (found in review)
+    groups = dumps({"groupConfigList": [{"groupName": "../g"}, {"retryMaxTimes": 1}]})
+    code = RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST
+    remark = refused(gate, RemotingCommand.request(code, body=groups))
+    assert remark.startswith("groupConfigList.groupName: ")
 
 
 def test_registered_topics_are_gated() -> None:
