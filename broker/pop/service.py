@@ -87,6 +87,7 @@ class Refusal(enum.Enum):
     NO_TOPIC = "no topic"
     NO_GROUP = "no group"
     BAD_HANDLE = "bad handle"  # a receipt handle that does not decode or names no revive queue
+    POLLING_FULL = "polling full"  # the long-polling service holds its maximum already
 
 
 class PopRefused(TideMQError):
@@ -213,6 +214,8 @@ class PopService:
             left = deadline - time.monotonic()
             if result.messages or left <= 0 or not waits:
                 return result
+            if self.holds.full:  # as a pull's long poll: held requests are bounded
+                raise PopRefused("polling full: too many requests held", Refusal.POLLING_FULL)
             await self.holds.hold_any(waits, tag_filter, left)
             if not self.holds.running:
                 return result  # the broker stops: held requests answer now

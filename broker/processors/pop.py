@@ -155,6 +155,7 @@ _REFUSAL_CODES: Final = {
     Refusal.NO_TOPIC: ResponseCode.TOPIC_NOT_EXIST,
     Refusal.NO_GROUP: ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
     Refusal.BAD_HANDLE: ResponseCode.MESSAGE_ILLEGAL,
+    Refusal.POLLING_FULL: ResponseCode.POLLING_FULL,
 }
 
 

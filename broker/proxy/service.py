@@ -576,6 +576,7 @@ class MessagingService:
 _RECEIVE_REFUSAL_CODES: Final = {
     Refusal.NO_TOPIC: Code.TOPIC_NOT_FOUND,
     Refusal.NO_GROUP: Code.CONSUMER_GROUP_NOT_FOUND,
+    Refusal.POLLING_FULL: Code.TOO_MANY_REQUESTS,
 }
 
 _END_STATES: Final = {

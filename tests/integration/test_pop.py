@@ -288,6 +288,21 @@ async def test_a_broker_without_read_permission_pops_nothing(
     assert bodies(await receive_all(channel, 1)) == [b"kept"]  # nothing was handed out
 
 
+async def test_a_full_long_polling_service_refuses_to_hold_a_pop(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    """Found in review: a POP's long poll was held whatever the number held already (a pull
+    is refused at pullThreadPoolQueueCapacity); now refused as RocketMQ's POLLING_FULL."""
+    broker.pull_holds.max_held = 0
+    popped = await remoting(broker, RequestCode.POP_MESSAGE, pop_header(pollTime="60000"))
+    assert popped.code == ResponseCode.POLLING_FULL, popped.remark
+    statuses, _ = await receive(channel, poll_ms=60_000, timeout=30)
+    assert [s.code for s in statuses] == [Code.TOO_MANY_REQUESTS]
+    # Not held: a pop with nothing to wait for is answered as before.
+    statuses, _ = await receive(channel, poll_ms=0)
+    assert statuses[0].code == Code.MESSAGE_NOT_FOUND
+
+
 async def test_unacknowledged_messages_come_back_with_one_more_attempt(
     broker: Broker, channel: aio.Channel
 ) -> None:

@@ -100,6 +100,7 @@ def test_a_seven_field_extra_info_takes_the_headers_offset() -> None:
         (Refusal.NO_TOPIC, ResponseCode.TOPIC_NOT_EXIST),
         (Refusal.NO_GROUP, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST),
         (Refusal.BAD_HANDLE, ResponseCode.MESSAGE_ILLEGAL),
+        (Refusal.POLLING_FULL, ResponseCode.POLLING_FULL),
         (Refusal.OTHER, ResponseCode.SYSTEM_ERROR),
     ],
 )
