@@ -26,7 +26,7 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager, is_not_allowed_send_topic
 from tidemq.broker.pop.service import PopRefused, PopService, Refusal
 from tidemq.broker.processors.ops import mask_permission
-from tidemq.broker.processors.send import with_cluster
+from tidemq.broker.processors.send import peer_born_host, with_cluster
 from tidemq.broker.property_filter import property_filter
 from tidemq.broker.proxy import routes
 from tidemq.broker.proxy.clients import GrpcClient, GrpcClients
@@ -93,7 +93,6 @@ from tidemq.store.record import (
     MessageToStore,
     decode_message_id,
     encode_properties,
-    pack_host,
 )
 from tidemq.store.tags import MATCH_ALL, parse_tag_expression
 
@@ -375,7 +374,7 @@ class MessagingService:
             0,
             0,
             outgoing.born_timestamp,
-            _born_host(call.peer),
+            peer_born_host(call.peer),
             self.state.store_host,
             0,
         )
@@ -603,11 +602,3 @@ def choose_queue(write_queue_nums: int, message_group: str) -> int:
 
 def _duration_ms(millis: int) -> Duration:
     return Duration(seconds=millis // 1000, nanos=(millis % 1000) * 1_000_000)
-
-
-def _born_host(peer: str) -> bytes:
-    host, _sep, port = peer.rpartition(":")
-    try:
-        return pack_host(host.strip("[]"), int(port))
-    except ValueError:
-        return pack_host("127.0.0.1", 0)
