@@ -22,8 +22,8 @@ from google.protobuf.duration_pb2 import Duration
 from grpc import aio
 
 from tests.support.conditions import eventually
+from tests.support.grpc_endpoint import SERVICE, grpc_broker, unary_call
 from tidemq.broker.broker import Broker
-from tidemq.broker.config import BrokerConfig, RemotingConfig
 from tidemq.broker.pop import records
 from tidemq.broker.pop.receipt import ReceiptHandle
 from tidemq.broker.proxy.config import ProxyConfig
@@ -41,13 +41,10 @@ from tidemq.client.protocol.models import PERM_WRITE, SubscriptionGroupConfig, T
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.transport.client import RemotingClient
-from tidemq.ha.config import HAConfig
-from tidemq.store.config import StoreConfig
 from tidemq.store.record import decode_record
 
 pytestmark = pytest.mark.asyncio
 
-SERVICE = "/apache.rocketmq.v2.MessagingService/"
 CLIENT = (("x-mq-client-id", "pop-client"), ("x-mq-language", "PYTHON"))
 TOPIC = "PT"
 GROUP = "GPOP"
@@ -55,18 +52,8 @@ SHORT_MS = 300  # invisible time of the redelivery cases (the minimum is lowered
 
 
 def make_broker(tmp_path: Path) -> Broker:
-    return Broker(
-        BrokerConfig(broker_name="pop-a", listen_port=0, broker_ip1="127.0.0.1"),
-        StoreConfig(
-            store_path_root_dir=str(tmp_path),
-            mapped_file_size_commit_log=4 * 1024 * 1024,
-            mapped_file_size_consume_queue=6000,
-            message_delay_level="1s 5s 10s",
-        ),
-        RemotingConfig(bind_address="127.0.0.1"),
-        HAConfig(ha_listen_port=0),
-        proxy_config=ProxyConfig(grpc_server_port=0, min_invisible_time_mills_for_recv=100),
-    )
+    proxy = ProxyConfig(grpc_server_port=0, min_invisible_time_mills_for_recv=100)
+    return grpc_broker(tmp_path, "pop-a", proxy)
 
 
 async def started(tmp_path: Path) -> Broker:
@@ -97,12 +84,7 @@ async def channel(broker: Broker) -> AsyncIterator[aio.Channel]:
 
 
 async def unary(channel: aio.Channel, method: str, request: Any, response: type[Any]) -> Any:
-    call = channel.unary_unary(
-        SERVICE + method,
-        request_serializer=lambda m: m.SerializeToString(),
-        response_deserializer=response.FromString,
-    )
-    return await call(request, metadata=CLIENT, timeout=30)
+    return await unary_call(channel, method, request, response, metadata=CLIENT, timeout=30)
 
 
 async def send(channel: aio.Channel, *bodies: bytes, tag: str = "") -> None:
