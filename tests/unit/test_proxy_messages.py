@@ -23,8 +23,9 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     Resource,
 )
 from tidemq.broker.proxy.routes import assignments, message_queues
-from tidemq.broker.proxy.status import Rejected
+from tidemq.broker.proxy.status import Rejected, put_status_code
 from tidemq.client.protocol.models import TopicConfig
+from tidemq.store.commitlog import PutStatus
 from tidemq.store.record import MessageToStore, encode_properties
 from tidemq.store.timer_message import TimerLimits, park_timer
 
@@ -167,3 +168,9 @@ def test_route_queues_split_by_permission_in_rocketmqs_order() -> None:
     assert not assignments(topic, TopicConfig("T", 2, 3), 2, broker, fifo=False)
     fifo = assignments(topic, TopicConfig("T", 2, 3), 6, broker, fifo=True)
     assert [a.message_queue.id for a in fifo] == [0, 1]
+
+
+def test_the_stores_refusal_of_a_timer_message_names_the_delivery_time() -> None:
+    """Found in review: the store's WHEEL_TIMER_* refusals were INTERNAL_SERVER_ERROR."""
+    assert put_status_code(PutStatus.WHEEL_TIMER_MSG_ILLEGAL) == Code.ILLEGAL_DELIVERY_TIME
+    assert put_status_code(PutStatus.WHEEL_TIMER_FLOW_CONTROL) == Code.TOO_MANY_REQUESTS
