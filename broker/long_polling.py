@@ -77,31 +77,13 @@ class PullRequestHoldService(Service):
         timeout: float,
     ) -> None:
         """Wait until a matching message may have arrived in the queue, or `timeout` passes."""
-        key = (topic, queue_id)
-        pull = HeldPull(pull_from_offset, tag_filter, time.monotonic() + timeout)
-        self._held.setdefault(key, []).append(pull)
-        self._held_count += 1
-        try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(pull.woken.wait(), timeout)
-        finally:
-            self._held_count -= 1
-            pulls = self._held.get(key)
-            if pulls is not None:
-                if pull in pulls:
-                    pulls.remove(pull)
-                if not pulls:
-                    del self._held[key]
+        await self.hold_any([(topic, queue_id, pull_from_offset)], tag_filter, timeout)
 
     async def hold_any(
         self, queues: list[tuple[str, int, int]], tag_filter: TagFilter, timeout: float
     ) -> None:
         """Wait until a matching message may have arrived in any of `queues` (topic, queue id,
         offset waited past), or `timeout` passes: a POP of all the queues of a topic."""
-        if len(queues) == 1:
-            topic, queue_id, offset = queues[0]
-            await self.hold(topic, queue_id, offset, tag_filter, timeout)
-            return
         woken = asyncio.Event()
         pulls = [
             (

@@ -174,10 +174,13 @@ def registration_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
     if not len(body) or body[:1] != b"{":
         return
     data = RegisterBrokerBody.decode(body)
-    for topic in data.topic_config_wrapper.topic_config_table:
+    for topic, config in data.topic_config_wrapper.topic_config_table.items():
         # The broker's own topic is its name, by default the host's, which may hold dots
         # (RocketMQ registers it so): table keys here, never paths.
         yield "topicConfigTable", BROKER, topic
+        if config.topic_name and config.topic_name != topic:
+            # the route table is keyed by the entry's own name (RouteInfoManager's)
+            yield "topicConfigTable.topicName", BROKER, config.topic_name
     for topic in data.deleted_topics:  # an incremental registration's
         yield "deletedTopicList", BROKER, topic
 
@@ -258,12 +261,13 @@ class NameGate:
             self._check_body(names, request.body)
 
     def _check_body(self, names: BodyNames, body: Body) -> None:
+        # Each name as it is read: a body that turns unreadable later still has the names
+        # before that point checked (its processor may read more of it than the gate).
         try:
-            found = list(names(body))
+            for field, kind, value in names(body):
+                self._check(field, kind, value)
         except (DecodeError, ValueError, TypeError, AttributeError, KeyError):
             return  # the processor reads the body again and refuses it, naming why
-        for field, kind, value in found:
-            self._check(field, kind, value)
 
     def _check(self, field: str, kind: NameKind, value: object) -> None:
         if not isinstance(value, str):  # a msgpack header may hold any type

@@ -35,7 +35,6 @@ Against RocketMQ's reported failures:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from typing import Final
 
 CheckpointKey = tuple[str, str, int, int, int]  # topic, group, queue id, start offset, pop time
@@ -180,9 +179,6 @@ class ReviveLedger:
         if not self._open:
             return self._next_position
         return min(entry.position for entry in self._open.values())
-
-    def open_checkpoints(self) -> Iterable[Checkpoint]:
-        return (entry.checkpoint for entry in self._open.values())
 
     def in_flight(self, topic: str, group: str) -> int:
         """Messages of `group` on `topic` handed out and neither acknowledged nor revived."""

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Final
 
 from tidemq.broker.long_polling import PullRequestHoldService
@@ -45,7 +46,7 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
 from tidemq.broker.pop import records
 from tidemq.broker.pop.fifo import FifoLocks
-from tidemq.broker.pop.ledger import Ack, Checkpoint, CheckpointKey, ReviveLedger
+from tidemq.broker.pop.ledger import Ack, Checkpoint, ReviveLedger
 from tidemq.broker.pop.receipt import InvalidReceiptHandle, ReceiptHandle, TopicType
 from tidemq.broker.processors.retry import DLQ_PREFIX, DLQ_QUEUE_NUMS, RETRY_PREFIX
 from tidemq.client.protocol.models import PERM_READ, PERM_READ_WRITE, PERM_WRITE
@@ -79,13 +80,24 @@ CATCH_UP_SECONDS: Final = 10.0
 INIT_MODE_MIN: Final = 1  # PopMessageRequestHeader.initMode: ConsumeInitMode.MIN
 
 
-class PopRefused(TideMQError):
-    """A pop, ack or change this broker does not serve; `reason` says which rule."""
+class Refusal(enum.Enum):
+    """Which kind of rule a `PopRefused` names: each door answers its own code for it."""
 
-    def __init__(self, reason: str, *, not_found: bool = False) -> None:
+    OTHER = "other"
+    NO_TOPIC = "no topic"
+    NO_GROUP = "no group"
+    BAD_HANDLE = "bad handle"  # a receipt handle that does not decode or names no revive queue
+    POLLING_FULL = "polling full"  # the long-polling service holds its maximum already
+
+
+class PopRefused(TideMQError):
+    """A pop, ack or change this broker does not serve; `reason` says which rule, `kind` its
+    kind (the codes are chosen by kind, never by the reason's words)."""
+
+    def __init__(self, reason: str, kind: Refusal = Refusal.OTHER) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.not_found = not_found  # the topic or group does not exist
+        self.kind = kind
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -132,7 +144,6 @@ class PopService:
         self.ledgers: dict[int, ReviveLedger] = {}
         self._positions: dict[int, int] = {}
         self.revived = 0  # messages put back (retry or DLQ) since start
-        self.reviving = False
         # Set once the revive service has read every revive queue to its end after a start:
         # pops wait for it, so they start past what the checkpoints say was handed out.
         self.caught_up = asyncio.Event()
@@ -165,14 +176,14 @@ class PopService:
         for the first when there is none."""
         config = self.topics.select(topic)
         if config is None:
-            raise PopRefused(f"topic[{topic}] not exist, apply first please!", not_found=True)
+            raise PopRefused(f"topic[{topic}] not exist, apply first please!", Refusal.NO_TOPIC)
         if not config.perm & PERM_READ:
             raise PopRefused(f"the topic[{topic}] pop message is forbidden")
         if queue_id >= config.read_queue_nums or queue_id < -1:
             raise PopRefused(f"queueId[{queue_id}] is illegal, topic {topic}")
         group_config = self.groups.find(group)
         if group_config is None:
-            raise PopRefused(f"subscription group [{group}] does not exist", not_found=True)
+            raise PopRefused(f"subscription group [{group}] does not exist", Refusal.NO_GROUP)
         if not group_config.consume_enable:
             raise PopRefused(f"subscription group no permission, {group}")
         if self.store.is_slave:
@@ -203,6 +214,8 @@ class PopService:
             left = deadline - time.monotonic()
             if result.messages or left <= 0 or not waits:
                 return result
+            if self.holds.full:  # as a pull's long poll: held requests are bounded
+                raise PopRefused("polling full: too many requests held", Refusal.POLLING_FULL)
             await self.holds.hold_any(waits, tag_filter, left)
             if not self.holds.running:
                 return result  # the broker stops: held requests answer now
@@ -260,7 +273,6 @@ class PopService:
                 await self._pop_queue(
                     result,
                     group,
-                    topic,
                     source_topic,
                     kind,
                     qid,
@@ -285,7 +297,6 @@ class PopService:
         self,
         result: PopResult,
         group: str,
-        asked_topic: str,
         topic: str,
         kind: TopicType,
         queue_id: int,
@@ -343,7 +354,6 @@ class PopService:
             result.messages.append(
                 Popped(message, bytes(view), handle, message.reconsume_times + 1)
             )
-        del asked_topic
 
     async def _pop_fifo_queue(
         self,
@@ -413,9 +423,12 @@ class PopService:
         try:
             handle = ReceiptHandle.decode(text)
         except InvalidReceiptHandle as exc:
-            raise PopRefused(f"invalid receipt handle: {exc}") from None
+            raise PopRefused(f"invalid receipt handle: {exc}", Refusal.BAD_HANDLE) from None
         if handle.revive_queue_id >= self.revive_queue_num:
-            raise PopRefused(f"invalid receipt handle: revive queue {handle.revive_queue_id}")
+            raise PopRefused(
+                f"invalid receipt handle: revive queue {handle.revive_queue_id}",
+                Refusal.BAD_HANDLE,
+            )
         if handle.broker_name != self.broker_name():
             raise PopRefused(f"receipt handle of broker {handle.broker_name}, not this one")
         return handle
@@ -520,14 +533,10 @@ class PopService:
         more to read than one batch."""
         if self.topics.select(self.revive_topic) is None:
             return False
-        self.reviving = True
-        try:
-            busy = False
-            for qid in range(self.revive_queue_num):
-                busy |= await self._revive_queue(qid, now_ms)
-            return busy
-        finally:
-            self.reviving = False
+        busy = False
+        for qid in range(self.revive_queue_num):
+            busy |= await self._revive_queue(qid, now_ms)
+        return busy
 
     def _ledger(self, qid: int) -> ReviveLedger:
         ledger = self.ledgers.get(qid)
@@ -646,6 +655,3 @@ class PopService:
             ledger.in_flight(topic, group) + ledger.in_flight(retry, group)
             for ledger in self.ledgers.values()
         )
-
-    def open_keys(self) -> Sequence[CheckpointKey]:
-        return [c.key for ledger in self.ledgers.values() for c in ledger.open_checkpoints()]

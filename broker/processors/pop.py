@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 from tidemq.broker.pop.receipt import ReceiptHandle, TopicType
-from tidemq.broker.pop.service import PopRefused, PopResult, PopService
+from tidemq.broker.pop.service import PopRefused, PopResult, PopService, Refusal
 from tidemq.broker.processors.decoding import request_body, request_header
 from tidemq.broker.property_filter import property_filter
 from tidemq.broker.remoting.server import RequestRejected
@@ -32,6 +32,7 @@ from tidemq.client.protocol.headers import (
     PopMessageRequestHeader,
 )
 from tidemq.client.protocol.heartbeat import ExpressionType
+from tidemq.client.protocol.models import PERM_READ
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import BodyDecodeError
@@ -60,6 +61,11 @@ class PopProcessor:
     ) -> RemotingCommand:
         del connection
         header = request_header(PopMessageRequestHeader, request)
+        if not self.state.config.broker_permission & PERM_READ:
+            raise RequestRejected(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.state.advertised_address}] pop message is forbidden",
+            )
         expression_type = (header.exp_type or ExpressionType.TAG.value).upper()
         if expression_type == ExpressionType.TAG.value:
             tags, record = parse_tag_expression(header.exp), None
@@ -145,17 +151,18 @@ class PopProcessor:
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
 
+_REFUSAL_CODES: Final = {
+    Refusal.NO_TOPIC: ResponseCode.TOPIC_NOT_EXIST,
+    Refusal.NO_GROUP: ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+    Refusal.BAD_HANDLE: ResponseCode.MESSAGE_ILLEGAL,
+    Refusal.POLLING_FULL: ResponseCode.POLLING_FULL,
+}
+
+
 def _rejected(refused: PopRefused) -> RequestRejected:
-    code = ResponseCode.SYSTEM_ERROR
-    if refused.not_found:
-        code = (
-            ResponseCode.TOPIC_NOT_EXIST
-            if refused.reason.startswith("topic")
-            else ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
-        )
-    elif refused.reason.startswith("invalid receipt handle"):
-        code = ResponseCode.MESSAGE_ILLEGAL
-    return RequestRejected(code, refused.reason)
+    return RequestRejected(
+        _REFUSAL_CODES.get(refused.kind, ResponseCode.SYSTEM_ERROR), refused.reason
+    )
 
 
 def _with_offset(extra_info: str, queue_id: int, offset: int) -> str:

@@ -312,12 +312,15 @@ def with_cluster(properties: str, cluster: str) -> str:
 
 
 def _peer_host(connection: RemotingConnection) -> bytes:
-    return _born_host(connection.peer)
+    return peer_born_host(connection.peer)
 
 
-# Every request of a connection comes from the same address: parse it once, not per send.
+# Every request of a connection comes from the same address: parse it once, not per send
+# (gRPC sends too: broker/proxy).
 @functools.lru_cache(maxsize=4096)
-def _born_host(peer: str) -> bytes:
+def peer_born_host(peer: str) -> bytes:
+    """The record's born host (4 or 16 address bytes and the port) of a `host:port` peer;
+    127.0.0.1:0 for a peer that is no address."""
     host, _sep, port = peer.rpartition(":")
     try:
         return pack_host(host.strip("[]"), int(port))

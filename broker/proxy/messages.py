@@ -10,7 +10,7 @@ sent over gRPC as one of their own:
 | system_properties.keys              | KEYS, joined by one space                               |
 | system_properties.message_id        | UNIQ_KEY (the client's message id, answered back)       |
 | system_properties.message_group     | __SHARDINGKEY (FIFO: also picks the queue)              |
-| system_properties.delivery_timestamp | DELAY (the first level not earlier) and TIMER_DELIVER_MS |
+| system_properties.delivery_timestamp | TIMER_DELIVER_MS; without the wheel DELAY (below) |
 | system_properties.born_timestamp    | the record's born timestamp                             |
 | system_properties.trace_context     | TRACE_CONTEXT                                          |
 | user_properties                     | as they are (a system key is refused)                  |
@@ -60,9 +60,9 @@ from tidemq.store.record import (
     PROPERTY_UNIQ_KEY,
     StoredMessage,
 )
+from tidemq.store.timer_message import PROPERTY_TIMER_DELIVER_MS
 
 PROPERTY_SHARDING_KEY: Final = "__SHARDINGKEY"
-PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
 PROPERTY_TRACE_CONTEXT: Final = "TRACE_CONTEXT"
 KEY_SEPARATOR: Final = " "
 MAX_USER_PROPERTIES: Final = 128
@@ -134,8 +134,9 @@ def to_store(message: Message, limits: Limits, now_ms: int) -> Outgoing:
     deliver_at = _delivery_ms(message) if system.HasField("delivery_timestamp") else None
     _check_type(system.message_type, group, deliver_at)
     if deliver_at is not None:
-        properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_at)
         if limits.timer_max_delay_ms is None:
+            # The level alone: a timer property would make the store refuse the message
+            # (WHEEL_TIMER_NOT_ENABLE) when its time has come and there is no level.
             level = delay_level(deliver_at - now_ms, limits.delay_levels)
             if level:
                 properties[PROPERTY_DELAY] = str(level)
@@ -145,6 +146,8 @@ def to_store(message: Message, limits: Limits, now_ms: int) -> Outgoing:
                 f"delivery time {deliver_at - now_ms} ms ahead is past timerMaxDelaySec "
                 f"({limits.timer_max_delay_ms // 1000} s)",
             )
+        else:
+            properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_at)
     transactional = system.message_type == MessageType.TRANSACTION
     if transactional:
         properties[PROPERTY_TRANSACTION_PREPARED] = "true"

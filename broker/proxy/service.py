@@ -16,7 +16,7 @@ import dataclasses
 import random
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
 from google.protobuf.duration_pb2 import Duration
@@ -24,9 +24,9 @@ from google.protobuf.duration_pb2 import Duration
 from tidemq.broker.managers.clients import ClientChannelInfo, ProducerManager
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager, is_not_allowed_send_topic
-from tidemq.broker.pop.service import PopRefused, PopService
+from tidemq.broker.pop.service import PopRefused, PopService, Refusal
 from tidemq.broker.processors.ops import mask_permission
-from tidemq.broker.processors.send import with_cluster
+from tidemq.broker.processors.send import peer_born_host, with_cluster
 from tidemq.broker.property_filter import property_filter
 from tidemq.broker.proxy import routes
 from tidemq.broker.proxy.clients import GrpcClient, GrpcClients
@@ -44,6 +44,7 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     Resource,
     RetryPolicy,
     Settings,
+    Status,
     TransactionResolution,
     TransactionSource,
 )
@@ -78,7 +79,7 @@ from tidemq.broker.stats import BrokerStats
 from tidemq.broker.transaction.messages import HALF_TOPIC, park_half
 from tidemq.broker.transaction.service import TransactionalMessageService
 from tidemq.client.protocol.headers import EndTransactionRequestHeader
-from tidemq.client.protocol.models import PERM_WRITE, TopicConfig
+from tidemq.client.protocol.models import PERM_READ, PERM_WRITE, TopicConfig
 from tidemq.client.protocol.names import NameKind, name_problem
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.common.errors import TideMQError
@@ -92,7 +93,6 @@ from tidemq.store.record import (
     MessageToStore,
     decode_message_id,
     encode_properties,
-    pack_host,
 )
 from tidemq.store.tags import MATCH_ALL, parse_tag_expression
 
@@ -357,12 +357,7 @@ class MessagingService:
         now_ms = int(time.time() * 1000)
         outgoing = [to_store(message, self.limits, now_ms) for message in request.messages]
         entries = [await self._put(topic, config, one, call) for one in outgoing]
-        codes = {entry.status.code for entry in entries}
-        if len(codes) > 1:
-            status = Rejected(Code.MULTIPLE_RESULTS, "MULTIPLE_RESULTS").status()
-        else:
-            status = entries[0].status
-        return SendMessageResponse(status=status, entries=entries)
+        return SendMessageResponse(status=_overall(entries), entries=entries)
 
     async def _put(
         self, topic: str, config: TopicConfig, outgoing: Outgoing, call: CallContext
@@ -379,7 +374,7 @@ class MessagingService:
             0,
             0,
             outgoing.born_timestamp,
-            _born_host(call.peer),
+            peer_born_host(call.peer),
             self.state.store_host,
             0,
         )
@@ -469,7 +464,9 @@ class MessagingService:
         del call
         pop = self._pop()
         group = resource_name(request.group, NameKind.CONSUMER_GROUP)
-        topic, _config, _perm = self._topic(request.message_queue.topic)
+        topic, _config, perm = self._topic(request.message_queue.topic)
+        if not perm & PERM_READ:  # the topic's, masked by the broker's (brokerPermission)
+            raise Rejected(Code.FORBIDDEN, f"receiving messages of topic[{topic}] is forbidden")
         config = self.config
         batch = request.batch_size or config.grpc_client_consumer_long_polling_batch_size
         if batch <= 0:
@@ -503,13 +500,7 @@ class MessagingService:
                 group, topic, request.message_queue.id, batch, invisible, poll, tags, record
             )
         except PopRefused as refused:
-            code = Code.FORBIDDEN
-            if refused.not_found:
-                code = (
-                    Code.TOPIC_NOT_FOUND
-                    if refused.reason.startswith("topic")
-                    else Code.CONSUMER_GROUP_NOT_FOUND
-                )
+            code = _RECEIVE_REFUSAL_CODES.get(refused.kind, Code.FORBIDDEN)
             raise Rejected(code, refused.reason) from None
         if not result.messages:
             yield ReceiveMessageResponse(
@@ -549,12 +540,7 @@ class MessagingService:
                     status=status,
                 )
             )
-        codes = {e.status.code for e in entries}
-        if len(codes) > 1:
-            overall = Rejected(Code.MULTIPLE_RESULTS, "MULTIPLE_RESULTS").status()
-        else:
-            overall = entries[0].status
-        return AckMessageResponse(status=overall, entries=entries)
+        return AckMessageResponse(status=_overall(entries), entries=entries)
 
     async def change_invisible_duration(
         self, request: ChangeInvisibleDurationRequest, call: CallContext
@@ -586,10 +572,24 @@ class MessagingService:
         return ForwardMessageToDeadLetterQueueResponse(status=ok())
 
 
+_RECEIVE_REFUSAL_CODES: Final = {
+    Refusal.NO_TOPIC: Code.TOPIC_NOT_FOUND,
+    Refusal.NO_GROUP: Code.CONSUMER_GROUP_NOT_FOUND,
+    Refusal.POLLING_FULL: Code.TOO_MANY_REQUESTS,
+}
+
 _END_STATES: Final = {
     TransactionResolution.COMMIT: TRANSACTION_COMMIT_TYPE,
     TransactionResolution.ROLLBACK: TRANSACTION_ROLLBACK_TYPE,
 }
+
+
+def _overall(entries: Sequence[SendResultEntry | AckMessageResultEntry]) -> Status:
+    """A request's status over its entries' (at least one): theirs when they agree, else
+    MULTIPLE_RESULTS (RocketMQ's proxy)."""
+    if len({entry.status.code for entry in entries}) > 1:
+        return Rejected(Code.MULTIPLE_RESULTS, "MULTIPLE_RESULTS").status()
+    return entries[0].status
 
 
 def choose_queue(write_queue_nums: int, message_group: str) -> int:
@@ -602,11 +602,3 @@ def choose_queue(write_queue_nums: int, message_group: str) -> int:
 
 def _duration_ms(millis: int) -> Duration:
     return Duration(seconds=millis // 1000, nanos=(millis % 1000) * 1_000_000)
-
-
-def _born_host(peer: str) -> bytes:
-    host, _sep, port = peer.rpartition(":")
-    try:
-        return pack_host(host.strip("[]"), int(port))
-    except ValueError:
-        return pack_host("127.0.0.1", 0)

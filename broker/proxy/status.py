@@ -41,6 +41,10 @@ PUT_STATUS_CODES: Final[dict[PutStatus, Code.ValueType]] = {
     PutStatus.TOO_MANY_REQUESTS: Code.TOO_MANY_REQUESTS,
     PutStatus.OS_PAGECACHE_BUSY: Code.TOO_MANY_REQUESTS,
     PutStatus.SERVICE_NOT_AVAILABLE: Code.FORBIDDEN,
+    # The store's own check of a timer message (store/timer_message.py): the client's delivery
+    # time, not the broker, is at fault.
+    PutStatus.WHEEL_TIMER_MSG_ILLEGAL: Code.ILLEGAL_DELIVERY_TIME,
+    PutStatus.WHEEL_TIMER_FLOW_CONTROL: Code.TOO_MANY_REQUESTS,
 }
 
 

@@ -15,8 +15,8 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc import aio
 
+from tests.support.grpc_endpoint import SERVICE, grpc_broker, unary_call
 from tidemq.broker.broker import Broker
-from tidemq.broker.config import BrokerConfig, RemotingConfig
 from tidemq.broker.proxy.config import ProxyConfig
 from tidemq.broker.proxy.protocol import service_pb2 as pb
 from tidemq.broker.proxy.protocol.definition_pb2 import (
@@ -32,30 +32,16 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     TransactionResolution,
 )
 from tidemq.client.protocol.models import TopicConfig
-from tidemq.ha.config import HAConfig
-from tidemq.store.config import StoreConfig
 from tidemq.store.record import decode_record
 
 pytestmark = pytest.mark.asyncio
 
-SERVICE = "/apache.rocketmq.v2.MessagingService/"
 CLIENT = (("x-mq-client-id", "client-1"), ("x-mq-language", "PYTHON"))
 TOPIC = "GT"
 
 
 def make_broker(tmp_path: Path, proxy: ProxyConfig) -> Broker:
-    return Broker(
-        BrokerConfig(broker_name="grpc-a", listen_port=0, broker_ip1="127.0.0.1"),
-        StoreConfig(
-            store_path_root_dir=str(tmp_path),
-            mapped_file_size_commit_log=4 * 1024 * 1024,
-            mapped_file_size_consume_queue=6000,
-            message_delay_level="1s 5s 10s",
-        ),
-        RemotingConfig(bind_address="127.0.0.1"),
-        HAConfig(ha_listen_port=0),
-        proxy_config=proxy,
-    )
+    return grpc_broker(tmp_path, "grpc-a", proxy)
 
 
 @pytest.fixture
@@ -79,12 +65,8 @@ async def channel(broker: Broker) -> AsyncIterator[aio.Channel]:
 async def unary(
     channel: aio.Channel, method: str, request: Any, response: type[Any], *, client: bool = True
 ) -> Any:
-    call = channel.unary_unary(
-        SERVICE + method,
-        request_serializer=lambda m: m if isinstance(m, bytes) else m.SerializeToString(),
-        response_deserializer=response.FromString,
-    )
-    return await call(request, metadata=CLIENT if client else (), timeout=10)
+    metadata = CLIENT if client else ()
+    return await unary_call(channel, method, request, response, metadata=metadata, timeout=10)
 
 
 def message(body: bytes = b"x", **system: Any) -> Message:

@@ -9,8 +9,10 @@ brokerd is tests/integration/test_rocketmq5_pop.py."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import time
+import types
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,8 @@ from google.protobuf.duration_pb2 import Duration
 from grpc import aio
 
 from tests.support.conditions import eventually
+from tests.support.grpc_endpoint import SERVICE, grpc_broker, unary_call
 from tidemq.broker.broker import Broker
-from tidemq.broker.config import BrokerConfig, RemotingConfig
 from tidemq.broker.pop import records
 from tidemq.broker.pop.receipt import ReceiptHandle
 from tidemq.broker.proxy.config import ProxyConfig
@@ -35,17 +37,14 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     MessageType,
     Resource,
 )
-from tidemq.client.protocol.models import SubscriptionGroupConfig, TopicConfig
+from tidemq.client.protocol.models import PERM_WRITE, SubscriptionGroupConfig, TopicConfig
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.transport.client import RemotingClient
-from tidemq.ha.config import HAConfig
-from tidemq.store.config import StoreConfig
 from tidemq.store.record import decode_record
 
 pytestmark = pytest.mark.asyncio
 
-SERVICE = "/apache.rocketmq.v2.MessagingService/"
 CLIENT = (("x-mq-client-id", "pop-client"), ("x-mq-language", "PYTHON"))
 TOPIC = "PT"
 GROUP = "GPOP"
@@ -53,18 +52,8 @@ SHORT_MS = 300  # invisible time of the redelivery cases (the minimum is lowered
 
 
 def make_broker(tmp_path: Path) -> Broker:
-    return Broker(
-        BrokerConfig(broker_name="pop-a", listen_port=0, broker_ip1="127.0.0.1"),
-        StoreConfig(
-            store_path_root_dir=str(tmp_path),
-            mapped_file_size_commit_log=4 * 1024 * 1024,
-            mapped_file_size_consume_queue=6000,
-            message_delay_level="1s 5s 10s",
-        ),
-        RemotingConfig(bind_address="127.0.0.1"),
-        HAConfig(ha_listen_port=0),
-        proxy_config=ProxyConfig(grpc_server_port=0, min_invisible_time_mills_for_recv=100),
-    )
+    proxy = ProxyConfig(grpc_server_port=0, min_invisible_time_mills_for_recv=100)
+    return grpc_broker(tmp_path, "pop-a", proxy)
 
 
 async def started(tmp_path: Path) -> Broker:
@@ -95,12 +84,7 @@ async def channel(broker: Broker) -> AsyncIterator[aio.Channel]:
 
 
 async def unary(channel: aio.Channel, method: str, request: Any, response: type[Any]) -> Any:
-    call = channel.unary_unary(
-        SERVICE + method,
-        request_serializer=lambda m: m.SerializeToString(),
-        response_deserializer=response.FromString,
-    )
-    return await call(request, metadata=CLIENT, timeout=30)
+    return await unary_call(channel, method, request, response, metadata=CLIENT, timeout=30)
 
 
 async def send(channel: aio.Channel, *bodies: bytes, tag: str = "") -> None:
@@ -129,8 +113,10 @@ async def receive(
     invisible_ms: int = 30_000,
     poll_ms: int = 0,
     tag: str = "*",
+    timeout: float = 30,
 ) -> tuple[list[Any], list[Message]]:
-    """The stream's answers split into statuses and messages, in the order they came."""
+    """The stream's answers split into statuses and messages, in the order they came; the
+    call fails (DEADLINE_EXCEEDED) when they did not all come within `timeout` seconds."""
     request = pb.ReceiveMessageRequest(
         group=Resource(name=GROUP),
         message_queue=MessageQueue(topic=Resource(name=TOPIC), id=-1),
@@ -147,7 +133,7 @@ async def receive(
     statuses: list[Any] = []
     messages: list[Message] = []
     called_ms = int(time.time() * 1000)
-    answers = [answer async for answer in call(request, metadata=CLIENT, timeout=30)]
+    answers = [answer async for answer in call(request, metadata=CLIENT, timeout=timeout)]
     answered_ms = int(time.time() * 1000) + 1
     # The proxy's order: a status, the messages, then the delivery timestamp, always last; the
     # timestamp falls inside the call (same machine, same clock).
@@ -254,14 +240,47 @@ async def test_a_long_poll_is_answered_when_a_message_arrives(
 ) -> None:
     import asyncio
 
-    started_at = time.monotonic()
-    waiting = asyncio.ensure_future(receive(channel, poll_ms=10_000))
+    # The poll outlasts the call's deadline: a receive that only the end of its poll answers
+    # fails by DEADLINE_EXCEEDED (a condition of the call, not a measured time).
+    assert broker.proxy_config is not None
+    poll_ms = broker.proxy_config.grpc_client_consumer_max_long_polling_timeout_millis
+    waiting = asyncio.ensure_future(receive(channel, poll_ms=poll_ms, timeout=poll_ms / 2000))
     await eventually(lambda: broker.pull_holds.held_count == 1, "the receive held")
     await send(channel, b"late")
     statuses, messages = await waiting
     assert [s.code for s in statuses] == [Code.OK] and bodies(messages) == [b"late"]
-    assert time.monotonic() - started_at < 8
     # Empty and not held: answered at once with MESSAGE_NOT_FOUND.
+    statuses, _ = await receive(channel, poll_ms=0)
+    assert statuses[0].code == Code.MESSAGE_NOT_FOUND
+
+
+async def test_a_broker_without_read_permission_pops_nothing(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    """Found in review: POP ignored brokerPermission (a pull is refused NO_PERMISSION on a
+    broker that is not readable), on both doors."""
+    await send(channel, b"kept")
+    readable = broker.state.config
+    broker.state.config = dataclasses.replace(readable, broker_permission=PERM_WRITE)
+    popped = await remoting(broker, RequestCode.POP_MESSAGE, pop_header())
+    assert popped.code == ResponseCode.NO_PERMISSION, popped.remark
+    statuses, messages = await receive(channel)
+    assert [s.code for s in statuses] == [Code.FORBIDDEN] and not messages
+    broker.state.config = readable
+    assert bodies(await receive_all(channel, 1)) == [b"kept"]  # nothing was handed out
+
+
+async def test_a_full_long_polling_service_refuses_to_hold_a_pop(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    """Found in review: a POP's long poll was held whatever the number held already (a pull
+    is refused at pullThreadPoolQueueCapacity); now refused as RocketMQ's POLLING_FULL."""
+    broker.pull_holds.max_held = 0
+    popped = await remoting(broker, RequestCode.POP_MESSAGE, pop_header(pollTime="60000"))
+    assert popped.code == ResponseCode.POLLING_FULL, popped.remark
+    statuses, _ = await receive(channel, poll_ms=60_000, timeout=30)
+    assert [s.code for s in statuses] == [Code.TOO_MANY_REQUESTS]
+    # Not held: a pop with nothing to wait for is answered as before.
     statuses, _ = await receive(channel, poll_ms=0)
     assert statuses[0].code == Code.MESSAGE_NOT_FOUND
 
@@ -371,6 +390,17 @@ async def test_bad_handles_and_arguments_get_their_codes(channel: aio.Channel) -
     bad = await ack(channel, messages[0], handle="not a handle")
     assert bad.status.code == Code.INVALID_RECEIPT_HANDLE
     assert "fields" in bad.entries[0].status.message
+    # Entries that end differently: each its own status, the request's MULTIPLE_RESULTS.
+    entries = [
+        pb.AckMessageEntry(message_id="good", receipt_handle=handle)
+        for handle in (messages[0].system_properties.receipt_handle, "not a handle")
+    ]
+    acks = pb.AckMessageRequest(
+        group=Resource(name=GROUP), topic=Resource(name=TOPIC), entries=entries
+    )
+    mixed = await unary(channel, "AckMessage", acks, pb.AckMessageResponse)
+    assert mixed.status.code == Code.MULTIPLE_RESULTS
+    assert [e.status.code for e in mixed.entries] == [Code.OK, Code.INVALID_RECEIPT_HANDLE]
     statuses, _ = await receive(channel, invisible_ms=50)  # below the minimum (100 here)
     assert statuses[0].code == Code.ILLEGAL_INVISIBLE_TIME
     request = pb.ReceiveMessageRequest(
@@ -568,7 +598,10 @@ async def test_a_change_in_the_pops_own_millisecond_keeps_its_checkpoint(
     ack of the old CK then ended the message for good (never revived: lost)."""
     await send(channel, b"same-ms")
     frozen = time.time()
-    monkeypatch.setattr("tidemq.broker.pop.service.time.time", lambda: frozen)
+    # The POP service's clock alone (not time.time itself): the store's timestamps and the
+    # rest of the broker keep the real one.
+    clock = types.SimpleNamespace(time=lambda: frozen, monotonic=time.monotonic)
+    monkeypatch.setattr("tidemq.broker.pop.service.time", clock)
     result = await broker.pop.pop(GROUP, TOPIC, -1, 1, 500, 0)
     handle = result.messages[0].handle
     assert handle.start_offset == handle.offset  # the pop's first offset

@@ -215,6 +215,11 @@ def test_lock_batch_and_subscription_group_bodies_are_gated() -> None:
     assert refused(gate, RemotingCommand.request(code, body=group)).startswith("groupName: ")
     # a body the gate cannot read is left to the processor, which names why
     gate.check(RemotingCommand.request(code, body=b"not json"))
+    # ... but the names read before the part it cannot read are checked (found in review)
+    groups = dumps({"groupConfigList": [{"groupName": "../g"}, {"retryMaxTimes": 1}]})
+    code = RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST
+    remark = refused(gate, RemotingCommand.request(code, body=groups))
+    assert remark.startswith("groupConfigList.groupName: ")
 
 
 def test_registered_topics_are_gated() -> None:
@@ -226,6 +231,12 @@ def test_registered_topics_are_gated() -> None:
     assert remark.startswith("topicConfigTable: ")
     body = RegisterBrokerBody(TopicConfigSerializeWrapper({"T": TopicConfig("T")})).encode()
     gate.check(RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body=body))
+    # Found in review: the name server stores an entry under its topicName, which the gate
+    # did not read (only the map's key).
+    table = {"T": TopicConfig("../t")}
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper(table)).encode()
+    remark = refused(gate, RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body=body))
+    assert remark.startswith("topicConfigTable.topicName: ")
 
 
 async def refuse_all(connection: object, request: RemotingCommand) -> RemotingCommand:

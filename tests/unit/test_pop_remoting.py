@@ -12,9 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidemq.broker.pop.receipt import ReceiptHandle, TopicType
-from tidemq.broker.pop.service import Popped, PopResult
-from tidemq.broker.processors.pop import _with_offset, batch_ack_handles, offset_infos
+from tidemq.broker.pop.service import Popped, PopRefused, PopResult, Refusal
+from tidemq.broker.processors.pop import _rejected, _with_offset, batch_ack_handles, offset_infos
 from tidemq.broker.remoting.server import RequestRejected
+from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.errors import BodyDecodeError
 
 
@@ -91,3 +92,21 @@ def test_a_seven_field_extra_info_takes_the_headers_offset() -> None:
     assert _with_offset("0 1 2 3 0 b 4 9 100", 4, 9) == "0 1 2 3 0 b 4 9 100"
     with pytest.raises(RequestRejected, match="queueId"):
         _with_offset("0 1 2 3 0 b 4", 5, 9)
+
+
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [
+        (Refusal.NO_TOPIC, ResponseCode.TOPIC_NOT_EXIST),
+        (Refusal.NO_GROUP, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST),
+        (Refusal.BAD_HANDLE, ResponseCode.MESSAGE_ILLEGAL),
+        (Refusal.POLLING_FULL, ResponseCode.POLLING_FULL),
+        (Refusal.OTHER, ResponseCode.SYSTEM_ERROR),
+    ],
+)
+def test_a_refusal_is_answered_by_its_kind_not_by_its_words(kind: Refusal, code: int) -> None:
+    """Found in review: the code was chosen by the reason's first word ("topic...", "invalid
+    receipt handle..."), so rewording a reason changed the answer's code."""
+    rejected = _rejected(PopRefused("topic or invalid receipt handle, in other words", kind))
+    assert rejected.code == code
+    assert rejected.remark == "topic or invalid receipt handle, in other words"

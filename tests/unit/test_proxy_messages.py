@@ -23,8 +23,11 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     Resource,
 )
 from tidemq.broker.proxy.routes import assignments, message_queues
-from tidemq.broker.proxy.status import Rejected
+from tidemq.broker.proxy.status import Rejected, put_status_code
 from tidemq.client.protocol.models import TopicConfig
+from tidemq.store.commitlog import PutStatus
+from tidemq.store.record import MessageToStore, encode_properties
+from tidemq.store.timer_message import TimerLimits, park_timer
 
 LEVELS = (1000, 5000, 10_000, 60_000)
 LIMITS = Limits(max_body_size=1024, delay_levels=LEVELS)
@@ -63,12 +66,26 @@ def test_the_chosen_level_is_the_shortest_not_shorter_than_the_wait(wait: int) -
     assert level == 1 or LEVELS[level - 2] < wait
 
 
-def test_a_delayed_message_carries_its_level_and_time() -> None:
+def test_without_the_timer_wheel_a_delayed_message_carries_its_level_alone() -> None:
     sent = message(kind=MessageType.DELAY)
     sent.system_properties.delivery_timestamp.FromMilliseconds(NOW + 4000)
     stored = to_store(sent, LIMITS, NOW)
     assert stored.properties["DELAY"] == "2"
-    assert stored.properties["TIMER_DELIVER_MS"] == str(NOW + 4000)
+    assert "TIMER_DELIVER_MS" not in stored.properties
+
+
+@pytest.mark.parametrize("ahead_ms", [0, -5000])
+def test_without_the_timer_wheel_a_message_whose_time_has_come_is_stored_at_once(
+    ahead_ms: int,
+) -> None:
+    """Found in review: its TIMER_DELIVER_MS, with no level, made the store refuse it
+    (WHEEL_TIMER_NOT_ENABLE, answered INTERNAL_SERVER_ERROR)."""
+    sent = message(kind=MessageType.DELAY)
+    sent.system_properties.delivery_timestamp.FromMilliseconds(NOW + ahead_ms)
+    outgoing = to_store(sent, LIMITS, NOW)
+    stored = MessageToStore("T", 0, outgoing.body, encode_properties(outgoing.properties))
+    assert park_timer(stored, NOW, TimerLimits(enabled=False)) is None
+    assert stored.topic == "T" and "DELAY" not in outgoing.properties
 
 
 def test_with_the_timer_wheel_a_delayed_message_carries_its_time_alone() -> None:
@@ -151,3 +168,9 @@ def test_route_queues_split_by_permission_in_rocketmqs_order() -> None:
     assert not assignments(topic, TopicConfig("T", 2, 3), 2, broker, fifo=False)
     fifo = assignments(topic, TopicConfig("T", 2, 3), 6, broker, fifo=True)
     assert [a.message_queue.id for a in fifo] == [0, 1]
+
+
+def test_the_stores_refusal_of_a_timer_message_names_the_delivery_time() -> None:
+    """Found in review: the store's WHEEL_TIMER_* refusals were INTERNAL_SERVER_ERROR."""
+    assert put_status_code(PutStatus.WHEEL_TIMER_MSG_ILLEGAL) == Code.ILLEGAL_DELIVERY_TIME
+    assert put_status_code(PutStatus.WHEEL_TIMER_FLOW_CONTROL) == Code.TOO_MANY_REQUESTS

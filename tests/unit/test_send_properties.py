@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidemq.broker.processors.send import _born_host, with_cluster
+from tidemq.broker.processors.send import peer_born_host, with_cluster
 from tidemq.store.record import PROPERTY_CLUSTER, decode_properties, encode_properties, pack_host
 
 # Pieces that make well-formed, malformed, repeated and CLUSTER-carrying property texts likely.
@@ -55,7 +55,7 @@ def test_other_text_is_normalised() -> None:
 
 
 def test_born_host_is_parsed_per_peer_address() -> None:
-    assert _born_host("10.1.2.3:4567") == pack_host("10.1.2.3", 4567)
-    assert _born_host("[::1]:80") == pack_host("::1", 80)
-    assert _born_host("not an address") == pack_host("127.0.0.1", 0)
-    assert _born_host("") == pack_host("127.0.0.1", 0)
+    assert peer_born_host("10.1.2.3:4567") == pack_host("10.1.2.3", 4567)
+    assert peer_born_host("[::1]:80") == pack_host("::1", 80)
+    assert peer_born_host("not an address") == pack_host("127.0.0.1", 0)
+    assert peer_born_host("") == pack_host("127.0.0.1", 0)
