@@ -44,8 +44,6 @@ from tidemq.store.record import (
     PROPERTY_WAIT,
     MessageToStore,
     StoredMessage,
-    encode_properties,
-    pack_host,
 )
 
 log = logging.getLogger(__name__)
@@ -68,18 +66,7 @@ def delivered_message(stored: StoredMessage, store_host: bytes) -> MessageToStor
         return None
     props.pop(PROPERTY_DELAY, None)
     props[PROPERTY_WAIT] = "false"
-    return MessageToStore(
-        topic=real_topic,
-        queue_id=int(real_queue),
-        body=stored.body,
-        properties=encode_properties(props),
-        flag=stored.flag,
-        sys_flag=stored.sys_flag,
-        born_timestamp=stored.born_timestamp,
-        born_host=pack_host(*stored.born_host),
-        store_host=store_host,
-        reconsume_times=stored.reconsume_times,
-    )
+    return stored.moved(real_topic, int(real_queue), props, store_host)
 
 
 class ScheduleMessageService(Service):

@@ -40,8 +40,6 @@ from tidemq.store.record import (
     PROPERTY_WAIT,
     MessageToStore,
     StoredMessage,
-    encode_properties,
-    pack_host,
 )
 from tidemq.store.timer_log import TimerUnit
 from tidemq.store.timer_message import (
@@ -67,23 +65,6 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _copy(
-    stored: StoredMessage, topic: str, queue_id: int, props: dict[str, str], host: bytes
-) -> MessageToStore:
-    return MessageToStore(
-        topic=topic,
-        queue_id=queue_id,
-        body=stored.body,
-        properties=encode_properties(props),
-        flag=stored.flag,
-        sys_flag=stored.sys_flag,
-        born_timestamp=stored.born_timestamp,
-        born_host=pack_host(*stored.born_host),
-        store_host=host,
-        reconsume_times=stored.reconsume_times,
-    )
-
-
 def delivered_message(
     stored: StoredMessage, enqueue_ms: int, dequeue_ms: int, store_host: bytes
 ) -> MessageToStore | None:
@@ -96,7 +77,7 @@ def delivered_message(
     props[PROPERTY_TIMER_ENQUEUE_MS] = str(enqueue_ms)
     props[PROPERTY_TIMER_DEQUEUE_MS] = str(dequeue_ms)
     props[PROPERTY_WAIT] = "false"
-    return _copy(stored, real_topic, int(real_queue), props, store_host)
+    return stored.moved(real_topic, int(real_queue), props, store_host)
 
 
 def rolled_message(stored: StoredMessage, store_host: bytes) -> MessageToStore:
@@ -105,7 +86,7 @@ def rolled_message(stored: StoredMessage, store_host: bytes) -> MessageToStore:
     rolls = props.get(PROPERTY_TIMER_ROLL_TIMES, "0")
     props[PROPERTY_TIMER_ROLL_TIMES] = str(int(rolls) + 1 if rolls.isdigit() else 1)
     props[PROPERTY_WAIT] = "false"
-    return _copy(stored, TIMER_TOPIC, 0, props, store_host)
+    return stored.moved(TIMER_TOPIC, 0, props, store_host)
 
 
 class TimerMessageService(Service):

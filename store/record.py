@@ -651,6 +651,31 @@ class StoredMessage:
     def keys(self) -> str | None:
         return self.properties.get(PROPERTY_KEYS)
 
+    def moved(
+        self,
+        topic: str,
+        queue_id: int,
+        properties: Mapping[str, str],
+        store_host: bytes,
+        *,
+        reconsume_times: int | None = None,
+    ) -> MessageToStore:
+        """This message to store again under `topic` and `queue_id` with `properties` (the
+        broker's moves: a delayed or timer message that is due, a transaction's commit or check
+        copy, a POP retry), born where and when it was born."""
+        return MessageToStore(
+            topic=topic,
+            queue_id=queue_id,
+            body=self.body,
+            properties=encode_properties(properties),
+            flag=self.flag,
+            sys_flag=self.sys_flag,
+            born_timestamp=self.born_timestamp,
+            born_host=pack_host(*self.born_host),
+            store_host=store_host,
+            reconsume_times=self.reconsume_times if reconsume_times is None else reconsume_times,
+        )
+
 
 class RecordFormatError(DecodeError, ValueError):
     """The bytes are not a valid record (bad magic, lengths that disagree, CRC mismatch)."""

@@ -64,7 +64,6 @@ from tidemq.store.record import (
     StoredMessage,
     decode_record,
     encode_properties,
-    pack_host,
 )
 from tidemq.store.tags import MATCH_ALL, TagFilter
 
@@ -629,18 +628,12 @@ class PopService:
         config = self.topics.create_in_send_back(
             topic, max(1, queue_nums), PERM_READ | PERM_WRITE, 0
         )
-        host = self._store_host()
-        copy = MessageToStore(
+        copy = message.moved(
             topic,
             random.randrange(max(1, config.write_queue_nums)),
-            message.body,
-            encode_properties(props),
-            message.flag,
-            message.sys_flag,
-            message.born_timestamp,
-            pack_host(*message.born_host),
-            host,
-            min(message.reconsume_times + 1, 2**31 - 1),
+            props,
+            self._store_host(),
+            reconsume_times=min(message.reconsume_times + 1, 2**31 - 1),
         )
         result = await self.store.put_message(copy)
         if not result.ok:

@@ -95,18 +95,8 @@ def immunity_ms(half: StoredMessage, transaction_timeout_ms: int) -> int:
 def _from_stored(
     stored: StoredMessage, topic: str, queue_id: int, props: dict[str, str]
 ) -> MessageToStore:
-    return MessageToStore(
-        topic=topic,
-        queue_id=queue_id,
-        body=stored.body,
-        properties=encode_properties(props),
-        flag=stored.flag,
-        sys_flag=stored.sys_flag,
-        born_timestamp=stored.born_timestamp,
-        born_host=pack_host(*stored.born_host),
-        store_host=pack_host(*stored.store_host),
-        reconsume_times=stored.reconsume_times,
-    )
+    """A copy that keeps the half message's store host too (RocketMQ's renewHalfMessageInner)."""
+    return stored.moved(topic, queue_id, props, pack_host(*stored.store_host))
 
 
 def committed_message(half: StoredMessage) -> MessageToStore | None:

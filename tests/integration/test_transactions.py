@@ -187,13 +187,11 @@ async def test_a_producer_that_died_is_checked_through_a_restarted_one(
         consumer, delivered = await consume(namesrv, "G-tx2", "TX2")
         try:
             await eventually(lambda: delivered.bodies[b"crash-body"] == 1, "the checked commit", 60)
-            # The check asked once, about the message as the producer sent it.
-            assert len(checked) == 1
-            assert (checked[0].topic, checked[0].keys, checked[0].body) == (
-                "TX2",
-                "K2",
-                b"crash-body",
-            )
+            # The checks asked about the message as the producer sent it. A round can ask again
+            # before the END answering the last one has reached the broker (a loaded machine
+            # and 300 ms rounds): checks are at least once, the commit exactly once.
+            assert checked
+            assert {(m.topic, m.keys, m.body) for m in checked} == {("TX2", "K2", b"crash-body")}
 
             copies = await half_messages(api, broker)  # the first, and the checks' copies
 
@@ -201,7 +199,10 @@ async def test_a_producer_that_died_is_checked_through_a_restarted_one(
                 return await check_progress(api, broker) >= copies
 
             await eventually(passed, "the check past the ended transaction", 30)
-            assert len(checked) == 1  # no check after the end
+            asked = len(checked)
+            copies = await half_messages(api, broker)
+            await eventually(passed, "the check past every copy made since", 30)
+            assert len(checked) == asked  # no check after the end
             assert delivered.bodies == Counter({b"crash-body": 1})
         finally:
             await consumer.shutdown()

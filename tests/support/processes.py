@@ -48,6 +48,10 @@ REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 # What brokerd logs once it has started every part, its first registration included.
 BROKER_BOOTED: Final = ") boot success at "
 
+# A bound, not a target: a daemon that exits is seen at once; one starting on a loaded machine
+# (two test workers, builds beside them) took over 15 s to import.
+START_TIMEOUT: Final = 60.0
+
 _running: set[Daemon] = set()
 
 
@@ -147,7 +151,7 @@ class Daemon:
         host: str = LOOPBACK,
         name: str | None = None,
         env: Mapping[str, str] | None = None,
-        start_timeout: float = 15.0,
+        start_timeout: float = START_TIMEOUT,
         ready_text: str | None = None,
     ) -> None:
         """`ready_text`: started means this also appeared in the log, after the port opened."""
