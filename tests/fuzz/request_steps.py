@@ -127,6 +127,11 @@ class Scenarios:
         # whatever the machine's speed.
         self._unvisited = rng.sample(self.specs, len(self.specs))
 
+    @property
+    def first_pass(self) -> bool:
+        """Whether some code of the catalog has not been sent yet."""
+        return bool(self._unvisited)
+
     def next(self) -> Scenario:
         rng = self.rng
         if self._unvisited:
