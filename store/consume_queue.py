@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tidemq.common.files import path_inside
 from tidemq.store.config import CQ_UNIT_SIZE, AppendMode
+from tidemq.store.map_budget import MapBudget
 from tidemq.store.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,9 @@ class QueueCut:
     max_physical_offset: int  # end of the last kept unit's record afterwards, -1 if none
     damaged_at: int  # byte offset of the first invalid unit, -1 if none failed
     clean: bool  # nothing non-zero lay past the valid prefix: no unit to rebuild
+    # From a clean stop's summary (store/queue_summary.py): cut_at is where the units end and
+    # nothing lies past it, so the cut only sets positions and maps no file.
+    known: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +68,23 @@ class CQUnit:
 
 
 class ConsumeQueue:
-    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        topic: str,
+        queue_id: int,
+        file_size: int,
+        maps: MapBudget | None = None,
+    ) -> None:
+        """`maps`: the files are mapped on demand under this bound (store/map_budget.py)."""
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size
         self.segments = SegmentQueue(
-            path_inside(root, topic, str(queue_id)), file_size, append_mode=AppendMode.mmap
+            path_inside(root, topic, str(queue_id)),
+            file_size,
+            append_mode=AppendMode.mmap,
+            maps=maps,
         )
         # End (offset + size) of the last CommitLog record indexed here.
         self.max_physical_offset = -1
@@ -295,7 +310,9 @@ class ConsumeQueue:
                 self.queue_id,
                 cut.damaged_at // CQ_UNIT_SIZE,
             )
-        if cut.cut_at >= 0:
+        if cut.known:
+            self.segments.truncate_after(cut.cut_at)
+        elif cut.cut_at >= 0:
             self._truncate_to(cut.cut_at)
         self.min_logic_offset = cut.min_logic_offset
         self.max_physical_offset = cut.max_physical_offset

@@ -48,6 +48,8 @@ from tidemq.store.get_message import GetMessageResult, RecordFilter, TransferLim
 from tidemq.store.index import IndexService
 from tidemq.store.index_keeper import IndexKeeper
 from tidemq.store.index_worker import IndexWorker
+from tidemq.store.map_budget import MapBudget
+from tidemq.store.queue_summary import take_summary, write_summary
 from tidemq.store.record import (
     MessageBatch,
     MessageToStore,
@@ -150,6 +152,8 @@ class MessageStore(Service):
         )
         self.commitlog = CommitLog(config, segments)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # ConsumeQueue files are mapped on demand, at most this many at once.
+        self.consume_queue_maps = MapBudget(config.max_mapped_consume_queue_files)
         self.index_keeper = IndexKeeper(config)
         self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
         self.reput = ReputService(
@@ -270,6 +274,7 @@ class MessageStore(Service):
             self.config,
             self.consume_queues,
             index_load,
+            take_summary(self.root),
         )
         self.recovery_plan = plan
         self.redispatch_from = apply_recovery(
@@ -278,7 +283,7 @@ class MessageStore(Service):
         self.reput.reput_from_offset = self.redispatch_from
         self._read_quarantine()
         self.reput.dispatch_all()
-        rebuild_queue_offsets(self.commitlog, self.consume_queues)
+        rebuild_queue_offsets(self.commitlog, self.consume_queues, plan.queue_cuts)
         self._continue_quarantined_queues()
 
     # --- queues dispatch cannot write (store/dispatch_faults.py) ------------------------------
@@ -342,7 +347,11 @@ class MessageStore(Service):
 
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = ConsumeQueue(
-            self.root / "consumequeue", topic, queue_id, self.config.consume_queue_file_size
+            self.root / "consumequeue",
+            topic,
+            queue_id,
+            self.config.consume_queue_file_size,
+            self.consume_queue_maps,
         )
         self.consume_queues[(topic, queue_id)] = queue
         return queue
@@ -404,6 +413,10 @@ class MessageStore(Service):
         if self.reput.faults.quarantined:  # the records skipped since it was last written
             self._write_quarantine()
         if self.reput.behind_bytes == 0:
+            # The next normal load takes the queues from here instead of mapping their files.
+            write_summary(
+                self.root, self.commitlog.min_offset, self.commitlog.max_offset, self.consume_queues
+            )
             (self.root / "abort").unlink(missing_ok=True)
         else:
             log.warning("dispatch is %d bytes behind: abort file kept", self.reput.behind_bytes)

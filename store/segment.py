@@ -13,10 +13,20 @@ so no reader sees them before they are in the file. Either way readers see the w
 through the map at once: on Linux both paths land in the same page cache. `flush()` calls
 fdatasync on the descriptor, which also writes back pages dirtied through the map, and releases
 the GIL, so the flush services run it in a worker thread.
+
+Lazily mapped segments (made with a `MapBudget`: the ConsumeQueues) hold no descriptor and map
+their file only when read or written; the budget unmaps the least recently used past its bound,
+and the next use maps the file again. Their appends are copies into the map. Such a file is
+created sparse (`_create_sparse`: its size set, no blocks, no sync on the event loop) and its
+blocks are reserved as appends reach them (`RESERVE_CHUNK` at a time: a full disk is an error
+of the append, not a SIGBUS of a store into the map); its name and size become durable at its
+first flush, before any of its bytes are called flushed. A power cut before that may leave the
+file short: `SegmentQueue.load` extends it with zeros, which recovery reads as never written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import mmap
@@ -28,10 +38,13 @@ from pathlib import Path
 from tidemq.common.files import fsync_dir
 from tidemq.store.config import AppendMode
 from tidemq.store.errors import CorruptStoreError
+from tidemq.store.map_budget import MapBudget
 
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 4096
+# Blocks a lazily mapped segment reserves at once as appends reach them (a multiple of pages).
+RESERVE_CHUNK = 64 * 1024
 NAME_DIGITS = 20
 TMP_SUFFIX = ".tmp"
 # Buffers one pwritev takes (Linux IOV_MAX).
@@ -95,6 +108,28 @@ def _create_full_size(path: Path, size: int) -> int:
     return fd
 
 
+def _create_sparse(path: Path, size: int) -> tuple[Path, ...]:
+    """Create `path` at its full size without blocks and without syncs; returns the folders
+    whose entries are new (the file's, and the parent of each folder made for it), for the
+    first flush to sync. A crash never leaves a short file under the name (it is linked once
+    sized); a power cut before that flush may (module docstring)."""
+    missing: list[Path] = []
+    folder = path.parent
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, size)
+        os.link(tmp, path)
+    finally:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+    return (path.parent, *(made.parent for made in missing))
+
+
 class Segment:
     """A fixed-size file mapped into memory, appended to at its wrote position."""
 
@@ -106,6 +141,7 @@ class Segment:
         append_mode: AppendMode = AppendMode.pwrite,
         create: bool = False,
         write_buffer: bytearray | None = None,
+        maps: MapBudget | None = None,
     ) -> None:
         start = name_to_offset(path.name)
         if start is None:
@@ -114,21 +150,10 @@ class Segment:
         self.size = size
         self.start_offset = start
         self.append_mode = append_mode
-        self._fd = _create_full_size(path, size) if create else os.open(path, os.O_RDWR)
-        try:
-            actual = os.fstat(self._fd).st_size
-            if actual != size:
-                raise CorruptStoreError(
-                    f"segment file {path} has {actual} bytes, expected {size}; "
-                    "fix or move the file aside (or the configured file size) and start again"
-                )
-            self._map = mmap.mmap(self._fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(self._fd)
-            if create:
-                path.unlink(missing_ok=True)
-            raise
-        self.view = memoryview(self._map)
+        self.maps = maps
+        self._fd = -1
+        self._map: mmap.mmap | None = None
+        self._view: memoryview | None = None
         self.wrote = 0
         self._committed = 0
         self.flushed = 0
@@ -140,10 +165,87 @@ class Segment:
         self.closed = False
         # Flushes run in worker threads; this keeps close() from pulling the descriptor away.
         self._io_lock = threading.Lock()
+        # Lazily mapped: folders whose new entries the first flush syncs, and how far the
+        # file's blocks are reserved (module docstring).
+        self._unsynced_dirs: tuple[Path, ...] = ()
+        self._reserved = 0
+        if maps is not None:
+            if append_mode is not AppendMode.mmap or write_buffer is not None:
+                raise ValueError("a lazily mapped segment appends by copies into its map")
+            if create:
+                self._unsynced_dirs = _create_sparse(path, size)
+                self._map_file()
+            return
+        fd = _create_full_size(path, size) if create else os.open(path, os.O_RDWR)
+        try:
+            self._map_descriptor(fd)
+        except BaseException:
+            os.close(fd)
+            if create:
+                path.unlink(missing_ok=True)
+            raise
+        self._fd = fd
+
+    def _map_descriptor(self, fd: int) -> memoryview:
+        actual = os.fstat(fd).st_size
+        if actual != self.size:
+            raise CorruptStoreError(
+                f"segment file {self.path} has {actual} bytes, expected {self.size}; "
+                "fix or move the file aside (or the configured file size) and start again"
+            )
+        self._map = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        view = self._view = memoryview(self._map)
+        return view
+
+    def _map_file(self) -> memoryview:
+        """Map a lazily mapped segment's file (it holds no descriptor: the map keeps its own)."""
+        if self.closed:
+            raise ValueError(f"segment {self.path.name} is closed")
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            view = self._map_descriptor(fd)
+        finally:
+            os.close(fd)
+        assert self.maps is not None
+        self.maps.opened(self)
+        return view
+
+    @property
+    def mapped(self) -> bool:
+        return self._view is not None
+
+    def release_map(self) -> None:
+        """Unmap the file (a lazily mapped segment, for its budget); the next use maps it again.
+
+        A reader still holding a slice keeps the pages mapped until it drops it.
+        """
+        view, mapped = self._view, self._map
+        self._view = self._map = None
+        # A slice still alive keeps the map: it goes when the slice does.
+        if view is not None:
+            with contextlib.suppress(BufferError):
+                view.release()
+        if mapped is not None:
+            with contextlib.suppress(BufferError):
+                mapped.close()
+
+    @property
+    def view(self) -> memoryview:
+        """The whole file as a writable view (mapped now if the budget had unmapped it)."""
+        view = self._view
+        if view is None:
+            if self.maps is None:
+                raise ValueError(f"segment {self.path.name} is closed")
+            return self._map_file()
+        if self.maps is not None:
+            self.maps.touch(self)
+        return view
 
     @property
     def map(self) -> mmap.mmap:
         """The shared map, for readers that search it (`mmap.find`) without copying."""
+        self.view  # maps a lazily mapped segment, or counts it as used  # noqa: B018
+        assert self._map is not None
         return self._map
 
     # --- positions --------------------------------------------------------------------------
@@ -194,9 +296,24 @@ class Segment:
             if written != n:
                 raise OSError(f"short write to {self.path}: {written} of {n} bytes")
         else:
-            self._map[at : at + n] = data
+            if self.maps is not None and at + n > self._reserved:
+                self._reserve(at + n)
+            self.map[at : at + n] = data
         self.wrote = at + n
         return at
+
+    def _reserve(self, end: int) -> None:
+        """Reserve the blocks of a lazily mapped segment up to `end` (rounded up to a chunk)."""
+        until = min(self.size, -(-end // RESERVE_CHUNK) * RESERVE_CHUNK)
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, self._reserved, until - self._reserved)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+        finally:
+            os.close(fd)
+        self._reserved = until
 
     def gather(self, data: bytes) -> None:
         """Append `data` to be written by the next `write_gathered` (pwrite mode; in another
@@ -307,9 +424,24 @@ class Segment:
         with self._io_lock:
             if self.closed:
                 return False
-            os.fdatasync(self._fd)
+            if self.maps is None:
+                os.fdatasync(self._fd)
+            else:
+                self._sync_lazy()
         self.flushed = max(self.flushed, target)
         return True
+
+    def _sync_lazy(self) -> None:
+        """fdatasync a lazily mapped segment through a descriptor of its own (the pages dirtied
+        through any map of the file are the file's), then the new names it was created with."""
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        for folder in self._unsynced_dirs:
+            fsync_dir(folder)
+        self._unsynced_dirs = ()
 
     @staticmethod
     def _enough_pages(pending: int, least_pages: int, *, full: bool) -> bool:
@@ -339,8 +471,14 @@ class Segment:
             if self.closed:
                 return
             self.closed = True
-            os.close(self._fd)
-        self.view.release()
+            if self._fd >= 0:
+                os.close(self._fd)
+        if self.maps is not None:
+            self.maps.forget(self)
+            self.release_map()
+            return
+        assert self._view is not None and self._map is not None
+        self._view.release()
         try:
             self._map.close()
         except BufferError:
