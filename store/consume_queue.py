@@ -417,13 +417,16 @@ class ConsumeQueue:
         return full_from
 
     def _has_data_after(self, byte_offset: int) -> bool:
+        """Whether any byte at or past `byte_offset` is non-zero. Only the file system's data
+        extents are read: a sparse file's never-written tail is a hole, not mapped or read."""
         for segment in self.segments.segments:
             if segment.end_offset <= byte_offset:
                 continue
             start = max(0, byte_offset - segment.start_offset)
-            rest = segment.view[start:].tobytes()
-            if rest.count(0) != len(rest):
-                return True
+            for low, high in segment.data_extents(start):
+                rest = segment.view[low:high].tobytes()
+                if rest.count(0) != len(rest):
+                    return True
         return False
 
     def _head_padding_end(self, min_logic: int, limit: int) -> int:

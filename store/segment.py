@@ -462,6 +462,30 @@ class Segment:
         # Always the map: committed bytes are in the file, and a write buffer gets reused.
         return self.view[position:end]
 
+    def data_extents(self, start: int) -> list[tuple[int, int]]:
+        """The ranges of [start, size) that may hold data: the file system's holes (never
+        written: zeros) left out, as SEEK_DATA / SEEK_HOLE tell them (the whole range where the
+        file system cannot). Lets a check of a sparse file past its data read none of it."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            extents: list[tuple[int, int]] = []
+            position = start
+            while position < self.size:
+                try:
+                    data = os.lseek(fd, position, os.SEEK_DATA)
+                except OSError as e:
+                    if e.errno == errno.ENXIO:
+                        break  # nothing but a hole from `position` on
+                    return [(start, self.size)]
+                if data >= self.size:
+                    break
+                hole = min(os.lseek(fd, data, os.SEEK_HOLE), self.size)
+                extents.append((data, hole))
+                position = hole
+            return extents
+        finally:
+            os.close(fd)
+
     # --- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
