@@ -21,7 +21,7 @@ created sparse (`_create_sparse`: its size set, no blocks, no sync on the event 
 blocks are reserved as appends reach them (`RESERVE_CHUNK` at a time: a full disk is an error
 of the append, not a SIGBUS of a store into the map); its name and size become durable at its
 first flush, before any of its bytes are called flushed. A power cut before that may leave the
-file short: `SegmentQueue.load` extends it with zeros, which recovery reads as never written.
+file empty: `SegmentQueue.load` extends it with zeros, which recovery reads as never written.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def _create_sparse(path: Path, size: int) -> tuple[Path, ...]:
     """Create `path` at its full size without blocks and without syncs; returns the folders
     whose entries are new (the file's, and the parent of each folder made for it), for the
     first flush to sync. A crash never leaves a short file under the name (it is linked once
-    sized); a power cut before that flush may (module docstring)."""
+    sized); a power cut before that flush may leave it empty (module docstring)."""
     missing: list[Path] = []
     folder = path.parent
     while not folder.exists():

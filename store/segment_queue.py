@@ -48,9 +48,8 @@ class SegmentQueue:
     def load(self) -> None:
         """Open every segment file; a file of the wrong size or name stops the load.
 
-        Lazily mapped segments are only listed, not opened: a file longer than the segment size
-        stops the load, a shorter one (created sparse, its size lost by a power cut before its
-        first flush: nothing in it was ever synced) is extended with zeros.
+        Lazily mapped segments are only listed and their sizes checked, not opened
+        (`_check_lazy_size`).
         """
         make_dirs(self.directory)
         files = sorted(p for p in self.directory.iterdir() if p.is_file())
@@ -76,24 +75,28 @@ class SegmentQueue:
                 )
 
     def _check_lazy_size(self, path: Path) -> int:
-        """Check the size of a lazily mapped file; returns its inode change time."""
+        """Check the size of a lazily mapped file; returns its inode change time.
+
+        Empty is the one wrong size accepted: a file created sparse whose size a power cut
+        took before its first flush synced it (nothing in it was ever synced; recovery rebuilds
+        its units from the CommitLog). Any other size stops the load, as for every segment.
+        """
         status = path.stat()
         actual = status.st_size
-        if actual > self.segment_size:
-            raise CorruptStoreError(
-                f"segment file {path} has {actual} bytes, expected {self.segment_size}; "
-                "fix or move the file aside (or the configured file size) and start again"
-            )
-        if actual < self.segment_size:
+        if actual == 0:
             log.warning(
-                "segment file %s has %d bytes of %d: created unsynced before a power cut; "
-                "extended with zeros (recovery rebuilds its units)",
+                "segment file %s is empty: created unsynced before a power cut; extended to "
+                "%d bytes of zeros (recovery rebuilds its units)",
                 path,
-                actual,
                 self.segment_size,
             )
             os.truncate(path, self.segment_size)
             return path.stat().st_ctime_ns
+        if actual != self.segment_size:
+            raise CorruptStoreError(
+                f"segment file {path} has {actual} bytes, expected {self.segment_size}; "
+                "fix or move the file aside (or the configured file size) and start again"
+            )
         return status.st_ctime_ns
 
     def newest_change_ns(self) -> int:

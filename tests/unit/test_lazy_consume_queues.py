@@ -256,3 +256,22 @@ def test_the_budget_unmaps_the_least_recently_used() -> None:
     assert len(budget) == 1
     with pytest.raises(ValueError):
         MapBudget(0)
+
+
+async def test_an_empty_queue_file_left_by_a_power_cut_is_rebuilt(tmp_path: Path) -> None:
+    """A file created sparse and never flushed may come back empty after a power cut."""
+    store = STORES.open(tmp_path)
+    await store.start()
+    try:
+        await fill(store)
+    finally:
+        await store.stop()
+    victim = tmp_path / "consumequeue" / "T5" / "0" / f"{2 * CQ_FILE:020d}"
+    os.truncate(victim, 0)
+    (tmp_path / "abort").write_bytes(b"")  # another boot
+    store = STORES.open(tmp_path)
+    try:
+        assert victim.stat().st_size == CQ_FILE
+        assert read_all(store, 5, 0) == expected(5, 0)
+    finally:
+        await store.stop()
