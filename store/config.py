@@ -57,8 +57,8 @@ class StoreConfig:
     max_mapped_consume_queue_files: int = setting(
         1024,
         min_value=1,
-        doc="tidemq: ConsumeQueue files mapped at once; past it the least recently used is "
-        "unmapped (each map holds a descriptor)",
+        doc="tidemq: ConsumeQueue files open and mapped at once; past it the least recently "
+        "used is closed (each holds two descriptors)",
     )
     append_mode: AppendMode = setting(
         AppendMode.pwrite, doc="tidemq: pwrite (page cache writes) or mmap (copies into the map)"

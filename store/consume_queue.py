@@ -9,7 +9,9 @@ Unit `i` sits at byte `20 * i`, so a queue offset is a unit index. tagsCode is J
 `String.hashCode()` of the TAGS property (0 without tags); for delayed messages it is the
 delivery time. A queue whose first file starts at a non-zero index pads that file's head with
 blank units `(0, 2147483647, 0)`. Units are written by copies into the map (they are tiny; a
-system call each would cost more than the copy).
+system call each would cost more than the copy), or, for files mapped on demand under a bound
+(`maps`, the broker's case), by pwrite: there a new queue's first unit always falls on a page
+the map never wrote, and the write fault costs more than the call (store/segment.py).
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ class ConsumeQueue:
         self.segments = SegmentQueue(
             path_inside(root, topic, str(queue_id)),
             file_size,
-            append_mode=AppendMode.mmap,
+            # On demand, appends are pwrites (store/segment.py says why).
+            append_mode=AppendMode.mmap if maps is None else AppendMode.pwrite,
             maps=maps,
         )
         # End (offset + size) of the last CommitLog record indexed here.

@@ -1,12 +1,12 @@
 """A bound on how many segment files are mapped at once (`maxMappedConsumeQueueFiles`).
 
-A broker with a million topics of eight queues cannot hold a map per ConsumeQueue file: the maps
-cost a descriptor each (Python's mmap keeps a duplicate of the file's), kernel map entries
-(vm.max_map_count, 65530 by default) and the resident pages they touched. Segments made with a
-budget are mapped when first read or written and registered here; past the bound, the least
-recently used one is unmapped (`Segment.release_map`) and maps itself again on its next use. The
-budget is touched on the event loop only (flushes in worker threads open the file themselves and
-never map it).
+A broker with a million topics of eight queues cannot hold a map per ConsumeQueue file: each
+open file costs two descriptors (ours for appends, and the duplicate Python's mmap keeps), a
+kernel map entry (vm.max_map_count, 65530 by default) and the resident pages it touched.
+Segments made with a budget are opened and mapped when first read or written and registered
+here; past the bound, the least recently used one is closed and unmapped
+(`Segment.release_map`) and opens itself again on its next use. The budget is touched on the
+event loop only (flushes in worker threads open the file themselves and never map it).
 """
 
 from __future__ import annotations

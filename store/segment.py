@@ -14,14 +14,16 @@ through the map at once: on Linux both paths land in the same page cache. `flush
 fdatasync on the descriptor, which also writes back pages dirtied through the map, and releases
 the GIL, so the flush services run it in a worker thread.
 
-Lazily mapped segments (made with a `MapBudget`: the ConsumeQueues) hold no descriptor and map
-their file only when read or written; the budget unmaps the least recently used past its bound,
-and the next use maps the file again. Their appends are copies into the map. Such a file is
-created sparse (`_create_sparse`: its size set, no blocks, no sync on the event loop) and its
-blocks are reserved as appends reach them (`RESERVE_CHUNK` at a time: a full disk is an error
-of the append, not a SIGBUS of a store into the map); its name and size become durable at its
-first flush, before any of its bytes are called flushed. A power cut before that may leave the
-file empty: `SegmentQueue.load` extends it with zeros, which recovery reads as never written.
+Lazily mapped segments (made with a `MapBudget`: the ConsumeQueues) open and map their file
+only when read or written; the budget closes and unmaps the least recently used past its bound,
+and the next use opens it again. They append by pwrite: the first store into a page of a map
+takes a write fault (page_mkwrite), measured at 1.5-2 ms on this machine's loaded ext4 against
+3-10 us for a pwrite of the same bytes, and a new queue's first unit always lands on a new
+page. A full disk is then an error of the append, not a SIGBUS of a store into the map, so the
+file is created sparse (`_create_sparse`: its size set, no blocks, no sync on the event loop);
+its name and size become durable at its first flush, before any of its bytes are called
+flushed. A power cut before that may leave the file empty: `SegmentQueue.load` extends it with
+zeros, which recovery reads as never written.
 """
 
 from __future__ import annotations
@@ -43,8 +45,6 @@ from tidemq.store.map_budget import MapBudget
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 4096
-# Blocks a lazily mapped segment reserves at once as appends reach them (a multiple of pages).
-RESERVE_CHUNK = 64 * 1024
 NAME_DIGITS = 20
 TMP_SUFFIX = ".tmp"
 # Buffers one pwritev takes (Linux IOV_MAX).
@@ -108,26 +108,25 @@ def _create_full_size(path: Path, size: int) -> int:
     return fd
 
 
-def _create_sparse(path: Path, size: int) -> tuple[Path, ...]:
-    """Create `path` at its full size without blocks and without syncs; returns the folders
-    whose entries are new (the file's, and the parent of each folder made for it), for the
-    first flush to sync. A crash never leaves a short file under the name (it is linked once
-    sized); a power cut before that flush may leave it empty (module docstring)."""
+def _create_sparse(path: Path, size: int) -> tuple[int, tuple[Path, ...]]:
+    """Create `path` at its full size without blocks and without syncs; returns its descriptor
+    and the folders whose entries are new (the file's, and the parent of each folder made for
+    it), for the first flush to sync. A crash between the creation and the sizing leaves an
+    empty file, as a power cut before that flush may: load extends it (module docstring)."""
     missing: list[Path] = []
     folder = path.parent
     while not folder.exists():
         missing.append(folder)
         folder = folder.parent
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         os.ftruncate(fd, size)
-        os.link(tmp, path)
-    finally:
+    except BaseException:
         os.close(fd)
-        tmp.unlink(missing_ok=True)
-    return (path.parent, *(made.parent for made in missing))
+        path.unlink(missing_ok=True)
+        raise
+    return fd, (path.parent, *(made.parent for made in missing))
 
 
 class Segment:
@@ -165,16 +164,14 @@ class Segment:
         self.closed = False
         # Flushes run in worker threads; this keeps close() from pulling the descriptor away.
         self._io_lock = threading.Lock()
-        # Lazily mapped: folders whose new entries the first flush syncs, and how far the
-        # file's blocks are reserved (module docstring).
+        # Lazily mapped: folders whose new entries the first flush syncs (module docstring).
         self._unsynced_dirs: tuple[Path, ...] = ()
-        self._reserved = 0
         if maps is not None:
-            if append_mode is not AppendMode.mmap or write_buffer is not None:
-                raise ValueError("a lazily mapped segment appends by copies into its map")
+            if append_mode is not AppendMode.pwrite or write_buffer is not None:
+                raise ValueError("a lazily mapped segment appends by pwrite, unbuffered")
             if create:
-                self._unsynced_dirs = _create_sparse(path, size)
-                self._map_file()
+                fd, self._unsynced_dirs = _create_sparse(path, size)
+                self._map_file(fd)
             return
         fd = _create_full_size(path, size) if create else os.open(path, os.O_RDWR)
         try:
@@ -197,15 +194,19 @@ class Segment:
         view = self._view = memoryview(self._map)
         return view
 
-    def _map_file(self) -> memoryview:
-        """Map a lazily mapped segment's file (it holds no descriptor: the map keeps its own)."""
+    def _map_file(self, fd: int = -1) -> memoryview:
+        """Open (unless given `fd`) and map a lazily mapped segment's file: two descriptors,
+        ours for appends and the one the map keeps."""
         if self.closed:
             raise ValueError(f"segment {self.path.name} is closed")
-        fd = os.open(self.path, os.O_RDWR)
+        if fd < 0:
+            fd = os.open(self.path, os.O_RDWR)
         try:
             view = self._map_descriptor(fd)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self._fd = fd
         assert self.maps is not None
         self.maps.opened(self)
         return view
@@ -215,10 +216,13 @@ class Segment:
         return self._view is not None
 
     def release_map(self) -> None:
-        """Unmap the file (a lazily mapped segment, for its budget); the next use maps it again.
-
-        A reader still holding a slice keeps the pages mapped until it drops it.
-        """
+        """Close and unmap the file (a lazily mapped segment, for its budget); the next use
+        opens it again. A reader still holding a slice keeps the pages mapped until it drops
+        it."""
+        # Flushes never use this descriptor (`_sync_lazy`): no lock, no wait on a sync.
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
         view, mapped = self._view, self._map
         self._view = self._map = None
         # A slice still alive keeps the map: it goes when the slice does.
@@ -292,28 +296,17 @@ class Segment:
         if self._write_buffer is not None:
             self._write_buffer[at : at + n] = data
         elif self.append_mode is AppendMode.pwrite:
+            if self._fd < 0:
+                self.view  # opens a lazily mapped segment's file  # noqa: B018
+            elif self.maps is not None:
+                self.maps.touch(self)
             written = os.pwrite(self._fd, data, at)
             if written != n:
                 raise OSError(f"short write to {self.path}: {written} of {n} bytes")
         else:
-            if self.maps is not None and at + n > self._reserved:
-                self._reserve(at + n)
             self.map[at : at + n] = data
         self.wrote = at + n
         return at
-
-    def _reserve(self, end: int) -> None:
-        """Reserve the blocks of a lazily mapped segment up to `end` (rounded up to a chunk)."""
-        until = min(self.size, -(-end // RESERVE_CHUNK) * RESERVE_CHUNK)
-        fd = os.open(self.path, os.O_RDWR)
-        try:
-            os.posix_fallocate(fd, self._reserved, until - self._reserved)
-        except OSError as e:
-            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                raise
-        finally:
-            os.close(fd)
-        self._reserved = until
 
     def gather(self, data: bytes) -> None:
         """Append `data` to be written by the next `write_gathered` (pwrite mode; in another
@@ -432,8 +425,9 @@ class Segment:
         return True
 
     def _sync_lazy(self) -> None:
-        """fdatasync a lazily mapped segment through a descriptor of its own (the pages dirtied
-        through any map of the file are the file's), then the new names it was created with."""
+        """fdatasync a lazily mapped segment through a descriptor of its own (the dirty pages
+        are the file's, whoever wrote them; the loop may close its descriptor meanwhile), then
+        the new names it was created with. Runs under `_io_lock`, in a worker thread."""
         fd = os.open(self.path, os.O_RDWR)
         try:
             os.fdatasync(fd)
@@ -497,6 +491,7 @@ class Segment:
             self.closed = True
             if self._fd >= 0:
                 os.close(self._fd)
+                self._fd = -1
         if self.maps is not None:
             self.maps.forget(self)
             self.release_map()
