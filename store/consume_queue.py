@@ -449,8 +449,11 @@ class ConsumeQueue:
     def _truncate_to(self, byte_offset: int) -> None:
         for segment in self.segments.segments:
             if segment.start_offset <= byte_offset < segment.end_offset:
+                # Only the data extents: zeroing a sparse file's hole through the map would
+                # read and allocate its whole tail (6 MB a file) for nothing.
                 start = byte_offset - segment.start_offset
-                segment.view[start : segment.size] = bytes(segment.size - start)
+                for low, high in segment.data_extents(start):
+                    segment.view[low:high] = bytes(high - low)
         self.segments.truncate_after(byte_offset)
         if not self.segments.segments:
             self.min_logic_offset = 0

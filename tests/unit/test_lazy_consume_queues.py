@@ -275,3 +275,32 @@ async def test_an_empty_queue_file_left_by_a_power_cut_is_rebuilt(tmp_path: Path
         assert read_all(store, 5, 0) == expected(5, 0)
     finally:
         await store.stop()
+
+
+async def test_recovery_after_a_crash_reads_and_writes_only_the_data_of_sparse_files(
+    tmp_path: Path,
+) -> None:
+    """The check and the cut of an abnormal load touch a sparse file's data extents only: its
+    never-written tail (nearly all of a 6 MB file) stays a hole, unread and unallocated."""
+    stores = StoreFactory(mapped_file_size_consume_queue=300_000 * 20)
+    store = stores.open(tmp_path)
+    await store.start()
+    props = encode_properties({})
+    try:
+        for queue_id in range(8):
+            msg = MessageToStore("Sparse", queue_id, b"x", props)
+            assert (await store.put_message(msg)).status is PutStatus.PUT_OK
+        await store.reput.wait_idle()
+    finally:
+        await store.stop()
+    (tmp_path / SUMMARY_FILE).unlink()
+    (tmp_path / "abort").write_bytes(b"")
+    store = stores.open(tmp_path)
+    try:
+        assert store.recovery is Recovery.OTHER_BOOT
+        for queue_id in range(8):
+            assert store.max_offset_in_queue("Sparse", queue_id) == 1
+            path = store.consume_queues[("Sparse", queue_id)].segments.segments[0].path
+            assert path.stat().st_blocks * 512 <= 64 * 1024
+    finally:
+        await store.stop()
