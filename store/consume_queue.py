@@ -77,13 +77,18 @@ class ConsumeQueue:
         queue_id: int,
         file_size: int,
         maps: MapBudget | None = None,
+        *,
+        listed: bool = False,
     ) -> None:
-        """`maps`: the files are mapped on demand under this bound (store/map_budget.py)."""
+        """`maps`: the files are mapped on demand under this bound (store/map_budget.py).
+        `listed`: `topic` is a folder name listed under `root` (no check that the path stays
+        inside it: a listed name has no separator and is neither . nor ..)."""
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size
+        folder = root / topic / str(queue_id) if listed else path_inside(root, topic, str(queue_id))
         self.segments = SegmentQueue(
-            path_inside(root, topic, str(queue_id)),
+            folder,
             file_size,
             # On demand, appends are pwrites (store/segment.py says why).
             append_mode=AppendMode.mmap if maps is None else AppendMode.pwrite,

@@ -336,22 +336,27 @@ class MessageStore(Service):
         cq_root = self.root / "consumequeue"
         if not cq_root.is_dir():
             return
-        for topic_dir in sorted(cq_root.iterdir()):
-            if not topic_dir.is_dir():
-                continue
-            for queue_dir in sorted(topic_dir.iterdir()):
-                if not queue_dir.is_dir() or not queue_dir.name.isdigit():
-                    continue
-                queue = self._new_consume_queue(topic_dir.name, int(queue_dir.name))
+        # scandir: the types come with the listing, no stat per folder.
+        with os.scandir(cq_root) as listing:
+            topics = sorted((e.name, e.path) for e in listing if e.is_dir())
+        for topic, topic_path in topics:
+            with os.scandir(topic_path) as listing:
+                queue_ids = sorted(int(e.name) for e in listing if e.is_dir() and e.name.isdigit())
+            for queue_id in queue_ids:
+                queue = self._new_consume_queue(topic, queue_id, listed=True)
                 queue.load()
 
-    def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+    def _new_consume_queue(
+        self, topic: str, queue_id: int, *, listed: bool = False
+    ) -> ConsumeQueue:
+        """`listed`: the names come from the store's own folders (no check of the path)."""
         queue = ConsumeQueue(
             self.root / "consumequeue",
             topic,
             queue_id,
             self.config.consume_queue_file_size,
             self.consume_queue_maps,
+            listed=listed,
         )
         self.consume_queues[(topic, queue_id)] = queue
         return queue
@@ -414,8 +419,12 @@ class MessageStore(Service):
             self._write_quarantine()
         if self.reput.behind_bytes == 0:
             # The next normal load takes the queues from here instead of mapping their files.
-            write_summary(
-                self.root, self.commitlog.min_offset, self.commitlog.max_offset, self.consume_queues
+            await asyncio.to_thread(
+                write_summary,
+                self.root,
+                self.commitlog.min_offset,
+                self.commitlog.max_offset,
+                self.consume_queues,
             )
             (self.root / "abort").unlink(missing_ok=True)
         else:

@@ -51,9 +51,17 @@ class SegmentQueue:
         Lazily mapped segments are only listed and their sizes checked, not opened
         (`_check_lazy_size`).
         """
-        make_dirs(self.directory)
-        files = sorted(p for p in self.directory.iterdir() if p.is_file())
-        for path in files:
+        # scandir: the file type comes with the listing (no stat per name; a store start lists
+        # every queue's folder).
+        try:
+            listing = os.scandir(self.directory)
+        except FileNotFoundError:
+            make_dirs(self.directory)
+            listing = os.scandir(self.directory)
+        with listing:
+            names = sorted(entry.name for entry in listing if entry.is_file())
+        for name in names:
+            path = self.directory / name
             if name_to_offset(path.name) is None:
                 if path.name.endswith((".torn", ".diverged")):
                     continue  # tails kept aside by recovery, and by a diverged slave's resync
