@@ -54,6 +54,12 @@ class StoreConfig:
     mapped_file_size_consume_queue: int = setting(
         300_000 * CQ_UNIT_SIZE, min_value=CQ_UNIT_SIZE, doc="size of one ConsumeQueue file"
     )
+    max_mapped_consume_queue_files: int = setting(
+        1024,
+        min_value=1,
+        doc="tidemq: ConsumeQueue files open and mapped at once; past it the least recently "
+        "used is closed (each holds two descriptors)",
+    )
     append_mode: AppendMode = setting(
         AppendMode.pwrite, doc="tidemq: pwrite (page cache writes) or mmap (copies into the map)"
     )

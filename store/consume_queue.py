@@ -9,7 +9,9 @@ Unit `i` sits at byte `20 * i`, so a queue offset is a unit index. tagsCode is J
 `String.hashCode()` of the TAGS property (0 without tags); for delayed messages it is the
 delivery time. A queue whose first file starts at a non-zero index pads that file's head with
 blank units `(0, 2147483647, 0)`. Units are written by copies into the map (they are tiny; a
-system call each would cost more than the copy).
+system call each would cost more than the copy), or, for files mapped on demand under a bound
+(`maps`, the broker's case), by pwrite: there a new queue's first unit always falls on a page
+the map never wrote, and the write fault costs more than the call (store/segment.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from tidemq.common.files import path_inside
 from tidemq.store.config import CQ_UNIT_SIZE, AppendMode
+from tidemq.store.map_budget import MapBudget
 from tidemq.store.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,9 @@ class QueueCut:
     max_physical_offset: int  # end of the last kept unit's record afterwards, -1 if none
     damaged_at: int  # byte offset of the first invalid unit, -1 if none failed
     clean: bool  # nothing non-zero lay past the valid prefix: no unit to rebuild
+    # From a clean stop's summary (store/queue_summary.py): cut_at is where the units end and
+    # nothing lies past it, so the cut only sets positions and maps no file.
+    known: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +70,29 @@ class CQUnit:
 
 
 class ConsumeQueue:
-    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        topic: str,
+        queue_id: int,
+        file_size: int,
+        maps: MapBudget | None = None,
+        *,
+        listed: bool = False,
+    ) -> None:
+        """`maps`: the files are mapped on demand under this bound (store/map_budget.py).
+        `listed`: `topic` is a folder name listed under `root` (no check that the path stays
+        inside it: a listed name has no separator and is neither . nor ..)."""
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size
+        folder = root / topic / str(queue_id) if listed else path_inside(root, topic, str(queue_id))
         self.segments = SegmentQueue(
-            path_inside(root, topic, str(queue_id)), file_size, append_mode=AppendMode.mmap
+            folder,
+            file_size,
+            # On demand, appends are pwrites (store/segment.py says why).
+            append_mode=AppendMode.mmap if maps is None else AppendMode.pwrite,
+            maps=maps,
         )
         # End (offset + size) of the last CommitLog record indexed here.
         self.max_physical_offset = -1
@@ -295,7 +318,9 @@ class ConsumeQueue:
                 self.queue_id,
                 cut.damaged_at // CQ_UNIT_SIZE,
             )
-        if cut.cut_at >= 0:
+        if cut.known:
+            self.segments.truncate_after(cut.cut_at)
+        elif cut.cut_at >= 0:
             self._truncate_to(cut.cut_at)
         self.min_logic_offset = cut.min_logic_offset
         self.max_physical_offset = cut.max_physical_offset
@@ -400,13 +425,16 @@ class ConsumeQueue:
         return full_from
 
     def _has_data_after(self, byte_offset: int) -> bool:
+        """Whether any byte at or past `byte_offset` is non-zero. Only the file system's data
+        extents are read: a sparse file's never-written tail is a hole, not mapped or read."""
         for segment in self.segments.segments:
             if segment.end_offset <= byte_offset:
                 continue
             start = max(0, byte_offset - segment.start_offset)
-            rest = segment.view[start:].tobytes()
-            if rest.count(0) != len(rest):
-                return True
+            for low, high in segment.data_extents(start):
+                rest = segment.view[low:high].tobytes()
+                if rest.count(0) != len(rest):
+                    return True
         return False
 
     def _head_padding_end(self, min_logic: int, limit: int) -> int:
@@ -426,8 +454,11 @@ class ConsumeQueue:
     def _truncate_to(self, byte_offset: int) -> None:
         for segment in self.segments.segments:
             if segment.start_offset <= byte_offset < segment.end_offset:
+                # Only the data extents: zeroing a sparse file's hole through the map would
+                # read and allocate its whole tail (6 MB a file) for nothing.
                 start = byte_offset - segment.start_offset
-                segment.view[start : segment.size] = bytes(segment.size - start)
+                for low, high in segment.data_extents(start):
+                    segment.view[low:high] = bytes(high - low)
         self.segments.truncate_after(byte_offset)
         if not self.segments.segments:
             self.min_logic_offset = 0

@@ -48,6 +48,8 @@ from tidemq.store.get_message import GetMessageResult, RecordFilter, TransferLim
 from tidemq.store.index import IndexService
 from tidemq.store.index_keeper import IndexKeeper
 from tidemq.store.index_worker import IndexWorker
+from tidemq.store.map_budget import MapBudget
+from tidemq.store.queue_summary import take_summary, write_summary
 from tidemq.store.record import (
     MessageBatch,
     MessageToStore,
@@ -150,6 +152,8 @@ class MessageStore(Service):
         )
         self.commitlog = CommitLog(config, segments)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # ConsumeQueue files are mapped on demand, at most this many at once.
+        self.consume_queue_maps = MapBudget(config.max_mapped_consume_queue_files)
         self.index_keeper = IndexKeeper(config)
         self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
         self.reput = ReputService(
@@ -270,6 +274,7 @@ class MessageStore(Service):
             self.config,
             self.consume_queues,
             index_load,
+            take_summary(self.root),
         )
         self.recovery_plan = plan
         self.redispatch_from = apply_recovery(
@@ -278,7 +283,7 @@ class MessageStore(Service):
         self.reput.reput_from_offset = self.redispatch_from
         self._read_quarantine()
         self.reput.dispatch_all()
-        rebuild_queue_offsets(self.commitlog, self.consume_queues)
+        rebuild_queue_offsets(self.commitlog, self.consume_queues, plan.queue_cuts)
         self._continue_quarantined_queues()
 
     # --- queues dispatch cannot write (store/dispatch_faults.py) ------------------------------
@@ -331,18 +336,27 @@ class MessageStore(Service):
         cq_root = self.root / "consumequeue"
         if not cq_root.is_dir():
             return
-        for topic_dir in sorted(cq_root.iterdir()):
-            if not topic_dir.is_dir():
-                continue
-            for queue_dir in sorted(topic_dir.iterdir()):
-                if not queue_dir.is_dir() or not queue_dir.name.isdigit():
-                    continue
-                queue = self._new_consume_queue(topic_dir.name, int(queue_dir.name))
+        # scandir: the types come with the listing, no stat per folder.
+        with os.scandir(cq_root) as listing:
+            topics = sorted((e.name, e.path) for e in listing if e.is_dir())
+        for topic, topic_path in topics:
+            with os.scandir(topic_path) as listing:
+                queue_ids = sorted(int(e.name) for e in listing if e.is_dir() and e.name.isdigit())
+            for queue_id in queue_ids:
+                queue = self._new_consume_queue(topic, queue_id, listed=True)
                 queue.load()
 
-    def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+    def _new_consume_queue(
+        self, topic: str, queue_id: int, *, listed: bool = False
+    ) -> ConsumeQueue:
+        """`listed`: the names come from the store's own folders (no check of the path)."""
         queue = ConsumeQueue(
-            self.root / "consumequeue", topic, queue_id, self.config.consume_queue_file_size
+            self.root / "consumequeue",
+            topic,
+            queue_id,
+            self.config.consume_queue_file_size,
+            self.consume_queue_maps,
+            listed=listed,
         )
         self.consume_queues[(topic, queue_id)] = queue
         return queue
@@ -404,6 +418,14 @@ class MessageStore(Service):
         if self.reput.faults.quarantined:  # the records skipped since it was last written
             self._write_quarantine()
         if self.reput.behind_bytes == 0:
+            # The next normal load takes the queues from here instead of mapping their files.
+            await asyncio.to_thread(
+                write_summary,
+                self.root,
+                self.commitlog.min_offset,
+                self.commitlog.max_offset,
+                self.consume_queues,
+            )
             (self.root / "abort").unlink(missing_ok=True)
         else:
             log.warning("dispatch is %d bytes behind: abort file kept", self.reput.behind_bytes)

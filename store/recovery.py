@@ -64,6 +64,7 @@ from tidemq.store.config import StoreConfig
 from tidemq.store.consume_queue import ConsumeQueue, QueueCut, UnitChecker
 from tidemq.store.index import IndexLoadPlan, IndexService
 from tidemq.store.layout import MAGIC_V1
+from tidemq.store.queue_summary import QueueSummary, known_state
 from tidemq.store.record import RECORD_MIN_SIZE, read_queue_position, read_topic
 
 log = logging.getLogger(__name__)
@@ -155,14 +156,29 @@ def plan_recovery(
     config: StoreConfig,
     consume_queues: Mapping[tuple[str, int], ConsumeQueue],
     index_load: IndexLoadPlan | None,
+    summary: QueueSummary | None = None,
 ) -> RecoveryPlan:
     """Check the CommitLog from the safe file on and decide every cut; nothing is written.
 
-    `index_load` is `IndexService.plan_load` for this load (None without an index).
+    `index_load` is `IndexService.plan_load` for this load (None without an index); `summary`
+    the clean stop's queue summary, used on a normal load only (store/queue_summary.py).
     """
     start_index = check_start_index(kind, commitlog, checkpoint, config)
     end = commitlog.scan_valid_end(start_index)
-    return plan_cut(kind, commitlog, start_index, end, consume_queues, index_load)
+    if summary is not None and (
+        kind is not Recovery.NORMAL or not summary.matches(commitlog.min_offset, end)
+    ):
+        log.warning(
+            "ConsumeQueue summary of CommitLog [%d, %d) does not fit [%d, %d) (%s load): "
+            "every ConsumeQueue is checked",
+            summary.commitlog_min,
+            summary.commitlog_end,
+            commitlog.min_offset,
+            end,
+            kind.value,
+        )
+        summary = None
+    return plan_cut(kind, commitlog, start_index, end, consume_queues, index_load, summary)
 
 
 def plan_cut(
@@ -172,6 +188,7 @@ def plan_cut(
     end: int,
     consume_queues: Mapping[tuple[str, int], ConsumeQueue],
     index_load: IndexLoadPlan | None,
+    summary: QueueSummary | None = None,
 ) -> RecoveryPlan:
     """The plan for a CommitLog cut at `end`: tails kept aside, queue cuts, re-dispatch."""
     segments = commitlog.segments.segments
@@ -179,7 +196,7 @@ def plan_cut(
     tails = tuple(commitlog.tails_past(end)) if segments else ()
     # After a machine restart units of records from S on may have lost unsynced pages anywhere.
     suspect_from = check_from if kind is Recovery.OTHER_BOOT else None
-    queue_cuts, queues = check_consume_queues(consume_queues, commitlog, end, suspect_from)
+    queue_cuts, queues = check_consume_queues(consume_queues, commitlog, end, suspect_from, summary)
     rebuild_from = index_load.rebuild_from if index_load is not None else None
     reput_from = redispatch_start(kind, queues, check_from, rebuild_from)
     # The cut keeps the CommitLog's first file (end lies at or past its start): same minimum.
@@ -258,15 +275,23 @@ def check_consume_queues(
     commitlog: CommitLog,
     end: int,
     suspect_from: int | None = None,
+    summary: QueueSummary | None = None,
 ) -> tuple[dict[tuple[str, int], QueueCut], RecoveredQueues]:
     """Check every queue against a CommitLog cut at `end` (reads only): each queue's cut, where
     their units then end, and where damaged ones need rebuilding. `suspect_from`: see
-    ConsumeQueue.check_recovery."""
+    ConsumeQueue.check_recovery. A queue that `summary` (a clean stop's, fitting this CommitLog)
+    knows, with the files it lists, is taken from it unchecked and unmapped."""
     cuts: dict[tuple[str, int], QueueCut] = {}
     queues_end = 0
     damaged_from: list[int] = []
     for key, queue in consume_queues.items():
-        cut = queue.check_recovery(unit_checker(commitlog, queue, end), end, suspect_from)
+        state = summary.queues.get(key) if summary is not None else None
+        if state is not None and known_state(queue, state):
+            cut = QueueCut(
+                state.wrote_end, state.min_logic_offset, state.max_physical_offset, -1, True, True
+            )
+        else:
+            cut = queue.check_recovery(unit_checker(commitlog, queue, end), end, suspect_from)
         cuts[key] = cut
         if not cut.clean:
             damaged_from.append(max(cut.max_physical_offset, 0))
@@ -302,12 +327,21 @@ def unit_checker(commitlog: CommitLog, queue: ConsumeQueue, end: int) -> UnitChe
 
 
 def rebuild_queue_offsets(
-    commitlog: CommitLog, consume_queues: Mapping[tuple[str, int], ConsumeQueue]
+    commitlog: CommitLog,
+    consume_queues: Mapping[tuple[str, int], ConsumeQueue],
+    corrected: Mapping[tuple[str, int], QueueCut] | None = None,
 ) -> None:
-    """The CommitLog's next queue offset per queue, from the ConsumeQueues (after a cut)."""
+    """The CommitLog's next queue offset per queue, from the ConsumeQueues (after a cut).
+
+    Queues whose cut in `corrected` is `known` keep their minimum: the clean stop's summary
+    gave it, against the same CommitLog minimum (their files stay unmapped).
+    """
     table: dict[str, int] = {}
     commitlog_min = commitlog.min_offset
-    for (topic, queue_id), queue in consume_queues.items():
-        queue.correct_min_offset(commitlog_min)
+    for key, queue in consume_queues.items():
+        topic, queue_id = key
+        cut = corrected.get(key) if corrected is not None else None
+        if cut is None or not cut.known:
+            queue.correct_min_offset(commitlog_min)
         table[f"{topic}-{queue_id}"] = queue.max_offset
     commitlog.topic_queue_table = table

@@ -13,10 +13,22 @@ so no reader sees them before they are in the file. Either way readers see the w
 through the map at once: on Linux both paths land in the same page cache. `flush()` calls
 fdatasync on the descriptor, which also writes back pages dirtied through the map, and releases
 the GIL, so the flush services run it in a worker thread.
+
+Lazily mapped segments (made with a `MapBudget`: the ConsumeQueues) open and map their file
+only when read or written; the budget closes and unmaps the least recently used past its bound,
+and the next use opens it again. They append by pwrite: the first store into a page of a map
+takes a write fault (page_mkwrite), measured at 1.5-2 ms on this machine's loaded ext4 against
+3-10 us for a pwrite of the same bytes, and a new queue's first unit always lands on a new
+page. A full disk is then an error of the append, not a SIGBUS of a store into the map, so the
+file is created sparse (`_create_sparse`: its size set, no blocks, no sync on the event loop);
+its name and size become durable at its first flush, before any of its bytes are called
+flushed. A power cut before that may leave the file empty: `SegmentQueue.load` extends it with
+zeros, which recovery reads as never written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import mmap
@@ -28,6 +40,7 @@ from pathlib import Path
 from tidemq.common.files import fsync_dir
 from tidemq.store.config import AppendMode
 from tidemq.store.errors import CorruptStoreError
+from tidemq.store.map_budget import MapBudget
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +108,27 @@ def _create_full_size(path: Path, size: int) -> int:
     return fd
 
 
+def _create_sparse(path: Path, size: int) -> tuple[int, tuple[Path, ...]]:
+    """Create `path` at its full size without blocks and without syncs; returns its descriptor
+    and the folders whose entries are new (the file's, and the parent of each folder made for
+    it), for the first flush to sync. A crash between the creation and the sizing leaves an
+    empty file, as a power cut before that flush may: load extends it (module docstring)."""
+    missing: list[Path] = []
+    folder = path.parent
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.ftruncate(fd, size)
+    except BaseException:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+    return fd, (path.parent, *(made.parent for made in missing))
+
+
 class Segment:
     """A fixed-size file mapped into memory, appended to at its wrote position."""
 
@@ -106,6 +140,7 @@ class Segment:
         append_mode: AppendMode = AppendMode.pwrite,
         create: bool = False,
         write_buffer: bytearray | None = None,
+        maps: MapBudget | None = None,
     ) -> None:
         start = name_to_offset(path.name)
         if start is None:
@@ -114,21 +149,10 @@ class Segment:
         self.size = size
         self.start_offset = start
         self.append_mode = append_mode
-        self._fd = _create_full_size(path, size) if create else os.open(path, os.O_RDWR)
-        try:
-            actual = os.fstat(self._fd).st_size
-            if actual != size:
-                raise CorruptStoreError(
-                    f"segment file {path} has {actual} bytes, expected {size}; "
-                    "fix or move the file aside (or the configured file size) and start again"
-                )
-            self._map = mmap.mmap(self._fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(self._fd)
-            if create:
-                path.unlink(missing_ok=True)
-            raise
-        self.view = memoryview(self._map)
+        self.maps = maps
+        self._fd = -1
+        self._map: mmap.mmap | None = None
+        self._view: memoryview | None = None
         self.wrote = 0
         self._committed = 0
         self.flushed = 0
@@ -140,10 +164,92 @@ class Segment:
         self.closed = False
         # Flushes run in worker threads; this keeps close() from pulling the descriptor away.
         self._io_lock = threading.Lock()
+        # Lazily mapped: folders whose new entries the first flush syncs (module docstring).
+        self._unsynced_dirs: tuple[Path, ...] = ()
+        if maps is not None:
+            if append_mode is not AppendMode.pwrite or write_buffer is not None:
+                raise ValueError("a lazily mapped segment appends by pwrite, unbuffered")
+            if create:
+                fd, self._unsynced_dirs = _create_sparse(path, size)
+                self._map_file(fd)
+            return
+        fd = _create_full_size(path, size) if create else os.open(path, os.O_RDWR)
+        try:
+            self._map_descriptor(fd)
+        except BaseException:
+            os.close(fd)
+            if create:
+                path.unlink(missing_ok=True)
+            raise
+        self._fd = fd
+
+    def _map_descriptor(self, fd: int) -> memoryview:
+        actual = os.fstat(fd).st_size
+        if actual != self.size:
+            raise CorruptStoreError(
+                f"segment file {self.path} has {actual} bytes, expected {self.size}; "
+                "fix or move the file aside (or the configured file size) and start again"
+            )
+        self._map = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        view = self._view = memoryview(self._map)
+        return view
+
+    def _map_file(self, fd: int = -1) -> memoryview:
+        """Open (unless given `fd`) and map a lazily mapped segment's file: two descriptors,
+        ours for appends and the one the map keeps."""
+        if self.closed:
+            raise ValueError(f"segment {self.path.name} is closed")
+        if fd < 0:
+            fd = os.open(self.path, os.O_RDWR)
+        try:
+            view = self._map_descriptor(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        assert self.maps is not None
+        self.maps.opened(self)
+        return view
+
+    @property
+    def mapped(self) -> bool:
+        return self._view is not None
+
+    def release_map(self) -> None:
+        """Close and unmap the file (a lazily mapped segment, for its budget); the next use
+        opens it again. A reader still holding a slice keeps the pages mapped until it drops
+        it."""
+        # Flushes never use this descriptor (`_sync_lazy`): no lock, no wait on a sync.
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+        view, mapped = self._view, self._map
+        self._view = self._map = None
+        # A slice still alive keeps the map: it goes when the slice does.
+        if view is not None:
+            with contextlib.suppress(BufferError):
+                view.release()
+        if mapped is not None:
+            with contextlib.suppress(BufferError):
+                mapped.close()
+
+    @property
+    def view(self) -> memoryview:
+        """The whole file as a writable view (mapped now if the budget had unmapped it)."""
+        view = self._view
+        if view is None:
+            if self.maps is None:
+                raise ValueError(f"segment {self.path.name} is closed")
+            return self._map_file()
+        if self.maps is not None:
+            self.maps.touch(self)
+        return view
 
     @property
     def map(self) -> mmap.mmap:
         """The shared map, for readers that search it (`mmap.find`) without copying."""
+        self.view  # maps a lazily mapped segment, or counts it as used  # noqa: B018
+        assert self._map is not None
         return self._map
 
     # --- positions --------------------------------------------------------------------------
@@ -190,11 +296,15 @@ class Segment:
         if self._write_buffer is not None:
             self._write_buffer[at : at + n] = data
         elif self.append_mode is AppendMode.pwrite:
+            if self._fd < 0:
+                self.view  # opens a lazily mapped segment's file  # noqa: B018
+            elif self.maps is not None:
+                self.maps.touch(self)
             written = os.pwrite(self._fd, data, at)
             if written != n:
                 raise OSError(f"short write to {self.path}: {written} of {n} bytes")
         else:
-            self._map[at : at + n] = data
+            self.map[at : at + n] = data
         self.wrote = at + n
         return at
 
@@ -307,9 +417,25 @@ class Segment:
         with self._io_lock:
             if self.closed:
                 return False
-            os.fdatasync(self._fd)
+            if self.maps is None:
+                os.fdatasync(self._fd)
+            else:
+                self._sync_lazy()
         self.flushed = max(self.flushed, target)
         return True
+
+    def _sync_lazy(self) -> None:
+        """fdatasync a lazily mapped segment through a descriptor of its own (the dirty pages
+        are the file's, whoever wrote them; the loop may close its descriptor meanwhile), then
+        the new names it was created with. Runs under `_io_lock`, in a worker thread."""
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        for folder in self._unsynced_dirs:
+            fsync_dir(folder)
+        self._unsynced_dirs = ()
 
     @staticmethod
     def _enough_pages(pending: int, least_pages: int, *, full: bool) -> bool:
@@ -330,6 +456,30 @@ class Segment:
         # Always the map: committed bytes are in the file, and a write buffer gets reused.
         return self.view[position:end]
 
+    def data_extents(self, start: int) -> list[tuple[int, int]]:
+        """The ranges of [start, size) that may hold data: the file system's holes (never
+        written: zeros) left out, as SEEK_DATA / SEEK_HOLE tell them (the whole range where the
+        file system cannot). Lets a check of a sparse file past its data read none of it."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            extents: list[tuple[int, int]] = []
+            position = start
+            while position < self.size:
+                try:
+                    data = os.lseek(fd, position, os.SEEK_DATA)
+                except OSError as e:
+                    if e.errno == errno.ENXIO:
+                        break  # nothing but a hole from `position` on
+                    return [(start, self.size)]
+                if data >= self.size:
+                    break
+                hole = min(os.lseek(fd, data, os.SEEK_HOLE), self.size)
+                extents.append((data, hole))
+                position = hole
+            return extents
+        finally:
+            os.close(fd)
+
     # --- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -339,8 +489,15 @@ class Segment:
             if self.closed:
                 return
             self.closed = True
-            os.close(self._fd)
-        self.view.release()
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+        if self.maps is not None:
+            self.maps.forget(self)
+            self.release_map()
+            return
+        assert self._view is not None and self._map is not None
+        self._view.release()
         try:
             self._map.close()
         except BufferError:

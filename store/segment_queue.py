@@ -8,6 +8,7 @@ the last is full, truncates after a recovery point and deletes expired files fro
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 from tidemq.common.files import make_dirs
 from tidemq.store.config import AppendMode
 from tidemq.store.errors import CorruptStoreError
+from tidemq.store.map_budget import MapBudget
 from tidemq.store.segment import TMP_SUFFIX, Segment, name_to_offset, offset_to_name
 
 log = logging.getLogger(__name__)
@@ -30,20 +32,36 @@ class SegmentQueue:
         *,
         append_mode: AppendMode = AppendMode.pwrite,
         write_buffers: BufferSource | None = None,
+        maps: MapBudget | None = None,
     ) -> None:
         self.directory = directory
+        self.maps = maps  # lazily mapped segments under this budget (store/map_budget.py)
         self.segment_size = segment_size
         self.append_mode = append_mode
         self._write_buffers = write_buffers
         self.segments: list[Segment] = []
+        # Lazily mapped: the newest inode change time (st_ctime_ns) of the files at load.
+        self.loaded_change_ns = 0
 
     # --- loading ----------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Open every segment file; a file of the wrong size or name stops the load."""
-        make_dirs(self.directory)
-        files = sorted(p for p in self.directory.iterdir() if p.is_file())
-        for path in files:
+        """Open every segment file; a file of the wrong size or name stops the load.
+
+        Lazily mapped segments are only listed and their sizes checked, not opened
+        (`_check_lazy_size`).
+        """
+        # scandir: the file type comes with the listing (no stat per name; a store start lists
+        # every queue's folder).
+        try:
+            listing = os.scandir(self.directory)
+        except FileNotFoundError:
+            make_dirs(self.directory)
+            listing = os.scandir(self.directory)
+        with listing:
+            names = sorted(entry.name for entry in listing if entry.is_file())
+        for name in names:
+            path = self.directory / name
             if name_to_offset(path.name) is None:
                 if path.name.endswith((".torn", ".diverged")):
                     continue  # tails kept aside by recovery, and by a diverged slave's resync
@@ -52,7 +70,9 @@ class SegmentQueue:
                     path.unlink()
                     continue
                 raise CorruptStoreError(f"unexpected file {path} in segment folder")
-            segment = Segment(path, self.segment_size, append_mode=self.append_mode)
+            if self.maps is not None:
+                self.loaded_change_ns = max(self.loaded_change_ns, self._check_lazy_size(path))
+            segment = Segment(path, self.segment_size, append_mode=self.append_mode, maps=self.maps)
             # Loaded segments count as fully written until recovery says otherwise.
             segment.set_positions(self.segment_size)
             self.segments.append(segment)
@@ -61,6 +81,35 @@ class SegmentQueue:
                 raise CorruptStoreError(
                     f"segment {nxt.path} does not follow {prev.path.name}: a file is missing"
                 )
+
+    def _check_lazy_size(self, path: Path) -> int:
+        """Check the size of a lazily mapped file; returns its inode change time.
+
+        Empty is the one wrong size accepted: a file created sparse whose size a power cut
+        took before its first flush synced it (nothing in it was ever synced; recovery rebuilds
+        its units from the CommitLog). Any other size stops the load, as for every segment.
+        """
+        status = path.stat()
+        actual = status.st_size
+        if actual == 0:
+            log.warning(
+                "segment file %s is empty: created unsynced before a power cut; extended to "
+                "%d bytes of zeros (recovery rebuilds its units)",
+                path,
+                self.segment_size,
+            )
+            os.truncate(path, self.segment_size)
+            return path.stat().st_ctime_ns
+        if actual != self.segment_size:
+            raise CorruptStoreError(
+                f"segment file {path} has {actual} bytes, expected {self.segment_size}; "
+                "fix or move the file aside (or the configured file size) and start again"
+            )
+        return status.st_ctime_ns
+
+    def newest_change_ns(self) -> int:
+        """The newest inode change time (st_ctime_ns) of the files, 0 without files."""
+        return max((segment.path.stat().st_ctime_ns for segment in self.segments), default=0)
 
     # --- lookup -----------------------------------------------------------------------------
 
@@ -123,6 +172,17 @@ class SegmentQueue:
         return self._create(create_at)
 
     def _create(self, start: int) -> Segment:
+        if self.maps is not None:
+            # Sparse, its folders synced at its first flush, off the event loop (segment.py).
+            segment = Segment(
+                self.directory / offset_to_name(start),
+                self.segment_size,
+                append_mode=self.append_mode,
+                create=True,
+                maps=self.maps,
+            )
+            self.segments.append(segment)
+            return segment
         make_dirs(self.directory)
         buffer = self._write_buffers() if self._write_buffers else None
         segment = Segment(
