@@ -29,6 +29,7 @@ from tidemq.broker.daemons.daemon import (
     configure_logging,
     read_properties,
     run_until_signal,
+    too_few_open_files,
     unwritable_store,
 )
 from tidemq.broker.failover import MemberConflict
@@ -184,6 +185,7 @@ def main(
     problem = busy_port(settings.remoting.bind_address, settings.fixed_ports())
     # Before the store is created or anything connects: one line, nothing touched.
     problem = problem or unwritable_store(settings.store.root, settings.store.commit_log_dir)
+    problem = problem or too_few_open_files(settings.store.max_mapped_consume_queue_files)
     if problem is not None:
         click.echo(f"brokerd: cannot start: {problem}", err=True)
         sys.exit(1)

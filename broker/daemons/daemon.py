@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterable
@@ -46,6 +47,32 @@ def busy_port(host: str, ports: Iterable[tuple[str, int]]) -> str | None:
         if port > 0 and not port_is_free(host, port):
             return f"{key} {port} on {host} is in use by {describe_holders(holders(port))}"
     return None
+
+
+# Descriptors beside the mapped ConsumeQueue files: connections, CommitLog and index files,
+# the config tables, logs.
+OTHER_DESCRIPTORS = 512
+
+
+def too_few_open_files(max_mapped_queue_files: int) -> str | None:
+    """Raise this process's soft limit of open files to its hard limit (the JVM does so for
+    RocketMQ: MaxFDLimit); one line naming the key when the ConsumeQueue files it may keep open
+    (two descriptors each) and OTHER_DESCRIPTORS still do not fit, else None."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):
+            pass
+    needed = 2 * max_mapped_queue_files + OTHER_DESCRIPTORS
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return None
+    return (
+        f"maxMappedConsumeQueueFiles {max_mapped_queue_files} needs about {needed} open files "
+        f"(two per ConsumeQueue file, {OTHER_DESCRIPTORS} for the rest); this process may open "
+        f"{soft} (ulimit -n): lower the key or raise the limit"
+    )
 
 
 STORE_FOLDERS = ("config", "consumequeue", "index")

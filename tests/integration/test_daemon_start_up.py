@@ -8,7 +8,9 @@ through CAP_DAC_OVERRIDE, so as root the broker runs without that one capability
 it from the bounding set): it stays root, so it reads the checkout and its .venv wherever they lie
 (a 0700 home or `mktemp -d` included), and a folder of mode 555 refuses it as it would any user.
 `brokerd -p` shows the warning for an unknown key that start-up would log; a key that is a
-known one mistyped stops either daemon.
+known one mistyped stops either daemon. brokerd raises its soft limit of open files to the hard
+one (as the JVM does for RocketMQ), and a limit that still cannot hold the ConsumeQueue files
+maxMappedConsumeQueueFiles keeps open stops it with one line naming the key.
 """
 
 from __future__ import annotations
@@ -21,18 +23,31 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import free_port
+from tests.support.processes import (
+    BROKER_BOOTED,
+    Daemon,
+    ProcessGroup,
+    brokerd_command,
+    free_port,
+)
 
 # What lets root write a folder of mode 555: the one capability dropped to see the refusal.
 WITHOUT_DAC_OVERRIDE = ["setpriv", "--bounding-set=-dac_override", "--inh-caps=-dac_override"]
 
 
 def run_brokerd(
-    home: Path, *args: str, without_dac_override: bool = False, timeout: float = 60
+    home: Path,
+    *args: str,
+    without_dac_override: bool = False,
+    open_files: str = "",
+    timeout: float = 60,
 ) -> subprocess.CompletedProcess[str]:
+    """`open_files`: "SOFT:HARD" limits of open files to start it with (prlimit)."""
     command = [sys.executable, "-m", "tidemq.broker", *args]
     if without_dac_override:
         command = [*WITHOUT_DAC_OVERRIDE, *command]
+    if open_files:
+        command = ["prlimit", f"--nofile={open_files}", *command]
     return subprocess.run(
         command,
         capture_output=True,
@@ -155,3 +170,41 @@ def test_a_mistyped_key_stops_either_daemon_with_did_you_mean(tmp_path: Path) ->
     assert done.stderr.splitlines() == [
         "namesrvd: unknown key ListenPort: did you mean listenPort?"
     ]
+
+
+def test_too_few_open_files_for_the_queue_files_stops_brokerd_with_one_line(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    done = run_brokerd(
+        tmp_path,
+        f"storePathRootDir={store}",
+        f"listenPort={free_port()}",
+        f"grpcServerPort={free_port()}",
+        "namesrvAddr=127.0.0.1:1",
+        open_files="1024:1024",
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        "brokerd: cannot start: maxMappedConsumeQueueFiles 1024 needs about 2560 open files "
+        "(two per ConsumeQueue file, 512 for the rest); this process may open 1024 "
+        "(ulimit -n): lower the key or raise the limit"
+    ]
+    assert not store.exists()
+
+
+def test_brokerd_raises_its_soft_limit_of_open_files_to_the_hard_one(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    """A soft limit of 1024 (a shell's default) under a hard one of 8192: the default key fits."""
+    port = free_port()
+    command = brokerd_command(port, namesrv.address, tmp_path / "store")
+    broker = processes.start(
+        ["prlimit", "--nofile=1024:8192", *command],
+        port=port,
+        name="brokerd",
+        ready_text=BROKER_BOOTED,
+    )
+    limits = Path(f"/proc/{broker.pid}/limits").read_text()
+    [line] = [line for line in limits.splitlines() if line.startswith("Max open files")]
+    assert line.split()[3:5] == ["8192", "8192"], line
