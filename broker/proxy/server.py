@@ -27,7 +27,7 @@ from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc import aio
 
-from tidemq.broker.proxy.channel import Outbox
+from tidemq.broker.proxy.channel import OUTBOX_LIMIT, Outbox
 from tidemq.broker.proxy.protocol import service_pb2 as pb
 from tidemq.broker.proxy.protocol.definition_pb2 import Code
 from tidemq.broker.proxy.service import NOT_SERVED, CallContext, MessagingService
@@ -252,9 +252,14 @@ class GrpcServer:
         self, requests: AsyncIterator[Any], context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.TelemetryCommand]:
         """Answers to the client's commands and the broker's own commands (a transaction
-        check), through one outbox; the stream ends when the client ends its side."""
+        check), through one outbox; the stream ends when the client ends its side.
+
+        A client that writes commands and reads no answers is read no further once
+        `OUTBOX_LIMIT` answers wait for it (gRPC's flow control then holds its writes): the
+        answers it has not read cost the broker at most that many."""
         call = call_context(context)
         outbox: Outbox = asyncio.Queue()
+        room = asyncio.Semaphore(OUTBOX_LIMIT)  # answers the client may leave unread
         channel = None
         if call.client_id:
             try:
@@ -272,6 +277,7 @@ class GrpcServer:
                 async for command in requests:
                     answer = self._telemetry_answer(command, call)
                     if answer is not None:
+                        await room.acquire()
                         outbox.put_nowait(answer)
             finally:
                 outbox.put_nowait(None)
@@ -280,6 +286,8 @@ class GrpcServer:
         try:
             while (command := await outbox.get()) is not None:
                 yield command
+                if command.HasField("status"):  # an answer (the broker's commands have none)
+                    room.release()
         finally:
             if channel is not None:
                 channel.detach(outbox)

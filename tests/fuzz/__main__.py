@@ -4,6 +4,8 @@
 instead (tests/fuzz/requests.py: hostile requests to live daemons) for SECONDS (`--legal-names`:
 every hostile value but names, to look past the name bugs); its findings
 go to DIR/requests/<kind>-<n>.json, and it exits 1 when there is one.
+`python -m tests.fuzz --grpc SECONDS [--seed N] [--out DIR]` fuzzes a brokerd's gRPC endpoint
+the same way (tests/fuzz/grpc_requests.py); findings to DIR/grpc/grpc-<kind>-<n>.json.
 
 Each target runs under atheris in a process of its own, from its checked-in seeds, for `--runs`
 executions (default 1,000,000), with a per-input timeout (a hang is a crash) and an RSS limit
@@ -115,11 +117,16 @@ def main() -> int:
         "--requests", type=float, metavar="SECONDS", help="fuzz live daemons' requests instead"
     )
     parser.add_argument(
+        "--grpc", type=float, metavar="SECONDS", help="fuzz a brokerd's gRPC endpoint instead"
+    )
+    parser.add_argument(
         "--legal-names",
         action="store_true",
         help="with --requests: no hostile topic/group/key names, every other hostile value",
     )
     args = parser.parse_args()
+    if args.grpc is not None:
+        return fuzz_grpc(args.grpc, args.seed, args.out)
     if args.requests is not None:
         return fuzz_requests(args.requests, args.seed, args.out, names=not args.legal_names)
     failed = 0
@@ -144,6 +151,16 @@ def fuzz_requests(seconds: float, seed: int | None, out: Path, *, names: bool = 
     seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
     with tempfile.TemporaryDirectory(prefix="tidemq-reqfuzz-") as base:
         report = run(seed, seconds, Path(base), out / "requests", names=names)
+    print(report.summary(), flush=True)
+    return 1 if report.findings else 0
+
+
+def fuzz_grpc(seconds: float, seed: int | None, out: Path) -> int:
+    from tests.fuzz.grpc_requests import run  # starts daemons: not needed by the targets
+
+    seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
+    with tempfile.TemporaryDirectory(prefix="tidemq-grpcfuzz-") as base:
+        report = run(seed, seconds, Path(base), out / "grpc")
     print(report.summary(), flush=True)
     return 1 if report.findings else 0
 
