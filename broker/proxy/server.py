@@ -344,7 +344,10 @@ class GrpcServer:
         try:  # once, for the stream: the metadata is signed when it opens
             account = self._authenticate("Telemetry", context)
         except Rejected as rejected:
-            yield pb.TelemetryCommand(status=rejected.status())
+            # Each command gets the refusal and none is served; the stream ends when the
+            # client ends its side (ending it first fails the client's writes in flight).
+            async for _command in requests:
+                yield pb.TelemetryCommand(status=rejected.status())
             return
         call = call_context(context)
         outbox: Outbox = asyncio.Queue()

@@ -5,7 +5,8 @@ instead (tests/fuzz/requests.py: hostile requests to live daemons) for SECONDS (
 every hostile value but names, to look past the name bugs); its findings
 go to DIR/requests/<kind>-<n>.json, and it exits 1 when there is one.
 `python -m tests.fuzz --grpc SECONDS [--seed N] [--out DIR]` fuzzes a brokerd's gRPC endpoint
-the same way (tests/fuzz/grpc_requests.py); findings to DIR/grpc/grpc-<kind>-<n>.json.
+the same way (tests/fuzz/grpc_requests.py; half the time with aclEnable and signed or hostile
+calls); findings to DIR/grpc/grpc-<kind>-<n>.json.
 
 Each target runs under atheris in a process of its own, from its checked-in seeds, for `--runs`
 executions (default 1,000,000), with a per-input timeout (a hang is a crash) and an RSS limit
@@ -159,10 +160,13 @@ def fuzz_grpc(seconds: float, seed: int | None, out: Path) -> int:
     from tests.fuzz.grpc_requests import run  # starts daemons: not needed by the targets
 
     seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
-    with tempfile.TemporaryDirectory(prefix="tidemq-grpcfuzz-") as base:
-        report = run(seed, seconds, Path(base), out / "grpc")
-    print(report.summary(), flush=True)
-    return 1 if report.findings else 0
+    found = 0
+    for acl in (False, True):  # half the time without ACL, half with signed and hostile calls
+        with tempfile.TemporaryDirectory(prefix="tidemq-grpcfuzz-") as base:
+            report = run(seed, seconds / 2, Path(base), out / "grpc", acl=acl)
+        print(("with ACL: " if acl else "") + report.summary(), flush=True)
+        found += len(report.findings)
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

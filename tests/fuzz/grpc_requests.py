@@ -46,13 +46,7 @@ from google.protobuf.message import DecodeError
 from grpc import aio
 
 from tests.fault.cq_check import check_consume_queues
-from tests.fuzz.grpc_steps import (
-    GOOD_CLIENT,
-    GOOD_GROUP,
-    GOOD_TOPIC,
-    GrpcStep,
-    GrpcSteps,
-)
+from tests.fuzz.grpc_steps import GOOD_CLIENT, GOOD_GROUP, GOOD_TOPIC, GrpcStep, GrpcSteps, sign
 from tests.fuzz.request_cluster import FileWatch
 from tests.support.processes import BROKER_BOOTED, Daemon, ProcessGroup, brokerd_command, free_port
 from tests.support.wire import pull_header
@@ -72,6 +66,7 @@ from tidemq.client.api import BrokerAPI, PullStatus
 from tidemq.client.errors import BrokerResponseError, ConnectError, RequestTimeoutError
 from tidemq.client.protocol.models import SubscriptionGroupConfig, TopicConfig
 from tidemq.client.remoting.codes import RequestCode
+from tidemq.client.remoting.signing import SessionCredentials
 
 __all__ = ["REGRESSIONS", "GrpcReport", "replay", "run"]
 
@@ -89,6 +84,22 @@ _LEGAL_NAME: Final = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
 _CODES: Final = frozenset(Code.values())
 _NUMBERS: Final = re.compile(r"\d+")
 _STATEFUL: Final = frozenset({"no-answer", "died", "sanity"})
+# With acl: the checks sign as the admin; the fuzz calls as it or as a user limited to the good
+# topic (so FORBIDDEN is met too)
+ADMIN: Final = ("fzg-admin-key", "fzg-admin-secret")
+USER: Final = ("fzg-user-key", "fzg-user-secret")
+ACL_FILE: Final = f"""\
+globalWhiteRemoteAddresses: []
+accounts:
+  - accessKey: {ADMIN[0]}
+    secretKey: {ADMIN[1]}
+    admin: true
+  - accessKey: {USER[0]}
+    secretKey: {USER[1]}
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms: [{GOOD_TOPIC}=PUB|SUB]
+"""
 _OVERRIDES: Final = (
     "autoCreateTopicEnable=false",
     "grpcClientConsumerMaxLongPollingTimeoutMillis=1000",
@@ -137,6 +148,7 @@ class GrpcReport:
         return "\n".join(lines)
 
     def save(self, out: Path) -> None:
+        """One `grpc-<kind>-<n>.json` per distinct finding, with its calls."""
         out.mkdir(parents=True, exist_ok=True)
         seen: set[str] = set()
         for finding in self.findings:
@@ -157,8 +169,10 @@ class GrpcReport:
 class GrpcFuzzBroker:
     """namesrvd and one brokerd with its gRPC endpoint, over a sandboxed `base`."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, *, acl: bool = False) -> None:
+        """`acl`: aclEnable with `ACL_FILE` (the calls signed by its accounts, or not)."""
         self.base = base
+        self.acl = acl
         run = base / "run"
         self.store = run / "sandbox" / "store"
         self.logs = run / "logs"
@@ -166,6 +180,9 @@ class GrpcFuzzBroker:
             (victim / "0").mkdir(parents=True, exist_ok=True)
             (victim / "keep").write_text("must survive the run\n")
         self.store.mkdir(parents=True, exist_ok=True)
+        self.acl_file = run / "plain_acl.yml"
+        if acl:
+            self.acl_file.write_text(ACL_FILE)
         self.watch = FileWatch(base, frozenset({self.store, self.logs}))
         self.processes = ProcessGroup(self.logs)
         self.namesrv: Daemon | None = None
@@ -192,6 +209,7 @@ class GrpcFuzzBroker:
             self.store,
             f"grpcServerPort={self.grpc_port}",
             *_OVERRIDES,
+            *(("aclEnable=true", f"aclFile={self.acl_file}") if self.acl else ()),
         )
         self.broker = self.processes.start(
             args, port=self.port, name=f"brokerd-{self._starts}", ready_text=BROKER_BOOTED
@@ -226,10 +244,14 @@ class GrpcSession:
         self.episode: list[GrpcStep] = []
         self.all_steps: list[GrpcStep] = []
         self.steps_handles: list[str] = []  # live receipt handles, for the next calls
-        self.tracked_ids: dict[str, tuple[int, bytes]] = {}  # message id: (offset, body)
+        self.tracked: dict[tuple[int, bytes], str] = {}  # (queue offset, body): message id
         self.log_seen = 0
         self.names_seen: set[str] = set()
-        self.api = BrokerAPI(timeout=ANSWER_TIMEOUT)
+        credentials = SessionCredentials(*ADMIN) if broker.acl else None
+        self.api = BrokerAPI(timeout=ANSWER_TIMEOUT, credentials=credentials)
+        self.verify_client = VERIFY_CLIENT + (
+            sign(*ADMIN, "20261129T120000Z") if broker.acl else ()
+        )
         self.broken = False
 
     def _channel(self) -> aio.Channel:
@@ -296,6 +318,7 @@ class GrpcSession:
         report.calls += 1
         report.per_method[step.method] += 1
         good_client = dict(step.metadata).get("x-mq-client-id") == GOOD_CLIENT
+        good_client = good_client and "auth" not in step.note.split(", ")
         self.check_answer(step, answered, telemetry and good_client)
         self.check_after_call(step)
         return answered
@@ -405,7 +428,7 @@ class GrpcSession:
         message.system_properties.message_type = MessageType.NORMAL
         message.system_properties.tag = "verify"
         request = pb.SendMessageRequest(messages=[message])
-        sent = await self.call("SendMessage", (request.SerializeToString(),), VERIFY_CLIENT)
+        sent = await self.call("SendMessage", (request.SerializeToString(),), self.verify_client)
         if sent.code is not grpc.StatusCode.OK:
             self.find("sanity", f"a good send: gRPC {sent.code.name} {sent.details[:200]}")
             return
@@ -424,7 +447,9 @@ class GrpcSession:
             )
             receive.invisible_duration.FromMilliseconds(60_000)
             receive.long_polling_timeout.FromMilliseconds(1000)
-            got = await self.call("ReceiveMessage", (receive.SerializeToString(),), VERIFY_CLIENT)
+            got = await self.call(
+                "ReceiveMessage", (receive.SerializeToString(),), self.verify_client
+            )
             if got.code is not grpc.StatusCode.OK:
                 self.find("sanity", f"a good receive: gRPC {got.code.name} {got.details[:200]}")
                 return
@@ -446,7 +471,9 @@ class GrpcSession:
                     topic=Resource(name=GOOD_TOPIC),
                     entries=entries,
                 )
-                acked = await self.call("AckMessage", (ack.SerializeToString(),), VERIFY_CLIENT)
+                acked = await self.call(
+                    "AckMessage", (ack.SerializeToString(),), self.verify_client
+                )
                 status = pb.AckMessageResponse.FromString(acked.answers[0]).status
                 if status.code != Code.OK:
                     self.find("sanity", f"a good ack: {status.code} {status.message}")
@@ -497,19 +524,22 @@ class GrpcSession:
             return
         for message, entry in zip(request.messages, response.entries, strict=False):
             good = message.topic.name == GOOD_TOPIC and not message.topic.resource_namespace
-            if good and entry.status.code == Code.OK and entry.message_id:
-                self.tracked_ids[entry.message_id] = (entry.offset, message.body)
+            system = message.system_properties
+            # a half or timer message is stored elsewhere until it is ended or due
+            plain = system.message_type in (MessageType.NORMAL, MessageType.FIFO)
+            plain = plain and not system.HasField("delivery_timestamp")
+            if good and plain and entry.status.code == Code.OK:
+                self.tracked[(entry.offset, message.body)] = entry.message_id
 
     async def check_tracked(self) -> None:
         """Every acknowledged fuzz send on the good topic is in some queue at its offset."""
-        self.report.tracked = len(self.tracked_ids)
-        if not self.tracked_ids:
+        self.report.tracked = len(self.tracked)
+        if not self.tracked:
             return
-        stored: dict[tuple[int, bytes], int] = Counter()
+        stored: set[tuple[int, bytes]] = set()
         for queue in range(QUEUES):
-            for offset, body in (await self._pull_all(queue)).items():
-                stored[(offset, body)] += 1
-        lost = [mid for mid, key in self.tracked_ids.items() if not stored.get(key)]
+            stored |= set((await self._pull_all(queue)).items())
+        lost = [mid for key, mid in self.tracked.items() if key not in stored]
         if lost:
             self.find("lost", f"{len(lost)} acknowledged sends not in the store ({lost[:3]})", [])
 
@@ -567,13 +597,15 @@ def _good_settings() -> pb.TelemetryCommand:
 
 
 async def _session(
-    broker: GrpcFuzzBroker, report: GrpcReport, steps: GrpcSteps | list[GrpcStep], until: float
+    broker: GrpcFuzzBroker, report: GrpcReport, steps: GrpcSteps | list[GrpcStep], seconds: float
 ) -> None:
+    """Set up, send `steps` for `seconds` (counted once the broker is set up), finish."""
     session = GrpcSession(broker, report)
     if isinstance(steps, GrpcSteps):
         session.steps_handles = steps.handles
     try:
         await session.setup()
+        until = time.monotonic() + seconds
         since_check = 0
         feed = iter(steps) if isinstance(steps, list) else None
         while not session.broken and time.monotonic() < until:
@@ -593,17 +625,22 @@ async def _session(
         await session.close()
 
 
-def run(seed: int, seconds: float, base: Path, out: Path | None = None) -> GrpcReport:
+def run(
+    seed: int, seconds: float, base: Path, out: Path | None = None, *, acl: bool = False
+) -> GrpcReport:
     """Fuzz a fresh brokerd's gRPC endpoint for `seconds` from `seed` under `base`; findings
-    saved under `out`."""
+    saved under `out`. `acl`: the broker checks signatures (`ACL_FILE`), the calls are signed
+    by its accounts or carry hostile headers."""
     os.environ["PYTHONFAULTHANDLER"] = "1"
     report = GrpcReport(seed)
     started = time.monotonic()
-    broker = GrpcFuzzBroker(base)
+    broker = GrpcFuzzBroker(base, acl=acl)
     try:
         broker.start()
-        steps = GrpcSteps(random.Random(seed), broker.victims, MAX_BODY, FRAME_LIMIT)
-        asyncio.run(_session(broker, report, steps, started + seconds))
+        accounts = (ADMIN, USER) if acl else ()
+        rng = random.Random(seed)
+        steps = GrpcSteps(rng, broker.victims, MAX_BODY, FRAME_LIMIT, accounts)
+        asyncio.run(_session(broker, report, steps, seconds))
     finally:
         broker.stop()
         report.seconds = time.monotonic() - started
@@ -617,13 +654,16 @@ def load_steps(path: Path) -> list[GrpcStep]:
 
 
 def replay(path: Path, base: Path) -> GrpcReport:
-    """Send a saved finding's calls to a fresh brokerd under `base`; check the invariants."""
+    """Send a saved finding's calls to a fresh brokerd under `base` (with ACL when the calls
+    were signed); check the invariants."""
     report = GrpcReport(None)
     started = time.monotonic()
-    broker = GrpcFuzzBroker(base)
+    steps = load_steps(path)
+    acl = any(key == "authorization" for step in steps for key, _ in step.metadata)
+    broker = GrpcFuzzBroker(base, acl=acl)
     try:
         broker.start()
-        asyncio.run(_session(broker, report, load_steps(path), float("inf")))
+        asyncio.run(_session(broker, report, steps, float("inf")))
     finally:
         broker.stop()
         report.seconds = time.monotonic() - started

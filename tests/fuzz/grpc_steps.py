@@ -15,6 +15,9 @@ Telemetry stream), the call's metadata and a note naming what is hostile in it. 
 - bodies: empty, the broker's largest, one byte past it, beyond the gRPC frame limit;
 - strings that are not UTF-8 on the wire (a placeholder swapped for invalid bytes of the same
   length after serialising, so the framing stays valid);
+- with ACL accounts: the signature headers of one, or a wrong secret, an unknown or escaping
+  access key, a signature that is not hex, a header without items, 5,000 characters long, no
+  date-time;
 - the bytes themselves (`raw`): truncated, bit-flipped, random, a length prefix past the end,
   a wire type where another belongs, nesting deeper than protobuf's recursion limit.
 """
@@ -22,6 +25,8 @@ Telemetry stream), the call's metadata and a note naming what is hostile in it. 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import random
 from collections.abc import Callable
 from typing import Any, Final
@@ -103,6 +108,16 @@ class GrpcStep:
         )
 
 
+def sign(access_key: str, secret: str, date: str) -> tuple[tuple[str, str], ...]:
+    """The official clients' signature headers (broker/proxy/auth.py reads them)."""
+    signature = hmac.new(secret.encode(), date.encode(), hashlib.sha1).hexdigest()
+    authorization = (
+        f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders=x-mq-date-time, "
+        f"Signature={signature}"
+    )
+    return (("x-mq-date-time", date), ("authorization", authorization))
+
+
 def _bad_utf8(data: bytes) -> bytes:
     return data.replace(BAD_UTF8_MARK.encode(), _BAD_UTF8)
 
@@ -132,9 +147,17 @@ class GrpcSteps:
     """Seeded hostile calls; `handles` are live receipt handles the run received."""
 
     def __init__(
-        self, rng: random.Random, victims: list[str], max_body: int, frame_limit: int
+        self,
+        rng: random.Random,
+        victims: list[str],
+        max_body: int,
+        frame_limit: int,
+        accounts: tuple[tuple[str, str], ...] = (),
     ) -> None:
+        """`accounts`: (access key, secret key) of a broker with aclEnable: calls are signed
+        by one of them, or carry a hostile `authorization` header (noted "auth")."""
         self.rng = rng
+        self.accounts = accounts
         self.values = Values(rng, victims)
         self.max_body = max_body
         self.frame_limit = frame_limit
@@ -244,7 +267,7 @@ class GrpcSteps:
         if roll < 0.6:
             client = GOOD_CLIENT
         elif roll < 0.7:
-            return (("x-mq-language", "PYTHON"),)  # no client id
+            return (("x-mq-language", "PYTHON"), *self.authorization())  # no client id
         else:
             self._note("client id")
             # gRPC metadata is printable ASCII: other text the client refuses to send
@@ -255,7 +278,38 @@ class GrpcSteps:
             ("x-mq-client-id", client),
             ("x-mq-language", rng.choice(["PYTHON", "JAVA", "../x", "x" * 2000])),
             ("x-mq-client-version", rng.choice(["5.1.2", "", "9" * 500])),
+            *self.authorization(),
         )
+
+    def authorization(self) -> tuple[tuple[str, str], ...]:
+        """The 5.x signature headers of one of `accounts`, or hostile ones."""
+        if not self.accounts:
+            return ()
+        rng = self.rng
+        access_key, secret = rng.choice(self.accounts)
+        date = rng.choice(["20261129T120000Z", "x", "", "../" + MARK, "9" * 3000])
+        if rng.random() < 0.7:
+            return sign(access_key, secret, date or "d")
+        self._note("auth")
+        good = dict(sign(access_key, secret, date or "d"))["authorization"]
+        header = rng.choice(
+            [
+                dict(sign(access_key, "wrong-secret", date or "d"))["authorization"],
+                dict(sign("../" + MARK, secret, date or "d"))["authorization"],
+                good.replace("Signature=", "Signature=zz"),
+                good.replace("Credential=", "Credential="),
+                good.replace(access_key, ""),
+                good.split(",")[0],
+                "MQv2-HMAC-SHA1",
+                "MQv2-HMAC-SHA1 " + "Credential=" + "k" * 5000,
+                "MQv2-HMAC-SHA1 Credential=a/b/c, Signature=" + "0" * 4000,
+                " ",
+                "",
+            ]
+        )
+        if rng.random() < 0.2:
+            return (("authorization", header),)  # no date-time
+        return (("x-mq-date-time", date), ("authorization", header))
 
     # --- messages --------------------------------------------------------------------------
 

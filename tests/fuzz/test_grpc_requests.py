@@ -1,7 +1,8 @@
 """The gRPC request fuzzer in `make test`: a seed makes the same calls, every RPC is drawn, saved
 findings replay clean, and a seeded run of a few seconds against a real brokerd keeps every
 invariant (tests/fuzz/grpc_requests.py). `make fuzz` is the long version
-(FUZZ_GRPC_SECONDS); GRPC_FUZZ_SECONDS sets this one's budget (default 8).
+(FUZZ_GRPC_SECONDS); GRPC_FUZZ_SECONDS sets this one's budget (default 8: half without ACL,
+half with signed and hostile calls).
 """
 
 from __future__ import annotations
@@ -35,14 +36,23 @@ def test_a_seed_makes_the_same_calls_of_every_rpc_and_they_survive_a_save() -> N
     notes = " ".join(s.note for s in steps)
     for kind in ("name", "duration", "handle", "body size", "bad utf-8", "raw", "client id"):
         assert kind in notes, kind
+    signed = GrpcSteps(random.Random(GRPC_SEED), [], MAX_BODY, FRAME_LIMIT, (("ak-1234", "sk"),))
+    headers = [dict(signed.next().metadata) for _ in range(200)]
+    assert all("authorization" in h for h in headers)
+    assert any("x-mq-date-time" not in h for h in headers)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(SECONDS + 240)
-def test_seeded_grpc_run_keeps_every_invariant(tmp_path: Path) -> None:
-    report = run(GRPC_SEED, SECONDS, tmp_path / "run", tmp_path / "findings")
+@pytest.mark.parametrize("acl", [False, True], ids=["open", "acl"])
+def test_seeded_grpc_run_keeps_every_invariant(tmp_path: Path, acl: bool) -> None:
+    """`acl`: the broker checks 5.x signatures; the calls are signed by an admin or a user
+    limited to the good topic, or carry hostile authorization headers."""
+    report = run(GRPC_SEED, SECONDS / 2, tmp_path / "run", tmp_path / "findings", acl=acl)
     print(report.summary())
     assert report.calls > 0 and report.sanity_checks >= 2
+    if acl:
+        assert report.answers["UNAUTHORIZED"] and report.answers["FORBIDDEN"], report.summary()
     assert not report.findings, report.summary()
 
 

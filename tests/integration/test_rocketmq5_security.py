@@ -296,12 +296,19 @@ async def test_each_rpc_refuses_with_a_status_and_the_stream_lives_on(
     assert answer.status.code == Code.OK and answer.WhichOneof("command") == "settings"
     await call.done_writing()
     assert await call.code() == grpc.StatusCode.OK
-    # a stream opened with a bad signature: its one answer says why
+    # a stream opened with a bad signature: every command is told why, none is served, and
+    # the stream ends when the client's side does (ended at the first refusal, the client's
+    # writes still in flight failed: gRPC INTERNAL, found by the gRPC fuzzer)
     call = telemetry(metadata=wrong, timeout=30)
-    await call.write(allowed)
+    padded = pb.TelemetryCommand()
+    padded.CopyFrom(allowed)
+    padded.settings.client_properties["pad"] = "x" * 1_000_000
+    for _ in range(6):
+        await call.write(padded)
     await call.done_writing()
     answers = [a async for a in call]
-    assert [a.status.code for a in answers] == [Code.UNAUTHORIZED], answers
+    assert [a.status.code for a in answers] == [Code.UNAUTHORIZED] * 6, answers
+    assert await call.code() == grpc.StatusCode.OK
     assert await stored_count(secure, DENIED) == 0
     assert "ACL refused gRPC SendMessage" in secure.broker.log_text()
     assert "app-secret" not in secure.broker.log_text()
