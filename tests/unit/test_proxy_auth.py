@@ -154,3 +154,16 @@ def test_permissions_are_the_accounts() -> None:
             guard.authorize(account, needed)
         assert caught.value.code == Code.FORBIDDEN
         assert caught.value.message == f"No default permission for {named}"
+
+
+def test_a_reload_of_the_files_is_seen_at_the_next_call() -> None:
+    """White-address answers are remembered per peer for one version of the rules only."""
+    white_file = RULES.replace("[10.9.9.*]", "[127.0.0.*]")
+    white, accounts = parse_document(white_file, "test")
+    current = [AclRules(tuple(white), {a.access_key: a for a in accounts})]
+    guard = GrpcGuard(lambda: current[0])
+    assert guard.authenticate({}, "127.0.0.1") is None
+    assert guard.authenticate({}, "127.0.0.1") is None  # remembered
+    current[0] = rules()  # the file edited: no white list for 127.0.0.*
+    with pytest.raises(Rejected):
+        guard.authenticate({}, "127.0.0.1")
