@@ -9,10 +9,11 @@ damaged bytes.
 Invariants, and where they are checked:
 
 - after every call: it ended with gRPC status OK (RESOURCE_EXHAUSTED only for a request past
-  the frame limit), within `ANSWER_TIMEOUT`; each answer decodes as the RPC's response and
-  carries a `Status` whose code is one of RocketMQ 5's and not INTERNAL_SERVER_ERROR (the
-  server's answer to an exception it did not expect); a Telemetry stream still answers a good
-  settings command after the hostile ones; brokerd is alive; nothing appeared or vanished
+  the frame limit or headers past gRPC's soft limit, refused by gRPC before any handler),
+  within `ANSWER_TIMEOUT`; each answer decodes as the RPC's response and carries a `Status`
+  whose code is one of RocketMQ 5's and not INTERNAL_SERVER_ERROR (the server's answer to an
+  exception it did not expect); a Telemetry stream still answers a good settings command
+  after the hostile ones; brokerd is alive; nothing appeared or vanished
   outside the store (the sandbox, the daemons' working directory, and entries carrying the
   fuzzer's mark in the home folder, /tmp and /);
 - every `EPISODE` calls: brokerd holds at most `RSS_LIMIT`, no traceback in its log, its
@@ -20,8 +21,8 @@ Invariants, and where they are checked:
   over gRPC work (a group of the checks' own, never fuzzed);
 - at the end: brokerd stops on SIGTERM with status 0, its ConsumeQueues agree with the
   CommitLog (tests/fault/cq_check.py), it starts again and serves a good send and receive,
-  and every message the fuzz calls got acknowledged on the good topic is pullable at its
-  offset.
+  and every message acknowledged on the good topic (the checks' own and the fuzz calls') is
+  pullable at its offset.
 
 A finding keeps the calls that led to it (the episode so far; the whole run for a daemon that
 died or hung) as `grpc-<kind>-<n>.json`; `replay(path)` sends them to a fresh broker and checks
@@ -74,6 +75,9 @@ EPISODE: Final = 25
 ANSWER_TIMEOUT: Final = 20.0  # seconds for one call (long polls end within 1 s here)
 MAX_BODY: Final = 1 << 20  # maxMessageSize of the test stores (tests/support/processes.py)
 FRAME_LIMIT: Final = 4 * 1024 * 1024 + FRAME_HEADROOM  # the server's receive limit
+# gRPC refuses some calls whose headers pass its soft limit of 8 KiB (grpc.max_metadata_size),
+# all past twice that; the path, authority and content type take a few hundred bytes of it
+METADATA_SOFT: Final = 7 * 1024
 QUEUES: Final = 2
 RSS_LIMIT: Final = 1 << 30
 VERIFY_GROUP: Final = "fzg-verify"  # the checks' own group, never fuzzed
@@ -331,6 +335,9 @@ class GrpcSession:
                 # gRPC's own refusal of a message past the frame limit, before any handler
                 # (RESOURCE_EXHAUSTED; on a stream the client may see the cancel as INTERNAL)
                 return
+            headers = sum(len(k) + len(v) + 32 for k, v in step.metadata)  # HTTP/2's count
+            if answered.code is grpc.StatusCode.RESOURCE_EXHAUSTED and headers > METADATA_SOFT:
+                return  # gRPC's own refusal of headers past its soft limit (8 KiB), likewise
             if answered.code is grpc.StatusCode.DEADLINE_EXCEEDED:
                 self.find("no-answer", f"{where}: no answer in {ANSWER_TIMEOUT} s")
                 return
@@ -436,6 +443,7 @@ class GrpcSession:
         if answer.status.code != Code.OK:
             self.find("sanity", f"a good send: {answer.status.code} {answer.status.message}")
             return
+        self.tracked[(answer.entries[0].offset, body)] = message.system_properties.message_id
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             receive = pb.ReceiveMessageRequest(
