@@ -150,16 +150,21 @@ test-unit: install ## unit tests only (no processes, no sockets)
 
 # make fuzz FUZZ_RUNS=100000 FUZZ_TARGETS='frame header_msgpack' (see tests/fuzz/__main__.py)
 # FUZZ_REQUEST_SECONDS: how long the request fuzzer attacks live daemons afterwards (0: not at
-# all); FUZZ_SEED=n repeats a request-fuzzing run (tests/fuzz/requests.py)
+# all); FUZZ_SEED=n repeats a request-fuzzing run (tests/fuzz/requests.py); FUZZ_GRPC_SECONDS:
+# how long the gRPC endpoint is fuzzed after that (tests/fuzz/grpc_requests.py; 0: not at all)
 FUZZ_RUNS ?= 1000000
 FUZZ_TARGETS ?=
 FUZZ_REQUEST_SECONDS ?= 600
+FUZZ_GRPC_SECONDS ?= 600
 FUZZ_SEED ?=
 .PHONY: fuzz
 fuzz: install ## fuzz every decoder, then requests to live daemons; findings go to fuzz-crashes/
 	$(BIN)/python -m tests.fuzz --runs $(FUZZ_RUNS) --out fuzz-crashes $(FUZZ_TARGETS)
 	@if [ "$(FUZZ_REQUEST_SECONDS)" != 0 ]; then \
 		$(BIN)/python -m tests.fuzz --requests $(FUZZ_REQUEST_SECONDS) --out fuzz-crashes \
+			$(if $(FUZZ_SEED),--seed $(FUZZ_SEED)); fi
+	@if [ "$(FUZZ_GRPC_SECONDS)" != 0 ]; then \
+		$(BIN)/python -m tests.fuzz --grpc $(FUZZ_GRPC_SECONDS) --out fuzz-crashes \
 			$(if $(FUZZ_SEED),--seed $(FUZZ_SEED)); fi
 
 # make soak SOAK_ROUNDS=20 (see tests/fault/soak.py); SOAK_SEED=n repeats a run

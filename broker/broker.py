@@ -51,8 +51,9 @@ from tidemq.broker.processors.pull import PullProcessor
 from tidemq.broker.processors.query import QueryProcessor
 from tidemq.broker.processors.retry import RetryProcessor
 from tidemq.broker.processors.send import SendProcessor
+from tidemq.broker.proxy.auth import GrpcGuard
 from tidemq.broker.proxy.cluster_routes import CALL_TIMEOUT_SECONDS, ClusterRoutes
-from tidemq.broker.proxy.config import ProxyConfig, grpc_blockers
+from tidemq.broker.proxy.config import ProxyConfig
 from tidemq.broker.proxy.server import GrpcServer
 from tidemq.broker.proxy.service import MessagingService
 from tidemq.broker.rebalance_lock import RebalanceLockManager
@@ -262,18 +263,11 @@ class Broker(Service):
             # this one's queues there.
             self.ops.grpc_port = lambda: self.grpc.port if self.grpc is not None else -1
 
-    def _grpc_server(self, proxy_config: ProxyConfig) -> GrpcServer | None:
-        """The gRPC endpoint, unless ACL or TLS guard the remoting port: 5.x clients'
-        signatures and TLS on the gRPC port are not checked yet, and an open door beside a
-        guarded one would bypass it."""
-        guards = grpc_blockers(self.config.acl_enable, self.remoting.tls_server_mode.value)
-        if guards:
-            log.warning(
-                "grpcServerPort: the RocketMQ 5 gRPC endpoint is not served with %s "
-                "(its authentication and TLS are not implemented yet)",
-                " and ".join(guards),
-            )
-            return None
+    def _grpc_server(self, proxy_config: ProxyConfig) -> GrpcServer:
+        """The gRPC endpoint, guarded as the remoting port is: with aclEnable every call's
+        5.x signature and permissions are checked against the same ACL accounts
+        (broker/proxy/auth.py), and with tls.server.mode it serves TLS with the same
+        certificate keys."""
         service = MessagingService(
             proxy_config,
             self.state,
@@ -291,7 +285,15 @@ class Broker(Service):
             lambda: self.config.name_servers,
             service.own_broker,
         )
-        return GrpcServer(service, self.remoting.bind_address, proxy_config.grpc_server_port)
+        acl = self.acl
+        guard = GrpcGuard(lambda: acl.rules) if acl is not None else None
+        return GrpcServer(
+            service,
+            self.remoting.bind_address,
+            proxy_config.grpc_server_port,
+            guard=guard,
+            tls=self.remoting.server_tls(),
+        )
 
     def _slave_parts(self) -> tuple[HAClient, SlaveSynchronize]:
         """A slave's replication client and its copier of the master's tables."""

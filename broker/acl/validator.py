@@ -237,6 +237,12 @@ def _check_permissions(account: Account, request: RemotingCommand) -> None:
             f"Need admin permission for request code={code}, "
             f"but accessKey={account.access_key} is not"
         )
+    check_resources(account, needs)
+
+
+def check_resources(account: Account, needs: Needs) -> None:
+    """Raise `AclRefused` unless `account` holds each (resource, permission) of `needs`
+    (groups as their retry topic), from its lists or else its defaults."""
     owned = account.perms
     if owned is None and account.admin:
         return

@@ -34,7 +34,7 @@ from tidemq.broker.daemons.daemon import (
 )
 from tidemq.broker.failover import MemberConflict
 from tidemq.broker.open_doors import broker_doors
-from tidemq.broker.proxy.config import ProxyConfig, grpc_blockers
+from tidemq.broker.proxy.config import ProxyConfig
 from tidemq.client.version import version_option
 from tidemq.common.errors import ConfigError, StoreError
 from tidemq.common.settings import (
@@ -81,8 +81,7 @@ class BrokerSettings:
             ha = self.ha.ha_listen_port
             ports.append(("haListenPort", ha if ha >= 0 else self.broker.listen_port + 1))
         ports.append(("metricsPort", self.broker.metrics_port))
-        if not grpc_blockers(self.broker.acl_enable, self.remoting.tls_server_mode.value):
-            ports.append(("grpcServerPort", self.proxy.grpc_server_port))
+        ports.append(("grpcServerPort", self.proxy.grpc_server_port))
         return ports
 
     def open_doors(self) -> list[str]:

@@ -81,7 +81,7 @@ from tidemq.broker.daemons.port_owner import describe_holders, holders, pid_list
 from tidemq.broker.daemons.secure_init import SecureInitError, secure_init
 from tidemq.broker.managers.config_export import export_config
 from tidemq.broker.properties import load_properties
-from tidemq.broker.proxy.config import DEFAULT_GRPC_SERVER_PORT, grpc_blockers
+from tidemq.broker.proxy.config import DEFAULT_GRPC_SERVER_PORT
 from tidemq.client.admin.api import AdminClient, BrokerAddress
 from tidemq.client.dashboard.cli import DEFAULT_BIND as DASHBOARD_BIND
 from tidemq.client.dashboard.cli import DEFAULT_PORT as DASHBOARD_PORT
@@ -159,13 +159,9 @@ class Process:
             ha = self._int("haListenPort", -1)
             ports.append(("haListenPort", ha if ha >= 0 else (self.port + 1 if self.port else 0)))
         ports.append(("metricsPort", self._int("metricsPort", -1)))
-        if not self.is_namesrv and not self._grpc_blocked():  # RocketMQ 5 clients (broker/proxy)
+        if not self.is_namesrv:  # RocketMQ 5 clients (broker/proxy)
             ports.append(("grpcServerPort", self._int("grpcServerPort", DEFAULT_GRPC_SERVER_PORT)))
         return [(key, port) for key, port in ports if port > 0]
-
-    def _grpc_blocked(self) -> bool:
-        acl = self.props.get("aclEnable", "false").strip().lower() == "true"
-        return bool(grpc_blockers(acl, self.props.get("tls.server.mode", "disabled")))
 
     def ports_listened_at_start(self) -> list[int]:
         """The fixed ports it listens on once started: a controller-mode broker opens its HA
@@ -370,9 +366,7 @@ def based_ports(
     def serves_grpc(file: Path) -> bool:
         props = load_properties(file)
         text = props.get("grpcServerPort", str(DEFAULT_GRPC_SERVER_PORT)).strip()
-        acl = props.get("aclEnable", "false").strip().lower() == "true"
-        blocked = grpc_blockers(acl, props.get("tls.server.mode", "disabled"))
-        return text.lstrip("-").isdigit() and int(text) > 0 and not blocked
+        return text.lstrip("-").isdigit() and int(text) > 0
 
     overrides = [f"namesrv:listenPort={base}"]
     if has_metrics(namesrv_file):

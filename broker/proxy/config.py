@@ -45,10 +45,3 @@ class ProxyConfig:
     @property
     def enabled(self) -> bool:
         return self.grpc_server_port >= 0
-
-
-def grpc_blockers(acl_enable: bool, tls_server_mode: str) -> list[str]:
-    """The keys that keep the gRPC endpoint closed: 5.x clients' signatures and TLS on the gRPC
-    port are not checked yet, and an open door beside a guarded remoting port would bypass it."""
-    tls = tls_server_mode.strip().lower() not in ("", "disabled")
-    return [key for key, on in (("aclEnable", acl_enable), ("tls.server.mode", tls)) if on]

@@ -156,6 +156,9 @@ def to_store(message: Message, limits: Limits, now_ms: int) -> Outgoing:
             properties[PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(0, seconds))
     body = _body(message, limits.max_body_size)
     born = system.born_timestamp
+    if system.HasField("born_timestamp") and not _valid_timestamp(born.seconds, born.nanos):
+        # stored, it would be a time no 5.x consumer can be handed (see `from_store`)
+        raise Rejected(Code.BAD_REQUEST, "born timestamp is not a valid time")
     born_ms = born.seconds * 1000 + born.nanos // 1_000_000
     if not system.HasField("born_timestamp") or born_ms <= 0:
         born_ms = now_ms
@@ -254,6 +257,21 @@ def _checked_group(group: str) -> str:
     return _no_control(group, Code.ILLEGAL_MESSAGE_GROUP, "message group")
 
 
+# google.protobuf.Timestamp's range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z
+TIMESTAMP_MIN_SECONDS: Final = -62_135_596_800
+TIMESTAMP_MAX_SECONDS: Final = 253_402_300_799
+
+
+def _valid_timestamp(seconds: int, nanos: int) -> bool:
+    return TIMESTAMP_MIN_SECONDS <= seconds <= TIMESTAMP_MAX_SECONDS and 0 <= nanos < 10**9
+
+
+def _timestamp_ms(millis: int) -> int:
+    """`millis` within the range a Timestamp holds."""
+    low, high = TIMESTAMP_MIN_SECONDS * 1000, TIMESTAMP_MAX_SECONDS * 1000 + 999
+    return min(max(millis, low), high)
+
+
 def _delivery_ms(message: Message) -> int:
     stamp = message.system_properties.delivery_timestamp
     if stamp.seconds < 0 or not 0 <= stamp.nanos < 1_000_000_000:
@@ -334,8 +352,10 @@ def from_store(stored: StoredMessage) -> Message:
     # As the proxy answers: the clients check it (and log an error for a message without one).
     system.body_digest.type = DigestType.CRC32
     system.body_digest.checksum = f"{zlib.crc32(stored.body):08X}"
-    system.born_timestamp.FromMilliseconds(stored.born_timestamp)
-    system.store_timestamp.FromMilliseconds(stored.store_timestamp)
+    # A 4.x producer may store any 64-bit born time: clamped into what a Timestamp can hold,
+    # or the message could never be handed to a 5.x consumer (each receive of it failed).
+    system.born_timestamp.FromMilliseconds(_timestamp_ms(stored.born_timestamp))
+    system.store_timestamp.FromMilliseconds(_timestamp_ms(stored.store_timestamp))
     system.born_host = stored.born_host[0]
     system.store_host = f"{stored.store_host[0]}:{stored.store_host[1]}"
     system.queue_id = stored.queue_id

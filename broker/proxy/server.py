@@ -6,6 +6,12 @@ loop already), so the handlers call the store and managers directly, with no thr
 lock. The handlers are registered by hand from the service's method names (no generated
 `_pb2_grpc` module): each RPC's request type, response type and streaming kind are in `RPCS`.
 
+With `guard` (aclEnable) every call is authenticated before its request is read (the 5.x
+signature against the ACL accounts, broker/proxy/auth.py) and its resources authorized before
+the handler runs; a Telemetry stream is authenticated once when it opens and each settings
+command authorized. With `tls` the port serves TLS with the remoting port's certificate
+(`server_credentials`).
+
 One place turns what a handler raises into the answer: `Rejected` becomes the response's
 status, a request whose bytes do not decode BAD_REQUEST, anything unexpected
 INTERNAL_SERVER_ERROR (logged with its traceback); a stream gets the status as its one answer
@@ -19,19 +25,26 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, Final
 
 import grpc
+from cryptography.hazmat.primitives import serialization
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc import aio
 
-from tidemq.broker.proxy.channel import Outbox
+from tidemq.broker.acl.rules import Account
+from tidemq.broker.acl.validator import peer_ip
+from tidemq.broker.proxy.auth import GrpcGuard, needs_of, telemetry_needs
+from tidemq.broker.proxy.channel import OUTBOX_LIMIT, Outbox
 from tidemq.broker.proxy.protocol import service_pb2 as pb
 from tidemq.broker.proxy.protocol.definition_pb2 import Code
 from tidemq.broker.proxy.service import NOT_SERVED, CallContext, MessagingService
 from tidemq.broker.proxy.status import Rejected
+from tidemq.broker.remoting.tls import ClientAuth, TlsServerSettings
+from tidemq.client.transport.tls import TlsSetupError
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +114,15 @@ def _serialize(message: ProtoMessage) -> bytes:
     return message.SerializeToString()
 
 
-def call_context(context: aio.ServicerContext[Any, Any]) -> CallContext:
-    headers = {
+def metadata_of(context: aio.ServicerContext[Any, Any]) -> dict[str, str]:
+    """The call's text metadata (binary `-bin` headers left out)."""
+    return {
         key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)
     }
+
+
+def call_context(context: aio.ServicerContext[Any, Any]) -> CallContext:
+    headers = metadata_of(context)
     return CallContext(
         client_id=headers.get("x-mq-client-id", ""),
         peer=_peer_address(context.peer()),
@@ -129,11 +147,66 @@ Handler = Callable[[Any, CallContext], Awaitable[Any]]
 class GrpcServer:
     """The MessagingService on `host:port` (0: any free port; `port` is the bound one)."""
 
-    def __init__(self, service: MessagingService, host: str, port: int) -> None:
+    def __init__(
+        self,
+        service: MessagingService,
+        host: str,
+        port: int,
+        *,
+        guard: GrpcGuard | None = None,
+        tls: TlsServerSettings | None = None,
+    ) -> None:
+        """`guard`: the ACL check of every call (aclEnable); `tls`: the remoting port's TLS
+        settings, served on this port too when enabled (see `server_credentials`)."""
         self.service = service
         self.host = host
         self.port = port
+        self.guard = guard
+        self.tls = tls if tls is not None and tls.enabled else None
         self._server: aio.Server | None = None
+
+    def _authenticate(self, name: str, context: aio.ServicerContext[Any, Any]) -> Account | None:
+        """The caller's ACL account (None: no ACL, or a trusted address); `Rejected`
+        UNAUTHORIZED, logged with the peer and access key, when it is not who it says."""
+        if self.guard is None:
+            return None
+        metadata = metadata_of(context)
+        try:
+            return self.guard.authenticate(metadata, peer_ip(_peer_address(context.peer())))
+        except Rejected as rejected:
+            self._log_refusal(name, context, metadata, rejected)
+            raise
+
+    def _authorize(
+        self,
+        name: str,
+        context: aio.ServicerContext[Any, Any],
+        account: Account | None,
+        needs: list[tuple[str, int]],
+    ) -> None:
+        if self.guard is None:
+            return
+        try:
+            self.guard.authorize(account, needs)
+        except Rejected as rejected:
+            self._log_refusal(name, context, metadata_of(context), rejected)
+            raise
+
+    @staticmethod
+    def _log_refusal(
+        name: str,
+        context: aio.ServicerContext[Any, Any],
+        metadata: dict[str, str],
+        rejected: Rejected,
+    ) -> None:
+        credential = metadata.get("authorization", "").partition("Credential=")[2]
+        log.warning(
+            "ACL refused gRPC %s from %s (accessKey %r): %s",
+            name,
+            _peer_address(context.peer()),
+            credential.split(",", 1)[0].split("/", 1)[0][:64],
+            rejected.message,
+        )
 
     def _unary_handlers(self) -> dict[str, Handler]:
         service = self.service
@@ -184,9 +257,11 @@ class GrpcServer:
         self, name: str, rpc: Rpc, handler: Handler
     ) -> Callable[[Any, aio.ServicerContext[Any, Any]], Awaitable[Any]]:
         async def answer(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-            if isinstance(request, Undecodable):
-                return _failed(rpc, Code.BAD_REQUEST, f"{request.type_name}: {request.reason}")
             try:
+                account = self._authenticate(name, context)
+                if isinstance(request, Undecodable):
+                    return _failed(rpc, Code.BAD_REQUEST, f"{request.type_name}: {request.reason}")
+                self._authorize(name, context, account, needs_of(name, request))
                 return await handler(request, call_context(context))
             except Rejected as rejected:
                 return rpc.response(status=rejected.status())
@@ -196,9 +271,8 @@ class GrpcServer:
 
         return answer
 
-    @staticmethod
     def _stream(
-        name: str, rpc: Rpc, handler: Callable[[Any, CallContext], AsyncIterator[Any]]
+        self, name: str, rpc: Rpc, handler: Callable[[Any, CallContext], AsyncIterator[Any]]
     ) -> Callable[[Any, aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
         """A server-streamed RPC: a refusal before the first answer is the stream's one
         status; the handler's answers otherwise; ReceiveMessage's stream then ends with the
@@ -207,8 +281,14 @@ class GrpcServer:
         async def answer(
             request: Any, context: aio.ServicerContext[Any, Any]
         ) -> AsyncIterator[Any]:
-            if isinstance(request, Undecodable):
-                yield _failed(rpc, Code.BAD_REQUEST, f"{request.type_name}: {request.reason}")
+            try:
+                account = self._authenticate(name, context)
+                if isinstance(request, Undecodable):
+                    yield _failed(rpc, Code.BAD_REQUEST, f"{request.type_name}: {request.reason}")
+                    return
+                self._authorize(name, context, account, needs_of(name, request))
+            except Rejected as rejected:
+                yield rpc.response(status=rejected.status())
                 return
             try:
                 async for response in handler(request, call_context(context)):
@@ -236,14 +316,18 @@ class GrpcServer:
 
         return refuse
 
-    @staticmethod
     def _not_served_stream(
-        name: str, rpc: Rpc
+        self, name: str, rpc: Rpc
     ) -> Callable[[Any, aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
         async def refuse(
             request: Any, context: aio.ServicerContext[Any, Any]
         ) -> AsyncIterator[Any]:
-            del request, context
+            del request
+            try:
+                self._authenticate(name, context)
+            except Rejected as rejected:
+                yield rpc.response(status=rejected.status())
+                return
             yield _failed(rpc, Code.NOT_IMPLEMENTED, f"{name} is not served by tidemq yet")
 
         return refuse
@@ -252,9 +336,22 @@ class GrpcServer:
         self, requests: AsyncIterator[Any], context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.TelemetryCommand]:
         """Answers to the client's commands and the broker's own commands (a transaction
-        check), through one outbox; the stream ends when the client ends its side."""
+        check), through one outbox; the stream ends when the client ends its side.
+
+        A client that writes commands and reads no answers is read no further once
+        `OUTBOX_LIMIT` answers wait for it (gRPC's flow control then holds its writes): the
+        answers it has not read cost the broker at most that many."""
+        try:  # once, for the stream: the metadata is signed when it opens
+            account = self._authenticate("Telemetry", context)
+        except Rejected as rejected:
+            # Each command gets the refusal and none is served; the stream ends when the
+            # client ends its side (ending it first fails the client's writes in flight).
+            async for _command in requests:
+                yield pb.TelemetryCommand(status=rejected.status())
+            return
         call = call_context(context)
         outbox: Outbox = asyncio.Queue()
+        room = asyncio.Semaphore(OUTBOX_LIMIT)  # answers the client may leave unread
         channel = None
         if call.client_id:
             try:
@@ -270,8 +367,9 @@ class GrpcServer:
         async def read() -> None:
             try:
                 async for command in requests:
-                    answer = self._telemetry_answer(command, call)
+                    answer = self._telemetry_answer(command, call, context, account)
                     if answer is not None:
+                        await room.acquire()
                         outbox.put_nowait(answer)
             finally:
                 outbox.put_nowait(None)
@@ -280,17 +378,26 @@ class GrpcServer:
         try:
             while (command := await outbox.get()) is not None:
                 yield command
+                if command.HasField("status"):  # an answer (the broker's commands have none)
+                    room.release()
         finally:
             if channel is not None:
                 channel.detach(outbox)
             reader.cancel()
 
-    def _telemetry_answer(self, command: Any, call: CallContext) -> pb.TelemetryCommand | None:
+    def _telemetry_answer(
+        self,
+        command: Any,
+        call: CallContext,
+        context: aio.ServicerContext[Any, Any],
+        account: Account | None,
+    ) -> pb.TelemetryCommand | None:
         if isinstance(command, Undecodable):
             return pb.TelemetryCommand(
                 status=Rejected(Code.BAD_REQUEST, f"{command.type_name}: {command.reason}").status()
             )
         try:
+            self._authorize("Telemetry", context, account, telemetry_needs(command))
             return self.service.telemetry(command, call)
         except Rejected as rejected:
             return pb.TelemetryCommand(status=rejected.status())
@@ -316,14 +423,57 @@ class GrpcServer:
             (grpc.method_handlers_generic_handler(SERVICE_NAME, self._method_handlers()),)
         )
         host = f"[{self.host}]" if ":" in self.host else self.host
-        bound = server.add_insecure_port(f"{host}:{self.port}")
+        if self.tls is not None:
+            bound = server.add_secure_port(f"{host}:{self.port}", server_credentials(self.tls))
+        else:
+            bound = server.add_insecure_port(f"{host}:{self.port}")
         if bound == 0:
             raise OSError(f"grpcServerPort: cannot listen on {self.host}:{self.port}")
         await server.start()
         self._server, self.port = server, bound
-        log.info("RocketMQ 5 gRPC endpoint on %s:%d", self.host, self.port)
+        log.info(
+            "RocketMQ 5 gRPC endpoint on %s:%d%s%s",
+            self.host,
+            self.port,
+            " (TLS)" if self.tls is not None else "",
+            ", signatures checked against the ACL accounts" if self.guard is not None else "",
+        )
 
     async def stop(self) -> None:
         server, self._server = self._server, None
         if server is not None:
             await server.stop(STOP_GRACE_SECONDS)
+
+
+def server_credentials(tls: TlsServerSettings) -> grpc.ServerCredentials:
+    """The remoting port's certificate and key for the gRPC port (`TlsSetupError` naming the
+    key whose file does not load).
+
+    gRPC takes the key unencrypted: one with `tls.server.keyPassword` is decrypted in memory.
+    gRPC serves TLS or plaintext on a port, not both: `permissive` is served as TLS only.
+    Client certificates: `require` asks for one chaining to `tls.server.trustCertPath`;
+    `optional` asks for none (grpcio's server has no "verify if sent" mode)."""
+    try:
+        cert = Path(tls.cert_path).read_bytes()
+        key = Path(tls.key_path or tls.cert_path).read_bytes()
+    except OSError as exc:
+        raise TlsSetupError(f"tls.server.certPath / keyPath: cannot be read: {exc}") from None
+    try:
+        private = serialization.load_pem_private_key(key, tls.key_password.encode() or None)
+    except (ValueError, TypeError) as exc:
+        raise TlsSetupError(f"tls.server.keyPath: cannot load {tls.key_path}: {exc}") from None
+    key = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    trust = None
+    require = tls.client_auth is ClientAuth.require
+    if require:
+        try:
+            trust = Path(tls.trust_cert_path).read_bytes()
+        except OSError as exc:
+            raise TlsSetupError(f"tls.server.trustCertPath: cannot be read: {exc}") from None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=trust, require_client_auth=require
+    )

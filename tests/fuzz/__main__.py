@@ -4,6 +4,9 @@
 instead (tests/fuzz/requests.py: hostile requests to live daemons) for SECONDS (`--legal-names`:
 every hostile value but names, to look past the name bugs); its findings
 go to DIR/requests/<kind>-<n>.json, and it exits 1 when there is one.
+`python -m tests.fuzz --grpc SECONDS [--seed N] [--out DIR]` fuzzes a brokerd's gRPC endpoint
+the same way (tests/fuzz/grpc_requests.py; half the time with aclEnable and signed or hostile
+calls); findings to DIR/grpc/grpc-<kind>-<n>.json.
 
 Each target runs under atheris in a process of its own, from its checked-in seeds, for `--runs`
 executions (default 1,000,000), with a per-input timeout (a hang is a crash) and an RSS limit
@@ -115,11 +118,16 @@ def main() -> int:
         "--requests", type=float, metavar="SECONDS", help="fuzz live daemons' requests instead"
     )
     parser.add_argument(
+        "--grpc", type=float, metavar="SECONDS", help="fuzz a brokerd's gRPC endpoint instead"
+    )
+    parser.add_argument(
         "--legal-names",
         action="store_true",
         help="with --requests: no hostile topic/group/key names, every other hostile value",
     )
     args = parser.parse_args()
+    if args.grpc is not None:
+        return fuzz_grpc(args.grpc, args.seed, args.out)
     if args.requests is not None:
         return fuzz_requests(args.requests, args.seed, args.out, names=not args.legal_names)
     failed = 0
@@ -146,6 +154,19 @@ def fuzz_requests(seconds: float, seed: int | None, out: Path, *, names: bool = 
         report = run(seed, seconds, Path(base), out / "requests", names=names)
     print(report.summary(), flush=True)
     return 1 if report.findings else 0
+
+
+def fuzz_grpc(seconds: float, seed: int | None, out: Path) -> int:
+    from tests.fuzz.grpc_requests import run  # starts daemons: not needed by the targets
+
+    seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
+    found = 0
+    for acl in (False, True):  # half the time without ACL, half with signed and hostile calls
+        with tempfile.TemporaryDirectory(prefix="tidemq-grpcfuzz-") as base:
+            report = run(seed, seconds / 2, Path(base), out / "grpc", acl=acl)
+        print(("with ACL: " if acl else "") + report.summary(), flush=True)
+        found += len(report.findings)
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ client does against it is tests/integration/test_rocketmq5_client.py."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from grpc import aio
 
 from tests.support.grpc_endpoint import SERVICE, grpc_broker, unary_call
 from tidemq.broker.broker import Broker
+from tidemq.broker.proxy.channel import OUTBOX_LIMIT
 from tidemq.broker.proxy.config import ProxyConfig
 from tidemq.broker.proxy.protocol import service_pb2 as pb
 from tidemq.broker.proxy.protocol.definition_pb2 import (
@@ -204,6 +206,53 @@ async def test_telemetry_answers_settings_and_survives_a_bad_command(
     bye = pb.NotifyClientTerminationRequest()
     await unary(channel, "NotifyClientTermination", bye, pb.NotifyClientTerminationResponse)
     assert broker.producers.producer_connection(TOPIC) is None
+
+
+async def test_a_client_that_reads_no_telemetry_answers_is_read_no_further(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    """Answers a client leaves unread are bounded (OUTBOX_LIMIT): the broker stops reading its
+    commands, gRPC's flow control holds its writes, and every answer still comes, in order,
+    once it reads. Before the bound the broker read all 4,096 16 KB commands and held their
+    answers (64 MB for one stream)."""
+    stream = channel.stream_stream(
+        SERVICE + "Telemetry",
+        request_serializer=pb.TelemetryCommand.SerializeToString,
+        response_deserializer=pb.TelemetryCommand.FromString,
+    )
+    call = stream(metadata=CLIENT, timeout=120)
+    count = 4 * OUTBOX_LIMIT
+
+    def command(n: int) -> pb.TelemetryCommand:
+        settings = Settings(
+            client_type=ClientType.PRODUCER, publishing=Publishing(topics=[Resource(name=TOPIC)])
+        )
+        settings.user_agent.hostname = f"n{n}"
+        settings.client_properties["pad"] = "x" * 16_384
+        return pb.TelemetryCommand(settings=settings)
+
+    async def write_all() -> None:
+        for n in range(count):
+            await call.write(command(n))
+        await call.done_writing()
+
+    writer = asyncio.get_running_loop().create_task(write_all())
+    try:
+        done, _ = await asyncio.wait({writer}, timeout=15)
+        assert not done, "the broker read every command while no answer was read"
+        assert broker.grpc is not None
+        last = broker.grpc.service.clients.get("client-1")
+        assert last is not None and last.settings is not None
+        read_so_far = int(last.settings.user_agent.hostname[1:]) + 1
+        assert OUTBOX_LIMIT <= read_so_far < count, read_so_far
+        for n in range(count):
+            answer = await call.read()
+            assert answer.status.code == Code.OK and answer.settings.user_agent.hostname == f"n{n}"
+        await writer
+        assert await call.code() == grpc.StatusCode.OK
+    finally:
+        writer.cancel()
+        call.cancel()
 
 
 async def test_send_stores_a_4x_message_in_the_groups_queue(

@@ -23,6 +23,7 @@ from grpc import aio
 
 from tests.support.conditions import eventually
 from tests.support.grpc_endpoint import SERVICE, grpc_broker, unary_call
+from tests.support.wire import send_header
 from tidemq.broker.broker import Broker
 from tidemq.broker.pop import records
 from tidemq.broker.pop.receipt import ReceiptHandle
@@ -37,6 +38,8 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     MessageType,
     Resource,
 )
+from tidemq.client.api import BrokerAPI
+from tidemq.client.message import SendStatus
 from tidemq.client.protocol.models import PERM_WRITE, SubscriptionGroupConfig, TopicConfig
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
@@ -654,3 +657,24 @@ async def test_a_fifo_group_gets_a_message_groups_next_only_after_the_ack(
     assert broker.pop.in_flight(TOPIC, GROUP) == 0
     settings_fifo = broker.groups.get(GROUP)
     assert settings_fifo is not None and settings_fifo.to_dict()["consumeMessageOrderly"]
+
+
+async def test_a_4x_message_with_any_born_time_reaches_a_5x_consumer(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    """A 4.x producer may store any 64-bit born time; a Timestamp holds years 1-9999 only.
+    Before the clamp each ReceiveMessage that popped it failed with INTERNAL_SERVER_ERROR
+    (found by the gRPC fuzzer through a 5.x send), and it came back after every invisible time."""
+    api = BrokerAPI(timeout=30)
+    try:
+        for born, body in ((2**63 - 1, b"far"), (-(2**63), b"before")):
+            header = dataclasses.replace(send_header(TOPIC, 0), born_timestamp=born)
+            sent = await api.send(f"127.0.0.1:{broker.listen_port}", header, body)
+            assert sent.status is SendStatus.SEND_OK
+    finally:
+        await api.close()
+    messages = await receive_all(channel, 2)
+    assert bodies(messages) == [b"before", b"far"]
+    stamps = sorted(m.system_properties.born_timestamp.ToJsonString() for m in messages)
+    assert stamps == ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999Z"]
+    assert (await ack(channel, *messages)).status.code == Code.OK

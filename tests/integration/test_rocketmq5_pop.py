@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -44,7 +45,10 @@ class Rmq5Consumer:
         self.process = process
 
     @classmethod
-    async def start(cls, endpoint: str, **request: Any) -> Rmq5Consumer:
+    async def start(
+        cls, endpoint: str, env: dict[str, str] | None = None, **request: Any
+    ) -> Rmq5Consumer:
+        """`env`: more environment for the client process (its TLS option's CAs)."""
         if not RMQ5_PYTHON.exists():
             pytest.fail(f"{RMQ5_PYTHON} is missing: `make install` makes it")
         process = await asyncio.create_subprocess_exec(
@@ -56,6 +60,7 @@ class Rmq5Consumer:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
             cwd=CONSUME_SCRIPT.parent,
+            env={**os.environ, **(env or {})},
         )
         consumer = cls(process)
         try:

@@ -4,6 +4,7 @@ producer script (tests/support/rmq5/send.py) and a brokerd with a gRPC port and 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,16 @@ LEVELS = "messageDelayLevel=1s 2s 3s 4s 5s"
 
 
 def rmq5_send(
-    endpoint: str, topic: str, messages: list[dict[str, Any]], **options: Any
+    endpoint: str,
+    topic: str,
+    messages: list[dict[str, Any]],
+    env: dict[str, str] | None = None,
+    **options: Any,
 ) -> list[dict[str, Any]]:
     """Send `messages` with the official Producer; the receipts (or errors), one per message,
-    then what the checker saw (tests/support/rmq5/send.py says the options)."""
+    then what the checker saw (tests/support/rmq5/send.py says the options). `env`: more
+    environment for the client process (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH: the CAs its TLS
+    option trusts)."""
     if not RMQ5_PYTHON.exists():
         pytest.fail(f"{RMQ5_PYTHON} is missing: `make install` makes it")
     request = json.dumps({"topic": topic, "messages": messages, **options})
@@ -38,6 +45,7 @@ def rmq5_send(
         timeout=60,
         check=False,
         cwd=SEND_SCRIPT.parent,
+        env={**os.environ, **(env or {})},
     )
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert done.returncode == 0 and len(lines) >= len(messages), (done.stdout, done.stderr[-3000:])

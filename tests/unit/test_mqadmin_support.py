@@ -16,7 +16,6 @@ from tidemq.broker.daemons.cluster import ClusterError, RateMeter, load_topology
 from tidemq.broker.metrics import NamesrvCollector, registry_for
 from tidemq.broker.namesrv.route_info import RouteInfoManager
 from tidemq.broker.processors.ops import mask_permission
-from tidemq.broker.proxy.config import grpc_blockers
 from tidemq.broker.stats import LATENCY_BUCKETS, BrokerStats, LatencyHistogram, RateSampler
 from tidemq.client.protocol.admin import (
     ConsumeStats,
@@ -247,12 +246,10 @@ def test_put_message_distribute_time_steps_cover_every_bucket_once() -> None:
     assert _quantile_ms(histogram, 0.999) == 4000.0
 
 
-def test_a_broker_behind_acl_or_tls_has_no_grpc_port_to_wait_for() -> None:
-    """The gRPC endpoint does not check 5.x signatures or TLS yet: such a broker serves none,
-    and neither brokerd nor the launcher (the same grpc_blockers) checks or waits for it."""
-    assert grpc_blockers(False, "disabled") == []
-    assert grpc_blockers(True, "permissive") == ["aclEnable", "tls.server.mode"]
+def test_a_broker_behind_acl_serves_its_grpc_port_too() -> None:
+    """The gRPC endpoint checks 5.x signatures against the ACL accounts (broker/proxy/auth.py)
+    and serves TLS: a guarded broker opens it like any other, and its port is checked."""
     plain = load_settings({"grpcServerPort": "7300"})
     guarded = load_settings({"grpcServerPort": "7300", "aclEnable": "true", "aclFile": "a.yml"})
     assert ("grpcServerPort", 7300) in plain.fixed_ports()
-    assert all(key != "grpcServerPort" for key, _ in guarded.fixed_ports())
+    assert ("grpcServerPort", 7300) in guarded.fixed_ports()

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidemq.broker.proxy.messages import Limits, delay_level, to_store
+from tidemq.broker.proxy.messages import Limits, delay_level, from_store, to_store
 from tidemq.broker.proxy.protocol.definition_pb2 import (
     Broker,
     Code,
@@ -26,11 +26,13 @@ from tidemq.broker.proxy.routes import assignments, message_queues
 from tidemq.broker.proxy.status import Rejected, put_status_code
 from tidemq.client.protocol.models import TopicConfig
 from tidemq.store.commitlog import PutStatus
-from tidemq.store.record import MessageToStore, encode_properties
+from tidemq.store.record import MessageToStore, StoredMessage, encode_properties
 from tidemq.store.timer_message import TimerLimits, park_timer
 
 LEVELS = (1000, 5000, 10_000, 60_000)
 LIMITS = Limits(max_body_size=1024, delay_levels=LEVELS)
+# google.protobuf.Timestamp's range (0001-01-01 to 9999-12-31)
+TIMESTAMP_MIN_SECONDS, TIMESTAMP_MAX_SECONDS = -62_135_596_800, 253_402_300_799
 NOW = 1_700_000_000_000
 
 
@@ -174,3 +176,46 @@ def test_the_stores_refusal_of_a_timer_message_names_the_delivery_time() -> None
     """Found in review: the store's WHEEL_TIMER_* refusals were INTERNAL_SERVER_ERROR."""
     assert put_status_code(PutStatus.WHEEL_TIMER_MSG_ILLEGAL) == Code.ILLEGAL_DELIVERY_TIME
     assert put_status_code(PutStatus.WHEEL_TIMER_FLOW_CONTROL) == Code.TOO_MANY_REQUESTS
+
+
+def test_a_born_timestamp_no_timestamp_can_hold_is_refused() -> None:
+    """Stored, it would be handed to 5.x consumers as a Timestamp out of range (the gRPC fuzzer
+    found each receive of it failing with INTERNAL_SERVER_ERROR)."""
+    for seconds, nanos in ((315_576_000_000, 0), (-(2**62), 0), (1, -1), (1, 10**9)):
+        sent = message()
+        sent.system_properties.born_timestamp.seconds = seconds
+        sent.system_properties.born_timestamp.nanos = nanos
+        assert refused(sent).code == Code.BAD_REQUEST
+    sent = message()
+    sent.system_properties.born_timestamp.FromMilliseconds(NOW - 5)
+    assert to_store(sent, LIMITS, NOW).born_timestamp == NOW - 5
+
+
+@pytest.mark.parametrize("born", [2**63 - 1, -(2**63), 315_576_000_000_000, 0, NOW])
+def test_any_stored_born_time_becomes_a_valid_timestamp(born: int) -> None:
+    """A 4.x producer stores any 64-bit born time; a 5.x consumer is still handed the
+    message, its times clamped into what a Timestamp holds."""
+    stored = StoredMessage(
+        total_size=100,
+        body_crc=0,
+        queue_id=0,
+        flag=0,
+        queue_offset=3,
+        physical_offset=1234,
+        sys_flag=0,
+        born_timestamp=born,
+        born_host=("10.0.0.9", 5555),
+        store_timestamp=born,
+        store_host=("10.0.0.1", 10911),
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+        body=b"x",
+        topic="T",
+        properties={"UNIQ_KEY": "U1"},
+    )
+    out = from_store(stored)
+    for stamp in (out.system_properties.born_timestamp, out.system_properties.store_timestamp):
+        assert TIMESTAMP_MIN_SECONDS <= stamp.seconds <= TIMESTAMP_MAX_SECONDS
+        stamp.ToJsonString()  # raises for a Timestamp out of range
+    if 0 <= born <= NOW:
+        assert out.system_properties.born_timestamp.ToMilliseconds() == born

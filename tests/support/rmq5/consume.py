@@ -2,7 +2,9 @@
 line by line. Runs in .venv-rmq5 (imports only the official client).
 
 JSON: {"mode": "simple" | "push", "topic": T, "group": G, "tag": expression (default "*"),
-"await_seconds": long polling of a receive (simple; default 5)}.
+"await_seconds": long polling of a receive (simple; default 5), "access_key" / "secret_key"
+(Credentials), "tls": true (the client's TLS option)}. A consumer that does not start prints
+{"error": "startup: ..."} and ends.
 
 simple: one command per stdin line, one JSON answer per stdout line:
 - {"op": "receive", "max": n, "invisible": seconds} -> {"messages": [message...]} or
@@ -75,9 +77,17 @@ def error(exc: Exception) -> dict[str, Any]:
 def simple(config: Any, request: dict[str, Any]) -> None:
     subscription = {request["topic"]: FilterExpression(request.get("tag", "*"))}
     consumer = SimpleConsumer(
-        config, request["group"], subscription, await_duration=request.get("await_seconds", 5)
+        config,
+        request["group"],
+        subscription,
+        await_duration=request.get("await_seconds", 5),
+        tls_enable=request.get("tls", False),
     )
-    consumer.startup()
+    try:
+        consumer.startup()
+    except Exception as exc:
+        emit({"error": f"startup: {type(exc).__name__}: {exc}"})
+        return
     emit({"started": True})
     kept: dict[str, Any] = {}
     try:
@@ -112,7 +122,9 @@ def simple(config: Any, request: dict[str, Any]) -> None:
 
 def push(config: Any, request: dict[str, Any]) -> None:
     subscription = {request["topic"]: FilterExpression(request.get("tag", "*"))}
-    consumer = PushConsumer(config, request["group"], Listener(), subscription)
+    consumer = PushConsumer(
+        config, request["group"], Listener(), subscription, tls_enable=request.get("tls", False)
+    )
     consumer.startup()
     emit({"started": True})
     try:
@@ -123,7 +135,8 @@ def push(config: Any, request: dict[str, Any]) -> None:
 
 def main() -> None:
     endpoint, request = sys.argv[1], json.loads(sys.argv[2])
-    config = ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+    credentials = Credentials(request.get("access_key", ""), request.get("secret_key", ""))
+    config = ClientConfiguration(endpoint, credentials, request_timeout=10)
     (simple if request["mode"] == "simple" else push)(config, request)
 
 

@@ -6,8 +6,11 @@ JSON: {"topic": T, "messages": [{"body": text, "tag": t, "keys": [..], "properti
 message is sent in a transaction, then committed, rolled back, or left for the broker's check,
 which the checker answers with "check"; the script waits up to wait_check_seconds for that
 check. Prints one JSON line per message (and {"checked": id, "topic": t} when checked):
-{"message_id": .., "offset": ..} or {"error": "<exception class>: <text>"}. Runs in .venv-rmq5
-(not tidemq's environment: imports only the official client).
+{"message_id": .., "offset": ..} or {"error": "<exception class>: <text>"} (a producer that
+does not start: its error once per message). Optional: "access_key" / "secret_key" (the
+client's Credentials: it signs every call), "tls": true (the client's TLS option; it trusts
+the CAs of GRPC_DEFAULT_SSL_ROOTS_FILE_PATH). Runs in .venv-rmq5 (not tidemq's environment:
+imports only the official client).
 """
 
 from __future__ import annotations
@@ -70,10 +73,16 @@ def build(topic: str, spec: dict[str, Any]) -> Any:
 def main() -> None:
     endpoint, request = sys.argv[1], json.loads(sys.argv[2])
     topic = request["topic"]
-    config = ClientConfiguration(endpoint, Credentials(), request_timeout=5)
+    credentials = Credentials(request.get("access_key", ""), request.get("secret_key", ""))
+    config = ClientConfiguration(endpoint, credentials, request_timeout=5)
     checker = Checker(request.get("check", "unknown"))
-    producer = Producer(config, (topic,), checker=checker)
-    producer.startup()
+    producer = Producer(config, (topic,), checker=checker, tls_enable=request.get("tls", False))
+    try:
+        producer.startup()
+    except Exception as exc:
+        for _spec in request["messages"]:
+            print(json.dumps({"error": f"startup: {type(exc).__name__}: {exc}"}), flush=True)
+        return
     try:
         for spec in request["messages"]:
             try:
