@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from tests.fault.store_writer import MessageSpec, message_spec, parse_identity, store_config
 from tests.support.conditions import eventually_sync
-from tests.support.history import Event, Operation, Position, Recorder, Report, check, operations
+from tests.support.history import Event, Position, Recorder, Report, check
 from tidemq.store.delay import SCHEDULE_TOPIC
 from tidemq.store.get_message import GetMessageStatus
 from tidemq.store.javahash import java_string_hash
@@ -220,7 +220,11 @@ class History:
     # Acknowledged, then destroyed on purpose by a test (a flipped byte): its send is taken out
     # of the history, so a copy coming back is a body no send explains.
     dropped: set[str] = field(default_factory=set)
-    topics: set[str] = field(default_factory=set)  # every topic a check read
+    topics: set[str] = field(default_factory=set)  # every topic acknowledged or read
+    read_to: dict[tuple[str, int], int] = field(default_factory=dict)  # the reader's positions
+    # where each acknowledged message was written (for the lookups by offset and key; whether
+    # it is still there is the history's to judge)
+    written: dict[Ident, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.reader = self.recorder.session()
@@ -234,6 +238,8 @@ class History:
             topic, broker_name, queue, offset = place(
                 ack.topic, ack.queue_id, ack.queue_offset, ack.phy, prepared
             )
+            self.topics.add(topic)
+            self.written[ack.ident] = ack.phy
             self.recorder.complete(
                 op, "ok", "send", body=body_id(ack.ident), topic=topic,
                 broker_name=broker_name, queue=queue, offset=offset, phy=ack.phy, broker="store",
@@ -245,6 +251,7 @@ class History:
 
     def drop(self, ident: Ident) -> None:
         self.dropped.add(body_id(ident))
+        self.written.pop(ident, None)
 
     def events(self) -> list[Event]:
         return (
@@ -253,20 +260,22 @@ class History:
             else self.recorder.events
         )
 
-    def acknowledged(self) -> list[Operation]:
-        return [o for o in operations(self.events()) if o.f == "send" and o.outcome == "ok"]
-
     def record_check(self, records: list[list[Any]]) -> Report:
         """Record what a check read (`[broker name, queue, offset, body, host, ms]` per record,
         the topic first) as a poll and a final read, and judge the whole history."""
-        # a consumer never sees prepared messages (no queue holds them)
-        polled = [[topic, *rest[:4]] for topic, *rest in records if not topic.endswith("#half")]
+        # The reader goes on from where it was in each queue, as a consumer does (what it read
+        # before is judged against every later final read); it never sees a prepared message.
+        polled = []
+        for topic, broker_name, queue, offset, body, _host, _ms in records:
+            if not topic.endswith("#half") and offset > self.read_to.get((topic, queue), -1):
+                polled.append([topic, broker_name, queue, offset, body])
+                self.read_to[(topic, queue)] = offset
         op = self.recorder.invoke("poll", session=self.reader, group="checker")
         self.recorder.complete(op, "ok", "poll", messages=polled)
         by_topic: dict[str, list[list[Any]]] = {}
         for topic, *rest in records:
             by_topic.setdefault(topic, []).append(rest)
-        self.topics |= {str(o.get("topic")) for o in self.acknowledged()} | by_topic.keys()
+        self.topics |= by_topic.keys()
         for topic in sorted(self.topics):
             op = self.recorder.invoke("read", topic=topic, final=True)
             self.recorder.complete(op, "ok", "read", messages=by_topic.get(topic, []))
@@ -369,8 +378,7 @@ def _check_loaded(store: MessageStore, history: History, where: str) -> CheckRep
         if not prepared:
             by_queue[(msg.topic, msg.queue_id, msg.queue_offset)] = found
         at = place(msg.topic, msg.queue_id, msg.queue_offset, phy, prepared)
-        host = f"{msg.store_host[0]}:{msg.store_host[1]}"
-        records.append([at[0], *at[1:], body_id(ident), host, msg.store_timestamp])
+        records.append([*at, body_id(ident), "store", msg.store_timestamp])
 
     judged = history.record_check(records)
     assert judged.ok, f"{where}the history check failed:\n{judged.summary()}"
@@ -451,10 +459,9 @@ def _check_lookups(
 ) -> None:
     """Acknowledged messages (the history's lost rule found each at its position) by their
     physical offset and, through the index, by their key."""
-    for o in history.acknowledged():
-        body, phy = str(o.get("body")), int(o.get("phy"))
-        r, t, s = (int(part) for part in body.split("/"))
-        found = by_ident[(r, t, s)]
+    for ident, phy in history.written.items():
+        body = body_id(ident)
+        found = by_ident[ident]
         msg = store.look_message_by_offset(phy)
         assert msg is not None, f"{where}{body}: look_message_by_offset({phy}) is None"
         assert msg.body == found.spec.body, f"{where}{body} body at {phy}"
