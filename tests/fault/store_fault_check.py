@@ -1,19 +1,29 @@
 """Support for the store fault tests: writer processes, their acknowledgements, and the checker.
 
 `check_store` opens a store directory the way a restarting broker does (`load()`, which runs
-abnormal recovery when the abort file is there) and compares everything readable with what the
-writers acknowledged:
+abnormal recovery when the abort file is there) and judges it against what the writers did,
+which `History` keeps as one history of tests/support/history.py (each put a send, acknowledged
+at its queue position or left with no answer when its writer died; each check a reader's poll
+and a final read). The history checker judges what it judges everywhere:
+
+- lost: every acknowledged message is where its acknowledgement put it (queue and queue offset,
+  the body unchanged);
+- position: no queue position acknowledged for two messages (an offset given again);
+- duplicate: no message stored more often than it was put, none stored that no put explains
+  (never put, or put, acknowledged and then destroyed by the test: `History.drop`);
+- order: what an earlier check read (acknowledged or not: the put in flight at a crash) is still
+  where it was.
+
+What only the files can tell is checked here:
 
 - the CommitLog, walked record by record from its minimum to its maximum offset, holds only
   whole, CRC-valid records, each exactly a message some writer built (`message_spec`), each at
-  the physical offset its header names; per (round, task) the sequence numbers are contiguous, and
-  a record that was never acknowledged is at most the one put each task had in flight;
+  the physical offset its header names;
 - per queue, queue offsets in CommitLog order are 0, 1, 2, ... with no gap or repeat, and the
   ConsumeQueue's max offset equals that count; `get_message` over the whole queue returns the same
   records (offsets, bodies, tagsCodes);
-- every acknowledged message (and every unacknowledged one an earlier check found) is readable via
-  `get_message` and `look_message_by_offset` with the acknowledged body hash, queue offset and
-  physical offset, and via `query_message` by its key;
+- every acknowledged message is found by `look_message_by_offset` at the physical offset it was
+  acknowledged with, and by `query_message` by its key;
 - nothing lies past the end: the rest of the last CommitLog file is zeros.
 """
 

@@ -3,8 +3,9 @@
 A writer process (`store_writer.py`) appends messages with SYNC_FLUSH and prints an ACK line for
 every PUT_OK; the tests kill it, damage files the way a crash or a disk can, and check with
 `store_fault_check.check_store` that loading the store recovers exactly what was acknowledged and
-nothing invalid. Randomness comes from one seed, printed by each test; rerun a failure with
-`TIDEMQ_FAULT_SEED=<seed>`.
+nothing invalid: the writers' puts and each check's reads are one history, judged by the history
+checker (tests/support/history.py), the store's files by check_store itself. Randomness comes
+from one seed, printed by each test; rerun a failure with `TIDEMQ_FAULT_SEED=<seed>`.
 """
 
 from __future__ import annotations
