@@ -25,6 +25,7 @@ from hypothesis import settings
 
 from tests.support.etcd import EtcdCluster
 from tests.support.ha_harness import Harness, harness
+from tests.support.history import Recorder
 from tests.support.memory_streams import MemoryNetwork
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI
@@ -63,6 +64,16 @@ def processes(tmp_path: Path) -> Iterator[ProcessGroup]:
 def etcd(tmp_path: Path) -> Iterator[EtcdCluster]:
     with EtcdCluster(1, tmp_path / "etcd", tmp_path / "logs") as cluster:
         yield cluster
+
+
+@pytest.fixture
+def recorder(tmp_path: Path) -> Iterator[Recorder]:
+    """A history (tests/support/history.py) kept in memory and in tmp_path/history.jsonl."""
+    history = Recorder(tmp_path / "history.jsonl", "test")
+    try:
+        yield history
+    finally:
+        history.close()
 
 
 @pytest.fixture

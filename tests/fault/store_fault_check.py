@@ -1,19 +1,29 @@
 """Support for the store fault tests: writer processes, their acknowledgements, and the checker.
 
 `check_store` opens a store directory the way a restarting broker does (`load()`, which runs
-abnormal recovery when the abort file is there) and compares everything readable with what the
-writers acknowledged:
+abnormal recovery when the abort file is there) and judges it against what the writers did,
+which `History` keeps as one history of tests/support/history.py (each put a send, acknowledged
+at its queue position or left with no answer when its writer died; each check a reader's poll
+and a final read). The history checker judges what it judges everywhere:
+
+- lost: every acknowledged message is where its acknowledgement put it (queue and queue offset,
+  the body unchanged);
+- position: no queue position acknowledged for two messages (an offset given again);
+- duplicate: no message stored more often than it was put, none stored that no put explains
+  (never put, or put, acknowledged and then destroyed by the test: `History.drop`);
+- order: what an earlier check read (acknowledged or not: the put in flight at a crash) is still
+  where it was.
+
+What only the files can tell is checked here:
 
 - the CommitLog, walked record by record from its minimum to its maximum offset, holds only
   whole, CRC-valid records, each exactly a message some writer built (`message_spec`), each at
-  the physical offset its header names; per (round, task) the sequence numbers are contiguous, and
-  a record that was never acknowledged is at most the one put each task had in flight;
+  the physical offset its header names;
 - per queue, queue offsets in CommitLog order are 0, 1, 2, ... with no gap or repeat, and the
   ConsumeQueue's max offset equals that count; `get_message` over the whole queue returns the same
   records (offsets, bodies, tagsCodes);
-- every acknowledged message (and every unacknowledged one an earlier check found) is readable via
-  `get_message` and `look_message_by_offset` with the acknowledged body hash, queue offset and
-  physical offset, and via `query_message` by its key;
+- every acknowledged message is found by `look_message_by_offset` at the physical offset it was
+  acknowledged with, and by `query_message` by its key;
 - nothing lies past the end: the rest of the last CommitLog file is zeros.
 """
 
@@ -29,9 +39,11 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Final
 
 from tests.fault.store_writer import MessageSpec, message_spec, parse_identity, store_config
 from tests.support.conditions import eventually_sync
+from tests.support.history import Event, Position, Recorder, Report, check
 from tidemq.store.delay import SCHEDULE_TOPIC
 from tidemq.store.get_message import GetMessageStatus
 from tidemq.store.javahash import java_string_hash
@@ -44,6 +56,7 @@ WRITER = Path(__file__).with_name("store_writer.py")
 REPO = Path(__file__).resolve().parents[2]
 
 Ident = tuple[int, int, int]  # (round, task, seq)
+BROKER_NAME: Final = "store"  # the history's broker name for the store under test
 
 
 # --- writer processes ------------------------------------------------------------------------
@@ -187,49 +200,96 @@ class Writers:
                 run.kill()
 
 
-# --- what the writers acknowledged -----------------------------------------------------------
+# --- what the writers did: one history ------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Seen:
-    """Where a record was found: kept for unacknowledged records, which must stay put."""
+def body_id(ident: Ident) -> str:
+    """A message's id in the history: its writer's round, task and sequence number."""
+    return "/".join(map(str, ident))
 
-    topic: str
-    queue_id: int
-    queue_offset: int
-    phy: int
-    sha: str
+
+def place(topic: str, queue_id: int, queue_offset: int, phy: int, prepared: bool) -> Position:
+    """A record's position in the history: its queue and queue offset, or, for a prepared
+    (transaction half) message, which is in no queue, its physical offset under `topic#half`."""
+    if prepared:
+        return (f"{topic}#half", BROKER_NAME, queue_id, phy)
+    return (topic, BROKER_NAME, queue_id, queue_offset)
 
 
 @dataclass
 class History:
+    """What the writers did and what each check read, as one history judged by
+    tests/support/history.py: every put a send (acknowledged at its position, or, for the put
+    each task had in flight when its writer stopped, invoked with no answer), and every check of
+    the recovered store a poll of one reader reading everything from the start (what a check
+    read must stay where it was) and a final read (what the store holds now)."""
+
     seed: int
-    acked: dict[Ident, Ack] = field(default_factory=dict)
-    # Stored but never acknowledged (the put in flight at a crash), found by an earlier check.
-    present_unacked: dict[Ident, Seen] = field(default_factory=dict)
-    # Acknowledged, then destroyed on purpose by a test (a flipped byte): must not come back.
-    dropped: set[Ident] = field(default_factory=set)
-    last_acked_seq: dict[tuple[int, int], int] = field(default_factory=dict)
-    round_tasks: dict[int, int] = field(default_factory=dict)
+    recorder: Recorder = field(default_factory=lambda: Recorder(None, "writers"))
+    reader: int = field(default=0)  # the checks' reading session
+    # Acknowledged, then destroyed on purpose by a test (a flipped byte): its send is taken out
+    # of the history, so a copy coming back is a body no send explains.
+    dropped: set[str] = field(default_factory=set)
+    topics: set[str] = field(default_factory=set)  # every topic acknowledged or read
+    read_to: dict[tuple[str, int], int] = field(default_factory=dict)  # the reader's positions
+    # where each acknowledged message was written (for the lookups by offset and key; whether
+    # it is still there is the history's to judge)
+    written: dict[Ident, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.reader = self.recorder.session()
 
     def add_run(self, round_no: int, tasks: int, acks: list[Ack]) -> None:
-        self.round_tasks[round_no] = tasks
+        last: dict[int, int] = {}
         for ack in acks:
-            assert ack.ident not in self.acked, f"acknowledged twice: {ack}"
-            self.acked[ack.ident] = ack
-            key = (ack.round, ack.task)
-            self.last_acked_seq[key] = max(self.last_acked_seq.get(key, -1), ack.seq)
+            assert ack.round == round_no, ack
+            op = self.recorder.invoke("send", topic=ack.topic, body=body_id(ack.ident), attempts=1)
+            prepared = message_spec(self.seed, *ack.ident).prepared
+            topic, broker_name, queue, offset = place(
+                ack.topic, ack.queue_id, ack.queue_offset, ack.phy, prepared
+            )
+            self.topics.add(topic)
+            self.written[ack.ident] = ack.phy
+            self.recorder.complete(
+                op, "ok", "send", body=body_id(ack.ident), topic=topic,
+                broker_name=broker_name, queue=queue, offset=offset, phy=ack.phy, broker="store",
+            )  # fmt: skip
+            last[ack.task] = max(last.get(ack.task, -1), ack.seq)
+        for task in range(tasks):  # each task's next put may have been in flight
+            ident = (round_no, task, last.get(task, -1) + 1)
+            self.recorder.invoke("send", topic="?", body=body_id(ident), attempts=1)
 
     def drop(self, ident: Ident) -> None:
-        self.dropped.add(ident)
-        self.acked.pop(ident, None)
-        self.present_unacked.pop(ident, None)
+        self.dropped.add(body_id(ident))
+        self.written.pop(ident, None)
 
-    def may_be_in_flight(self, ident: Ident) -> bool:
-        round_no, task, seq = ident
-        if task >= self.round_tasks.get(round_no, 0):
-            return False
-        return seq == self.last_acked_seq.get((round_no, task), -1) + 1
+    def events(self) -> list[Event]:
+        return (
+            [e for e in self.recorder.events if e.get("body") not in self.dropped]
+            if (self.dropped)
+            else self.recorder.events
+        )
+
+    def record_check(self, records: list[list[Any]]) -> Report:
+        """Record what a check read (`[broker name, queue, offset, body, host, ms]` per record,
+        the topic first) as a poll and a final read, and judge the whole history."""
+        # The reader goes on from where it was in each queue, as a consumer does (what it read
+        # before is judged against every later final read); it never sees a prepared message.
+        polled = []
+        for topic, broker_name, queue, offset, body, _host, _ms in records:
+            if not topic.endswith("#half") and offset > self.read_to.get((topic, queue), -1):
+                polled.append([topic, broker_name, queue, offset, body])
+                self.read_to[(topic, queue)] = offset
+        op = self.recorder.invoke("poll", session=self.reader, group="checker")
+        self.recorder.complete(op, "ok", "poll", messages=polled)
+        by_topic: dict[str, list[list[Any]]] = {}
+        for topic, *rest in records:
+            by_topic.setdefault(topic, []).append(rest)
+        self.topics |= by_topic.keys()
+        for topic in sorted(self.topics):
+            op = self.recorder.invoke("read", topic=topic, final=True)
+            self.recorder.complete(op, "ok", "read", messages=by_topic.get(topic, []))
+        return check(self.events())
 
 
 # --- the checker -----------------------------------------------------------------------------
@@ -248,7 +308,7 @@ class CheckReport:
     queue_counts: dict[tuple[str, int], int]
     max_phy: int
     records: int
-    new_unacked: list[Ident]
+    history: Report
 
 
 def expected_place(spec: MessageSpec) -> tuple[str, int]:
@@ -283,7 +343,8 @@ def walk_commitlog(store: MessageStore) -> Iterator[tuple[int, StoredMessage, by
 
 
 def check_store(store_dir: Path, history: History, context: str = "") -> CheckReport:
-    """Load the store at `store_dir` (recovering it) and check it against `history`."""
+    """Load the store at `store_dir` (recovering it), check its files and judge `history` with
+    what it holds."""
     where = f"[seed {history.seed}] {context}: "
     store = MessageStore(store_config(str(store_dir)))
     store.load()
@@ -294,31 +355,24 @@ def check_store(store_dir: Path, history: History, context: str = "") -> CheckRe
 
 
 def _check_loaded(store: MessageStore, history: History, where: str) -> CheckReport:
+    # What the history judges (lost, positions, copies no send explains, what an earlier check
+    # read gone or moved) is left to it; here: what only the files can tell.
     seed = history.seed
     counts: dict[tuple[str, int], int] = {}
     by_queue: dict[tuple[str, int, int], Found] = {}
     by_ident: dict[Ident, Found] = {}
-    last_seq: dict[tuple[int, int], int] = {}
-    new_unacked: list[Ident] = []
-    records = 0
+    records: list[list[Any]] = []
     for phy, msg, raw in walk_commitlog(store):
-        records += 1
         assert msg.physical_offset == phy, f"{where}record at {phy} says {msg.physical_offset}"
         ident = parse_identity(msg.body)
         assert ident is not None, f"{where}record at {phy} is not a writer's message"
         spec = message_spec(seed, *ident)
         assert msg.body == spec.body, f"{where}record {ident} at {phy}: body differs"
-        assert ident not in by_ident, f"{where}{ident} stored twice: at {phy} and before"
-        assert ident not in history.dropped, f"{where}dropped record {ident} is back at {phy}"
         topic, queue_id = expected_place(spec)
         assert (msg.topic, msg.queue_id) == (topic, queue_id), f"{where}{ident} at {phy}"
         assert msg.tags == spec.tags and msg.keys == spec.keys, f"{where}{ident} properties"
         prepared = msg.sys_flag & TRANSACTION_MASK == TRANSACTION_PREPARED_TYPE
         assert prepared == spec.prepared, f"{where}{ident} sys flag {msg.sys_flag}"
-        key = (ident[0], ident[1])
-        expected_seq = last_seq.get(key, -1) + 1
-        assert ident[2] == expected_seq, f"{where}{ident} at {phy}: expected seq {expected_seq}"
-        last_seq[key] = ident[2]
         if prepared:
             assert msg.queue_offset == 0, f"{where}prepared {ident} has a queue offset"
         else:
@@ -330,38 +384,19 @@ def _check_loaded(store: MessageStore, history: History, where: str) -> CheckRep
             )
             counts[queue] = count + 1
         found = Found(ident, spec, msg, raw)
-        by_ident[ident] = found
+        by_ident.setdefault(ident, found)  # a second copy: the history's duplicate rule
         if not prepared:
             by_queue[(msg.topic, msg.queue_id, msg.queue_offset)] = found
-        ack = history.acked.get(ident)
-        seen = history.present_unacked.get(ident)
-        if ack is not None:
-            got = (msg.topic, msg.queue_id, msg.queue_offset, phy, msg.total_size, spec.sha)
-            want = (ack.topic, ack.queue_id, ack.queue_offset, ack.phy, ack.size, ack.sha)
-            assert got == want, f"{where}{ident}: stored as {got}, acknowledged as {want}"
-        elif seen is not None:
-            got_seen = Seen(msg.topic, msg.queue_id, msg.queue_offset, phy, spec.sha)
-            assert got_seen == seen, f"{where}{ident} moved: {got_seen}, earlier {seen}"
-        else:
-            assert history.may_be_in_flight(ident), (
-                f"{where}{ident} at {phy} was never acknowledged and was not in flight "
-                f"(last acknowledged seq {history.last_acked_seq.get(key)})"
-            )
-            history.present_unacked[ident] = Seen(
-                msg.topic, msg.queue_id, msg.queue_offset, phy, spec.sha
-            )
-            new_unacked.append(ident)
+        at = place(msg.topic, msg.queue_id, msg.queue_offset, phy, prepared)
+        records.append([*at, body_id(ident), "store", msg.store_timestamp])
 
-    missing = [i for i in history.acked if i not in by_ident]
-    assert not missing, f"{where}acknowledged records lost: {sorted(missing)[:10]}"
-    lost = [i for i in history.present_unacked if i not in by_ident]
-    assert not lost, f"{where}records present before are gone: {sorted(lost)[:10]}"
-
+    judged = history.record_check(records)
+    assert judged.ok, f"{where}the history check failed:\n{judged.summary()}"
     end = store.max_phy_offset
     _check_nothing_past(store, end, where)
     _check_queues(store, counts, by_queue, where)
     _check_lookups(store, history, by_ident, where)
-    return CheckReport(counts, end, records, new_unacked)
+    return CheckReport(counts, end, len(records), judged)
 
 
 def _check_nothing_past(store: MessageStore, end: int, where: str) -> None:
@@ -432,23 +467,20 @@ def _check_queues(
 def _check_lookups(
     store: MessageStore, history: History, by_ident: dict[Ident, Found], where: str
 ) -> None:
-    for ident, ack in history.acked.items():
-        msg = store.look_message_by_offset(ack.phy)
-        assert msg is not None, f"{where}{ident}: look_message_by_offset({ack.phy}) is None"
-        assert hashlib.sha256(msg.body).hexdigest() == ack.sha, f"{where}{ident} body"
-        assert (msg.queue_offset, msg.physical_offset) == (ack.queue_offset, ack.phy)
-        spec = by_ident[ident].spec
-        if not spec.prepared:
-            result = store.get_message(
-                "fault-checker", ack.topic, ack.queue_id, ack.queue_offset, 1
-            )
-            assert result.status is GetMessageStatus.FOUND, f"{where}{ident}: {result.status}"
-            assert result.messages[0] == by_ident[ident].raw, f"{where}{ident} via its queue"
-            result.messages.clear()
-        key = spec.keys.split(" ")[0]
-        found = store.query_message(ack.topic, key, 32, 0, 2**62)
-        phys = [m.physical_offset for m in found.messages]
-        assert phys == [ack.phy], f"{where}{ident}: query by key {key} found {phys}"
+    """Acknowledged messages (the history's lost rule found each at its position) by their
+    physical offset and, through the index, by their key."""
+    for ident, phy in history.written.items():
+        body = body_id(ident)
+        found = by_ident[ident]
+        msg = store.look_message_by_offset(phy)
+        assert msg is not None, f"{where}{body}: look_message_by_offset({phy}) is None"
+        assert msg.body == found.spec.body, f"{where}{body} body at {phy}"
+        assert msg.physical_offset == phy, f"{where}{body}: at {msg.physical_offset}"
+        key = found.spec.keys.split(" ")[0]
+        topic = found.msg.topic
+        got = store.query_message(topic, key, 32, 0, 2**62)
+        phys = [m.physical_offset for m in got.messages]
+        assert phys == [phy], f"{where}{body}: query by key {key} found {phys}"
 
 
 # --- damaging files --------------------------------------------------------------------------

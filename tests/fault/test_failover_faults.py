@@ -4,8 +4,10 @@
   second broker configured with a brokerId a live broker of the group has;
 - the master cut off from etcd (a fault proxy on its etcd connection, partitioned) but not from
   its clients: it stops acknowledging before the lease can expire, saying why in the send
-  status, and every SEND_OK it gave was stored before the new master was elected; once etcd is
-  back it turns into a slave of the new master in-process and converges byte-identical;
+  status; the sends, both epochs and what the new master serves are one history
+  (tests/support/history.py) in which no acknowledged message is lost and every SEND_OK came
+  from the master of its epoch (the old one's stored before the new one was elected); once etcd
+  is back it turns into a slave of the new master in-process and converges byte-identical;
 - a master killed with writes its slave never got (the slave was killed first, and restarts
   after the master died): the slave is elected, the killed master restarted keeps that tail in
   `.diverged` files and converges byte-identical;
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -43,6 +46,14 @@ from tests.support.failover import (
 from tests.support.fault_proxy import FaultProxy
 from tests.support.ha_brokers import ha_status
 from tests.support.ha_processes import as_int, body_of, commitlog_range, id_of
+from tests.support.history import (
+    Event,
+    Recorder,
+    RecordingProducer,
+    check,
+    record_read,
+    record_send,
+)
 from tests.support.processes import LOOPBACK, Daemon, ProcessGroup, brokerd_command, free_port
 from tests.support.wire import pull_header, send_header
 from tidemq.client.api import BrokerAPI, PullStatus, SendStatus
@@ -51,6 +62,7 @@ from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer
 
 TOPIC = "FenceTopic"
+GROUP: Final = "broker-a"  # the brokers' name (tests/support/failover.py)
 
 
 def test_etcd_unreachable_at_start_is_one_line_and_no_broker(
@@ -95,33 +107,39 @@ async def test_a_second_broker_with_the_same_broker_id_is_refused_in_one_line(
 
 
 async def test_master_cut_off_from_etcd_stops_acknowledging_before_the_new_election(
-    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+    tmp_path: Path,
+    processes: ProcessGroup,
+    namesrv: Daemon,
+    etcd: EtcdCluster,
+    api: BrokerAPI,
+    recorder: Recorder,
 ) -> None:
     host, port = etcd.endpoints.split(";")[0].rsplit(":", 1)
     with FaultProxy(host, int(port)) as proxy:
         old = start_member(processes, namesrv, proxy.address, tmp_path, 1)
         assert await wait_master(api, [old], 30) is old
+        recorder.epoch(
+            old.address, 1, as_int((await controller(api, old))["electedAtMillis"]) / 1e3
+        )
         new = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2)
         await wait_sync_state_set(api, old, [1, 2])
 
-        acknowledged: set[int] = set()  # message numbers
-        refusals: list[str] = []
+        acknowledged: list[Event] = []  # the history's SEND_OK events, as they come
         stop = asyncio.Event()
         producer = AsyncProducer("fence-producer", namesrv.address, timeout=3, retry_times=0)
         await producer.start()
+        recording = RecordingProducer(recorder, producer)
         numbers = iter(range(10**9))
 
         async def sender() -> None:
             while not stop.is_set():
-                number = next(numbers)
                 try:
-                    result = await producer.send(Message(TOPIC, body_of(number, 100)))
-                except TideMQError as exc:
-                    refusals.append(str(exc))
+                    result = await recording.send(Message(TOPIC, body_of(next(numbers), 100)))
+                except TideMQError:
                     await asyncio.sleep(0.01)
                     continue
                 if result.ok:
-                    acknowledged.add(number)
+                    acknowledged.append(recorder.events[-1])
 
         senders = [asyncio.create_task(sender()) for _ in range(4)]
         try:
@@ -129,6 +147,7 @@ async def test_master_cut_off_from_etcd_stops_acknowledging_before_the_new_elect
             proxy.partition()  # the master's etcd connection only: clients still reach it
             await wait_master(api, [new], 30)
             elected = as_int((await controller(api, new))["electedAtMillis"])
+            recorder.epoch(new.address, 2, elected / 1000)
             after = len(acknowledged)
             await eventually(
                 lambda: len(acknowledged) >= after + 100, "sends acknowledged by the new one", 60
@@ -159,33 +178,17 @@ async def test_master_cut_off_from_etcd_stops_acknowledging_before_the_new_elect
         with pytest.raises(ServiceNotAvailableError, match="is a slave"):
             await api.send(old.address, send_header(TOPIC, 0), body_of(10**8, 100))
 
+    refusals = [str(e.get("error")) for e in recorder.events if e.get("status") == "error"]
     fenced = [r for r in refusals if "etcd lease could not be renewed" in r]
     assert fenced, f"no send was told why it was refused: {refusals[:5]}"
     assert "this master stops acknowledging writes" in old.log_text()
-    # Every message the old master acknowledged was stored (and so acknowledged) before the
-    # new master's election; all of them are on the new master.
-    stamps = await stored_on(api, new, TOPIC)
-    by_old = [n for n in acknowledged if stamps.get(n, ("", 0))[0] == old.address]
-    assert by_old, "the old master acknowledged nothing"
-    assert all(n in stamps for n in acknowledged), "an acknowledged message is missing"
-    late = [n for n in by_old if stamps[n][1] >= elected]
-    assert not late, f"{len(late)} SEND_OK of the old master stamped after the election"
-
-
-async def stored_on(api: BrokerAPI, broker: Daemon, topic: str) -> dict[int, tuple[str, int]]:
-    """{message number: (the address that stored it, its store timestamp)} read from `broker`."""
-    found: dict[int, tuple[str, int]] = {}
-    for queue_id in range(4):
-        offset = 0
-        while True:
-            pulled = await api.pull(broker.address, pull_header(topic, queue_id, offset))
-            if pulled.status is not PullStatus.FOUND:
-                break
-            for m in pulled.messages:
-                ip, port = m.store_host
-                found[id_of(m.body)] = (f"{ip}:{port}", m.store_timestamp)
-            offset = pulled.next_begin_offset
-    return found
+    assert {e["broker"] for e in acknowledged} == {old.address, new.address}
+    # Judged as a whole: every acknowledged message on the new master at its position, and no
+    # SEND_OK of the old master whose store time is at or after the new master's election.
+    await record_read(recorder, api, new.address, TOPIC, GROUP, 4)
+    judged = check(recorder.events)
+    print(judged.summary())
+    assert judged.ok, judged.summary()
 
 
 async def test_a_killed_masters_unreplicated_tail_goes_to_diverged_files_when_it_rejoins(
@@ -342,14 +345,22 @@ def scrape(url: str) -> str:
 
 
 async def test_elect_master_hands_the_group_over_and_the_old_master_follows(
-    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+    tmp_path: Path,
+    processes: ProcessGroup,
+    namesrv: Daemon,
+    etcd: EtcdCluster,
+    api: BrokerAPI,
+    recorder: Recorder,
 ) -> None:
     old = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1)
     assert await wait_master(api, [old], 30) is old
+    recorder.epoch(old.address, 1, as_int((await controller(api, old))["electedAtMillis"]) / 1e3)
     new = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2)
     await wait_sync_state_set(api, old, [1, 2])
     for i in range(10):
-        sent = await api.send(old.address, send_header(TOPIC, i % 4), body_of(i, 100))
+        header = send_header(TOPIC, i % 4)
+        body = body_of(i, 100)
+        sent = await record_send(recorder, api, old.address, header, body, broker_name=GROUP)
         assert sent.status is SendStatus.SEND_OK
     base = [str(Path(sys.executable).with_name("mqadmin")), "electMaster", "-n", namesrv.address]
     refused = await asyncio.to_thread(
@@ -379,11 +390,16 @@ async def test_elect_master_hands_the_group_over_and_the_old_master_follows(
         return not info["isMaster"] and info["masterBrokerId"] == 2
 
     await eventually(follows, "the old master a slave of broker 2", 30)
+    recorder.epoch(new.address, 2, as_int((await controller(api, new))["electedAtMillis"]) / 1e3)
     for i in range(10, 20):
-        sent = await api.send(new.address, send_header(TOPIC, i % 4), body_of(i, 100))
+        header = send_header(TOPIC, i % 4)
+        body = body_of(i, 100)
+        sent = await record_send(recorder, api, new.address, header, body, broker_name=GROUP)
         assert sent.status is SendStatus.SEND_OK
-    stamps = await stored_on(api, new, TOPIC)
-    assert set(range(20)) <= stamps.keys()
+    # All 20 on the new master at their positions, each acknowledged by the master of its epoch.
+    await record_read(recorder, api, new.address, TOPIC, GROUP, 4)
+    judged = check(recorder.events)
+    assert judged.ok and judged.counts["acknowledged"] == 20, judged.summary()
 
 
 async def test_a_master_serves_only_what_its_sync_state_set_has(

@@ -17,7 +17,8 @@ Operations are two events with the same `op` (an id unique within its process) a
     send       invoke: topic, body (the message's id), attempts (how many times the client may
                put it on the wire: 1 + the producer's retryTimes); completion: status, and with
                ok: broker_name, queue, offset (the queue position its answer gave), broker
-               (address of the broker that stored it, from offsetMsgId), epoch (when known)
+               (address of the broker that stored it, from offsetMsgId), phy (its physical
+               offset there, from offsetMsgId), epoch (when known)
     poll       invoke: session (one consumer's life), group; ok: messages [[topic, broker_name,
                queue, offset, body], ...] in the order the consumer returned them
     commit     invoke: session, group, offsets [[topic, broker_name, queue, offset], ...]
@@ -50,7 +51,8 @@ became the group's master of epoch n at that wall time (an epoch ends where the 
 
 `Recorder` writes the events; `RecordingProducer`, `RecordingBlockingProducer` and
 `RecordingPullConsumer` wrap the public client so that a test gets a history without counters
-of its own; `record_read` reads a topic back from a broker as a recorded (final) read.
+of its own; `record_send` records one raw SEND_MESSAGE; `record_read` reads a topic back from a
+broker as a recorded (final) read.
 """
 
 from __future__ import annotations
@@ -67,12 +69,13 @@ from typing import IO, Any, Final
 
 from tests.support.ha_processes import id_of
 from tests.support.wire import pull_header
-from tidemq.client.api import BrokerAPI, PullStatus
+from tidemq.client.api import BrokerAPI, PullStatus, SendResponse
 from tidemq.client.consumer.offset_store import OFFSET_READ_ERROR
 from tidemq.client.consumer.pull import AsyncPullConsumer
 from tidemq.client.errors import TideMQError
-from tidemq.client.message import Message, ReceivedMessage, SendResult
+from tidemq.client.message import Message, ReceivedMessage, SendResult, SendStatus
 from tidemq.client.producer import AsyncProducer, Producer
+from tidemq.client.protocol.headers import SendMessageRequestHeader
 from tidemq.client.protocol.heartbeat import MessageQueue
 from tidemq.store.record import decode_message_id
 
@@ -149,7 +152,7 @@ def _error(exc: BaseException) -> str:
 
 
 def _send_fields(result: SendResult) -> dict[str, Any]:
-    (ip, port), _physical = decode_message_id(result.offset_msg_id)
+    (ip, port), physical = decode_message_id(result.offset_msg_id)
     mq = result.message_queue
     return {
         "status": result.status.name,
@@ -157,6 +160,7 @@ def _send_fields(result: SendResult) -> dict[str, Any]:
         "queue": mq.queue_id,
         "offset": result.queue_offset,
         "broker": f"{ip}:{port}",
+        "phy": physical,
     }
 
 
@@ -288,6 +292,34 @@ class RecordingPullConsumer:
         return offset
 
 
+async def record_send(
+    recorder: Recorder,
+    api: BrokerAPI,
+    address: str,
+    header: SendMessageRequestHeader,
+    body: bytes,
+    *,
+    broker_name: str,
+    timeout: float | None = None,
+    body_id: Callable[[bytes], Any] = id_of,
+) -> SendResponse:
+    """One raw SEND_MESSAGE to `address` (one attempt, no retry), recorded; returns and raises
+    as `api.send`."""
+    op = recorder.invoke("send", topic=header.topic, body=body_id(body), attempts=1)
+    try:
+        result = await api.send(address, header, body, timeout=timeout)
+    except BaseException as exc:
+        recorder.complete(op, "info", "send", status="error", error=_error(exc))
+        raise
+    (ip, port), physical = decode_message_id(result.msg_id)
+    recorder.complete(
+        op, "ok" if result.status is SendStatus.SEND_OK else "info", "send",
+        status=result.status.name, broker_name=broker_name, queue=result.queue_id,
+        offset=result.queue_offset, broker=f"{ip}:{port}", phy=physical,
+    )  # fmt: skip
+    return result
+
+
 async def record_read(
     recorder: Recorder,
     api: BrokerAPI,
@@ -351,6 +383,7 @@ class Operation:
 class Report:
     counts: Counter[str] = field(default_factory=Counter)
     violations: dict[str, list[str]] = field(default_factory=lambda: {rule: [] for rule in RULES})
+    lost_sends: list[Operation] = field(default_factory=list)  # the lost rule's, for bounds
 
     @property
     def ok(self) -> bool:
@@ -460,6 +493,7 @@ def _check_lost(acked: list[Operation], log: Log | None, read_at: float, report:
         found = log.get(at)
         if found is None or found[0] != o.get("body"):
             report.counts["lost"] += 1
+            report.lost_sends.append(o)
             there = "nothing" if found is None else f"body {found[0]!r}"
             report.violated(
                 "lost",

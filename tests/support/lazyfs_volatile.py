@@ -180,12 +180,19 @@ class Volatile:
 
     def _inode_paths(self) -> dict[int, Path]:
         found: dict[int, Path] = {os.lstat(self.root).st_ino: self.root}
+        attic: list[Path] = []
         for folder, subdirs, names in os.walk(self.root):
             base = Path(folder)
             for name in subdirs + names:
                 path = base / name
-                # attic links last: a name in the tree is preferred
+                if path == self.attic or path.parent == self.attic:
+                    attic.append(path)
+                    continue
                 found.setdefault(os.lstat(path).st_ino, path)
+        # attic links last, whatever order the walk took: a name in the tree is preferred
+        # (the cut's summary names files by it)
+        for path in attic:
+            found.setdefault(os.lstat(path).st_ino, path)
         return found
 
     def _revert_file(
