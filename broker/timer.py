@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 
 from tidemq.common.lifecycle import BackgroundTask, Service, Step
+from tidemq.common.retry_log import RetryLog
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.consume_queue import CQUnit
 from tidemq.store.message_store import MessageStore
@@ -142,13 +143,16 @@ class TimerMessageService(Service):
     # --- enqueue ----------------------------------------------------------------------------
 
     async def _enqueue_loop(self) -> None:
+        failures = RetryLog(log, "timer enqueue")
         while True:
             self._arrived.clear()
             try:
                 moved = await self.enqueue_available()
-            except Exception:
-                log.exception("timer enqueue failed")
+            except Exception as exc:  # noqa: BLE001 - logged with its traceback by `failures`
+                failures.failed(exc, "it is tried again")
                 moved = False
+            else:
+                failures.succeeded()
             if not moved:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._arrived.wait(), ENQUEUE_IDLE_WAIT)
@@ -200,11 +204,12 @@ class TimerMessageService(Service):
 
     async def _dequeue_loop(self) -> None:
         """`_dequeue`, restarted (from the cursor) after anything it did not expect."""
+        failures = RetryLog(log, "timer delivery")
         while True:
             try:
                 await self._dequeue()
-            except Exception:
-                log.exception("timer delivery failed; it starts again from the cursor")
+            except Exception as exc:  # noqa: BLE001 - logged with its traceback by `failures`
+                failures.failed(exc, "it starts again from the cursor")
                 await asyncio.sleep(RETRY_INTERVAL)
 
     async def _dequeue(self) -> None:
