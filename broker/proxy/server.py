@@ -290,14 +290,23 @@ class GrpcServer:
             except Rejected as rejected:
                 yield rpc.response(status=rejected.status())
                 return
+            answered = False
             try:
                 async for response in handler(request, call_context(context)):
+                    answered = True
                     yield response
             except Rejected as rejected:
-                yield rpc.response(status=rejected.status())
+                if not answered:
+                    yield rpc.response(status=rejected.status())
+                else:
+                    log.warning("gRPC %s ended early: %s", name, rejected.message)
             except Exception:
                 log.exception("gRPC %s failed", name)
-                yield _failed(rpc, Code.INTERNAL_SERVER_ERROR, f"{name} failed in the broker")
+                # After the first answer a client reads no status (the stream's order is status,
+                # messages, timestamp): it ends early, and messages popped but not sent come
+                # back after their invisible time.
+                if not answered:
+                    yield _failed(rpc, Code.INTERNAL_SERVER_ERROR, f"{name} failed in the broker")
             if name == "ReceiveMessage":
                 # The proxy ends every ReceiveMessage stream so (its onComplete): the 5.x
                 # clients measure delivery latency from it, and the push consumer fails

@@ -27,6 +27,7 @@ from tests.support.wire import send_header
 from tidemq.broker.broker import Broker
 from tidemq.broker.pop import records
 from tidemq.broker.pop.receipt import ReceiptHandle
+from tidemq.broker.proxy import service as proxy_service
 from tidemq.broker.proxy.config import ProxyConfig
 from tidemq.broker.proxy.protocol import service_pb2 as pb
 from tidemq.broker.proxy.protocol.definition_pb2 import (
@@ -44,7 +45,7 @@ from tidemq.client.protocol.models import PERM_WRITE, SubscriptionGroupConfig, T
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.transport.client import RemotingClient
-from tidemq.store.record import decode_record
+from tidemq.store.record import StoredMessage, decode_record
 
 pytestmark = pytest.mark.asyncio
 
@@ -236,6 +237,28 @@ async def test_receive_answers_status_then_messages_with_handles_and_ack_ends_th
         lambda: broker.pop.in_flight(TOPIC, GROUP) == 0 and broker.pop.ledgers,
         "the acks read by the revive service",
     )
+
+
+async def test_a_failure_after_the_first_message_ends_the_stream_without_a_second_status(
+    broker: Broker, channel: aio.Channel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: an error mid-stream answered a status after messages, which the 5.x
+    clients do not expect (status, messages, timestamp). The stream ends early instead; what
+    was popped and not sent comes back after its invisible time."""
+    await send(channel, b"a", b"b", b"c")
+    real = proxy_service.from_store
+    converted: list[object] = []
+
+    def failing_on_the_second(stored: StoredMessage) -> Message:
+        converted.append(stored)
+        if len(converted) == 2:
+            raise RuntimeError("injected")
+        return real(stored)
+
+    monkeypatch.setattr(proxy_service, "from_store", failing_on_the_second)
+    statuses, messages = await receive(channel)  # asserts no status after messages
+    assert [s.code for s in statuses] == [Code.OK]
+    assert bodies(messages) == [b"a"]
 
 
 async def test_a_long_poll_is_answered_when_a_message_arrives(
