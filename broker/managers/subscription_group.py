@@ -37,6 +37,7 @@ from tidemq.broker.managers.config_file import (
     pretty_json,
 )
 from tidemq.client.protocol.models import DataVersion, SubscriptionGroupConfig
+from tidemq.client.protocol.names import group_problem
 from tidemq.client.remoting.json_body import DEFAULT_MAX_BODY_SIZE
 
 __all__ = [
@@ -104,6 +105,23 @@ class SubscriptionGroupWrapper:
         return decode_json_object(text, "subscription groups", cls.from_dict, max_size=max_size)
 
 
+def _valid_groups(
+    table: dict[str, SubscriptionGroupConfig], source: str
+) -> dict[str, SubscriptionGroupConfig]:
+    """`table` without the groups whose names break the rule (written before the name gate
+    refused them, or by hand: a name is checked before it reaches a path or a table)."""
+    invalid = {group for group in table if group_problem(group) is not None}
+    if not invalid:
+        return dict(table)
+    log.warning(
+        "ignoring %d subscription group(s) with invalid names from %s: %s",
+        len(invalid),
+        source,
+        ", ".join(repr(group[:80]) for group in sorted(invalid)[:10]),
+    )
+    return {group: config for group, config in table.items() if group not in invalid}
+
+
 class SubscriptionGroupManager(ConfigManager[SubscriptionGroupWrapper]):
     """Consumer group settings. Not thread safe: use it from the event loop only."""
 
@@ -122,7 +140,7 @@ class SubscriptionGroupManager(ConfigManager[SubscriptionGroupWrapper]):
         return SubscriptionGroupWrapper.decode(text, max_size=CONFIG_FILE_MAX_SIZE)
 
     def adopt(self, state: SubscriptionGroupWrapper) -> None:
-        self._table.update(state.table)
+        self._table.update(_valid_groups(state.table, "subscriptionGroup.json"))
         self.data_version = replace(state.data_version)
 
     def row_keys(self) -> Iterable[str]:
@@ -133,8 +151,11 @@ class SubscriptionGroupManager(ConfigManager[SubscriptionGroupWrapper]):
         return None if config is None else compact_json(config.to_dict())
 
     def adopt_rows(self, rows: dict[str, str], version: str | None) -> None:
-        for key, entry in decode_rows(rows, "groupName"):
-            self._table[key] = SubscriptionGroupConfig.from_dict(entry)
+        table = {
+            key: SubscriptionGroupConfig.from_dict(entry)
+            for key, entry in decode_rows(rows, "groupName")
+        }
+        self._table.update(_valid_groups(table, "tables.db"))
         if version is not None:
             self.data_version = DataVersion.from_dict(json.loads(version))
 

@@ -257,3 +257,23 @@ def test_a_row_of_two_objects_does_not_shift_the_others(tmp_path: Path) -> None:
         db.execute("DELETE FROM config_rows WHERE key = 'SELF_TEST_TOPIC'")  # same count
     with pytest.raises(ConfigFileCorruptError, match="table topics"):
         TopicConfigManager(tmp_path, BROKER).load()
+
+
+def test_groups_with_names_the_gate_refuses_are_not_loaded(tmp_path: Path) -> None:
+    """Found in review: topics with invalid names were dropped at load, groups were not (a
+    subscriptionGroup.json written by hand or before the name gate)."""
+    table = {name: {"groupName": name} for name in ("GoodGroup", "../outside", "a/b", "x" * 300)}
+    version = {"timestamp": 1700000000000, "counter": 3}
+    (tmp_path / "subscriptionGroup.json").write_text(
+        pretty_json({"subscriptionGroupTable": table, "dataVersion": version})
+    )
+    groups = SubscriptionGroupManager(tmp_path)
+    assert groups.load()
+    assert groups.get("GoodGroup") is not None
+    for bad in ("../outside", "a/b", "x" * 300):
+        assert groups.get(bad) is None, bad
+    groups.close()
+    again = SubscriptionGroupManager(tmp_path)  # from tables.db now
+    assert again.load()
+    assert again.get("GoodGroup") is not None and again.get("../outside") is None
+    again.close()
