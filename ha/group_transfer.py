@@ -7,6 +7,12 @@ haSlaveFallbehindMax of the end of the send. Otherwise the send waits until some
 covers its end offset, or slaveTimeout passes (FLUSH_SLAVE_TIMEOUT). Waits are deadline based
 (RocketMQ <= 4.6 counted wake-ups, #1244), and one ack releases every waiting send it covers.
 
+What a waiting send costs is one future, in a queue kept in end-offset order (sends wait in the
+order they were appended, so it is appended to, and an ack pops from its front): no timer, no
+task and no wrapper future per send. Deadlines are kept by one timer for the whole queue, armed
+for the oldest waiter and re-armed when it fires (every send waits slaveTimeout, so the oldest
+waiter's deadline comes first); a send released meanwhile costs the timer nothing.
+
 `acked_offset` (RocketMQ's push2SlaveMaxOffset) only grows and only takes acks: a connection's
 first report is where the slave stands, not an acknowledgement (#3015), so it counts for
 "usable" but releases nothing.
@@ -15,10 +21,10 @@ first report is where the slave stands, not an acknowledgement (#3015), so it co
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
+import bisect
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -49,14 +55,19 @@ class GroupTransferService:
         self.slave_timeout = slave_timeout_ms / 1000
         self.fallbehind_max = fallbehind_max
         self.acked_offset = 0
-        self._waiting: list[tuple[int, int, asyncio.Future[bool]]] = []
-        self._sequence = itertools.count()
+        # (end offset, deadline, future) of the waiting sends, in end-offset order.
+        self._waiting: deque[tuple[int, float, asyncio.Future[bool]]] = deque()
+        self._expiry: asyncio.TimerHandle | None = None
         self._last_reason_logged = 0.0
         self.ack_listeners: list[Callable[[int], None]] = []
 
     # --- ReplicationHook ------------------------------------------------------------------------
 
     def is_slave_ok(self, master_put_where: int) -> bool:
+        if master_put_where - self.acked_offset < self.fallbehind_max and any(
+            True for _slave in self._slaves()
+        ):
+            return True  # what slave_problem would find, without looking at every slave
         problem = self.slave_problem(master_put_where)
         if problem is not None:
             self._explain(problem)
@@ -82,19 +93,45 @@ class GroupTransferService:
     async def wait_for_slave(self, next_offset: int) -> bool:
         if self.acked_offset >= next_offset:
             return True
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiting, (next_offset, next(self._sequence), future))
-        try:
-            return await asyncio.wait_for(future, self.slave_timeout)
-        except TimeoutError:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        deadline = loop.time() + self.slave_timeout
+        waiting = self._waiting
+        if not waiting or waiting[-1][0] <= next_offset:
+            waiting.append((next_offset, deadline, future))
+        else:  # appended before a send that started waiting first (e.g. after its flush)
+            waiting.insert(
+                bisect.bisect_right(waiting, next_offset, key=_end), (next_offset, deadline, future)
+            )
+        if self._expiry is None:
+            self._expiry = loop.call_at(deadline, self._expire)
+        return await future
+
+    def _expire(self) -> None:
+        """The timer: answer the sends whose deadline passed (FLUSH_SLAVE_TIMEOUT), then arm
+        it for the next deadline."""
+        self._expiry = None
+        waiting = self._waiting
+        if not waiting:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        expired = [entry for entry in waiting if entry[1] <= now]
+        if expired:
+            self._waiting = waiting = deque(entry for entry in waiting if entry[1] > now)
+            for _end, _deadline, future in expired:
+                if not future.done():
+                    future.set_result(False)
             log.warning(
-                "SYNC_MASTER send ending at %d not acknowledged by a slave within %.1f s "
-                "(acknowledged up to %d): FLUSH_SLAVE_TIMEOUT",
-                next_offset,
+                "SYNC_MASTER: %d send(s) ending at up to %d not acknowledged by a slave within "
+                "%.1f s (acknowledged up to %d): FLUSH_SLAVE_TIMEOUT",
+                len(expired),
+                max(entry[0] for entry in expired),
                 self.slave_timeout,
                 self.acked_offset,
             )
-            return False
+        if waiting:
+            self._expiry = loop.call_at(min(entry[1] for entry in waiting), self._expire)
 
     # --- acks -----------------------------------------------------------------------------------
 
@@ -105,7 +142,7 @@ class GroupTransferService:
         self.acked_offset = offset
         waiting = self._waiting
         while waiting and waiting[0][0] <= offset:
-            _end, _seq, future = heapq.heappop(waiting)
+            future = waiting.popleft()[2]
             if not future.done():
                 future.set_result(True)
         for listener in self.ack_listeners:
@@ -113,20 +150,27 @@ class GroupTransferService:
 
     @property
     def waiting(self) -> int:
-        return sum(1 for _e, _s, f in self._waiting if not f.done())
+        return sum(1 for _e, _d, f in self._waiting if not f.done())
 
     def fail_all(self) -> None:
         """At stop: every waiting send gets its answer now (not acknowledged)."""
-        for _end, _seq, future in self._waiting:
+        for _end, _deadline, future in self._waiting:
             if not future.done():
                 future.set_result(False)
         self._waiting.clear()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
 
     def _explain(self, reason: str) -> None:
         now = time.monotonic()
         if now - self._last_reason_logged >= REASON_LOG_INTERVAL:
             self._last_reason_logged = now
             log.warning("SYNC_MASTER: SLAVE_NOT_AVAILABLE because %s", reason)
+
+
+def _end(entry: tuple[int, float, asyncio.Future[bool]]) -> int:
+    return entry[0]
 
 
 class MemberView(SlaveView, Protocol):
@@ -185,7 +229,7 @@ class AllInSyncTransfer(GroupTransferService):
 
     def _release(self) -> None:
         if not self.required:
-            for _end, _seq, future in self._waiting:
+            for _end, _deadline, future in self._waiting:
                 if not future.done():
                     future.set_result(True)
             self._waiting.clear()

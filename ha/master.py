@@ -37,7 +37,7 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from tidemq.common.lifecycle import Service, Step, cancel_and_wait
 from tidemq.ha.codec import (
@@ -350,8 +350,11 @@ class HAConnection:
             if idle >= heartbeat:
                 await self._send_heartbeat()
                 continue
+            # A timer rather than wait_for, which wraps the wait in a task: a SYNC_MASTER's
+            # writer waits here once per batch of sends.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._data.wait(), heartbeat - idle)
+                async with asyncio.timeout(heartbeat - idle):
+                    await self._data.wait()
 
     async def _send_heartbeat(self) -> None:
         self.writer.write(encode_heartbeat(self.next_transfer_from))
@@ -443,12 +446,13 @@ class HAService(Service):
         if isinstance(self.transfer, AllInSyncTransfer):
             self.transfer.require(broker_ids)
 
-    def _usable_slaves(self) -> list[HAConnection]:
-        return [
+    def _usable_slaves(self) -> Iterator[HAConnection]:
+        """Lazily: a SYNC_MASTER send asks only whether there is one (GroupTransferService)."""
+        return (
             c
             for c in self.connections
             if c.reported and c.state is SlaveState.TRANSFER and not c.ending
-        ]
+        )
 
     async def on_start(self) -> None:
         self._server, self.port = await self._listen(self._accept, self.host, self.port)

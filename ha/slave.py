@@ -5,7 +5,9 @@ fixed by haMasterAddress), reports its CommitLog's max offset at once, and then 
 batch at exactly the offset its header names, acknowledging after each read and at least every
 heartbeat interval. Reads land in one reused buffer (ha/codec.py's TransferBuffer: nothing is
 allocated per read); the frames of one read are appended together (one write per CommitLog
-file), and acknowledged at once: the receive path never waits for dispatch, which builds
+file), and acknowledged at once, by the read's own callback (one report per read that moved
+the log's end, with no task woken: a SYNC_MASTER's sends wait for it): the receive path never
+waits for dispatch, which builds
 ConsumeQueues and the index from the replicated bytes in its own task, a bounded chunk per
 event-loop turn, and may lag behind a catch-up (`dispatchBehindBytes` in the runtime info says
 by how much).
@@ -142,6 +144,8 @@ class HAClient(Service):
         self._resync = resync
         self._connect = connect
         self._address_changed = asyncio.Event()
+        # The session's writer, for the reports the receive callback sends.
+        self._writer: asyncio.StreamWriter | None = None
         self._arrived = False  # bytes came in since dispatch last asked
         # No frame of this session continued the log yet: the next one answers the report.
         self._answering_report = True
@@ -275,10 +279,14 @@ class HAClient(Service):
             if self._handshake is not None:
                 await self._exchange_epochs(reader, writer, self._handshake)
             # Before the report: the master sends nothing until it has it.
-            receiver = ChunkReceiver(reader, writer, _FrameSink(self._on_frames))
+            receiver = ChunkReceiver(
+                reader, writer, _FrameSink(self._on_frames), wake_on_data=False
+            )
             await self._report(writer)
+            self._writer = writer
             await self._receive(receiver, writer)
         finally:
+            self._writer = None
             self.local_address = ""
             writer.close()
             with contextlib.suppress(Exception):
@@ -311,9 +319,9 @@ class HAClient(Service):
         await writer.drain()
 
     async def _receive(self, receiver: ChunkReceiver, writer: asyncio.StreamWriter) -> None:
-        """Acknowledge what was appended (once per event-loop turn at most), heartbeat when idle.
+        """Heartbeat when idle; end the session when the master is silent or closes.
 
-        The frames are appended as they arrive, by `receiver`'s callback.
+        The frames are appended and acknowledged as they arrive, by `receiver`'s callback.
         """
         config = self.config
         heartbeat = config.ha_send_heartbeat_interval / 1000
@@ -338,6 +346,14 @@ class HAClient(Service):
     def _on_frames(self, events: list[BatchReceived | HeartbeatReceived]) -> None:
         self._arrived = True
         self._apply(events)
+        self.last_read = now = time.monotonic()
+        offset = self.store.max_phy_offset
+        writer = self._writer
+        if writer is not None and offset > self.reported_offset:
+            # The read's report, now: what it appended is acknowledged before the next read.
+            writer.write(encode_ack(offset))
+            self.reported_offset = offset
+            self.last_write = now
 
     def _apply(self, events: list[BatchReceived | HeartbeatReceived]) -> None:
         """Check every frame of a read against the log's end, then append their bodies in one

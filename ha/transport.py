@@ -224,9 +224,10 @@ class ReadSink(Protocol):
 class _ChunkProtocol(asyncio.BufferedProtocol):
     """Receives for `ChunkReceiver`; the rest of the connection's life goes to the stream's."""
 
-    def __init__(self, stream: asyncio.BaseProtocol, sink: ReadSink) -> None:
+    def __init__(self, stream: asyncio.BaseProtocol, sink: ReadSink, wake_on_data: bool) -> None:
         self.stream = stream
         self.sink = sink
+        self.wake_on_data = wake_on_data
         self.arrived = asyncio.Event()
         self.failure: BaseException | None = None
         self.eof = False
@@ -253,7 +254,10 @@ class _ChunkProtocol(asyncio.BufferedProtocol):
             self.failure = exc
             if self.transport is not None:
                 self.transport.pause_reading()
-        self.arrived.set()
+            self.arrived.set()
+            return
+        if self.wake_on_data:
+            self.arrived.set()
 
     def eof_received(self) -> bool | None:
         self.eof = True
@@ -276,17 +280,25 @@ class ChunkReceiver:
     """Hands what the peer sends to `sink` as it arrives; `received()` waits for more.
 
     Install it before anything can arrive (the slave does, before its first report).
+    `wake_on_data=False`: the sink acts on the bytes itself, so `received()` returns only when
+    the peer closed or the sink failed (on transports read through their StreamReader it still
+    returns after each read, as that read is what feeds the sink).
     """
 
     def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sink: ReadSink
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        sink: ReadSink,
+        *,
+        wake_on_data: bool = True,
     ) -> None:
         self._reader = reader
         self._sink = sink
         transport = writer.transport
         self._protocol: _ChunkProtocol | None = None
         try:
-            protocol = _ChunkProtocol(transport.get_protocol(), sink)
+            protocol = _ChunkProtocol(transport.get_protocol(), sink, wake_on_data)
             transport.set_protocol(protocol)
         except NotImplementedError:
             return  # read through the StreamReader
@@ -303,7 +315,8 @@ class ChunkReceiver:
                 return False
             self._copy_in(data)
             return True
-        await protocol.arrived.wait()
+        if not (protocol.eof or protocol.failure is not None):
+            await protocol.arrived.wait()
         protocol.arrived.clear()
         if protocol.failure is not None:
             raise protocol.failure

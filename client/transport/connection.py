@@ -135,6 +135,8 @@ class RemotingConnection(asyncio.BaseProtocol):
         self._transport: asyncio.Transport | None = None
         self._outgoing: list[Body] = []  # frames sent since the last flush, written together
         self._handling: set[asyncio.Task[None]] = set()
+        # The futures of requests waiting without a task (`_StepOnce`).
+        self._stepped: set[asyncio.Future[Any]] = set()
         self._can_write = asyncio.Event()
         self._can_write.set()
         self.closed = asyncio.Event()
@@ -303,6 +305,15 @@ class RemotingConnection(asyncio.BaseProtocol):
             waiting_on = handling.send(None)
         except StopIteration:
             return
+        if type(waiting_on) is _FUTURE and not waiting_on.done():
+            # Waiting on one future (a SYNC_MASTER send on its slave's ack, a flush): stepped
+            # again by the future's callback, still without a task; a second wait gets one.
+            self._stepped.add(waiting_on)
+            waiting_on.add_done_callback(_StepOnce(self, handling))
+            return
+        self._resume_in_task(handling, waiting_on)
+
+    def _resume_in_task(self, handling: Coroutine[Any, Any, None], waiting_on: Any) -> None:
         task = asyncio.get_running_loop().create_task(_resume(handling, waiting_on))
         self._handling.add(task)
         task.add_done_callback(self._handling.discard)
@@ -321,11 +332,11 @@ class RemotingConnection(asyncio.BaseProtocol):
 
     @property
     def requests_in_flight(self) -> int:
-        return len(self._handling)
+        return len(self._handling) + len(self._stepped)
 
     async def wait_requests_done(self, timeout: float) -> None:
-        if self._handling:
-            await asyncio.wait(list(self._handling), timeout=timeout)
+        if self._handling or self._stepped:
+            await asyncio.wait([*self._handling, *self._stepped], timeout=timeout)
 
     # --- sending -------------------------------------------------------------------------
 
@@ -473,6 +484,38 @@ class BufferedRemotingConnection(RemotingConnection, asyncio.BufferedProtocol):
 
     def _discard_partial(self, reason: str) -> None:
         self._receiver.discard(reason)
+
+
+_FUTURE: Final = asyncio.Future
+
+
+class _StepOnce:
+    """A request's handler waiting on one future, stepped on by that future's callback (what a
+    task would do, without the task: its creation, its first turn of the event loop and its
+    wrapper coroutine cost more than the rest of a SYNC_MASTER send's wait). The handler then
+    runs until it ends or waits again; a second wait continues in a task (`_resume`), so only
+    the part between its first and second wait runs outside a task, as the first step does."""
+
+    __slots__ = ("_connection", "_handling")
+
+    def __init__(self, connection: RemotingConnection, handling: Coroutine[Any, Any, None]) -> None:
+        self._connection = connection
+        self._handling = handling
+
+    def __call__(self, future: asyncio.Future[Any]) -> None:
+        connection = self._connection
+        connection._stepped.discard(future)
+        handling = self._handling
+        try:
+            if future.cancelled():
+                waiting_on = handling.throw(asyncio.CancelledError())
+            else:
+                waiting_on = handling.send(None)
+        except StopIteration:
+            return
+        except asyncio.CancelledError:
+            return  # cancelled where it waited, as a cancelled task ends
+        connection._resume_in_task(handling, waiting_on)
 
 
 async def _resume(coroutine: Coroutine[Any, Any, None], waiting_on: Any) -> None:

@@ -88,17 +88,23 @@ async def receiving(
     pki: Pki,
     secure: bool,
     send: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
+    sink: Collect | None = None,
+    wake_on_data: bool = True,
 ) -> AsyncIterator[tuple[asyncio.StreamWriter, Collect, transport.ChunkReceiver]]:
     """A peer running `send`, and a connection to it whose reads go through a ChunkReceiver
-    into a `Collect`; the listener is closed on the way out."""
+    into a `Collect` (or `sink`); the listener is closed on the way out."""
     server_tls, client_tls = mutual_tls_contexts(pki)
     listening, port = await serve(server_tls if secure else None, send)
     try:
         reader, writer = await transport.connect_tcp(
             f"127.0.0.1:{port}", tls=client_tls if secure else None
         )
-        sink = Collect()
-        yield writer, sink, transport.ChunkReceiver(reader, writer, sink)
+        sink = sink or Collect()
+        yield (
+            writer,
+            sink,
+            transport.ChunkReceiver(reader, writer, sink, wake_on_data=wake_on_data),
+        )
     finally:
         listening.close()
         await listening.wait_closed()
@@ -161,6 +167,56 @@ def test_the_peers_close_ends_the_session(pki: Pki, loop_name: str, secure: bool
                 pass
             assert sink.got == stream
             assert sink.frames.buffered == 0
+            writer.close()
+
+    run_on(loop_name, main())
+
+
+class Answering(Collect):
+    """A sink that answers each read itself, from the read's callback (as the slave acks):
+    how many frames it holds so far, 8 bytes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writer: asyncio.StreamWriter | None = None
+
+    def buffer_updated(self, nbytes: int) -> None:
+        super().buffer_updated(nbytes)
+        assert self.writer is not None
+        self.writer.write(struct.pack(">q", len(self.got)))
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["tcp", "tls"])
+@pytest.mark.parametrize("loop_name", sorted(EVENT_LOOPS))
+def test_a_sink_that_answers_each_read_itself_wakes_no_one_until_the_end(
+    pki: Pki, loop_name: str, secure: bool
+) -> None:
+    """wake_on_data=False (the slave's acks): every read is answered by its own callback while
+    `received()` stays asleep; it returns only at the peer's close (False)."""
+    stream = frames()
+    data = wire(stream)
+    answered: list[int] = []
+
+    async def send(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        at = 0
+        for size in (5, 70_000, 12, 1 << 20, 3, len(data)):
+            writer.write(data[at : at + size])
+            at += size
+            await writer.drain()
+        while not answered or answered[-1] < len(stream):  # the answers, until the last frame
+            answered.append(struct.unpack(">q", await reader.readexactly(8))[0])
+
+    async def main() -> None:
+        sink = Answering()
+        async with receiving(pki, secure, send, sink, wake_on_data=False) as (
+            writer,
+            _sink,
+            receiver,
+        ):
+            sink.writer = writer
+            assert await asyncio.wait_for(receiver.received(), TIMEOUT) is False
+            assert sink.got == stream
+            assert answered == sorted(answered) and answered[-1] == len(stream)
             writer.close()
 
     run_on(loop_name, main())

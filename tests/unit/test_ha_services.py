@@ -128,6 +128,25 @@ async def test_wait_for_slave_times_out_at_its_deadline_whatever_the_wakeups() -
     assert transfer.waiting == 0
 
 
+async def test_each_waiter_times_out_at_its_own_deadline_with_one_timer() -> None:
+    transfer = GroupTransferService(lambda: [], slave_timeout_ms=400, fallbehind_max=1 << 30)
+    first = asyncio.ensure_future(transfer.wait_for_slave(100))
+    await asyncio.sleep(0.2)
+    second = asyncio.ensure_future(transfer.wait_for_slave(200))
+    released = asyncio.ensure_future(transfer.wait_for_slave(150))  # out of offset order
+    await eventually(lambda: transfer.waiting == 3, "all three to wait")
+    transfer.on_ack(150)
+    assert await asyncio.wait_for(released, 1) is True
+    assert await asyncio.wait_for(first, 2) is True  # covered by the same ack
+    assert not second.done()
+    started = time.monotonic()
+    assert await asyncio.wait_for(second, 2) is False  # its own deadline, not the first's
+    assert time.monotonic() - started >= 0.1
+    assert transfer.waiting == 0
+    transfer.on_ack(200)  # late: nothing left to release
+    assert transfer._expiry is None  # no timer left armed with no waiter
+
+
 async def test_one_ack_releases_every_waiter_it_covers_and_no_other() -> None:
     transfer = GroupTransferService(lambda: [], slave_timeout_ms=5000, fallbehind_max=1 << 30)
     seen: list[int] = []

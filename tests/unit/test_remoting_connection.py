@@ -214,6 +214,59 @@ async def test_a_request_that_waits_goes_on_in_a_task_and_can_be_cancelled() -> 
     assert first.done() and second.cancelled()
 
 
+async def test_a_request_waiting_on_one_future_goes_on_without_a_task() -> None:
+    """A SYNC_MASTER send waits on its slave's ack future: the future's callback steps it on
+    (no task); a second wait then continues in a task; it counts as in flight all along."""
+    loop = asyncio.get_running_loop()
+    acks = {n: loop.create_future() for n in (1, 2, 3)}
+    later = asyncio.Event()
+    tasks_seen: list[asyncio.Task[Any] | None] = []
+
+    async def waits(_connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        ok = await acks[request.opaque]
+        tasks_seen.append(asyncio.current_task())
+        if request.opaque == 3:
+            await later.wait()  # a second wait
+        return RemotingCommand.response_to(request, 0, remark=f"acked {ok}")
+
+    connection, transport = connect(waits)
+    for n in (1, 2, 3):
+        connection.data_received(encode_command(RemotingCommand.request(1, opaque=n)))
+    assert connection.requests_in_flight == 3
+    assert not connection._handling  # no task for any of them
+    acks[2].set_result(True)
+    await eventually(lambda: connection.requests_in_flight == 2, "request 2 answered")
+    acks[1].cancel()  # the wait itself cancelled: the request ends as a cancelled task does
+    await eventually(lambda: connection.requests_in_flight == 1, "request 1 ended")
+    acks[3].set_result(False)
+    await eventually(lambda: len(connection._handling) == 1, "request 3 in a task")
+    assert tasks_seen == [None, None]  # stepped by the callbacks, not by tasks
+    later.set()
+    await connection.wait_requests_done(5.0)
+    assert connection.requests_in_flight == 0
+    await asyncio.sleep(0)
+    answers = commands_in(b"".join(transport.writes))
+    assert [(c.opaque, c.remark) for c in answers] == [(2, "acked True"), (3, "acked False")]
+
+
+async def test_wait_requests_done_waits_for_requests_without_a_task() -> None:
+    ack = asyncio.get_running_loop().create_future()
+
+    async def waits(_connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        await ack
+        return RemotingCommand.response_to(request, 0)
+
+    connection, transport = connect(waits)
+    connection.data_received(encode_command(RemotingCommand.request(1, opaque=7)))
+    done = asyncio.ensure_future(connection.wait_requests_done(5.0))
+    await asyncio.sleep(0.01)
+    assert not done.done()
+    ack.set_result(None)
+    await asyncio.wait_for(done, 5)
+    await asyncio.sleep(0)
+    assert [c.opaque for c in commands_in(b"".join(transport.writes))] == [7]
+
+
 class RecordingScope:
     def __init__(self, fail: bool = False) -> None:
         self.calls: list[str] = []
