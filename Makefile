@@ -9,8 +9,8 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
-# `make test`'s worker processes (pytest-xdist; 0: all in this one); tests marked with the same
-# xdist_group run in one worker, one after the other.
+# `make test`'s worker processes (pytest-xdist; 0: all in this one); a module's tests run in one
+# worker (--dist loadscope), so its module-scoped fixtures are made once.
 TEST_WORKERS ?= 2
 # e.g. make run RUN_ARGS='-o namesrv:listenPort=19876' (see tidemq-cluster run --help)
 RUN_ARGS ?=
@@ -142,7 +142,7 @@ lint: install ## ruff (format and rules) and mypy strict
 
 .PHONY: test
 test: install lint ## lint, then every test: unit, integration, fault
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 $(PYTEST_ARGS)
 
 .PHONY: test-unit
 test-unit: install ## unit tests only (no processes, no sockets)

@@ -10,9 +10,8 @@
   over an in-memory network: no sockets. It stops what it made when the test ends and fails the
   test if asyncio logged an error meanwhile.
 
-`make test` runs the tests in pytest-xdist workers (`--dist loadgroup`): the tests of a module
-that share a module-scoped fixture (a cluster, a browser, a built release) are put in one group,
-so one worker makes that fixture once.
+`make test` runs the tests in pytest-xdist workers with `--dist loadscope`: a module's tests run
+in one worker, so a module-scoped fixture (a cluster, a browser, a built release) is made once.
 """
 
 from __future__ import annotations
@@ -35,20 +34,6 @@ from tidemq.client.transport.client import RemotingClient
 # example fails a test that is right. Speed is measured by `make bench`, not here.
 settings.register_profile("tidemq", deadline=None)
 settings.load_profile("tidemq")
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if _uses_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else ""))
-
-
-def _uses_a_module_fixture(item: pytest.Item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    return any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
 
 
 @pytest.fixture
