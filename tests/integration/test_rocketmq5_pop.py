@@ -8,8 +8,6 @@ killed (-9) and restarted with messages in flight; RocketMQ's reported failures 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,7 +18,7 @@ import pytest
 from tests.support.conditions import eventually
 from tests.support.ha_processes import start_master, start_slave, wait_transfer
 from tests.support.processes import BROKER_BOOTED, Daemon, ProcessGroup, free_port
-from tests.support.rmq5_clients import RMQ5_PYTHON, rmq5_send, start_broker
+from tests.support.rmq5_clients import Rmq5Consumer, rmq5_send, start_broker
 from tests.support.wire import pull_header
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.api import BrokerAPI, PullStatus
@@ -32,90 +30,8 @@ from tidemq.client.transport.client import RemotingClient
 
 pytestmark = pytest.mark.asyncio
 
-CONSUME_SCRIPT = Path(__file__).resolve().parents[1] / "support" / "rmq5" / "consume.py"
 # Short invisible durations for the redelivery cases (ProxyConfig's minimum is 10 s).
 SHORT = "minInvisibleTimeMillsForRecv=1000"
-ANSWER_SECONDS = 60.0
-
-
-class Rmq5Consumer:
-    """One official consumer process; `call` sends a command and returns its answer line."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-
-    @classmethod
-    async def start(
-        cls, endpoint: str, env: dict[str, str] | None = None, **request: Any
-    ) -> Rmq5Consumer:
-        """`env`: more environment for the client process (its TLS option's CAs)."""
-        if not RMQ5_PYTHON.exists():
-            pytest.fail(f"{RMQ5_PYTHON} is missing: `make install` makes it")
-        process = await asyncio.create_subprocess_exec(
-            str(RMQ5_PYTHON),
-            str(CONSUME_SCRIPT),
-            endpoint,
-            json.dumps(request),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            cwd=CONSUME_SCRIPT.parent,
-            env={**os.environ, **(env or {})},
-        )
-        consumer = cls(process)
-        try:
-            assert (await consumer.answer()).get("started"), "the consumer did not start"
-        except BaseException:
-            await consumer.close()
-            raise
-        return consumer
-
-    async def answer(self, timeout: float = ANSWER_SECONDS) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            assert left > 0, "the official client did not answer"
-            line = await asyncio.wait_for(self.process.stdout.readline(), left)
-            assert line, f"the official client ended (exit {self.process.returncode})"
-            if line.startswith(b"{"):
-                answer: dict[str, Any] = json.loads(line)
-                return answer
-
-    async def call(self, **command: Any) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(command).encode() + b"\n")
-        await self.process.stdin.drain()
-        answer = await self.answer()
-        assert "error" not in answer, answer
-        return answer
-
-    async def receive(self, max_num: int = 32, invisible: int = 30) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = (
-            await self.call(op="receive", max=max_num, invisible=invisible)
-        )["messages"]
-        return messages
-
-    async def receive_until(
-        self, count: int, invisible: int = 30, timeout: float = 40
-    ) -> list[dict[str, Any]]:
-        got: list[dict[str, Any]] = []
-        deadline = time.monotonic() + timeout
-        while len(got) < count:
-            assert time.monotonic() < deadline, f"{len(got)} of {count} messages: {got}"
-            got += await self.receive(invisible=invisible)
-        return got
-
-    async def close(self) -> None:
-        process = self.process
-        if process.returncode is None:
-            try:
-                assert process.stdin is not None
-                process.stdin.close()
-                await asyncio.wait_for(process.wait(), 15)
-            except (TimeoutError, BrokenPipeError, ConnectionResetError, AssertionError):
-                process.kill()
-                await process.wait()
 
 
 @pytest.fixture

@@ -21,11 +21,10 @@ import grpc
 import pytest
 from grpc import aio
 
-from tests.integration.test_rocketmq5_pop import Rmq5Consumer
 from tests.support.certs import Pki, make_pki
 from tests.support.conditions import eventually
 from tests.support.processes import Daemon, ProcessGroup, free_port
-from tests.support.rmq5_clients import rmq5_send
+from tests.support.rmq5_clients import Rmq5Consumer, rmq5_send
 from tidemq.broker.proxy.protocol import service_pb2 as pb
 from tidemq.broker.proxy.protocol.definition_pb2 import (
     Code,
