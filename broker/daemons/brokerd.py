@@ -27,9 +27,9 @@ from tidemq.broker.config import BrokerConfig, RemotingConfig
 from tidemq.broker.daemons.daemon import (
     busy_port,
     configure_logging,
+    queue_files_that_fit,
     read_properties,
     run_until_signal,
-    too_few_open_files,
     unwritable_store,
 )
 from tidemq.broker.failover import MemberConflict
@@ -184,7 +184,19 @@ def main(
     problem = busy_port(settings.remoting.bind_address, settings.fixed_ports())
     # Before the store is created or anything connects: one line, nothing touched.
     problem = problem or unwritable_store(settings.store.root, settings.store.commit_log_dir)
-    problem = problem or too_few_open_files(settings.store.max_mapped_consume_queue_files)
+    if problem is None:
+        asked = settings.store.max_mapped_consume_queue_files
+        explicit = "maxMappedConsumeQueueFiles" in props
+        bound, problem = queue_files_that_fit(asked, explicit)
+        if bound != asked:
+            log.warning(
+                "maxMappedConsumeQueueFiles %d lowered to %d: the limit of open files (ulimit -n) "
+                "holds no more",
+                asked,
+                bound,
+            )
+            store = dataclasses.replace(settings.store, max_mapped_consume_queue_files=bound)
+            settings = dataclasses.replace(settings, store=store)
     if problem is not None:
         click.echo(f"brokerd: cannot start: {problem}", err=True)
         sys.exit(1)

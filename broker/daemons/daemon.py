@@ -54,10 +54,11 @@ def busy_port(host: str, ports: Iterable[tuple[str, int]]) -> str | None:
 OTHER_DESCRIPTORS = 512
 
 
-def too_few_open_files(max_mapped_queue_files: int) -> str | None:
+def queue_files_that_fit(max_mapped_queue_files: int, explicit: bool) -> tuple[int, str | None]:
     """Raise this process's soft limit of open files to its hard limit (the JVM does so for
-    RocketMQ: MaxFDLimit); one line naming the key when the ConsumeQueue files it may keep open
-    (two descriptors each) and OTHER_DESCRIPTORS still do not fit, else None."""
+    RocketMQ: MaxFDLimit), then (the bound of mapped ConsumeQueue files to use, a problem line
+    naming the key or None). The files take two descriptors each beside OTHER_DESCRIPTORS: a
+    default bound that does not fit is lowered to what fits; one the operator set is refused."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         try:
@@ -65,14 +66,19 @@ def too_few_open_files(max_mapped_queue_files: int) -> str | None:
             soft = hard
         except (OSError, ValueError):
             pass
-    needed = 2 * max_mapped_queue_files + OTHER_DESCRIPTORS
-    if soft == resource.RLIM_INFINITY or soft >= needed:
-        return None
-    return (
-        f"maxMappedConsumeQueueFiles {max_mapped_queue_files} needs about {needed} open files "
-        f"(two per ConsumeQueue file, {OTHER_DESCRIPTORS} for the rest); this process may open "
-        f"{soft} (ulimit -n): lower the key or raise the limit"
-    )
+    if soft == resource.RLIM_INFINITY:
+        return max_mapped_queue_files, None
+    fits = (soft - OTHER_DESCRIPTORS) // 2
+    if max_mapped_queue_files <= fits:
+        return max_mapped_queue_files, None
+    if explicit or fits < 1:
+        needed = 2 * max_mapped_queue_files + OTHER_DESCRIPTORS
+        return max_mapped_queue_files, (
+            f"maxMappedConsumeQueueFiles {max_mapped_queue_files} needs about {needed} open "
+            f"files (two per ConsumeQueue file, {OTHER_DESCRIPTORS} for the rest); this process "
+            f"may open {soft} (ulimit -n): lower the key or raise the limit"
+        )
+    return fits, None
 
 
 STORE_FOLDERS = ("config", "consumequeue", "index")

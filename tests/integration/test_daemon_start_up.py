@@ -9,8 +9,9 @@ it from the bounding set): it stays root, so it reads the checkout and its .venv
 (a 0700 home or `mktemp -d` included), and a folder of mode 555 refuses it as it would any user.
 `brokerd -p` shows the warning for an unknown key that start-up would log; a key that is a
 known one mistyped stops either daemon. brokerd raises its soft limit of open files to the hard
-one (as the JVM does for RocketMQ), and a limit that still cannot hold the ConsumeQueue files
-maxMappedConsumeQueueFiles keeps open stops it with one line naming the key.
+one (as the JVM does for RocketMQ); a limit that still cannot hold the ConsumeQueue files
+maxMappedConsumeQueueFiles keeps open lowers the default bound to what fits, and stops a broker
+whose operator set the key with one line naming it.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def test_a_mistyped_key_stops_either_daemon_with_did_you_mean(tmp_path: Path) ->
     ]
 
 
-def test_too_few_open_files_for_the_queue_files_stops_brokerd_with_one_line(
+def test_too_few_open_files_for_the_queue_files_set_stops_brokerd_with_one_line(
     tmp_path: Path,
 ) -> None:
     store = tmp_path / "store"
@@ -182,6 +183,7 @@ def test_too_few_open_files_for_the_queue_files_stops_brokerd_with_one_line(
         f"listenPort={free_port()}",
         f"grpcServerPort={free_port()}",
         "namesrvAddr=127.0.0.1:1",
+        "maxMappedConsumeQueueFiles=1024",
         open_files="1024:1024",
     )
     assert done.returncode == 1, done.stderr
@@ -208,3 +210,19 @@ def test_brokerd_raises_its_soft_limit_of_open_files_to_the_hard_one(
     limits = Path(f"/proc/{broker.pid}/limits").read_text()
     [line] = [line for line in limits.splitlines() if line.startswith("Max open files")]
     assert line.split()[3:5] == ["8192", "8192"], line
+
+
+def test_the_default_bound_of_queue_files_is_lowered_to_what_the_limit_holds(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    port = free_port()
+    command = brokerd_command(port, namesrv.address, tmp_path / "store")
+    broker = processes.start(
+        ["prlimit", "--nofile=1024:1024", *command],
+        port=port,
+        name="brokerd",
+        ready_text=BROKER_BOOTED,
+    )
+    assert "maxMappedConsumeQueueFiles 1024 lowered to 256: the limit of open files" in (
+        broker.log_text()
+    )
