@@ -121,6 +121,25 @@ def decode_rows(rows: dict[str, str], name_key: str) -> list[tuple[str, dict[str
     return list(zip(keys, entries, strict=True))
 
 
+def with_valid_names(
+    table: dict[str, T], problem: Callable[[str], str | None], what: str, source: str
+) -> dict[str, T]:
+    """`table` without the entries whose names `problem` refuses (written before the name gate
+    refused them, or by hand: a name is checked before it reaches a path or a table), with one
+    warning naming the first few."""
+    invalid = {name for name in table if problem(name) is not None}
+    if not invalid:
+        return dict(table)
+    log.warning(
+        "ignoring %d %s with invalid names from %s: %s",
+        len(invalid),
+        what,
+        source,
+        ", ".join(repr(name[:80]) for name in sorted(invalid)[:10]),
+    )
+    return {name: entry for name, entry in table.items() if name not in invalid}
+
+
 def decode_json_object(
     text: str | bytes,
     what: str,

@@ -35,6 +35,7 @@ from tidemq.broker.managers.config_file import (
     decode_json_object,
     decode_rows,
     pretty_json,
+    with_valid_names,
 )
 from tidemq.client.protocol.models import DataVersion, SubscriptionGroupConfig
 from tidemq.client.protocol.names import group_problem
@@ -108,18 +109,7 @@ class SubscriptionGroupWrapper:
 def _valid_groups(
     table: dict[str, SubscriptionGroupConfig], source: str
 ) -> dict[str, SubscriptionGroupConfig]:
-    """`table` without the groups whose names break the rule (written before the name gate
-    refused them, or by hand: a name is checked before it reaches a path or a table)."""
-    invalid = {group for group in table if group_problem(group) is not None}
-    if not invalid:
-        return dict(table)
-    log.warning(
-        "ignoring %d subscription group(s) with invalid names from %s: %s",
-        len(invalid),
-        source,
-        ", ".join(repr(group[:80]) for group in sorted(invalid)[:10]),
-    )
-    return {group: config for group, config in table.items() if group not in invalid}
+    return with_valid_names(table, group_problem, "subscription group(s)", source)
 
 
 class SubscriptionGroupManager(ConfigManager[SubscriptionGroupWrapper]):

@@ -44,6 +44,7 @@ from tidemq.broker.managers.config_file import (
     decode_json_object,
     decode_rows,
     pretty_json,
+    with_valid_names,
 )
 from tidemq.client.protocol.models import (
     PERM_INHERIT,
@@ -113,18 +114,7 @@ validate_topic_name = topic_problem
 
 
 def _valid_topics(table: dict[str, TopicConfig], source: str) -> dict[str, TopicConfig]:
-    """`table` without the topics whose names break the rule (written before the name gate
-    refused them: such a topic could never be registered, served or deleted)."""
-    invalid = {topic for topic in table if validate_topic_name(topic) is not None}
-    if not invalid:
-        return dict(table)
-    log.warning(
-        "ignoring %d topic(s) with invalid names from %s: %s",
-        len(invalid),
-        source,
-        ", ".join(repr(topic[:80]) for topic in sorted(invalid)[:10]),
-    )
-    return {topic: config for topic, config in table.items() if topic not in invalid}
+    return with_valid_names(table, validate_topic_name, "topic(s)", source)
 
 
 def parse_topic_wrapper(
