@@ -83,7 +83,7 @@ from tidemq.store.services import (
 from tidemq.store.store_lock import StoreLock
 from tidemq.store.tags import MATCH_ALL, TagFilter
 from tidemq.store.timer_message import TIMER_MARKER as _TIMER_MARKER
-from tidemq.store.timer_message import TimerLimits, park_timer, with_delivery_time
+from tidemq.store.timer_message import TimerLimits, park_timer
 from tidemq.store.transient_pool import TransientStorePool
 
 __all__ = ["MessageStore", "PutMessageResult", "QueryMessageResult", "Recovery", "Replication"]
@@ -548,14 +548,6 @@ class MessageStore(Service):
         if on_appended is not None and append.status is _PUT_OK:
             on_appended(append)
         return await self._after_append(append, waits_for_store(msg.properties))
-
-    async def put_timer_message(self, msg: MessageToStore, deliver_at_ms: int) -> PutMessageResult:
-        """Store `msg` for delivery to its topic and queue at `deliver_at_ms` (epoch ms): the
-        entry for any protocol (the remoting send sets the property itself). A time at or before
-        now is stored in its topic at once; refusals are WHEEL_TIMER_MSG_ILLEGAL (beyond
-        timerMaxDelaySec) and WHEEL_TIMER_NOT_ENABLE, each with a remark for the client."""
-        msg.properties = with_delivery_time(msg.properties, deliver_at_ms)
-        return await self.put_message(msg)
 
     async def put_message_batch(self, batch: MessageBatch) -> PutMessageResult:
         """A SEND_BATCH_MESSAGE: messages of one topic and queue, stored contiguously."""

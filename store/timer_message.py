@@ -91,16 +91,6 @@ def delivery_time(props: dict[str, str], now_ms: int) -> int | str:
     return "timer message illegal: no timer property"
 
 
-def with_delivery_time(properties: str, deliver_at_ms: int) -> str:
-    """`properties` asking for delivery at `deliver_at_ms` (TIMER_DELIVER_MS; the relative
-    TIMER_DELAY_SEC / TIMER_DELAY_MS, which would be read first, are dropped)."""
-    props = decode_properties(properties)
-    props.pop(PROPERTY_TIMER_DELAY_SEC, None)
-    props.pop(PROPERTY_TIMER_DELAY_MS, None)
-    props[PROPERTY_TIMER_DELIVER_MS] = str(int(deliver_at_ms))
-    return encode_properties(props)
-
-
 def park_timer(msg: MessageToStore, now_ms: int, limits: TimerLimits) -> TimerRefusal | None:
     """Park a timer message in TIMER_TOPIC (see the module docstring); a refusal, or None."""
     if TIMER_MARKER not in msg.properties or msg.topic == TIMER_TOPIC:

@@ -3,7 +3,6 @@ entry for a delivery timestamp, and the client's timer fields."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from tidemq.client.message import Message
 from tidemq.client.validators import check_message
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.config import StoreConfig
-from tidemq.store.message_store import MessageStore
 from tidemq.store.record import MessageToStore, decode_properties, encode_properties
 from tidemq.store.timer_checkpoint import TimerProgress
 from tidemq.store.timer_log import (
@@ -163,24 +161,6 @@ def test_a_timer_beyond_the_roll_window_rolls(tmp_path: Path) -> None:
     _last, units = timers.slot_units(at, -1)
     assert units[0][1].rolls and units[0][1].deliver_ms == at
     timers.close()
-
-
-async def test_put_timer_message_is_the_entry_for_a_delivery_timestamp(tmp_path: Path) -> None:
-    """What the gRPC SendMessage calls: a message and its delivery time."""
-    store = MessageStore(store_config(tmp_path, timer_max_delay_sec=60))
-    store.load()
-    try:
-        msg = message({"TIMER_DELAY_SEC": "5"})
-        result = await store.put_timer_message(msg, NOW * 10)  # far beyond 60 s
-        assert result.status is PutStatus.WHEEL_TIMER_MSG_ILLEGAL
-        assert "timerMaxDelaySec" in result.remark
-        due = message({})
-        at = int(time.time() * 1000) + 5000
-        stored = await store.put_timer_message(due, at)
-        assert stored.ok and due.topic == TIMER_TOPIC
-        assert decode_properties(due.properties)["TIMER_OUT_MS"] == str(at)
-    finally:
-        await store.stop()
 
 
 @pytest.mark.parametrize(
