@@ -93,13 +93,11 @@ async def test_wait_for_slave_released_by_a_covering_ack() -> None:
     transfer = GroupTransferService(lambda: [], slave_timeout_ms=2000, fallbehind_max=1 << 30)
     waiter = asyncio.create_task(transfer.wait_for_slave(1000))
     await eventually(lambda: transfer.waiting == 1, "the send to wait")
-    started = time.monotonic()
     transfer.on_ack(999)
     assert transfer.waiting == 1
     transfer.on_ack(1000)
     assert transfer.waiting == 0
-    assert await waiter is True
-    assert time.monotonic() - started < 0.5
+    assert await waiter is True  # a timeout (2 s) would answer False
     assert transfer.waiting == 0
     # Already covered: no wait at all.
     assert await asyncio.wait_for(transfer.wait_for_slave(600), 0.05) is True
@@ -117,14 +115,14 @@ async def test_wait_for_slave_times_out_at_its_deadline_whatever_the_wakeups() -
     pumping = asyncio.create_task(acks_that_do_not_cover())
     try:
         started = time.monotonic()
-        ok = await transfer.wait_for_slave(1_000_000)
+        ok = await asyncio.wait_for(transfer.wait_for_slave(1_000_000), 30)  # a bound: it ends
         elapsed = time.monotonic() - started
     finally:
         pumping.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await pumping
     assert ok is False
-    assert 0.29 <= elapsed < 0.6, elapsed
+    assert elapsed >= 0.29, elapsed  # not cut short by the acks
     assert transfer.waiting == 0
 
 
@@ -179,10 +177,9 @@ async def test_fail_all_answers_every_waiter_at_once() -> None:
     transfer = GroupTransferService(lambda: [], slave_timeout_ms=60_000, fallbehind_max=1 << 30)
     waiters = [asyncio.create_task(transfer.wait_for_slave(end)) for end in (10, 20, 30)]
     await eventually(lambda: transfer.waiting == 3, "all sends to wait")
-    started = time.monotonic()
     transfer.fail_all()
-    assert await asyncio.gather(*waiters) == [False, False, False]
-    assert time.monotonic() - started < 0.5
+    # At once: their own timeout (60 s) is past this bound.
+    assert await asyncio.wait_for(asyncio.gather(*waiters), 30) == [False, False, False]
     assert transfer.waiting == 0
     transfer.on_ack(30)  # nothing left to release
     assert transfer.acked_offset == 30
@@ -752,7 +749,7 @@ async def test_sync_master_put_statuses(ha: Harness) -> None:
     elapsed = time.monotonic() - started
     assert result.status is PutStatus.FLUSH_SLAVE_TIMEOUT
     assert result.append is not None
-    assert 0.29 <= elapsed < 1.0, elapsed
+    assert elapsed >= 0.29, elapsed  # waited its slaveTimeout
     end = result.append.end_offset
     await eventually(lambda: slave.max_phy_offset >= end, "the slave to receive it anyway")
     assert service.transfer.acked_offset < end
