@@ -57,6 +57,7 @@ from tidemq.broker.proxy.config import ProxyConfig
 from tidemq.broker.proxy.server import GrpcServer
 from tidemq.broker.proxy.service import MessagingService
 from tidemq.broker.rebalance_lock import RebalanceLockManager
+from tidemq.broker.recall import RecallService
 from tidemq.broker.registration import (
     BrokerIdentity,
     NameServerRegistration,
@@ -279,6 +280,13 @@ class Broker(Service):
             self.producers,
             port=lambda: self.grpc.port if self.grpc is not None else 0,
             pop=self.pop,
+            recall=RecallService(
+                self.store,
+                self.topics,
+                lambda: self.timer,
+                lambda: self.config.broker_name,
+                lambda: self.store_host,
+            ),
         )
         service.cluster = ClusterRoutes(
             BrokerAPI(self.namesrv_client, timeout=CALL_TIMEOUT_SECONDS),

@@ -16,6 +16,14 @@ the timer topic with TIMER_ROLL_TIMES + 1. A store refusal for good (MESSAGE_ILL
 PROPERTIES_SIZE_EXCEEDED) skips the timer, counted as undeliverable; any other refusal is retried
 every RETRY_INTERVAL (the order of one slot is kept).
 
+Recall (broker/recall.py): a tombstone is a unit whose tagsCode is minus its time; it gets a
+DELETE record in the slot of the recalled message's own time. When dequeue reads a slot it reads
+the tombstones' messages first (their TIMER_DEL_UNIQKEY, `<real topic>+<UNIQ_KEY>`), before any
+record of the slot is delivered, and a due record whose message has a recalled key is dropped,
+counted as recalled. Tombstone and message share the slot, and both are in the wheel's files, so
+a recall survives a restart as the timer does. A tombstone that comes after its message's time
+(the cursor passed it) is dropped: the message was delivered.
+
 Delivery is at least once: the checkpoint is written after every step (a killed broker repeats
 at most the deliveries of the step it was in when killed: one batch) and fsynced every
 timerFlushIntervalMs (a machine crash repeats up to that much). A clean stop repeats nothing.
@@ -38,16 +46,20 @@ from tidemq.store.message_store import MessageStore
 from tidemq.store.record import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
     MessageToStore,
     StoredMessage,
 )
 from tidemq.store.timer_log import TimerUnit
 from tidemq.store.timer_message import (
+    PROPERTY_TIMER_DEL_UNIQKEY,
     PROPERTY_TIMER_DEQUEUE_MS,
     PROPERTY_TIMER_ENQUEUE_MS,
     PROPERTY_TIMER_ROLL_TIMES,
     TIMER_TOPIC,
+    read_timer_tags_code,
+    recall_key,
 )
 from tidemq.store.timer_store import TimerStore
 
@@ -114,6 +126,12 @@ class TimerMessageService(Service):
         self.enqueued = 0
         self.delivered = 0
         self.undeliverable = 0
+        self.recalled = 0  # timers dropped by a recall
+        # TIMER_DEL_UNIQKEY -> time, of the tombstones of the slots being read
+        self._recalls: dict[str, int] = {}
+        # The latest time whose records are being delivered now (a recall after it is late).
+        self.delivering_until = 0
+        self._enqueue_moved = asyncio.Event()  # set (and replaced) when the queue offset moves
         self._refusal_reported = float("-inf")
         if deliver:  # a slave's count was the master's cursor on: this broker's now
             self.add_child(Step(start=self._recount))
@@ -184,18 +202,33 @@ class TimerMessageService(Service):
                 await self._enqueue_one(unit)
             timers.queue_offset = unit.queue_offset + 1
         timers.save_progress()
+        if units:
+            moved, self._enqueue_moved = self._enqueue_moved, asyncio.Event()
+            moved.set()
         return bool(units)
+
+    async def wait_enqueued(self, queue_offset: int, timeout: float) -> bool:
+        """Wait (at most `timeout` s) until the timer topic's unit `queue_offset` is enqueued."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while self.timers.queue_offset <= queue_offset:
+                    await self._enqueue_moved.wait()
+        return self.timers.queue_offset > queue_offset
 
     async def _enqueue_one(self, unit: CQUnit) -> None:
         timers = self.timers
-        deliver_ms = unit.tags_code
+        deliver_ms, tombstone = read_timer_tags_code(unit.tags_code)
         if deliver_ms < timers.cursor:
+            if tombstone:
+                return  # its message's time has passed: delivered already
             if self.deliver:  # due already: now, before the queue offset passes it
                 await self._deliver(
                     unit.physical_offset, unit.size, rolls=False, enqueue_ms=now_ms()
                 )
             return  # a slave: the master delivered it
-        at = timers.add(unit.physical_offset, unit.size, deliver_ms, unit.queue_offset, now_ms())
+        at = timers.add(
+            unit.physical_offset, unit.size, deliver_ms, unit.queue_offset, now_ms(), tombstone
+        )
         self.enqueued += 1
         if at < self._slot_end:
             self._dequeue_wakeup.set()
@@ -224,10 +257,14 @@ class TimerMessageService(Service):
             self._dequeue_wakeup.clear()
             loaded, units = timers.slot_units(slot, loaded)
             for pos, unit in units:
+                if unit.recalls:  # whatever the cursor: its message may still wait
+                    self._note_recall(unit)
+                    continue
                 if unit.deliver_ms >= timers.cursor:  # below it: delivered before a restart
                     heapq.heappush(due, (unit.deliver_ms, pos, unit))
             now = now_ms()
             if due and due[0][0] <= now:
+                self.delivering_until = now
                 while due and due[0][0] <= now:
                     _at, _pos, unit = heapq.heappop(due)
                     try:
@@ -244,6 +281,8 @@ class TimerMessageService(Service):
             timers.cursor = max(timers.cursor, min(now + 1, self._slot_end))
             if timers.cursor >= self._slot_end:
                 slot, loaded = self._slot_end, -1
+                if self._recalls:  # a slot's tombstones matter to that slot only
+                    self._recalls = {k: t for k, t in self._recalls.items() if t >= slot}
                 walked += 1
                 if walked % CATCH_UP_YIELD == 0:
                     timers.save_progress()
@@ -253,6 +292,27 @@ class TimerMessageService(Service):
             wake_at = min(due[0][0], self._slot_end) if due else self._slot_end
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._dequeue_wakeup.wait(), max(wake_at - now, 1) / 1000)
+
+    def _note_recall(self, unit: TimerUnit) -> None:
+        """A tombstone of the slot being read: its key, dropped from the slot's deliveries."""
+        self.timers.pending = max(0, self.timers.pending - 1)
+        stored = self.store.look_message_by_offset(unit.phy_offset, unit.size)
+        key = stored.properties.get(PROPERTY_TIMER_DEL_UNIQKEY) if stored is not None else None
+        if stored is None or stored.topic != TIMER_TOPIC or not key:
+            log.error("timer: the recall at physical offset %d is unreadable", unit.phy_offset)
+            return
+        self._recalls[key] = unit.deliver_ms
+
+    def is_recalled(self, stored: StoredMessage) -> bool:
+        if not self._recalls:
+            return False
+        real_topic = stored.properties.get(PROPERTY_REAL_TOPIC, "")
+        uniq = stored.properties.get(PROPERTY_UNIQ_KEY, "")
+        return bool(uniq) and recall_key(real_topic, uniq) in self._recalls
+
+    def too_late_to_recall(self, deliver_ms: int) -> bool:
+        """Whether the timers of `deliver_ms` are delivered, or being delivered, already."""
+        return self.timers.cursor > deliver_ms or self.delivering_until >= deliver_ms
 
     async def _deliver(
         self, phy_offset: int, size: int, rolls: bool, enqueue_ms: int, queue_offset: int = -1
@@ -268,6 +328,14 @@ class TimerMessageService(Service):
             stored.topic != TIMER_TOPIC or stored.queue_offset != queue_offset
         ):
             self._skip(phy_offset, "?", "the CommitLog holds another message there now")
+            return
+        if not rolls and self.is_recalled(stored):
+            self.recalled += 1
+            log.info(
+                "timer message %s of topic %s recalled: not delivered",
+                stored.properties.get(PROPERTY_UNIQ_KEY),
+                stored.properties.get(PROPERTY_REAL_TOPIC),
+            )
             return
         host = self.store_host()
         if rolls:

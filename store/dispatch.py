@@ -64,7 +64,12 @@ from tidemq.store.record import (
     scan_record,
 )
 from tidemq.store.tags import tags_code_for
-from tidemq.store.timer_message import PROPERTY_TIMER_OUT_MS, TIMER_TOPIC
+from tidemq.store.timer_message import (
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_OUT_MS,
+    TIMER_TOPIC,
+    timer_tags_code,
+)
 
 if TYPE_CHECKING:
     from tidemq.store.index import IndexService
@@ -95,6 +100,7 @@ _KEYS = PROPERTY_KEYS.encode()
 _UNIQ = PROPERTY_UNIQ_KEY.encode()
 _DELAY = PROPERTY_DELAY.encode()
 _TIMER_OUT = PROPERTY_TIMER_OUT_MS.encode()
+_TIMER_DEL = PROPERTY_TIMER_DEL_UNIQKEY.encode()
 
 # Bytes dispatched before yielding to the event loop, so appends and pulls stay responsive
 # (about 1,000 records of 1 KiB: a few milliseconds).
@@ -144,14 +150,19 @@ class _QueueRun:
 
 
 def tags_code_of(info: DispatchInfo, delay_levels: list[int]) -> int:
-    """tagsCode for the ConsumeQueue; a delayed or timer message's is its delivery time."""
+    """tagsCode for the ConsumeQueue; a delayed or timer message's is its delivery time (a
+    recall's tombstone's: minus it, store/timer_message.py)."""
     if info.topic == TIMER_TOPIC:
         raw = find_property(info.properties, _TIMER_OUT)
         if raw is not None:
             try:
-                return int(raw)
+                deliver = int(raw)
             except ValueError:
                 pass
+            else:
+                return timer_tags_code(
+                    deliver, find_property(info.properties, _TIMER_DEL) is not None
+                )
     if info.topic == SCHEDULE_TOPIC:
         raw = find_property(info.properties, _DELAY)
         if raw is not None:

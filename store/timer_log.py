@@ -9,7 +9,8 @@ layout::
 
 `prev pos` links the records of one wheel slot (BLANK = -1 ends the list); the delivery time is
 `write time + delay` (delay is signed). `magic` is RocketMQ's bit set: 1 (a timer), 2 (ROLL:
-not due yet, written again into the timer topic when its slot comes). tidemq keeps the queue
+not due yet, written again into the timer topic when its slot comes), 4 (DELETE: a recall's
+tombstone, broker/recall.py). tidemq keeps the queue
 offset of the record's unit in `rmq_sys_wheel_timer`'s ConsumeQueue in `reserved` (RocketMQ
 reads it back from the message), so that recovery knows where enqueueing stopped; `real topic
 hash` is 0 (RocketMQ's per-topic metrics are not kept).
@@ -64,6 +65,11 @@ class TimerUnit:
     @property
     def rolls(self) -> bool:
         return bool(self.magic & MAGIC_ROLL)
+
+    @property
+    def recalls(self) -> bool:
+        """A recall's tombstone whose time has come (a rolling one is written again first)."""
+        return bool(self.magic & MAGIC_DELETE) and not self.magic & MAGIC_ROLL
 
 
 def encode_unit(unit: TimerUnit) -> bytes:

@@ -23,6 +23,13 @@ timerPrecisionMs and delivers up to one precision late); the wheel's slots only 
 timer waits, and the service delivers each at its own time. Refusals carry a remark naming the
 property and the limit. The messages of a SEND_BATCH_MESSAGE are not parked (RocketMQ's batch
 path does not either).
+
+Recall (RocketMQ 5.3's RecallMessage, broker/recall.py): a tombstone is a timer message of the
+recalled message's time carrying TIMER_DEL_UNIQKEY = `<real topic>+<UNIQ_KEY>` (RocketMQ's
+TimerMessageStore.buildDeleteKey). It is parked like any timer, but never stored in a real
+topic: one whose time has passed is refused (WHEEL_TIMER_MSG_ILLEGAL), as RocketMQ refuses a
+TIMER_DEL_UNIQKEY message it does not park. Its ConsumeQueue tagsCode is minus its time
+(store/dispatch.py), so the timer service tells tombstones from timers by the ConsumeQueue alone.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ PROPERTY_TIMER_OUT_MS: Final = "TIMER_OUT_MS"
 PROPERTY_TIMER_ENQUEUE_MS: Final = "TIMER_ENQUEUE_MS"
 PROPERTY_TIMER_DEQUEUE_MS: Final = "TIMER_DEQUEUE_MS"
 PROPERTY_TIMER_ROLL_TIMES: Final = "TIMER_ROLL_TIMES"
+PROPERTY_TIMER_DEL_UNIQKEY: Final = "TIMER_DEL_UNIQKEY"
 # The three request properties share this prefix: one substring test per put.
 TIMER_MARKER: Final = "TIMER_DEL"
 _OUT_MARKER: Final = PROPERTY_TIMER_OUT_MS + "\x01"
@@ -120,6 +128,11 @@ def park_timer(msg: MessageToStore, now_ms: int, limits: TimerLimits) -> TimerRe
     if isinstance(deliver, str):
         return TimerRefusal(PutStatus.WHEEL_TIMER_MSG_ILLEGAL, deliver)
     if deliver <= now_ms:
+        if PROPERTY_TIMER_DEL_UNIQKEY in props:  # a tombstone never reaches a real topic
+            return TimerRefusal(
+                PutStatus.WHEEL_TIMER_MSG_ILLEGAL,
+                f"timer message illegal: the recalled message's time {deliver} has passed",
+            )
         return None  # due: stored in its own topic now
     if deliver - now_ms > limits.max_delay_sec * 1000:
         return TimerRefusal(
@@ -134,3 +147,18 @@ def park_timer(msg: MessageToStore, now_ms: int, limits: TimerLimits) -> TimerRe
     msg.topic = TIMER_TOPIC
     msg.queue_id = 0
     return None
+
+
+def recall_key(real_topic: str, uniq_key: str) -> str:
+    """What a tombstone's TIMER_DEL_UNIQKEY names: RocketMQ's `<topic>+<UNIQ_KEY>`."""
+    return f"{real_topic}+{uniq_key}"
+
+
+def timer_tags_code(deliver_ms: int, tombstone: bool) -> int:
+    """The ConsumeQueue tagsCode of a unit of TIMER_TOPIC: its time, negated for a tombstone."""
+    return -deliver_ms if tombstone else deliver_ms
+
+
+def read_timer_tags_code(tags_code: int) -> tuple[int, bool]:
+    """(delivery time, is a tombstone) of a TIMER_TOPIC unit's tagsCode."""
+    return (-tags_code, True) if tags_code < 0 else (tags_code, False)

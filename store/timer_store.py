@@ -28,6 +28,7 @@ from tidemq.store.config import StoreConfig
 from tidemq.store.timer_checkpoint import TimerCheckpointFile, TimerProgress
 from tidemq.store.timer_log import (
     MAGIC_DEFAULT,
+    MAGIC_DELETE,
     MAGIC_ROLL,
     MIN_BLANK_LEN,
     UNIT_SIZE,
@@ -167,12 +168,19 @@ class TimerStore:
     # --- timers -----------------------------------------------------------------------------
 
     def add(
-        self, phy_offset: int, size: int, deliver_ms: int, queue_offset: int, now_ms: int
+        self,
+        phy_offset: int,
+        size: int,
+        deliver_ms: int,
+        queue_offset: int,
+        now_ms: int,
+        tombstone: bool = False,
     ) -> int:
-        """Put the timer of ConsumeQueue unit `queue_offset` in the wheel; returns when its slot
-        is read (its own time, or the roll window's end for a ROLL record)."""
+        """Put the timer of ConsumeQueue unit `queue_offset` in the wheel (a recall's
+        `tombstone`: DELETE); returns when its slot is read (its own time, or the roll window's
+        end for a ROLL record)."""
         wheel = self._writable_wheel()
-        magic = MAGIC_DEFAULT
+        magic = MAGIC_DEFAULT | (MAGIC_DELETE if tombstone else 0)
         at = deliver_ms
         window = self.roll_window_ms
         if deliver_ms - now_ms >= window:

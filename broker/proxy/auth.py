@@ -28,7 +28,8 @@ The check of a call, in the remoting validator's order (broker/acl/validator.py)
    (RocketMQ's PlainAccessResource for gRPC requests, with ChangeInvisibleDuration added, and
    groups checked as groups: RocketMQ checks a gRPC group against the topic permissions):
 
-   - SendMessage, EndTransaction: PUB on the topic (a retry topic: SUB on its group);
+   - SendMessage, EndTransaction, RecallMessage: PUB on the topic (a retry topic: SUB on its
+     group);
    - ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue:
      SUB on the group and the topic;
    - Heartbeat: SUB on its group, when it names one;
@@ -128,6 +129,7 @@ def _consume(request: Any) -> Needs:
 _NEEDS: Final[dict[str, Callable[[Any], Needs]]] = {
     "SendMessage": _send,
     "EndTransaction": lambda r: _topic(r.topic, PUB),
+    "RecallMessage": lambda r: _topic(r.topic, PUB),
     "ReceiveMessage": lambda r: _group(r.group) + _topic(r.message_queue.topic),
     "AckMessage": _consume,
     "ChangeInvisibleDuration": _consume,

@@ -217,6 +217,7 @@ class GrpcServer:
             "QueryAssignment": service.query_assignment,
             "NotifyClientTermination": service.notify_client_termination,
             "EndTransaction": service.end_transaction,
+            "RecallMessage": service.recall_message,
             "AckMessage": service.ack_message,
             "ChangeInvisibleDuration": service.change_invisible_duration,
             "ForwardMessageToDeadLetterQueue": service.forward_message_to_dead_letter_queue,

@@ -66,6 +66,8 @@ from tidemq.broker.proxy.protocol.service_pb2 import (
     QueryAssignmentResponse,
     QueryRouteRequest,
     QueryRouteResponse,
+    RecallMessageRequest,
+    RecallMessageResponse,
     ReceiveMessageRequest,
     ReceiveMessageResponse,
     SendMessageRequest,
@@ -74,6 +76,7 @@ from tidemq.broker.proxy.protocol.service_pb2 import (
     TelemetryCommand,
 )
 from tidemq.broker.proxy.status import Rejected, ok, put_status_code
+from tidemq.broker.recall import RecallRefusal, RecallRefused, RecallService
 from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats
 from tidemq.broker.transaction.messages import HALF_TOPIC, park_half
@@ -92,9 +95,11 @@ from tidemq.store.record import (
     PROPERTY_UNIQ_KEY,
     MessageToStore,
     decode_message_id,
+    decode_properties,
     encode_properties,
 )
 from tidemq.store.tags import MATCH_ALL, parse_tag_expression
+from tidemq.store.timer_message import TIMER_TOPIC
 
 # The RPCs of service.proto this endpoint does not serve yet: each answers NOT_IMPLEMENTED.
 NOT_SERVED: Final = (
@@ -102,7 +107,6 @@ NOT_SERVED: Final = (
     "UpdateOffset",
     "GetOffset",
     "QueryOffset",
-    "RecallMessage",
     "SyncLiteSubscription",
 )
 CONSUMER_TYPES: Final = frozenset(
@@ -157,6 +161,7 @@ class MessagingService:
         port: Callable[[], int],
         cluster: ClusterRoutes | None = None,
         pop: PopService | None = None,
+        recall: RecallService | None = None,
     ) -> None:
         """`cluster`: the queues of other brokers (name servers); without it QueryRoute
         answers this broker's own."""
@@ -172,6 +177,7 @@ class MessagingService:
         self._port = port
         self.cluster = cluster
         self.pop = pop  # POP consumption (ReceiveMessage and the acks); None: not served
+        self.recall = recall  # RecallMessage and the recall handles; None: not served
         self.limits = Limits(
             store.config.max_message_size,
             tuple(store.delay_levels),
@@ -389,13 +395,34 @@ class MessagingService:
             remark = result.remark or f"send message failed, sendStatus={result.status.value}"
             return SendResultEntry(status=Rejected(code, remark).status())
         self.stats.on_put(topic, append.msg_num, append.wrote_bytes)
+        recall_handle = ""
+        if message.topic == TIMER_TOPIC and self.recall is not None:  # parked by the store
+            recall_handle = self.recall.handle_of(topic, decode_properties(message.properties))
         return SendResultEntry(
             status=ok(),
             message_id=outgoing.message_id,
             offset=append.queue_offset,
             # The half message's offsetMsgId: EndTransaction finds it by its CommitLog offset.
             transaction_id=append.msg_id if outgoing.transactional else "",
+            recall_handle=recall_handle,
         )
+
+    async def recall_message(
+        self, request: RecallMessageRequest, call: CallContext
+    ) -> RecallMessageResponse:
+        """Cancel a timer message by the recall handle SendMessage answered (broker/recall.py)."""
+        if self.recall is None:
+            raise Rejected(Code.NOT_IMPLEMENTED, "RecallMessage is not served by this broker")
+        topic = resource_name(request.topic, NameKind.TOPIC)
+        try:
+            message_id = await self.recall.recall(
+                topic, request.recall_handle, peer_born_host(call.peer)
+            )
+        except RecallRefused as refused:
+            if refused.kind is RecallRefusal.STORE and refused.status is not None:
+                raise Rejected(put_status_code(refused.status), refused.reason) from None
+            raise Rejected(_RECALL_REFUSAL_CODES[refused.kind], refused.reason) from None
+        return RecallMessageResponse(status=ok(), message_id=message_id)
 
     # --- transactions -------------------------------------------------------------------
 
@@ -576,6 +603,17 @@ _RECEIVE_REFUSAL_CODES: Final = {
     Refusal.NO_TOPIC: Code.TOPIC_NOT_FOUND,
     Refusal.NO_GROUP: Code.CONSUMER_GROUP_NOT_FOUND,
     Refusal.POLLING_FULL: Code.TOO_MANY_REQUESTS,
+}
+
+_RECALL_REFUSAL_CODES: Final = {
+    RecallRefusal.NOT_SERVED: Code.FORBIDDEN,
+    RecallRefusal.NO_TOPIC: Code.TOPIC_NOT_FOUND,
+    RecallRefusal.BAD_HANDLE: Code.BAD_REQUEST,
+    RecallRefusal.OTHER_BROKER: Code.NOT_FOUND,
+    RecallRefusal.TOO_LATE: Code.ILLEGAL_DELIVERY_TIME,
+    RecallRefusal.TOO_FAR: Code.ILLEGAL_DELIVERY_TIME,
+    RecallRefusal.UNKNOWN: Code.NOT_FOUND,
+    RecallRefusal.STORE: Code.INTERNAL_SERVER_ERROR,
 }
 
 _END_STATES: Final = {

@@ -40,7 +40,12 @@ from tidemq.store.layout import (
 from tidemq.store.record import PROPERTY_TAGS, RecordFormatError, decode_record, scan_record
 from tidemq.store.segment import name_to_offset
 from tidemq.store.tags import tags_code_for
-from tidemq.store.timer_message import PROPERTY_TIMER_OUT_MS, TIMER_TOPIC
+from tidemq.store.timer_message import (
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_OUT_MS,
+    TIMER_TOPIC,
+    timer_tags_code,
+)
 
 ZERO_UNIT = bytes(CQ_UNIT_SIZE)
 NOT_INDEXED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
@@ -159,7 +164,9 @@ def _check_unit(
     expected = tags_code_for(tags.encode() if tags else None)
     if topic == TIMER_TOPIC:  # a timer's tagsCode is its delivery time, TIMER_OUT_MS
         out = record.properties.get(PROPERTY_TIMER_OUT_MS, "")
-        expected = int(out) if out.isdigit() else expected
+        if out.isdigit():  # a recall's tombstone's: minus it
+            tombstone = PROPERTY_TIMER_DEL_UNIQKEY in record.properties
+            expected = timer_tags_code(int(out), tombstone)
     if topic != SCHEDULE_TOPIC and tags_code != expected:
         wrong.append(f"tagsCode {tags_code} != {expected} of its tags {tags!r}")
     if wrong:

@@ -248,6 +248,7 @@ class GrpcSession:
         self.episode: list[GrpcStep] = []
         self.all_steps: list[GrpcStep] = []
         self.steps_handles: list[str] = []  # live receipt handles, for the next calls
+        self.steps_recall_handles: list[str] = []  # live recall handles (timer sends)
         self.tracked: dict[tuple[int, bytes], str] = {}  # (queue offset, body): message id
         self.log_seen = 0
         self.names_seen: set[str] = set()
@@ -531,6 +532,8 @@ class GrpcSession:
         except DecodeError:
             return
         for message, entry in zip(request.messages, response.entries, strict=False):
+            if entry.recall_handle:
+                self.steps_recall_handles.append(entry.recall_handle)
             good = message.topic.name == GOOD_TOPIC and not message.topic.resource_namespace
             system = message.system_properties
             # a half or timer message is stored elsewhere until it is ended or due
@@ -611,6 +614,7 @@ async def _session(
     session = GrpcSession(broker, report)
     if isinstance(steps, GrpcSteps):
         session.steps_handles = steps.handles
+        session.steps_recall_handles = steps.recall_handles
     try:
         await session.setup()
         until = time.monotonic() + seconds
@@ -626,8 +630,9 @@ async def _session(
             if since_check >= EPISODE:
                 since_check = 0
                 await session.end_episode()
-            if len(session.steps_handles) > 200:
-                del session.steps_handles[:100]
+            for handles in (session.steps_handles, session.steps_recall_handles):
+                if len(handles) > 200:
+                    del handles[:100]
         await session.finish()
     finally:
         await session.close()

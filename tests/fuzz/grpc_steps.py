@@ -12,6 +12,9 @@ Telemetry stream), the call's metadata and a note naming what is hostile in it. 
   out-of-range seconds and nanos; enums with values the definition does not have;
 - receipt handles: text, RocketMQ's nine fields with hostile values (a broker name of `../`,
   queue and offsets at the int64 edges), or a live handle the run received, damaged;
+- recall handles: text, base64 that is not UTF-8, RocketMQ's v1 fields with hostile values (a
+  topic or broker name of `../`, times at the int64 edges, past, too far, not numbers, fields
+  missing or extra, 100 KB), a live handle of a timer send of the run, or one damaged;
 - bodies: empty, the broker's largest, one byte past it, beyond the gRPC frame limit;
 - strings that are not UTF-8 on the wire (a placeholder swapped for invalid bytes of the same
   length after serialising, so the framing stays valid);
@@ -24,6 +27,7 @@ Telemetry stream), the call's metadata and a note naming what is hostile in it. 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import hmac
@@ -162,6 +166,7 @@ class GrpcSteps:
         self.max_body = max_body
         self.frame_limit = frame_limit
         self.handles: list[str] = []
+        self.recall_handles: list[str] = []
         self.notes: list[str] = []
 
     # --- values ----------------------------------------------------------------------------
@@ -249,6 +254,44 @@ class GrpcSteps:
             ]
             return " ".join(fields[: rng.choice([9, 9, 8, 3, 12])])
         return rng.choice([self.values.text([]), BAD_UTF8_MARK, "x" * 100_000, ""])
+
+    def recall_handle(self) -> str:
+        rng = self.rng
+        roll = rng.random()
+        if self.recall_handles and roll < 0.3:
+            live = rng.choice(self.recall_handles)
+            if rng.random() < 0.5:
+                return live  # a live one: a timer of the run recalled (or too late)
+            self._note("damaged recall handle")
+            raw = bytearray(base64.urlsafe_b64decode(live + "=" * (-len(live) % 4)))
+            raw[rng.randrange(len(raw))] = rng.randrange(256)
+            return base64.urlsafe_b64encode(bytes(raw)).decode()
+        self._note("recall handle")
+        if roll < 0.75:
+            now_ms = 1_700_000_000_000
+            fields = [
+                rng.choice(["v1", "v1", "v2", "", "V1"]),
+                rng.choice([GOOD_TOPIC, "../" + MARK, "/" + MARK, "a" * 300, "\x00", ""]),
+                rng.choice(["fzg-broker", "broker-a", "../" + MARK, "", "\t"]),
+                str(rng.choice([now_ms, 2**63 - 1, 2**63, -1, 0, 10**30]))
+                if rng.random() < 0.8
+                else rng.choice(["1e3", "", "\uff10", "+5", " 5"]),
+                rng.choice(["7F0000010001", "", "../" + MARK, "x" * 5000]),
+            ]
+            text = " ".join(fields[: rng.choice([5, 5, 4, 1, 7])])
+            encoded = base64.urlsafe_b64encode(text.encode()).decode()
+            return encoded if rng.random() < 0.8 else encoded.rstrip("=")
+        return rng.choice(
+            [
+                self.values.text([]),
+                BAD_UTF8_MARK,
+                "x" * 100_000,
+                "",
+                base64.urlsafe_b64encode(rng.randbytes(rng.choice([1, 30, 300]))).decode(),
+                "=" * 8,
+                "v1 fzg-topic fzg-broker 1 id",  # the text itself, not its base64
+            ]
+        )
 
     def body(self) -> bytes:
         rng = self.rng
@@ -474,7 +517,7 @@ class GrpcSteps:
                 message_id=self.name("m"),
             ),
             "RecallMessage": lambda: pb.RecallMessageRequest(
-                topic=self.resource(GOOD_TOPIC), recall_handle=self.handle()
+                topic=self.resource(GOOD_TOPIC), recall_handle=self.recall_handle()
             ),
             "SyncLiteSubscription": lambda: pb.SyncLiteSubscriptionRequest(
                 topic=self.resource(GOOD_TOPIC), group=self.resource(GOOD_GROUP)

@@ -16,6 +16,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc import aio
 
+from tests.support.conditions import eventually
 from tests.support.grpc_endpoint import SERVICE, grpc_broker, unary_call
 from tidemq.broker.broker import Broker
 from tidemq.broker.proxy.channel import OUTBOX_LIMIT
@@ -33,6 +34,7 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     Subscription,
     TransactionResolution,
 )
+from tidemq.broker.recall_handle import RecallHandle
 from tidemq.client.protocol.models import TopicConfig
 from tidemq.store.record import decode_record
 
@@ -130,10 +132,8 @@ async def test_undecodable_bytes_and_rpcs_not_served_get_a_status(channel: aio.C
     answer = await unary(channel, "QueryRoute", b"\xff\xff\xff", pb.QueryRouteResponse)
     assert answer.status.code == Code.BAD_REQUEST
     assert "QueryRouteRequest" in answer.status.message
-    recall = await unary(
-        channel, "RecallMessage", pb.RecallMessageRequest(), pb.RecallMessageResponse
-    )
-    assert recall.status.code == Code.NOT_IMPLEMENTED
+    offset = await unary(channel, "QueryOffset", pb.QueryOffsetRequest(), pb.QueryOffsetResponse)
+    assert offset.status.code == Code.NOT_IMPLEMENTED
     pull = channel.unary_stream(
         SERVICE + "PullMessage",
         request_serializer=pb.PullMessageRequest.SerializeToString,
@@ -382,3 +382,75 @@ async def test_a_flood_of_client_ids_is_bounded(tmp_path: Path) -> None:
             assert await heartbeat("second") == Code.OK
     finally:
         await broker.stop()
+
+
+def stored_in(broker: Broker, topic: str) -> int:
+    return sum(broker.store.max_offset_in_queue(topic, q) for q in range(4))
+
+
+async def recall(channel: aio.Channel, handle: str, topic: str = TOPIC) -> Any:
+    request = pb.RecallMessageRequest(topic=Resource(name=topic), recall_handle=handle)
+    return await unary(channel, "RecallMessage", request, pb.RecallMessageResponse)
+
+
+async def test_a_recalled_delay_message_is_never_delivered(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    """SendMessage answers a delay message with a recall handle (a normal one without);
+    RecallMessage with it cancels the delivery; the other delay message arrives."""
+    due_ms = int(time.time() * 1000) + 1500
+    due = Timestamp(seconds=due_ms // 1000, nanos=due_ms % 1000 * 1_000_000)
+    kept, gone = (
+        message(b"k", message_id=i, message_type=MessageType.DELAY, delivery_timestamp=due)
+        for i in ("KEPT", "GONE")
+    )
+    answers = [await send(channel, m) for m in (kept, gone, message(b"n", message_id="NORMAL"))]
+    assert [a.status.code for a in answers] == [Code.OK] * 3
+    handles = [a.entries[0].recall_handle for a in answers]
+    assert handles[0] and handles[1] and handles[2] == ""
+    assert RecallHandle.decode(handles[1]) == RecallHandle(TOPIC, "grpc-a", due_ms, "GONE")
+    answer = await recall(channel, handles[1])
+    assert (answer.status.code, answer.message_id) == (Code.OK, "GONE")
+    assert stored_in(broker, TOPIC) == 1  # the normal one only, so far
+    timer = broker.timer
+    assert timer is not None
+    await eventually(lambda: stored_in(broker, TOPIC) == 2, "the kept one delivered", 15)
+    await eventually(lambda: timer.recalled == 1, "the recalled one dropped", 15)
+    assert stored_in(broker, TOPIC) == 2
+    # Its time passed: recalled or delivered, it cannot be recalled now.
+    late = await recall(channel, handles[0])
+    assert late.status.code == Code.ILLEGAL_DELIVERY_TIME and "delivered" in late.status.message
+
+
+async def test_recall_refusals_name_the_cause(broker: Broker, channel: aio.Channel) -> None:
+    ahead = int(time.time() * 1000) + 60_000
+    sent = await send(channel, message(b"n", message_id="PLAIN"))
+    assert sent.status.code == Code.OK
+    cases = [
+        ("", Code.BAD_REQUEST, "empty"),
+        ("%%%", Code.BAD_REQUEST, "base64"),
+        (RecallHandle("Other", "grpc-a", ahead, "X").encode(), Code.BAD_REQUEST, "topic"),
+        (RecallHandle(TOPIC, "grpc-b", ahead, "X").encode(), Code.NOT_FOUND, "grpc-b"),
+        # A well-formed handle of no timer: unknown, and a normal message's id likewise.
+        (RecallHandle(TOPIC, "grpc-a", ahead, "NOSUCH").encode(), Code.NOT_FOUND, "no timer"),
+        (RecallHandle(TOPIC, "grpc-a", ahead, "PLAIN").encode(), Code.NOT_FOUND, "no timer"),
+        (
+            RecallHandle(TOPIC, "grpc-a", ahead - 70_000, "X").encode(),
+            Code.ILLEGAL_DELIVERY_TIME,
+            "ago",
+        ),
+        (
+            RecallHandle(TOPIC, "grpc-a", ahead + 4 * 86_400_000, "X").encode(),
+            Code.ILLEGAL_DELIVERY_TIME,
+            "timerMaxDelaySec",
+        ),
+    ]
+    for handle, code, says in cases:
+        answer = await recall(channel, handle)
+        assert (answer.status.code, says in answer.status.message) == (code, True), (
+            handle,
+            answer,
+        )
+    missing = await recall(channel, RecallHandle("NoSuch", "grpc-a", ahead, "X").encode(), "NoSuch")
+    assert missing.status.code == Code.TOPIC_NOT_FOUND
+    assert broker.timer is not None and broker.timer.recalled == 0

@@ -6,14 +6,16 @@ protobuf are not tidemq's."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.conditions import eventually
-from tests.support.processes import Daemon, ProcessGroup, free_port
+from tests.support.processes import BROKER_BOOTED, Daemon, ProcessGroup, free_port
 from tests.support.rmq5_clients import rmq5_send, start_broker
+from tidemq.broker.recall_handle import RecallHandle
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult
@@ -24,8 +26,11 @@ from tidemq.client.protocol.models import TopicConfig
 pytestmark = pytest.mark.asyncio
 
 
-async def consume(namesrv: Daemon, topic: str, count: int) -> list[ReceivedMessage]:
-    """`count` messages of `topic`, read by tidemq's 4.x push consumer from the first offset."""
+async def consume(
+    namesrv: Daemon, topic: str, count: int, settle: float = 0.0
+) -> list[ReceivedMessage]:
+    """`count` messages of `topic`, read by tidemq's 4.x push consumer from the first offset
+    (and whatever else comes in the `settle` seconds after)."""
     received: list[ReceivedMessage] = []
 
     async def listener(message: ReceivedMessage) -> ConsumeResult:
@@ -41,6 +46,8 @@ async def consume(namesrv: Daemon, topic: str, count: int) -> list[ReceivedMessa
     await consumer.start()
     try:
         await eventually(lambda: len(received) >= count, f"{count} messages of {topic}", 30)
+        if settle:
+            await asyncio.sleep(settle)  # a bounded look for what must not come
     finally:
         await consumer.shutdown()
     return received
@@ -94,6 +101,44 @@ async def test_official_producer_fifo_and_delayed_sends(
     assert later.properties["TIMER_DELIVER_MS"] == str(deliver_at * 1000)
     # Delivered by the timer wheel at its time, never before it.
     assert later.store_timestamp >= deliver_at * 1000 - 1000, (later.store_timestamp, sent_at)
+
+
+async def test_official_producer_recalls_a_delay_message_across_a_broker_kill(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    """`Producer.recall_message` with a delay message's recall handle: it is never delivered,
+    also after the broker is killed (-9) and restarted before its time; the delay message sent
+    beside it is. A forged handle (a normal message's id) and an expired one are refused."""
+    topic = "RMQ5-recall"
+    broker, endpoint = await start_broker(processes, namesrv, tmp_path, topic)
+    deliver_at = int(time.time()) + 8  # the client takes seconds
+    messages = [
+        {"body": "kept", "delivery_timestamp": deliver_at},
+        {"body": "gone", "delivery_timestamp": deliver_at, "recall": True},
+        {"body": "plain"},
+    ]
+    kept, gone, plain = await asyncio.to_thread(rmq5_send, endpoint, topic, messages)
+    assert gone.get("recalled") == gone["message_id"], gone
+    assert kept["recall_handle"] and plain["recall_handle"] is None
+    handle = RecallHandle.decode(kept["recall_handle"])
+    forged = dataclasses.replace(handle, message_id=plain["message_id"]).encode()
+    expired = dataclasses.replace(handle, deliver_ms=int(time.time() * 1000) - 1000).encode()
+    refused = await asyncio.to_thread(
+        rmq5_send, endpoint, topic, [], recall_handles=[forged, expired, "not a handle"]
+    )
+    errors = [line.get("recall_error", "") for line in refused]
+    assert "no timer message" in errors[0] and "delivered" in errors[1], errors
+    assert "base64" in errors[2], errors
+    broker.kill()
+    again = processes.start(
+        broker.args, port=broker.port, name="brokerd-restarted", ready_text=BROKER_BOOTED
+    )
+    assert again.running
+    # "gone" shares kept's millisecond: had the recall been lost, it would come with it.
+    received = await consume(namesrv, topic, 2, settle=2.0)
+    assert sorted(m.body for m in received) == [b"kept", b"plain"]
+    kept_message = next(m for m in received if m.body == b"kept")
+    assert kept_message.store_timestamp >= deliver_at * 1000
 
 
 async def test_official_producer_is_told_why_a_send_is_refused(

@@ -1,7 +1,8 @@
 """The timer service over a real store in a temporary folder (no sockets, no other process):
 timers reach their topic in time order and never early, one due already is delivered at once,
 a restart in the middle loses and repeats nothing, a record whose message is not there any more
-is skipped."""
+is skipped; a recalled timer is never delivered, also after a restart or a roll, and a recall
+that cannot be served is refused with its kind."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.conditions import eventually
+from tidemq.broker.recall import RecallRefusal, RecallRefused, RecallService
+from tidemq.broker.recall_handle import RecallHandle
 from tidemq.broker.timer import TimerMessageService
+from tidemq.store.commitlog import PutStatus
 from tidemq.store.config import StoreConfig
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import MessageToStore, decode_properties, encode_properties
@@ -162,3 +166,108 @@ async def test_a_timer_beyond_the_roll_window_is_written_again_and_arrives_in_ti
     assert body == b"far" and when >= due
     rolls = decode_properties(msg.properties)["TIMER_ROLL_TIMES"]
     assert int(rolls) >= 2  # 900 ms in windows of 200 ms
+
+
+class Topics:
+    """The one topic a recall checks for (the broker's TopicConfigManager answers the same)."""
+
+    def select(self, topic: str) -> object | None:
+        return object() if topic == "T" else None
+
+
+def recall_service(running: Running) -> RecallService:
+    return RecallService(
+        running.store, Topics(), lambda: running.service, lambda: "broker-a", lambda: HOST
+    )  # type: ignore[arg-type]
+
+
+async def send_recallable(running: Running, uniq: str, at: int) -> str:
+    """A timer with a UNIQ_KEY (as every client sets it); its recall handle."""
+    props = {"TIMER_DELIVER_MS": str(at), "UNIQ_KEY": uniq}
+    msg = MessageToStore("T", 1, uniq.encode(), encode_properties(props))
+    assert (await running.store.put_message(msg)).ok
+    handle = recall_service(running).handle_of("T", decode_properties(msg.properties))
+    assert handle
+    return handle
+
+
+def arrived_bodies(running: Running) -> list[bytes]:
+    return [body for body, _when in running.arrived]
+
+
+async def test_a_recalled_timer_is_not_delivered_and_the_others_are(running: Running) -> None:
+    at = now_ms() + 600
+    handles = [await send_recallable(running, f"U{i}", at + i) for i in range(3)]
+    assert await recall_service(running).recall("T", handles[1], HOST) == "U1"
+    await eventually(lambda: len(running.arrived) == 2, "the two others delivered", 10)
+    await eventually(lambda: running.service.recalled == 1, "the recalled one dropped", 10)
+    assert sorted(arrived_bodies(running)) == [b"U0", b"U2"]
+    assert running.timers.pending == 0  # the tombstone is not left waiting
+
+
+async def test_a_recall_survives_a_restart(tmp_path: Path) -> None:
+    first = Running(tmp_path)
+    await first.start()
+    at = now_ms() + 1500
+    kept = await send_recallable(first, "KEEP", at)
+    gone = await send_recallable(first, "GONE", at)
+    del kept
+    await recall_service(first).recall("T", gone, HOST)
+    await first.stop()
+    second = Running(tmp_path)
+    await second.start()
+    try:
+        await eventually(lambda: len(second.arrived) == 1, "the kept one delivered", 10)
+        await eventually(lambda: second.service.recalled == 1, "the recalled one dropped", 10)
+    finally:
+        await second.stop()
+    assert arrived_bodies(first) == [] and arrived_bodies(second) == [b"KEEP"]
+
+
+async def test_a_recall_of_a_timer_beyond_the_roll_window(tmp_path: Path) -> None:
+    """The tombstone rolls as its timer does, and both meet in the timer's own slot."""
+    rolling = Running(tmp_path, timer_precision_ms=100, timer_roll_window_slot=2)
+    await rolling.start()
+    try:
+        at = now_ms() + 900
+        handle = await send_recallable(rolling, "FAR", at)
+        await send_recallable(rolling, "NEAR", at)
+        await recall_service(rolling).recall("T", handle, HOST)
+        await eventually(lambda: len(rolling.arrived) == 1, "the other delivered", 10)
+        await eventually(lambda: rolling.service.recalled == 1, "the recalled one dropped", 10)
+    finally:
+        await rolling.stop()
+    assert arrived_bodies(rolling) == [b"NEAR"]
+
+
+async def test_recalls_refused_with_their_kinds(running: Running) -> None:
+    service = recall_service(running)
+    at = now_ms() + 60_000
+    good = RecallHandle("T", "broker-a", at, "ID")
+
+    async def kind_of(topic: str, text: str) -> RecallRefusal:
+        with pytest.raises(RecallRefused) as refused:
+            await service.recall(topic, text, HOST)
+        return refused.value.kind
+
+    assert await kind_of("NOPE", good.encode()) is RecallRefusal.NO_TOPIC
+    assert await kind_of("T", "not base64!") is RecallRefusal.BAD_HANDLE
+    other_topic = RecallHandle("U", "broker-a", at, "ID").encode()
+    assert await kind_of("T", other_topic) is RecallRefusal.BAD_HANDLE
+    other_broker = RecallHandle("T", "broker-b", at, "ID").encode()
+    assert await kind_of("T", other_broker) is RecallRefusal.OTHER_BROKER
+    past = RecallHandle("T", "broker-a", now_ms() - 1, "ID").encode()
+    assert await kind_of("T", past) is RecallRefusal.TOO_LATE
+    far = RecallHandle("T", "broker-a", now_ms() + 4 * 86_400_000, "ID").encode()
+    assert await kind_of("T", far) is RecallRefusal.TOO_FAR
+    assert running.service.recalled == 0
+
+
+async def test_a_tombstone_whose_time_passed_is_refused_never_stored_in_its_topic(
+    running: Running,
+) -> None:
+    props = {"TIMER_DELIVER_MS": str(now_ms() - 10), "TIMER_DEL_UNIQKEY": "T+X"}
+    msg = MessageToStore("T", 0, b"0", encode_properties(props))
+    result = await running.store.put_message(msg)
+    assert result.status is PutStatus.WHEEL_TIMER_MSG_ILLEGAL
+    assert running.store.max_offset_in_queue("T", 0) == 0

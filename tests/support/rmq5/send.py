@@ -6,11 +6,14 @@ JSON: {"topic": T, "messages": [{"body": text, "tag": t, "keys": [..], "properti
 message is sent in a transaction, then committed, rolled back, or left for the broker's check,
 which the checker answers with "check"; the script waits up to wait_check_seconds for that
 check. Prints one JSON line per message (and {"checked": id, "topic": t} when checked):
-{"message_id": .., "offset": ..} or {"error": "<exception class>: <text>"} (a producer that
-does not start: its error once per message). Optional: "access_key" / "secret_key" (the
-client's Credentials: it signs every call), "tls": true (the client's TLS option; it trusts
-the CAs of GRPC_DEFAULT_SSL_ROOTS_FILE_PATH). Runs in .venv-rmq5 (not tidemq's environment:
-imports only the official client).
+{"message_id": .., "offset": .., "recall_handle": h or null} or {"error": "<exception class>:
+<text>"} (a producer that does not start: its error once per message). A message with
+"recall": true is recalled right after its send (`Producer.recall_message` with the receipt's
+handle): its line adds {"recalled": id} or {"recall_error": text}. "recall_handles": [h, ..]
+recalls those after the sends, one line each: {"recalled": id} or {"recall_error": text}.
+Optional: "access_key" / "secret_key" (the client's Credentials: it signs every call), "tls":
+true (the client's TLS option; it trusts the CAs of GRPC_DEFAULT_SSL_ROOTS_FILE_PATH). Runs in
+.venv-rmq5 (not tidemq's environment: imports only the official client).
 """
 
 from __future__ import annotations
@@ -70,6 +73,13 @@ def build(topic: str, spec: dict[str, Any]) -> Any:
     return message
 
 
+def recall(producer: Any, topic: str, handle: str) -> dict[str, str]:
+    try:
+        return {"recalled": producer.recall_message(topic, handle)}
+    except Exception as exc:
+        return {"recall_error": f"{type(exc).__name__}: {exc}"}
+
+
 def main() -> None:
     endpoint, request = sys.argv[1], json.loads(sys.argv[2])
     topic = request["topic"]
@@ -91,10 +101,19 @@ def main() -> None:
                 receipt = producer.send(build(topic, spec), transaction)
                 if transaction is not None and end != "leave":
                     (transaction.commit if end == "commit" else transaction.rollback)()
-                print(json.dumps({"message_id": receipt.message_id, "offset": receipt.offset}))
+                line = {
+                    "message_id": receipt.message_id,
+                    "offset": receipt.offset,
+                    "recall_handle": receipt.recall_handle,
+                }
+                if spec.get("recall"):
+                    line.update(recall(producer, topic, receipt.recall_handle or ""))
+                print(json.dumps(line))
             except Exception as exc:
                 print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
             sys.stdout.flush()
+        for handle in request.get("recall_handles", []):
+            print(json.dumps(recall(producer, topic, handle)), flush=True)
         wait = float(request.get("wait_check_seconds", 0))
         if wait and checker.checked.wait(wait):
             time.sleep(END_GRACE_SECONDS)
