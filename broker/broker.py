@@ -230,6 +230,7 @@ class Broker(Service):
             self.pull_holds,
             lambda: self.store_host,
             revive_queue_num=config.revive_queue_num,
+            fifo_path=folder / "popFifo.json",
         )
         self.pop_revive: BackgroundTask | None = None
         if store_config.broker_role is BrokerRole.SLAVE:
@@ -969,11 +970,18 @@ class Broker(Service):
         return (self.topics, self.groups, self.offsets, self.delay_offsets)
 
     def _persist_managers(self) -> None:
+        self._save_fifo()
         for manager in self._managers():
             manager.persist_quietly()
             if self.config.export_config_json_on_shutdown:
                 manager.export_quietly()
             manager.close()
+
+    def _save_fifo(self) -> None:
+        try:
+            self.pop.save_fifo()
+        except OSError as exc:
+            log.error("cannot persist the FIFO groups' deliveries: %s", exc)
 
     async def _stop_serving(self) -> None:
         """Right after metrics, ahead of the reverse order (their own stops later find nothing
@@ -1001,6 +1009,7 @@ class Broker(Service):
     async def _persist_offsets_periodically(self) -> None:
         while True:
             await asyncio.sleep(self.config.flush_consumer_offset_interval / 1000)
+            self._save_fifo()
             for manager in (self.offsets, self.delay_offsets):
                 # Encode the changed rows on the loop (a consistent view), write them off it.
                 changes = manager.take_changes()

@@ -27,6 +27,9 @@ was not acknowledged comes back through the revive service, not through that off
   retryMaxTimes + 1 times; then its CLOSE is written and the revive offset (the revive
   queue's consumer offset of `CID_RMQ_SYS_REVIVE_GROUP`) moves to the oldest open CK.
   Only a master revives; a slave holds the records (replicated) and revives after promotion.
+- FIFO groups (`consumeMessageOrderly`, broker/pop/fifo.py): no CK and no revive; a queue is
+  walked from the consumer offset, one message per message group in flight, its redelivery
+  handed out from the queue itself; the state is kept in `fifo_path` (`save_fifo`).
 """
 
 from __future__ import annotations
@@ -34,10 +37,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import json
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final
 
 from tidemq.broker.long_polling import PullRequestHoldService
@@ -45,7 +51,7 @@ from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
 from tidemq.broker.pop import records
-from tidemq.broker.pop.fifo import FifoLocks
+from tidemq.broker.pop.fifo import FifoLocks, Verdict
 from tidemq.broker.pop.ledger import Ack, Checkpoint, ReviveLedger
 from tidemq.broker.pop.receipt import InvalidReceiptHandle, ReceiptHandle, TopicType
 from tidemq.broker.processors.retry import DLQ_PREFIX, DLQ_QUEUE_NUMS, RETRY_PREFIX
@@ -76,6 +82,8 @@ ARRIVAL_MARGIN_MS: Final = 1000  # a record appended this long ago is readable b
 REVIVE_INTERVAL: Final = 0.2  # s between reads of the revive queues when idle
 REVIVE_BATCH: Final = 64
 CATCH_UP_SECONDS: Final = 10.0
+FIFO_READ: Final = 32  # messages a FIFO walk reads at a time
+PROPERTY_SHARDING_KEY: Final = "__SHARDINGKEY"  # the message group
 INIT_MODE_MIN: Final = 1  # PopMessageRequestHeader.initMode: ConsumeInitMode.MIN
 
 
@@ -128,7 +136,10 @@ class PopService:
         holds: PullRequestHoldService,
         store_host: Callable[[], bytes],
         revive_queue_num: int = 8,
+        fifo_path: Path | None = None,
     ) -> None:
+        """`fifo_path`: where FIFO groups' deliveries are kept across restarts
+        (broker/pop/fifo.py; None: in memory only)."""
         self.broker_name = broker_name
         self._cluster = cluster
         self.store = store
@@ -146,7 +157,31 @@ class PopService:
         # Set once the revive service has read every revive queue to its end after a start:
         # pops wait for it, so they start past what the checkpoints say was handed out.
         self.caught_up = asyncio.Event()
-        self.fifo = FifoLocks()  # FIFO groups' batches in flight (broker/pop/fifo.py)
+        self.fifo_path = fifo_path
+        self.fifo = self._load_fifo()  # FIFO groups' deliveries (broker/pop/fifo.py)
+
+    def _load_fifo(self) -> FifoLocks:
+        path = self.fifo_path
+        if path is None or not path.exists():
+            return FifoLocks()
+        try:
+            return FifoLocks.from_json(json.loads(path.read_bytes()))
+        except (OSError, ValueError) as exc:
+            # At least once: the group's consumer offsets bring every message back.
+            log.error("%s is unreadable (%s): FIFO attempt counts start again", path, exc)
+            return FifoLocks()
+
+    def save_fifo(self) -> None:
+        """Write the FIFO groups' deliveries if they changed (atomically: a crash keeps the
+        previous file)."""
+        path = self.fifo_path
+        if path is None or not self.fifo.changed:
+            return
+        data = json.dumps(self.fifo.to_json(), separators=(",", ":")).encode()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_name(path.name + ".tmp")
+        scratch.write_bytes(data)
+        os.replace(scratch, path)
 
     @property
     def revive_topic(self) -> str:
@@ -370,43 +405,50 @@ class PopService:
         """A FIFO group's pop of one queue (broker/pop/fifo.py): nothing while its batch is in
         flight; the same batch again, one attempt more, once that batch is visible again."""
         key = (topic, group, queue_id)
-        offset = self._start_offset(group, topic, queue_id, init_mode)
-        if self.fifo.blocked(key, result.pop_time):
-            waits.append((topic, queue_id, self.store.max_offset_in_queue(topic, queue_id)))
-            return
-        found = self.store.get_message(
-            group, topic, queue_id, offset, count, tag_filter, record_filter
+        start = self._start_offset(group, topic, queue_id, init_mode)
+        scan = self.fifo.scan(
+            key, start, result.pop_time, result.invisible_time, count, max_attempts
         )
-        if not found.message_count:
-            if found.next_begin_offset > offset:  # filtered out: passed for good
-                self.offsets.commit("", group, topic, queue_id, found.next_begin_offset)
-            waits.append((topic, queue_id, found.next_begin_offset))
-            return
-        stored = [decode_record(view, check_crc=False) for view in found.messages]
-        attempt = self.fifo.attempt_at(key, offset)
-        if attempt > max_attempts:
-            for message in stored:
-                await self._put_back(message, group, dead=True)
-            self.fifo.release(key)
-            self.offsets.commit("", group, topic, queue_id, found.next_begin_offset)
-            return
-        offsets = [m.queue_offset for m in stored]
-        deadline = result.pop_time + result.invisible_time
-        self.fifo.lock(key, offsets, found.next_begin_offset, deadline, attempt)
         broker = self.broker_name()
-        for view, message in zip(found.messages, stored, strict=True):
-            handle = ReceiptHandle(
-                offset,
-                result.pop_time,
-                result.invisible_time,
-                result.revive_queue_id,
-                TopicType.NORMAL,
-                broker,
-                queue_id,
-                message.queue_offset,
-                message.physical_offset,
+        offset = start
+        while not scan.finished():
+            found = self.store.get_message(
+                group, topic, queue_id, offset, FIFO_READ, tag_filter, record_filter
             )
-            result.messages.append(Popped(message, bytes(view), handle, attempt))
+            if not found.message_count:
+                scan.passed(found.next_begin_offset)  # filtered out, or the end
+                break
+            for view, message in zip(found.messages, self._decoded(found.messages), strict=True):
+                message_group = message.properties.get(PROPERTY_SHARDING_KEY, "")
+                verdict = scan.offer(message.queue_offset, message_group)
+                if verdict is Verdict.DEAD:
+                    await self._put_back(message, group, dead=True)
+                elif verdict is Verdict.DELIVER:
+                    handle = ReceiptHandle(
+                        message.queue_offset,
+                        result.pop_time,
+                        result.invisible_time,
+                        result.revive_queue_id,
+                        TopicType.NORMAL,
+                        broker,
+                        queue_id,
+                        message.queue_offset,
+                        message.physical_offset,
+                    )
+                    result.messages.append(Popped(message, bytes(view), handle, scan.attempt))
+                if scan.finished():
+                    break
+            else:
+                scan.passed(found.next_begin_offset)
+            offset = found.next_begin_offset
+        if scan.commit != start:
+            self.offsets.commit("", group, topic, queue_id, scan.commit)
+        if not scan.handed_out:
+            waits.append((topic, queue_id, self.store.max_offset_in_queue(topic, queue_id)))
+
+    @staticmethod
+    def _decoded(views: list[memoryview]) -> list[StoredMessage]:
+        return [decode_record(view, check_crc=False) for view in views]
 
     def _orderly(self, group: str, handle: ReceiptHandle) -> bool:
         config = self.groups.get(group)
@@ -437,7 +479,8 @@ class PopService:
         handle = self._handle(handle_text)
         if self._orderly(group, handle):
             key = (topic, group, handle.queue_id)
-            next_offset = self.fifo.ack(key, handle.offset, handle.pop_time)
+            committed = self.offsets.query(group, topic, handle.queue_id)
+            next_offset = self.fifo.ack(key, handle.offset, committed)
             if next_offset is not None:
                 self.offsets.commit("", group, topic, handle.queue_id, next_offset)
             return handle

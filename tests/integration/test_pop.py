@@ -39,6 +39,7 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     MessageType,
     Resource,
 )
+from tidemq.broker.proxy.service import choose_queue
 from tidemq.client.api import BrokerAPI
 from tidemq.client.message import SendStatus
 from tidemq.client.protocol.models import PERM_WRITE, SubscriptionGroupConfig, TopicConfig
@@ -680,6 +681,50 @@ async def test_a_fifo_group_gets_a_message_groups_next_only_after_the_ack(
     assert broker.pop.in_flight(TOPIC, GROUP) == 0
     settings_fifo = broker.groups.get(GROUP)
     assert settings_fifo is not None and settings_fifo.to_dict()["consumeMessageOrderly"]
+
+
+async def test_fifo_message_groups_on_one_queue_wait_only_for_their_own(
+    tmp_path: Path,
+) -> None:
+    """Three message groups in one queue: one message of each in flight at a time, an ack lets
+    its group's next go while the others wait; after a restart the unacknowledged come back
+    with their attempt counts going on (the FIFO state is persisted)."""
+    broker = await started(tmp_path)
+    config = SubscriptionGroupConfig(group_name=GROUP, consume_message_orderly=True)
+    broker.groups.update(config)
+    names = [f"order-{i}" for i in range(100) if choose_queue(2, f"order-{i}") == 0]
+    ga, gb, gc = names[:3]
+    try:
+        async with grpc_channel(broker) as channel:
+            await send_group(channel, ga, b"a0", b"a1")
+            await send_group(channel, gb, b"b0", b"b1")
+            await send_group(channel, gc, b"c0")
+            assert broker.store.max_offset_in_queue(TOPIC, 0) == 5  # one queue holds them
+            _s, first = await receive(channel, batch=10, invisible_ms=3000)
+            assert bodies(first) == [b"a0", b"b0", b"c0"]
+            assert (await ack(channel, *[m for m in first if m.body == b"b0"])).status.code == (
+                Code.OK
+            )
+            _s, second = await receive(channel, batch=10, invisible_ms=3000)
+            assert bodies(second) == [b"b1"]  # gb goes on; ga and gc wait for their acks
+            statuses, _ = await receive(channel, batch=10, poll_ms=200)
+            assert statuses[0].code == Code.MESSAGE_NOT_FOUND
+    finally:
+        await broker.stop()
+    broker = await started(tmp_path)
+    try:
+        async with grpc_channel(broker) as channel:
+            back = await receive_all(channel, 3, batch=10, invisible_ms=30_000, timeout=20)
+            assert bodies(back) == [b"a0", b"b1", b"c0"]
+            assert {m.system_properties.delivery_attempt for m in back} == {2}
+            await ack(channel, *back)
+            last = await receive_all(channel, 1, batch=10, timeout=20)
+            assert bodies(last) == [b"a1"] and last[0].system_properties.delivery_attempt == 1
+            await ack(channel, *last)
+            assert broker.pop.in_flight(TOPIC, GROUP) == 0
+            assert broker.offsets.query(GROUP, TOPIC, 0) == 5
+    finally:
+        await broker.stop()
 
 
 async def test_a_4x_message_with_any_born_time_reaches_a_5x_consumer(

@@ -246,3 +246,60 @@ async def test_official_push_consumer_of_a_fifo_group_gets_each_message_group_in
     ga = [body for body, _attempt in consumed if "ga-" in body]
     assert ga == ["ga-0", "fail-ga-1", "fail-ga-1", "ga-2", "ga-3"]
     assert [b for b, _a in consumed if b.startswith("gb")] == bodies["gb"]
+
+
+async def test_official_simple_consumer_of_a_fifo_group_waits_per_message_group(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, consumers: list[Rmq5Consumer]
+) -> None:
+    """Three message groups in a topic of one queue: the official SimpleConsumer gets one
+    message of each; acknowledging one group's lets that group's next come while the others
+    still wait; after the broker is stopped and started, the unacknowledged come back with
+    their second attempt (the FIFO state is kept across the restart)."""
+    topic = "POP-fifo-groups"
+    broker, endpoint = await start_broker(processes, namesrv, tmp_path, "POP-unused", SHORT)
+    admin = AdminClient(namesrv.address)
+    try:
+        await admin.create_topic(broker.address, TopicConfig(topic, 1, 1))
+        await admin.update_subscription_group(
+            broker.address, SubscriptionGroupConfig("GFG", consume_message_orderly=True)
+        )
+
+        async def routed() -> bool:
+            return bool(await admin.api.get_route(namesrv.address, topic))
+
+        await eventually(routed, f"the route of {topic}", 15)
+    finally:
+        await admin.close()
+    sent = [
+        {"body": body, "message_group": body[:2]}
+        for body in ("ga-0", "gb-0", "ga-1", "gc-0", "gb-1")
+    ]
+    receipts = await asyncio.to_thread(rmq5_send, endpoint, topic, sent)
+    assert all("error" not in r for r in receipts), receipts
+    consumer = await Rmq5Consumer.start(
+        endpoint, mode="simple", topic=topic, group="GFG", await_seconds=1
+    )
+    consumers.append(consumer)
+    first = by_body(await consumer.receive_until(3, invisible=15))
+    assert sorted(first) == ["ga-0", "gb-0", "gc-0"]
+    assert {m["attempt"] for m in first.values()} == {1}
+    await consumer.call(op="ack", id=first["gb-0"]["id"])
+    second = await consumer.receive_until(1, invisible=15)
+    assert [m["body"] for m in second] == ["gb-1"]  # ga-1 waits for ga-0
+    await consumer.close()
+    assert broker.stop() == 0
+    again = processes.start(
+        broker.args, port=broker.port, name="brokerd-restarted", ready_text=BROKER_BOOTED
+    )
+    assert again.running
+    consumer = await Rmq5Consumer.start(
+        endpoint, mode="simple", topic=topic, group="GFG", await_seconds=1
+    )
+    consumers.append(consumer)
+    back = by_body(await consumer.receive_until(3, invisible=30, timeout=60))
+    assert sorted(back) == ["ga-0", "gb-1", "gc-0"]
+    assert {m["attempt"] for m in back.values()} == {2}
+    for message in back.values():
+        await consumer.call(op="ack", id=message["id"])
+    last = await consumer.receive_until(1, invisible=30)
+    assert [(m["body"], m["attempt"]) for m in last] == [("ga-1", 1)]
