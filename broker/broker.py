@@ -714,6 +714,7 @@ class Broker(Service):
             (self._persist_offsets_periodically, "persist-offsets"),
             (self._scan_clients_periodically, "scan-clients"),
             (self._sample_rates_periodically, "sample-rates"),
+            (self._renew_grpc_receipts_periodically, "grpc-renewal"),
         ):
             await self.start_child(BackgroundTask(run, name))
         await self.start_child(Step(stop=self._stop_serving))
@@ -1020,6 +1021,16 @@ class Broker(Service):
                 except OSError as exc:
                     manager.restore_changes(changes)
                     log.error("cannot persist %s: %s", manager.table_name, exc)
+
+    async def _renew_grpc_receipts_periodically(self) -> None:
+        """Push consumers' messages kept invisible while they are consumed
+        (broker/proxy/renewal.py)."""
+        grpc = self.grpc
+        if grpc is None:
+            return
+        while True:
+            await asyncio.sleep(grpc.service.config.renew_schedule_period_millis / 1000)
+            await grpc.service.renew_due()
 
     async def _sample_rates_periodically(self) -> None:
         while True:

@@ -31,6 +31,20 @@ class ProxyConfig:
         10_000, min_value=1, doc="shortest invisible duration a ReceiveMessage may ask"
     )
     max_invisible_time_mills: int = setting(12 * 3600 * 1000, min_value=1000)
+    # ProxyConfig's renewal of push consumers' messages (broker/proxy/renewal.py).
+    renew_schedule_period_millis: int = setting(
+        5000, min_value=10, doc="how often messages of auto-renewed receives are looked at"
+    )
+    renew_ahead_time_millis: int = setting(
+        10_000, min_value=0, doc="a message this close to becoming visible is renewed"
+    )
+    renew_max_time_millis: int = setting(
+        3 * 3600 * 1000, min_value=1000, doc="no renewal this long after the receive"
+    )
+    max_renew_retry_times: int = setting(3, min_value=1)
+    invisible_time_millis_when_clear: int = setting(
+        1000, min_value=1, doc="a gone push consumer's messages are visible again this soon"
+    )
     # Bounds of tidemq's (RocketMQ's proxy sets none): what a flood of made-up client ids or of
     # calls can make the broker hold.
     grpc_server_max_clients: int = setting(

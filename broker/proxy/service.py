@@ -12,7 +12,9 @@ Resources: a `resource_namespace` is RocketMQ's namespace, stored as `<namespace
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 import random
 import time
 import zlib
@@ -75,6 +77,7 @@ from tidemq.broker.proxy.protocol.service_pb2 import (
     SendResultEntry,
     TelemetryCommand,
 )
+from tidemq.broker.proxy.renewal import Renewals, Renewed, renew_step_ms
 from tidemq.broker.proxy.status import Rejected, ok, put_status_code
 from tidemq.broker.recall import RecallRefusal, RecallRefused, RecallService
 from tidemq.broker.state import BrokerState
@@ -100,6 +103,8 @@ from tidemq.store.record import (
 )
 from tidemq.store.tags import MATCH_ALL, parse_tag_expression
 from tidemq.store.timer_message import TIMER_TOPIC
+
+log = logging.getLogger(__name__)
 
 # The RPCs of service.proto this endpoint does not serve yet: each answers NOT_IMPLEMENTED.
 NOT_SERVED: Final = (
@@ -178,6 +183,8 @@ class MessagingService:
         self.cluster = cluster
         self.pop = pop  # POP consumption (ReceiveMessage and the acks); None: not served
         self.recall = recall  # RecallMessage and the recall handles; None: not served
+        self.renewals = Renewals()  # push consumers' messages (broker/proxy/renewal.py)
+        self._returns: set[asyncio.Task[None]] = set()
         self.limits = Limits(
             store.config.max_message_size,
             tuple(store.delay_levels),
@@ -255,6 +262,8 @@ class MessagingService:
         client = self.clients.forget(client_id)
         if client is not None:
             self.unregister(client)
+        else:  # never heartbeated, or expired already: its renewals end all the same
+            self._release_renewals(client_id)
         return NotifyClientTerminationResponse(status=ok())
 
     def _register_producer(self, client: GrpcClient, groups: tuple[str, ...]) -> None:
@@ -268,9 +277,29 @@ class MessagingService:
             self.producers.register_producer(group, info)
 
     def unregister(self, client: GrpcClient) -> None:
-        """`client` is gone (termination, or no heartbeat for channelExpiredTimeout)."""
+        """`client` is gone (termination, or no heartbeat for channelExpiredTimeout): its
+        producer registrations end, its messages in renewal are made visible again soon."""
         self.producers.do_channel_close_event(client.channel)
         client.producer_groups = ()
+        self._release_renewals(client.client_id)
+
+    def _release_renewals(self, client_id: str) -> None:
+        gone = self.renewals.forget_client(client_id)
+        if gone and self.pop is not None:
+            task = asyncio.get_running_loop().create_task(self._return(gone))
+            self._returns.add(task)
+            task.add_done_callback(self._returns.discard)
+
+    async def _return(self, gone: list[tuple[str, Renewed]]) -> None:
+        assert self.pop is not None
+        invisible = self.config.invisible_time_millis_when_clear
+        for group, renewed in gone:
+            try:
+                await self.pop.change_invisible(group, renewed.topic, renewed.handle, invisible)
+            except PopRefused:
+                pass  # acknowledged or visible already
+            except Exception:
+                log.exception("returning a gone push consumer's message")
 
     def expire(self, idle_seconds: float) -> None:
         for client in self.clients.expire(idle_seconds):
@@ -487,8 +516,8 @@ class MessagingService:
         self, request: ReceiveMessageRequest, call: CallContext
     ) -> AsyncIterator[ReceiveMessageResponse]:
         """As RocketMQ's proxy writes the stream: status OK then one response per message, or
-        one status (MESSAGE_NOT_FOUND when the long poll ended empty)."""
-        del call
+        one status (MESSAGE_NOT_FOUND when the long poll ended empty). An auto-renewed
+        receive's messages stay invisible until acknowledged (broker/proxy/renewal.py)."""
         pop = self._pop()
         group = resource_name(request.group, NameKind.CONSUMER_GROUP)
         topic, _config, perm = self._topic(request.message_queue.topic)
@@ -535,11 +564,20 @@ class MessagingService:
             )
             return
         yield ReceiveMessageResponse(status=ok())
+        renew = request.auto_renew and bool(call.client_id)
         for popped in result.messages:
             message = from_store(popped.message)
             message.topic.CopyFrom(request.message_queue.topic)  # a retry topic's too
             system = message.system_properties
             system.receipt_handle = popped.handle.encode()
+            if renew:
+                self.renewals.add(
+                    (call.client_id, group),
+                    system.message_id,
+                    topic,
+                    system.receipt_handle,
+                    result.pop_time,
+                )
             system.invisible_duration.CopyFrom(_duration_ms(result.invisible_time))
             system.delivery_attempt = popped.attempt
             yield ReceiveMessageResponse(message=message)
@@ -547,7 +585,6 @@ class MessagingService:
     async def ack_message(
         self, request: AckMessageRequest, call: CallContext
     ) -> AckMessageResponse:
-        del call
         pop = self._pop()
         group = resource_name(request.group, NameKind.CONSUMER_GROUP)
         topic = resource_name(request.topic, NameKind.TOPIC)
@@ -555,8 +592,9 @@ class MessagingService:
             raise Rejected(Code.BAD_REQUEST, "no entry to acknowledge")
         entries = []
         for entry in request.entries:
+            handle = self._ending_renewal(call, group, entry.message_id, entry.receipt_handle)
             try:
-                await pop.ack(group, topic, entry.receipt_handle)
+                await pop.ack(group, topic, handle)
                 status = ok()
             except PopRefused as refused:
                 status = Rejected(Code.INVALID_RECEIPT_HANDLE, refused.reason).status()
@@ -572,18 +610,50 @@ class MessagingService:
     async def change_invisible_duration(
         self, request: ChangeInvisibleDurationRequest, call: CallContext
     ) -> ChangeInvisibleDurationResponse:
-        del call
         pop = self._pop()
         group = resource_name(request.group, NameKind.CONSUMER_GROUP)
         topic = resource_name(request.topic, NameKind.TOPIC)
         invisible = request.invisible_duration.ToMilliseconds()
         if not 0 < invisible <= self.config.max_invisible_time_mills:
             raise Rejected(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms")
+        given = self._ending_renewal(call, group, request.message_id, request.receipt_handle)
         try:
-            handle = await pop.change_invisible(group, topic, request.receipt_handle, invisible)
+            handle = await pop.change_invisible(group, topic, given, invisible)
         except PopRefused as refused:
             raise Rejected(Code.INVALID_RECEIPT_HANDLE, refused.reason) from None
         return ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle.encode())
+
+    def _ending_renewal(self, call: CallContext, group: str, message_id: str, handle: str) -> str:
+        """The handle to act on: a message in renewal stops being renewed, and its latest
+        handle is used (the client knows only the one it received)."""
+        renewed = self.renewals.remove((call.client_id, group), message_id)
+        return renewed.handle if renewed is not None else handle
+
+    async def renew_due(self) -> None:
+        """Renew the messages of auto-renewed receives close to becoming visible (one pass;
+        the broker runs it every renewSchedulePeriodMillis)."""
+        pop = self.pop
+        if pop is None:
+            return
+        config = self.config
+        now = int(time.time() * 1000)
+        for key, message_id, renewed in self.renewals.due(now, config.renew_ahead_time_millis):
+            if now - renewed.received_ms >= config.renew_max_time_millis:
+                self.renewals.remove(key, message_id)  # left to come back at its deadline
+                continue
+            step = renew_step_ms(renewed.renew_times)
+            try:
+                handle = await pop.change_invisible(key[1], renewed.topic, renewed.handle, step)
+            except PopRefused:
+                self.renewals.remove(key, message_id)  # acknowledged or visible already
+                continue
+            except Exception:
+                log.exception("renewal of message %s", message_id)
+                renewed.failures += 1
+                if renewed.failures >= config.max_renew_retry_times:
+                    self.renewals.remove(key, message_id)
+                continue
+            self.renewals.renewed(renewed, handle.encode(), int(time.time() * 1000))
 
     async def forward_message_to_dead_letter_queue(
         self, request: ForwardMessageToDeadLetterQueueRequest, call: CallContext

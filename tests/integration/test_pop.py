@@ -8,6 +8,7 @@ brokerd is tests/integration/test_rocketmq5_pop.py."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import json
@@ -723,6 +724,81 @@ async def test_fifo_message_groups_on_one_queue_wait_only_for_their_own(
             await ack(channel, *last)
             assert broker.pop.in_flight(TOPIC, GROUP) == 0
             assert broker.offsets.query(GROUP, TOPIC, 0) == 5
+    finally:
+        await broker.stop()
+
+
+async def receive_renewed(channel: aio.Channel, client: str) -> list[Message]:
+    """A push consumer's receive: auto_renew, no invisible duration (the broker chooses)."""
+    request = pb.ReceiveMessageRequest(
+        group=Resource(name=GROUP),
+        message_queue=MessageQueue(topic=Resource(name=TOPIC), id=-1),
+        filter_expression=FilterExpression(type=FilterType.TAG, expression="*"),
+        batch_size=32,
+        auto_renew=True,
+        long_polling_timeout=_duration(1000),
+    )
+    call = channel.unary_stream(
+        SERVICE + "ReceiveMessage",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=pb.ReceiveMessageResponse.FromString,
+    )
+    metadata = (("x-mq-client-id", client), ("x-mq-language", "PYTHON"))
+    answers = [a async for a in call(request, metadata=metadata, timeout=30)]
+    return [a.message for a in answers if a.WhichOneof("content") == "message"]
+
+
+async def test_auto_renewed_messages_stay_invisible_until_acked_or_their_client_goes(
+    tmp_path: Path,
+) -> None:
+    """The broker chooses 1 s for an auto-renewed receive and renews it: 3 s later the message
+    is still invisible, and the ack with the handle the client received ends it. A client
+    that terminates gets its messages made visible again at once (1 s later), for others."""
+    proxy = ProxyConfig(
+        grpc_server_port=0,
+        default_invisible_time_mills=1000,
+        renew_ahead_time_millis=500,
+        renew_schedule_period_millis=100,
+    )
+    broker = grpc_broker(tmp_path, "pop-a", proxy)
+    await broker.start()
+    broker.topics.update(TopicConfig(TOPIC, 2, 2))
+    try:
+        async with grpc_channel(broker) as channel:
+            await send(channel, b"long")
+            [first] = await receive_renewed(channel, "pusher-1")
+            assert first.system_properties.invisible_duration.ToMilliseconds() == 1000
+            await asyncio.sleep(3)  # a bounded look: three invisible durations go by
+            assert await receive_renewed(channel, "pusher-2") == []
+            assert broker.pop.revived == 0
+            client_metadata = (("x-mq-client-id", "pusher-1"),)
+            request = pb.AckMessageRequest(
+                group=Resource(name=GROUP),
+                topic=Resource(name=TOPIC),
+                entries=[
+                    pb.AckMessageEntry(
+                        message_id=first.system_properties.message_id,
+                        receipt_handle=first.system_properties.receipt_handle,
+                    )
+                ],
+            )
+            acked = await unary_call(
+                channel, "AckMessage", request, pb.AckMessageResponse,
+                metadata=client_metadata, timeout=10,
+            )  # fmt: skip
+            assert acked.status.code == Code.OK
+            assert broker.grpc is not None and len(broker.grpc.service.renewals) == 0
+            await send(channel, b"orphan")
+            assert bodies(await receive_renewed(channel, "pusher-1")) == [b"orphan"]
+            ended = await unary_call(
+                channel, "NotifyClientTermination",
+                pb.NotifyClientTerminationRequest(group=Resource(name=GROUP)),
+                pb.NotifyClientTerminationResponse, metadata=client_metadata, timeout=10,
+            )  # fmt: skip
+            assert ended.status.code == Code.OK
+            back = await receive_all(channel, 1, timeout=15)
+            assert bodies(back) == [b"orphan"]
+            assert back[0].system_properties.delivery_attempt == 2
     finally:
         await broker.stop()
 

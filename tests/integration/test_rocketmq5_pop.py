@@ -8,6 +8,7 @@ killed (-9) and restarted with messages in flight; RocketMQ's reported failures 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -303,3 +304,51 @@ async def test_official_simple_consumer_of_a_fifo_group_waits_per_message_group(
         await consumer.call(op="ack", id=message["id"])
     last = await consumer.receive_until(1, invisible=30)
     assert [(m["body"], m["attempt"]) for m in last] == [("ga-1", 1)]
+
+
+async def test_official_push_consumer_keeps_a_slow_message_while_it_consumes_it(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, consumers: list[Rmq5Consumer]
+) -> None:
+    """The official PushConsumer receives with auto_renew and no duration: the broker chooses
+    2 s here (defaultInvisibleTimeMills) and renews it while the listener takes 8 s, so the
+    message is not delivered again meanwhile; the ack with the received handle ends it.
+    Without the renewal it comes back after 2 s as attempt 2 (checked)."""
+    topic = "POP-renew"
+    broker, endpoint = await start_broker(
+        processes,
+        namesrv,
+        tmp_path,
+        topic,
+        "defaultInvisibleTimeMills=2000",
+        "renewAheadTimeMillis=1000",
+        "renewSchedulePeriodMillis=200",
+    )
+    receipts = await asyncio.to_thread(
+        rmq5_send, endpoint, topic, [{"body": "slow-1"}, {"body": "quick-1"}]
+    )
+    assert all("error" not in r for r in receipts), receipts
+    consumer = await Rmq5Consumer.start(
+        endpoint, mode="push", topic=topic, group="GRN", slow_seconds=8
+    )
+    consumers.append(consumer)
+    consumed: list[tuple[str, int]] = []
+    done = False
+    while not done:
+        answer = await consumer.answer(timeout=60)
+        if "consumed" in answer:
+            consumed.append((answer["consumed"]["body"], answer["consumed"]["attempt"]))
+        done = "done" in answer
+    # The ack follows the listener; a redelivery would come within the next invisible time.
+    with contextlib.suppress(TimeoutError):
+        while True:
+            answer = await consumer.answer(timeout=4)
+            if "consumed" in answer:
+                consumed.append((answer["consumed"]["body"], answer["consumed"]["attempt"]))
+    assert sorted(consumed) == [("quick-1", 1), ("slow-1", 1)]
+    # Never put back for a redelivery: the group's retry topic is empty (or not even made).
+    api = BrokerAPI(timeout=10)
+    try:
+        with contextlib.suppress(TopicNotExistError):
+            assert await api.get_max_offset(broker.address, "%RETRY%GRN", 0) == 0
+    finally:
+        await api.close()

@@ -17,7 +17,8 @@ simple: one command per stdin line, one JSON answer per stdout line:
 - {"op": "quit"}.
 push: prints {"consumed": message} per message its listener gets (it answers SUCCESS, or
 FAILURE for bodies starting with "fail" the first time it sees them: a FIFO consumer retries
-in the client without a new attempt number), until stdin closes.
+in the client without a new attempt number), until stdin closes. With "slow_seconds": s, the
+listener takes s seconds over bodies starting with "slow", then prints {"done": id}.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from typing import Any
 
 from rocketmq import (  # type: ignore[import-not-found]
@@ -58,13 +60,17 @@ def describe(message: Any) -> dict[str, Any]:
 
 
 class Listener(MessageListener):  # type: ignore[misc]
-    def __init__(self) -> None:
+    def __init__(self, slow_seconds: float = 0.0) -> None:
         self.seen: set[str] = set()
+        self.slow_seconds = slow_seconds
 
     def consume(self, message: Any) -> Any:
         emit({"consumed": describe(message)})
         first = message.message_id not in self.seen
         self.seen.add(message.message_id)
+        if self.slow_seconds and message.body.startswith(b"slow"):
+            time.sleep(self.slow_seconds)  # a listener slower than the invisible duration
+            emit({"done": message.message_id})
         if message.body.startswith(b"fail") and first:
             return ConsumeResult.FAILURE
         return ConsumeResult.SUCCESS
@@ -122,8 +128,9 @@ def simple(config: Any, request: dict[str, Any]) -> None:
 
 def push(config: Any, request: dict[str, Any]) -> None:
     subscription = {request["topic"]: FilterExpression(request.get("tag", "*"))}
+    listener = Listener(float(request.get("slow_seconds", 0)))
     consumer = PushConsumer(
-        config, request["group"], Listener(), subscription, tls_enable=request.get("tls", False)
+        config, request["group"], listener, subscription, tls_enable=request.get("tls", False)
     )
     consumer.startup()
     emit({"started": True})
