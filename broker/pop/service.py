@@ -82,6 +82,7 @@ ARRIVAL_MARGIN_MS: Final = 1000  # a record appended this long ago is readable b
 REVIVE_INTERVAL: Final = 0.2  # s between reads of the revive queues when idle
 REVIVE_BATCH: Final = 64
 CATCH_UP_SECONDS: Final = 10.0
+WAKE_ALL: Final = 2**63 - 1  # past any offset a held pop waits beyond
 FIFO_READ: Final = 32  # messages a FIFO walk reads at a time
 PROPERTY_SHARDING_KEY: Final = "__SHARDINGKEY"  # the message group
 INIT_MODE_MIN: Final = 1  # PopMessageRequestHeader.initMode: ConsumeInitMode.MIN
@@ -483,6 +484,8 @@ class PopService:
             next_offset = self.fifo.ack(key, handle.offset, committed)
             if next_offset is not None:
                 self.offsets.commit("", group, topic, handle.queue_id, next_offset)
+            # The message group's next may go now: a pop held on this queue looks again.
+            self.holds.wake_queue(topic, handle.queue_id, WAKE_ALL)
             return handle
         real = handle.topic_type.real_topic(topic, group)
         ack = Ack(

@@ -728,6 +728,22 @@ async def test_fifo_message_groups_on_one_queue_wait_only_for_their_own(
         await broker.stop()
 
 
+async def test_a_fifo_ack_wakes_a_receive_held_on_the_queue(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    """A receive long-polling while the group's next message waits on an ack is answered by
+    that ack (before, only by the end of its 25 s poll: its 10 s deadline would pass)."""
+    broker.groups.update(SubscriptionGroupConfig(group_name=GROUP, consume_message_orderly=True))
+    await send_group(channel, "order-9", b"g1", b"g2")
+    _s, first = await receive(channel, batch=1)
+    assert bodies(first) == [b"g1"]
+    held = asyncio.ensure_future(receive(channel, batch=1, poll_ms=25_000, timeout=10))
+    await eventually(lambda: broker.pull_holds.held_count >= 1, "the receive is held", 10)
+    assert (await ack(channel, *first)).status.code == Code.OK
+    _s, second = await held
+    assert bodies(second) == [b"g2"]
+
+
 async def receive_renewed(channel: aio.Channel, client: str) -> list[Message]:
     """A push consumer's receive: auto_renew, no invisible duration (the broker chooses)."""
     request = pb.ReceiveMessageRequest(
