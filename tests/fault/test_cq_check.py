@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from tests.fault.cq_check import check_consume_queues, segments
 from tests.support.stores import StoreFactory
 from tidemq.store.record import MessageToStore, encode_properties
+from tidemq.store.timer_message import TIMER_TOPIC
 
 STORES = StoreFactory(mapped_file_size_commit_log=16384, message_index_worker_enable=False)
 COUNT = 120
@@ -59,6 +61,34 @@ def test_a_clean_store_agrees(written: Path) -> None:
     check = check_consume_queues(written)
     assert check.problems == []
     assert (check.queues, check.units, check.records, check.undispatched) == (6, COUNT, COUNT, 0)
+
+
+def test_timers_and_recall_tombstones_agree(tmp_path: Path) -> None:
+    """A timer's tagsCode is its delivery time, a recall's tombstone's minus it: both agree."""
+    root = tmp_path / "store"
+
+    async def write() -> None:
+        store = STORES.open(root)
+        await store.start()
+        try:
+            at = str(int(time.time() * 1000) + 3_600_000)
+            for extra in ({}, {"TIMER_DEL_UNIQKEY": "Orders+ID"}):
+                props = encode_properties({"TIMER_DELIVER_MS": at, "UNIQ_KEY": "ID", **extra})
+                result = await store.put_message(MessageToStore("Orders", 0, b"0", props))
+                assert result.append is not None, result.remark
+            await store.reput.wait_idle()
+            queue = store.find_consume_queue(TIMER_TOPIC, 0)
+            assert queue is not None
+            codes = [unit.tags_code for unit in queue.units(0, 2) or []]
+            assert codes == [int(at), -int(at)]
+        finally:
+            await store.stop()
+
+    asyncio.run(write())
+    check = check_consume_queues(root)
+    assert check.problems == [] and check.units == 2
+    patch_unit(unit_file(root, TIMER_TOPIC, 0), 1, ">q", 12, 12345)
+    assert any("tagsCode 12345" in p for p in check_consume_queues(root).problems)
 
 
 def test_a_wrong_size_is_named(written: Path, tmp_path: Path) -> None:
