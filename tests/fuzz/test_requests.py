@@ -3,9 +3,10 @@ replays without a finding, and a seeded run of half a minute keeps every invaria
 
 The run is `tests.fuzz.requests.run` with the fixed seed REQUEST_SEED for FUZZ_REQUEST_SECONDS
 (default 30; every code of the catalog is sent first, then the random scenarios) by
-FUZZ_REQUEST_LANES clients at once (default 3); `make fuzz` is the long version. A failure prints the run's figures and findings;
-each finding's requests are saved under the test's temporary folder (a JSON file to copy to
-tests/fuzz/regressions/requests/ once the bug is understood).
+FUZZ_REQUEST_LANES clients at once (default 3); `make fuzz` is the long version. A failure
+prints the run's figures and findings; each finding's requests are saved under the test's
+temporary folder (a JSON file to copy to tests/fuzz/regressions/requests/ once the bug is
+understood).
 """
 
 from __future__ import annotations
