@@ -4,7 +4,9 @@ grpcio serves a port either plaintext or TLS, and asks a client for a certificat
 or never. RocketMQ's proxy (Netty) serves `tls.server.mode=permissive` (TLS and plaintext on
 one port) and `tls.server.need.client.auth=optional` (a certificate, when sent, must be
 trusted). In those two cases the gRPC server listens on an internal plaintext port on the
-loopback, and this front door takes the public port: the remoting port's acceptor
+loopback, and this front door takes the public port (at most `MAX_RELAYS` connections at
+once, those in their handshake counted; one more is closed before a byte is read, logged at
+most once a minute): the remoting port's acceptor
 (broker/remoting/tls.py: peeks at the first byte, runs the handshake with the server's own
 context, closes plaintext on an enforcing port) hands each connection to a relay, which copies
 its bytes both ways to the internal port, with back pressure each way (a side whose buffer
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from typing import Final, cast
 
 from tidemq.broker.remoting.tls import ClientAuth, TlsAcceptor, TlsMode, TlsServerSettings
@@ -30,7 +33,9 @@ from tidemq.store.common.accept import listening_socket, peer_text
 log = logging.getLogger(__name__)
 
 INTERNAL_HOST: Final = "127.0.0.1"
-HIGH_WATER: Final = 1 << 20  # bytes buffered towards one side before the other stops reading
+HIGH_WATER: Final = 64 * 1024  # bytes buffered towards one side before the other stops reading
+MAX_RELAYS: Final = 10_000  # connections relayed at once (each holds two sockets)
+REFUSAL_LOG_SECONDS: Final = 60.0
 
 
 def needs_front(tls: TlsServerSettings) -> bool:
@@ -48,6 +53,7 @@ class _Side(asyncio.Protocol):
         # Read before the other side was connected (uvloop delivers what it has already read
         # even after pause_reading in connection_made): written once it is.
         self.early: list[bytes] = []
+        self.ended = False  # this side sent its end of stream
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         stream = cast(asyncio.Transport, transport)  # uvloop's are not asyncio's subclasses
@@ -66,11 +72,17 @@ class _Side(asyncio.Protocol):
             self.early.append(bytes(data))
 
     def eof_received(self) -> bool | None:
+        self.ended = True
         other = self.other
-        if other is not None and other.transport is not None and other.transport.can_write_eof():
+        if (
+            other is not None
+            and not other.ended
+            and other.transport is not None
+            and other.transport.can_write_eof()
+        ):
             other.transport.write_eof()
             return True  # half-close: the other way may still carry the last answers
-        self.relay.close()
+        self.relay.close()  # both ways ended (or the other side cannot be half-closed)
         return None
 
     def pause_writing(self) -> None:
@@ -141,9 +153,18 @@ class GrpcFront:
     """The public gRPC port in front of the internal one (see the module docstring)."""
 
     def __init__(
-        self, host: str, port: int, internal_port: int, tls: TlsServerSettings, name: str
+        self,
+        host: str,
+        port: int,
+        internal_port: int,
+        tls: TlsServerSettings,
+        name: str,
+        *,
+        max_relays: int = MAX_RELAYS,
     ) -> None:
         self.host = host
+        self.max_relays = max_relays
+        self._refusal_logged = -REFUSAL_LOG_SECONDS
         self.port = port
         self.internal_port = internal_port
         self.tls = tls
@@ -162,9 +183,24 @@ class GrpcFront:
         sock = listening_socket(self.host, self.port)
         self.port = int(sock.getsockname()[1])
         self._acceptor = TlsAcceptor(
-            sock, self._new_relay, self.context(), self.tls.mode, self.name
+            sock, self._new_relay, self.context(), self.tls.mode, self.name, self._has_room
         )
         self._acceptor.start()
+
+    def _has_room(self, peer: str) -> bool:
+        admitting = self._acceptor.admitting if self._acceptor is not None else 0
+        if len(self.relays) + admitting < self.max_relays:
+            return True
+        now = time.monotonic()
+        if now - self._refusal_logged >= REFUSAL_LOG_SECONDS:
+            self._refusal_logged = now
+            log.warning(
+                "%s: %s refused: %d connections already (the most at once; said once a minute)",
+                self.name,
+                peer,
+                self.max_relays,
+            )
+        return False
 
     def _new_relay(self) -> asyncio.BaseProtocol:
         return _Relay(self).client
