@@ -151,18 +151,20 @@ test-unit: install ## unit tests only (no processes, no sockets)
 # make fuzz FUZZ_RUNS=100000 FUZZ_TARGETS='frame header_msgpack' (see tests/fuzz/__main__.py)
 # FUZZ_REQUEST_SECONDS: how long the request fuzzer attacks live daemons afterwards (0: not at
 # all); FUZZ_SEED=n repeats a request-fuzzing run (tests/fuzz/requests.py); FUZZ_GRPC_SECONDS:
-# how long the gRPC endpoint is fuzzed after that (tests/fuzz/grpc_requests.py; 0: not at all)
+# how long the gRPC endpoint is fuzzed after that (tests/fuzz/grpc_requests.py; 0: not at all);
+# FUZZ_LANES: clients fuzzing the daemons' requests at once
 FUZZ_RUNS ?= 1000000
 FUZZ_TARGETS ?=
 FUZZ_REQUEST_SECONDS ?= 600
 FUZZ_GRPC_SECONDS ?= 600
 FUZZ_SEED ?=
+FUZZ_LANES ?= 4
 .PHONY: fuzz
 fuzz: install ## fuzz every decoder, then requests to live daemons; findings go to fuzz-crashes/
 	$(BIN)/python -m tests.fuzz --runs $(FUZZ_RUNS) --out fuzz-crashes $(FUZZ_TARGETS)
 	@if [ "$(FUZZ_REQUEST_SECONDS)" != 0 ]; then \
 		$(BIN)/python -m tests.fuzz --requests $(FUZZ_REQUEST_SECONDS) --out fuzz-crashes \
-			$(if $(FUZZ_SEED),--seed $(FUZZ_SEED)); fi
+			--lanes $(FUZZ_LANES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)); fi
 	@if [ "$(FUZZ_GRPC_SECONDS)" != 0 ]; then \
 		$(BIN)/python -m tests.fuzz --grpc $(FUZZ_GRPC_SECONDS) --out fuzz-crashes \
 			$(if $(FUZZ_SEED),--seed $(FUZZ_SEED)); fi

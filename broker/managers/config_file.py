@@ -122,22 +122,46 @@ def decode_rows(rows: dict[str, str], name_key: str) -> list[tuple[str, dict[str
 
 
 def with_valid_names(
-    table: dict[str, T], problem: Callable[[str], str | None], what: str, source: str
+    table: dict[str, T],
+    problem: Callable[[str], str | None],
+    what: str,
+    source: str,
+    *,
+    name_of: Callable[[T], str],
+    renamed: Callable[[T, str], T],
 ) -> dict[str, T]:
     """`table` without the entries whose names `problem` refuses (written before the name gate
     refused them, or by hand: a name is checked before it reaches a path or a table), with one
-    warning naming the first few."""
+    warning naming the first few.
+
+    An entry whose own name (`name_of`) differs from its key is renamed to its key, with one
+    warning: requests find an entry by its key, and the name inside is what the broker
+    registers and shows, so the two must agree (RocketMQ keeps both as read).
+    """
     invalid = {name for name in table if problem(name) is not None}
-    if not invalid:
-        return dict(table)
-    log.warning(
-        "ignoring %d %s with invalid names from %s: %s",
-        len(invalid),
-        what,
-        source,
-        ", ".join(repr(name[:80]) for name in sorted(invalid)[:10]),
-    )
-    return {name: entry for name, entry in table.items() if name not in invalid}
+    if invalid:
+        log.warning(
+            "ignoring %d %s with invalid names from %s: %s",
+            len(invalid),
+            what,
+            source,
+            ", ".join(repr(name[:80]) for name in sorted(invalid)[:10]),
+        )
+    valid = {name: entry for name, entry in table.items() if name not in invalid}
+    mismatched = sorted(name for name, entry in valid.items() if name_of(entry) != name)
+    if mismatched:
+        log.warning(
+            "%d %s from %s named differently inside than by their keys, renamed to their keys: %s",
+            len(mismatched),
+            what,
+            source,
+            ", ".join(
+                f"{name_of(valid[name])[:80]!r} -> {name[:80]!r}" for name in mismatched[:10]
+            ),
+        )
+        for name in mismatched:
+            valid[name] = renamed(valid[name], name)
+    return valid
 
 
 def decode_json_object(

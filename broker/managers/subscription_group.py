@@ -109,7 +109,14 @@ class SubscriptionGroupWrapper:
 def _valid_groups(
     table: dict[str, SubscriptionGroupConfig], source: str
 ) -> dict[str, SubscriptionGroupConfig]:
-    return with_valid_names(table, group_problem, "subscription group(s)", source)
+    return with_valid_names(
+        table,
+        group_problem,
+        "subscription group(s)",
+        source,
+        name_of=lambda config: config.group_name,
+        renamed=lambda config, name: replace(config, group_name=name),
+    )
 
 
 class SubscriptionGroupManager(ConfigManager[SubscriptionGroupWrapper]):
@@ -145,7 +152,10 @@ class SubscriptionGroupManager(ConfigManager[SubscriptionGroupWrapper]):
             key: SubscriptionGroupConfig.from_dict(entry)
             for key, entry in decode_rows(rows, "groupName")
         }
-        self._table.update(_valid_groups(table, "tables.db"))
+        valid = _valid_groups(table, "tables.db")
+        self._table.update(valid)
+        for key in [key for key, config in valid.items() if config is not table[key]]:
+            self.changed(key)  # renamed to its key: its row is written again
         if version is not None:
             self.data_version = DataVersion.from_dict(json.loads(version))
 

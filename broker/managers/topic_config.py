@@ -114,7 +114,14 @@ validate_topic_name = topic_problem
 
 
 def _valid_topics(table: dict[str, TopicConfig], source: str) -> dict[str, TopicConfig]:
-    return with_valid_names(table, validate_topic_name, "topic(s)", source)
+    return with_valid_names(
+        table,
+        validate_topic_name,
+        "topic(s)",
+        source,
+        name_of=lambda config: config.topic_name,
+        renamed=lambda config, name: replace(config, topic_name=name),
+    )
 
 
 def parse_topic_wrapper(
@@ -217,7 +224,10 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
 
     def adopt_rows(self, rows: dict[str, str], version: str | None) -> None:
         table = {key: TopicConfig.from_dict(entry) for key, entry in decode_rows(rows, "topicName")}
-        self._table.update(_valid_topics(table, "tables.db"))
+        valid = _valid_topics(table, "tables.db")
+        self._table.update(valid)
+        for key in [key for key, config in valid.items() if config is not table[key]]:
+            self.changed(key)  # renamed to its key: its row is written again
         if version is not None:
             self.data_version = DataVersion.from_dict(json.loads(version))
 

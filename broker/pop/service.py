@@ -524,7 +524,13 @@ class PopService:
         )
 
     async def forward_to_dead_letter(self, group: str, topic: str, handle_text: str) -> None:
-        """Store the message in `%DLQ%<group>` now, then acknowledge it."""
+        """Store the message in `%DLQ%<group>` now, then acknowledge it.
+
+        The group is looked up as a pop looks it up (made when subscription groups are
+        auto-created): a handle does not name its group, so without this any name would make
+        a `%DLQ%` topic."""
+        if self.groups.find(group) is None:
+            raise PopRefused(f"subscription group [{group}] does not exist", Refusal.NO_GROUP)
         handle = self._handle(handle_text)
         real = handle.topic_type.real_topic(topic, group)
         message = self._message_at(real, handle.queue_id, handle.offset)

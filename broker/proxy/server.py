@@ -10,7 +10,9 @@ With `guard` (aclEnable) every call is authenticated before its request is read 
 signature against the ACL accounts, broker/proxy/auth.py) and its resources authorized before
 the handler runs; a Telemetry stream is authenticated once when it opens and each settings
 command authorized. With `tls` the port serves TLS with the remoting port's certificate
-(`server_credentials`).
+(`server_credentials`); in permissive mode or with optional client certificates, which grpcio
+cannot serve, through a front door on the port that relays to an internal one
+(broker/proxy/front.py).
 
 One place turns what a handler raises into the answer: `Rejected` becomes the response's
 status, a request whose bytes do not decode BAD_REQUEST, anything unexpected
@@ -39,6 +41,7 @@ from tidemq.broker.acl.rules import Account
 from tidemq.broker.acl.validator import peer_ip
 from tidemq.broker.proxy.auth import GrpcGuard, needs_of, telemetry_needs
 from tidemq.broker.proxy.channel import OUTBOX_LIMIT, Outbox
+from tidemq.broker.proxy.front import INTERNAL_HOST, GrpcFront, needs_front
 from tidemq.broker.proxy.protocol import service_pb2 as pb
 from tidemq.broker.proxy.protocol.definition_pb2 import Code
 from tidemq.broker.proxy.service import NOT_SERVED, CallContext, MessagingService
@@ -121,11 +124,11 @@ def metadata_of(context: aio.ServicerContext[Any, Any]) -> dict[str, str]:
     }
 
 
-def call_context(context: aio.ServicerContext[Any, Any]) -> CallContext:
+def call_context(context: aio.ServicerContext[Any, Any], peer: str) -> CallContext:
     headers = metadata_of(context)
     return CallContext(
         client_id=headers.get("x-mq-client-id", ""),
-        peer=_peer_address(context.peer()),
+        peer=peer,
         language=headers.get("x-mq-language", ""),
         version=headers.get("x-mq-client-version", ""),
     )
@@ -164,15 +167,31 @@ class GrpcServer:
         self.guard = guard
         self.tls = tls if tls is not None and tls.enabled else None
         self._server: aio.Server | None = None
+        self._front: GrpcFront | None = None
+
+    def _peer(self, context: aio.ServicerContext[Any, Any]) -> str:
+        """The caller's `host:port`: behind the front door (broker/proxy/front.py), the
+        client's; a call that reached the internal port without it is refused UNAUTHORIZED."""
+        address = _peer_address(context.peer())
+        if self._front is None:
+            return address
+        client = self._front.client_of(address)
+        if client is None:
+            raise Rejected(Code.UNAUTHORIZED, "connect to the gRPC port, not its internal one")
+        return client
+
+    def _call_context(self, context: aio.ServicerContext[Any, Any]) -> CallContext:
+        return call_context(context, self._peer(context))
 
     def _authenticate(self, name: str, context: aio.ServicerContext[Any, Any]) -> Account | None:
         """The caller's ACL account (None: no ACL, or a trusted address); `Rejected`
         UNAUTHORIZED, logged with the peer and access key, when it is not who it says."""
+        peer = self._peer(context)
         if self.guard is None:
             return None
         metadata = metadata_of(context)
         try:
-            return self.guard.authenticate(metadata, peer_ip(_peer_address(context.peer())))
+            return self.guard.authenticate(metadata, peer_ip(peer))
         except Rejected as rejected:
             self._log_refusal(name, context, metadata, rejected)
             raise
@@ -263,7 +282,7 @@ class GrpcServer:
                 if isinstance(request, Undecodable):
                     return _failed(rpc, Code.BAD_REQUEST, f"{request.type_name}: {request.reason}")
                 self._authorize(name, context, account, needs_of(name, request))
-                return await handler(request, call_context(context))
+                return await handler(request, self._call_context(context))
             except Rejected as rejected:
                 return rpc.response(status=rejected.status())
             except Exception:
@@ -293,7 +312,7 @@ class GrpcServer:
                 return
             answered = False
             try:
-                async for response in handler(request, call_context(context)):
+                async for response in handler(request, self._call_context(context)):
                     answered = True
                     yield response
             except Rejected as rejected:
@@ -359,7 +378,7 @@ class GrpcServer:
             async for _command in requests:
                 yield pb.TelemetryCommand(status=rejected.status())
             return
-        call = call_context(context)
+        call = self._call_context(context)
         outbox: Outbox = asyncio.Queue()
         room = asyncio.Semaphore(OUTBOX_LIMIT)  # answers the client may leave unread
         channel = None
@@ -433,23 +452,46 @@ class GrpcServer:
             (grpc.method_handlers_generic_handler(SERVICE_NAME, self._method_handlers()),)
         )
         host = f"[{self.host}]" if ":" in self.host else self.host
-        if self.tls is not None:
+        front = None
+        if self.tls is not None and needs_front(self.tls):
+            internal = server.add_insecure_port(f"{INTERNAL_HOST}:0")
+            if internal == 0:
+                raise OSError(f"grpcServerPort: cannot listen on {INTERNAL_HOST}")
+            front = GrpcFront(self.host, self.port, internal, self.tls, "gRPC")
+            try:
+                await front.start()
+            except OSError as exc:
+                raise OSError(
+                    f"grpcServerPort: cannot listen on {self.host}:{self.port}: {exc}"
+                ) from None
+            bound = front.port
+        elif self.tls is not None:
             bound = server.add_secure_port(f"{host}:{self.port}", server_credentials(self.tls))
         else:
             bound = server.add_insecure_port(f"{host}:{self.port}")
         if bound == 0:
             raise OSError(f"grpcServerPort: cannot listen on {self.host}:{self.port}")
-        await server.start()
-        self._server, self.port = server, bound
+        try:
+            await server.start()
+        except BaseException:
+            if front is not None:
+                await front.stop()
+            raise
+        self._server, self._front, self.port = server, front, bound
         log.info(
             "RocketMQ 5 gRPC endpoint on %s:%d%s%s",
             self.host,
             self.port,
-            " (TLS)" if self.tls is not None else "",
+            f" (TLS {self.tls.mode.value}, client certificates {self.tls.client_auth.value})"
+            if self.tls is not None
+            else "",
             ", signatures checked against the ACL accounts" if self.guard is not None else "",
         )
 
     async def stop(self) -> None:
+        front, self._front = self._front, None
+        if front is not None:
+            await front.stop()
         server, self._server = self._server, None
         if server is not None:
             await server.stop(STOP_GRACE_SECONDS)
@@ -460,9 +502,8 @@ def server_credentials(tls: TlsServerSettings) -> grpc.ServerCredentials:
     key whose file does not load).
 
     gRPC takes the key unencrypted: one with `tls.server.keyPassword` is decrypted in memory.
-    gRPC serves TLS or plaintext on a port, not both: `permissive` is served as TLS only.
-    Client certificates: `require` asks for one chaining to `tls.server.trustCertPath`;
-    `optional` asks for none (grpcio's server has no "verify if sent" mode)."""
+    Client certificates: `require` asks for one chaining to `tls.server.trustCertPath`.
+    `permissive` and `optional` are served by the front door (broker/proxy/front.py)."""
     try:
         cert = Path(tls.cert_path).read_bytes()
         key = Path(tls.key_path or tls.cert_path).read_bytes()

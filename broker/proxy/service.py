@@ -665,6 +665,8 @@ class MessagingService:
         try:
             await pop.forward_to_dead_letter(group, topic, request.receipt_handle)
         except PopRefused as refused:
+            if refused.kind is Refusal.NO_GROUP:
+                raise Rejected(Code.CONSUMER_GROUP_NOT_FOUND, refused.reason) from None
             raise Rejected(Code.INVALID_RECEIPT_HANDLE, refused.reason) from None
         return ForwardMessageToDeadLetterQueueResponse(status=ok())
 

@@ -77,8 +77,9 @@ class WriteMode:
         if self.writable is not None:
             return self.writable, self.why
         writable, why = views.writable_without_account(await views.acl_view(admin))
-        if not why.startswith("no broker is registered"):
-            self.writable, self.why = writable, why
+        if writable is None:
+            return False, why
+        self.writable, self.why = writable, why
         return writable, why
 
 

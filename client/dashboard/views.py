@@ -530,12 +530,13 @@ async def acl_view(admin: AdminClient) -> dict[str, Any]:
     return {"brokers": rows}
 
 
-def writable_without_account(acl: dict[str, Any]) -> tuple[bool, str]:
+def writable_without_account(acl: dict[str, Any]) -> tuple[bool | None, str]:
     """(writable, why) for a dashboard without an account on loopback: only when every broker
-    said it checks no ACL (a broker with ACL would refuse its unsigned changes anyway)."""
+    said it checks no ACL (a broker with ACL would refuse its unsigned changes anyway);
+    writable None while no broker is registered (not decided yet: ask again)."""
     brokers = acl["brokers"]
     if not brokers:
-        return False, "no broker is registered yet, so the ACL of the cluster is unknown"
+        return None, "no broker is registered yet, so the ACL of the cluster is unknown"
     with_acl = [f"{b['brokerName']}/{b['brokerId']}" for b in brokers if b["acl"] == "on"]
     if with_acl:
         return False, f"brokers {', '.join(with_acl)} check ACL: start it with --ak/--sk"

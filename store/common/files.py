@@ -20,12 +20,15 @@ whole, and `<path>.bak` a whole earlier one. Nothing is left half-written under 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
 import threading
 from pathlib import Path
 
 from tidemq.common.errors import StorePathError
+
+log = logging.getLogger(__name__)
 
 
 def path_inside(root: Path, *names: str) -> Path:
@@ -117,11 +120,17 @@ def write_file_safely(path: Path, data: bytes, *, keep_backup: bool = True) -> N
 
     Blocks on fsyncs: call it off the event loop when the file is large or written often.
     Raises `OSError` when the file cannot be written; the previous file is then left in place.
-    Writes of one path in one process take turns: they share `<path>.tmp`, and a broker
-    persists a table from a worker thread and from its event loop (the slave's offset
-    reconcile), so one could rename the other's half-written file, or find it gone.
+    Writes of one path in one process take turns, as they share `<path>.tmp` (one could
+    rename the other's half-written file, or find it gone). Each path is meant to have one
+    writer at a time (the store's checkpoint flushes hold their own lock; a consumer's offsets
+    file is written by its one offset store): a second writer arriving while one writes is
+    logged, since whichever writes last wins, and it may hold the older data.
     """
-    with _lock_of(path):
+    lock = _lock_of(path)
+    if not lock.acquire(blocking=False):
+        log.warning("two writers of %s at once: the later waits, and its data wins", path)
+        lock.acquire()
+    try:
         make_dirs(path.parent)
         tmp = sibling(path, ".tmp")
         _write_synced(tmp, data)
@@ -129,3 +138,5 @@ def write_file_safely(path: Path, data: bytes, *, keep_backup: bool = True) -> N
             _keep_backup(path)
         os.replace(tmp, path)
         fsync_dir(path.parent)
+    finally:
+        lock.release()

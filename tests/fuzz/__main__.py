@@ -125,11 +125,16 @@ def main() -> int:
         action="store_true",
         help="with --requests: no hostile topic/group/key names, every other hostile value",
     )
+    parser.add_argument(
+        "--lanes", type=int, default=4, help="with --requests: clients fuzzing at once"
+    )
     args = parser.parse_args()
     if args.grpc is not None:
         return fuzz_grpc(args.grpc, args.seed, args.out)
     if args.requests is not None:
-        return fuzz_requests(args.requests, args.seed, args.out, names=not args.legal_names)
+        return fuzz_requests(
+            args.requests, args.seed, args.out, names=not args.legal_names, lanes=args.lanes
+        )
     failed = 0
     for target in args.targets or list(TARGETS):
         result = fuzz(target, args.runs, args.out, seed=args.seed, timeout=args.timeout)
@@ -146,12 +151,14 @@ def main() -> int:
     return 1 if failed else 0
 
 
-def fuzz_requests(seconds: float, seed: int | None, out: Path, *, names: bool = True) -> int:
+def fuzz_requests(
+    seconds: float, seed: int | None, out: Path, *, names: bool = True, lanes: int = 4
+) -> int:
     from tests.fuzz.requests import run  # starts daemons: not needed by the decoder targets
 
     seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
     with tempfile.TemporaryDirectory(prefix="tidemq-reqfuzz-") as base:
-        report = run(seed, seconds, Path(base), out / "requests", names=names)
+        report = run(seed, seconds, Path(base), out / "requests", names=names, lanes=lanes)
     print(report.summary(), flush=True)
     return 1 if report.findings else 0
 

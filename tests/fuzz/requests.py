@@ -21,6 +21,11 @@ Invariants, and where they are checked:
   slave at its queue offset; both brokers stop on SIGTERM with status 0, start again, serve a
   send and a pull, and still hold every acknowledged message.
 
+With `lanes` > 1, that many clients fuzz at once, each on its own connections with its own
+seeded scenarios (the first lane sends every code of the catalog first); they meet at each
+episode's checks. Their requests interleave as the daemons answer them, so a run is not
+repeatable step by step, and a finding's saved requests replay one after another.
+
 - every `EPISODE` requests too: the brokers' topic and group tables hold only names RocketMQ
   allows (`^[%|a-zA-Z0-9_-]+$`, 127 characters for a topic, 255 for a group).
 
@@ -126,19 +131,32 @@ def _held_pull(step: Step) -> bool:
         return False
 
 
+class Lane:
+    """One fuzzing client's connections, one per daemon."""
+
+    def __init__(self) -> None:
+        self.connections: dict[str, FuzzConnection] = {}
+
+    async def close(self) -> None:
+        for connection in self.connections.values():
+            await connection.close()
+        self.connections.clear()
+
+
 class Session:
     """One cluster under fuzz: sends steps, checks invariants, collects findings."""
 
     def __init__(self, cluster: FuzzCluster, report: Report) -> None:
         self.cluster = cluster
         self.report = report
-        self.connections: dict[str, FuzzConnection] = {}
+        self.lane = Lane()  # the single client's, and the setup's and checks'
+        self.lanes: list[Lane] = [self.lane]
         self.opaque = 0
         self.episode: list[Step] = []
         self.all_steps: list[Step] = []
         self.tracked: dict[tuple[str, int, int], bytes] = {}
         self.log_seen: dict[str, int] = {}
-        self.malformed: dict[str, int] = {}  # "malformed frame" lines seen per daemon
+        self.malformed: dict[str, int] = {}  # "malformed frame" lines explained per daemon
         self.illegal: set[tuple[str, str, str]] = set()  # names checked in the brokers' tables
         self.seen: set[str] = set()
         self.api = BrokerAPI(timeout=ANSWER_TIMEOUT)
@@ -149,11 +167,11 @@ class Session:
         assert daemon is not None
         return daemon.host, daemon.port
 
-    def _connection(self, target: str) -> FuzzConnection:
+    def _connection(self, lane: Lane, target: str) -> FuzzConnection:
         host, port = self.address(target)
-        connection = self.connections.get(target)
+        connection = lane.connections.get(target)
         if connection is None or connection.port != port:
-            connection = self.connections[target] = FuzzConnection(host, port)
+            connection = lane.connections[target] = FuzzConnection(host, port)
         return connection
 
     def find(self, kind: str, detail: str, steps: list[Step] | None = None, key: str = "") -> None:
@@ -181,18 +199,19 @@ class Session:
 
     # --- sending --------------------------------------------------------------------------
 
-    async def send(self, step: Step) -> Answer:
+    async def send(self, step: Step, lane: Lane | None = None) -> Answer:
         self.opaque += 1
+        opaque = self.opaque
         try:
-            frame = _frame(step, self.opaque)
+            frame = _frame(step, opaque)
         except EncodeError:
             return Answer(None)  # the client codec refuses it: nothing went out
         self.episode.append(step)
         self.all_steps.append(step)
         held = _held_pull(step)
-        connection = self._connection(step.target)
+        connection = self._connection(lane or self.lane, step.target)
         answer = await connection.exchange(
-            frame, self.opaque, HELD_PULL_WAIT if held else ANSWER_TIMEOUT
+            frame, opaque, HELD_PULL_WAIT if held else ANSWER_TIMEOUT
         )
         self.report.requests += 1
         self.report.per_code[_code_name(step.code)] += 1
@@ -211,21 +230,22 @@ class Session:
         return answer
 
     async def _malformed_logged(self, step: Step) -> bool:
-        """Whether the daemon logged a malformed frame since the last one we saw: the one
-        reason to close a connection (its log line may come a moment after the close)."""
+        """Whether the daemon logged a malformed frame that no other close explained: the one
+        reason to close a connection (its log line may come a moment after the close). Each
+        close takes one line, so closes of lanes fuzzing at once are each explained once."""
         daemon: Daemon | None = getattr(self.cluster, step.target)
         if daemon is None:
             return False
-        seen = self.malformed.get(daemon.name, 0)
 
         def logged() -> bool:
-            return daemon.log_text().count("malformed frame") > seen
+            explained = self.malformed.get(daemon.name, 0)
+            return daemon.log_text().count("malformed frame") > explained
 
         try:
             await eventually(logged, "a malformed-frame line", 2.0, interval=0.05)
         except AssertionError:
             return False
-        self.malformed[daemon.name] = daemon.log_text().count("malformed frame")
+        self.malformed[daemon.name] = self.malformed.get(daemon.name, 0) + 1
         return True
 
     def _record(self, step: Step, answer: Answer) -> None:
@@ -406,7 +426,8 @@ class Session:
             self.find("restart", f"a broker did not start again: {str(exc)[:300]}", [])
             self.broken = True
             return
-        self.connections.clear()
+        for lane in self.lanes:
+            await lane.close()
         master, slave = self.cluster.master, self.cluster.slave
         assert master is not None and slave is not None
         try:
@@ -445,8 +466,8 @@ class Session:
         self.scan_logs()
 
     async def close(self) -> None:
-        for connection in self.connections.values():
-            await connection.close()
+        for lane in self.lanes:
+            await lane.close()
         await self.api.close()
 
 
@@ -456,35 +477,53 @@ def _create_topic(topic: str) -> Step:
     return Step("master", RequestCode.UPDATE_AND_CREATE_TOPIC, SerializeType.JSON, ext, op="setup")
 
 
-async def _fuzz(session: Session, scenarios: Scenarios, deadline: float) -> None:
-    since_check = 0
-    # Past the deadline only to finish the first pass over the catalog: every code is sent
-    # once, however slow the machine.
-    while (time.monotonic() < deadline or scenarios.first_pass) and not session.broken:
+async def _fuzz_lane(
+    session: Session, lane: Lane, scenarios: Scenarios, requests: int, deadline: float
+) -> None:
+    """Scenarios on `lane` until it sent `requests` (a scenario is finished), or time is up."""
+    sent = 0
+    while sent < requests and not session.broken:
+        if time.monotonic() >= deadline and not scenarios.first_pass:
+            return
         scenario = scenarios.next()
         try:
             step = next(scenario)
             while True:
-                answer = await session.send(step)
-                since_check += 1
+                answer = await session.send(step, lane)
+                sent += 1
                 step = scenario.send(answer)
         except StopIteration:
             pass
-        if since_check >= EPISODE:
-            since_check = 0
-            await session.end_episode()
+
+
+async def _fuzz(session: Session, lanes: list[tuple[Lane, Scenarios]], deadline: float) -> None:
+    # Past the deadline only to finish the first pass over the catalog (the first lane's):
+    # every code is sent once, however slow the machine.
+    first = lanes[0][1]
+    share = max(1, EPISODE // len(lanes))
+    while (time.monotonic() < deadline or first.first_pass) and not session.broken:
+        await asyncio.gather(
+            *(_fuzz_lane(session, lane, scenarios, share, deadline) for lane, scenarios in lanes)
+        )
+        await session.end_episode()
 
 
 async def _fuzz_cluster(
-    cluster: FuzzCluster, report: Report, seed: int, deadline: float, names: bool
+    cluster: FuzzCluster, report: Report, seed: int, deadline: float, names: bool, lanes: int
 ) -> bool:
     """Fuzz one started cluster until `deadline`, then check it; True when it broke."""
     session = Session(cluster, report)
     try:
         await session.setup()
-        rng = random.Random(f"{seed}/{cluster.base.name}")
-        scenarios = Scenarios(rng, cluster.victims, f"fz{seed}", names=names)
-        await _fuzz(session, scenarios, deadline)
+        clients = []
+        for n in range(lanes):
+            lane = session.lane if n == 0 else Lane()
+            if n:
+                session.lanes.append(lane)
+            # The first lane's seed is the single client's: a one-lane run is as before.
+            rng = random.Random(f"{seed}/{cluster.base.name}" + (f"/{n}" if n else ""))
+            clients.append((lane, Scenarios(rng, cluster.victims, f"fz{seed}", names=names)))
+        await _fuzz(session, clients, deadline)
         await session.finish()
     finally:
         await session.close()
@@ -492,11 +531,17 @@ async def _fuzz_cluster(
 
 
 def run(
-    seed: int, seconds: float, base: Path, out: Path | None = None, *, names: bool = True
+    seed: int,
+    seconds: float,
+    base: Path,
+    out: Path | None = None,
+    *,
+    names: bool = True,
+    lanes: int = 1,
 ) -> Report:
     """Fuzz for `seconds` from `seed` on clusters under `base`; findings saved under `out`.
     `names`=False sends no hostile names (topics, groups, keys), to look for other bugs while
-    the name ones are known.
+    the name ones are known. `lanes` clients fuzz at once.
 
     A cluster that broke (a daemon died or hung, dispatch stopped) makes way for a fresh one
     while time remains: what it would answer next only echoes the finding."""
@@ -507,7 +552,9 @@ def run(
         cluster = FuzzCluster(base / f"cluster-{n}")
         try:
             cluster.start()
-            broken = asyncio.run(_fuzz_cluster(cluster, report, seed, started + seconds, names))
+            broken = asyncio.run(
+                _fuzz_cluster(cluster, report, seed, started + seconds, names, lanes)
+            )
         finally:
             cluster.stop()
         if not broken or time.monotonic() - started >= seconds:

@@ -2,10 +2,11 @@
 replays without a finding, and a seeded run of half a minute keeps every invariant.
 
 The run is `tests.fuzz.requests.run` with the fixed seed REQUEST_SEED for FUZZ_REQUEST_SECONDS
-(default 30; every code of the catalog is sent first, then the random scenarios); `make fuzz`
-is the long version. A failure prints the run's figures and findings;
-each finding's requests are saved under the test's temporary folder (a JSON file to copy to
-tests/fuzz/regressions/requests/ once the bug is understood).
+(default 30; every code of the catalog is sent first, then the random scenarios) by
+FUZZ_REQUEST_LANES clients at once (default 3); `make fuzz` is the long version. A failure
+prints the run's figures and findings; each finding's requests are saved under the test's
+temporary folder (a JSON file to copy to tests/fuzz/regressions/requests/ once the bug is
+understood).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tidemq.client.remoting.frame import FrameDecoder
 
 REQUEST_SEED = 30
 SECONDS = float(os.environ.get("FUZZ_REQUEST_SECONDS", "30"))
+LANES = int(os.environ.get("FUZZ_REQUEST_LANES", "3"))
 
 
 def test_the_catalog_names_every_code_the_daemons_serve() -> None:
@@ -82,7 +84,7 @@ def test_a_typed_frame_reads_as_the_servers_read_it(serialize: SerializeType) ->
 @pytest.mark.slow
 @pytest.mark.timeout(SECONDS + 240)
 def test_seeded_run_keeps_every_invariant(tmp_path: Path) -> None:
-    report = run(REQUEST_SEED, SECONDS, tmp_path / "run", tmp_path / "findings")
+    report = run(REQUEST_SEED, SECONDS, tmp_path / "run", tmp_path / "findings", lanes=LANES)
     print(report.summary())
     assert report.requests > 0
     assert set(report.per_code) >= {spec.name for spec in CATALOG.values()}

@@ -1,7 +1,8 @@
 """TLS on the gRPC port (broker/proxy/server.py `server_credentials`) with the remoting port's
 settings, through an in-process Broker over real channels: a key with a password, client
-certificates required, and a file that does not load named in one line. The official client
-over TLS against brokerd is tests/integration/test_rocketmq5_security.py."""
+certificates required, and a file that does not load named in one line; permissive mode and
+optional client certificates through the front door (broker/proxy/front.py). The official
+client over TLS against brokerd is tests/integration/test_rocketmq5_security.py."""
 
 from __future__ import annotations
 
@@ -42,16 +43,25 @@ def encrypted_key(pki: Pki, folder: Path) -> Path:
     return path
 
 
-async def heartbeat(port: int, credentials: grpc.ChannelCredentials) -> int:
-    async with aio.secure_channel(f"127.0.0.1:{port}", credentials) as channel:
-        call = channel.unary_unary(
-            SERVICE + "Heartbeat",
-            request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=pb.HeartbeatResponse.FromString,
-        )
-        request = pb.HeartbeatRequest(group=Resource(name="g"))
-        answer = await call(request, metadata=(("x-mq-client-id", "c"),), timeout=10)
-        return int(answer.status.code)
+async def heartbeat_on(channel: aio.Channel, client_id: str = "c") -> int:
+    call = channel.unary_unary(
+        SERVICE + "Heartbeat",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=pb.HeartbeatResponse.FromString,
+    )
+    request = pb.HeartbeatRequest(group=Resource(name="g"))
+    answer = await call(request, metadata=(("x-mq-client-id", client_id),), timeout=10)
+    return int(answer.status.code)
+
+
+async def heartbeat(port: int, credentials: grpc.ChannelCredentials | None) -> int:
+    """A heartbeat's status code over TLS with `credentials`, or plaintext with None."""
+    target = f"127.0.0.1:{port}"
+    if credentials is None:
+        async with aio.insecure_channel(target) as channel:
+            return await heartbeat_on(channel)
+    async with aio.secure_channel(target, credentials) as channel:
+        return await heartbeat_on(channel)
 
 
 def make_broker(tmp_path: Path, tls: TlsServerSettings) -> Broker:
@@ -78,15 +88,21 @@ def make_broker(tmp_path: Path, tls: TlsServerSettings) -> Broker:
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path, tls: TlsServerSettings) -> AsyncIterator[int]:
-    """The gRPC port of a started broker."""
+async def started(tmp_path: Path, tls: TlsServerSettings) -> AsyncIterator[Broker]:
     broker = make_broker(tmp_path, tls)
     await broker.start()
     try:
-        assert broker.grpc is not None
-        yield broker.grpc.port
+        yield broker
     finally:
         await broker.stop()
+
+
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path, tls: TlsServerSettings) -> AsyncIterator[int]:
+    """The gRPC port of a started broker."""
+    async with started(tmp_path, tls) as broker:
+        assert broker.grpc is not None
+        yield broker.grpc.port
 
 
 @pytest.mark.asyncio
@@ -129,6 +145,63 @@ async def test_required_client_certificates_are_checked(tmp_path: Path) -> None:
             with pytest.raises(aio.AioRpcError) as caught:
                 await heartbeat(port, credentials)
             assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.asyncio
+async def test_permissive_serves_tls_and_plaintext_on_one_port(tmp_path: Path) -> None:
+    """Left open before: grpcio serves one or the other, so permissive was TLS only."""
+    pki = make_pki(tmp_path)
+    tls = TlsServerSettings(TlsMode.permissive, str(pki.server.cert), str(pki.server.key))
+    async with started(tmp_path, tls) as broker:
+        grpc_server = broker.grpc
+        assert grpc_server is not None
+        port = grpc_server.port
+        assert await heartbeat(port, grpc.ssl_channel_credentials(pki.ca.read_bytes())) == Code.OK
+        assert await heartbeat(port, None) == Code.OK
+        with pytest.raises(aio.AioRpcError) as caught:  # an untrusted server certificate
+            await heartbeat(port, grpc.ssl_channel_credentials(pki.stranger_ca.read_bytes()))
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        # The service sees the client's address, not the relay's.
+        async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            assert await heartbeat_on(channel, "seen") == Code.OK
+            front = grpc_server._front
+            assert front is not None
+            client = grpc_server.service.clients.get("seen")
+            assert client is not None
+            assert client.peer in {relay.client_address for relay in front.relays}
+            assert front.client_of(client.peer) is None  # not a relay's own address
+        # The internal port answers nobody but the front door's relays.
+        assert await heartbeat(front.internal_port, None) == Code.UNAUTHORIZED
+
+
+@pytest.mark.asyncio
+async def test_optional_client_certificates_are_checked_when_sent(tmp_path: Path) -> None:
+    """Left open before: grpcio asks for a certificate always or never, so optional asked
+    for none (an untrusted one passed)."""
+    pki = make_pki(tmp_path)
+    tls = TlsServerSettings(
+        TlsMode.enforcing,
+        str(pki.server.cert),
+        str(pki.server.key),
+        trust_cert_path=str(pki.ca),
+        client_auth=ClientAuth.optional,
+    )
+    async with serving(tmp_path, tls) as port:
+        ca = pki.ca.read_bytes()
+        assert await heartbeat(port, grpc.ssl_channel_credentials(ca)) == Code.OK
+        with_cert = grpc.ssl_channel_credentials(
+            ca, pki.client.key.read_bytes(), pki.client.cert.read_bytes()
+        )
+        assert await heartbeat(port, with_cert) == Code.OK
+        stranger = grpc.ssl_channel_credentials(
+            ca, pki.stranger.key.read_bytes(), pki.stranger.cert.read_bytes()
+        )
+        with pytest.raises(aio.AioRpcError) as caught:
+            await heartbeat(port, stranger)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        with pytest.raises(aio.AioRpcError) as caught:  # enforcing: no plaintext
+            await heartbeat(port, None)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
 def test_files_that_do_not_load_are_named(tmp_path: Path) -> None:

@@ -412,6 +412,31 @@ async def test_forward_to_dead_letter_queue_stores_and_acknowledges(
     assert statuses[0].code == Code.MESSAGE_NOT_FOUND  # acknowledged: never revived
 
 
+async def test_forward_to_dead_letter_needs_a_known_group(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    """Found in review: any group name made a `%DLQ%<group>` topic (a handle names no group)."""
+    await send(channel, b"bad")
+    _s, messages = await receive(channel)
+    broker.groups.auto_create = False  # as autoCreateSubscriptionGroup=false
+    request = pb.ForwardMessageToDeadLetterQueueRequest(
+        group=Resource(name="NobodysGroup"),
+        topic=Resource(name=TOPIC),
+        receipt_handle=messages[0].system_properties.receipt_handle,
+        message_id=messages[0].system_properties.message_id,
+        delivery_attempt=1,
+        max_delivery_attempts=1,
+    )
+    answer = await unary(
+        channel,
+        "ForwardMessageToDeadLetterQueue",
+        request,
+        pb.ForwardMessageToDeadLetterQueueResponse,
+    )
+    assert answer.status.code == Code.CONSUMER_GROUP_NOT_FOUND
+    assert "%DLQ%NobodysGroup" not in broker.topics
+
+
 async def test_bad_handles_and_arguments_get_their_codes(channel: aio.Channel) -> None:
     await send(channel, b"m")
     _s, messages = await receive(channel)

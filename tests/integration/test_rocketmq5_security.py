@@ -4,8 +4,9 @@ with `aclEnable=true`, an `aclFile` and `tls.server.mode` with the test CA's cer
 
 An allowed account sends and receives over TLS; a wrong secret, no credentials, an unknown
 account and a denied topic or group are refused with a status naming why (UNAUTHORIZED or
-FORBIDDEN), and a refused send stores nothing; a plaintext client gets no answer from the TLS
-port. What the signature check does with each malformed header is tests/unit/test_proxy_auth.py.
+FORBIDDEN), and a refused send stores nothing; the port is permissive: a plaintext client is
+served too, its signature checked the same way. What the signature check does with each
+malformed header is tests/unit/test_proxy_auth.py.
 """
 
 from __future__ import annotations
@@ -101,8 +102,8 @@ async def secure(processes: ProcessGroup, namesrv: Daemon, tmp_path: Path) -> Se
         tmp_path / "store",
         "aclEnable=true",
         f"aclFile={acl_file}",
-        # permissive: our admin client creates the topics in plaintext; the gRPC port is TLS
-        # only in both modes (grpcio serves one or the other)
+        # permissive: TLS and plaintext on both ports (our admin client creates the topics in
+        # plaintext)
         "tls.server.mode=permissive",
         f"tls.server.certPath={pki.server.cert}",
         f"tls.server.keyPath={pki.server.key}",
@@ -192,7 +193,21 @@ async def test_a_denied_topic_is_refused_and_stores_nothing(secure: SecureBroker
     assert await stored_count(secure, DENIED) == 0
 
 
-async def test_a_plaintext_client_gets_nothing_from_the_tls_port(secure: SecureBroker) -> None:
+async def test_a_plaintext_client_of_the_permissive_port_is_checked_the_same(
+    secure: SecureBroker,
+) -> None:
+    """The permissive gRPC port was TLS only (grpcio serves one or the other); its front door
+    (broker/proxy/front.py) now takes plaintext too, under brokerd's uvloop."""
+    wrong = rmq5_send(
+        secure.endpoint,
+        TOPIC,
+        [{"body": "plain"}],
+        env=secure.env,
+        access_key=ACCESS_KEY,
+        secret_key="not-the-secret",
+    )
+    assert "error" in wrong[0], wrong
+    assert await stored_count(secure, TOPIC) == 0
     receipts = rmq5_send(
         secure.endpoint,
         TOPIC,
@@ -201,8 +216,8 @@ async def test_a_plaintext_client_gets_nothing_from_the_tls_port(secure: SecureB
         access_key=ACCESS_KEY,
         secret_key=SECRET_KEY,
     )
-    assert "error" in receipts[0], receipts
-    assert await stored_count(secure, TOPIC) == 0
+    assert "message_id" in receipts[0], receipts
+    assert await stored_count(secure, TOPIC) == 1
 
 
 # --- a raw channel: each RPC's refusal as a status ---------------------------------------

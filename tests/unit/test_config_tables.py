@@ -277,3 +277,52 @@ def test_groups_with_names_the_gate_refuses_are_not_loaded(tmp_path: Path) -> No
     assert again.load()
     assert again.get("GoodGroup") is not None and again.get("../outside") is None
     again.close()
+
+
+def test_an_entry_named_differently_from_its_key_takes_its_key(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found in review: an entry was kept under its key with another name inside (a file
+    edited by hand), so the broker registered and showed a name no request finds, one the
+    name gate never saw (`{"Good": {"topicName": "../x"}}`)."""
+    table = {"Good": {"topicName": "../x", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}}
+    version = {"timestamp": 1700000000000, "counter": 3}
+    (tmp_path / "topics.json").write_text(
+        pretty_json({"topicConfigTable": table, "dataVersion": version})
+    )
+    groups = {"GoodGroup": {"groupName": "Other"}}
+    (tmp_path / "subscriptionGroup.json").write_text(
+        pretty_json({"subscriptionGroupTable": groups, "dataVersion": version})
+    )
+    topics = TopicConfigManager(tmp_path, BROKER)
+    assert topics.load()
+    config = topics.select("Good")
+    assert config is not None and config.topic_name == "Good" and config.read_queue_nums == 2
+    assert "'../x' -> 'Good'" in caplog.text
+    subscriptions = SubscriptionGroupManager(tmp_path)
+    assert subscriptions.load()
+    group = subscriptions.get("GoodGroup")
+    assert group is not None and group.group_name == "GoodGroup"
+    topics.close()
+    subscriptions.close()
+    rows, _ = TableStore(tmp_path / TABLES_FILE).read("topics")
+    assert json.loads(rows["Good"])["topicName"] == "Good"  # imported under its key
+
+
+def test_a_row_named_differently_from_its_key_is_renamed_and_written_again(
+    tmp_path: Path,
+) -> None:
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    manager.update(TopicConfig("A", 1, 1))
+    manager.close()
+    with sqlite3.connect(tmp_path / TABLES_FILE) as db:
+        db.execute("""UPDATE config_rows SET value = '{"topicName":"../b"}' WHERE key = 'A'""")
+    reloaded = TopicConfigManager(tmp_path, BROKER)
+    assert reloaded.load()
+    config = reloaded.select("A")
+    assert config is not None and config.topic_name == "A"
+    reloaded.persist()
+    reloaded.close()
+    rows, _ = TableStore(tmp_path / TABLES_FILE).read("topics")
+    assert json.loads(rows["A"])["topicName"] == "A"

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from tidemq.common import files
 from tidemq.common.files import fsync_dir, make_dirs, write_file_safely
 
 
@@ -86,8 +88,7 @@ def test_fsync_dir_accepts_a_directory_and_rejects_a_missing_one(tmp_path: Path)
 
 
 def test_concurrent_writes_of_one_path_take_turns(tmp_path: Path) -> None:
-    """Two threads replacing one file (a broker's periodic persist in a worker thread and a
-    persist on its event loop) share `<path>.tmp`: each write must still succeed, whole."""
+    """Two threads replacing one file share `<path>.tmp`: each write must still succeed, whole."""
     path = tmp_path / "consumerOffset.json"
     contents = [bytes([65 + n]) * (20_000 + n) for n in range(2)]
     errors: list[BaseException] = []
@@ -107,6 +108,46 @@ def test_concurrent_writes_of_one_path_take_turns(tmp_path: Path) -> None:
     assert not errors, errors[:3]
     assert path.read_bytes() in contents
     assert (tmp_path / "consumerOffset.json.bak").read_bytes() in contents
+
+
+def test_a_second_writer_of_one_path_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: the turns hid that a path had two writers (whichever writes last
+    wins, and it may hold the older data)."""
+    path = tmp_path / "offsets.json"
+    first_writing = threading.Event()
+    second_waiting = threading.Event()
+    real_write = files._write_synced
+
+    def write_synced(target: Path, data: bytes) -> None:
+        if data == b"first":
+            first_writing.set()
+            assert second_waiting.wait(10)
+        real_write(target, data)
+
+    monkeypatch.setattr(files, "_write_synced", write_synced)
+    first = threading.Thread(target=write_file_safely, args=(path, b"first"))
+    first.start()
+    assert first_writing.wait(10)
+    second = threading.Thread(target=write_file_safely, args=(path, b"second"))
+    second.start()
+    deadline = time.monotonic() + 10
+    while "two writers" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.01)  # the second writer logs before it waits for the first
+    second_waiting.set()
+    first.join(10)
+    second.join(10)
+    assert f"two writers of {path} at once" in caplog.text
+    assert path.read_bytes() == b"second"
+
+
+def test_one_writer_at_a_time_logs_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    for n in range(3):
+        write_file_safely(tmp_path / "checkpoint", bytes([n]), keep_backup=False)
+    assert "two writers" not in caplog.text
 
 
 def test_make_dirs_makes_every_missing_folder_and_accepts_existing_ones(tmp_path: Path) -> None:
