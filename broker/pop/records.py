@@ -10,6 +10,9 @@ RocketMQ's short field names where RocketMQ has the record (PopCheckPoint, AckMs
 |         |  "t": topic, "c": group, "d": [offset - start offset, ...]}                   |
 | `ack`   | {"so", "pt", "q", "t", "c" of its CK, "ao": acknowledged offset,              |
 |         |  "any": true when it ends the offset in any CK (a consumer's ack)}           |
+| `back`  | {"so", "pt", "q", "t", "c" of one CK, "aol": [acknowledged offset, ...],     |
+|         |  "any"}: the acks of one AckMessage / BATCH_ACK in one record (tidemq's;      |
+|         |  RocketMQ 5 has a BatchAckMsg of its own for the same purpose)               |
 | `close` | the CK's key: {"so", "pt", "q", "t", "c"} (tidemq's: the CK was revived)      |
 
 `decode(tag, body)` refuses anything else with `PopRecordError` naming what is wrong (a
@@ -29,6 +32,7 @@ REVIVE_TOPIC_PREFIX: Final = "rmq_sys_REVIVE_LOG_"
 REVIVE_GROUP: Final = "CID_RMQ_SYS_REVIVE_GROUP"
 CK_TAG: Final = "ck"
 ACK_TAG: Final = "ack"
+BATCH_ACK_TAG: Final = "back"
 CLOSE_TAG: Final = "close"
 MAX_OFFSETS: Final = 1024  # offsets one pop hands out, at most (a batch is 32 by default)
 
@@ -61,15 +65,31 @@ def encode_ack(ack: Ack) -> tuple[str, bytes]:
     return ACK_TAG, _dumps(body)
 
 
+def encode_batch_ack(acks: list[Ack]) -> tuple[str, bytes]:
+    """One record for acks of one CK (same key and `any_checkpoint`), 1..MAX_OFFSETS of them."""
+    first = acks[0] if acks else None
+    if (
+        first is None
+        or len(acks) > MAX_OFFSETS
+        or any(a.key != first.key or a.any_checkpoint != first.any_checkpoint for a in acks)
+    ):
+        raise ValueError("a batch ack holds 1..MAX_OFFSETS acks of one checkpoint")
+    body = _key_fields(first.topic, first.group, first.queue_id, first.start_offset, first.pop_time)
+    body["aol"] = [a.offset for a in acks]
+    if first.any_checkpoint:
+        body["any"] = True
+    return BATCH_ACK_TAG, _dumps(body)
+
+
 def encode_close(key: CheckpointKey) -> tuple[str, bytes]:
     topic, group, queue_id, start, pop_time = key
     return CLOSE_TAG, _dumps(_key_fields(topic, group, queue_id, start, pop_time))
 
 
-def decode(tag: str, body: bytes) -> Checkpoint | Ack | CheckpointKey:
-    """The record a revive topic message holds (a close is its CK's key)."""
-    if tag not in (CK_TAG, ACK_TAG, CLOSE_TAG):
-        raise PopRecordError(f"tag {tag!r} is none of ck, ack, close")
+def decode(tag: str, body: bytes) -> Checkpoint | Ack | list[Ack] | CheckpointKey:
+    """The record a revive topic message holds (a close is its CK's key, a batch ack a list)."""
+    if tag not in (CK_TAG, ACK_TAG, BATCH_ACK_TAG, CLOSE_TAG):
+        raise PopRecordError(f"tag {tag!r} is none of ck, ack, back, close")
     try:
         fields = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -85,11 +105,16 @@ def decode(tag: str, body: bytes) -> Checkpoint | Ack | CheckpointKey:
     )
     if tag == CLOSE_TAG:
         return key
-    if tag == ACK_TAG:
+    if tag in (ACK_TAG, BATCH_ACK_TAG):
         any_checkpoint = fields.get("any", False)
         if not isinstance(any_checkpoint, bool):
-            raise PopRecordError("ack field 'any' is not a boolean")
-        return Ack(*key, _number(fields, "ao"), any_checkpoint)
+            raise PopRecordError(f"{tag} field 'any' is not a boolean")
+        if tag == ACK_TAG:
+            return Ack(*key, _number(fields, "ao"), any_checkpoint)
+        offsets = fields.get("aol")
+        if not isinstance(offsets, list) or not 0 < len(offsets) <= MAX_OFFSETS:
+            raise PopRecordError(f"back field 'aol' is not a list of 1..{MAX_OFFSETS} offsets")
+        return [Ack(*key, _number({"aol": o}, "aol"), any_checkpoint) for o in offsets]
     diffs = fields.get("d")
     if not isinstance(diffs, list) or not 0 < len(diffs) <= MAX_OFFSETS:
         raise PopRecordError(f"ck field 'd' is not a list of 1..{MAX_OFFSETS} offsets")

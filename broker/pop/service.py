@@ -52,7 +52,7 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
 from tidemq.broker.pop import records
 from tidemq.broker.pop.fifo import FifoLocks, Verdict
-from tidemq.broker.pop.ledger import Ack, Checkpoint, ReviveLedger
+from tidemq.broker.pop.ledger import Ack, Checkpoint, CheckpointKey, ReviveLedger
 from tidemq.broker.pop.receipt import InvalidReceiptHandle, ReceiptHandle, TopicType
 from tidemq.broker.processors.retry import DLQ_PREFIX, DLQ_QUEUE_NUMS, RETRY_PREFIX
 from tidemq.client.protocol.models import PERM_READ, PERM_READ_WRITE, PERM_WRITE
@@ -494,6 +494,49 @@ class PopService:
         await self._write(handle.revive_queue_id, *records.encode_ack(ack))
         return handle
 
+    async def ack_all(
+        self, group: str, topic: str, handle_texts: list[str]
+    ) -> list[ReceiptHandle | PopRefused]:
+        """Acknowledge several messages (one AckMessage): the acks of one checkpoint go in one
+        `back` record, not one record each. Per handle: it, or why it is refused."""
+        answers: list[ReceiptHandle | PopRefused] = []
+        batches: dict[tuple[int, CheckpointKey], list[tuple[int, Ack]]] = {}
+        for text in handle_texts:
+            try:
+                handle = self._handle(text)
+                if self._orderly(group, handle):
+                    answers.append(await self.ack(group, topic, text))
+                    continue
+            except PopRefused as refused:
+                answers.append(refused)
+                continue
+            real = handle.topic_type.real_topic(topic, group)
+            ack = Ack(
+                real,
+                group,
+                handle.queue_id,
+                handle.start_offset,
+                handle.pop_time,
+                handle.offset,
+                True,
+            )
+            batches.setdefault((handle.revive_queue_id, ack.key), []).append((len(answers), ack))
+            answers.append(handle)
+        for (revive_qid, _key), acks in batches.items():
+            for start in range(0, len(acks), records.MAX_OFFSETS):
+                chunk = acks[start : start + records.MAX_OFFSETS]
+                try:
+                    if len(chunk) == 1:
+                        await self._write(revive_qid, *records.encode_ack(chunk[0][1]))
+                    else:
+                        await self._write(
+                            revive_qid, *records.encode_batch_ack([a for _i, a in chunk])
+                        )
+                except PopRefused as refused:
+                    for index, _ack in chunk:
+                        answers[index] = refused
+        return answers
+
     async def change_invisible(
         self, group: str, topic: str, handle_text: str, invisible_ms: int
     ) -> ReceiptHandle:
@@ -641,6 +684,9 @@ class PopService:
                 self.offsets.commit("", *key, past)
         elif isinstance(record, Ack):
             ledger.ack(record, position, stamp)
+        elif isinstance(record, list):
+            for ack in record:
+                ledger.ack(ack, position, stamp)
         else:
             ledger.close(record, position, stamp)
 

@@ -590,14 +590,17 @@ class MessagingService:
         topic = resource_name(request.topic, NameKind.TOPIC)
         if not request.entries:
             raise Rejected(Code.BAD_REQUEST, "no entry to acknowledge")
+        handles = [
+            self._ending_renewal(call, group, entry.message_id, entry.receipt_handle)
+            for entry in request.entries
+        ]
+        answers = await pop.ack_all(group, topic, handles)
         entries = []
-        for entry in request.entries:
-            handle = self._ending_renewal(call, group, entry.message_id, entry.receipt_handle)
-            try:
-                await pop.ack(group, topic, handle)
+        for entry, answer in zip(request.entries, answers, strict=True):
+            if isinstance(answer, PopRefused):
+                status = Rejected(Code.INVALID_RECEIPT_HANDLE, answer.reason).status()
+            else:
                 status = ok()
-            except PopRefused as refused:
-                status = Rejected(Code.INVALID_RECEIPT_HANDLE, refused.reason).status()
             entries.append(
                 AckMessageResultEntry(
                     message_id=entry.message_id,

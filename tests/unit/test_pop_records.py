@@ -14,6 +14,7 @@ from tidemq.broker.pop.records import (
     PopRecordError,
     decode,
     encode_ack,
+    encode_batch_ack,
     encode_checkpoint,
     encode_close,
     revive_topic,
@@ -55,9 +56,31 @@ def test_acks_and_closes_round_trip(
     assert decode(*encode_close(ack.key)) == ack.key
 
 
+@given(names, names, st.integers(0, 2**31 - 1), numbers, numbers, st.booleans(),
+       st.lists(numbers, min_size=1, max_size=64))  # fmt: skip
+def test_batch_acks_round_trip(
+    topic: str, group: str, queue: int, start: int, pop: int, any_ck: bool, offsets: list[int]
+) -> None:
+    acks = [Ack(topic, group, queue, start, pop, offset, any_ck) for offset in offsets]
+    tag, body = encode_batch_ack(acks)
+    assert tag == "back" and decode(tag, body) == acks
+
+
+def test_a_batch_ack_holds_acks_of_one_checkpoint_only() -> None:
+    one = Ack("T", "G", 1, 100, 5, 101, True)
+    with pytest.raises(ValueError, match="one checkpoint"):
+        encode_batch_ack([one, Ack("T", "G", 1, 100, 6, 102, True)])
+    with pytest.raises(ValueError, match="one checkpoint"):
+        encode_batch_ack([])
+
+
 @pytest.mark.parametrize(
     ("tag", "body", "why"),
     [
+        ("back", b'{"so":1,"pt":1,"q":0,"t":"T","c":"G"}', "'aol'"),
+        ("back", b'{"so":1,"pt":1,"q":0,"t":"T","c":"G","aol":[]}', "'aol'"),
+        ("back", b'{"so":1,"pt":1,"q":0,"t":"T","c":"G","aol":[-1]}', "'aol'"),
+        ("back", b'{"so":1,"pt":1,"q":0,"t":"T","c":"G","aol":[1],"any":"y"}', "'any'"),
         ("bAck", b"{}", "tag"),
         ("ck", b"\xff", "not JSON"),
         ("ck", b"[1]", "not a JSON object"),
@@ -79,7 +102,7 @@ def test_records_read_back_drive_the_ledger() -> None:
     written = [
         encode_checkpoint(CK),
         encode_ack(Ack("T", "G", 1, 100, CK.pop_time, 101)),
-        encode_ack(Ack("X", "G", 0, 0, 0, 0)),  # some other group's, stored past the deadline
+        encode_batch_ack([Ack("X", "G", 0, 0, 0, 0), Ack("X", "G", 0, 0, 0, 1)]),  # past it
     ]
     ledger = ReviveLedger()
     for position, (tag, body) in enumerate(written):
@@ -89,5 +112,16 @@ def test_records_read_back_drive_the_ledger() -> None:
             ledger.checkpoint(record, position, store_time)
         elif isinstance(record, Ack):
             ledger.ack(record, position, store_time)
+        elif isinstance(record, list):
+            for ack in record:
+                ledger.ack(ack, position, store_time)
     [revival] = ledger.due(CK.deadline + 1)
     assert revival.offsets == (100, 105)
+    acked = decode(*encode_batch_ack([Ack("T", "G", 1, 100, CK.pop_time, o) for o in (100, 105)]))
+    assert isinstance(acked, list)
+    ledger = ReviveLedger()
+    ledger.checkpoint(CK, 0, CK.pop_time)
+    for ack in acked:
+        ledger.ack(ack, 1, CK.pop_time)
+    ledger.ack(Ack("T", "G", 1, 100, CK.pop_time, 101), 2, CK.deadline + 1)
+    assert ledger.due(CK.deadline + 1) == []  # one batch record ended two offsets
