@@ -143,11 +143,17 @@ class PopProcessor:
             request,
             "BatchAckMessageRequestBody",
         )
-        try:
-            for group, topic, handle in handles:
-                await self.pop_service.ack(group, topic, handle)
-        except PopRefused as refused:
-            raise _rejected(refused) from None
+        # The acks of one checkpoint in one revive record (PopService.ack_all); a refused
+        # handle is answered after the others are written.
+        by_group: dict[tuple[str, str], list[str]] = {}
+        for group, topic, handle in handles:
+            by_group.setdefault((group, topic), []).append(handle)
+        refusals: list[PopRefused] = []
+        for (group, topic), texts in by_group.items():
+            answers = await self.pop_service.ack_all(group, topic, texts)
+            refusals += [a for a in answers if isinstance(a, PopRefused)]
+        if refusals:
+            raise _rejected(refusals[0])
         return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
 
 
