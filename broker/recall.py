@@ -8,7 +8,8 @@ SendMessage answers a message parked in the timer wheel with a recall handle
    timerMaxDelaySec (RocketMQ's checks, each with its own `RecallRefusal`);
 2. finds the timer message by its UNIQ_KEY in the index (tidemq's check: RocketMQ writes a
    tombstone for any id): a handle whose message never waited here is UNKNOWN. The lookup waits
-   (at most INDEX_WAIT seconds) for the index to reach what the CommitLog held at the call;
+   (at most INDEX_WAIT seconds) for the index to reach what the CommitLog held at the call; an
+   index still behind then (a loaded broker) does not refuse: the recall goes on, as RocketMQ's;
 3. stores the tombstone, as RocketMQ builds it: a timer message of the handle's topic and time,
    body "0", tag `_RECALL_TAG_`, TIMER_DEL_UNIQKEY = `<topic>+<UNIQ_KEY>`. It is a CommitLog
    record: flushed, replicated to the slave, and read into the wheel again after a restart;
@@ -50,7 +51,7 @@ from tidemq.store.timer_message import (
 )
 
 RECALL_TAG: Final = "_RECALL_TAG_"
-INDEX_WAIT: Final = 3.0
+INDEX_WAIT: Final = 1.0
 ENQUEUE_WAIT: Final = 3.0
 _POLL: Final = 0.01
 _LOOKUP_MAX: Final = 64  # index hits read for one id (its timer, rolled copies, tombstones)
@@ -138,7 +139,7 @@ class RecallService:
                 f"({config.timer_max_delay_sec} s)",
                 RecallRefusal.TOO_FAR,
             )
-        if config.message_index_enable and not await self._timer_waits(handle):
+        if config.message_index_enable and await self._timer_waits(handle) is False:
             raise RecallRefused(
                 f"no timer message {handle.message_id} of topic {topic!r} waits on this "
                 f"broker for {handle.deliver_ms}",
@@ -165,20 +166,30 @@ class RecallService:
             )
         return handle.message_id
 
-    async def _timer_waits(self, handle: RecallHandle) -> bool:
-        """Whether the index holds the timer message of `handle` (see the module docstring)."""
-        target = self.store.max_phy_offset
-        now = int(time.time() * 1000)
+    async def _timer_waits(self, handle: RecallHandle) -> bool | None:
+        """Whether the index holds the timer message of `handle`; None: the index is still
+        behind the CommitLog after INDEX_WAIT (see the module docstring)."""
+        store = self.store
+        target = store.max_phy_offset
+        await store.index_keeper.wait_index(store.reput, INDEX_WAIT)
         for _attempt in range(int(INDEX_WAIT / _POLL)):
-            found = self.store.query_message(
-                TIMER_TOPIC, handle.message_id, _LOOKUP_MAX, 0, now + 60_000
+            found = store.query_message(
+                TIMER_TOPIC, handle.message_id, _LOOKUP_MAX, 0, int(time.time() * 1000) + 60_000
             )
             if any(_is_timer_of(msg, handle) for msg in found.messages):
                 return True
-            if found.index_last_update_phy_offset >= target:
+            if self._indexed_to() >= target:
                 return False
             await asyncio.sleep(_POLL)  # the index is behind the CommitLog: it follows soon
-        return False
+        return None
+
+    def _indexed_to(self) -> int:
+        """Where the index has read the CommitLog to (dispatch's position when the index is
+        built in this process, else the worker's confirmed one)."""
+        store = self.store
+        worker = store.index_keeper.worker
+        dispatched = store.reput.reput_from_offset
+        return dispatched if worker is None else min(dispatched, worker.indexed)
 
     def _tombstone(self, handle: RecallHandle, born_host: bytes) -> MessageToStore:
         now = int(time.time() * 1000)
