@@ -152,7 +152,7 @@ test-unit: install ## unit tests only (no processes, no sockets)
 # FUZZ_REQUEST_SECONDS: how long the request fuzzer attacks live daemons afterwards (0: not at
 # all); FUZZ_SEED=n repeats a request-fuzzing run (tests/fuzz/requests.py); FUZZ_GRPC_SECONDS:
 # how long the gRPC endpoint is fuzzed after that (tests/fuzz/grpc_requests.py; 0: not at all);
-# FUZZ_LANES: clients fuzzing the daemons' requests at once
+# FUZZ_LANES: clients fuzzing the daemons' requests (and the gRPC endpoint) at once
 FUZZ_RUNS ?= 1000000
 FUZZ_TARGETS ?=
 FUZZ_REQUEST_SECONDS ?= 600
@@ -167,7 +167,7 @@ fuzz: install ## fuzz every decoder, then requests to live daemons; findings go 
 			--lanes $(FUZZ_LANES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)); fi
 	@if [ "$(FUZZ_GRPC_SECONDS)" != 0 ]; then \
 		$(BIN)/python -m tests.fuzz --grpc $(FUZZ_GRPC_SECONDS) --out fuzz-crashes \
-			$(if $(FUZZ_SEED),--seed $(FUZZ_SEED)); fi
+			--lanes $(FUZZ_LANES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)); fi
 
 # make soak SOAK_ROUNDS=20 (see tests/fault/soak.py); SOAK_SEED=n repeats a run
 SOAK_ROUNDS ?= 100

@@ -126,11 +126,11 @@ def main() -> int:
         help="with --requests: no hostile topic/group/key names, every other hostile value",
     )
     parser.add_argument(
-        "--lanes", type=int, default=4, help="with --requests: clients fuzzing at once"
+        "--lanes", type=int, default=4, help="with --requests or --grpc: clients fuzzing at once"
     )
     args = parser.parse_args()
     if args.grpc is not None:
-        return fuzz_grpc(args.grpc, args.seed, args.out)
+        return fuzz_grpc(args.grpc, args.seed, args.out, lanes=args.lanes)
     if args.requests is not None:
         return fuzz_requests(
             args.requests, args.seed, args.out, names=not args.legal_names, lanes=args.lanes
@@ -163,14 +163,14 @@ def fuzz_requests(
     return 1 if report.findings else 0
 
 
-def fuzz_grpc(seconds: float, seed: int | None, out: Path) -> int:
+def fuzz_grpc(seconds: float, seed: int | None, out: Path, *, lanes: int = 4) -> int:
     from tests.fuzz.grpc_requests import run  # starts daemons: not needed by the targets
 
     seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
     found = 0
     for acl in (False, True):  # half the time without ACL, half with signed and hostile calls
         with tempfile.TemporaryDirectory(prefix="tidemq-grpcfuzz-") as base:
-            report = run(seed, seconds / 2, Path(base), out / "grpc", acl=acl)
+            report = run(seed, seconds / 2, Path(base), out / "grpc", acl=acl, lanes=lanes)
         print(("with ACL: " if acl else "") + report.summary(), flush=True)
         found += len(report.findings)
     return 1 if found else 0

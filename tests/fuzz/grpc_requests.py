@@ -27,6 +27,11 @@ Invariants, and where they are checked:
 A finding keeps the calls that led to it (the episode so far; the whole run for a daemon that
 died or hung) as `grpc-<kind>-<n>.json`; `replay(path)` sends them to a fresh broker and checks
 the same invariants.
+
+With `lanes` > 1, that many clients call at once, each on its own channel with its own seeded
+calls, sharing the receipt and recall handles they are answered (one client's handle is another's
+hostile input); they meet at each episode's checks. A finding's saved calls replay one after
+another.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import random
 import re
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -281,22 +287,27 @@ class GrpcSession:
     # --- calls -----------------------------------------------------------------------------
 
     async def call(
-        self, method: str, payloads: tuple[bytes, ...], metadata: tuple[tuple[str, str], ...]
+        self,
+        method: str,
+        payloads: tuple[bytes, ...],
+        metadata: tuple[tuple[str, str], ...],
+        channel: aio.Channel | None = None,
     ) -> Answered:
         path = f"/{SERVICE_NAME}/{method}"
         kind = RPCS[method].streaming
         started = time.monotonic()
         answers: list[bytes] = []
+        channel = channel or self.channel
         try:
             if kind == "unary":
-                stub = self.channel.unary_unary(path, _identity, _identity)
+                stub = channel.unary_unary(path, _identity, _identity)
                 answers.append(await stub(payloads[0], metadata=metadata, timeout=ANSWER_TIMEOUT))
             elif kind == "server":
-                streamed = self.channel.unary_stream(path, _identity, _identity)
+                streamed = channel.unary_stream(path, _identity, _identity)
                 call = streamed(payloads[0], metadata=metadata, timeout=ANSWER_TIMEOUT)
                 answers += [answer async for answer in call]
             else:
-                both = self.channel.stream_stream(path, _identity, _identity)
+                both = channel.stream_stream(path, _identity, _identity)
                 stream = both(metadata=metadata, timeout=ANSWER_TIMEOUT)
                 for payload in payloads:
                     await stream.write(payload)
@@ -308,7 +319,7 @@ class GrpcSession:
             )
         return Answered(grpc.StatusCode.OK, "", answers, time.monotonic() - started)
 
-    async def send(self, step: GrpcStep) -> Answered | None:
+    async def send(self, step: GrpcStep, channel: aio.Channel | None = None) -> Answered | None:
         payloads = step.payloads
         telemetry = step.method == "Telemetry"
         if telemetry:  # the stream must still answer a good command after the hostile ones
@@ -316,7 +327,7 @@ class GrpcSession:
         self.episode.append(step)
         self.all_steps.append(step)
         try:
-            answered = await self.call(step.method, payloads, step.metadata)
+            answered = await self.call(step.method, payloads, step.metadata, channel)
         except ValueError:
             return None  # metadata the gRPC client refuses to send: nothing went out
         report = self.report
@@ -607,43 +618,77 @@ def _good_settings() -> pb.TelemetryCommand:
     return pb.TelemetryCommand(settings=settings)
 
 
+async def _lane(
+    session: GrpcSession,
+    channel: aio.Channel | None,
+    feed: Callable[[], GrpcStep | None],
+    calls: int,
+    until: float,
+) -> bool:
+    """Up to `calls` calls from `feed` on `channel` (None: the session's) until `until`;
+    False once the feed is used up."""
+    for _ in range(calls):
+        if session.broken or time.monotonic() >= until:
+            return True
+        step = feed()
+        if step is None:
+            return False
+        answered = await session.send(step, channel)
+        session.track(step, answered)
+        for handles in (session.steps_handles, session.steps_recall_handles):
+            if len(handles) > 200:
+                del handles[:100]
+    return True
+
+
 async def _session(
-    broker: GrpcFuzzBroker, report: GrpcReport, steps: GrpcSteps | list[GrpcStep], seconds: float
+    broker: GrpcFuzzBroker,
+    report: GrpcReport,
+    feeds: list[Callable[[], GrpcStep | None]],
+    seconds: float,
+    lanes: Sequence[GrpcSteps] = (),
 ) -> None:
-    """Set up, send `steps` for `seconds` (counted once the broker is set up), finish."""
+    """Set up, send the calls of `feeds` (one per lane: a lane's generator, or a saved list)
+    for `seconds` (counted once the broker is set up), each lane on its own channel, then
+    finish. The generators of `lanes` share one pool of live handles, the session's."""
     session = GrpcSession(broker, report)
-    if isinstance(steps, GrpcSteps):
-        session.steps_handles = steps.handles
-        session.steps_recall_handles = steps.recall_handles
+    for n, lane in enumerate(lanes):
+        if n == 0:
+            session.steps_handles, session.steps_recall_handles = lane.handles, lane.recall_handles
+        else:
+            lane.handles, lane.recall_handles = session.steps_handles, session.steps_recall_handles
+    channels = [None if n == 0 else session._channel() for n in range(len(feeds))]
     try:
         await session.setup()
         until = time.monotonic() + seconds
-        since_check = 0
-        feed = iter(steps) if isinstance(steps, list) else None
-        while not session.broken and time.monotonic() < until:
-            step = next(feed, None) if feed is not None else steps.next()  # type: ignore[union-attr]
-            if step is None:
-                break
-            answered = await session.send(step)
-            session.track(step, answered)
-            since_check += 1
-            if since_check >= EPISODE:
-                since_check = 0
-                await session.end_episode()
-            for handles in (session.steps_handles, session.steps_recall_handles):
-                if len(handles) > 200:
-                    del handles[:100]
+        share = max(1, EPISODE // len(feeds))
+        going = True
+        while going and not session.broken and time.monotonic() < until:
+            lanes = zip(channels, feeds, strict=True)
+            going = all(
+                await asyncio.gather(*(_lane(session, c, f, share, until) for c, f in lanes))
+            )
+            await session.end_episode()
         await session.finish()
     finally:
+        for channel in channels:
+            if channel is not None:
+                await channel.close()
         await session.close()
 
 
 def run(
-    seed: int, seconds: float, base: Path, out: Path | None = None, *, acl: bool = False
+    seed: int,
+    seconds: float,
+    base: Path,
+    out: Path | None = None,
+    *,
+    acl: bool = False,
+    lanes: int = 1,
 ) -> GrpcReport:
     """Fuzz a fresh brokerd's gRPC endpoint for `seconds` from `seed` under `base`; findings
     saved under `out`. `acl`: the broker checks signatures (`ACL_FILE`), the calls are signed
-    by its accounts or carry hostile headers."""
+    by its accounts or carry hostile headers. `lanes` clients call at once."""
     os.environ["PYTHONFAULTHANDLER"] = "1"
     report = GrpcReport(seed)
     started = time.monotonic()
@@ -651,9 +696,19 @@ def run(
     try:
         broker.start()
         accounts = (ADMIN, USER) if acl else ()
-        rng = random.Random(seed)
-        steps = GrpcSteps(rng, broker.victims, MAX_BODY, FRAME_LIMIT, accounts)
-        asyncio.run(_session(broker, report, steps, seconds))
+        # The first lane's seed is the single client's: a one-lane run is as before.
+        steps = [
+            GrpcSteps(
+                random.Random(seed if n == 0 else f"{seed}/{n}"),
+                broker.victims,
+                MAX_BODY,
+                FRAME_LIMIT,
+                accounts,
+            )
+            for n in range(lanes)
+        ]
+        feeds = [lane.next for lane in steps]
+        asyncio.run(_session(broker, report, list(feeds), seconds, steps))
     finally:
         broker.stop()
         report.seconds = time.monotonic() - started
@@ -676,7 +731,8 @@ def replay(path: Path, base: Path) -> GrpcReport:
     broker = GrpcFuzzBroker(base, acl=acl)
     try:
         broker.start()
-        asyncio.run(_session(broker, report, steps, float("inf")))
+        saved = iter(steps)
+        asyncio.run(_session(broker, report, [lambda: next(saved, None)], float("inf")))
     finally:
         broker.stop()
         report.seconds = time.monotonic() - started

@@ -20,6 +20,7 @@ from tidemq.broker.proxy.server import RPCS
 
 GRPC_SEED = 33
 SECONDS = float(os.environ.get("GRPC_FUZZ_SECONDS", "8"))
+LANES = int(os.environ.get("GRPC_FUZZ_LANES", "3"))  # clients calling at once
 
 
 def steps_of(seed: int, count: int) -> list[GrpcStep]:
@@ -48,7 +49,9 @@ def test_a_seed_makes_the_same_calls_of_every_rpc_and_they_survive_a_save() -> N
 def test_seeded_grpc_run_keeps_every_invariant(tmp_path: Path, acl: bool) -> None:
     """`acl`: the broker checks 5.x signatures; the calls are signed by an admin or a user
     limited to the good topic, or carry hostile authorization headers."""
-    report = run(GRPC_SEED, SECONDS / 2, tmp_path / "run", tmp_path / "findings", acl=acl)
+    report = run(
+        GRPC_SEED, SECONDS / 2, tmp_path / "run", tmp_path / "findings", acl=acl, lanes=LANES
+    )
     print(report.summary())
     assert report.calls > 0 and report.sanity_checks >= 2
     if acl:
