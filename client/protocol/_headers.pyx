@@ -2,10 +2,12 @@
 """Compiled twin of the send header's decoding (store/common/speedups.py picks a twin).
 
     decode_send_header  client/protocol/headers.py  a send's extFields as its typed header
+    send_v2_ext_fields  client/protocol/headers.py  a producer's send as its extFields
 
 The pure twin is the reference: same arguments, same result, same exceptions
-(tests/unit/test_speedups_remoting.py). It is called for the header of every send the broker
-takes; fields it cannot read in C go to the pure twin.
+(tests/unit/test_speedups_remoting.py). decode_send_header is called for the header of every send
+the broker takes (fields it cannot read in C go to the pure twin); send_v2_ext_fields for every
+send a producer makes.
 """
 
 cdef extern from "Python.h":
@@ -139,3 +141,35 @@ def decode_send_header(dict ext, bint short_keys):
             max_reconsume,
         )
     return _PURE_TWINS[_SEND_PURE_KEY](ext, short_keys)
+
+
+def send_v2_ext_fields(
+    object producer_group,
+    object topic,
+    object default_topic,
+    object default_topic_queue_nums,
+    object queue_id,
+    object sys_flag,
+    object born_timestamp,
+    object flag,
+    object properties,
+    object batch,
+):
+    # str() of each number as the pure twin (an int subclass keeps its own __str__): the saving
+    # is the header object and the interpreted encode, not the conversions.
+    cdef dict ext = {
+        "a": producer_group,
+        "b": topic,
+        "c": default_topic,
+        "d": str(default_topic_queue_nums),
+        "e": str(queue_id),
+        "f": str(sys_flag),
+        "g": str(born_timestamp),
+        "h": str(flag),
+    }
+    if properties is not None:
+        ext["i"] = properties
+    ext["j"] = "0"
+    ext["k"] = "false"
+    ext["m"] = "true" if batch else "false"
+    return ext
