@@ -394,6 +394,25 @@ class RemotingConnection(asyncio.BaseProtocol):
             raise ConnectionClosedError(f"connection to {self.peer or self.name} is closed")
         if not self._can_write.is_set():
             await asyncio.wait_for(self._can_write.wait(), timeout)
+        started = self.start_request(command, timeout)
+        if started is None:  # closed while it waited to write
+            raise ConnectionClosedError(f"connection to {self.peer or self.name} is closed")
+        future, timer = started
+        try:
+            return await future
+        finally:
+            self.end_request(command.opaque, timer)
+
+    def start_request(
+        self, command: RemotingCommand, timeout: float
+    ) -> tuple[asyncio.Future[RemotingCommand], asyncio.TimerHandle | None] | None:
+        """`request` without its coroutine, for the hottest callers (a producer's send): the
+        request is sent and its future and timer returned; the caller awaits the future and
+        then calls `end_request(command.opaque, timer)` whatever happened. None when the
+        connection is closed or paused: the caller uses `request` (which raises or waits)."""
+        transport = self._transport
+        if transport is None or transport.is_closing() or not self._can_write.is_set():
+            return None
         command.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
         loop = asyncio.get_running_loop()
         future: asyncio.Future[RemotingCommand] = loop.create_future()
@@ -410,16 +429,22 @@ class RemotingConnection(asyncio.BaseProtocol):
             timer = loop.call_at(deadline, _time_out, future)
         try:
             self.send(command)
-            return await future
-        finally:
-            if timer is not None:
-                timer.cancel()
-            pending = self._pending
-            pending.pop(opaque, None)
-            # Forget the answered requests at the front: the queue holds no more than the
-            # requests sent since the oldest one still waiting.
-            while deadlines and deadlines[0][1] not in pending:
-                deadlines.popleft()
+        except BaseException:
+            self.end_request(opaque, timer)
+            raise
+        return future, timer
+
+    def end_request(self, opaque: int, timer: asyncio.TimerHandle | None) -> None:
+        """A request's bookkeeping after its future: answered, failed or cancelled."""
+        if timer is not None:
+            timer.cancel()
+        pending = self._pending
+        pending.pop(opaque, None)
+        # Forget the answered requests at the front: the queue holds no more than the
+        # requests sent since the oldest one still waiting.
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1] not in pending:
+            deadlines.popleft()
 
     def _expire(self) -> None:
         """Fail the requests whose deadline has passed; arm the timer for the next one."""

@@ -91,6 +91,43 @@ async def test_request_gets_its_response() -> None:
     assert not connection._pending
 
 
+async def test_a_request_started_without_a_coroutine_is_answered_and_then_forgotten() -> None:
+    connection, transport = connect()
+    request = RemotingCommand.request(5)
+    started = connection.start_request(request, 5.0)
+    assert started is not None
+    future, timer = started
+    await eventually(lambda: transport.writes, "the request on the wire")
+    (sent,) = commands_in(b"".join(transport.writes))
+    assert sent.opaque == request.opaque
+    connection.data_received(encode_command(RemotingCommand.response_to(sent, 0, "fine")))
+    assert (await future).remark == "fine"
+    connection.end_request(request.opaque, timer)
+    assert not connection._pending and not connection._deadlines
+
+
+async def test_a_started_request_times_out_as_a_request_does() -> None:
+    connection, _transport = connect()
+    request = RemotingCommand.request(5)
+    started = connection.start_request(request, 0.05)
+    assert started is not None
+    future, timer = started
+    with pytest.raises(TimeoutError):
+        await future
+    connection.end_request(request.opaque, timer)
+    assert not connection._pending
+
+
+async def test_no_request_starts_on_a_paused_or_closed_connection() -> None:
+    connection, _transport = connect()
+    connection.pause_writing()
+    assert connection.start_request(RemotingCommand.request(5), 5.0) is None
+    connection.resume_writing()
+    connection.connection_lost(None)
+    assert connection.start_request(RemotingCommand.request(5), 5.0) is None
+    assert not connection._pending
+
+
 async def test_request_times_out_and_forgets_the_call() -> None:
     connection, _transport = connect()
     loop = asyncio.get_running_loop()
