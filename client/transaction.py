@@ -8,8 +8,9 @@
 2. runs the local-transaction callback `execute(msg, arg)`, which returns a
    `LocalTransactionState` (an exception counts as UNKNOWN); when the half message was not stored
    the callback does not run and the state is ROLLBACK;
-3. ends the transaction with END_TRANSACTION (37) to the broker that stored the half message:
-   COMMIT makes the message visible to consumers, ROLLBACK drops it, UNKNOWN leaves it open.
+3. ends the transaction with END_TRANSACTION (37) to the broker that stored the half message,
+   oneway as RocketMQ's producer sends it (no wait for the broker's answer): COMMIT makes the
+   message visible to consumers, ROLLBACK drops it, UNKNOWN leaves it open.
 
 A transaction left open (UNKNOWN, a lost END, a producer that died) is resolved by the broker's
 check: CHECK_TRANSACTION_STATE (39) reaches any started producer of the group, whose
@@ -244,8 +245,12 @@ class AsyncTransactionProducer(AsyncProducer):
         )
 
     async def _end(self, result: SendResult, state: LocalTransactionState) -> None:
-        """END_TRANSACTION for a half message this producer sent; a failure is only logged:
-        the transaction stays open and the broker's check asks again."""
+        """END_TRANSACTION for a half message this producer sent, oneway as RocketMQ's
+        DefaultMQProducerImpl.endTransaction sends it: the producer does not wait for the
+        broker. A request that cannot be written (no connection, closed, or not writable within
+        the send timeout) is logged here; one the broker refuses is logged by the broker (its
+        END_TRANSACTION processor). Either way the transaction stays open and the broker's
+        check asks this producer group again."""
         if state is LocalTransactionState.UNKNOWN:
             return
         address = self.instance.find_broker_address_in_publish(result.message_queue.broker_name)
@@ -256,15 +261,17 @@ class AsyncTransactionProducer(AsyncProducer):
             )
             return
         header = self._end_header(result.offset_msg_id, result.queue_offset, result.msg_id, state)
-        request = self.instance.api.request(RequestCode.END_TRANSACTION, encode(header))
+        api = self.instance.api
+        request = api.request(RequestCode.END_TRANSACTION, encode(header))
         try:
-            await self.instance.api.call(address, request)
-        except TideMQError as exc:
+            # a wait only for a connection, or for a paused one to take writes again
+            await api.remoting.invoke_oneway(address, request, self.timeout)
+        except (TideMQError, ConnectionError, TimeoutError) as exc:
             log.warning(
-                "END_TRANSACTION %s of %s failed: %s (the broker will check)",
+                "END_TRANSACTION %s of %s not sent: %s (the broker will check)",
                 state.name,
                 result.msg_id,
-                exc,
+                str(exc) or type(exc).__name__,
             )
 
     def _end_header(

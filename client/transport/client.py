@@ -150,11 +150,15 @@ class RemotingClient:
             f"no response from {address} to request code {request.code} in {timeout:.1f} s"
         )
 
-    async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
+    async def invoke_oneway(
+        self, address: str, request: RemotingCommand, timeout: float | None = None
+    ) -> None:
+        """Send `request` without waiting for an answer: after a connect (bounded by the
+        connect timeout) and, on a paused connection, a wait of at most `timeout` seconds."""
         if self._signer is not None:
             self._signer.sign(request)
         connection = await self.connection(address)
-        await connection.oneway(request)
+        await connection.oneway(request, timeout)
 
     def close_connection(self, address: str) -> None:
         connection = self._connections.pop(address, None)

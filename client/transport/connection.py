@@ -462,11 +462,13 @@ class RemotingConnection(asyncio.BaseProtocol):
             if future is not None:
                 _time_out(future)
 
-    async def oneway(self, command: RemotingCommand) -> None:
+    async def oneway(self, command: RemotingCommand, timeout: float | None = None) -> None:
+        """Send without waiting for an answer; a paused connection is waited for, up to
+        `timeout` seconds when given (TimeoutError)."""
         command.flag |= 2
         command.opaque = next(self._opaques) & 0x7FFFFFFF
         if not self._can_write.is_set():
-            await self._can_write.wait()
+            await asyncio.wait_for(self._can_write.wait(), timeout)
         self.send(command)
 
     def close(self) -> None:

@@ -434,3 +434,16 @@ async def test_a_write_that_raises_fails_the_waiting_requests_at_once() -> None:
     assert transport.closing
     assert not connection._outgoing and not connection._pending
     connection.close()  # nothing left queued to fail again
+
+
+async def test_a_oneway_request_waits_for_a_paused_connection_no_longer_than_its_timeout() -> None:
+    connection, transport = connect()
+    connection.pause_writing()
+    with pytest.raises(TimeoutError):
+        await connection.oneway(RemotingCommand.request(5), 0.05)
+    assert not transport.writes
+    connection.resume_writing()
+    await connection.oneway(RemotingCommand.request(5), 0.05)
+    await eventually(lambda: transport.writes, "the oneway request on the wire")
+    (sent,) = commands_in(b"".join(transport.writes))
+    assert sent.is_oneway
