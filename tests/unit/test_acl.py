@@ -22,7 +22,12 @@ from tidemq.client.protocol.heartbeat import ConsumerData, HeartbeatData, Subscr
 from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.headers import decode_header, encode_header
-from tidemq.client.remoting.signing import RequestSigner, SessionCredentials, signature
+from tidemq.client.remoting.signing import (
+    RequestSigner,
+    SessionCredentials,
+    signature,
+    signing_key,
+)
 from tidemq.client.transport.connection import RemotingConnection
 from tidemq.common.errors import ConfigError
 
@@ -239,6 +244,23 @@ def test_signature_is_rocketmqs_content_hmac() -> None:
 
     expected = hmac.new(b"secretkey", b"ak12" + b"body", hashlib.sha1).digest()
     assert signature("secretkey", ext, b"body") == base64.b64encode(expected).decode()
+
+
+@given(st.text(max_size=20), st.lists(st.binary(max_size=300), max_size=4))
+def test_a_signing_key_gives_each_copy_the_hmac_of_what_it_was_given(
+    secret: str, parts: list[bytes]
+) -> None:
+    import hashlib
+    import hmac
+
+    key = signing_key(secret)
+    first, second = key.copy(), key.copy()
+    for part in parts:
+        first.update(part)
+    expected = hmac.new(secret.encode(), b"".join(parts), hashlib.sha1).digest()
+    assert first.digest() == expected
+    # the key itself and the other copy are untouched
+    assert second.digest() == key.copy().digest() == hmac.new(secret.encode(), b"", "sha1").digest()
 
 
 def test_signer_adds_the_fields_and_the_broker_accepts_them() -> None:
