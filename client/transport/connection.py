@@ -133,6 +133,9 @@ class RemotingConnection(asyncio.BaseProtocol):
         self._expiry: asyncio.TimerHandle | None = None
         self._opaques = itertools.count(1)
         self._transport: asyncio.Transport | None = None
+        # The loop this connection runs on, taken at its first use: asyncio.get_running_loop()
+        # makes a getpid() system call (CPython 3.11's fork check) each time it is asked.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._outgoing: list[Body] = []  # frames sent since the last flush, written together
         self._handling: set[asyncio.Task[None]] = set()
         # The futures of requests waiting without a task (`_StepOnce`).
@@ -355,7 +358,10 @@ class RemotingConnection(asyncio.BaseProtocol):
         head, body = encode_command_parts(command)
         outgoing = self._outgoing
         if not outgoing:
-            asyncio.get_running_loop().call_soon(self._flush)
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self._flush)
         outgoing.append(head)
         if body:
             outgoing.append(body)
@@ -414,7 +420,9 @@ class RemotingConnection(asyncio.BaseProtocol):
         if transport is None or transport.is_closing() or not self._can_write.is_set():
             return None
         command.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         future: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[opaque] = future
         # Timers on the future itself: asyncio.wait_for would wrap every call in a task.
