@@ -40,7 +40,7 @@ from tidemq.client.producer import (
     AsyncProducer,
     _compress,
 )
-from tidemq.client.protocol.headers import EndTransactionRequestHeader, encode
+from tidemq.client.protocol.headers import EndTransactionRequestHeader, header_schema
 from tidemq.client.remoting.codes import RequestCode
 from tidemq.client.sync import BlockingTwin, call
 from tidemq.client.trace import MessageType, TraceRecord, TraceType, now_ms
@@ -55,10 +55,13 @@ from tidemq.store.layout import (
 from tidemq.store.record import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION_PREPARED,
-    decode_message_id,
+    decode_message_offset,
 )
 
 log = logging.getLogger(__name__)
+
+# Kept, not looked up per transaction (see header_schema).
+_ENCODE_END: Final = header_schema(EndTransactionRequestHeader).encode
 
 
 class LocalTransactionState(enum.Enum):
@@ -88,8 +91,27 @@ class TransactionSendResult:
         return self.send_result.msg_id
 
 
+def _half_message(msg: Message, group: str) -> Message:
+    """`msg` as its half message: its properties and TRAN_MSG=true, PGROUP=group. What
+    dataclasses.replace makes, field by field in order (replace looks the fields up per call)."""
+    return Message(
+        msg.topic,
+        msg.body,
+        msg.tags,
+        msg.keys,
+        {**msg.properties, PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: group},
+        msg.delay_level,
+        msg.wait_store_msg_ok,
+        msg.flag,
+        msg.deliver_at_ms,
+        msg.delay_ms,
+    )
+
+
 async def _state_of(outcome: StateOrAwaitable, what: str) -> LocalTransactionState:
     """A callback's answer; anything but a LocalTransactionState (or an exception) is UNKNOWN."""
+    if type(outcome) is LocalTransactionState:  # a plain callback's answer: no awaitable test
+        return outcome
     try:
         state: object = await outcome if inspect.isawaitable(outcome) else outcome
     except Exception:
@@ -178,14 +200,7 @@ class AsyncTransactionProducer(AsyncProducer):
         self._check(msg)  # first: the delay test below compares a checked int
         if msg.delay_level > 0:
             raise ClientError("a transactional message cannot be delayed")
-        half = dataclasses.replace(
-            msg,
-            properties={
-                **msg.properties,
-                PROPERTY_TRANSACTION_PREPARED: "true",
-                PROPERTY_PRODUCER_GROUP: self.group,
-            },
-        )
+        half = _half_message(msg, self.group)
         uniq = self._ids.next_id()
         body, sys_flag = _compress(half.body, self.compress_over)
         started = time.monotonic()
@@ -262,7 +277,7 @@ class AsyncTransactionProducer(AsyncProducer):
             return
         header = self._end_header(result.offset_msg_id, result.queue_offset, result.msg_id, state)
         api = self.instance.api
-        request = api.request(RequestCode.END_TRANSACTION, encode(header))
+        request = api.request(RequestCode.END_TRANSACTION, _ENCODE_END(header))
         try:
             # a wait only for a connection, or for a paused one to take writes again
             await api.remoting.invoke_oneway(address, request, self.timeout)
@@ -281,7 +296,7 @@ class AsyncTransactionProducer(AsyncProducer):
         msg_id: str,
         state: LocalTransactionState,
     ) -> EndTransactionRequestHeader:
-        _host, commit_log_offset = decode_message_id(offset_msg_id)
+        commit_log_offset = decode_message_offset(offset_msg_id)
         return EndTransactionRequestHeader(
             producer_group=self.group,
             tran_state_table_offset=queue_offset,
@@ -312,7 +327,7 @@ class AsyncTransactionProducer(AsyncProducer):
             from_transaction_check=True,
             transaction_id=msg.msg_id,
         )
-        request = self.instance.api.request(RequestCode.END_TRANSACTION, encode(header))
+        request = self.instance.api.request(RequestCode.END_TRANSACTION, _ENCODE_END(header))
         try:
             await connection.oneway(request)
         except (ConnectionError, TimeoutError) as exc:

@@ -131,10 +131,21 @@ def message_id(store_host: bytes, physical_offset: int) -> str:
 
 def decode_message_id(msg_id: str) -> tuple[tuple[str, int], int]:
     """Split an offsetMsgId into (store host, physical offset); raises ValueError if malformed."""
+    raw = _message_id_bytes(msg_id)
+    return unpack_host(raw[:-8]), int.from_bytes(raw[-8:], "big", signed=True)
+
+
+def decode_message_offset(msg_id: str) -> int:
+    """The physical offset of an offsetMsgId (`decode_message_id`'s second part, without the
+    host's decoding); raises ValueError if malformed."""
+    return int.from_bytes(_message_id_bytes(msg_id)[-8:], "big", signed=True)
+
+
+def _message_id_bytes(msg_id: str) -> bytes:
     raw = bytes.fromhex(msg_id)
     if len(raw) not in (16, 28):
         raise ValueError(f"message id {msg_id!r} has {len(raw)} bytes, expected 16 or 28")
-    return unpack_host(raw[:-8]), int.from_bytes(raw[-8:], "big", signed=True)
+    return raw
 
 
 # --- properties ----------------------------------------------------------------------------
