@@ -135,6 +135,25 @@ def test_bad_address_patterns(pattern: str) -> None:
         address_matcher(pattern)
 
 
+def test_a_peer_address_is_parsed_once_whatever_the_patterns_ask(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A white list's patterns each read the peer's address on every request: parsed once, kept.
+    parsed: list[str] = []
+    real = ipaddress.ip_address
+
+    def counted(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+        parsed.append(address)
+        return real(address)
+
+    matchers = [address_matcher(p) for p in ("10.10.103.*", "192.168.0.*", "198.51.100.{7,9}")]
+    monkeypatch.setattr(ipaddress, "ip_address", counted)
+    peer = "198.51.100.9"  # TEST-NET-2: no other test asks for it
+    answers = [[m(peer) for m in matchers] for _ in range(3)]
+    assert answers == [[False, False, True]] * 3
+    assert parsed.count(peer) <= 1
+
+
 @given(
     st.integers(0, 255),
     st.integers(0, 255),
