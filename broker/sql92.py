@@ -47,7 +47,7 @@ from typing import Any, Final
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from tidemq.store.record import find_property, read_properties
+from tidemq.store.record import read_named_properties
 
 MAX_EXPRESSION_LENGTH: Final = 32_768
 MAX_DEPTH: Final = 200
@@ -636,13 +636,7 @@ class Sql92Filter:
             return False
 
     def matches_record(self, record: memoryview) -> bool:
-        raw = read_properties(record)
-        found: dict[str, str] = {}
-        if raw:
-            for name, key in self._keys:
-                value = find_property(raw, key)
-                if value is not None:
-                    found[name] = value.decode("utf-8", "replace")
+        found = read_named_properties(record, self._keys)
         try:
             return self._evaluate(found) is True
         except _EvalError:

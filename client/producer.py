@@ -33,13 +33,12 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tidemq.client.api import SendResponse
 from tidemq.client.config import ClientConfig
 from tidemq.client.errors import BrokerResponseError, ClientError, RemotingError, TideMQError
 from tidemq.client.instance import ClientInstance, get_instance
 from tidemq.client.latency import MQFaultStrategy
-from tidemq.client.message import Message, SendResult, UniqueIdGenerator
-from tidemq.client.protocol.headers import SendMessageRequestHeader
+from tidemq.client.message import Message, SendResult, SendStatus, UniqueIdGenerator
+from tidemq.client.protocol.headers import SendMessageRequestHeader, send_v2_ext_fields
 from tidemq.client.protocol.heartbeat import MessageQueue
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.routing import TopicPublishInfo
@@ -215,7 +214,7 @@ class AsyncProducer(AsyncLifecycle):
 
         To a queue of the route picked round robin, or `queue`, or the one `selector(queues,
         msg, arg)` returns; within `timeout` seconds (default: the producer's)."""
-        self._check(msg)
+        check_message(msg, self.max_message_size)  # _check, one call deep
         if queue is not None:
             check_queue(queue, msg.topic)
         if selector is not None and not callable(selector):
@@ -357,35 +356,53 @@ class AsyncProducer(AsyncLifecycle):
         last_broker: str | None = None
         last_error: TideMQError | None = None
         instance = self.instance
+        fault = self.fault
+        topic = msg.topic
         for attempt in range(attempts):
             remaining = budget - (time.monotonic() - started)
             if remaining <= 0:
                 break
-            # A known, usable route without the two awaits of _route (most sends)
-            info = instance.publish_infos.get(msg.topic)
-            if info is None or not info.ok:
-                info, _auto = await self._route(msg.topic)
+            # A known, usable route (TopicPublishInfo.ok, inline) without the two awaits of
+            # _route (most sends)
+            info = instance.publish_infos.get(topic)
+            if info is None or not info.queues:
+                info, _auto = await self._route(topic)
             if fixed_queue is not None:
                 queue = fixed_queue
             elif selector is not None:
                 queue = check_queue(selector(list(info.queues), msg, arg), None, "selector")
-            else:
-                queue = self.fault.select_one_message_queue(info, last_broker)
+            elif fault.enabled:
+                queue = fault.select_one_message_queue(info, last_broker)
+            else:  # what the strategy does when disabled, one call deep
+                queue = info.select_one_message_queue(last_broker)
             address = instance.find_broker_address_in_publish(queue.broker_name)
             if address is None:
-                await instance.update_route(msg.topic)
+                await instance.update_route(topic)
                 address = instance.find_broker_address_in_publish(queue.broker_name)
             if address is None:
                 last_error = ClientError(f"broker {queue.broker_name} has no master address")
                 last_broker = queue.broker_name
                 continue
-            header = self._header(msg, queue, properties, sys_flag)
-            header.batch = batch
+            queue_id = queue.queue_id
+            ext = send_v2_ext_fields(
+                self.group,
+                topic,
+                AUTO_CREATE_TOPIC,
+                self.default_topic_queue_nums,
+                queue_id,
+                sys_flag,
+                int(time.time() * 1000),
+                msg.flag,
+                properties,
+                batch,
+            )
             sent_at = time.monotonic()
             try:
-                raw = await instance.api.send(address, header, body, timeout=remaining, batch=batch)
+                raw = await instance.api.send_fields(
+                    address, ext, queue_id, body, timeout=remaining, batch=batch
+                )
             except (RemotingError, BrokerResponseError) as exc:
-                self.fault.update_fault_item(queue.broker_name, 30_000, isolation=True)
+                fault.update_fault_item(queue.broker_name, 30_000, isolation=True)
                 # What the error tree marks retriable (client/errors.py): RocketMQ's
                 # retryResponseCodes, SYSTEM_BUSY and FLOW_CONTROL, and any remoting failure.
                 retriable = exc.retriable
@@ -393,17 +410,23 @@ class AsyncProducer(AsyncLifecycle):
                 last_error, last_broker = exc, queue.broker_name
                 # The group may have a new master (failover): ask the name servers now rather
                 # than at the next 30 s refresh, so the retry and the sends after it go there.
-                await instance.refresh_route_after_failure(msg.topic)
+                await instance.refresh_route_after_failure(topic)
                 if not retriable:
                     raise
                 continue
-            self.fault.update_fault_item(
-                queue.broker_name, (time.monotonic() - sent_at) * 1000, isolation=False
-            )
-            result = _result(raw, queue, uniq)
-            if result.ok or not self.retry_another_broker_when_not_store_ok:
+            if fault.enabled:
+                fault.update_fault_item(
+                    queue.broker_name, (time.monotonic() - sent_at) * 1000, isolation=False
+                )
+            # The broker stores in the queue it was asked for: its own MessageQueue then, not
+            # a copy.
+            if raw.queue_id != queue_id:
+                queue = _QUEUE(queue.topic, queue.broker_name, raw.queue_id)
+            status = raw.status
+            result: SendResult = _SEND_RESULT(status, uniq, raw.msg_id, queue, raw.queue_offset)
+            if status is SendStatus.SEND_OK or not self.retry_another_broker_when_not_store_ok:
                 return result
-            await instance.refresh_route_after_failure(msg.topic)
+            await instance.refresh_route_after_failure(topic)
             last_broker = queue.broker_name
         if last_error is not None:
             raise last_error
@@ -413,13 +436,6 @@ class AsyncProducer(AsyncLifecycle):
 # Per send, without the frozen __init__'s object.__setattr__ per field (common/frozen.py).
 _SEND_RESULT = maker(SendResult)
 _QUEUE = maker(MessageQueue)
-
-
-def _result(raw: SendResponse, queue: MessageQueue, uniq: str) -> SendResult:
-    # The broker stores in the queue it was asked for: its own MessageQueue then, not a copy.
-    if raw.queue_id != queue.queue_id:
-        queue = _QUEUE(queue.topic, queue.broker_name, raw.queue_id)
-    return _SEND_RESULT(raw.status, uniq, raw.msg_id, queue, raw.queue_offset)
 
 
 class Producer(BlockingTwin[AsyncProducer]):

@@ -175,14 +175,18 @@ class TopicPublishInfo:
         tries up to len(queues) positions before settling for plain round robin (every queue
         is on the failed broker).
         """
-        if not self.queues:
+        queues = self.queues
+        if not queues:
             raise ClientError(f"no queue to send topic {self.topic} to")
         if last_broker_name is not None:
-            for _ in range(len(self.queues)):
-                mq = self.queues[self.next_index() % len(self.queues)]
+            for _ in range(len(queues)):
+                mq = queues[self.next_index() % len(queues)]
                 if mq.broker_name != last_broker_name:
                     return mq
-        return self.queues[self.next_index() % len(self.queues)]
+        # next_index() of a first try, inline: the call per send of two frames
+        index = self.send_which_queue
+        index._value = value = (index._value + 1) & _POSITIVE_MASK
+        return queues[value % len(queues)]
 
     def __repr__(self) -> str:
         return (

@@ -8,8 +8,9 @@
 2. runs the local-transaction callback `execute(msg, arg)`, which returns a
    `LocalTransactionState` (an exception counts as UNKNOWN); when the half message was not stored
    the callback does not run and the state is ROLLBACK;
-3. ends the transaction with END_TRANSACTION (37) to the broker that stored the half message:
-   COMMIT makes the message visible to consumers, ROLLBACK drops it, UNKNOWN leaves it open.
+3. ends the transaction with END_TRANSACTION (37) to the broker that stored the half message,
+   oneway as RocketMQ's producer sends it (no wait for the broker's answer): COMMIT makes the
+   message visible to consumers, ROLLBACK drops it, UNKNOWN leaves it open.
 
 A transaction left open (UNKNOWN, a lost END, a producer that died) is resolved by the broker's
 check: CHECK_TRANSACTION_STATE (39) reaches any started producer of the group, whose
@@ -39,7 +40,7 @@ from tidemq.client.producer import (
     AsyncProducer,
     _compress,
 )
-from tidemq.client.protocol.headers import EndTransactionRequestHeader, encode
+from tidemq.client.protocol.headers import EndTransactionRequestHeader, header_schema
 from tidemq.client.remoting.codes import RequestCode
 from tidemq.client.sync import BlockingTwin, call
 from tidemq.client.trace import MessageType, TraceRecord, TraceType, now_ms
@@ -54,10 +55,13 @@ from tidemq.store.layout import (
 from tidemq.store.record import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION_PREPARED,
-    decode_message_id,
+    decode_message_offset,
 )
 
 log = logging.getLogger(__name__)
+
+# Kept, not looked up per transaction (see header_schema).
+_ENCODE_END: Final = header_schema(EndTransactionRequestHeader).encode
 
 
 class LocalTransactionState(enum.Enum):
@@ -87,8 +91,27 @@ class TransactionSendResult:
         return self.send_result.msg_id
 
 
+def _half_message(msg: Message, group: str) -> Message:
+    """`msg` as its half message: its properties and TRAN_MSG=true, PGROUP=group. What
+    dataclasses.replace makes, field by field in order (replace looks the fields up per call)."""
+    return Message(
+        msg.topic,
+        msg.body,
+        msg.tags,
+        msg.keys,
+        {**msg.properties, PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: group},
+        msg.delay_level,
+        msg.wait_store_msg_ok,
+        msg.flag,
+        msg.deliver_at_ms,
+        msg.delay_ms,
+    )
+
+
 async def _state_of(outcome: StateOrAwaitable, what: str) -> LocalTransactionState:
     """A callback's answer; anything but a LocalTransactionState (or an exception) is UNKNOWN."""
+    if type(outcome) is LocalTransactionState:  # a plain callback's answer: no awaitable test
+        return outcome
     try:
         state: object = await outcome if inspect.isawaitable(outcome) else outcome
     except Exception:
@@ -177,14 +200,7 @@ class AsyncTransactionProducer(AsyncProducer):
         self._check(msg)  # first: the delay test below compares a checked int
         if msg.delay_level > 0:
             raise ClientError("a transactional message cannot be delayed")
-        half = dataclasses.replace(
-            msg,
-            properties={
-                **msg.properties,
-                PROPERTY_TRANSACTION_PREPARED: "true",
-                PROPERTY_PRODUCER_GROUP: self.group,
-            },
-        )
+        half = _half_message(msg, self.group)
         uniq = self._ids.next_id()
         body, sys_flag = _compress(half.body, self.compress_over)
         started = time.monotonic()
@@ -244,8 +260,12 @@ class AsyncTransactionProducer(AsyncProducer):
         )
 
     async def _end(self, result: SendResult, state: LocalTransactionState) -> None:
-        """END_TRANSACTION for a half message this producer sent; a failure is only logged:
-        the transaction stays open and the broker's check asks again."""
+        """END_TRANSACTION for a half message this producer sent, oneway as RocketMQ's
+        DefaultMQProducerImpl.endTransaction sends it: the producer does not wait for the
+        broker. A request that cannot be written (no connection, closed, or not writable within
+        the send timeout) is logged here; one the broker refuses is logged by the broker (its
+        END_TRANSACTION processor). Either way the transaction stays open and the broker's
+        check asks this producer group again."""
         if state is LocalTransactionState.UNKNOWN:
             return
         address = self.instance.find_broker_address_in_publish(result.message_queue.broker_name)
@@ -256,15 +276,17 @@ class AsyncTransactionProducer(AsyncProducer):
             )
             return
         header = self._end_header(result.offset_msg_id, result.queue_offset, result.msg_id, state)
-        request = self.instance.api.request(RequestCode.END_TRANSACTION, encode(header))
+        api = self.instance.api
+        request = api.request(RequestCode.END_TRANSACTION, _ENCODE_END(header))
         try:
-            await self.instance.api.call(address, request)
-        except TideMQError as exc:
+            # a wait only for a connection, or for a paused one to take writes again
+            await api.remoting.invoke_oneway(address, request, self.timeout)
+        except (TideMQError, ConnectionError, TimeoutError) as exc:
             log.warning(
-                "END_TRANSACTION %s of %s failed: %s (the broker will check)",
+                "END_TRANSACTION %s of %s not sent: %s (the broker will check)",
                 state.name,
                 result.msg_id,
-                exc,
+                str(exc) or type(exc).__name__,
             )
 
     def _end_header(
@@ -274,7 +296,7 @@ class AsyncTransactionProducer(AsyncProducer):
         msg_id: str,
         state: LocalTransactionState,
     ) -> EndTransactionRequestHeader:
-        _host, commit_log_offset = decode_message_id(offset_msg_id)
+        commit_log_offset = decode_message_offset(offset_msg_id)
         return EndTransactionRequestHeader(
             producer_group=self.group,
             tran_state_table_offset=queue_offset,
@@ -305,7 +327,7 @@ class AsyncTransactionProducer(AsyncProducer):
             from_transaction_check=True,
             transaction_id=msg.msg_id,
         )
-        request = self.instance.api.request(RequestCode.END_TRANSACTION, encode(header))
+        request = self.instance.api.request(RequestCode.END_TRANSACTION, _ENCODE_END(header))
         try:
             await connection.oneway(request)
         except (ConnectionError, TimeoutError) as exc:

@@ -21,10 +21,10 @@ master does. The nonce makes a recorded proof useless on another connection.
 
 from __future__ import annotations
 
-import hmac
 import struct
 from typing import Final
 
+from tidemq.common.mac import Mac
 from tidemq.ha.codec import HAProtocolError
 
 MAGIC: Final = b"TQHA"
@@ -57,14 +57,14 @@ def decode_challenge(data: bytes) -> bytes:
     return bytes(nonce)
 
 
-def proof_mac(key: hmac.HMAC, nonce: bytes) -> bytes:
+def proof_mac(key: Mac, nonce: bytes) -> bytes:
     """The MAC of a proof, from an HMAC-SHA1 keyed with the secretKey (copied, not changed)."""
     mac = key.copy()
     mac.update(PROOF_DOMAIN + nonce)
     return mac.digest()
 
 
-def encode_proof(access_key: str, key: hmac.HMAC, nonce: bytes) -> bytes:
+def encode_proof(access_key: str, key: Mac, nonce: bytes) -> bytes:
     name = access_key.encode("utf-8")
     if not 0 < len(name) <= MAX_ACCESS_KEY:
         raise ValueError(f"an accessKey of 1..{MAX_ACCESS_KEY} bytes, not {len(name)}")

@@ -131,10 +131,21 @@ def message_id(store_host: bytes, physical_offset: int) -> str:
 
 def decode_message_id(msg_id: str) -> tuple[tuple[str, int], int]:
     """Split an offsetMsgId into (store host, physical offset); raises ValueError if malformed."""
+    raw = _message_id_bytes(msg_id)
+    return unpack_host(raw[:-8]), int.from_bytes(raw[-8:], "big", signed=True)
+
+
+def decode_message_offset(msg_id: str) -> int:
+    """The physical offset of an offsetMsgId (`decode_message_id`'s second part, without the
+    host's decoding); raises ValueError if malformed."""
+    return int.from_bytes(_message_id_bytes(msg_id)[-8:], "big", signed=True)
+
+
+def _message_id_bytes(msg_id: str) -> bytes:
     raw = bytes.fromhex(msg_id)
     if len(raw) not in (16, 28):
         raise ValueError(f"message id {msg_id!r} has {len(raw)} bytes, expected 16 or 28")
-    return unpack_host(raw[:-8]), int.from_bytes(raw[-8:], "big", signed=True)
+    return raw
 
 
 # --- properties ----------------------------------------------------------------------------
@@ -854,6 +865,26 @@ def read_properties(record: bytes | memoryview) -> bytes:
 
 
 read_properties = speedups.select(read_properties, "tidemq.store._record")
+
+
+def read_named_properties(
+    record: bytes | memoryview, keys: tuple[tuple[str, bytes], ...]
+) -> dict[str, str]:
+    """The properties of one whole record that `keys` name (pairs of a name and its UTF-8
+    bytes), each value decoded (invalid UTF-8 replaced); those absent are left out, and a
+    record whose lengths disagree has none. What an SQL92 filter reads of every record it
+    sees: one call per record."""
+    raw = read_properties(record)
+    found: dict[str, str] = {}
+    if raw:
+        for name, key in keys:
+            value = find_property(raw, key)
+            if value is not None:
+                found[name] = value.decode("utf-8", "replace")
+    return found
+
+
+read_named_properties = speedups.select(read_named_properties, "tidemq.store._record")
 
 
 def read_topic(buf: bytes | memoryview, pos: int, total: int) -> bytes | None:

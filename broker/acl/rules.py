@@ -28,8 +28,6 @@ file holds no rules. An access key defined twice keeps its first definition, wit
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,7 +37,9 @@ from typing import Any, Final
 import yaml
 
 from tidemq.broker.acl.addresses import AddressMatcher, AddressPatternError, address_matcher
+from tidemq.client.remoting.signing import signing_key
 from tidemq.common.errors import TideMQError
+from tidemq.common.mac import Mac
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +86,10 @@ class Account:
     # Topics by name, groups by retry topic; None when the account lists neither (an admin
     # without lists may do everything, as in RocketMQ).
     perms: Mapping[str, int] | None = None
-    signing_key: hmac.HMAC = field(init=False, repr=False, compare=False)
+    signing_key: Mac = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        key = hmac.new(self.secret_key.encode("utf-8"), digestmod=hashlib.sha1)
-        object.__setattr__(self, "signing_key", key)
+        object.__setattr__(self, "signing_key", signing_key(self.secret_key))
 
 
 @dataclass(frozen=True, slots=True)

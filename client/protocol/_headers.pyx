@@ -2,10 +2,12 @@
 """Compiled twin of the send header's decoding (store/common/speedups.py picks a twin).
 
     decode_send_header  client/protocol/headers.py  a send's extFields as its typed header
+    send_v2_ext_fields  client/protocol/headers.py  a producer's send as its extFields
 
 The pure twin is the reference: same arguments, same result, same exceptions
-(tests/unit/test_speedups_remoting.py). It is called for the header of every send the broker
-takes; fields it cannot read in C go to the pure twin.
+(tests/unit/test_speedups_remoting.py). decode_send_header is called for the header of every send
+the broker takes (fields it cannot read in C go to the pure twin); send_v2_ext_fields for every
+send a producer makes.
 """
 
 cdef extern from "Python.h":
@@ -139,3 +141,70 @@ def decode_send_header(dict ext, bint short_keys):
             max_reconsume,
         )
     return _PURE_TWINS[_SEND_PURE_KEY](ext, short_keys)
+
+
+cdef extern from "Python.h":
+    object PyDict_Copy(object d)
+    object PyUnicode_FromStringAndSize(const char* data, Py_ssize_t size)
+
+# A producer's send fields with their constant values, in key order: each send copies it (a
+# copy of a dict of the same keys is one memcpy) and replaces the values that vary.
+_SEND_V2_TEMPLATE = {
+    "a": "", "b": "", "c": "", "d": "", "e": "", "f": "", "g": "", "h": "", "i": "",
+    "j": "0", "k": "false", "m": "false",
+}
+
+
+cdef object _decimal(object value):
+    """str(value), in C for an int (not a subclass: its own __str__ is kept) of 64 bits."""
+    cdef char digits[24]
+    cdef int overflow = 0, at = 24
+    cdef long long number
+    cdef unsigned long long rest
+    if type(value) is not int:
+        return str(value)
+    number = PyLong_AsLongLongAndOverflow(value, &overflow)
+    if overflow != 0:
+        return str(value)
+    rest = <unsigned long long>(-(number + 1)) + 1 if number < 0 else <unsigned long long>number
+    while True:
+        at -= 1
+        digits[at] = <char>(48 + rest % 10)
+        rest //= 10
+        if rest == 0:
+            break
+    if number < 0:
+        at -= 1
+        digits[at] = 45  # "-"
+    return PyUnicode_FromStringAndSize(digits + at, 24 - at)
+
+
+def send_v2_ext_fields(
+    object producer_group,
+    object topic,
+    object default_topic,
+    object default_topic_queue_nums,
+    object queue_id,
+    object sys_flag,
+    object born_timestamp,
+    object flag,
+    object properties,
+    object batch,
+):
+    # The pure twin's dict, key for key and in its order, from a copy of the template.
+    cdef dict ext = PyDict_Copy(_SEND_V2_TEMPLATE)
+    ext["a"] = producer_group
+    ext["b"] = topic
+    ext["c"] = default_topic
+    ext["d"] = _decimal(default_topic_queue_nums)
+    ext["e"] = _decimal(queue_id)
+    ext["f"] = _decimal(sys_flag)
+    ext["g"] = _decimal(born_timestamp)
+    ext["h"] = _decimal(flag)
+    if properties is None:
+        del ext["i"]
+    else:
+        ext["i"] = properties
+    if batch:
+        ext["m"] = "true"
+    return ext

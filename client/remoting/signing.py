@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from tidemq.client.remoting.command import Body, RemotingCommand
+from tidemq.common.mac import Mac
 
 ACCESS_KEY: Final = "AccessKey"
 SIGNATURE: Final = "Signature"
@@ -34,10 +35,16 @@ UNIQUE_KEY_QUERY: Final = "_UNIQUE_KEY_QUERY"
 _UNSIGNED: Final = frozenset((SIGNATURE, UNIQUE_KEY_QUERY))
 
 
-def signing_key(secret_key: str) -> hmac.HMAC:
+def signing_key(secret_key: str) -> Mac:
     """An HMAC-SHA1 keyed with `secret_key`, to `copy()` per request (the key schedule is paid
-    once per account, not per request)."""
-    return hmac.new(secret_key.encode("utf-8"), digestmod=hashlib.sha1)
+    once per account, not per request).
+
+    The OpenSSL HMAC object itself when CPython's `hmac.HMAC` wraps one (its `_hmac`): the same
+    copy, update and digest, without a Python frame of the wrapper around each call of every
+    signed request (about 0.35 us of the 1.7 a single send's HMAC took)."""
+    mac = hmac.new(secret_key.encode("utf-8"), digestmod=hashlib.sha1)
+    raw: Mac | None = getattr(mac, "_hmac", None)
+    return raw if raw is not None else mac
 
 
 # The signed keys in order, by the keys as a request lists them: a client sends the same keys in
@@ -57,7 +64,7 @@ def _signed_keys(ext_fields: Mapping[str, str]) -> tuple[str, ...]:
     return order
 
 
-def signed_content_digest(key: hmac.HMAC, ext_fields: Mapping[str, str], body: Body) -> bytes:
+def signed_content_digest(key: Mac, ext_fields: Mapping[str, str], body: Body) -> bytes:
     """The raw HMAC-SHA1 of a request's signed content (see the module docstring)."""
     mac = key.copy()
     mac.update("".join(map(ext_fields.__getitem__, _signed_keys(ext_fields))).encode("utf-8"))
@@ -92,7 +99,7 @@ class Signer(Protocol):
 
 
 def sign_request(
-    request: RemotingCommand, access_key: str, key: hmac.HMAC, security_token: str = ""
+    request: RemotingCommand, access_key: str, key: Mac, security_token: str = ""
 ) -> None:
     """Add `AccessKey`, `SecurityToken` (when there is one) and `Signature` to `request`, the
     signature made with `key` (`signing_key` of the account's secret key)."""

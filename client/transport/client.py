@@ -131,15 +131,34 @@ class RemotingClient:
         try:
             return await connection.request(request, remaining)
         except TimeoutError:
-            raise RequestTimeoutError(
-                f"no response from {address} to request code {request.code} in {timeout:.1f} s"
-            ) from None
+            raise self.timed_out(address, request, timeout) from None
 
-    async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
+    def ready_connection(self, address: str) -> RemotingConnection | None:
+        """The open connection to `address` when a request can go on it as it is (this client
+        signs nothing of its own); else None, and `invoke` connects or signs. A hot caller
+        awaits its `request` directly, with `timed_out` for its TimeoutError, as invoke does."""
+        if self._signer is not None:
+            return None
+        connection = self._connections.get(address)
+        if connection is not None and connection.is_open:
+            return connection
+        return None
+
+    @staticmethod
+    def timed_out(address: str, request: RemotingCommand, timeout: float) -> RequestTimeoutError:
+        return RequestTimeoutError(
+            f"no response from {address} to request code {request.code} in {timeout:.1f} s"
+        )
+
+    async def invoke_oneway(
+        self, address: str, request: RemotingCommand, timeout: float | None = None
+    ) -> None:
+        """Send `request` without waiting for an answer: after a connect (bounded by the
+        connect timeout) and, on a paused connection, a wait of at most `timeout` seconds."""
         if self._signer is not None:
             self._signer.sign(request)
         connection = await self.connection(address)
-        await connection.oneway(request)
+        await connection.oneway(request, timeout)
 
     def close_connection(self, address: str) -> None:
         connection = self._connections.pop(address, None)

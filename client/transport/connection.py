@@ -133,6 +133,9 @@ class RemotingConnection(asyncio.BaseProtocol):
         self._expiry: asyncio.TimerHandle | None = None
         self._opaques = itertools.count(1)
         self._transport: asyncio.Transport | None = None
+        # The loop this connection runs on, taken at its first use: asyncio.get_running_loop()
+        # makes a getpid() system call (CPython 3.11's fork check) each time it is asked.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._outgoing: list[Body] = []  # frames sent since the last flush, written together
         self._handling: set[asyncio.Task[None]] = set()
         # The futures of requests waiting without a task (`_StepOnce`).
@@ -355,7 +358,10 @@ class RemotingConnection(asyncio.BaseProtocol):
         head, body = encode_command_parts(command)
         outgoing = self._outgoing
         if not outgoing:
-            asyncio.get_running_loop().call_soon(self._flush)
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self._flush)
         outgoing.append(head)
         if body:
             outgoing.append(body)
@@ -394,8 +400,29 @@ class RemotingConnection(asyncio.BaseProtocol):
             raise ConnectionClosedError(f"connection to {self.peer or self.name} is closed")
         if not self._can_write.is_set():
             await asyncio.wait_for(self._can_write.wait(), timeout)
+        started = self.start_request(command, timeout)
+        if started is None:  # closed while it waited to write
+            raise ConnectionClosedError(f"connection to {self.peer or self.name} is closed")
+        future, timer = started
+        try:
+            return await future
+        finally:
+            self.end_request(command.opaque, timer)
+
+    def start_request(
+        self, command: RemotingCommand, timeout: float
+    ) -> tuple[asyncio.Future[RemotingCommand], asyncio.TimerHandle | None] | None:
+        """`request` without its coroutine, for the hottest callers (a producer's send): the
+        request is sent and its future and timer returned; the caller awaits the future and
+        then calls `end_request(command.opaque, timer)` whatever happened. None when the
+        connection is closed or paused: the caller uses `request` (which raises or waits)."""
+        transport = self._transport
+        if transport is None or transport.is_closing() or not self._can_write.is_set():
+            return None
         command.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         future: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[opaque] = future
         # Timers on the future itself: asyncio.wait_for would wrap every call in a task.
@@ -410,16 +437,22 @@ class RemotingConnection(asyncio.BaseProtocol):
             timer = loop.call_at(deadline, _time_out, future)
         try:
             self.send(command)
-            return await future
-        finally:
-            if timer is not None:
-                timer.cancel()
-            pending = self._pending
-            pending.pop(opaque, None)
-            # Forget the answered requests at the front: the queue holds no more than the
-            # requests sent since the oldest one still waiting.
-            while deadlines and deadlines[0][1] not in pending:
-                deadlines.popleft()
+        except BaseException:
+            self.end_request(opaque, timer)
+            raise
+        return future, timer
+
+    def end_request(self, opaque: int, timer: asyncio.TimerHandle | None) -> None:
+        """A request's bookkeeping after its future: answered, failed or cancelled."""
+        if timer is not None:
+            timer.cancel()
+        pending = self._pending
+        pending.pop(opaque, None)
+        # Forget the answered requests at the front: the queue holds no more than the
+        # requests sent since the oldest one still waiting.
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1] not in pending:
+            deadlines.popleft()
 
     def _expire(self) -> None:
         """Fail the requests whose deadline has passed; arm the timer for the next one."""
@@ -437,11 +470,13 @@ class RemotingConnection(asyncio.BaseProtocol):
             if future is not None:
                 _time_out(future)
 
-    async def oneway(self, command: RemotingCommand) -> None:
+    async def oneway(self, command: RemotingCommand, timeout: float | None = None) -> None:
+        """Send without waiting for an answer; a paused connection is waited for, up to
+        `timeout` seconds when given (TimeoutError)."""
         command.flag |= 2
         command.opaque = next(self._opaques) & 0x7FFFFFFF
         if not self._can_write.is_set():
-            await self._can_write.wait()
+            await asyncio.wait_for(self._can_write.wait(), timeout)
         self.send(command)
 
     def close(self) -> None:

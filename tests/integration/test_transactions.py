@@ -45,6 +45,7 @@ pytestmark = pytest.mark.asyncio
 
 CHECKS = ("transactionCheckInterval=300", "transactionTimeOut=500", "transactionCheckMax=3")
 HALF = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"
 
 
@@ -375,6 +376,14 @@ async def test_open_and_ended_transactions_survive_a_broker_crash(
     ) as producer:
         done = (await producer.send_message_in_transaction(Message("TX6", b"done"))).send_result
         await producer.send_message_in_transaction(Message("TX6", b"open"))
+
+        # END_TRANSACTION goes oneway: the crash comes once the broker has recorded "done"'s
+        # end (its op message), which the restarted broker must then know. Asked through the
+        # producer's connection: `api` then meets the restarted broker on a new one.
+        async def ended() -> bool:
+            return await producer.instance.api.get_max_offset(broker.address, OP_TOPIC, 0) >= 1
+
+        await eventually(ended, "the op message of the committed transaction", 30)
         broker.kill()
         broker = processes.brokerd(namesrv.address, tmp_path / "b", *CHECKS, port=broker.port)
 

@@ -22,7 +22,12 @@ from tidemq.client.protocol.heartbeat import ConsumerData, HeartbeatData, Subscr
 from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.headers import decode_header, encode_header
-from tidemq.client.remoting.signing import RequestSigner, SessionCredentials, signature
+from tidemq.client.remoting.signing import (
+    RequestSigner,
+    SessionCredentials,
+    signature,
+    signing_key,
+)
 from tidemq.client.transport.connection import RemotingConnection
 from tidemq.common.errors import ConfigError
 
@@ -128,6 +133,25 @@ def test_address_patterns(pattern: str, inside: list[str], outside: list[str]) -
 def test_bad_address_patterns(pattern: str) -> None:
     with pytest.raises(AddressPatternError, match=r"address|part|range|pattern"):
         address_matcher(pattern)
+
+
+def test_a_peer_address_is_parsed_once_whatever_the_patterns_ask(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A white list's patterns each read the peer's address on every request: parsed once, kept.
+    parsed: list[str] = []
+    real = ipaddress.ip_address
+
+    def counted(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+        parsed.append(address)
+        return real(address)
+
+    matchers = [address_matcher(p) for p in ("10.10.103.*", "192.168.0.*", "198.51.100.{7,9}")]
+    monkeypatch.setattr(ipaddress, "ip_address", counted)
+    peer = "198.51.100.9"  # TEST-NET-2: no other test asks for it
+    answers = [[m(peer) for m in matchers] for _ in range(3)]
+    assert answers == [[False, False, True]] * 3
+    assert parsed.count(peer) <= 1
 
 
 @given(
@@ -239,6 +263,23 @@ def test_signature_is_rocketmqs_content_hmac() -> None:
 
     expected = hmac.new(b"secretkey", b"ak12" + b"body", hashlib.sha1).digest()
     assert signature("secretkey", ext, b"body") == base64.b64encode(expected).decode()
+
+
+@given(st.text(max_size=20), st.lists(st.binary(max_size=300), max_size=4))
+def test_a_signing_key_gives_each_copy_the_hmac_of_what_it_was_given(
+    secret: str, parts: list[bytes]
+) -> None:
+    import hashlib
+    import hmac
+
+    key = signing_key(secret)
+    first, second = key.copy(), key.copy()
+    for part in parts:
+        first.update(part)
+    expected = hmac.new(secret.encode(), b"".join(parts), hashlib.sha1).digest()
+    assert first.digest() == expected
+    # the key itself and the other copy are untouched
+    assert second.digest() == key.copy().digest() == hmac.new(secret.encode(), b"", "sha1").digest()
 
 
 def test_signer_adds_the_fields_and_the_broker_accepts_them() -> None:

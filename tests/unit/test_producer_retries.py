@@ -24,7 +24,9 @@ class _Api:
         self.answers = answers
         self.sent = 0
 
-    async def send(self, address: str, header: Any, body: bytes, **_: Any) -> SendResponse:
+    async def send_fields(
+        self, address: str, ext: dict[str, str], queue_id: int, body: bytes, **_: Any
+    ) -> SendResponse:
         answer = self.answers[self.sent]
         self.sent += 1
         if answer is not None:

@@ -1,7 +1,7 @@
 """The record twins: compiled and pure give the same bytes, values and errors.
 
-For encode_batch, scan_fast, find_value, find_property, read_properties, KeyGatherer and
-gather_entries, on
+For encode_batch, scan_fast, find_value, find_property, read_properties, read_named_properties,
+KeyGatherer and gather_entries, on
 well-formed input and on damaged input (truncated bodies and records, wrong lengths, bad magic,
 IPv6 hosts, transaction flags, limits, values out of range). On well-formed input the compiled
 fast path must do the work itself: `fast_path_only` makes a hand-over to the pure twin fail.
@@ -302,6 +302,57 @@ def test_read_properties_twins(span: bytes, data: st.DataObject) -> None:
     for odd in ("text", 3, None):
         expected = outcome(pure("record.read_properties"), odd)
         assert outcome(_record.read_properties, odd) == expected
+
+
+NAMES = st.sampled_from(["KEYS", "UNIQ_KEY", "TAGS", "K", "a", "W", "\u00e9", "", "x" * 300])
+NAMED_KEYS = st.lists(NAMES, max_size=4).map(lambda ns: tuple((n, n.encode()) for n in ns))
+
+
+@given(record_spans(), NAMED_KEYS, st.data())
+def test_read_named_properties_twins(
+    span: bytes, keys: tuple[tuple[str, bytes], ...], data: st.DataObject
+) -> None:
+    """Each whole record, as bytes and as a view of a map; then cut short, damaged, or with
+    bytes after it; with names present, absent, empty, repeated and longer than the C buffer."""
+    mm = as_mmap(span)
+    starts = positions(span)
+    fast = all(len(key) < 256 for _name, key in keys)
+    for pos, end in zip(starts, [*starts[1:], len(span)], strict=True):
+        record = span[pos:end]
+        expected = outcome(pure("record.read_named_properties"), record, keys)
+        # what the filter read before: the raw properties, then each name looked up and decoded
+        raw = _record.read_properties(record)
+        looked_up = {
+            name: value.decode("utf-8", "replace")
+            for name, key in keys
+            if raw and (value := _record.find_property(raw, key)) is not None
+        }
+        assert expected == ("result", looked_up)
+        views = (record, memoryview(mm)[pos:end])
+        for view in views:
+            if fast:
+                with fast_path_only("record.read_named_properties"):
+                    assert outcome(_record.read_named_properties, view, keys) == expected
+            else:
+                assert outcome(_record.read_named_properties, view, keys) == expected
+        cut = data.draw(st.integers(0, len(record)))
+        for odd in (record[:cut], damage(record, data) if record else b"", record + b"\x00"):
+            expected = outcome(pure("record.read_named_properties"), odd, keys)
+            assert outcome(_record.read_named_properties, odd, keys) == expected
+    record = span[: starts[1]] if len(starts) > 1 else span
+    odd_keys: list[Any] = [
+        list(keys),
+        (("a", "a"),),
+        (("a",),),
+        (("a", b"a", 1),),
+        ((["a"], b"a"),),
+    ]
+    for odd_key in odd_keys:
+        expected = outcome(pure("record.read_named_properties"), record, odd_key)
+        assert outcome(_record.read_named_properties, record, odd_key) == expected
+    for odd in ("text", 3, None):
+        expected = outcome(pure("record.read_named_properties"), odd, keys)
+        assert outcome(_record.read_named_properties, odd, keys) == expected
 
 
 def gatherers() -> tuple[Any, Any]:

@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 
 from tests.support.speedups_twins import selected
 from tidemq.client.protocol import _headers
-from tidemq.client.protocol.headers import SEND_V2_KEYS, SendMessageRequestHeader, encode
+from tidemq.client.protocol.headers import (
+    SEND_V2_KEYS,
+    SendMessageRequestHeader,
+    encode,
+    header_schema,
+)
 from tidemq.client.remoting import _codec, headers
 from tidemq.client.remoting.codes import SerializeType
 from tidemq.common import speedups
@@ -207,3 +212,68 @@ def test_damaged_send_headers_decode_or_fail_the_same(
 
 
 _FIELD_NAMES = [f.name for f in dataclasses.fields(SendMessageRequestHeader)]
+
+
+# --- send_v2_ext_fields -------------------------------------------------------------------------
+
+EXT_KEY = "tidemq.client.protocol.headers.send_v2_ext_fields"
+EXT_PURE = speedups.PURE_TWINS[EXT_KEY]
+_ENCODE_V2 = header_schema(SendMessageRequestHeader, SEND_V2_KEYS).encode
+
+
+def ext_outcome(twin: Any, args: tuple[Any, ...]) -> Any:
+    try:
+        ext = twin(*args)
+    except Exception as exc:
+        return (type(exc), str(exc))
+    return list(ext.items())  # the order too: it is the order of the header's bytes
+
+
+def test_the_compiled_send_ext_fields_maker_is_selected() -> None:
+    assert selected(EXT_KEY) is _headers.send_v2_ext_fields
+    assert EXT_PURE is not _headers.send_v2_ext_fields
+
+
+@given(
+    st.tuples(
+        st.text(max_size=8),
+        st.text(max_size=8),
+        st.text(max_size=8),
+        INT32,
+        INT32,
+        INT32,
+        st.integers(-(2**63), 2**63 - 1),
+        INT32,
+        st.none() | st.text(max_size=20),
+        st.booleans(),
+    )
+)
+def test_send_ext_fields_are_those_of_the_encoded_header(args: tuple[Any, ...]) -> None:
+    # What the producer wrote before: its header object (reconsume_times 0) through the schema.
+    header = SendMessageRequestHeader(*args[:9], 0, False, args[9])
+    expected = list(_ENCODE_V2(header).items())
+    assert ext_outcome(_headers.send_v2_ext_fields, args) == expected
+    assert ext_outcome(EXT_PURE, args) == expected
+
+
+class _Int(int):
+    def __str__(self) -> str:
+        return "seven"
+
+
+@given(
+    st.lists(
+        st.none()
+        | st.booleans()
+        | ODD_NUMBERS
+        | st.text(max_size=4)
+        | st.floats()
+        | st.just(_Int(7)),
+        min_size=10,
+        max_size=10,
+    )
+)
+def test_send_ext_fields_of_odd_values_are_the_same(values: list[Any]) -> None:
+    assert ext_outcome(_headers.send_v2_ext_fields, tuple(values)) == ext_outcome(
+        EXT_PURE, tuple(values)
+    )
