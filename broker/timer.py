@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from tidemq.broker.timer_metrics import TimerMetrics
 from tidemq.common.lifecycle import BackgroundTask, Service, Step
 from tidemq.common.retry_log import RetryLog
 from tidemq.store.commitlog import PutStatus
@@ -101,10 +102,13 @@ class TimerMessageService(Service):
         *,
         deliver: bool,
         flush_interval_ms: int = 1000,
+        metrics: TimerMetrics | None = None,
     ) -> None:
         super().__init__()
         self.store = store
         self.timers = timers
+        # Per real topic, counted where timers are delivered (broker/timer_metrics.py).
+        self.metrics = metrics if deliver else None
         self.store_host = store_host
         self.deliver = deliver
         self.flush_interval = flush_interval_ms / 1000
@@ -123,6 +127,8 @@ class TimerMessageService(Service):
             self.add_child(BackgroundTask(self._dequeue_loop, "timer-dequeue"))
         self.add_child(BackgroundTask(self._flush_loop, "timer-flush"))
         self.add_child(Step(stop=self.timers.save_progress))
+        if self.metrics is not None:
+            self.add_child(Step(stop=self.metrics.save))
 
     def _recount(self) -> None:
         self.timers.pending = self.timers.count_pending()
@@ -189,6 +195,8 @@ class TimerMessageService(Service):
     async def _enqueue_one(self, unit: CQUnit) -> None:
         timers = self.timers
         deliver_ms = unit.tags_code
+        if self.metrics is not None:
+            self.metrics.add(self._real_topic(unit.physical_offset, unit.size), 1)
         if deliver_ms < timers.cursor:
             if self.deliver:  # due already: now, before the queue offset passes it
                 await self._deliver(
@@ -199,6 +207,10 @@ class TimerMessageService(Service):
         self.enqueued += 1
         if at < self._slot_end:
             self._dequeue_wakeup.set()
+
+    def _real_topic(self, phy_offset: int, size: int) -> str:
+        stored = self.store.look_message_by_offset(phy_offset, size)
+        return stored.properties.get(PROPERTY_REAL_TOPIC, "") if stored is not None else ""
 
     # --- dequeue ----------------------------------------------------------------------------
 
@@ -269,6 +281,8 @@ class TimerMessageService(Service):
         ):
             self._skip(phy_offset, "?", "the CommitLog holds another message there now")
             return
+        if self.metrics is not None:  # it leaves the wheel: delivered, rolled on or skipped
+            self.metrics.add(stored.properties.get(PROPERTY_REAL_TOPIC, ""), -1)
         host = self.store_host()
         if rolls:
             msg: MessageToStore | None = rolled_message(stored, host)
@@ -316,6 +330,9 @@ class TimerMessageService(Service):
             await asyncio.sleep(self.flush_interval)
             try:
                 await asyncio.to_thread(self.timers.flush)
+                snapshot = self.metrics.snapshot() if self.metrics is not None else None
+                if snapshot is not None and self.metrics is not None:
+                    await asyncio.to_thread(self.metrics.write, snapshot)
                 removed = self.timers.delete_delivered_segments()
                 if removed:
                     log.info("timer log: %d delivered segment(s) removed", removed)

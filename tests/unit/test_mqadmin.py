@@ -238,6 +238,8 @@ def test_every_rocketmq_subcommand_is_there() -> None:
         "getSyncStateSet", "getBrokerEpoch", "electMaster",
         # RocketMQ 5's batch creation
         "updateTopicList", "updateSubGroupList",
+        # the RocketMQ 5 side: 5.x clients, POP progress, RocketMQ 5's timer metrics
+        "grpcClientConnection", "popConsumerProgress", "getTimerMetrics",
     }  # fmt: skip
 
 
