@@ -496,9 +496,10 @@ class MessagingService:
         except (TideMQError, ValueError) as exc:
             raise Rejected(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
         try:
-            result = await pop.pop(
-                group, topic, request.message_queue.id, batch, invisible, poll, tags, record
-            )
+            # Every queue of the topic on this broker, whatever queue the request names, as
+            # RocketMQ's proxy pops (its broker-acting queue, id -1): the Node.js SimpleConsumer
+            # names queue 0 in every receive and got nothing of the others.
+            result = await pop.pop(group, topic, -1, batch, invisible, poll, tags, record)
         except PopRefused as refused:
             code = _RECEIVE_REFUSAL_CODES.get(refused.kind, Code.FORBIDDEN)
             raise Rejected(code, refused.reason) from None

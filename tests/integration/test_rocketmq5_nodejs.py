@@ -223,6 +223,24 @@ async def test_node_simple_consumer_acks_changes_and_gets_redeliveries(
         assert await consumer.receive(invisible_ms=60_000) == []
 
 
+async def test_node_simple_consumer_receives_from_every_queue(
+    cluster: Cluster, clients: list[NodeClient]
+) -> None:
+    """The Node.js SimpleConsumer names queue 0 in every ReceiveMessage (its load balancer keeps
+    the queues whose id equals the master's broker id); the broker pops every queue of the topic
+    as RocketMQ's proxy does, so messages in the other queues arrive too."""
+    name = await topic(cluster, "NODE-queues", queues=4)
+    bodies = [f"q-{i}" for i in range(12)]
+    await send_4x(cluster, name, bodies)  # round robin over the 4 queues
+    consumer = await start(cluster, clients, "simple", topic=name, group="GN-queues", await_ms=1000)
+    got: list[dict[str, Any]] = []
+    for _ in range(6):  # each answers what is there: 12 in one or two receives
+        got += await consumer.receive(max_num=32, invisible_ms=60_000)
+        if len(got) >= len(bodies):
+            break
+    assert sorted(m["body"] for m in got) == sorted(bodies)
+
+
 async def test_node_push_consumer_consumes_and_retries_what_node_sent(
     cluster: Cluster, clients: list[NodeClient]
 ) -> None:
