@@ -141,6 +141,10 @@ async def test_grpc_clients_are_listed_with_language_and_version(
     assert abs(python["lastHeartbeatTimestamp"] - time.time() * 1000) < 60_000
     only = await mqadmin(cluster, "grpcClientConnection", "-g", "G-ops5-clients")
     assert [c["clientId"] for c in only] == [python["clientId"]]
+    # consumerConnection lists the group's 5.x consumers, as RocketMQ 5 does.
+    connection = await mqadmin(cluster, "consumerConnection", "-g", "G-ops5-clients")
+    assert [c["clientId"] for c in connection["grpcClients"]] == [python["clientId"]]
+    assert connection["grpcClients"][0]["language"] == "PYTHON"
     producers = await mqadmin(cluster, "grpcClientConnection", "-r", "producer", "-t", topic)
     assert [c["clientId"] for c in producers] == [node["clientId"]]
     # Gone from the list once they end (NotifyClientTermination).
@@ -176,6 +180,10 @@ async def test_pop_progress_shows_in_flight_invisible_and_acknowledged(
     assert (row["queueId"], row["brokerOffset"], row["popOffset"], row["diff"]) == (0, 5, 5, 0)
     assert (row["inFlight"], row["invisible"], row["acked"]) == (3, 3, 2)
     assert row["brokerName"] == "broker-a"
+    # consumerProgress shows the same beside the offsets (RocketMQ 5's #Inflight column).
+    progress = await mqadmin(cluster, "consumerProgress", "-g", group, "-t", topic)
+    [queue] = progress["queues"]
+    assert (queue["inflight"], queue["invisible"], queue["acked"]) == (3, 3, 2), queue
     # A group that never popped: one line, exit 1.
     error = await mqadmin(cluster, "popConsumerProgress", "-g", "G-never", code=1)
     assert "G-never has no POP consumption" in error and "Traceback" not in error
