@@ -551,7 +551,9 @@ class MessagingService:
         group = resource_name(request.group, NameKind.CONSUMER_GROUP)
         topic = resource_name(request.topic, NameKind.TOPIC)
         invisible = request.invisible_duration.ToMilliseconds()
-        if not 0 < invisible <= self.config.max_invisible_time_mills:
+        # 0: visible again at once, as RocketMQ takes it (the Node.js push consumer's retry,
+        # which has no backoff of the CUSTOMIZED kind the settings give, changes to 0).
+        if not 0 <= invisible <= self.config.max_invisible_time_mills:
             raise Rejected(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms")
         try:
             handle = await pop.change_invisible(group, topic, request.receipt_handle, invisible)

@@ -223,6 +223,22 @@ async def test_node_simple_consumer_acks_changes_and_gets_redeliveries(
         assert await consumer.receive(invisible_ms=60_000) == []
 
 
+async def test_a_change_of_invisible_duration_to_zero_gives_the_message_back(
+    cluster: Cluster, clients: list[NodeClient]
+) -> None:
+    """What the Node.js push consumer does with a failed message (its retry policy ignores the
+    CUSTOMIZED backoff of the settings, so its delay is 0): the message comes back with its
+    next attempt, as RocketMQ does; the broker refused 0 and the message waited for its whole
+    invisible time."""
+    name = await topic(cluster, "NODE-nack", queues=1)
+    await send_4x(cluster, name, ["nack-me"])
+    consumer = await start(cluster, clients, "simple", topic=name, group="GN-nack", await_ms=1000)
+    [first] = await consumer.receive_until(1, invisible_ms=300_000)
+    ok(await consumer.call(op="change", id=first["id"], invisible_ms=0))
+    [again] = await consumer.receive_until(1, invisible_ms=300_000)
+    assert (again["id"], again["attempt"]) == (first["id"], 2)
+
+
 async def test_node_simple_consumer_receives_from_every_queue(
     cluster: Cluster, clients: list[NodeClient]
 ) -> None:

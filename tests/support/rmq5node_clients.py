@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -52,6 +53,8 @@ class NodeClient:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=stderr,
                 cwd=NODE_CLIENT_DIR,
+                # parts of the client log to $HOME/logs/rocketmq whatever logger it is given
+                env={**os.environ, "HOME": str(log.parent)},
             )
         client = cls(process, log)
         try:

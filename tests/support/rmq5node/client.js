@@ -39,11 +39,12 @@ function describeError(err) {
   return `${err && err.constructor ? err.constructor.name : 'Error'}: ${err && err.message}`;
 }
 
+const stamp = () => new Date().toISOString();
 const logger = {
-  info: (...args) => process.stderr.write(`INFO ${args.join(' ')}\n`),
-  warn: (...args) => process.stderr.write(`WARN ${args.join(' ')}\n`),
-  error: (...args) => process.stderr.write(`ERROR ${args.join(' ')}\n`),
-  debug: (...args) => process.stderr.write(`DEBUG ${args.join(' ')}\n`),
+  info: (...args) => process.stderr.write(`${stamp()} INFO ${args.join(' ')}\n`),
+  warn: (...args) => process.stderr.write(`${stamp()} WARN ${args.join(' ')}\n`),
+  error: (...args) => process.stderr.write(`${stamp()} ERROR ${args.join(' ')}\n`),
+  debug: (...args) => process.stderr.write(`${stamp()} DEBUG ${args.join(' ')}\n`),
   close: () => {},
 };
 
@@ -162,7 +163,8 @@ async function main() {
       emit({ error: describeError(err) });
     }
   }
-  await client.shutdown();
+  // A push consumer's shutdown waits for its long polls (up to the broker's 20 s): bounded.
+  await Promise.race([ client.shutdown(), new Promise((done) => setTimeout(done, 3000)) ]);
   process.exit(0);
 }
 
