@@ -201,7 +201,7 @@ async def test_node_simple_consumer_acks_changes_and_gets_redeliveries(
     name = await topic(cluster, "NODE-simple", queues=1)
     await send_4x(cluster, name, ["ack-me", "let-expire", "extend"], tag="T")
     consumer = await start(cluster, clients, "simple", topic=name, group="GN-simple", await_ms=1000)
-    first = {m["body"]: m for m in await consumer.receive_until(3, invisible_ms=3000)}
+    first = {m["body"]: m for m in await consumer.receive_until(3, invisible_ms=10_000)}
     assert set(first) == {"ack-me", "let-expire", "extend"}
     assert {m["attempt"] for m in first.values()} == {1}
     assert {m["tag"] for m in first.values()} == {"T"} and {m["topic"] for m in first.values()} == {
@@ -286,7 +286,7 @@ async def test_node_clients_live_through_a_broker_restart(
     )
     for body in ("before-1", "before-2"):
         ok(await producer.send(body=body))
-    got = {m["body"]: m for m in await consumer.receive_until(2, invisible_ms=3000)}
+    got = {m["body"]: m for m in await consumer.receive_until(2, invisible_ms=10_000)}
     ok(await consumer.call(op="ack", id=got["before-1"]["id"]))
     broker = cluster.broker
     broker.stop()

@@ -163,8 +163,12 @@ async function main() {
       emit({ error: describeError(err) });
     }
   }
-  // A push consumer's shutdown waits for its long polls (up to the broker's 20 s): bounded.
-  await Promise.race([ client.shutdown(), new Promise((done) => setTimeout(done, 3000)) ]);
+  if (request.role === 'push') {
+    // Its shutdown waits for its long polls (up to the broker's 20 s): bounded.
+    await Promise.race([ client.shutdown(), new Promise((done) => setTimeout(done, 3000)) ]);
+  } else {
+    await client.shutdown(); // tells the broker (NotifyClientTermination)
+  }
   process.exit(0);
 }
 
