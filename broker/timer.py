@@ -42,6 +42,8 @@ from tidemq.store.record import (
     PROPERTY_WAIT,
     MessageToStore,
     StoredMessage,
+    find_property,
+    read_properties,
 )
 from tidemq.store.timer_log import TimerUnit
 from tidemq.store.timer_message import (
@@ -61,6 +63,7 @@ REPORT_INTERVAL = 30.0
 CATCH_UP_YIELD = 1000  # empty slots walked before letting the loop run others
 REFUSED_FOR_GOOD = frozenset((PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED))
 _PADDING_SIZE = 0x7FFFFFFF
+_REAL_TOPIC_KEY = PROPERTY_REAL_TOPIC.encode()
 
 
 def now_ms() -> int:
@@ -209,8 +212,13 @@ class TimerMessageService(Service):
             self._dequeue_wakeup.set()
 
     def _real_topic(self, phy_offset: int, size: int) -> str:
-        stored = self.store.look_message_by_offset(phy_offset, size)
-        return stored.properties.get(PROPERTY_REAL_TOPIC, "") if stored is not None else ""
+        """The timer message's REAL_TOPIC, read from its record's properties alone (the
+        enqueue path: no decode of the whole message)."""
+        record = self.store.commitlog.get_record(phy_offset, size)
+        if record is None:
+            return ""
+        value = find_property(read_properties(record), _REAL_TOPIC_KEY)
+        return value.decode("utf-8", "replace") if value is not None else ""
 
     # --- dequeue ----------------------------------------------------------------------------
 
