@@ -322,6 +322,7 @@ class Broker(Service):
             tls=self.client_tls,
             signer=self.signer,
             on_timer_checkpoint=self.adopt_master_timers,
+            on_timer_metrics=self.timer_metrics.replace,
         )
         return ha_client, slave_sync
 

@@ -8,9 +8,10 @@ answers the table; `mqadmin getTimerMetrics` and the dashboard show it.
 Kept in `<storePathRootDir>/config/timermetrics` in RocketMQ's JSON (client/protocol/operators5.py
 says it), written with the timer store's flush when it changed: a clean stop keeps it exact; a
 killed broker loses the changes of its last flush interval (a count can then be off by them
-until those timers leave; never below 0). A slave does not count (it delivers nothing); an
-elected slave counts from its promotion on, what its master had parked before is not in its
-table (timerCongestNum, the total, stays exact).
+until those timers leave; never below 0). A slave does not count (it delivers nothing): it
+copies its master's table every slaveSynchronizeInterval (as RocketMQ 5's slaves do), and once
+elected counts on from the last copy (timers parked after it are missing from its table until
+they leave; timerCongestNum, the total, stays exact).
 """
 
 from __future__ import annotations
@@ -48,6 +49,15 @@ class TimerMetrics:
         version = body.get("dataVersion", {}) if isinstance(body, dict) else {}
         counter = version.get("counter", 0) if isinstance(version, dict) else 0
         self._counter = self._saved = counter if isinstance(counter, int) else 0
+
+    def replace(self, body: object) -> None:
+        """A slave: the master's table as it is (GET_TIMER_METRICS, broker/slave_sync.py); a
+        body that does not read leaves the table as it was (BodyDecodeError is a ValueError)."""
+        counts = decode_timer_metrics(body)
+        table = {c.topic: (c.count, c.timestamp) for c in counts if c.count > 0}
+        if table != self._counts:
+            self._counts = table
+            self._counter += 1
 
     def add(self, topic: str, delta: int, now_ms: int | None = None) -> None:
         if not topic:

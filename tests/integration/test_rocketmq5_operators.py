@@ -7,7 +7,7 @@ and `mqadmin` run as the installed console script (--json):
 - popConsumerProgress shows the group's pop offset, messages in flight and still invisible,
   and the acknowledgements, per queue;
 - getTimerMetrics counts timer messages waiting per topic, down as they are delivered, and
-  keeps the counts across a broker restart (config/timermetrics).
+  keeps the counts across a broker restart (config/timermetrics); a slave shows its master's.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.support.conditions import eventually
+from tests.support.ha_processes import start_master, start_slave
 from tests.support.processes import BROKER_BOOTED, Daemon, ProcessGroup, free_port
 from tests.support.rmq5_clients import Rmq5Consumer
 from tests.support.rmq5node_clients import NodeClient
@@ -215,3 +216,26 @@ async def test_timer_metrics_count_per_topic_and_survive_a_restart(cluster: Clus
         broker.args, port=broker.port, name="brokerd-restarted", ready_text=BROKER_BOOTED
     )
     assert (await pending()).get(far) == 2  # read back from config/timermetrics
+
+
+async def test_a_slave_copies_its_masters_timer_metrics(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path
+) -> None:
+    """A slave shows its master's timers waiting per topic (GET_TIMER_METRICS copied by
+    SlaveSynchronize, as RocketMQ 5's slaves do): it counts none itself, delivering none."""
+    master, _ha_port = start_master(processes, namesrv, tmp_path / "master", role="ASYNC_MASTER")
+    slave = start_slave(processes, namesrv, tmp_path / "slave", "slaveSynchronizeInterval=500")
+    admin = AdminClient(namesrv.address)
+    try:
+        await admin.create_topic(master.address, TopicConfig("OPS5-slave-timers", 1, 1))
+        async with AsyncProducer("PG-ops5-slave", namesrv.address) as producer:
+            for body in (b"one", b"two"):
+                await producer.send(Message("OPS5-slave-timers", body, delay_ms=600_000))
+
+        async def copied() -> bool:
+            counts = await admin.timer_metrics(slave.address)
+            return [(c.topic, c.count) for c in counts] == [("OPS5-slave-timers", 2)]
+
+        await eventually(copied, "the master's timer metrics on the slave", 30)
+    finally:
+        await admin.close()

@@ -127,3 +127,13 @@ def test_a_client_list_that_cannot_be_read_is_refused(body: object) -> None:
 def test_progress_and_metrics_that_cannot_be_read_are_refused(body: object) -> None:
     with pytest.raises(BodyDecodeError):
         decode_pop_progress(body) if "queues" in body else decode_timer_metrics(body)  # type: ignore[operator]
+
+
+def test_a_slave_takes_its_masters_table_as_it_is() -> None:
+    metrics = TimerMetrics()
+    metrics.add("OWN", 1)
+    metrics.replace({"timingCount": {"A": {"count": 3, "timeStamp": 7}, "Z": {"count": 0}}})
+    assert (metrics.count("A"), metrics.count("OWN"), metrics.count("Z")) == (3, 0, 0)
+    with pytest.raises(ValueError):  # unreadable: the table stays
+        metrics.replace({"timingCount": {"A": {"count": "3"}}})
+    assert metrics.count("A") == 3
