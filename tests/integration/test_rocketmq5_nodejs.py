@@ -2,8 +2,8 @@
 tests/support/rmq5node/package.json) against real namesrvd and brokerd processes: Producer
 normal, FIFO, delay and transactional sends (and the broker's transaction check over
 Telemetry); SimpleConsumer receive, ack, change of invisible duration and redelivery after it
-expires; PushConsumer; messages crossing with tidemq's 4.x client both ways; a broker restarted
-under a producer and a consumer that stay up.
+expires; PushConsumer; messages crossing with tidemq's 4.x client and with RocketMQ's C++ 4.x
+client both ways; a broker restarted under a producer and a consumer that stay up.
 
 One name server and one broker for the module (`--dist loadscope` runs the module in one
 worker); each test has its own topics and groups. Each client is a `node` process
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.conditions import eventually
+from tests.support.cpp_peers import SEND_OK, run_peer
 from tests.support.processes import BROKER_BOOTED, Daemon, ProcessGroup, free_port
 from tests.support.rmq5_clients import LEVELS
 from tests.support.rmq5node_clients import NodeClient
@@ -255,6 +256,48 @@ async def test_node_simple_consumer_receives_from_every_queue(
         if len(got) >= len(bodies):
             break
     assert sorted(m["body"] for m in got) == sorted(bodies)
+
+
+async def test_node_and_the_cpp_4x_client_on_the_same_topic(
+    cluster: Cluster, clients: list[NodeClient], tmp_path: Path
+) -> None:
+    """The RocketMQ C++ 4.x client (`rocketmq==0.4.4`) and the Node.js 5.x client crossing on
+    one topic: C++ sends, Node.js receives (tag, keys, the same message id); Node.js sends, a C++
+    push consumer receives."""
+    name = await topic(cluster, "NODE-cpp", queues=2)
+    base = {"namesrv": cluster.namesrv.address, "topic": name}
+    produced = await run_peer(
+        tmp_path,
+        {
+            **base,
+            "op": "produce",
+            "group": "PG-cpp",
+            "messages": [
+                {"body": "from-cpp-0", "tags": "TagC", "keys": "k-cpp"},
+                {"body": "from-cpp-1", "tags": "TagC"},
+            ],
+        },
+    )
+    sent = [e for e in produced if e["event"] == "sent"]
+    assert [e["status"] for e in sent] == [SEND_OK, SEND_OK], produced
+    consumer = await start(cluster, clients, "simple", topic=name, group="GN-cpp", tag="TagC")
+    got = {m["body"]: m for m in await consumer.receive_until(2, invisible_ms=60_000)}
+    assert set(got) == {"from-cpp-0", "from-cpp-1"}
+    assert got["from-cpp-0"]["tag"] == "TagC" and got["from-cpp-0"]["keys"] == ["k-cpp"]
+    assert {m["id"] for m in got.values()} == {e["msg_id"] for e in sent}
+    for message in got.values():
+        ok(await consumer.call(op="ack", id=message["id"]))
+    producer = await start(cluster, clients, "producer", topic=name)
+    receipts = [ok(await producer.send(body=f"from-node-{i}", tag="TagN")) for i in range(2)]
+    events = await run_peer(
+        tmp_path,
+        {**base, "op": "consume", "group": "CG-cpp", "expression": "TagN", "expect": 2,
+         "timeout": 40, "linger": 1},
+    )  # fmt: skip
+    received = [e for e in events if e["event"] == "received"]
+    assert sorted(e["body"] for e in received) == ["from-node-0", "from-node-1"], events
+    assert {e["msg_id"] for e in received} == {r["message_id"] for r in receipts}
+    assert {e["tags"] for e in received} == {"TagN"}
 
 
 async def test_node_push_consumer_consumes_and_retries_what_node_sent(
