@@ -74,7 +74,7 @@ typing-tree:
 # lossy file system of the power-cut tests.
 SYSTEM_PACKAGES ?= java:openjdk-17-jre-headless nft:nftables iptables:iptables setpriv:util-linux \
 	chromium:chromium chromedriver:chromium-driver etcd:etcd-server fusermount3:fuse3 \
-	pkg-config:pkg-config /usr/include/fuse3/fuse_lowlevel.h:libfuse3-dev
+	pkg-config:pkg-config /usr/include/fuse3/fuse_lowlevel.h:libfuse3-dev node:nodejs npm:npm
 .PHONY: system-packages
 system-packages:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
@@ -107,11 +107,24 @@ $(RMQ5_STAMP):
 		{ tail -30 $(RMQ5_VENV)/install.log; echo "install failed: see $(RMQ5_VENV)/install.log"; exit 1; }
 	@touch $(RMQ5_STAMP)
 
+# The official RocketMQ 5 Node.js client (rocketmq-client-nodejs, its version pinned in
+# tests/support/rmq5node/package.json, every dependency in its package-lock.json) in that
+# folder's node_modules: the peer of tests/integration/test_rocketmq5_nodejs.py. Installed again
+# only when the lock file changes. npm's install scripts are not run (the client needs none).
+RMQ5NODE_DIR := tests/support/rmq5node
+RMQ5NODE_STAMP := $(RMQ5NODE_DIR)/node_modules/.installed
+$(RMQ5NODE_STAMP): $(RMQ5NODE_DIR)/package-lock.json | system-packages
+	@command -v npm >/dev/null || { echo "npm is missing: apt-get install nodejs npm"; exit 1; }
+	@echo "installing rocketmq-client-nodejs into $(RMQ5NODE_DIR) (log: /tmp/tidemq-npm.log)"
+	@cd $(RMQ5NODE_DIR) && npm ci --ignore-scripts --no-audit --no-fund > /tmp/tidemq-npm.log 2>&1 || \
+		{ tail -30 /tmp/tidemq-npm.log; echo "npm ci failed: see /tmp/tidemq-npm.log"; exit 1; }
+	@touch $(RMQ5NODE_STAMP)
+
 .PHONY: install-run
 install-run: $(RUN_STAMP) protocol ## create .venv with tidemq and what its daemons, mqadmin and dashboard need
 
 .PHONY: install
-install: system-packages $(TEST_STAMP) protocol $(RMQ5_STAMP) ## install-run, then what the tests need: the dev and spark extras, the RocketMQ 5 client, Debian packages
+install: system-packages $(TEST_STAMP) protocol $(RMQ5_STAMP) $(RMQ5NODE_STAMP) ## install-run, then what the tests need: the dev and spark extras, the RocketMQ 5 clients (Python, Node.js), Debian packages
 
 .PHONY: run
 run: install-run ## a local name server, SYNC_MASTER and SLAVE with a status line (Ctrl-C stops them)
@@ -199,4 +212,4 @@ bench: install ## benchmarks: prints throughput figures and ratios to their base
 
 .PHONY: clean
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) $(RMQ5_VENV) .pytest_cache .mypy_cache .ruff_cache dist
+	rm -rf $(VENV) $(RMQ5_VENV) $(RMQ5NODE_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache dist

@@ -45,6 +45,7 @@ from tidemq.broker.processors.admin import AdminProcessor
 from tidemq.broker.processors.consumer import ConsumerProcessor
 from tidemq.broker.processors.end_transaction import EndTransactionProcessor
 from tidemq.broker.processors.group_admin import GroupAdminProcessor
+from tidemq.broker.processors.operators5 import Operators5Processor
 from tidemq.broker.processors.ops import OpsProcessor, mask_permission
 from tidemq.broker.processors.pop import PopProcessor
 from tidemq.broker.processors.pull import PullProcessor
@@ -71,6 +72,7 @@ from tidemq.broker.slave_sync import OffsetReconciler, SlaveSynchronize
 from tidemq.broker.state import BrokerState
 from tidemq.broker.stats import BrokerStats, RateSampler, StatsWindows
 from tidemq.broker.timer import TimerMessageService
+from tidemq.broker.timer_metrics import TimerMetrics
 from tidemq.broker.transaction.check import TransactionCheckService
 from tidemq.broker.transaction.service import TransactionalMessageService
 from tidemq.client.api import BrokerAPI
@@ -144,6 +146,7 @@ class Broker(Service):
         self.ha_config = ha_config or HAConfig()
         self.store = MessageStore(store_config)
         self.timers = TimerStore(store_config)
+        self.timer_metrics = TimerMetrics(store_config.root / "config" / "timermetrics")
         # Timer messages (broker/timer.py): a master's delivers, a slave's fills the wheel only.
         self.timer: TimerMessageService | None = None
         folder = config_dir(store_config.root)
@@ -328,6 +331,7 @@ class Broker(Service):
             tls=self.client_tls,
             signer=self.signer,
             on_timer_checkpoint=self.adopt_master_timers,
+            on_timer_metrics=self.timer_metrics.replace,
         )
         return ha_client, slave_sync
 
@@ -435,6 +439,14 @@ class Broker(Service):
             broker_addr=lambda: self.advertised_address,
         )
         pop = PopProcessor(state, self.pop)
+        operators5 = Operators5Processor(
+            lambda: self.config.broker_name,
+            lambda: self.grpc.service.clients if self.grpc is not None else None,
+            self.pop,
+            self.store,
+            self.offsets,
+            self.timer_metrics,
+        )
         processors = (
             send,
             end_transaction,
@@ -446,6 +458,7 @@ class Broker(Service):
             retry,
             ops,
             group_admin,
+            operators5,
         )
         table: dict[int, Processor] = {
             code: handler
@@ -577,6 +590,7 @@ class Broker(Service):
                 lambda: self.store_host,
                 deliver=deliver,
                 flush_interval_ms=self.store_config.timer_flush_interval_ms,
+                metrics=self.timer_metrics,
             )
         )
 
@@ -659,6 +673,7 @@ class Broker(Service):
         await self.start_child(Step(stop=self.namesrv_client.close))
         await self.start_child(self.store)
         queue = self.store.find_consume_queue(TIMER_TOPIC, 0)
+        self.timer_metrics.load()
         self.timers.load(
             int(time.time() * 1000),
             queue.min_offset if queue is not None else 0,

@@ -102,6 +102,10 @@ BROKER_HEADER_NAMES: Final[Mapping[int, tuple[HeaderName, ...]]] = {
     RequestCode.GET_PRODUCER_CONNECTION_LIST: (_PRODUCER,),
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: (_TOPIC, _required("group", CONSUMER_GROUP)),
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: (_TOPIC,),
+    RequestCode.GET_POP_PROGRESS: (
+        _optional("consumerGroup", CONSUMER_GROUP),
+        _optional("topic", TOPIC),
+    ),
     RequestCode.CLONE_GROUP_OFFSET: (
         _required("srcGroup", CONSUMER_GROUP),
         _required("destGroup", CONSUMER_GROUP),

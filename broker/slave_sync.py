@@ -7,7 +7,8 @@ GET_ALL_CONSUMER_OFFSET merges the master's offsets without ever moving one back
 consumers committed to the slave while the master was down survive, RocketMQ #1094);
 GET_ALL_DELAY_OFFSET replaces the delay progress; GET_TIMER_CHECK_POINT (RocketMQ 5) hands the
 master's timer cursor and timer queue offset to the slave's wheel (broker/timer.py), also
-between those, every 3 s (as RocketMQ 5's tick) when the interval is longer.
+between those, every 3 s (as RocketMQ 5's tick) when the interval is longer; GET_TIMER_METRICS
+(RocketMQ 5) replaces the slave's timers-waiting-per-topic table (broker/timer_metrics.py).
 
 OffsetReconciler (tidemq): when the master (re)starts, and whenever a slave connects to it, the
 master asks each slave of its group (addresses from the name server's cluster info) for its
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import ssl
 import time
@@ -59,9 +61,11 @@ class SlaveSynchronize:
         tls: ssl.SSLContext | None = None,
         signer: Signer | None = None,
         on_timer_checkpoint: Callable[[TimerProgress], None] | None = None,
+        on_timer_metrics: Callable[[object], None] | None = None,
     ) -> None:
         self.state = state
         self.on_timer_checkpoint = on_timer_checkpoint
+        self.on_timer_metrics = on_timer_metrics
         self.topics = topics
         self.groups = groups
         self.offsets = offsets
@@ -117,6 +121,19 @@ class SlaveSynchronize:
             timers = await api.call(master, api.request(RequestCode.GET_TIMER_CHECK_POINT))
             self.on_timer_checkpoint(TimerProgress.decode(bytes(timers.body)))
 
+    async def sync_timer_metrics(self, master: str) -> None:
+        """GET_TIMER_METRICS (RocketMQ 5's SlaveSynchronize too): the master's timers waiting per
+        topic, so that a slave shows them and an elected slave counts on from them. A master
+        that does not serve the code (an older tidemq) is passed over."""
+        if self.on_timer_metrics is None:
+            return
+        api = self.api
+        try:
+            answer = await api.call(master, api.request(RequestCode.GET_TIMER_METRICS))
+            self.on_timer_metrics(json.loads(bytes(answer.body)))
+        except (TideMQError, ValueError) as exc:
+            log.debug("timer metrics of %s not copied: %s", master, exc)
+
     async def sync_all(self, master: str) -> None:
         api = self.api
         topics = await api.call(master, api.request(RequestCode.GET_ALL_TOPIC_CONFIG))
@@ -129,6 +146,7 @@ class SlaveSynchronize:
         groups = await api.call(master, api.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
         self.groups.replace_all(SubscriptionGroupWrapper.decode(bytes(groups.body)))
         await self.sync_timer_checkpoint(master)
+        await self.sync_timer_metrics(master)
         self.syncs += 1
         log.debug("SlaveSynchronize from %s done: %s", master, merged)
 

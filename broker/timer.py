@@ -38,6 +38,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from tidemq.broker.timer_metrics import TimerMetrics
 from tidemq.common.lifecycle import BackgroundTask, Service, Step
 from tidemq.common.retry_log import RetryLog
 from tidemq.store.commitlog import PutStatus
@@ -50,6 +51,8 @@ from tidemq.store.record import (
     PROPERTY_WAIT,
     MessageToStore,
     StoredMessage,
+    find_property,
+    read_properties,
 )
 from tidemq.store.timer_log import TimerUnit
 from tidemq.store.timer_message import (
@@ -72,6 +75,7 @@ REPORT_INTERVAL = 30.0
 CATCH_UP_YIELD = 1000  # empty slots walked before letting the loop run others
 REFUSED_FOR_GOOD = frozenset((PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED))
 _PADDING_SIZE = 0x7FFFFFFF
+_REAL_TOPIC_KEY = PROPERTY_REAL_TOPIC.encode()
 
 
 def now_ms() -> int:
@@ -113,10 +117,13 @@ class TimerMessageService(Service):
         *,
         deliver: bool,
         flush_interval_ms: int = 1000,
+        metrics: TimerMetrics | None = None,
     ) -> None:
         super().__init__()
         self.store = store
         self.timers = timers
+        # Per real topic, counted where timers are delivered (broker/timer_metrics.py).
+        self.metrics = metrics if deliver else None
         self.store_host = store_host
         self.deliver = deliver
         self.flush_interval = flush_interval_ms / 1000
@@ -141,6 +148,8 @@ class TimerMessageService(Service):
             self.add_child(BackgroundTask(self._dequeue_loop, "timer-dequeue"))
         self.add_child(BackgroundTask(self._flush_loop, "timer-flush"))
         self.add_child(Step(stop=self.timers.save_progress))
+        if self.metrics is not None:
+            self.add_child(Step(stop=self.metrics.save))
 
     def _recount(self) -> None:
         self.timers.pending = self.timers.count_pending()
@@ -218,6 +227,8 @@ class TimerMessageService(Service):
     async def _enqueue_one(self, unit: CQUnit) -> None:
         timers = self.timers
         deliver_ms, tombstone = read_timer_tags_code(unit.tags_code)
+        if self.metrics is not None and not tombstone:  # a recall's tombstone waits for nothing
+            self.metrics.add(self._real_topic(unit.physical_offset, unit.size), 1)
         if deliver_ms < timers.cursor:
             if tombstone:
                 return  # its message's time has passed: delivered already
@@ -232,6 +243,15 @@ class TimerMessageService(Service):
         self.enqueued += 1
         if at < self._slot_end:
             self._dequeue_wakeup.set()
+
+    def _real_topic(self, phy_offset: int, size: int) -> str:
+        """The timer message's REAL_TOPIC, read from its record's properties alone (the
+        enqueue path: no decode of the whole message)."""
+        record = self.store.commitlog.get_record(phy_offset, size)
+        if record is None:
+            return ""
+        value = find_property(read_properties(record), _REAL_TOPIC_KEY)
+        return value.decode("utf-8", "replace") if value is not None else ""
 
     # --- dequeue ----------------------------------------------------------------------------
 
@@ -329,6 +349,8 @@ class TimerMessageService(Service):
         ):
             self._skip(phy_offset, "?", "the CommitLog holds another message there now")
             return
+        if self.metrics is not None:  # it leaves the wheel: delivered, rolled on or recalled
+            self.metrics.add(stored.properties.get(PROPERTY_REAL_TOPIC, ""), -1)
         if not rolls and self.is_recalled(stored):
             self.recalled += 1
             log.info(
@@ -384,6 +406,9 @@ class TimerMessageService(Service):
             await asyncio.sleep(self.flush_interval)
             try:
                 await asyncio.to_thread(self.timers.flush)
+                snapshot = self.metrics.snapshot() if self.metrics is not None else None
+                if snapshot is not None and self.metrics is not None:
+                    await asyncio.to_thread(self.metrics.write, snapshot)
                 removed = self.timers.delete_delivered_segments()
                 if removed:
                     log.info("timer log: %d delivered segment(s) removed", removed)

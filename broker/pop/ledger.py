@@ -103,6 +103,8 @@ class ReviveLedger:
         self._orphans: dict[CheckpointKey, set[int]] = {}
         self._next_position = start_position
         self.watermark = 0  # the latest store time read
+        # Acknowledgements applied per (topic, group, queue), for operators (GET_POP_PROGRESS).
+        self.acked: dict[tuple[str, str, int], int] = {}
 
     def _read(self, position: int, store_time: int) -> None:
         self._next_position = max(self._next_position, position + 1)
@@ -133,7 +135,9 @@ class ReviveLedger:
                 hit = True
                 if not entry.pending:
                     self._remove(key)
-        if not hit and ack.key not in self._closed:
+        if hit:
+            self.acked[ack.key[:3]] = self.acked.get(ack.key[:3], 0) + 1
+        elif ack.key not in self._closed:
             self._remember_orphan(ack)
 
     def _remove(self, key: CheckpointKey) -> _Open | None:
@@ -179,6 +183,17 @@ class ReviveLedger:
         if not self._open:
             return self._next_position
         return min(entry.position for entry in self._open.values())
+
+    def queue_progress(self, now_ms: int) -> dict[tuple[str, str, int], tuple[int, int]]:
+        """(topic, group, queue id) -> (messages in flight, those of them still invisible at
+        `now_ms`): a read for operators."""
+        progress: dict[tuple[str, str, int], tuple[int, int]] = {}
+        for key, entry in self._open.items():
+            flying, hidden = progress.get(key[:3], (0, 0))
+            pending = len(entry.pending)
+            invisible = pending if entry.checkpoint.deadline >= now_ms else 0
+            progress[key[:3]] = (flying + pending, hidden + invisible)
+        return progress
 
     def in_flight(self, topic: str, group: str) -> int:
         """Messages of `group` on `topic` handed out and neither acknowledged nor revived."""

@@ -542,8 +542,8 @@ class PopService:
     ) -> ReceiptHandle:
         """The message stays invisible `invisible_ms` from now; the new handle names it."""
         handle = self._handle(handle_text)
-        if invisible_ms <= 0:
-            raise PopRefused("invisibleTime must be positive")
+        if invisible_ms < 0:  # 0: visible again now (revived with its next attempt)
+            raise PopRefused("invisibleTime must not be negative")
         now = int(time.time() * 1000)
         if handle.expired(now):
             raise PopRefused("receipt handle is expired: the message is visible again")

@@ -349,9 +349,13 @@ def from_store(stored: StoredMessage) -> Message:
     else:
         system.message_type = MessageType.NORMAL
     system.body_encoding = Encoding.IDENTITY
-    # As the proxy answers: the clients check it (and log an error for a message without one).
-    system.body_digest.type = DigestType.CRC32
-    system.body_digest.checksum = f"{zlib.crc32(stored.body):08X}"
+    # As the proxy answers (MD5, upper-case hex): the clients check it. Not CRC32: the clients
+    # disagree on its text (Python 8 hex digits, Node.js decimal), and the Node.js push
+    # consumer discards, unconsumed, a message whose digest it reads as a mismatch.
+    system.body_digest.type = DigestType.MD5
+    system.body_digest.checksum = (
+        hashlib.md5(stored.body, usedforsecurity=False).hexdigest().upper()
+    )
     # A 4.x producer may store any 64-bit born time: clamped into what a Timestamp can hold,
     # or the message could never be handed to a 5.x consumer (each receive of it failed).
     system.born_timestamp.FromMilliseconds(_timestamp_ms(stored.born_timestamp))

@@ -552,9 +552,10 @@ class MessagingService:
         except (TideMQError, ValueError) as exc:
             raise Rejected(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
         try:
-            result = await pop.pop(
-                group, topic, request.message_queue.id, batch, invisible, poll, tags, record
-            )
+            # Every queue of the topic on this broker, whatever queue the request names, as
+            # RocketMQ's proxy pops (its broker-acting queue, id -1): the Node.js SimpleConsumer
+            # names queue 0 in every receive and got nothing of the others.
+            result = await pop.pop(group, topic, -1, batch, invisible, poll, tags, record)
         except PopRefused as refused:
             code = _RECEIVE_REFUSAL_CODES.get(refused.kind, Code.FORBIDDEN)
             raise Rejected(code, refused.reason) from None
@@ -617,7 +618,9 @@ class MessagingService:
         group = resource_name(request.group, NameKind.CONSUMER_GROUP)
         topic = resource_name(request.topic, NameKind.TOPIC)
         invisible = request.invisible_duration.ToMilliseconds()
-        if not 0 < invisible <= self.config.max_invisible_time_mills:
+        # 0: visible again at once, as RocketMQ takes it (the Node.js push consumer's retry,
+        # which has no backoff of the CUSTOMIZED kind the settings give, changes to 0).
+        if not 0 <= invisible <= self.config.max_invisible_time_mills:
             raise Rejected(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms")
         given = self._ending_renewal(call, group, request.message_id, request.receipt_handle)
         try:

@@ -81,6 +81,14 @@ from tidemq.client.protocol.models import (
     TopicRouteData,
 )
 from tidemq.client.protocol.namesrv import KVTable, TopicList
+from tidemq.client.protocol.operators5 import (
+    GrpcClientInfo,
+    PopQueueProgress,
+    TimerTopicCount,
+    decode_grpc_clients,
+    decode_pop_progress,
+    decode_timer_metrics,
+)
 from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
 from tidemq.client.remoting.json_body import loads_fastjson
 from tidemq.client.trace import TRACE_TOPIC, TraceRecord, TraceType, decode_records
@@ -375,6 +383,40 @@ class AdminClient(Service):
             address, RequestCode.GET_PRODUCER_CONNECTION_LIST, encode(header)
         )
         return ProducerConnection.from_dict(_object(body))
+
+    # --- the RocketMQ 5 side (client/protocol/operators5.py) ----------------------------------
+
+    async def grpc_clients(self, address: str) -> list[GrpcClientInfo]:
+        """The 5.x clients connected to the gRPC endpoint of the broker at `address`."""
+        _, body, _ = await self._call(address, RequestCode.GET_GRPC_CLIENT_LIST)
+        return decode_grpc_clients(_object(body))
+
+    async def pop_progress(
+        self, address: str, group: str = "", topic: str = ""
+    ) -> list[PopQueueProgress]:
+        ext = {k: v for k, v in (("consumerGroup", group), ("topic", topic)) if v}
+        _, body, _ = await self._call(address, RequestCode.GET_POP_PROGRESS, ext)
+        return decode_pop_progress(_object(body))
+
+    async def timer_metrics(self, address: str) -> list[TimerTopicCount]:
+        """Timer messages waiting per real topic (GET_TIMER_METRICS)."""
+        _, body, _ = await self._call(address, RequestCode.GET_TIMER_METRICS)
+        return decode_timer_metrics(_object(body))
+
+    async def examine_grpc_clients(self, cluster: str | None = None) -> list[GrpcClientInfo]:
+        """Every master's 5.x clients (one client connected to several brokers: once each)."""
+        found: list[GrpcClientInfo] = []
+        for broker in await self.masters(cluster):
+            found += await self.grpc_clients(broker.address)
+        return found
+
+    async def examine_pop_progress(
+        self, group: str = "", topic: str = "", cluster: str | None = None
+    ) -> list[PopQueueProgress]:
+        found: list[PopQueueProgress] = []
+        for broker in await self.masters(cluster):
+            found += await self.pop_progress(broker.address, group, topic)
+        return found
 
     async def broker_config(self, address: str) -> dict[str, str]:
         _, body, _ = await self._call(address, RequestCode.GET_BROKER_CONFIG)

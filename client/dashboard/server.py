@@ -21,6 +21,7 @@ Routes (all answers JSON; failures are `{"error": "one line"}` with a 4xx/5xx st
     GET    /api/charts                        the sampler's series (sampler.py)
 
     GET    /api/producers?topic&group         producer connections of a group on a topic's masters
+    GET    /api/rocketmq5                     5.x clients (gRPC), POP progress, timers per topic
     GET    /api/brokers/config                every broker's configuration
     POST   /api/brokers/config                {address, key, value}: UPDATE_BROKER_CONFIG
     GET    /api/acl                           whether each broker checks ACL (aclEnable, aclFile)
@@ -206,6 +207,10 @@ async def producers(request: web.Request) -> web.Response:
     )
 
 
+async def rocketmq5(request: web.Request) -> web.Response:
+    return _json(await views.rocketmq5_view(request.app[ADMIN_KEY]))
+
+
 async def broker_configs(request: web.Request) -> web.Response:
     return _json(await views.broker_configs_view(request.app[ADMIN_KEY]))
 
@@ -379,6 +384,7 @@ def make_app(
     app.router.add_post("/api/messages/resend", resend)
     app.router.add_get("/api/charts", charts)
     app.router.add_get("/api/producers", producers)
+    app.router.add_get("/api/rocketmq5", rocketmq5)
     app.router.add_get("/api/brokers/config", broker_configs)
     app.router.add_post("/api/brokers/config", update_broker_config)
     app.router.add_get("/api/acl", acl)

@@ -471,6 +471,33 @@ async def producers_view(admin: AdminClient, topic: str, group: str) -> dict[str
     return {"topic": topic, "group": group, "producers": sorted(rows, key=lambda r: r["clientId"])}
 
 
+async def rocketmq5_view(admin: AdminClient) -> dict[str, Any]:
+    """The RocketMQ 5 side of every master (RocketMQ's own Dashboard shows no proxy client):
+    the 5.x clients on the gRPC ports (language and version from their settings), POP progress
+    per group, topic and queue, and timer messages waiting per topic (GET_TIMER_METRICS)."""
+    clients: list[dict[str, Any]] = []
+    pop: list[dict[str, Any]] = []
+    timers: list[dict[str, Any]] = []
+    for broker in await admin.masters():
+        found = await admin.grpc_clients(broker.address)
+        clients.extend({**c.to_dict(), "brokerName": c.broker_name} for c in found)
+        queues = await admin.pop_progress(broker.address)
+        pop.extend({**q.to_dict(), "brokerName": q.broker_name} for q in queues)
+        timers.extend(
+            {
+                "brokerName": broker.broker_name,
+                "topic": count.topic,
+                "pending": count.count,
+                "timeStamp": count.timestamp,
+            }
+            for count in await admin.timer_metrics(broker.address)
+        )
+    clients.sort(key=lambda c: (c["clientType"], c["group"], c["clientId"]))
+    pop.sort(key=lambda q: (q["group"], q["topic"], q["brokerName"], q["queueId"]))
+    timers.sort(key=lambda t: (t["topic"], t["brokerName"]))
+    return {"clients": clients, "pop": pop, "timers": timers}
+
+
 # Values of these keys are not shown: a key that names a secret (none today) stays on the broker.
 HIDDEN_CONFIG: Final = ("secret", "password")
 

@@ -236,6 +236,10 @@ class RequestCode(enum.IntEnum):
     NOTIFICATION = 200054
     POLLING_INFO = 200055
     BATCH_ACK_MESSAGE = 200151
+    # tidemq's own (RocketMQ leaves this range unused): operators' views of the 5.x side
+    # (client/protocol/operators5.py)
+    GET_GRPC_CLIENT_LIST = 32001
+    GET_POP_PROGRESS = 32002
 
 
 class ResponseCode(enum.IntEnum):

@@ -155,6 +155,13 @@ _BROKER_SPECS: Final = (
     _broker(C.GET_ALL_DELAY_OFFSET),
     _broker(C.GET_BROKER_HA_STATUS),
     _broker(C.GET_TIMER_CHECK_POINT),
+    _broker(C.GET_TIMER_METRICS),
+    _broker(C.GET_GRPC_CLIENT_LIST),
+    CodeSpec(
+        C.GET_POP_PROGRESS,
+        Server.BROKER,
+        (Field("consumerGroup", Kind.TEXT, False), Field("topic", Kind.TEXT, False)),
+    ),
     _broker(C.CONSUMER_SEND_MSG_BACK, h.ConsumerSendMsgBackRequestHeader),
     _broker(C.GET_BROKER_RUNTIME_INFO),
     _broker(C.GET_TOPIC_STATS_INFO, admin.GetTopicStatsInfoRequestHeader),

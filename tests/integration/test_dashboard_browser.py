@@ -33,6 +33,7 @@ from tests.support.browser import chromium_paths, headless_chrome
 from tests.support.conditions import eventually_sync
 from tests.support.ha_processes import start_master, start_slave
 from tests.support.processes import LOOPBACK, REPO_ROOT, Daemon, ProcessGroup, free_port
+from tests.support.rmq5_clients import Rmq5Consumer
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer.push import AsyncPushConsumer, ConsumeResult, PushConsumer
@@ -612,6 +613,53 @@ def test_producer_page_lists_a_group_s_connected_producers(
     console.admin(connected)
     open_page(chrome, console.url, f"producers?topic={topic}&group=NoSuchGroup", "producers")
     assert rows(chrome, "producers") == [["none"]]
+
+
+def test_rocketmq5_page_shows_grpc_clients_pop_progress_and_pending_timers(
+    console: Console, chrome: webdriver.Chrome
+) -> None:
+    """The official Python 5.x SimpleConsumer connected to the master's gRPC port holds three
+    messages and has acknowledged one; a timer message waits 10 minutes."""
+    topic, group, timed = "Rmq5PageTopic", "G-dash-rmq5", "Rmq5TimerTopic"
+    make_topic(console, topic, 1)
+    make_topic(console, timed, 1)
+    grpc_port = next(a for a in reversed(console.master.args) if a.startswith("grpcServerPort="))
+    endpoint = f"127.0.0.1:{grpc_port.partition('=')[2]}"
+    send(console, topic, 4)
+
+    async def timer(admin: AdminClient) -> None:
+        await admin.send_message(Message(timed, b"later", delay_ms=600_000))
+
+    console.admin(timer)
+
+    async def connected() -> None:
+        consumer = await Rmq5Consumer.start(
+            endpoint, mode="simple", topic=topic, group=group, await_seconds=1
+        )
+        try:
+            got = await consumer.receive_until(4, invisible=300)
+            await consumer.call(op="ack", id=got[0]["id"])
+
+            def drawn(driver: webdriver.Chrome) -> bool:
+                open_page(driver, console.url, "rocketmq5", "rocketmq5")
+                pop = [r for r in rows(driver, "pop-progress") if r[0] == group]
+                timers = [r for r in rows(driver, "timer-topics") if r[0] == timed]
+                return bool(pop and pop[0][8] == "1" and timers)
+
+            until(chrome, drawn)
+            clients = [r for r in rows(chrome, "grpc-clients") if r[2] == group]
+            assert len(clients) == 1, clients
+            assert clients[0][1:6] == ["SIMPLE_CONSUMER", group, topic, "PYTHON", "5.1.2"]
+            [pop] = [r for r in rows(chrome, "pop-progress") if r[0] == group]
+            # group, topic, broker, queue, broker offset, pop offset, in flight, invisible, acked
+            assert pop[1] == topic and pop[3:] == ["0", "4", "4", "3", "3", "1"], pop
+            [timers] = [r for r in rows(chrome, "timer-topics") if r[0] == timed]
+            assert timers[2] == "1"
+            shot(chrome, "rocketmq5")
+        finally:
+            await consumer.close()
+
+    asyncio.run(connected())
 
 
 def test_broker_configuration_page_shows_and_changes_a_key(

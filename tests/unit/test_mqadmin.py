@@ -43,6 +43,7 @@ from tidemq.client.protocol.models import (
     SubscriptionGroupConfig,
     TopicRouteData,
 )
+from tidemq.client.protocol.operators5 import GrpcClientInfo, PopQueueProgress
 from tidemq.client.remoting.codes import version_desc
 from tidemq.store.layout import FLAG_COMPRESSED
 from tidemq.store.record import StoredMessage
@@ -133,6 +134,8 @@ MQ_B1 = MessageQueue("T", "broker-b", 1)
 CONN = Connection("10.0.0.9@1#2", "10.0.0.9:5555", "PYTHON", 401)
 
 ANSWERS: dict[str, Any] = {
+    "examine_grpc_clients": [],  # no 5.x client: the 4.x outputs as RocketMQ prints them
+    "examine_pop_progress": [],
     "brokers": lambda cluster=None: BROKERS,
     "masters": lambda cluster=None: [b for b in BROKERS if b.broker_id == 0],
     "cluster_info": ClusterInfo(
@@ -238,6 +241,8 @@ def test_every_rocketmq_subcommand_is_there() -> None:
         "getSyncStateSet", "getBrokerEpoch", "electMaster",
         # RocketMQ 5's batch creation
         "updateTopicList", "updateSubGroupList",
+        # the RocketMQ 5 side: 5.x clients, POP progress, RocketMQ 5's timer metrics
+        "grpcClientConnection", "popConsumerProgress", "getTimerMetrics",
     }  # fmt: skip
 
 
@@ -589,3 +594,41 @@ def test_new_commands_refuse_bad_options_before_connecting(fake: FakeAdmin) -> N
     out = invoke("printMsgByQueue", "-t", "T", "-a", "broker-a", "-i", "0", "-f", "maybe", code=2)
     assert "expected true or false" in out
     assert fake.calls == []
+
+
+def test_consumer_progress_and_connection_of_a_pop_group_with_5x_clients(
+    fake: FakeAdmin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group that pops gets RocketMQ 5's in-flight columns; its 5.x consumers are listed with
+    the 4.x connections, language and version as their settings say."""
+    popped = PopQueueProgress("g1", "T", 0, 10, 10, 3, 2, 4, broker_name="broker-a")
+    monkeypatch.setitem(ANSWERS, "examine_pop_progress", lambda group, topic="": [popped])
+    out = invoke("consumerProgress", "-g", "g1")
+    assert header(out) == [
+        "Topic", "Broker Name", "QID", "Broker Offset", "Consumer Offset", "Diff",
+        "Inflight", "Invisible", "Acked", "LastTime",
+    ]  # fmt: skip
+    assert out.splitlines()[1].split()[5:9] == ["3", "3", "2", "4"]
+    assert out.splitlines()[2].split()[5:9] == ["0", "0", "0", "0"]  # broker-b: not popped
+    client = GrpcClientInfo(
+        "cid5", "127.0.0.1:5000", "NODE_JS", "1.0.8", "PUSH_CONSUMER", "g1", ("T",), 0, "broker-a"
+    )
+    monkeypatch.setitem(ANSWERS, "examine_grpc_clients", [client])
+    out = invoke("consumerConnection", "-g", "g1")
+    assert out.splitlines()[2].split() == ["002", "cid5", "127.0.0.1:5000", "NODE_JS", "1.0.8"]
+    fake.fail = None
+    monkeypatch.setitem(
+        ANSWERS,
+        "examine_consumer_connection",
+        _raises(BrokerResponseError(206, "the consumer group[g1] not online")),
+    )
+    only = invoke("consumerConnection", "-g", "g1")  # 5.x clients alone: no refusal
+    assert only.splitlines()[1].split()[1] == "cid5"
+    assert "5.x (gRPC) consumers, POP; topics: T" in only
+
+
+def _raises(error: Exception) -> Any:
+    def answer(*args: Any) -> Any:
+        raise error
+
+    return answer

@@ -51,6 +51,8 @@ BROKER_NAMELESS = {
     RequestCode.GET_ALL_DELAY_OFFSET,
     RequestCode.GET_BROKER_HA_STATUS,
     RequestCode.GET_TIMER_CHECK_POINT,
+    RequestCode.GET_TIMER_METRICS,
+    RequestCode.GET_GRPC_CLIENT_LIST,
     RequestCode.GET_BROKER_RUNTIME_INFO,
     RequestCode.UPDATE_BROKER_CONFIG,
     RequestCode.GET_BROKER_CONFIG,

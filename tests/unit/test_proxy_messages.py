@@ -219,3 +219,31 @@ def test_any_stored_born_time_becomes_a_valid_timestamp(born: int) -> None:
         stamp.ToJsonString()  # raises for a Timestamp out of range
     if 0 <= born <= NOW:
         assert out.system_properties.born_timestamp.ToMilliseconds() == born
+
+
+def test_a_received_message_carries_the_md5_digest_every_official_client_accepts() -> None:
+    """MD5 in upper-case hex, as RocketMQ's proxy answers: the Python client compares CRC32 as
+    8 hex digits and the Node.js client as a decimal number, so no CRC32 text suits both (the
+    Node.js push consumer dropped every message with the hex one)."""
+    body = b"\x00digest me"
+    stored = StoredMessage(
+        total_size=100,
+        body_crc=0,
+        queue_id=0,
+        flag=0,
+        queue_offset=3,
+        physical_offset=1234,
+        sys_flag=0,
+        born_timestamp=NOW,
+        born_host=("10.0.0.9", 5555),
+        store_timestamp=NOW,
+        store_host=("10.0.0.1", 10911),
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+        body=body,
+        topic="T",
+        properties={"UNIQ_KEY": "U1"},
+    )
+    digest = from_store(stored).system_properties.body_digest
+    assert digest.type == DigestType.MD5
+    assert digest.checksum == hashlib.md5(body).hexdigest().upper()

@@ -21,12 +21,14 @@ from tidemq.client.admin.cli.base import (
     read_config_list,
     run,
 )
-from tidemq.client.errors import TideMQError
-from tidemq.client.protocol.heartbeat import ConsumeType, MessageQueue
+from tidemq.client.errors import BrokerResponseError, TideMQError
+from tidemq.client.protocol.heartbeat import ConsumerConnection, ConsumeType, MessageQueue
 from tidemq.client.protocol.models import SubscriptionGroupConfig
+from tidemq.client.protocol.operators5 import GrpcClientInfo, PopQueueProgress
 from tidemq.client.remoting.codes import version_desc
 
 RETRY_PREFIX = "%RETRY%"
+GRPC_CONSUMER_TYPES = ("PUSH_CONSUMER", "SIMPLE_CONSUMER", "PULL_CONSUMER")
 
 
 def group_config_line(config: SubscriptionGroupConfig) -> str:
@@ -235,7 +237,15 @@ def consumer_progress(
                 "(no such group, or it never consumed)"
             )
         holders = await _queue_holders(admin, group) if with_ip else {}
-        columns = [*PROGRESS_COLUMNS, *(["#Client IP"] if with_ip else []), "#Diff", "#LastTime"]
+        pop = await _pop_queues(admin, group, topic)
+        pop_columns = ["#Inflight", "#Invisible", "#Acked"] if pop else []
+        columns = [
+            *PROGRESS_COLUMNS,
+            *(["#Client IP"] if with_ip else []),
+            "#Diff",
+            *pop_columns,
+            "#LastTime",
+        ]
         table = Table(columns)
         data = []
         for mq in sorted(stats.offset_table):
@@ -243,10 +253,14 @@ def consumer_progress(
             ip = [holders.get(mq, "N/A")] if with_ip else []
             last = format_time(o.last_timestamp) or "N/A"
             row = [mq.topic, mq.broker_name, mq.queue_id, o.broker_offset, o.consumer_offset]
-            table.rows.append([*row, *ip, o.diff, last])
+            popped = pop.get((mq.broker_name, mq.topic, mq.queue_id))
+            flying = [popped.in_flight, popped.invisible, popped.acked] if popped else [0, 0, 0]
+            table.rows.append([*row, *ip, o.diff, *(flying if pop else []), last])
             queue = o.progress_data(mq)
             if with_ip:
                 queue["clientIp"] = holders.get(mq)
+            if pop:
+                queue.update(zip(("inflight", "invisible", "acked"), flying, strict=True))
             data.append(queue)
         total = stats.total_diff()
         after = ["", f"Consume TPS: {stats.consume_tps:.2f}", f"Diff Total: {total}"]
@@ -257,6 +271,18 @@ def consumer_progress(
         )
 
     run("consumerProgress", namesrv_addr, as_json, work)
+
+
+async def _pop_queues(
+    admin: AdminClient, group: str, topic: str
+) -> dict[tuple[str, str, int], PopQueueProgress]:
+    """The group's POP state per (broker, topic, queue): RocketMQ 5 shows messages in flight
+    beside the offsets; {} for a group that does not pop, or brokers without the call."""
+    try:
+        rows = await admin.examine_pop_progress(group, topic)
+    except TideMQError:
+        return {}
+    return {(r.broker_name, r.topic, r.queue_id): r for r in rows}
 
 
 async def _all_groups(admin: AdminClient) -> Output:
@@ -285,30 +311,60 @@ async def _all_groups(admin: AdminClient) -> Output:
     return Output(data, tables=[table])
 
 
+async def _grpc_consumers(admin: AdminClient, group: str) -> list[GrpcClientInfo]:
+    """The group's 5.x consumers on the masters' gRPC ports (RocketMQ 5 lists them with the
+    4.x connections); none from brokers that do not know the call."""
+    try:
+        found = await admin.examine_grpc_clients()
+    except TideMQError:
+        return []
+    return [c for c in found if c.group == group and c.client_type in GRPC_CONSUMER_TYPES]
+
+
 @main.command("consumerConnection")
 @common
 @click.option("-g", "--consumerGroup", "group", required=True, help="Consumer group.")
 def consumer_connection(namesrv_addr: str | None, as_json: bool, group: str) -> None:
-    """List a consumer group's connections and subscriptions."""
+    """List a consumer group's connections and subscriptions (5.x clients over gRPC too: their
+    language and version as their settings name them, type POP)."""
 
     async def work(admin: AdminClient) -> Output:
-        cc = await admin.examine_consumer_connection(group)
+        try:
+            cc: ConsumerConnection | None = await admin.examine_consumer_connection(group)
+        except BrokerResponseError:
+            cc = None
+        grpc = await _grpc_consumers(admin, group)
+        if cc is None and not grpc:
+            await admin.examine_consumer_connection(group)  # its refusal, as RocketMQ's
         table = Table(["#", "#ClientId", "#ClientAddr", "#Language", "#Version"])
-        for i, c in enumerate(sorted(cc.connections, key=lambda c: c.client_id), 1):
-            table.rows.append(
-                [f"{i:03d}", c.client_id, c.client_addr, c.language, version_desc(c.version)]
-            )
-        subs = Table(["#", "#Topic", "#SubExpression"])
-        for i, (topic, sub) in enumerate(sorted(cc.subscriptions.items()), 1):
-            subs.rows.append([f"{i:03d}", topic, sub.sub_string])
-        after = [
-            "",
-            f"ConsumeType: {cc.consume_type.value}",
-            f"MessageModel: {cc.message_model.value}",
-            f"ConsumeFromWhere: {cc.consume_from_where.value}",
-        ]
-        out = Output(cc.to_dict(), tables=[table], lines_after=[""])
-        out.lines_after += ["Below is subscription:", *subs.render(), *after]
+        rows = (
+            []
+            if cc is None
+            else [
+                [c.client_id, c.client_addr, c.language, version_desc(c.version)]
+                for c in sorted(cc.connections, key=lambda c: c.client_id)
+            ]
+        )
+        rows += [[c.client_id, c.client_addr, c.language, c.version] for c in grpc]
+        table.rows = [[f"{i:03d}", *row] for i, row in enumerate(rows, 1)]
+        data = cc.to_dict() if cc is not None else {}
+        if grpc:
+            data["grpcClients"] = [{**c.to_dict(), "brokerName": c.broker_name} for c in grpc]
+        out = Output(data, tables=[table], lines_after=[""])
+        if cc is not None:
+            subs = Table(["#", "#Topic", "#SubExpression"])
+            for i, (topic, sub) in enumerate(sorted(cc.subscriptions.items()), 1):
+                subs.rows.append([f"{i:03d}", topic, sub.sub_string])
+            out.lines_after += ["Below is subscription:", *subs.render()]
+            out.lines_after += [
+                "",
+                f"ConsumeType: {cc.consume_type.value}",
+                f"MessageModel: {cc.message_model.value}",
+                f"ConsumeFromWhere: {cc.consume_from_where.value}",
+            ]
+        else:  # 5.x clients alone: what their settings subscribe to
+            topics = sorted({t for c in grpc for t in c.topics})
+            out.lines_after += [f"5.x (gRPC) consumers, POP; topics: {', '.join(topics) or '-'}"]
         return out
 
     run("consumerConnection", namesrv_addr, as_json, work)

@@ -1,7 +1,7 @@
 /* tidemq dashboard front end: hash routes, one render function per page, the JSON API of
  * server.py. Text always goes in with textContent (names and bodies are user data).
  *
- * Routes: #/cluster, #/topics, #/topics/NAME, #/groups, #/groups/NAME, #/producers, #/messages,
+ * Routes: #/cluster, #/topics, #/topics/NAME, #/groups, #/groups/NAME, #/producers, #/rocketmq5, #/messages,
  * #/charts, #/brokers (configuration), #/acl. A read-only dashboard shows no control that
  * would change the cluster (whenWritable).
  * When a page has drawn its data, <body data-loaded="PAGE"> is set (the browser tests wait on
@@ -522,6 +522,50 @@ async function producersPage(main, params) {
   loaded("producers");
 }
 
+/* --- RocketMQ 5 side -------------------------------------------------------------------- */
+
+/* What RocketMQ's own Dashboard does not show: the 5.x clients connected over gRPC (language
+ * and version as their settings name them), POP consumption per queue (in flight, still
+ * invisible, acknowledged) and timer messages waiting per topic. */
+async function rocketmq5Page(main) {
+  const r = await api("GET", "/api/rocketmq5");
+  main.append(
+    el("h1", {}, "RocketMQ 5 clients"),
+    el("h2", {}, "Clients (gRPC)"),
+    el("p", { id: "grpc-client-count" }, `${r.clients.length} 5.x client(s) connected`),
+    table("grpc-clients", [
+      ["Client id", (c) => c.clientId],
+      ["Type", (c) => c.clientType],
+      ["Group", (c) => c.group || "-"],
+      ["Topics", (c) => c.topics.join(", ") || "-"],
+      ["Language", (c) => c.language],
+      ["Version", (c) => c.version],
+      ["Address", (c) => c.clientAddr],
+      ["Broker", (c) => c.brokerName],
+      ["Last heartbeat", (c) => time(c.lastHeartbeatTimestamp)],
+    ], r.clients),
+    el("h2", {}, "POP consumer progress"),
+    table("pop-progress", [
+      ["Group", (q) => q.group],
+      ["Topic", (q) => q.topic],
+      ["Broker", (q) => q.brokerName],
+      ["Queue", (q) => q.queueId, "num"],
+      ["Broker offset", (q) => q.brokerOffset, "num"],
+      ["Pop offset", (q) => q.popOffset, "num"],
+      ["In flight", (q) => q.inFlight, "num"],
+      ["Invisible", (q) => q.invisible, "num"],
+      ["Acknowledged", (q) => q.acked, "num"],
+    ], r.pop),
+    el("h2", {}, "Timer messages waiting"),
+    table("timer-topics", [
+      ["Topic", (t) => t.topic],
+      ["Broker", (t) => t.brokerName],
+      ["Pending", (t) => t.pending, "num"],
+      ["Last change", (t) => time(t.timeStamp)],
+    ], r.timers));
+  loaded("rocketmq5");
+}
+
 /* --- broker configuration --------------------------------------------------------------- */
 
 async function brokersPage(main) {
@@ -597,6 +641,7 @@ async function render() {
     else if (parts[0] === "messages") await messagesPage(fresh, params);
     else if (parts[0] === "charts") await chartsPage(fresh);
     else if (parts[0] === "producers") await producersPage(fresh, params);
+    else if (parts[0] === "rocketmq5") await rocketmq5Page(fresh);
     else if (parts[0] === "brokers") await brokersPage(fresh);
     else if (parts[0] === "acl") await aclPage(fresh);
     else await clusterPage(fresh);
