@@ -433,6 +433,7 @@ class MessageStore(Service):
         self._lock.release()
 
     def close_files(self) -> None:
+        self.consume_queue_maps.discard_creations()  # made for dispatch, which stopped first
         self.commitlog.segments.close()
         for queue in self.consume_queues.values():
             queue.close()

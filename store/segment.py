@@ -20,7 +20,7 @@ and the next use opens it again. They append by pwrite: the first store into a p
 takes a write fault (page_mkwrite), measured at 1.5-2 ms on this machine's loaded ext4 against
 3-10 us for a pwrite of the same bytes, and a new queue's first unit always lands on a new
 page. A full disk is then an error of the append, not a SIGBUS of a store into the map, so the
-file is created sparse (`_create_sparse`: its size set, no blocks, no sync on the event loop);
+file is created sparse (`create_sparse`: its size set, no blocks, no sync on the event loop);
 its name and size become durable at its first flush, before any of its bytes are called
 flushed. A power cut before that may leave the file empty: `SegmentQueue.load` extends it with
 zeros, which recovery reads as never written.
@@ -108,11 +108,21 @@ def _create_full_size(path: Path, size: int) -> int:
     return fd
 
 
-def _create_sparse(path: Path, size: int) -> tuple[int, tuple[Path, ...]]:
-    """Create `path` at its full size without blocks and without syncs; returns its descriptor
-    and the folders whose entries are new (the file's, and the parent of each folder made for
-    it), for the first flush to sync. A crash between the creation and the sizing leaves an
-    empty file, as a power cut before that flush may: load extends it (module docstring)."""
+# A lazily mapped file made by `create_sparse`: its descriptor, and the folders whose new
+# entries its first flush syncs.
+SparseFile = tuple[int, tuple[Path, ...]]
+
+
+def create_sparse(path: Path, size: int) -> SparseFile:
+    """Create `path` at its full size without syncs; returns its descriptor and the folders
+    whose entries are new (the file's, and the parent of each folder made for it), for the
+    first flush to sync. A crash between the creation and the sizing leaves an empty file, as a
+    power cut before that flush may: load extends it (module docstring).
+
+    The first page (where the first append lands: a queue starting past a file's start pads
+    it from there) is written with zeros, so that the file system allocates its block here:
+    dispatch makes files in a worker thread (store/dispatch.py), and the event loop's first
+    append then finds the page in the cache. The rest of the file stays a hole."""
     missing: list[Path] = []
     folder = path.parent
     while not folder.exists():
@@ -122,6 +132,7 @@ def _create_sparse(path: Path, size: int) -> tuple[int, tuple[Path, ...]]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         os.ftruncate(fd, size)
+        os.pwrite(fd, bytes(min(PAGE_SIZE, size)), 0)
     except BaseException:
         os.close(fd)
         path.unlink(missing_ok=True)
@@ -141,7 +152,10 @@ class Segment:
         create: bool = False,
         write_buffer: bytearray | None = None,
         maps: MapBudget | None = None,
+        created: SparseFile | None = None,
     ) -> None:
+        """`created`: a lazily mapped file `create_sparse` made (in a worker thread), to adopt
+        instead of creating one (`create` then)."""
         start = name_to_offset(path.name)
         if start is None:
             raise CorruptStoreError(f"segment file name {path} is not a 20-digit offset")
@@ -170,7 +184,7 @@ class Segment:
             if append_mode is not AppendMode.pwrite or write_buffer is not None:
                 raise ValueError("a lazily mapped segment appends by pwrite, unbuffered")
             if create:
-                fd, self._unsynced_dirs = _create_sparse(path, size)
+                fd, self._unsynced_dirs = created or create_sparse(path, size)
                 self._map_file(fd)
             return
         fd = _create_full_size(path, size) if create else os.open(path, os.O_RDWR)

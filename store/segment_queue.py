@@ -171,15 +171,30 @@ class SegmentQueue:
             create_at = last.start_offset + self.segment_size
         return self._create(create_at)
 
+    def file_needed(self, start_offset: int = 0) -> Path | None:
+        """The file `last_for_append(start_offset)` would create now; None when the last file
+        has room."""
+        last = self.last
+        if last is not None and not last.is_full:
+            return None
+        if last is None:
+            start = start_offset - start_offset % self.segment_size
+        else:
+            start = last.start_offset + self.segment_size
+        return self.directory / offset_to_name(start)
+
     def _create(self, start: int) -> Segment:
         if self.maps is not None:
-            # Sparse, its folders synced at its first flush, off the event loop (segment.py).
+            # Sparse, its folders synced at its first flush, off the event loop (segment.py);
+            # made in a worker thread already when dispatch asked for it (`file_needed`).
+            path = self.directory / offset_to_name(start)
             segment = Segment(
-                self.directory / offset_to_name(start),
+                path,
                 self.segment_size,
                 append_mode=self.append_mode,
                 create=True,
                 maps=self.maps,
+                created=self.maps.adopt(path),
             )
             self.segments.append(segment)
             return segment
