@@ -14,6 +14,7 @@ from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import CommitLog
 from tidemq.store.consume_queue import ConsumeQueue
 from tidemq.store.index_keeper import IndexKeeper
+from tidemq.store.segment import SyncedDirs
 
 
 class StoreFlusher:
@@ -50,8 +51,9 @@ class StoreFlusher:
         index = self.index.index if worker is None else None
 
         def work() -> int:
+            synced: SyncedDirs = {}  # each folder synced once a pass (segment.SyncedDirs)
             for queue in queues:
-                queue.flush(least_pages)
+                queue.flush(least_pages, synced)
             return index.flush() if index is not None else 0
 
         index_ts = await asyncio.to_thread(work)

@@ -48,8 +48,9 @@ from tidemq.store.get_message import GetMessageResult, RecordFilter, TransferLim
 from tidemq.store.index import IndexService
 from tidemq.store.index_keeper import IndexKeeper
 from tidemq.store.index_worker import IndexWorker
+from tidemq.store.lazy_check import FirstUseCheck
 from tidemq.store.map_budget import MapBudget
-from tidemq.store.queue_summary import take_summary, write_summary
+from tidemq.store.queue_summary import SUMMARY_FILE, QueueSummary, take_summary, write_summary
 from tidemq.store.record import (
     MessageBatch,
     MessageToStore,
@@ -61,7 +62,9 @@ from tidemq.store.recovery import (
     Recovery,
     RecoveryPlan,
     apply_recovery,
-    plan_recovery,
+    check_commitlog,
+    fitting_summary,
+    plan_cut,
     rebuild_queue_offsets,
     recovery_kind,
     write_abort_file,
@@ -164,6 +167,10 @@ class MessageStore(Service):
             self.delay_levels,
         )
         self.reput.on_quarantine = self._write_quarantine
+        # Checks the files of a queue taken from a clean stop's summary at its first use.
+        self.first_use_check = FirstUseCheck(
+            self.commitlog, lambda: self.reput.reput_from_offset, self.delay_levels
+        )
         self.limits = TransferLimits(
             config.max_transfer_bytes_on_message_in_memory,
             config.max_transfer_count_on_message_in_memory,
@@ -259,7 +266,23 @@ class MessageStore(Service):
         self.recovery = recovery_kind(self.root)
         self.last_exit_ok = self.recovery is Recovery.NORMAL
         self.commitlog.segments.load()
-        self._load_consume_queues()
+        if self.recovery is Recovery.NORMAL and (self.root / SUMMARY_FILE).exists():
+            check_from_segment, end = check_commitlog(
+                self.recovery, self.commitlog, self.checkpoint, self.config
+            )
+            summary = fitting_summary(take_summary(self.root), self.recovery, self.commitlog, end)
+            if summary is not None:
+                self._queues_from_summary(summary)
+            else:
+                self._load_consume_queues()
+        else:
+            # Listed and loaded first: a file that stops the load stops it before anything
+            # (the summary included) is changed.
+            self._load_consume_queues()
+            check_from_segment, end = check_commitlog(
+                self.recovery, self.commitlog, self.checkpoint, self.config
+            )
+            summary = fitting_summary(take_summary(self.root), self.recovery, self.commitlog, end)
         index_load = None
         if self.index is not None:
             index_load = self.index.plan_load(
@@ -267,14 +290,14 @@ class MessageStore(Service):
                 self.checkpoint.index_msg_timestamp,
                 keep_newer=self.recovery is Recovery.SAME_BOOT,
             )
-        plan = plan_recovery(
+        plan = plan_cut(
             self.recovery,
             self.commitlog,
-            self.checkpoint,
-            self.config,
+            check_from_segment,
+            end,
             self.consume_queues,
             index_load,
-            take_summary(self.root),
+            summary,
         )
         self.recovery_plan = plan
         self.redispatch_from = apply_recovery(
@@ -345,6 +368,16 @@ class MessageStore(Service):
             for queue_id in queue_ids:
                 queue = self._new_consume_queue(topic, queue_id, listed=True)
                 queue.load()
+
+    def _queues_from_summary(self, summary: QueueSummary) -> None:
+        """Every queue of a fitting summary, from it alone: nothing listed, opened or stat'ed
+        (store/lazy_check.py checks each queue's files at its first use)."""
+        for (topic, queue_id), state in summary.queues.items():
+            # The names are the store's own folders', as the stop recorded them.
+            queue = self._new_consume_queue(topic, queue_id, listed=True)
+            queue.segments.assume(state.first_file, state.file_count, state.newest_change_ns)
+            queue.unchecked = state
+            queue.check_first = self.first_use_check
 
     def _new_consume_queue(
         self, topic: str, queue_id: int, *, listed: bool = False
@@ -417,6 +450,9 @@ class MessageStore(Service):
         await asyncio.to_thread(self.checkpoint.flush)
         if self.reput.faults.quarantined:  # the records skipped since it was last written
             self._write_quarantine()
+        # Files made for dispatch that it never took (it stopped): they hold no unit, and the
+        # summary below says their queues have no such file.
+        self.consume_queue_maps.discard_creations()
         if self.reput.behind_bytes == 0:
             # The next normal load takes the queues from here instead of mapping their files.
             await asyncio.to_thread(
@@ -664,8 +700,13 @@ class MessageStore(Service):
         return self.consume_queues.get((topic, queue_id))
 
     def find_or_create_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """Dispatch's lookup: a queue taken from the summary has its files checked (and
+        recovered if they changed) before dispatch decides where its next unit goes."""
         queue = self.consume_queues.get((topic, queue_id))
-        return queue if queue is not None else self._new_consume_queue(topic, queue_id)
+        if queue is None:
+            return self._new_consume_queue(topic, queue_id)
+        queue.checked()
+        return queue
 
     def get_message(
         self,

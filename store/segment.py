@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import logging
 import mmap
 import os
@@ -49,6 +50,13 @@ NAME_DIGITS = 20
 TMP_SUFFIX = ".tmp"
 # Buffers one pwritev takes (Linux IOV_MAX).
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+# Orders lazily mapped segments' creation against folder syncs (`SyncedDirs`).
+_SEQUENCE = itertools.count()
+# The folders one flush pass has synced: folder -> a `_SEQUENCE` number taken just before its
+# fsync began. A segment made (its number taken after its file existed) before that number
+# needs no second sync of that folder: the first covered its entry. One pass of a clean stop
+# after 20,000 new topics synced the `consumequeue` folder 20,000 times without it.
+SyncedDirs = dict[Path, int]
 
 
 def offset_to_name(offset: int) -> str:
@@ -178,13 +186,16 @@ class Segment:
         self.closed = False
         # Flushes run in worker threads; this keeps close() from pulling the descriptor away.
         self._io_lock = threading.Lock()
-        # Lazily mapped: folders whose new entries the first flush syncs (module docstring).
+        # Lazily mapped: folders whose new entries the first flush syncs (module docstring),
+        # and when the file was made, after it existed (`SyncedDirs`).
         self._unsynced_dirs: tuple[Path, ...] = ()
+        self._made = -1
         if maps is not None:
             if append_mode is not AppendMode.pwrite or write_buffer is not None:
                 raise ValueError("a lazily mapped segment appends by pwrite, unbuffered")
             if create:
                 fd, self._unsynced_dirs = created or create_sparse(path, size)
+                self._made = next(_SEQUENCE)
                 self._map_file(fd)
             return
         fd = _create_full_size(path, size) if create else os.open(path, os.O_RDWR)
@@ -421,8 +432,9 @@ class Segment:
         buffer, self._write_buffer = self._write_buffer, None
         return buffer
 
-    def flush(self, least_pages: int) -> bool:
-        """fdatasync what is committed; safe in a worker thread while the loop appends."""
+    def flush(self, least_pages: int, synced: SyncedDirs | None = None) -> bool:
+        """fdatasync what is committed; safe in a worker thread while the loop appends.
+        `synced`: the folders this flush pass synced already (lazily mapped segments)."""
         target = self.committed
         if target <= self.flushed:
             return False
@@ -434,21 +446,27 @@ class Segment:
             if self.maps is None:
                 os.fdatasync(self._fd)
             else:
-                self._sync_lazy()
+                self._sync_lazy(synced)
         self.flushed = max(self.flushed, target)
         return True
 
-    def _sync_lazy(self) -> None:
+    def _sync_lazy(self, synced: SyncedDirs | None) -> None:
         """fdatasync a lazily mapped segment through a descriptor of its own (the dirty pages
         are the file's, whoever wrote them; the loop may close its descriptor meanwhile), then
-        the new names it was created with. Runs under `_io_lock`, in a worker thread."""
+        the new names it was created with, unless this pass synced their folder since
+        (`SyncedDirs`). Runs under `_io_lock`, in a worker thread."""
         fd = os.open(self.path, os.O_RDWR)
         try:
             os.fdatasync(fd)
         finally:
             os.close(fd)
         for folder in self._unsynced_dirs:
+            if synced is not None and synced.get(folder, -1) > self._made:
+                continue
+            started = next(_SEQUENCE)
             fsync_dir(folder)
+            if synced is not None:
+                synced[folder] = started
         self._unsynced_dirs = ()
 
     @staticmethod
