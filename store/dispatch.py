@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 import struct
 import time
 from collections import deque
@@ -112,6 +113,10 @@ _TIMER_OUT = PROPERTY_TIMER_OUT_MS.encode()
 # Bytes dispatched before yielding to the event loop, so appends and pulls stay responsive
 # (about 1,000 records of 1 KiB: a few milliseconds).
 CHUNK_BYTES = 1024 * 1024
+# How far dispatch looks past a record whose queue needs a new file, for the files the records
+# after it need (all made in one trip to a worker thread), and at most how many.
+LOOK_AHEAD_BYTES = 4 * CHUNK_BYTES
+FILES_AHEAD = 1024
 
 _SCHEDULE_RAW = SCHEDULE_TOPIC.encode()
 _TIMER_RAW = TIMER_TOPIC.encode()
@@ -225,9 +230,11 @@ class ReputService(Service):
         self._keys = KeyGatherer()
         self._appended: deque[AppendedBatch] = deque(maxlen=APPENDED_BATCHES_MAX)
         # True while the running service dispatches: a new ConsumeQueue file is made in a
-        # worker thread (module docstring); `_file_needed` is the one the fast path stopped at.
+        # worker thread (module docstring); `_file_needed` is the one the fast path stopped at,
+        # `_files_ahead` those the records after it will need (made in the same trip).
         self._files_off_loop = False
         self._file_needed: tuple[SegmentQueue, Path] | None = None
+        self._files_ahead: dict[Path, SegmentQueue] = {}
         self.add_child(BackgroundTask(self._run, "reput"))
 
     def index_in_process(self) -> IndexService | None:
@@ -304,7 +311,7 @@ class ReputService(Service):
                         self._files_off_loop = False
                     self.index.advance(self.reput_from_offset)
                     if self._file_needed is not None:
-                        await self._make_file(*self._file_needed)
+                        await self._make_files()
                         continue
                     if dispatched == 0:
                         break
@@ -322,23 +329,59 @@ class ReputService(Service):
                     await asyncio.sleep(1)
                 self._wakeup.set()
 
-    async def _make_file(self, segments: SegmentQueue, path: Path) -> None:
-        """Make `path` for `segments` in a worker thread; its queue adopts it (or its error)
-        when dispatch reaches it again, and a stop meanwhile removes it (`discard_creations`)."""
+    async def _make_files(self) -> None:
+        """Make the file dispatch stopped at, and those the records after it need, in one trip
+        to a worker thread (a hop per file cost several ms under load, and a backlog of new
+        queues waited a hop each); each queue adopts its file (or its error) when dispatch
+        reaches it, and a stop meanwhile removes those not adopted (`discard_creations`)."""
+        assert self._file_needed is not None
+        segments, path = self._file_needed
+        wanted = {path: segments, **self._files_ahead}
         self._file_needed = None
-        maps = segments.maps
-        assert maps is not None
-        future: Future[SparseFile] = Future()
-        maps.creating[path] = future
-        size = segments.segment_size
+        self._files_ahead = {}
+        work: list[tuple[Path, int, Future[SparseFile]]] = []
+        for file, owner in wanted.items():
+            maps = owner.maps
+            assert maps is not None
+            if file in maps.creating:
+                continue
+            future: Future[SparseFile] = Future()
+            maps.creating[file] = future
+            work.append((file, owner.segment_size, future))
 
         def make() -> None:
-            try:
-                future.set_result(create_sparse(path, size))
-            except BaseException as exc:  # noqa: BLE001 - raised where the queue adopts it
-                future.set_exception(exc)
+            for file, size, future in work:
+                try:
+                    future.set_result(create_sparse(file, size))
+                except BaseException as exc:  # noqa: BLE001 - raised where the queue adopts it
+                    future.set_exception(exc)
 
         await asyncio.to_thread(make)
+
+    def _look_ahead(self, mm: mmap.mmap, pos: int, end: int) -> None:
+        """After the fast path stopped at `pos` for a file: note the files the records up to
+        `end` will need too (at most FILES_AHEAD, within LOOK_AHEAD_BYTES; a record the fast
+        path does not take ends the look)."""
+        stop = min(end, pos + LOOK_AHEAD_BYTES)
+        ahead = self._files_ahead
+        while pos < stop and len(ahead) < FILES_AHEAD:
+            record = scan_fast(mm, pos, stop)
+            if record is None or record[6] == _SCHEDULE_RAW or record[6] == _TIMER_RAW:
+                return
+            total, queue_id, queue_offset, _phy, _ts, _props, topic_raw = record
+            pos += total
+            topic = self._topic_names.get(topic_raw) or self._name(topic_raw)
+            if self._quarantine and (topic, queue_id) in self._quarantine:
+                continue
+            try:
+                segments = self.queues(topic, queue_id).segments
+            except Exception:  # noqa: BLE001 - dispatch meets it again at this record
+                return
+            if segments.maps is None:
+                continue
+            path = segments.file_needed(queue_offset * CQ_UNIT_SIZE)
+            if path is not None and path not in segments.maps.creating:
+                ahead[path] = segments
 
     def _needs_file(self, queue: ConsumeQueue, queue_offset: int) -> bool:
         """True (and noted) when the running service must make a file before `queue` takes
@@ -532,7 +575,10 @@ class ReputService(Service):
                 elif not self._start_run(
                     runs, topic_raw, queue_id, queue_offset, phy, total, tags_code, store_ts
                 ):
-                    break  # before this record: its queue's file is made first
+                    # Before this record: its queue's file is made first, with those of the
+                    # records after it.
+                    self._look_ahead(mm, rec_end, end)
+                    break
                 if index is not None and phy >= index_from:
                     gather_keys(mm, entries, topic_raw, phy, store_ts, props, rec_end)
                 last_ts = store_ts

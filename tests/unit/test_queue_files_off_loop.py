@@ -109,20 +109,29 @@ async def test_a_running_store_makes_every_queue_file_off_the_event_loop(
 
 
 async def test_a_batch_to_new_queues_is_dispatched_whole_and_in_order(
-    tmp_path: Path, creations: list[tuple[str, bool]]
+    tmp_path: Path, creations: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Many records to many new queues in one chunk: dispatch stops before each new queue's
-    first record, has its file made, and takes up again from there (no record lost or
-    repeated)."""
+    """Many records to many new queues in one chunk: dispatch stops before the first new
+    queue's first record, has its file made with those of the records after it (one trip to
+    the worker), and takes up again from there (no record lost or repeated)."""
+    trips: list[int] = []
+    original = dispatch_module.ReputService._make_files
+
+    async def counting(self: dispatch_module.ReputService) -> None:
+        trips.append(1 + len(self._files_ahead))
+        await original(self)
+
+    monkeypatch.setattr(dispatch_module.ReputService, "_make_files", counting)
     store = StoreFactory(mapped_file_size_consume_queue=20 * 1000).open(tmp_path)
-    await store.start()
     props = encode_properties({})
     try:
-        for i in range(3):
+        for i in range(3):  # appended before dispatch runs: one backlog
             for queue in range(40):
                 msg = MessageToStore(f"N{queue}", 0, body(queue, 0, i), props)
                 assert (await store.put_message(msg)).status is PutStatus.PUT_OK
+        await store.start()
         await store.reput.wait_idle()
+        assert trips == [40]
         assert len(creations) == 40
         assert [path for path, on_loop in creations if on_loop] == []
         for queue in range(40):
