@@ -168,7 +168,7 @@ def subscription_group_list_names(body: Body) -> Iterator[tuple[str, NameKind, s
 
 
 def registration_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
-    # Decoded twice (here and by the processor): registrations come every 30 s per broker.
+    # Decoded once for here and the processor (RegisterBrokerBody.decode remembers the last).
     # An empty body stands for no topics; a compressed one is read by the processor alone
     # (its topics come from a broker that checked them when they were created).
     if not len(body) or body[:1] != b"{":
