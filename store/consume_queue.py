@@ -114,6 +114,9 @@ class ConsumeQueue:
         # its files: `check_first` checks them before their first use (store/lazy_check.py).
         self.unchecked: QueueState | None = None
         self.check_first: Callable[[ConsumeQueue, QueueState], None] | None = None
+        # The store's queues with units not yet flushed (store/flushing.py): a unit put here
+        # adds this queue, so that a flush pass looks at the queues written since, not at all.
+        self.dirty: set[ConsumeQueue] | None = None
 
     def checked(self) -> None:
         """Check the files of a queue taken from the summary before they are first used (a
@@ -166,6 +169,8 @@ class ConsumeQueue:
                 current += CQ_UNIT_SIZE
         self._append(_UNIT.pack(physical_offset, size, tags_code))
         self.max_physical_offset = physical_offset + size
+        if self.dirty is not None:
+            self.dirty.add(self)
         return True
 
     def can_append_at(self, queue_offset: int) -> bool:
@@ -187,6 +192,8 @@ class ConsumeQueue:
             segment.append(view[:take])
             view = view[take:]
         self.max_physical_offset = end_physical_offset
+        if self.dirty is not None:
+            self.dirty.add(self)
 
     def _append(self, unit: bytes) -> None:
         self.segments.last_for_append().append(unit)
@@ -548,6 +555,11 @@ class ConsumeQueue:
 
     def flush(self, least_pages: int, synced: SyncedDirs | None = None) -> bool:
         return self.segments.flush(least_pages, synced)
+
+    @property
+    def unflushed(self) -> bool:
+        """Some unit is written but not flushed yet."""
+        return any(s.flushed < s.committed for s in self.segments if not s.closed)
 
     def close(self) -> None:
         self.segments.close()

@@ -203,8 +203,14 @@ class MessageStore(Service):
         # Where load() restarted dispatch (the CommitLog offset), -1 before load().
         self.redispatch_from = -1
         self._lock = StoreLock(self.root)
+        # ConsumeQueues with units not flushed yet (ConsumeQueue.dirty).
+        self.dirty_queues: set[ConsumeQueue] = set()
         self.flusher = StoreFlusher(
-            self.commitlog, self.checkpoint, self.consume_queues, self.index_keeper
+            self.commitlog,
+            self.checkpoint,
+            self.consume_queues,
+            self.index_keeper,
+            self.dirty_queues,
         )
         self.retention = Retention(
             self.commitlog, self.consume_queues, self.index_keeper, self.reput
@@ -391,6 +397,7 @@ class MessageStore(Service):
             self.consume_queue_maps,
             listed=listed,
         )
+        queue.dirty = self.dirty_queues
         self.consume_queues[(topic, queue_id)] = queue
         return queue
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from tidemq.common.settings import from_properties
 from tidemq.store import segment as segment_module
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.config import StoreConfig
-from tidemq.store.consume_queue import QueueState
+from tidemq.store.consume_queue import ConsumeQueue, QueueState
 from tidemq.store.get_message import GetMessageStatus
 from tidemq.store.map_budget import MapBudget
 from tidemq.store.message_store import MessageStore, Recovery
@@ -446,3 +447,36 @@ def test_a_file_made_after_its_folder_was_synced_gets_its_own_sync(
     assert synced == [folder, tmp_path, folder]
     first.close()
     second.close()
+
+
+async def test_a_flush_pass_looks_at_the_queues_written_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """24 queues; after one put, a flush pass flushes that queue alone, and a queue whose pass
+    left pages unflushed (fewer than the least pages) is looked at again by the next."""
+    store = STORES.open(tmp_path)
+    await store.start()
+    try:
+        await fill(store)
+        await store.flusher.flush_consume_queues(0)
+        assert store.dirty_queues == set()
+        flushed: list[tuple[str, int]] = []
+        original = ConsumeQueue.flush
+
+        def counting(queue: ConsumeQueue, *args: Any) -> bool:
+            flushed.append((queue.topic, queue.queue_id))
+            return original(queue, *args)
+
+        monkeypatch.setattr(ConsumeQueue, "flush", counting)
+        msg = MessageToStore("T4", 1, body(4, 1, PER_QUEUE), encode_properties({}))
+        assert (await store.put_message(msg)).status is PutStatus.PUT_OK
+        await store.reput.wait_idle()
+        await store.flusher.flush_consume_queues(1000)  # 1,000 pages least: not flushed
+        assert flushed == [("T4", 1)]
+        assert store.dirty_queues == {store.consume_queues[("T4", 1)]}
+        await store.flusher.flush_consume_queues(0)
+        assert flushed == [("T4", 1), ("T4", 1)]
+        assert store.dirty_queues == set()
+        assert not store.consume_queues[("T4", 1)].unflushed
+    finally:
+        await store.stop()
