@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from tidemq.broker.remoting.server import RequestRejected
-from tidemq.client.protocol.heartbeat import HeartbeatData, LockBatchRequestBody
+from tidemq.client.protocol.heartbeat import LockBatchRequestBody, decode_heartbeat
 from tidemq.client.protocol.names import NameKind, name_problem
 from tidemq.client.protocol.namesrv import RegisterBrokerBody
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
@@ -137,7 +137,7 @@ NAMESRV_HEADER_NAMES: Final[Mapping[int, tuple[HeaderName, ...]]] = {
 
 
 def heartbeat_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
-    data = HeartbeatData.decode(body)
+    data = decode_heartbeat(body)
     for producer in data.producers:
         yield "producerDataSet.groupName", GROUP, producer.group_name
     for consumer in data.consumers:
@@ -172,7 +172,7 @@ def subscription_group_list_names(body: Body) -> Iterator[tuple[str, NameKind, s
 
 
 def registration_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
-    # Decoded twice (here and by the processor): registrations come every 30 s per broker.
+    # Decoded once for here and the processor (RegisterBrokerBody.decode remembers the last).
     # An empty body stands for no topics; a compressed one is read by the processor alone
     # (its topics come from a broker that checked them when they were created).
     if not len(body) or body[:1] != b"{":

@@ -25,6 +25,7 @@ from pathlib import Path
 from tidemq.common.files import path_inside
 from tidemq.store.config import CQ_UNIT_SIZE, AppendMode
 from tidemq.store.map_budget import MapBudget
+from tidemq.store.segment import SyncedDirs
 from tidemq.store.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,18 @@ class QueueCut:
     # From a clean stop's summary (store/queue_summary.py): cut_at is where the units end and
     # nothing lies past it, so the cut only sets positions and maps no file.
     known: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """A queue as a clean stop left it (store/queue_summary.py)."""
+
+    first_file: int  # start offset of the first file (bytes)
+    file_count: int
+    wrote_end: int  # end of the written units (bytes)
+    min_logic_offset: int
+    max_physical_offset: int
+    newest_change_ns: int  # the newest st_ctime_ns of the queue's files
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +110,21 @@ class ConsumeQueue:
         # End (offset + size) of the last CommitLog record indexed here.
         self.max_physical_offset = -1
         self.min_logic_offset = 0  # bytes
+        # Taken from a clean stop's summary (`unchecked`: its state there) without a look at
+        # its files: `check_first` checks them before their first use (store/lazy_check.py).
+        self.unchecked: QueueState | None = None
+        self.check_first: Callable[[ConsumeQueue, QueueState], None] | None = None
+        # The store's queues with units not yet flushed (store/flushing.py): a unit put here
+        # adds this queue, so that a flush pass looks at the queues written since, not at all.
+        self.dirty: set[ConsumeQueue] | None = None
+
+    def checked(self) -> None:
+        """Check the files of a queue taken from the summary before they are first used (a
+        no-op otherwise). Called first by everything that reads or writes the files."""
+        check, state = self.check_first, self.unchecked
+        if check is not None and state is not None:
+            self.check_first = self.unchecked = None
+            check(self, state)
 
     # --- offsets ----------------------------------------------------------------------------
 
@@ -112,6 +140,7 @@ class ConsumeQueue:
 
     def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
         """Append the unit for queue offset `queue_offset`; repeats are ignored (re-dispatch)."""
+        self.checked()
         if physical_offset + size <= self.max_physical_offset:
             return True  # built already, e.g. reput restarted from an earlier point
         expected = queue_offset * CQ_UNIT_SIZE
@@ -140,6 +169,8 @@ class ConsumeQueue:
                 current += CQ_UNIT_SIZE
         self._append(_UNIT.pack(physical_offset, size, tags_code))
         self.max_physical_offset = physical_offset + size
+        if self.dirty is not None:
+            self.dirty.add(self)
         return True
 
     def can_append_at(self, queue_offset: int) -> bool:
@@ -153,6 +184,7 @@ class ConsumeQueue:
 
         The batch form of `put` for dispatch, split at file boundaries.
         """
+        self.checked()
         view = memoryview(units)
         while view:
             segment = self.segments.last_for_append()
@@ -160,6 +192,8 @@ class ConsumeQueue:
             segment.append(view[:take])
             view = view[take:]
         self.max_physical_offset = end_physical_offset
+        if self.dirty is not None:
+            self.dirty.add(self)
 
     def _append(self, unit: bytes) -> None:
         self.segments.last_for_append().append(unit)
@@ -179,6 +213,7 @@ class ConsumeQueue:
         None when no file holds the offset. Readers unpack lazily (`iter_units`), so a pull that
         stops after 32 messages does not decode the 800 units it was allowed to scan.
         """
+        self.checked()
         byte_offset = queue_offset * CQ_UNIT_SIZE
         if byte_offset < self.min_logic_offset:
             return None
@@ -465,6 +500,7 @@ class ConsumeQueue:
 
     def truncate_dirty(self, commitlog_end: int) -> None:
         """Remove units pointing at or past the CommitLog's end (truncateDirtyLogicFiles)."""
+        self.checked()
         max_offset = self.max_offset
         cut, self.max_physical_offset = self._dirty_cut(
             commitlog_end, self.min_offset, max_offset, self.segments.max_wrote_offset
@@ -492,6 +528,7 @@ class ConsumeQueue:
 
     def correct_min_offset(self, commitlog_min: int) -> None:
         """Move the minimum to the first unit whose record still exists in the CommitLog."""
+        self.checked()
         # The old minimum may lie in a file that retention has just deleted.
         offset = max(self.min_offset, self.segments.min_offset // CQ_UNIT_SIZE)
         while offset < self.max_offset:
@@ -503,6 +540,7 @@ class ConsumeQueue:
 
     def delete_expired(self, commitlog_min: int) -> int:
         """Delete whole files (but the last) whose last unit points below the CommitLog minimum."""
+        self.checked()
         count = 0
         for segment in self.segments.segments[:-1]:
             last = segment.size - CQ_UNIT_SIZE
@@ -515,8 +553,13 @@ class ConsumeQueue:
         self.correct_min_offset(commitlog_min)
         return count
 
-    def flush(self, least_pages: int) -> bool:
-        return self.segments.flush(least_pages)
+    def flush(self, least_pages: int, synced: SyncedDirs | None = None) -> bool:
+        return self.segments.flush(least_pages, synced)
+
+    @property
+    def unflushed(self) -> bool:
+        """Some unit is written but not flushed yet."""
+        return any(s.flushed < s.committed for s in self.segments if not s.closed)
 
     def close(self) -> None:
         self.segments.close()

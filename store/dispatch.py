@@ -24,22 +24,34 @@ where it is written; store/dispatch_faults.py decides whether it is retried or i
 quarantined (skipped from then on), so that one record cannot hold back every record after it.
 The checks for a quarantined queue sit where a queue is looked up (once per queue and chunk on
 the fast path), and the `try` blocks cost nothing until something raises.
+
+A queue whose next unit needs a new file (lazily mapped ConsumeQueues: a new queue, mostly) gets
+it made in a worker thread while the service runs: the fast path stops before that queue's
+record, the file is made (`segment.create_sparse`: folders, the file, its first block), and
+dispatch goes on from that record, which adopts the file. Creating it on the event loop cost
+0.1-8 ms of metadata writes each, stalling every send and pull meanwhile (a million topics sent
+to at random: most sends make a queue). Dispatch lags by that time; the loop does not wait.
+`dispatch_all` (recovery, a slave's cut) and the general path still create in place.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 import struct
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from tidemq.common.lifecycle import BackgroundTask, Service
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import CommitLog
+from tidemq.store.config import CQ_UNIT_SIZE
 from tidemq.store.consume_queue import ConsumeQueue, pack_unit
 from tidemq.store.delay import SCHEDULE_TOPIC
 from tidemq.store.dispatch_faults import REPORT_INTERVAL, DispatchFailure, DispatchFaults
@@ -63,6 +75,7 @@ from tidemq.store.record import (
     read_total_size_and_magic,
     scan_record,
 )
+from tidemq.store.segment import SparseFile, create_sparse
 from tidemq.store.tags import tags_code_for
 from tidemq.store.timer_message import (
     PROPERTY_TIMER_DEL_UNIQKEY,
@@ -74,6 +87,7 @@ from tidemq.store.timer_message import (
 if TYPE_CHECKING:
     from tidemq.store.index import IndexService
     from tidemq.store.segment import Segment
+    from tidemq.store.segment_queue import SegmentQueue
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +119,10 @@ _TIMER_DEL = PROPERTY_TIMER_DEL_UNIQKEY.encode()
 # Bytes dispatched before yielding to the event loop, so appends and pulls stay responsive
 # (about 1,000 records of 1 KiB: a few milliseconds).
 CHUNK_BYTES = 1024 * 1024
+# How far dispatch looks past a record whose queue needs a new file, for the files the records
+# after it need (all made in one trip to a worker thread), and at most how many.
+LOOK_AHEAD_BYTES = 4 * CHUNK_BYTES
+FILES_AHEAD = 1024
 
 _SCHEDULE_RAW = SCHEDULE_TOPIC.encode()
 _TIMER_RAW = TIMER_TOPIC.encode()
@@ -222,6 +240,12 @@ class ReputService(Service):
         self._topic_names: dict[bytes, str] = {}
         self._keys = KeyGatherer()
         self._appended: deque[AppendedBatch] = deque(maxlen=APPENDED_BATCHES_MAX)
+        # True while the running service dispatches: a new ConsumeQueue file is made in a
+        # worker thread (module docstring); `_file_needed` is the one the fast path stopped at,
+        # `_files_ahead` those the records after it will need (made in the same trip).
+        self._files_off_loop = False
+        self._file_needed: tuple[SegmentQueue, Path] | None = None
+        self._files_ahead: dict[Path, SegmentQueue] = {}
         self.add_child(BackgroundTask(self._run, "reput"))
 
     def index_in_process(self) -> IndexService | None:
@@ -291,8 +315,15 @@ class ReputService(Service):
                         await asyncio.sleep(0)
                         continue
                     deferred = 0
-                    dispatched = self.dispatch_available(self.chunk_bytes)
+                    self._files_off_loop = True
+                    try:
+                        dispatched = self.dispatch_available(self.chunk_bytes)
+                    finally:
+                        self._files_off_loop = False
                     self.index.advance(self.reput_from_offset)
+                    if self._file_needed is not None:
+                        await self._make_files()
+                        continue
                     if dispatched == 0:
                         break
                     await asyncio.sleep(0)
@@ -308,6 +339,73 @@ class ReputService(Service):
                 else:
                     await asyncio.sleep(1)
                 self._wakeup.set()
+
+    async def _make_files(self) -> None:
+        """Make the file dispatch stopped at, and those the records after it need, in one trip
+        to a worker thread (a hop per file cost several ms under load, and a backlog of new
+        queues waited a hop each); each queue adopts its file (or its error) when dispatch
+        reaches it, and a stop meanwhile removes those not adopted (`discard_creations`)."""
+        assert self._file_needed is not None
+        segments, path = self._file_needed
+        wanted = {path: segments, **self._files_ahead}
+        self._file_needed = None
+        self._files_ahead = {}
+        work: list[tuple[Path, int, Future[SparseFile]]] = []
+        for file, owner in wanted.items():
+            maps = owner.maps
+            assert maps is not None
+            if file in maps.creating:
+                continue
+            future: Future[SparseFile] = Future()
+            maps.creating[file] = future
+            work.append((file, owner.segment_size, future))
+
+        def make() -> None:
+            for file, size, future in work:
+                try:
+                    future.set_result(create_sparse(file, size))
+                except BaseException as exc:  # noqa: BLE001 - raised where the queue adopts it
+                    future.set_exception(exc)
+
+        await asyncio.to_thread(make)
+
+    def _look_ahead(self, mm: mmap.mmap, pos: int, end: int) -> None:
+        """After the fast path stopped at `pos` for a file: note the files the records up to
+        `end` will need too (at most FILES_AHEAD, within LOOK_AHEAD_BYTES; a record the fast
+        path does not take ends the look)."""
+        stop = min(end, pos + LOOK_AHEAD_BYTES)
+        ahead = self._files_ahead
+        while pos < stop and len(ahead) < FILES_AHEAD:
+            record = scan_fast(mm, pos, stop)
+            if record is None or record[6] == _SCHEDULE_RAW or record[6] == _TIMER_RAW:
+                return
+            total, queue_id, queue_offset, _phy, _ts, _props, topic_raw = record
+            pos += total
+            topic = self._topic_names.get(topic_raw) or self._name(topic_raw)
+            if self._quarantine and (topic, queue_id) in self._quarantine:
+                continue
+            try:
+                segments = self.queues(topic, queue_id).segments
+            except Exception:  # noqa: BLE001 - dispatch meets it again at this record
+                return
+            if segments.maps is None:
+                continue
+            path = segments.file_needed(queue_offset * CQ_UNIT_SIZE)
+            if path is not None and path not in segments.maps.creating:
+                ahead[path] = segments
+
+    def _needs_file(self, queue: ConsumeQueue, queue_offset: int) -> bool:
+        """True (and noted) when the running service must make a file before `queue` takes
+        the unit of `queue_offset` (module docstring)."""
+        segments = queue.segments
+        maps = segments.maps
+        if not self._files_off_loop or maps is None:
+            return False
+        path = segments.file_needed(queue_offset * CQ_UNIT_SIZE)
+        if path is None or path in maps.creating:
+            return False
+        self._file_needed = (segments, path)
+        return True
 
     def _as_failure(self, exc: Exception) -> DispatchFailure:
         """`exc` as a DispatchFailure; one not tied to a queue cannot be quarantined."""
@@ -352,7 +450,7 @@ class ReputService(Service):
         commitlog = self.commitlog
         limit = self.limit()
         done = 0
-        while done < budget and self.reput_from_offset < limit:
+        while done < budget and self.reput_from_offset < limit and self._file_needed is None:
             if self.reput_from_offset < commitlog.min_offset:
                 self.reput_from_offset = commitlog.min_offset
             segment = commitlog.segments.find(self.reput_from_offset)
@@ -401,6 +499,8 @@ class ReputService(Service):
             batch.first_queue_offset
         ):
             return False
+        if self._needs_file(queue, batch.first_queue_offset):
+            return False  # the scan stops at its first record until the file is made
         mm = segment.map
         at = batch.start - segment.start_offset
         offsets = batch.offsets
@@ -483,10 +583,13 @@ class ReputService(Service):
                     run.end_phy = phy + total
                     run.tags_codes.add(tags_code)
                     run.last_ts = store_ts
-                else:
-                    self._start_run(
-                        runs, topic_raw, queue_id, queue_offset, phy, total, tags_code, store_ts
-                    )
+                elif not self._start_run(
+                    runs, topic_raw, queue_id, queue_offset, phy, total, tags_code, store_ts
+                ):
+                    # Before this record: its queue's file is made first, with those of the
+                    # records after it.
+                    self._look_ahead(mm, rec_end, end)
+                    break
                 if index is not None and phy >= index_from:
                     gather_keys(mm, entries, topic_raw, phy, store_ts, props, rec_end)
                 last_ts = store_ts
@@ -505,21 +608,24 @@ class ReputService(Service):
         size: int,
         tags_code: int,
         store_ts: int,
-    ) -> None:
+    ) -> bool:
         """A fast-path record that does not extend its queue's run: start one, or put it when
-        it does not follow on from what the queue holds (first unit, gap, repeat)."""
+        it does not follow on from what the queue holds (first unit, gap, repeat). False: not
+        taken, its queue needs a file made first (`_needs_file`)."""
         if (topic_raw, queue_id) in runs:
             self._write_runs(runs)
         topic = self._topic_names.get(topic_raw) or self._name(topic_raw)
         if self._quarantine and (topic, queue_id) in self._quarantine:
             self.faults.skipped((topic, queue_id), phy, queue_offset, time.monotonic())
-            return
+            return True
         try:
             queue = self.queues(topic, queue_id)
         except Exception as exc:
             raise DispatchFailure(topic, queue_id, phy) from exc
         if phy + size <= queue.max_physical_offset:
-            return  # built already: re-dispatch after recovery
+            return True  # built already: re-dispatch after recovery
+        if self._needs_file(queue, queue_offset):
+            return False
         if queue.can_append_at(queue_offset):
             runs[(topic_raw, queue_id)] = _QueueRun(
                 queue,
@@ -529,13 +635,14 @@ class ReputService(Service):
                 {tags_code},
                 store_ts,
             )
-            return
+            return True
         try:
             queue.put(phy, size, tags_code, queue_offset)
         except Exception as exc:
             raise DispatchFailure(topic, queue_id, phy) from exc
         for listener in self.listeners:
             listener(topic, queue_id, queue_offset + 1, tags_code, store_ts)
+        return True
 
     def _name(self, topic_raw: bytes) -> str:
         name = self._topic_names[topic_raw] = str(topic_raw, "utf-8", "replace")

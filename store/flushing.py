@@ -14,6 +14,7 @@ from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import CommitLog
 from tidemq.store.consume_queue import ConsumeQueue
 from tidemq.store.index_keeper import IndexKeeper
+from tidemq.store.segment import SyncedDirs
 
 
 class StoreFlusher:
@@ -23,10 +24,14 @@ class StoreFlusher:
         checkpoint: StoreCheckpoint,
         consume_queues: dict[tuple[str, int], ConsumeQueue],
         index: IndexKeeper,
+        dirty: set[ConsumeQueue] | None = None,
     ) -> None:
         self.commitlog = commitlog
         self.checkpoint = checkpoint
         self.consume_queues = consume_queues
+        # The queues written since they were last flushed (ConsumeQueue.dirty); None: every
+        # queue is looked at each pass.
+        self.dirty = dirty
         self.index = index
         # the dispatch time every ConsumeQueue's units are synced up to (what the file claims)
         self.logics_durable = checkpoint.logics_msg_timestamp
@@ -45,16 +50,29 @@ class StoreFlusher:
         """ConsumeQueues and the index (or the worker's), then the checkpoint."""
         checkpoint = self.checkpoint
         logics_ts = checkpoint.logics_msg_timestamp
-        queues = list(self.consume_queues.values())
+        # Only the queues written since the last pass: a pass over every queue held the GIL
+        # against the event loop for its length, each second, whatever was written.
+        dirty = self.dirty
+        if dirty is None:
+            queues = list(self.consume_queues.values())
+        else:
+            queues = list(dirty)
+            dirty.clear()
         worker = self.index.worker
         index = self.index.index if worker is None else None
 
         def work() -> int:
+            synced: SyncedDirs = {}  # each folder synced once a pass (segment.SyncedDirs)
             for queue in queues:
-                queue.flush(least_pages)
+                queue.flush(least_pages, synced)
             return index.flush() if index is not None else 0
 
-        index_ts = await asyncio.to_thread(work)
+        try:
+            index_ts = await asyncio.to_thread(work)
+        finally:
+            if dirty is not None:
+                # Not all flushed (fewer than `least_pages` pages, or a failure): next pass.
+                dirty.update(queue for queue in queues if queue.unflushed)
         if least_pages == 0:
             self.logics_durable = max(logics_ts, self.logics_durable)
         if index is not None:

@@ -7,11 +7,20 @@ Segments made with a budget are opened and mapped when first read or written and
 here; past the bound, the least recently used one is closed and unmapped
 (`Segment.release_map`) and opens itself again on its next use. The budget is touched on the
 event loop only (flushes in worker threads open the file themselves and never map it).
+
+The budget also holds the files being made in a worker thread (`creating`: path -> the future
+of `segment.create_sparse`), for the queue that needs one to adopt (`adopt`); dispatch makes a
+new queue's file off the event loop that way (store/dispatch.py). `discard_creations` removes
+those nobody adopted (at stop: they never held a unit).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections import OrderedDict
+from concurrent.futures import Future
+from pathlib import Path
 from typing import Protocol
 
 
@@ -27,6 +36,8 @@ class MapBudget:
         self._open: OrderedDict[Mappable, None] = OrderedDict()
         self.maps_opened = 0  # every map made, for tests and the bench
         self.maps_released = 0  # every map given back because the budget was full
+        # Files being made off the loop: path -> (descriptor, folders to sync at first flush).
+        self.creating: dict[Path, Future[tuple[int, tuple[Path, ...]]]] = {}
 
     def __len__(self) -> int:
         return len(self._open)
@@ -48,3 +59,18 @@ class MapBudget:
     def forget(self, segment: Mappable) -> None:
         """`segment` was unmapped by its owner (closed or destroyed)."""
         self._open.pop(segment, None)
+
+    def adopt(self, path: Path) -> tuple[int, tuple[Path, ...]] | None:
+        """The file made off the loop for `path`, if one was asked for (waiting for the worker
+        if it is still at it; its error, such as a full disk, is raised here)."""
+        future = self.creating.pop(path, None)
+        return None if future is None else future.result()
+
+    def discard_creations(self) -> None:
+        """Close and remove the files made off the loop that no queue adopted."""
+        creating, self.creating = self.creating, {}
+        for path, future in creating.items():
+            with contextlib.suppress(Exception):
+                fd, _ = future.result()
+                os.close(fd)
+                path.unlink(missing_ok=True)

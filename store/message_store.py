@@ -48,8 +48,9 @@ from tidemq.store.get_message import GetMessageResult, RecordFilter, TransferLim
 from tidemq.store.index import IndexService
 from tidemq.store.index_keeper import IndexKeeper
 from tidemq.store.index_worker import IndexWorker
+from tidemq.store.lazy_check import FirstUseCheck
 from tidemq.store.map_budget import MapBudget
-from tidemq.store.queue_summary import take_summary, write_summary
+from tidemq.store.queue_summary import SUMMARY_FILE, QueueSummary, take_summary, write_summary
 from tidemq.store.record import (
     MessageBatch,
     MessageToStore,
@@ -61,7 +62,9 @@ from tidemq.store.recovery import (
     Recovery,
     RecoveryPlan,
     apply_recovery,
-    plan_recovery,
+    check_commitlog,
+    fitting_summary,
+    plan_cut,
     rebuild_queue_offsets,
     recovery_kind,
     write_abort_file,
@@ -164,6 +167,10 @@ class MessageStore(Service):
             self.delay_levels,
         )
         self.reput.on_quarantine = self._write_quarantine
+        # Checks the files of a queue taken from a clean stop's summary at its first use.
+        self.first_use_check = FirstUseCheck(
+            self.commitlog, lambda: self.reput.reput_from_offset, self.delay_levels
+        )
         self.limits = TransferLimits(
             config.max_transfer_bytes_on_message_in_memory,
             config.max_transfer_count_on_message_in_memory,
@@ -196,8 +203,14 @@ class MessageStore(Service):
         # Where load() restarted dispatch (the CommitLog offset), -1 before load().
         self.redispatch_from = -1
         self._lock = StoreLock(self.root)
+        # ConsumeQueues with units not flushed yet (ConsumeQueue.dirty).
+        self.dirty_queues: set[ConsumeQueue] = set()
         self.flusher = StoreFlusher(
-            self.commitlog, self.checkpoint, self.consume_queues, self.index_keeper
+            self.commitlog,
+            self.checkpoint,
+            self.consume_queues,
+            self.index_keeper,
+            self.dirty_queues,
         )
         self.retention = Retention(
             self.commitlog, self.consume_queues, self.index_keeper, self.reput
@@ -259,7 +272,23 @@ class MessageStore(Service):
         self.recovery = recovery_kind(self.root)
         self.last_exit_ok = self.recovery is Recovery.NORMAL
         self.commitlog.segments.load()
-        self._load_consume_queues()
+        if self.recovery is Recovery.NORMAL and (self.root / SUMMARY_FILE).exists():
+            check_from_segment, end = check_commitlog(
+                self.recovery, self.commitlog, self.checkpoint, self.config
+            )
+            summary = fitting_summary(take_summary(self.root), self.recovery, self.commitlog, end)
+            if summary is not None:
+                self._queues_from_summary(summary)
+            else:
+                self._load_consume_queues()
+        else:
+            # Listed and loaded first: a file that stops the load stops it before anything
+            # (the summary included) is changed.
+            self._load_consume_queues()
+            check_from_segment, end = check_commitlog(
+                self.recovery, self.commitlog, self.checkpoint, self.config
+            )
+            summary = fitting_summary(take_summary(self.root), self.recovery, self.commitlog, end)
         index_load = None
         if self.index is not None:
             index_load = self.index.plan_load(
@@ -267,14 +296,14 @@ class MessageStore(Service):
                 self.checkpoint.index_msg_timestamp,
                 keep_newer=self.recovery is Recovery.SAME_BOOT,
             )
-        plan = plan_recovery(
+        plan = plan_cut(
             self.recovery,
             self.commitlog,
-            self.checkpoint,
-            self.config,
+            check_from_segment,
+            end,
             self.consume_queues,
             index_load,
-            take_summary(self.root),
+            summary,
         )
         self.recovery_plan = plan
         self.redispatch_from = apply_recovery(
@@ -346,6 +375,16 @@ class MessageStore(Service):
                 queue = self._new_consume_queue(topic, queue_id, listed=True)
                 queue.load()
 
+    def _queues_from_summary(self, summary: QueueSummary) -> None:
+        """Every queue of a fitting summary, from it alone: nothing listed, opened or stat'ed
+        (store/lazy_check.py checks each queue's files at its first use)."""
+        for (topic, queue_id), state in summary.queues.items():
+            # The names are the store's own folders', as the stop recorded them.
+            queue = self._new_consume_queue(topic, queue_id, listed=True)
+            queue.segments.assume(state.first_file, state.file_count, state.newest_change_ns)
+            queue.unchecked = state
+            queue.check_first = self.first_use_check
+
     def _new_consume_queue(
         self, topic: str, queue_id: int, *, listed: bool = False
     ) -> ConsumeQueue:
@@ -358,6 +397,7 @@ class MessageStore(Service):
             self.consume_queue_maps,
             listed=listed,
         )
+        queue.dirty = self.dirty_queues
         self.consume_queues[(topic, queue_id)] = queue
         return queue
 
@@ -417,6 +457,9 @@ class MessageStore(Service):
         await asyncio.to_thread(self.checkpoint.flush)
         if self.reput.faults.quarantined:  # the records skipped since it was last written
             self._write_quarantine()
+        # Files made for dispatch that it never took (it stopped): they hold no unit, and the
+        # summary below says their queues have no such file.
+        self.consume_queue_maps.discard_creations()
         if self.reput.behind_bytes == 0:
             # The next normal load takes the queues from here instead of mapping their files.
             await asyncio.to_thread(
@@ -433,6 +476,7 @@ class MessageStore(Service):
         self._lock.release()
 
     def close_files(self) -> None:
+        self.consume_queue_maps.discard_creations()  # made for dispatch, which stopped first
         self.commitlog.segments.close()
         for queue in self.consume_queues.values():
             queue.close()
@@ -663,8 +707,13 @@ class MessageStore(Service):
         return self.consume_queues.get((topic, queue_id))
 
     def find_or_create_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """Dispatch's lookup: a queue taken from the summary has its files checked (and
+        recovered if they changed) before dispatch decides where its next unit goes."""
         queue = self.consume_queues.get((topic, queue_id))
-        return queue if queue is not None else self._new_consume_queue(topic, queue_id)
+        if queue is None:
+            return self._new_consume_queue(topic, queue_id)
+        queue.checked()
+        return queue
 
     def get_message(
         self,

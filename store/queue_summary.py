@@ -1,19 +1,24 @@
-"""Every ConsumeQueue's state at a clean stop, so that the next start maps none of their files.
+"""Every ConsumeQueue's state at a clean stop, so that the next start looks at none of their files.
 
 File `<storePathRootDir>/consumequeue.summary`, written (synced) by a clean stop just before the
 abort file is removed, read and removed by the next load. Only a normal load (no abort file:
-the stop that wrote it was the last thing the store did) uses it, and only for a queue whose
-files are the ones it lists (first file, count) while the CommitLog ends and starts where it
-says: such a queue is then exactly as that stop left it, every unit synced by the stop's last
-ConsumeQueue flush, and needs neither the check nor the cut that recovery does (its units all
-point below the CommitLog's end). Any other queue is checked as without a summary
-(ConsumeQueue.check_recovery). The summary is a cache: losing it costs a slower start only.
+the stop that wrote it was the last thing the store did) uses it, and only while the CommitLog
+ends and starts where it says. Such a load builds every queue the summary lists from it alone
+(store/lazy_check.py): no folder listed, no file opened or stat'ed. A queue whose files are the
+ones listed is exactly as that stop left it, every unit synced by the stop's last ConsumeQueue
+flush, and needs neither the check nor the cut that recovery does (its units all point below
+the CommitLog's end). The summary is a cache: losing it costs a slower start only (every
+folder listed, every queue checked: ConsumeQueue.check_recovery). The stop lists every queue
+the store knows, also those without a file; a folder the store did not make (copied in while
+it was stopped) is not looked at after such a load.
 
-Files changed after the stop (a file overwritten, restored from a backup, damaged by hand) are
-not trusted: the summary holds the newest inode change time (st_ctime_ns) of each queue's
-files, and a queue whose files' newest one differs at load is checked. A write sets the change
-time from the kernel's coarse clock, so the stop waits until that clock has passed the newest
-time it recorded (at most one tick, a few ms): a later write cannot carry the same time.
+Files changed after the stop (a file overwritten, restored from a backup, added, damaged by
+hand) are not trusted: the summary holds the newest inode change time (st_ctime_ns) of each
+queue's files, and before a queue's files are first used their names, sizes and newest change
+time are compared with it; a queue that differs is recovered then (store/lazy_check.py). A
+write sets the change time from the kernel's coarse clock, so the stop waits until that clock
+has passed the newest time it recorded (at most one tick, a few ms): a later write cannot carry
+the same time. A queue not used since the load is written back as the summary gave it, unstat'ed.
 
 Format, big-endian:
 
@@ -36,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidemq.common.files import write_file_safely
-from tidemq.store.consume_queue import ConsumeQueue
+from tidemq.store.consume_queue import ConsumeQueue, QueueState
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +55,6 @@ _CRC = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
-class QueueState:
-    first_file: int  # start offset of the first file (bytes)
-    file_count: int
-    wrote_end: int  # end of the written units (bytes)
-    min_logic_offset: int
-    max_physical_offset: int
-    newest_change_ns: int  # the newest st_ctime_ns of the queue's files
-
-
-@dataclass(frozen=True, slots=True)
 class QueueSummary:
     commitlog_min: int
     commitlog_end: int
@@ -70,6 +65,8 @@ class QueueSummary:
 
 
 def state_of(queue: ConsumeQueue) -> QueueState:
+    if queue.unchecked is not None:
+        return queue.unchecked  # never used since the load took it from here: no stat
     segments = queue.segments
     return QueueState(
         segments.min_offset,

@@ -163,8 +163,23 @@ def plan_recovery(
     `index_load` is `IndexService.plan_load` for this load (None without an index); `summary`
     the clean stop's queue summary, used on a normal load only (store/queue_summary.py).
     """
+    start_index, end = check_commitlog(kind, commitlog, checkpoint, config)
+    summary = fitting_summary(summary, kind, commitlog, end)
+    return plan_cut(kind, commitlog, start_index, end, consume_queues, index_load, summary)
+
+
+def check_commitlog(
+    kind: Recovery, commitlog: CommitLog, checkpoint: StoreCheckpoint, config: StoreConfig
+) -> tuple[int, int]:
+    """(The index of the CommitLog file the check starts at, where the valid records end)."""
     start_index = check_start_index(kind, commitlog, checkpoint, config)
-    end = commitlog.scan_valid_end(start_index)
+    return start_index, commitlog.scan_valid_end(start_index)
+
+
+def fitting_summary(
+    summary: QueueSummary | None, kind: Recovery, commitlog: CommitLog, end: int
+) -> QueueSummary | None:
+    """`summary` if this load may use it: a normal load, the CommitLog as the stop left it."""
     if summary is not None and (
         kind is not Recovery.NORMAL or not summary.matches(commitlog.min_offset, end)
     ):
@@ -177,8 +192,8 @@ def plan_recovery(
             end,
             kind.value,
         )
-        summary = None
-    return plan_cut(kind, commitlog, start_index, end, consume_queues, index_load, summary)
+        return None
+    return summary
 
 
 def plan_cut(

@@ -17,7 +17,13 @@ from tidemq.common.files import make_dirs
 from tidemq.store.config import AppendMode
 from tidemq.store.errors import CorruptStoreError
 from tidemq.store.map_budget import MapBudget
-from tidemq.store.segment import TMP_SUFFIX, Segment, name_to_offset, offset_to_name
+from tidemq.store.segment import (
+    TMP_SUFFIX,
+    Segment,
+    SyncedDirs,
+    name_to_offset,
+    offset_to_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +87,21 @@ class SegmentQueue:
                 raise CorruptStoreError(
                     f"segment {nxt.path} does not follow {prev.path.name}: a file is missing"
                 )
+
+    def assume(self, first_file: int, file_count: int, newest_change_ns: int) -> None:
+        """Take the files as a clean stop's summary lists them, without looking at the disk
+        (lazily mapped segments open nothing until used; store/lazy_check.py checks the files
+        before then). Like `load`, the segments count as fully written until recovery sets
+        their positions."""
+        if self.maps is None:
+            raise ValueError("only lazily mapped segments are taken from a summary")
+        self.segments = []
+        for index in range(file_count):
+            path = self.directory / offset_to_name(first_file + index * self.segment_size)
+            segment = Segment(path, self.segment_size, append_mode=self.append_mode, maps=self.maps)
+            segment.set_positions(self.segment_size)
+            self.segments.append(segment)
+        self.loaded_change_ns = newest_change_ns
 
     def _check_lazy_size(self, path: Path) -> int:
         """Check the size of a lazily mapped file; returns its inode change time.
@@ -171,15 +192,30 @@ class SegmentQueue:
             create_at = last.start_offset + self.segment_size
         return self._create(create_at)
 
+    def file_needed(self, start_offset: int = 0) -> Path | None:
+        """The file `last_for_append(start_offset)` would create now; None when the last file
+        has room."""
+        last = self.last
+        if last is not None and not last.is_full:
+            return None
+        if last is None:
+            start = start_offset - start_offset % self.segment_size
+        else:
+            start = last.start_offset + self.segment_size
+        return self.directory / offset_to_name(start)
+
     def _create(self, start: int) -> Segment:
         if self.maps is not None:
-            # Sparse, its folders synced at its first flush, off the event loop (segment.py).
+            # Sparse, its folders synced at its first flush, off the event loop (segment.py);
+            # made in a worker thread already when dispatch asked for it (`file_needed`).
+            path = self.directory / offset_to_name(start)
             segment = Segment(
-                self.directory / offset_to_name(start),
+                path,
                 self.segment_size,
                 append_mode=self.append_mode,
                 create=True,
                 maps=self.maps,
+                created=self.maps.adopt(path),
             )
             self.segments.append(segment)
             return segment
@@ -207,13 +243,14 @@ class SegmentQueue:
     def commit(self, least_pages: int) -> bool:
         return any([s.commit(least_pages) for s in self.segments if s.committed < s.wrote])
 
-    def flush(self, least_pages: int) -> bool:
-        """fdatasync segments with unflushed bytes, oldest first; runs in a worker thread."""
+    def flush(self, least_pages: int, synced: SyncedDirs | None = None) -> bool:
+        """fdatasync segments with unflushed bytes, oldest first; runs in a worker thread.
+        `synced`: the folders this flush pass synced (segment.SyncedDirs)."""
         flushed = False
         for segment in list(self.segments):
             if segment.closed or segment.flushed >= segment.committed:
                 continue
-            flushed = segment.flush(least_pages) or flushed
+            flushed = segment.flush(least_pages, synced) or flushed
         return flushed
 
     # --- shrinking --------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from tidemq.broker.acl.rules import (
     retry_topic,
 )
 from tidemq.broker.remoting.server import RequestRejected
-from tidemq.client.protocol.heartbeat import HeartbeatData
+from tidemq.client.protocol.heartbeat import decode_heartbeat
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import BodyDecodeError
@@ -100,7 +100,7 @@ def _send(topic: str | None) -> Needs:
 
 def _heartbeat(request: RemotingCommand) -> Needs:
     try:
-        data = HeartbeatData.decode(request.body)
+        data = decode_heartbeat(request.body)
     except (BodyDecodeError, ValueError) as exc:
         raise AclRefused(f"bad heartbeat body: {exc}") from None
     needs: Needs = []

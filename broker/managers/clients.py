@@ -17,6 +17,10 @@ and the broker does (notifyConsumerIdsChangedEnable); a channel close only needs
 
 Beyond RocketMQ: two channels of one consumer group that present the same client id are logged
 as a warning, because the clients would compute the same queue share (apache/rocketmq#667).
+
+Both managers also keep, per channel, the groups it is in (`_groups_of`), so that a closed
+connection costs the groups it was in, not a look at every group: RocketMQ walks every group
+per closed channel, which with 10,000 clients of 1,000 groups reconnecting is ten million steps.
 """
 
 from __future__ import annotations
@@ -227,6 +231,8 @@ class ConsumerManager:
         clock: Clock = monotonic_ms,
     ) -> None:
         self._groups: dict[str, ConsumerGroupInfo] = {}
+        # channel -> the groups it is a member of (insertion-ordered; module docstring)
+        self._groups_of: dict[Channel, dict[str, None]] = {}
         self._notifier = notifier
         self._notify_enabled = notify_enabled
         self._clock = clock
@@ -280,6 +286,8 @@ class ConsumerManager:
         new_channel = group_info.update_channel(
             info, consume_type, message_model, consume_from_where, now
         )
+        if new_channel:
+            self._groups_of.setdefault(info.channel, {})[group] = None
         new_topics = group_info.update_subscriptions(subscriptions, now)
         changed = new_channel or new_topics
         if changed and is_notify:
@@ -294,6 +302,7 @@ class ConsumerManager:
         removed = group_info.remove_channel(channel)
         if removed is None:
             return False
+        _forget_group(self._groups_of, channel, group)
         log.info("consumer unregistered: group=%s client=%s", group, removed.client_id)
         self._drop_if_empty(group, group_info)
         if is_notify:
@@ -303,7 +312,10 @@ class ConsumerManager:
     def do_channel_close_event(self, channel: Channel) -> list[str]:
         """A connection closed: drop it from every group; returns the groups it was in."""
         affected = []
-        for group, group_info in list(self._groups.items()):
+        for group in self._groups_of.pop(channel, {}):
+            group_info = self._groups.get(group)
+            if group_info is None:
+                continue
             removed = group_info.remove_channel(channel)
             if removed is None:
                 continue
@@ -332,6 +344,7 @@ class ConsumerManager:
             for channel, info in list(group_info.channels.items()):
                 if now - info.last_update > expiry_ms:
                     del group_info.channels[channel]
+                    _forget_group(self._groups_of, channel, group)
                     expired.append(ExpiredChannel(group, info))
                     log.warning(
                         "SCAN: removed consumer %s (%s) of group %s: no heartbeat for %.0f ms",
@@ -354,12 +367,21 @@ class ConsumerManager:
             self._notifier(group, channels)
 
 
+def _forget_group(groups_of: dict[Channel, dict[str, None]], channel: Channel, group: str) -> None:
+    groups = groups_of.get(channel)
+    if groups is not None:
+        groups.pop(group, None)
+        if not groups:
+            del groups_of[channel]
+
+
 class ProducerManager:
     """Producer groups by name, and producers by client id (for transaction state checks)."""
 
     def __init__(self, *, clock: Clock = monotonic_ms) -> None:
         self._groups: dict[str, dict[Channel, ClientChannelInfo]] = {}
         self._by_client_id: dict[str, Channel] = {}
+        self._groups_of: dict[Channel, dict[str, None]] = {}  # module docstring
         self._clock = clock
         self._round_robin = itertools.count()
 
@@ -405,6 +427,7 @@ class ProducerManager:
             return False
         info.last_update = now
         channels[info.channel] = info
+        self._groups_of.setdefault(info.channel, {})[group] = None
         log.info(
             "new producer connected: group=%s client=%s addr=%s",
             group,
@@ -418,6 +441,7 @@ class ProducerManager:
         removed = channels.pop(channel, None) if channels is not None else None
         if removed is None:
             return False
+        _forget_group(self._groups_of, channel, group)
         self._forget(removed)
         log.info("producer unregistered: group=%s client=%s", group, removed.client_id)
         self._drop_if_empty(group)
@@ -425,7 +449,10 @@ class ProducerManager:
 
     def do_channel_close_event(self, channel: Channel) -> list[str]:
         affected = []
-        for group, channels in list(self._groups.items()):
+        for group in self._groups_of.pop(channel, {}):
+            channels = self._groups.get(group)
+            if channels is None:
+                continue
             removed = channels.pop(channel, None)
             if removed is None:
                 continue
@@ -449,6 +476,7 @@ class ProducerManager:
             for channel, info in list(channels.items()):
                 if now - info.last_update > expiry_ms:
                     del channels[channel]
+                    _forget_group(self._groups_of, channel, group)
                     self._forget(info)
                     expired.append(ExpiredChannel(group, info))
                     log.warning(

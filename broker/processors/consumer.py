@@ -32,10 +32,10 @@ from tidemq.client.protocol.heartbeat import (
     CheckClientRequestBody,
     ExpressionType,
     GetConsumerListByGroupResponseBody,
-    HeartbeatData,
     LockBatchRequestBody,
     LockBatchResponseBody,
     UnlockBatchRequestBody,
+    decode_heartbeat,
 )
 from tidemq.client.protocol.models import PERM_READ, PERM_WRITE
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
@@ -97,7 +97,7 @@ class ConsumerProcessor:
     async def heartbeat(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
-        data = request_body(HeartbeatData.decode, request, "heartbeat")
+        data = request_body(decode_heartbeat, request, "heartbeat")
         language = request.language_name
         for consumer in data.consumers:
             group_config = self.groups.find(consumer.group_name)

@@ -16,8 +16,13 @@ One namesrvd and one brokerd (production file sizes), every figure in the same r
    is back at the name server: at most 10 s. The broker's and the name server's VmRSS after
    (target: broker at most 2 GiB).
 5. TIDEMQ_BENCH_SCALE_CLIENTS (10,000) idle clients, each a producer and a consumer of one of
-   1,000 groups, heartbeating every 30 s (RocketMQ's default) spread evenly: the broker's CPU
-   over one heartbeat round, at most 10 % of a core; its memory per connection.
+   1,000 groups, heartbeating every 30 s (RocketMQ's default) spread evenly, all from this
+   process (its soft limit of open files raised): the broker's CPU over one heartbeat round, at
+   most 10 % of a core (and without clients, before they connect); its memory per connection;
+   one rebalance lookup (GET_CONSUMER_LIST_BY_GROUP) per client, one after the other: p99 and
+   broker CPU each; one new consumer in each group (a consumer-id change the broker announces
+   to each member of the group): broker CPU per change, every notification counted; every
+   client disconnecting: broker CPU per connection dropped.
 
 TIDEMQ_BENCH_SCALE_SEED (34) seeds the random topics. The section takes minutes (the creation
 of a million topics alone about eight at the target rate); tests/integration/test_scale.py runs
@@ -130,6 +135,12 @@ async def _load_and_query(knobs: ScaleKnobs, namesrv: Daemon, broker: Daemon) ->
         at_end = await one_more_create_ms(api, broker.address, "end", knobs.samples)
         how = f"lists of {knobs.batch}" if creation.batch else "one by one, 16 in flight"
         first, last = creation.rate_between(0, 0.1), creation.rate_between(0.9, 1.0)
+        # Made here: a loop below once reused the name `last` (the ratio reported 29 at 1M).
+        drift = [
+            Result("creation rate, first 10 %", first, "topics/s"),
+            Result("creation rate, last 10 %", last, "topics/s"),
+            Result("creation rate, last 10 % / first 10 %", last / first, "x", 0.8),
+        ]
         print(
             f"created {creation.topics:,} topics ({how}) in {creation.seconds:.1f} s: "
             f"{creation.rate():,.0f}/s; first 10 % {first:,.0f}/s, last 10 % {last:,.0f}/s"
@@ -141,8 +152,8 @@ async def _load_and_query(knobs: ScaleKnobs, namesrv: Daemon, broker: Daemon) ->
         )
         # Lists are created two at a time and registered as they land: every list's last
         # topic, not only the very last one, must be routable before random topics are asked.
-        for last in range(knobs.batch - 1, knobs.topics + knobs.batch - 1, knobs.batch):
-            topic = topic_name(min(last, knobs.topics - 1))
+        for last_of_list in range(knobs.batch - 1, knobs.topics + knobs.batch - 1, knobs.batch):
+            topic = topic_name(min(last_of_list, knobs.topics - 1))
             await eventually(
                 functools.partial(api.get_route, namesrv.address, topic),
                 f"the route of {topic}",
@@ -160,7 +171,7 @@ async def _load_and_query(knobs: ScaleKnobs, namesrv: Daemon, broker: Daemon) ->
         await api.close()
     return [
         Result(f"topic creation ({how})", creation.rate(), "topics/s", 2000),
-        Result("creation rate, last 10 % / first 10 %", last / first, "x", 0.8),
+        *drift,
         Result(f"one more create at {early:,} topics", early_ms, "ms"),
         Result(
             f"one more create at {creation.topics:,} topics",
@@ -250,45 +261,109 @@ def mapped_and_open_files(pid: int) -> tuple[int, int]:
         return -1, -1
 
 
+def _cpu_seconds(pid: int) -> float:
+    user, system = user_system(pid)
+    return (user + system) / os.sysconf("SC_CLK_TCK")
+
+
+def _open_files(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return -1
+
+
 async def _idle_clients(knobs: ScaleKnobs, broker: Daemon) -> list[Result]:
+    """Step 5: heartbeats, rebalance lookups, consumer-id changes and disconnects of
+    `knobs.clients` clients of `knobs.groups` groups, each costed in the broker's CPU."""
     pid = broker.pid or 0
-    before_rss = memory_mib(pid)[1]
+    rss0, heap0 = memory_mib(pid)
+    files0 = _open_files(pid)
+    rng = random.Random(knobs.seed + 5)
+    # The broker's own periodic work, without a client, over a window as long as the settling.
+    settle = min(5.0, knobs.heartbeat_interval)
+    cpu0, started = _cpu_seconds(pid), time.perf_counter()
+    await asyncio.sleep(settle)
+    idle_cpu = (_cpu_seconds(pid) - cpu0) / (time.perf_counter() - started) * 100
     clients = IdleClients(broker.address, knobs.clients, knobs.groups, knobs.heartbeat_interval)
     try:
         await clients.connect()
         # The first round's group changes and %RETRY% topics settle.
-        await asyncio.sleep(min(5.0, knobs.heartbeat_interval))
-        after_rss = memory_mib(pid)[1]
-        tick = os.sysconf("SC_CLK_TCK")
-        user0, system0 = user_system(pid)
-        beats0, started = clients.heartbeats, time.perf_counter()
+        await asyncio.sleep(settle)
+        rss1, heap1 = memory_mib(pid)
+        # (a) One heartbeat round.
+        cpu0, beats0, started = _cpu_seconds(pid), clients.heartbeats, time.perf_counter()
         await asyncio.sleep(knobs.heartbeat_interval)
-        user1, system1 = user_system(pid)
         seconds = time.perf_counter() - started
         beats = clients.heartbeats - beats0
-        cpu = ((user1 - user0) + (system1 - system0)) / tick / seconds * 100
+        heartbeat_cpu = (_cpu_seconds(pid) - cpu0) / seconds * 100
+        # (b) Rebalance lookups, one per client (RocketMQ's consumers ask every 20 s).
+        cpu0 = _cpu_seconds(pid)
+        lookups = await clients.lookup_ms(knobs.clients, rng)
+        lookup_cpu_us = (_cpu_seconds(pid) - cpu0) / len(lookups) * 1e6
+        # (c) One new consumer in each group: the broker tells every member of the group.
+        cpu0, notified0 = _cpu_seconds(pid), clients.notifications
+        await clients.join(knobs.groups)
+        expected = knobs.clients + knobs.groups  # each group's members and its newcomer
+        await eventually(
+            lambda: clients.notifications - notified0 >= expected,
+            f"{expected} consumer-id change notifications",
+            120,
+            interval=0.05,
+        )
+        change_cpu_ms = (_cpu_seconds(pid) - cpu0) / knobs.groups * 1000
+        notified = clients.notifications - notified0
         failures = clients.failures
     finally:
+        # (d) Every client disconnects: the broker drops each from its groups.
+        cpu0 = _cpu_seconds(pid)
         await clients.close()
-    per_connection = (after_rss - before_rss) * 1024 / max(1, knobs.clients)
+    await eventually(
+        lambda: _open_files(pid) <= files0 + 8,
+        "the broker closing every connection",
+        120,
+        interval=0.05,
+    )
+    close_cpu_us = (_cpu_seconds(pid) - cpu0) / len(clients.all_connections) * 1e6
+    rss_per_client = (rss1 - rss0) * 1024 / max(1, knobs.clients)
+    heap_per_client = (heap1 - heap0) * 1024 / max(1, knobs.clients)
     print(
         f"{knobs.clients:,} idle clients of {knobs.groups:,} groups: {beats:,} heartbeats in "
-        f"{seconds:.0f} s, broker CPU {cpu:.1f} % of a core; heap {before_rss:.0f} -> "
-        f"{after_rss:.0f} MiB ({per_connection:.1f} KiB per connection); {failures} closed"
+        f"{seconds:.0f} s, broker CPU {heartbeat_cpu:.1f} % of a core ({idle_cpu:.1f} % without "
+        f"clients); RSS {rss0:.0f} -> "
+        f"{rss1:.0f} MiB ({rss_per_client:.1f} KiB per connection), heap {heap0:.0f} -> "
+        f"{heap1:.0f} MiB; {len(lookups):,} rebalance lookups: p50 "
+        f"{percentile(lookups, 0.5):.3f} ms, p99 {percentile(lookups, 0.99):.3f} ms, "
+        f"{lookup_cpu_us:.0f} us of broker CPU each; {knobs.groups:,} consumer-id changes: "
+        f"{notified:,} notifications, {change_cpu_ms:.2f} ms of broker CPU each; "
+        f"disconnects: {close_cpu_us:.0f} us of broker CPU each; {failures} dropped"
     )
     assert failures == 0, f"{failures} idle clients were disconnected"
     return [
         Result(
             f"{knobs.clients:,} idle clients' heartbeats: broker CPU",
-            cpu,
+            heartbeat_cpu,
             "% core",
             10,
             higher_is_better=False,
         ),
+        Result("broker CPU without clients (same broker, before they connect)", idle_cpu, "% core"),
+        Result("broker RSS per idle client", rss_per_client, "KiB"),
         Result(
             "broker heap per idle client",
-            per_connection,
+            heap_per_client,
             "KiB",
             note="RssAnon growth; malloc reuses what the start-up freed, so a lower bound",
         ),
+        Result(
+            "rebalance lookup (GET_CONSUMER_LIST_BY_GROUP) p99", percentile(lookups, 0.99), "ms"
+        ),
+        Result("broker CPU per rebalance lookup", lookup_cpu_us, "us"),
+        Result(
+            "broker CPU per consumer-id change",
+            change_cpu_ms,
+            "ms",
+            note=f"a new consumer heartbeats; {knobs.clients // knobs.groups + 1} members told",
+        ),
+        Result("broker CPU per client disconnect", close_cpu_us, "us"),
     ]

@@ -10,6 +10,7 @@ from one seed, printed by each test; rerun a failure with `TIDEMQ_FAULT_SEED=<se
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import re
@@ -245,19 +246,39 @@ def test_commitlog_file_of_wrong_size_stops_start_up(
         check_store(store_dir, history, "size restored")
 
 
+@pytest.mark.parametrize("stop", ["killed", "clean"])
 def test_consume_queue_file_of_wrong_size_stops_start_up(
-    tmp_path: Path, writers: Writers, seed: int
+    tmp_path: Path, writers: Writers, seed: int, stop: str
 ) -> None:
+    """After a crash the load refuses it. After a clean stop the load looks at no queue file
+    (store/lazy_check.py): the queue's first use refuses it, every time, naming it."""
     store_dir = tmp_path / "store"
     history = History(seed)
-    _fill(writers, store_dir, history, stop="clean", count=30)
-    path = next(p for p in sorted((store_dir / "consumequeue").rglob("*")) if p.is_file())
+    _fill(writers, store_dir, history, stop=stop, count=30)
+    path = next(
+        p
+        for p in sorted((store_dir / "consumequeue").rglob("*"))
+        if p.is_file() and not p.parent.parent.name.startswith("%")
+    )
     os.truncate(path, CQ_FILE - 20)
-    before = tree_digest(store_dir)
     store = MessageStore(store_config(str(store_dir)))
-    with pytest.raises(CorruptStoreError, match=re.escape(str(path))):
-        store.load()
-    assert tree_digest(store_dir) == before
+    if stop == "killed":
+        with pytest.raises(CorruptStoreError, match=re.escape(str(path))):
+            store.load()
+        # (Not compared with the tree before: the index recovery after a crash makes a new
+        # index file before the queues are listed, on main as well.)
+        assert path.stat().st_size == CQ_FILE - 20
+        return
+    store.load()
+    try:
+        topic, queue_id = path.parent.parent.name, int(path.parent.name)
+        low = store.min_offset_in_queue(topic, queue_id)
+        for _ in range(2):
+            with pytest.raises(CorruptStoreError, match=re.escape(str(path))):
+                store.get_message("g", topic, queue_id, low, 32)
+        assert path.stat().st_size == CQ_FILE - 20  # left as it was found
+    finally:
+        asyncio.run(store.stop())
 
 
 # --- 3. a ConsumeQueue file full of garbage -------------------------------------------------

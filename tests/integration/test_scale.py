@@ -36,4 +36,6 @@ def test_the_scale_section_measures_every_figure() -> None:
     for result in results.values():
         assert math.isfinite(result.value) and result.value >= 0, result
     assert results["one more create at 6,000 topics"].value > 0
+    first, last = results["creation rate, first 10 %"], results["creation rate, last 10 %"]
+    assert results["creation rate, last 10 % / first 10 %"].value == last.value / first.value
     assert results["broker restart: listening and routable"].value > 0

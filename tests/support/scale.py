@@ -10,6 +10,7 @@ back to UPDATE_AND_CREATE_TOPIC one by one, 16 in flight, as the issue measured 
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import statistics
 import struct
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from tests.support.conditions import eventually
 from tidemq.client.api import BrokerAPI
 from tidemq.client.protocol.heartbeat import (
     ConsumerData,
@@ -27,7 +29,7 @@ from tidemq.client.protocol.heartbeat import (
 from tidemq.client.protocol.models import TopicConfig
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.frame import encode_command
+from tidemq.client.remoting.frame import encode_command, parse_frames
 from tidemq.client.remoting.json_body import dumps
 
 QUEUES = 8
@@ -137,10 +139,18 @@ async def one_more_create_ms(api: BrokerAPI, broker: str, tag: str, samples: int
 async def route_query_ms(
     api: BrokerAPI, namesrv: str, topics: int, samples: int, rng: random.Random
 ) -> list[float]:
-    """Milliseconds of GET_ROUTEINFO_BY_TOPIC for random topics of the `topics` created."""
+    """Milliseconds of GET_ROUTEINFO_BY_TOPIC for random topics of the `topics` created.
+
+    Each topic is first waited for until routable, untimed: a broker registers its pending
+    topics in requests of splitRegistrationSize taken from a set, so the last topic of a list
+    being routable does not mean every topic of that list is yet."""
+    chosen = [topic_name(rng.randrange(topics)) for _ in range(samples)]
+    for topic in chosen:
+        await eventually(
+            functools.partial(api.get_route, namesrv, topic), f"the route of {topic}", 300
+        )
     times = []
-    for _ in range(samples):
-        topic = topic_name(rng.randrange(topics))
+    for topic in chosen:
         started = time.perf_counter()
         route = await api.get_route(namesrv, topic)
         times.append((time.perf_counter() - started) * 1000)
@@ -179,23 +189,43 @@ def median(values: Sequence[float]) -> float:
 # --- many idle clients -------------------------------------------------------------------------
 
 
-def heartbeat_frame(client: int, groups: int, opaque: int) -> bytes:
-    """A HEART_BEAT of client `client`: a producer and a consumer of group `client % groups`."""
+def heartbeat_body(client: int, groups: int) -> bytes:
+    """A HEART_BEAT body of client `client`: a producer and a consumer of group
+    `client % groups`. Made once per client, as a real client keeps its subscriptions (their
+    subVersion stays; a newer one on every heartbeat would be a changed subscription each)."""
     group = f"ScaleG{client % groups:04d}"
     data = HeartbeatData(
         f"127.0.0.1@scale{client}",
         [ProducerData(f"{group}-P")],
         [ConsumerData(group, subscriptions=[SubscriptionData(topic_name(client % groups))])],
     )
-    request = RemotingCommand.request(RequestCode.HEART_BEAT, None, data.encode())
+    return data.encode()
+
+
+def heartbeat_frame(body: bytes, opaque: int) -> bytes:
+    request = RemotingCommand.request(RequestCode.HEART_BEAT, None, body)
     request.opaque = opaque
     return encode_command(request)
+
+
+def consumer_list_frame(group: str, opaque: int) -> bytes:
+    """GET_CONSUMER_LIST_BY_GROUP of `group`: the lookup a consumer makes at each rebalance."""
+    request = RemotingCommand.request(
+        RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}
+    )
+    request.opaque = opaque
+    return encode_command(request)
+
+
+# Opaques of the lookups: above any heartbeat's (those count up from 1).
+_LOOKUP_OPAQUES = 1 << 30
 
 
 @dataclass
 class IdleClients:
     """`count` connections, each heartbeating every `interval` seconds (spread evenly) and
-    reading whatever the broker sends (answers, consumer-id change notifications)."""
+    reading whatever the broker sends: answers (a lookup's is matched by its opaque) and
+    consumer-id change notifications (counted)."""
 
     address: str
     count: int
@@ -203,42 +233,89 @@ class IdleClients:
     interval: float
     heartbeats: int = 0
     failures: int = 0
+    notifications: int = 0  # NOTIFY_CONSUMER_IDS_CHANGED received, all connections together
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _writers: list[asyncio.StreamWriter] = field(default_factory=list)
+    _waiting: dict[int, asyncio.Future[RemotingCommand]] = field(default_factory=dict)
+    _bodies: list[bytes] = field(default_factory=list)  # each client's heartbeat body
+    _closing: bool = False
 
     async def connect(self, on_progress: Callable[[int], None] | None = None) -> None:
-        host, port = self.address.rsplit(":", 1)
         for client in range(self.count):
-            reader, writer = await asyncio.open_connection(host, int(port))
-            self._writers.append(writer)
-            self._tasks.append(asyncio.create_task(self._drain(reader)))
-            writer.write(heartbeat_frame(client, self.groups, client + 1))
-            self.heartbeats += 1
+            await self._open(client)
             if client % 500 == 0:
-                await writer.drain()
+                await self._writers[-1].drain()
                 if on_progress is not None:
                     on_progress(client)
         self._tasks.append(asyncio.create_task(self._beat()))
 
+    async def _open(self, client: int) -> None:
+        host, port = self.address.rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        self._writers.append(writer)
+        self._tasks.append(asyncio.create_task(self._drain(reader)))
+        self._bodies.append(heartbeat_body(client, self.groups))
+        writer.write(heartbeat_frame(self._bodies[client], client + 1))
+        self.heartbeats += 1
+
+    async def join(self, count: int) -> None:
+        """`count` more clients connect and heartbeat (new consumers of groups 0, 1, ...):
+        each is a membership change the broker announces to every member of its group."""
+        for _ in range(count):
+            await self._open(len(self._writers))
+
     async def _drain(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                length = _LENGTH.unpack(await reader.readexactly(4))[0]
-                await reader.readexactly(length)
+                prefix = await reader.readexactly(4)
+                frame = prefix + await reader.readexactly(_LENGTH.unpack(prefix)[0])
+                (command,), _ = parse_frames(memoryview(frame), len(frame))
+                if not command.is_response:
+                    if command.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+                        self.notifications += 1
+                    continue
+                waiter = self._waiting.pop(command.opaque, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(command)
         except (asyncio.IncompleteReadError, ConnectionError):
-            self.failures += 1
+            if not self._closing:
+                self.failures += 1
 
     async def _beat(self) -> None:
         pause = self.interval / max(1, self.count)
-        opaque = self.count + 1
+        opaque = len(self._writers) + 1
         while True:
-            for client, writer in enumerate(self._writers):
-                writer.write(heartbeat_frame(client, self.groups, opaque))
+            for client, writer in enumerate(self._writers[: self.count]):
+                writer.write(heartbeat_frame(self._bodies[client], opaque))
                 opaque += 1
                 self.heartbeats += 1
                 await asyncio.sleep(pause)
 
+    async def lookup_ms(self, samples: int, rng: random.Random) -> list[float]:
+        """Milliseconds of GET_CONSUMER_LIST_BY_GROUP, one after the other, each from a random
+        client for its own group (as a rebalance asks); each answer lists that client."""
+        times = []
+        for sample in range(samples):
+            client = rng.randrange(self.count)
+            opaque = _LOOKUP_OPAQUES + sample
+            answer: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+            self._waiting[opaque] = answer
+            started = time.perf_counter()
+            self._writers[client].write(
+                consumer_list_frame(f"ScaleG{client % self.groups:04d}", opaque)
+            )
+            command = await asyncio.wait_for(answer, 30)
+            times.append((time.perf_counter() - started) * 1000)
+            assert command.code == ResponseCode.SUCCESS, command.remark
+            assert f"scale{client}".encode() in (command.body or b""), client
+        return times
+
+    @property
+    def all_connections(self) -> list[asyncio.StreamWriter]:
+        return self._writers
+
     async def close(self) -> None:
+        self._closing = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from tidemq.broker.config import BrokerConfig
 from tidemq.broker.managers import config_file
 from tidemq.broker.managers.clients import (
     ClientChannelInfo,
+    ConsumerGroupInfo,
     ConsumerManager,
     ProducerManager,
 )
@@ -692,8 +694,56 @@ class TestConsumerManager:
         assert view.to_dict()["subscriptionTable"]["T"]["tagsSet"] == ["X"]
         assert f.manager.consumer_connection("nobody") is None
 
+    def test_a_closed_channel_costs_its_groups_not_every_group(self) -> None:
+        """1,000 groups; a closing channel that is in two of them looks at those two only
+        (the groups' dict is not walked: a walk would meet the poisoned lookup below)."""
+        f = ConsumerFixture()
+        members = [FakeChannel(f"c{i}") for i in range(1000)]
+        for i, channel in enumerate(members):
+            f.heartbeat(channel, f"c{i}@1", group=f"g{i}")
+        a = FakeChannel("a")
+        f.heartbeat(a, "a@1", group="g7")
+        f.heartbeat(a, "a@1", group="g9")
+        f.manager.unregister_consumer("g9", a, is_notify=False)
+        f.heartbeat(a, "a@1", group="g11")
+        f.clock.now += 200_000
+        f.heartbeat(members[5], "c5@1", group="g5")
+        f.manager.scan_not_active()  # expires everyone but c5, a too
+        f.heartbeat(a, "a@1", group="g5")
+        f.heartbeat(a, "a@1", group="g3")
+        f.notified.clear()
+
+        class Walked(dict[str, ConsumerGroupInfo]):
+            def items(self) -> Any:
+                raise AssertionError("every group walked")
+
+        f.manager._groups = Walked(f.manager._groups)
+        assert f.manager.do_channel_close_event(a) == ["g5", "g3"]
+        assert f.notified == [("g5", ["c5"])]
+        assert f.manager.do_channel_close_event(a) == []
+
 
 class TestProducerManager:
+    def test_a_closed_channel_costs_its_groups_not_every_group(self) -> None:
+        producers = ProducerManager()
+        channels = [FakeChannel(f"p{i}") for i in range(1000)]
+        for i, channel in enumerate(channels):
+            producers.register_producer(f"pg{i}", ClientChannelInfo(channel, f"p{i}@1", "J", 1))
+        a = FakeChannel("a")
+        for group in ("pg1", "pg2", "pg3"):
+            producers.register_producer(group, ClientChannelInfo(a, "a@1", "J", 1))
+        assert producers.unregister_producer("pg2", a)
+
+        class Walked(dict[str, dict[Any, ClientChannelInfo]]):
+            def items(self) -> Any:
+                raise AssertionError("every group walked")
+
+        producers._groups = Walked(producers._groups)
+        assert producers.do_channel_close_event(a) == ["pg1", "pg3"]
+        assert producers.find_channel("a@1") is None
+        assert producers.do_channel_close_event(channels[1]) == ["pg1"]
+        assert "pg1" not in producers.groups()
+
     def test_register_find_and_close(self) -> None:
         clock = Clock()
         producers = ProducerManager(clock=clock)

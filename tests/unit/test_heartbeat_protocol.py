@@ -9,6 +9,7 @@ string, `codeSet` holding `atoi(tag)`, empty sets and 5.x fields left out).
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from hypothesis import given
@@ -19,6 +20,7 @@ from tidemq.client.protocol.heartbeat import (
     Connection,
     ConsumeFromWhere,
     ConsumerConnection,
+    ConsumerData,
     ConsumeType,
     ExpressionType,
     GetConsumerListByGroupResponseBody,
@@ -28,8 +30,10 @@ from tidemq.client.protocol.heartbeat import (
     MessageModel,
     MessageQueue,
     ProducerConnection,
+    ProducerData,
     SubscriptionData,
     UnlockBatchRequestBody,
+    decode_heartbeat,
 )
 from tidemq.client.remoting.errors import BodyDecodeError
 
@@ -250,3 +254,30 @@ def test_connection_bodies_round_trip() -> None:
     assert ConsumerConnection.from_dict(as_json) == consumer
     producer = ProducerConnection([connection])
     assert ProducerConnection.from_dict(producer.to_dict()) == producer
+
+
+def test_a_heartbeat_body_seen_before_is_not_decoded_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The broker's name gate, ACL validator and processor read every heartbeat, and a client
+    sends the same body every 30 s: `decode_heartbeat` decodes each distinct body once."""
+    decoded: list[object] = []
+    original = HeartbeatData.from_dict.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[HeartbeatData], obj: dict[str, object]) -> HeartbeatData:
+        decoded.append(obj)
+        return original(cls, obj)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(HeartbeatData, "from_dict", classmethod(counting))
+    data = HeartbeatData(
+        f"10.0.0.1@{uuid.uuid4()}",  # a body no earlier test made
+        [ProducerData("pg")],
+        [ConsumerData("cg", subscriptions=[SubscriptionData("T", sub_version=7)])],
+    )
+    body = data.encode()
+    first = decode_heartbeat(body)
+    assert first == data
+    assert decode_heartbeat(bytes(body)) is first  # equal bytes, another object: kept
+    assert len(decoded) == 1
+    assert decode_heartbeat(bytearray(body)) == data  # not bytes: decoded each time
+    assert len(decoded) == 2

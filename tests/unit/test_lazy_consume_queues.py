@@ -8,19 +8,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.stores import StoreFactory
 from tidemq.common.errors import ConfigError
+from tidemq.common.files import fsync_dir
 from tidemq.common.settings import from_properties
 from tidemq.store import segment as segment_module
 from tidemq.store.commitlog import PutStatus
 from tidemq.store.config import StoreConfig
+from tidemq.store.consume_queue import ConsumeQueue, QueueState
 from tidemq.store.get_message import GetMessageStatus
 from tidemq.store.map_budget import MapBudget
 from tidemq.store.message_store import MessageStore, Recovery
-from tidemq.store.queue_summary import SUMMARY_FILE, QueueState, decode, encode
+from tidemq.store.queue_summary import SUMMARY_FILE, decode, encode
 from tidemq.store.record import MessageToStore, decode_record, encode_properties
 
 CQ_FILE = 20 * 8  # 8 units a file: a queue of 20 messages spans 3 files
@@ -203,8 +206,13 @@ async def test_a_file_changed_after_the_clean_stop_is_checked(tmp_path: Path) ->
     victim.write_bytes(os.urandom(CQ_FILE))  # garbage in the middle file of T3-1
     store = STORES.open(tmp_path)
     try:
-        assert victim.read_bytes() == before  # checked and rebuilt, not trusted
+        # Checked at the queue's first use (store/lazy_check.py), not by the load.
+        assert store.first_use_check.checked == 0
         assert read_all(store, 3, 1) == expected(3, 1)
+        assert victim.read_bytes() == before  # rebuilt, not trusted
+        assert (store.first_use_check.checked, store.first_use_check.rebuilt) == (1, 1)
+        assert read_all(store, 3, 0) == expected(3, 0)  # unchanged: checked, not rebuilt
+        assert (store.first_use_check.checked, store.first_use_check.rebuilt) == (2, 1)
     finally:
         await store.stop()
 
@@ -302,5 +310,173 @@ async def test_recovery_after_a_crash_reads_and_writes_only_the_data_of_sparse_f
             assert store.max_offset_in_queue("Sparse", queue_id) == 1
             path = store.consume_queues[("Sparse", queue_id)].segments.segments[0].path
             assert path.stat().st_blocks * 512 <= 64 * 1024
+    finally:
+        await store.stop()
+
+
+async def test_a_clean_start_lists_opens_and_stats_no_queue_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the summary, the load touches nothing under consumequeue/; a queue's first use
+    lists its folder and stats its files once; a stop writes untouched queues back unstat'ed."""
+    store = STORES.open(tmp_path)
+    await store.start()
+    try:
+        await fill(store)
+    finally:
+        await store.stop()
+    touched: list[str] = []
+    for name in ("scandir", "stat", "open", "listdir", "lstat"):
+        original = getattr(os, name)
+
+        def recording(
+            path: object, *args: object, _original: object = original, **kwargs: object
+        ) -> object:
+            name = str(path)
+            if "/consumequeue/" in name or name.endswith("/consumequeue"):
+                touched.append(name)
+            return _original(path, *args, **kwargs)  # type: ignore[operator]
+
+        monkeypatch.setattr(os, name, recording)
+    store = STORES.open(tmp_path)
+    try:
+        assert touched == []  # 24 queues, 72 files: not one name looked at
+        assert store.max_offset_in_queue("T3", 1) == PER_QUEUE
+        assert touched == []
+        assert read_all(store, 3, 1) == expected(3, 1)
+        folder = str(tmp_path / "consumequeue" / "T3" / "1")
+        # One listing of its folder and a stat per file before its first map.
+        assert sorted(p for p in touched if not p.startswith(folder + "/0")) == [folder]
+        assert store.first_use_check.checked == 1
+        touched.clear()
+        await store.start()
+    finally:
+        await store.stop()
+    # The stop summed up the 23 queues never used without a stat (only T3-1's files).
+    assert {p.rsplit("/", 1)[0] for p in touched if "/consumequeue/T" in p} <= {folder}
+    monkeypatch.undo()
+    victim = tmp_path / "consumequeue" / "T7" / "0" / f"{CQ_FILE:020d}"
+    victim.write_bytes(os.urandom(CQ_FILE))
+    store = STORES.open(tmp_path)  # the summary passed on unstat'ed still catches a change
+    try:
+        assert read_all(store, 7, 0) == expected(7, 0)
+        assert store.first_use_check.rebuilt == 1
+    finally:
+        await store.stop()
+
+
+async def test_a_file_added_after_the_clean_stop_is_found_at_first_use(tmp_path: Path) -> None:
+    """A queue's folder holding a file the summary does not list (here: a copy of another
+    queue's next file) is recovered at first use: the file's units fail the CommitLog check."""
+    store = STORES.open(tmp_path)
+    await store.start()
+    try:
+        await fill(store)
+    finally:
+        await store.stop()
+    donor = tmp_path / "consumequeue" / "T1" / "0" / f"{2 * CQ_FILE:020d}"
+    extra = tmp_path / "consumequeue" / "T2" / "0" / f"{3 * CQ_FILE:020d}"
+    extra.write_bytes(donor.read_bytes())
+    store = STORES.open(tmp_path)
+    try:
+        assert read_all(store, 2, 0) == expected(2, 0)
+        assert store.first_use_check.rebuilt == 1
+        assert store.max_offset_in_queue("T2", 0) == PER_QUEUE
+        await store.start()
+        props = encode_properties({})
+        msg = MessageToStore("T2", 0, body(2, 0, PER_QUEUE), props)
+        result = await store.put_message(msg)
+        assert result.append is not None and result.append.queue_offset == PER_QUEUE
+        await store.reput.wait_idle()
+        assert read_all(store, 2, 0) == [*expected(2, 0), body(2, 0, PER_QUEUE)]
+    finally:
+        await store.stop()
+
+
+async def test_a_flush_syncs_each_new_folder_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10 new topics of 2 queues: each queue folder, each topic folder and consumequeue/ once
+    (31 syncs), not once per file that made them (50)."""
+    synced: list[Path] = []
+    original = fsync_dir
+
+    def counting(folder: Path) -> None:
+        synced.append(folder)
+        original(folder)
+
+    monkeypatch.setattr(segment_module, "fsync_dir", counting)
+    store = STORES.open(tmp_path)
+    await store.start()
+    props = encode_properties({})
+    try:
+        (tmp_path / "consumequeue").mkdir(exist_ok=True)
+        for topic in range(10):
+            for queue_id in range(2):
+                msg = MessageToStore(f"New{topic}", queue_id, b"x", props)
+                assert (await store.put_message(msg)).status is PutStatus.PUT_OK
+        await store.reput.wait_idle()
+        await store.flusher.flush_consume_queues(0)
+        queue_folders = [p for p in synced if "consumequeue" in str(p)]
+        assert len(queue_folders) == len(set(queue_folders)) == 10 * 2 + 10 + 1
+    finally:
+        await store.stop()
+
+
+def test_a_file_made_after_its_folder_was_synced_gets_its_own_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[Path] = []
+    original = fsync_dir
+
+    def counting(folder: Path) -> None:
+        synced.append(folder)
+        original(folder)
+
+    monkeypatch.setattr(segment_module, "fsync_dir", counting)
+    budget = MapBudget(4)
+    folder = tmp_path / "q"
+    first = segment_module.Segment(folder / f"{0:020d}", 40, create=True, maps=budget)
+    first.append(b"a" * 20)
+    one_pass: segment_module.SyncedDirs = {}
+    first.flush(0, one_pass)
+    assert synced == [folder, tmp_path]
+    second = segment_module.Segment(folder / f"{40:020d}", 40, create=True, maps=budget)
+    second.append(b"b" * 20)
+    second.flush(0, one_pass)  # made after the pass synced `folder`: synced again
+    assert synced == [folder, tmp_path, folder]
+    first.close()
+    second.close()
+
+
+async def test_a_flush_pass_looks_at_the_queues_written_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """24 queues; after one put, a flush pass flushes that queue alone, and a queue whose pass
+    left pages unflushed (fewer than the least pages) is looked at again by the next."""
+    store = STORES.open(tmp_path)
+    await store.start()
+    try:
+        await fill(store)
+        await store.flusher.flush_consume_queues(0)
+        assert store.dirty_queues == set()
+        flushed: list[tuple[str, int]] = []
+        original = ConsumeQueue.flush
+
+        def counting(queue: ConsumeQueue, *args: Any) -> bool:
+            flushed.append((queue.topic, queue.queue_id))
+            return original(queue, *args)
+
+        monkeypatch.setattr(ConsumeQueue, "flush", counting)
+        msg = MessageToStore("T4", 1, body(4, 1, PER_QUEUE), encode_properties({}))
+        assert (await store.put_message(msg)).status is PutStatus.PUT_OK
+        await store.reput.wait_idle()
+        await store.flusher.flush_consume_queues(1000)  # 1,000 pages least: not flushed
+        assert flushed == [("T4", 1)]
+        assert store.dirty_queues == {store.consume_queues[("T4", 1)]}
+        await store.flusher.flush_consume_queues(0)
+        assert flushed == [("T4", 1), ("T4", 1)]
+        assert store.dirty_queues == set()
+        assert not store.consume_queues[("T4", 1)].unflushed
     finally:
         await store.stop()

@@ -337,3 +337,25 @@ def test_write_perm_counts() -> None:
     assert parse_write_perm_response(response(addTopicCount="2"), WritePermCount.ADD) == 2
     with pytest.raises(NamesrvProtocolError, match="addTopicCount"):
         parse_write_perm_response(response(addTopicCount="x"), WritePermCount.ADD)
+
+
+def test_a_registration_body_read_twice_is_decoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The name server's gate and its processor read each registration (the same bytes): the
+    second read is answered from the first, a new body (equal or not) is decoded again."""
+    decoded: list[object] = []
+    original = namesrv.RegisterBrokerBody._decode.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[RegisterBrokerBody], body: bytes, compressed: bool) -> object:
+        decoded.append(body)
+        return original(cls, body, compressed)
+
+    monkeypatch.setattr(namesrv.RegisterBrokerBody, "_decode", classmethod(counting))
+    wire = RegisterBrokerBody(topic_config_wrapper([TopicConfig("T", 2, 3)], DataVersion(5, 6)))
+    body = wire.encode()
+    first = RegisterBrokerBody.decode(body)
+    assert RegisterBrokerBody.decode(body) is first
+    assert len(decoded) == 1
+    again = RegisterBrokerBody.decode(bytes(bytearray(body)))  # another request's bytes
+    assert again == first and again is not first
+    assert RegisterBrokerBody.decode(wire.encode(compressed=True), compressed=True) == first
+    assert len(decoded) == 3
