@@ -39,7 +39,8 @@ became the group's master of epoch n at that wall time (an epoch ends where the 
     order      a consumer's session skipped a queue's offset (each offset past the highest it
                returned is the one after it), returned an offset again with another body, or a
                message the log after healing does not hold there; offsets returned again with
-               the same body are counted (`redelivered`: at least once), not judged
+               the same body are counted (`redelivered`: at least once), not judged; a read
+               (final or not) served a queue with a hole or an offset twice
     offsets    a committed offset went backwards: a committed read below one that finished
                before it began, with no epoch beginning in between, or a consumer session
                committing less than it committed before; reads that went backwards across a
@@ -442,10 +443,12 @@ def check(events: Iterable[Event]) -> Report:
         unknown = {o.get("body") for o in sends if o.outcome in ("info", "open")}
         unknown -= {o.get("body") for o in acked}
         c["unknown_stored"] = len(unknown & stored)  # sends not acknowledged, yet in the log
+        c["final_read"] = len(log)
     _check_lost(acked, log, read_at, report)
     _check_positions(acked, report)
     _check_duplicates(sends, log, report)
     _check_order(ops, log, report)
+    _check_holes(ops, report)
     _check_offsets(ops, _epoch_starts(events), report)
     _check_epochs(acked, log, events, report)
     return report
@@ -567,6 +570,25 @@ def _check_order(ops: list[Operation], log: Log | None, report: Report) -> None:
                     "order",
                     f"{o.process} read body {body!r} at {key[2:]} offset {offset}; the log "
                     f"after healing has {there} there",
+                )
+
+
+def _check_holes(ops: list[Operation], report: Report) -> None:
+    for o in ops:
+        if o.f != "read" or o.outcome != "ok":
+            continue
+        offsets: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for broker_name, queue, offset, *_rest in o.get("messages"):
+            offsets[(str(broker_name), int(queue))].append(int(offset))
+        for (broker_name, queue), found in sorted(offsets.items()):
+            found.sort()
+            gaps = [(a, b) for a, b in itertools.pairwise(found) if b != a + 1]
+            if gaps:
+                a, b = gaps[0]
+                report.violated(
+                    "order",
+                    f"a read of {o.get('topic')} ({o.process}) served queue {broker_name} "
+                    f"{queue} with {len(gaps)} holes or repeats, first {a} then {b}",
                 )
 
 
