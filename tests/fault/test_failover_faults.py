@@ -441,3 +441,49 @@ async def test_a_master_serves_only_what_its_sync_state_set_has(
         return found.status is PullStatus.FOUND and id_of(found.messages[0].body) == 1
 
     await eventually(readable, "the second message readable once the slave has it", 30)
+
+
+async def test_a_slave_serves_only_what_its_masters_sync_state_set_has(
+    tmp_path: Path, processes: ProcessGroup, namesrv: Daemon, etcd: EtcdCluster, api: BrokerAPI
+) -> None:
+    """A slave makes readable only up to its master's confirmed offset (ha/codec.py's CONFIRM
+    frames): a message one slave of the SyncStateSet lacks is on the other slave, but not
+    readable there. Were it read, an election of the slave that lacks it would cut it from the
+    group (the first slave truncated to the new master's log), and the consumer directed to that
+    slave would have taken its queue offset as consumed."""
+    stays = "haMaxTimeSlaveNotCatchup=120000"  # the paused slave stays in the set meanwhile
+    master = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1, stays)
+    assert await wait_master(api, [master], 30) is master
+    follower = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2, stays)
+    paused = start_member(processes, namesrv, etcd.endpoints, tmp_path, 3, stays)
+    await wait_sync_state_set(api, master, [1, 2, 3])
+    first = await api.send(master.address, send_header(TOPIC, 0), body_of(0, 100))
+    assert first.status is SendStatus.SEND_OK
+
+    async def served_by_follower(offset: int, number: int) -> bool:
+        found = await api.pull(follower.address, pull_header(TOPIC, 0, offset))
+        return found.status is PullStatus.FOUND and id_of(found.messages[0].body) == number
+
+    await eventually(lambda: served_by_follower(0, 0), "the first message on the slave", 30)
+    stored = as_int((await ha_status(api, master.address))["masterCommitLogMaxOffset"])
+    assert paused.pid is not None
+    os.kill(paused.pid, signal.SIGSTOP)
+    try:
+        pending = asyncio.create_task(
+            api.send(master.address, send_header(TOPIC, 0), body_of(1, 100), timeout=30)
+        )
+
+        async def replicated() -> bool:
+            """The follower holds the second message and dispatched all it may."""
+            info = await ha_status(api, follower.address)
+            return as_int(info["maxOffset"]) > stored and as_int(info["dispatchBehindBytes"]) == 0
+
+        await eventually(replicated, "the second message on the slave, dispatch done", 15)
+        pulled = await api.pull(follower.address, pull_header(TOPIC, 0, 1))
+        assert pulled.status is not PullStatus.FOUND, [id_of(m.body) for m in pulled.messages]
+        assert await api.get_max_offset(follower.address, TOPIC, 0) == 1
+        assert (await ha_status(api, follower.address))["confirmedOffset"] == stored
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+    await pending  # acknowledged, or FLUSH_SLAVE_TIMEOUT: either way the set has it now
+    await eventually(lambda: served_by_follower(1, 1), "the second message readable there", 30)
