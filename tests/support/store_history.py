@@ -55,7 +55,9 @@ def record_store_read(
     body_id: Callable[[bytes], Any] = id_of,
 ) -> int:
     """`store`'s files as a final read of `topic`; returns how many messages they hold."""
-    op = recorder.invoke("read", topic=topic, broker_name=broker_name, final=True, store=str(store))
+    op = recorder.invoke(
+        "read", topic=topic, broker_name=broker_name, final=True, whole=True, store=str(store)
+    )
     messages = stored_messages(store, topic, broker_name, body_id)
     recorder.complete(op, "ok", "read", messages=messages)
     return len(messages)
