@@ -46,6 +46,13 @@ Then the slave truncates its log at the first epoch where the two lists part (ke
 bytes aside) and sends its first report. The master knows the slave's brokerId from the HELLO,
 and no transfer frame crosses the start of an epoch. At most MAX_EPOCH_ENTRIES entries.
 
+After the handshake the master also sends CONFIRM frames, a transfer header whose size is
+`CONFIRM_SIZE` (-1, a size 4.x never sends and refuses) and whose offset is the master's
+confirmed offset: the CommitLog end every member of its SyncStateSet has (RocketMQ 5's
+confirmOffset, which its AutoSwitch HA protocol carries in every transfer header). The slave
+makes readable nothing past it (a consumer directed to a slave must not read what an election
+may cut). A decoder accepts CONFIRM frames only when made with ``confirm_frames=True``.
+
 A decoder that raised `HAProtocolError` is dead: the peer is not speaking the protocol and the
 only recovery is a new connection, which is cheap because replication resumes from the slave's
 reported offset.
@@ -62,6 +69,7 @@ from tidemq.common.errors import DecodeError
 
 __all__ = [
     "ACK_SIZE",
+    "CONFIRM_SIZE",
     "DEFAULT_MAX_BODY_SIZE",
     "DEFAULT_TRANSFER_BATCH_SIZE",
     "HANDSHAKE_MAGIC",
@@ -72,6 +80,7 @@ __all__ = [
     "AckDecoder",
     "AckValidator",
     "BatchReceived",
+    "ConfirmReceived",
     "Diverged",
     "EpochsDecoder",
     "HAProtocolError",
@@ -85,6 +94,7 @@ __all__ = [
     "TransferEvent",
     "Verdict",
     "encode_ack",
+    "encode_confirm",
     "encode_epochs",
     "encode_heartbeat",
     "encode_hello",
@@ -102,6 +112,8 @@ TRANSFER_HEADER_SIZE: Final = 8 + 4
 assert _ACK.size == ACK_SIZE
 assert _HEADER.size == TRANSFER_HEADER_SIZE
 
+CONFIRM_SIZE: Final = -1
+"""The size field of a CONFIRM frame (controller mode only; module docstring)."""
 MAX_OFFSET: Final = 2**63 - 1
 """Largest CommitLog offset a Java long can carry."""
 MAX_WIRE_BODY_SIZE: Final = 2**31 - 1
@@ -172,7 +184,14 @@ class BatchReceived:
         return self.offset + len(self.body)
 
 
-TransferEvent: TypeAlias = BatchReceived | HeartbeatReceived
+@dataclass(frozen=True, slots=True)
+class ConfirmReceived:
+    """Controller mode: the master's confirmed offset (what its SyncStateSet has)."""
+
+    offset: int
+
+
+TransferEvent: TypeAlias = BatchReceived | HeartbeatReceived | ConfirmReceived
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +294,16 @@ def encode_transfer_header(offset: int, size: int) -> bytes:
     return _HEADER.pack(offset, size)
 
 
+def encode_confirm(offset: int) -> bytes:
+    """Encode a CONFIRM frame (controller mode only): the master's confirmed offset.
+
+    Raises:
+        ValueError: a negative offset or one beyond a Java long (local bugs).
+    """
+    _check_offset(offset)
+    return _HEADER.pack(offset, CONFIRM_SIZE)
+
+
 def encode_heartbeat(offset: int) -> bytes:
     """Encode a heartbeat; ``offset`` is the master's next transfer offset."""
     return encode_transfer_header(offset, 0)
@@ -318,12 +347,23 @@ class TransferDecoder:
         ValueError: ``max_body_size`` is outside 1..`MAX_WIRE_BODY_SIZE`.
     """
 
-    __slots__ = ("_buffered", "_chunks", "_failed", "_header", "_pos", "max_body_size")
+    __slots__ = (
+        "_buffered",
+        "_chunks",
+        "_failed",
+        "_header",
+        "_pos",
+        "confirm_frames",
+        "max_body_size",
+    )
 
-    def __init__(self, max_body_size: int = DEFAULT_MAX_BODY_SIZE) -> None:
+    def __init__(
+        self, max_body_size: int = DEFAULT_MAX_BODY_SIZE, *, confirm_frames: bool = False
+    ) -> None:
         if not 1 <= max_body_size <= MAX_WIRE_BODY_SIZE:
             raise ValueError(f"max_body_size {max_body_size} is outside 1..{MAX_WIRE_BODY_SIZE}")
         self.max_body_size: Final = max_body_size
+        self.confirm_frames = confirm_frames  # controller mode: CONFIRM frames accepted
         # bytes are fed chunks kept as they came; a bytearray holds merged small reads.
         self._chunks: deque[bytes | bytearray] = deque()
         self._pos = 0  # bytes of _chunks[0] already consumed
@@ -360,6 +400,10 @@ class TransferDecoder:
                     return events
                 self._header = self._parse_header(self._take(TRANSFER_HEADER_SIZE))
             offset, size = self._header
+            if size == CONFIRM_SIZE:
+                self._header = None
+                events.append(ConfirmReceived(offset))
+                continue
             if self._buffered < size:
                 return events
             self._header = None
@@ -370,7 +414,7 @@ class TransferDecoder:
 
     def _parse_header(self, raw: bytes | memoryview) -> tuple[int, int]:
         offset, size = _HEADER.unpack(raw)
-        reason = _bad_header(offset, size, self.max_body_size)
+        reason = _bad_header(offset, size, self.max_body_size, self.confirm_frames)
         if reason is None:
             return offset, size
         self._failed = True
@@ -420,10 +464,14 @@ class TransferDecoder:
         return b"".join(parts)
 
 
-def _bad_header(offset: int, size: int, max_body_size: int) -> str | None:
+def _bad_header(
+    offset: int, size: int, max_body_size: int, confirm_frames: bool = False
+) -> str | None:
     """Why a frame header is refused (None: it is not)."""
     if offset < 0:
         return f"negative offset {offset}"
+    if size == CONFIRM_SIZE and confirm_frames:
+        return None
     if size < 0:
         return f"negative body size {size} at offset {offset}"
     if size > max_body_size:
@@ -462,12 +510,17 @@ class TransferBuffer:
         "_read_only",
         "_start",
         "_writable",
+        "confirm_frames",
         "max_body_size",
         "read_size",
     )
 
     def __init__(
-        self, max_body_size: int = DEFAULT_MAX_BODY_SIZE, read_size: int = TRANSFER_READ_SIZE
+        self,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        read_size: int = TRANSFER_READ_SIZE,
+        *,
+        confirm_frames: bool = False,
     ) -> None:
         if not 1 <= max_body_size <= MAX_WIRE_BODY_SIZE:
             raise ValueError(f"max_body_size {max_body_size} is outside 1..{MAX_WIRE_BODY_SIZE}")
@@ -475,6 +528,7 @@ class TransferBuffer:
             raise ValueError(f"read_size {read_size} is not positive")
         self.max_body_size: Final = max_body_size
         self.read_size: Final = read_size
+        self.confirm_frames = confirm_frames  # controller mode: CONFIRM frames accepted
         self._buffer = bytearray(TRANSFER_HEADER_SIZE + max_body_size + read_size)
         self._writable = memoryview(self._buffer)
         self._read_only = self._writable.toreadonly()
@@ -523,8 +577,12 @@ class TransferBuffer:
         while end - pos >= TRANSFER_HEADER_SIZE:
             offset, size = unpack(buffer, pos)
             if offset < 0 or not 0 <= size <= max_body or offset > MAX_OFFSET - size:
+                if size == CONFIRM_SIZE and offset >= 0 and self.confirm_frames:
+                    events.append(ConfirmReceived(offset))
+                    pos += TRANSFER_HEADER_SIZE
+                    continue
                 self._failed = True
-                reason = _bad_header(offset, size, max_body)
+                reason = _bad_header(offset, size, max_body, self.confirm_frames)
                 raise HAProtocolError(f"master sent a bad frame header: {reason}")
             body = pos + TRANSFER_HEADER_SIZE
             stop = body + size
@@ -565,7 +623,10 @@ class SlaveStreamChecker:
         return self._local
 
     def check(self, event: TransferEvent) -> Verdict:
-        """Return `Diverged` if ``event`` does not start at the local max offset, else None."""
+        """Return `Diverged` if ``event`` does not start at the local max offset, else None (a
+        CONFIRM frame continues nothing: always None)."""
+        if isinstance(event, ConfirmReceived):
+            return None
         if self._local != 0 and event.offset != self._local:
             return Diverged(self._local, event.offset)
         return None

@@ -45,6 +45,7 @@ from tidemq.ha.codec import (
     AckValidator,
     HAProtocolError,
     HelloDecoder,
+    encode_confirm,
     encode_epochs,
     encode_heartbeat,
     encode_transfer_header,
@@ -139,8 +140,10 @@ class HAConnection:
         self.broker_id: int | None = None
         self.caught_up_at = 0.0
         self._catch_up_mark = 0
-        # Controller mode: the slave's HELLO comes first (ha/codec.py's epoch handshake).
+        # Controller mode: the slave's HELLO comes first (ha/codec.py's epoch handshake), and
+        # CONFIRM frames tell it the master's confirmed offset (the last one sent here).
         self._hello = HelloDecoder() if service.epochs is not None else None
+        self.confirm_sent = -1
 
     @property
     def known_offset(self) -> int:
@@ -337,6 +340,9 @@ class HAConnection:
                     size = min(span - at, batch)
                     frames.append(encode_transfer_header(start + at, size))
                     frames.append(view[at : at + size])
+                confirm = self._confirm_frame()
+                if confirm is not None:
+                    frames.append(confirm)
                 self.writer.writelines(frames)
                 self.next_transfer_from = self.sent_offset = start + span
                 self.last_write = time.monotonic()
@@ -345,6 +351,12 @@ class HAConnection:
                 continue
             if self.state is SlaveState.TRANSFER and self._behind_retention():
                 await self._send_heartbeat()  # at the master's oldest offset: the slave sees it
+                continue
+            confirm = self._confirm_frame()
+            if confirm is not None:
+                self.writer.write(confirm)
+                self.last_write = time.monotonic()
+                await self.writer.drain()
                 continue
             idle = time.monotonic() - self.last_write
             if idle >= heartbeat:
@@ -355,6 +367,17 @@ class HAConnection:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(heartbeat - idle):
                     await self._data.wait()
+
+    def _confirm_frame(self) -> bytes | None:
+        """Controller mode, to a transferring slave: a CONFIRM frame when the master's confirmed
+        offset moved since the last one (None otherwise)."""
+        if self._hello is None or self.state is not SlaveState.TRANSFER:
+            return None
+        confirmed = self.service.confirmed_offset()
+        if confirmed <= self.confirm_sent:
+            return None
+        self.confirm_sent = confirmed
+        return encode_confirm(confirmed)
 
     async def _send_heartbeat(self) -> None:
         self.writer.write(encode_heartbeat(self.next_transfer_from))
@@ -414,6 +437,8 @@ class HAService(Service):
         self._tasks: set[asyncio.Task[None]] = set()
         # Called with a slave's address once it has reported where it stands.
         self.slave_listeners: list[Callable[[str], None]] = []
+        if epochs is not None:  # a confirmed offset that moves is sent to the slaves
+            self.transfer.ack_listeners.append(lambda _acked: self._wake_all())
 
     # --- controller mode ---------------------------------------------------------------------
 
@@ -457,6 +482,16 @@ class HAService(Service):
     async def on_start(self) -> None:
         self._server, self.port = await self._listen(self._accept, self.host, self.port)
         log.info("HA service listening on %s:%d", self.host, self.port)
+
+    def confirmed_offset(self) -> int:
+        """Controller mode's confirmed offset, sent to the slaves (CONFIRM frames): what this
+        master makes readable, so a slave serves nothing its master does not: on a SYNC_MASTER
+        with allAckInSyncStateSet what its SyncStateSet has (`InSyncCap`), else all it stored."""
+        if self.store.role is BrokerRole.SYNC_MASTER and isinstance(
+            self.transfer, AllInSyncTransfer
+        ):
+            return InSyncCap(self.transfer, lambda: self.store.max_phy_offset).acked_offset
+        return self.store.max_phy_offset
 
     def replication(self) -> Replication:
         """What the store is given to attach HA (`MessageStore.attach_replication`): wake-ups

@@ -24,6 +24,12 @@ frame after the report is the master's answer to it, and a mismatch there is nev
 - the master is ahead of the slave's end (BEHIND_RETENTION: the master deleted what the slave
   needs). With haSlaveAutoResync the slave moves its whole CommitLog and ConsumeQueues aside and
   restarts from the master's oldest retained offset; otherwise it reports and waits likewise.
+
+Controller mode: the master's CONFIRM frames (ha/codec.py) say what its SyncStateSet has; the
+slave's dispatch stops there (`confirmed_offset`, the store's dispatch cap), so its consumers
+read nothing an election could cut from its log (RocketMQ 5's confirmOffset: its slave's
+reput ends there too). What the slave dispatched before it started (recovery at start, from
+its CommitLog) is not capped: a restarted slave may serve a tail it holds unconfirmed.
 """
 
 from __future__ import annotations
@@ -39,10 +45,11 @@ from dataclasses import dataclass
 from tidemq.common.lifecycle import BackgroundTask, Service, Step
 from tidemq.ha.codec import (
     BatchReceived,
+    ConfirmReceived,
     EpochsDecoder,
     HAProtocolError,
-    HeartbeatReceived,
     TransferBuffer,
+    TransferEvent,
     encode_ack,
     encode_hello,
 )
@@ -98,10 +105,8 @@ class _FrameSink:
 
     __slots__ = ("_frames", "_on_frames")
 
-    def __init__(
-        self, on_frames: Callable[[list[BatchReceived | HeartbeatReceived]], None]
-    ) -> None:
-        self._frames = TransferBuffer()
+    def __init__(self, on_frames: Callable[[list[TransferEvent]], None], confirm: bool) -> None:
+        self._frames = TransferBuffer(confirm_frames=confirm)
         self._on_frames = on_frames
 
     def get_buffer(self) -> memoryview:
@@ -152,6 +157,14 @@ class HAClient(Service):
         # Dispatch follows the receive path: small steps, and turns given up while bytes arrive.
         store.reput.chunk_bytes = DISPATCH_CHUNK_BYTES
         store.reput.defer = self._receiving
+        # Controller mode: the master's confirmed offset, where dispatch stops from the start
+        # on (the store's load dispatched its whole log). It stays set while the client is
+        # stopped (a switch of masters cuts the log meanwhile); standing for election lifts it
+        # (MessageStore.cut_incomplete_tail), a promotion replaces it (attach_replication).
+        self.confirmed_offset = 0
+        self._cap: Callable[[], int] | None = None
+        if handshake is not None:
+            self._cap = lambda: self.confirmed_offset
         # Started again after a stop (controller mode switches masters): ready, not SHUTDOWN.
         self.add_child(Step(start=self._open))
         self.add_child(BackgroundTask(self._run, "ha-client"))
@@ -176,6 +189,8 @@ class HAClient(Service):
     def _open(self) -> None:
         self.state = ClientState.READY
         self.store.reput.defer = self._receiving
+        if self._cap is not None:
+            self.store.reput.dispatch_cap = self._cap
 
     def _shut_down(self) -> None:
         self.state = ClientState.SHUTDOWN
@@ -278,10 +293,11 @@ class HAClient(Service):
             log.info("HA: connected to master %s", address)
             if self._handshake is not None:
                 await self._exchange_epochs(reader, writer, self._handshake)
+                # What the handshake cut is confirmed no more (the new master confirms anew).
+                self.confirmed_offset = min(self.confirmed_offset, self.store.max_phy_offset)
             # Before the report: the master sends nothing until it has it.
-            receiver = ChunkReceiver(
-                reader, writer, _FrameSink(self._on_frames), wake_on_data=False
-            )
+            sink = _FrameSink(self._on_frames, confirm=self._handshake is not None)
+            receiver = ChunkReceiver(reader, writer, sink, wake_on_data=False)
             await self._report(writer)
             self._writer = writer
             await self._receive(receiver, writer)
@@ -343,7 +359,7 @@ class HAClient(Service):
             ):
                 await self._report(writer)
 
-    def _on_frames(self, events: list[BatchReceived | HeartbeatReceived]) -> None:
+    def _on_frames(self, events: list[TransferEvent]) -> None:
         self._arrived = True
         self._apply(events)
         self.last_read = now = time.monotonic()
@@ -355,14 +371,18 @@ class HAClient(Service):
             self.reported_offset = offset
             self.last_write = now
 
-    def _apply(self, events: list[BatchReceived | HeartbeatReceived]) -> None:
+    def _apply(self, events: list[TransferEvent]) -> None:
         """Check every frame of a read against the log's end, then append their bodies in one
         go (dispatch follows in its own task). Frames before a mismatch are appended first."""
         end = self.store.max_phy_offset
         file_size = self.store.config.mapped_file_size_commit_log
         start = end
         bodies: list[bytes | memoryview] = []
+        confirmed = -1
         for event in events:
+            if type(event) is ConfirmReceived:
+                confirmed = max(confirmed, event.offset)
+                continue
             if end != 0 and event.offset != end:
                 self._append(start, bodies)
                 if not self._answering_report:
@@ -385,6 +405,9 @@ class HAClient(Service):
                 bodies.append(event.body)
                 end = event.offset + len(event.body)
         self._append(start, bodies)
+        if confirmed > self.confirmed_offset:
+            self.confirmed_offset = confirmed
+            self.store.reput.wakeup()
 
     def _append(self, offset: int, bodies: list[bytes | memoryview]) -> None:
         if not bodies:
@@ -404,6 +427,8 @@ class HAClient(Service):
             "masterAddr": self.master_address,
             "state": self.state.value,
             "maxOffset": self.store.max_phy_offset,
+            # Controller mode: the master's confirmed offset, where this slave's reads end.
+            "confirmedOffset": self.confirmed_offset if self._cap is not None else None,
             "reportedOffset": self.reported_offset,
             # Received but not yet in the ConsumeQueues: dispatch follows the receive path.
             "dispatchBehindBytes": self.store.reput.behind_bytes,

@@ -829,7 +829,10 @@ class MessageStore(Service):
         """A slave about to stand for election, its replication stopped: dispatch what it
         received, move an incomplete record at the end (the old master's last frame may have
         cut one) into a `.diverged` file, and take up each queue's next offset. Returns where
-        the log ends: the next epoch's start."""
+        the log ends: the next epoch's start. A slave's cap (its master's confirmed offset,
+        ha/slave.py) goes: the candidate stands with its whole log (resuming replication sets
+        it again)."""
+        self.reput.dispatch_cap = None
         self.reput.dispatch_all()
         end = self.reput.reput_from_offset
         if end < self.max_phy_offset and self.reput.stalled_at < 0:

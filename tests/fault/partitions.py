@@ -6,7 +6,9 @@ Hosts, each a network namespace (tests/support/netns.py): a name server, a three
 cluster (etcd1..3), a three-member broker group in controller mode (b1..3, brokers 1..3 of
 broker-a, SYNC_MASTER with allAckInSyncStateSet) and the client process, which runs the recorded
 workload (tests/support/recorded_load.py: four producers sending without pause, a pull consumer
-committing each second) for the whole run, every operation in one history.
+committing each second, an orderly push consumer, its deliveries recorded and, once the load
+stops, given the time to get every acknowledged message: the checker's delivery rule) for the
+whole run, every operation in one history.
 
 Each round waits for a stable group (one master, the SyncStateSet {1, 2, 3}, acknowledging),
 applies one fault while the load goes on, waits until the fault has had its effect, heals, and

@@ -13,13 +13,21 @@ mount, and the store's abort file, if the cut left it holding this machine's boo
 another one (the machine "restarted"; recovery must not trust the page cache). Each restart
 picks the store's appendMode at random: pwrite, or copies into the shared map (on FUSE a shared
 writable map works: the mount is not direct_io, and msync reaches the daemon as an fsync), so
-the proof covers both. Every send is
-recorded: acknowledged with its queue, queue offset and physical offset, or not. After the
-restart the round checks, exactly:
+the proof covers both. Every send, and every read after a restart, goes into one history
+(tests/support/history.py, `history.jsonl` in the run's folder): a send acknowledged with its
+queue, queue offset and physical offset, or refused, or unknown. A message's id in the history
+is its number when its body is exactly the one sent under that number, otherwise a `bad:` id no
+send has (`body_number`). After the restart the round reads back everything the broker serves
+and `history.check` judges the whole history:
 
-- what a consumer reads: each queue's offsets run from 0 without a hole; each message's body is
-  exactly the one sent under its number (nothing half-written, nothing from elsewhere) and was
-  sent; every acknowledged message is at its queue and offset (else it is counted lost);
+- what a consumer reads: each queue's offsets without a hole (`order`); nothing served that was
+  never sent or is not exactly its body (nothing half-written, nothing from elsewhere:
+  `duplicate`, never sent), no body at more positions than its send explains (`duplicate`); no
+  two bodies acknowledged at one position (`position`); every acknowledged message at its queue
+  and offset (`lost`);
+
+and, what a history cannot express, the files:
+
 - the store: an offline walk (`cq_check`) finds every ConsumeQueue unit pointing at its record
   of the CommitLog and every record in its queue; each acknowledged message of the round is
   found by its key through the index (QUERY_MESSAGE); the checkpoint's store times are not
@@ -41,7 +49,10 @@ messages not read back):
   the master, the slave, or both. An acknowledgement means the master flushed the message and the
   slave received it. Master alone or both: the master keeps every acknowledged message (its own
   fsync). Slave alone: the master is untouched; the slave comes back, reconnects and catches up.
-  In every case, once the slave has caught up its CommitLog is byte-identical to the master's.
+  Before any cut (and after the kill of the brokers to be cut), the slave's CommitLog files hold
+  every acknowledged message (tests/support/store_history.py, the soak's check). In every case,
+  once the slave has caught up, what it serves is judged as the master's is, and its CommitLog is
+  byte-identical to the master's.
   What is not promised: the master replicates a send while its own fsync runs, so a cut of the
   master can take bytes its slave already has (of sends not yet acknowledged). The slave is then
   ahead: it says DIVERGED and, without haSlaveAutoTruncate, stops following (SYNC_MASTER sends
@@ -76,18 +87,30 @@ from typing import Final
 from tests.fault.cq_check import check_consume_queues
 from tests.support.conditions import eventually
 from tests.support.ha_processes import assert_identical, wait_caught_up, wait_transfer
+from tests.support.history import (
+    RULES,
+    Event,
+    Operation,
+    Recorder,
+    check,
+    operations,
+    record_read,
+    record_send,
+)
+from tests.support.history import Report as History
 from tests.support.lazy_mounts import LazyMount
 from tests.support.processes import Daemon, ProcessGroup, free_port
+from tests.support.store_history import files_hold_acked
 from tests.support.wire import pull_header, send_header
 from tidemq.broker.managers.table_store import TABLES_FILE, TableStore
-from tidemq.client.api import BrokerAPI, PullStatus
+from tidemq.client.api import BrokerAPI
 from tidemq.client.errors import ConnectError
-from tidemq.client.message import SendStatus
 from tidemq.client.transport.connection import ConnectionClosedError
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.recovery import read_boot_id
 
 TOPIC: Final = "PowerCut"
+BROKER_NAME: Final = "broker-a"  # the brokers' name (tests/support/processes.py)
 QUEUES: Final = 4
 GROUP: Final = "PowerCutCG"
 IN_FLIGHT: Final = 16
@@ -120,22 +143,18 @@ def number_of(body: bytes) -> int | None:
     return int(body[1:10])
 
 
+def body_number(body: bytes) -> int | str:
+    """A body's id in the history: its number when it is exactly the body sent under it, else
+    an id no send has (its first bytes, size and hash), which the checker reports as never
+    sent."""
+    number = number_of(body)
+    if number is not None and body == body_of(number):
+        return number
+    return f"bad:{body[:16]!r}:{len(body)}:{hashlib.sha256(body).hexdigest()[:12]}"
+
+
 def key_of(number: int) -> str:
     return f"pc{number}"
-
-
-def phy_of(msg_id: str) -> int:
-    """The physical offset in a broker's message id (RocketMQ's offsetMsgId: ip, port, offset)."""
-    return int(msg_id[16:32], 16) if len(msg_id) == 32 else -1
-
-
-@dataclass
-class Sent:
-    number: int
-    acked: bool = False
-    queue: int = -1
-    offset: int = -1
-    phy: int = -1
 
 
 @dataclass
@@ -257,12 +276,12 @@ class Node:
 
 
 class Sender:
-    """Sends numbered messages, IN_FLIGHT at a time, recording each outcome."""
+    """Sends numbered messages, IN_FLIGHT at a time, each recorded in the history."""
 
-    def __init__(self, api: BrokerAPI, address: str) -> None:
+    def __init__(self, api: BrokerAPI, address: str, recorder: Recorder) -> None:
         self.api = api
         self.address = address
-        self.sent: dict[int, Sent] = {}
+        self.recorder = recorder
         self.answered = 0
         self.in_flight = 0
 
@@ -276,26 +295,21 @@ class Sender:
         await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
 
     async def one(self, number: int) -> None:
-        record = self.sent[number] = Sent(number)
         header = send_header(TOPIC, number % QUEUES, KEYS=key_of(number))
         self.in_flight += 1
         try:
-            result = await self.api.send(self.address, header, body_of(number), timeout=10)
-        except Exception:  # the broker died or refused: not acknowledged
+            await record_send(
+                self.recorder, self.api, self.address, header, body_of(number),
+                broker_name=BROKER_NAME, timeout=10, body_id=body_number,
+            )  # fmt: skip
+        except Exception:  # the broker died or refused: recorded as unknown
             return
         finally:
             self.in_flight -= 1
             self.answered += 1
-        if result.status is SendStatus.SEND_OK:
-            record.acked = True
-            record.queue = result.queue_id
-            record.offset = result.queue_offset
-            record.phy = phy_of(result.msg_id)
 
 
-async def read_queues(api: BrokerAPI, address: str) -> dict[tuple[int, int], bytes]:
-    """{(queue, offset): body} of everything `address` serves of TOPIC."""
-
+async def wait_topic(api: BrokerAPI, address: str) -> None:
     async def topic_known() -> bool:
         try:
             return TOPIC in (await api.all_topic_config(address)).topic_config_table
@@ -303,17 +317,6 @@ async def read_queues(api: BrokerAPI, address: str) -> dict[tuple[int, int], byt
             return False  # the first request may go out on the connection to the killed broker
 
     await eventually(topic_known, f"topic {TOPIC} on {address}", 20)
-    found: dict[tuple[int, int], bytes] = {}
-    for queue in range(QUEUES):
-        offset = 0
-        while True:
-            pulled = await api.pull(address, pull_header(TOPIC, queue, offset))
-            if pulled.status is not PullStatus.FOUND:
-                break
-            for message in pulled.messages:
-                found[(queue, message.queue_offset)] = bytes(message.body)
-            offset = pulled.next_begin_offset
-    return found
 
 
 # --- the checks -----------------------------------------------------------------------------
@@ -323,7 +326,7 @@ async def read_queues(api: BrokerAPI, address: str) -> dict[tuple[int, int], byt
 class Check:
     """What one round's check found; `violations` names each broken property."""
 
-    lost: list[Sent] = field(default_factory=list)
+    lost: list[Operation] = field(default_factory=list)
     violations: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
 
@@ -333,28 +336,6 @@ class Check:
             self.notes.append(f"{what}: {note}")
 
 
-async def check_served(
-    api: BrokerAPI, address: str, sent: dict[int, Sent], check: Check
-) -> dict[tuple[int, int], int]:
-    """What a consumer reads: contiguous queues, exact bodies, acknowledged messages in place."""
-    found = await read_queues(api, address)
-    placed: dict[tuple[int, int], int] = {}
-    for queue in range(QUEUES):
-        offsets = sorted(off for q, off in found if q == queue)
-        if offsets != list(range(len(offsets))):
-            check.violate("queue-hole", f"queue {queue} serves offsets {offsets[:5]}...")
-    for place, body in found.items():
-        number = number_of(body)
-        if number is None or number not in sent or body != body_of(number):
-            check.violate("bad-body", f"{place} serves {body[:16]!r}... ({len(body)} bytes)")
-            continue
-        placed[place] = number
-    for record in sent.values():
-        if record.acked and placed.get((record.queue, record.offset)) != record.number:
-            check.lost.append(record)
-    return placed
-
-
 def check_store_files(store: Path, check: Check) -> None:
     queues = check_consume_queues(store)
     for problem in queues.problems[:5]:
@@ -362,27 +343,27 @@ def check_store_files(store: Path, check: Check) -> None:
 
 
 async def check_index(
-    api: BrokerAPI, address: str, records: list[Sent], rng: random.Random, check: Check
+    api: BrokerAPI, address: str, numbers: list[int], rng: random.Random, check: Check
 ) -> None:
     """Acknowledged messages (a sample of at most 100) are found by key through the index.
 
     A query waits at most 1 s for the index worker, which runs below the broker's priority and
     rebuilds after a restart: a key not found yet is asked again until INDEX_WAIT has passed."""
-    missing = rng.sample(records, min(len(records), 100))
+    missing = rng.sample(numbers, min(len(numbers), 100))
     deadline = time.monotonic() + INDEX_WAIT
     while missing:
         found = []
-        for record in missing:
-            messages = await api.query_message(address, TOPIC, key_of(record.number), 8, 0, 2**62)
-            if any(bytes(m.body) == body_of(record.number) for m in messages):
-                found.append(record)
-        missing = [r for r in missing if r not in found]
+        for number in missing:
+            messages = await api.query_message(address, TOPIC, key_of(number), 8, 0, 2**62)
+            if any(bytes(m.body) == body_of(number) for m in messages):
+                found.append(number)
+        missing = [n for n in missing if n not in found]
         if time.monotonic() >= deadline:
             break
         if missing:
             await asyncio.sleep(0.2)
-    for record in missing:
-        check.violate("index", f"message {record.number} not found by its key")
+    for number in missing:
+        check.violate("index", f"message {number} not found by its key")
 
 
 INDEX_WAIT: Final = 60.0
@@ -400,7 +381,7 @@ def check_checkpoint(store: Path, newest_store_time: int | None, check: Check) -
         check.violate("checkpoint", f"claims {claimed}, the CommitLog ends at {newest_store_time}")
 
 
-async def newest_store_time(api: BrokerAPI, address: str, sent: dict[int, Sent]) -> int | None:
+async def newest_store_time(api: BrokerAPI, address: str) -> int | None:
     """The store time of the record with the highest physical offset still served."""
     best: int | None = None
     for queue in range(QUEUES):
@@ -481,7 +462,9 @@ class PowerCuts:
         self.report = Report(scenario)
         self.processes = ProcessGroup(folder / "logs")
         self.api = BrokerAPI()
-        self.sent: dict[int, Sent] = {}
+        self.recorder = Recorder(folder / "history.jsonl", "powercut")
+        # sends acknowledged, then lost by a cut (and counted): no longer expected
+        self.given_up: set[tuple[str, int]] = set()
         self.next_number = 0
         self.mounts: list[LazyMount] = []
         self.master: Node
@@ -520,6 +503,24 @@ class PowerCuts:
         self.processes.stop_all()
         for mount in self.mounts:
             mount.stop()
+        self.recorder.close()
+
+    def expected(self, events: list[Event]) -> list[Event]:
+        """The history without the sends given up (their invokes and completions)."""
+        return [e for e in events if (e.get("process"), e.get("op")) not in self.given_up]
+
+    def judge(self, what: str, check_: Check, judged: History | None = None) -> History:
+        """The whole history judged (or `judged`, its check) into `check_`: every rule's
+        violations, but `lost` only where the scenario promises it (async-flush: the caller
+        bounds it); returns the checker's report."""
+        if judged is None:
+            judged = check(self.expected(self.recorder.events))
+        for rule in RULES:
+            if rule == "lost" and self.scenario == "async-flush" and what == "master":
+                continue
+            for text in judged.violations[rule]:
+                check_.violate(f"{rule} ({what})", text)
+        return judged
 
     async def round(self, number: int) -> Check:
         rng = self.rng
@@ -530,9 +531,11 @@ class PowerCuts:
         cut_seed = rng.randrange(2**31)
         wait_for = rng.randint(1, CUT_AFTER)
 
-        sender = Sender(self.api, self.master.address)
+        check_ = Check()
+        sender = Sender(self.api, self.master.address, self.recorder)
         first = self.next_number
         self.next_number += PER_ROUND
+        first_op = len(self.recorder.events)
         sending = asyncio.create_task(sender.run(first, PER_ROUND))
         try:
             await eventually(lambda: sender.answered >= wait_for or sending.done(), "answers", 60)
@@ -542,74 +545,99 @@ class PowerCuts:
                 committed = await commit_offsets(self.api, self.master.address)
                 await wait_offsets_persisted(self.master.store, committed)
             in_flight = sender.in_flight
+            nodes = [self.master if victim == "master" else self.slave for victim in victims]
+            for node in nodes:  # the brokers of the stores cut, at once
+                assert node is not None and node.broker is not None
+                node.broker.kill()
+            if self.slave is not None:
+                # The slave's files (its page cache, before any cut) hold every acknowledgement.
+                on_slave = files_hold_acked(
+                    self.recorder, self.slave.store, TOPIC, BROKER_NAME, body_number,
+                    self.expected,
+                )  # fmt: skip
+                self.judge("slave's files at the cut", check_, on_slave)
             summaries = {}
-            for victim in victims:
-                node = self.master if victim == "master" else self.slave
+            for victim, node in zip(victims, nodes, strict=True):
                 assert node is not None
-                summaries[victim] = node.power_cut(mode, cut_seed)
+                summaries[victim] = power_cut(node.mount, mode, cut_seed)
         finally:
             sending.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sending
-        self.sent.update(sender.sent)
-        round_acked = [s for s in sender.sent.values() if s.acked]
+        round_acked = [o for o in _sends(self.recorder.events, first_op) if o.outcome == "ok"]
 
-        for victim in victims:
-            node = self.master if victim == "master" else self.slave
+        for node in nodes:
             assert node is not None
             node.boot(rng.choice(["pwrite", "mmap"]))
-        check = Check()
         address = self.master.address
-        placed = await check_served(self.api, address, self.sent, check)
-        check_store_files(self.master.store, check)
-        kept = [s for s in round_acked if placed.get((s.queue, s.offset)) == s.number]
+        await wait_topic(self.api, address)
+        served = await record_read(
+            self.recorder, self.api, address, TOPIC, BROKER_NAME, QUEUES, body_id=body_number
+        )
+        judged = self.judge("master", check_)
+        check_.lost = judged.lost_sends
+        lost = {(o.process, o.op) for o in check_.lost}
+        check_store_files(self.master.store, check_)
+        kept = [int(o.get("body")) for o in round_acked if (o.process, o.op) not in lost]
         # its own stream: the next rounds' draws must not depend on how many were acknowledged
-        await check_index(self.api, address, kept, random.Random(cut_seed), check)
-        newest = await newest_store_time(self.api, address, self.sent)
-        check_checkpoint(self.master.store, newest, check)
-        new_ends = await check_offsets(self.api, address, check)
+        await check_index(self.api, address, kept, random.Random(cut_seed), check_)
+        newest = await newest_store_time(self.api, address)
+        check_checkpoint(self.master.store, newest, check_)
+        new_ends = await check_offsets(self.api, address, check_)
         self.report.offsets_past_end += sum(
             1 for queue, offset in committed.items() if offset > new_ends[queue]
         )
         if self.scenario == "async-flush":
             end = durable_end(summaries["master"])
-            for record in check.lost:
-                if record.phy < 0:
-                    check.violate("no-physical-offset", f"{record}: its msgId has none")
-                elif end is not None and record.phy + RECORD_BOUND <= end:
-                    check.violate("beyond-unsynced", f"{record} lay before {end}")
-        else:
-            for record in check.lost:
-                check.violate("acknowledged-lost", str(record))
+            for o in check_.lost:
+                phy = int(o.get("phy", -1))
+                if phy < 0:
+                    check_.violate(
+                        "no-physical-offset", f"body {o.get('body')}: its msgId has none"
+                    )
+                elif end is not None and phy + RECORD_BOUND <= end:
+                    check_.violate(
+                        "beyond-unsynced", f"body {o.get('body')} at {phy} lay before {end}"
+                    )
         if self.slave is not None:
             diverged_before = diverged_tails(self.slave.store)
             await wait_transfer(self.api, self.master_daemon, timeout=30)
             assert self.slave.broker is not None
             end_offset = await wait_caught_up(self.api, self.master_daemon, self.slave.broker)
+            await record_read(
+                self.recorder, self.api, self.slave.address, TOPIC, BROKER_NAME, QUEUES,
+                body_id=body_number,
+            )  # fmt: skip
+            self.judge("slave", check_)
             try:
                 assert_identical(self.master.store, self.slave.store, 0, end_offset)
             except AssertionError as e:
-                check.violate("slave-differs", str(e))
-            check_store_files(self.slave.store, check)
+                check_.violate("slave-differs", str(e))
+            check_store_files(self.slave.store, check_)
             if diverged_tails(self.slave.store) > diverged_before:
                 self.report.slave_diverged += 1
-                check.notes.append("the slave was ahead of the master: its tail was set aside")
+                check_.notes.append("the slave was ahead of the master: its tail was set aside")
 
         self.report.rounds += 1
         self.report.cuts[f"{'+'.join(victims)} {mode}"] += 1
         self.report.acknowledged += len(round_acked)
-        self.report.lost += len(check.lost)
+        self.report.lost += len(check_.lost)
         self.report.in_flight_at_cut += in_flight
-        self.report.violations.update(check.violations)
-        # Acknowledged messages the scenario may lose are no longer expected.
-        for record in check.lost:
-            record.acked = False
+        self.report.violations.update(check_.violations)
+        # Acknowledged messages lost (and counted) are no longer expected.
+        self.given_up |= lost
         self.log(
             f"round {number + 1}: cut {'+'.join(victims)} ({mode}), {in_flight} in flight, "
-            f"{len(round_acked)} acknowledged, {len(placed)} served, {len(check.lost)} lost"
-            + "".join(f"\n  {note}" for note in check.notes)
+            f"{len(round_acked)} acknowledged, {served} served, {len(check_.lost)} lost"
+            + "".join(f"\n  {note}" for note in check_.notes)
         )
-        return check
+        return check_
+
+
+def _sends(events: list[Event], since: int) -> list[Operation]:
+    """The sends invoked from `events[since]` on."""
+    invoked = {(e["process"], e["op"]) for e in events[since:] if e.get("type") == "invoke"}
+    return [o for o in operations(events) if o.f == "send" and (o.process, o.op) in invoked]
 
 
 async def run(

@@ -55,31 +55,29 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-from tests.fault.cq_check import CommitLogFiles, check_consume_queues, walk_commitlog
+from tests.fault.cq_check import check_consume_queues
 from tests.fault.powercut import SLAVE_TRUNCATES, power_cut
 from tests.support.conditions import eventually
 from tests.support.ha_brokers import HA_TIMING
 from tests.support.ha_processes import (
     assert_identical,
     body_of,
-    id_of,
     wait_caught_up,
     wait_transfer,
 )
 from tests.support.history import Recorder, RecordingProducer, Report, check, record_read
 from tests.support.lazy_mounts import LazyMount
 from tests.support.processes import Daemon, ProcessGroup, free_port
+from tests.support.store_history import files_hold_acked
 from tests.support.wire import send_header
 from tidemq.client.api import BrokerAPI, SendStatus
 from tidemq.client.config import ClientConfig
 from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer
-from tidemq.store.record import decode_record
 
 TOPIC: Final = "Soak"
 QUEUES: Final = 4
@@ -218,40 +216,6 @@ class Sender:
             self.answered += 1
 
 
-def stored_messages(store: Path) -> list[list[Any]]:
-    """[broker name, queue, offset, body id, store host, store ms] of every TOPIC record in the
-    store's CommitLog files, read offline (a read event's messages)."""
-    found: list[list[Any]] = []
-    with ExitStack() as stack:
-        files = CommitLogFiles(store / "commitlog", stack)
-        for topic, queue, offset, phy in walk_commitlog(files):
-            if topic != TOPIC:
-                continue
-            held = files.at(phy)
-            assert held is not None
-            base, mapped = held
-            record = decode_record(mapped, phy - base)
-            host = f"{record.store_host[0]}:{record.store_host[1]}"
-            found.append(
-                [
-                    BROKER_NAME,
-                    queue,
-                    offset,
-                    id_of(bytes(record.body)),
-                    host,
-                    record.store_timestamp,
-                ]
-            )
-    return found
-
-
-def record_store_read(recorder: Recorder, store: Path) -> int:
-    op = recorder.invoke("read", topic=TOPIC, broker_name=BROKER_NAME, final=True, store=str(store))
-    messages = stored_messages(store)
-    recorder.complete(op, "ok", "read", messages=messages)
-    return len(messages)
-
-
 @dataclass
 class SoakReport:
     rounds: int = 0
@@ -329,9 +293,10 @@ class Soak:
             mount.stop()
         self.recorder.close()
 
-    def judge(self, what: str, round_number: int) -> Report:
-        """Check the whole history, its last final read being `what`'s log."""
-        result = check(self.recorder.events)
+    def judge(self, what: str, round_number: int, result: Report | None = None) -> Report:
+        """Check the whole history (or take `result`, its check), its last final read being
+        `what`'s log."""
+        result = check(self.recorder.events) if result is None else result
         for rule, texts in result.violations.items():
             if texts:
                 self.report.violations[f"{rule} ({what})"] += len(texts)
@@ -340,9 +305,9 @@ class Soak:
 
     def check_slave_files(self, round_number: int) -> int:
         """The slave's files before anything restarts: every acknowledgement must be in them."""
-        held = record_store_read(self.recorder, self.slave.files)
-        self.judge("slave's files at the strike", round_number)
-        return held
+        judged = files_hold_acked(self.recorder, self.slave.files, TOPIC, BROKER_NAME)
+        self.judge("slave's files at the strike", round_number, judged)
+        return judged.counts["final_read"]
 
     async def draw(
         self, concurrency: int, producer: bool

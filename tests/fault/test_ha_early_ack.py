@@ -5,7 +5,7 @@ A SYNC_MASTER and its SLAVE on real processes; the slave reaches the master's HA
 tests/support/early_ack_proxy.py. In each phase sends to the master are recorded
 (tests/support/history.py) until 200 were answered SEND_OK, then the slave's CommitLog files are
 read as a final read of the history and judged, exactly as the soak judges them at a strike
-(tests/fault/soak.py: `record_store_read`, `check`); at the end the slave is SIGKILLed first
+(tests/support/store_history.py: `files_hold_acked`); at the end the slave is SIGKILLed first
 (its page cache, and so what it wrote, is kept).
 
 - first the proxy relays both ways unchanged; the slave acknowledges what it appended, so
@@ -24,11 +24,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.fault.soak import BROKER_NAME, QUEUES, TOPIC, record_store_read
+from tests.fault.soak import BROKER_NAME, QUEUES, TOPIC
 from tests.support.early_ack_proxy import EarlyAckProxy
 from tests.support.ha_processes import body_of, start_master, start_slave, wait_transfer
-from tests.support.history import Recorder, check, record_send
+from tests.support.history import Recorder, record_send
 from tests.support.processes import LOOPBACK, Daemon, ProcessGroup
+from tests.support.store_history import files_hold_acked
 from tests.support.wire import send_header
 from tidemq.client.api import BrokerAPI
 
@@ -72,8 +73,7 @@ async def test_the_slave_files_check_catches_a_slave_that_acknowledges_before_st
         await wait_transfer(api, master, timeout=30)
         # The real slave: it acknowledged what it appended, so its files hold all of it.
         await send_until_acknowledged(ACKNOWLEDGED)
-        record_store_read(recorder, tmp_path / "slave")
-        real = check(recorder.events)
+        real = files_hold_acked(recorder, tmp_path / "slave", TOPIC, BROKER_NAME)
         print(f"real slave:\n{real.summary()}")
         assert proxy.acked_early == 0
         assert real.ok and real.counts["acknowledged"] >= ACKNOWLEDGED, real.summary()
@@ -82,8 +82,7 @@ async def test_the_slave_files_check_catches_a_slave_that_acknowledges_before_st
         proxy.early = True
         await send_until_acknowledged(ACKNOWLEDGED)
         slave.kill()  # at once: the relay still holds the last 2 s of frames
-        record_store_read(recorder, tmp_path / "slave")
-        early = check(recorder.events)
+        early = files_hold_acked(recorder, tmp_path / "slave", TOPIC, BROKER_NAME)
     finally:
         await proxy.close()
     print(f"early slave: {proxy.acked_early} acknowledgements made up\n{early.summary()}")

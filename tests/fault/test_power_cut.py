@@ -7,7 +7,8 @@
   store, CommitLog or ConsumeQueue file, or queue directory, lost whole) and the fsync of a new
   file's size (a ConsumeQueue file back with 0 bytes stopped the load) it fails.
 - A few seeded rounds of each scenario of tests/fault/powercut.py with brokerd processes (its
-  docstring states what each scenario promises); `make powercut` is the long run.
+  docstring states what each scenario promises), every send and read judged by the history
+  checker (tests/support/history.py); `make powercut` is the long run.
 
 Rerun a failure with TIDEMQ_FAULT_SEED=<seed>.
 """
@@ -19,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fault.powercut import power_cut, run
+from tests.fault.powercut import TOPIC, body_number, body_of, power_cut, run
 from tests.fault.store_fault_check import History, Writers, check_store
+from tests.support.history import Recorder, check
 from tests.support.lazy_mounts import NEEDS_FUSE, LazyMount, can_mount
 
 pytestmark = pytest.mark.skipif(not can_mount(), reason=NEEDS_FUSE)
@@ -71,3 +73,23 @@ async def test_power_cut_rounds(tmp_path: Path, seed: int, scenario: str) -> Non
     assert not report.violations, report.line()
     if scenario != "async-flush":
         assert report.lost == 0
+
+
+def test_a_served_body_not_exactly_the_one_sent_is_judged_never_sent() -> None:
+    """What the rounds' history makes of a half-written or foreign body: an id no send has, so
+    the checker's `duplicate` rule reports it (`never sent`); an exact body is its number."""
+    recorder = Recorder(None, "test")
+    op = recorder.invoke("send", topic=TOPIC, body=7, attempts=1)
+    recorder.complete(op, "ok", "send", broker_name="b", queue=0, offset=0, broker="h")
+    torn = bytearray(body_of(7))
+    torn[-1] ^= 1
+    read = recorder.invoke("read", topic=TOPIC, broker_name="b", final=True)
+    served = [
+        ["b", 0, 0, body_number(body_of(7)), "h", 0],
+        ["b", 0, 1, body_number(bytes(torn)), "h", 0],
+    ]
+    recorder.complete(read, "ok", "read", messages=served)
+    judged = check(recorder.events)
+    assert body_number(body_of(7)) == 7
+    assert judged.counts["lost"] == 0
+    assert any("never sent" in text for text in judged.violations["duplicate"]), judged.summary()

@@ -38,19 +38,19 @@ from typing import Final
 import pytest
 
 from tests.fault.powercut import COMMON, RECORD_BOUND, Node, durable_end, power_cut
-from tests.fault.soak import record_store_read
 from tests.support.conditions import eventually
 from tests.support.ha_brokers import HA_TIMING
 from tests.support.ha_processes import body_of, wait_state, wait_transfer
 from tests.support.history import Recorder, check, record_read, record_send
 from tests.support.lazy_mounts import NEEDS_FUSE, LazyMount, can_mount
 from tests.support.processes import Daemon, ProcessGroup
+from tests.support.store_history import files_hold_acked
 from tests.support.wire import send_header
 from tidemq.client.api import BrokerAPI
 
 pytestmark = pytest.mark.skipif(not can_mount(), reason=NEEDS_FUSE)
 
-TOPIC: Final = "Soak"  # soak.record_store_read reads this topic
+TOPIC: Final = "Soak"
 BROKER_NAME: Final = "broker-a"
 QUEUES: Final = 4
 IN_FLIGHT: Final = 16
@@ -142,8 +142,7 @@ async def test_sync_master_async_flush_power_cut_keeps_what_it_promises(
 
     if cut == "master":
         # The slave never lost power: its files (its page cache) hold every acknowledged message.
-        record_store_read(recorder, slave.store)
-        on_slave = check(recorder.events)
+        on_slave = files_hold_acked(recorder, slave.store, TOPIC, BROKER_NAME)
         assert on_slave.ok, on_slave.summary()
     master.boot()
 
@@ -170,6 +169,5 @@ async def test_sync_master_async_flush_power_cut_keeps_what_it_promises(
         # The slave, ahead of its rebooted master, keeps what it holds (no auto-truncate).
         assert slave.broker is not None
         await wait_state(api, slave.broker, "DIVERGED", timeout=30)
-        record_store_read(recorder, slave.store)
-        kept = check(recorder.events)
+        kept = files_hold_acked(recorder, slave.store, TOPIC, BROKER_NAME)
         assert kept.ok, kept.summary()

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.fault.cq_check import CommitLogFiles, walk_commitlog
-from tests.fault.soak import KINDS, record_store_read, soak
+from tests.fault.soak import BROKER_NAME, KINDS, TOPIC, soak
 from tests.support.history import Recorder, check, load, operations
 from tests.support.lazy_mounts import NEEDS_FUSE, can_mount
+from tests.support.store_history import record_store_read
 
 pytestmark = pytest.mark.skipif(not can_mount(), reason=NEEDS_FUSE)
 
@@ -55,7 +56,7 @@ async def test_the_slave_files_check_fails_when_an_acknowledged_message_is_missi
 
     recorder = Recorder(None, "test")
     recorder.events = events
-    record_store_read(recorder, store)
+    record_store_read(recorder, store, TOPIC, BROKER_NAME)
     judged = check(recorder.events)
     assert judged.counts["lost"] >= 1, judged.summary()
     assert judged.violations["lost"], judged.summary()

@@ -1,6 +1,6 @@
 """Automatic failover on real processes (issue 16): etcd, namesrvd and three brokerd of one group
 in controller mode (SYNC_MASTER, allAckInSyncStateSet), our producer and the RocketMQ C++ client
-sending all along, our push consumer consuming.
+sending all along, our push consumers (concurrent and orderly) consuming.
 
 The master is SIGKILLed under continuous sends: an in-sync slave must become master with a new
 epoch and the producer must resume on it. Our producer's sends, both epochs and what the new
@@ -15,6 +15,11 @@ started after the failover gets the new master at once. Its answers carry no que
 history has its sends with an unknown outcome, and this test checks its SEND_OKs itself. The
 push consumer's committed offsets on the new master are never below those it had on the old
 one (stricter than the history's offsets rule, which lets reads go back across a failover).
+Both push consumers' deliveries are in the history too (`recording_listener`): once every
+stored message was delivered to each, the checker's delivery rule holds: every acknowledged
+message delivered at least once, each delivery the message the new master holds at its queue
+and offset, and the orderly consumer's group never skipping an offset of a queue nor given
+two messages of a queue at once (duplicates are counted and printed).
 """
 
 from __future__ import annotations
@@ -39,7 +44,14 @@ from tests.support.failover import (
 )
 from tests.support.ha_brokers import ha_status
 from tests.support.ha_processes import as_int, body_of, commitlog_range, id_of
-from tests.support.history import Event, Recorder, RecordingProducer, check, record_read
+from tests.support.history import (
+    Event,
+    Recorder,
+    RecordingProducer,
+    check,
+    record_read,
+    recording_listener,
+)
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI
 from tidemq.client.consumer.push import AsyncPushConsumer
@@ -99,9 +111,13 @@ async def test_sigkill_of_the_master_elects_an_in_sync_slave_and_loses_nothing_t
     assert (await controller(api, first))["epoch"] == 1
 
     delivered: list[tuple[int, int, int]] = []  # (queue id, queue offset, message number)
+    in_order: list[int] = []  # the orderly consumer's message numbers
 
     async def on_message(message: ReceivedMessage) -> None:
         delivered.append((message.queue_id, message.queue_offset, id_of(message.body)))
+
+    async def on_message_in_order(message: ReceivedMessage) -> None:
+        in_order.append(id_of(message.body))
 
     consumer = AsyncPushConsumer(
         "failover-consumer",
@@ -109,7 +125,15 @@ async def test_sigkill_of_the_master_elects_an_in_sync_slave_and_loses_nothing_t
         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
         offset_store_dir=tmp_path / "offsets",
     )
-    consumer.subscribe(TOPIC, "*", on_message)
+    consumer.subscribe(TOPIC, "*", recording_listener(recorder, consumer, on_message))
+    orderly = AsyncPushConsumer(
+        "failover-orderly",
+        namesrv.address,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        offset_store_dir=tmp_path / "offsets-orderly",
+        orderly=True,
+    )
+    orderly.subscribe(TOPIC, "*", recording_listener(recorder, orderly, on_message_in_order))
 
     acks: list[Event] = []  # the history's SEND_OK events, as they come
     numbers = iter(range(10**9))
@@ -135,7 +159,9 @@ async def test_sigkill_of_the_master_elects_an_in_sync_slave_and_loses_nothing_t
     try:
         await eventually(lambda: len(acks) >= 300, "300 sends acknowledged", 60)
         await consumer.start()
+        await orderly.start()
         await eventually(lambda: len(delivered) >= 200, "200 messages consumed", 60)
+        await eventually(lambda: len(in_order) >= 200, "200 messages consumed in order", 60)
         await eventually(lambda: len(cpp_first.of("sent")) >= 20, "the C++ client's sends", 60)
         committed_before = [
             await api.query_consumer_offset(first.address, "failover-consumer", TOPIC, q)
@@ -181,13 +207,17 @@ async def test_sigkill_of_the_master_elects_an_in_sync_slave_and_loses_nothing_t
     first_ok = min(e["mono"] for e in acks if e["broker"] == new_master.address)
     await record_read(recorder, api, new_master.address, TOPIC, "broker-a", 4)
     found = {int(m[3]) for m in recorder.events[-1]["messages"]}
-    judged = check(recorder.events)
     lost_cpp = sorted(cpp_acked - found)
 
-    # The consumer goes on from where it was: every message stored is delivered, and no
+    # The consumers go on from where they were: every message stored is delivered, and no
     # committed offset is below the one it had on the old master.
     await eventually(lambda: {n for _q, _o, n in delivered} >= found, "all consumed", 60)
+    await eventually(lambda: set(in_order) >= found, "all consumed in order", 60)
     await consumer.shutdown()
+    await orderly.shutdown()
+    recorder.drained(consumer.group, TOPIC)
+    recorder.drained(orderly.group, TOPIC)
+    judged = check(recorder.events)
     committed_after = [
         await api.query_consumer_offset(new_master.address, "failover-consumer", TOPIC, q)
         for q in range(4)
@@ -201,9 +231,11 @@ async def test_sigkill_of_the_master_elects_an_in_sync_slave_and_loses_nothing_t
         f"\nfailover ({len(etcd.members)} etcd): kill -> first SEND_OK on the new master "
         f"{first_ok - killed_at:.2f} s; {before_kill} acknowledged before the kill; "
         f"C++ client: {len(cpp_acked)} acknowledged, lost {len(lost_cpp)}; consumer: "
-        f"{len(delivered)} deliveries, {redelivered} redelivered\n{judged.summary()}"
+        f"{len(delivered)} deliveries, {redelivered} redelivered; orderly consumer: "
+        f"{len(in_order)} deliveries\n{judged.summary()}"
     )
     assert judged.ok, judged.summary()
+    assert judged.counts["delivered"] == len(delivered) + len(in_order)
     assert judged.counts["acknowledged"] >= 600 and judged.counts["epochs"] == 2
     assert not lost_cpp, f"C++ client's acknowledged messages lost: {lost_cpp[:10]}"
 

@@ -24,11 +24,20 @@ Operations are two events with the same `op` (an id unique within its process) a
     commit     invoke: session, group, offsets [[topic, broker_name, queue, offset], ...]
     committed  invoke: group, topic, broker_name, queue; ok: offset (a group's committed offset
                as a broker answered it)
-    read       invoke: topic, final (true: the log after healing); ok: messages [[broker_name,
-               queue, offset, body, store_host, store_ms], ...]: everything the group serves
+    read       invoke: topic, final (true: the log after healing), whole (true: each queue read
+               from its first offset to its end, so its offsets run without a hole: `record_read`,
+               tests/support/store_history.py); ok: messages [[broker_name, queue, offset, body,
+               store_host, store_ms], ...]: everything the group serves
+    deliver    a push consumer's listener called with one message; invoke: session, group,
+               orderly (the consumer's mode), topic, broker_name, queue, offset, body,
+               reconsume (its reconsume times), retry (true: it came from the group's retry
+               topic, so queue and offset are the retry queue's); ok: result (SUCCESS or
+               RECONSUME_LATER); fail: the listener raised (RECONSUME_LATER)
 
 Plain events: {"type": "epoch", "broker": address, "epoch": n, "wall": s}: broker `address`
 became the group's master of epoch n at that wall time (an epoch ends where the next begins).
+{"type": "drained", "group": g, "topic": t}: consumer group g, which consumes topic t from its
+first offset, has had the time to be delivered everything acknowledged before this event.
 
 `check(events)` is sans-IO and returns a `Report`: counts and the violations of each rule:
 
@@ -39,7 +48,8 @@ became the group's master of epoch n at that wall time (an epoch ends where the 
     order      a consumer's session skipped a queue's offset (each offset past the highest it
                returned is the one after it), returned an offset again with another body, or a
                message the log after healing does not hold there; offsets returned again with
-               the same body are counted (`redelivered`: at least once), not judged
+               the same body are counted (`redelivered`: at least once), not judged; a whole
+               read (final or not) served a queue with a hole or an offset twice
     offsets    a committed offset went backwards: a committed read below one that finished
                before it began, with no epoch beginning in between, or a consumer session
                committing less than it committed before; reads that went backwards across a
@@ -48,17 +58,31 @@ became the group's master of epoch n at that wall time (an epoch ends where the 
                SlaveSynchronize copied, as in RocketMQ (offsets are replicated asynchronously)
     epoch      an acknowledgement from a broker that was not the master at its moment: the later
                of its invoke and of its store timestamp falls outside that broker's epochs
+    delivery   push consumers: a send acknowledged before a `drained` event of its topic was
+               never delivered to that group before it (at least once); a delivery of a body
+               the log after healing does not hold at its queue and offset; for an orderly
+               consumer, the group skipped an offset of a queue (each offset past the highest
+               delivered to any of its sessions is the one after it; at least once: an earlier
+               offset again with the same body is counted in `delivered_again`, with another
+               body a violation), or one session was given two messages of a queue at once
+               (a delivery invoked before the one before it in the queue returned). A
+               concurrent consumer has no order: its deliveries are judged for loss and
+               position only. Deliveries from the retry topic are judged for loss only.
+               `delivered` counts deliveries, `delivered_again` those of a body the group had
+               been delivered before (duplicates: at least once allows them; they are counted)
 
 `Recorder` writes the events; `RecordingProducer`, `RecordingBlockingProducer` and
-`RecordingPullConsumer` wrap the public client so that a test gets a history without counters
-of its own; `record_send` records one raw SEND_MESSAGE; `record_read` reads a topic back from a
-broker as a recorded (final) read.
+`RecordingPullConsumer` wrap the public client, and `recording_listener` a push consumer's
+listener, so that a test gets a history without counters of its own; `record_send` records
+one raw SEND_MESSAGE; `record_read` reads a topic back from a broker as a recorded (final) read.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
+import threading
 import time
 from bisect import bisect_right
 from collections import Counter, defaultdict
@@ -72,6 +96,7 @@ from tests.support.wire import pull_header
 from tidemq.client.api import BrokerAPI, PullStatus, SendResponse
 from tidemq.client.consumer.offset_store import OFFSET_READ_ERROR
 from tidemq.client.consumer.pull import AsyncPullConsumer
+from tidemq.client.consumer.push import ConsumeResult, Listener
 from tidemq.client.errors import TideMQError
 from tidemq.client.message import Message, ReceivedMessage, SendResult, SendStatus
 from tidemq.client.producer import AsyncProducer, Producer
@@ -80,7 +105,7 @@ from tidemq.client.protocol.heartbeat import MessageQueue
 from tidemq.store.record import decode_message_id
 
 Event = dict[str, Any]
-RULES: Final = ("lost", "position", "duplicate", "order", "offsets", "epoch")
+RULES: Final = ("lost", "position", "duplicate", "order", "offsets", "epoch", "delivery")
 Position = tuple[str, str, int, int]  # topic, broker name, queue id, queue offset
 
 # --- recording ------------------------------------------------------------------------------
@@ -99,23 +124,26 @@ class Recorder:
         self._ops = itertools.count(1)
         self._sessions = itertools.count(1)
         self._file: IO[str] | None = None
+        self._lock = threading.Lock()  # plain push listeners record from consume threads
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = path.open("a", encoding="utf-8")
 
     def emit(self, event: Event) -> Event:
-        event.setdefault("process", self.process)
-        event.setdefault("wall", time.time())
-        event.setdefault("mono", time.monotonic())
-        if self.keep:
-            self.events.append(event)
-        if self._file is not None:
-            self._file.write(json.dumps(event) + "\n")
-            self._file.flush()
+        with self._lock:
+            event.setdefault("process", self.process)
+            event.setdefault("wall", time.time())
+            event.setdefault("mono", time.monotonic())
+            if self.keep:
+                self.events.append(event)
+            if self._file is not None:
+                self._file.write(json.dumps(event) + "\n")
+                self._file.flush()
         return event
 
     def invoke(self, f: str, **fields: Any) -> int:
-        op = next(self._ops)
+        with self._lock:
+            op = next(self._ops)
         self.emit({"type": "invoke", "f": f, "op": op, **fields})
         return op
 
@@ -126,6 +154,9 @@ class Recorder:
 
     def epoch(self, broker: str, epoch: int, wall: float) -> None:
         self.emit({"type": "epoch", "broker": broker, "epoch": epoch, "wall": wall})
+
+    def drained(self, group: str, topic: str) -> None:
+        self.emit({"type": "drained", "group": group, "topic": topic})
 
     def session(self) -> int:
         return next(self._sessions)
@@ -292,6 +323,56 @@ class RecordingPullConsumer:
         return offset
 
 
+def recording_listener(
+    recorder: Recorder,
+    consumer: Any,
+    listener: Listener,
+    body_id: Callable[[bytes], Any] = id_of,
+) -> Listener:
+    """`listener` of a push consumer (`consumer`: its group and orderly mode) wrapped so that
+    every call is a recorded delivery; one session per wrapper. An async listener stays async
+    (the consumer awaits it on its loop), a plain one plain (it runs on the consume threads)."""
+    session = recorder.session()
+
+    def invoke(msg: ReceivedMessage) -> int:
+        return recorder.invoke(
+            "deliver", session=session, group=consumer.group, orderly=bool(consumer.orderly),
+            topic=msg.topic, broker_name=msg.broker_name, queue=msg.queue_id,
+            offset=msg.queue_offset, body=body_id(msg.body), reconsume=msg.reconsume_times,
+            retry="RETRY_TOPIC" in msg.properties,
+        )  # fmt: skip
+
+    def done(op: int, outcome: object) -> None:
+        result = outcome if isinstance(outcome, ConsumeResult) else ConsumeResult.SUCCESS
+        recorder.complete(op, "ok", "deliver", result=result.name)
+
+    if inspect.iscoroutinefunction(listener):
+
+        async def recorded_async(msg: ReceivedMessage) -> ConsumeResult | None:
+            op = invoke(msg)
+            try:
+                outcome = await listener(msg)
+            except BaseException as exc:
+                recorder.complete(op, "fail", "deliver", error=_error(exc))
+                raise
+            done(op, outcome)
+            return outcome  # type: ignore[no-any-return]
+
+        return recorded_async
+
+    def recorded(msg: ReceivedMessage) -> Any:
+        op = invoke(msg)
+        try:
+            outcome = listener(msg)
+        except BaseException as exc:
+            recorder.complete(op, "fail", "deliver", error=_error(exc))
+            raise
+        done(op, outcome)
+        return outcome
+
+    return recorded
+
+
 async def record_send(
     recorder: Recorder,
     api: BrokerAPI,
@@ -333,7 +414,7 @@ async def record_read(
 ) -> int:
     """Read every message of `topic` that the broker at `address` serves (queues 0..queues-1,
     each from offset 0) as a recorded `read`; returns how many it found."""
-    op = recorder.invoke("read", topic=topic, broker_name=broker_name, final=final)
+    op = recorder.invoke("read", topic=topic, broker_name=broker_name, final=final, whole=True)
     messages: list[list[Any]] = []
     try:
         for queue in range(queues):
@@ -399,6 +480,7 @@ class Report:
             f"{c['not_acknowledged']}, unknown {c['unknown']} ({c['unknown_stored']} of them "
             f"stored); lost {c['lost']}, "
             f"duplicates {c['duplicates']}; consumed {c['consumed']} ({c['redelivered']} again), "
+            f"pushed {c['delivered']} ({c['delivered_again']} again, {c['undelivered']} never), "
             f"committed reads "
             f"{c['committed_reads']} ({c['offsets_back_at_failover']} back across a failover, "
             f"by {c['offsets_back_most']} at most), epochs {c['epochs']}",
@@ -442,12 +524,15 @@ def check(events: Iterable[Event]) -> Report:
         unknown = {o.get("body") for o in sends if o.outcome in ("info", "open")}
         unknown -= {o.get("body") for o in acked}
         c["unknown_stored"] = len(unknown & stored)  # sends not acknowledged, yet in the log
+        c["final_read"] = len(log)
     _check_lost(acked, log, read_at, report)
     _check_positions(acked, report)
     _check_duplicates(sends, log, report)
     _check_order(ops, log, report)
+    _check_holes(ops, report)
     _check_offsets(ops, _epoch_starts(events), report)
     _check_epochs(acked, log, events, report)
+    _check_deliveries(ops, acked, log, events, report)
     return report
 
 
@@ -570,6 +655,25 @@ def _check_order(ops: list[Operation], log: Log | None, report: Report) -> None:
                 )
 
 
+def _check_holes(ops: list[Operation], report: Report) -> None:
+    for o in ops:
+        if o.f != "read" or o.outcome != "ok" or not o.invoke.get("whole"):
+            continue
+        offsets: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for broker_name, queue, offset, *_rest in o.get("messages"):
+            offsets[(str(broker_name), int(queue))].append(int(offset))
+        for (broker_name, queue), found in sorted(offsets.items()):
+            found.sort()
+            gaps = [(a, b) for a, b in itertools.pairwise(found) if b != a + 1]
+            if gaps:
+                a, b = gaps[0]
+                report.violated(
+                    "order",
+                    f"a read of {o.get('topic')} ({o.process}) served queue {broker_name} "
+                    f"{queue} with {len(gaps)} holes or repeats, first {a} then {b}",
+                )
+
+
 def _check_offsets(ops: list[Operation], epoch_starts: list[float], report: Report) -> None:
     # committed reads: against every read of the same queue that completed before this began
     Finished = tuple[float, int, float]  # completion (monotonic), offset, invoke (wall)
@@ -654,4 +758,74 @@ def _check_epochs(acked: list[Operation], log: Log | None, events: list[Event], 
                 "epoch",
                 f"body {o.get('body')!r} acknowledged by {broker} at {moment:.3f}, in epoch "
                 f"{epoch} of {master} (from {_start:.3f})",
+            )
+
+
+def _check_deliveries(
+    ops: list[Operation], acked: list[Operation], log: Log | None, events: list[Event], r: Report
+) -> None:
+    deliveries = [o for o in ops if o.f == "deliver"]
+    r.counts["delivered"] = len(deliveries)
+    seen: set[tuple[Any, Any]] = set()
+    first_at: dict[tuple[Any, Any], float] = {}  # (group, body): its first delivery's invoke
+    highest: dict[tuple[Any, str, str, int], int] = {}
+    delivered: dict[tuple[tuple[Any, str, str, int], int], Any] = {}
+    running: dict[tuple[str, Any, str, str, int], Operation] = {}
+    for o in deliveries:
+        group, body = o.get("group"), o.get("body")
+        if (group, body) in seen:
+            r.counts["delivered_again"] += 1
+        else:
+            seen.add((group, body))
+            first_at[(group, body)] = float(o.invoke["mono"])
+        if o.get("retry"):
+            continue
+        topic, broker_name, queue = (
+            str(o.get("topic")),
+            str(o.get("broker_name")),
+            int(o.get("queue")),
+        )
+        offset = int(o.get("offset"))
+        where = f"{o.process} (group {group}) was delivered {topic} {broker_name} {queue}@{offset}"
+        if log is not None and any(k[0] == topic for k in log):
+            found = log.get((topic, broker_name, queue, offset))
+            if found is None or found[0] != body:
+                there = "nothing" if found is None else f"body {found[0]!r}"
+                r.violated("delivery", f"{where} with body {body!r}; the log has {there} there")
+        if not o.get("orderly"):
+            continue
+        mine = (o.process, o.get("session"), topic, broker_name, queue)
+        before = running.get(mine)
+        if before is not None and (
+            before.done is None or float(before.done["mono"]) > float(o.invoke["mono"])
+        ):
+            r.violated(
+                "delivery",
+                f"{where} while offset {before.get('offset')} of the queue was still with its "
+                f"session {o.get('session')} (orderly: one at a time)",
+            )
+        running[mine] = o
+        key = (group, topic, broker_name, queue)
+        top = highest.get(key)
+        if top is not None and offset > top + 1:
+            r.violated("delivery", f"{where} after {top}: the group skipped {offset - top - 1}")
+        elif top is not None and offset <= top and delivered.get((key, offset), body) != body:
+            r.violated(
+                "delivery", f"{where} again with body {body!r}, {delivered[(key, offset)]!r} before"
+            )
+        highest[key] = offset if top is None else max(top, offset)
+        delivered[(key, offset)] = body
+    for drained in (e for e in events if e.get("type") == "drained"):
+        group, topic, at = drained.get("group"), drained.get("topic"), float(drained["mono"])
+        missing = [
+            o for o in acked
+            if o.get("topic") == topic and o.done is not None and float(o.done["mono"]) < at
+            and first_at.get((group, o.get("body")), at) >= at
+        ]  # fmt: skip
+        r.counts["undelivered"] += len(missing)
+        for o in missing[:20]:
+            r.violated(
+                "delivery",
+                f"body {o.get('body')!r} acknowledged at {_position(o)} was not delivered to "
+                f"group {group} before it was drained",
             )

@@ -31,8 +31,9 @@ and exits; a restart is a fresh mount of the same BACKING. Cut modes:
 - `all`: every unsynced byte is lost (each file back to its durable size and pages, each
   directory back to its recorded entries);
 - `torn SEED`: directories as in `all`, but of each file's unsynced pages a seeded random half
-  or so is kept with its new bytes (torn writes), and a grown file keeps a random page-aligned
-  size between its durable and its current size.
+  or so is kept with its new bytes (torn writes), and a grown file may keep a size in between:
+  a page-aligned one up to the end of the writes that grew it, or a size a truncate set it to
+  (a file sized by one ftruncate is never left at a page in between; lazyfs_volatile.py).
 
 Control protocol (one request line, one answer line, then the connection closes):
 `stats` -> JSON {"files", "pages", "dirs"} (what a cut would touch now); `cut all` or

@@ -11,8 +11,14 @@ daemon of tests/support/lazyfs.py calls it; the rules are in that module's docst
   name into `root/.lazyfs-attic/<inode>`; `synced_dir(ino)` forgets the directory's record;
   `dir_entry_durable` patches a record for the changes taken as durable at once.
 - `cut(rng)` puts the folder back: each recorded file to its durable size and pages (with `rng`,
-  each page is kept new with probability 1/2 and a grown file may keep a page-aligned size in
-  between), then each recorded directory to its entries, parents first; the attic is emptied.
+  each page is kept new with probability 1/2 and a grown file may keep a size in between), then
+  each recorded directory to its entries, parents first; the attic is emptied.
+
+Torn sizes follow what a journalling file system can leave (ext4's i_disksize): growth by
+writes past the end becomes durable as its pages are written back, so any page-aligned size up
+to the end of those writes (or that end itself); growth by a truncate (a file sized by
+ftruncate, as a sparse segment is) is one size change, so the file comes back at its durable
+size or at one of the sizes it was truncated to, never at a page in between.
 
 Keys are the backing folder's inode numbers.
 """
@@ -36,6 +42,8 @@ class FileUndo:
 
     durable_size: int
     pages: dict[int, bytes] = field(default_factory=dict)  # b"": past the durable end
+    written_to: int = 0  # the furthest end of a write past the file's end at the time
+    truncated_to: set[int] = field(default_factory=set)  # sizes set by truncates
 
 
 @dataclass
@@ -46,6 +54,18 @@ class CutSummary:
     dirs: int = 0
     # each file's first unsynced page at the cut, by its path under the root
     first_unsynced: dict[str, int] = field(default_factory=dict)
+
+
+def torn_sizes(undo: FileUndo, current: int) -> set[int]:
+    """The sizes a torn cut may leave a grown file at (module docstring), none past `current`."""
+    durable = undo.durable_size
+    sizes = {durable}
+    if undo.written_to > durable:
+        first = -(-durable // PAGE)
+        sizes |= {page * PAGE for page in range(first, undo.written_to // PAGE + 1)}
+        sizes.add(undo.written_to)
+    sizes |= undo.truncated_to
+    return {size for size in sizes if durable <= size <= current}
 
 
 class Volatile:
@@ -66,6 +86,12 @@ class Volatile:
 
     def before_write(self, ino: int, fd: int, start: int, end: int) -> None:
         """Record the pages [start, end) will change, as they were at the last sync."""
+        self._before_change(ino, fd, start, end)
+        undo = self.files[ino]
+        if end > os.fstat(fd).st_size:
+            undo.written_to = max(undo.written_to, end)
+
+    def _before_change(self, ino: int, fd: int, start: int, end: int) -> None:
         undo = self.files.get(ino)
         if undo is None:
             undo = self.files[ino] = FileUndo(os.fstat(fd).st_size)
@@ -79,7 +105,8 @@ class Volatile:
         undo = self.files.get(ino)
         durable = current if undo is None else undo.durable_size
         # Shrinking drops bytes that were durable (and zeroes the tail of the cut page).
-        self.before_write(ino, fd, min(size, current), max(min(current, durable), size))
+        self._before_change(ino, fd, min(size, current), max(min(current, durable), size))
+        self.files[ino].truncated_to.add(size)
 
     def synced_file(self, ino: int) -> None:
         self.files.pop(ino, None)
@@ -203,7 +230,7 @@ class Volatile:
             current = os.fstat(fd).st_size
             size = undo.durable_size
             if rng is not None and current > size and rng.random() < 0.5:
-                size = min(current, size + PAGE * rng.randint(0, -(-(current - size) // PAGE)))
+                size = rng.choice(sorted(torn_sizes(undo, current)))
             lost = kept = 0
             for page, old in sorted(undo.pages.items()):
                 if rng is not None and rng.random() < 0.5:

@@ -6,10 +6,14 @@ sending (`interval` seconds apart, when given) the next number (`ha_processes.bo
 one AsyncProducer (route from the name server polled each second, latency fault avoidance on,
 3 s timeout, 2 retries) and a consumer task: an AsyncPullConsumer assigned the group's queues
 from the first offset, polling, and once a second committing what it polled and reading the
-committed offsets back. `stats()` says what
-happened so far (acknowledgements per broker, other outcomes, messages consumed): a test waits
-on it. `stop()` lets each send in flight finish and stops both clients; the history stays open
-for a final read (`history.record_read`) until `recorder.close()`.
+committed offsets back; and an orderly AsyncPushConsumer of its own group, from the first
+offset, whose deliveries are recorded (`history.recording_listener`). `stats()` says what
+happened so far (acknowledgements per broker, other outcomes, messages consumed and pushed): a
+test waits on it. `stop()` lets each send in flight finish, gives the push consumer up to
+DRAIN_TIMEOUT seconds to be delivered every acknowledged message, marks its group drained in
+the history (the checker's delivery rule then judges it: delivered at least once, in queue
+order) and stops the clients; the history stays open for a final read
+(`history.record_read`) until `recorder.close()`.
 """
 
 from __future__ import annotations
@@ -25,13 +29,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.conditions import eventually
 from tests.support.failover import stored_by
-from tests.support.ha_processes import body_of
-from tests.support.history import Recorder, RecordingProducer, RecordingPullConsumer
+from tests.support.ha_processes import body_of, id_of
+from tests.support.history import (
+    Recorder,
+    RecordingProducer,
+    RecordingPullConsumer,
+    recording_listener,
+)
 from tidemq.client.config import ClientConfig
 from tidemq.client.consumer.pull import AsyncPullConsumer
+from tidemq.client.consumer.push import AsyncPushConsumer
 from tidemq.client.errors import TideMQError
-from tidemq.client.message import Message
+from tidemq.client.message import Message, ReceivedMessage
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere, MessageQueue
 from tidemq.common.lifecycle import cancel_and_wait
@@ -41,6 +52,7 @@ log = logging.getLogger(__name__)
 SEND_TIMEOUT = 3.0
 COMMIT_INTERVAL = 1.0
 BODY_SIZE = 200
+DRAIN_TIMEOUT = 90.0  # after the sends stop, for the push consumer to get every acknowledged one
 
 
 @dataclass
@@ -49,7 +61,12 @@ class RecordedLoad:
     producer: AsyncProducer
     consumer: AsyncPullConsumer
     queues: list[MessageQueue]
+    push: AsyncPushConsumer
+    topic: str
     acknowledged: Counter[str] = field(default_factory=Counter)  # per broker address
+    acked_bodies: set[int] = field(default_factory=set)
+    pushed_bodies: set[int] = field(default_factory=set)
+    pushed: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)  # statuses and error types
     consumed: int = 0
     numbers: Iterator[int] = field(default_factory=lambda: itertools.count())
@@ -80,15 +97,26 @@ class RecordedLoad:
             auto_commit=False,
             offset_store_dir=path.parent / "offsets",
         )
+        push = AsyncPushConsumer(
+            f"{group}Orderly",
+            config=config,
+            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            offset_store_dir=path.parent / "offsets-orderly",
+            orderly=True,
+        )
         load = cls(
             Recorder(path, process="agent", keep=False),
             producer,
             consumer,
             [MessageQueue(topic, broker_name, q) for q in range(queues)],
+            push,
+            topic,
         )
+        push.subscribe(topic, "*", recording_listener(load.recorder, push, load._pushed))
         await producer.start()
         await consumer.start()
         await consumer.assign(load.queues)
+        await push.start()
         load.tasks = [asyncio.create_task(load._send(topic, interval)) for _ in range(senders)]
         load.tasks.append(asyncio.create_task(load._consume()))
         return load
@@ -107,6 +135,7 @@ class RecordedLoad:
                 continue
             if result.ok:
                 self.acknowledged[stored_by(result)] += 1
+                self.acked_bodies.add(number)
             else:
                 self.outcomes[result.status.name] += 1
 
@@ -125,11 +154,17 @@ class RecordedLoad:
                 log.info("consumer: %s", exc)
                 await asyncio.sleep(0.2)
 
+    async def _pushed(self, message: ReceivedMessage) -> None:
+        self.pushed += 1
+        self.pushed_bodies.add(id_of(message.body))
+
     def stats(self) -> dict[str, Any]:
         return {
             "acknowledged": dict(self.acknowledged),
             "outcomes": dict(self.outcomes),
             "consumed": self.consumed,
+            "pushed": self.pushed,
+            "not_pushed": len(self.acked_bodies - self.pushed_bodies),
         }
 
     async def stop(self) -> dict[str, Any]:
@@ -140,6 +175,16 @@ class RecordedLoad:
         for task in done:
             with contextlib.suppress(Exception):
                 task.result()
+        # Not delivered in time is the checker's to judge (delivery: undelivered), not an error.
+        with contextlib.suppress(AssertionError):
+            await eventually(
+                lambda: self.acked_bodies <= self.pushed_bodies,
+                "every acknowledged message pushed",
+                DRAIN_TIMEOUT,
+                interval=0.1,
+            )
+        self.recorder.drained(self.push.group, self.topic)
+        await self.push.stop()
         await self.consumer.stop()
         await self.producer.stop()
         return self.stats()

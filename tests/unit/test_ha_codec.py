@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tidemq.ha.codec import (
     ACK_SIZE,
+    CONFIRM_SIZE,
     DEFAULT_MAX_BODY_SIZE,
     DEFAULT_TRANSFER_BATCH_SIZE,
     MAX_OFFSET,
@@ -24,6 +25,7 @@ from tidemq.ha.codec import (
     AckDecoder,
     AckValidator,
     BatchReceived,
+    ConfirmReceived,
     Diverged,
     HAProtocolError,
     HeartbeatReceived,
@@ -33,6 +35,7 @@ from tidemq.ha.codec import (
     TransferDecoder,
     TransferEvent,
     encode_ack,
+    encode_confirm,
     encode_heartbeat,
     encode_transfer,
     encode_transfer_header,
@@ -739,3 +742,50 @@ def test_decoder_and_validator_together() -> None:
         if reported is not None:
             acks.append(validator.report(reported.offset, master_max_offset=64))
     assert acks == [None, 50]
+
+
+# -- controller mode: CONFIRM frames ---------------------------------------------------------
+
+
+def test_a_confirm_frame_is_a_header_of_size_minus_one() -> None:
+    assert encode_confirm(4096) == wire_header(4096, -1) == wire_header(4096, CONFIRM_SIZE)
+    with pytest.raises(ValueError):
+        encode_confirm(-1)
+
+
+@pytest.mark.parametrize("sizes", [[], [1], [5, 13], [12]], ids=["whole", "1", "5-13", "12"])
+def test_confirm_frames_between_transfers_are_decoded_in_controller_mode(sizes: list[int]) -> None:
+    wire = (
+        encode_confirm(0)
+        + wire_frame(0, pattern(100))
+        + encode_confirm(100)
+        + encode_heartbeat(100)
+        + wire_frame(100, pattern(50))
+        + encode_confirm(150)
+    )
+    expected = [
+        ConfirmReceived(0),
+        BatchReceived(0, pattern(100)),
+        ConfirmReceived(100),
+        HeartbeatReceived(100),
+        BatchReceived(100, pattern(50)),
+        ConfirmReceived(150),
+    ]
+    assert read_through(TransferBuffer(confirm_frames=True), wire, sizes) == expected
+    decoder = TransferDecoder(confirm_frames=True)
+    chunks = split(wire, [n for n in itertools.accumulate(sizes) if n < len(wire)])
+    assert feed_all(decoder, chunks) == expected
+    assert SlaveStreamChecker(100).check(ConfirmReceived(7)) is None
+
+
+def test_a_4x_stream_refuses_a_confirm_frame() -> None:
+    """RocketMQ 4.x's stream (no epoch handshake) stays byte for byte: size -1 is refused."""
+    wire = wire_frame(0, pattern(10)) + encode_confirm(10)
+    with pytest.raises(HAProtocolError, match="negative body size -1"):
+        read_through(TransferBuffer(), wire, [])
+    with pytest.raises(HAProtocolError, match="negative body size -1"):
+        TransferDecoder().feed(wire)
+    with pytest.raises(HAProtocolError, match="negative offset"):  # not even in controller mode
+        TransferDecoder(confirm_frames=True).feed(wire_header(-5, CONFIRM_SIZE))
+    with pytest.raises(HAProtocolError, match="negative body size -2"):
+        read_through(TransferBuffer(confirm_frames=True), wire_header(0, -2), [])

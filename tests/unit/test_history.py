@@ -3,9 +3,11 @@ each broken one fails exactly the rule it breaks."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,8 +20,10 @@ from tests.support.history import (
     check,
     load,
     operations,
+    recording_listener,
 )
 from tidemq.client.consumer.offset_store import OFFSET_READ_ERROR
+from tidemq.client.consumer.push import ConsumeResult
 from tidemq.client.protocol.heartbeat import MessageQueue
 
 B1, B2 = "198.18.2.2:20911", "198.18.3.2:20911"  # brokers 1 and 2 of group broker-a
@@ -81,6 +85,32 @@ class Story:
             **self._at(None),
         )  # fmt: skip
         self.rec.complete(op, "ok", "committed", offset=offset, **self._at(None))
+
+    def deliver_start(
+        self,
+        session: int,
+        queue: int,
+        offset: int,
+        body: int,
+        *,
+        orderly: bool,
+        retry: bool = False,
+    ) -> int:
+        return self.rec.invoke(
+            "deliver", session=session, group="P", orderly=orderly, topic=TOPIC,
+            broker_name="broker-a", queue=queue, offset=offset, body=body, reconsume=0,
+            retry=retry, **self._at(None),
+        )  # fmt: skip
+
+    def deliver_end(self, op: int) -> None:
+        self.rec.complete(op, "ok", "deliver", result="SUCCESS", **self._at(None))
+
+    def deliver(self, session: int, *messages: tuple[int, int, int], orderly: bool) -> None:
+        for queue, offset, body in messages:
+            self.deliver_end(self.deliver_start(session, queue, offset, body, orderly=orderly))
+
+    def drained(self) -> None:
+        self.rec.emit({"type": "drained", "group": "P", "topic": TOPIC, **self._at(None)})
 
     def final_read(self) -> None:
         op = self.rec.invoke("read", topic=TOPIC, final=True, **self._at(None))
@@ -309,6 +339,141 @@ def test_an_acknowledgement_before_any_epoch() -> None:
     assert "before any epoch" in report.violations["epoch"][0]
 
 
+@pytest.mark.parametrize("final", [True, False], ids=["final-read", "read-before-healing"])
+def test_a_read_serving_a_queue_with_a_hole(final: bool) -> None:
+    story = clean()
+    for body, offset in ((8, 0), (9, 2)):  # offset 1 of queue 3 is not served
+        story.send(body, queue=3, offset=offset, outcome="info", stored=False)
+    served = [*story.log, ["broker-a", 3, 0, 8, B2, 0], ["broker-a", 3, 2, 9, B2, 0]]
+    op = story.rec.invoke("read", topic=TOPIC, final=final, whole=True, wall=5000, mono=5000)
+    story.rec.complete(op, "ok", "read", messages=served, wall=5001, mono=5001)
+    report = check(story.events)
+    assert broken(report.violations) == {"order"}, report.summary()
+    assert "holes or repeats, first 0 then 2" in report.violations["order"][0]
+    # A read that is not of whole queues (positions of its own) is not judged for holes.
+    story.events[-2]["whole"] = False
+    assert "order" not in broken(check(story.events).violations)
+
+
+# what the clean history's final read holds, queue by queue: (queue, offset, body)
+ALL_ACKED = ((0, 0, 0), (0, 1, 2), (0, 2, 4), (0, 3, 5), (1, 0, 1), (1, 1, 3), (1, 2, 4), (1, 3, 6))
+
+
+def pushed(deliveries: Callable[[Story], None]) -> Story:
+    """The clean history, its final read, then a push consumer's deliveries and `drained`."""
+    s = clean()
+    deliveries(s)
+    s.drained()
+    return s
+
+
+def test_push_deliveries_in_order_and_at_least_once_pass() -> None:
+    def orderly(s: Story) -> None:
+        s.deliver(1, (0, 0, 0), (0, 1, 2), (1, 0, 1), (0, 2, 4), orderly=True)
+        s.deliver(2, (0, 1, 2), (0, 2, 4), (0, 3, 5), orderly=True)  # a new session, back
+        s.deliver(2, (1, 1, 3), (1, 2, 4), (1, 3, 6), orderly=True)
+
+    report = check(pushed(orderly).events)
+    assert report.ok, report.summary()
+    assert (report.counts["delivered"], report.counts["delivered_again"]) == (10, 3)
+
+    def concurrent(s: Story) -> None:  # any order, twice: at least once
+        s.deliver(1, *reversed(ALL_ACKED), orderly=False)
+        s.deliver(1, (0, 0, 0), orderly=False)
+
+    report = check(pushed(concurrent).events)
+    assert report.ok, report.summary()
+    assert (report.counts["delivered"], report.counts["delivered_again"]) == (9, 2)
+
+
+@pytest.mark.parametrize("orderly", [True, False], ids=["orderly", "concurrent"])
+def test_an_acknowledged_message_never_delivered(orderly: bool) -> None:
+    def without_body_6(s: Story) -> None:  # the tail of queue 1: no offset skipped
+        s.deliver(1, *[m for m in ALL_ACKED if m[2] != 6], orderly=orderly)
+
+    report = check(pushed(without_body_6).events)
+    assert broken(report.violations) == {"delivery"}, report.summary()
+    assert report.counts["undelivered"] == 1
+    assert "body 6 acknowledged at" in report.violations["delivery"][0]
+
+
+def test_a_message_delivered_after_its_group_was_drained_is_not_delivered() -> None:
+    s = clean()
+    s.deliver(1, *[m for m in ALL_ACKED if m[2] != 3], orderly=False)
+    s.drained()
+    s.deliver(1, (1, 1, 3), orderly=False)
+    report = check(s.events)
+    assert broken(report.violations) == {"delivery"}, report.summary()
+
+
+def test_a_retried_delivery_counts_for_at_least_once_not_for_position() -> None:
+    def retried(s: Story) -> None:
+        s.deliver(1, *[m for m in ALL_ACKED if m[2] != 3], orderly=False)
+        s.deliver_end(s.deliver_start(1, 0, 7, 3, orderly=False, retry=True))  # %RETRY% queue
+
+    report = check(pushed(retried).events)
+    assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize(
+    "delivered",
+    [((0, 0, 0), (0, 2, 4)), ((0, 1, 2), (0, 0, 0), (0, 1, 99))],
+    ids=["skipped-an-offset", "another-body-again"],
+)
+def test_an_orderly_group_out_of_order(delivered: tuple[tuple[int, int, int], ...]) -> None:
+    def out_of_order(s: Story) -> None:
+        s.deliver(1, *delivered, orderly=True)
+        s.deliver(1, *ALL_ACKED, orderly=True)
+
+    report = check(pushed(out_of_order).events)
+    assert "delivery" in broken(report.violations), report.summary()
+    assert any(
+        "skipped" in t or "again with body 99" in t for t in report.violations["delivery"]
+    ), report.summary()
+
+    # across sessions too: the group's order, not one session's
+    def two_sessions(s: Story) -> None:
+        s.deliver(1, (0, 0, 0), orderly=True)
+        s.deliver(2, (0, 2, 4), orderly=True)
+        s.deliver(2, *ALL_ACKED, orderly=True)
+
+    report = check(pushed(two_sessions).events)
+    assert any("the group skipped 1" in t for t in report.violations["delivery"])
+
+
+def test_a_concurrent_consumer_is_not_judged_for_order() -> None:
+    def out_of_order(s: Story) -> None:
+        s.deliver(1, (0, 0, 0), (0, 2, 4), orderly=False)
+        s.deliver(1, *ALL_ACKED, orderly=False)
+
+    report = check(pushed(out_of_order).events)
+    assert report.ok, report.summary()
+
+
+def test_an_orderly_session_given_two_messages_of_a_queue_at_once() -> None:
+    def overlapping(s: Story) -> None:
+        first = s.deliver_start(1, 0, 0, 0, orderly=True)
+        second = s.deliver_start(1, 0, 1, 2, orderly=True)
+        s.deliver_end(first)
+        s.deliver_end(second)
+        s.deliver(1, (1, 0, 1), (0, 2, 4), (0, 3, 5), (1, 1, 3), (1, 2, 4), (1, 3, 6), orderly=True)
+
+    report = check(pushed(overlapping).events)
+    assert broken(report.violations) == {"delivery"}, report.summary()
+    assert "still with its session 1" in report.violations["delivery"][0]
+
+
+@pytest.mark.parametrize("orderly", [True, False], ids=["orderly", "concurrent"])
+def test_a_delivery_the_log_does_not_hold_there(orderly: bool) -> None:
+    def dirty(s: Story) -> None:
+        s.deliver(1, *ALL_ACKED, orderly=orderly)
+        s.deliver(2, (1, 4, 1), orderly=orderly)  # body 1 is at queue 1 offset 0
+
+    report = check(pushed(dirty).events)
+    assert broken(report.violations) == {"delivery"}, report.summary()
+    assert "the log has nothing there" in report.violations["delivery"][0]
+
+
 def test_without_a_final_read_acknowledgements_are_unverified() -> None:
     report = check(clean(final=False).events)
     assert report.ok and report.counts["unverified"] == 6
@@ -342,3 +507,40 @@ def test_a_completion_without_its_invoke_is_an_error() -> None:
 def test_an_unknown_outcome_is_refused() -> None:
     with pytest.raises(ValueError, match="ok, fail or info"):
         Recorder().complete(1, "maybe", "send")
+
+
+async def test_a_recording_listener_records_each_call_and_keeps_its_kind() -> None:
+    """Async stays async (the consumer awaits it), plain stays plain (consume threads); a
+    listener's result, and its exception, are the completion."""
+    recorder = Recorder(process="client")
+    consumer = SimpleNamespace(group="P", orderly=True)
+
+    def message(offset: int, retry: bool = False) -> Any:
+        properties = {"RETRY_TOPIC": TOPIC} if retry else {}
+        return SimpleNamespace(
+            topic=TOPIC, broker_name="broker-a", queue_id=1, queue_offset=offset,
+            body=f"m{offset:08d}|".encode(), reconsume_times=int(retry), properties=properties,
+        )  # fmt: skip
+
+    async def later(msg: Any) -> ConsumeResult:
+        return ConsumeResult.RECONSUME_LATER
+
+    def fails(msg: Any) -> None:
+        raise ValueError("no")
+
+    recorded_async = recording_listener(recorder, consumer, later)
+    recorded_plain = recording_listener(recorder, consumer, fails)
+    assert inspect.iscoroutinefunction(recorded_async)
+    assert not inspect.iscoroutinefunction(recorded_plain)
+    assert await recorded_async(message(5, retry=True)) is ConsumeResult.RECONSUME_LATER  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        recorded_plain(message(6))
+    first, second = operations(recorder.events)
+    assert (first.outcome, first.get("result"), first.get("retry")) == (
+        "ok",
+        "RECONSUME_LATER",
+        True,
+    )
+    assert (first.get("offset"), first.get("body"), first.get("orderly")) == (5, 5, True)
+    assert (second.outcome, second.get("offset"), second.get("retry")) == ("fail", 6, False)
+    assert first.get("session") != second.get("session")  # one session per wrapper

@@ -115,3 +115,36 @@ def test_the_summary_names_a_file_by_its_name_in_the_tree_not_its_attic_link(
         write(volatile, path, b"r" * 100, PAGE + 10)
         summary = volatile.cut(None)
         assert summary.first_unsynced == {f"{name}/commitlog/00000000000000000000": PAGE}
+
+
+def test_a_file_grown_by_a_truncate_comes_back_whole_sized_or_at_its_durable_size(
+    tmp_path: Path,
+) -> None:
+    """A sparse segment (ftruncate to its size, then pages written inside it): a torn cut
+    leaves it empty or at its full size, never at a page in between (one size change, as a
+    journalling file system records it); a file grown by writes may keep any page in between."""
+    sizes: dict[str, set[int]] = {"truncated": set(), "written": set()}
+    for seed in range(16):
+        folder = tmp_path / str(seed)
+        folder.mkdir()
+        volatile = Volatile(folder)
+        for how in sizes:
+            path = folder / how
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                if how == "truncated":
+                    volatile.before_truncate(os.fstat(fd).st_ino, fd, 6000)
+                    os.ftruncate(fd, 6000)
+                    inode = os.fstat(fd).st_ino
+                    volatile.before_write(inode, fd, 0, 4096)  # inside the file: no growth
+                    os.pwrite(fd, b"u" * 4096, 0)
+                else:
+                    volatile.before_write(os.fstat(fd).st_ino, fd, 0, 6000)
+                    os.pwrite(fd, b"w" * 6000, 0)
+            finally:
+                os.close(fd)
+        volatile.cut(random.Random(seed))
+        for how in sizes:
+            sizes[how].add((folder / how).stat().st_size)
+    assert sizes["truncated"] == {0, 6000}, sizes
+    assert PAGE in sizes["written"] and sizes["written"] <= {0, PAGE, 6000}, sizes
