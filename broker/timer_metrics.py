@@ -24,7 +24,7 @@ from typing import Any
 
 from tidemq.client.protocol.operators5 import decode_timer_metrics, encode_timer_metrics
 from tidemq.client.remoting.errors import BodyDecodeError
-from tidemq.store.common.files import write_file_safely
+from tidemq.common.files import write_file_safely
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import time
 from typing import Final, cast
 
 from tidemq.broker.remoting.tls import ClientAuth, TlsAcceptor, TlsMode, TlsServerSettings
-from tidemq.store.common.accept import listening_socket, peer_text
+from tidemq.common.accept import listening_socket, peer_text
 
 log = logging.getLogger(__name__)
 

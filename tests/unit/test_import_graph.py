@@ -259,12 +259,45 @@ def layout_copies(
     return found
 
 
+def _has_source(module: str, root: Path, package_dirs: Mapping[str, str]) -> bool:
+    """Whether `module` (under tidemq) has a source an installed package would hold: a `.py`
+    or compiled `.pyx` file, or a package folder, under the folder its package maps to."""
+    package = max((p for p in package_dirs if module == p or module.startswith(p + ".")), key=len)
+    base = root / package_dirs[package]
+    rest = module[len(package) :].lstrip(".").split(".") if module != package else []
+    path = base.joinpath(*rest) if rest else base
+    for other in package_dirs.values():
+        inner = root / other
+        if inner != base and inner.is_relative_to(base) and path.is_relative_to(inner):
+            return False  # a folder mapped under a name of its own (store/common)
+    return (
+        path.with_suffix(".py").is_file()
+        or path.with_suffix(".pyx").is_file()
+        or (path / "__init__.py").is_file()
+    )
+
+
+def missing_modules(
+    graph: Iterator[Import], root: Path, package_dirs: Mapping[str, str]
+) -> list[str]:
+    """Imports of a tidemq module the installed package does not have (a name that works only
+    from the checkout, such as `tidemq.store.common` for `tidemq.common`)."""
+    found = []
+    for edge in graph:
+        name = edge.imported
+        if name.startswith("tidemq.") and not _has_source(name, root, package_dirs):
+            found.append(f"{edge.importer}:{edge.line} imports {name}, which is no module")
+    return found
+
+
 def check(root: Path, package_dirs: Mapping[str, str] = PACKAGE_DIRS) -> list[str]:
     """Every layering violation, every import circle, every client module only the broker
-    imports and every copy of the record layout under `root`, one line each."""
+    imports, every import of a module the package does not have and every copy of the record
+    layout under `root`, one line each."""
     known = modules(root, package_dirs)
     graph = [edge for name, path in known.items() for edge in imports_of(name, path, known)]
     problems = layering_violations(iter(graph))
+    problems += missing_modules(iter(graph), root, package_dirs)
     edges: dict[str, set[str]] = {name: set() for name in known}
     for edge in graph:
         if edge.imported in known and edge.imported != edge.importer:
@@ -377,6 +410,16 @@ def test_the_common_layer_imports_nothing_of_ours(tmp_path: Path) -> None:
 def test_the_common_layer_is_its_own_package_not_a_store_module(tmp_path: Path) -> None:
     known = modules(_tree(tmp_path, _clean_tree(tmp_path)), PACKAGE_DIRS)
     assert "tidemq.common.errors" in known and "tidemq.store.common.errors" not in known
+
+
+def test_an_import_of_the_common_layer_by_its_folder_name_is_found(tmp_path: Path) -> None:
+    """Found by the release test: `tidemq.store.common.files` imports in a checkout (the
+    folder is there) and fails in the wheel, where the package is `tidemq.common`."""
+    files = _clean_tree(tmp_path)
+    files["store/index.py"] += "from tidemq.store.common.errors import TideMQError\n"
+    assert check(_tree(tmp_path, files)) == [
+        "tidemq.store.index:2 imports tidemq.store.common.errors, which is no module"
+    ]
 
 
 def test_a_client_module_only_the_broker_imports_is_found(tmp_path: Path) -> None:
