@@ -246,6 +246,8 @@ class ReputService(Service):
         self._files_off_loop = False
         self._file_needed: tuple[SegmentQueue, Path] | None = None
         self._files_ahead: dict[Path, SegmentQueue] = {}
+        # Sends whose record waits for a new file (`wait_dispatched`): CommitLog end -> future.
+        self._waiting: list[tuple[int, asyncio.Future[None]]] = []
         self.add_child(BackgroundTask(self._run, "reput"))
 
     def index_in_process(self) -> IndexService | None:
@@ -302,7 +304,47 @@ class ReputService(Service):
     def wakeup(self) -> None:
         self._wakeup.set()
 
+    def needs_file(self, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """Whether the unit at `queue_offset` needs a new ConsumeQueue file, which the running
+        service makes in a worker thread while the loop goes on (its record's send waits for
+        it: `wait_dispatched`)."""
+        try:
+            segments = self.queues(topic, queue_id).segments
+        except Exception:  # noqa: BLE001 - dispatch meets the same error and reports it
+            return False
+        if segments.maps is None:
+            return False
+        return segments.file_needed(queue_offset * CQ_UNIT_SIZE) is not None
+
+    async def wait_dispatched(self, offset: int) -> None:
+        """Until dispatch has passed CommitLog `offset`, or has stopped short of it (a cap, a
+        fault): a send whose record needed a new file is answered once the record is readable,
+        as one that needed none is (read your writes)."""
+        if self.reput_from_offset >= offset or not self.running:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((offset, future))
+        await future
+
+    def _release(self, everyone: bool = False) -> None:
+        if not self._waiting:
+            return
+        reached = self.reput_from_offset
+        waiting, self._waiting = self._waiting, []
+        for offset, future in waiting:
+            if everyone or offset <= reached:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                self._waiting.append((offset, future))
+
     async def _run(self) -> None:
+        try:
+            await self._run_rounds()
+        finally:
+            self._release(everyone=True)
+
+    async def _run_rounds(self) -> None:
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
@@ -321,10 +363,12 @@ class ReputService(Service):
                     finally:
                         self._files_off_loop = False
                     self.index.advance(self.reput_from_offset)
+                    self._release()
                     if self._file_needed is not None:
                         await self._make_files()
                         continue
                     if dispatched == 0:
+                        self._release(everyone=True)  # nothing more for now: none waits on
                         break
                     await asyncio.sleep(0)
                 if self.failing:
@@ -333,6 +377,7 @@ class ReputService(Service):
             except Exception as exc:  # noqa: BLE001 - logged with its traceback by `faults`
                 failure = self._as_failure(exc)
                 self.failing = True
+                self._release(everyone=True)
                 if self.faults.failed(failure, time.monotonic()):
                     self.failing = False  # its queue is quarantined: go on at once
                     self._quarantined()

@@ -589,9 +589,15 @@ class MessageStore(Service):
         if _DELAY_MARKER in msg.properties:  # park_delayed's own first test, saving the call
             park_delayed(msg, self.delay_levels)
         append = self.commitlog.put(msg)
-        if on_appended is not None and append.status is _PUT_OK:
+        if append.status is not _PUT_OK:
+            return await self._after_append(append, waits_for_store(msg.properties))
+        if on_appended is not None:
             on_appended(append)
-        return await self._after_append(append, waits_for_store(msg.properties))
+        new_file = self.reput.needs_file(msg.topic, msg.queue_id, append.queue_offset)
+        result = await self._after_append(append, waits_for_store(msg.properties))
+        if new_file:
+            await self.reput.wait_dispatched(append.end_offset)
+        return result
 
     async def put_message_batch(self, batch: MessageBatch) -> PutMessageResult:
         """A SEND_BATCH_MESSAGE: messages of one topic and queue, stored contiguously."""
@@ -602,11 +608,19 @@ class MessageStore(Service):
         if isinstance(encoded, AppendResult):
             return PutMessageResult(encoded.status, encoded, encoded.remark)
         append = self.commitlog.append_batch(encoded, batch.store_host)
-        if append.status is PutStatus.PUT_OK:
-            self.reput.note_appended(
-                encoded, append.wrote_offset, append.queue_offset, append.store_timestamp
-            )
-        return await self._after_append(append, encoded.wait_store)
+        if append.status is not PutStatus.PUT_OK:
+            return await self._after_append(append, encoded.wait_store)
+        self.reput.note_appended(
+            encoded, append.wrote_offset, append.queue_offset, append.store_timestamp
+        )
+        new_file = any(
+            self.reput.needs_file(batch.topic, batch.queue_id, append.queue_offset + n)
+            for n in range(len(encoded.offsets))
+        )
+        result = await self._after_append(append, encoded.wait_store)
+        if new_file:
+            await self.reput.wait_dispatched(append.end_offset)
+        return result
 
     async def _after_append(self, append: AppendResult, wait_store: bool) -> PutMessageResult:
         if append.status is not _PUT_OK:
