@@ -8,8 +8,10 @@ never timed.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -159,12 +161,15 @@ async def test_recovery_dispatch_adopts_a_file_still_being_made(
     await store.start()
     try:
         msg = MessageToStore("Slow", 3, b"first", encode_properties({}))
-        assert (await store.put_message(msg)).status is PutStatus.PUT_OK
+        # The send is answered once its record is readable: after the file is made.
+        put = asyncio.create_task(store.put_message(msg))
         maps = store.consume_queue_maps
         await eventually(lambda: maps.creating, "a file being made", 30)
+        assert not put.done()
         threading.Timer(0.05, release.set).start()  # the loop is about to wait on the worker
         store.reput.dispatch_all()
         assert read_all(store, "Slow", 3) == [b"first"]
+        assert (await put).status is PutStatus.PUT_OK
         await store.reput.wait_idle()
         assert made == ["0" * 20] and maps.creating == {}
         assert read_all(store, "Slow", 3) == [b"first"]
@@ -188,3 +193,27 @@ def test_a_file_made_for_nobody_is_removed(tmp_path: Path) -> None:
     assert budget.creating == {}
     with pytest.raises(OSError):
         os.fstat(fd)  # closed
+
+
+async def test_a_send_to_a_new_queue_is_readable_once_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read your writes: the first send to a queue made its file off the loop and was answered
+    before dispatch had made its record readable (a pull right after it found nothing: 11
+    tests of make test, a 4.x consumer started after the send)."""
+
+    def slow_create(path: Path, size: int) -> SparseFile:
+        time.sleep(0.2)  # a busy disk: the worker's trip outlasts the send's own path
+        return create_sparse(path, size)
+
+    monkeypatch.setattr(dispatch_module, "create_sparse", slow_create)
+    store = StoreFactory(mapped_file_size_consume_queue=20 * 1000).open(tmp_path)
+    await store.start()
+    try:
+        for queue in range(3):
+            body = f"first of {queue}".encode()
+            msg = MessageToStore("Fresh", queue, body, encode_properties({}))
+            assert (await store.put_message(msg)).status is PutStatus.PUT_OK
+            assert read_all(store, "Fresh", queue) == [body]
+    finally:
+        await store.stop()
