@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support.conditions import eventually
+from tests.support.cpp_peers import SEND_OK, run_peer
 from tests.support.ha_processes import start_master, start_slave, wait_transfer
 from tests.support.processes import BROKER_BOOTED, Daemon, ProcessGroup, free_port
 from tests.support.rmq5_clients import Rmq5Consumer, rmq5_send, start_broker
@@ -129,6 +130,50 @@ async def test_official_producer_and_push_consumer(
     firsts = sorted(m["body"] for m in consumed if m["attempt"] == 1)
     assert firsts == sorted(b["body"] for b in bodies)
     assert {m["id"] for m in consumed} == {r["message_id"] for r in receipts}
+
+
+async def test_official_python_client_and_the_cpp_4x_client_on_the_same_topic(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, consumers: list[Rmq5Consumer]
+) -> None:
+    """The RocketMQ C++ 4.x client (`rocketmq==0.4.4`) and the official Python 5.x client
+    crossing on one topic: C++ sends, a 5.x SimpleConsumer receives (tag, the same message
+    id); 5.x sends, a C++ push consumer receives (issue 33 item 8, as the Node.js test does)."""
+    topic = "POP-cpp"
+    _broker, endpoint = await start_broker(processes, namesrv, tmp_path, topic)
+    base = {"namesrv": namesrv.address, "topic": topic}
+    produced = await run_peer(
+        tmp_path,
+        {
+            **base,
+            "op": "produce",
+            "group": "PG-cpp5",
+            "messages": [{"body": f"from-cpp-{i}", "tags": "TagC"} for i in range(2)],
+        },
+    )
+    sent = [e for e in produced if e["event"] == "sent"]
+    assert [e["status"] for e in sent] == [SEND_OK, SEND_OK], produced
+    consumer = await Rmq5Consumer.start(
+        endpoint, mode="simple", topic=topic, group="GS-cpp", tag="TagC", await_seconds=1
+    )
+    consumers.append(consumer)
+    got = by_body(await consumer.receive_until(2, invisible=60))
+    assert set(got) == {"from-cpp-0", "from-cpp-1"}
+    assert {m["tag"] for m in got.values()} == {"TagC"}
+    assert {m["id"] for m in got.values()} == {e["msg_id"] for e in sent}
+    for message in got.values():
+        await consumer.call(op="ack", id=message["id"])
+    bodies = [{"body": f"from-5x-{i}", "tag": "Tag5"} for i in range(2)]
+    receipts = await asyncio.to_thread(rmq5_send, endpoint, topic, bodies)
+    assert all("message_id" in r for r in receipts[:2]), receipts
+    events = await run_peer(
+        tmp_path,
+        {**base, "op": "consume", "group": "CG-cpp5", "expression": "Tag5", "expect": 2,
+         "timeout": 40, "linger": 1},
+    )  # fmt: skip
+    received = [e for e in events if e["event"] == "received"]
+    assert sorted(e["body"] for e in received) == ["from-5x-0", "from-5x-1"], events
+    assert {e["msg_id"] for e in received} == {r["message_id"] for r in receipts[:2]}
+    assert {e["tags"] for e in received} == {"Tag5"}
 
 
 async def test_a_broker_killed_and_restarted_loses_nothing_in_flight(
