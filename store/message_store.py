@@ -613,10 +613,9 @@ class MessageStore(Service):
         self.reput.note_appended(
             encoded, append.wrote_offset, append.queue_offset, append.store_timestamp
         )
-        new_file = any(
-            self.reput.needs_file(batch.topic, batch.queue_id, append.queue_offset + n)
-            for n in range(len(encoded.offsets))
-        )
+        # Whether the queue's last file is full: a batch that fills it and goes on into the
+        # next is answered without waiting for that next file.
+        new_file = self.reput.needs_file(batch.topic, batch.queue_id, append.queue_offset)
         result = await self._after_append(append, encoded.wait_store)
         if new_file:
             await self.reput.wait_dispatched(append.end_offset)
