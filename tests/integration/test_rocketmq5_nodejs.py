@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ import pytest
 
 from tests.support.conditions import eventually
 from tests.support.cpp_peers import SEND_OK, run_peer
-from tests.support.processes import BROKER_BOOTED, Daemon, ProcessGroup, free_port
-from tests.support.rmq5_clients import LEVELS
+from tests.support.processes import BROKER_BOOTED
+from tests.support.rmq5_clients import LEVELS, GrpcCluster, grpc_cluster
 from tests.support.rmq5node_clients import NodeClient
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.config import ClientConfig
@@ -44,32 +43,13 @@ BROKER_OVERRIDES = (
 )
 
 
-@dataclass
-class Cluster:
-    processes: ProcessGroup
-    namesrv: Daemon
-    broker: Daemon
-    endpoint: str
-    root: Path
+Cluster = GrpcCluster
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("nodejs")
-    processes = ProcessGroup(root / "logs")
-    try:
-        namesrv = processes.namesrvd(name="namesrvd")
-        grpc_port = free_port()
-        broker = processes.brokerd(
-            namesrv.address,
-            root / "store",
-            f"grpcServerPort={grpc_port}",
-            *BROKER_OVERRIDES,
-            name="brokerd",
-        )
-        yield Cluster(processes, namesrv, broker, f"127.0.0.1:{grpc_port}", root)
-    finally:
-        processes.stop_all()
+    with grpc_cluster(tmp_path_factory.mktemp("nodejs"), *BROKER_OVERRIDES) as started:
+        yield started
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import json
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,8 @@ import pytest
 
 from tests.support.conditions import eventually
 from tests.support.ha_processes import start_master, start_slave
-from tests.support.processes import BROKER_BOOTED, Daemon, ProcessGroup, free_port
-from tests.support.rmq5_clients import Rmq5Consumer
+from tests.support.processes import BROKER_BOOTED, Daemon, ProcessGroup
+from tests.support.rmq5_clients import GrpcCluster, Rmq5Consumer, grpc_cluster
 from tests.support.rmq5node_clients import NodeClient
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.message import Message
@@ -38,33 +37,17 @@ pytestmark = pytest.mark.asyncio
 MQADMIN = Path(sys.executable).parent / "mqadmin"
 
 
-@dataclass
-class Cluster:
-    processes: ProcessGroup
-    namesrv: Daemon
-    broker: Daemon
-    endpoint: str
-    root: Path
+Cluster = GrpcCluster
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("operators5")
-    processes = ProcessGroup(root / "logs")
-    try:
-        namesrv = processes.namesrvd(name="namesrvd")
-        grpc_port = free_port()
-        broker = processes.brokerd(
-            namesrv.address,
-            root / "store",
-            f"grpcServerPort={grpc_port}",
-            "minInvisibleTimeMillsForRecv=1000",
-            "timerFlushIntervalMs=200",
-            name="brokerd",
-        )
-        yield Cluster(processes, namesrv, broker, f"127.0.0.1:{grpc_port}", root)
-    finally:
-        processes.stop_all()
+    with grpc_cluster(
+        tmp_path_factory.mktemp("operators5"),
+        "minInvisibleTimeMillsForRecv=1000",
+        "timerFlushIntervalMs=200",
+    ) as started:
+        yield started
 
 
 @pytest.fixture

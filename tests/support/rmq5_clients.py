@@ -9,6 +9,9 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +167,34 @@ class Rmq5Consumer:
             except (TimeoutError, BrokenPipeError, ConnectionResetError, AssertionError):
                 process.kill()
                 await process.wait()
+
+
+@dataclass
+class GrpcCluster:
+    """A namesrvd and a brokerd with its gRPC port, for a module of 5.x client tests."""
+
+    processes: ProcessGroup
+    namesrv: Daemon
+    broker: Daemon
+    endpoint: str  # host:port of the gRPC port
+    root: Path
+
+
+@contextmanager
+def grpc_cluster(root: Path, *overrides: str) -> Iterator[GrpcCluster]:
+    """Start one under `root` (logs in root/logs) with brokerd keys `overrides`; stopped
+    at the end, also when the block fails."""
+    processes = ProcessGroup(root / "logs")
+    try:
+        namesrv = processes.namesrvd(name="namesrvd")
+        grpc_port = free_port()
+        broker = processes.brokerd(
+            namesrv.address,
+            root / "store",
+            f"grpcServerPort={grpc_port}",
+            *overrides,
+            name="brokerd",
+        )
+        yield GrpcCluster(processes, namesrv, broker, f"127.0.0.1:{grpc_port}", root)
+    finally:
+        processes.stop_all()
