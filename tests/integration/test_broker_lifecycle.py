@@ -44,12 +44,22 @@ def recorded_async(
     return record
 
 
+def small_store(root: Path) -> StoreConfig:
+    """Default sizes would reserve 1 GiB of CommitLog and 400 MiB of index for each test."""
+    return StoreConfig(
+        store_path_root_dir=str(root),
+        mapped_file_size_commit_log=4 * 1024 * 1024,
+        max_hash_slot_num=5000,
+        max_index_num=20000,
+    )
+
+
 def make_broker(root: Path) -> Broker:
     return Broker(
         BrokerConfig(
             broker_name="lifecycle", listen_port=0, metrics_port=0, broker_ip1="127.0.0.1"
         ),
-        StoreConfig(store_path_root_dir=str(root)),
+        small_store(root),
         RemotingConfig(bind_address="127.0.0.1"),
         HAConfig(ha_listen_port=0),
     )
@@ -138,7 +148,7 @@ async def test_a_topic_made_during_the_first_registration_is_registered_soon(
             broker_ip1="127.0.0.1",
             namesrv_addr=f"127.0.0.1:{namesrv.port}",
         ),
-        StoreConfig(store_path_root_dir=str(tmp_path)),
+        small_store(tmp_path),
         RemotingConfig(bind_address="127.0.0.1"),
         HAConfig(ha_listen_port=0),
     )

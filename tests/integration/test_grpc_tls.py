@@ -72,6 +72,8 @@ def make_broker(tmp_path: Path, tls: TlsServerSettings) -> Broker:
             store_path_root_dir=str(tmp_path / "store"),
             mapped_file_size_commit_log=4 * 1024 * 1024,
             mapped_file_size_consume_queue=6000,
+            max_hash_slot_num=5000,
+            max_index_num=20000,
         ),
         RemotingConfig(
             bind_address="127.0.0.1",

@@ -27,6 +27,8 @@ def grpc_broker(tmp_path: Path, broker_name: str, proxy: ProxyConfig) -> Broker:
             store_path_root_dir=str(tmp_path),
             mapped_file_size_commit_log=4 * 1024 * 1024,
             mapped_file_size_consume_queue=6000,
+            max_hash_slot_num=5000,
+            max_index_num=20000,
             message_delay_level="1s 5s 10s",
         ),
         RemotingConfig(bind_address="127.0.0.1"),

@@ -255,7 +255,13 @@ def test_a_commitlog_filled_by_batches_is_the_one_filled_message_by_message(
 
 
 async def test_message_store_put_message_batch(tmp_path: Path) -> None:
-    store = MessageStore(StoreConfig(store_path_root_dir=str(tmp_path), message_index_enable=False))
+    store = MessageStore(
+        StoreConfig(
+            store_path_root_dir=str(tmp_path),
+            mapped_file_size_commit_log=1 << 20,
+            message_index_enable=False,
+        )
+    )
     store.load()
     try:
         body = encode_batch_body([(0, b"a", "WAIT\x01false\x02"), (0, b"b", "")])
