@@ -743,6 +743,7 @@ class Broker(Service):
                 self.stats,
                 self.rates,
                 producers=self.producers,
+                pull_holds=self.pull_holds,
                 ha_runtime_info=self.ha_runtime_info,
                 runtime_info=self.ops.runtime_info,
                 health=self.health,

@@ -6,6 +6,12 @@ time runs out; the puller then reads again and answers whatever it finds. Arriva
 pull at once; a periodic check (every 5 s, or shortPollingTimeMills without long polling) is only
 the safety net for lost wake-ups, e.g. on a slave whose bytes arrive by replication.
 
+Each held pull ends for one cause, counted in `ended_by` (the metric
+`tidemq_held_pulls_total{cause}`): `arrival` (a dispatched message woke it), `check` (the
+periodic check found data the wake-up missed: a steady count here means lost wake-ups),
+`release` (another part asked the queue to look again: a POP FIFO acknowledgement), `timeout`
+(its suspend time ran out) and `stop` (the broker stopped).
+
 At most `max_held` pulls are held at once (`full` says when no more may be): each costs a task
 and its request until it is answered, and consumers that never stop asking could otherwise hold
 any amount of memory. The pull processor answers one more with SYSTEM_BUSY.
@@ -16,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from tidemq.common.lifecycle import BackgroundTask, Service, Step
 from tidemq.store.tags import TagFilter
@@ -26,12 +32,27 @@ from tidemq.store.tags import TagFilter
 log = logging.getLogger(__name__)
 
 
+CAUSES: Final = ("arrival", "check", "release", "timeout", "stop")
+
+
+@dataclass(eq=False, slots=True)
+class Waiter:
+    """One held request (a POP of several queues holds one waiter in each) and why it ended."""
+
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    cause: str = ""
+
+    def wake(self, cause: str) -> None:
+        if not self.event.is_set():
+            self.cause = cause
+            self.event.set()
+
+
 @dataclass(eq=False, slots=True)
 class HeldPull:
     pull_from_offset: int
     tag_filter: TagFilter
-    deadline: float
-    woken: asyncio.Event = field(default_factory=asyncio.Event)
+    waiter: Waiter
 
 
 class PullRequestHoldService(Service):
@@ -50,13 +71,14 @@ class PullRequestHoldService(Service):
         self.max_held = max_held
         self._held: dict[tuple[str, int], list[HeldPull]] = {}
         self._held_count = 0
+        self.ended_by = dict.fromkeys(CAUSES, 0)
         self.add_child(Step(stop=self._release_all))
         self.add_child(BackgroundTask(self._check_loop, "pull-hold"))
 
     def _release_all(self) -> None:
         for pulls in self._held.values():
             for pull in pulls:
-                pull.woken.set()
+                pull.waiter.wake("stop")
         self._held.clear()
 
     @property
@@ -84,12 +106,9 @@ class PullRequestHoldService(Service):
     ) -> None:
         """Wait until a matching message may have arrived in any of `queues` (topic, queue id,
         offset waited past), or `timeout` passes: a POP of all the queues of a topic."""
-        woken = asyncio.Event()
+        waiter = Waiter()
         pulls = [
-            (
-                (topic, queue_id),
-                HeldPull(offset, tag_filter, time.monotonic() + timeout, woken),
-            )
+            ((topic, queue_id), HeldPull(offset, tag_filter, waiter))
             for topic, queue_id, offset in queues
         ]
         for key, pull in pulls:
@@ -97,9 +116,10 @@ class PullRequestHoldService(Service):
         self._held_count += 1
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), timeout)
+                await asyncio.wait_for(waiter.event.wait(), timeout)
         finally:
             self._held_count -= 1
+            self.ended_by[waiter.cause or "timeout"] += 1
             for key, pull in pulls:
                 held = self._held.get(key)
                 if held is not None:
@@ -118,16 +138,18 @@ class PullRequestHoldService(Service):
             return
         for pull in pulls:
             if max_offset > pull.pull_from_offset and pull.tag_filter.match_code(tags_code):
-                pull.woken.set()
+                pull.waiter.wake("arrival")
 
-    def wake_queue(self, topic: str, queue_id: int, max_offset: int) -> None:
+    def wake_queue(
+        self, topic: str, queue_id: int, max_offset: int, cause: str = "release"
+    ) -> None:
         for pull in self._held.get((topic, queue_id), ()):
             if max_offset > pull.pull_from_offset:
-                pull.woken.set()
+                pull.waiter.wake(cause)
 
     async def _check_loop(self) -> None:
         while True:
             await asyncio.sleep(self.check_interval)
             for (topic, queue_id), pulls in list(self._held.items()):
                 if pulls:
-                    self.wake_queue(topic, queue_id, self._max_offset_of(topic, queue_id))
+                    self.wake_queue(topic, queue_id, self._max_offset_of(topic, queue_id), "check")

@@ -64,6 +64,10 @@ every master through the admin API; scrape every broker instead):
   `tidemq_dispatch_errors_total` (failed attempts), `tidemq_dispatch_quarantined_records_total`
   (records skipped) and `tidemq_schedule_undeliverable_total` (delayed or retry messages
   skipped because they can never be delivered). See store/dispatch_faults.py for the policy.
+- `tidemq_pulls_held` {cluster, broker}: pulls and POPs held by long polling now;
+  `tidemq_held_pulls_total` {cluster, broker, cause}: held ones ended, by cause (arrival,
+  check, release, timeout, stop: broker/long_polling.py). `check` counts wake-ups the arrival
+  missed, found by the periodic check (late answers).
 - `tidemq_timer_pending` {cluster, broker}: timer messages waiting in the time wheel
   (broker/timer.py; RocketMQ's timerCongestNum), `tidemq_timer_read_behind_seconds` how far
   delivery is behind the clock, `tidemq_timer_offset_behind` timer messages stored but not yet
@@ -108,6 +112,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tidemq.broker.health import Health, check_health
+from tidemq.broker.long_polling import PullRequestHoldService
 from tidemq.broker.managers.clients import ConsumerManager, ProducerManager
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
@@ -182,6 +187,7 @@ class BrokerCollector(Collector):
         rates: RateSampler,
         *,
         producers: ProducerManager,
+        pull_holds: PullRequestHoldService | None = None,
         ha_runtime_info: Callable[[], dict[str, object]],
         runtime_info: Callable[[], dict[str, str]],
         health: Callable[[], Health] | None = None,
@@ -194,6 +200,7 @@ class BrokerCollector(Collector):
         self.offsets = offsets
         self.consumers = consumers
         self.producers = producers
+        self.pull_holds = pull_holds
         self.stats = stats
         self.rates = rates
         self.ha_runtime_info = ha_runtime_info
@@ -273,6 +280,8 @@ class BrokerCollector(Collector):
             [cluster, name],
             stats.pull_latency,
         )
+        if self.pull_holds is not None:
+            yield from _held_pulls(self.pull_holds, [cluster, name])
 
     def _offsets(self, cluster: str, name: str) -> Iterable[Metric]:
         store = self.store
@@ -514,6 +523,20 @@ class BrokerCollector(Collector):
             counter = CounterMetricFamily(metric, doc, labels=labels)
             counter.add_metric(values, float(value))
             yield counter
+
+
+def _held_pulls(holds: PullRequestHoldService, values: list[str]) -> Iterator[Metric]:
+    held = _gauge("tidemq_pulls_held", "Pulls and POPs held by long polling", ["cluster", "broker"])
+    held.add_metric(values, float(holds.held_count))
+    yield held
+    ended = CounterMetricFamily(
+        "tidemq_held_pulls",
+        "Held pulls and POPs ended, by cause",
+        labels=["cluster", "broker", "cause"],
+    )
+    for cause, count in holds.ended_by.items():
+        ended.add_metric([*values, cause], float(count))
+    yield ended
 
 
 def _quantile_ms(histogram: LatencyHistogram, q: float) -> float:

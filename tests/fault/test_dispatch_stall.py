@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.conditions import eventually
 from tests.support.ha_processes import (
@@ -36,6 +35,7 @@ from tests.support.ha_processes import (
     wait_caught_up,
     wait_transfer,
 )
+from tests.support.metrics import scrape_async, value_of
 from tests.support.processes import Daemon, ProcessGroup, free_port
 from tests.support.wire import send_header
 from tidemq.client.admin.api import AdminClient
@@ -64,14 +64,6 @@ async def http_get(port: int, path: str) -> tuple[int, bytes]:
         writer.close()
     head, _, body = answer.partition(b"\r\n\r\n")
     return int(head.split()[1]), body
-
-
-def metric(text: bytes, name: str) -> float:
-    for family in text_string_to_metric_families(text.decode()):
-        for sample in family.samples:
-            if sample.name == name:
-                return sample.value
-    raise AssertionError(f"no {name} in the metrics")
 
 
 async def test_a_poisoned_record_is_visible_and_holds_nothing_back(
@@ -129,12 +121,12 @@ async def test_a_poisoned_record_is_visible_and_holds_nothing_back(
     for port in ports.values():
         status, body = await http_get(port, "/health")
         assert status == 200 and body.startswith(b"serving\n") and b"quarantined 1 queues" in body
-        _, text = await http_get(port, "/metrics")
-        assert metric(text, "tidemq_dispatch_quarantined_records_total") == 1
-        assert metric(text, "tidemq_dispatch_errors_total") == QUARANTINE_AFTER
-        assert metric(text, "tidemq_dispatch_quarantined_queues") == 1
-        assert metric(text, "tidemq_dispatch_stuck") == 0
-        assert metric(text, "tidemq_broker_serving") == 1
+        samples = await scrape_async(port)
+        assert value_of(samples, "tidemq_dispatch_quarantined_records_total") == 1
+        assert value_of(samples, "tidemq_dispatch_errors_total") == QUARANTINE_AFTER
+        assert value_of(samples, "tidemq_dispatch_quarantined_queues") == 1
+        assert value_of(samples, "tidemq_dispatch_stuck") == 0
+        assert value_of(samples, "tidemq_broker_serving") == 1
     async with AdminClient(namesrv.address) as admin:
         for broker in (master, slave):
             info = await admin.runtime_info(broker.address)

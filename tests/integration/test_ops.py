@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.conditions import eventually_sync
 from tests.support.launcher import LaunchedCluster, alive, choose_ports, index_workers_of
+from tests.support.metrics import scrape
 from tests.support.processes import REPO_ROOT, TEST_STORE_OVERRIDES, free_port
 from tidemq.broker.daemons.port_owner import pid_listens_on, port_is_free
 from tidemq.client.admin.api import AdminClient
@@ -268,16 +269,6 @@ def test_update_sub_group_broker_id_1_reads_from_the_slave(cluster: LaunchedClus
     finally:
         producer.shutdown()
         consumer.shutdown()
-
-
-def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
-    return out
 
 
 def commitlog_diff(cluster: LaunchedCluster) -> float:
