@@ -319,14 +319,18 @@ class PopService:
                 )
         return result, waits
 
-    def _start_offset(self, group: str, topic: str, queue_id: int, init_mode: int) -> int:
+    def _start_offset(
+        self, group: str, topic: str, queue_id: int, init_mode: int
+    ) -> tuple[int, bool]:
+        """Where the group's pop of the queue starts, and whether that offset is committed
+        (if not, it comes from `init_mode` and the pop commits it)."""
         offset = self.offsets.query(group, topic, queue_id)
         if offset >= 0:
-            return offset
+            return offset, True
         low = self.store.min_offset_in_queue(topic, queue_id)
         if low == 0 or init_mode == INIT_MODE_MIN or topic.startswith(RETRY_PREFIX):
-            return low
-        return self.store.max_offset_in_queue(topic, queue_id)
+            return low, False
+        return self.store.max_offset_in_queue(topic, queue_id), False
 
     async def _pop_queue(
         self,
@@ -341,7 +345,7 @@ class PopService:
         init_mode: int,
         waits: list[tuple[str, int, int]],
     ) -> None:
-        offset = self._start_offset(group, topic, queue_id, init_mode)
+        offset, committed = self._start_offset(group, topic, queue_id, init_mode)
         found = self.store.get_message(
             group, topic, queue_id, offset, count, tag_filter, record_filter
         )
@@ -350,7 +354,7 @@ class PopService:
         if found.status is GetMessageStatus.OFFSET_FOUND_NULL and next_offset <= offset:
             next_offset = offset
         result.rest += max(0, max_offset - next_offset)
-        if next_offset != offset or self.offsets.query(group, topic, queue_id) < 0:
+        if next_offset != offset or not committed:
             # Advanced before the CK's write yields the loop: no other pop reads these.
             self.offsets.commit("", group, topic, queue_id, next_offset)
         if not found.message_count:
@@ -406,7 +410,7 @@ class PopService:
         """A FIFO group's pop of one queue (broker/pop/fifo.py): nothing while its batch is in
         flight; the same batch again, one attempt more, once that batch is visible again."""
         key = (topic, group, queue_id)
-        start = self._start_offset(group, topic, queue_id, init_mode)
+        start, _ = self._start_offset(group, topic, queue_id, init_mode)
         scan = self.fifo.scan(
             key, start, result.pop_time, result.invisible_time, count, max_attempts
         )
