@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support.conditions import eventually
+from tests.support.line_driver import LineDriver
 from tests.support.processes import Daemon, ProcessGroup, free_port
 from tidemq.client.admin.api import AdminClient
 from tidemq.client.protocol.models import TopicConfig
@@ -86,14 +86,12 @@ async def start_broker(
 
 
 CONSUME_SCRIPT = ROOT / "tests" / "support" / "rmq5" / "consume.py"
-ANSWER_SECONDS = 60.0
 
 
-class Rmq5Consumer:
+class Rmq5Consumer(LineDriver):
     """One official consumer process; `call` sends a command and returns its answer line."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
+    what = "the official client"
 
     @classmethod
     async def start(
@@ -114,29 +112,11 @@ class Rmq5Consumer:
             env={**os.environ, **(env or {})},
         )
         consumer = cls(process)
-        try:
-            assert (await consumer.answer()).get("started"), "the consumer did not start"
-        except BaseException:
-            await consumer.close()
-            raise
+        await consumer.expect_started()
         return consumer
 
-    async def answer(self, timeout: float = ANSWER_SECONDS) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            assert left > 0, "the official client did not answer"
-            line = await asyncio.wait_for(self.process.stdout.readline(), left)
-            assert line, f"the official client ended (exit {self.process.returncode})"
-            if line.startswith(b"{"):
-                answer: dict[str, Any] = json.loads(line)
-                return answer
-
     async def call(self, **command: Any) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(command).encode() + b"\n")
-        await self.process.stdin.drain()
+        await self.command(**command)
         answer = await self.answer()
         assert "error" not in answer, answer
         return answer
@@ -150,23 +130,7 @@ class Rmq5Consumer:
     async def receive_until(
         self, count: int, invisible: int = 30, timeout: float = 40
     ) -> list[dict[str, Any]]:
-        got: list[dict[str, Any]] = []
-        deadline = time.monotonic() + timeout
-        while len(got) < count:
-            assert time.monotonic() < deadline, f"{len(got)} of {count} messages: {got}"
-            got += await self.receive(invisible=invisible)
-        return got
-
-    async def close(self) -> None:
-        process = self.process
-        if process.returncode is None:
-            try:
-                assert process.stdin is not None
-                process.stdin.close()
-                await asyncio.wait_for(process.wait(), 15)
-            except (TimeoutError, BrokenPipeError, ConnectionResetError, AssertionError):
-                process.kill()
-                await process.wait()
+        return await self.collect(count, lambda: self.receive(invisible=invisible), timeout)
 
 
 @dataclass

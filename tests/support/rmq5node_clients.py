@@ -9,17 +9,17 @@ import asyncio
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.line_driver import LineDriver
+
 __all__ = ["NODE_CLIENT_DIR", "NodeClient"]
 
 NODE_CLIENT_DIR = Path(__file__).resolve().parent / "rmq5node"
 SCRIPT = NODE_CLIENT_DIR / "client.js"
-ANSWER_SECONDS = 60.0
 
 
 def node_command() -> str:
@@ -31,14 +31,19 @@ def node_command() -> str:
     return node
 
 
-class NodeClient:
+class NodeClient(LineDriver):
     """One official Node.js client process (producer, simple or push consumer); its log
     (stderr) goes to `log`."""
 
+    what = "the Node.js client"
+
     def __init__(self, process: asyncio.subprocess.Process, log: Path) -> None:
-        self.process = process
+        super().__init__(process)
         self.log = log
         self.checks: list[dict[str, Any]] = []  # the broker's transaction checks it answered
+
+    def context(self) -> str:
+        return f" (log {self.log})"
 
     @classmethod
     async def start(cls, endpoint: str, log: Path, **request: Any) -> NodeClient:
@@ -57,32 +62,13 @@ class NodeClient:
                 env={**os.environ, "HOME": str(log.parent)},
             )
         client = cls(process, log)
-        try:
-            started = await client.answer()
-            assert started.get("started"), f"the Node.js client did not start: {started}"
-        except BaseException:
-            await client.close()
-            raise
+        await client.expect_started()
         return client
-
-    async def answer(self, timeout: float = ANSWER_SECONDS) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            assert left > 0, f"the Node.js client did not answer in {timeout} s (log {self.log})"
-            line = await asyncio.wait_for(self.process.stdout.readline(), left)
-            assert line, f"the Node.js client ended (exit {self.process.returncode}, {self.log})"
-            if line.startswith(b"{"):
-                answer: dict[str, Any] = json.loads(line)
-                return answer
 
     async def call(self, **command: Any) -> dict[str, Any]:
         """The answer to `command`, skipping the lines printed meanwhile on the client's own
         (transaction checks: kept in `self.checks`)."""
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(command).encode() + b"\n")
-        await self.process.stdin.drain()
+        await self.command(**command)
         while True:
             answer = await self.answer()
             if "checked" in answer:
@@ -102,20 +88,4 @@ class NodeClient:
     async def receive_until(
         self, count: int, invisible_ms: int = 30_000, timeout: float = 40
     ) -> list[dict[str, Any]]:
-        got: list[dict[str, Any]] = []
-        deadline = time.monotonic() + timeout
-        while len(got) < count:
-            assert time.monotonic() < deadline, f"{len(got)} of {count} messages: {got}"
-            got += await self.receive(invisible_ms=invisible_ms)
-        return got
-
-    async def close(self) -> None:
-        process = self.process
-        if process.returncode is None:
-            try:
-                assert process.stdin is not None
-                process.stdin.close()
-                await asyncio.wait_for(process.wait(), 15)
-            except (TimeoutError, BrokenPipeError, ConnectionResetError, AssertionError):
-                process.kill()
-                await process.wait()
+        return await self.collect(count, lambda: self.receive(invisible_ms=invisible_ms), timeout)
