@@ -63,10 +63,6 @@ READ_CHUNK = 64 * 1024
 # CommitLog bytes the write service takes per turn, framed at haTransferBatchSize (the TCP
 # transport lets a connection hold more than this unsent: ha/transport.py).
 TRANSFER_SPAN = 4 * 1024 * 1024
-# How far a SYNC_MASTER's writer may run ahead of the slave's acks when it writes from the
-# appending callback (`HAConnection.wake`); beyond it (a catch-up) the write service's task
-# writes, waiting for the socket to drain.
-EAGER_WINDOW = 4 * 1024 * 1024
 LAG_LOG_INTERVAL = 30.0
 RATE_BUCKET = 0.1
 
@@ -152,8 +148,6 @@ class HAConnection:
         self.ending = False
         self.last_write = time.monotonic()
         self.rate = TransferRate()
-        # A SYNC_MASTER's sends wait for the slave: new bytes go out as they are appended.
-        self.eager = service.store.role is BrokerRole.SYNC_MASTER
         self._data = asyncio.Event()
         self._reported = asyncio.Event()
         self._last_lag_log = 0.0
@@ -178,22 +172,6 @@ class HAConnection:
         return self._reported.is_set()
 
     def wake(self) -> None:
-        """More CommitLog bytes are readable. A SYNC_MASTER's writer ships them now, in the
-        caller's callback (the end of a read's appends), when the slave is within
-        EAGER_WINDOW of its acks and the socket holds nothing unsent; its sends wait for
-        them. Otherwise, and on an ASYNC_MASTER (whose writer gathers the wake-ups of a loop
-        turn into one write), the write service's task is woken."""
-        if (
-            self.eager
-            and self.state is SlaveState.TRANSFER
-            and not self.ending
-            and self.sent_offset - self.known_offset <= EAGER_WINDOW
-            and not self.writer.transport.get_write_buffer_size()
-            and not self.writer.transport.is_closing()
-            and self._ship()
-            and self.service.store.max_phy_offset <= self.next_transfer_from
-        ):
-            return
         self._data.set()
 
     async def run(self) -> None:
