@@ -149,6 +149,8 @@ class HAConnection:
         self.last_write = time.monotonic()
         self.rate = TransferRate()
         self._data = asyncio.Event()
+        # The write service's wake-up for its next heartbeat (armed while it waits for data).
+        self._heartbeat_due: asyncio.TimerHandle | None = None
         self._reported = asyncio.Event()
         self._last_lag_log = 0.0
         # Controller mode: the slave's brokerId (from its etcd member record), and when its ack
@@ -184,6 +186,9 @@ class HAConnection:
                     log.warning("HA connection %s failed: %s", self.address, task.exception())
         finally:
             self.ending = True
+            if self._heartbeat_due is not None:
+                self._heartbeat_due.cancel()
+                self._heartbeat_due = None
             try:
                 with contextlib.suppress(Exception):  # a failure was logged above
                     await cancel_and_wait(read, write)
@@ -373,11 +378,18 @@ class HAConnection:
             if idle >= heartbeat:
                 await self._send_heartbeat()
                 continue
-            # A timer rather than wait_for, which wraps the wait in a task: a SYNC_MASTER's
-            # writer waits here once per batch of sends.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(heartbeat - idle):
-                    await self._data.wait()
+            # One timer per heartbeat interval, not one per wait: the writer waits here once
+            # per batch of sends (a timeout context made and cancelled a timer each time).
+            # A timer armed before later writes wakes the writer early; it arms the next.
+            if self._heartbeat_due is None:
+                self._heartbeat_due = asyncio.get_running_loop().call_later(
+                    heartbeat - idle, self._heartbeat_timer
+                )
+            await self._data.wait()
+
+    def _heartbeat_timer(self) -> None:
+        self._heartbeat_due = None
+        self._data.set()
 
     def _ship(self) -> bool:
         """Hand the transport what is readable from `next_transfer_from` on: one contiguous
