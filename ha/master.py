@@ -52,7 +52,7 @@ from tidemq.ha.codec import (
 )
 from tidemq.ha.config import HAConfig
 from tidemq.ha.group_transfer import AllInSyncTransfer, GroupTransferService, InSyncCap
-from tidemq.ha.transport import Listen, Listening, listen_tcp
+from tidemq.ha.transport import ChunkReceiver, Listen, Listening, listen_tcp
 from tidemq.store.config import BrokerRole
 from tidemq.store.message_store import MessageStore
 from tidemq.store.replication import ReplicatedCap, Replication
@@ -104,6 +104,23 @@ class TransferRate:
         return recent / self.window
 
 
+class _ReportSink:
+    """Where the master's reads of a slave's reports land (ha/transport.py's ReadSink): one
+    small buffer, reused; each read is handed on as bytes (reports are 8 bytes each)."""
+
+    __slots__ = ("_on_read", "_room")
+
+    def __init__(self, on_read: Callable[[bytes], None]) -> None:
+        self._room = memoryview(bytearray(READ_CHUNK))
+        self._on_read = on_read
+
+    def get_buffer(self) -> memoryview:
+        return self._room
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._on_read(bytes(self._room[:nbytes]))
+
+
 class HAConnection:
     def __init__(
         self,
@@ -132,6 +149,8 @@ class HAConnection:
         self.last_write = time.monotonic()
         self.rate = TransferRate()
         self._data = asyncio.Event()
+        # The write service's wake-up for its next heartbeat (armed while it waits for data).
+        self._heartbeat_due: asyncio.TimerHandle | None = None
         self._reported = asyncio.Event()
         self._last_lag_log = 0.0
         # Controller mode: the slave's brokerId (from its etcd member record), and when its ack
@@ -167,6 +186,9 @@ class HAConnection:
                     log.warning("HA connection %s failed: %s", self.address, task.exception())
         finally:
             self.ending = True
+            if self._heartbeat_due is not None:
+                self._heartbeat_due.cancel()
+                self._heartbeat_due = None
             try:
                 with contextlib.suppress(Exception):  # a failure was logged above
                     await cancel_and_wait(read, write)
@@ -179,37 +201,59 @@ class HAConnection:
     # --- read service: reports and acks -------------------------------------------------------
 
     async def _read_service(self) -> None:
+        """The first read through the stream (it may hold bytes that came with the connect),
+        the later ones acted on by the transport's own receive callback (`_on_read`: an ack
+        releases SYNC_MASTER sends there, with no task woken and no loop turn); this task only
+        watches for silence (haHousekeepingInterval), the slave's close and a bad report."""
         housekeeping = self.service.config.ha_housekeeping_interval / 1000
+        receiver: ChunkReceiver | None = None
         while True:
             remaining = housekeeping - (time.monotonic() - self.last_read)
             try:
-                # A timer rather than wait_for: no task per read (a slave acks every read of
-                # a catch-up).
+                # A timer rather than wait_for: no task per wait.
                 async with asyncio.timeout(max(remaining, 0.01)):
-                    data = await self.reader.read(READ_CHUNK)
+                    if receiver is not None:
+                        more = await receiver.received()
+                    else:
+                        data = await self.reader.read(READ_CHUNK)
+                        more = bool(data)
+                        if more:
+                            self._on_read(data)
+                        if len(data) < READ_CHUNK:
+                            # The stream's buffer is empty: from here on the callback reads.
+                            receiver = ChunkReceiver(
+                                self.reader,
+                                self.writer,
+                                _ReportSink(self._on_read),
+                                wake_on_data=False,
+                            )
             except TimeoutError:
+                if time.monotonic() - self.last_read < housekeeping:
+                    continue  # the callback read meanwhile
                 log.warning(
                     "HA: slave %s sent nothing for %.0f ms (haHousekeepingInterval): closing",
                     self.address,
                     housekeeping * 1000,
                 )
                 return
-            if not data:
-                log.info("HA: slave %s closed the connection", self.address)
-                return
-            self.last_read = time.monotonic()
-            try:
-                if self._hello is not None and not self._hello.done:
-                    rest = self._hello.feed(data)
-                    if rest is None:
-                        continue
-                    self._answer_hello()
-                    data = rest
-                for event in self.decoder.feed(data):
-                    self._on_report(event.offset)
             except HAProtocolError as exc:
                 log.error("HA: closing connection of slave %s: %s", self.address, exc)
                 return
+            if not more:
+                log.info("HA: slave %s closed the connection", self.address)
+                return
+
+    def _on_read(self, data: bytes) -> None:
+        """What the slave sent (raises HAProtocolError on a bad report)."""
+        self.last_read = time.monotonic()
+        if self._hello is not None and not self._hello.done:
+            rest = self._hello.feed(data)
+            if rest is None:
+                return
+            self._answer_hello()
+            data = rest
+        for event in self.decoder.feed(data):
+            self._on_report(event.offset)
 
     def _answer_hello(self) -> None:
         """Controller mode: the slave said who it is and which epochs it holds; it learns the
@@ -315,38 +359,10 @@ class HAConnection:
         else:
             # Tell the slave where the master stands, at once: it reports the mismatch.
             await self._send_heartbeat()
-        config = self.service.config
-        heartbeat = config.ha_send_heartbeat_interval / 1000
-        batch = config.ha_transfer_batch_size
-        store = self.service.store
+        heartbeat = self.service.config.ha_send_heartbeat_interval / 1000
         while True:
             self._data.clear()
-            got = None
-            if self.state is SlaveState.TRANSFER:
-                got = store.get_commitlog_data(self.next_transfer_from)
-            if got is not None:
-                start, view = got
-                if start != self.next_transfer_from:
-                    # A slave that reported 0 whose start file is gone: follow the master's data.
-                    self.next_transfer_from = start
-                # One contiguous span of the file, cut into the frames the protocol carries
-                # (haTransferBatchSize each, the last one shorter) and written at once.
-                span = min(len(view), TRANSFER_SPAN)
-                boundary = self.service.next_epoch_start(start)
-                if boundary is not None and boundary < start + span:
-                    span = boundary - start  # controller mode: no frame crosses an epoch's start
-                frames: list[bytes | memoryview] = []
-                for at in range(0, span, batch):
-                    size = min(span - at, batch)
-                    frames.append(encode_transfer_header(start + at, size))
-                    frames.append(view[at : at + size])
-                confirm = self._confirm_frame()
-                if confirm is not None:
-                    frames.append(confirm)
-                self.writer.writelines(frames)
-                self.next_transfer_from = self.sent_offset = start + span
-                self.last_write = time.monotonic()
-                self.rate.add(span)
+            if self.state is SlaveState.TRANSFER and self._ship():
                 await self.writer.drain()
                 continue
             if self.state is SlaveState.TRANSFER and self._behind_retention():
@@ -362,11 +378,50 @@ class HAConnection:
             if idle >= heartbeat:
                 await self._send_heartbeat()
                 continue
-            # A timer rather than wait_for, which wraps the wait in a task: a SYNC_MASTER's
-            # writer waits here once per batch of sends.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(heartbeat - idle):
-                    await self._data.wait()
+            # One timer per heartbeat interval, not one per wait: the writer waits here once
+            # per batch of sends (a timeout context made and cancelled a timer each time).
+            # A timer armed before later writes wakes the writer early; it arms the next.
+            if self._heartbeat_due is None:
+                self._heartbeat_due = asyncio.get_running_loop().call_later(
+                    heartbeat - idle, self._heartbeat_timer
+                )
+            await self._data.wait()
+
+    def _heartbeat_timer(self) -> None:
+        self._heartbeat_due = None
+        self._data.set()
+
+    def _ship(self) -> bool:
+        """Hand the transport what is readable from `next_transfer_from` on: one contiguous
+        span of the file (up to TRANSFER_SPAN bytes) cut into the frames the protocol carries
+        (haTransferBatchSize each, the last one shorter), headers and views of the mapped file
+        in one call. Whether there was anything to send."""
+        store = self.service.store
+        got = store.get_commitlog_data(self.next_transfer_from)
+        if got is None:
+            return False
+        start, view = got
+        if start != self.next_transfer_from:
+            # A slave that reported 0 whose start file is gone: follow the master's data.
+            self.next_transfer_from = start
+        span = min(len(view), TRANSFER_SPAN)
+        boundary = self.service.next_epoch_start(start)
+        if boundary is not None and boundary < start + span:
+            span = boundary - start  # controller mode: no frame crosses an epoch's start
+        batch = self.service.config.ha_transfer_batch_size
+        frames: list[bytes | memoryview] = []
+        for at in range(0, span, batch):
+            size = min(span - at, batch)
+            frames.append(encode_transfer_header(start + at, size))
+            frames.append(view[at : at + size])
+        confirm = self._confirm_frame()
+        if confirm is not None:
+            frames.append(confirm)
+        self.writer.writelines(frames)
+        self.next_transfer_from = self.sent_offset = start + span
+        self.last_write = time.monotonic()
+        self.rate.add(span)
+        return True
 
     def _confirm_frame(self) -> bytes | None:
         """Controller mode, to a transferring slave: a CONFIRM frame when the master's confirmed
