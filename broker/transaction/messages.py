@@ -59,6 +59,7 @@ from tidemq.store.record import (
     host_length,
     host_sys_flags,
     pack_host,
+    with_property,
 )
 from tidemq.store.timer_message import TIMER_MARKER
 
@@ -83,11 +84,14 @@ def is_prepared_send(properties: str) -> bool:
 
 
 def park_half(msg: MessageToStore) -> None:
-    """Turn a prepared send into its half message, in place (parseHalfMessageInner)."""
-    props = decode_properties(msg.properties)
-    props[PROPERTY_REAL_TOPIC] = msg.topic
-    props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
-    msg.properties = encode_properties(props)
+    """Turn a prepared send into its half message, in place (parseHalfMessageInner). The two
+    properties are set by `with_property` (compiled: no dict), which gives what decoding the
+    text, setting them and encoding it again gives."""
+    msg.properties = with_property(
+        with_property(msg.properties, PROPERTY_REAL_TOPIC, msg.topic),
+        PROPERTY_REAL_QUEUE_ID,
+        str(msg.queue_id),
+    )
     msg.sys_flag = (msg.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_NOT_TYPE
     msg.topic = HALF_TOPIC
     msg.queue_id = HALF_QUEUE_ID

@@ -44,6 +44,7 @@ from tidemq.store.record import (
     MessageToStore,
     RecordFormatError,
     check_record,
+    decode_properties,
     decode_record,
     encode_properties,
     encode_record,
@@ -309,3 +310,16 @@ async def test_a_rollback_stores_the_op_message_alone(tmp_path: Path) -> None:
     assert len(units(service, OP_TOPIC, 0)) == 1
     assert (service.committed, service.rolled_back) == (0, 1)
     assert units(service, HALF_TOPIC, 0)[0].physical_offset == phy
+
+
+@given(PROPERTY_TEXT, st.sampled_from(["T", "Tö", "%RETRY%g"]), st.integers(0, 2**31 - 1))
+def test_a_half_message_has_the_properties_of_a_decode_and_re_encode(
+    text: str, topic: str, queue_id: int
+) -> None:
+    msg = MessageToStore(topic, queue_id, b"", text, sys_flag=TRANSACTION_PREPARED_TYPE)
+    park_half(msg)
+    expected = decode_properties(text)
+    expected["REAL_TOPIC"] = topic
+    expected["REAL_QID"] = str(queue_id)
+    assert msg.properties == encode_properties(expected)
+    assert (msg.topic, msg.queue_id, msg.sys_flag) == (HALF_TOPIC, 0, 0)
