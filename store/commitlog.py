@@ -433,6 +433,22 @@ class CommitLog:
             return None
         return segment.select(offset - segment.start_offset, size)
 
+    def record_at(self, offset: int, max_size: int) -> memoryview | None:
+        """The readable bytes of the record that starts at `offset`, its size read from its
+        first field (one segment look-up); None when nothing readable starts there or the size
+        is not within 1..`max_size`."""
+        segment = self.segments.find(offset)
+        if segment is None:
+            return None
+        position = offset - segment.start_offset
+        head = segment.select(position, 4)
+        if head is None:
+            return None
+        size = int.from_bytes(head, "big", signed=True)
+        if not 0 < size <= max_size:
+            return None
+        return segment.select(position, size)
+
     def store_timestamp_at(self, offset: int) -> int:
         head = self.get_record(offset, 64)
         if head is None:

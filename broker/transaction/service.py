@@ -225,16 +225,7 @@ class TransactionalMessageService:
     def _record_view(self, physical_offset: int) -> memoryview | None:
         """The bytes of the record at a CommitLog offset where they lie, or None when no
         record starts there."""
-        store = self.store
-        if not store.min_phy_offset <= physical_offset < store.max_phy_offset:
-            return None
-        head = store.commitlog.get_record(physical_offset, 4)
-        if head is None:
-            return None
-        size = int.from_bytes(head, "big", signed=True)
-        if not 0 < size <= _MAX_RECORD:
-            return None
-        return store.commitlog.get_record(physical_offset, size)
+        return self.store.commitlog.record_at(physical_offset, _MAX_RECORD)
 
     async def end(self, header: EndTransactionRequestHeader) -> EndOutcome:
         """Commit or roll back the half message the header names (checkPrepareMessage's checks

@@ -323,3 +323,19 @@ def test_a_half_message_has_the_properties_of_a_decode_and_re_encode(
     expected["REAL_QID"] = str(queue_id)
     assert msg.properties == encode_properties(expected)
     assert (msg.topic, msg.queue_id, msg.sys_flag) == (HALF_TOPIC, 0, 0)
+
+
+async def test_a_record_is_read_where_it_starts_and_nowhere_else(tmp_path: Path) -> None:
+    service = service_on(tmp_path)
+    commitlog = service.store.commitlog
+    phy, _queue_offset = await prepare(service, {})
+    end = service.store.max_phy_offset
+    view = commitlog.record_at(phy, 1 << 20)
+    assert view is not None and len(view) == end - phy
+    decoded = decode_record(view)
+    assert decoded.topic == HALF_TOPIC and decoded.physical_offset == phy
+    assert commitlog.record_at(phy, len(view) - 1) is None  # bigger than asked for
+    assert phy == 0
+    assert commitlog.record_at(-1, 1 << 20) is None  # before the log
+    assert commitlog.record_at(end, 1 << 20) is None  # nothing readable there yet
+    assert commitlog.record_at(phy + 4, 1 << 20) is None  # the magic is no size
