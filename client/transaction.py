@@ -278,6 +278,9 @@ class AsyncTransactionProducer(AsyncProducer):
         header = self._end_header(result.offset_msg_id, result.queue_offset, result.msg_id, state)
         api = self.instance.api
         request = api.request(RequestCode.END_TRANSACTION, _ENCODE_END(header))
+        connection = api.remoting.ready_connection(address)
+        if connection is not None and connection.oneway_now(request):
+            return  # written with this loop iteration's others, no coroutine
         try:
             # a wait only for a connection, or for a paused one to take writes again
             await api.remoting.invoke_oneway(address, request, self.timeout)

@@ -34,8 +34,8 @@ cdef enum:
     _UNIQ_LEN = 9
     _KEYS_LEN = 5
 
-cdef int32_t _SLOW_FLAGS = (  # IPv6 hosts, transaction states: fast_scan's SLOW_FLAGS
-    _FLAG_BORNHOST_V6 | _FLAG_STOREHOST_V6 | _TRANSACTION_MASK
+cdef int32_t _SLOW_FLAGS = (  # IPv6 hosts, PREPARED and ROLLBACK: fast_scan's SLOW_FLAGS
+    _FLAG_BORNHOST_V6 | _FLAG_STOREHOST_V6 | _record_layout.TRANSACTION_PREPARED_TYPE
 )
 
 

@@ -37,6 +37,7 @@ from tidemq.store.layout import (
 from tidemq.store.record import (
     AppendStamp,
     EncodedBatch,
+    EncodedRecord,
     MessageBatch,
     MessageToStore,
     RecordTooLargeError,
@@ -108,6 +109,8 @@ class AppendResult:
     msg_num: int = 1
     remark: str = ""
     msg_ids: list[str] = field(default_factory=list)
+    # put_encoded's: each record's queue offset (0 for one that takes none), in order
+    queue_offsets: list[int] = field(default_factory=list)
 
     @property
     def end_offset(self) -> int:
@@ -181,6 +184,47 @@ class CommitLog:
         msg_id = message_id(msg.store_host, phy)
         # positional, in field order: keywords make type() build a dict per call
         return AppendResult(_PUT_OK, phy, total, msg_id, queue_offset, store_ts, 1, "", [msg_id])
+
+    def put_encoded(self, records: Sequence[EncodedRecord], store_host: bytes) -> AppendResult:
+        """Append records already encoded (`EncodedRecord`: all but the append-time fields),
+        of any topics and queues, back to back in one file and one write: the broker's own
+        records that belong together (a transaction's commit and its op message). Each is
+        stamped here with its queue offset, physical offset and the store timestamp; the
+        result covers them all, `msg_ids` one per record in order."""
+        total = 0
+        for record in records:
+            total += len(record.data)
+        started = self._start_append(total)
+        if isinstance(started, AppendResult):
+            return started
+        segment, store_ts = started
+        wrote_offset = phy = segment.start_offset + segment.wrote
+        table = self.topic_queue_table
+        host_hex = store_host.hex().upper()  # message_id(store_host, phy), phy >= 0
+        queue_offsets = []
+        msg_ids = []
+        gathering = self.gathering
+        for record in records:
+            data = record.data
+            if _takes_queue_offset(record.sys_flag):
+                key = f"{record.topic}-{record.queue_id}"
+                queue_offset = table.get(key, 0)
+                table[key] = queue_offset + 1
+            else:
+                queue_offset = 0
+            stamp_record(data, 0, record.store_ts_at, queue_offset, phy, store_ts)
+            if gathering:
+                segment.gather(data)
+            queue_offsets.append(queue_offset)
+            msg_ids.append(f"{host_hex}{phy:016X}")
+            phy += len(data)
+        if gathering:
+            self._gathered_in = segment
+        else:
+            segment.append_spans([record.data for record in records], total)
+        result = _appended(wrote_offset, total, msg_ids, queue_offsets[0], store_ts)
+        result.queue_offsets = queue_offsets
+        return result
 
     def encode_message_batch(self, batch: MessageBatch) -> EncodedBatch | AppendResult:
         """The records of `batch`, or the refusal a malformed or oversized batch gets.
@@ -388,6 +432,22 @@ class CommitLog:
         if segment is None:
             return None
         return segment.select(offset - segment.start_offset, size)
+
+    def record_at(self, offset: int, max_size: int) -> memoryview | None:
+        """The readable bytes of the record that starts at `offset`, its size read from its
+        first field (one segment look-up); None when nothing readable starts there or the size
+        is not within 1..`max_size`."""
+        segment = self.segments.find(offset)
+        if segment is None:
+            return None
+        position = offset - segment.start_offset
+        head = segment.select(position, 4)
+        if head is None:
+            return None
+        size = int.from_bytes(head, "big", signed=True)
+        if not 0 < size <= max_size:
+            return None
+        return segment.select(position, size)
 
     def store_timestamp_at(self, offset: int) -> int:
         head = self.get_record(offset, 64)

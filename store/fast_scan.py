@@ -1,9 +1,10 @@
 """In-place record parsing for the loops that read every record: dispatch and the index worker.
 
-`scan_fast` reads the common record (IPv4 hosts, no transaction bits) straight from the mapped
-CommitLog file with one unpack for the fixed head and checks that its lengths agree; anything
-else (IPv6 hosts change the layout; PREPARED and ROLLBACK records are dispatched differently; a
-blank, a torn or a malformed record) returns None and goes through `record.scan_record`.
+`scan_fast` reads the common record (IPv4 hosts; no transaction state, or COMMIT: a committed
+transactional message gets its unit like any other) straight from the mapped CommitLog file with
+one unpack for the fixed head and checks that its lengths agree; anything else (IPv6 hosts change
+the layout; PREPARED and ROLLBACK records get no unit, and are not indexed; a blank, a torn or a
+malformed record) returns None and goes through `record.scan_record`.
 Properties are looked up with `mmap.find` where they lie, never decoded as a whole.
 
 `KeyGatherer` turns a record's UNIQ_KEY and KEYS into index entries
@@ -29,7 +30,9 @@ from tidemq.store.layout import (
     FLAG_STOREHOST_V6,
     HEAD_V4_SIZE,
     MAGIC_V1,
-    TRANSACTION_MASK,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
 )
 from tidemq.store.record import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, DispatchInfo, find_property
 
@@ -37,9 +40,11 @@ from tidemq.store.record import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, DispatchInfo, 
 # MAGICCODE, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLENGTH.
 _FAST_HEAD = struct.Struct(FAST_HEAD_FORMAT)
 _SHORT = struct.Struct(">h")
-# Records `scan_fast` leaves to the general path: IPv6 hosts change the layout, and transaction
-# states are dispatched differently.
-SLOW_FLAGS: Final = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6 | TRANSACTION_MASK
+# Records `scan_fast` leaves to the general path: IPv6 hosts change the layout, and PREPARED and
+# ROLLBACK records are dispatched differently (bit 0x4 is set in both, not in COMMIT).
+SLOW_FLAGS: Final = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6 | TRANSACTION_PREPARED_TYPE
+assert TRANSACTION_ROLLBACK_TYPE & TRANSACTION_PREPARED_TYPE
+assert not TRANSACTION_COMMIT_TYPE & TRANSACTION_PREPARED_TYPE
 
 KEYS_NEEDLE: Final = PROPERTY_KEYS.encode() + b"\x01"
 UNIQ_NEEDLE: Final = PROPERTY_UNIQ_KEY.encode() + b"\x01"

@@ -48,10 +48,12 @@ from tidemq.store.get_message import GetMessageResult, RecordFilter, TransferLim
 from tidemq.store.index import IndexService
 from tidemq.store.index_keeper import IndexKeeper
 from tidemq.store.index_worker import IndexWorker
+from tidemq.store.layout import TRANSACTION_PREPARED_TYPE
 from tidemq.store.lazy_check import FirstUseCheck
 from tidemq.store.map_budget import MapBudget
 from tidemq.store.queue_summary import SUMMARY_FILE, QueueSummary, take_summary, write_summary
 from tidemq.store.record import (
+    EncodedRecord,
     MessageBatch,
     MessageToStore,
     StoredMessage,
@@ -597,6 +599,31 @@ class MessageStore(Service):
         result = await self._after_append(append, waits_for_store(msg.properties))
         if new_file:
             await self.reput.wait_dispatched(append.end_offset)
+        return result
+
+    async def put_encoded(
+        self, records: Sequence[EncodedRecord], store_host: bytes, wait_store: bool = False
+    ) -> PutMessageResult:
+        """Store records the broker encoded itself (of any topics and queues), back to back
+        in one append: all or none of them. No timer or delay parking: a record that would need
+        it goes through `put_message`. `wait_store`: the flush or slave wait as WAIT=true."""
+        refused = self._check_writable()
+        if refused is not None:
+            return refused
+        append = self.commitlog.put_encoded(records, store_host)
+        if append.status is not _PUT_OK:
+            return await self._after_append(append, wait_store)
+        reput = self.reput
+        new_file = False
+        for record, queue_offset in zip(records, append.queue_offsets, strict=True):
+            # PREPARED and ROLLBACK records (bit 0x4 of both) get no unit, so need no file
+            if not record.sys_flag & TRANSACTION_PREPARED_TYPE and reput.needs_file(
+                record.topic, record.queue_id, queue_offset
+            ):
+                new_file = True
+        result = await self._after_append(append, wait_store)
+        if new_file:
+            await reput.wait_dispatched(append.end_offset)
         return result
 
     async def put_message_batch(self, batch: MessageBatch) -> PutMessageResult:

@@ -341,6 +341,24 @@ def check_record(msg: MessageToStore, max_body_size: int) -> RecordShape:
     return RecordShape(total, sys_flag, topic_bytes, props)
 
 
+def check_record_parts(
+    body_len: int, sys_flag: int, topic: bytes, properties: bytes, total: int, max_body_size: int
+) -> None:
+    """`check_record`'s limits for a record put together from parts (the broker's own records
+    built from bytes it stored: a transaction's commit): RecordTooLargeError for one broken."""
+    if body_len > max_body_size:
+        kind = "compressed message body" if sys_flag & FLAG_COMPRESSED else "message body"
+        raise RecordTooLargeError(f"{kind} of {body_len} bytes exceeds {max_body_size}")
+    if not topic or len(topic) > MAX_TOPIC_BYTES:
+        raise RecordTooLargeError(f"topic must be 1-{MAX_TOPIC_BYTES} bytes")
+    if len(properties) > MAX_PROPERTIES_BYTES:
+        raise RecordTooLargeError(
+            f"properties of {len(properties)} bytes exceed {MAX_PROPERTIES_BYTES}", properties=True
+        )
+    if total > max_body_size + 64 * 1024:
+        raise RecordTooLargeError(f"record of {total} bytes exceeds body limit + 64 KiB")
+
+
 _V4_FIXED_LENGTH: Final = record_length(0, 0, 0, 0)
 # A record up to its body, in one pack, by (born host, store host) length (IPv4 8, IPv6 20):
 # fields 1-9, BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET,

@@ -181,7 +181,7 @@ class Segment:
         # Transient store pool: appends land here and `commit()` writes them to the file.
         self._write_buffer = write_buffer
         # Appends gathered for one pwritev, and their size (see `gather`).
-        self._gathered: list[bytes] = []
+        self._gathered: list[bytes | bytearray] = []
         self._gathered_bytes = 0
         self.closed = False
         # Flushes run in worker threads; this keeps close() from pulling the descriptor away.
@@ -333,7 +333,7 @@ class Segment:
         self.wrote = at + n
         return at
 
-    def gather(self, data: bytes) -> None:
+    def gather(self, data: bytes | bytearray) -> None:
         """Append `data` to be written by the next `write_gathered` (pwrite mode; in another
         mode, or with a write buffer, this is `append`). `data` must not change meanwhile."""
         if self.append_mode is not AppendMode.pwrite or self._write_buffer is not None:
@@ -357,7 +357,7 @@ class Segment:
         self._gathered = []
         self._gathered_bytes = 0
 
-    def append_spans(self, spans: Sequence[bytes | memoryview], total: int) -> int:
+    def append_spans(self, spans: Sequence[bytes | bytearray | memoryview], total: int) -> int:
         """Append `spans` (`total` bytes in all) back to back, in as few writes as the OS takes
         (one pwritev of up to IOV_MAX spans); returns the file position they start at."""
         if self._gathered:
@@ -372,7 +372,7 @@ class Segment:
         self.wrote = self._pwritev(spans, at)
         return at
 
-    def _pwritev(self, spans: Sequence[bytes | memoryview], position: int) -> int:
+    def _pwritev(self, spans: Sequence[bytes | bytearray | memoryview], position: int) -> int:
         """Write `spans` back to back from `position`, one pwritev per IOV_MAX of them; returns
         the position after them."""
         for first in range(0, len(spans), _IOV_MAX):
@@ -385,7 +385,9 @@ class Segment:
             position += size
         return position
 
-    def _pwrite_rest(self, spans: Sequence[bytes | memoryview], position: int, done: int) -> None:
+    def _pwrite_rest(
+        self, spans: Sequence[bytes | bytearray | memoryview], position: int, done: int
+    ) -> None:
         for span in spans:
             n = len(span)
             if done >= n:

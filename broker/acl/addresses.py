@@ -36,7 +36,7 @@ def address_matcher(pattern: str | None) -> AddressMatcher:
     """The predicate of one white-address pattern (see the module docstring)."""
     text = (pattern or "").strip()
     if not text:
-        return _nothing
+        return matches_nothing
     if text in _ANY:
         return _everything
     if text.endswith("}"):
@@ -48,7 +48,9 @@ def address_matcher(pattern: str | None) -> AddressMatcher:
     return _one_of([text])
 
 
-def _nothing(_address: str) -> bool:
+def matches_nothing(_address: str) -> bool:
+    """The matcher of no pattern: an account without a white address (the check then needs
+    no peer address)."""
     return False
 
 

@@ -42,6 +42,7 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
+from tidemq.broker.acl.addresses import matches_nothing
 from tidemq.broker.acl.rules import (
     PUB,
     RETRY_PREFIX,
@@ -161,7 +162,7 @@ class PlainAccessValidator:
 
     def before_request(self, connection: RemotingConnection, request: RemotingCommand) -> None:
         try:
-            self.check(peer_ip(connection.peer), request)
+            self._check(connection.peer, None, request)
         except AclRefused as refused:
             access_key = request.ext_fields.get(ACCESS_KEY, "")
             log.warning(
@@ -183,10 +184,18 @@ class PlainAccessValidator:
 
     def check(self, ip: str, request: RemotingCommand) -> None:
         """Raise `AclRefused` unless the rules let a peer at `ip` make `request`."""
+        self._check("", ip, request)
+
+    def _check(self, peer: str, ip: str | None, request: RemotingCommand) -> None:
+        """`check` of a request from `peer` ("ip:port"), whose address is read from it only
+        when a white list asks (`ip`: already read)."""
         rules = self.rules
-        for white in rules.global_white:
-            if white(ip):
-                return
+        if rules.global_white:
+            if ip is None:
+                ip = peer_ip(peer)
+            for white in rules.global_white:
+                if white(ip):
+                    return
         ext = request.ext_fields
         access_key = ext.get(ACCESS_KEY)
         if access_key is None:
@@ -194,8 +203,12 @@ class PlainAccessValidator:
         account = rules.accounts.get(access_key)
         if account is None:
             raise AclRefused(f"No acl config for {access_key[:64]}")
-        if account.white_address(ip):
-            return
+        white_address = account.white_address
+        if white_address is not matches_nothing:
+            if ip is None:
+                ip = peer_ip(peer)
+            if white_address(ip):
+                return
         _check_signature(account, request)
         code = request.code
         if code not in _SEND_CODES:

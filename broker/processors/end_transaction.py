@@ -55,4 +55,6 @@ class EndTransactionProcessor:
                 ", answering a check" if header.from_transaction_check else "",
                 outcome.remark,
             )
+        if request.is_oneway:
+            return None  # nobody reads it (a refusal is logged above)
         return RemotingCommand.response_to(request, outcome.code, outcome.remark)

@@ -202,31 +202,20 @@ class RemotingServer:
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 f"request type {request.code} not supported",
             )
-        if self.hooks:
-            return await self._dispatch_hooked(processor, connection, request)
+        hooks = self.hooks
+        response: RemotingCommand | None
         try:  # free in 3.11 unless something raises
             if self.gate is not None:
                 self.gate.check(request)
-            return await processor(connection, request)
-        except RequestRejected as rejected:
-            return RemotingCommand.response_to(request, rejected.code, rejected.remark)
-
-    async def _dispatch_hooked(
-        self, processor: Processor, connection: RemotingConnection, request: RemotingCommand
-    ) -> RemotingCommand | None:
-        # Apart from `dispatch` so that without hooks a request pays one test, not a loop setup.
-        hooks = self.hooks
-        response: RemotingCommand | None
-        try:
-            if self.gate is not None:
-                self.gate.check(request)
-            for hook in hooks:
-                hook.before_request(connection, request)
+            if hooks:  # in this frame: a coroutine layer fewer for every request (ACL's)
+                for hook in hooks:
+                    hook.before_request(connection, request)
             response = await processor(connection, request)
         except RequestRejected as rejected:
             response = RemotingCommand.response_to(request, rejected.code, rejected.remark)
-        for hook in hooks:
-            hook.after_response(connection, request, response)
+        if hooks:
+            for hook in hooks:
+                hook.after_response(connection, request, response)
         return response
 
     async def _sweep(self) -> None:

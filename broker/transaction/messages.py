@@ -11,16 +11,36 @@
   TRAN_MSG removed, sysFlag COMMIT, preparedTransactionOffset the half message's CommitLog offset.
 - Op message: RMQ_SYS_TRANS_OP_HALF_TOPIC queue 0, tag `d`, body the ended half message's queue
   offset in decimal (RocketMQ's TransactionalMessageUtil.REMOVE_TAG and body).
+
+END_TRANSACTION reads the half message where it lies (`read_half`: a view of the mapped file, its
+properties decoded, nothing else) and builds the committed message's record from the half
+record's bytes (`commit_record`: head, hosts and body copied, queue id, sysFlag,
+preparedTransactionOffset and the properties changed; the body's CRC is the half's), the same
+bytes `committed_message` + the store's encoding give. It is appended with its op message in one
+put (`MessageStore.put_encoded`).
 - Discarded: a half message checked transactionCheckMax times goes to TRANS_CHECK_MAX_TIME_TOPIC
   queue 0 as it is (properties kept, so REAL_TOPIC says where it was going).
 """
 
 from __future__ import annotations
 
+import struct
 import time
+from dataclasses import dataclass
 from typing import Final
 
-from tidemq.store.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_MASK, TRANSACTION_NOT_TYPE
+from tidemq.store.crc import java_crc32
+from tidemq.store.delay import DELAY_MARKER
+from tidemq.store.layout import (
+    MAGIC_V1,
+    OFFSET_BORN_HOST,
+    OFFSET_QUEUE_ID,
+    OFFSET_SYS_FLAG,
+    PREFIX_FORMAT,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
+)
 from tidemq.store.record import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_REAL_QUEUE_ID,
@@ -30,12 +50,18 @@ from tidemq.store.record import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_WAIT,
+    EncodedRecord,
     MessageToStore,
     StoredMessage,
+    check_record_parts,
     decode_properties,
     encode_properties,
+    host_length,
+    host_sys_flags,
     pack_host,
+    with_property,
 )
+from tidemq.store.timer_message import TIMER_MARKER
 
 HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
@@ -58,17 +84,20 @@ def is_prepared_send(properties: str) -> bool:
 
 
 def park_half(msg: MessageToStore) -> None:
-    """Turn a prepared send into its half message, in place (parseHalfMessageInner)."""
-    props = decode_properties(msg.properties)
-    props[PROPERTY_REAL_TOPIC] = msg.topic
-    props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
-    msg.properties = encode_properties(props)
+    """Turn a prepared send into its half message, in place (parseHalfMessageInner). The two
+    properties are set by `with_property` (compiled: no dict), which gives what decoding the
+    text, setting them and encoding it again gives."""
+    msg.properties = with_property(
+        with_property(msg.properties, PROPERTY_REAL_TOPIC, msg.topic),
+        PROPERTY_REAL_QUEUE_ID,
+        str(msg.queue_id),
+    )
     msg.sys_flag = (msg.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_NOT_TYPE
     msg.topic = HALF_TOPIC
     msg.queue_id = HALF_QUEUE_ID
 
 
-def origin_of(half: StoredMessage) -> int:
+def origin_of(half: StoredMessage | HalfRecord) -> int:
     """The queue offset of a transaction's first half message (the same for all its copies)."""
     text = half.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
     if text is not None and text.lstrip("-").isdigit():
@@ -116,6 +145,109 @@ def committed_message(half: StoredMessage) -> MessageToStore | None:
     return msg
 
 
+_PREFIX: Final = struct.Struct(PREFIX_FORMAT)
+_INT: Final = struct.Struct(">i")
+_SHORT: Final = struct.Struct(">h")
+_LONG: Final = struct.Struct(">q")
+
+
+@dataclass(slots=True)
+class HalfRecord:
+    """A record read where it lies (`view`: its bytes in the mapped CommitLog, not a copy)
+    and what END_TRANSACTION looks at: its queue offset, sysFlag, raw topic and properties
+    (decoded as `decode_record` decodes them). `body_at`/`body_end` bound its body."""
+
+    view: memoryview
+    physical_offset: int
+    queue_offset: int
+    sys_flag: int
+    topic: bytes
+    body_at: int
+    body_end: int
+    properties: dict[str, str]
+
+
+def read_half(view: memoryview) -> HalfRecord | None:
+    """The record that `view` holds (from its start), or None where `decode_record` would
+    refuse it (bad magic, lengths that disagree)."""
+    size = len(view)
+    if size < _PREFIX.size:
+        return None
+    total, magic, _crc, _queue_id, _flag, queue_offset, phy, sys_flag, _born = _PREFIX.unpack_from(
+        view, 0
+    )
+    if magic != MAGIC_V1 or total < _PREFIX.size or total > size:
+        return None
+    at = _PREFIX.size + host_length(sys_flag, store=False) + 8 + host_length(sys_flag, store=True)
+    if at + 16 > total:
+        return None
+    body_at = at + 16
+    body_len = _INT.unpack_from(view, at + 12)[0]
+    body_end = body_at + body_len
+    if body_len < 0 or body_end + 3 > total:
+        return None
+    topic_end = body_end + 1 + view[body_end]
+    if topic_end + 2 > total:
+        return None
+    props_len = _SHORT.unpack_from(view, topic_end)[0]
+    if props_len < 0 or topic_end + 2 + props_len != total:
+        return None
+    return HalfRecord(
+        view,
+        phy,
+        queue_offset,
+        sys_flag,
+        bytes(view[body_end + 1 : topic_end]),
+        body_at,
+        body_end,
+        decode_properties(str(view[topic_end + 2 : total], "utf-8", "replace")),
+    )
+
+
+# Properties that make the store move a message elsewhere (a delay level, a timer): such a
+# commit goes through `MessageStore.put_message` (`committed_message`).
+_PARKING_MARKERS: Final = (DELAY_MARKER, TIMER_MARKER)
+
+
+def commit_record(half: HalfRecord, max_message_size: int) -> EncodedRecord | None:
+    """The committed message's record (append-time fields left to the append) built from the
+    half record's bytes; what `encode_record(committed_message(decoded half))` gives. None
+    when the half message does not say where it was going, or when its commit must go through
+    the store's parking of delayed and timer messages (`committed_message` then).
+    RecordTooLargeError for a limit the commit breaks."""
+    props = dict(half.properties)
+    topic = props.pop(PROPERTY_REAL_TOPIC, None)
+    queue = props.pop(PROPERTY_REAL_QUEUE_ID, None)
+    if not topic or queue is None or not queue.isdigit():
+        return None
+    props.pop(PROPERTY_TRANSACTION_PREPARED, None)
+    props.pop(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, None)
+    props[PROPERTY_WAIT] = "false"  # the producer's END waits for the answer, not the flush
+    text = encode_properties(props)
+    for marker in _PARKING_MARKERS:
+        if marker in text:
+            return None
+    view = half.view
+    topic_raw = topic.encode()
+    props_raw = text.encode()
+    body_at, body_end = half.body_at, half.body_end
+    total = body_end + 3 + len(topic_raw) + len(props_raw)
+    sys_flag = (half.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE
+    check_record_parts(body_end - body_at, sys_flag, topic_raw, props_raw, total, max_message_size)
+    queue_id = int(queue)
+    data = bytearray(view[:body_end])
+    _INT.pack_into(data, 0, total)
+    _INT.pack_into(data, OFFSET_QUEUE_ID, queue_id)
+    _INT.pack_into(data, OFFSET_SYS_FLAG, sys_flag)
+    _LONG.pack_into(data, body_at - 12, half.physical_offset)  # PREPAREDTRANSACTIONOFFSET
+    data.append(len(topic_raw))
+    data += topic_raw
+    data += _SHORT.pack(len(props_raw))
+    data += props_raw
+    store_ts_at = OFFSET_BORN_HOST + host_length(sys_flag, store=False)
+    return EncodedRecord(data, store_ts_at, topic, queue_id, sys_flag)
+
+
 def checked_copy(half: StoredMessage, *, count_check: bool) -> MessageToStore:
     """The copy a check puts at the end of the half queue: the origin recorded and, when it
     counts as a check, TRANSACTION_CHECK_TIMES one higher."""
@@ -147,9 +279,11 @@ def for_check(half: StoredMessage) -> MessageToStore:
 _OP_PROPERTIES: Final = encode_properties({PROPERTY_TAGS: REMOVE_TAG, PROPERTY_WAIT: "false"})
 
 
-def op_message(half_queue_offset: int, store_host: bytes) -> MessageToStore:
-    """The op message recording that the half message at `half_queue_offset` has ended."""
-    now = int(time.time() * 1000)
+def op_message(half_queue_offset: int, store_host: bytes, now: int | None = None) -> MessageToStore:
+    """The op message recording that the half message at `half_queue_offset` has ended
+    (born `now`, ms; the clock's time when None)."""
+    if now is None:
+        now = int(time.time() * 1000)
     return MessageToStore(
         topic=OP_TOPIC,
         queue_id=HALF_QUEUE_ID,
@@ -158,6 +292,56 @@ def op_message(half_queue_offset: int, store_host: bytes) -> MessageToStore:
         born_timestamp=now,
         born_host=store_host,
         store_host=store_host,
+    )
+
+
+_OP_TAIL: Final = b"".join(
+    (
+        bytes((len(OP_TOPIC.encode()),)),
+        OP_TOPIC.encode(),
+        _SHORT.pack(len(_OP_PROPERTIES.encode())),
+        _OP_PROPERTIES.encode(),
+    )
+)
+# The head of an op record up to its body, by the store host's length (IPv4 8, IPv6 20): fields
+# 1-9, BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET, BODYLENGTH.
+_OP_HEADS: Final = {n: struct.Struct(f">iiiiiqqiq{n}sq{n}siqi") for n in (8, 20)}
+
+
+def op_record(half_queue_offset: int, store_host: bytes, now: int | None = None) -> EncodedRecord:
+    """`op_message`'s record as the store encodes it (`encode_record`), but for its
+    append-time fields: packed from a template (every op record is the same but for its body,
+    its birth and its length)."""
+    if now is None:
+        now = int(time.time() * 1000)
+    body = str(half_queue_offset).encode()
+    head = _OP_HEADS.get(len(store_host))
+    if head is None:
+        raise ValueError(f"a store host of {len(store_host)} bytes: not 8 or 20")
+    sys_flag = host_sys_flags(store_host, store_host)
+    data = bytearray(
+        head.pack(
+            head.size + len(body) + len(_OP_TAIL),
+            MAGIC_V1,
+            java_crc32(body),
+            HALF_QUEUE_ID,
+            0,  # flag
+            0,  # queue offset, physical offset: at append
+            0,
+            sys_flag,
+            now,
+            store_host,
+            0,  # store timestamp: at append
+            store_host,
+            0,  # reconsume times
+            0,  # prepared transaction offset
+            len(body),
+        )
+    )
+    data += body
+    data += _OP_TAIL
+    return EncodedRecord(
+        data, OFFSET_BORN_HOST + len(store_host), OP_TOPIC, HALF_QUEUE_ID, sys_flag
     )
 
 

@@ -26,14 +26,18 @@ from tidemq.broker.transaction.messages import (
     HALF_QUEUE_ID,
     HALF_TOPIC,
     OP_TOPIC,
+    HalfRecord,
+    commit_record,
     committed_message,
     op_half_offset,
     op_message,
+    op_record,
     origin_of,
+    read_half,
 )
 from tidemq.client.protocol.headers import EndTransactionRequestHeader
 from tidemq.client.remoting.codes import ResponseCode
-from tidemq.store.commitlog import AppendResult
+from tidemq.store.commitlog import AppendResult, PutStatus
 from tidemq.store.consume_queue import ConsumeQueue
 from tidemq.store.layout import (
     TRANSACTION_COMMIT_TYPE,
@@ -41,7 +45,13 @@ from tidemq.store.layout import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from tidemq.store.message_store import MessageStore
-from tidemq.store.record import PROPERTY_PRODUCER_GROUP, StoredMessage
+from tidemq.store.record import (
+    PROPERTY_PRODUCER_GROUP,
+    EncodedRecord,
+    MessageToStore,
+    RecordTooLargeError,
+    StoredMessage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +59,15 @@ SCAN_BATCH: Final = 64
 _PADDING_SIZE: Final = 0x7FFFFFFF
 # A record bigger than this is not one the store could hold: the offset is not a record's start.
 _MAX_RECORD: Final = 1 << 27
+
+_HALF_TOPIC_RAW: Final = HALF_TOPIC.encode()
+_NO_VIEW: Final = memoryview(b"")
+
+
+def _refused_status(exc: RecordTooLargeError) -> PutStatus:
+    """The status the store's put gives a record refused for `exc` (commitlog._refused)."""
+    return PutStatus.PROPERTIES_SIZE_EXCEEDED if exc.properties else PutStatus.MESSAGE_ILLEGAL
+
 
 _STATE_NAMES: Final = {
     TRANSACTION_NOT_TYPE: "UNKNOWN",
@@ -198,16 +217,15 @@ class TransactionalMessageService:
 
     def half_message_at(self, physical_offset: int) -> StoredMessage | None:
         """The record at a CommitLog offset, or None when no record starts there."""
-        store = self.store
-        if not store.min_phy_offset <= physical_offset < store.max_phy_offset:
+        view = self._record_view(physical_offset)
+        if view is None:
             return None
-        head = store.commitlog.get_record(physical_offset, 4)
-        if head is None:
-            return None
-        size = int.from_bytes(head, "big", signed=True)
-        if not 0 < size <= _MAX_RECORD:
-            return None
-        return store.look_message_by_offset(physical_offset, size)
+        return self.store.look_message_by_offset(physical_offset, len(view))
+
+    def _record_view(self, physical_offset: int) -> memoryview | None:
+        """The bytes of the record at a CommitLog offset where they lie, or None when no
+        record starts there."""
+        return self.store.commitlog.record_at(physical_offset, _MAX_RECORD)
 
     async def end(self, header: EndTransactionRequestHeader) -> EndOutcome:
         """Commit or roll back the half message the header names (checkPrepareMessage's checks
@@ -222,8 +240,22 @@ class TransactionalMessageService:
                 ResponseCode.ILLEGAL_OPERATION,
                 f"commitOrRollback {state} is none of 0 (unknown), 8 (commit), 12 (rollback)",
             )
-        half = self.half_message_at(header.commit_log_offset)
-        if half is None or half.topic != HALF_TOPIC:
+        view = self._record_view(header.commit_log_offset)
+        half = None if view is None else read_half(view)
+        try:
+            return await self._end(header, state, half)
+        finally:
+            # The mapped file must not be held by a view past this request (nor across its
+            # awaits: _end lets go of it before its first).
+            if half is not None:
+                half.view = _NO_VIEW
+            if view is not None:
+                view.release()
+
+    async def _end(
+        self, header: EndTransactionRequestHeader, state: int, half: HalfRecord | None
+    ) -> EndOutcome:
+        if half is None or half.topic != _HALF_TOPIC_RAW:
             return EndOutcome(
                 ResponseCode.SYSTEM_ERROR,
                 f"no half message at commitLogOffset {header.commit_log_offset}: "
@@ -251,25 +283,59 @@ class TransactionalMessageService:
             )
         # The origin is out of the table from here on: a concurrent END, or the check, finds it
         # ended. Put it back only if nothing could be stored.
-        msg = None
+        records: list[EncodedRecord] = []
+        parked: MessageToStore | None = None  # a commit the store moves (delay, timer)
         if state == TRANSACTION_COMMIT_TYPE:
-            msg = committed_message(half)
-            if msg is None:
-                log.warning("half message at %d has no REAL_TOPIC: rolled back", half.queue_offset)
+            try:
+                commit = commit_record(half, self.store.config.max_message_size)
+            except RecordTooLargeError as exc:
+                return self._not_committed(origin, current, _refused_status(exc), str(exc))
+            if commit is not None:
+                records.append(commit)
             else:
-                result = await self.store.put_message(msg)
-                if not result.ok:
-                    if self.pending.get(origin) is None:
-                        self.pending.put(origin, current)
-                    return EndOutcome(
-                        ResponseCode.SYSTEM_ERROR,
-                        f"commit not stored ({result.status.value}): {result.remark}".rstrip(": "),
+                stored = self.store.look_message_by_offset(header.commit_log_offset, len(half.view))
+                parked = None if stored is None else committed_message(stored)
+                if parked is None:
+                    log.warning(
+                        "half message at %d has no REAL_TOPIC: rolled back", half.queue_offset
                     )
-                self.committed += 1
-        if state == TRANSACTION_ROLLBACK_TYPE or msg is None:
+        half_queue_offset = half.queue_offset
+        half.view = _NO_VIEW  # no view of the mapped file across an await
+        if parked is not None:
+            result = await self.store.put_message(parked)
+            if not result.ok:
+                return self._not_committed(origin, current, result.status, result.remark)
+            self.committed += 1
+            await self.write_op(half_queue_offset)
+            return EndOutcome(ResponseCode.SUCCESS)
+        store_host = self.store_host()
+        records.append(op_record(half_queue_offset, store_host))
+        result = await self.store.put_encoded(records, store_host)
+        if not result.ok:
+            if len(records) > 1:
+                return self._not_committed(origin, current, result.status, result.remark)
+            # A rollback: this process knows (the table); a restart would check it again.
+            log.error(
+                "op message for half message %d not stored: %s",
+                half_queue_offset,
+                result.status.value,
+            )
+        elif len(records) > 1:
+            self.committed += 1
+        if len(records) == 1:
             self.rolled_back += 1
-        await self.write_op(half.queue_offset)
         return EndOutcome(ResponseCode.SUCCESS)
+
+    def _not_committed(
+        self, origin: int, current: int, status: PutStatus, remark: str
+    ) -> EndOutcome:
+        """Nothing was stored: the transaction is open again (for another END or the check)."""
+        if self.pending.get(origin) is None:
+            self.pending.put(origin, current)
+        return EndOutcome(
+            ResponseCode.SYSTEM_ERROR,
+            f"commit not stored ({status.value}): {remark}".rstrip(": "),
+        )
 
     async def write_op(self, half_queue_offset: int) -> None:
         """Record in the op queue that a transaction ended (so a restart knows)."""

@@ -1,10 +1,12 @@
 """Types of the compiled twins in client/remoting/_codec.pyx (mypy cannot read Cython)."""
 
+from collections.abc import Mapping
 from typing import Any
 
 from tidemq.client.remoting.codes import SerializeType
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.headers import HeaderBytes
+from tidemq.common.mac import Mac
 
 def _command_from_mapping(
     obj: Any, body: Body, serialize_type: SerializeType, fmt: str
@@ -15,3 +17,4 @@ def encode_command_parts(cmd: RemotingCommand) -> tuple[bytes, Body]: ...
 def parse_frames(view: memoryview, max_frame_size: int) -> tuple[list[RemotingCommand], int]: ...
 def decode_json_header(data: HeaderBytes, body: Body = b"") -> RemotingCommand: ...
 def encode_json_header(cmd: RemotingCommand) -> bytes: ...
+def signed_content_digest(key: Mac, ext_fields: Mapping[str, str], body: Body) -> bytes: ...

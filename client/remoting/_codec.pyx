@@ -10,6 +10,7 @@
     encode_command_parts   client/remoting/frame.py    a msgpack or JSON command's prefix and
                                                        header, and its body
     parse_frames           client/remoting/frame.py    the whole frames of a read as commands
+    signed_content_digest  client/remoting/signing.py  the HMAC of a signed request's content
 
 Each has a pure-Python twin of the same name, the reference: same arguments, same result, same
 exceptions (tests/unit/test_speedups_remoting.py and test_speedups_*_headers.py check it with
@@ -1218,3 +1219,66 @@ def encode_json_header(object cmd):
         return _PURE_TWINS[_JSON_ENCODE_PURE_KEY](cmd)
     return packed
 
+
+
+# --- request signatures (client/remoting/signing.py) --------------------------------------------
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.string cimport memcpy
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object text, Py_ssize_t* size) except NULL
+
+_SIGNED_KEY = "tidemq.client.remoting.signing.signed_content_digest"
+cdef object _signing = None  # the signing module (it imports this one): taken at first use
+
+
+cdef object _signed_keys(dict ext_fields):
+    """signing._signed_keys: the signed keys in order, from its cache of key orders."""
+    global _signing
+    if _signing is None:
+        import importlib
+        _signing = importlib.import_module("tidemq.client.remoting.signing")
+    order = _signing._KEY_ORDERS.get(tuple(ext_fields))
+    if order is None:
+        order = _signing._signed_keys(ext_fields)
+    return order
+
+
+def signed_content_digest(object key, object ext_fields, object body):
+    """The raw HMAC-SHA1 of a request's signed content: the signed ext values in key order,
+    as UTF-8, concatenated in C, then the body. Ext fields that are not a dict of text (or text
+    that UTF-8 cannot encode) go to the pure twin, which raises as it always does."""
+    cdef Py_ssize_t total = 0
+    cdef Py_ssize_t size
+    cdef Py_ssize_t i, n
+    cdef const char* text
+    cdef char* out
+    cdef object value
+    cdef bytes content
+    if type(ext_fields) is not dict:
+        return _pure(_SIGNED_KEY)(key, ext_fields, body)
+    order = _signed_keys(<dict>ext_fields)
+    n = len(order)
+    values = [None] * n
+    for i in range(n):
+        value = (<dict>ext_fields)[order[i]]
+        if type(value) is not str:
+            return _pure(_SIGNED_KEY)(key, ext_fields, body)
+        try:
+            PyUnicode_AsUTF8AndSize(value, &size)
+        except UnicodeEncodeError:
+            return _pure(_SIGNED_KEY)(key, ext_fields, body)
+        values[i] = value
+        total += size
+    content = PyBytes_FromStringAndSize(NULL, total)
+    out = PyBytes_AS_STRING(content)
+    for i in range(n):
+        text = PyUnicode_AsUTF8AndSize(values[i], &size)
+        memcpy(out, text, size)
+        out += size
+    mac = key.copy()
+    mac.update(content)
+    if body:
+        mac.update(body)
+    return mac.digest()

@@ -479,6 +479,16 @@ class RemotingConnection(asyncio.BaseProtocol):
             await asyncio.wait_for(self._can_write.wait(), timeout)
         self.send(command)
 
+    def oneway_now(self, command: RemotingCommand) -> bool:
+        """`oneway` without a coroutine when the connection takes writes now (open, not
+        paused): True once queued; False, with nothing sent, otherwise (await `oneway`)."""
+        if not self._can_write.is_set() or not self.is_open:
+            return False
+        command.flag |= 2
+        command.opaque = next(self._opaques) & 0x7FFFFFFF
+        self.send(command)
+        return True
+
     def close(self) -> None:
         """Close after writing whatever is queued."""
         self._flush()

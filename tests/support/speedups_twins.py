@@ -12,6 +12,7 @@ SELECTING_MODULES = (
     "tidemq.client.consumer.received",
     "tidemq.client.remoting.frame",
     "tidemq.client.remoting.headers",
+    "tidemq.client.remoting.signing",
     "tidemq.client.spark.records",
     "tidemq.store.fast_scan",
     "tidemq.store.get_message",

@@ -671,3 +671,45 @@ def test_a_send_checked_again_gets_the_same_answer_until_the_rules_change() -> N
         with pytest.raises(AclRefused, match=f"topic:t{i}$"):
             validator.check(PEER, signed(RequestCode.SEND_MESSAGE_V2, {"b": f"t{i}"}))
     validator.check(PEER, signed(RequestCode.SEND_MESSAGE_V2, {"b": "topicB"}))
+
+
+NO_WHITE_LISTS = """\
+accounts:
+  - accessKey: RocketMQ
+    secretKey: 12345678
+    defaultTopicPerm: PUB
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "peer", "reads"),
+    [
+        (NO_WHITE_LISTS, "127.0.0.1:50123", 0),  # no list asks: the address is not read
+        (ACL_YML, "127.0.0.1:50123", 1),  # the global list asks, once
+        (ACL_YML, "10.10.103.7:50123", 1),  # and passes it
+        (ACL_YML.replace("whiteRemoteAddress:\n", "whiteRemoteAddress: 1.2.3.4\n"), "[::1]:9", 1),
+    ],
+)
+def test_the_peer_address_is_read_only_when_a_white_list_asks(
+    text: str, peer: str, reads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tidemq.broker.acl import validator as validator_module
+
+    read: list[str] = []
+
+    def counted(text: str) -> str:
+        read.append(text)
+        return peer_ip(text)
+
+    monkeypatch.setattr(validator_module, "peer_ip", counted)
+    connection = RemotingConnection(None)
+    connection.peer = peer
+    request = signed(RequestCode.SEND_MESSAGE_V2, send_v2("topicB"))
+    expected = refusal(request, peer_ip(peer), text)
+    try:
+        PlainAccessValidator(rules(text)).before_request(connection, request)
+        got = None
+    except RequestRejected as rejected:
+        got = rejected.remark.removeprefix(REMARK_PREFIX)
+    assert got == expected  # what check(ip, ...) answers for the peer's address
+    assert read == [peer] * reads

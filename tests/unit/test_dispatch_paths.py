@@ -2,9 +2,9 @@
 
 The same CommitLog is dispatched twice, once with `ReputService.fast_path` off, and the
 ConsumeQueue and index files must come out byte for byte the same. The messages mix everything
-that leaves the fast path (IPv6 hosts, PREPARED/ROLLBACK/COMMIT transaction bits, delayed
-messages) with what it must handle itself: non-ASCII topics, tags and keys, several keys, a
-property name that appears inside another name, segment roll-overs.
+that leaves the fast path (IPv6 hosts, PREPARED/ROLLBACK transaction bits, delayed messages)
+with what it must handle itself: COMMIT records (a transaction's commit), non-ASCII topics, tags
+and keys, several keys, a property name that appears inside another name, segment roll-overs.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.stores import StoreFactory
+from tidemq.common.speedups import PURE_TWINS
 from tidemq.store import dispatch
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.dispatch import ReputService
+from tidemq.store.fast_scan import scan_fast
 from tidemq.store.layout import (
     FLAG_BORNHOST_V6,
     FLAG_STOREHOST_V6,
@@ -33,6 +35,7 @@ from tidemq.store.record import (
     MessageToStore,
     decode_properties,
     encode_properties,
+    encode_record,
     pack_host,
 )
 from tidemq.store.segment import Segment
@@ -240,3 +243,23 @@ async def test_appended_batches_dispatch_like_the_scan(
             assert any(
                 (t, q, c) == (topic, queue_id, code) and n > offset for t, q, n, c in arrivals
             ), (topic, queue_id, offset, code)
+
+
+@pytest.mark.parametrize(
+    ("sys_flag", "fast"),
+    [
+        (0, True),
+        (TRANSACTION_COMMIT_TYPE, True),  # a commit's record: a unit like any message's
+        (TRANSACTION_PREPARED_TYPE, False),  # no unit
+        (TRANSACTION_ROLLBACK_TYPE, False),  # no unit, not indexed
+        (FLAG_BORNHOST_V6, False),
+    ],
+)
+def test_the_fast_path_takes_committed_records_not_prepared_or_rolled_back_ones(
+    sys_flag: int, fast: bool
+) -> None:
+    born = bytes(20) if sys_flag & FLAG_BORNHOST_V6 else bytes(8)
+    msg = MessageToStore("T", 1, b"body", "TAGS\x01a\x02", 0, sys_flag, 1, born, bytes(8))
+    record = bytes(encode_record(msg, 1024).data)
+    for scan in (PURE_TWINS["tidemq.store.fast_scan.scan_fast"], scan_fast):
+        assert (scan(record, 0, len(record)) is not None) is fast

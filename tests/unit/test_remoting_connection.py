@@ -449,6 +449,23 @@ async def test_a_oneway_request_waits_for_a_paused_connection_no_longer_than_its
     assert sent.is_oneway
 
 
+async def test_a_oneway_request_goes_now_only_on_a_connection_that_takes_writes() -> None:
+    connection, transport = connect()
+    connection.pause_writing()
+    paused = RemotingCommand.request(5)
+    assert not connection.oneway_now(paused)
+    assert not paused.is_oneway  # untouched: the caller awaits oneway with it
+    connection.resume_writing()
+    first, second = RemotingCommand.request(5), RemotingCommand.request(6)
+    assert connection.oneway_now(first) and connection.oneway_now(second)
+    await eventually(lambda: transport.writes, "the oneway requests on the wire")
+    sent = commands_in(b"".join(transport.writes))
+    assert [(c.code, c.is_oneway) for c in sent] == [(5, True), (6, True)]
+    assert sent[0].opaque != sent[1].opaque
+    connection.close()
+    assert not connection.oneway_now(RemotingCommand.request(7))
+
+
 async def test_requests_ask_for_the_running_loop_once_per_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

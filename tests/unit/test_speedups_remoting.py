@@ -1,6 +1,8 @@
 """The remoting codec's compiled twins against their pure references.
 
 The twins are in client/remoting/_codec.pyx and client/protocol/_headers.pyx.
+`signed_content_digest` (the HMAC of a signed request's content) must give the same digest, or
+the same error, for ext fields and bodies as clients send them and for odd ones.
 
 `_command_from_mapping` turns a decoded JSON or msgpack header into a RemotingCommand, and
 `decode_send_header` a send's extFields into its SendMessageRequestHeader. Both twins must give
@@ -11,6 +13,9 @@ message, on headers as clients send them and on damaged ones.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
+import types
 from typing import Any
 
 import pytest
@@ -27,6 +32,7 @@ from tidemq.client.protocol.headers import (
 )
 from tidemq.client.remoting import _codec, headers
 from tidemq.client.remoting.codes import SerializeType
+from tidemq.client.remoting.signing import signing_key
 from tidemq.common import speedups
 
 KEY = "tidemq.client.remoting.headers._command_from_mapping"
@@ -277,3 +283,47 @@ def test_send_ext_fields_of_odd_values_are_the_same(values: list[Any]) -> None:
     assert ext_outcome(_headers.send_v2_ext_fields, tuple(values)) == ext_outcome(
         EXT_PURE, tuple(values)
     )
+
+
+# --- the signed content's HMAC (client/remoting/signing.py) --------------------------------
+
+DIGEST_KEY = "tidemq.client.remoting.signing.signed_content_digest"
+DIGEST_PURE = speedups.PURE_TWINS[DIGEST_KEY]
+SIGNED_KEYS = st.sampled_from(["a", "b", "AccessKey", "Signature", "_UNIQUE_KEY_QUERY", "é", "Z"])
+SIGNED_TEXT = st.text(max_size=12) | st.sampled_from(["\ud800", "x\udfff", "é" * 40, ""])
+BODIES = st.binary(max_size=64) | st.binary(max_size=8).map(bytearray) | st.just(b"")
+
+
+def digest_outcome(twin: Any, ext: Any, body: Any) -> Any:
+    key = signing_key("secret")
+    try:
+        return twin(key, ext, body)
+    except Exception as exc:
+        return (type(exc), str(exc))
+
+
+def test_the_compiled_signed_content_digest_is_selected() -> None:
+    assert selected(DIGEST_KEY) is _codec.signed_content_digest
+    assert DIGEST_PURE is not _codec.signed_content_digest
+
+
+@given(st.dictionaries(SIGNED_KEYS | st.text(max_size=4), SIGNED_TEXT, max_size=8), BODIES)
+def test_signed_content_digests_are_the_same(ext: dict[str, str], body: bytes) -> None:
+    expected = digest_outcome(DIGEST_PURE, ext, body)
+    assert digest_outcome(_codec.signed_content_digest, ext, body) == expected
+    if not isinstance(expected, tuple):  # the HMAC of the values in key order, then the body
+        signed = sorted(k for k in ext if k not in ("Signature", "_UNIQUE_KEY_QUERY"))
+        content = "".join(ext[k] for k in signed).encode() + bytes(body)
+        assert expected == hmac.new(b"secret", content, hashlib.sha1).digest()
+
+
+@given(
+    st.dictionaries(SIGNED_KEYS, SIGNED_TEXT | st.integers() | st.none(), max_size=4)
+    | st.lists(st.tuples(SIGNED_KEYS, SIGNED_TEXT), max_size=3).map(
+        lambda pairs: types.MappingProxyType(dict(pairs))
+    ),
+    BODIES | st.just(memoryview(b"view")),
+)
+def test_odd_ext_fields_give_the_same_digest_or_error(ext: Any, body: Any) -> None:
+    expected = digest_outcome(DIGEST_PURE, ext, body)
+    assert digest_outcome(_codec.signed_content_digest, ext, body) == expected

@@ -37,10 +37,28 @@ from tidemq.store.record import (
 )
 
 
+class _Connection:
+    """An open connection that takes writes now (`writable`) or is paused."""
+
+    def __init__(self, writable: bool) -> None:
+        self.writable = writable
+        self.sent: list[RemotingCommand] = []
+
+    def oneway_now(self, command: RemotingCommand) -> bool:
+        if self.writable:
+            command.flag |= 2
+            self.sent.append(command)
+        return self.writable
+
+
 class _Remoting:
-    def __init__(self, error: BaseException | None) -> None:
+    def __init__(self, error: BaseException | None, connection: _Connection | None = None) -> None:
         self.error = error
+        self.connection = connection
         self.oneway: list[tuple[str, RemotingCommand]] = []
+
+    def ready_connection(self, address: str) -> _Connection | None:
+        return self.connection
 
     async def invoke_oneway(
         self, address: str, request: RemotingCommand, timeout: float | None = None
@@ -72,14 +90,16 @@ class _Instance:
         return f"{broker_name}:10911"
 
 
-def _producer(error: BaseException | None = None) -> tuple[AsyncTransactionProducer, _Remoting]:
+def _producer(
+    error: BaseException | None = None, connection: _Connection | None = None
+) -> tuple[AsyncTransactionProducer, _Remoting]:
     producer = AsyncTransactionProducer(
         "PG-end",
         "127.0.0.1:1",
         execute=lambda msg, arg: LocalTransactionState.COMMIT,
         check=lambda msg: LocalTransactionState.COMMIT,
     )
-    remoting = _Remoting(error)
+    remoting = _Remoting(error, connection)
     producer._instance = _Instance(remoting)  # type: ignore[assignment]
     return producer, remoting
 
@@ -106,6 +126,22 @@ async def test_end_transaction_goes_oneway_with_the_half_message_offsets(
     assert (header.commit_log_offset, header.tran_state_table_offset) == (4096, 7)
     assert (header.commit_or_rollback, header.producer_group) == (state.value, "PG-end")
     assert not header.from_transaction_check
+
+
+@pytest.mark.parametrize("writable", [True, False])
+async def test_end_transaction_goes_on_an_open_connection_without_a_coroutine(
+    writable: bool,
+) -> None:
+    connection = _Connection(writable)
+    producer, remoting = _producer(connection=connection)
+    await producer._end(_half(), LocalTransactionState.COMMIT)
+    # a paused connection: the request waits in invoke_oneway, as before
+    sent = connection.sent if writable else [request for _address, request in remoting.oneway]
+    (request,) = sent
+    assert request.code == RequestCode.END_TRANSACTION
+    header = decode(EndTransactionRequestHeader, request.ext_fields)
+    assert (header.commit_log_offset, header.tran_state_table_offset) == (4096, 7)
+    assert len(connection.sent) + len(remoting.oneway) == 1
 
 
 async def test_an_unknown_state_sends_nothing() -> None:

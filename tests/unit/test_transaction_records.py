@@ -1,0 +1,341 @@
+"""END_TRANSACTION's records built from bytes against the decode / re-encode they replace.
+
+`read_half` reads a record where it lies: it refuses exactly what `decode_record` refuses and
+reads the same fields. `commit_record` builds the committed message's record from the half
+record's bytes: the same bytes (and the same refusals) as `encode_record(committed_message(
+decode_record(half)))`, the path END took before. `op_record` is `encode_record(op_message)`.
+Then the store side: `MessageStore.put_encoded` appends a commit and its op message together, and
+an END stores them so; a commit whose properties ask for a delay still goes through the store's
+parking (`put_message`).
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.support.stores import StoreFactory
+from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
+from tidemq.broker.transaction.messages import (
+    HALF_TOPIC,
+    OP_TOPIC,
+    commit_record,
+    committed_message,
+    op_message,
+    op_record,
+    park_half,
+    read_half,
+)
+from tidemq.broker.transaction.service import TransactionalMessageService
+from tidemq.client.protocol.headers import EndTransactionRequestHeader
+from tidemq.client.remoting.codes import ResponseCode
+from tidemq.store.delay import SCHEDULE_TOPIC
+from tidemq.store.layout import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
+from tidemq.store.record import (
+    EncodedRecord,
+    MessageToStore,
+    RecordFormatError,
+    check_record,
+    decode_properties,
+    decode_record,
+    encode_properties,
+    encode_record,
+    pack_record,
+    stamp_record,
+)
+
+HOST4 = b"\x7f\x00\x00\x01\x00\x00\x27\x10"
+HOST6 = bytes(range(16)) + b"\x00\x00\x27\x11"
+MAX_MESSAGE_SIZE = 512
+
+# Property names that matter to END and to the commit, and others.
+NAMES = st.sampled_from(
+    [
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TRAN_MSG",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "PGROUP",
+        "WAIT",
+        "DELAY",
+        "TIMER_DELIVER_MS",
+        "UNIQ_KEY",
+        "KEYS",
+        "TAGS",
+    ]
+) | st.text(max_size=6)
+VALUES = st.sampled_from(
+    ["T", "", "3", "-1", "²", "99999999999", "true", "false", "x" * 140]
+) | st.text(max_size=8)
+# Property text as a client could send it: pairs, items without or with two separators, names
+# given twice.
+PROPERTY_TEXT = st.lists(
+    st.tuples(NAMES, VALUES).map(lambda pair: f"{pair[0]}\x01{pair[1]}\x02")
+    | st.text(alphabet="ab\x01\x02", max_size=5),
+    max_size=8,
+).map("".join)
+
+
+@st.composite
+def half_records(draw: st.DrawFn) -> bytes:
+    """The bytes of a half message's record as the broker stores it (park_half, then the
+    store's encoding), some properties as a client sent them."""
+    born_host = draw(st.sampled_from([HOST4, HOST6]))
+    store_host = draw(st.sampled_from([HOST4, HOST6]))
+    msg = MessageToStore(
+        draw(st.sampled_from(["T", "Tö", "t" * 127])),
+        draw(st.integers(0, 7)),
+        draw(st.binary(max_size=MAX_MESSAGE_SIZE + 8)),
+        draw(PROPERTY_TEXT),
+        draw(st.integers(-(2**31), 2**31 - 1)),
+        draw(st.sampled_from([0, 1, 2, 3]))
+        | draw(st.sampled_from([0, TRANSACTION_PREPARED_TYPE, TRANSACTION_COMMIT_TYPE])),
+        draw(st.integers(0, 2**45)),
+        born_host,
+        store_host,
+        draw(st.integers(0, 16)),
+    )
+    if draw(st.booleans()):
+        park_half(msg)  # REAL_TOPIC and REAL_QID as the broker writes them
+    shape = check_record(msg, 1 << 20)
+    return pack_record(
+        msg, shape, draw(st.integers(0, 2**40)), draw(st.integers(0, 2**50)), 1_700_000_000_000
+    )
+
+
+def damaged(record: bytes, data: st.DataObject) -> bytes:
+    """The record, or a copy cut short or with one byte changed."""
+    how = data.draw(st.sampled_from(["whole", "cut", "byte"]))
+    if how == "cut":
+        return record[: data.draw(st.integers(0, len(record)))]
+    if how == "byte" and record:
+        at = data.draw(st.integers(0, len(record) - 1))
+        return record[:at] + bytes((data.draw(st.integers(0, 255)),)) + record[at + 1 :]
+    return record
+
+
+def outcome(make: Any, *args: Any) -> Any:
+    try:
+        return make(*args)
+    except struct.error as exc:
+        return ("struct.error", type(exc))  # the message names the format, not the value
+    except (ValueError, OverflowError) as exc:
+        return (type(exc), str(exc))
+
+
+def old_commit(record: bytes) -> Any:
+    """What END stored before: the half decoded, the commit made and encoded again."""
+    msg = committed_message(decode_record(record, check_crc=False))
+    if msg is None:
+        return None
+    return encode_record(msg, MAX_MESSAGE_SIZE)
+
+
+def new_commit(record: bytes) -> EncodedRecord | None:
+    half = read_half(memoryview(record))
+    assert half is not None
+    return commit_record(half, MAX_MESSAGE_SIZE)
+
+
+@given(half_records(), st.data())
+def test_a_half_record_is_read_as_decode_record_reads_it(
+    record: bytes, data: st.DataObject
+) -> None:
+    record = damaged(record, data)
+    half = read_half(memoryview(record))
+    try:
+        decoded = decode_record(record, check_crc=False)
+    except RecordFormatError:
+        assert half is None
+        return
+    assert half is not None
+    assert (half.queue_offset, half.physical_offset, half.sys_flag) == (
+        decoded.queue_offset,
+        decoded.physical_offset,
+        decoded.sys_flag,
+    )
+    assert half.topic.decode("utf-8", "replace") == decoded.topic
+    assert half.properties == decoded.properties
+    assert bytes(half.view[half.body_at : half.body_end]) == decoded.body
+
+
+@given(half_records())
+def test_a_commit_built_from_the_half_records_bytes_is_the_one_re_encoded(record: bytes) -> None:
+    new = outcome(new_commit, record)
+    old = outcome(old_commit, record)
+    if new is None and old is not None and not isinstance(old, tuple):
+        # Left to the store's parking: a delay or a timer in the commit's properties.
+        text = old.data.decode("utf-8", "replace")
+        assert "DELAY\x01" in text or "TIMER_DEL" in text
+        return
+    for made in (new, old):
+        if isinstance(made, EncodedRecord):  # the append-time fields, as an append fills them
+            stamp_record(made.data, 0, made.store_ts_at, 5, 1234, 1_700_000_000_999)
+    assert new == old
+
+
+@given(st.integers(0, 2**62), st.sampled_from([HOST4, HOST6]), st.integers(0, 2**45))
+def test_an_op_record_is_the_op_message_encoded(offset: int, host: bytes, now: int) -> None:
+    expected = encode_record(op_message(offset, host, now), 1 << 20)
+    assert op_record(offset, host, now) == expected
+
+
+# --- the store side -------------------------------------------------------------------------
+
+STORES = StoreFactory(message_index_enable=False, physical_memory_bytes=1 << 50)
+
+
+def service_on(tmp_path: Path) -> TransactionalMessageService:
+    store = STORES.open(tmp_path / "store")
+    offsets = ConsumerOffsetManager(tmp_path / "config")
+    return TransactionalMessageService(store, offsets, lambda: HOST4)
+
+
+async def prepare(service: TransactionalMessageService, props: dict[str, str]) -> tuple[int, int]:
+    """(physical offset, queue offset) of a new half message with `props`."""
+    msg = MessageToStore(
+        "T",
+        2,
+        b"body",
+        encode_properties({"TRAN_MSG": "true", "PGROUP": "PG", **props}),
+        sys_flag=TRANSACTION_PREPARED_TYPE,
+        born_host=HOST4,
+        store_host=HOST4,
+    )
+    park_half(msg)
+    result = await service.store.put_message(msg, service.on_prepared)
+    assert result.append is not None
+    return result.append.wrote_offset, result.append.queue_offset
+
+
+def units(service: TransactionalMessageService, topic: str, queue_id: int) -> list[Any]:
+    store = service.store
+    store.reput.dispatch_available(1 << 62)
+    queue = store.find_consume_queue(topic, queue_id)
+    if queue is None:
+        return []
+    return queue.units(queue.min_offset, 100) or []
+
+
+async def test_records_put_together_are_one_append_each_in_its_queue(tmp_path: Path) -> None:
+    service = service_on(tmp_path)
+    store = service.store
+    before = store.max_phy_offset
+    first = op_record(7, HOST4)
+    second = op_record(8, HOST4)
+    result = await store.put_encoded([first, second], HOST4)
+    assert result.ok and result.append is not None
+    append = result.append
+    assert append.wrote_offset == before
+    assert append.wrote_bytes == len(first.data) + len(second.data)
+    assert append.queue_offsets == [0, 1]
+    assert len(append.msg_ids) == 2
+    found = [u.physical_offset for u in units(service, OP_TOPIC, 0)]
+    assert found == [before, before + len(first.data)]
+    ops = [store.look_message_by_offset(phy) for phy in found]
+    assert [op.body if op else None for op in ops] == [b"7", b"8"]
+    assert all(op is not None and op.store_timestamp == append.store_timestamp for op in ops)
+
+
+async def test_a_refused_put_stores_none_of_the_records(tmp_path: Path) -> None:
+    service = service_on(tmp_path)
+    store = service.store
+    before = store.max_phy_offset
+    store.in_sync_replicas, store.min_in_sync_replicas = 1, 2  # refuses every write
+    result = await store.put_encoded([op_record(1, HOST4), op_record(2, HOST4)], HOST4)
+    assert not result.ok
+    assert store.max_phy_offset == before
+
+
+async def test_a_commit_and_its_op_message_are_stored_back_to_back(tmp_path: Path) -> None:
+    service = service_on(tmp_path)
+    phy, queue_offset = await prepare(service, {"KEYS": "k"})
+    store_end = service.store.max_phy_offset
+    header = EndTransactionRequestHeader("PG", queue_offset, phy, TRANSACTION_COMMIT_TYPE, "x")
+    outcome = await service.end(header)
+    assert outcome.code == ResponseCode.SUCCESS
+    (commit_unit,) = units(service, "T", 2)
+    (op_unit,) = units(service, OP_TOPIC, 0)
+    assert commit_unit.physical_offset == store_end
+    assert op_unit.physical_offset == store_end + commit_unit.size
+    commit = service.store.look_message_by_offset(commit_unit.physical_offset)
+    assert commit is not None
+    assert commit.sys_flag & 0xC == TRANSACTION_COMMIT_TYPE
+    assert commit.prepared_transaction_offset == phy
+    assert commit.properties == {"PGROUP": "PG", "KEYS": "k", "WAIT": "false"}
+    assert service.committed == 1
+
+
+async def test_a_commit_with_a_delay_level_is_parked_by_the_store(tmp_path: Path) -> None:
+    service = service_on(tmp_path)
+    # A half message with a delay level as it lies in the half queue (put_message would have
+    # parked the half message itself in the schedule topic, as RocketMQ's putMessage does).
+    msg = MessageToStore(
+        "T",
+        2,
+        b"body",
+        encode_properties({"TRAN_MSG": "true", "PGROUP": "PG", "DELAY": "2"}),
+        born_host=HOST4,
+        store_host=HOST4,
+    )
+    park_half(msg)
+    put = await service.store.put_encoded([encode_record(msg, 1024)], HOST4)
+    assert put.append is not None
+    service.on_prepared(put.append)
+    phy, queue_offset = put.append.wrote_offset, put.append.queue_offset
+    header = EndTransactionRequestHeader("PG", queue_offset, phy, TRANSACTION_COMMIT_TYPE, "x")
+    outcome = await service.end(header)
+    assert outcome.code == ResponseCode.SUCCESS
+    assert units(service, "T", 2) == []  # not yet: it waits in the schedule topic
+    assert len(units(service, SCHEDULE_TOPIC, 1)) == 1  # delay level 2: queue 1
+    (op_unit,) = units(service, OP_TOPIC, 0)
+    op = service.store.look_message_by_offset(op_unit.physical_offset)
+    assert op is not None and op.body == str(queue_offset).encode()
+
+
+async def test_a_rollback_stores_the_op_message_alone(tmp_path: Path) -> None:
+    service = service_on(tmp_path)
+    phy, queue_offset = await prepare(service, {})
+    header = EndTransactionRequestHeader("PG", queue_offset, phy, TRANSACTION_ROLLBACK_TYPE, "x")
+    assert (await service.end(header)).code == ResponseCode.SUCCESS
+    assert units(service, "T", 2) == []
+    assert len(units(service, OP_TOPIC, 0)) == 1
+    assert (service.committed, service.rolled_back) == (0, 1)
+    assert units(service, HALF_TOPIC, 0)[0].physical_offset == phy
+
+
+@given(PROPERTY_TEXT, st.sampled_from(["T", "Tö", "%RETRY%g"]), st.integers(0, 2**31 - 1))
+def test_a_half_message_has_the_properties_of_a_decode_and_re_encode(
+    text: str, topic: str, queue_id: int
+) -> None:
+    msg = MessageToStore(topic, queue_id, b"", text, sys_flag=TRANSACTION_PREPARED_TYPE)
+    park_half(msg)
+    expected = decode_properties(text)
+    expected["REAL_TOPIC"] = topic
+    expected["REAL_QID"] = str(queue_id)
+    assert msg.properties == encode_properties(expected)
+    assert (msg.topic, msg.queue_id, msg.sys_flag) == (HALF_TOPIC, 0, 0)
+
+
+async def test_a_record_is_read_where_it_starts_and_nowhere_else(tmp_path: Path) -> None:
+    service = service_on(tmp_path)
+    commitlog = service.store.commitlog
+    phy, _queue_offset = await prepare(service, {})
+    end = service.store.max_phy_offset
+    view = commitlog.record_at(phy, 1 << 20)
+    assert view is not None and len(view) == end - phy
+    decoded = decode_record(view)
+    assert decoded.topic == HALF_TOPIC and decoded.physical_offset == phy
+    assert commitlog.record_at(phy, len(view) - 1) is None  # bigger than asked for
+    assert phy == 0
+    assert commitlog.record_at(-1, 1 << 20) is None  # before the log
+    assert commitlog.record_at(end, 1 << 20) is None  # nothing readable there yet
+    assert commitlog.record_at(phy + 4, 1 << 20) is None  # the magic is no size
