@@ -62,4 +62,5 @@ def test_append_result_fields_keep_their_order() -> None:
         "msg_num",
         "remark",
         "msg_ids",
+        "queue_offsets",
     ]
