@@ -39,6 +39,7 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigChanged, TopicConfigManager
 from tidemq.broker.metrics import BrokerCollector, MetricsServer, registry_for
 from tidemq.broker.name_gate import NameGate
+from tidemq.broker.offset_log import OffsetLog
 from tidemq.broker.pop.service import PopService
 from tidemq.broker.processors import handlers
 from tidemq.broker.processors.admin import AdminProcessor
@@ -257,6 +258,11 @@ class Broker(Service):
         self.register_result_listeners: list[Callable[[RegisterBrokerResult], None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self.proxy_config = proxy_config
+        # Controller mode: consumer offsets committed through the CommitLog, so that an
+        # acknowledged commit survives a failover (broker/offset_log.py).
+        self.offset_log: OffsetLog | None = None
+        if self.controller_config.enable_controller_mode:
+            self.offset_log = OffsetLog(self.store, self.offsets, lambda: self.store_host)
         self._register_processors()
         # RocketMQ 5's gRPC endpoint (broker/proxy): brokerd passes its keys; a Broker made
         # without them (tests, embedding) serves remoting only.
@@ -470,6 +476,7 @@ class Broker(Service):
         ops.timer_info = self._timer_info
         if self.controller is not None:
             table[RequestCode.CONTROLLER_ELECT_MASTER] = self._elect_master
+        pull.offset_log = consumer.offset_log = self.offset_log
         for code, processor in table.items():
             self.server.register(code, processor)
         self.server.on_connection_closed.append(self._on_connection_closed)
@@ -670,6 +677,10 @@ class Broker(Service):
         if self.store.role is not BrokerRole.SLAVE:
             # a slave's offsets come from its master, whose queues may be ahead of its own
             self.offsets.correct_past_end(self.store.max_offset_in_queue)
+        if self.offset_log is not None:
+            # The commits of records past the persisted applied position (a restart).
+            self.offset_log.apply_available()
+            self.store.add_arrival_listener(self.offset_log.on_arrival)
         await self.start_child(Step(stop=self.namesrv_client.close))
         await self.start_child(self.store)
         queue = self.store.find_consume_queue(TIMER_TOPIC, 0)
@@ -896,6 +907,9 @@ class Broker(Service):
     async def promote(self, epoch: int) -> None:
         """Elected: the store takes writes, the HA port opens, the slave's parts stop, and the
         broker registers as its group's master (brokerId 0) with its epoch, at once."""
+        if self.offset_log is not None:
+            # Every commit its log holds, before it answers a query as master.
+            self.offset_log.apply_available()
         self.store.take_role(self.elected_role)
         if self.slave_sync is not None:
             await self.slave_sync.stop()
