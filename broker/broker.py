@@ -146,6 +146,7 @@ class Broker(Service):
         self.remoting = remoting or RemotingConfig()
         self.ha_config = ha_config or HAConfig()
         self.store = MessageStore(store_config)
+        self.store.serve_confirmed_only = self.controller_config.enable_controller_mode
         self.timers = TimerStore(store_config)
         self.timer_metrics = TimerMetrics(store_config.root / "config" / "timermetrics")
         # Timer messages (broker/timer.py): a master's delivers, a slave's fills the wheel only.
@@ -890,6 +891,9 @@ class Broker(Service):
             await self.ha_client.stop()
             if cut is not None:
                 self.store.truncate_for_resync(cut)
+            if self.store.serve_confirmed_only:
+                # A candidate that lost dispatched its whole log: back to what was confirmed.
+                self.store.withdraw_unconfirmed(self.ha_client.confirmed_offset)
             self.ha_client.update_master_address(master_ha_addr)
             await self.ha_client.start()
         if self.slave_sync is not None:
@@ -902,6 +906,8 @@ class Broker(Service):
 
     async def resume_replication(self) -> None:
         if self.ha_client is not None:
+            if self.store.serve_confirmed_only:
+                self.store.withdraw_unconfirmed(self.ha_client.confirmed_offset)
             await self.ha_client.start()
 
     async def promote(self, epoch: int) -> None:
@@ -933,6 +939,7 @@ class Broker(Service):
         the broker registers under its own brokerId again and a replication client waits for
         the master to follow."""
         self.store.lease_deadline = 0.0
+        self.store.checkpoint.note_confirmed()  # its own confirmed offset, for the slave's cap
         for part in (
             self.schedule,
             self.timer,

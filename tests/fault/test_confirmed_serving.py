@@ -1,0 +1,113 @@
+"""A controller-mode slave serves only what its group confirmed, also right after a restart
+(issue 32), on real processes: etcd, namesrvd and three brokerd of one group (SYNC_MASTER,
+allAckInSyncStateSet).
+
+The slave's confirmed offset is kept in its store's checkpoint (confirmPhyOffset, as RocketMQ
+5 keeps it) and its load serves no further: restarted while it cannot reach its master (its HA
+connection goes through a fault proxy, partitioned), it does not serve a message it holds that
+the third member lacks, until the master confirms it. Before, its load dispatched its whole
+CommitLog and served that message, which an election of the third member would have cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from tests.support.conditions import eventually
+from tests.support.etcd import EtcdCluster
+from tests.support.failover import start_member, wait_master, wait_sync_state_set
+from tests.support.fault_proxy import FaultProxy
+from tests.support.ha_brokers import ha_status
+from tests.support.ha_processes import as_int, body_of, id_of
+from tests.support.processes import Daemon, ProcessGroup, free_port
+from tests.support.wire import pull_header, send_header
+from tidemq.client.api import BrokerAPI, PullStatus, SendStatus
+from tidemq.client.errors import TideMQError
+
+TOPIC: Final = "ConfirmedTopic"
+STAYS: Final = "haMaxTimeSlaveNotCatchup=120000"  # a member that is down stays in the set
+
+
+@pytest.fixture
+def proxies() -> Iterator[list[FaultProxy]]:
+    made: list[FaultProxy] = []
+    try:
+        yield made
+    finally:
+        for proxy in made:
+            proxy.stop()
+
+
+async def served(api: BrokerAPI, broker: Daemon, offset: int) -> int | None:
+    """The body number `broker` serves at queue 0 `offset`, None when it serves none there."""
+    found = await api.pull(broker.address, pull_header(TOPIC, 0, offset))
+    return id_of(found.messages[0].body) if found.status is PullStatus.FOUND else None
+
+
+async def serves(api: BrokerAPI, broker: Daemon, offset: int, number: int) -> bool:
+    return await served(api, broker, offset) == number
+
+
+async def test_a_restarted_slave_serves_no_unconfirmed_tail_before_its_handshake(
+    tmp_path: Path,
+    processes: ProcessGroup,
+    namesrv: Daemon,
+    etcd: EtcdCluster,
+    api: BrokerAPI,
+    proxies: list[FaultProxy],
+) -> None:
+    ha_port = free_port()
+    master = start_member(
+        processes, namesrv, etcd.endpoints, tmp_path, 1, STAYS, f"haListenPort={ha_port}"
+    )
+    assert await wait_master(api, [master], 30) is master
+    proxy = FaultProxy("127.0.0.1", ha_port, seed=0).start()
+    proxies.append(proxy)
+    via_proxy = f"haMasterAddress={proxy.address}"
+    follower = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2, STAYS, via_proxy)
+    lacking = start_member(processes, namesrv, etcd.endpoints, tmp_path, 3, STAYS)
+    await wait_sync_state_set(api, master, [1, 2, 3])
+    first = await api.send(master.address, send_header(TOPIC, 0), body_of(0, 100))
+    assert first.status is SendStatus.SEND_OK
+    await eventually(lambda: serves(api, follower, 0, 0), "the first message on the follower", 30)
+    stored = as_int((await ha_status(api, master.address))["masterCommitLogMaxOffset"])
+    lacking.kill()
+    pending = asyncio.create_task(
+        api.send(master.address, send_header(TOPIC, 0), body_of(1, 100), timeout=60)
+    )
+    try:
+
+        async def replicated() -> bool:
+            info = await ha_status(api, follower.address)
+            return as_int(info["maxOffset"]) > stored and as_int(info["dispatchBehindBytes"]) == 0
+
+        await eventually(replicated, "the second message on the follower, dispatch done", 15)
+        assert await served(api, follower, 1) is None
+
+        # Restarted, its master out of reach: what it holds past the confirmed offset stays
+        # unserved; what was confirmed is served.
+        proxy.partition()
+        follower.stop()
+        follower = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2, STAYS, via_proxy)
+        info = await ha_status(api, follower.address)
+        assert as_int(info["maxOffset"]) > stored  # it holds the second message
+        assert info["confirmedOffset"] == stored, info
+        assert await served(api, follower, 0) == 0
+        assert await served(api, follower, 1) is None, "served a tail the group never confirmed"
+        assert await api.get_max_offset(follower.address, TOPIC, 0) == 1
+
+        # Reconnected: still unconfirmed while the third member lacks it; served once it has it.
+        proxy.heal()
+        lacking = start_member(processes, namesrv, etcd.endpoints, tmp_path, 3, STAYS)
+        await eventually(
+            lambda: serves(api, follower, 1, 1), "the second message served once confirmed", 60
+        )
+    finally:
+        with contextlib.suppress(TideMQError):
+            await pending
