@@ -794,6 +794,14 @@ class MessageStore(Service):
             return -1
         return self.message_store_timestamp(topic, queue_id, queue.min_offset)
 
+    @property
+    def served_end(self) -> int:
+        """Where what readers may see by physical offset ends: the dispatch cap when one is set
+        (controller mode: the offset the group confirmed; haReadReplicatedOnly: what the slave
+        has), else the CommitLog's end. Reads through the ConsumeQueues (pull, pop) and the
+        index (by key) end there already, being made by dispatch."""
+        return self.reput.limit()
+
     def look_message_by_offset(self, physical_offset: int, size: int = -1) -> StoredMessage | None:
         if size < 0:
             head = self.commitlog.get_record(physical_offset, 4)

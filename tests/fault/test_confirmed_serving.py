@@ -7,6 +7,8 @@ The slave's confirmed offset is kept in its store's checkpoint (confirmPhyOffset
 connection goes through a fault proxy, partitioned), it does not serve a message it holds that
 the third member lacks, until the master confirms it. Before, its load dispatched its whole
 CommitLog and served that message, which an election of the third member would have cut.
+Reads by message id (VIEW_MESSAGE_BY_ID, a physical offset) end at the confirmed offset too,
+before and after the restart (before, a slave answered any record its CommitLog held).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from tests.support.ha_processes import as_int, body_of, id_of
 from tests.support.processes import Daemon, ProcessGroup, free_port
 from tests.support.wire import pull_header, send_header
 from tidemq.client.api import BrokerAPI, PullStatus, SendStatus
-from tidemq.client.errors import TideMQError
+from tidemq.client.errors import TideMQError, TopicNotExistError
 
 TOPIC: Final = "ConfirmedTopic"
 STAYS: Final = "haMaxTimeSlaveNotCatchup=120000"  # a member that is down stays in the set
@@ -46,12 +48,21 @@ def proxies() -> Iterator[list[FaultProxy]]:
 
 async def served(api: BrokerAPI, broker: Daemon, offset: int) -> int | None:
     """The body number `broker` serves at queue 0 `offset`, None when it serves none there."""
-    found = await api.pull(broker.address, pull_header(TOPIC, 0, offset))
+    try:
+        found = await api.pull(broker.address, pull_header(TOPIC, 0, offset))
+    except TopicNotExistError:  # a slave before its first copy of the master's topics
+        return None
     return id_of(found.messages[0].body) if found.status is PullStatus.FOUND else None
 
 
 async def serves(api: BrokerAPI, broker: Daemon, offset: int, number: int) -> bool:
     return await served(api, broker, offset) == number
+
+
+async def not_viewable(api: BrokerAPI, broker: Daemon, physical_offset: int) -> None:
+    """VIEW_MESSAGE_BY_ID at `physical_offset` finds nothing on `broker`."""
+    with pytest.raises(TideMQError, match="can not find message by the offset"):
+        await api.view_message(broker.address, physical_offset)
 
 
 async def test_a_restarted_slave_serves_no_unconfirmed_tail_before_its_handshake(
@@ -89,6 +100,8 @@ async def test_a_restarted_slave_serves_no_unconfirmed_tail_before_its_handshake
 
         await eventually(replicated, "the second message on the follower, dispatch done", 15)
         assert await served(api, follower, 1) is None
+        await not_viewable(api, follower, stored)  # by its message id (physical offset)
+        assert id_of((await api.view_message(follower.address, 0)).body) == 0
 
         # Restarted, its master out of reach: what it holds past the confirmed offset stays
         # unserved; what was confirmed is served.
@@ -101,6 +114,7 @@ async def test_a_restarted_slave_serves_no_unconfirmed_tail_before_its_handshake
         assert await served(api, follower, 0) == 0
         assert await served(api, follower, 1) is None, "served a tail the group never confirmed"
         assert await api.get_max_offset(follower.address, TOPIC, 0) == 1
+        await not_viewable(api, follower, stored)
 
         # Reconnected: still unconfirmed while the third member lacks it; served once it has it.
         proxy.heal()
@@ -108,6 +122,7 @@ async def test_a_restarted_slave_serves_no_unconfirmed_tail_before_its_handshake
         await eventually(
             lambda: serves(api, follower, 1, 1), "the second message served once confirmed", 60
         )
+        assert id_of((await api.view_message(follower.address, stored)).body) == 1
     finally:
         with contextlib.suppress(TideMQError):
             await pending

@@ -1,7 +1,8 @@
 """Controller mode's confirmed offset in the store: kept in the checkpoint (RocketMQ 5's
 confirmPhyOffset at [32:40)), a load serves no further (`serve_confirmed_only`), and
 `withdraw_unconfirmed` takes back what dispatch made readable past it (a candidate that lost
-its election), until a cap set later lets dispatch through again."""
+its election), until a cap set later lets dispatch through again; a message by id (physical
+offset) past it is not found."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import struct
 from pathlib import Path
 
 from tests.support.stores import StoreFactory
+from tidemq.broker.processors.query import QueryProcessor
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.config import BrokerRole
 from tidemq.store.message_store import MessageStore
@@ -99,5 +103,28 @@ async def test_withdrawn_units_come_back_when_confirmed(tmp_path: Path) -> None:
         store.reput.dispatch_available(1 << 62)
         assert store.max_offset_in_queue("T", 0) == 3
         assert store.get_message("", "T", 0, 2, 8).message_count == 1
+    finally:
+        await store.stop()
+
+
+async def test_a_message_by_id_past_the_confirmed_offset_is_not_found(tmp_path: Path) -> None:
+    store = STORES.open(tmp_path / "store")
+    try:
+        ends = await put_three(store)
+        query = QueryProcessor(store)
+
+        async def view(physical_offset: int) -> RemotingCommand:
+            request = RemotingCommand.request(
+                RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(physical_offset)}
+            )
+            return await query.view_by_id(None, request)  # type: ignore[arg-type]
+
+        assert (await view(ends[1])).code == ResponseCode.SUCCESS  # no cap: the whole log
+        store.withdraw_unconfirmed(ends[1])  # the third record is past the confirmed offset
+        assert store.served_end == ends[1]
+        assert (await view(ends[0])).code == ResponseCode.SUCCESS
+        refused = await view(ends[1])
+        assert refused.code == ResponseCode.SYSTEM_ERROR
+        assert refused.remark == f"can not find message by the offset, {ends[1]}"
     finally:
         await store.stop()
