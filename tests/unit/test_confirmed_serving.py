@@ -128,3 +128,23 @@ async def test_a_message_by_id_past_the_confirmed_offset_is_not_found(tmp_path: 
         assert refused.remark == f"can not find message by the offset, {ends[1]}"
     finally:
         await store.stop()
+
+
+async def test_a_candidate_that_lost_goes_back_to_its_confirmed_offset(tmp_path: Path) -> None:
+    """Standing for election lifts the cap and dispatches the whole log (the candidate's log
+    would be the group's); having lost, the slave withdraws to what was confirmed before
+    (Broker.switch_master / resume_replication), until its new master confirms more."""
+    store = STORES.open(tmp_path / "store")
+    try:
+        ends = await put_three(store)
+        store.serve_confirmed_only = True
+        store.withdraw_unconfirmed(ends[0])  # a slave whose master confirmed the first only
+        store.take_role(BrokerRole.SLAVE)
+        assert store.max_offset_in_queue("T", 0) == 1
+        assert store.cut_incomplete_tail() == ends[2]  # stands: its whole log served
+        assert store.max_offset_in_queue("T", 0) == 3
+        store.withdraw_unconfirmed(ends[0])  # lost
+        assert store.max_offset_in_queue("T", 0) == 1
+        assert store.served_end == ends[0]
+    finally:
+        await store.stop()
