@@ -3,10 +3,11 @@
 allAckInSyncStateSet).
 
 The slave's confirmed offset is kept in its store's checkpoint (confirmPhyOffset, as RocketMQ
-5 keeps it) and its load serves no further: restarted while it cannot reach its master (its HA
-connection goes through a fault proxy, partitioned), it does not serve a message it holds that
-the third member lacks, until the master confirms it. Before, its load dispatched its whole
-CommitLog and served that message, which an election of the third member would have cut.
+5 keeps it) and its load serves no further: SIGKILLed and restarted while it cannot reach its
+master (its HA connection goes through a fault proxy, partitioned), it does not serve a message
+it holds that the third member lacks, until the master confirms it. Before, its load dispatched
+its whole CommitLog and served that message, which an election of the third member would have
+cut.
 Reads by message id (VIEW_MESSAGE_BY_ID, a physical offset) end at the confirmed offset too,
 before and after the restart (before, a slave answered any record its CommitLog held).
 """
@@ -31,6 +32,7 @@ from tests.support.processes import Daemon, ProcessGroup, free_port
 from tests.support.wire import pull_header, send_header
 from tidemq.client.api import BrokerAPI, PullStatus, SendStatus
 from tidemq.client.errors import TideMQError, TopicNotExistError
+from tidemq.store.checkpoint import StoreCheckpoint
 
 TOPIC: Final = "ConfirmedTopic"
 STAYS: Final = "haMaxTimeSlaveNotCatchup=120000"  # a member that is down stays in the set
@@ -103,10 +105,17 @@ async def test_a_restarted_slave_serves_no_unconfirmed_tail_before_its_handshake
         await not_viewable(api, follower, stored)  # by its message id (physical offset)
         assert id_of((await api.view_message(follower.address, 0)).body) == 0
 
-        # Restarted, its master out of reach: what it holds past the confirmed offset stays
-        # unserved; what was confirmed is served.
+        # SIGKILLed once its checkpoint holds the first message's confirmation (a later kill
+        # may keep an older one, which serves less, never more), restarted with its master out
+        # of reach: what it holds past the confirmed offset stays unserved; the rest is served.
+        checkpoint = tmp_path / "store-2" / "checkpoint"
+        await eventually(
+            lambda: StoreCheckpoint(checkpoint).confirm_phy_offset == stored,
+            "the confirmed offset in the follower's checkpoint",
+            15,
+        )
         proxy.partition()
-        follower.stop()
+        follower.kill()
         follower = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2, STAYS, via_proxy)
         info = await ha_status(api, follower.address)
         assert as_int(info["maxOffset"]) > stored  # it holds the second message
