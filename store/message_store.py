@@ -538,7 +538,14 @@ class MessageStore(Service):
         cap = replication.dispatch_cap
         if cap is not None and self._wake_dispatch in cap.ack_listeners:
             cap.ack_listeners.remove(self._wake_dispatch)
-        self.reput.dispatch_cap = None
+        if cap is not None and self.serve_confirmed_only:
+            # Controller mode: what the group confirmed stays the end (a stop would otherwise
+            # dispatch the unconfirmed tail and note it as confirmed; a demotion's slave cap
+            # replaces this one).
+            confirmed = cap.acked_offset
+            self.reput.dispatch_cap = lambda: confirmed
+        else:
+            self.reput.dispatch_cap = None
         self._sync_replication = None
         self.replication = None
 

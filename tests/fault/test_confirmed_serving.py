@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -133,5 +135,43 @@ async def test_a_restarted_slave_serves_no_unconfirmed_tail_before_its_handshake
         )
         assert id_of((await api.view_message(follower.address, stored)).body) == 1
     finally:
+        with contextlib.suppress(TideMQError):
+            await pending
+
+
+async def test_a_master_stopped_with_an_unconfirmed_tail_keeps_only_the_confirmed_offset(
+    tmp_path: Path,
+    processes: ProcessGroup,
+    namesrv: Daemon,
+    etcd: EtcdCluster,
+    api: BrokerAPI,
+) -> None:
+    """A master stopped cleanly while its slave (SIGSTOPped) lacks its last message: its
+    checkpoint keeps what the SyncStateSet confirmed, not its whole log (its stop detaches HA;
+    the end it had stays), so after a restart it would not serve that message as a slave."""
+    master = start_member(processes, namesrv, etcd.endpoints, tmp_path, 1, STAYS)
+    assert await wait_master(api, [master], 30) is master
+    slave = start_member(processes, namesrv, etcd.endpoints, tmp_path, 2, STAYS)
+    await wait_sync_state_set(api, master, [1, 2])
+    first = await api.send(master.address, send_header(TOPIC, 0), body_of(0, 100))
+    assert first.status is SendStatus.SEND_OK
+    stored = as_int((await ha_status(api, master.address))["masterCommitLogMaxOffset"])
+    assert slave.pid is not None
+    os.kill(slave.pid, signal.SIGSTOP)
+    pending = asyncio.create_task(
+        api.send(master.address, send_header(TOPIC, 0), body_of(1, 100), timeout=30)
+    )
+    try:
+
+        async def appended() -> bool:
+            info = await ha_status(api, master.address)
+            return as_int(info["masterCommitLogMaxOffset"]) > stored
+
+        await eventually(appended, "the second message stored on the master", 15)
+        assert await asyncio.to_thread(master.stop, 30) == 0
+        kept = StoreCheckpoint(tmp_path / "store-1" / "checkpoint").confirm_phy_offset
+        assert kept == stored, f"the checkpoint says {kept} is confirmed, the set has {stored}"
+    finally:
+        os.kill(slave.pid, signal.SIGCONT)
         with contextlib.suppress(TideMQError):
             await pending

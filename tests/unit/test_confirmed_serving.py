@@ -7,6 +7,7 @@ offset) past it is not found."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.stores import StoreFactory
@@ -17,6 +18,7 @@ from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.config import BrokerRole
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import MessageToStore
+from tidemq.store.replication import Replication
 
 STORES = StoreFactory(physical_memory_bytes=1 << 50)
 
@@ -146,5 +148,33 @@ async def test_a_candidate_that_lost_goes_back_to_its_confirmed_offset(tmp_path:
         store.withdraw_unconfirmed(ends[0])  # lost
         assert store.max_offset_in_queue("T", 0) == 1
         assert store.served_end == ends[0]
+    finally:
+        await store.stop()
+
+
+class AckedCap:
+    """A dispatch cap as ha.GroupTransferService gives it (what the SyncStateSet has)."""
+
+    def __init__(self, acked: int) -> None:
+        self.acked_offset = acked
+        self.ack_listeners: list[Callable[[int], None]] = []
+
+
+async def test_a_master_detached_from_replication_keeps_its_confirmed_end(tmp_path: Path) -> None:
+    """A stop (or a demotion) detaches HA: the end stays what the set confirmed, so the stop
+    neither serves the unconfirmed tail nor notes it as confirmed in the checkpoint."""
+    store = STORES.open(tmp_path / "store")
+    try:
+        ends = await put_three(store)
+        store.serve_confirmed_only = True
+        store.withdraw_unconfirmed(ends[0])
+        store.attach_replication(Replication(lambda: None, dispatch_cap=AckedCap(ends[1])))
+        store.reput.dispatch_available(1 << 62)
+        assert store.max_offset_in_queue("T", 0) == 2
+        store.detach_replication()
+        store.reput.dispatch_available(1 << 62)
+        assert store.max_offset_in_queue("T", 0) == 2
+        store.checkpoint.note_confirmed()
+        assert store.checkpoint.confirm_phy_offset == ends[1]
     finally:
         await store.stop()
