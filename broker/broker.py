@@ -39,6 +39,7 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigChanged, TopicConfigManager
 from tidemq.broker.metrics import BrokerCollector, MetricsServer, registry_for
 from tidemq.broker.name_gate import NameGate
+from tidemq.broker.offset_log import OffsetLog
 from tidemq.broker.pop.service import PopService
 from tidemq.broker.processors import handlers
 from tidemq.broker.processors.admin import AdminProcessor
@@ -145,6 +146,7 @@ class Broker(Service):
         self.remoting = remoting or RemotingConfig()
         self.ha_config = ha_config or HAConfig()
         self.store = MessageStore(store_config)
+        self.store.serve_confirmed_only = self.controller_config.enable_controller_mode
         self.timers = TimerStore(store_config)
         self.timer_metrics = TimerMetrics(store_config.root / "config" / "timermetrics")
         # Timer messages (broker/timer.py): a master's delivers, a slave's fills the wheel only.
@@ -257,6 +259,11 @@ class Broker(Service):
         self.register_result_listeners: list[Callable[[RegisterBrokerResult], None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self.proxy_config = proxy_config
+        # Controller mode: consumer offsets committed through the CommitLog, so that an
+        # acknowledged commit survives a failover (broker/offset_log.py).
+        self.offset_log: OffsetLog | None = None
+        if self.controller_config.enable_controller_mode:
+            self.offset_log = OffsetLog(self.store, self.offsets, lambda: self.store_host)
         self._register_processors()
         # RocketMQ 5's gRPC endpoint (broker/proxy): brokerd passes its keys; a Broker made
         # without them (tests, embedding) serves remoting only.
@@ -470,6 +477,7 @@ class Broker(Service):
         ops.timer_info = self._timer_info
         if self.controller is not None:
             table[RequestCode.CONTROLLER_ELECT_MASTER] = self._elect_master
+        pull.offset_log = consumer.offset_log = self.offset_log
         for code, processor in table.items():
             self.server.register(code, processor)
         self.server.on_connection_closed.append(self._on_connection_closed)
@@ -670,6 +678,10 @@ class Broker(Service):
         if self.store.role is not BrokerRole.SLAVE:
             # a slave's offsets come from its master, whose queues may be ahead of its own
             self.offsets.correct_past_end(self.store.max_offset_in_queue)
+        if self.offset_log is not None:
+            # The commits of records past the persisted applied position (a restart).
+            self.offset_log.apply_available()
+            self.store.add_arrival_listener(self.offset_log.on_arrival)
         await self.start_child(Step(stop=self.namesrv_client.close))
         await self.start_child(self.store)
         queue = self.store.find_consume_queue(TIMER_TOPIC, 0)
@@ -880,6 +892,9 @@ class Broker(Service):
             await self.ha_client.stop()
             if cut is not None:
                 self.store.truncate_for_resync(cut)
+            if self.store.serve_confirmed_only:
+                # A candidate that lost dispatched its whole log: back to what was confirmed.
+                self.store.withdraw_unconfirmed(self.ha_client.confirmed_offset)
             self.ha_client.update_master_address(master_ha_addr)
             await self.ha_client.start()
         if self.slave_sync is not None:
@@ -892,11 +907,16 @@ class Broker(Service):
 
     async def resume_replication(self) -> None:
         if self.ha_client is not None:
+            if self.store.serve_confirmed_only:
+                self.store.withdraw_unconfirmed(self.ha_client.confirmed_offset)
             await self.ha_client.start()
 
     async def promote(self, epoch: int) -> None:
         """Elected: the store takes writes, the HA port opens, the slave's parts stop, and the
         broker registers as its group's master (brokerId 0) with its epoch, at once."""
+        if self.offset_log is not None:
+            # Every commit its log holds, before it answers a query as master.
+            self.offset_log.apply_available()
         self.store.take_role(self.elected_role)
         if self.slave_sync is not None:
             await self.slave_sync.stop()
@@ -920,6 +940,7 @@ class Broker(Service):
         the broker registers under its own brokerId again and a replication client waits for
         the master to follow."""
         self.store.lease_deadline = 0.0
+        self.store.checkpoint.note_confirmed()  # its own confirmed offset, for the slave's cap
         for part in (
             self.schedule,
             self.timer,

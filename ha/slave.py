@@ -28,8 +28,9 @@ frame after the report is the master's answer to it, and a mismatch there is nev
 Controller mode: the master's CONFIRM frames (ha/codec.py) say what its SyncStateSet has; the
 slave's dispatch stops there (`confirmed_offset`, the store's dispatch cap), so its consumers
 read nothing an election could cut from its log (RocketMQ 5's confirmOffset: its slave's
-reput ends there too). What the slave dispatched before it started (recovery at start, from
-its CommitLog) is not capped: a restarted slave may serve a tail it holds unconfirmed.
+reput ends there too). The store's checkpoint keeps that offset (confirmPhyOffset): a
+restarted slave's load serves no further, nor does a candidate that lost an election once it
+follows the new master (MessageStore.withdraw_unconfirmed).
 """
 
 from __future__ import annotations
@@ -165,6 +166,8 @@ class HAClient(Service):
         self._cap: Callable[[], int] | None = None
         if handshake is not None:
             self._cap = lambda: self.confirmed_offset
+            # What the group had confirmed when the checkpoint was last written (a restart).
+            self.confirmed_offset = store.checkpoint.confirm_phy_offset
         # Started again after a stop (controller mode switches masters): ready, not SHUTDOWN.
         self.add_child(Step(start=self._open))
         self.add_child(BackgroundTask(self._run, "ha-client"))

@@ -87,4 +87,5 @@ class StoreFlusher:
         # the CommitLog from a file past their records, which would never be dispatched again
         # (as RocketMQ's FlushConsumeQueueService moves it only when flushConsumeQueueLeastPages
         # is 0).
+        checkpoint.note_confirmed()
         await asyncio.to_thread(checkpoint.flush, self.logics_durable)

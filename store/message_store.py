@@ -72,7 +72,7 @@ from tidemq.store.recovery import (
     write_abort_file,
 )
 from tidemq.store.replication import Replication, ReplicationHook
-from tidemq.store.resync import reset_for_resync, truncate_for_resync
+from tidemq.store.resync import reset_for_resync, truncate_for_resync, withdraw_dispatched
 from tidemq.store.retention import Retention
 from tidemq.store.segment_queue import SegmentQueue
 from tidemq.store.services import (
@@ -161,6 +161,11 @@ class MessageStore(Service):
         self.consume_queue_maps = MapBudget(config.max_mapped_consume_queue_files)
         self.index_keeper = IndexKeeper(config)
         self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
+        # Controller mode (the broker sets it before load): readers see only what the group
+        # confirmed. The checkpoint keeps the confirmed offset; a load serves no further than it
+        # (RocketMQ 5's confirmPhyOffset), nor does a candidate back to being a slave.
+        self.serve_confirmed_only = False
+        self.checkpoint.confirmed_source = self._confirmed_now
         self.reput = ReputService(
             self.commitlog,
             self.checkpoint,
@@ -313,6 +318,8 @@ class MessageStore(Service):
         )
         self.reput.reput_from_offset = self.redispatch_from
         self._read_quarantine()
+        if self.serve_confirmed_only:
+            self.withdraw_unconfirmed(self.checkpoint.confirm_phy_offset)
         self.reput.dispatch_all()
         rebuild_queue_offsets(self.commitlog, self.consume_queues, plan.queue_cuts)
         self._continue_quarantined_queues()
@@ -456,6 +463,7 @@ class MessageStore(Service):
             self._lock.release()
             return
         await super().stop()
+        self.checkpoint.note_confirmed()
         await asyncio.to_thread(self.checkpoint.flush)
         if self.reput.faults.quarantined:  # the records skipped since it was last written
             self._write_quarantine()
@@ -532,7 +540,14 @@ class MessageStore(Service):
         cap = replication.dispatch_cap
         if cap is not None and self._wake_dispatch in cap.ack_listeners:
             cap.ack_listeners.remove(self._wake_dispatch)
-        self.reput.dispatch_cap = None
+        if cap is not None and self.serve_confirmed_only:
+            # Controller mode: what the group confirmed stays the end (a stop would otherwise
+            # dispatch the unconfirmed tail and note it as confirmed; a demotion's slave cap
+            # replaces this one).
+            confirmed = cap.acked_offset
+            self.reput.dispatch_cap = lambda: confirmed
+        else:
+            self.reput.dispatch_cap = None
         self._sync_replication = None
         self.replication = None
 
@@ -813,6 +828,14 @@ class MessageStore(Service):
             return -1
         return self.message_store_timestamp(topic, queue_id, queue.min_offset)
 
+    @property
+    def served_end(self) -> int:
+        """Where what readers may see by physical offset ends: the dispatch cap when one is set
+        (controller mode: the offset the group confirmed; haReadReplicatedOnly: what the slave
+        has), else the CommitLog's end. Reads through the ConsumeQueues (pull, pop) and the
+        index (by key) end there already, being made by dispatch."""
+        return self.reput.limit()
+
     def look_message_by_offset(self, physical_offset: int, size: int = -1) -> StoredMessage | None:
         if size < 0:
             head = self.commitlog.get_record(physical_offset, 4)
@@ -888,6 +911,36 @@ class MessageStore(Service):
         self._continue_quarantined_queues()
         self.reput.wakeup()  # the index follows what dispatch did here
         return self.max_phy_offset
+
+    def withdraw_unconfirmed(self, confirmed: int) -> None:
+        """Serve nothing past `confirmed` until a cap set later (the HA client's, a promotion's)
+        allows it: what dispatch made readable past it is withdrawn from the ConsumeQueues and
+        the index (a restarted slave's unconfirmed tail; a candidate's whole log, dispatched when
+        it stood for election and lost), and dispatch stops there."""
+        self.reput.dispatch_cap = lambda: confirmed
+        dispatched = max((q.max_physical_offset for q in self.consume_queues.values()), default=0)
+        if max(dispatched, self.reput.reput_from_offset) <= confirmed:
+            return
+        log.warning(
+            "serving stops at the confirmed offset %d (the log ends at %d): what was made "
+            "readable past it is withdrawn until the master confirms it",
+            confirmed,
+            self.max_phy_offset,
+        )
+        withdraw_dispatched(
+            confirmed, self.commitlog, self.consume_queues, self.index_keeper, self.reput
+        )
+
+    def _confirmed_now(self) -> int | None:
+        """The confirmed offset the checkpoint keeps (None: keep the one it has)."""
+        if not self.serve_confirmed_only:
+            return None
+        cap = self.reput.dispatch_cap
+        if cap is not None:
+            return min(self.max_phy_offset, cap())
+        if self.role is not BrokerRole.SLAVE:
+            return self.max_phy_offset  # a master without a cap confirms its whole log
+        return None  # a slave standing for election, its cap lifted
 
     def take_role(self, role: BrokerRole) -> None:
         """Controller mode: the broker was elected, the store takes writes as `role`."""

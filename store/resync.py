@@ -34,6 +34,18 @@ def truncate_for_resync(
     """A diverged slave: keep its bytes past `offset` aside (`*.diverged`) and cut there."""
     log.warning("resync: truncating the CommitLog at %d (the tail is kept aside)", offset)
     commitlog.truncate_to(offset, "diverged")
+    withdraw_dispatched(offset, commitlog, consume_queues, index, reput)
+
+
+def withdraw_dispatched(
+    offset: int,
+    commitlog: CommitLog,
+    consume_queues: dict[tuple[str, int], ConsumeQueue],
+    index: IndexKeeper,
+    reput: ReputService,
+) -> None:
+    """Undo dispatch past CommitLog `offset` (ConsumeQueue units, index entries): readers see
+    no record from there on until dispatch passes it again; the CommitLog keeps its bytes."""
     for queue in consume_queues.values():
         queue.truncate_dirty(offset)
     worker = index.kill_worker()  # restarted below at the cut, which undoes what it had past there

@@ -44,6 +44,9 @@ __all__ = ["ConsumerOffsetManager", "OffsetMergeResult", "OffsetTable", "parse_o
 log = logging.getLogger(__name__)
 
 TOPIC_GROUP_SEPARATOR: Final = "@"
+# Controller mode's offset log (broker/offset_log.py): how far each broker applied its own log is
+# a row of its table, never taken from another broker's.
+OFFSET_LOG_TOPIC: Final = "rmq_sys_CONSUMER_OFFSET_LOG"
 
 OffsetTable = dict[str, dict[int, int]]
 
@@ -227,6 +230,8 @@ class ConsumerOffsetManager(ConfigManager[OffsetTable]):
         """Take the master's offsets without ever moving one of ours backwards (module doc)."""
         adopted = kept = 0
         for key, master_queues in master.items():
+            if key.startswith(OFFSET_LOG_TOPIC + TOPIC_GROUP_SEPARATOR):
+                continue
             local = self._table.setdefault(key, {})
             for queue_id, offset in master_queues.items():
                 mine = local.get(queue_id)

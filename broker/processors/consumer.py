@@ -16,6 +16,7 @@ from tidemq.broker.managers.clients import ClientChannelInfo, ConsumerManager, P
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
+from tidemq.broker.offset_log import OffsetLog
 from tidemq.broker.processors.decoding import request_body, request_header
 from tidemq.broker.processors.send import RETRY_GROUP_TOPIC_PREFIX
 from tidemq.broker.property_filter import property_filter
@@ -41,6 +42,7 @@ from tidemq.client.protocol.models import PERM_READ, PERM_WRITE
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.transport.connection import RemotingConnection
+from tidemq.store.config import BrokerRole
 from tidemq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,8 @@ class ConsumerProcessor:
         self.producers = producers
         self.offsets = offsets
         self.rebalance_locks = rebalance_locks
+        # Controller mode: commits go through the CommitLog (broker/offset_log.py).
+        self.offset_log: OffsetLog | None = None
 
     # --- heartbeats -----------------------------------------------------------------------
 
@@ -193,6 +197,21 @@ class ConsumerProcessor:
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         header = request_header(UpdateConsumerOffsetRequestHeader, request)
+        offset_log = self.offset_log
+        if offset_log is not None:
+            if self.store.role is BrokerRole.SLAVE:
+                # Its table follows the log: a commit taken here would be lost to the master's.
+                raise RequestRejected(
+                    ResponseCode.SYSTEM_ERROR,
+                    "offset commit refused: this broker is a slave in controller mode, commit "
+                    "to the master",
+                )
+            error = await offset_log.commit(
+                header.consumer_group, header.topic, header.queue_id, header.commit_offset
+            )
+            if error is not None:
+                raise RequestRejected(ResponseCode.SYSTEM_ERROR, error)
+            return RemotingCommand.response_to(request, ResponseCode.SUCCESS)
         self.offsets.commit(
             connection.peer,
             header.consumer_group,

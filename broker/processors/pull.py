@@ -28,6 +28,7 @@ from tidemq.broker.managers.clients import ConsumerManager
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
+from tidemq.broker.offset_log import OffsetLog
 from tidemq.broker.processors.decoding import request_header
 from tidemq.broker.property_filter import property_filter
 from tidemq.broker.remoting.server import RequestRejected
@@ -97,6 +98,8 @@ class PullProcessor:
         self.offsets = offsets
         self.pull_holds = pull_holds
         self.stats = stats
+        # Controller mode: commits go through the CommitLog (broker/offset_log.py).
+        self.offset_log: OffsetLog | None = None
 
     async def process(
         self, connection: RemotingConnection, request: RemotingCommand
@@ -270,6 +273,11 @@ class PullProcessor:
     ) -> None:
         # A slave never takes offsets from pulls: they would diverge from the master's.
         if not header.sys_flag & PULL_FLAG_COMMIT_OFFSET or self.store.role is BrokerRole.SLAVE:
+            return
+        if self.offset_log is not None:
+            self.offset_log.commit_later(
+                header.consumer_group, header.topic, header.queue_id, header.commit_offset
+            )
             return
         self.offsets.commit(
             connection.peer,

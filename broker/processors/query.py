@@ -3,8 +3,11 @@ SEARCH_OFFSET_BY_TIMESTAMP (29), GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_B
 QUERY_MESSAGE (12).
 
 VIEW_MESSAGE_BY_ID takes the physical offset the client decoded from the msgId and answers the raw
-record; QUERY_MESSAGE answers the raw records whose KEYS or UNIQ_KEY match, found through the
-index, with `indexLastUpdateTimestamp` and `indexLastUpdatePhyoffset`.
+record, if it ends within what the store serves (`MessageStore.served_end`: on a controller-mode
+slave, what its master confirmed; a record past it is not found, as one past the log's end is,
+for an election could cut it); QUERY_MESSAGE answers the raw records whose KEYS or UNIQ_KEY
+match, found through the index (built by dispatch, so capped alike), with
+`indexLastUpdateTimestamp` and `indexLastUpdatePhyoffset`.
 """
 
 from __future__ import annotations
@@ -71,7 +74,8 @@ class QueryProcessor:
         store = self.store
         head = store.commitlog.get_record(header.offset, 4)
         size = int.from_bytes(head, "big", signed=True) if head is not None else 0
-        record = store.commitlog.get_record(header.offset, size) if size > 0 else None
+        served = size > 0 and header.offset + size <= store.served_end
+        record = store.commitlog.get_record(header.offset, size) if served else None
         if record is None:
             return RemotingCommand.response_to(
                 request,

@@ -51,11 +51,16 @@ first offset, has had the time to be delivered everything acknowledged before th
                the same body are counted (`redelivered`: at least once), not judged; a whole
                read (final or not) served a queue with a hole or an offset twice
     offsets    a committed offset went backwards: a committed read below one that finished
-               before it began, with no epoch beginning in between, or a consumer session
-               committing less than it committed before; reads that went backwards across a
-               new epoch are counted (`offsets_back_at_failover`, the most by how much in
-               `offsets_back_most`), not judged: a new master has the offsets its last
-               SlaveSynchronize copied, as in RocketMQ (offsets are replicated asynchronously)
+               before it began, or below a commit acknowledged before it began (a `commit` ok
+               with `acknowledged`: the broker answered it, `record_commit`; commits of a
+               group and queue are taken to go forward, the largest one counts), or a
+               consumer session committing less than it committed before. Judged across
+               epochs too (controller mode carries commits in the CommitLog:
+               broker/offset_log.py); with `check(events, offsets_replicated=False)` reads
+               that went back across a new epoch are counted instead
+               (`offsets_back_at_failover`, the most by how much in `offsets_back_most`), for
+               groups whose offsets a new master has only from its last SlaveSynchronize, as
+               in RocketMQ 4.x master/slave (offsets replicated asynchronously)
     epoch      an acknowledgement from a broker that was not the master at its moment: the later
                of its invoke and of its store timestamp falls outside that broker's epochs
     delivery   push consumers: a send acknowledged before a `drained` event of its topic was
@@ -74,7 +79,9 @@ first offset, has had the time to be delivered everything acknowledged before th
 `Recorder` writes the events; `RecordingProducer`, `RecordingBlockingProducer` and
 `RecordingPullConsumer` wrap the public client, and `recording_listener` a push consumer's
 listener, so that a test gets a history without counters of its own; `record_send` records
-one raw SEND_MESSAGE; `record_read` reads a topic back from a broker as a recorded (final) read.
+one raw SEND_MESSAGE; `record_read` reads a topic back from a broker as a recorded (final) read;
+`record_commit` and `record_committed` one raw UPDATE_CONSUMER_OFFSET (ok only when the broker
+answered SUCCESS) and QUERY_CONSUMER_OFFSET (-1: the broker has none).
 """
 
 from __future__ import annotations
@@ -437,6 +444,53 @@ async def record_read(
     return len(messages)
 
 
+async def record_commit(
+    recorder: Recorder,
+    api: BrokerAPI,
+    address: str,
+    group: str,
+    topic: str,
+    broker_name: str,
+    queue: int,
+    offset: int,
+    *,
+    session: int = 0,
+) -> None:
+    """One UPDATE_CONSUMER_OFFSET to `address`, recorded: ok only once the broker answered
+    SUCCESS (the client's own commit logs a refusal and goes on); raises as the API does."""
+    op = recorder.invoke(
+        "commit", session=session, group=group, offsets=[[topic, broker_name, queue, offset]]
+    )
+    try:
+        await api.update_consumer_offset(address, group, topic, queue, offset)
+    except BaseException as exc:
+        recorder.complete(op, "info", "commit", error=_error(exc))
+        raise
+    recorder.complete(op, "ok", "commit", acknowledged=True)
+
+
+async def record_committed(
+    recorder: Recorder,
+    api: BrokerAPI,
+    address: str,
+    group: str,
+    topic: str,
+    broker_name: str,
+    queue: int,
+) -> int:
+    """One QUERY_CONSUMER_OFFSET to `address`, recorded (-1: the broker has none)."""
+    op = recorder.invoke(
+        "committed", group=group, topic=topic, broker_name=broker_name, queue=queue
+    )
+    try:
+        offset = await api.query_consumer_offset(address, group, topic, queue)
+    except BaseException as exc:
+        recorder.complete(op, "fail", "committed", error=_error(exc))
+        raise
+    recorder.complete(op, "ok", "committed", offset=offset)
+    return offset
+
+
 # --- checking -------------------------------------------------------------------------------
 
 
@@ -507,7 +561,9 @@ def operations(events: Iterable[Event]) -> list[Operation]:
     return sorted(ops.values(), key=lambda o: float(o.invoke["mono"]))
 
 
-def check(events: Iterable[Event]) -> Report:
+def check(events: Iterable[Event], *, offsets_replicated: bool = True) -> Report:
+    """Judge a history (module docstring); `offsets_replicated` False: committed reads that
+    went back across a new epoch are counted, not judged."""
     events = list(events)
     ops = operations(events)
     report = Report()
@@ -530,7 +586,7 @@ def check(events: Iterable[Event]) -> Report:
     _check_duplicates(sends, log, report)
     _check_order(ops, log, report)
     _check_holes(ops, report)
-    _check_offsets(ops, _epoch_starts(events), report)
+    _check_offsets(ops, _epoch_starts(events) if not offsets_replicated else [], report)
     _check_epochs(acked, log, events, report)
     _check_deliveries(ops, acked, log, events, report)
     return report
@@ -675,7 +731,8 @@ def _check_holes(ops: list[Operation], report: Report) -> None:
 
 
 def _check_offsets(ops: list[Operation], epoch_starts: list[float], report: Report) -> None:
-    # committed reads: against every read of the same queue that completed before this began
+    # committed reads: against every read of the same queue, and every acknowledged commit of
+    # it, that completed before this began (`epoch_starts` empty: judged across epochs too)
     Finished = tuple[float, int, float]  # completion (monotonic), offset, invoke (wall)
     done: dict[tuple[Any, ...], list[Finished]] = defaultdict(list)
     reads = [o for o in ops if o.f == "committed" and o.outcome == "ok"]
@@ -684,6 +741,14 @@ def _check_offsets(ops: list[Operation], epoch_starts: list[float], report: Repo
         key = (o.get("group"), o.get("topic"), o.get("broker_name"), o.get("queue"))
         assert o.done is not None
         done[key].append((float(o.done["mono"]), int(o.get("offset")), float(o.invoke["wall"])))
+    for o in ops:
+        # Only commits the broker answered: the client's own commit logs a refusal and goes on.
+        if o.f != "commit" or o.outcome != "ok" or not o.get("acknowledged"):
+            continue
+        assert o.done is not None
+        for topic, broker_name, queue, offset in o.get("offsets"):
+            key = (o.get("group"), topic, broker_name, queue)
+            done[key].append((float(o.done["mono"]), int(offset), float(o.invoke["wall"])))
     highest: dict[tuple[Any, ...], tuple[list[float], list[tuple[int, float]]]] = {}
     for key, finished in done.items():
         finished.sort()
@@ -711,7 +776,9 @@ def _check_offsets(ops: list[Operation], epoch_starts: list[float], report: Repo
             report.counts["offsets_back_most"] = most
             continue
         report.violated(
-            "offsets", f"committed offset of {key} read {o.get('offset')} after {before} was read"
+            "offsets",
+            f"committed offset of {key} read {o.get('offset')} after {before} was read or "
+            "acknowledged as committed",
         )
     # a session's own commits
     committed: dict[tuple[Any, ...], int] = {}

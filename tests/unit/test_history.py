@@ -72,12 +72,13 @@ class Story:
         got = [[TOPIC, "broker-a", q, off, body] for q, off, body in messages]
         self.rec.complete(op, "ok", "poll", messages=got, **self._at(None))
 
-    def commit(self, session: int, queue: int, offset: int) -> None:
+    def commit(self, session: int, queue: int, offset: int, *, acknowledged: bool = False) -> None:
         offsets = [[TOPIC, "broker-a", queue, offset]]
         op = self.rec.invoke(
             "commit", session=session, group="G", offsets=offsets, **self._at(None)
         )
-        self.rec.complete(op, "ok", "commit", **self._at(None))
+        known = {"acknowledged": True} if acknowledged else {}
+        self.rec.complete(op, "ok", "commit", **known, **self._at(None))
 
     def committed(self, queue: int, offset: int) -> None:
         op = self.rec.invoke(
@@ -260,16 +261,45 @@ def test_a_committed_offset_read_going_backwards() -> None:
     assert "read 1 after 2 was read" in report.violations["offsets"][0]
 
 
-def test_a_committed_offset_read_back_across_a_failover_is_counted_not_judged() -> None:
-    """The new master answers with the offsets its last SlaveSynchronize copied."""
+def test_a_committed_offset_read_back_across_a_failover() -> None:
+    """Judged by default (controller mode carries commits in the CommitLog); counted, not
+    judged, for groups whose new master has the offsets its last SlaveSynchronize copied."""
 
     def stale(s: Story) -> None:
         s.committed(0, 1)  # 2 was read in epoch 1
 
     report = check(clean(after_epoch_2=stale).events)
+    assert broken(report.violations) == {"offsets"}, report.summary()
+    assert "read 1 after 2 was read" in report.violations["offsets"][0]
+    report = check(clean(after_epoch_2=stale).events, offsets_replicated=False)
     assert report.ok, report.summary()
     assert report.counts["offsets_back_at_failover"] == 1
     assert report.counts["offsets_back_most"] == 1
+
+
+def test_a_committed_read_below_an_acknowledged_commit_across_a_failover() -> None:
+    def commit_3(s: Story) -> None:
+        s.commit(1, 0, 3, acknowledged=True)
+
+    def stale(s: Story) -> None:
+        s.committed(0, 2)  # 3 was acknowledged as committed in epoch 1; 2 read before
+
+    report = check(clean(before_epoch_2=commit_3, after_epoch_2=stale).events)
+    assert broken(report.violations) == {"offsets"}, report.summary()
+    assert "read 2 after 3 was read or acknowledged" in report.violations["offsets"][0]
+    assert check(clean(before_epoch_2=commit_3).events).ok  # the same commit, no stale read
+
+
+def test_a_commit_not_known_to_be_acknowledged_bounds_no_read() -> None:
+    """The client's own commit logs a refusal and goes on: recorded ok, not acknowledged."""
+
+    def commit_3(s: Story) -> None:
+        s.commit(1, 0, 3)
+
+    def stale(s: Story) -> None:
+        s.committed(0, 2)
+
+    assert check(clean(before_epoch_2=commit_3, after_epoch_2=stale).events).ok
 
 
 async def test_a_committed_read_the_store_could_not_answer_is_a_failed_read() -> None:
