@@ -9,12 +9,43 @@ which CommitLog file to check from.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import CommitLog
 from tidemq.store.consume_queue import ConsumeQueue
+from tidemq.store.fs_sync import SYNCFS_AT_SEGMENTS, sync_file_system, syncfs_available
 from tidemq.store.index_keeper import IndexKeeper
 from tidemq.store.segment import SyncedDirs
+
+log = logging.getLogger(__name__)
+
+
+def sync_file_system_once(queues: list[ConsumeQueue]) -> int:
+    """With at least `SYNCFS_AT_SEGMENTS` segments of `queues` to sync, one `syncfs` of their
+    file system makes them durable (store/fs_sync.py: why it is as safe as their own calls);
+    the flushes that follow then find nothing left of them but what was written since. Returns
+    the segments it covered. Runs in a worker thread."""
+    if not syncfs_available():
+        return 0
+    # Lazily mapped segments only (every ConsumeQueue's): the bytes each has committed, read
+    # before the syncfs begins.
+    targets = [
+        (segment, segment.committed)
+        for queue in queues
+        for segment in queue.segments.segments
+        if segment.maps is not None and not segment.closed and segment.flushed < segment.committed
+    ]
+    if len(targets) < SYNCFS_AT_SEGMENTS:
+        return 0
+    try:
+        device = sync_file_system(targets[0][0].path.parent)
+    except OSError as exc:
+        log.warning(
+            "one syncfs for %d ConsumeQueue files failed, each is synced: %s", len(targets), exc
+        )
+        return 0
+    return sum(segment.note_synced(target, device) for segment, target in targets)
 
 
 class StoreFlusher:
@@ -62,6 +93,7 @@ class StoreFlusher:
         index = self.index.index if worker is None else None
 
         def work() -> int:
+            sync_file_system_once(queues)
             synced: SyncedDirs = {}  # each folder synced once a pass (segment.SyncedDirs)
             for queue in queues:
                 queue.flush(least_pages, synced)
