@@ -38,14 +38,19 @@ def sync_file_system_once(queues: list[ConsumeQueue]) -> int:
     ]
     if len(targets) < SYNCFS_AT_SEGMENTS:
         return 0
+    folder = targets[0][0].path.parent
     try:
-        device = sync_file_system(targets[0][0].path.parent)
+        device = sync_file_system(folder)
     except OSError as exc:
         log.warning(
             "one syncfs for %d ConsumeQueue files failed, each is synced: %s", len(targets), exc
         )
         return 0
-    return sum(segment.note_synced(target, device) for segment, target in targets)
+    if device is None:  # not a file system whose syncfs is durable (fs_sync.py)
+        return 0
+    covered = sum(segment.note_synced(target, device) for segment, target in targets)
+    log.info("%d ConsumeQueue files synced by one syncfs of the file system of %s", covered, folder)
+    return covered
 
 
 class StoreFlusher:

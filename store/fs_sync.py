@@ -18,6 +18,11 @@ Why that is as durable as the calls it replaces (`segment.Segment.note_synced`):
   folder); others keep their own `fdatasync`/`fsync`.
 - Before Linux 5.8 `syncfs` did not report a failed writeback (it returned 0): it is used only
   from 5.8 on, and a failure (-1) marks nothing synced, so each file then gets its own calls.
+- Only on file systems whose `syncfs` is their `fsync` of everything: ext4, xfs, btrfs
+  (`statfs` f_type). On a FUSE file system the kernel writes the dirty pages to the daemon but
+  asks it to sync nothing (only virtiofs implements it), so a power cut could lose what syncfs
+  returned for: there, and on any other type, each file keeps its own `fsync`
+  (tests/fault/test_power_cut.py cuts a FUSE disk after such a pass).
 """
 
 from __future__ import annotations
@@ -28,9 +33,15 @@ import os
 import platform
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["SYNCFS_AT_SEGMENTS", "sync_file_system", "syncfs_available"]
+__all__ = [
+    "DURABLE_SYNCFS_TYPES",
+    "SYNCFS_AT_SEGMENTS",
+    "file_system_type",
+    "sync_file_system",
+    "syncfs_available",
+]
 
 # Segments to sync in one pass from which one syncfs replaces their fsyncs. Below it the
 # per-file calls are cheap enough, and a syncfs also writes back what others dirtied on the
@@ -60,20 +71,58 @@ def _load_syncfs() -> Callable[[int], int] | None:
     return function
 
 
+class _StatFs(ctypes.Structure):
+    # struct statfs of 64-bit Linux: f_type first, the rest only sized for
+    _fields_ = (("f_type", ctypes.c_long), ("rest", ctypes.c_byte * 112))
+
+
+def _load_fstatfs() -> Callable[[int, Any], int] | None:
+    if ctypes.sizeof(ctypes.c_long) != 8:
+        return None
+    try:
+        function = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).fstatfs
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.POINTER(_StatFs)]
+    function.restype = ctypes.c_int
+    return function
+
+
+# statfs f_type of the file systems whose syncfs makes everything durable (linux/magic.h).
+DURABLE_SYNCFS_TYPES: Final = {
+    0xEF53: "ext4",  # also ext2/ext3
+    0x58465342: "xfs",
+    0x9123683E: "btrfs",
+}
+
 _syncfs = _load_syncfs()
+_fstatfs = _load_fstatfs()
 
 
 def syncfs_available() -> bool:
-    return _syncfs is not None
+    return _syncfs is not None and _fstatfs is not None
 
 
-def sync_file_system(folder: Path) -> int:
-    """`syncfs` of the file system holding `folder`; its `st_dev`. Raises `OSError` when the
-    call fails or is not available."""
-    if _syncfs is None:
+def file_system_type(fd: int) -> int:
+    """statfs f_type of the file system holding `fd`."""
+    assert _fstatfs is not None
+    found = _StatFs()
+    if _fstatfs(fd, ctypes.byref(found)) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"fstatfs: {os.strerror(errno)}")
+    return int(found.f_type) & 0xFFFFFFFF
+
+
+def sync_file_system(folder: Path) -> int | None:
+    """`syncfs` of the file system holding `folder`, and its `st_dev`; None (nothing done) when
+    that file system is not one of `DURABLE_SYNCFS_TYPES`. Raises `OSError` when the call fails
+    or is not available."""
+    if _syncfs is None or _fstatfs is None:
         raise OSError("syncfs is not available here (Linux 5.8 or later)")
     fd = os.open(folder, os.O_RDONLY)
     try:
+        if file_system_type(fd) not in DURABLE_SYNCFS_TYPES:
+            return None
         if _syncfs(fd) != 0:
             errno = ctypes.get_errno()
             raise OSError(errno, f"syncfs of {folder}: {os.strerror(errno)}")

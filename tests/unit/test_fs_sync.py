@@ -156,3 +156,19 @@ def test_syncfs_is_used_from_linux_5_8() -> None:
     assert not _kernel_reports_errors("4.19.0")
     assert _kernel_reports_errors("5.8.0") and _kernel_reports_errors("6.1.0-13-amd64")
     assert not _kernel_reports_errors("weird")
+
+
+async def test_a_file_system_whose_syncfs_is_not_durable_gets_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = Calls(monkeypatch)
+    monkeypatch.setattr(fs_sync, "file_system_type", lambda fd: 0x65735546)  # FUSE
+    store = STORES.open(tmp_path)
+    await store.start()
+    try:
+        await put_to_new_queues(store, SYNCFS_AT_SEGMENTS)
+        calls.fdatasync = 0
+        await store.flusher.flush_consume_queues(0)
+        assert calls.fdatasync == 2 * SYNCFS_AT_SEGMENTS
+    finally:
+        await store.stop()
