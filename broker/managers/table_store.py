@@ -138,8 +138,17 @@ class TableStore:
                 kept = dict(
                     self._db.execute(f"SELECT key, value {where} ({kept_as_text})", (table,))
                 )
-                rows = dict(
-                    self._db.execute(f"SELECT key, value {where} NOT ({kept_as_text})", (table,))
+                (count,) = self._db.execute(
+                    "SELECT count(*) FROM config_rows WHERE tbl = ?", (table,)
+                ).fetchone()
+                rows = (
+                    {}  # all kept: the expression is not evaluated a second time
+                    if count == len(kept)
+                    else dict(
+                        self._db.execute(
+                            f"SELECT key, value {where} NOT ({kept_as_text})", (table,)
+                        )
+                    )
                 )
                 found = self._db.execute(
                     "SELECT version FROM config_tables WHERE tbl = ?", (table,)

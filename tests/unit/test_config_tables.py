@@ -406,8 +406,11 @@ def test_rows_of_other_shapes_and_invalid_names_take_the_checked_path(tmp_path: 
     with sqlite3.connect(tmp_path / TABLES_FILE) as db:
         db.execute("UPDATE config_rows SET value = ? WHERE key = 'A'", (spaced,))
         db.execute("INSERT INTO config_rows VALUES ('topics', 'x.y', ?)", (dotted,))
+        # a key GLOB reads as a pattern matching the name inside
+        db.execute("INSERT INTO config_rows VALUES ('topics', 'x*', ?)", (dotted,))
     reloaded = TopicConfigManager(tmp_path, BROKER)
     reloaded.load()
     assert reloaded.select("A") == TopicConfig("A", 3, 16)
     assert "x.y" not in reloaded and "x.y" not in dict(reloaded.json_rows())
+    assert "x*" not in reloaded and "x*" not in dict(reloaded.json_rows())
     assert reloaded.select("B") == TopicConfig("B", 8, 8)
