@@ -82,8 +82,12 @@ class StoreFlusher:
                 self.checkpoint.physic_msg_timestamp = store_ts
             return flushed
 
-    async def flush_consume_queues(self, least_pages: int) -> None:
-        """ConsumeQueues and the index (or the worker's), then the checkpoint."""
+    async def flush_consume_queues(self, least_pages: int, *, one_syncfs: bool = False) -> None:
+        """ConsumeQueues and the index (or the worker's), then the checkpoint. `one_syncfs`
+        (the last pass of a stop): many ConsumeQueue files to sync are synced by one syncfs
+        (`sync_file_system_once`). Running passes keep their per-file syncs: a syncfs writes
+        back all of the file system's dirty pages (the CommitLog's, other programs') while
+        sends are being served."""
         checkpoint = self.checkpoint
         logics_ts = checkpoint.logics_msg_timestamp
         # Only the queues written since the last pass: a pass over every queue held the GIL
@@ -98,7 +102,8 @@ class StoreFlusher:
         index = self.index.index if worker is None else None
 
         def work() -> int:
-            sync_file_system_once(queues)
+            if one_syncfs:
+                sync_file_system_once(queues)
             synced: SyncedDirs = {}  # each folder synced once a pass (segment.SyncedDirs)
             for queue in queues:
                 queue.flush(least_pages, synced)

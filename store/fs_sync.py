@@ -1,8 +1,10 @@
 """One `syncfs(2)` of a file system instead of many `fsync`s of its files and folders.
 
-A flush pass after many new topics has, per new ConsumeQueue file, one `fdatasync` of the file
-and one `fsync` of each new folder (the topic's, the queue's): each forces a commit of the ext4
-journal, a few ms apiece, so a clean stop after 10,000 new queues spent 10-21 s in them.
+The last flush pass of a stop after many new topics has, per new ConsumeQueue file, one
+`fdatasync` of the file and one `fsync` of each new folder (the topic's, the queue's): each forces
+a commit of the ext4 journal, a few ms apiece, so a clean stop after 10,000 new queues spent
+10-21 s in them. Only that pass uses it (`StoreFlusher.flush_consume_queues(one_syncfs=True)`):
+while sends are served, a syncfs would also write back every other dirty page of the file system.
 `syncfs` writes back every dirty page and all metadata of the file system holding a descriptor
 and waits for it: one journal commit for all of them.
 

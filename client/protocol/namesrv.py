@@ -418,12 +418,17 @@ def full_registration_json(
     and encoding it again (a broker keeps its table's rows as such texts). Equal to
     `RegisterBrokerBody(TopicConfigSerializeWrapper(table, data_version)).encode()` for the same
     topics."""
+    wrapper = topic_wrapper_json(topic_rows, data_version)
+    return b'{"topicConfigSerializeWrapper":' + wrapper + b',"filterServerList":[]}'
+
+
+def topic_wrapper_json(topic_rows: Iterable[tuple[str, str]], data_version: DataVersion) -> bytes:
+    """A TopicConfigSerializeWrapper's compact JSON (GET_ALL_TOPIC_CONFIG's body) of topics
+    given as (name, TopicConfig JSON text), the texts put in as they are: equal to
+    `dumps(TopicConfigSerializeWrapper(table, data_version).to_dict())`."""
     table = ",".join([f"{_json_string(name)}:{text}" for name, text in topic_rows])
     version = dumps(data_version.to_dict()).decode()
-    return (
-        f'{{"topicConfigSerializeWrapper":{{"topicConfigTable":{{{table}}},'
-        f'"dataVersion":{version}}},"filterServerList":[]}}'
-    ).encode()
+    return f'{{"topicConfigTable":{{{table}}},"dataVersion":{version}}}'.encode()
 
 
 # A name as a JSON string (the C encoder json.dumps uses; non-ASCII kept, as `dumps` does).

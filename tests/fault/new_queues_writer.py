@@ -44,7 +44,7 @@ async def main(root: Path, queues: int) -> None:
         assert (await store.put_message(msg)).status is PutStatus.PUT_OK
     await store.reput.wait_idle()
     with mock.patch.object(flushing, "sync_file_system_once", counting):
-        await store.flusher.flush_consume_queues(0)
+        await store.flusher.flush_consume_queues(0, one_syncfs=True)
     print(f"FLUSHED {sum(1 for count in covered if count)}", flush=True)
     await asyncio.Event().wait()  # until killed
 

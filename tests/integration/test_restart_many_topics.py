@@ -3,10 +3,11 @@
 The restarted broker keeps its tables.db rows as text and registers them as they are, in parts
 of splitRegistrationSize whose middle ones are pipelined with tidemq's name server: every topic
 comes back routable with its own queue counts and permission (one of another shape included),
-the broker's log names the parts in flight, and a topic changed after the restart is read back
-changed after another restart while the untouched rows stay as they were. What it cannot see:
-the timings (`make bench`'s scale section), and a RocketMQ name server (tests/unit/
-test_registration.py: one part after the other when the answer does not echo splitIndex).
+the broker's log names the parts in flight, GET_ALL_TOPIC_CONFIG answers every topic as
+created, and a topic changed after the restart is read back changed after another restart
+while the untouched rows stay as they were. What it cannot see: the timings (`make bench`'s
+scale section), and a RocketMQ name server (tests/unit/test_registration.py: one part after
+the other when the answer does not echo splitIndex).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 from tests.support.conditions import eventually_sync
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.admin.api import AdminClient
+from tidemq.client.api import BrokerAPI
 from tidemq.client.errors import TideMQError
 from tidemq.client.protocol.models import PERM_READ, TopicConfig
 
@@ -73,6 +75,17 @@ def topic_config(broker: str, topic: str) -> TopicConfig:
     return asyncio.run(ask())
 
 
+def all_topic_config(broker: str) -> dict[str, TopicConfig]:
+    async def ask() -> dict[str, TopicConfig]:
+        api = BrokerAPI()
+        try:
+            return (await api.all_topic_config(broker)).topic_config_table
+        finally:
+            await api.close()
+
+    return asyncio.run(ask())
+
+
 def restart(processes: ProcessGroup, broker: Daemon) -> Daemon:
     broker.stop(timeout=60)
     again = Daemon(broker.args, port=broker.port, log_path=broker.log_path, name="brokerd-again")
@@ -103,6 +116,10 @@ def test_a_restart_registers_every_topic_from_its_rows(
         assert queues_of(namesrv.address, name) == (2, 2, 6), name
     assert queues_of(namesrv.address, "Odd") == (3, 5, PERM_READ)
     assert topic_config(broker.address, "Odd") == odd
+    # GET_ALL_TOPIC_CONFIG (a slave's copy) is made of the rows' texts too
+    table = all_topic_config(broker.address)
+    assert table["Odd"] == odd
+    assert all(table[name] == TopicConfig(name, 2, 2) for name in names)
 
     # changed after the restart: read back changed after the next one, the others untouched
     admin(namesrv.address, "one", broker.address, [TopicConfig(names[7], 4, 4)])

@@ -76,13 +76,13 @@ async def test_a_pass_over_many_new_queue_files_is_one_syncfs(
     try:
         await put_to_new_queues(store, topics)
         calls.fdatasync, calls.folders = 0, []
-        await store.flusher.flush_consume_queues(0)
+        await store.flusher.flush_consume_queues(0, one_syncfs=True)
         assert len(calls.syncfs) == 1
         assert calls.fdatasync == 0 and calls.folders == []  # all covered by the syncfs
         assert not any(queue.unflushed for queue in store.consume_queues.values())
         # written after it: synced on its own by the next pass
         await put_to_new_queues(store, 1)
-        await store.flusher.flush_consume_queues(0)
+        await store.flusher.flush_consume_queues(0, one_syncfs=True)
         assert len(calls.syncfs) == 1 and calls.fdatasync >= 1
     finally:
         await store.stop()
@@ -108,7 +108,7 @@ async def test_a_pass_over_few_files_syncs_each_and_no_file_system(
     try:
         await put_to_new_queues(store, SYNCFS_AT_SEGMENTS // 2 - 1)
         calls.fdatasync = 0
-        await store.flusher.flush_consume_queues(0)
+        await store.flusher.flush_consume_queues(0, one_syncfs=True)
         assert calls.syncfs == []
         assert calls.fdatasync == SYNCFS_AT_SEGMENTS - 2
     finally:
@@ -125,7 +125,7 @@ async def test_files_on_another_file_system_keep_their_own_syncs(
     try:
         await put_to_new_queues(store, SYNCFS_AT_SEGMENTS)
         calls.fdatasync = 0
-        await store.flusher.flush_consume_queues(0)
+        await store.flusher.flush_consume_queues(0, one_syncfs=True)
         assert calls.fdatasync == 2 * SYNCFS_AT_SEGMENTS
     finally:
         await store.stop()
@@ -145,7 +145,7 @@ async def test_a_failed_syncfs_marks_nothing(
     try:
         await put_to_new_queues(store, SYNCFS_AT_SEGMENTS)
         calls.fdatasync = 0
-        await store.flusher.flush_consume_queues(0)
+        await store.flusher.flush_consume_queues(0, one_syncfs=True)
         assert calls.fdatasync == 2 * SYNCFS_AT_SEGMENTS
     finally:
         await store.stop()
@@ -168,7 +168,27 @@ async def test_a_file_system_whose_syncfs_is_not_durable_gets_none(
     try:
         await put_to_new_queues(store, SYNCFS_AT_SEGMENTS)
         calls.fdatasync = 0
-        await store.flusher.flush_consume_queues(0)
+        await store.flusher.flush_consume_queues(0, one_syncfs=True)
         assert calls.fdatasync == 2 * SYNCFS_AT_SEGMENTS
     finally:
         await store.stop()
+
+
+async def test_a_running_pass_syncs_each_file_and_the_stop_one_syncfs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While sends are served a syncfs would write back the whole file system's dirty pages:
+    only the stop's last pass takes it."""
+    calls = Calls(monkeypatch)
+    store = STORES.open(tmp_path)
+    await store.start()
+    try:
+        await put_to_new_queues(store, SYNCFS_AT_SEGMENTS)
+        calls.fdatasync = 0
+        await store.flusher.flush_consume_queues(0)
+        assert calls.syncfs == [] and calls.fdatasync == 2 * SYNCFS_AT_SEGMENTS
+        await put_to_new_queues(store, 2 * SYNCFS_AT_SEGMENTS)  # 64 more topics, 128 files
+    finally:
+        calls.fdatasync = 0
+        await store.stop()
+    assert len(calls.syncfs) == 1 and calls.fdatasync == 0

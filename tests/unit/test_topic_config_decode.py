@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from tidemq.broker.managers.config_file import compact_json
 from tidemq.client.protocol.models import DataVersion, TopicConfig, TopicConfigSerializeWrapper
-from tidemq.client.protocol.namesrv import RegisterBrokerBody, full_registration_json
+from tidemq.client.protocol.namesrv import (
+    RegisterBrokerBody,
+    full_registration_json,
+    topic_wrapper_json,
+)
+from tidemq.client.remoting.json_body import dumps
 
 FIELDS = (
     "topicName",
@@ -94,3 +99,11 @@ NUMBERS = st.one_of(
 )
 def test_the_typed_shape_reads_the_same(obj: dict[str, Any]) -> None:
     assert outcome(TopicConfig.from_dict, obj) == outcome(TopicConfig.from_any_dict, obj)
+
+
+@given(st.dictionaries(st.text(max_size=8), CONFIGS, max_size=20))
+def test_a_wrapper_of_row_texts_is_the_encoded_wrapper(table: dict[str, TopicConfig]) -> None:
+    version = DataVersion(timestamp=1_700_000_000_000, counter=3)
+    rows = [(name, compact_json(config.to_dict())) for name, config in table.items()]
+    wrapper = TopicConfigSerializeWrapper(table, version)
+    assert topic_wrapper_json(rows, version) == dumps(wrapper.to_dict())
