@@ -77,7 +77,13 @@ from tidemq.broker.timer_metrics import TimerMetrics
 from tidemq.broker.transaction.check import TransactionCheckService
 from tidemq.broker.transaction.service import TransactionalMessageService
 from tidemq.client.api import BrokerAPI
-from tidemq.client.protocol.models import PERM_READ_WRITE, TopicConfig, TopicConfigSerializeWrapper
+from tidemq.client.protocol.models import (
+    PERM_READ,
+    PERM_READ_WRITE,
+    PERM_WRITE,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+)
 from tidemq.client.protocol.namesrv import RegisterBrokerResult
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
@@ -505,7 +511,16 @@ class Broker(Service):
             self._registration_topics,
             self._registration_topic,
             lambda: dataclasses.replace(self.topics.data_version),
+            self._registration_json_rows,
         )
+
+    def _registration_json_rows(self) -> list[tuple[str, str]] | None:
+        """The table's JSON rows, as registered: None when the broker's permission limits its
+        topics' (`_registration_topics` then changes them)."""
+        permission = self.config.broker_permission
+        if not (permission & PERM_READ and permission & PERM_WRITE):
+            return None
+        return self.topics.json_rows()
 
     def _on_connection_closed(self, connection: RemotingConnection) -> None:
         self.consumers.do_channel_close_event(connection)

@@ -25,7 +25,8 @@ remembered (a bounded set), so a send pays two set look-ups, not two pattern mat
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from tidemq.broker.remoting.server import RequestRejected
@@ -178,7 +179,12 @@ def registration_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
     if not len(body) or body[:1] != b"{":
         return
     data = RegisterBrokerBody.decode(body)
-    for topic, config in data.topic_config_wrapper.topic_config_table.items():
+    table = data.topic_config_wrapper.topic_config_table
+    if _all_valid_broker_names(table.keys()) and all(
+        not config.topic_name or config.topic_name == topic for topic, config in table.items()
+    ):
+        table = {}  # a full registration's part of 800: one match, not 800 (they all pass)
+    for topic, config in table.items():
         # The broker's own topic is its name, by default the host's, which may hold dots
         # (RocketMQ registers it so): table keys here, never paths.
         yield "topicConfigTable", BROKER, topic
@@ -187,6 +193,19 @@ def registration_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
             yield "topicConfigTable.topicName", BROKER, config.topic_name
     for topic in data.deleted_topics:  # an incremental registration's
         yield "deletedTopicList", BROKER, topic
+
+
+# Valid BROKER names (client/protocol/names.py), each followed by a newline: many checked in one
+# match over them joined.
+_BROKER_NAME_LINES: Final = re.compile(r"(?:(?!\.+\n)[%|a-zA-Z0-9_.:-]{1,255}\n)*")
+
+
+def _all_valid_broker_names(names: Iterable[str]) -> bool:
+    """True when every name is a valid BROKER name (False says nothing about which)."""
+    lines = [f"{name}\n" for name in names]
+    text = "".join(lines)
+    # a name holding a newline would read as two
+    return text.count("\n") == len(lines) and _BROKER_NAME_LINES.fullmatch(text) is not None
 
 
 def batch_ack_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from tidemq.client.protocol.namesrv import (
     RegisterBrokerResult,
     UnregisterBrokerRequestHeader,
     check_success,
+    full_registration_json,
     parse_register_broker_response,
     register_broker_request,
     simple_request,
@@ -53,6 +55,10 @@ from tidemq.client.transport.client import RemotingClient
 from tidemq.common.lifecycle import BackgroundTask, Service, Step
 
 log = logging.getLogger(__name__)
+
+# Parts of a split full registration in flight at once, with a name server that takes them in
+# any order: the broker makes the next parts while the name server reads the last ones.
+PARTS_IN_FLIGHT: Final = 4
 
 # More pending topics than this are sent as a full registration (split as usual) rather than
 # one incremental body of several MB.
@@ -77,6 +83,10 @@ class RegistrationTable:
     wrapper: Callable[[], TopicConfigSerializeWrapper]
     topic: Callable[[str], TopicConfig | None]
     version: Callable[[], DataVersion]
+    # (topic, its TopicConfig JSON as registered) for every topic, or None when the table's
+    # texts are not what is registered (a broker limiting its topics' perms): a JSON full
+    # registration is then made of these texts without decoding them.
+    json_rows: Callable[[], list[tuple[str, str]] | None] = lambda: None
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,32 +264,87 @@ class NameServerRegistration(Service):
         # Changes from here on are pending against the version of this snapshot.
         sync.pending = set()
         sync.held = None
-        wrapper = self.table.wrapper()
-        items = list(wrapper.topic_config_table.items())
-        size = self.shape.split_size
-        if not self.shape.split or len(items) <= size:
-            parts = [items]
-        else:
-            parts = [items[start : start + size] for start in range(0, len(items), size)]
-        result: RegisterBrokerResult | None = None
-        for index, part in enumerate(parts):
-            body = RegisterBrokerBody(TopicConfigSerializeWrapper(dict(part), wrapper.data_version))
-            split = (index, len(parts)) if len(parts) > 1 else None
-            result = await self._register_one(address, body, split)
+        bodies, version, topics = self._full_bodies()
+        count = len(bodies)
+        split = (lambda index: (index, count)) if count > 1 else (lambda _index: None)
+        # The first part alone (it tells whether the name server takes parts in any order),
+        # the middle ones pipelined when it does, the last one once all others were answered.
+        result = await self._register_one(address, bodies[0](), split(0))
+        if result is None:
+            return None  # held stays None: the next round sends a full one again
+        window = PARTS_IN_FLIGHT if result.split else 1
+        middle = iter(range(1, count - 1))
+        in_flight: set[asyncio.Task[RegisterBrokerResult | None]] = set()
+        failed = False
+        try:
+            for index in middle:
+                request = self._register_one(address, bodies[index](), split(index))
+                in_flight.add(asyncio.ensure_future(request))
+                if len(in_flight) >= window:
+                    done, in_flight = await asyncio.wait(
+                        in_flight, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if any(task.result() is None for task in done):
+                        failed = True
+                        break
+            if in_flight and not failed:
+                done, in_flight = await asyncio.wait(in_flight)
+                failed = any(task.result() is None for task in done)
+        finally:
+            for task in in_flight:
+                task.cancel()
+        if failed:
+            return None
+        if count > 1:
+            result = await self._register_one(address, bodies[-1](), split(count - 1))
             if result is None:
-                return None  # held stays None: the next round sends a full one again
+                return None
         sync.full_registrations += 1
-        sync.held = wrapper.data_version
+        sync.held = version
         log.info(
-            "full registration with name server %s: %d topics in %d part(s)",
+            "full registration with name server %s: %d topics in %d part(s)%s",
             address,
-            len(items),
-            len(parts),
+            topics,
+            count,
+            f", {window} in flight" if count > 2 else "",
         )
         return result
 
+    def _full_bodies(
+        self,
+    ) -> tuple[list[Callable[[], RegisterBrokerBody | bytes]], DataVersion, int]:
+        """A snapshot of the table as parts of a full registration, each made when it is sent
+        (with the snapshot's version and topic count):
+        the rows' JSON texts put together (`full_registration_json`) when the table gives them
+        and the body is not compressed, else `RegisterBrokerBody`s."""
+        size = self.shape.split_size if self.shape.split else 0
+        rows = None if self.shape.compressed else self.table.json_rows()
+        if rows is not None:
+            version = self.table.version()
+            step = size if size and len(rows) > size else max(1, len(rows))
+            made: list[Callable[[], RegisterBrokerBody | bytes]] = [
+                functools.partial(full_registration_json, rows[start : start + step], version)
+                for start in range(0, max(1, len(rows)), step)
+            ]
+            return made, version, len(rows)
+        wrapper = self.table.wrapper()
+        items = list(wrapper.topic_config_table.items())
+        if not size or len(items) <= size:
+            parts = [items]
+        else:
+            parts = [items[start : start + size] for start in range(0, len(items), size)]
+
+        def body(part: list[tuple[str, TopicConfig]]) -> RegisterBrokerBody:
+            return RegisterBrokerBody(TopicConfigSerializeWrapper(dict(part), wrapper.data_version))
+
+        return (
+            [functools.partial(body, part) for part in parts],
+            wrapper.data_version,
+            len(items),
+        )
+
     async def _register_one(
-        self, address: str, body: RegisterBrokerBody, split: tuple[int, int] | None = None
+        self, address: str, body: RegisterBrokerBody | bytes, split: tuple[int, int] | None = None
     ) -> RegisterBrokerResult | None:
         ident = self.identity
         request = register_broker_request(

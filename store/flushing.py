@@ -9,12 +9,48 @@ which CommitLog file to check from.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from tidemq.store.checkpoint import StoreCheckpoint
 from tidemq.store.commitlog import CommitLog
 from tidemq.store.consume_queue import ConsumeQueue
+from tidemq.store.fs_sync import SYNCFS_AT_SEGMENTS, sync_file_system, syncfs_available
 from tidemq.store.index_keeper import IndexKeeper
 from tidemq.store.segment import SyncedDirs
+
+log = logging.getLogger(__name__)
+
+
+def sync_file_system_once(queues: list[ConsumeQueue]) -> int:
+    """With at least `SYNCFS_AT_SEGMENTS` segments of `queues` to sync, one `syncfs` of their
+    file system makes them durable (store/fs_sync.py: why it is as safe as their own calls);
+    the flushes that follow then find nothing left of them but what was written since. Returns
+    the segments it covered. Runs in a worker thread."""
+    if not syncfs_available():
+        return 0
+    # Lazily mapped segments only (every ConsumeQueue's): the bytes each has committed, read
+    # before the syncfs begins.
+    targets = [
+        (segment, segment.committed)
+        for queue in queues
+        for segment in queue.segments.segments
+        if segment.maps is not None and not segment.closed and segment.flushed < segment.committed
+    ]
+    if len(targets) < SYNCFS_AT_SEGMENTS:
+        return 0
+    folder = targets[0][0].path.parent
+    try:
+        device = sync_file_system(folder)
+    except OSError as exc:
+        log.warning(
+            "one syncfs for %d ConsumeQueue files failed, each is synced: %s", len(targets), exc
+        )
+        return 0
+    if device is None:  # not a file system whose syncfs is durable (fs_sync.py)
+        return 0
+    covered = sum(segment.note_synced(target, device) for segment, target in targets)
+    log.info("%d ConsumeQueue files synced by one syncfs of the file system of %s", covered, folder)
+    return covered
 
 
 class StoreFlusher:
@@ -46,8 +82,12 @@ class StoreFlusher:
                 self.checkpoint.physic_msg_timestamp = store_ts
             return flushed
 
-    async def flush_consume_queues(self, least_pages: int) -> None:
-        """ConsumeQueues and the index (or the worker's), then the checkpoint."""
+    async def flush_consume_queues(self, least_pages: int, *, one_syncfs: bool = False) -> None:
+        """ConsumeQueues and the index (or the worker's), then the checkpoint. `one_syncfs`
+        (the last pass of a stop): many ConsumeQueue files to sync are synced by one syncfs
+        (`sync_file_system_once`). Running passes keep their per-file syncs: a syncfs writes
+        back all of the file system's dirty pages (the CommitLog's, other programs') while
+        sends are being served."""
         checkpoint = self.checkpoint
         logics_ts = checkpoint.logics_msg_timestamp
         # Only the queues written since the last pass: a pass over every queue held the GIL
@@ -62,6 +102,8 @@ class StoreFlusher:
         index = self.index.index if worker is None else None
 
         def work() -> int:
+            if one_syncfs:
+                sync_file_system_once(queues)
             synced: SyncedDirs = {}  # each folder synced once a pass (segment.SyncedDirs)
             for queue in queues:
                 queue.flush(least_pages, synced)

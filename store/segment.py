@@ -452,6 +452,25 @@ class Segment:
         self.flushed = max(self.flushed, target)
         return True
 
+    def note_synced(self, target: int, device: int) -> bool:
+        """A `syncfs` of file system `device` began after `committed` was `target` (read before
+        it): the bytes up to `target` and the new names this segment was created with are
+        durable if they are on that file system (store/fs_sync.py says why). False when this
+        segment is not all there (or was closed): its own flush then syncs it."""
+        with self._io_lock:
+            if self.closed or self.maps is None:
+                return False
+            try:
+                if os.stat(self.path).st_dev != device or any(
+                    os.stat(folder).st_dev != device for folder in self._unsynced_dirs
+                ):
+                    return False
+            except OSError:
+                return False
+            self._unsynced_dirs = ()
+            self.flushed = max(self.flushed, target)
+        return True
+
     def _sync_lazy(self, synced: SyncedDirs | None) -> None:
         """fdatasync a lazily mapped segment through a descriptor of its own (the dirty pages
         are the file's, whoever wrote them; the loop may close its descriptor meanwhile), then

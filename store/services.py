@@ -86,8 +86,8 @@ class Flusher(Protocol):
     async def flush_commitlog(self, least_pages: int) -> bool:
         """fsync the CommitLog once that many pages are pending (0: all); True if it did."""
 
-    async def flush_consume_queues(self, least_pages: int) -> None:
-        """Flush ConsumeQueues, index and checkpoint."""
+    async def flush_consume_queues(self, least_pages: int, *, one_syncfs: bool = False) -> None:
+        """Flush ConsumeQueues, index and checkpoint (`one_syncfs`: see StoreFlusher's)."""
 
 
 # Delete expired CommitLog files: (reserved ms, at once, at most that many) -> how many.
@@ -221,7 +221,8 @@ class FlushConsumeQueueService(PeriodicService):
         await self.flusher.flush_consume_queues(least)
 
     async def final(self) -> None:
-        await self.flusher.flush_consume_queues(0)
+        # a stop after many new topics: one syncfs instead of a sync of each new file and folder
+        await self.flusher.flush_consume_queues(0, one_syncfs=True)
 
 
 DiskUsage = Callable[[Path], float]

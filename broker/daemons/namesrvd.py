@@ -28,6 +28,7 @@ import click
 
 from tidemq.broker.config import NamesrvConfig, RemotingConfig
 from tidemq.broker.daemons.daemon import busy_port
+from tidemq.broker.namesrv.gc_tuning import tune_gc
 from tidemq.broker.namesrv.server import NameServer, effective_properties
 from tidemq.broker.open_doors import namesrv_doors
 from tidemq.broker.properties import load_properties, parse_overrides
@@ -77,6 +78,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 def run(namesrv: NamesrvConfig, remoting: RemotingConfig) -> int:
     """Serve until SIGTERM or SIGINT; returns the exit status."""
+    tune_gc()
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(_serve(namesrv, remoting))
 

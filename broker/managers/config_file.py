@@ -292,6 +292,13 @@ class ConfigManager(abc.ABC, Generic[T]):
         """The table's DataVersion as JSON; None for tables without one."""
         return None
 
+    def read_rows(self) -> tuple[dict[str, str], str | None]:
+        """The rows and version `load` gives `adopt_rows` (a subclass may keep some back)."""
+        return self.store.read(self.table_name)
+
+    def row_count(self) -> int:
+        return sum(1 for _ in self.row_keys())
+
     # --- the database -----------------------------------------------------------------------
 
     @property
@@ -344,7 +351,7 @@ class ConfigManager(abc.ABC, Generic[T]):
         backup) the first time; False when there was neither (the defaults are then stored)."""
         store = self.store
         if store.has(self.table_name):
-            rows, version = store.read(self.table_name)
+            rows, version = self.read_rows()
             try:
                 self.adopt_rows(rows, version)
             except DECODE_ERRORS as exc:
@@ -352,7 +359,7 @@ class ConfigManager(abc.ABC, Generic[T]):
                     f"table {self.table_name} in {store.path} is unreadable "
                     f"({type(exc).__name__}: {exc}); restore the file from a backup"
                 ) from exc
-            log.info("loaded %d %s entries from %s", len(rows), self.table_name, store.path)
+            log.info("loaded %d %s entries from %s", self.row_count(), self.table_name, store.path)
             return True
         state = load(self.path, self.parse)
         if state is not None:

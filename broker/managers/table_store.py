@@ -125,6 +125,38 @@ class TableStore:
                 self._db.execute("COMMIT")
         return rows, (found[0] if found is not None else None)
 
+    def read_split(
+        self, table: str, kept_as_text: str
+    ) -> tuple[dict[str, str], str | None, dict[str, str]]:
+        """`read`, with the rows for which the SQL expression `kept_as_text` (over `key` and
+        `value`) holds apart: (other rows, version, those rows), in one transaction. SQLite
+        evaluates it while it scans: no Python work per row beyond taking it."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN")
+                where = "FROM config_rows WHERE tbl = ? AND"
+                kept = dict(
+                    self._db.execute(f"SELECT key, value {where} ({kept_as_text})", (table,))
+                )
+                (count,) = self._db.execute(
+                    "SELECT count(*) FROM config_rows WHERE tbl = ?", (table,)
+                ).fetchone()
+                rows = (
+                    {}  # all kept: the expression is not evaluated a second time
+                    if count == len(kept)
+                    else dict(
+                        self._db.execute(
+                            f"SELECT key, value {where} NOT ({kept_as_text})", (table,)
+                        )
+                    )
+                )
+                found = self._db.execute(
+                    "SELECT version FROM config_tables WHERE tbl = ?", (table,)
+                ).fetchone()
+            finally:
+                self._db.execute("COMMIT")
+        return rows, (found[0] if found is not None else None), kept
+
     def write(self, table: str, changes: TableChanges) -> None:
         """Apply `changes` to `table` atomically and durably; raises `OSError` when it cannot."""
         with self._lock:

@@ -16,6 +16,12 @@ GET_ALL_TOPIC_CONFIG (21). Every change bumps the DataVersion (name servers only
 broker's routes when it changes; slaves only copy the table when it differs), is persisted at
 once, and is reported to `on_change` so the broker can re-register.
 
+Loading a million rows: the rows of `tables.db` in the shape this manager writes them (checked
+by SQLite in the same read, `LAZY_ROW_SQL`) are kept as their JSON text and decoded into a
+TopicConfig at first use, so a start reads the table without making an object per topic, and a
+full registration sends those texts as they are (`json_rows`). Other rows (written by hand or by
+an older version) are decoded, checked and renamed at load as before.
+
 At construction the system topics of RocketMQ 4.9.7 are put in the table, then `load()` lays the
 file over them (the file wins, as in RocketMQ): SELF_TEST_TOPIC (1 queue), TBW102 when
 autoCreateTopicEnable (defaultTopicQueueNums queues, perm RW+INHERIT), BenchmarkTest (1024), the
@@ -30,6 +36,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,6 +45,7 @@ from typing import Final
 from tidemq.broker.config import BrokerConfig
 from tidemq.broker.managers.config_file import (
     CONFIG_FILE_MAX_SIZE,
+    DECODE_ERRORS,
     TOPICS_FILE,
     ConfigManager,
     compact_json,
@@ -81,6 +89,21 @@ OFFSET_MOVED_EVENT: Final = "OFFSET_MOVED_EVENT"
 SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"
 REPLY_TOPIC_POSTFIX: Final = "REPLY_TOPIC"
 DEFAULT_DELAY_LEVELS: Final = 18
+
+# The rows of tables.db kept as text at load (`TopicConfigManager.read_rows`): a value in the shape
+# `compact_json(TopicConfig.to_dict())` writes, naming its key. SQLite checks it as it reads, in one
+# GLOB (about 1.5 us a row; a check of every character costs ten times that, so the digits are not
+# checked one by one: a row edited by hand into that shape but not JSON is refused at its first
+# use). A key holding GLOB's own characters (`*?[`) could match another name: such a key is no
+# topic name, and the names are checked next.
+LAZY_ROW_SQL: Final = (
+    "length(key) BETWEEN 1 AND 127"
+    ' AND value GLOB \'{"topicName":"\' || key || \'","readQueueNums":[0-9]*,'
+    '"writeQueueNums":[0-9]*,"perm":[0-9]*,"topicFilterType":"*","topicSysFlag":[0-9]*,'
+    '"order":[ft]*}\''
+)
+# Names of such rows are checked all at once (one match over them joined by newlines).
+_VALID_TOPIC_LINES: Final = re.compile(r"(?:[%|a-zA-Z0-9_-]{1,127}\n)*")
 
 # TopicValidator's static sets; the cluster, broker and reply topics are added per broker.
 SYSTEM_TOPICS: Final = frozenset(
@@ -171,6 +194,8 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         super().__init__(config_dir / TOPICS_FILE)
         self._broker = broker
         self._table: dict[str, TopicConfig] = {}
+        # topic -> its row's JSON text, not decoded yet (module docstring); never a key of _table
+        self._rows: dict[str, str] = {}
         self.data_version = DataVersion()
         self.on_change = on_change
         self._system_topics = set(SYSTEM_TOPICS)
@@ -216,11 +241,69 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         self.data_version = replace(state.data_version)
 
     def row_keys(self) -> Iterable[str]:
-        return self._table.keys()
+        return [*self._table, *self._rows]
 
     def encode_row(self, key: str) -> str | None:
         config = self._table.get(key)
-        return None if config is None else compact_json(config.to_dict())
+        if config is None:
+            return self._rows.get(key)  # as read, not decoded yet
+        return compact_json(config.to_dict())
+
+    def _get(self, topic: str) -> TopicConfig | None:
+        config = self._table.get(topic)
+        if config is None and topic in self._rows:
+            config = self._decode_row(topic)
+        return config
+
+    def _decode_row(self, topic: str) -> TopicConfig | None:
+        """A row kept as text, decoded now and kept decoded. Its shape was checked at load; a
+        value that is still not a topic config (edited by hand) is refused here, logged once,
+        and the topic is left out of the table (its row stays in tables.db)."""
+        text = self._rows.pop(topic)
+        try:
+            config = TopicConfig.from_dict(json.loads(text))
+        except DECODE_ERRORS as exc:
+            log.error(
+                "topic %s: its row in %s is unreadable (%s: %s), left out of the table: %s",
+                topic,
+                self.store.path,
+                type(exc).__name__,
+                exc,
+                text[:200],
+            )
+            return None
+        self._table[topic] = config
+        return config
+
+    def _decoded(self) -> dict[str, TopicConfig]:
+        """Every topic decoded, without keeping the decoded rows (a snapshot for the rare whole
+        table reads: GET_ALL_TOPIC_CONFIG, the export, a slave's copy)."""
+        table = dict(self._table)
+        for topic, text in list(self._rows.items()):
+            try:
+                table[topic] = TopicConfig.from_dict(json.loads(text))
+            except DECODE_ERRORS:
+                self._decode_row(topic)  # logs it and leaves it out
+        return table
+
+    def json_rows(self) -> list[tuple[str, str]]:
+        """(topic, its TopicConfig as compact JSON) for every topic: the rows not decoded yet as
+        read (the JSON this manager writes), the others encoded now."""
+        rows = [(topic, compact_json(config.to_dict())) for topic, config in self._table.items()]
+        rows += self._rows.items()
+        return rows
+
+    def read_rows(self) -> tuple[dict[str, str], str | None]:
+        rows, version, lazy = self.store.read_split(self.table_name, LAZY_ROW_SQL)
+        if not _VALID_TOPIC_LINES.fullmatch("".join(f"{key}\n" for key in lazy)):
+            # some name is invalid: those rows take the checked path (a warning, left out)
+            for key in [key for key in lazy if validate_topic_name(key) is not None]:
+                rows[key] = lazy.pop(key)
+        # A system topic's row lays over the default made at construction: decoded now.
+        for key in [key for key in lazy if key in self._table]:
+            rows[key] = lazy.pop(key)
+        self._rows = lazy
+        return rows, version
 
     def adopt_rows(self, rows: dict[str, str], version: str | None) -> None:
         table = {key: TopicConfig.from_dict(entry) for key, entry in decode_rows(rows, "topicName")}
@@ -237,16 +320,16 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
     # --- queries --------------------------------------------------------------------------
 
     def select(self, topic: str) -> TopicConfig | None:
-        return self._table.get(topic)
+        return self._get(topic)
 
     def __contains__(self, topic: object) -> bool:
-        return topic in self._table
+        return topic in self._table or topic in self._rows
 
     def topics(self) -> list[str]:
-        return list(self._table)
+        return [*self._table, *self._rows]
 
     def __len__(self) -> int:
-        return len(self._table)
+        return len(self._table) + len(self._rows)
 
     def is_system_topic(self, topic: str) -> bool:
         """TopicValidator.isSystemTopic, with this broker's cluster/broker/reply topics."""
@@ -261,7 +344,7 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
 
     def wrapper(self) -> TopicConfigSerializeWrapper:
         """The table and a copy of its DataVersion, for registration and GET_ALL_TOPIC_CONFIG."""
-        return TopicConfigSerializeWrapper(dict(self._table), replace(self.data_version))
+        return TopicConfigSerializeWrapper(self._decoded(), replace(self.data_version))
 
     # --- changes --------------------------------------------------------------------------
 
@@ -280,7 +363,7 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         queues) queues and the default topic's perm without INHERIT. Returns the existing
         config when the topic is already there, None when creation is refused.
         """
-        existing = self._table.get(topic)
+        existing = self._get(topic)
         if existing is not None:
             return existing
         if validate_topic_name(topic) is not None:
@@ -316,7 +399,7 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         return config
 
     def _inheritable(self, default_topic: str, remote_addr: str) -> TopicConfig | None:
-        template = self._table.get(default_topic)
+        template = self._get(default_topic)
         if template is None:
             log.warning(
                 "cannot create a topic for %s: default topic %s does not exist",
@@ -345,7 +428,7 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int
     ) -> TopicConfig:
         """createTopicInSendMessageBackMethod: the `%RETRY%`/`%DLQ%` topics of a group."""
-        existing = self._table.get(topic)
+        existing = self._get(topic)
         if existing is not None:
             return existing
         problem = validate_topic_name(topic)
@@ -358,7 +441,7 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
 
     def update(self, config: TopicConfig) -> None:
         """Create or replace a topic (UPDATE_AND_CREATE_TOPIC; callers validate the name)."""
-        old = self._table.get(config.topic_name)
+        old = self._get(config.topic_name)
         kind = TopicChange.CREATED if old is None else TopicChange.UPDATED
         log.info("%s topic %s (was %s)", kind.value, config, old)
         self._put(replace(config), kind)
@@ -368,9 +451,8 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         step and one transaction for all; `on_change` hears of each. Callers validate names."""
         changes: list[tuple[TopicChange, str]] = []
         for config in configs:
-            kind = (
-                TopicChange.CREATED if config.topic_name not in self._table else TopicChange.UPDATED
-            )
+            kind = TopicChange.CREATED if config.topic_name not in self else TopicChange.UPDATED
+            self._rows.pop(config.topic_name, None)
             self._table[config.topic_name] = replace(config)
             self.changed(config.topic_name)
             changes.append((kind, config.topic_name))
@@ -395,7 +477,8 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
 
     def delete(self, topic: str) -> bool:
         """Remove a topic's config; False when there was none."""
-        old = self._table.pop(topic, None)
+        old = self._get(topic)
+        self._table.pop(topic, None)
         if old is None:
             log.warning("delete topic %s: no such topic", topic)
             return False
@@ -411,12 +494,14 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         if wrapper.data_version == self.data_version:
             return False
         table = _valid_topics(wrapper.topic_config_table, "the master's topic table")
-        for topic in self._table.keys() - table.keys():
+        current = self._decoded()
+        for topic in current.keys() - table.keys():
             self.changed(topic)
         for topic, config in table.items():
-            if self._table.get(topic) != config:
+            if current.get(topic) != config:
                 self.changed(topic)
         self._table = table
+        self._rows = {}
         self.data_version = replace(wrapper.data_version)
         log.info(
             "topic table replaced from the master: %d topics, %s",
@@ -427,6 +512,7 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         return True
 
     def _put(self, config: TopicConfig, kind: TopicChange) -> None:
+        self._rows.pop(config.topic_name, None)
         self._table[config.topic_name] = config
         self._changed(kind, config.topic_name)
 

@@ -227,7 +227,8 @@ class NamesrvProcessor:
         )
         order = self.kv_config.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
         body_out = b"" if order is None else KVTable(order).encode()
-        return _ok(request, body_out, **result.ext_fields())
+        ext = result.ext_fields() if split is None else result.ext_fields_of_part(split[0])
+        return _ok(request, body_out, **ext)
 
     @staticmethod
     def _split_of(header: RegisterBrokerRequestHeader) -> tuple[int, int] | None:

@@ -66,6 +66,10 @@ DEFAULT_BROKER_CHANNEL_EXPIRED_TIME: Final = 120_000
 # The version held for an address whose split full registration has not ended: no broker's.
 INCOMPLETE_VERSION: Final = DataVersion(timestamp=0, counter=-1)
 
+# Distinct QueueData values kept for sharing (`_put_queue_data`); past this many (queue counts
+# all different) the cache starts again, which only costs sharing.
+_MAX_SHARED_QUEUE_DATAS: Final = 4096
+
 # TopicSysFlag bits (RocketMQ `TopicSysFlag`): unit topics and topics with unit subscriptions.
 _FLAG_UNIT: Final = 0x1
 _FLAG_UNIT_SUB: Final = 0x2
@@ -151,6 +155,7 @@ class RouteInfoManager:
         # brokerAddr -> the topics of a split registration's parts so far (only with
         # delete_topic_with_broker_registration, which needs the whole table).
         self._split_topics: dict[str, set[str]] = {}
+        self._queue_datas: dict[tuple[str, int, int, int, int], QueueData] = {}
 
     # --- registration ---------------------------------------------------------------------
 
@@ -316,13 +321,27 @@ class RouteInfoManager:
         self._remove_group_from_topics(broker_name, (t for t in gone if t not in present))
 
     def _put_queue_data(self, broker_name: str, topic: str, config: TopicConfig) -> None:
-        self.topic_queue_table.setdefault(topic, {})[broker_name] = QueueData(
-            broker_name=broker_name,
-            read_queue_nums=config.read_queue_nums,
-            write_queue_nums=config.write_queue_nums,
-            perm=config.perm,
-            topic_sys_flag=config.topic_sys_flag,
+        # One QueueData per distinct value, shared by every topic that has it (a broker's
+        # topics mostly have the same few): a million topics make a handful of objects, not a
+        # million, and the garbage collector has that many fewer to walk. Shared values are
+        # never changed in place (`_set_perm` replaces them; routes hand out copies).
+        key = (
+            broker_name,
+            config.read_queue_nums,
+            config.write_queue_nums,
+            config.perm,
+            config.topic_sys_flag,
         )
+        queue_data = self._queue_datas.get(key)
+        if queue_data is None:
+            if len(self._queue_datas) >= _MAX_SHARED_QUEUE_DATAS:
+                self._queue_datas.clear()
+            queue_data = self._queue_datas[key] = QueueData(*key)
+        queues = self.topic_queue_table.get(topic)
+        if queues is None:
+            self.topic_queue_table[topic] = {broker_name: queue_data}
+        else:
+            queues[broker_name] = queue_data
 
     def is_topic_config_changed(self, broker_addr: str, data_version: DataVersion) -> bool:
         """True unless the address's last registration carried exactly this data version."""
@@ -441,8 +460,8 @@ class RouteInfoManager:
         count = 0
         for queues in self.topic_queue_table.values():
             queue_data = queues.get(broker_name)
-            if queue_data is not None:
-                queue_data.perm = change(queue_data.perm)
+            if queue_data is not None:  # shared with other topics: replaced, not changed
+                queues[broker_name] = dataclasses.replace(queue_data, perm=change(queue_data.perm))
                 count += 1
         return count
 

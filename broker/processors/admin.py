@@ -40,6 +40,7 @@ from tidemq.client.protocol.headers import (
     DeleteTopicRequestHeader,
 )
 from tidemq.client.protocol.models import SubscriptionGroupConfig, TopicConfig
+from tidemq.client.protocol.namesrv import topic_wrapper_json
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import Body, RemotingCommand
 from tidemq.client.remoting.errors import BodyDecodeError
@@ -171,7 +172,8 @@ class AdminProcessor:
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         del connection
-        body = dumps(self.topics.wrapper().to_dict())
+        # the rows' texts as they are: a million topics are not decoded and encoded again
+        body = topic_wrapper_json(self.topics.json_rows(), self.topics.data_version)
         return RemotingCommand.response_to(request, _OK, body=body)
 
     async def update_group(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from tidemq.client.protocol.headers import MAX_QUEUE_NUMS
 
@@ -32,6 +32,10 @@ def perm_to_string(perm: int) -> str:
             "X" if perm & PERM_INHERIT else "-",
         )
     )
+
+
+_INT_MIN: Final = -(1 << 31)
+_INT_MAX: Final = (1 << 31) - 1
 
 
 def _int(
@@ -103,6 +107,39 @@ class TopicConfig:
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> TopicConfig:
+        # Every field present with its JSON type, as tidemq and RocketMQ write them: taken in
+        # one step (a million-topic registration or table is read a million entries at a time).
+        try:
+            name, read, write, perm = (
+                obj["topicName"],
+                obj["readQueueNums"],
+                obj["writeQueueNums"],
+                obj["perm"],
+            )
+            kind, flag, order = obj["topicFilterType"], obj["topicSysFlag"], obj["order"]
+        except (KeyError, TypeError):
+            pass
+        else:
+            if (
+                type(name) is str
+                and type(read) is int
+                and type(write) is int
+                and type(perm) is int
+                and type(flag) is int
+                and type(kind) is str
+                and kind
+                and type(order) is bool
+                and _INT_MIN <= read <= _INT_MAX
+                and _INT_MIN <= write <= _INT_MAX
+                and _INT_MIN <= perm <= _INT_MAX
+                and _INT_MIN <= flag <= _INT_MAX
+            ):
+                return cls(name, read, write, perm, kind, flag, order)
+        return cls.from_any_dict(obj)
+
+    @classmethod
+    def from_any_dict(cls, obj: dict[str, Any]) -> TopicConfig:
+        """`from_dict` for any shape: fields missing, as strings, out of range (refused)."""
         return cls(
             topic_name=str(obj.get("topicName", "")),
             read_queue_nums=_int(obj, "readQueueNums", 16),

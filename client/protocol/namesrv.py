@@ -63,12 +63,16 @@ Scalable registration (tidemq; a RocketMQ name server reads neither extension as
 - split: a full registration of many topics is sent as `splitCount` requests (`splitIndex`
   0, 1, ...), each with a part of the table and the same dataVersion, each compressed when the
   broker's compressedRegister is on. The name server holds the broker's version only once the
-  last part arrived, so an incremental registration before that asks for a full one again.
+  last part arrived, so an incremental registration before that asks for a full one again. Its
+  answer to a part echoes `splitIndex`: the broker then sends the parts between the first and
+  the last without waiting for each answer (the name server takes them in any order); a name
+  server that does not echo it (RocketMQ's) gets one part after the other.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -406,6 +410,31 @@ class RegisterBrokerBody:
         return cls(TopicConfigSerializeWrapper(data_version=DataVersion(timestamp=0, counter=0)))
 
 
+def full_registration_json(
+    topic_rows: Iterable[tuple[str, str]], data_version: DataVersion
+) -> bytes:
+    """The JSON RegisterBrokerBody of a full registration (or one part of it) whose topics are
+    given as (name, that TopicConfig's JSON text): the text is put in as it is, without decoding
+    and encoding it again (a broker keeps its table's rows as such texts). Equal to
+    `RegisterBrokerBody(TopicConfigSerializeWrapper(table, data_version)).encode()` for the same
+    topics."""
+    wrapper = topic_wrapper_json(topic_rows, data_version)
+    return b'{"topicConfigSerializeWrapper":' + wrapper + b',"filterServerList":[]}'
+
+
+def topic_wrapper_json(topic_rows: Iterable[tuple[str, str]], data_version: DataVersion) -> bytes:
+    """A TopicConfigSerializeWrapper's compact JSON (GET_ALL_TOPIC_CONFIG's body) of topics
+    given as (name, TopicConfig JSON text), the texts put in as they are: equal to
+    `dumps(TopicConfigSerializeWrapper(table, data_version).to_dict())`."""
+    table = ",".join([f"{_json_string(name)}:{text}" for name, text in topic_rows])
+    version = dumps(data_version.to_dict()).decode()
+    return f'{{"topicConfigTable":{{{table}}},"dataVersion":{version}}}'.encode()
+
+
+# A name as a JSON string (the C encoder json.dumps uses; non-ASCII kept, as `dumps` does).
+_json_string: Final[Callable[[str], str]] = json.encoder.encode_basestring
+
+
 def _encode_compressed(body: RegisterBrokerBody) -> bytes:
     parts: list[bytes] = []
 
@@ -515,6 +544,9 @@ class RegisterBrokerResult:
     # Set by a name server that read an incremental registration as one (a RocketMQ name
     # server does not, and takes it as a full registration of the changed topics).
     incremental: bool = False
+    # Set by a name server that read a part of a split registration as one (tidemq's echoes
+    # its splitIndex): it takes the middle parts in any order, so they may be pipelined.
+    split: bool = False
 
     def ext_fields(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -527,6 +559,10 @@ class RegisterBrokerResult:
         if self.incremental:
             out["incremental"] = "true"
         return out
+
+    def ext_fields_of_part(self, split_index: int) -> dict[str, str]:
+        """`ext_fields` of the answer to part `split_index` of a split registration."""
+        return {**self.ext_fields(), "splitIndex": str(split_index)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -550,17 +586,21 @@ def register_broker_request(
     cluster_name: str,
     ha_server_addr: str,
     broker_id: int,
-    body: RegisterBrokerBody,
+    body: RegisterBrokerBody | bytes,
     compressed: bool = False,
     master_epoch: int | None = None,
     split: tuple[int, int] | None = None,
 ) -> RemotingCommand:
     """REGISTER_BROKER with the body encoded as asked and its bodyCrc32 filled in; `split` is
     (index, count) for one part of a split full registration. A body with a
-    `base_data_version` is sent as an incremental registration (JSON, never compressed)."""
-    incremental = body.base_data_version is not None
-    compressed = compressed and not incremental
-    data = body.encode(compressed)
+    `base_data_version` is sent as an incremental registration (JSON, never compressed). A body
+    given as bytes is a full registration's JSON (`full_registration_json`), sent as it is."""
+    if isinstance(body, bytes):
+        incremental, compressed, data = False, False, body
+    else:
+        incremental = body.base_data_version is not None
+        compressed = compressed and not incremental
+        data = body.encode(compressed)
     header = RegisterBrokerRequestHeader(
         broker_name=broker_name,
         broker_addr=broker_addr,
@@ -614,8 +654,9 @@ def parse_register_broker_response(response: RemotingCommand) -> RegisterBrokerR
     kv = KVTable.decode(response.body) if len(response.body) else None
     full_needed = ext.get("fullRegistrationNeeded") == "true"
     incremental = ext.get("incremental") == "true"
+    split_seen = ext.get("splitIndex") is not None
     return RegisterBrokerResult(
-        ext.get("haServerAddr"), ext.get("masterAddr"), kv, full_needed, incremental
+        ext.get("haServerAddr"), ext.get("masterAddr"), kv, full_needed, incremental, split_seen
     )
 
 

@@ -38,4 +38,8 @@ def test_the_scale_section_measures_every_figure() -> None:
     assert results["one more create at 6,000 topics"].value > 0
     first, last = results["creation rate, first 10 %"], results["creation rate, last 10 %"]
     assert results["creation rate, last 10 % / first 10 %"].value == last.value / first.value
+    cpu_first = results["creation CPU per topic, first 10 %"].value
+    cpu_last = results["creation CPU per topic, last 10 %"].value
+    assert cpu_first > 0 and cpu_last > 0  # the daemons' CPU was read
+    assert results["creation CPU per topic, last 10 % / first 10 %"].value == cpu_last / cpu_first
     assert results["broker restart: listening and routable"].value > 0

@@ -47,6 +47,9 @@ class CreationRun:
 
     batch: bool
     timeline: list[tuple[int, float]] = field(default_factory=list)
+    # (topics so far, CPU seconds of the broker and name server so far) when a `cpu` reader
+    # was given: what the daemons spent, whatever else the machine was doing
+    cpu_timeline: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def topics(self) -> int:
@@ -68,6 +71,17 @@ class CreationRun:
         end = next(p for p in self.timeline if p[0] >= high * total)
         span = end[1] - begin[1]
         return (end[0] - begin[0]) / span if span > 0 else float("nan")
+
+    def cpu_us_per_topic_between(self, low: float, high: float) -> float:
+        """CPU microseconds of the daemons per topic created between the fractions `low` and
+        `high` (nan without a CPU timeline)."""
+        if not self.cpu_timeline:
+            return float("nan")
+        total = self.topics
+        begin = max((p for p in self.cpu_timeline if p[0] <= low * total), default=(0, 0.0))
+        end = next(p for p in self.cpu_timeline if p[0] >= high * total)
+        topics = end[0] - begin[0]
+        return (end[1] - begin[1]) / topics * 1e6 if topics else float("nan")
 
 
 async def serves_topic_lists(api: BrokerAPI, broker: str) -> bool:
@@ -96,6 +110,7 @@ async def create_topics(
     in_flight: int = 2,
     run: CreationRun | None = None,
     started: float | None = None,
+    cpu: Callable[[], float] | None = None,
 ) -> CreationRun:
     """Create topics `first` .. `first + count - 1` (8 queues each): in lists of `batch_size`
     when the broker serves them, else one by one; appended to `run`'s timeline."""
@@ -118,6 +133,8 @@ async def create_topics(
                 await api.create_topic(broker, configs[0])
             done += len(configs)
             run.timeline.append((done, time.perf_counter() - begin))
+            if cpu is not None:
+                run.cpu_timeline.append((done, cpu()))
 
     workers = in_flight if run.batch else SINGLE_IN_FLIGHT
     await asyncio.gather(*(worker() for _ in range(workers)))

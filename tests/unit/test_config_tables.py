@@ -326,3 +326,91 @@ def test_a_row_named_differently_from_its_key_is_renamed_and_written_again(
     reloaded.close()
     rows, _ = TableStore(tmp_path / TABLES_FILE).read("topics")
     assert json.loads(rows["A"])["topicName"] == "A"
+
+
+def test_a_clean_table_is_loaded_without_decoding_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    manager.update_many([TopicConfig(f"T{i}", 8, 8) for i in range(500)])
+    manager.update(TopicConfig("Odd", 1, 2, 4, "MULTI_TAG", 3, order=True))
+    expected = manager.wrapper()
+    manager.close()
+    decoded: list[object] = []
+    real = TopicConfig.from_dict.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        TopicConfig,
+        "from_dict",
+        classmethod(lambda cls, obj: decoded.append(obj) or real(cls, obj)),
+    )
+    reloaded = TopicConfigManager(tmp_path, BROKER)
+    reloaded.load()
+    system = len(TopicConfigManager(tmp_path / "fresh", BROKER))
+    assert len(decoded) <= system  # only the system topics' rows, laid over their defaults
+    assert len(reloaded) == len(expected.topic_config_table)
+    assert "T499" in reloaded and set(reloaded.topics()) == set(expected.topic_config_table)
+    assert len(decoded) <= system
+    assert reloaded.select("Odd") == TopicConfig("Odd", 1, 2, 4, "MULTI_TAG", 3, order=True)
+    assert reloaded.select("T7") == TopicConfig("T7", 8, 8)
+    assert len(decoded) <= system + 2
+    # the texts as read are what is registered and written back
+    texts = dict(reloaded.json_rows())
+    assert {k: json.loads(v) for k, v in texts.items()} == {
+        k: c.to_dict() for k, c in expected.topic_config_table.items()
+    }
+    assert reloaded.wrapper().topic_config_table == expected.topic_config_table
+    reloaded.update(TopicConfig("T8", 2, 2))
+    reloaded.delete("T9")
+    reloaded.close()
+    rows, _ = TableStore(tmp_path / TABLES_FILE).read("topics")
+    assert json.loads(rows["T8"])["readQueueNums"] == 2 and "T9" not in rows
+    assert rows["T10"] == texts["T10"]
+
+
+def test_a_row_of_the_shape_that_is_not_json_is_left_out_at_its_first_use(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    manager.update_many([TopicConfig("A", 8, 8), TopicConfig("B", 8, 8)])
+    manager.close()
+    broken = (
+        '{"topicName":"A","readQueueNums":8x,"writeQueueNums":8,"perm":6,'
+        '"topicFilterType":"SINGLE_TAG","topicSysFlag":0,"order":false}'
+    )
+    with sqlite3.connect(tmp_path / TABLES_FILE) as db:
+        db.execute("UPDATE config_rows SET value = ? WHERE key = 'A'", (broken,))
+    reloaded = TopicConfigManager(tmp_path, BROKER)
+    assert reloaded.load()  # the shape passed: the row is read at first use
+    assert reloaded.select("A") is None
+    assert "topic A: its row in" in caplog.text and "unreadable" in caplog.text
+    assert "A" not in reloaded and reloaded.select("B") == TopicConfig("B", 8, 8)
+    assert "A" not in reloaded.wrapper().topic_config_table
+    reloaded.persist()
+    reloaded.close()
+    rows, _ = TableStore(tmp_path / TABLES_FILE).read("topics")
+    assert rows["A"] == broken  # kept for the operator, not lost
+
+
+def test_rows_of_other_shapes_and_invalid_names_take_the_checked_path(tmp_path: Path) -> None:
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    manager.update_many([TopicConfig("A", 8, 8), TopicConfig("B", 8, 8)])
+    manager.close()
+    spaced = '{"topicName": "A", "readQueueNums": 3}'
+    dotted = (
+        '{"topicName":"x.y","readQueueNums":8,"writeQueueNums":8,"perm":6,'
+        '"topicFilterType":"SINGLE_TAG","topicSysFlag":0,"order":false}'
+    )
+    with sqlite3.connect(tmp_path / TABLES_FILE) as db:
+        db.execute("UPDATE config_rows SET value = ? WHERE key = 'A'", (spaced,))
+        db.execute("INSERT INTO config_rows VALUES ('topics', 'x.y', ?)", (dotted,))
+        # a key GLOB reads as a pattern matching the name inside
+        db.execute("INSERT INTO config_rows VALUES ('topics', 'x*', ?)", (dotted,))
+    reloaded = TopicConfigManager(tmp_path, BROKER)
+    reloaded.load()
+    assert reloaded.select("A") == TopicConfig("A", 3, 16)
+    assert "x.y" not in reloaded and "x.y" not in dict(reloaded.json_rows())
+    assert "x*" not in reloaded and "x*" not in dict(reloaded.json_rows())
+    assert reloaded.select("B") == TopicConfig("B", 8, 8)

@@ -241,6 +241,25 @@ def test_registered_topics_are_gated() -> None:
     assert remark.startswith("topicConfigTable.topicName: ")
 
 
+def test_a_registration_part_is_checked_at_once_and_a_bad_name_in_it_still_refused() -> None:
+    gate = NameGate.for_namesrv()
+    ext = {"brokerName": "broker-a", "clusterName": "DefaultCluster"}
+
+    def request(table: dict[str, TopicConfig]) -> RemotingCommand:
+        body = RegisterBrokerBody(TopicConfigSerializeWrapper(table)).encode()
+        return RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, body=body)
+
+    good = {f"T{i}": TopicConfig(f"T{i}") for i in range(800)} | {"host.name": TopicConfig("")}
+    gate.check(request(good))
+    for bad, field in (
+        ({"a\nb": TopicConfig("a\nb")}, "topicConfigTable: "),  # two names if joined
+        ({"..": TopicConfig("..")}, "topicConfigTable: "),
+        ({"x" * 256: TopicConfig("x" * 256)}, "topicConfigTable: "),
+        ({"T5": TopicConfig("../t")}, "topicConfigTable.topicName: "),
+    ):
+        assert refused(gate, request(good | bad)).startswith(field), bad
+
+
 async def refuse_all(connection: object, request: RemotingCommand) -> RemotingCommand:
     raise AssertionError("the processor must not run")
 

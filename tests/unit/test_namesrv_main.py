@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
@@ -12,6 +14,7 @@ from click.testing import CliRunner
 
 from tidemq.broker.config import NamesrvConfig, RemotingConfig
 from tidemq.broker.daemons import namesrvd
+from tidemq.broker.namesrv.gc_tuning import GC_THRESHOLDS
 from tidemq.common.errors import ConfigError
 
 
@@ -81,3 +84,19 @@ def test_unknown_keys_are_warned_about(
     assert result.exit_code == 0
     assert "unknown configuration key kvConfigPath ignored" in caplog.text
     run.assert_called_once()
+
+
+def test_the_name_server_runs_with_its_collector_thresholds() -> None:
+    """`run` sets broker/namesrv/gc_tuning.py's thresholds before it serves (here it cannot
+    listen: a port in use, so it returns at once)."""
+    before = gc.get_threshold()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        namesrv = NamesrvConfig(listen_port=port)
+        try:
+            assert namesrvd.run(namesrv, RemotingConfig(bind_address="127.0.0.1")) == 1
+            assert gc.get_threshold() == GC_THRESHOLDS
+        finally:
+            gc.set_threshold(*before)

@@ -9,13 +9,16 @@ tests/integration/test_registration_scale.py.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
+from tidemq.broker.managers.config_file import compact_json
 from tidemq.broker.namesrv.kv_config import KvConfigStore
 from tidemq.broker.namesrv.processor import NamesrvProcessor
 from tidemq.broker.namesrv.route_info import RouteInfoManager
 from tidemq.broker.registration import (
+    PARTS_IN_FLIGHT,
     BrokerIdentity,
     NameServerRegistration,
     RegistrationShape,
@@ -44,6 +47,12 @@ class NameServer:
     headers: list[RegisterBrokerRequestHeader] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
     held: list[DataVersion | None] = field(default_factory=list)  # after each request
+    bodies: list[bytes] = field(default_factory=list)
+    # Requests in flight when each arrived (itself included), and the most at any time: the
+    # answer comes after a few turns of the loop, as from a connection.
+    in_flight_at_arrival: list[int] = field(default_factory=list)
+    in_flight: int = 0
+    fail_at: int | None = None  # the request (0, 1, ...) that gets no answer
 
     def restart(self) -> None:
         self.routes = RouteInfoManager()
@@ -52,10 +61,22 @@ class NameServer:
         header = RegisterBrokerRequestHeader.from_ext_fields(request.ext_fields)
         self.headers.append(header)
         self.sizes.append(len(request.body))
+        self.bodies.append(bytes(request.body))
+        self.in_flight += 1
+        self.in_flight_at_arrival.append(self.in_flight)
+        try:
+            for _ in range(3):
+                await asyncio.sleep(0)
+            if len(self.headers) - 1 == self.fail_at:
+                raise ConnectionError("no answer")
+        finally:
+            self.in_flight -= 1
         if self.rocketmq:  # a RocketMQ name server reads neither extension
             request.ext_fields.pop("incremental", None)
         processor = NamesrvProcessor(self.routes, KvConfigStore())
         response = processor.handlers[request.code](cast(Any, Peer()), request)
+        if self.rocketmq:  # nor echoes a part's index
+            response.ext_fields.pop("splitIndex", None)
         self.held.append(self.routes.query_data_version(header.broker_addr))
         return response
 
@@ -75,22 +96,26 @@ class Table:
         self.topics[name] = TopicConfig(name, 4, 4)
         self.version.next_version()
 
-    def view(self) -> RegistrationTable:
+    def view(self, texts: bool = False) -> RegistrationTable:
+        """`texts`: the table gives its rows as JSON texts too (as the broker's does)."""
         return RegistrationTable(
             lambda: TopicConfigSerializeWrapper(dict(self.topics), replace(self.version)),
             self.topics.get,
             lambda: replace(self.version),
+            (lambda: [(k, compact_json(c.to_dict())) for k, c in self.topics.items()])
+            if texts
+            else lambda: None,
         )
 
 
 def registration(
-    namesrv: NameServer, table: Table, split_size: int = 800
+    namesrv: NameServer, table: Table, split_size: int = 800, texts: bool = False
 ) -> NameServerRegistration:
     return NameServerRegistration(
         IDENTITY,
         [NAMESRV],
         cast(RemotingClient, namesrv),
-        table.view(),
+        table.view(texts),
         period_ms=30_000,
         timeout_ms=1000,
         shape=RegistrationShape(split_size=split_size),
@@ -167,3 +192,57 @@ async def test_many_pending_topics_go_in_requests_of_the_split_size() -> None:
     reg.note_change("Later")
     await reg.register_all()
     assert namesrv.kinds()[-1] == "inc" and namesrv.routes.get_route("Later") is not None
+
+
+def many_topics(count: int) -> Table:
+    table = Table()
+    for i in range(count):
+        table.put(f"T{i}")
+    table.topics["Odd"] = TopicConfig("Odd", 1, 2, 4, "MULTI_TAG", 3, order=True)
+    return table
+
+
+async def test_middle_parts_are_pipelined_with_a_name_server_that_echoes_their_index() -> None:
+    namesrv, table = NameServer(), many_topics(2999)
+    reg = registration(namesrv, table, split_size=100, texts=True)
+    await reg.register_all()
+    arrivals = namesrv.in_flight_at_arrival
+    assert len(arrivals) == 30
+    # the first alone, the middle ones up to PARTS_IN_FLIGHT at once, the last once all of them
+    # were answered (the name server holds the version from the last part on)
+    assert arrivals[0] == 1 and arrivals[-1] == 1
+    assert max(arrivals) == PARTS_IN_FLIGHT
+    assert namesrv.held[-1] == table.version
+    assert reg.sync[NAMESRV].held == table.version
+    assert len(namesrv.routes.topic_queue_table) == 3000
+    assert namesrv.routes.get_route("T2998") is not None
+
+
+async def test_a_rocketmq_name_server_gets_the_parts_one_after_the_other() -> None:
+    namesrv, table = NameServer(rocketmq=True), many_topics(999)
+    await registration(namesrv, table, split_size=100, texts=True).register_all()
+    assert namesrv.in_flight_at_arrival == [1] * 10
+    assert len(namesrv.routes.topic_queue_table) == 1000
+
+
+async def test_a_part_without_answer_leaves_nothing_held_and_the_next_round_sends_it_all() -> None:
+    namesrv, table = NameServer(), many_topics(999)
+    namesrv.fail_at = 4
+    reg = registration(namesrv, table, split_size=100, texts=True)
+    assert await reg.register_all() == []
+    assert reg.sync[NAMESRV].held is None
+    assert namesrv.kinds().count("part") <= 4 + PARTS_IN_FLIGHT
+    sent = len(namesrv.headers)
+    await reg.register_all()
+    assert [h.split_index for h in namesrv.headers[sent:]] == list(range(10))
+    assert reg.sync[NAMESRV].held == table.version
+
+
+async def test_parts_made_of_the_rows_texts_are_the_bytes_of_the_decoded_table() -> None:
+    bodies, table = [], many_topics(250)
+    for texts in (False, True):
+        namesrv = NameServer()
+        await registration(namesrv, table, split_size=100, texts=texts).register_all()
+        bodies.append(namesrv.bodies)
+    assert len(bodies[1]) == 3
+    assert bodies[0] == bodies[1]

@@ -641,3 +641,24 @@ def test_a_split_registration_holds_its_version_only_after_the_last_part() -> No
     assert world.routes.query_data_version(M) == DataVersion(7, 9)
     assert {t for t in "ABCD" if world.routes.get_route(t)} == set("ABCD")
     assert world.routes.get_route("Old") is None  # not in the whole table the parts made
+
+
+def test_topics_of_equal_queue_data_share_one_value_never_changed_in_place(world: World) -> None:
+    world.register(M, 0, {f"T{i}": 4 for i in range(1000)} | {"Eight": 8})
+    world.register(B, 0, {"T1": 4}, name="broker-b")
+    values = {id(queues["broker-a"]) for queues in world.routes.topic_queue_table.values()}
+    assert len(values) == 2  # 4 queues and 8 queues: two objects for 1,001 topics
+    shared = world.routes.topic_queue_table["T0"]["broker-a"]
+    route = world.routes.get_route("T0")
+    assert route is not None
+    route.queue_datas[0].perm = 0  # a route is a copy
+    assert world.routes.wipe_write_perm("broker-a") == 1001
+    assert shared.perm == PERM_READ_WRITE  # replaced, not changed: a value held elsewhere stays
+    assert world.queues("T1") == {
+        "broker-a": (4, 4, PERM_READ),
+        "broker-b": (4, 4, PERM_READ_WRITE),
+    }
+    assert world.queues("Eight") == {"broker-a": (8, 8, PERM_READ)}
+    world.register(M, 0, {"T0": 4, "T1": 2}, counter=2)
+    assert world.queues("T0") == {"broker-a": (4, 4, PERM_READ_WRITE)}
+    assert world.queues("T1") == {"broker-a": (2, 2, PERM_READ_WRITE), "broker-b": (4, 4, 6)}

@@ -282,7 +282,7 @@ class _StuckFirstFlush:
         self.segments.flushed_where = 1 << 40
         return True
 
-    async def flush_consume_queues(self, least_pages: int) -> None:
+    async def flush_consume_queues(self, least_pages: int, *, one_syncfs: bool = False) -> None:
         raise AssertionError("group commit flushes the CommitLog only")
 
 
