@@ -319,16 +319,6 @@ def check_record(msg: MessageToStore, max_body_size: int) -> RecordShape:
     body = msg.body
     topic_bytes = msg.topic.encode()
     props = msg.properties.encode()
-    if len(body) > max_body_size:
-        # A compressed body is judged as stored: say so, the sender knows a different size.
-        kind = "compressed message body" if msg.sys_flag & FLAG_COMPRESSED else "message body"
-        raise RecordTooLargeError(f"{kind} of {len(body)} bytes exceeds {max_body_size}")
-    if not topic_bytes or len(topic_bytes) > MAX_TOPIC_BYTES:
-        raise RecordTooLargeError(f"topic must be 1-{MAX_TOPIC_BYTES} bytes")
-    if len(props) > MAX_PROPERTIES_BYTES:
-        raise RecordTooLargeError(
-            f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_BYTES}", properties=True
-        )
     sys_flag = msg.sys_flag & ~(FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6)
     if len(msg.born_host) == 8 and len(msg.store_host) == 8:
         # record_length with IPv4 hosts, inline: this runs for every message
@@ -336,17 +326,18 @@ def check_record(msg: MessageToStore, max_body_size: int) -> RecordShape:
     else:
         sys_flag |= host_sys_flags(msg.born_host, msg.store_host)
         total = record_length(sys_flag, len(body), len(topic_bytes), len(props))
-    if total > max_body_size + 64 * 1024:
-        raise RecordTooLargeError(f"record of {total} bytes exceeds body limit + 64 KiB")
+    check_record_parts(len(body), msg.sys_flag, topic_bytes, props, total, max_body_size)
     return RecordShape(total, sys_flag, topic_bytes, props)
 
 
 def check_record_parts(
     body_len: int, sys_flag: int, topic: bytes, properties: bytes, total: int, max_body_size: int
 ) -> None:
-    """`check_record`'s limits for a record put together from parts (the broker's own records
-    built from bytes it stored: a transaction's commit): RecordTooLargeError for one broken."""
+    """A record's limits, checked from its parts (`check_record`'s, and those of the broker's
+    own records built from bytes it stored: a transaction's commit): RecordTooLargeError for
+    the first one broken (body, topic, properties, whole record)."""
     if body_len > max_body_size:
+        # A compressed body is judged as stored: say so, the sender knows a different size.
         kind = "compressed message body" if sys_flag & FLAG_COMPRESSED else "message body"
         raise RecordTooLargeError(f"{kind} of {body_len} bytes exceeds {max_body_size}")
     if not topic or len(topic) > MAX_TOPIC_BYTES:

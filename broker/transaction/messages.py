@@ -128,18 +128,29 @@ def _from_stored(
     return stored.moved(topic, queue_id, props, pack_host(*stored.store_host))
 
 
-def committed_message(half: StoredMessage) -> MessageToStore | None:
-    """The message a commit stores in the real topic (endMessageTransaction), or None when the
-    half message does not say where it was going."""
-    props = dict(half.properties)
+def _commit_target(half_properties: dict[str, str]) -> tuple[str, int, dict[str, str]] | None:
+    """Where a half message's commit goes (REAL_TOPIC, REAL_QID) and the commit's properties:
+    the half's without those and the prepared marks, WAIT false (the producer's END waits for
+    the answer, not the flush); None when the half does not say where it was going."""
+    props = dict(half_properties)
     topic = props.pop(PROPERTY_REAL_TOPIC, None)
     queue = props.pop(PROPERTY_REAL_QUEUE_ID, None)
     if not topic or queue is None or not queue.isdigit():
         return None
     props.pop(PROPERTY_TRANSACTION_PREPARED, None)
     props.pop(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, None)
-    props[PROPERTY_WAIT] = "false"  # the producer's END waits for the answer, not the flush
-    msg = _from_stored(half, topic, int(queue), props)
+    props[PROPERTY_WAIT] = "false"
+    return topic, int(queue), props
+
+
+def committed_message(half: StoredMessage) -> MessageToStore | None:
+    """The message a commit stores in the real topic (endMessageTransaction), or None when the
+    half message does not say where it was going."""
+    target = _commit_target(half.properties)
+    if target is None:
+        return None
+    topic, queue_id, props = target
+    msg = _from_stored(half, topic, queue_id, props)
     msg.sys_flag = (half.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE
     msg.prepared_transaction_offset = half.physical_offset
     return msg
@@ -215,14 +226,10 @@ def commit_record(half: HalfRecord, max_message_size: int) -> EncodedRecord | No
     when the half message does not say where it was going, or when its commit must go through
     the store's parking of delayed and timer messages (`committed_message` then).
     RecordTooLargeError for a limit the commit breaks."""
-    props = dict(half.properties)
-    topic = props.pop(PROPERTY_REAL_TOPIC, None)
-    queue = props.pop(PROPERTY_REAL_QUEUE_ID, None)
-    if not topic or queue is None or not queue.isdigit():
+    target = _commit_target(half.properties)
+    if target is None:
         return None
-    props.pop(PROPERTY_TRANSACTION_PREPARED, None)
-    props.pop(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, None)
-    props[PROPERTY_WAIT] = "false"  # the producer's END waits for the answer, not the flush
+    topic, queue_id, props = target
     text = encode_properties(props)
     for marker in _PARKING_MARKERS:
         if marker in text:
@@ -234,7 +241,6 @@ def commit_record(half: HalfRecord, max_message_size: int) -> EncodedRecord | No
     total = body_end + 3 + len(topic_raw) + len(props_raw)
     sys_flag = (half.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE
     check_record_parts(body_end - body_at, sys_flag, topic_raw, props_raw, total, max_message_size)
-    queue_id = int(queue)
     data = bytearray(view[:body_end])
     _INT.pack_into(data, 0, total)
     _INT.pack_into(data, OFFSET_QUEUE_ID, queue_id)
