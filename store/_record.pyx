@@ -233,6 +233,7 @@ cdef inline bint _layout(
         or m.props_total > _MAX_PROPERTIES_BYTES
         or m.total > limit + 64 * 1024
         or m.total > 0x7FFFFFFF
+        or (m.props_len > 0 and shared_len == 0 and body[m.end - 1] == 0)
     )
 
 
@@ -291,7 +292,7 @@ def encode_batch(batch, max_body_size, stamp=None):
     except (TypeError, BufferError):
         return _pure("tidemq.store.record.encode_batch")(batch, max_body_size, stamp)
     try:
-        if buf.len == 0:
+        if buf.len == 0 or shared.endswith(b"\0") or topic_bytes.endswith(b"\0"):
             return _pure("tidemq.store.record.encode_batch")(batch, max_body_size, stamp)
         result = _encode_messages(
             <const unsigned char*>buf.buf,

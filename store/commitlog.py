@@ -44,6 +44,7 @@ from tidemq.store.record import (
     check_record,
     encode_batch,
     encode_blank,
+    has_zeroed_tail,
     message_id,
     pack_record,
     read_store_timestamp,
@@ -467,7 +468,9 @@ class CommitLog:
         """Where valid records end, scanning from segment `start_index`; nothing is changed.
 
         The scan stops at the first record that is torn, garbage or fails its CRC
-        (checkCRCOnRecover), or that does not sit at its own physical offset.
+        (checkCRCOnRecover), that does not sit at its own physical offset, or that ends in
+        zeros where its topic or properties were (`has_zeroed_tail`: the body CRC does not
+        cover them).
         """
         segments = self.segments.segments
         if not segments:
@@ -500,6 +503,13 @@ class CommitLog:
             info = scan_record(view, position, check_crc=check_crc)
             if info.size > 0:
                 if info.physical_offset != segment.start_offset + position:
+                    return position, False
+                if has_zeroed_tail(info):
+                    log.warning(
+                        "the record at physical offset %d ends in zeros where its topic or "
+                        "properties were: torn by a power cut, it ends the valid data",
+                        segment.start_offset + position,
+                    )
                     return position, False
                 position += info.size
                 continue

@@ -294,6 +294,15 @@ class RecordTooLargeError(TideMQError, ValueError):
         self.properties = properties
 
 
+class RecordEndsInNulError(RecordTooLargeError):
+    """A record whose properties end in a NUL byte (its topic, when it has none), refused as
+    MESSAGE_ILLEGAL like a broken limit: recovery takes a record ending so for one a power cut
+    tore (`has_zeroed_tail`), so none may be written."""
+
+    def __init__(self) -> None:
+        super().__init__("message properties (the topic, without any) must not end with NUL")
+
+
 @dataclass(slots=True)
 class EncodedRecord:
     """A record encoded except for the three fields assigned at append time."""
@@ -348,6 +357,8 @@ def check_record_parts(
         )
     if total > max_body_size + 64 * 1024:
         raise RecordTooLargeError(f"record of {total} bytes exceeds body limit + 64 KiB")
+    if (properties or topic)[-1:] == b"\0":
+        raise RecordEndsInNulError()
 
 
 _V4_FIXED_LENGTH: Final = record_length(0, 0, 0, 0)
@@ -500,6 +511,8 @@ def encode_batch(
     pack_topic = struct.Struct(f">{len(topic_part)}sh").pack
     unpack_batch_head, unpack_short = BATCH_HEAD.unpack_from, _SHORT.unpack_from
     shared_len = len(shared)
+    shared_ends_in_nul = shared.endswith(b"\0")
+    topic_ends_in_nul = topic_bytes.endswith(b"\0")
     shared_after_separator = _SEPARATOR_BYTES + shared
     parts: list[bytes | memoryview] = []
     append = parts.append
@@ -533,6 +546,12 @@ def encode_batch(
                 or not topic_ok
                 or props_total > MAX_PROPERTIES_BYTES
                 or total > max_body_size + 64 * 1024
+                # the record's last byte: RecordEndsInNulError
+                or (
+                    shared_ends_in_nul
+                    if shared_len
+                    else (view[end - 1] == 0 if props_len else topic_ends_in_nul)
+                )
             ):
                 _refuse_batch_message(body_len, max_body_size, topic_ok, props_total, total)
             append(
@@ -599,7 +618,9 @@ def _refuse_batch_message(
         raise RecordTooLargeError(
             f"properties of {props_total} bytes exceed {MAX_PROPERTIES_BYTES}", properties=True
         )
-    raise RecordTooLargeError(f"record of {total} bytes exceeds body limit + 64 KiB")
+    if total > max_body_size + 64 * 1024:
+        raise RecordTooLargeError(f"record of {total} bytes exceeds body limit + 64 KiB")
+    raise RecordEndsInNulError()
 
 
 def waits_for_store(properties: str) -> bool:
@@ -800,6 +821,23 @@ def _after_born_timestamp(host_flags: int) -> struct.Struct:
 _HOST_FLAGS: Final = FLAG_BORNHOST_V6 | FLAG_STOREHOST_V6
 # sys_flag & _HOST_FLAGS -> the layout of fields 10-15.
 _SCAN_MIDDLE: Final = {flags: _after_born_timestamp(flags) for flags in (0, 0x10, 0x20, 0x30)}
+
+
+def has_zeroed_tail(info: DispatchInfo) -> bool:
+    """A record that checks out but ends in zeros: torn by a power cut, for recovery.
+
+    RocketMQ's CRC covers the body only, and the topic and properties follow the body. A power
+    cut that takes the last page (or sector) of a record whose beginning reached the disk
+    leaves zeros where they were, since a CommitLog page is written once over zeros: the record
+    still has its size, magic and body CRC. Its properties then end in a NUL byte (its topic,
+    when it has no properties), and no record is written so (`check_record_parts` and
+    `encode_batch` refuse it). A NUL inside a topic is no sign of a tear: stores written
+    before names were checked hold such records. A tear inside properties longer than one such
+    unit, with their last bytes intact, is not seen here.
+    """
+    if info.properties:
+        return info.properties[-1:] == b"\0"
+    return info.topic.endswith("\0")
 
 
 def scan_record(buf: bytes | memoryview, pos: int, *, check_crc: bool) -> DispatchInfo:

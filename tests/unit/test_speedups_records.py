@@ -25,6 +25,7 @@ from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.record import (
     AppendStamp,
     MessageBatch,
+    RecordEndsInNulError,
     encode_blank,
     encode_properties,
     pack_host,
@@ -80,7 +81,8 @@ STAMPS = st.none() | st.builds(
 )
 
 
-TOPICS = st.text(min_size=1, max_size=30)
+# A topic ending in NUL is refused when the properties are empty (record.RecordEndsInNulError).
+TOPICS = st.text(min_size=1, max_size=30).filter(lambda topic: not topic.endswith("\x00"))
 HOSTS = st.sampled_from([V4, V6])
 NUMBERS = st.integers(0, 2**31 - 1)
 
@@ -162,6 +164,35 @@ def test_encode_batch_twins_on_damaged_bodies(
             body += data.draw(st.binary(max_size=30))
     batch.body = bytes(body)
     encode_twins(batch, 4 << 20, stamp)
+
+
+NUL_TEXT = st.text(alphabet="K\x01\x02\x00", max_size=6)
+
+
+@given(
+    st.lists(st.tuples(NUMBERS, st.binary(max_size=50), NUL_TEXT), min_size=1, max_size=4),
+    NUL_TEXT,
+    st.sampled_from(["T", "T\x00", "\x00T"]),
+    STAMPS,
+)
+def test_encode_batch_twins_refuse_records_ending_in_nul(
+    messages: list[tuple[int, bytes, str]], shared: str, topic: str, stamp: Any
+) -> None:
+    """Recovery takes a record ending in a zero byte for a torn one (record.has_zeroed_tail)."""
+    batch = MessageBatch(
+        topic=topic, queue_id=0, body=encode_batch_body(messages), properties=shared,
+        sys_flag=0, born_timestamp=1, born_host=V4, store_host=V4, reconsume_times=0,
+        prepared_transaction_offset=0,
+    )  # fmt: skip
+    encode_twins(batch, 4 << 20, stamp)
+
+    def record_end(own: str) -> str:
+        separator = "\x02" if own and shared and not own.endswith("\x02") else ""
+        return own + separator + shared or topic
+
+    ends_in_nul = any(record_end(own).endswith("\x00") for _, _, own in messages)
+    result = outcome(_record.encode_batch, batch, 4 << 20, stamp)
+    assert (result[:2] == ("error", RecordEndsInNulError)) is ends_in_nul
 
 
 @given(batches(), st.sampled_from([None, object(), "text", [1, 2]]))
