@@ -41,13 +41,13 @@ from tidemq.store.record import (
     MessageBatch,
     MessageToStore,
     RecordTooLargeError,
-    check_record,
     encode_batch,
     encode_blank,
     message_id,
-    pack_record,
+    pack_single,
     read_store_timestamp,
     read_total_size_and_magic,
+    record_total,
     scan_record,
     stamp_record,
 )
@@ -130,9 +130,12 @@ def queue_key(topic: str, queue_id: int) -> str:
     return f"{topic}-{queue_id}"
 
 
+# A record of these transaction types takes no queue offset (its queue gets no unit).
+_NO_QUEUE_OFFSET: Final = frozenset((TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE))
+
+
 def _takes_queue_offset(sys_flag: int) -> bool:
-    tran = sys_flag & TRANSACTION_MASK
-    return tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+    return (sys_flag & TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
 
 
 class CommitLog:
@@ -159,16 +162,16 @@ class CommitLog:
         """Append one message. Its place is known before it is packed (the loop appends one
         message at a time), so the record is packed once with its append-time fields."""
         try:
-            shape = check_record(msg, self.config.max_message_size)
+            total = record_total(msg, self.config.max_message_size)
         except RecordTooLargeError as exc:
             return _refused(exc)
-        total = shape.total
         started = self._start_append(total)
         if isinstance(started, AppendResult):
             return started
         segment, store_ts = started
         phy = segment.start_offset + segment.wrote
-        if _takes_queue_offset(shape.sys_flag):
+        # _takes_queue_offset, inline (the host flags are not transaction bits)
+        if (msg.sys_flag & TRANSACTION_MASK) not in _NO_QUEUE_OFFSET:
             key = f"{msg.topic}-{msg.queue_id}"  # queue_key, inline: once per message
             table = self.topic_queue_table
             queue_offset = table.get(key, 0)
@@ -176,10 +179,10 @@ class CommitLog:
         else:
             queue_offset = 0
         if self.gathering:
-            segment.gather(pack_record(msg, shape, queue_offset, phy, store_ts))
+            segment.gather(pack_single(msg, queue_offset, phy, store_ts))
             self._gathered_in = segment
         else:
-            segment.append(pack_record(msg, shape, queue_offset, phy, store_ts))
+            segment.append(pack_single(msg, queue_offset, phy, store_ts))
         msg.queue_offset = queue_offset
         msg_id = message_id(msg.store_host, phy)
         # positional, in field order: keywords make type() build a dict per call

@@ -1,7 +1,7 @@
 """The record twins: compiled and pure give the same bytes, values and errors.
 
 For encode_batch, scan_fast, find_value, find_property, read_properties, read_named_properties,
-KeyGatherer and gather_entries, on
+KeyGatherer, gather_entries, and a single put's record_total, pack_single and message_id, on
 well-formed input and on damaged input (truncated bodies and records, wrong lengths, bad magic,
 IPv6 hosts, transaction flags, limits, values out of range). On well-formed input the compiled
 fast path must do the work itself: `fast_path_only` makes a hand-over to the pure twin fail.
@@ -25,9 +25,12 @@ from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.record import (
     AppendStamp,
     MessageBatch,
+    MessageToStore,
+    check_record,
     encode_blank,
     encode_properties,
     pack_host,
+    pack_record,
     scan_record,
 )
 
@@ -544,3 +547,120 @@ def test_with_property_hands_other_types_to_the_pure_twin() -> None:
 
     for args in ((Text("a\x011\x02"), "b", "2"), (b"a\x011\x02", "b", "2"), ("", None, "x")):
         assert outcome(_record.with_property, *args) == outcome(pure("record.with_property"), *args)
+
+
+# --- a single put -----------------------------------------------------------------------------
+
+MAX_BODY = 4 << 20
+SYS_FLAGS = st.integers(0, 0xFF)
+
+
+@st.composite
+def single_messages(
+    draw: st.DrawFn,
+    topics: st.SearchStrategy[str] = TOPICS,
+    hosts: st.SearchStrategy[bytes] = HOSTS,
+    numbers: st.SearchStrategy[int] = NUMBERS,
+    flags: st.SearchStrategy[int] = SYS_FLAGS,
+) -> MessageToStore:
+    return MessageToStore(
+        topic=draw(topics),
+        queue_id=draw(numbers),
+        body=draw(st.binary(max_size=300)),
+        properties=draw(PROPERTY_TEXT),
+        flag=draw(numbers),
+        sys_flag=draw(flags),
+        born_timestamp=draw(numbers),
+        born_host=draw(hosts),
+        store_host=draw(hosts),
+        reconsume_times=draw(numbers),
+        prepared_transaction_offset=draw(numbers),
+    )
+
+
+# The append-time fields a put gives a record (queue offset, physical offset, store time).
+APPEND_FIELDS = st.tuples(st.integers(0, 2**50), st.integers(0, 2**50), st.integers(0, 2**45))
+
+
+@given(single_messages(), APPEND_FIELDS)
+def test_a_single_put_is_packed_by_the_compiled_twins_alone(
+    msg: MessageToStore, fields: tuple[int, int, int]
+) -> None:
+    """Well-formed messages: the compiled twins do the work themselves, and give the bytes of
+    check_record then pack_record (what a single put wrote before them)."""
+    shape = check_record(msg, MAX_BODY)
+    expected = pack_record(msg, shape, *fields)
+    with fast_path_only("record.record_total", "record.pack_single"):
+        assert _record.record_total(msg, MAX_BODY) == shape.total
+        assert _record.pack_single(msg, *fields) == expected
+    assert pure("record.pack_single")(msg, *fields) == expected
+    assert pure("record.record_total")(msg, MAX_BODY) == shape.total
+
+
+@given(
+    single_messages(
+        topics=st.text(max_size=140)
+        | st.sampled_from(["", "x" * 127, "x" * 128, "x" * 256, "\ud800", "é" * 64]),
+        hosts=st.sampled_from([V4, V6, b"", b"\x01" * 5, b"\x02" * 30]),
+        numbers=st.integers(-(2**64), 2**64) | st.integers(0, 100),
+        flags=st.integers(-(2**64), 2**64) | st.integers(0, 0xFF),
+    ),
+    st.integers(-10, 400) | st.sampled_from([2**31, 2**63, 2**70]),
+    st.tuples(
+        st.integers(-(2**64), 2**64), st.integers(-(2**64), 2**64), st.integers(-(2**64), 2**64)
+    )
+    | APPEND_FIELDS,
+    st.data(),
+)
+def test_single_put_twins_on_limits_and_out_of_range_fields(
+    msg: MessageToStore, max_body: int, fields: tuple[int, int, int], data: st.DataObject
+) -> None:
+    """Limits broken, texts UTF-8 cannot encode, unusual hosts, numbers out of their fields'
+    range, long properties: the same total, bytes or error (type and message)."""
+    if data.draw(st.booleans()):
+        msg.properties = data.draw(st.sampled_from(["p" * 32767, "p" * 32768, "q\ud800"]))
+    assert outcome(_record.record_total, msg, max_body) == outcome(
+        pure("record.record_total"), msg, max_body
+    )
+    assert outcome(_record.pack_single, msg, *fields) == outcome(
+        pure("record.pack_single"), msg, *fields
+    )
+
+
+@given(single_messages(), st.sampled_from([None, 1.5, "text", [1, 2], True, b"x"]))
+def test_single_put_twins_on_wrong_types(msg: MessageToStore, wrong: Any) -> None:
+    for name in MessageToStore.__slots__:
+        broken = MessageToStore(**{**{f: getattr(msg, f) for f in MessageToStore.__slots__}})
+        setattr(broken, name, wrong)
+        assert outcome(_record.record_total, broken, MAX_BODY) == outcome(
+            pure("record.record_total"), broken, MAX_BODY
+        ), name
+        assert outcome(_record.pack_single, broken, 1, 2, 3) == outcome(
+            pure("record.pack_single"), broken, 1, 2, 3
+        ), name
+    assert outcome(_record.record_total, msg, wrong) == outcome(
+        pure("record.record_total"), msg, wrong
+    )
+    assert outcome(_record.pack_single, msg, 1, wrong, 3) == outcome(
+        pure("record.pack_single"), msg, 1, wrong, 3
+    )
+
+
+@given(
+    st.sampled_from([V4, V6, b"", b"\xff" * 3]) | st.binary(max_size=24),
+    st.integers(-(2**63), 2**63 - 1),
+)
+def test_message_id_twins(host: bytes, offset: int) -> None:
+    expected = pure("record.message_id")(host, offset)
+    with fast_path_only("record.message_id"):
+        assert _record.message_id(host, offset) == expected
+
+
+@given(
+    st.sampled_from([V4, bytearray(V4), memoryview(V4), "host", None]),
+    st.sampled_from([2**63, -(2**63) - 1, 2**70, 1.0, "1", None, True]),
+)
+def test_message_id_twins_on_odd_input(host: Any, offset: Any) -> None:
+    assert outcome(_record.message_id, host, offset) == outcome(
+        pure("record.message_id"), host, offset
+    )
