@@ -335,10 +335,13 @@ class CommitLog:
                 PutStatus.CREATE_MAPEDFILE_FAILED,
                 remark=f"create mapped file failed, the disk is full: {exc.strerror}",
             )
-        if encoded_at is not None and encoded_at >= self.last_store_timestamp:
+        last_ts = self.last_store_timestamp
+        if encoded_at is not None and encoded_at >= last_ts:
             store_ts = self.last_store_timestamp = encoded_at
         else:
-            store_ts = self.last_store_timestamp = self._next_store_timestamp()
+            # _next_store_timestamp, inline: once per put
+            now = int(time.time() * 1000)
+            store_ts = self.last_store_timestamp = now if now > last_ts else last_ts
         return segment, store_ts
 
     def _next_store_timestamp(self) -> int:
@@ -346,8 +349,11 @@ class CommitLog:
         return max(int(time.time() * 1000), self.last_store_timestamp)
 
     def _segment_with_room(self, size: int) -> Segment:
-        segment = self.segments.last_for_append(0)
-        if size + END_OF_FILE_MIN_BLANK > segment.free:
+        segments = self.segments.segments
+        segment = segments[-1] if segments else None
+        if segment is None or segment.wrote >= segment.size:  # last_for_append's own test
+            segment = self.segments.last_for_append(0)
+        if size + END_OF_FILE_MIN_BLANK > segment.size - segment.wrote:  # segment.free
             segment.append(encode_blank(segment.free))
             segment.fill_to_end()
             segment = self.segments.last_for_append()

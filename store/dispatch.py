@@ -314,6 +314,9 @@ class ReputService(Service):
             return False
         if segments.maps is None:
             return False
+        files = segments.segments
+        if files and files[-1].wrote < files[-1].size:  # file_needed's own first test
+            return False
         return segments.file_needed(queue_offset * CQ_UNIT_SIZE) is not None
 
     async def wait_dispatched(self, offset: int) -> None:
