@@ -1,7 +1,8 @@
 """The record twins: compiled and pure give the same bytes, values and errors.
 
 For encode_batch, scan_fast, find_value, find_property, read_properties, read_named_properties,
-KeyGatherer, gather_entries, and a single put's record_total, pack_single and message_id, on
+KeyGatherer, gather_entries, extend_runs, and a single put's record_total, pack_single and
+message_id, on
 well-formed input and on damaged input (truncated bodies and records, wrong lengths, bad magic,
 IPv6 hosts, transaction flags, limits, values out of range). On well-formed input the compiled
 fast path must do the work itself: `fast_path_only` makes a hand-over to the pure twin fail.
@@ -13,6 +14,7 @@ import mmap
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -664,3 +666,126 @@ def test_message_id_twins_on_odd_input(host: Any, offset: Any) -> None:
     assert outcome(_record.message_id, host, offset) == outcome(
         pure("record.message_id"), host, offset
     )
+
+
+# --- dispatch's runs --------------------------------------------------------------------------
+
+DELAYING = (b"SCHEDULE_TOPIC_XXXX", b"rmq_sys_wheel_timer")
+
+
+@dataclass
+class Run:
+    """A queue's run as dispatch keeps it (store/dispatch.py's _QueueRun)."""
+
+    next_offset: int
+    units: list[bytes]
+    end_phy: int
+    tags_codes: set[int]
+    last_ts: int
+
+
+def first_offsets(span: bytes) -> dict[tuple[bytes, int], int]:
+    """(topic, queue id) -> the queue offset of its first record that scan_fast reads."""
+    mm = as_mmap(span)
+    found: dict[tuple[bytes, int], int] = {}
+    for pos in positions(span):
+        record = pure("fast_scan.scan_fast")(mm, pos, len(span))
+        if record is not None:
+            found.setdefault((record[6], record[1]), record[2])
+    return found
+
+
+@given(record_spans(), st.data())
+def test_extend_runs_twins(span: bytes, data: st.DataObject) -> None:
+    """Runs that extend, expect another offset or are absent; damaged spans, a stop before the
+    end, index entries from some offset on, skipped topics: the same position, last store time,
+    runs and index entries (or the same error)."""
+    starts = positions(span) or [0]
+    firsts = first_offsets(span)
+    shift = {key: data.draw(st.sampled_from([0, 0, 1, None])) for key in firsts}
+    span = damage(span, data) if data.draw(st.booleans()) else span
+    mm = as_mmap(span)
+    pos = min(data.draw(st.sampled_from(starts)), len(span))
+    end = data.draw(st.integers(pos, len(span)))
+    stop = data.draw(st.integers(pos, len(span) + 10))
+    index_from = data.draw(st.integers(0, 2**41))
+    skip = data.draw(st.sampled_from([DELAYING, *((topic, b"") for topic, _q in firsts)]))
+    indexed = data.draw(st.booleans())
+
+    def runs() -> dict[tuple[bytes, int], Run]:
+        return {
+            key: Run(offset + (shift[key] or 0), [], 0, set(), -1)
+            for key, offset in firsts.items()
+            if shift[key] is not None
+        }
+
+    slow, fast = gatherers()
+    slow_runs, fast_runs = runs(), runs()
+    expected: list[tuple[int, int, int]] = []
+    got: list[tuple[int, int, int]] = []
+    result = outcome(
+        pure("fast_scan.extend_runs"),
+        mm,
+        pos,
+        end,
+        stop,
+        slow_runs,
+        slow if indexed else None,
+        expected,
+        index_from,
+        skip,
+    )
+    assert (
+        outcome(
+            _fast_scan.extend_runs,
+            mm,
+            pos,
+            end,
+            stop,
+            fast_runs,
+            fast if indexed else None,
+            got,
+            index_from,
+            skip,
+        )
+        == result
+    )
+    assert fast_runs == slow_runs
+    assert got == expected
+
+
+@settings(max_examples=50)
+@given(record_spans())
+def test_extend_runs_takes_well_formed_records_itself(span: bytes) -> None:
+    mm = as_mmap(span)
+    firsts = first_offsets(span)
+    slow_runs = {key: Run(offset, [], 0, set(), -1) for key, offset in firsts.items()}
+    fast_runs = {key: Run(offset, [], 0, set(), -1) for key, offset in firsts.items()}
+    slow, fast = gatherers()
+    expected: list[tuple[int, int, int]] = []
+    got: list[tuple[int, int, int]] = []
+    args = (0, len(span), len(span))
+    result = pure("fast_scan.extend_runs")(mm, *args, slow_runs, slow, expected, 0, DELAYING)
+    with fast_path_only("fast_scan.extend_runs", "fast_scan.scan_fast"):
+        assert _fast_scan.extend_runs(mm, *args, fast_runs, fast, got, 0, DELAYING) == result
+    if pure("fast_scan.scan_fast")(mm, 0, len(span)) is not None:
+        assert result[0] > 0 and result[1] >= 0  # the first record was taken
+    assert fast_runs == slow_runs
+    assert got == expected
+
+
+@given(record_spans(), st.sampled_from([None, object(), "text", [1, 2], 1.5]))
+def test_extend_runs_twins_on_wrong_types(span: bytes, wrong: Any) -> None:
+    mm = as_mmap(span)
+    firsts = first_offsets(span)
+    good: list[Any] = [mm, 0, len(span), len(span), {}, None, [], 0, DELAYING]
+    for at in range(len(good)):
+        args = list(good)
+        args[at] = wrong
+        slow_args, fast_args = list(args), list(args)
+        if at != 4:  # runs of their own for each twin
+            slow_args[4] = {key: Run(o, [], 0, set(), -1) for key, o in firsts.items()}
+            fast_args[4] = {key: Run(o, [], 0, set(), -1) for key, o in firsts.items()}
+        expected = outcome(pure("fast_scan.extend_runs"), *slow_args)
+        assert outcome(_fast_scan.extend_runs, *fast_args) == expected, at
+        assert slow_args[4] == fast_args[4]
