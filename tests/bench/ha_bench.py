@@ -248,12 +248,18 @@ async def _slave_catch_up(
     )
     try:
         started = time.perf_counter()
+        cpu_at_start = _cpu_seconds(slave.pid)
         first = None
         cpu_start = 0.0
         while True:
             info = await ha_status(api, slave.address)
             offset = int(info.get("maxOffset", 0))  # type: ignore[call-overload]
-            if first is None and offset > 0:
+            if first is None and offset >= target:
+                # All of it before the first look (a small backlog): timed from the slave's
+                # start, not from a first sample that would hold nothing to divide by.
+                first = (started, 0)
+                cpu_start = cpu_at_start
+            elif first is None and offset > 0:
                 first = (time.perf_counter(), offset)
                 cpu_start = _cpu_seconds(slave.pid)
             if offset >= target:
