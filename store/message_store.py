@@ -768,7 +768,8 @@ class MessageStore(Service):
         queue = self.consume_queues.get((topic, queue_id))
         if queue is None:
             return self._new_consume_queue(topic, queue_id)
-        queue.checked()
+        if queue.check_first is not None:  # checked()'s own test: once per send
+            queue.checked()
         return queue
 
     def get_message(
