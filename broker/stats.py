@@ -47,8 +47,15 @@ class BrokerStats:
     pull_latency: LatencyHistogram = field(default_factory=lambda: LatencyHistogram())
 
     def on_put(self, topic: str, messages: int, size: int) -> None:
-        self.put_total.add(messages, size)
-        self.put_by_topic[topic].add(messages, size)
+        # Counter.add, inline for both: once per send
+        total = self.put_total
+        total.messages += messages
+        total.bytes += size
+        total.calls += 1
+        by_topic = self.put_by_topic[topic]
+        by_topic.messages += messages
+        by_topic.bytes += size
+        by_topic.calls += 1
 
     def on_get(self, group: str, topic: str, messages: int, size: int) -> None:
         self.get_total.add(messages, size)

@@ -1,7 +1,10 @@
 """Types of the compiled twins in store/_fast_scan.pyx (mypy cannot read Cython)."""
 
+from collections.abc import Mapping
+
 from typing_extensions import Buffer
 
+from tidemq.store.fast_scan import QueueRun
 from tidemq.store.record import DispatchInfo
 
 def scan_fast(
@@ -26,3 +29,15 @@ class KeyGatherer:
         rec_end: int,
     ) -> None: ...
     def gather_info(self, info: DispatchInfo, entries: list[tuple[int, int, int]]) -> None: ...
+
+def extend_runs(
+    mm: Buffer,
+    pos: int,
+    end: int,
+    stop: int,
+    runs: Mapping[tuple[bytes, int], QueueRun],
+    keys: KeyGatherer | None,
+    entries: list[tuple[int, int, int]],
+    index_from: int,
+    skip_topics: tuple[bytes, bytes],
+) -> tuple[int, int]: ...

@@ -6,6 +6,7 @@ picks a twin).
     find_value      store/fast_scan.py     one property's value, found in place
     KeyGatherer     store/fast_scan.py     index entries of records (UNIQ_KEY, KEYS)
     gather_entries  store/index_worker.py  the index worker's loop over a mapped span
+    extend_runs     store/fast_scan.py     dispatch's loop over records that extend a queue's run
 
 gather_entries is here, not beside index_worker.py, because its loop drives KeyGatherer's C
 methods (a cdef class is reached in C only from its own module). Each has a pure-Python twin of
@@ -19,7 +20,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.list cimport PyList_Append
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcmp
-from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 from tidemq.store._hashing import prefixed_key_hash as _prefixed_key_hash
 
@@ -283,3 +284,93 @@ cdef Py_ssize_t _general_entries(mm, Py_ssize_t pos, Py_ssize_t end, KeyGatherer
     return info.size
 
 
+
+
+# --- dispatch: extend_runs --------------------------------------------------------------------
+
+from tidemq.store._hashing import tags_code_for as _tags_code_for
+
+cdef const unsigned char* _TAGS_NEEDLE = b"TAGS\x01"
+
+cdef enum:
+    _TAGS_LEN = 5
+
+
+def extend_runs(mm, pos, end, stop, runs, keys, entries, index_from, skip_topics):
+    """The pure twin's loop in C: each record read in place, its unit written into a bytes
+    object, its index entries gathered by KeyGatherer's C path. Unusual arguments (not a dict of
+    runs, a pure KeyGatherer, a span the map does not hold) are left to the pure twin."""
+    cdef Py_buffer buf
+    cdef _Fast rec
+    cdef Py_ssize_t at, scan_end, stop_at, rec_end, begin, value_stop = 0
+    cdef KeyGatherer gatherer = None
+    cdef bytes unit
+    cdef unsigned char* u
+    if (
+        type(pos) is not int
+        or type(end) is not int
+        or type(stop) is not int
+        or type(runs) is not dict
+        or type(entries) is not list
+        or type(skip_topics) is not tuple
+        or not (keys is None or type(keys) is KeyGatherer)
+    ):
+        return _pure("tidemq.store.fast_scan.extend_runs")(
+            mm, pos, end, stop, runs, keys, entries, index_from, skip_topics
+        )
+    gatherer = keys
+    try:
+        PyObject_GetBuffer(mm, &buf, PyBUF_SIMPLE)
+    except (TypeError, BufferError):
+        return _pure("tidemq.store.fast_scan.extend_runs")(
+            mm, pos, end, stop, runs, keys, entries, index_from, skip_topics
+        )
+    try:
+        if pos < 0 or end > buf.len:
+            return _pure("tidemq.store.fast_scan.extend_runs")(
+                mm, pos, end, stop, runs, keys, entries, index_from, skip_topics
+            )
+        at = pos
+        scan_end = end
+        stop_at = stop if stop < end else end
+        last_ts = -1
+        data = <const unsigned char*>buf.buf
+        while at < stop_at:
+            if not _scan(data, at, scan_end, &rec):
+                break
+            topic_raw = PyBytes_FromStringAndSize(
+                <const char*>data + rec.topic_at, rec.props - 2 - rec.topic_at
+            )
+            if topic_raw in skip_topics:
+                break
+            run = runs.get((topic_raw, rec.queue_id))
+            if run is None or run.next_offset != rec.queue_offset:
+                break
+            rec_end = at + rec.total
+            begin = _find_value(data, _TAGS_NEEDLE, _TAGS_LEN, rec.props, rec_end, &value_stop)
+            tags_code = _tags_code_for(None if begin < 0 else _value(data, begin, value_stop))
+            unit = PyBytes_FromStringAndSize(NULL, 20)
+            u = <unsigned char*>PyBytes_AS_STRING(unit)
+            _put64(u, <uint64_t>rec.phy)
+            _put32(u + 8, <uint32_t>rec.total)
+            _put64(u + 12, <uint64_t>(<int64_t>tags_code))
+            run.units.append(unit)
+            run.next_offset = rec.queue_offset + 1
+            run.end_phy = rec.phy + rec.total
+            run.tags_codes.add(tags_code)
+            run.last_ts = rec.store_ts
+            if gatherer is not None and rec.phy >= index_from:
+                _add_entries(
+                    entries,
+                    gatherer.prefix(topic_raw),
+                    data,
+                    rec.props,
+                    rec_end,
+                    rec.phy,
+                    rec.store_ts,
+                )
+            last_ts = rec.store_ts
+            at = rec_end
+        return at, last_ts
+    finally:
+        PyBuffer_Release(&buf)

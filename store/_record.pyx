@@ -6,6 +6,9 @@
     read_named_properties  store/record.py  the named properties of a record, decoded (SQL92)
     with_property    store/record.py  a properties string with one name set
     encode_batch     store/record.py  a SEND_BATCH_MESSAGE body as records
+    record_total     store/record.py  a single put's record size, its limits checked
+    pack_single      store/record.py  a single put's whole record, append-time fields included
+    message_id       store/record.py  RocketMQ's offsetMsgId of a stored record
 
 Each has a pure-Python twin of the same name, the reference: same arguments, same result, same
 exceptions with the same messages (tests/unit/test_speedups*.py check it with hypothesis on
@@ -470,3 +473,189 @@ def with_property(text, name, value):
             if _canonical_without(raw, size, raw_name, name_size):
                 return f"{text}{name}\x01{value}\x02"
     return _pure("tidemq.store.record.with_property")(text, name, value)
+
+
+# --- a single put: record_total, pack_single, message_id --------------------------------------
+
+cdef extern from "Python.h":
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
+    void* PyUnicode_DATA(object text)
+
+
+cdef struct _Single:
+    const char* topic
+    Py_ssize_t topic_len
+    const char* props
+    Py_ssize_t props_len
+    Py_ssize_t body_len
+    Py_ssize_t born_len
+    Py_ssize_t store_len
+    int64_t sys_flag  # with the host flags its hosts call for
+    int64_t total
+
+
+cdef int _single(msg, object topic, object props, object body, object born, object store,
+                 object sys_flag, _Single* s) except -1:
+    """`_shape` of the record of a message with exactly these field types, in `s`: 1, or 0 for
+    what the pure twin must do (an unusual host, a text UTF-8 cannot encode, a big number)."""
+    if not (
+        type(topic) is str
+        and type(props) is str
+        and type(body) is bytes
+        and type(born) is bytes
+        and type(store) is bytes
+        and type(sys_flag) is int
+    ):
+        return 0
+    s.born_len = PyBytes_GET_SIZE(born)
+    s.store_len = PyBytes_GET_SIZE(store)
+    if s.born_len not in (_HOST_V4_SIZE, _HOST_V6_SIZE):
+        return 0
+    if s.store_len not in (_HOST_V4_SIZE, _HOST_V6_SIZE):
+        return 0
+    try:
+        s.topic = PyUnicode_AsUTF8AndSize(topic, &s.topic_len)
+        s.props = PyUnicode_AsUTF8AndSize(props, &s.props_len)
+        s.sys_flag = sys_flag
+    except (UnicodeError, OverflowError):
+        return 0
+    s.sys_flag = (
+        (s.sys_flag & ~(_FLAG_BORNHOST_V6 | _FLAG_STOREHOST_V6))
+        | (_FLAG_BORNHOST_V6 if s.born_len == _HOST_V6_SIZE else 0)
+        | (_FLAG_STOREHOST_V6 if s.store_len == _HOST_V6_SIZE else 0)
+    )
+    s.body_len = PyBytes_GET_SIZE(body)
+    # RocketMQ's calMsgLength
+    s.total = (
+        _PREFIX_SIZE + s.born_len + 8 + s.store_len + 4 + 8 + 4
+        + s.body_len + 1 + s.topic_len + 2 + s.props_len
+    )
+    return 1
+
+
+def record_total(msg, max_body_size):
+    """`check_record(msg, max_body_size).total`, for the usual message in C; every limit it
+    breaks, and anything unusual, is left to the pure twin (which raises as it always has)."""
+    cdef _Single s
+    cdef int64_t limit
+    if type(max_body_size) is not int or not 0 <= max_body_size <= 0x7FFFFFFF:
+        return _pure("tidemq.store.record.record_total")(msg, max_body_size)
+    limit = max_body_size
+    if not _single(msg, msg.topic, msg.properties, msg.body, msg.born_host, msg.store_host,
+                   msg.sys_flag, &s):
+        return _pure("tidemq.store.record.record_total")(msg, max_body_size)
+    if (
+        s.body_len > limit
+        or s.topic_len == 0
+        or s.topic_len > _MAX_TOPIC_BYTES
+        or s.props_len > _MAX_PROPERTIES_BYTES
+        or s.total > limit + 64 * 1024
+        # RecordEndsInNulError
+        or (s.props[s.props_len - 1] == 0 if s.props_len else s.topic[s.topic_len - 1] == 0)
+    ):
+        return _pure("tidemq.store.record.record_total")(msg, max_body_size)
+    return s.total
+
+
+def pack_single(msg, queue_offset, physical_offset, store_timestamp):
+    """The pure twin's record, written in C into one bytes object (the body's CRC by the same
+    crc32); a number out of its field's range, or anything unusual, is left to the pure twin."""
+    cdef _Single s
+    cdef int64_t queue_id, flag, born_ts, reconsume, prepared, qoff, phy, store_ts
+    topic = msg.topic
+    props = msg.properties
+    body = msg.body
+    born = msg.born_host
+    store = msg.store_host
+    if not _single(msg, topic, props, body, born, store, msg.sys_flag, &s):
+        return _pure("tidemq.store.record.pack_single")(
+            msg, queue_offset, physical_offset, store_timestamp
+        )
+    numbers = (msg.queue_id, msg.flag, msg.born_timestamp, msg.reconsume_times,
+               msg.prepared_transaction_offset, queue_offset, physical_offset, store_timestamp)
+    for number in numbers:
+        if type(number) is not int:
+            return _pure("tidemq.store.record.pack_single")(
+                msg, queue_offset, physical_offset, store_timestamp
+            )
+    try:
+        queue_id, flag, born_ts, reconsume, prepared, qoff, phy, store_ts = numbers
+    except OverflowError:
+        return _pure("tidemq.store.record.pack_single")(
+            msg, queue_offset, physical_offset, store_timestamp
+        )
+    if (
+        s.topic_len > 0xFF
+        or s.props_len > 0x7FFF
+        or s.total > 0x7FFFFFFF
+        or s.body_len > 0x7FFFFFFF
+        or not -0x80000000 <= queue_id <= 0x7FFFFFFF
+        or not -0x80000000 <= flag <= 0x7FFFFFFF
+        or not -0x80000000 <= s.sys_flag <= 0x7FFFFFFF
+        or not -0x80000000 <= reconsume <= 0x7FFFFFFF
+    ):
+        return _pure("tidemq.store.record.pack_single")(
+            msg, queue_offset, physical_offset, store_timestamp
+        )
+    crc = _crc32(body) & 0x7FFFFFFF
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, s.total)
+    cdef unsigned char* r = <unsigned char*>PyBytes_AS_STRING(out)
+    _put32(r, <uint32_t>s.total)
+    _put32(r + _OFFSET_MAGIC, <uint32_t>_MAGIC_V1)
+    _put32(r + _OFFSET_BODY_CRC, <uint32_t>(<int64_t>crc))
+    _put32(r + _OFFSET_QUEUE_ID, <uint32_t>queue_id)
+    _put32(r + _OFFSET_FLAG, <uint32_t>flag)
+    _put64(r + _OFFSET_QUEUE_OFFSET, <uint64_t>qoff)
+    _put64(r + _OFFSET_PHYSICAL_OFFSET, <uint64_t>phy)
+    _put32(r + _OFFSET_SYS_FLAG, <uint32_t>s.sys_flag)
+    _put64(r + _OFFSET_BORN_TIMESTAMP, <uint64_t>born_ts)
+    r += _PREFIX_SIZE
+    memcpy(r, PyBytes_AS_STRING(born), s.born_len)
+    r += s.born_len
+    _put64(r, <uint64_t>store_ts)
+    r += 8
+    memcpy(r, PyBytes_AS_STRING(store), s.store_len)
+    r += s.store_len
+    _put32(r, <uint32_t>reconsume)
+    _put64(r + 4, <uint64_t>prepared)
+    _put32(r + 12, <uint32_t>s.body_len)
+    r += 16
+    memcpy(r, PyBytes_AS_STRING(body), s.body_len)
+    r += s.body_len
+    r[0] = <unsigned char>s.topic_len
+    memcpy(r + 1, s.topic, s.topic_len)
+    r += 1 + s.topic_len
+    r[0] = <unsigned char>(s.props_len >> 8)
+    r[1] = <unsigned char>s.props_len
+    memcpy(r + 2, s.props, s.props_len)
+    return out
+
+
+cdef const char* _HEX_UPPER = b"0123456789ABCDEF"
+
+
+def message_id(store_host, physical_offset):
+    """The pure twin's hex, written in C for bytes hosts and offsets that fit 8 bytes."""
+    cdef int64_t phy
+    cdef Py_ssize_t n, i
+    cdef unsigned char raw[8]
+    cdef const unsigned char* host
+    if type(store_host) is not bytes or type(physical_offset) is not int:
+        return _pure("tidemq.store.record.message_id")(store_host, physical_offset)
+    try:
+        phy = physical_offset
+    except OverflowError:
+        return _pure("tidemq.store.record.message_id")(store_host, physical_offset)
+    n = PyBytes_GET_SIZE(store_host)
+    host = <const unsigned char*>PyBytes_AS_STRING(store_host)
+    _put64(raw, <uint64_t>phy)
+    text = PyUnicode_New((n + 8) * 2, 127)
+    cdef unsigned char* out = <unsigned char*>PyUnicode_DATA(text)
+    for i in range(n):
+        out[2 * i] = _HEX_UPPER[host[i] >> 4]
+        out[2 * i + 1] = _HEX_UPPER[host[i] & 0xF]
+    out += 2 * n
+    for i in range(8):
+        out[2 * i] = _HEX_UPPER[raw[i] >> 4]
+        out[2 * i + 1] = _HEX_UPPER[raw[i] & 0xF]
+    return text

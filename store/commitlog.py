@@ -41,14 +41,14 @@ from tidemq.store.record import (
     MessageBatch,
     MessageToStore,
     RecordTooLargeError,
-    check_record,
     encode_batch,
     encode_blank,
     has_zeroed_tail,
     message_id,
-    pack_record,
+    pack_single,
     read_store_timestamp,
     read_total_size_and_magic,
+    record_total,
     scan_record,
     stamp_record,
 )
@@ -131,9 +131,12 @@ def queue_key(topic: str, queue_id: int) -> str:
     return f"{topic}-{queue_id}"
 
 
+# A record of these transaction types takes no queue offset (its queue gets no unit).
+_NO_QUEUE_OFFSET: Final = frozenset((TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE))
+
+
 def _takes_queue_offset(sys_flag: int) -> bool:
-    tran = sys_flag & TRANSACTION_MASK
-    return tran not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+    return (sys_flag & TRANSACTION_MASK) not in _NO_QUEUE_OFFSET
 
 
 class CommitLog:
@@ -160,16 +163,16 @@ class CommitLog:
         """Append one message. Its place is known before it is packed (the loop appends one
         message at a time), so the record is packed once with its append-time fields."""
         try:
-            shape = check_record(msg, self.config.max_message_size)
+            total = record_total(msg, self.config.max_message_size)
         except RecordTooLargeError as exc:
             return _refused(exc)
-        total = shape.total
         started = self._start_append(total)
         if isinstance(started, AppendResult):
             return started
         segment, store_ts = started
         phy = segment.start_offset + segment.wrote
-        if _takes_queue_offset(shape.sys_flag):
+        # _takes_queue_offset, inline (the host flags are not transaction bits)
+        if (msg.sys_flag & TRANSACTION_MASK) not in _NO_QUEUE_OFFSET:
             key = f"{msg.topic}-{msg.queue_id}"  # queue_key, inline: once per message
             table = self.topic_queue_table
             queue_offset = table.get(key, 0)
@@ -177,10 +180,10 @@ class CommitLog:
         else:
             queue_offset = 0
         if self.gathering:
-            segment.gather(pack_record(msg, shape, queue_offset, phy, store_ts))
+            segment.gather(pack_single(msg, queue_offset, phy, store_ts))
             self._gathered_in = segment
         else:
-            segment.append(pack_record(msg, shape, queue_offset, phy, store_ts))
+            segment.append(pack_single(msg, queue_offset, phy, store_ts))
         msg.queue_offset = queue_offset
         msg_id = message_id(msg.store_host, phy)
         # positional, in field order: keywords make type() build a dict per call
@@ -333,10 +336,13 @@ class CommitLog:
                 PutStatus.CREATE_MAPEDFILE_FAILED,
                 remark=f"create mapped file failed, the disk is full: {exc.strerror}",
             )
-        if encoded_at is not None and encoded_at >= self.last_store_timestamp:
+        last_ts = self.last_store_timestamp
+        if encoded_at is not None and encoded_at >= last_ts:
             store_ts = self.last_store_timestamp = encoded_at
         else:
-            store_ts = self.last_store_timestamp = self._next_store_timestamp()
+            # _next_store_timestamp, inline: once per put
+            now = int(time.time() * 1000)
+            store_ts = self.last_store_timestamp = now if now > last_ts else last_ts
         return segment, store_ts
 
     def _next_store_timestamp(self) -> int:
@@ -344,8 +350,11 @@ class CommitLog:
         return max(int(time.time() * 1000), self.last_store_timestamp)
 
     def _segment_with_room(self, size: int) -> Segment:
-        segment = self.segments.last_for_append(0)
-        if size + END_OF_FILE_MIN_BLANK > segment.free:
+        segments = self.segments.segments
+        segment = segments[-1] if segments else None
+        if segment is None or segment.wrote >= segment.size:  # last_for_append's own test
+            segment = self.segments.last_for_append(0)
+        if size + END_OF_FILE_MIN_BLANK > segment.size - segment.wrote:  # segment.free
             segment.append(encode_blank(segment.free))
             segment.fill_to_end()
             segment = self.segments.last_for_append()

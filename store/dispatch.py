@@ -55,7 +55,7 @@ from tidemq.store.config import CQ_UNIT_SIZE
 from tidemq.store.consume_queue import ConsumeQueue, pack_unit
 from tidemq.store.delay import SCHEDULE_TOPIC
 from tidemq.store.dispatch_faults import REPORT_INTERVAL, DispatchFailure, DispatchFaults
-from tidemq.store.fast_scan import SLOW_FLAGS, KeyGatherer, find_value, scan_fast
+from tidemq.store.fast_scan import SLOW_FLAGS, KeyGatherer, extend_runs, find_value, scan_fast
 from tidemq.store.layout import (
     BLANK_MAGIC,
     MAGIC_V1,
@@ -126,6 +126,7 @@ FILES_AHEAD = 1024
 
 _SCHEDULE_RAW = SCHEDULE_TOPIC.encode()
 _TIMER_RAW = TIMER_TOPIC.encode()
+_DELAYING_RAW = (_SCHEDULE_RAW, _TIMER_RAW)  # topics whose records take the general path
 _TAGS_NEEDLE = _TAGS + b"\x01"
 
 # Turns dispatch lets go by in a row when `defer` asks it to: it keeps at least a quarter.
@@ -313,6 +314,9 @@ class ReputService(Service):
         except Exception:  # noqa: BLE001 - dispatch meets the same error and reports it
             return False
         if segments.maps is None:
+            return False
+        files = segments.segments
+        if files and files[-1].wrote < files[-1].size:  # file_needed's own first test
             return False
         return segments.file_needed(queue_offset * CQ_UNIT_SIZE) is not None
 
@@ -602,11 +606,21 @@ class ReputService(Service):
         index = self.index_in_process()
         index_from = index.indexed_up_to if index is not None else 0
         gather_keys = self._keys.gather
+        keys = self._keys if index is not None else None
         fast_path = self.fast_path
         last_ts = -1
         next_file = False
         try:
             while pos < end and pos < stop:
+                if fast_path and runs:
+                    # The records that extend a run, nearly all of them: one call for the lot.
+                    pos, taken_ts = extend_runs(
+                        mm, pos, end, stop, runs, keys, entries, index_from, _DELAYING_RAW
+                    )
+                    if taken_ts >= 0:
+                        last_ts = taken_ts
+                    if not (pos < end and pos < stop):
+                        break
                 record = scan_fast(mm, pos, end) if fast_path else None
                 if record is None or record[6] == _SCHEDULE_RAW or record[6] == _TIMER_RAW:
                     # The general path, for one record; what is gathered so far goes first.

@@ -11,16 +11,20 @@ Properties are looked up with `mmap.find` where they lie, never decoded as a who
 `(key hash, physical offset, store timestamp)`, RocketMQ's buildIndex order, for
 `IndexService.put_hashed`.
 
-`scan_fast`, `find_value` and `KeyGatherer` are the pure-Python twins of compiled ones in
-store/_fast_scan.pyx, which run when built (store/common/speedups.py picks; same results and
-errors).
+`extend_runs` is dispatch's loop over the records that extend a queue's run of ConsumeQueue
+units gathered in a chunk (store/dispatch.py): nearly every record, one unit and its index keys.
+
+`scan_fast`, `find_value`, `KeyGatherer` and `extend_runs` are the pure-Python twins of compiled
+ones in store/_fast_scan.pyx, which run when built (store/common/speedups.py picks; same results
+and errors).
 """
 
 from __future__ import annotations
 
 import mmap
 import struct
-from typing import Final
+from collections.abc import Mapping
+from typing import Final, Protocol
 
 from tidemq.common import speedups
 from tidemq.store.index import prefixed_key_hash, topic_prefix_hash
@@ -34,7 +38,14 @@ from tidemq.store.layout import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from tidemq.store.record import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, DispatchInfo, find_property
+from tidemq.store.record import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    DispatchInfo,
+    find_property,
+)
+from tidemq.store.tags import tags_code_for
 
 # The fixed head of a record with IPv4 hosts, only the fields the loops need: TOTALSIZE,
 # MAGICCODE, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, BODYLENGTH.
@@ -48,6 +59,9 @@ assert not TRANSACTION_COMMIT_TYPE & TRANSACTION_PREPARED_TYPE
 
 KEYS_NEEDLE: Final = PROPERTY_KEYS.encode() + b"\x01"
 UNIQ_NEEDLE: Final = PROPERTY_UNIQ_KEY.encode() + b"\x01"
+TAGS_NEEDLE: Final = PROPERTY_TAGS.encode() + b"\x01"
+# A ConsumeQueue unit: physical offset, size, tagsCode (store/consume_queue.py's pack_unit).
+_UNIT = struct.Struct(">qiq")
 
 # (total size, queue id, queue offset, physical offset, store timestamp, properties start,
 #  topic) of a record; positions are in the map.
@@ -157,3 +171,58 @@ class KeyGatherer:
 
 
 KeyGatherer = speedups.select(KeyGatherer, "tidemq.store._fast_scan")  # type: ignore[misc]
+
+
+class QueueRun(Protocol):
+    """What `extend_runs` reads and extends of a queue's run (dispatch's _QueueRun)."""
+
+    next_offset: int
+    units: list[bytes]
+    end_phy: int
+    tags_codes: set[int]
+    last_ts: int
+
+
+def extend_runs(
+    mm: mmap.mmap,
+    pos: int,
+    end: int,
+    stop: int,
+    runs: Mapping[tuple[bytes, int], QueueRun],
+    keys: KeyGatherer | None,
+    entries: list[tuple[int, int, int]],
+    index_from: int,
+    skip_topics: tuple[bytes, bytes],
+) -> tuple[int, int]:
+    """Dispatch's loop over records from `pos` (while before `end` and `stop`) that extend a run
+    of `runs`: a record `scan_fast` reads, not of `skip_topics` (the delay and timer topics),
+    whose queue has a run expecting its queue offset. Each gets its unit (tagsCode from its TAGS)
+    added to the run, and its index entries to `entries` when `keys` is given and its physical
+    offset is at least `index_from`. Returns where it stopped (the first record it did not take)
+    and the store timestamp of the last record taken, -1 when none was."""
+    last_ts = -1
+    while pos < end and pos < stop:
+        record = scan_fast(mm, pos, end)
+        if record is None:
+            break
+        total, queue_id, queue_offset, phy, store_ts, props, topic_raw = record
+        if topic_raw in skip_topics:
+            break
+        run = runs.get((topic_raw, queue_id))
+        if run is None or run.next_offset != queue_offset:
+            break
+        rec_end = pos + total
+        tags_code = tags_code_for(find_value(mm, TAGS_NEEDLE, props, rec_end))
+        run.units.append(_UNIT.pack(phy, total, tags_code))
+        run.next_offset = queue_offset + 1
+        run.end_phy = phy + total
+        run.tags_codes.add(tags_code)
+        run.last_ts = store_ts
+        if keys is not None and phy >= index_from:
+            keys.gather(mm, entries, topic_raw, phy, store_ts, props, rec_end)
+        last_ts = store_ts
+        pos = rec_end
+    return pos, last_ts
+
+
+extend_runs = speedups.select(extend_runs, "tidemq.store._fast_scan")

@@ -119,7 +119,8 @@ class PutMessageResult:
     @property
     def ok(self) -> bool:
         """Stored: PUT_OK, or one of the three 'stored, but' statuses."""
-        return self.status in _STORED
+        status = self.status
+        return status is _PUT_OK or status in _STORED  # an Enum's hash is Python code
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,7 +558,7 @@ class MessageStore(Service):
     # --- writes -----------------------------------------------------------------------------
 
     def _check_writable(self) -> PutMessageResult | None:
-        if self.is_slave:
+        if self.role is _SLAVE:  # is_slave, inline: once per put
             return PutMessageResult(
                 PutStatus.SERVICE_NOT_AVAILABLE,
                 remark="service not available now: this broker is a slave and refuses writes",
@@ -767,7 +768,8 @@ class MessageStore(Service):
         queue = self.consume_queues.get((topic, queue_id))
         if queue is None:
             return self._new_consume_queue(topic, queue_id)
-        queue.checked()
+        if queue.check_first is not None:  # checked()'s own test: once per send
+            queue.checked()
         return queue
 
     def get_message(

@@ -129,6 +129,9 @@ def message_id(store_host: bytes, physical_offset: int) -> str:
     return (store_host + physical_offset.to_bytes(8, "big", signed=True)).hex().upper()
 
 
+message_id = speedups.select(message_id, "tidemq.store._record")
+
+
 def decode_message_id(msg_id: str) -> tuple[tuple[str, int], int]:
     """Split an offsetMsgId into (store host, physical offset); raises ValueError if malformed."""
     raw = _message_id_bytes(msg_id)
@@ -325,6 +328,15 @@ class RecordShape(NamedTuple):
 
 def check_record(msg: MessageToStore, max_body_size: int) -> RecordShape:
     """The shape of `msg`'s record, or RecordTooLargeError for a limit it breaks."""
+    shape = _shape(msg)
+    check_record_parts(
+        len(msg.body), msg.sys_flag, shape.topic, shape.properties, shape.total, max_body_size
+    )
+    return shape
+
+
+def _shape(msg: MessageToStore) -> RecordShape:
+    """The shape of `msg`'s record, its limits not checked."""
     body = msg.body
     topic_bytes = msg.topic.encode()
     props = msg.properties.encode()
@@ -335,8 +347,22 @@ def check_record(msg: MessageToStore, max_body_size: int) -> RecordShape:
     else:
         sys_flag |= host_sys_flags(msg.born_host, msg.store_host)
         total = record_length(sys_flag, len(body), len(topic_bytes), len(props))
-    check_record_parts(len(body), msg.sys_flag, topic_bytes, props, total, max_body_size)
     return RecordShape(total, sys_flag, topic_bytes, props)
+
+
+def record_total(msg: MessageToStore, max_body_size: int) -> int:
+    """`check_record(msg, max_body_size).total`: the size of `msg`'s record, or
+    RecordTooLargeError for a limit it breaks (a single put's check, made before it knows
+    where the record goes; `pack_single` then packs it there)."""
+    return check_record(msg, max_body_size).total
+
+
+def pack_single(
+    msg: MessageToStore, queue_offset: int, physical_offset: int, store_timestamp: int
+) -> bytes:
+    """The whole record of a message `record_total` accepted, append-time fields included:
+    `pack_record(msg, check_record(msg, ...), ...)`, the bytes a single put writes."""
+    return pack_record(msg, _shape(msg), queue_offset, physical_offset, store_timestamp)
 
 
 def check_record_parts(
@@ -635,6 +661,8 @@ _WAIT_FALSE: Final = f"{PROPERTY_WAIT}{NAME_VALUE_SEPARATOR}false"
 
 
 encode_batch = speedups.select(encode_batch, "tidemq.store._record")
+record_total = speedups.select(record_total, "tidemq.store._record")
+pack_single = speedups.select(pack_single, "tidemq.store._record")
 
 _STAMP = struct.Struct(">qq")
 

@@ -320,7 +320,10 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
     # --- queries --------------------------------------------------------------------------
 
     def select(self, topic: str) -> TopicConfig | None:
-        return self._get(topic)
+        config = self._table.get(topic)  # _get's own first step, inline: once per send
+        if config is None and topic in self._rows:
+            config = self._decode_row(topic)
+        return config
 
     def __contains__(self, topic: object) -> bool:
         return topic in self._table or topic in self._rows

@@ -11,8 +11,11 @@
   dispatch was behind when the slave had everything (its HA status' dispatchBehindBytes), how
   long dispatch took to finish after that, and the slave process's CPU seconds per GB
   (receiving; receiving and dispatching);
-- SYNC_MASTER vs ASYNC_MASTER: 1 KiB sends with 64 in flight, each master with a slave, in
-  rounds alternating which goes first (TIDEMQ_BENCH_HA_ROUNDS), with the master's CPU per send;
+- SYNC_MASTER vs ASYNC_MASTER: 1 KiB sends with 64 in flight through the public
+  `AsyncProducer.send` (routing, queue choice, message, result: the user's path; issue 36), each
+  master with a slave and its own topic, in rounds alternating which goes first
+  (TIDEMQ_BENCH_HA_ROUNDS), with the master's CPU per send; the same sends through `BrokerAPI`
+  (the earlier figure, without the producer's work) are printed beside them from the same rounds;
 - latency of single SYNC_MASTER sends at 1,000 msg/s: p50 and p99.
 
 Targets: catch-up >= 0.6 of raw loopback TCP (issue 36; issue 4 asked >= 300 MB/s); SYNC >= 0.7
@@ -36,7 +39,11 @@ from tests.bench.cpu import user_system
 from tests.bench.replicas import ha_status, master_with_slave, wait_slave
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI, SendStatus
+from tidemq.client.config import ClientConfig
+from tidemq.client.message import Message
+from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.headers import SendMessageRequestHeader
+from tidemq.client.protocol.models import TopicConfig
 from tidemq.client.protocol.namesrv import KVTable
 from tidemq.client.remoting.codes import RequestCode
 from tidemq.store.batch_body import encode_batch_body
@@ -241,12 +248,18 @@ async def _slave_catch_up(
     )
     try:
         started = time.perf_counter()
+        cpu_at_start = _cpu_seconds(slave.pid)
         first = None
         cpu_start = 0.0
         while True:
             info = await ha_status(api, slave.address)
             offset = int(info.get("maxOffset", 0))  # type: ignore[call-overload]
-            if first is None and offset > 0:
+            if first is None and offset >= target:
+                # All of it before the first look (a small backlog): timed from the slave's
+                # start, not from a first sample that would hold nothing to divide by.
+                first = (started, 0)
+                cpu_start = cpu_at_start
+            elif first is None and offset > 0:
                 first = (time.perf_counter(), offset)
                 cpu_start = _cpu_seconds(slave.pid)
             if offset >= target:
@@ -325,6 +338,43 @@ async def _throughput(address: str, messages: int, in_flight: int) -> float:
     return rate
 
 
+async def _producer_throughput(
+    producer: AsyncProducer, topic: str, messages: int, in_flight: int
+) -> float:
+    """1 KiB sends through the public `AsyncProducer.send` (waiting for the store: the message's
+    default WAIT=true) to `topic`, `in_flight` at a time; msg/s."""
+    remaining = messages
+    statuses: dict[SendStatus, int] = {}
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            result = await producer.send(Message(topic, BODY_1K))
+            statuses[result.status] = statuses.get(result.status, 0) + 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    rate = messages / (time.perf_counter() - started)
+    if set(statuses) != {SendStatus.SEND_OK}:
+        print(f"  statuses: {statuses}")
+    return rate
+
+
+async def _topic_on(namesrv: str, master: str, topic: str) -> None:
+    """`topic` (8 queues) created on `master` alone, and routed by the name server."""
+    api = BrokerAPI(timeout=30)
+    try:
+        await api.create_topic(master, TopicConfig(topic, 8, 8))
+        deadline = time.monotonic() + 30
+        while await api.get_route(namesrv, topic) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no route for {topic}")
+            await asyncio.sleep(0.05)
+    finally:
+        await api.close()
+
+
 async def _latency(address: str, count: int, rate: float) -> tuple[float, float]:
     api = BrokerAPI(timeout=30)
     latencies = []
@@ -349,21 +399,32 @@ async def _latency(address: str, count: int, rate: float) -> tuple[float, float]
 
 @dataclass(frozen=True, slots=True)
 class Sends:
-    sync: float  # msg/s
+    sync: float  # msg/s, AsyncProducer.send
     sync_cpu: float  # the SYNC_MASTER's CPU microseconds per send
     asynchronous: float
     async_cpu: float
+    api_sync: float  # msg/s, BrokerAPI.send (no producer work)
+    api_asynchronous: float
 
 
-async def _sends_round(sync_master: Daemon, async_master: Daemon, messages: int, r: int) -> Sends:
-    """SYNC then ASYNC (odd rounds the other way round), 64 sends in flight each."""
+SYNC_TOPIC = "HASyncSends"
+ASYNC_TOPIC = "HAAsyncSends"
+
+
+async def _sends_round(
+    producer: AsyncProducer, sync_master: Daemon, async_master: Daemon, messages: int, r: int
+) -> Sends:
+    """SYNC then ASYNC (odd rounds the other way round), 64 sends in flight each, through the
+    producer and then through BrokerAPI."""
     rates: dict[str, tuple[float, float]] = {}
-    order = [("sync", sync_master), ("async", async_master)]
-    for kind, master in order if r % 2 == 0 else order[::-1]:
+    api_rates: dict[str, float] = {}
+    order = [("sync", sync_master, SYNC_TOPIC), ("async", async_master, ASYNC_TOPIC)]
+    for kind, master, topic in order if r % 2 == 0 else order[::-1]:
         before = _cpu_seconds(master.pid)
-        rate = await _throughput(master.address, messages, 64)
+        rate = await _producer_throughput(producer, topic, messages, 64)
         rates[kind] = rate, (_cpu_seconds(master.pid) - before) / messages * 1e6
-    return Sends(*rates["sync"], *rates["async"])
+        api_rates[kind] = await _throughput(master.address, messages, 64)
+    return Sends(*rates["sync"], *rates["async"], api_rates["sync"], api_rates["async"])
 
 
 async def _run(group: ProcessGroup, namesrv: Daemon, folder: Path) -> list[Result]:
@@ -392,20 +453,35 @@ async def _run(group: ProcessGroup, namesrv: Daemon, folder: Path) -> list[Resul
     async_master, _ = master_with_slave(group, namesrv, folder, "ASYNC_MASTER", "broker-async")
     await wait_slave(sync_master.address)
     await wait_slave(async_master.address)
-    # Warm both (connections, routes, the first CommitLog pages) before any round counts.
-    await _throughput(sync_master.address, 2000, 64)
-    await _throughput(async_master.address, 2000, 64)
+    await _topic_on(namesrv.address, sync_master.address, SYNC_TOPIC)
+    await _topic_on(namesrv.address, async_master.address, ASYNC_TOPIC)
+    producer = AsyncProducer(
+        "BenchHAPG",
+        config=ClientConfig.create(
+            namesrv.address, poll_name_server_interval=5.0, heartbeat_broker_interval=5.0
+        ),
+    )
+    await producer.start()
     sends: list[Sends] = []
-    for r in range(rounds):
-        sends.append(await _sends_round(sync_master, async_master, messages, r))
-        one = sends[-1]
-        print(
-            f"round {r + 1}: 1 KiB sends, 64 in flight: SYNC_MASTER {one.sync:,.0f} msg/s "
-            f"({one.sync_cpu:.1f} us of master CPU per send), ASYNC_MASTER "
-            f"{one.asynchronous:,.0f} msg/s ({one.async_cpu:.1f} us): "
-            f"{one.sync / one.asynchronous:.2f}",
-            flush=True,
-        )
+    try:
+        # Warm both (connections, routes, the first CommitLog pages) before any round counts.
+        for topic, master in ((SYNC_TOPIC, sync_master), (ASYNC_TOPIC, async_master)):
+            await _producer_throughput(producer, topic, 2000, 64)
+            await _throughput(master.address, 2000, 64)
+        for r in range(rounds):
+            sends.append(await _sends_round(producer, sync_master, async_master, messages, r))
+            one = sends[-1]
+            print(
+                f"round {r + 1}: 1 KiB sends, AsyncProducer.send, 64 in flight: SYNC_MASTER "
+                f"{one.sync:,.0f} msg/s ({one.sync_cpu:.1f} us of master CPU per send), "
+                f"ASYNC_MASTER {one.asynchronous:,.0f} msg/s ({one.async_cpu:.1f} us): "
+                f"{one.sync / one.asynchronous:.2f}; through BrokerAPI: SYNC "
+                f"{one.api_sync:,.0f}, ASYNC {one.api_asynchronous:,.0f} msg/s: "
+                f"{one.api_sync / one.api_asynchronous:.2f}",
+                flush=True,
+            )
+    finally:
+        await producer.shutdown()
     p50, p99 = await _latency(
         sync_master.address, env_int("TIDEMQ_BENCH_HA_LATENCY_SENDS", 5000), 1000.0
     )
@@ -430,23 +506,40 @@ async def _run(group: ProcessGroup, namesrv: Daemon, folder: Path) -> list[Resul
         Result("slave CPU per GB, receiving", median(c.receive_cpu for c in catch_ups), "s"),
         Result("slave CPU per GB, with dispatch", median(c.total_cpu for c in catch_ups), "s"),
         Result(
-            "SYNC_MASTER sends, 64 in flight", median(x.sync for x in sends), "msg/s", note=note
+            "SYNC_MASTER sends (AsyncProducer), 64 in flight",
+            median(x.sync for x in sends),
+            "msg/s",
+            note=note,
         ),
         Result(
-            "ASYNC_MASTER sends, 64 in flight",
+            "ASYNC_MASTER sends (AsyncProducer), 64 in flight",
             median(x.asynchronous for x in sends),
             "msg/s",
             note=note,
         ),
         Result(
-            "SYNC / ASYNC throughput",
+            "SYNC / ASYNC throughput (AsyncProducer)",
             median(x.sync / x.asynchronous for x in sends),
             "ratio",
             0.7,
             note=note,
         ),
-        Result("SYNC_MASTER: master CPU per send", median(x.sync_cpu for x in sends), "us"),
-        Result("ASYNC_MASTER: master CPU per send", median(x.async_cpu for x in sends), "us"),
+        Result(
+            "SYNC / ASYNC throughput (BrokerAPI, no producer work)",
+            median(x.api_sync / x.api_asynchronous for x in sends),
+            "ratio",
+            note=f"{note}; the earlier figure",
+        ),
+        Result(
+            "SYNC_MASTER: master CPU per send (AsyncProducer)",
+            median(x.sync_cpu for x in sends),
+            "us",
+        ),
+        Result(
+            "ASYNC_MASTER: master CPU per send (AsyncProducer)",
+            median(x.async_cpu for x in sends),
+            "us",
+        ),
         Result("SYNC_MASTER send p50 at 1,000 msg/s", p50, "ms"),
         Result("SYNC_MASTER send p99 at 1,000 msg/s", p99, "ms", 2.0, higher_is_better=False),
     ]

@@ -25,10 +25,13 @@ Certificates are made for the run (tests/support/certs.py).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import time
 import timeit
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 from tests.bench import BROKER_SIZES, Result, env_int, one_broker, run_on_uvloop, temp_dir
@@ -38,24 +41,36 @@ from tests.bench.ha_bench import _catch_up
 from tests.support.certs import Pki, make_pki
 from tests.support.processes import Daemon, ProcessGroup
 from tidemq.client.api import BrokerAPI
+from tidemq.client.config import ClientConfig
+from tidemq.client.message import Message, SendStatus
+from tidemq.client.producer import AsyncProducer
+from tidemq.client.protocol.models import TopicConfig
 from tidemq.client.remoting.signing import SessionCredentials, signing_key
 from tidemq.client.transport.tls import TlsClientSettings
 
 ROUNDS = 3
 BENCH_ACCOUNT = SessionCredentials("bench-account", "bench-secret")
+# Creates the producers' topic on the ACL broker (UPDATE_AND_CREATE_TOPIC asks for an admin).
+ADMIN_ACCOUNT = SessionCredentials("bench-admin", "bench-admin-secret")
+PLAIN_TOPIC = "BenchProducerPlain"
+ACL_TOPIC = "BenchProducerAcl"
 ACL_FILE = f"""\
 accounts:
   - accessKey: {BENCH_ACCOUNT.access_key}
     secretKey: {BENCH_ACCOUNT.secret_key}
     defaultTopicPerm: DENY
     defaultGroupPerm: SUB
-    topicPerms: [BenchTopic=PUB|SUB, TBW102=PUB|SUB]
+    topicPerms: [BenchTopic=PUB|SUB, {ACL_TOPIC}=PUB|SUB, TBW102=PUB|SUB]
+  - accessKey: {ADMIN_ACCOUNT.access_key}
+    secretKey: {ADMIN_ACCOUNT.secret_key}
+    admin: true
 """
+BODY = os.urandom(1024)
 
 
 @contextlib.contextmanager
-def _brokers(folder: Path) -> Iterator[tuple[Daemon, Daemon]]:
-    """(ACL off, ACL on) brokers of one name server."""
+def _brokers(folder: Path) -> Iterator[tuple[Daemon, Daemon, Daemon]]:
+    """(name server, ACL off, ACL on): two brokers of one name server."""
     acl_file = folder / "plain_acl.yml"
     acl_file.write_text(ACL_FILE)
     group = ProcessGroup(folder / "logs")
@@ -73,53 +88,135 @@ def _brokers(folder: Path) -> Iterator[tuple[Daemon, Daemon]]:
             f"aclFile={acl_file}",
             name="acl",
         )
-        yield plain, guarded
+        yield namesrv, plain, guarded
     finally:
         group.stop_all()
 
 
-async def _acl(plain: Daemon, guarded: Daemon, messages: int) -> list[Result]:
+async def _topic(
+    namesrv: str, broker: Daemon, topic: str, credentials: SessionCredentials | None
+) -> None:
+    """`topic` (QUEUES queues) created on `broker` alone and routed by the name server."""
+    api = BrokerAPI(credentials=credentials)
+    try:
+        await api.create_topic(broker.address, TopicConfig(topic, QUEUES, QUEUES))
+        deadline = time.monotonic() + 30
+        while await api.get_route(namesrv, topic) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no route for {topic}")
+            await asyncio.sleep(0.05)
+    finally:
+        await api.close()
+
+
+async def _producer_single(producer: AsyncProducer, topic: str, messages: int) -> float:
+    remaining = messages
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            result = await producer.send(Message(topic, BODY))
+            assert result.status is SendStatus.SEND_OK, result.status
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(64)))
+    return messages / (time.perf_counter() - started)
+
+
+async def _producer_batched(producer: AsyncProducer, topic: str, messages: int) -> float:
+    remaining = messages // 32
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            result = await producer.send_batch([Message(topic, BODY) for _ in range(32)])
+            assert result.status is SendStatus.SEND_OK, result.status
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(8)))
+    return messages // 32 * 32 / (time.perf_counter() - started)
+
+
+async def _acl(namesrv: str, plain: Daemon, guarded: Daemon, messages: int) -> list[Result]:
     off = BrokerAPI()
     on = BrokerAPI(credentials=BENCH_ACCOUNT)
+    await _topic(namesrv, plain, PLAIN_TOPIC, None)
+    await _topic(namesrv, guarded, ACL_TOPIC, ADMIN_ACCOUNT)
+
+    def config(credentials: SessionCredentials | None) -> ClientConfig:
+        return ClientConfig.create(
+            namesrv,
+            poll_name_server_interval=5.0,
+            heartbeat_broker_interval=5.0,
+            credentials=credentials,
+        )
+
+    producer_off = AsyncProducer("BenchAclOffPG", config=config(None))
+    producer_on = AsyncProducer("BenchAclOnPG", config=config(BENCH_ACCOUNT))
+    await producer_off.start()
+    await producer_on.start()
     # (kind, ACL on) -> best rate, and least CPU (broker + client, us per message): CPU time is
-    # what a loaded machine moves least.
+    # what a loaded machine moves least. Kinds: "batched" and "single" through the producer,
+    # "batched-api" and "single-api" through BrokerAPI.
     best: dict[tuple[str, bool], float] = {}
     least_cpu: dict[tuple[str, bool], float] = {}
     try:
-        for api, address in ((off, plain.address), (on, guarded.address)):
-            await _batched_sends(api, address, 3200)  # warm up: topic creation, connections
+        sides = (
+            (False, off, producer_off, plain, PLAIN_TOPIC),
+            (True, on, producer_on, guarded, ACL_TOPIC),
+        )
+        for _acl_on, api, producer, broker, topic in sides:
+            # Warm up: topic creation, routes, connections.
+            await _batched_sends(api, broker.address, 3200)
+            await _producer_batched(producer, topic, 3200)
+            await _producer_single(producer, topic, 2000)
         for _round in range(ROUNDS):
-            for acl, api, broker in ((False, off, plain), (True, on, guarded)):
+            for acl, api, producer, broker, topic in sides:
                 assert broker.pid is not None
-                for kind, count, phase in (
-                    ("batched", messages, _batched_sends),
-                    ("single", messages // 4, _single_sends),
-                ):
+                phases: tuple[tuple[str, int, Callable[[int], Awaitable[float]]], ...] = (
+                    ("batched", messages, partial(_producer_batched, producer, topic)),
+                    ("single", messages // 4, partial(_producer_single, producer, topic)),
+                    ("batched-api", messages, partial(_batched_sends, api, broker.address)),
+                    ("single-api", messages // 4, partial(_single_sends, api, broker.address)),
+                )
+                for kind, count, phase in phases:
                     before = BrokerCpu.now(broker.pid)
-                    rate = await phase(api, broker.address, count)
+                    rate = await phase(count)
                     cpu = BrokerCpu.now(broker.pid).per_message(before, count)
                     spent = cpu["broker_user"] + cpu["broker_system"] + cpu["client"]
                     best[kind, acl] = max(best.get((kind, acl), 0.0), rate)
                     least_cpu[kind, acl] = min(least_cpu.get((kind, acl), spent), spent)
     finally:
+        await producer_off.shutdown()
+        await producer_on.shutdown()
         await off.close()
         await on.close()
     results = []
-    for kind, label in (("batched", "batched sends (32 x 1 KiB)"), ("single", "single sends")):
+    for kind, label in (
+        ("batched", "batched sends (32 x 1 KiB)"),
+        ("single", "single sends"),
+        ("batched-api", "BrokerAPI batched sends"),
+        ("single-api", "BrokerAPI single sends"),
+    ):
+        producer_path = not kind.endswith("-api")
+        target = 0.95 if producer_path else None
         off_rate, on_rate = best[kind, False], best[kind, True]
         off_cpu, on_cpu = least_cpu[kind, False], least_cpu[kind, True]
-        floor = 2 * _hmac_us_per_message(32 if kind == "batched" else 1)
+        floor = 2 * _hmac_us_per_message(32 if kind.startswith("batched") else 1)
         print(
             f"{label:<28} ACL off {off_rate:>9,.0f} msg/s {off_cpu:5.1f} us/msg   "
             f"ACL on {on_rate:>9,.0f} msg/s {on_cpu:5.1f} us/msg (CPU: broker + client)"
         )
+        path = "AsyncProducer" if producer_path else "no producer work; the earlier figure"
         results += [
             Result(
                 f"{label}: ACL on / ACL off",
                 on_rate / off_rate,
                 "x",
-                0.95,
-                note=f"off {off_rate:,.0f} msg/s, on {on_rate:,.0f} msg/s",
+                target,
+                note=f"{path}; off {off_rate:,.0f} msg/s, on {on_rate:,.0f} msg/s",
             ),
             Result(
                 f"{label}: CPU per message, ACL on - off",
@@ -140,7 +237,7 @@ async def _acl(plain: Daemon, guarded: Daemon, messages: int) -> list[Result]:
                 f"{label}: ACL on / off as a share of that bound",
                 on_rate / off_rate / (off_cpu / (off_cpu + floor)),
                 "x",
-                0.95,
+                target,
             ),
         ]
     return results
@@ -254,8 +351,8 @@ def run() -> list[Result]:
     results: list[Result] = []
     with temp_dir("security") as folder:
         pki = make_pki(folder / "pki")
-        with _brokers(folder) as (plain, guarded):
-            results += run_on_uvloop(_acl(plain, guarded, messages))
+        with _brokers(folder) as (namesrv, plain, guarded):
+            results += run_on_uvloop(_acl(namesrv.address, plain, guarded, messages))
         with one_broker("security-tls", *_server_tls(pki, "permissive")) as (_namesrv, broker):
             results += run_on_uvloop(_tls_pulls(broker, pki, messages))
         results += run_on_uvloop(_ha_catch_up(folder, pki, backlog))

@@ -1,7 +1,8 @@
 """The record twins: compiled and pure give the same bytes, values and errors.
 
 For encode_batch, scan_fast, find_value, find_property, read_properties, read_named_properties,
-KeyGatherer and gather_entries, on
+KeyGatherer, gather_entries, extend_runs, and a single put's record_total, pack_single and
+message_id, on
 well-formed input and on damaged input (truncated bodies and records, wrong lengths, bad magic,
 IPv6 hosts, transaction flags, limits, values out of range). On well-formed input the compiled
 fast path must do the work itself: `fast_path_only` makes a hand-over to the pure twin fail.
@@ -13,6 +14,7 @@ import mmap
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +27,13 @@ from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.record import (
     AppendStamp,
     MessageBatch,
+    MessageToStore,
     RecordEndsInNulError,
+    check_record,
     encode_blank,
     encode_properties,
     pack_host,
+    pack_record,
     scan_record,
 )
 
@@ -575,3 +580,246 @@ def test_with_property_hands_other_types_to_the_pure_twin() -> None:
 
     for args in ((Text("a\x011\x02"), "b", "2"), (b"a\x011\x02", "b", "2"), ("", None, "x")):
         assert outcome(_record.with_property, *args) == outcome(pure("record.with_property"), *args)
+
+
+# --- a single put -----------------------------------------------------------------------------
+
+MAX_BODY = 4 << 20
+SYS_FLAGS = st.integers(0, 0xFF)
+
+
+@st.composite
+def single_messages(
+    draw: st.DrawFn,
+    topics: st.SearchStrategy[str] = TOPICS,
+    hosts: st.SearchStrategy[bytes] = HOSTS,
+    numbers: st.SearchStrategy[int] = NUMBERS,
+    flags: st.SearchStrategy[int] = SYS_FLAGS,
+) -> MessageToStore:
+    return MessageToStore(
+        topic=draw(topics),
+        queue_id=draw(numbers),
+        body=draw(st.binary(max_size=300)),
+        properties=draw(PROPERTY_TEXT),
+        flag=draw(numbers),
+        sys_flag=draw(flags),
+        born_timestamp=draw(numbers),
+        born_host=draw(hosts),
+        store_host=draw(hosts),
+        reconsume_times=draw(numbers),
+        prepared_transaction_offset=draw(numbers),
+    )
+
+
+# The append-time fields a put gives a record (queue offset, physical offset, store time).
+APPEND_FIELDS = st.tuples(st.integers(0, 2**50), st.integers(0, 2**50), st.integers(0, 2**45))
+
+
+@given(single_messages(), APPEND_FIELDS)
+def test_a_single_put_is_packed_by_the_compiled_twins_alone(
+    msg: MessageToStore, fields: tuple[int, int, int]
+) -> None:
+    """Well-formed messages: the compiled twins do the work themselves, and give the bytes of
+    check_record then pack_record (what a single put wrote before them)."""
+    shape = check_record(msg, MAX_BODY)
+    expected = pack_record(msg, shape, *fields)
+    with fast_path_only("record.record_total", "record.pack_single"):
+        assert _record.record_total(msg, MAX_BODY) == shape.total
+        assert _record.pack_single(msg, *fields) == expected
+    assert pure("record.pack_single")(msg, *fields) == expected
+    assert pure("record.record_total")(msg, MAX_BODY) == shape.total
+
+
+@given(
+    single_messages(
+        topics=st.text(max_size=140)
+        | st.sampled_from(["", "x" * 127, "x" * 128, "x" * 256, "\ud800", "é" * 64, "T\x00"]),
+        hosts=st.sampled_from([V4, V6, b"", b"\x01" * 5, b"\x02" * 30]),
+        numbers=st.integers(-(2**64), 2**64) | st.integers(0, 100),
+        flags=st.integers(-(2**64), 2**64) | st.integers(0, 0xFF),
+    ),
+    st.integers(-10, 400) | st.sampled_from([2**31, 2**63, 2**70]),
+    st.tuples(
+        st.integers(-(2**64), 2**64), st.integers(-(2**64), 2**64), st.integers(-(2**64), 2**64)
+    )
+    | APPEND_FIELDS,
+    st.data(),
+)
+def test_single_put_twins_on_limits_and_out_of_range_fields(
+    msg: MessageToStore, max_body: int, fields: tuple[int, int, int], data: st.DataObject
+) -> None:
+    """Limits broken, texts UTF-8 cannot encode, unusual hosts, numbers out of their fields'
+    range, long properties, a record ending in NUL: the same total, bytes or error (type and
+    message)."""
+    if data.draw(st.booleans()):
+        msg.properties = data.draw(
+            st.sampled_from(["p" * 32767, "p" * 32768, "q\ud800", "K\x01v\x00", ""])
+        )
+    assert outcome(_record.record_total, msg, max_body) == outcome(
+        pure("record.record_total"), msg, max_body
+    )
+    assert outcome(_record.pack_single, msg, *fields) == outcome(
+        pure("record.pack_single"), msg, *fields
+    )
+
+
+@given(single_messages(), st.sampled_from([None, 1.5, "text", [1, 2], True, b"x"]))
+def test_single_put_twins_on_wrong_types(msg: MessageToStore, wrong: Any) -> None:
+    for name in MessageToStore.__slots__:
+        broken = MessageToStore(**{**{f: getattr(msg, f) for f in MessageToStore.__slots__}})
+        setattr(broken, name, wrong)
+        assert outcome(_record.record_total, broken, MAX_BODY) == outcome(
+            pure("record.record_total"), broken, MAX_BODY
+        ), name
+        assert outcome(_record.pack_single, broken, 1, 2, 3) == outcome(
+            pure("record.pack_single"), broken, 1, 2, 3
+        ), name
+    assert outcome(_record.record_total, msg, wrong) == outcome(
+        pure("record.record_total"), msg, wrong
+    )
+    assert outcome(_record.pack_single, msg, 1, wrong, 3) == outcome(
+        pure("record.pack_single"), msg, 1, wrong, 3
+    )
+
+
+@given(
+    st.sampled_from([V4, V6, b"", b"\xff" * 3]) | st.binary(max_size=24),
+    st.integers(-(2**63), 2**63 - 1),
+)
+def test_message_id_twins(host: bytes, offset: int) -> None:
+    expected = pure("record.message_id")(host, offset)
+    with fast_path_only("record.message_id"):
+        assert _record.message_id(host, offset) == expected
+
+
+@given(
+    st.sampled_from([V4, bytearray(V4), memoryview(V4), "host", None]),
+    st.sampled_from([2**63, -(2**63) - 1, 2**70, 1.0, "1", None, True]),
+)
+def test_message_id_twins_on_odd_input(host: Any, offset: Any) -> None:
+    assert outcome(_record.message_id, host, offset) == outcome(
+        pure("record.message_id"), host, offset
+    )
+
+
+# --- dispatch's runs --------------------------------------------------------------------------
+
+DELAYING = (b"SCHEDULE_TOPIC_XXXX", b"rmq_sys_wheel_timer")
+
+
+@dataclass
+class Run:
+    """A queue's run as dispatch keeps it (store/dispatch.py's _QueueRun)."""
+
+    next_offset: int
+    units: list[bytes]
+    end_phy: int
+    tags_codes: set[int]
+    last_ts: int
+
+
+def first_offsets(span: bytes) -> dict[tuple[bytes, int], int]:
+    """(topic, queue id) -> the queue offset of its first record that scan_fast reads."""
+    mm = as_mmap(span)
+    found: dict[tuple[bytes, int], int] = {}
+    for pos in positions(span):
+        record = pure("fast_scan.scan_fast")(mm, pos, len(span))
+        if record is not None:
+            found.setdefault((record[6], record[1]), record[2])
+    return found
+
+
+@given(record_spans(), st.data())
+def test_extend_runs_twins(span: bytes, data: st.DataObject) -> None:
+    """Runs that extend, expect another offset or are absent; damaged spans, a stop before the
+    end, index entries from some offset on, skipped topics: the same position, last store time,
+    runs and index entries (or the same error)."""
+    starts = positions(span) or [0]
+    firsts = first_offsets(span)
+    shift = {key: data.draw(st.sampled_from([0, 0, 1, None])) for key in firsts}
+    span = damage(span, data) if data.draw(st.booleans()) else span
+    mm = as_mmap(span)
+    pos = min(data.draw(st.sampled_from(starts)), len(span))
+    end = data.draw(st.integers(pos, len(span)))
+    stop = data.draw(st.integers(pos, len(span) + 10))
+    index_from = data.draw(st.integers(0, 2**41))
+    skip = data.draw(st.sampled_from([DELAYING, *((topic, b"") for topic, _q in firsts)]))
+    indexed = data.draw(st.booleans())
+
+    def runs() -> dict[tuple[bytes, int], Run]:
+        return {
+            key: Run(offset + (shift[key] or 0), [], 0, set(), -1)
+            for key, offset in firsts.items()
+            if shift[key] is not None
+        }
+
+    slow, fast = gatherers()
+    slow_runs, fast_runs = runs(), runs()
+    expected: list[tuple[int, int, int]] = []
+    got: list[tuple[int, int, int]] = []
+    result = outcome(
+        pure("fast_scan.extend_runs"),
+        mm,
+        pos,
+        end,
+        stop,
+        slow_runs,
+        slow if indexed else None,
+        expected,
+        index_from,
+        skip,
+    )
+    assert (
+        outcome(
+            _fast_scan.extend_runs,
+            mm,
+            pos,
+            end,
+            stop,
+            fast_runs,
+            fast if indexed else None,
+            got,
+            index_from,
+            skip,
+        )
+        == result
+    )
+    assert fast_runs == slow_runs
+    assert got == expected
+
+
+@settings(max_examples=50)
+@given(record_spans())
+def test_extend_runs_takes_well_formed_records_itself(span: bytes) -> None:
+    mm = as_mmap(span)
+    firsts = first_offsets(span)
+    slow_runs = {key: Run(offset, [], 0, set(), -1) for key, offset in firsts.items()}
+    fast_runs = {key: Run(offset, [], 0, set(), -1) for key, offset in firsts.items()}
+    slow, fast = gatherers()
+    expected: list[tuple[int, int, int]] = []
+    got: list[tuple[int, int, int]] = []
+    args = (0, len(span), len(span))
+    result = pure("fast_scan.extend_runs")(mm, *args, slow_runs, slow, expected, 0, DELAYING)
+    with fast_path_only("fast_scan.extend_runs", "fast_scan.scan_fast"):
+        assert _fast_scan.extend_runs(mm, *args, fast_runs, fast, got, 0, DELAYING) == result
+    if pure("fast_scan.scan_fast")(mm, 0, len(span)) is not None:
+        assert result[0] > 0 and result[1] >= 0  # the first record was taken
+    assert fast_runs == slow_runs
+    assert got == expected
+
+
+@given(record_spans(), st.sampled_from([None, object(), "text", [1, 2], 1.5]))
+def test_extend_runs_twins_on_wrong_types(span: bytes, wrong: Any) -> None:
+    mm = as_mmap(span)
+    firsts = first_offsets(span)
+    good: list[Any] = [mm, 0, len(span), len(span), {}, None, [], 0, DELAYING]
+    for at in range(len(good)):
+        args = list(good)
+        args[at] = wrong
+        slow_args, fast_args = list(args), list(args)
+        if at != 4:  # runs of their own for each twin
+            slow_args[4] = {key: Run(o, [], 0, set(), -1) for key, o in firsts.items()}
+            fast_args[4] = {key: Run(o, [], 0, set(), -1) for key, o in firsts.items()}
+        expected = outcome(pure("fast_scan.extend_runs"), *slow_args)
+        assert outcome(_fast_scan.extend_runs, *fast_args) == expected, at
+        assert slow_args[4] == fast_args[4]
