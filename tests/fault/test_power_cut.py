@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fault.powercut import TOPIC, body_number, body_of, power_cut, run
+from tests.fault.powercut import TOPIC, VICTIMS, body_number, body_of, power_cut, run
 from tests.fault.store_fault_check import History, Writers, check_store
 from tests.support.history import Recorder, check
 from tests.support.lazy_mounts import NEEDS_FUSE, LazyMount, can_mount
@@ -64,15 +64,19 @@ def test_sync_flush_writer_keeps_every_acknowledged_message(
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("scenario", ["sync-flush", "async-flush", "ha"])
+@pytest.mark.parametrize("scenario", ["sync-flush", "async-flush", "ha", "ha-async-flush"])
 async def test_power_cut_rounds(tmp_path: Path, seed: int, scenario: str) -> None:
     report = await run(scenario, ROUNDS, tmp_path, seed)
     print(report.line())
     assert report.rounds == ROUNDS
     assert report.in_flight_at_cut > 0, "every cut came with sends in flight"
     assert not report.violations, report.line()
-    if scenario != "async-flush":
+    if scenario not in ("async-flush", "ha-async-flush"):
         assert report.lost == 0
+    if scenario == "ha-async-flush":  # the master, the slave and both, once each
+        assert sorted(c.split()[0] for c in report.cuts.elements()) == sorted(
+            "+".join(victims) for victims in VICTIMS
+        ), report.cuts
 
 
 def test_a_served_body_not_exactly_the_one_sent_is_judged_never_sent() -> None:
