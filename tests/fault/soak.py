@@ -243,7 +243,8 @@ class CppStream:
             "first": CPP_FIRST,
             "run_file": str(self.run_file),
             "stop_file": str(self.stop_file),
-            "send_timeout_ms": 3000,
+            # a send to a killed master fails by this timeout: the round waits for it
+            "send_timeout_ms": 1500,
         }
         self.peer = Peer(folder, spec)
         self.reader: asyncio.Task[None] | None = None
