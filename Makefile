@@ -197,7 +197,8 @@ partitions: install ## partitions and pauses during failover (etcd, 3 brokers, n
 	$(BIN)/python -m tests.fault.partitions --rounds $(PARTITION_ROUNDS) $(if $(PARTITION_SEED),--seed $(PARTITION_SEED))
 
 # make powercut POWERCUT_ROUNDS=20 POWERCUT_SCENARIO=ha (see tests/fault/powercut.py: sync-flush,
-# async-flush or ha); POWERCUT_SEED=n repeats a run. Needs root and /dev/fuse (a FUSE mount).
+# async-flush, ha or ha-async-flush); POWERCUT_SEED=n repeats a run. Needs root and /dev/fuse
+# (a FUSE mount).
 POWERCUT_ROUNDS ?= 100
 POWERCUT_SCENARIO ?= sync-flush
 POWERCUT_SEED ?=

@@ -483,7 +483,8 @@ class Broker(Service):
         ops.timer_info = self._timer_info
         if self.controller is not None:
             table[RequestCode.CONTROLLER_ELECT_MASTER] = self._elect_master
-        pull.offset_log = consumer.offset_log = self.offset_log
+        pull.offset_log = consumer.offset_log = ops.offset_log = self.offset_log
+        admin.offset_log = group_admin.offset_log = self.offset_log
         for code, processor in table.items():
             self.server.register(code, processor)
         self.server.on_connection_closed.append(self._on_connection_closed)

@@ -13,7 +13,17 @@ follow the log: transaction op messages (RMQ_SYS_TRANS_OP_HALF_TOPIC) and POP's 
 Format: a record of topic `OFFSET_LOG_TOPIC`, queue 0, whose body is a consumerOffset.json
 document (the same `{"offsetTable": {"topic@group": {"queueId": offset}}}` as the file and as
 GET_ALL_CONSUMER_OFFSET); it carries every commit that arrived while the record before it was
-being written (one record per replication round trip, not per commit).
+being written (one record per replication round trip, not per commit). Removals ride in the
+same document, in two more fields present only when not empty: `"removedTopics": [topic, ...]`
+(every group's offsets of a topic: a deleted topic) and `"removedGroups": [group, ...]` (every
+offset of a group: a subscription group deleted with its offsets); a record's removals are
+applied before its offsets, and a removal drops the commits of what it removes that were still
+waiting for a record, so the table ends as the requests came.
+
+What goes through it: UPDATE_CONSUMER_OFFSET and a pull's piggybacked commit; an admin's offset
+reset (INVOKE_BROKER_TO_RESET_OFFSET: every queue's offset in one record, answered once applied);
+cloneGroupOffset (the source group's offsets as the master has applied them, committed for the
+destination); DELETE_TOPIC_IN_BROKER's and DELETE_SUBSCRIPTIONGROUP's (with cleanOffset) removals.
 
 The table is changed only by applying records, in log order, as dispatch makes them readable:
 on a master once they are confirmed (with allAckInSyncStateSet, once every member of the
@@ -26,9 +36,11 @@ queue 0), persisted with the offsets it produced, so a restart applies what come
 record applied twice sets the same offsets again).
 
 What it does not cover: commits a slave receives (refused in controller mode: it cannot promise
-them), POP's own offsets, admin resets and removals (made on the master's table, copied by
-SlaveSynchronize as before), and ASYNC_MASTER, whose master confirms its whole log at once
-(its commits are as durable as its messages: lost with them on a failover).
+them), POP's own offsets (made on the master's table, copied by SlaveSynchronize as before: a
+POP reads the offset it just moved at once, which a commit applied later would break), the
+start's correction of offsets past a queue's end (each member corrects its own), and
+ASYNC_MASTER, whose master confirms its whole log at once (its commits are as durable as its
+messages: lost with them on a failover).
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Final
 
 from tidemq.broker.managers.consumer_offset import (
@@ -48,6 +61,7 @@ from tidemq.broker.managers.consumer_offset import (
 )
 from tidemq.client.remoting.errors import BodyDecodeError
 from tidemq.store.commitlog import PutStatus
+from tidemq.store.config import BrokerRole
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import MessageToStore
 
@@ -55,7 +69,9 @@ __all__ = [
     "APPLIER_GROUP",
     "OFFSET_LOG_TOPIC",
     "OffsetLog",
+    "Removals",
     "decode_commits",
+    "decode_removals",
     "encode_commits",
 ]
 
@@ -70,19 +86,55 @@ APPLY_TIMEOUT: Final = 5.0
 APPLY_STEP: Final = 256
 
 
-def encode_commits(table: OffsetTable) -> bytes:
-    """A record's body: the commits as a consumerOffset.json document (compact)."""
-    body = {
+@dataclass
+class Removals:
+    """What a record removes: every group's offsets of `topics`, every offset of `groups`."""
+
+    topics: set[str] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.topics or self.groups)
+
+    def removes(self, key: str) -> bool:
+        split = _split(key)
+        return split is not None and (split[0] in self.topics or split[1] in self.groups)
+
+
+def encode_commits(table: OffsetTable, removals: Removals | None = None) -> bytes:
+    """A record's body: the commits as a consumerOffset.json document (compact), with the
+    removals' fields when there are any."""
+    body: dict[str, object] = {
         "offsetTable": {
             key: {str(q): o for q, o in queues.items()} for key, queues in table.items()
         }
     }
+    if removals is not None and removals.topics:
+        body["removedTopics"] = sorted(removals.topics)
+    if removals is not None and removals.groups:
+        body["removedGroups"] = sorted(removals.groups)
     return json.dumps(body, separators=(",", ":")).encode()
 
 
 def decode_commits(body: bytes) -> OffsetTable:
     """The commits of a record's body; raises BodyDecodeError for a body that is not one."""
     return parse_offset_table(body)
+
+
+def decode_removals(body: bytes) -> Removals:
+    """The removals of a record's body (none in a body without their fields); raises
+    BodyDecodeError for fields that are not lists of names."""
+    try:
+        document = json.loads(body)
+    except ValueError as exc:
+        raise BodyDecodeError(f"consumer offsets: {exc}") from exc
+    removals = Removals()
+    for name, into in (("removedTopics", removals.topics), ("removedGroups", removals.groups)):
+        names = document.get(name, []) if isinstance(document, dict) else []
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise BodyDecodeError(f"consumer offsets: {name} is not a list of names")
+        into.update(names)
+    return removals
 
 
 def _split(key: str) -> tuple[str, str] | None:
@@ -103,6 +155,7 @@ class OffsetLog:
         self.offsets = offsets
         self.store_host = store_host
         self._pending: OffsetTable = {}
+        self._pending_removals = Removals()
         self._pending_waiters: list[asyncio.Future[str | None]] = []
         self._writer: asyncio.Task[None] | None = None
         self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -112,10 +165,39 @@ class OffsetLog:
 
     # --- writing ----------------------------------------------------------------------------
 
+    def on_slave(self, what: str) -> str | None:
+        """Why `what` is refused here: a slave's table follows its master's log, so a change
+        made on it would be lost to the master's (None on a master)."""
+        if self.store.role is BrokerRole.SLAVE:
+            return f"{what} refused: this broker is a slave in controller mode, ask the master"
+        return None
+
     async def commit(self, group: str, topic: str, queue_id: int, offset: int) -> str | None:
         """Commit through the log; None once applied, else why it was not committed."""
         future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self._add(group, topic, queue_id, offset, future)
+        return await future
+
+    async def commit_table(self, table: OffsetTable) -> str | None:
+        """Commit every offset of `table` (topic@group keys) in one record; None once
+        applied, else why it was not committed."""
+        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        for key, queues in table.items():
+            self._pending.setdefault(key, {}).update(queues)
+        self._wait_for_record(future)
+        return await future
+
+    async def remove(self, *, topic: str | None = None, group: str | None = None) -> str | None:
+        """Remove every group's offsets of `topic`, or every offset of `group`, through the
+        log; None once applied, else why not."""
+        if topic is not None:
+            self._pending_removals.topics.add(topic)
+        if group is not None:
+            self._pending_removals.groups.add(group)
+        for key in [k for k in self._pending if self._pending_removals.removes(k)]:
+            del self._pending[key]
+        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._wait_for_record(future)
         return await future
 
     def commit_later(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -131,6 +213,9 @@ class OffsetLog:
         future: asyncio.Future[str | None] | None,
     ) -> None:
         self._pending.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+        self._wait_for_record(future)
+
+    def _wait_for_record(self, future: asyncio.Future[str | None] | None) -> None:
         if future is not None:
             self._pending_waiters.append(future)
         if self._writer is None or self._writer.done():
@@ -138,11 +223,11 @@ class OffsetLog:
 
     async def _write_pending(self) -> None:
         # One record at a time: commits arriving meanwhile go into the next, in log order.
-        while self._pending:
-            table, waiters = self._pending, self._pending_waiters
-            self._pending, self._pending_waiters = {}, []
+        while self._pending or self._pending_removals or self._pending_waiters:
+            table, removals, waiters = self._pending, self._pending_removals, self._pending_waiters
+            self._pending, self._pending_removals, self._pending_waiters = {}, Removals(), []
             try:
-                error = await self._write(table)
+                error = await self._write(table, removals)
             except Exception as exc:
                 log.exception("offset commit record not written")
                 error = f"offset commit not stored: {exc}"
@@ -150,14 +235,14 @@ class OffsetLog:
                 if not waiter.done():
                     waiter.set_result(error)
 
-    async def _write(self, table: OffsetTable) -> str | None:
+    async def _write(self, table: OffsetTable, removals: Removals) -> str | None:
         host = self.store_host()
         now = int(time.time() * 1000)
         result = await self.store.put_message(
             MessageToStore(
                 topic=OFFSET_LOG_TOPIC,
                 queue_id=OFFSET_LOG_QUEUE,
-                body=encode_commits(table),
+                body=encode_commits(table, removals),
                 born_timestamp=now,
                 born_host=host,
                 store_host=host,
@@ -242,9 +327,14 @@ class OffsetLog:
     def _apply(self, body: bytes, physical_offset: int) -> None:
         try:
             table = decode_commits(body)
+            removals = decode_removals(body)
         except BodyDecodeError as exc:
             log.error("offset log record at %d is not a commit, skipped: %s", physical_offset, exc)
             return
+        for topic in sorted(removals.topics):
+            self.offsets.remove_topic(topic)
+        for group in sorted(removals.groups):
+            self.offsets.remove_group(group)
         for key, queues in table.items():
             split = _split(key)
             if split is None:

@@ -30,6 +30,7 @@ from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.delay_offset import DelayOffsetTable
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager, validate_topic_name
+from tidemq.broker.offset_log import OffsetLog
 from tidemq.broker.processors.decoding import request_body, request_header
 from tidemq.broker.remoting.server import RequestRejected
 from tidemq.broker.state import BrokerState
@@ -115,6 +116,8 @@ class AdminProcessor:
         self.groups = groups
         self.offsets = offsets
         self.delay_offsets = delay_offsets
+        # Controller mode: offset changes go through the CommitLog (broker/offset_log.py).
+        self.offset_log: OffsetLog | None = None
 
     def _check_topic(self, topic: str) -> None:
         problem = validate_topic_name(topic)
@@ -163,8 +166,8 @@ class AdminProcessor:
     ) -> RemotingCommand:
         header = request_header(DeleteTopicRequestHeader, request)
         log.info("delete topic %s requested by %s", header.topic, connection.peer)
+        await self._remove_offsets(topic=header.topic)
         self.topics.delete(header.topic)
-        self.offsets.remove_topic(header.topic)
         self.store.delete_topics({header.topic})
         return RemotingCommand.response_to(request, _OK)
 
@@ -208,10 +211,28 @@ class AdminProcessor:
     ) -> RemotingCommand:
         header = request_header(DeleteSubscriptionGroupRequestHeader, request)
         log.info("delete subscription group %s requested by %s", header.group_name, connection.peer)
-        self.groups.delete(header.group_name)
         if header.clean_offset:
-            self.offsets.remove_group(header.group_name)
+            await self._remove_offsets(group=header.group_name)
+        self.groups.delete(header.group_name)
         return RemotingCommand.response_to(request, _OK)
+
+    async def _remove_offsets(self, *, topic: str | None = None, group: str | None = None) -> None:
+        """Drop every group's offsets of `topic`, or every offset of `group`. In controller mode
+        through the CommitLog (broker/offset_log.py), before anything else is deleted, so that
+        a removal the group could not confirm is refused whole; a slave leaves it to its
+        master's log (its table follows it)."""
+        offset_log = self.offset_log
+        if offset_log is None:
+            if topic is not None:
+                self.offsets.remove_topic(topic)
+            if group is not None:
+                self.offsets.remove_group(group)
+            return
+        if offset_log.on_slave("offset removal") is not None:
+            return
+        error = await offset_log.remove(topic=topic, group=group)
+        if error is not None:
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, error)
 
     async def all_groups(
         self, connection: RemotingConnection, request: RemotingCommand

@@ -24,6 +24,7 @@ from tidemq.broker.managers.clients import ConsumerManager
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
+from tidemq.broker.offset_log import OffsetLog
 from tidemq.broker.processors.decoding import request_header
 from tidemq.broker.processors.ops import map_form
 from tidemq.broker.remoting.server import RequestRejected
@@ -81,6 +82,8 @@ class GroupAdminProcessor:
         self.windows = windows
         self.consume_stats = consume_stats
         self.broker_addr = broker_addr
+        # Controller mode: offset changes go through the CommitLog (broker/offset_log.py).
+        self.offset_log: OffsetLog | None = None
 
     def _skipped_by_online_consumers(self, group: str, topic: str) -> bool:
         """RocketMQ's rule: the group has online consumers, and none subscribes to `topic`."""
@@ -94,6 +97,9 @@ class GroupAdminProcessor:
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         header = request_header(CloneGroupOffsetRequestHeader, request)
+        offset_log = self.offset_log
+        if offset_log is not None and (refused := offset_log.on_slave("offset clone")):
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, refused)
         if header.topic:
             topics = [header.topic]
         else:
@@ -110,7 +116,17 @@ class GroupAdminProcessor:
                     topic,
                 )
                 continue
-            if self.offsets.clone(header.src_group, header.dest_group, topic):
+            if offset_log is not None:
+                # Controller mode: the copy is a commit of the destination group's offsets
+                # through the CommitLog (broker/offset_log.py), answered once applied.
+                offsets = self.offsets.query_all(header.src_group, topic)
+                if not offsets:
+                    continue
+                error = await offset_log.commit_table({f"{topic}@{header.dest_group}": offsets})
+                if error is not None:
+                    raise RequestRejected(ResponseCode.SYSTEM_ERROR, error)
+                cloned.append(topic)
+            elif self.offsets.clone(header.src_group, header.dest_group, topic):
                 cloned.append(topic)
         log.info(
             "[cloneGroupOffset] %s -> %s topics %s (by %s)",

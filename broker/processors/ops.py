@@ -33,6 +33,7 @@ from tidemq.broker.health import Health, check_health
 from tidemq.broker.managers.clients import ConsumerManager, ProducerManager
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.topic_config import TopicConfigManager
+from tidemq.broker.offset_log import OffsetLog
 from tidemq.broker.processors.decoding import request_body, request_header
 from tidemq.broker.remoting.server import RequestRejected
 from tidemq.broker.state import BrokerState
@@ -155,6 +156,8 @@ class OpsProcessor:
         self.health: Callable[[], Health] = lambda: check_health(store)
         # The timer keys (timerCongestNum: timers waiting), until the broker sets it.
         self.timer_info: Callable[[], dict[str, str]] = dict
+        # Controller mode: offset changes go through the CommitLog (broker/offset_log.py).
+        self.offset_log: OffsetLog | None = None
 
     # --- runtime info ---------------------------------------------------------------------
 
@@ -435,11 +438,23 @@ class OpsProcessor:
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand:
         header = request_header(ResetOffsetRequestHeader, request)
+        offset_log = self.offset_log
+        if offset_log is not None and (refused := offset_log.on_slave("offset reset")):
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, refused)
         table = self.reset_offsets(header)
         if isinstance(table, str):
             raise RequestRejected(ResponseCode.SYSTEM_ERROR, table)
-        for mq, offset in table.items():
-            self.offsets.commit(connection.peer, header.group, mq.topic, mq.queue_id, offset)
+        if offset_log is not None:
+            # Controller mode: the reset goes through the CommitLog like a commit, so that the
+            # next master has it (broker/offset_log.py); answered once applied.
+            error = await offset_log.commit_table(
+                {f"{header.topic}@{header.group}": {mq.queue_id: o for mq, o in table.items()}}
+            )
+            if error is not None:
+                raise RequestRejected(ResponseCode.SYSTEM_ERROR, error)
+        else:
+            for mq, offset in table.items():
+                self.offsets.commit(connection.peer, header.group, mq.topic, mq.queue_id, offset)
         log.info(
             "[reset-offset] group %s topic %s to timestamp %d (force %s) by %s: %s",
             header.group,

@@ -7,7 +7,13 @@ numbered messages to the master (1, 4, 16, 32 or 64 in flight, drawn per round; 
 every send recorded in one history, tests/support/history.py; rounds alternate, four at a time,
 between raw SEND_MESSAGE requests with no retry and the public AsyncProducer, routed by the name
 server, with its 2 retries, which may store a message twice) and, once a random number of them
-were answered and while sends are in flight, strikes; the rounds rotate four kinds:
+were answered and while sends are in flight, strikes. Beside them, every round, the RocketMQ
+C++ client (PyPI rocketmq==0.4.4, librocketmq) sends too: one `cpp_peer.py` stream process for
+the whole soak (`CppStream`), routed by the name server, one message at a time with no retry,
+each to a queue it chooses (message n to queue n % 4), every send recorded in the same history
+with the peer's own times (process `cpp`), judged with the rest; it stops starting sends at
+the strike and its last send is answered before anything restarts. The rounds rotate four
+kinds:
 
 - `master-kill`: the master is SIGKILLed and restarted on its store and ports;
 - `slave-kill`: the same for the slave;
@@ -62,6 +68,7 @@ from typing import Final
 from tests.fault.cq_check import check_consume_queues
 from tests.fault.powercut import SLAVE_TRUNCATES, power_cut
 from tests.support.conditions import eventually
+from tests.support.cpp_peers import SEND_OK, Peer
 from tests.support.ha_brokers import HA_TIMING
 from tests.support.ha_processes import (
     assert_identical,
@@ -82,6 +89,7 @@ from tidemq.client.producer import AsyncProducer
 TOPIC: Final = "Soak"
 QUEUES: Final = 4
 BROKER_NAME: Final = "broker-a"  # the brokers' name (tests/support/processes.py)
+CPP_FIRST: Final = 90_000_000  # the C++ client's message numbers (the others' stay far below)
 CONCURRENCY: Final = (1, 4, 16, 32, 64)  # sends in flight at once: one drawn per round
 PER_DRAW: Final = 3000  # sends a draw may make; the strike comes well before they are done
 STRIKE_AFTER: Final = 600  # the strike comes once 1 to this many sends were answered
@@ -216,12 +224,130 @@ class Sender:
             self.answered += 1
 
 
+class CppStream:
+    """The RocketMQ C++ client (rocketmq==0.4.4) as part of the load: one `cpp_peer.py` stream
+    process for the whole soak (tests/integration/cpp_peer.py), sending one message at a time,
+    routed by the name server, while its run file exists; every send recorded in the history as
+    it happened (the peer's own wall and monotonic times), as the C++ client's process `cpp`."""
+
+    def __init__(self, folder: Path, namesrv: str, recorder: Recorder, master: str) -> None:
+        self.recorder = recorder
+        self.master = master  # only the master takes sends: an acknowledgement came from it
+        self.run_file = folder / "cpp.run"
+        self.stop_file = folder / "cpp.stop"
+        spec = {
+            "op": "stream",
+            "namesrv": namesrv,
+            "group": "SoakCppPG",
+            "topic": TOPIC,
+            "first": CPP_FIRST,
+            "run_file": str(self.run_file),
+            "stop_file": str(self.stop_file),
+            # a send to a killed master fails by this timeout: the round waits for it
+            "send_timeout_ms": 1500,
+        }
+        self.peer = Peer(folder, spec)
+        self.reader: asyncio.Task[None] | None = None
+        self.in_flight: set[int] = set()
+        self.invoked = self.acknowledged = self.idles = 0
+        self.ended = False
+
+    async def start(self) -> None:
+        await self.peer.start()
+        self.reader = asyncio.create_task(self.read())
+
+    async def read(self) -> None:
+        while (event := await self.peer.next_event()) is not None:
+            self.record(event)
+        self.ended = True
+
+    def record(self, event: dict[str, object]) -> None:
+        kind = event["event"]
+        if kind == "idle":
+            self.idles += 1
+            return
+        if kind not in ("invoke", "sent", "send_failed"):
+            return
+        number = event["number"]
+        assert isinstance(number, int)
+        at = {"process": "cpp", "f": "send", "op": number, "wall": event["wall"]}
+        at["mono"] = event["mono"]
+        if kind == "invoke":
+            self.invoked += 1
+            self.in_flight.add(number)
+            self.recorder.emit(
+                {"type": "invoke", **at, "topic": TOPIC, "body": number, "attempts": 1}
+            )
+            return
+        self.in_flight.discard(number)
+        if kind == "send_failed":
+            self.recorder.emit({"type": "info", **at, "status": "error", "error": event["error"]})
+            return
+        ok = event["status"] == SEND_OK
+        self.acknowledged += ok
+        self.recorder.emit(
+            {
+                "type": "ok" if ok else "info",
+                **at,
+                "status": "SEND_OK" if ok else f"status {event['status']}",
+                "broker_name": BROKER_NAME,
+                "queue": event["queue"],
+                "offset": event["offset"],
+                "broker": self.master,
+            }
+        )
+
+    def alive(self) -> None:
+        if self.ended:
+            raise AssertionError(f"the C++ peer ended: {self.peer.describe()}")
+
+    async def run(self) -> None:
+        """Start sending; returns once the peer's first send of this run was invoked."""
+        invoked = self.invoked
+        self.run_file.touch()
+
+        def sending() -> bool:
+            self.alive()
+            return self.invoked > invoked
+
+        await eventually(sending, "the C++ client sending", 60)
+
+    def stop_sending(self) -> None:
+        """No new send starts (the peer sees its run file gone within 10 ms)."""
+        self.run_file.unlink(missing_ok=True)
+
+    async def idle(self, since: int) -> None:
+        """Until the peer said it stopped sending (after `since` idles), its last send
+        answered."""
+
+        def stopped() -> bool:
+            self.alive()
+            return self.idles > since
+
+        await eventually(stopped, "the C++ client's last send answered", 60)
+
+    async def close(self) -> None:
+        self.stop_file.touch()
+        self.run_file.unlink(missing_ok=True)
+        if self.reader is not None:  # to the end of its output (its last send answered)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.reader), 30)
+            self.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.reader
+        await self.peer.kill()
+
+
 @dataclass
 class SoakReport:
     rounds: int = 0
     kinds: Counter[str] = field(default_factory=Counter)
     victims: Counter[str] = field(default_factory=Counter)  # 'slave pause': 3, ...
     in_flight: list[int] = field(default_factory=list)  # at each counted strike
+    cpp_in_flight: list[int] = field(default_factory=list)  # the C++ client's, the same
+    cpp_sends: int = 0
+    cpp_acknowledged: int = 0
+    cpp_lost: int = 0  # in the last check of the whole history
     redraws: int = 0  # draws that found no send in flight (not counted)
     history: Report | None = None  # the last check of the whole history (the master's log)
     violations: Counter[str] = field(default_factory=Counter)  # every check of every round
@@ -247,7 +373,10 @@ class SoakReport:
             f"strikes {flight}, {self.redraws} draws redone with none in flight; "
             f"{c['sends']} sends, {c['acknowledged']} acknowledged, {c['lost']} lost, "
             f"{c['duplicates']} duplicates, {c['unknown']} unknown ({c['unknown_stored']} "
-            f"stored); violations: {violations or 'none'}"
+            f"stored); the C++ client: {self.cpp_sends} sends, {self.cpp_acknowledged} "
+            f"acknowledged, {self.cpp_lost} lost, in flight at "
+            f"{sum(1 for n in self.cpp_in_flight if n)} of the strikes; violations: "
+            f"{violations or 'none'}"
         )
 
 
@@ -263,6 +392,7 @@ class Soak:
         self.mounts: list[LazyMount] = []
         self.next_number = 0
         self.producer: AsyncProducer | None = None
+        self.cpp: CppStream | None = None
         self.master: Node
         self.slave: Node
 
@@ -283,8 +413,13 @@ class Soak:
         config = ClientConfig.create(self.processes.daemons[0].address, poll_name_server_interval=1)
         self.producer = AsyncProducer("SoakPG", config=config, timeout=10.0)
         await self.producer.start()
+        namesrv = self.processes.daemons[0].address
+        self.cpp = CppStream(self.folder, namesrv, self.recorder, self.master.daemon.address)
+        await self.cpp.start()
 
     async def stop(self) -> None:
+        if self.cpp is not None:
+            await self.cpp.close()
         if self.producer is not None:
             await self.producer.stop()
         await self.api.close()
@@ -350,8 +485,13 @@ class Soak:
         cut_mode = rng.choice(["all", "torn"])
         cut_seed = rng.randrange(2**31)
         pause = rng.uniform(0.5, 6.0)
+        assert self.cpp is not None
+        cpp_idles = self.cpp.idles
+        await self.cpp.run()
         sender, sending, in_flight = await self.draw(rng.choice(CONCURRENCY), producer)
         # the strike: nothing awaited since in_flight was read
+        cpp_in_flight = len(self.cpp.in_flight)  # as far as its events were read
+        self.cpp.stop_sending()
         slave_held = -1
         if kind == "power-cut":
             node.daemon.kill()
@@ -370,6 +510,7 @@ class Soak:
             await asyncio.sleep(pause)  # the stall itself, not a wait for a condition
             os.kill(node.pid, signal.SIGCONT)
         await sending
+        await self.cpp.idle(cpp_idles)
         client = "producer" if producer else "raw sends"
         what = f"{victim} {kind}" + (f" ({cut_mode})" if kind == "power-cut" else "")
         if slave_held < 0:
@@ -400,6 +541,10 @@ class Soak:
         self.report.kinds[kind] += 1
         self.report.victims[f"{victim} {kind}"] += 1
         self.report.in_flight.append(in_flight)
+        self.report.cpp_in_flight.append(cpp_in_flight)
+        self.report.cpp_sends = self.cpp.invoked
+        self.report.cpp_acknowledged = self.cpp.acknowledged
+        self.report.cpp_lost = sum(1 for o in self.report.history.lost_sends if o.process == "cpp")
         h = self.report.history.counts
         self.log(
             f"round {number + 1}: {what}, {client}, {in_flight} in flight; the slave's files held "

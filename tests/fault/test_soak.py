@@ -26,6 +26,9 @@ async def test_two_rounds_of_each_kind_under_load_lose_no_acknowledged_message(
     assert all(report.kinds[kind] == 2 for kind in KINDS), report.line()
     assert min(report.in_flight) > 0, report.line()
     assert report.history is not None and report.history.counts["acknowledged"] > 0
+    # the C++ client's sends are part of the load, recorded and judged with the others
+    assert report.cpp_acknowledged > 0, report.line()
+    assert report.cpp_acknowledged <= report.history.counts["acknowledged"]
     assert report.ok, report.line() + "\n" + "\n".join(report.notes)
 
 

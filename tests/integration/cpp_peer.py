@@ -21,6 +21,16 @@ channel]`, in any: the client signs its requests with them, `set_session_credent
   more seconds it shuts down (which commits its offsets to the broker) and prints
   `{"event": "done", "received": n, "timed_out": bool}`.
 
+- `{"op": "stream", "first": n, "run_file": path, "stop_file": path}`: a producer for the soak
+  (tests/fault/soak.py): while `run_file` exists, sends message n, n+1, ... one at a time
+  (`send_orderly` with no retry, message n to the route's queue n % its queue count, so the
+  queue is known; body `m<n, 8 digits>|` and `c`s, 100-999 bytes); prints `{"event":
+  "invoke", "number", "wall", "mono"}` before each send and `{"event": "sent", "number",
+  "status", "offset", "queue", "wall", "mono"}` or `{"event": "send_failed", "number",
+  "error", "wall", "mono"}` after it (time.time() and time.monotonic(): the history's
+  clocks); `{"event": "idle"}` once `run_file` is gone and its last send answered; ends when
+  `stop_file` exists.
+
 Everything it prints is one JSON object per line on stdout. A failure prints
 `{"event": "error", "error": ...}` and exits with status 1. The native client logs under
 `$HOME/logs/rocketmq-cpp`: the tests point HOME at a temporary directory.
@@ -35,7 +45,7 @@ import threading
 import time
 from typing import Any
 
-from rocketmq.client import Message, Producer, PushConsumer, RecvMessage
+from rocketmq.client import Message, Producer, PushConsumer, RecvMessage, hashing_queue_selector
 
 _print_lock = threading.Lock()
 
@@ -153,7 +163,56 @@ def consume(spec: dict[str, Any]) -> None:
         emit(event="done", received=received, timed_out=timed_out)
 
 
-OPS = {"produce": produce, "batch": batch, "consume": consume}
+def stream(spec: dict[str, Any]) -> None:
+    producer = _producer(spec)
+    run_file, stop_file = spec["run_file"], spec["stop_file"]
+    number: int = spec["first"]
+    sizes: list[int] = []
+
+    def select(size: int, msg: RecvMessage, arg: Any) -> int:
+        sizes.append(size)
+        return int(hashing_queue_selector(size, msg, arg))  # the int passed to send_orderly
+
+    running = False
+    try:
+        while not os.path.exists(stop_file):
+            if not os.path.exists(run_file):
+                if running:
+                    emit(event="idle")
+                    running = False
+                time.sleep(0.01)
+                continue
+            running = True
+            text = f"m{number:08d}|"
+            msg = _message(spec["topic"], {"body": text + "c" * (100 + number % 900 - len(text))})
+            sizes.clear()
+            emit(event="invoke", number=number, wall=time.time(), mono=time.monotonic())
+            try:
+                result = producer.send_orderly(msg, number, retry_times=0, queue_selector=select)
+            except Exception as exc:
+                emit(
+                    event="send_failed",
+                    number=number,
+                    error=f"{type(exc).__name__}: {exc}",
+                    wall=time.time(),
+                    mono=time.monotonic(),
+                )
+            else:
+                emit(
+                    event="sent",
+                    number=number,
+                    status=int(result.status),
+                    offset=result.offset,
+                    queue=number % sizes[-1],
+                    wall=time.time(),
+                    mono=time.monotonic(),
+                )
+            number += 1
+    finally:
+        producer.shutdown()
+
+
+OPS = {"produce": produce, "batch": batch, "consume": consume, "stream": stream}
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,12 @@ from tidemq.broker.offset_log import (
     APPLIER_GROUP,
     OFFSET_LOG_TOPIC,
     OffsetLog,
+    Removals,
     decode_commits,
+    decode_removals,
     encode_commits,
 )
+from tidemq.client.remoting.errors import BodyDecodeError
 from tidemq.store.config import BrokerRole
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import MessageToStore
@@ -44,6 +48,64 @@ def test_a_record_body_is_a_consumer_offset_json_document() -> None:
     body = encode_commits(table)
     assert body == b'{"offsetTable":{"T@G":{"0":12,"3":4},"%RETRY%G@G":{"0":0}}}'
     assert decode_commits(body) == table
+
+
+def test_removals_ride_in_the_document_only_when_there_are_some() -> None:
+    removals = Removals(topics={"Gone"}, groups={"G2", "G1"})
+    body = encode_commits({"T@G": {0: 1}}, removals)
+    assert body == (
+        b'{"offsetTable":{"T@G":{"0":1}},"removedTopics":["Gone"],"removedGroups":["G1","G2"]}'
+    )
+    assert decode_commits(body) == {"T@G": {0: 1}}
+    assert decode_removals(body) == removals
+    assert decode_removals(encode_commits({"T@G": {0: 1}}, Removals())) == Removals()
+    assert b"removed" not in encode_commits({}, Removals())
+    with pytest.raises(BodyDecodeError, match="removedGroups is not a list of names"):
+        decode_removals(b'{"offsetTable":{},"removedGroups":"G"}')
+
+
+async def test_a_reset_and_removals_go_through_the_log_in_the_order_asked(tmp_path: Path) -> None:
+    """A reset is one record of every queue's offset; a removal drops what it removes also from
+    the commits still waiting for a record, and a commit asked after it survives it; a broker
+    replaying the log from nothing gets the same table."""
+    store = STORES.open(tmp_path / "store")
+    offset_log = offset_log_on(store, tmp_path / "config")
+
+    async def applied(change: Awaitable[str | None]) -> None:
+        task = asyncio.ensure_future(change)
+        await settle()
+        store.reput.dispatch_available(1 << 62)
+        assert await asyncio.wait_for(task, 5) is None
+
+    await applied(offset_log.commit_table({"T@G": {0: 5, 1: 6}, "T@H": {0: 1}, "U@G": {0: 2}}))
+    assert offset_log.offsets.query_all("G", "T") == {0: 5, 1: 6}
+    await applied(offset_log.commit_table({"T@G": {0: 1, 1: 1}}))  # a reset back
+    assert offset_log.offsets.query_all("G", "T") == {0: 1, 1: 1}
+    # Asked while a record is being written, so that they share the next: a commit of H, H
+    # removed, G committed, T removed, a commit of T by K. The end state is theirs in order.
+    first = asyncio.ensure_future(offset_log.commit("G", "W", 0, 1))
+    await settle()
+    offset_log.commit_later("H", "V", 0, 9)
+    asked = [
+        asyncio.ensure_future(offset_log.remove(group="H")),
+        asyncio.ensure_future(offset_log.commit("G", "U", 0, 3)),
+        asyncio.ensure_future(offset_log.remove(topic="T")),
+        asyncio.ensure_future(offset_log.commit("K", "T", 0, 4)),
+    ]
+    await settle()
+    written = offset_log.records_written
+    store.reput.dispatch_available(1 << 62)
+    assert await asyncio.wait_for(first, 5) is None
+    await settle()
+    assert offset_log.records_written == written + 1
+    store.reput.dispatch_available(1 << 62)
+    assert await asyncio.wait_for(asyncio.gather(*asked), 5) == [None] * 4
+    table = offset_log.offsets.snapshot()
+    table.pop(f"{OFFSET_LOG_TOPIC}@{APPLIER_GROUP}")
+    assert table == {"U@G": {0: 3}, "T@K": {0: 4}, "W@G": {0: 1}}
+    replayed = OffsetLog(store, ConsumerOffsetManager(tmp_path / "other"), lambda: HOST)
+    replayed.apply_available()
+    assert replayed.offsets.snapshot() == offset_log.offsets.snapshot()
 
 
 async def test_a_commit_is_answered_once_its_record_is_applied(tmp_path: Path) -> None:
