@@ -144,9 +144,13 @@ def check_message(msg: object, max_size: int | None = None) -> None:
     flag = msg.flag
     if type(flag) is not int or not _INT_MIN <= flag <= _INT_MAX:
         _check_int("flag", flag)
-    for field, when in (("deliver_at_ms", msg.deliver_at_ms), ("delay_ms", msg.delay_ms)):
-        if when is not None and (type(when) is not int or not _LONG_MIN <= when <= _LONG_MAX):
-            _check_long(field, when)
+    # the two timer fields one by one: a loop over them made three tuples per send
+    when = msg.deliver_at_ms
+    if when is not None and (type(when) is not int or not _LONG_MIN <= when <= _LONG_MAX):
+        _check_long("deliver_at_ms", when)
+    when = msg.delay_ms
+    if when is not None and (type(when) is not int or not _LONG_MIN <= when <= _LONG_MAX):
+        _check_long("delay_ms", when)
 
 
 def check_queue(queue: object, topic: str | None, field: str = "queue") -> MessageQueue:

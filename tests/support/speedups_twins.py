@@ -9,6 +9,7 @@ from typing import Any
 SELECTING_MODULES = (
     "tidemq.client.consumer.process_queue",
     "tidemq.client.protocol.headers",
+    "tidemq.client.protocol.send_frame",
     "tidemq.client.consumer.received",
     "tidemq.client.remoting.frame",
     "tidemq.client.remoting.headers",
