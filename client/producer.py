@@ -207,20 +207,14 @@ class AsyncProducer(AsyncLifecycle):
         )
 
     def _template(self, topic: str, batch: bool) -> SendFrameTemplate:
-        """What this producer's sends to `topic` share in their frames (made once per topic;
-        again when the group or the default queue count changed)."""
+        """A new template of this producer's sends to `topic`, kept for the next ones (a send
+        takes the kept one itself while the group and the default queue count are its own)."""
         templates = self._batch_templates if batch else self._templates
-        template = templates.get(topic)
-        if (
-            template is None
-            or template.producer_group is not self.group
-            or template.default_topic_queue_nums != self.default_topic_queue_nums
-        ):
-            if len(templates) >= _MAX_TEMPLATES:
-                templates.clear()
-            template = templates[topic] = send_frame_template(
-                self.group, topic, AUTO_CREATE_TOPIC, self.default_topic_queue_nums, batch
-            )
+        if len(templates) >= _MAX_TEMPLATES:
+            templates.clear()
+        template = templates[topic] = send_frame_template(
+            self.group, topic, AUTO_CREATE_TOPIC, self.default_topic_queue_nums, batch
+        )
         return template
 
     async def send(
@@ -242,7 +236,12 @@ class AsyncProducer(AsyncLifecycle):
         if selector is not None and not callable(selector):
             raise ClientError(f"a queue selector must be callable, not {type(selector).__name__}")
         uniq = self._ids.next_id()
-        body, sys_flag = _compress(msg.body, self.compress_over)
+        body = msg.body
+        threshold = self.compress_over
+        if threshold > 0 and len(body) > threshold:  # _compress's first test, inline
+            body, sys_flag = _compress(body, threshold)
+        else:
+            sys_flag = 0
         properties = msg.encoded_properties(uniq)
         if self.trace is None:
             return await self._send_with_retries(
@@ -377,12 +376,22 @@ class AsyncProducer(AsyncLifecycle):
         attempts = 1 if fixed_queue is not None or selector is not None else 1 + self.retry_times
         last_broker: str | None = None
         last_error: TideMQError | None = None
-        instance = self.instance
+        instance = self._instance
+        if instance is None:
+            instance = self.instance  # raises: not started
         fault = self.fault
         topic = msg.topic
-        template = self._template(topic, batch)
+        template = (self._batch_templates if batch else self._templates).get(topic)
+        if (
+            template is None
+            or template.producer_group is not self.group
+            or template.default_topic_queue_nums != self.default_topic_queue_nums
+        ):
+            template = self._template(topic, batch)
         for attempt in range(attempts):
-            remaining = budget - (time.monotonic() - started)
+            # the first try has the whole budget (asking the clock again would only take off
+            # the few microseconds since `started`)
+            remaining = budget - (time.monotonic() - started) if attempt else budget
             if remaining <= 0:
                 break
             # A known, usable route (TopicPublishInfo.ok, inline) without the two awaits of
