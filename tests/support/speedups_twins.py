@@ -14,6 +14,7 @@ SELECTING_MODULES = (
     "tidemq.client.remoting.frame",
     "tidemq.client.remoting.headers",
     "tidemq.client.remoting.signing",
+    "tidemq.client.validators",
     "tidemq.client.spark.records",
     "tidemq.store.fast_scan",
     "tidemq.store.get_message",
