@@ -19,7 +19,7 @@ from typing import Final
 
 from tidemq.client.consumer.received import decode_received
 from tidemq.client.errors import BrokerResponseError
-from tidemq.client.message import ReceivedMessage, SendResult, SendStatus
+from tidemq.client.message import ReceivedMessage, SendResult, SendStatus, send_result
 from tidemq.client.protocol.headers import (
     SEND_V2_KEYS,
     ConsumerSendMsgBackRequestHeader,
@@ -120,10 +120,9 @@ class SendResponse:
     broker_addr: str = ""
 
 
-# SendResponse(...), SendResult(...) and MessageQueue(...) per send, without the frozen
-# __init__'s object.__setattr__ per field
+# SendResponse(...) and MessageQueue(...) per send, without the frozen __init__'s
+# object.__setattr__ per field
 _SEND_RESPONSE: Final = maker(SendResponse)
-_SEND_RESULT: Final = maker(SendResult)
 _QUEUE: Final = maker(MessageQueue)
 
 
@@ -339,7 +338,7 @@ class BrokerAPI:
             )
             if raw.queue_id != queue_id:
                 queue = _QUEUE(queue.topic, queue.broker_name, raw.queue_id)
-            return _SEND_RESULT(raw.status, msg_id, raw.msg_id, queue, raw.queue_offset)
+            return send_result(raw.status, msg_id, raw.msg_id, queue, raw.queue_offset)
         budget = timeout or self.timeout
         head = encode_send_head(
             template, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
@@ -358,7 +357,7 @@ class BrokerAPI:
         stored_in = int(response_ext.get("queueId", queue_id))
         if stored_in != queue_id:  # the broker's own queue, not a copy of the one asked for
             queue = _QUEUE(queue.topic, queue.broker_name, stored_in)
-        return _SEND_RESULT(
+        return send_result(
             _SEND_STATUS[code],
             msg_id,
             response_ext.get("msgId", ""),

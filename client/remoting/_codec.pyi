@@ -28,3 +28,6 @@ def encode_send_head(
     properties: str | None,
     body: bytes,
 ) -> bytes: ...
+def send_result(
+    status: Any, msg_id: str, offset_msg_id: str, message_queue: Any, queue_offset: int
+) -> Any: ...

@@ -13,6 +13,7 @@
     signed_content_digest  client/remoting/signing.py  the HMAC of a signed request's content
     encode_send_head       client/protocol/send_frame.py  a producer's send frame head from its
                                                        topic's template
+    send_result            client/message.py           a send's SendResult, its slots written
 
 Each has a pure-Python twin of the same name, the reference: same arguments, same result, same
 exceptions (tests/unit/test_speedups_remoting.py and test_speedups_*_headers.py check it with
@@ -78,36 +79,49 @@ cdef Py_ssize_t _command_slots[_COMMAND_FIELD_COUNT]
 cdef int _command_slots_state = 0  # 0: not looked up yet, 1: found, -1: not usable
 
 
+cdef bint _find_slots(object cls, tuple names, Py_ssize_t* offsets):
+    """Whether `cls` is a slots dataclass whose fields are `names`, in order, each a writable
+    object slot, with no __post_init__; the slots' offsets (from their member descriptors)."""
+    import dataclasses
+    if (
+        not dataclasses.is_dataclass(cls)
+        or tuple(f.name for f in dataclasses.fields(cls)) != names
+        or hasattr(cls, "__post_init__")
+    ):
+        return False
+    for i in range(len(names)):
+        descriptor = cls.__dict__.get(names[i])
+        if type(descriptor).__name__ != "member_descriptor":
+            return False
+        member = (<PyMemberDescrObject*>descriptor).d_member
+        if member.type != T_OBJECT_EX or member.flags & READONLY:
+            return False
+        offsets[i] = member.offset
+    return True
+
+
+cdef inline void _put_at(object obj, Py_ssize_t offset, object value) noexcept:
+    """A field's value written in its slot of a new object (empty until now)."""
+    Py_INCREF(value)
+    (<PyObject**>((<char*><PyObject*>obj) + offset))[0] = <PyObject*>value
+
+
 cdef int _find_command_slots():
     """Whether RemotingCommand's fields are the writable object slots of its __slots__ (a
-    dataclass with slots=True and no __post_init__), with their offsets."""
+    dataclass with slots=True, no __post_init__, no __setattr__ of its own), with their
+    offsets."""
     global _command_slots_state
-    import dataclasses
-    fields = tuple(f.name for f in dataclasses.fields(_Command))
     usable = (
-        fields == _COMMAND_FIELDS
-        and not hasattr(_Command, "__post_init__")
-        and type(_Command).__setattr__ is type.__setattr__
+        type(_Command).__setattr__ is type.__setattr__
         and _Command.__setattr__ is object.__setattr__
+        and _find_slots(_Command, _COMMAND_FIELDS, _command_slots)
     )
-    if usable:
-        for i in range(_COMMAND_FIELD_COUNT):
-            descriptor = _Command.__dict__.get(_COMMAND_FIELDS[i])
-            if type(descriptor).__name__ != "member_descriptor":
-                usable = False
-                break
-            member = (<PyMemberDescrObject*>descriptor).d_member
-            if member.type != T_OBJECT_EX or member.flags & READONLY:
-                usable = False
-                break
-            _command_slots[i] = member.offset
     _command_slots_state = 1 if usable else -1
     return _command_slots_state
 
 
 cdef inline void _put_slot(object command, int index, object value) noexcept:
-    Py_INCREF(value)
-    (<PyObject**>((<char*><PyObject*>command) + _command_slots[index]))[0] = <PyObject*>value
+    _put_at(command, _command_slots[index], value)
 
 
 cdef object _new_command(
@@ -1493,3 +1507,35 @@ def encode_send_head(
     memcpy(out, PyBytes_AS_STRING(tail), tail_len)
     assert out + tail_len == start + 8 + total
     return packed
+
+
+# -- a send's result (client/message.py) ------------------------------------------------------
+
+_SEND_RESULT_KEY = "tidemq.client.message.send_result"
+_SEND_RESULT_FIELDS = ("status", "msg_id", "offset_msg_id", "message_queue", "queue_offset")
+cdef Py_ssize_t _send_result_slots[5]
+cdef int _send_result_state = 0  # 0: not looked up yet, 1: slots found, -1: not usable
+cdef object _SendResult = None
+
+
+def send_result(
+    object status, object msg_id, object offset_msg_id, object message_queue, object queue_offset
+):
+    """SendResult(...) with its five slots written in C (a frozen dataclass's __init__, or the
+    maker's five descriptor calls, cost more than the rest of a send's answer); the pure twin
+    when the class's fields are not the plain slots this expects."""
+    global _send_result_state, _SendResult
+    if _send_result_state == 0:
+        from tidemq.client.message import SendResult
+        _SendResult = SendResult
+        found = _find_slots(SendResult, _SEND_RESULT_FIELDS, _send_result_slots)
+        _send_result_state = 1 if found else -1
+    if _send_result_state < 0:
+        return _pure(_SEND_RESULT_KEY)(status, msg_id, offset_msg_id, message_queue, queue_offset)
+    result = _SendResult.__new__(_SendResult)
+    _put_at(result, _send_result_slots[0], status)
+    _put_at(result, _send_result_slots[1], msg_id)
+    _put_at(result, _send_result_slots[2], offset_msg_id)
+    _put_at(result, _send_result_slots[3], message_queue)
+    _put_at(result, _send_result_slots[4], queue_offset)
+    return result

@@ -11,6 +11,7 @@ SELECTING_MODULES = (
     "tidemq.client.protocol.headers",
     "tidemq.client.protocol.send_frame",
     "tidemq.client.consumer.received",
+    "tidemq.client.message",
     "tidemq.client.remoting.frame",
     "tidemq.client.remoting.headers",
     "tidemq.client.remoting.signing",

@@ -27,6 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.speedups_twins import selected
+from tidemq.client.message import SendResult, SendStatus
 from tidemq.client.protocol import _headers
 from tidemq.client.protocol.headers import (
     SEND_V2_KEYS,
@@ -34,6 +35,7 @@ from tidemq.client.protocol.headers import (
     encode,
     header_schema,
 )
+from tidemq.client.protocol.heartbeat import MessageQueue
 from tidemq.client.protocol.send_frame import SendFrameTemplate, send_frame_template
 from tidemq.client.remoting import _codec, frame, headers
 from tidemq.client.remoting.codes import DEFAULT_VERSION, LanguageCode, RequestCode, SerializeType
@@ -475,3 +477,35 @@ def test_a_producers_send_head_is_written_without_the_pure_twin(
         assert decoded.ext_fields["g"] == str(values[3])
         assert decoded.ext_fields["i"] == values[5]
         assert decoded.opaque == values[0]
+
+
+# --- a send's SendResult (client/message.py) -----------------------------------------------------
+
+RESULT_KEY = "tidemq.client.message.send_result"
+RESULT_PURE = speedups.PURE_TWINS[RESULT_KEY]
+
+
+def test_the_compiled_send_result_maker_is_selected() -> None:
+    assert selected(RESULT_KEY) is _codec.send_result
+    assert RESULT_PURE is not _codec.send_result
+
+
+@given(
+    st.sampled_from(list(SendStatus)),
+    st.text(max_size=8),
+    st.text(max_size=8),
+    st.builds(MessageQueue, st.text(max_size=4), st.text(max_size=4), INT32),
+    st.integers(),
+)
+def test_send_results_are_the_ones_the_class_makes(
+    status: SendStatus, msg_id: str, offset_msg_id: str, queue: MessageQueue, offset: int
+) -> None:
+    made = _codec.send_result(status, msg_id, offset_msg_id, queue, offset)
+    expected = SendResult(status, msg_id, offset_msg_id, queue, offset)
+    assert type(made) is SendResult
+    assert made == expected and hash(made) == hash(expected)
+    assert RESULT_PURE(status, msg_id, offset_msg_id, queue, offset) == expected
+    for field in dataclasses.fields(SendResult):
+        assert getattr(made, field.name) is getattr(expected, field.name), field.name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.queue_offset = 1  # type: ignore[misc]
