@@ -19,7 +19,7 @@ from typing import Final
 
 from tidemq.client.consumer.received import decode_received
 from tidemq.client.errors import BrokerResponseError
-from tidemq.client.message import ReceivedMessage, SendStatus
+from tidemq.client.message import ReceivedMessage, SendResult, SendStatus, send_result
 from tidemq.client.protocol.headers import (
     SEND_V2_KEYS,
     ConsumerSendMsgBackRequestHeader,
@@ -37,6 +37,7 @@ from tidemq.client.protocol.headers import (
     ViewMessageRequestHeader,
     encode,
     header_schema,
+    send_v2_ext_fields,
 )
 from tidemq.client.protocol.heartbeat import (
     CheckClientRequestBody,
@@ -55,6 +56,7 @@ from tidemq.client.protocol.models import (
     TopicRouteData,
 )
 from tidemq.client.protocol.namesrv import GetRouteInfoRequestHeader
+from tidemq.client.protocol.send_frame import SendFrameTemplate, encode_send_head
 from tidemq.client.remoting.codes import (
     DEFAULT_VERSION,
     LanguageCode,
@@ -65,7 +67,7 @@ from tidemq.client.remoting.codes import (
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.json_body import dumps, loads_fastjson
 from tidemq.client.remoting.signing import RequestSigner, SessionCredentials, Signer
-from tidemq.client.transport.client import RemotingClient
+from tidemq.client.transport.client import RemotingClient, timeout_error
 from tidemq.common.frozen import maker
 from tidemq.store.record import StoredMessage, decode_record
 
@@ -118,8 +120,10 @@ class SendResponse:
     broker_addr: str = ""
 
 
-# SendResponse(...) per send, without the frozen __init__'s object.__setattr__ per field
+# SendResponse(...) and MessageQueue(...) per send, without the frozen __init__'s
+# object.__setattr__ per field
 _SEND_RESPONSE: Final = maker(SendResponse)
+_QUEUE: Final = maker(MessageQueue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +296,73 @@ class BrokerAPI:
             int(response_ext.get("queueId", queue_id)),
             int(response_ext.get("queueOffset", -1)),
             address,
+        )
+
+    async def send_templated(
+        self,
+        address: str,
+        template: SendFrameTemplate,
+        queue: MessageQueue,
+        msg_id: str,
+        sys_flag: int,
+        born_timestamp: int,
+        flag: int,
+        properties: str,
+        body: bytes,
+        *,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """A producer's send of message `msg_id` to `queue` on `address`: what `send_fields`
+        sends for `headers.send_v2_ext_fields`' extFields of these values and the template's,
+        answered as the producer's `SendResult` (in the queue the broker names). On an open
+        connection, with no signer, the frame head is written from the template
+        (`send_frame.encode_send_head`): no extFields dict and no command object."""
+        queue_id = queue.queue_id
+        remoting = self.remoting
+        connection = remoting.ready_connection(address) if self._signer is None else None
+        if connection is None or (opaque := connection.writable_opaque()) is None:
+            ext = send_v2_ext_fields(
+                template.producer_group,
+                template.topic,
+                template.default_topic,
+                template.default_topic_queue_nums,
+                queue_id,
+                sys_flag,
+                born_timestamp,
+                flag,
+                properties,
+                template.batch,
+            )
+            raw = await self.send_fields(
+                address, ext, queue_id, body, timeout=timeout, batch=template.batch
+            )
+            if raw.queue_id != queue_id:
+                queue = _QUEUE(queue.topic, queue.broker_name, raw.queue_id)
+            return send_result(raw.status, msg_id, raw.msg_id, queue, raw.queue_offset)
+        budget = timeout or self.timeout
+        head = encode_send_head(
+            template, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+        )
+        future, timer = connection.start_encoded(opaque, head, body, budget)
+        try:
+            response = await future
+        except TimeoutError:
+            raise timeout_error(address, template.code, budget) from None
+        finally:
+            connection.end_request(opaque, timer)
+        code = response.code
+        if code not in _SEND_OK:
+            raise BrokerResponseError.for_code(code, response.remark)
+        response_ext = response.ext_fields
+        stored_in = int(response_ext.get("queueId", queue_id))
+        if stored_in != queue_id:  # the broker's own queue, not a copy of the one asked for
+            queue = _QUEUE(queue.topic, queue.broker_name, stored_in)
+        return send_result(
+            _SEND_STATUS[code],
+            msg_id,
+            response_ext.get("msgId", ""),
+            queue,
+            int(response_ext.get("queueOffset", -1)),
         )
 
     async def send_oneway(

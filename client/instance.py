@@ -240,7 +240,8 @@ class ClientInstance(Service):
         return self.subscribe_queues.get(topic, set())
 
     def find_broker_address_in_publish(self, broker_name: str) -> str | None:
-        return self.broker_addrs.get(broker_name, {}).get(MASTER_ID)
+        addresses = self.broker_addrs.get(broker_name)  # no empty dict made per send
+        return None if addresses is None else addresses.get(MASTER_ID)
 
     def find_broker_address_in_subscribe(
         self, broker_name: str, broker_id: int, only_this_broker: bool

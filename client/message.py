@@ -22,6 +22,8 @@ from typing import Any, Final
 
 from tidemq.client.inflate import inflate_body
 from tidemq.client.protocol.heartbeat import ExpressionType, MessageQueue
+from tidemq.common import speedups
+from tidemq.common.frozen import maker
 from tidemq.store.layout import FLAG_COMPRESSED
 from tidemq.store.record import (
     NAME_VALUE_SEPARATOR,
@@ -475,6 +477,25 @@ class SendResult:
     def ok(self) -> bool:
         """SEND_OK: stored, flushed and replicated as the broker is configured to."""
         return self.status is SendStatus.SEND_OK
+
+
+# SendResult(...) positionally, without the frozen __init__'s object.__setattr__ per field
+_MAKE_SEND_RESULT: Final = maker(SendResult)
+
+
+def send_result(
+    status: SendStatus,
+    msg_id: str,
+    offset_msg_id: str,
+    message_queue: MessageQueue,
+    queue_offset: int,
+) -> SendResult:
+    """`SendResult(status, msg_id, offset_msg_id, message_queue, queue_offset)`, made once per
+    send: its compiled twin (client/remoting/_codec.pyx) writes the five slots in C."""
+    return _MAKE_SEND_RESULT(status, msg_id, offset_msg_id, message_queue, queue_offset)
+
+
+send_result = speedups.select(send_result, "tidemq.client.remoting._codec")
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,8 +38,9 @@ from tidemq.client.errors import BrokerResponseError, ClientError, RemotingError
 from tidemq.client.instance import ClientInstance, get_instance
 from tidemq.client.latency import MQFaultStrategy
 from tidemq.client.message import Message, SendResult, SendStatus, UniqueIdGenerator
-from tidemq.client.protocol.headers import SendMessageRequestHeader, send_v2_ext_fields
+from tidemq.client.protocol.headers import SendMessageRequestHeader
 from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.protocol.send_frame import SendFrameTemplate, send_frame_template
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.routing import TopicPublishInfo
 from tidemq.client.sync import AsyncLifecycle, BlockingTwin, call, submit
@@ -53,7 +54,6 @@ from tidemq.client.trace import (
 )
 from tidemq.client.transport.tls import TlsClientSettings
 from tidemq.client.validators import check_group, check_message, check_queue
-from tidemq.common.frozen import maker
 from tidemq.store.batch_body import encode_batch_body
 from tidemq.store.layout import FLAG_COMPRESSED
 from tidemq.store.record import pack_host
@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SEND_TIMEOUT = 10.0
 AUTO_CREATE_TOPIC = "TBW102"
+# Topics whose send templates a producer keeps at most (all are dropped when it is reached).
+_MAX_TEMPLATES = 4096
 
 QueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
@@ -132,6 +134,9 @@ class AsyncProducer(AsyncLifecycle):
         self.fault = MQFaultStrategy(enabled=latency_fault_enabled)
         self._ids = UniqueIdGenerator(pack_host(self.config.client_ip, 0)[:-4])
         self._instance: ClientInstance | None = None
+        # The frame parts shared by the sends (and the batches) to each topic (_template).
+        self._templates: dict[str, SendFrameTemplate] = {}
+        self._batch_templates: dict[str, SendFrameTemplate] = {}
         # Pub records of every send (client/trace.py), with enable_trace.
         self.trace = TraceDispatcher(trace_topic or TRACE_TOPIC) if enable_trace else None
 
@@ -201,6 +206,17 @@ class AsyncProducer(AsyncLifecycle):
             0,
         )
 
+    def _template(self, topic: str, batch: bool) -> SendFrameTemplate:
+        """A new template of this producer's sends to `topic`, kept for the next ones (a send
+        takes the kept one itself while the group and the default queue count are its own)."""
+        templates = self._batch_templates if batch else self._templates
+        if len(templates) >= _MAX_TEMPLATES:
+            templates.clear()
+        template = templates[topic] = send_frame_template(
+            self.group, topic, AUTO_CREATE_TOPIC, self.default_topic_queue_nums, batch
+        )
+        return template
+
     async def send(
         self,
         msg: Message,
@@ -220,7 +236,12 @@ class AsyncProducer(AsyncLifecycle):
         if selector is not None and not callable(selector):
             raise ClientError(f"a queue selector must be callable, not {type(selector).__name__}")
         uniq = self._ids.next_id()
-        body, sys_flag = _compress(msg.body, self.compress_over)
+        body = msg.body
+        threshold = self.compress_over
+        if threshold > 0 and len(body) > threshold:  # _compress's first test, inline
+            body, sys_flag = _compress(body, threshold)
+        else:
+            sys_flag = 0
         properties = msg.encoded_properties(uniq)
         if self.trace is None:
             return await self._send_with_retries(
@@ -355,11 +376,22 @@ class AsyncProducer(AsyncLifecycle):
         attempts = 1 if fixed_queue is not None or selector is not None else 1 + self.retry_times
         last_broker: str | None = None
         last_error: TideMQError | None = None
-        instance = self.instance
+        instance = self._instance
+        if instance is None:
+            instance = self.instance  # raises: not started
         fault = self.fault
         topic = msg.topic
+        template = (self._batch_templates if batch else self._templates).get(topic)
+        if (
+            template is None
+            or template.producer_group is not self.group
+            or template.default_topic_queue_nums != self.default_topic_queue_nums
+        ):
+            template = self._template(topic, batch)
         for attempt in range(attempts):
-            remaining = budget - (time.monotonic() - started)
+            # the first try has the whole budget (asking the clock again would only take off
+            # the few microseconds since `started`)
+            remaining = budget - (time.monotonic() - started) if attempt else budget
             if remaining <= 0:
                 break
             # A known, usable route (TopicPublishInfo.ok, inline) without the two awaits of
@@ -383,23 +415,19 @@ class AsyncProducer(AsyncLifecycle):
                 last_error = ClientError(f"broker {queue.broker_name} has no master address")
                 last_broker = queue.broker_name
                 continue
-            queue_id = queue.queue_id
-            ext = send_v2_ext_fields(
-                self.group,
-                topic,
-                AUTO_CREATE_TOPIC,
-                self.default_topic_queue_nums,
-                queue_id,
-                sys_flag,
-                int(time.time() * 1000),
-                msg.flag,
-                properties,
-                batch,
-            )
-            sent_at = time.monotonic()
+            sent_at = time.monotonic() if fault.enabled else 0.0
             try:
-                raw = await instance.api.send_fields(
-                    address, ext, queue_id, body, timeout=remaining, batch=batch
+                result = await instance.api.send_templated(
+                    address,
+                    template,
+                    queue,
+                    uniq,
+                    sys_flag,
+                    int(time.time() * 1000),
+                    msg.flag,
+                    properties,
+                    body,
+                    timeout=remaining,
                 )
             except (RemotingError, BrokerResponseError) as exc:
                 fault.update_fault_item(queue.broker_name, 30_000, isolation=True)
@@ -418,24 +446,16 @@ class AsyncProducer(AsyncLifecycle):
                 fault.update_fault_item(
                     queue.broker_name, (time.monotonic() - sent_at) * 1000, isolation=False
                 )
-            # The broker stores in the queue it was asked for: its own MessageQueue then, not
-            # a copy.
-            if raw.queue_id != queue_id:
-                queue = _QUEUE(queue.topic, queue.broker_name, raw.queue_id)
-            status = raw.status
-            result: SendResult = _SEND_RESULT(status, uniq, raw.msg_id, queue, raw.queue_offset)
-            if status is SendStatus.SEND_OK or not self.retry_another_broker_when_not_store_ok:
+            if (
+                result.status is SendStatus.SEND_OK
+                or not self.retry_another_broker_when_not_store_ok
+            ):
                 return result
             await instance.refresh_route_after_failure(topic)
             last_broker = queue.broker_name
         if last_error is not None:
             raise last_error
         raise RemotingError(f"send of a message to {msg.topic} timed out after {budget:.1f} s")
-
-
-# Per send, without the frozen __init__'s object.__setattr__ per field (common/frozen.py).
-_SEND_RESULT = maker(SendResult)
-_QUEUE = maker(MessageQueue)
 
 
 class Producer(BlockingTwin[AsyncProducer]):

@@ -3,6 +3,8 @@
 
     decode_send_header  client/protocol/headers.py  a send's extFields as its typed header
     send_v2_ext_fields  client/protocol/headers.py  a producer's send as its extFields
+    check_message       client/validators.py        a message's checks before a send, as
+                                                    most messages pass them
 
 The pure twin is the reference: same arguments, same result, same exceptions
 (tests/unit/test_speedups_remoting.py). decode_send_header is called for the header of every send
@@ -208,3 +210,75 @@ def send_v2_ext_fields(
     if batch:
         ext["m"] = "true"
     return ext
+
+
+# -- a message's check before a send (client/validators.py) -------------------------------------
+
+_CHECK_PURE_KEY = "tidemq.client.validators.check_message"
+cdef object _validators = None  # client/validators.py (it imports this module): at first use
+cdef long long _LONG_LEAST = -0x7FFFFFFFFFFFFFFF - 1
+
+
+cdef inline bint _plain_text(object text):
+    """A str of printable ASCII only (what `str.isascii() and str.isprintable()` accepts: the
+    characters from space to "~")."""
+    cdef Py_ssize_t i, size
+    cdef const unsigned char* data
+    if type(text) is not str or not PyUnicode_IS_ASCII(text):
+        return False
+    size = PyUnicode_GET_LENGTH(text)
+    data = <const unsigned char*>PyUnicode_DATA(text)
+    for i in range(size):
+        if not 32 <= data[i] <= 126:
+            return False
+    return True
+
+
+cdef inline bint _int_within(object value, long long least, long long most):
+    cdef int overflow = 0
+    cdef long long number
+    if type(value) is not int:
+        return False
+    number = PyLong_AsLongLongAndOverflow(value, &overflow)
+    return overflow == 0 and least <= number <= most
+
+
+def check_message(object msg, object max_size=None):
+    """The pure twin's checks of a message as most sends have it (a Message, a topic checked
+    before, a bytes body within the limit, printable ASCII text, int fields in range), in C:
+    None when every field passes them; anything else goes to the pure twin, which accepts it,
+    replaces a one-shot `keys`, or raises naming the field."""
+    global _validators
+    cdef dict properties
+    if _validators is None:
+        import importlib
+        _validators = importlib.import_module("tidemq.client.validators")
+    if type(msg) is not _validators.Message:
+        return _pure(_CHECK_PURE_KEY)(msg, max_size)
+    topic = msg.topic
+    body = msg.body
+    tags = msg.tags
+    keys = msg.keys
+    props = msg.properties
+    when = msg.deliver_at_ms
+    delay = msg.delay_ms
+    if (
+        type(topic) is not str
+        or topic not in _validators._valid_topics
+        or type(body) is not bytes
+        or not (max_size is None or _int_within(max_size, 0, 0x7FFFFFFFFFFFFFFF))
+        or (max_size is not None and len(<bytes>body) > <long long>max_size)
+        or not (tags is None or _plain_text(tags))
+        or not (keys is None or _plain_text(keys))
+        or type(props) is not dict
+        or not _int_within(msg.delay_level, -2147483648, 2147483647)
+        or not _int_within(msg.flag, -2147483648, 2147483647)
+        or not (when is None or _int_within(when, _LONG_LEAST, 0x7FFFFFFFFFFFFFFF))
+        or not (delay is None or _int_within(delay, _LONG_LEAST, 0x7FFFFFFFFFFFFFFF))
+    ):
+        return _pure(_CHECK_PURE_KEY)(msg, max_size)
+    properties = <dict>props
+    for name, value in properties.items():
+        if not (_plain_text(name) and _plain_text(value)):
+            return _pure(_CHECK_PURE_KEY)(msg, max_size)
+    return None

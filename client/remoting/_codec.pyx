@@ -11,6 +11,9 @@
                                                        header, and its body
     parse_frames           client/remoting/frame.py    the whole frames of a read as commands
     signed_content_digest  client/remoting/signing.py  the HMAC of a signed request's content
+    encode_send_head       client/protocol/send_frame.py  a producer's send frame head from its
+                                                       topic's template
+    send_result            client/message.py           a send's SendResult, its slots written
 
 Each has a pure-Python twin of the same name, the reference: same arguments, same result, same
 exceptions (tests/unit/test_speedups_remoting.py and test_speedups_*_headers.py check it with
@@ -44,6 +47,105 @@ cdef inline bint _int_in(object value, long long least, long long most):
 
 cdef inline bint _int32(object value):
     return _int_in(value, -2147483648, 2147483647)
+
+
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+        int flags
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+cdef extern from "structmember.h":
+    int T_OBJECT_EX
+    int READONLY
+
+
+# RemotingCommand's fields in its dataclass order, as its __init__ sets them.
+_COMMAND_FIELDS = (
+    "code", "language", "version", "opaque", "flag", "remark", "ext_fields", "body",
+    "serialize_type", "body_views",
+)
+cdef enum:
+    _COMMAND_FIELD_COUNT = 10
+# Where each field's slot is in a RemotingCommand (its member descriptor's offset); found at
+# the first decode. -1: not found as plain object slots, and commands are made by the class.
+cdef Py_ssize_t _command_slots[_COMMAND_FIELD_COUNT]
+cdef int _command_slots_state = 0  # 0: not looked up yet, 1: found, -1: not usable
+
+
+cdef bint _find_slots(object cls, tuple names, Py_ssize_t* offsets):
+    """Whether `cls` is a slots dataclass whose fields are `names`, in order, each a writable
+    object slot, with no __post_init__; the slots' offsets (from their member descriptors)."""
+    import dataclasses
+    if (
+        not dataclasses.is_dataclass(cls)
+        or tuple(f.name for f in dataclasses.fields(cls)) != names
+        or hasattr(cls, "__post_init__")
+    ):
+        return False
+    for i in range(len(names)):
+        descriptor = cls.__dict__.get(names[i])
+        if type(descriptor).__name__ != "member_descriptor":
+            return False
+        member = (<PyMemberDescrObject*>descriptor).d_member
+        if member.type != T_OBJECT_EX or member.flags & READONLY:
+            return False
+        offsets[i] = member.offset
+    return True
+
+
+cdef inline void _put_at(object obj, Py_ssize_t offset, object value) noexcept:
+    """A field's value written in its slot of a new object (empty until now)."""
+    Py_INCREF(value)
+    (<PyObject**>((<char*><PyObject*>obj) + offset))[0] = <PyObject*>value
+
+
+cdef int _find_command_slots():
+    """Whether RemotingCommand's fields are the writable object slots of its __slots__ (a
+    dataclass with slots=True, no __post_init__, no __setattr__ of its own), with their
+    offsets."""
+    global _command_slots_state
+    usable = (
+        type(_Command).__setattr__ is type.__setattr__
+        and _Command.__setattr__ is object.__setattr__
+        and _find_slots(_Command, _COMMAND_FIELDS, _command_slots)
+    )
+    _command_slots_state = 1 if usable else -1
+    return _command_slots_state
+
+
+cdef inline void _put_slot(object command, int index, object value) noexcept:
+    _put_at(command, _command_slots[index], value)
+
+
+cdef object _new_command(
+    object code, object language, object version, object opaque, object flag, object remark,
+    object ext, object body, object serialize_type
+):
+    """RemotingCommand(code, ..., serialize_type), the object its dataclass __init__ makes:
+    each field's slot written in C (the __init__ is a Python frame of its own, and setting
+    its ten attributes one by one costs as much), or through the class when its fields are
+    not the plain slots this expects."""
+    if _command_slots_state <= 0 and (_command_slots_state < 0 or _find_command_slots() < 0):
+        return _Command(code, language, version, opaque, flag, remark, ext, body, serialize_type)
+    command = _Command.__new__(_Command)
+    _put_slot(command, 0, code)
+    _put_slot(command, 1, language)
+    _put_slot(command, 2, version)
+    _put_slot(command, 3, opaque)
+    _put_slot(command, 4, flag)
+    _put_slot(command, 5, remark)
+    _put_slot(command, 6, ext)
+    _put_slot(command, 7, body)
+    _put_slot(command, 8, serialize_type)
+    _put_slot(command, 9, ())
+    return command
 
 
 cdef bint _text_only(dict fields):
@@ -363,7 +465,7 @@ cdef object _decode_fast(const unsigned char* data, Py_ssize_t size, object body
                 flag = number
     if cur.pos != cur.end or not (seen & _CODE) or not (seen & _OPAQUE):
         return None
-    return _Command(
+    return _new_command(
         code, language, version, opaque, flag, remark, {} if ext is None else ext, body, _MSGPACK
     )
 
@@ -1019,7 +1121,7 @@ cdef object _decode_json_fast(const unsigned char* data, Py_ssize_t size, object
     _json_space(&cur)
     if cur.pos != cur.end or not (seen & _CODE) or not (seen & _OPAQUE):
         return None
-    return _Command(
+    return _new_command(
         code, language, version, opaque, flag, remark, {} if ext is None else ext, body, _JSON
     )
 
@@ -1282,3 +1384,158 @@ def signed_content_digest(object key, object ext_fields, object body):
     if body:
         mac.update(body)
     return mac.digest()
+
+
+# -- a producer's send frame head (client/protocol/send_frame.py) ------------------------------
+
+_SEND_HEAD_KEY = "tidemq.client.protocol.send_frame.encode_send_head"
+
+
+cdef inline Py_ssize_t _decimal(char* out, long long value) noexcept:
+    """`str(value)` written at `out` (room for 20 characters); its length."""
+    cdef char digits[20]
+    cdef Py_ssize_t count = 0, i = 0
+    cdef unsigned long long magnitude
+    if value < 0:
+        out[0] = 45  # "-"
+        i = 1
+        magnitude = <unsigned long long>(-(value + 1)) + 1
+    else:
+        magnitude = <unsigned long long>value
+    while True:
+        digits[count] = <char>(48 + magnitude % 10)
+        magnitude //= 10
+        count += 1
+        if magnitude == 0:
+            break
+    while count:
+        count -= 1
+        out[i] = digits[count]
+        i += 1
+    return i
+
+
+cdef inline bint _long_long(object value, long long* out):
+    """An int (not a bool) that fits a long long, read in C."""
+    cdef int overflow = 0
+    if type(value) is not int:
+        return False
+    out[0] = PyLong_AsLongLongAndOverflow(value, &overflow)
+    return overflow == 0
+
+
+cdef inline unsigned char* _put_text(unsigned char* out, const char* text, Py_ssize_t size) noexcept:
+    """A msgpack fixstr of at most 31 bytes."""
+    out[0] = <unsigned char>(0xA0 | size)
+    memcpy(out + 1, text, size)
+    return out + 1 + size
+
+
+def encode_send_head(
+    object template,
+    object opaque,
+    object queue_id,
+    object sys_flag,
+    object born_timestamp,
+    object flag,
+    object properties,
+    object body,
+):
+    """The frame's prefix and msgpack header of one send: the template's bytes with the opaque,
+    the four numbers as decimal text and the properties written between them. Anything the fast
+    path does not write as it is goes to the pure twin."""
+    cdef long long o, q, s, b, f
+    cdef Py_ssize_t props_len, body_len, total, head_len, middle_len, tail_len
+    cdef Py_ssize_t q_len, s_len, b_len, f_len
+    cdef char q_text[20]
+    cdef char s_text[20]
+    cdef char b_text[20]
+    cdef char f_text[20]
+    cdef const char* props_text
+    cdef unsigned char* out
+    cdef unsigned char* start
+    head, middle, tail = template.head, template.middle, template.tail
+    if (
+        type(head) is not bytes
+        or type(middle) is not bytes
+        or type(tail) is not bytes
+        or not _int32(opaque)
+        or not _long_long(queue_id, &q)
+        or not _long_long(sys_flag, &s)
+        or not _long_long(born_timestamp, &b)
+        or not _long_long(flag, &f)
+        or type(properties) is not str
+        or type(body) is not bytes
+    ):
+        return _pure(_SEND_HEAD_KEY)(
+            template, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+        )
+    o = opaque
+    try:
+        props_text = PyUnicode_AsUTF8AndSize(properties, &props_len)
+    except UnicodeEncodeError:
+        return _pure(_SEND_HEAD_KEY)(
+            template, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+        )
+    body_len = len(<bytes>body)
+    q_len = _decimal(q_text, q)
+    s_len = _decimal(s_text, s)
+    b_len = _decimal(b_text, b)
+    f_len = _decimal(f_text, f)
+    head_len, middle_len, tail_len = len(<bytes>head), len(<bytes>middle), len(<bytes>tail)
+    # the header: the template's parts, the opaque, "e" to "i"'s values and the keys "f" to "i"
+    total = (
+        head_len + _int_size(o) + middle_len + tail_len + 4 * 2
+        + 4 + q_len + s_len + b_len + f_len + _str_head_size(props_len) + props_len
+    )
+    if total > 0xFFFFFF or 4 + total + body_len > 2147483647:
+        return _pure(_SEND_HEAD_KEY)(
+            template, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+        )
+    packed = PyBytes_FromStringAndSize(NULL, 8 + total)
+    start = <unsigned char*>PyBytes_AS_STRING(packed)
+    out = _put_be(start, <unsigned long long>(4 + total + body_len), 4)
+    out = _put_be(out, <unsigned long long>((2 << 24) | total), 4)
+    memcpy(out, PyBytes_AS_STRING(head), head_len)
+    out = _put_int(out + head_len, o)
+    memcpy(out, PyBytes_AS_STRING(middle), middle_len)
+    out = _put_text(out + middle_len, q_text, q_len)
+    out = _put_text(_put_text(out, b"f", 1), s_text, s_len)
+    out = _put_text(_put_text(out, b"g", 1), b_text, b_len)
+    out = _put_text(_put_text(out, b"h", 1), f_text, f_len)
+    out = _put_str(_put_text(out, b"i", 1), props_text, props_len)
+    memcpy(out, PyBytes_AS_STRING(tail), tail_len)
+    assert out + tail_len == start + 8 + total
+    return packed
+
+
+# -- a send's result (client/message.py) ------------------------------------------------------
+
+_SEND_RESULT_KEY = "tidemq.client.message.send_result"
+_SEND_RESULT_FIELDS = ("status", "msg_id", "offset_msg_id", "message_queue", "queue_offset")
+cdef Py_ssize_t _send_result_slots[5]
+cdef int _send_result_state = 0  # 0: not looked up yet, 1: slots found, -1: not usable
+cdef object _SendResult = None
+
+
+def send_result(
+    object status, object msg_id, object offset_msg_id, object message_queue, object queue_offset
+):
+    """SendResult(...) with its five slots written in C (a frozen dataclass's __init__, or the
+    maker's five descriptor calls, cost more than the rest of a send's answer); the pure twin
+    when the class's fields are not the plain slots this expects."""
+    global _send_result_state, _SendResult
+    if _send_result_state == 0:
+        from tidemq.client.message import SendResult
+        _SendResult = SendResult
+        found = _find_slots(SendResult, _SEND_RESULT_FIELDS, _send_result_slots)
+        _send_result_state = 1 if found else -1
+    if _send_result_state < 0:
+        return _pure(_SEND_RESULT_KEY)(status, msg_id, offset_msg_id, message_queue, queue_offset)
+    result = _SendResult.__new__(_SendResult)
+    _put_at(result, _send_result_slots[0], status)
+    _put_at(result, _send_result_slots[1], msg_id)
+    _put_at(result, _send_result_slots[2], offset_msg_id)
+    _put_at(result, _send_result_slots[3], message_queue)
+    _put_at(result, _send_result_slots[4], queue_offset)
+    return result

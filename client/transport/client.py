@@ -43,6 +43,13 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def timeout_error(address: str, code: int, timeout: float) -> RequestTimeoutError:
+    """What a request of `code` to `address` raises when no response came in `timeout` s."""
+    return RequestTimeoutError(
+        f"no response from {address} to request code {code} in {timeout:.1f} s"
+    )
+
+
 class RemotingClient:
     def __init__(
         self,
@@ -146,9 +153,7 @@ class RemotingClient:
 
     @staticmethod
     def timed_out(address: str, request: RemotingCommand, timeout: float) -> RequestTimeoutError:
-        return RequestTimeoutError(
-            f"no response from {address} to request code {request.code} in {timeout:.1f} s"
-        )
+        return timeout_error(address, request.code, timeout)
 
     async def invoke_oneway(
         self, address: str, request: RemotingCommand, timeout: float | None = None

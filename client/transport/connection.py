@@ -204,7 +204,7 @@ class RemotingConnection(asyncio.BaseProtocol):
 
     def _take(self, commands: list[RemotingCommand]) -> None:
         for command in commands:
-            if command.is_response:
+            if command.flag & 1:  # is_response, inline: a property call per response
                 future = self._pending.pop(command.opaque, None)
                 if future is None:
                     log.debug("response %d from %s matches no request", command.opaque, self.peer)
@@ -420,6 +420,29 @@ class RemotingConnection(asyncio.BaseProtocol):
         if transport is None or transport.is_closing() or not self._can_write.is_set():
             return None
         command.opaque = opaque = next(self._opaques) & 0x7FFFFFFF
+        head, body = encode_command_parts(command)  # raises before anything is registered
+        return self.start_encoded(opaque, head, body, timeout, command.body_views)
+
+    def writable_opaque(self) -> int | None:
+        """The opaque of a request about to be written as a frame already encoded
+        (`start_encoded`), when the connection takes writes now; None when it is closed or paused
+        (the caller uses `request`, which raises or waits)."""
+        transport = self._transport
+        if transport is None or transport.is_closing() or not self._can_write.is_set():
+            return None
+        return next(self._opaques) & 0x7FFFFFFF
+
+    def start_encoded(
+        self,
+        opaque: int,
+        head: bytes,
+        body: Body,
+        timeout: float,
+        body_views: tuple[memoryview, ...] = (),
+    ) -> tuple[asyncio.Future[RemotingCommand], asyncio.TimerHandle | None]:
+        """`start_request` of a request whose frame is encoded already (`head`: its prefix and
+        header, with an opaque from `writable_opaque` asked just before; then `body` and
+        `body_views`): its future and timer; queued as `send` queues a frame."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -435,11 +458,17 @@ class RemotingConnection(asyncio.BaseProtocol):
                 self._expiry = loop.call_at(deadline, self._expire)
         else:  # sooner than a request sent before it: a timer of its own
             timer = loop.call_at(deadline, _time_out, future)
-        try:
-            self.send(command)
-        except BaseException:
-            self.end_request(opaque, timer)
-            raise
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return future, timer  # dropped, as send drops it: the request fails or times out
+        outgoing = self._outgoing
+        if not outgoing:
+            loop.call_soon(self._flush)
+        outgoing.append(head)
+        if body:
+            outgoing.append(body)
+        if body_views:
+            outgoing.extend(body_views)
         return future, timer
 
     def end_request(self, opaque: int, timer: asyncio.TimerHandle | None) -> None:

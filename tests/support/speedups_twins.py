@@ -9,10 +9,13 @@ from typing import Any
 SELECTING_MODULES = (
     "tidemq.client.consumer.process_queue",
     "tidemq.client.protocol.headers",
+    "tidemq.client.protocol.send_frame",
     "tidemq.client.consumer.received",
+    "tidemq.client.message",
     "tidemq.client.remoting.frame",
     "tidemq.client.remoting.headers",
     "tidemq.client.remoting.signing",
+    "tidemq.client.validators",
     "tidemq.client.spark.records",
     "tidemq.store.fast_scan",
     "tidemq.store.get_message",

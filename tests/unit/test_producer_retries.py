@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from tidemq.client.api import SendResponse
 from tidemq.client.errors import BrokerResponseError, RequestTimeoutError
-from tidemq.client.message import Message, SendStatus
+from tidemq.client.message import Message, SendResult, SendStatus
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.heartbeat import MessageQueue
 from tidemq.client.remoting.codes import ResponseCode
@@ -24,14 +23,14 @@ class _Api:
         self.answers = answers
         self.sent = 0
 
-    async def send_fields(
-        self, address: str, ext: dict[str, str], queue_id: int, body: bytes, **_: Any
-    ) -> SendResponse:
+    async def send_templated(
+        self, address: str, template: Any, queue: MessageQueue, msg_id: str, *_: Any, **__: Any
+    ) -> SendResult:
         answer = self.answers[self.sent]
         self.sent += 1
         if answer is not None:
             raise answer
-        return SendResponse(SendStatus.SEND_OK, "id", 0, 7, address)
+        return SendResult(SendStatus.SEND_OK, msg_id, "id", queue, 7)
 
 
 class _Instance:

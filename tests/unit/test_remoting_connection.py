@@ -13,7 +13,7 @@ from tests.support.conditions import eventually
 from tests.support.fake_transport import FakeTransport
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import EncodeError
-from tidemq.client.remoting.frame import FrameDecoder, encode_command
+from tidemq.client.remoting.frame import FrameDecoder, encode_command, encode_command_parts
 from tidemq.client.transport.connection import ConnectionClosedError, RemotingConnection
 
 
@@ -126,6 +126,54 @@ async def test_no_request_starts_on_a_paused_or_closed_connection() -> None:
     connection.connection_lost(None)
     assert connection.start_request(RemotingCommand.request(5), 5.0) is None
     assert not connection._pending
+
+
+async def test_an_encoded_request_is_written_as_it_is_and_answered() -> None:
+    connection, transport = connect()
+    opaques = [connection.writable_opaque(), connection.writable_opaque()]
+    assert None not in opaques and opaques[0] != opaques[1]
+    opaque = opaques[1]
+    assert opaque is not None
+    request = RemotingCommand.request(5, {"k": "v"}, b"body", opaque=opaque)
+    head, body = encode_command_parts(request)
+    future, timer = connection.start_encoded(opaque, head, body, 5.0)
+    await eventually(lambda: transport.writes, "the request on the wire")
+    assert b"".join(transport.writes) == head + body
+    (sent,) = commands_in(b"".join(transport.writes))
+    connection.data_received(encode_command(RemotingCommand.response_to(sent, 0, "fine")))
+    assert (await future).remark == "fine"
+    connection.end_request(opaque, timer)
+    assert not connection._pending and not connection._deadlines
+
+
+async def test_an_encoded_request_times_out_as_a_request_does() -> None:
+    connection, _transport = connect()
+    opaque = connection.writable_opaque()
+    assert opaque is not None
+    head, body = encode_command_parts(RemotingCommand.request(5, opaque=opaque))
+    future, timer = connection.start_encoded(opaque, head, body, 0.05)
+    with pytest.raises(TimeoutError):
+        await future
+    connection.end_request(opaque, timer)
+    assert not connection._pending
+
+
+async def test_no_opaque_is_given_for_a_paused_or_closed_connection() -> None:
+    connection, _transport = connect()
+    connection.pause_writing()
+    assert connection.writable_opaque() is None
+    connection.resume_writing()
+    assert connection.writable_opaque() is not None
+    connection.connection_lost(None)
+    assert connection.writable_opaque() is None
+
+
+async def test_a_request_that_cannot_be_encoded_leaves_nothing_waiting() -> None:
+    connection, transport = connect()
+    with pytest.raises(EncodeError):
+        connection.start_request(RemotingCommand.request(5, body="text"), 5.0)  # type: ignore[arg-type]
+    assert not connection._pending and not connection._deadlines
+    assert not transport.writes
 
 
 async def test_request_times_out_and_forgets_the_call() -> None:

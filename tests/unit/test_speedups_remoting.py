@@ -1,6 +1,9 @@
 """The remoting codec's compiled twins against their pure references.
 
 The twins are in client/remoting/_codec.pyx and client/protocol/_headers.pyx.
+`encode_send_head` (a producer's send frame head from its topic's template) must give the bytes
+of the command it replaces, or the same error, and write well-formed sends without the pure twin;
+decoded commands (their slots written in C) must have every field the class gives.
 `signed_content_digest` (the HMAC of a signed request's content) must give the same digest, or
 the same error, for ext fields and bodies as clients send them and for odd ones.
 
@@ -18,11 +21,13 @@ import hmac
 import types
 from typing import Any
 
+import msgpack  # type: ignore[import-untyped]
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.speedups_twins import selected
+from tidemq.client.message import SendResult, SendStatus
 from tidemq.client.protocol import _headers
 from tidemq.client.protocol.headers import (
     SEND_V2_KEYS,
@@ -30,8 +35,11 @@ from tidemq.client.protocol.headers import (
     encode,
     header_schema,
 )
-from tidemq.client.remoting import _codec, headers
-from tidemq.client.remoting.codes import SerializeType
+from tidemq.client.protocol.heartbeat import MessageQueue
+from tidemq.client.protocol.send_frame import SendFrameTemplate, send_frame_template
+from tidemq.client.remoting import _codec, frame, headers
+from tidemq.client.remoting.codes import DEFAULT_VERSION, LanguageCode, RequestCode, SerializeType
+from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.signing import signing_key
 from tidemq.common import speedups
 
@@ -327,3 +335,177 @@ def test_signed_content_digests_are_the_same(ext: dict[str, str], body: bytes) -
 def test_odd_ext_fields_give_the_same_digest_or_error(ext: Any, body: Any) -> None:
     expected = digest_outcome(DIGEST_PURE, ext, body)
     assert digest_outcome(_codec.signed_content_digest, ext, body) == expected
+
+
+# --- a producer's send frame head (client/protocol/send_frame.py) ------------------------------
+
+HEAD_KEY = "tidemq.client.protocol.send_frame.encode_send_head"
+HEAD_PURE = speedups.PURE_TWINS[HEAD_KEY]
+INT64 = st.integers(-(2**63), 2**63 - 1)
+SEND_TEXT = st.text(max_size=8) | st.sampled_from(["é" * 20, "\ud800", "TBW102", "x" * 40])
+PROPERTIES = st.text(max_size=40) | st.sampled_from(["\ud800", "é" * 300, "UNIQ_KEY\x01AB\x02"])
+
+
+def head_outcome(twin: Any, template: SendFrameTemplate, values: tuple[Any, ...]) -> Any:
+    try:
+        return twin(template, *values)
+    except Exception as exc:
+        return (type(exc), str(exc))
+
+
+def test_the_compiled_send_head_encoder_is_selected() -> None:
+    assert selected(HEAD_KEY) is _codec.encode_send_head
+    assert HEAD_PURE is not _codec.encode_send_head
+
+
+@given(
+    st.tuples(SEND_TEXT, SEND_TEXT, SEND_TEXT, INT32, st.booleans()),
+    st.tuples(INT32, INT32, INT32, INT64, INT32, PROPERTIES, st.binary(max_size=64)),
+)
+def test_send_heads_are_the_frames_of_the_commands_they_replace(
+    shared: tuple[Any, ...], values: tuple[Any, ...]
+) -> None:
+    # What the producer sent before: a RemotingCommand of send_v2_ext_fields' extFields.
+    group, topic, default_topic, queue_nums, batch = shared
+    opaque, queue_id, sys_flag, born, flag, properties, body = values
+    ext = EXT_PURE(
+        group, topic, default_topic, queue_nums, queue_id, sys_flag, born, flag, properties, batch
+    )
+    command = RemotingCommand(
+        int(RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2),
+        int(LanguageCode.PYTHON),
+        DEFAULT_VERSION,
+        opaque,
+        0,
+        None,
+        ext,
+        body,
+        SerializeType.MSGPACK,
+    )
+    try:
+        expected: Any = frame.encode_command_parts(command)[0]
+    except Exception as exc:
+        expected = (type(exc), str(exc))
+    template = send_frame_template(group, topic, default_topic, queue_nums, batch)
+    assert head_outcome(_codec.encode_send_head, template, values) == expected
+    assert head_outcome(HEAD_PURE, template, values) == expected
+    if isinstance(expected, bytes):  # what a broker decodes from it
+        (decoded,), _end = frame.parse_frames(memoryview(expected + body), 1 << 24)
+        assert decoded == command
+
+
+class _Text(str):
+    pass
+
+
+ODD_SEND_VALUES = (
+    st.none()
+    | st.booleans()
+    | ODD_NUMBERS
+    | st.sampled_from([2**63, -(2**63) - 1, 2**70, _Int(7), 1.5])
+    | st.text(max_size=4)
+    | st.just(_Text("sub"))
+)
+
+
+@given(
+    st.tuples(SEND_TEXT | st.none(), SEND_TEXT, SEND_TEXT | st.integers(), INT32, st.booleans()),
+    st.tuples(
+        ODD_SEND_VALUES,
+        ODD_SEND_VALUES,
+        ODD_SEND_VALUES,
+        ODD_SEND_VALUES,
+        ODD_SEND_VALUES,
+        PROPERTIES | st.none() | st.just(_Text("p")) | st.integers(),
+        st.binary(max_size=8) | st.binary(max_size=8).map(bytearray) | st.just(memoryview(b"v")),
+    ),
+)
+def test_send_heads_of_odd_values_are_the_same(
+    shared: tuple[Any, ...], values: tuple[Any, ...]
+) -> None:
+    template = send_frame_template(*shared)
+    assert head_outcome(_codec.encode_send_head, template, values) == head_outcome(
+        HEAD_PURE, template, values
+    )
+
+
+def test_a_template_whose_parts_cannot_be_encoded_sends_the_pure_way() -> None:
+    template = send_frame_template("group\ud800", "T", "TBW102", 4, False)
+    assert template.head is None
+    values = (1, 0, 0, 1, 0, "", b"body")
+    assert head_outcome(_codec.encode_send_head, template, values) == head_outcome(
+        HEAD_PURE, template, values
+    )
+
+
+# --- decoded commands: their slots written in C (_codec._new_command) --------------------------
+
+
+@given(
+    st.fixed_dictionaries(
+        {"code": INT32, "opaque": INT32, "flag": INT32, "language": st.integers(0, 255)},
+        optional={"remark": st.text(max_size=8), "extFields": TEXT_FIELDS},
+    ),
+    st.binary(max_size=8),
+)
+def test_decoded_commands_have_every_field_their_class_gives(header: Any, body: bytes) -> None:
+    data = msgpack.packb(header)
+    compiled = _codec.decode_msgpack_header(data, body)
+    pure = speedups.PURE_TWINS["tidemq.client.remoting.headers.decode_msgpack_header"](data, body)
+    assert type(compiled) is RemotingCommand
+    for field in dataclasses.fields(RemotingCommand):
+        assert getattr(compiled, field.name) == getattr(pure, field.name), field.name
+    assert compiled.body_views == ()
+
+
+def test_a_producers_send_head_is_written_without_the_pure_twin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: Any) -> bytes:
+        raise AssertionError("the pure twin wrote a well-formed send head")
+
+    monkeypatch.setitem(speedups.PURE_TWINS, HEAD_KEY, refuse)
+    template = send_frame_template("PG", "Topic", "TBW102", 4, False)
+    for values in [
+        (1, 3, 0, 1_700_000_000_000, 0, "UNIQ_KEY\x01AB\x02WAIT\x01true\x02", b"x" * 1024),
+        (2**31 - 1, 2**31 - 1, -1, -(2**63), -(2**31), "é" * 300, b""),
+    ]:
+        (decoded,), _end = frame.parse_frames(
+            memoryview(_codec.encode_send_head(template, *values) + values[-1]), 1 << 24
+        )
+        assert decoded.ext_fields["e"] == str(values[1])
+        assert decoded.ext_fields["g"] == str(values[3])
+        assert decoded.ext_fields["i"] == values[5]
+        assert decoded.opaque == values[0]
+
+
+# --- a send's SendResult (client/message.py) -----------------------------------------------------
+
+RESULT_KEY = "tidemq.client.message.send_result"
+RESULT_PURE = speedups.PURE_TWINS[RESULT_KEY]
+
+
+def test_the_compiled_send_result_maker_is_selected() -> None:
+    assert selected(RESULT_KEY) is _codec.send_result
+    assert RESULT_PURE is not _codec.send_result
+
+
+@given(
+    st.sampled_from(list(SendStatus)),
+    st.text(max_size=8),
+    st.text(max_size=8),
+    st.builds(MessageQueue, st.text(max_size=4), st.text(max_size=4), INT32),
+    st.integers(),
+)
+def test_send_results_are_the_ones_the_class_makes(
+    status: SendStatus, msg_id: str, offset_msg_id: str, queue: MessageQueue, offset: int
+) -> None:
+    made = _codec.send_result(status, msg_id, offset_msg_id, queue, offset)
+    expected = SendResult(status, msg_id, offset_msg_id, queue, offset)
+    assert type(made) is SendResult
+    assert made == expected and hash(made) == hash(expected)
+    assert RESULT_PURE(status, msg_id, offset_msg_id, queue, offset) == expected
+    for field in dataclasses.fields(SendResult):
+        assert getattr(made, field.name) is getattr(expected, field.name), field.name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.queue_offset = 1  # type: ignore[misc]
