@@ -198,11 +198,14 @@ async def _load_and_query(knobs: ScaleKnobs, namesrv: Daemon, broker: Daemon) ->
                 interval=0.2,
             )
         routes = await route_query_ms(api, namesrv.address, knobs.topics, knobs.routes, rng)
+        cpu_before = _cpu_seconds(broker.pid or 0)
         sends = await send_ms(api, broker.address, knobs.topics, knobs.sends, rng)
+        send_cpu_us = (_cpu_seconds(broker.pid or 0) - cpu_before) / len(sends) * 1e6
         print(
             f"route queries: p50 {percentile(routes, 0.5):.3f} ms, p99 "
             f"{percentile(routes, 0.99):.3f} ms; sends to {knobs.sends:,} random topics: p50 "
-            f"{percentile(sends, 0.5):.3f} ms, p99 {percentile(sends, 0.99):.3f} ms"
+            f"{percentile(sends, 0.5):.3f} ms, p99 {percentile(sends, 0.99):.3f} ms, "
+            f"{send_cpu_us:.0f} us of broker CPU each"
         )
     finally:
         await api.close()
@@ -232,6 +235,12 @@ async def _load_and_query(knobs: ScaleKnobs, namesrv: Daemon, broker: Daemon) ->
             5,
             higher_is_better=False,
         ),
+        Result(
+            "broker CPU per send to a random topic",
+            send_cpu_us,
+            "us",
+            note="each a new queue: its files made, its first unit dispatched and flushed",
+        ),
     ]
 
 
@@ -253,6 +262,7 @@ def _restart(
     )
     group.daemons.append(restarted)
     topic = topic_name(knobs.topics - 1)
+    namesrv_cpu = _cpu_seconds(namesrv.pid or 0)
     started = time.perf_counter()
     restarted.start()  # returns once the port accepts connections
     listening = time.perf_counter() - started
@@ -268,6 +278,10 @@ def _restart(
             await api.close()
 
     routed = run_on_uvloop(routable())
+    # What the restart cost in CPU, whatever else the machine ran (the wall times follow its
+    # load): the new broker process's whole CPU, the name server's for the registration.
+    broker_cpu = _cpu_seconds(restarted.pid or 0)
+    namesrv_cpu = _cpu_seconds(namesrv.pid or 0) - namesrv_cpu
     # VmRSS counts the mapped store files' pages the broker touched (page cache); RssAnon is
     # its heap.
     broker_rss, broker_heap = memory_mib(restarted.pid or 0)
@@ -275,12 +289,15 @@ def _restart(
     cq_maps, open_files = mapped_and_open_files(restarted.pid or 0)
     print(
         f"restart with {knobs.topics:,} topics: stop {stopped:.1f} s; listening after "
-        f"{listening:.2f} s, routable after {routed:.2f} s; RSS broker {broker_rss:.0f} MiB "
+        f"{listening:.2f} s, routable after {routed:.2f} s; CPU until routable: broker "
+        f"{broker_cpu:.2f} s, name server {namesrv_cpu:.2f} s; RSS broker {broker_rss:.0f} MiB "
         f"(heap {broker_heap:.0f} MiB), name server {namesrv_rss:.0f} MiB"
     )
     return [
         Result("broker restart: listening", listening, "s"),
         Result("broker restart: listening and routable", routed, "s", 10, higher_is_better=False),
+        Result("broker restart: broker CPU until routable", broker_cpu, "s"),
+        Result("broker restart: name server CPU until routable", namesrv_cpu, "s"),
         Result("broker RSS after restart", broker_rss, "MiB", 2048, higher_is_better=False),
         Result("broker heap (RssAnon) after restart", broker_heap, "MiB"),
         Result("name server RSS", namesrv_rss, "MiB"),
