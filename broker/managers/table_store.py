@@ -185,6 +185,28 @@ class TableStore:
                     db.execute("COMMIT")
         return rows, (found[0] if found is not None else None), kept
 
+    def record_if_all_satisfy(self, table: str, rule: str) -> bool:
+        """Record that every row of `table` satisfies `rule` when they do (one pass of SQLite,
+        no row taken into Python): a table just written whole (an import, the defaults) then
+        loads at the next start without the pass. True when recorded."""
+        db = self._db
+        with self._lock:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                (failing,) = db.execute(
+                    f"SELECT count(*) FROM config_rows WHERE tbl = ? AND NOT ({rule})", (table,)
+                ).fetchone()
+                if failing == 0:
+                    self._record_all_satisfy(table, rule)
+                recorded = self._all_satisfy(table, rule)
+                db.execute("COMMIT")
+            except sqlite3.Error:  # not recorded: the next read checks every row
+                return False
+            finally:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+        return recorded
+
     def _all_satisfy(self, table: str, rule: str) -> bool:
         try:
             found = self._db.execute(
