@@ -713,3 +713,13 @@ def test_topics_read_as_rows_share_one_mapping_that_no_change_alters(world: Worl
     assert shared["broker-a"].perm == PERM_READ_WRITE
     assert world.routes.delete_topic("T7")
     assert world.routes.get_route("T7") is None and world.routes.get_route("T8") is not None
+    assert world.routes.delete_topic("T9", "C1")  # a topic of a shared mapping, on its cluster
+    assert world.routes.get_route("T9") is None
+    assert world.queues("T8") == {"broker-a": (8, 8, PERM_READ)}
+    # a group whose topics share one mapping leaves: every one of them goes, none left empty
+    register(S, "broker-c", "C3", ["X0", "X1", "X2", "T8"], 3)
+    assert world.routes.unregister_broker(
+        cluster_name="C3", broker_addr=S, broker_name="broker-c", broker_id=0
+    )
+    assert not {"X0", "X1", "X2"} & table.keys()
+    assert world.queues("T8") == {"broker-a": (8, 8, PERM_READ)}
