@@ -178,7 +178,8 @@ def registration_names(body: Body) -> Iterator[tuple[str, NameKind, str]]:
     # (its topics come from a broker that checked them when they were created).
     if not len(body) or body[:1] != b"{":
         return
-    data = RegisterBrokerBody.decode(body)
+    # Topics read into `topic_queue_rows` have valid names by the shape they were read in.
+    data = RegisterBrokerBody.decode_routes(body)
     table = data.topic_config_wrapper.topic_config_table
     if _all_valid_broker_names(table.keys()) and all(
         not config.topic_name or config.topic_name == topic for topic, config in table.items()

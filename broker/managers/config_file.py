@@ -292,6 +292,9 @@ class ConfigManager(abc.ABC, Generic[T]):
         """The table's DataVersion as JSON; None for tables without one."""
         return None
 
+    def stored_whole(self) -> None:
+        """Called once the whole table was written to `tables.db` (an import, the defaults)."""
+
     def read_rows(self) -> tuple[dict[str, str], str | None]:
         """The rows and version `load` gives `adopt_rows` (a subclass may keep some back)."""
         return self.store.read(self.table_name)
@@ -367,6 +370,7 @@ class ConfigManager(abc.ABC, Generic[T]):
         rows = {key: value for key in self.row_keys() if (value := self.encode_row(key))}
         source = f"imported {self.path.name}" if state is not None else "new"
         store.replace(self.table_name, rows, self.encode_version(), source)
+        self.stored_whole()
         self._changed_keys = set()
         self._version_changed = False
         if state is None:

@@ -305,6 +305,10 @@ class TopicConfigManager(ConfigManager[TopicConfigSerializeWrapper]):
         self._rows = lazy
         return rows, version
 
+    def stored_whole(self) -> None:
+        # the next start need not check the rows' shape (TableStore.read_split)
+        self.store.record_if_all_satisfy(self.table_name, LAZY_ROW_SQL)
+
     def adopt_rows(self, rows: dict[str, str], version: str | None) -> None:
         table = {key: TopicConfig.from_dict(entry) for key, entry in decode_rows(rows, "topicName")}
         valid = _valid_topics(table, "tables.db")

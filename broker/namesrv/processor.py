@@ -159,7 +159,7 @@ class NamesrvProcessor:
             )
             raise RequestRejected(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         if len(request.body):
-            body = RegisterBrokerBody.decode(request.body, header.compressed)
+            body = RegisterBrokerBody.decode_routes(request.body, header.compressed)
         else:
             body = RegisterBrokerBody.empty()
         split = self._split_of(header)
@@ -179,6 +179,7 @@ class NamesrvProcessor:
                 deleted_topics=body.deleted_topics,
                 connection=connection,
                 master_epoch=header.master_epoch,
+                topic_queue_rows=body.topic_queue_rows,
             )
             if outcome.full_registration_needed:
                 log.info(
@@ -201,6 +202,7 @@ class NamesrvProcessor:
                 connection=connection,
                 master_epoch=header.master_epoch,
                 split=split,
+                topic_queue_rows=body.topic_queue_rows,
             )
         if outcome.stale_against is not None:
             log.warning(
@@ -219,7 +221,7 @@ class NamesrvProcessor:
                 header.broker_addr,
                 header.cluster_name,
                 header.ha_server_addr,
-                len(body.topic_config_wrapper.topic_config_table),
+                body.topic_count,
                 "" if outcome.master_addr is None else f", master {outcome.master_addr}",
             )
         result = RegisterBrokerResult(

@@ -12,6 +12,11 @@ Tables, as in RocketMQ 4.9.7 `RouteInfoManager`::
 Time is milliseconds from the injected `clock` (wall time by default); `connection` is whatever
 object the caller uses for a broker's connection, compared by identity.
 
+A topic's `{brokerName -> QueueData}` is shared by the topics that have the same one (a broker's
+million topics hold a handful), so values of `topic_queue_table` and the QueueData in them are
+never changed in place: a change puts a new mapping for that topic (typed `Mapping` so that mypy
+refuses an assignment into one).
+
 Every method that removes brokers returns `BrokerRemoved` records, so that the caller can log
 them and close connections; this module never logs or touches a socket.
 
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -50,7 +55,7 @@ from tidemq.client.protocol.models import (
     TopicConfigSerializeWrapper,
     TopicRouteData,
 )
-from tidemq.client.protocol.namesrv import TopicList
+from tidemq.client.protocol.namesrv import QueueCounts, TopicList
 
 __all__ = [
     "DEFAULT_BROKER_CHANNEL_EXPIRED_TIME",
@@ -73,6 +78,10 @@ _MAX_SHARED_QUEUE_DATAS: Final = 4096
 # TopicSysFlag bits (RocketMQ `TopicSysFlag`): unit topics and topics with unit subscriptions.
 _FLAG_UNIT: Final = 0x1
 _FLAG_UNIT_SUB: Final = 0x2
+
+
+def _counts(config: TopicConfig) -> QueueCounts:
+    return (config.read_queue_nums, config.write_queue_nums, config.perm, config.topic_sys_flag)
 
 
 def _wall_clock_ms() -> int:
@@ -144,7 +153,7 @@ class RouteInfoManager:
         self.broker_channel_expired_time = broker_channel_expired_time
         self.clock = clock
         self.delete_topic_with_broker_registration = delete_topic_with_broker_registration
-        self.topic_queue_table: dict[str, dict[str, QueueData]] = {}
+        self.topic_queue_table: dict[str, Mapping[str, QueueData]] = {}
         self.broker_addr_table: dict[str, BrokerData] = {}
         self.cluster_addr_table: dict[str, set[str]] = {}
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}
@@ -155,7 +164,10 @@ class RouteInfoManager:
         # brokerAddr -> the topics of a split registration's parts so far (only with
         # delete_topic_with_broker_registration, which needs the whole table).
         self._split_topics: dict[str, set[str]] = {}
-        self._queue_datas: dict[tuple[str, int, int, int, int], QueueData] = {}
+        # (brokerName, *QueueCounts) -> (its QueueData, {brokerName: that QueueData})
+        self._queue_datas: dict[
+            tuple[str, int, int, int, int], tuple[QueueData, Mapping[str, QueueData]]
+        ] = {}
 
     # --- registration ---------------------------------------------------------------------
 
@@ -172,8 +184,11 @@ class RouteInfoManager:
         connection: object,
         master_epoch: int | None = None,
         split: tuple[int, int] | None = None,
+        topic_queue_rows: Sequence[tuple[QueueCounts, list[str]]] = (),
     ) -> RegisterOutcome:
         """`split`: (index, count) of one part of a split full registration.
+        `topic_queue_rows`: more topics of the wrapper's table, read without a TopicConfig
+        (`RegisterBrokerBody.decode_routes`).
         `master_epoch`: an elected master's epoch (controller mode). The name server keeps
         the registration with the highest epoch for a broker name: a master registering with a
         lower one is ignored (its outcome says so), a higher one replaces the group's master."""
@@ -200,7 +215,9 @@ class RouteInfoManager:
                 or self.is_topic_config_changed(broker_addr, version)
             )
         ):
-            self._update_queue_datas(broker_name, broker_addr, topic_config_wrapper, split)
+            self._update_queue_datas(
+                broker_name, broker_addr, topic_config_wrapper, split, topic_queue_rows
+            )
             topics_updated = True
         if split is not None and split[0] < split[1] - 1:
             version = INCOMPLETE_VERSION
@@ -231,9 +248,11 @@ class RouteInfoManager:
         deleted_topics: Iterable[str],
         connection: object,
         master_epoch: int | None = None,
+        topic_queue_rows: Sequence[tuple[QueueCounts, list[str]]] = (),
     ) -> RegisterOutcome:
         """The topics changed since `base_version` (module docstring): applied, and the
-        address's version moved to the wrapper's, only when `base_version` is the one held."""
+        address's version moved to the wrapper's, only when `base_version` is the one held.
+        `topic_queue_rows`: more changed topics, as in `register_broker`."""
         live = self.broker_live_table.get(broker_addr)
         if live is None or live.data_version != base_version:
             return RegisterOutcome(None, None, False, False, full_registration_needed=True)
@@ -245,14 +264,16 @@ class RouteInfoManager:
         deleted = list(deleted_topics)
         if broker_id == MASTER_ID:
             for key, config in changed.items():
-                self._put_queue_data(broker_name, config.topic_name or key, config)
+                self._put_queue_data(broker_name, config.topic_name or key, _counts(config))
+            for counts, topics in topic_queue_rows:
+                self._put_queue_datas(broker_name, topics, counts)
             self._remove_group_from_topics(broker_name, deleted)
         live.last_update_timestamp = self.clock()
         live.data_version = topic_config_wrapper.data_version
         live.connection = connection
         live.ha_server_addr = ha_server_addr
         ha_addr, master_addr = self._master_of(broker_data, broker_id)
-        updated = broker_id == MASTER_ID and bool(changed or deleted)
+        updated = broker_id == MASTER_ID and bool(changed or topic_queue_rows or deleted)
         return RegisterOutcome(ha_addr, master_addr, False, updated)
 
     def _stale_epoch(
@@ -301,13 +322,18 @@ class RouteInfoManager:
         broker_addr: str,
         wrapper: TopicConfigSerializeWrapper,
         split: tuple[int, int] | None,
+        rows: Sequence[tuple[QueueCounts, list[str]]],
     ) -> None:
         table = wrapper.topic_config_table
         for key, config in table.items():
-            self._put_queue_data(broker_name, config.topic_name or key, config)
+            self._put_queue_data(broker_name, config.topic_name or key, _counts(config))
+        for counts, topics in rows:
+            self._put_queue_datas(broker_name, topics, counts)
         if not self.delete_topic_with_broker_registration:
             return
         present = {config.topic_name or key for key, config in table.items()}
+        for _, topics in rows:
+            present.update(topics)
         if split is not None:  # the table is the union of the parts: gather until the last
             index, count = split
             seen = set() if index == 0 else self._split_topics.get(broker_addr, set())
@@ -320,28 +346,36 @@ class RouteInfoManager:
         gone = [t for t, q in self.topic_queue_table.items() if broker_name in q]
         self._remove_group_from_topics(broker_name, (t for t in gone if t not in present))
 
-    def _put_queue_data(self, broker_name: str, topic: str, config: TopicConfig) -> None:
-        # One QueueData per distinct value, shared by every topic that has it (a broker's
-        # topics mostly have the same few): a million topics make a handful of objects, not a
-        # million, and the garbage collector has that many fewer to walk. Shared values are
-        # never changed in place (`_set_perm` replaces them; routes hand out copies).
-        key = (
-            broker_name,
-            config.read_queue_nums,
-            config.write_queue_nums,
-            config.perm,
-            config.topic_sys_flag,
-        )
-        queue_data = self._queue_datas.get(key)
-        if queue_data is None:
+    def _put_queue_data(self, broker_name: str, topic: str, counts: QueueCounts) -> None:
+        self._put_queue_datas(broker_name, (topic,), counts)
+
+    def _put_queue_datas(
+        self, broker_name: str, topics: Collection[str], counts: QueueCounts
+    ) -> None:
+        # One QueueData per distinct value, and one {brokerName: QueueData} for the topics
+        # served by that group alone, shared by every topic that has it (a broker's topics
+        # mostly have the same few): a million topics make a handful of objects, not a million
+        # (the garbage collector has that many fewer to walk), and a part of new topics goes
+        # into the table in one C-level update. Shared values are never changed in place
+        # (module docstring).
+        key = (broker_name, *counts)
+        shared = self._queue_datas.get(key)
+        if shared is None:
             if len(self._queue_datas) >= _MAX_SHARED_QUEUE_DATAS:
                 self._queue_datas.clear()
-            queue_data = self._queue_datas[key] = QueueData(*key)
-        queues = self.topic_queue_table.get(topic)
-        if queues is None:
-            self.topic_queue_table[topic] = {broker_name: queue_data}
-        else:
-            queues[broker_name] = queue_data
+            queue_data = QueueData(broker_name, *counts)
+            shared = self._queue_datas[key] = (queue_data, {broker_name: queue_data})
+        queue_data, alone = shared
+        table = self.topic_queue_table
+        if len(topics) > 1 and table.keys().isdisjoint(topics):
+            table.update(dict.fromkeys(topics, alone))
+            return
+        for topic in topics:
+            queues = table.get(topic)
+            if queues is None or (len(queues) == 1 and broker_name in queues):
+                table[topic] = alone
+            else:
+                table[topic] = {**queues, broker_name: queue_data}
 
     def is_topic_config_changed(self, broker_addr: str, data_version: DataVersion) -> bool:
         """True unless the address's last registration carried exactly this data version."""
@@ -423,13 +457,15 @@ class RouteInfoManager:
         self._remove_group_from_topics(broker_name, list(self.topic_queue_table))
 
     def _remove_group_from_topics(self, broker_name: str, topics: Iterable[str]) -> None:
+        table = self.topic_queue_table
         for topic in list(topics):
-            queues = self.topic_queue_table.get(topic)
-            if queues is None:
+            queues = table.get(topic)
+            if queues is None or broker_name not in queues:
                 continue
-            queues.pop(broker_name, None)
-            if not queues:
-                del self.topic_queue_table[topic]
+            if len(queues) == 1:
+                del table[topic]
+            else:
+                table[topic] = {name: q for name, q in queues.items() if name != broker_name}
 
     # --- topics ---------------------------------------------------------------------------
 
@@ -443,10 +479,14 @@ class RouteInfoManager:
             del self.topic_queue_table[topic]
             return True
         names = self.cluster_addr_table.get(cluster_name, set())
-        removed = [n for n in names if queues.pop(n, None) is not None]
-        if not queues:
+        if names.isdisjoint(queues):
+            return False
+        left = {name: q for name, q in queues.items() if name not in names}
+        if left:
+            self.topic_queue_table[topic] = left
+        else:
             del self.topic_queue_table[topic]
-        return bool(removed)
+        return True
 
     def wipe_write_perm(self, broker_name: str) -> int:
         """Take write permission off every topic of a group (drain it); returns the topic count."""
@@ -458,11 +498,20 @@ class RouteInfoManager:
 
     def _set_perm(self, broker_name: str, change: Callable[[int], int]) -> int:
         count = 0
-        for queues in self.topic_queue_table.values():
+        table = self.topic_queue_table
+        # old value's id -> (the old value, kept alive so that its id stays its own; the new
+        # one): topics that shared a value share its replacement
+        replaced: dict[int, tuple[Mapping[str, QueueData], Mapping[str, QueueData]]] = {}
+        for topic, queues in table.items():
             queue_data = queues.get(broker_name)
-            if queue_data is not None:  # shared with other topics: replaced, not changed
-                queues[broker_name] = dataclasses.replace(queue_data, perm=change(queue_data.perm))
-                count += 1
+            if queue_data is None:
+                continue
+            done = replaced.get(id(queues))
+            if done is None:  # shared with other topics: replaced, not changed
+                changed = dataclasses.replace(queue_data, perm=change(queue_data.perm))
+                done = replaced[id(queues)] = (queues, {**queues, broker_name: changed})
+            table[topic] = done[1]  # an existing key: the table's size does not change
+            count += 1
         return count
 
     # --- queries --------------------------------------------------------------------------

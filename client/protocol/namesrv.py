@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -112,6 +113,7 @@ __all__ = [
     "PutKVConfigRequestHeader",
     "QueryDataVersionRequestHeader",
     "QueryDataVersionResult",
+    "QueueCounts",
     "RegisterBrokerBody",
     "RegisterBrokerRequestHeader",
     "RegisterBrokerResult",
@@ -343,7 +345,73 @@ class KVTable:
 # gate and its processor both read each one (an immutable `bytes`), and a 1,000,000-topic
 # table registers in 1,250 parts of 800, each decoded twice before: 40 % of the name server's
 # work for them (py-spy). Readers must not change the decoded body.
-_last_decoded: tuple[object, bool, RegisterBrokerBody] | None = None
+_last_decoded: tuple[object, tuple[bool, bool], RegisterBrokerBody] | None = None
+
+# What a name server keeps of a topic's config: (readQueueNums, writeQueueNums, perm,
+# topicSysFlag).
+QueueCounts = tuple[int, int, int, int]
+
+# One topic of a registration's topicConfigTable exactly as brokers write it (tidemq's
+# `compact_json(TopicConfig.to_dict())`, RocketMQ's fastjson without pretty printing): a valid
+# topic name as the key and as its topicName (also a valid broker-kind name for the name gate:
+# the gate has nothing left to check), JSON integers below 10^9 (so within a Java int, no sign,
+# no leading zero), one of the two filter types. Groups: the key, then everything from
+# readQueueNums to topicSysFlag's value (topics with equal counts have equal texts there).
+_INT: Final = r"(?:0|[1-9][0-9]{0,8})"
+_ROUTE_ENTRY: Final = (
+    r'"([%|a-zA-Z0-9_-]{1,127})":\{"topicName":"\{ref}",'
+    rf'("readQueueNums":{_INT},"writeQueueNums":{_INT},"perm":{_INT},'
+    rf'"topicFilterType":"(?:SINGLE_TAG|MULTI_TAG)","topicSysFlag":{_INT}),'
+    r'"order":(?:true|false)\}'
+)
+_ROUTE_TABLE_START: Final = '{"topicConfigSerializeWrapper":{"topicConfigTable":{'
+# A body whose table is one or more such entries, up to the table's end: the whole table
+# checked in C, then its entries taken by `_ROUTE_ENTRIES`.
+_ROUTE_TABLE: Final = re.compile(
+    re.escape(_ROUTE_TABLE_START)
+    + "(?:"
+    + _ROUTE_ENTRY.replace("{ref}", "1")
+    + ",)*"
+    + _ROUTE_ENTRY.replace("{ref}", "3")
+    + r"\}"
+)
+_ROUTE_ENTRIES: Final = re.compile(_ROUTE_ENTRY.replace("{ref}", "1"))
+# Each entry's topicName in a table `_ROUTE_TABLE` matched (there equal to its key).
+_ROUTE_NAMES: Final = re.compile(r'\{"topicName":"([^"]*)"')
+_COUNTS: Final = re.compile(r"[0-9]+")
+
+
+def _route_rows(body: bytes) -> tuple[int, int, list[tuple[QueueCounts, list[str]]]] | None:
+    """(where the table's entries begin, where they end, its topics grouped by their counts)
+    when the whole topicConfigTable of `body` is in the brokers' shape, else None."""
+    if not body.startswith(_ROUTE_TABLE_START_BYTES):
+        return None
+    try:
+        text = body.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    matched = _ROUTE_TABLE.match(text)
+    if matched is None:
+        return None
+    start, end = len(_ROUTE_TABLE_START), matched.end() - 1
+    # A part's topics mostly have equal counts: then their names are all that is taken, and
+    # each step is a loop in C. (Each entry holds one counts text, followed by a comma.)
+    names = _ROUTE_NAMES.findall(text, start, end)
+    last = matched.group(4)
+    if text.count(last + ",", start, end) == len(names):
+        return start, end, [(_counts_of(last), names)]
+    groups: dict[str, list[str]] = {}
+    for name, counts_text in _ROUTE_ENTRIES.findall(text, start, end):
+        groups.setdefault(counts_text, []).append(name)
+    return start, end, [(_counts_of(t), group) for t, group in groups.items()]
+
+
+def _counts_of(text: str) -> QueueCounts:
+    read, write, perm, flag = map(int, _COUNTS.findall(text))
+    return read, write, perm, flag
+
+
+_ROUTE_TABLE_START_BYTES: Final = _ROUTE_TABLE_START.encode()
 
 
 @dataclass(slots=True)
@@ -358,6 +426,9 @@ class RegisterBrokerBody:
     # broker for the change to apply, and the topics deleted since then.
     base_data_version: DataVersion | None = None
     deleted_topics: list[str] = field(default_factory=list)
+    # Topics read by `decode_routes` without a TopicConfig (never by `decode`, never encoded),
+    # grouped by their (readQueueNums, writeQueueNums, perm, topicSysFlag).
+    topic_queue_rows: list[tuple[QueueCounts, list[str]]] = field(default_factory=list)
 
     def encode(self, compressed: bool = False) -> bytes:
         if compressed:
@@ -376,11 +447,11 @@ class RegisterBrokerBody:
         """The body as sent; the last one decoded is remembered (`_last_decoded`)."""
         global _last_decoded
         last = _last_decoded
-        if last is not None and last[0] is body and last[1] == compressed:
+        if last is not None and last[0] is body and last[1] == (compressed, False):
             return last[2]
         decoded = cls._decode(body, compressed)
         if isinstance(body, bytes):
-            _last_decoded = (body, compressed, decoded)
+            _last_decoded = (body, (compressed, False), decoded)
         return decoded
 
     @classmethod
@@ -403,6 +474,35 @@ class RegisterBrokerBody:
         base_version = _from_dict(DataVersion.from_dict, base, "RegisterBrokerBody.baseDataVersion")
         deleted = _str_list(obj.get("deletedTopicList"), "RegisterBrokerBody.deletedTopicList")
         return cls(topics, filters, base_version, deleted)
+
+    @classmethod
+    def decode_routes(cls, body: Body, compressed: bool = False) -> RegisterBrokerBody:
+        """`decode` for a name server, which keeps of each topic only its queue counts, perm
+        and sys flag: a body whose whole topic table is in the shape brokers write
+        (`_ROUTE_ENTRY`) has those read straight into `topic_queue_rows`, without a decoded
+        object per topic, and its `topic_config_wrapper` holds the version and no topics. Any
+        other body is `decode`d. The last one read is remembered, as by `decode`."""
+        global _last_decoded
+        last = _last_decoded
+        if last is not None and last[0] is body and last[1] == (compressed, True):
+            return last[2]
+        if compressed or not isinstance(body, bytes):
+            return cls.decode(body, compressed)
+        rows = _route_rows(body)
+        if rows is None:
+            decoded = cls.decode(body, compressed)
+        else:
+            table_start, table_end, entries = rows
+            # the rest of the body read as usual, the table cut out
+            decoded = cls._decode(body[:table_start] + body[table_end:], False)
+            decoded.topic_queue_rows = entries
+        _last_decoded = (body, (compressed, True), decoded)
+        return decoded
+
+    @property
+    def topic_count(self) -> int:
+        rows = sum(len(names) for _, names in self.topic_queue_rows)
+        return len(self.topic_config_wrapper.topic_config_table) + rows
 
     @classmethod
     def empty(cls) -> RegisterBrokerBody:

@@ -42,4 +42,10 @@ def test_the_scale_section_measures_every_figure() -> None:
     cpu_last = results["creation CPU per topic, last 10 %"].value
     assert cpu_first > 0 and cpu_last > 0  # the daemons' CPU was read
     assert results["creation CPU per topic, last 10 % / first 10 %"].value == cpu_last / cpu_first
+    per_cpu = results["creation rate per daemon CPU second, last 10 % / first 10 %"]
+    assert per_cpu.value == cpu_first / cpu_last and per_cpu.target == 0.8  # the target
+    assert results["creation rate, last 10 % / first 10 %"].target is None  # reported only
     assert results["broker restart: listening and routable"].value > 0
+    assert results["broker restart: broker CPU until routable"].value > 0
+    assert results["broker restart: name server CPU until routable"].value > 0
+    assert results["broker CPU per send to a random topic"].value > 0

@@ -116,6 +116,10 @@ async def create_topics(
     when the broker serves them, else one by one; appended to `run`'s timeline."""
     if run is None:
         run = CreationRun(await serves_topic_lists(api, broker))
+    if cpu is not None and not run.cpu_timeline:
+        # where the spans begin: the daemons' CPU before the first request (their start-up's
+        # CPU is not the creation's)
+        run.cpu_timeline.append((run.topics, cpu()))
     begin = time.perf_counter() if started is None else started
     done = run.topics
     size = batch_size if run.batch else 1

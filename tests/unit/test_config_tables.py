@@ -17,7 +17,11 @@ from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.managers.delay_offset import DelayOffsetTable
 from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.table_store import TABLES_FILE, TableStore, TableStoreCorruptError
-from tidemq.broker.managers.topic_config import TopicConfigManager, parse_topic_wrapper
+from tidemq.broker.managers.topic_config import (
+    LAZY_ROW_SQL,
+    TopicConfigManager,
+    parse_topic_wrapper,
+)
 from tidemq.client.protocol.models import DataVersion, SubscriptionGroupConfig, TopicConfig
 
 BROKER = BrokerConfig(broker_cluster_name="DefaultCluster", broker_name="broker-a")
@@ -44,6 +48,9 @@ def test_json_files_are_imported_once_then_only_exported(tmp_path: Path) -> None
     (tmp_path / "topics.json").write_text(topics_json(3))
     manager = TopicConfigManager(tmp_path, BROKER)
     assert manager.load()
+    with sqlite3.connect(tmp_path / TABLES_FILE) as db:  # the next start need not check rows
+        checked = db.execute("SELECT rule FROM config_checked WHERE tbl = 'topics'").fetchall()
+    assert checked == [(LAZY_ROW_SQL,)]
     assert manager.data_version == DataVersion(1700000000000, 9)
     manager.update(TopicConfig("Added", 2, 2))
     manager.close()
@@ -414,3 +421,79 @@ def test_rows_of_other_shapes_and_invalid_names_take_the_checked_path(tmp_path: 
     assert "x.y" not in reloaded and "x.y" not in dict(reloaded.json_rows())
     assert "x*" not in reloaded and "x*" not in dict(reloaded.json_rows())
     assert reloaded.select("B") == TopicConfig("B", 8, 8)
+
+
+def test_rows_all_of_the_kept_shape_are_not_checked_again_until_a_row_is_not(
+    tmp_path: Path,
+) -> None:
+    """A read that found every row in the shape kept as text records it (config_checked); the
+    next reads take the rows without evaluating the shape's expression, until a row not in it
+    is written, by any connection (a trigger forgets the record). Renamed expressions (another
+    version's) get their own triggers, the old ones dropped."""
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    manager.update_many([TopicConfig(f"T{i}", 8, 8) for i in range(300)])
+    manager.close()
+
+    def load_statements() -> tuple[list[str], TopicConfigManager]:
+        loaded = TopicConfigManager(tmp_path, BROKER)
+        statements: list[str] = []
+        loaded.store._db.set_trace_callback(statements.append)
+        assert loaded.load()
+        loaded.close()
+        return [s for s in statements if s.startswith("SELECT key") and "GLOB" in s], loaded
+
+    # recorded when the defaults were stored; the broker's writes since kept the shape
+    evaluated, loaded = load_statements()
+    assert evaluated == []
+    assert loaded.select("T299") == TopicConfig("T299", 8, 8)
+    spaced = '{"topicName": "T7", "readQueueNums": 3}'
+    with sqlite3.connect(tmp_path / TABLES_FILE) as db:  # as the sqlite3 shell would
+        db.execute("UPDATE config_rows SET value = ? WHERE key = 'T7'", (spaced,))
+    evaluated, loaded = load_statements()
+    assert evaluated  # checked again: the row is read the checked way
+    assert loaded.select("T7") == TopicConfig("T7", 3, 16)
+    evaluated, _ = load_statements()
+    assert evaluated  # still there: nothing recorded
+    with sqlite3.connect(tmp_path / TABLES_FILE) as db:
+        db.execute("DELETE FROM config_rows WHERE key = 'T7'")
+        db.execute(
+            "INSERT INTO config_rows VALUES ('topics', 'New', ?)",
+            (
+                '{"topicName":"New","readQueueNums":2,"writeQueueNums":2,"perm":6,'
+                '"topicFilterType":"SINGLE_TAG","topicSysFlag":0,"order":false}',
+            ),
+        )
+    evaluated, _ = load_statements()
+    assert evaluated  # the record was gone; all in the shape again: recorded
+    evaluated, loaded = load_statements()
+    assert evaluated == [] and loaded.select("New") == TopicConfig("New", 2, 2)
+    # another expression: evaluated, and only its triggers left
+    store = TableStore(tmp_path / TABLES_FILE)
+    rows, _version, kept = store.read_split("topics", "length(key) > 0 AND value GLOB '{*'")
+    assert rows == {} and {"T0", "T299", "New"} <= kept.keys()
+    store.close()
+    with sqlite3.connect(tmp_path / TABLES_FILE) as db:
+        triggers = [
+            name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        ]
+    assert len(triggers) == 2 and all(name.startswith("checked_topics_") for name in triggers)
+    evaluated, _ = load_statements()
+    assert evaluated  # the topic manager's expression: not the one recorded
+
+
+def test_a_read_only_store_of_an_older_version_reads_its_rows_checked(tmp_path: Path) -> None:
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    manager.update_many([TopicConfig("A", 8, 8)])
+    manager.close()
+    with sqlite3.connect(tmp_path / TABLES_FILE) as db:  # as an older version left it
+        for (name,) in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+        ).fetchall():
+            db.execute(f'DROP TRIGGER "{name}"')
+        db.execute("DROP TABLE config_checked")
+    store = TableStore(tmp_path / TABLES_FILE, readonly=True)
+    rows, _version, kept = store.read_split("topics", "value GLOB '{*'")
+    assert rows == {} and "A" in kept
+    store.close()

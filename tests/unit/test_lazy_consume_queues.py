@@ -452,8 +452,9 @@ def test_a_file_made_after_its_folder_was_synced_gets_its_own_sync(
 async def test_a_flush_pass_looks_at_the_queues_written_since(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """24 queues; after one put, a flush pass flushes that queue alone, and a queue whose pass
-    left pages unflushed (fewer than the least pages) is looked at again by the next."""
+    """24 queues; after one put, a flush pass flushes that queue alone. A queue a pass left
+    with fewer pages than its least pages is not looked at by the next such pass (nothing could
+    have changed that), only after it is written again, and by a pass of least pages 0."""
     store = STORES.open(tmp_path)
     await store.start()
     try:
@@ -468,15 +469,30 @@ async def test_a_flush_pass_looks_at_the_queues_written_since(
             return original(queue, *args)
 
         monkeypatch.setattr(ConsumeQueue, "flush", counting)
-        msg = MessageToStore("T4", 1, body(4, 1, PER_QUEUE), encode_properties({}))
-        assert (await store.put_message(msg)).status is PutStatus.PUT_OK
-        await store.reput.wait_idle()
+
+        async def put(queue_id: int) -> None:
+            msg = MessageToStore("T4", queue_id, body(4, 1, PER_QUEUE), encode_properties({}))
+            assert (await store.put_message(msg)).status is PutStatus.PUT_OK
+            await store.reput.wait_idle()
+
+        await put(1)
         await store.flusher.flush_consume_queues(1000)  # 1,000 pages least: not flushed
         assert flushed == [("T4", 1)]
-        assert store.dirty_queues == {store.consume_queues[("T4", 1)]}
-        await store.flusher.flush_consume_queues(0)
-        assert flushed == [("T4", 1), ("T4", 1)]
-        assert store.dirty_queues == set()
-        assert not store.consume_queues[("T4", 1)].unflushed
+        t4_1 = store.consume_queues[("T4", 1)]
+        assert store.dirty_queues == set() and store.flusher.below_least_pages == {t4_1}
+        await store.flusher.flush_consume_queues(1000)
+        assert flushed == [("T4", 1)]  # not looked at again
+        await put(2)
+        t4_2 = store.consume_queues[("T4", 2)]
+        await store.flusher.flush_consume_queues(1000)
+        assert flushed == [("T4", 1), ("T4", 2)]
+        assert store.flusher.below_least_pages == {t4_1, t4_2}
+        await put(1)  # written again: looked at again
+        await store.flusher.flush_consume_queues(1000)
+        assert flushed == [("T4", 1), ("T4", 2), ("T4", 1)]
+        await store.flusher.flush_consume_queues(0)  # the thorough pass: every one left
+        assert sorted(flushed[3:]) == [("T4", 1), ("T4", 2)]
+        assert store.dirty_queues == set() and store.flusher.below_least_pages == set()
+        assert not t4_1.unflushed and not t4_2.unflushed
     finally:
         await store.stop()

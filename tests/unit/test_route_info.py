@@ -662,3 +662,64 @@ def test_topics_of_equal_queue_data_share_one_value_never_changed_in_place(world
     world.register(M, 0, {"T0": 4, "T1": 2}, counter=2)
     assert world.queues("T0") == {"broker-a": (4, 4, PERM_READ_WRITE)}
     assert world.queues("T1") == {"broker-a": (2, 2, PERM_READ_WRITE), "broker-b": (4, 4, 6)}
+
+
+def test_topics_read_as_rows_share_one_mapping_that_no_change_alters(world: World) -> None:
+    """Topics registered as `topic_queue_rows` (a name server's reading of a brokers'-shape
+    body): one {brokerName: QueueData} for all that one group serves with equal counts; every
+    change to one topic (another group, a deletion on a cluster, a group leaving, a perm
+    change) gives that topic a new mapping and leaves the shared one as it was."""
+    names = [f"T{i}" for i in range(1000)]
+
+    def register(
+        addr: str, name: str, cluster: str, topics: list[str], q: int, counter: int = 1
+    ) -> None:
+        world.routes.register_broker(
+            cluster_name=cluster,
+            broker_addr=addr,
+            broker_name=name,
+            broker_id=0,
+            ha_server_addr=addr,
+            topic_config_wrapper=TopicConfigSerializeWrapper({}, DataVersion(7, counter)),
+            filter_server_list=None,
+            connection=Conn(addr),
+            topic_queue_rows=[((q, q, PERM_READ_WRITE, 0), topics)],
+        )
+
+    register(M, "broker-a", "C1", names, 8)
+    table = world.routes.topic_queue_table
+    shared = table["T0"]
+    assert all(table[name] is shared for name in names)
+    assert dict(shared) == {"broker-a": shared["broker-a"]}
+    register(B, "broker-b", "C2", ["T1", "T2"], 4)
+    assert world.queues("T1") == {"broker-a": (8, 8, 6), "broker-b": (4, 4, 6)}
+    assert world.routes.delete_topic("T2", "C2")
+    assert not world.routes.delete_topic("T3", "C2")  # not on that cluster: nothing removed
+    assert world.queues("T2") == {"broker-a": (8, 8, 6)}
+    assert world.routes.wipe_write_perm("broker-a") == 1000
+    wiped = table["T0"]
+    # those that shared a mapping share its replacement (T1 and T2 got their own above)
+    assert wiped is not shared
+    assert all(table[name] is wiped for name in names if name not in ("T1", "T2"))
+    assert world.queues("T1") == {"broker-a": (8, 8, PERM_READ), "broker-b": (4, 4, 6)}
+    assert world.routes.unregister_broker(
+        cluster_name="C2", broker_addr=B, broker_name="broker-b", broker_id=0
+    )
+    assert world.queues("T1") == {"broker-a": (8, 8, PERM_READ)}
+    register(M, "broker-a", "C1", ["T5"], 2, counter=2)  # one topic's counts changed
+    assert world.queues("T5") == {"broker-a": (2, 2, PERM_READ_WRITE)}
+    assert world.queues("T6") == {"broker-a": (8, 8, PERM_READ)}
+    assert dict(shared) == {"broker-a": shared["broker-a"]}  # never changed in place
+    assert shared["broker-a"].perm == PERM_READ_WRITE
+    assert world.routes.delete_topic("T7")
+    assert world.routes.get_route("T7") is None and world.routes.get_route("T8") is not None
+    assert world.routes.delete_topic("T9", "C1")  # a topic of a shared mapping, on its cluster
+    assert world.routes.get_route("T9") is None
+    assert world.queues("T8") == {"broker-a": (8, 8, PERM_READ)}
+    # a group whose topics share one mapping leaves: every one of them goes, none left empty
+    register(S, "broker-c", "C3", ["X0", "X1", "X2", "T8"], 3)
+    assert world.routes.unregister_broker(
+        cluster_name="C3", broker_addr=S, broker_name="broker-c", broker_id=0
+    )
+    assert not {"X0", "X1", "X2"} & table.keys()
+    assert world.queues("T8") == {"broker-a": (8, 8, PERM_READ)}
