@@ -47,5 +47,7 @@ def test_the_scale_section_measures_every_figure() -> None:
     assert results["creation rate, last 10 % / first 10 %"].target is None  # reported only
     assert results["broker restart: listening and routable"].value > 0
     assert results["broker restart: broker CPU until routable"].value > 0
-    assert results["broker restart: name server CPU until routable"].value > 0
+    # Read in clock ticks (10 ms) from /proc: the name server takes a registration of 6,000
+    # topics in a few milliseconds, so this span may read 0 here (at 1M topics it is ~1 s).
+    assert "broker restart: name server CPU until routable" in results
     assert results["broker CPU per send to a random topic"].value > 0
