@@ -37,7 +37,6 @@ from tidemq.client.protocol.headers import (
     ViewMessageRequestHeader,
     encode,
     header_schema,
-    send_v2_ext_fields,
 )
 from tidemq.client.protocol.heartbeat import (
     CheckClientRequestBody,
@@ -321,18 +320,7 @@ class BrokerAPI:
         remoting = self.remoting
         connection = remoting.ready_connection(address) if self._signer is None else None
         if connection is None or (opaque := connection.writable_opaque()) is None:
-            ext = send_v2_ext_fields(
-                template.producer_group,
-                template.topic,
-                template.default_topic,
-                template.default_topic_queue_nums,
-                queue_id,
-                sys_flag,
-                born_timestamp,
-                flag,
-                properties,
-                template.batch,
-            )
+            ext = template.ext_fields(queue_id, sys_flag, born_timestamp, flag, properties)
             raw = await self.send_fields(
                 address, ext, queue_id, body, timeout=timeout, batch=template.batch
             )

@@ -63,6 +63,23 @@ class SendFrameTemplate:
     middle: bytes | None
     tail: bytes | None
 
+    def ext_fields(
+        self, queue_id: int, sys_flag: int, born_timestamp: int, flag: int, properties: str | None
+    ) -> dict[str, str]:
+        """The extFields of one send of these values (`headers.send_v2_ext_fields`)."""
+        return send_v2_ext_fields(
+            self.producer_group,
+            self.topic,
+            self.default_topic,
+            self.default_topic_queue_nums,
+            queue_id,
+            sys_flag,
+            born_timestamp,
+            flag,
+            properties,
+            self.batch,
+        )
+
 
 def _packed(*items: object) -> bytes:
     return b"".join(msgpack.packb(item, use_bin_type=True) for item in items)
@@ -114,18 +131,7 @@ def encode_send_head(
     body: bytes,
 ) -> bytes:
     """The frame's prefix and msgpack header of one send of `body` (module docstring)."""
-    ext = send_v2_ext_fields(
-        template.producer_group,
-        template.topic,
-        template.default_topic,
-        template.default_topic_queue_nums,
-        queue_id,
-        sys_flag,
-        born_timestamp,
-        flag,
-        properties,
-        template.batch,
-    )
+    ext = template.ext_fields(queue_id, sys_flag, born_timestamp, flag, properties)
     command = RemotingCommand(
         template.code, _PYTHON, DEFAULT_VERSION, opaque, 0, None, ext, body, _MSGPACK
     )
