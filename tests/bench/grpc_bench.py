@@ -39,7 +39,7 @@ from grpc import aio
 
 from tests.bench import Result, env_int, one_broker, run_on_uvloop
 from tests.bench.broker_bench import _pulls
-from tests.bench.client_bench import QUEUES, _config, _create_topics
+from tests.bench.client_bench import QUEUES, _config, _create_topics, _single_sends
 from tests.bench.cpu import BrokerCpu
 from tests.support.processes import free_port
 from tidemq.broker.proxy.protocol import service_pb2 as pb
@@ -55,7 +55,6 @@ from tidemq.broker.proxy.protocol.definition_pb2 import (
     Message as GrpcMessage,
 )
 from tidemq.client.api import BrokerAPI
-from tidemq.client.message import Message, SendStatus
 from tidemq.client.producer import AsyncProducer
 
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
@@ -95,21 +94,6 @@ class _Grpc:
             request_serializer=pb.AckMessageRequest.SerializeToString,
             response_deserializer=pb.AckMessageResponse.FromString,
         )
-
-
-async def _remoting_sends(producer: AsyncProducer, topic: str, messages: int) -> float:
-    remaining = messages
-
-    async def worker() -> None:
-        nonlocal remaining
-        while remaining > 0:
-            remaining -= 1
-            result = await producer.send(Message(topic, BODY))
-            assert result.status is SendStatus.SEND_OK
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
-    return messages / (time.perf_counter() - started)
 
 
 async def _grpc_sends(rpc: _Grpc, topic: str, messages: int) -> float:
@@ -191,7 +175,7 @@ async def _round(
         async with aio.insecure_channel(endpoint) as channel:
             rpc = _Grpc(channel)
             r_send, r_send_cpu = await _measured(
-                pid, messages, _remoting_sends(producer, plain, messages)
+                pid, messages, _single_sends(producer, plain, messages, IN_FLIGHT)
             )
             g_send, g_send_cpu = await _measured(pid, messages, _grpc_sends(rpc, viagrpc, messages))
             per_queue = min([await api.get_max_offset(broker, plain, q) for q in range(QUEUES)])

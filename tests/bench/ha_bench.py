@@ -35,6 +35,7 @@ from pathlib import Path
 from statistics import median
 
 from tests.bench import BROKER_SIZES, Result, env_int, run_on_uvloop, temp_dir
+from tests.bench.client_bench import _create_topics
 from tests.bench.cpu import user_system
 from tests.bench.replicas import ha_status, master_with_slave, wait_slave
 from tests.support.processes import Daemon, ProcessGroup
@@ -43,7 +44,6 @@ from tidemq.client.config import ClientConfig
 from tidemq.client.message import Message
 from tidemq.client.producer import AsyncProducer
 from tidemq.client.protocol.headers import SendMessageRequestHeader
-from tidemq.client.protocol.models import TopicConfig
 from tidemq.client.protocol.namesrv import KVTable
 from tidemq.client.remoting.codes import RequestCode
 from tidemq.store.batch_body import encode_batch_body
@@ -361,20 +361,6 @@ async def _producer_throughput(
     return rate
 
 
-async def _topic_on(namesrv: str, master: str, topic: str) -> None:
-    """`topic` (8 queues) created on `master` alone, and routed by the name server."""
-    api = BrokerAPI(timeout=30)
-    try:
-        await api.create_topic(master, TopicConfig(topic, 8, 8))
-        deadline = time.monotonic() + 30
-        while await api.get_route(namesrv, topic) is None:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no route for {topic}")
-            await asyncio.sleep(0.05)
-    finally:
-        await api.close()
-
-
 async def _latency(address: str, count: int, rate: float) -> tuple[float, float]:
     api = BrokerAPI(timeout=30)
     latencies = []
@@ -453,8 +439,8 @@ async def _run(group: ProcessGroup, namesrv: Daemon, folder: Path) -> list[Resul
     async_master, _ = master_with_slave(group, namesrv, folder, "ASYNC_MASTER", "broker-async")
     await wait_slave(sync_master.address)
     await wait_slave(async_master.address)
-    await _topic_on(namesrv.address, sync_master.address, SYNC_TOPIC)
-    await _topic_on(namesrv.address, async_master.address, ASYNC_TOPIC)
+    await _create_topics(namesrv.address, sync_master.address, SYNC_TOPIC)
+    await _create_topics(namesrv.address, async_master.address, ASYNC_TOPIC)
     producer = AsyncProducer(
         "BenchHAPG",
         config=ClientConfig.create(

@@ -36,6 +36,8 @@ from pathlib import Path
 
 from tests.bench import BROKER_SIZES, Result, env_int, one_broker, run_on_uvloop, temp_dir
 from tests.bench.broker_bench import QUEUES, TOPIC, _batched_sends, _pulls, _single_sends
+from tests.bench.client_bench import _create_topics
+from tests.bench.client_bench import _single_sends as _producer_single_sends
 from tests.bench.cpu import BrokerCpu
 from tests.bench.ha_bench import _catch_up
 from tests.support.certs import Pki, make_pki
@@ -44,7 +46,6 @@ from tidemq.client.api import BrokerAPI
 from tidemq.client.config import ClientConfig
 from tidemq.client.message import Message, SendStatus
 from tidemq.client.producer import AsyncProducer
-from tidemq.client.protocol.models import TopicConfig
 from tidemq.client.remoting.signing import SessionCredentials, signing_key
 from tidemq.client.transport.tls import TlsClientSettings
 
@@ -93,37 +94,6 @@ def _brokers(folder: Path) -> Iterator[tuple[Daemon, Daemon, Daemon]]:
         group.stop_all()
 
 
-async def _topic(
-    namesrv: str, broker: Daemon, topic: str, credentials: SessionCredentials | None
-) -> None:
-    """`topic` (QUEUES queues) created on `broker` alone and routed by the name server."""
-    api = BrokerAPI(credentials=credentials)
-    try:
-        await api.create_topic(broker.address, TopicConfig(topic, QUEUES, QUEUES))
-        deadline = time.monotonic() + 30
-        while await api.get_route(namesrv, topic) is None:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no route for {topic}")
-            await asyncio.sleep(0.05)
-    finally:
-        await api.close()
-
-
-async def _producer_single(producer: AsyncProducer, topic: str, messages: int) -> float:
-    remaining = messages
-
-    async def worker() -> None:
-        nonlocal remaining
-        while remaining > 0:
-            remaining -= 1
-            result = await producer.send(Message(topic, BODY))
-            assert result.status is SendStatus.SEND_OK, result.status
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(64)))
-    return messages / (time.perf_counter() - started)
-
-
 async def _producer_batched(producer: AsyncProducer, topic: str, messages: int) -> float:
     remaining = messages // 32
 
@@ -142,8 +112,8 @@ async def _producer_batched(producer: AsyncProducer, topic: str, messages: int) 
 async def _acl(namesrv: str, plain: Daemon, guarded: Daemon, messages: int) -> list[Result]:
     off = BrokerAPI()
     on = BrokerAPI(credentials=BENCH_ACCOUNT)
-    await _topic(namesrv, plain, PLAIN_TOPIC, None)
-    await _topic(namesrv, guarded, ACL_TOPIC, ADMIN_ACCOUNT)
+    await _create_topics(namesrv, plain.address, PLAIN_TOPIC)
+    await _create_topics(namesrv, guarded.address, ACL_TOPIC, credentials=ADMIN_ACCOUNT)
 
     def config(credentials: SessionCredentials | None) -> ClientConfig:
         return ClientConfig.create(
@@ -171,13 +141,13 @@ async def _acl(namesrv: str, plain: Daemon, guarded: Daemon, messages: int) -> l
             # Warm up: topic creation, routes, connections.
             await _batched_sends(api, broker.address, 3200)
             await _producer_batched(producer, topic, 3200)
-            await _producer_single(producer, topic, 2000)
+            await _producer_single_sends(producer, topic, 2000)
         for _round in range(ROUNDS):
             for acl, api, producer, broker, topic in sides:
                 assert broker.pid is not None
                 phases: tuple[tuple[str, int, Callable[[int], Awaitable[float]]], ...] = (
                     ("batched", messages, partial(_producer_batched, producer, topic)),
-                    ("single", messages // 4, partial(_producer_single, producer, topic)),
+                    ("single", messages // 4, partial(_producer_single_sends, producer, topic)),
                     ("batched-api", messages, partial(_batched_sends, api, broker.address)),
                     ("single-api", messages // 4, partial(_single_sends, api, broker.address)),
                 )
