@@ -377,7 +377,8 @@ cdef class _SegmentWindow:
         self.held = False
 
     def __dealloc__(self):
-        self.release()
+        if self.held:  # a scan that raised: its buffer goes with it
+            PyBuffer_Release(&self.buf)
 
     cdef void release(self) noexcept:
         if self.held:
