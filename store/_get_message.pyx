@@ -9,7 +9,9 @@ tests/unit/test_property_predicate.py). A ConsumeQueue unit is 20 big-endian byt
 CommitLog offset (8), its size (4), its tags code (8). With a record filter that carries a
 `predicate` of this module's PropertyPredicate (broker/sql92.py's filters), the scan tests each
 record in place, in C, and calls the filter itself only for the records the predicate leaves
-UNDECIDED; the record is found in the segment of the one before it when it lies there.
+UNDECIDED. Records are found in the segment of the record before when they lie there (a
+`_SegmentWindow`), not by a segment lookup and a view each: a tag filter that passes every
+other record starts a span at each one.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -461,12 +463,16 @@ cdef int _scan_unit_view(
     cdef int answer
     cdef const unsigned char* in_place
     cdef PropertyPredicate predicate = None
-    cdef _SegmentWindow window = None
+    # where records are read (Segment.select's answers), unless a record filter without a
+    # predicate is given each one as a view
+    cdef _SegmentWindow window = _SegmentWindow()
+    cdef bint windowed = True
     if filtering_records:
         found = getattr(record_filter, "predicate", None)
         if isinstance(found, PropertyPredicate):
             predicate = <PropertyPredicate>found
-            window = _SegmentWindow()
+        else:
+            windowed = False
     span_segment = None
     segment = record = None
     result.status = statuses.NO_MATCHED_MESSAGE
@@ -515,10 +521,13 @@ cdef int _scan_unit_view(
             span_end += size
             span_records += 1
         else:
-            if not filtering_records or size <= 0:  # else the filter's look found them
+            if size <= 0:
                 segment = commitlog.segments.find(phy)
                 record = None if segment is None else segment.select(phy - segment.start_offset, size)
                 readable = record is not None
+            elif not filtering_records:  # else the filter's look found it
+                in_place = window.record(commitlog, phy, size)
+                segment, readable = window.segment, in_place != NULL
             if segment is None or not readable:
                 if count == 0:
                     result.status = statuses.MESSAGE_WAS_REMOVING
@@ -529,7 +538,10 @@ cdef int _scan_unit_view(
             if size > 0:
                 span_segment = segment
                 span_start, span_end, span_records = phy, phy + size, 1
-                span_limit = segment.start_offset + segment.read_position
+                if windowed:  # how far the segment was readable when the window opened on it
+                    span_limit = window.limit
+                else:
+                    span_limit = segment.start_offset + segment.read_position
             else:  # a damaged unit: its record stands alone, as the segment gave it
                 result.spans.append(record)
                 result.span_counts.append(1)
@@ -542,8 +554,7 @@ cdef int _scan_unit_view(
             result.status = statuses.FOUND
         count += 1
         next_file_start = -1
-    if window is not None:
-        window.release()
+    window.release()
     if span_segment is not None:
         close_span(result, span_segment, span_start, span_end, span_records)
     result.buffer_total_size = total
