@@ -33,7 +33,7 @@ def property_filter(
             "(enablePropertyFilter=false)",
         )
     try:
-        return compile_sql92(expression or "").matches_record
+        return compile_sql92(expression or "")
     except Sql92Error as exc:
         raise RequestRejected(
             ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"SQL92 expression refused: {exc}"

@@ -47,6 +47,7 @@ from typing import Any, Final
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
+from tidemq.store.property_predicate import MAX_NAMES, PropertyPredicate
 from tidemq.store.record import read_named_properties
 
 MAX_EXPRESSION_LENGTH: Final = 32_768
@@ -136,6 +137,9 @@ class _Node:
     depth: int = 1
     value: Any = None
     name: str = ""  # a property's
+    # The same condition as store/property_predicate.py's tree, when it is one of its tests
+    # (then a pull's scan answers it in C); None for anything else.
+    shape: tuple[Any, ...] | None = None
 
     @property
     def is_condition(self) -> bool:
@@ -143,7 +147,8 @@ class _Node:
 
 
 def _const(value: Any, text: str) -> _Node:
-    return _Node(lambda _p: value, "const", text, 1, value)
+    shape = ("const", value) if type(value) is bool else None
+    return _Node(lambda _p: value, "const", text, 1, value, shape=shape)
 
 
 def _deeper(*children: _Node) -> int:
@@ -256,7 +261,13 @@ def _condition(node: _Node) -> _Node:
         return node
     if node.kind == "prop":
         read = node.evaluate
-        return _Node(lambda p: None if read(p) is None else False, "bool", node.text, node.depth)
+        return _Node(
+            lambda p: None if read(p) is None else False,
+            "bool",
+            node.text,
+            node.depth,
+            shape=("present", node.name),
+        )
     raise Sql92Error(f"expression will not result in a boolean value: {node.text}")
 
 
@@ -294,7 +305,8 @@ def _property_against_number(
             return None
         return test(read(value), constant)
 
-    return _Node(evaluate, "bool", f"{left.text} {op} {right.text}", 2)
+    shape = ("compare", name, op, constant)
+    return _Node(evaluate, "bool", f"{left.text} {op} {right.text}", 2, shape=shape)
 
 
 def _equal_node(left: _Node, right: _Node, *, check: bool = True) -> _Node:
@@ -307,13 +319,48 @@ def _equal_node(left: _Node, right: _Node, *, check: bool = True) -> _Node:
             raise Sql92Error(f"{left.text} cannot be compared with {right.text}")
     lf, rf = left.evaluate, right.evaluate
     return _Node(
-        lambda p: _equal(lf(p), rf(p)), "bool", f"{left.text} = {right.text}", _deeper(left, right)
+        lambda p: _equal(lf(p), rf(p)),
+        "bool",
+        f"{left.text} = {right.text}",
+        _deeper(left, right),
+        shape=_equal_shape(left, right),
     )
+
+
+def _equal_shape(left: _Node, right: _Node) -> tuple[Any, ...] | None:
+    """`property = constant` as a predicate test: a string's bytes, a number (read as the
+    constant's type, as _compare reads it) or IS NULL; a boolean is left to the closures."""
+    if left.kind != "prop" or right.kind != "const":
+        return None
+    value = right.value
+    if value is None:
+        return ("null", left.name)
+    if type(value) is str:
+        text = _utf8(value)
+        return None if text is None else ("text", left.name, text)
+    if type(value) in (int, float):
+        return ("compare", left.name, "=", value)
+    return None
+
+
+def _utf8(text: str) -> bytes | None:
+    """A constant's stored bytes; None for one no value can be (a lone surrogate)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return None
 
 
 def _negated(node: _Node, text: str) -> _Node:
     inner = node.evaluate
-    return _Node(lambda p: _not(inner(p)), "bool", text, node.depth + 1)
+    shape = None if node.shape is None else ("not", node.shape)
+    return _Node(lambda p: _not(inner(p)), "bool", text, node.depth + 1, shape=shape)
+
+
+def _joined(kind: str, nodes: list[_Node]) -> tuple[Any, ...] | None:
+    """AND ("all") or OR ("any") as a predicate test, when every operand is one."""
+    shapes = tuple(n.shape for n in nodes)
+    return None if None in shapes else (kind, shapes)
 
 
 def _all(nodes: list[_Node]) -> Evaluate:
@@ -401,6 +448,11 @@ def _in_node(left: _Node, tokens: list[Token], negate: bool) -> _Node:
         raise Sql92Error(f"IN needs a property on its left, got {left.text}")
     members = frozenset(_string(t) for t in tokens)
     name = left.name
+    texts = [_utf8(m) for m in sorted(members)]
+    shape: tuple[Any, ...] | None = None
+    if None not in texts:
+        shape = ("in", name, tuple(texts))
+        shape = ("not", shape) if negate else shape
 
     def evaluate(p: Properties) -> bool | None:
         value = p.get(name)  # the property node's read, inline
@@ -408,7 +460,8 @@ def _in_node(left: _Node, tokens: list[Token], negate: bool) -> _Node:
             return None
         return (value in members) != negate
 
-    return _Node(evaluate, "bool", f"{left.text} {'NOT ' if negate else ''}IN (...)", 2)
+    text = f"{left.text} {'NOT ' if negate else ''}IN (...)"
+    return _Node(evaluate, "bool", text, 2, shape=shape)
 
 
 def _between(value: _Node, low: _Node, high: _Node, negate: bool) -> _Node:
@@ -429,14 +482,22 @@ def _between(value: _Node, low: _Node, high: _Node, negate: bool) -> _Node:
             _ordered_node(value, low, operator.lt, "<"),
             _ordered_node(value, high, operator.gt, ">"),
         ]
-        evaluate = _property_between(value, low, high, negate) or _any(parts)
-        return _Node(evaluate, "bool", f"{value.text} NOT BETWEEN", _deeper(*parts))
+        fused = _property_between(value, low, high, negate)
+        shape = _joined("any", parts) if fused is None else _between_shape(value, low, high, True)
+        evaluate = fused or _any(parts)
+        return _Node(evaluate, "bool", f"{value.text} NOT BETWEEN", _deeper(*parts), shape=shape)
     parts = [
         _ordered_node(value, low, operator.ge, ">="),
         _ordered_node(value, high, operator.le, "<="),
     ]
-    evaluate = _property_between(value, low, high, negate) or _all(parts)
-    return _Node(evaluate, "bool", f"{value.text} BETWEEN", _deeper(*parts))
+    fused = _property_between(value, low, high, negate)
+    shape = _joined("all", parts) if fused is None else _between_shape(value, low, high, False)
+    evaluate = fused or _all(parts)
+    return _Node(evaluate, "bool", f"{value.text} BETWEEN", _deeper(*parts), shape=shape)
+
+
+def _between_shape(value: _Node, low: _Node, high: _Node, negate: bool) -> tuple[Any, ...]:
+    return ("between", value.name, low.value, high.value, negate)
 
 
 def _property_between(value: _Node, low: _Node, high: _Node, negate: bool) -> Evaluate | None:
@@ -599,13 +660,15 @@ class _Build(Transformer[Token, _Node]):
         if len(items) == 1:
             return items[0]
         nodes = [_condition(n) for n in items]
-        return _Node(_all(nodes), "bool", "... AND ...", _deeper(*nodes))
+        shape = _joined("all", nodes)
+        return _Node(_all(nodes), "bool", "... AND ...", _deeper(*nodes), shape=shape)
 
     def or_expr(self, items: list[_Node]) -> _Node:
         if len(items) == 1:
             return items[0]
         nodes = [_condition(n) for n in items]
-        return _Node(_any(nodes), "bool", "... OR ...", _deeper(*nodes))
+        shape = _joined("any", nodes)
+        return _Node(_any(nodes), "bool", "... OR ...", _deeper(*nodes), shape=shape)
 
 
 _BUILD: Final = _Build()
@@ -615,19 +678,28 @@ _PARSE_LOCK: Final = threading.Lock()
 
 @dataclass(frozen=True, slots=True)
 class Sql92Filter:
-    """A compiled expression: `matches(properties)`, or `matches_record(record)` for a stored
-    record.
+    """A compiled expression: `matches(properties)`, or `matches_record(record)` (also the
+    filter called as a function: a store RecordFilter) for a stored record.
 
     A record's properties are read in place, and only those the expression names (`names`,
     with their wire spelling in `_keys`), each once: the expression then runs over a plain dict
     of them. Decoding all of a message's properties, or looking each one up again at every
     use, cost more than the expression itself.
+
+    `predicate` is the same condition for store/property_predicate.py when the expression is
+    made only of its tests (comparisons of a property with constants, IN, BETWEEN, IS NULL,
+    AND, OR, NOT: nearly every subscription): the compiled scan of a pull answers each record
+    with it in C, and calls `matches_record` only for a record it leaves undecided.
     """
 
     expression: str
     _evaluate: Evaluate
     names: tuple[str, ...] = ()
     _keys: tuple[tuple[str, bytes], ...] = ()
+    predicate: PropertyPredicate | None = None
+
+    def __call__(self, record: memoryview) -> bool:
+        return self.matches_record(record)
 
     def matches(self, properties: Properties) -> bool:
         try:
@@ -681,4 +753,8 @@ def compile_sql92(expression: str) -> Sql92Filter:
     if not isinstance(root, _Node):  # a tail alone cannot reduce to start; kept for safety
         raise Sql92Error("the expression is not a condition")
     keys = tuple((name, name.encode()) for name in names)
-    return Sql92Filter(expression, _condition(root).evaluate, names, keys)
+    condition = _condition(root)
+    predicate = None
+    if condition.shape is not None and len(names) <= MAX_NAMES:
+        predicate = PropertyPredicate(condition.shape)
+    return Sql92Filter(expression, condition.evaluate, names, keys, predicate)

@@ -42,3 +42,36 @@ cdef Py_ssize_t _find_value(
 cdef inline object _value(const unsigned char* data, Py_ssize_t begin, Py_ssize_t stop):
     return PyBytes_FromStringAndSize(<const char*>data + begin, stop - begin)
 
+
+
+cdef inline Py_ssize_t _record_properties(
+    const unsigned char* p, Py_ssize_t size, Py_ssize_t* props_len
+) noexcept nogil:
+    """Where the properties of the whole record p[:size] start (their length in `props_len`),
+    or -1 when its lengths disagree or it has none: record.read_properties' walk, in place.
+    Needs _layout.pxi and common/_bigendian.pxi included before this file."""
+    cdef Py_ssize_t at, topic_end
+    cdef int32_t sys_flag, body_len
+    cdef int length
+    if size < _PREFIX_SIZE:
+        return -1
+    sys_flag = _i32(p + _OFFSET_SYS_FLAG)
+    # fields 10-15 after the prefix: born host, store timestamp, store host, reconsume times,
+    # prepared offset, body length (the last 4 bytes)
+    at = _PREFIX_SIZE + 8 + 12 + 4
+    at += _HOST_V6_SIZE if sys_flag & _FLAG_BORNHOST_V6 else _HOST_V4_SIZE
+    at += _HOST_V6_SIZE if sys_flag & _FLAG_STOREHOST_V6 else _HOST_V4_SIZE
+    if at > size:
+        return -1
+    body_len = _i32(p + at - 4)
+    if body_len < 0 or at + body_len + 3 > size:
+        return -1
+    at += body_len
+    topic_end = at + 1 + p[at]
+    if topic_end + 2 > size:
+        return -1
+    length = _i16(p + topic_end)
+    if length <= 0 or topic_end + 2 + length > size:
+        return -1
+    props_len[0] = length
+    return topic_end + 2

@@ -22,6 +22,7 @@ SELECTING_MODULES = (
     "tidemq.store.index",
     "tidemq.store.index_worker",
     "tidemq.store.javahash",
+    "tidemq.store.property_predicate",
     "tidemq.store.record",
     "tidemq.store.tags",
 )

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from tests.support.speedups_twins import selected
 from tests.support.stores import StoreFactory
+from tidemq.broker.sql92 import Sql92Filter, compile_sql92
 from tidemq.common import speedups
 from tidemq.store import get_message
 from tidemq.store.batch_body import encode_batch_body
@@ -30,6 +31,7 @@ from tidemq.store.config import BrokerRole
 from tidemq.store.consume_queue import iter_units
 from tidemq.store.get_message import GetMessageResult, GetMessageStatus, TransferLimits
 from tidemq.store.message_store import MessageStore
+from tidemq.store.property_predicate import UNDECIDED
 from tidemq.store.record import MessageBatch, MessageToStore, decode_record, encode_properties
 from tidemq.store.tags import MATCH_ALL, parse_tag_expression
 
@@ -277,6 +279,65 @@ async def test_record_filter_sees_each_record_and_found_ones_are_those_records(
         await store.stop()
 
 
+class CountingFilter:
+    """An SQL92 filter (its predicate and its general evaluation), counting the records the
+    scan gives to the general evaluation."""
+
+    def __init__(self, expression: str) -> None:
+        self.sql = compile_sql92(expression)
+        self.predicate = self.sql.predicate
+        self.calls = 0
+
+    def __call__(self, record: memoryview) -> bool:
+        self.calls += 1
+        return self.sql.matches_record(record)
+
+
+async def test_an_sql92_scan_finds_what_the_expression_matches(
+    tmp_path: Path, scan_twin: str
+) -> None:
+    """The compiled scan answers records with the filter's predicate in C, across CommitLog
+    files, and hands the general evaluation only those the predicate leaves undecided; both
+    twins find exactly the records the expression matches, in the same spans."""
+    store = open_store(tmp_path)
+    values = ["1", "3", "x", "9" * 19, "", "4", "2.0"]  # "9" * 19: undecided (its range)
+    regions = ["eu", "us", "ap", "\u00e9"]  # "\u00e9" is undecided for IN
+    try:
+        for i in range(90):
+            props = {"region": regions[i % 4]}
+            if i % 11:
+                props["a"] = values[i % 7]
+            msg = MessageToStore(
+                "Q", 0, bytes([65 + i % 26]) * (60 + i % 50), encode_properties(props)
+            )
+            assert (await store.put_message(msg)).ok
+        await fill(store, "Z", 5)  # another queue's records between: spans break there
+        await fill(store, "Q", 5)
+        store.reput.dispatch_available(1 << 62)
+        assert store.commitlog.max_offset > 3 * FILE
+        counting = CountingFilter("a BETWEEN 0 AND 4 AND region IN ('eu', 'us')")
+        assert counting.predicate is not None
+        stored: list[tuple[int, memoryview]] = []
+        while len(stored) < 95:
+            r = store.get_message("g", "Q", 0, len(stored), 32)
+            stored += zip(r.queue_offsets, r.messages, strict=True)
+        expected = [(q, bytes(raw)) for q, raw in stored if counting.sql.matches_record(raw)]
+        undecided = sum(counting.predicate.test(raw) == UNDECIDED for _q, raw in stored)
+        assert undecided > 0 and len(expected) > 10
+        offset, found, spans = 0, [], 0
+        while offset < 95:
+            r = store.get_message("g", "Q", 0, offset, 7, MATCH_ALL, counting)
+            found += [(q, bytes(m)) for q, m in zip(r.queue_offsets, r.messages, strict=True)]
+            assert b"".join(r.spans) == b"".join(bytes(m) for m in r.messages)
+            spans += len(r.spans)
+            offset = r.next_begin_offset
+        assert found == expected
+        assert spans < len(found)  # records next to each other share a span
+        assert counting.calls == (undecided if scan_twin == "compiled" else 95)
+    finally:
+        await store.stop()
+
+
 async def test_tag_filter_is_by_hash_code_as_in_rocketmq(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     try:
@@ -322,6 +383,17 @@ async def test_message_was_removing_while_commitlog_files_are_deleted(tmp_path: 
         assert store.commitlog.min_offset == 2 * FILE
         removing = store.get_message("g", "A", 0, 0, 32)
         skipping = store.get_message("g", "M", 0, 0, 32)
+        # An SQL92 filter passing every record reads them where they lie: the same answers.
+        everything = compile_sql92("a IS NULL")
+        assert everything.predicate is not None
+        for topic, without in (("A", removing), ("M", skipping)):
+            r = store.get_message("g", topic, 0, 0, 32, MATCH_ALL, everything)
+            assert (r.status, r.next_begin_offset, r.queue_offsets, r.sizes) == (
+                without.status,
+                without.next_begin_offset,
+                without.queue_offsets,
+                without.sizes,
+            )
         assert await task == 2
 
         assert (removing.status, removing.message_count) == (S.MESSAGE_WAS_REMOVING, 0)
@@ -412,8 +484,16 @@ async def test_suggest_pulling_from_slave(tmp_path: Path) -> None:
 # --- spans: records that follow each other in the CommitLog share one view ----------------------
 
 
-def reference_scan(store: MessageStore, topic: str, offset: int, max_msgs: int, tags: str) -> Any:
-    """The scan one record at a time (one `get_record` each): what the spans must equal."""
+def reference_scan(
+    store: MessageStore,
+    topic: str,
+    offset: int,
+    max_msgs: int,
+    tags: str,
+    sql: Sql92Filter | None = None,
+) -> Any:
+    """The scan one record at a time (one `get_record` each, the SQL92 filter's general
+    evaluation on it): what the spans must equal."""
     queue = store.find_consume_queue(topic, 0)
     assert queue is not None
     units = queue.raw_units(offset, max(800, max_msgs))
@@ -451,12 +531,20 @@ def reference_scan(store: MessageStore, topic: str, offset: int, max_msgs: int, 
             status = S.MESSAGE_WAS_REMOVING if not records else status
             next_file = commitlog.next_segment_offset(phy)
             continue
+        if sql is not None and not sql.matches_record(record):
+            continue
         records.append(bytes(record))
         offsets.append(offset + scanned - 1)
         total += size
         status, next_file = S.FOUND, -1
     suggest = commitlog.max_offset - last_phy > limits.memory_bytes
     return status, offset + scanned, records, offsets, total, suggest
+
+
+# Each record's property n, and SQL92 filters on it: "9" * 19 is left undecided by the
+# compiled scan's predicate (the general evaluation answers it).
+SPAN_VALUES = ["0", "1", "2", "3", "4", "5", "6", "9" * 19, "x"]
+SPAN_SQL = ["n BETWEEN 1 AND 4", "TAGS = 'TagB' OR n > 5", "n IN ('x', '2') OR n IS NULL"]
 
 
 @settings(
@@ -470,7 +558,10 @@ def reference_scan(store: MessageStore, topic: str, offset: int, max_msgs: int, 
     ),
     pulls=st.lists(
         st.tuples(
-            st.integers(0, 150), st.integers(1, 40), st.sampled_from(["*", "TagA", "TagA||TagB"])
+            st.integers(0, 150),
+            st.integers(1, 40),
+            st.sampled_from(["*", "TagA", "TagA||TagB"]),
+            st.sampled_from([None, *SPAN_SQL]),
         ),
         min_size=1,
         max_size=8,
@@ -480,7 +571,7 @@ def reference_scan(store: MessageStore, topic: str, offset: int, max_msgs: int, 
 def test_spans_hold_the_records_a_scan_one_by_one_finds(
     tmp_path_factory: pytest.TempPathFactory,
     writes: list[tuple[str, int, bool]],
-    pulls: list[tuple[int, int, str]],
+    pulls: list[tuple[int, int, str, str | None]],
     ram: int,
 ) -> None:
     """Batches and single sends of two topics interleave, so records of a queue sit in runs of
@@ -493,7 +584,12 @@ def test_spans_hold_the_records_a_scan_one_by_one_finds(
             sent = 0
             for topic, count, batched in writes:
                 props = [
-                    encode_properties({"TAGS": "TagA" if (sent + i) % 3 else "TagB"})
+                    encode_properties(
+                        {
+                            "TAGS": "TagA" if (sent + i) % 3 else "TagB",
+                            "n": SPAN_VALUES[(sent + i) % len(SPAN_VALUES)],
+                        }
+                    )
                     for i in range(count)
                 ]
                 bodies = [
@@ -513,11 +609,12 @@ def test_spans_hold_the_records_a_scan_one_by_one_finds(
                 queue = store.find_consume_queue(topic, 0)
                 if queue is None:
                     continue
-                for offset, max_msgs, tags in pulls:
+                for offset, max_msgs, tags, expression in pulls:
                     if offset >= queue.max_offset:
                         continue
+                    sql = None if expression is None else compile_sql92(expression)
                     r = store.get_message(
-                        "g", topic, 0, offset, max_msgs, parse_tag_expression(tags)
+                        "g", topic, 0, offset, max_msgs, parse_tag_expression(tags), sql
                     )
                     got = (
                         r.status,
@@ -527,7 +624,7 @@ def test_spans_hold_the_records_a_scan_one_by_one_finds(
                         r.buffer_total_size,
                         r.suggest_pulling_from_slave,
                     )
-                    assert got == reference_scan(store, topic, offset, max_msgs, tags)
+                    assert got == reference_scan(store, topic, offset, max_msgs, tags, sql)
                     assert b"".join(r.spans) == b"".join(got[2])
                     assert sum(r.span_counts) == r.message_count == len(r.sizes)
         finally:
