@@ -29,9 +29,12 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
+from tidemq.common import speedups
 from tidemq.store.crc import java_crc32
 from tidemq.store.delay import DELAY_MARKER
 from tidemq.store.layout import (
+    FLAG_BORNHOST_V6,
+    FLAG_STOREHOST_V6,
     MAGIC_V1,
     OFFSET_BORN_HOST,
     OFFSET_QUEUE_ID,
@@ -43,6 +46,7 @@ from tidemq.store.layout import (
 )
 from tidemq.store.record import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+    PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
@@ -56,7 +60,6 @@ from tidemq.store.record import (
     check_record_parts,
     decode_properties,
     encode_properties,
-    host_length,
     host_sys_flags,
     pack_host,
     with_property,
@@ -99,7 +102,10 @@ def park_half(msg: MessageToStore) -> None:
 
 def origin_of(half: StoredMessage | HalfRecord) -> int:
     """The queue offset of a transaction's first half message (the same for all its copies)."""
-    text = half.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
+    if isinstance(half, HalfRecord):
+        text = half.prepared_queue_offset
+    else:
+        text = half.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
     if text is not None and text.lstrip("-").isdigit():
         return int(text)
     return half.queue_offset
@@ -162,11 +168,36 @@ _SHORT: Final = struct.Struct(">h")
 _LONG: Final = struct.Struct(">q")
 
 
+def transaction_properties(
+    raw: bytes | memoryview,
+) -> tuple[str, str | None, bytes | None, str | None, int]:
+    """What END_TRANSACTION reads of a half message's raw properties (UTF-8, invalid bytes
+    replaced, decoded as `decode_properties` decodes them): its producer group ("" when none),
+    its TRAN_PREPARED_QUEUE_OFFSET (None when none), and its commit's properties (UTF-8, as
+    `encode_properties` writes `_commit_target`'s), real topic and queue id; those three are
+    None, None, -1 when the half message does not say where it was going. The compiled twin
+    reads the text in one pass, without a dict."""
+    props = decode_properties(str(raw, "utf-8", "replace"))
+    group = props.get(PROPERTY_PRODUCER_GROUP, "")
+    prepared = props.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
+    target = _commit_target(props)
+    if target is None:
+        return group, prepared, None, None, -1
+    topic, queue_id, commit = target
+    return group, prepared, encode_properties(commit).encode(), topic, queue_id
+
+
+transaction_properties = speedups.select(
+    transaction_properties, "tidemq.broker.transaction._records"
+)
+
+
 @dataclass(slots=True)
 class HalfRecord:
     """A record read where it lies (`view`: its bytes in the mapped CommitLog, not a copy)
-    and what END_TRANSACTION looks at: its queue offset, sysFlag, raw topic and properties
-    (decoded as `decode_record` decodes them). `body_at`/`body_end` bound its body."""
+    and what END_TRANSACTION looks at: its queue offset, sysFlag, raw topic and what
+    `transaction_properties` reads of its properties (decoded as `decode_record` decodes
+    them). `body_at`/`body_end` bound its body."""
 
     view: memoryview
     physical_offset: int
@@ -175,7 +206,11 @@ class HalfRecord:
     topic: bytes
     body_at: int
     body_end: int
-    properties: dict[str, str]
+    group: str
+    prepared_queue_offset: str | None
+    commit_properties: bytes | None
+    real_topic: str | None
+    real_queue_id: int
 
 
 def read_half(view: memoryview) -> HalfRecord | None:
@@ -189,7 +224,8 @@ def read_half(view: memoryview) -> HalfRecord | None:
     )
     if magic != MAGIC_V1 or total < _PREFIX.size or total > size:
         return None
-    at = _PREFIX.size + host_length(sys_flag, store=False) + 8 + host_length(sys_flag, store=True)
+    at = _PREFIX.size + (20 if sys_flag & FLAG_BORNHOST_V6 else 8) + 8
+    at += 20 if sys_flag & FLAG_STOREHOST_V6 else 8
     if at + 16 > total:
         return None
     body_at = at + 16
@@ -211,13 +247,13 @@ def read_half(view: memoryview) -> HalfRecord | None:
         bytes(view[body_end + 1 : topic_end]),
         body_at,
         body_end,
-        decode_properties(str(view[topic_end + 2 : total], "utf-8", "replace")),
+        *transaction_properties(view[topic_end + 2 : total]),
     )
 
 
 # Properties that make the store move a message elsewhere (a delay level, a timer): such a
 # commit goes through `MessageStore.put_message` (`committed_message`).
-_PARKING_MARKERS: Final = (DELAY_MARKER, TIMER_MARKER)
+_PARKING_MARKERS: Final = (DELAY_MARKER.encode(), TIMER_MARKER.encode())
 
 
 def commit_record(half: HalfRecord, max_message_size: int) -> EncodedRecord | None:
@@ -226,17 +262,16 @@ def commit_record(half: HalfRecord, max_message_size: int) -> EncodedRecord | No
     when the half message does not say where it was going, or when its commit must go through
     the store's parking of delayed and timer messages (`committed_message` then).
     RecordTooLargeError for a limit the commit breaks."""
-    target = _commit_target(half.properties)
-    if target is None:
+    props_raw = half.commit_properties
+    topic = half.real_topic
+    if props_raw is None or topic is None:
         return None
-    topic, queue_id, props = target
-    text = encode_properties(props)
     for marker in _PARKING_MARKERS:
-        if marker in text:
+        if marker in props_raw:
             return None
+    queue_id = half.real_queue_id
     view = half.view
     topic_raw = topic.encode()
-    props_raw = text.encode()
     body_at, body_end = half.body_at, half.body_end
     total = body_end + 3 + len(topic_raw) + len(props_raw)
     sys_flag = (half.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE
@@ -250,7 +285,7 @@ def commit_record(half: HalfRecord, max_message_size: int) -> EncodedRecord | No
     data += topic_raw
     data += _SHORT.pack(len(props_raw))
     data += props_raw
-    store_ts_at = OFFSET_BORN_HOST + host_length(sys_flag, store=False)
+    store_ts_at = OFFSET_BORN_HOST + (20 if sys_flag & FLAG_BORNHOST_V6 else 8)
     return EncodedRecord(data, store_ts_at, topic, queue_id, sys_flag)
 
 

@@ -46,7 +46,6 @@ from tidemq.store.layout import (
 )
 from tidemq.store.message_store import MessageStore
 from tidemq.store.record import (
-    PROPERTY_PRODUCER_GROUP,
     EncodedRecord,
     MessageToStore,
     RecordTooLargeError,
@@ -267,7 +266,7 @@ class TransactionalMessageService:
                 f"the transaction state table offset wrong: {header.tran_state_table_offset}, "
                 f"the half message's is {half.queue_offset}",
             )
-        group = half.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        group = half.group
         if group != header.producer_group:
             return EndOutcome(
                 ResponseCode.SYSTEM_ERROR,

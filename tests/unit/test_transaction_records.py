@@ -27,6 +27,7 @@ from tidemq.broker.transaction.messages import (
     committed_message,
     op_message,
     op_record,
+    origin_of,
     park_half,
     read_half,
 )
@@ -163,7 +164,16 @@ def test_a_half_record_is_read_as_decode_record_reads_it(
         decoded.sys_flag,
     )
     assert half.topic.decode("utf-8", "replace") == decoded.topic
-    assert half.properties == decoded.properties
+    props = decoded.properties
+    assert half.group == props.get("PGROUP", "")
+    assert half.prepared_queue_offset == props.get("TRAN_PREPARED_QUEUE_OFFSET")
+    assert origin_of(half) == origin_of(decoded)
+    committed = committed_message(decoded)
+    if committed is None:
+        assert (half.commit_properties, half.real_topic, half.real_queue_id) == (None, None, -1)
+    else:
+        assert half.commit_properties == committed.properties.encode()
+        assert (half.real_topic, half.real_queue_id) == (committed.topic, committed.queue_id)
     assert bytes(half.view[half.body_at : half.body_end]) == decoded.body
 
 
