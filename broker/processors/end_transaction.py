@@ -13,18 +13,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Final
 
-from tidemq.broker.processors.decoding import request_header
 from tidemq.broker.remoting.server import RequestRejected
 from tidemq.broker.transaction.service import TransactionalMessageService
-from tidemq.client.protocol.headers import EndTransactionRequestHeader
+from tidemq.client.protocol.headers import (
+    EndTransactionRequestHeader,
+    HeaderFieldError,
+    header_schema,
+)
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
+
+# Kept, not looked up per request (decoding.request_header's decode, one call deep).
+_DECODE_END: Final = header_schema(EndTransactionRequestHeader).decode
 
 
 class EndTransactionProcessor:
@@ -44,7 +50,10 @@ class EndTransactionProcessor:
             raise RequestRejected(
                 ResponseCode.SLAVE_NOT_AVAILABLE, "a slave does not end transactions"
             )
-        header = request_header(EndTransactionRequestHeader, request)
+        try:
+            header = _DECODE_END(request.ext_fields)
+        except HeaderFieldError as exc:
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         outcome = await self.transactions.end(header)
         if outcome.code != ResponseCode.SUCCESS:
             log.info(

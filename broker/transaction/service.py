@@ -26,7 +26,6 @@ from tidemq.broker.transaction.messages import (
     HALF_QUEUE_ID,
     HALF_TOPIC,
     OP_TOPIC,
-    HalfRecord,
     commit_record,
     committed_message,
     op_half_offset,
@@ -81,6 +80,18 @@ class EndOutcome:
 
     code: int
     remark: str | None = None
+
+
+# Frozen: one outcome for every END that succeeds.
+_ENDED: Final = EndOutcome(ResponseCode.SUCCESS)
+
+
+def _no_half(header: EndTransactionRequestHeader) -> EndOutcome:
+    return EndOutcome(
+        ResponseCode.SYSTEM_ERROR,
+        f"no half message at commitLogOffset {header.commit_log_offset}: "
+        "find prepared transaction message failed",
+    )
 
 
 def units_from(queue: ConsumeQueue, start: int) -> Iterator[tuple[int, int, int]]:
@@ -230,36 +241,59 @@ class TransactionalMessageService:
         """Commit or roll back the half message the header names (checkPrepareMessage's checks
         first); see the module docstring for why an origin must be pending."""
         state = header.commit_or_rollback
-        if state == TRANSACTION_NOT_TYPE:
-            return EndOutcome(
-                ResponseCode.SUCCESS, "state UNKNOWN: the transaction stays open for the check"
-            )
-        if state not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+        if state != TRANSACTION_COMMIT_TYPE and state != TRANSACTION_ROLLBACK_TYPE:
+            if state == TRANSACTION_NOT_TYPE:
+                return EndOutcome(
+                    ResponseCode.SUCCESS, "state UNKNOWN: the transaction stays open for the check"
+                )
             return EndOutcome(
                 ResponseCode.ILLEGAL_OPERATION,
                 f"commitOrRollback {state} is none of 0 (unknown), 8 (commit), 12 (rollback)",
             )
-        view = self._record_view(header.commit_log_offset)
-        half = None if view is None else read_half(view)
+        # The records are made while the half record's view is held, and the view let go
+        # before the first await: the mapped file must not be held past it.
+        view = self.store.commitlog.record_at(header.commit_log_offset, _MAX_RECORD)  # inline
+        if view is None:
+            return _no_half(header)
         try:
-            return await self._end(header, state, half)
+            ending = self._ending(header, state, view)
         finally:
-            # The mapped file must not be held by a view past this request (nor across its
-            # awaits: _end lets go of it before its first).
-            if half is not None:
-                half.view = _NO_VIEW
-            if view is not None:
-                view.release()
-
-    async def _end(
-        self, header: EndTransactionRequestHeader, state: int, half: HalfRecord | None
-    ) -> EndOutcome:
-        if half is None or half.topic != _HALF_TOPIC_RAW:
-            return EndOutcome(
-                ResponseCode.SYSTEM_ERROR,
-                f"no half message at commitLogOffset {header.commit_log_offset}: "
-                "find prepared transaction message failed",
+            view.release()
+        if isinstance(ending, EndOutcome):
+            return ending
+        origin, current, half_queue_offset, records, parked, store_host = ending
+        if parked is not None:
+            result = await self.store.put_message(parked)
+            if not result.ok:
+                return self._not_committed(origin, current, result.status, result.remark)
+            self.committed += 1
+            await self.write_op(half_queue_offset)
+            return _ENDED
+        result = await self.store.put_encoded(records, store_host)
+        if not result.ok:
+            if len(records) > 1:
+                return self._not_committed(origin, current, result.status, result.remark)
+            # A rollback: this process knows (the table); a restart would check it again.
+            log.error(
+                "op message for half message %d not stored: %s",
+                half_queue_offset,
+                result.status.value,
             )
+        elif len(records) > 1:
+            self.committed += 1
+        if len(records) == 1:
+            self.rolled_back += 1
+        return _ENDED
+
+    def _ending(
+        self, header: EndTransactionRequestHeader, state: int, view: memoryview
+    ) -> EndOutcome | tuple[int, int, int, list[EncodedRecord], MessageToStore | None, bytes]:
+        """END's checks and records, from the half record's bytes in `view`: the refusal, or
+        (origin, its queue offset in the table, the half's queue offset, the records to put,
+        a commit the store must park instead, the store host)."""
+        half = read_half(view)
+        if half is None or half.topic != _HALF_TOPIC_RAW:
+            return _no_half(header)
         if half.queue_offset != header.tran_state_table_offset:
             return EndOutcome(
                 ResponseCode.SYSTEM_ERROR,
@@ -292,38 +326,17 @@ class TransactionalMessageService:
             if commit is not None:
                 records.append(commit)
             else:
-                stored = self.store.look_message_by_offset(header.commit_log_offset, len(half.view))
+                stored = self.store.look_message_by_offset(header.commit_log_offset, len(view))
                 parked = None if stored is None else committed_message(stored)
                 if parked is None:
                     log.warning(
                         "half message at %d has no REAL_TOPIC: rolled back", half.queue_offset
                     )
-        half_queue_offset = half.queue_offset
-        half.view = _NO_VIEW  # no view of the mapped file across an await
-        if parked is not None:
-            result = await self.store.put_message(parked)
-            if not result.ok:
-                return self._not_committed(origin, current, result.status, result.remark)
-            self.committed += 1
-            await self.write_op(half_queue_offset)
-            return EndOutcome(ResponseCode.SUCCESS)
+        half.view = _NO_VIEW
         store_host = self.store_host()
-        records.append(op_record(half_queue_offset, store_host))
-        result = await self.store.put_encoded(records, store_host)
-        if not result.ok:
-            if len(records) > 1:
-                return self._not_committed(origin, current, result.status, result.remark)
-            # A rollback: this process knows (the table); a restart would check it again.
-            log.error(
-                "op message for half message %d not stored: %s",
-                half_queue_offset,
-                result.status.value,
-            )
-        elif len(records) > 1:
-            self.committed += 1
-        if len(records) == 1:
-            self.rolled_back += 1
-        return EndOutcome(ResponseCode.SUCCESS)
+        if parked is None:
+            records.append(op_record(half.queue_offset, store_host))
+        return origin, current, half.queue_offset, records, parked, store_host
 
     def _not_committed(
         self, origin: int, current: int, status: PutStatus, remark: str
