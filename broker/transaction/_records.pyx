@@ -4,6 +4,9 @@ twin).
 
     transaction_properties  broker/transaction/messages.py  what END_TRANSACTION reads of a half
                             message's properties, and its commit's properties
+    commit_record           broker/transaction/messages.py  the committed message's record, from
+                            the half record's bytes
+    op_record               broker/transaction/messages.py  the op message's record
 
 Each has a pure-Python twin of the same name, the reference: same arguments, same result, same
 exceptions (tests/unit/test_speedups_transactions.py checks it with hypothesis). The fast path
@@ -13,14 +16,23 @@ to the pure twin.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from libc.string cimport memchr, memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy, memset
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char* data, Py_ssize_t size, const char* errors)
 
 include "../../store/common/_twins.pxi"
+include "../../store/common/_bigendian.pxi"
+
+import time as _time
+
+from tidemq.store.crc import crc32 as _crc32
+from tidemq.store.record import EncodedRecord as _EncodedRecord
+from tidemq.store.record import check_record_parts as _check_record_parts
 
 cdef enum:
     _MAX_ITEMS = 64
@@ -166,3 +178,138 @@ def transaction_properties(raw):
         )
     finally:
         PyBuffer_Release(&buf)
+
+
+# --- the records END stores -------------------------------------------------------------------
+
+cdef enum:
+    _MAGIC_V1 = -626843481  # 0xDAA320A7
+    _TRANSACTION_MASK = 0xC
+    _COMMIT = 0x8
+    _BORN_V6 = 0x10
+    _STORE_V6 = 0x20
+    _OFFSET_QUEUE_ID = 12
+    _OFFSET_SYS_FLAG = 36
+    _OFFSET_BORN_HOST = 48
+
+cdef const char* _DELAY_MARKER = b"DELAY\x01"
+cdef const char* _TIMER_MARKER = b"TIMER_DEL"
+# what follows an op record's body: its topic and properties (messages._OP_TAIL)
+cdef const char* _OP_TAIL = (
+    b"\x1bRMQ_SYS_TRANS_OP_HALF_TOPIC\x00\x12TAGS\x01d\x02WAIT\x01false\x02"
+)
+cdef enum:
+    _OP_TAIL_SIZE = 1 + 27 + 2 + 18
+
+
+cdef bint _contains(const char* p, Py_ssize_t size, const char* needle, Py_ssize_t n):
+    cdef Py_ssize_t i
+    for i in range(size - n + 1):
+        if p[i] == needle[0] and memcmp(p + i, needle, n) == 0:
+            return True
+    return False
+
+
+def commit_record(half, max_message_size):
+    cdef Py_buffer buf
+    cdef Py_ssize_t body_at, body_end, total, props_size, topic_size
+    cdef long long queue_id, physical, sys_flag
+    cdef unsigned char* out
+    props_raw = half.commit_properties
+    topic = half.real_topic
+    if props_raw is None or topic is None:
+        return None
+    if type(props_raw) is not bytes or type(topic) is not str or type(half.view) is not memoryview:
+        return _pure("tidemq.broker.transaction.messages.commit_record")(half, max_message_size)
+    props_size = len(<bytes>props_raw)
+    if _contains(PyBytes_AS_STRING(props_raw), props_size, _DELAY_MARKER, 6) or _contains(
+        PyBytes_AS_STRING(props_raw), props_size, _TIMER_MARKER, 9
+    ):
+        return None
+    py_queue_id, py_physical, py_flag = half.real_queue_id, half.physical_offset, half.sys_flag
+    py_body_at, py_body_end = half.body_at, half.body_end
+    if (
+        type(py_queue_id) is not int
+        or not -2**31 <= py_queue_id < 2**31
+        or type(py_physical) is not int
+        or not -2**63 <= py_physical < 2**63
+        or type(py_flag) is not int
+        or not -2**31 <= py_flag < 2**31
+        or type(py_body_at) is not int
+        or type(py_body_end) is not int
+        or not 12 <= py_body_at <= py_body_end < 2**31
+    ):
+        return _pure("tidemq.broker.transaction.messages.commit_record")(half, max_message_size)
+    queue_id, physical, sys_flag = py_queue_id, py_physical, py_flag
+    body_at, body_end = py_body_at, py_body_end
+    topic_raw = topic.encode()
+    topic_size = len(<bytes>topic_raw)
+    total = body_end + 3 + topic_size + props_size
+    sys_flag = (sys_flag & ~_TRANSACTION_MASK) | _COMMIT
+    _check_record_parts(
+        body_end - body_at, sys_flag, topic_raw, props_raw, total, max_message_size
+    )
+    if topic_size > 255 or props_size > 32767 or total >= 2**31:
+        return _pure("tidemq.broker.transaction.messages.commit_record")(half, max_message_size)
+    PyObject_GetBuffer(half.view, &buf, PyBUF_SIMPLE)
+    try:
+        if buf.len < body_end:
+            return _pure("tidemq.broker.transaction.messages.commit_record")(half, max_message_size)
+        data = bytearray(total)
+        out = <unsigned char*>PyByteArray_AS_STRING(data)
+        memcpy(out, buf.buf, body_end)
+    finally:
+        PyBuffer_Release(&buf)
+    _put32(out, <uint32_t>total)
+    _put32(out + _OFFSET_QUEUE_ID, <uint32_t>queue_id)
+    _put32(out + _OFFSET_SYS_FLAG, <uint32_t>sys_flag)
+    _put64(out + body_at - 12, <uint64_t>physical)  # PREPAREDTRANSACTIONOFFSET
+    out[body_end] = <unsigned char>topic_size
+    memcpy(out + body_end + 1, PyBytes_AS_STRING(topic_raw), topic_size)
+    out[body_end + 1 + topic_size] = <unsigned char>(props_size >> 8)
+    out[body_end + 2 + topic_size] = <unsigned char>(props_size & 0xFF)
+    memcpy(out + body_end + 3 + topic_size, PyBytes_AS_STRING(props_raw), props_size)
+    store_ts_at = _OFFSET_BORN_HOST + (20 if sys_flag & _BORN_V6 else 8)
+    return _EncodedRecord(data, store_ts_at, topic, py_queue_id, sys_flag)
+
+
+def op_record(half_queue_offset, store_host, now=None):
+    cdef Py_ssize_t host, body_size, total, at
+    cdef unsigned char* out
+    cdef long long born
+    if (
+        type(half_queue_offset) is not int
+        or type(store_host) is not bytes
+        or (len(<bytes>store_host) != 8 and len(<bytes>store_host) != 20)
+        or (now is not None and (type(now) is not int or not -2**63 <= now < 2**63))
+    ):
+        return _pure("tidemq.broker.transaction.messages.op_record")(
+            half_queue_offset, store_host, now
+        )
+    born = int(_time.time() * 1000) if now is None else now
+    host = len(<bytes>store_host)
+    body = str(half_queue_offset).encode()
+    body_size = len(<bytes>body)
+    # fields 1-9, born host, store timestamp, store host, reconsume, prepared, body length
+    total = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + host + 8 + host + 4 + 8 + 4 + body_size
+    total += _OP_TAIL_SIZE
+    data = bytearray(total)
+    out = <unsigned char*>PyByteArray_AS_STRING(data)
+    memset(out, 0, total)
+    _put32(out, <uint32_t>total)
+    _put32(out + 4, <uint32_t>_MAGIC_V1)
+    _put32(out + 8, <uint32_t>(_crc32(body) & 0x7FFFFFFF))
+    # queue id 0, flag 0, queue offset and physical offset 0 (at append)
+    sys_flag = (_BORN_V6 | _STORE_V6) if host == 20 else 0
+    _put32(out + 36, <uint32_t>sys_flag)
+    _put64(out + 40, <uint64_t>born)
+    memcpy(out + 48, PyBytes_AS_STRING(store_host), host)
+    at = 48 + host + 8  # the store timestamp: at append
+    memcpy(out + at, PyBytes_AS_STRING(store_host), host)
+    at += host + 4 + 8  # reconsume times, prepared transaction offset: 0
+    _put32(out + at, <uint32_t>body_size)
+    memcpy(out + at + 4, PyBytes_AS_STRING(body), body_size)
+    memcpy(out + at + 4 + body_size, _OP_TAIL, _OP_TAIL_SIZE)
+    return _EncodedRecord(
+        data, _OFFSET_BORN_HOST + host, "RMQ_SYS_TRANS_OP_HALF_TOPIC", 0, sys_flag
+    )

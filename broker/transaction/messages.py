@@ -78,10 +78,17 @@ HALF_QUEUE_ID: Final = 0
 _PREPARED_MARKER: Final = f"{PROPERTY_TRANSACTION_PREPARED}\x01"
 
 
+# A half message as our producer sends it: TRAN_MSG=true first, and named nowhere else.
+_PREPARED_FIRST: Final = f"{PROPERTY_TRANSACTION_PREPARED}\x01true\x02"
+_PREPARED_AGAIN: Final = f"\x02{_PREPARED_MARKER}"
+
+
 def is_prepared_send(properties: str) -> bool:
     """True when a send's properties ask for a half message (TRAN_MSG=true, any case)."""
     if _PREPARED_MARKER not in properties:
         return False
+    if properties.startswith(_PREPARED_FIRST) and _PREPARED_AGAIN not in properties:
+        return True  # what decoding them says, without the dict: no other TRAN_MSG item
     value = decode_properties(properties).get(PROPERTY_TRANSACTION_PREPARED, "")
     return value.strip().lower() == "true"
 
@@ -289,6 +296,9 @@ def commit_record(half: HalfRecord, max_message_size: int) -> EncodedRecord | No
     return EncodedRecord(data, store_ts_at, topic, queue_id, sys_flag)
 
 
+commit_record = speedups.select(commit_record, "tidemq.broker.transaction._records")
+
+
 def checked_copy(half: StoredMessage, *, count_check: bool) -> MessageToStore:
     """The copy a check puts at the end of the half queue: the origin recorded and, when it
     counts as a check, TRANSACTION_CHECK_TIMES one higher."""
@@ -384,6 +394,9 @@ def op_record(half_queue_offset: int, store_host: bytes, now: int | None = None)
     return EncodedRecord(
         data, OFFSET_BORN_HOST + len(store_host), OP_TOPIC, HALF_QUEUE_ID, sys_flag
     )
+
+
+op_record = speedups.select(op_record, "tidemq.broker.transaction._records")
 
 
 def op_half_offset(op: StoredMessage) -> int | None:

@@ -1,15 +1,19 @@
 """The transaction twins: compiled and pure give the same values and errors.
 
-`transaction_properties` (broker/transaction/_records.pyx against broker/transaction/messages.py)
-on property texts as the broker stores them (pairs, no name twice: the fast path) and on any
-other text (items without or with two separators, names twice, invalid UTF-8, non-ASCII and
-over-long REAL_QIDs, more than 64 items), as bytes and as a memoryview. On well-formed input
+`transaction_properties`, `commit_record` and `op_record` (broker/transaction/_records.pyx
+against broker/transaction/messages.py). `transaction_properties` on property texts as the
+broker stores them (pairs, no name twice: the fast path) and on any other text (items without or
+with two separators, names twice, invalid UTF-8, non-ASCII and over-long REAL_QIDs, more than
+64 items), as bytes and as a memoryview. On well-formed input
 the compiled fast path must do the work itself: `fast_path_only` makes a hand-over to the pure
-twin fail.
+twin fail. The record builders on the half records of test_transaction_records (whole, cut and
+damaged; IPv4 and IPv6 hosts; limits the commit breaks; queue ids and offsets out of range; a view
+cut short) and op records of any offset, host and birth.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,10 +22,25 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.speedups_twins import selected
+from tests.unit.test_transaction_records import (
+    HOST4,
+    HOST6,
+    MAX_MESSAGE_SIZE,
+    damaged,
+    half_records,
+)
 from tidemq.broker.transaction import _records
-from tidemq.broker.transaction import messages as _messages  # noqa: F401 (registers the twin)
+from tidemq.broker.transaction.messages import park_half, read_half
 from tidemq.common import speedups
-from tidemq.store.record import encode_properties
+from tidemq.store.layout import TRANSACTION_PREPARED_TYPE
+from tidemq.store.record import (
+    EncodedRecord,
+    MessageToStore,
+    RecordTooLargeError,
+    check_record,
+    encode_properties,
+    pack_record,
+)
 
 KEY = "tidemq.broker.transaction.messages.transaction_properties"
 
@@ -147,3 +166,104 @@ def test_a_broker_half_message_is_read_on_the_fast_path() -> None:
 def test_other_types_go_to_the_pure_twin() -> None:
     for raw in ("REAL_TOPIC\x01T\x02", 3, None, bytearray(b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02")):
         assert outcome(_records.transaction_properties, raw) == outcome(pure, raw)
+
+
+# --- the records END stores -------------------------------------------------------------------
+
+COMMIT_KEY = "tidemq.broker.transaction.messages.commit_record"
+OP_KEY = "tidemq.broker.transaction.messages.op_record"
+
+
+def test_the_compiled_record_builders_are_selected() -> None:
+    assert selected(COMMIT_KEY) is _records.commit_record
+    assert selected(OP_KEY) is _records.op_record
+
+
+def record_outcome(make: Any, *args: Any) -> Any:
+    try:
+        return make(*args)
+    except struct.error as exc:
+        return ("struct.error", type(exc))  # the message names the format, not the value
+    except (ValueError, OverflowError, TypeError, RecordTooLargeError) as exc:
+        return (type(exc), str(exc))
+
+
+@given(half_records(), st.data(), st.sampled_from([MAX_MESSAGE_SIZE, 16, 1 << 20]))
+def test_a_commit_record_is_built_alike(record: bytes, data: st.DataObject, limit: int) -> None:
+    half = read_half(memoryview(damaged(record, data)))
+    if half is None:
+        return
+    compiled = record_outcome(_records.commit_record, half, limit)
+    assert compiled == record_outcome(speedups.PURE_TWINS[COMMIT_KEY], half, limit)
+
+
+@given(
+    half_records(),
+    st.integers(-(2**33), 2**33),
+    st.integers(-(2**63), 2**63 - 1),
+    st.booleans(),
+)
+def test_a_commit_record_of_odd_fields_is_built_alike(
+    record: bytes, queue_id: int, physical: int, short_view: bool
+) -> None:
+    half = read_half(memoryview(record))
+    assert half is not None
+    half.real_queue_id = queue_id
+    half.physical_offset = physical
+    if short_view:
+        half.view = half.view[: half.body_end - 1]
+    compiled = record_outcome(_records.commit_record, half, 1 << 20)
+    assert compiled == record_outcome(speedups.PURE_TWINS[COMMIT_KEY], half, 1 << 20)
+
+
+@given(
+    st.integers(-(2**70), 2**70) | st.sampled_from([0, 7, -1]),
+    st.sampled_from([HOST4, HOST6, b"", b"\x00" * 9]),
+    st.none() | st.integers(-(2**64), 2**64),
+)
+def test_an_op_record_is_built_alike(offset: int, host: bytes, now: int | None) -> None:
+    if now is None:  # the clock's time: compare what it cannot change
+        compiled = record_outcome(_records.op_record, offset, host)
+        pure_one = record_outcome(speedups.PURE_TWINS[OP_KEY], offset, host)
+        if isinstance(compiled, EncodedRecord) and isinstance(pure_one, EncodedRecord):
+            for one in (compiled, pure_one):
+                one.data[40:48] = bytes(8)  # BORNTIMESTAMP
+        assert compiled == pure_one
+        return
+    compiled = record_outcome(_records.op_record, offset, host, now)
+    assert compiled == record_outcome(speedups.PURE_TWINS[OP_KEY], offset, host, now)
+    if host in (HOST4, HOST6) and -(2**63) <= now < 2**63:
+        with fast_path_only_of(OP_KEY):
+            assert _records.op_record(offset, host, now) == compiled
+
+
+def test_a_broker_commit_is_built_on_the_fast_path() -> None:
+    msg = MessageToStore(
+        "BenchTxn",
+        3,
+        b"x" * 100,
+        "TRAN_MSG\x01true\x02PGROUP\x01PG\x02WAIT\x01true\x02",
+        sys_flag=TRANSACTION_PREPARED_TYPE,
+        born_host=HOST4,
+        store_host=HOST4,
+    )
+    park_half(msg)
+    half = read_half(memoryview(pack_record(msg, check_record(msg, 1 << 20), 5, 4096, 1)))
+    assert half is not None
+    with fast_path_only_of(COMMIT_KEY):
+        compiled = _records.commit_record(half, 1 << 20)
+    assert compiled == speedups.PURE_TWINS[COMMIT_KEY](half, 1 << 20)
+
+
+@contextmanager
+def fast_path_only_of(key: str) -> Iterator[None]:
+    saved = speedups.PURE_TWINS[key]
+
+    def refuse(*_args: Any) -> None:
+        raise AssertionError("the compiled fast path handed well-formed input to the pure twin")
+
+    speedups.PURE_TWINS[key] = refuse
+    try:
+        yield
+    finally:
+        speedups.PURE_TWINS[key] = saved

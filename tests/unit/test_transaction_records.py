@@ -25,6 +25,7 @@ from tidemq.broker.transaction.messages import (
     OP_TOPIC,
     commit_record,
     committed_message,
+    is_prepared_send,
     op_message,
     op_record,
     origin_of,
@@ -349,3 +350,11 @@ async def test_a_record_is_read_where_it_starts_and_nowhere_else(tmp_path: Path)
     assert commitlog.record_at(-1, 1 << 20) is None  # before the log
     assert commitlog.record_at(end, 1 << 20) is None  # nothing readable there yet
     assert commitlog.record_at(phy + 4, 1 << 20) is None  # the magic is no size
+
+
+@given(st.sampled_from(["", "TRAN_MSG\x01true\x02", "TRAN_MSG\x01"]), PROPERTY_TEXT)
+def test_a_half_message_is_told_as_decoding_its_properties_tells_it(start: str, rest: str) -> None:
+    # The test without the dict (TRAN_MSG=true first, named nowhere else) against the decode.
+    text = start + rest
+    value = decode_properties(text).get("TRAN_MSG", "")
+    assert is_prepared_send(text) == (value.strip().lower() == "true")
