@@ -198,8 +198,20 @@ cdef const char* _TIMER_MARKER = b"TIMER_DEL"
 cdef const char* _OP_TAIL = (
     b"\x1bRMQ_SYS_TRANS_OP_HALF_TOPIC\x00\x12TAGS\x01d\x02WAIT\x01false\x02"
 )
+_OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 cdef enum:
     _OP_TAIL_SIZE = 1 + 27 + 2 + 18
+
+
+cdef object _encoded(object data, long long store_ts_at, object topic, object queue_id, long long sys_flag):
+    """An EncodedRecord with its slots set here: its dataclass __init__ is a Python frame."""
+    record = _EncodedRecord.__new__(_EncodedRecord)
+    record.data = data
+    record.store_ts_at = store_ts_at
+    record.topic = topic
+    record.queue_id = queue_id
+    record.sys_flag = sys_flag
+    return record
 
 
 cdef bint _contains(const char* p, Py_ssize_t size, const char* needle, Py_ssize_t n):
@@ -246,9 +258,17 @@ def commit_record(half, max_message_size):
     topic_size = len(<bytes>topic_raw)
     total = body_end + 3 + topic_size + props_size
     sys_flag = (sys_flag & ~_TRANSACTION_MASK) | _COMMIT
-    _check_record_parts(
-        body_end - body_at, sys_flag, topic_raw, props_raw, total, max_message_size
-    )
+    if (
+        type(max_message_size) is not int
+        or not body_end - body_at <= max_message_size
+        or not 1 <= topic_size <= 127
+        or props_size > 32767
+        or not total <= max_message_size + 64 * 1024
+        or (PyBytes_AS_STRING(props_raw)[props_size - 1] if props_size else PyBytes_AS_STRING(topic_raw)[topic_size - 1]) == 0
+    ):  # check_record_parts' tests: it says which limit is broken
+        _check_record_parts(
+            body_end - body_at, sys_flag, topic_raw, props_raw, total, max_message_size
+        )
     if topic_size > 255 or props_size > 32767 or total >= 2**31:
         return _pure("tidemq.broker.transaction.messages.commit_record")(half, max_message_size)
     PyObject_GetBuffer(half.view, &buf, PyBUF_SIMPLE)
@@ -270,7 +290,7 @@ def commit_record(half, max_message_size):
     out[body_end + 2 + topic_size] = <unsigned char>(props_size & 0xFF)
     memcpy(out + body_end + 3 + topic_size, PyBytes_AS_STRING(props_raw), props_size)
     store_ts_at = _OFFSET_BORN_HOST + (20 if sys_flag & _BORN_V6 else 8)
-    return _EncodedRecord(data, store_ts_at, topic, py_queue_id, sys_flag)
+    return _encoded(data, store_ts_at, topic, py_queue_id, sys_flag)
 
 
 def op_record(half_queue_offset, store_host, now=None):
@@ -310,6 +330,4 @@ def op_record(half_queue_offset, store_host, now=None):
     _put32(out + at, <uint32_t>body_size)
     memcpy(out + at + 4, PyBytes_AS_STRING(body), body_size)
     memcpy(out + at + 4 + body_size, _OP_TAIL, _OP_TAIL_SIZE)
-    return _EncodedRecord(
-        data, _OFFSET_BORN_HOST + host, "RMQ_SYS_TRANS_OP_HALF_TOPIC", 0, sys_flag
-    )
+    return _encoded(data, _OFFSET_BORN_HOST + host, _OP_TOPIC, 0, sys_flag)
