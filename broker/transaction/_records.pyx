@@ -4,6 +4,7 @@ twin).
 
     transaction_properties  broker/transaction/messages.py  what END_TRANSACTION reads of a half
                             message's properties, and its commit's properties
+    read_half               broker/transaction/messages.py  a half record where it lies
     commit_record           broker/transaction/messages.py  the committed message's record, from
                             the half record's bytes
     op_record               broker/transaction/messages.py  the op message's record
@@ -68,8 +69,27 @@ cdef bint _ascii(const unsigned char* p, Py_ssize_t size):
 
 def transaction_properties(raw):
     cdef Py_buffer buf
-    cdef const char* p
-    cdef Py_ssize_t size, start = 0, end, sep, i, j, count = 0, out_size, at
+    try:
+        PyObject_GetBuffer(raw, &buf, PyBUF_SIMPLE)
+    except (TypeError, BufferError):
+        return _pure("tidemq.broker.transaction.messages.transaction_properties")(raw)
+    try:
+        return _transaction_properties(<const char*>buf.buf, buf.len, raw)
+    finally:
+        PyBuffer_Release(&buf)
+
+
+cdef object _properties_pure(const char* p, Py_ssize_t size, object raw):
+    """The pure twin's answer, for what the fast path leaves to it."""
+    if raw is None:
+        raw = PyBytes_FromStringAndSize(p, size)
+    return _pure("tidemq.broker.transaction.messages.transaction_properties")(raw)
+
+
+cdef object _transaction_properties(const char* p, Py_ssize_t size, object raw):
+    """transaction_properties of the `size` bytes at `p`; `raw` (those bytes as an object, or
+    None: a copy is made) is what the pure twin gets."""
+    cdef Py_ssize_t start = 0, end, sep, i, j, count = 0, out_size, at
     cdef Py_ssize_t name_at[_MAX_ITEMS]
     cdef Py_ssize_t name_size[_MAX_ITEMS]
     cdef Py_ssize_t value_at[_MAX_ITEMS]
@@ -79,105 +99,96 @@ def transaction_properties(raw):
     cdef const char* found
     cdef long long queue_id = 0
     cdef char* out
-    try:
-        PyObject_GetBuffer(raw, &buf, PyBUF_SIMPLE)
-    except (TypeError, BufferError):
-        return _pure("tidemq.broker.transaction.messages.transaction_properties")(raw)
-    try:
-        p = <const char*>buf.buf
-        size = buf.len
-        if not _ascii(<const unsigned char*>p, size):
-            try:  # valid UTF-8 decodes and encodes back to the same bytes
-                PyUnicode_DecodeUTF8(p, size, "strict")
-            except UnicodeDecodeError:
-                return _pure("tidemq.broker.transaction.messages.transaction_properties")(raw)
-        # the items, each a pair, no name twice (else the pure twin's dict decides)
-        while start < size:
-            found = <const char*>memchr(p + start, 0x02, size - start)
-            if found == NULL or count == _MAX_ITEMS:
-                return _pure("tidemq.broker.transaction.messages.transaction_properties")(raw)
-            end = found - p
-            found = <const char*>memchr(p + start, 0x01, end - start)
-            if found == NULL:
-                return _pure("tidemq.broker.transaction.messages.transaction_properties")(raw)
-            sep = found - p
-            if memchr(p + sep + 1, 0x01, end - sep - 1) != NULL:
-                return _pure("tidemq.broker.transaction.messages.transaction_properties")(raw)
-            for i in range(count):
-                if name_size[i] == sep - start and memcmp(p + name_at[i], p + start, sep - start) == 0:
-                    return _pure("tidemq.broker.transaction.messages.transaction_properties")(raw)
-            name_at[count] = start
-            name_size[count] = sep - start
-            value_at[count] = sep + 1
-            value_size[count] = end - sep - 1
-            kind[count] = _OTHER
-            if _is(p + start, sep - start, _REAL_TOPIC, 10):
-                topic = count
-                kind[count] = _DROPPED
-            elif _is(p + start, sep - start, _REAL_QID, 8):
-                qid = count
-                kind[count] = _DROPPED
-            elif _is(p + start, sep - start, _TRAN_MSG, 8):
-                kind[count] = _DROPPED
-            elif _is(p + start, sep - start, _PREPARED_OFFSET, 26):
-                prepared = count
-                kind[count] = _DROPPED
-            elif _is(p + start, sep - start, _WAIT_NAME, 4):
-                wait = count
-                kind[count] = _WAIT
-            elif _is(p + start, sep - start, _PGROUP, 6):
-                group = count
-            count += 1
-            start = end + 1
-        group_text = (
-            "" if group < 0 else PyUnicode_DecodeUTF8(p + value_at[group], value_size[group], NULL)
-        )
-        prepared_text = (
-            None
-            if prepared < 0
-            else PyUnicode_DecodeUTF8(p + value_at[prepared], value_size[prepared], NULL)
-        )
-        # where the commit goes: a REAL_TOPIC, and a REAL_QID of digits (str.isdigit)
-        if topic < 0 or value_size[topic] == 0 or qid < 0 or value_size[qid] == 0:
+    if not _ascii(<const unsigned char*>p, size):
+        try:  # valid UTF-8 decodes and encodes back to the same bytes
+            PyUnicode_DecodeUTF8(p, size, "strict")
+        except UnicodeDecodeError:
+            return _properties_pure(p, size, raw)
+    # the items, each a pair, no name twice (else the pure twin's dict decides)
+    while start < size:
+        found = <const char*>memchr(p + start, 0x02, size - start)
+        if found == NULL or count == _MAX_ITEMS:
+            return _properties_pure(p, size, raw)
+        end = found - p
+        found = <const char*>memchr(p + start, 0x01, end - start)
+        if found == NULL:
+            return _properties_pure(p, size, raw)
+        sep = found - p
+        if memchr(p + sep + 1, 0x01, end - sep - 1) != NULL:
+            return _properties_pure(p, size, raw)
+        for i in range(count):
+            if name_size[i] == sep - start and memcmp(p + name_at[i], p + start, sep - start) == 0:
+                return _properties_pure(p, size, raw)
+        name_at[count] = start
+        name_size[count] = sep - start
+        value_at[count] = sep + 1
+        value_size[count] = end - sep - 1
+        kind[count] = _OTHER
+        if _is(p + start, sep - start, _REAL_TOPIC, 10):
+            topic = count
+            kind[count] = _DROPPED
+        elif _is(p + start, sep - start, _REAL_QID, 8):
+            qid = count
+            kind[count] = _DROPPED
+        elif _is(p + start, sep - start, _TRAN_MSG, 8):
+            kind[count] = _DROPPED
+        elif _is(p + start, sep - start, _PREPARED_OFFSET, 26):
+            prepared = count
+            kind[count] = _DROPPED
+        elif _is(p + start, sep - start, _WAIT_NAME, 4):
+            wait = count
+            kind[count] = _WAIT
+        elif _is(p + start, sep - start, _PGROUP, 6):
+            group = count
+        count += 1
+        start = end + 1
+    group_text = (
+        "" if group < 0 else PyUnicode_DecodeUTF8(p + value_at[group], value_size[group], NULL)
+    )
+    prepared_text = (
+        None
+        if prepared < 0
+        else PyUnicode_DecodeUTF8(p + value_at[prepared], value_size[prepared], NULL)
+    )
+    # where the commit goes: a REAL_TOPIC, and a REAL_QID of digits (str.isdigit)
+    if topic < 0 or value_size[topic] == 0 or qid < 0 or value_size[qid] == 0:
+        return group_text, prepared_text, None, None, -1
+    if not _ascii(<const unsigned char*>p + value_at[qid], value_size[qid]):
+        # other digits (str.isdigit takes "²", which int() refuses)
+        return _properties_pure(p, size, raw)
+    for j in range(value_size[qid]):
+        if not (0x30 <= p[value_at[qid] + j] <= 0x39):
             return group_text, prepared_text, None, None, -1
-        if not _ascii(<const unsigned char*>p + value_at[qid], value_size[qid]):
-            # other digits (str.isdigit takes "²", which int() refuses)
-            return _pure("tidemq.broker.transaction.messages.transaction_properties")(raw)
-        for j in range(value_size[qid]):
-            if not (0x30 <= p[value_at[qid] + j] <= 0x39):
-                return group_text, prepared_text, None, None, -1
-        if value_size[qid] > _MAX_DIGITS:
-            return _pure("tidemq.broker.transaction.messages.transaction_properties")(raw)
-        for j in range(value_size[qid]):
-            queue_id = queue_id * 10 + (p[value_at[qid] + j] - 0x30)
-        # the commit's properties: the items in order but those dropped, WAIT false where it
-        # was (or last)
-        out_size = 0
-        for i in range(count):
-            if kind[i] == _OTHER:
-                out_size += name_size[i] + value_size[i] + 2
-        out_size += 11  # WAIT\x01false\x02
-        commit = PyBytes_FromStringAndSize(NULL, out_size)
-        out = PyBytes_AS_STRING(commit)
-        at = 0
-        for i in range(count):
-            if kind[i] == _OTHER:
-                memcpy(out + at, p + name_at[i], name_size[i] + value_size[i] + 2)
-                at += name_size[i] + value_size[i] + 2
-            elif kind[i] == _WAIT:
-                memcpy(out + at, _WAIT_FALSE, 11)
-                at += 11
-        if wait < 0:
+    if value_size[qid] > _MAX_DIGITS:
+        return _properties_pure(p, size, raw)
+    for j in range(value_size[qid]):
+        queue_id = queue_id * 10 + (p[value_at[qid] + j] - 0x30)
+    # the commit's properties: the items in order but those dropped, WAIT false where it
+    # was (or last)
+    out_size = 0
+    for i in range(count):
+        if kind[i] == _OTHER:
+            out_size += name_size[i] + value_size[i] + 2
+    out_size += 11  # WAIT\x01false\x02
+    commit = PyBytes_FromStringAndSize(NULL, out_size)
+    out = PyBytes_AS_STRING(commit)
+    at = 0
+    for i in range(count):
+        if kind[i] == _OTHER:
+            memcpy(out + at, p + name_at[i], name_size[i] + value_size[i] + 2)
+            at += name_size[i] + value_size[i] + 2
+        elif kind[i] == _WAIT:
             memcpy(out + at, _WAIT_FALSE, 11)
-        return (
-            group_text,
-            prepared_text,
-            commit,
-            PyUnicode_DecodeUTF8(p + value_at[topic], value_size[topic], NULL),
-            queue_id,
-        )
-    finally:
-        PyBuffer_Release(&buf)
+            at += 11
+    if wait < 0:
+        memcpy(out + at, _WAIT_FALSE, 11)
+    return (
+        group_text,
+        prepared_text,
+        commit,
+        PyUnicode_DecodeUTF8(p + value_at[topic], value_size[topic], NULL),
+        queue_id,
+    )
 
 
 # --- the records END stores -------------------------------------------------------------------
@@ -331,3 +342,72 @@ def op_record(half_queue_offset, store_host, now=None):
     memcpy(out + at + 4, PyBytes_AS_STRING(body), body_size)
     memcpy(out + at + 4 + body_size, _OP_TAIL, _OP_TAIL_SIZE)
     return _encoded(data, _OFFSET_BORN_HOST + host, _OP_TOPIC, 0, sys_flag)
+
+
+# --- the half record ----------------------------------------------------------------------------
+
+cdef object _HalfRecord = None
+
+
+cdef object _half_record_class():
+    # imported at the first call: messages.py imports this module while it is being defined
+    global _HalfRecord
+    if _HalfRecord is None:
+        from tidemq.broker.transaction.messages import HalfRecord
+
+        _HalfRecord = HalfRecord
+    return _HalfRecord
+
+
+def read_half(view):
+    cdef Py_buffer buf
+    cdef const unsigned char* p
+    cdef Py_ssize_t size, at, body_at, body_end, topic_end, total
+    cdef long long body_len, props_len
+    cdef int32_t sys_flag
+    if type(view) is not memoryview:
+        return _pure("tidemq.broker.transaction.messages.read_half")(view)
+    PyObject_GetBuffer(view, &buf, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char*>buf.buf
+        size = buf.len
+        if size < _OFFSET_BORN_HOST:
+            return None
+        total = _i32(p)
+        if _i32(p + 4) != _MAGIC_V1 or total < _OFFSET_BORN_HOST or total > size:
+            return None
+        sys_flag = _i32(p + _OFFSET_SYS_FLAG)
+        at = _OFFSET_BORN_HOST + (20 if sys_flag & _BORN_V6 else 8) + 8
+        at += 20 if sys_flag & _STORE_V6 else 8
+        if at + 16 > total:
+            return None
+        body_at = at + 16
+        body_len = _i32(p + at + 12)
+        body_end = body_at + body_len
+        if body_len < 0 or body_end + 3 > total:
+            return None
+        topic_end = body_end + 1 + p[body_end]
+        if topic_end + 2 > total:
+            return None
+        props_len = _i16(p + topic_end)
+        if props_len < 0 or topic_end + 2 + props_len != total:
+            return None
+        props = _transaction_properties(<const char*>p + topic_end + 2, props_len, None)
+        half = _half_record_class().__new__(_half_record_class())
+        half.view = view
+        half.physical_offset = _i64(p + 28)
+        half.queue_offset = _i64(p + 20)
+        half.sys_flag = sys_flag
+        half.topic = PyBytes_FromStringAndSize(<const char*>p + body_end + 1, p[body_end])
+        half.body_at = body_at
+        half.body_end = body_end
+        (
+            half.group,
+            half.prepared_queue_offset,
+            half.commit_properties,
+            half.real_topic,
+            half.real_queue_id,
+        ) = props
+        return half
+    finally:
+        PyBuffer_Release(&buf)

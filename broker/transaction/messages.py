@@ -258,6 +258,9 @@ def read_half(view: memoryview) -> HalfRecord | None:
     )
 
 
+read_half = speedups.select(read_half, "tidemq.broker.transaction._records")
+
+
 # Properties that make the store move a message elsewhere (a delay level, a timer): such a
 # commit goes through `MessageStore.put_message` (`committed_message`).
 _PARKING_MARKERS: Final = (DELAY_MARKER.encode(), TIMER_MARKER.encode())

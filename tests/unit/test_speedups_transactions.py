@@ -267,3 +267,28 @@ def fast_path_only_of(key: str) -> Iterator[None]:
         yield
     finally:
         speedups.PURE_TWINS[key] = saved
+
+
+# --- the half record --------------------------------------------------------------------------
+
+HALF_KEY = "tidemq.broker.transaction.messages.read_half"
+
+
+def test_the_compiled_read_half_is_selected() -> None:
+    assert selected(HALF_KEY) is _records.read_half
+
+
+@given(half_records(), st.data())
+def test_a_half_record_is_read_alike(record: bytes, data: st.DataObject) -> None:
+    view = memoryview(damaged(record, data))
+    compiled = record_outcome(_records.read_half, view)
+    assert compiled == record_outcome(speedups.PURE_TWINS[HALF_KEY], view)
+    if compiled is not None and not isinstance(compiled, tuple):
+        assert compiled.view is view  # where it lies, not a copy
+
+
+def test_read_half_hands_other_types_to_the_pure_twin() -> None:
+    for view in (b"\x00" * 60, bytearray(60)):
+        assert record_outcome(_records.read_half, view) == record_outcome(
+            speedups.PURE_TWINS[HALF_KEY], view
+        )
