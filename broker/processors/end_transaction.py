@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 # Kept, not looked up per request (decoding.request_header's decode, one call deep).
 _DECODE_END: Final = header_schema(EndTransactionRequestHeader).decode
+# A module constant: an Enum class attribute goes through EnumType.__getattr__ on Python 3.11.
+_SUCCESS: Final = ResponseCode.SUCCESS
 
 
 class EndTransactionProcessor:
@@ -55,7 +57,7 @@ class EndTransactionProcessor:
         except HeaderFieldError as exc:
             raise RequestRejected(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         outcome = await self.transactions.end(header)
-        if outcome.code != ResponseCode.SUCCESS:
+        if outcome.code != _SUCCESS:
             log.info(
                 "END_TRANSACTION from %s (group %s, half message %d%s): %s",
                 connection.peer,
