@@ -113,14 +113,16 @@ def origin_of(half: StoredMessage | HalfRecord) -> int:
         text = half.prepared_queue_offset
     else:
         text = half.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
-    if text is not None and text.lstrip("-").isdigit():
+    # ASCII digits only: str.isdigit takes "²", which int() refuses (a client may send the
+    # property itself)
+    if text is not None and text.isascii() and text.lstrip("-").isdigit():
         return int(text)
     return half.queue_offset
 
 
 def check_times(half: StoredMessage) -> int:
     text = half.properties.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0")
-    return int(text) if text.isdigit() else 0
+    return int(text) if text.isascii() and text.isdigit() else 0
 
 
 def immunity_ms(half: StoredMessage, transaction_timeout_ms: int) -> int:
@@ -148,8 +150,8 @@ def _commit_target(half_properties: dict[str, str]) -> tuple[str, int, dict[str,
     props = dict(half_properties)
     topic = props.pop(PROPERTY_REAL_TOPIC, None)
     queue = props.pop(PROPERTY_REAL_QUEUE_ID, None)
-    if not topic or queue is None or not queue.isdigit():
-        return None
+    if not topic or queue is None or not (queue.isascii() and queue.isdigit()):
+        return None  # ASCII digits only: str.isdigit takes "²", which int() refuses
     props.pop(PROPERTY_TRANSACTION_PREPARED, None)
     props.pop(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, None)
     props[PROPERTY_WAIT] = "false"
@@ -326,7 +328,10 @@ def for_check(half: StoredMessage) -> MessageToStore:
     topic = half.properties.get(PROPERTY_REAL_TOPIC) or half.topic
     queue = half.properties.get(PROPERTY_REAL_QUEUE_ID, "")
     return _from_stored(
-        half, topic, int(queue) if queue.isdigit() else half.queue_id, dict(half.properties)
+        half,
+        topic,
+        int(queue) if queue.isascii() and queue.isdigit() else half.queue_id,
+        dict(half.properties),
     )
 
 
@@ -405,4 +410,4 @@ op_record = speedups.select(op_record, "tidemq.broker.transaction._records")
 def op_half_offset(op: StoredMessage) -> int | None:
     """The half queue offset an op message ends (None for a body that is not one)."""
     text = op.body.decode("ascii", "replace").split(",")[0].strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None

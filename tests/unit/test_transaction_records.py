@@ -23,6 +23,7 @@ from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.transaction.messages import (
     HALF_TOPIC,
     OP_TOPIC,
+    check_times,
     commit_record,
     committed_message,
     is_prepared_send,
@@ -358,3 +359,19 @@ def test_a_half_message_is_told_as_decoding_its_properties_tells_it(start: str, 
     text = start + rest
     value = decode_properties(text).get("TRAN_MSG", "")
     assert is_prepared_send(text) == (value.strip().lower() == "true")
+
+
+async def test_properties_with_other_digits_end_and_check_without_an_error(tmp_path: Path) -> None:
+    # str.isdigit takes "²" and int() refuses it: a client's own TRAN_PREPARED_QUEUE_OFFSET or
+    # TRANSACTION_CHECK_TIMES of such digits made END and the check raise ValueError.
+    service = service_on(tmp_path)
+    props = {"TRAN_PREPARED_QUEUE_OFFSET": "\u00b2", "TRANSACTION_CHECK_TIMES": "\u00b2"}
+    phy, queue_offset = await prepare(service, props)
+    stored = service.store.look_message_by_offset(phy)
+    assert stored is not None
+    assert origin_of(stored) == queue_offset
+    assert check_times(stored) == 0
+    header = EndTransactionRequestHeader("PG", queue_offset, phy, TRANSACTION_COMMIT_TYPE, "x")
+    outcome = await service.end(header)
+    assert outcome.code == ResponseCode.SUCCESS, outcome.remark
+    assert len(units(service, "T", 2)) == 1
