@@ -466,14 +466,15 @@ class CommitLog:
         segment = self.segments.find(offset)
         if segment is None:
             return None
-        position = offset - segment.start_offset
-        head = segment.select(position, 4)
-        if head is None:
+        # One view of what is readable from there (one select: no second look-up of the read
+        # position and the map), cut to the record's size.
+        readable = segment.select(offset - segment.start_offset)
+        if readable is None or len(readable) < 4:
             return None
-        size = int.from_bytes(head, "big", signed=True)
-        if not 0 < size <= max_size:
+        size = int.from_bytes(readable[:4], "big", signed=True)
+        if not 0 < size <= max_size or size > len(readable):
             return None
-        return segment.select(position, size)
+        return readable[:size]
 
     def store_timestamp_at(self, offset: int) -> int:
         head = self.get_record(offset, 64)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import ClassVar, Final
 
 from tidemq.broker.remoting.server import RequestRejected
-from tidemq.broker.transaction.service import TransactionalMessageService
+from tidemq.broker.transaction.service import EndOutcome, TransactionalMessageService
 from tidemq.client.protocol.headers import (
     EndTransactionRequestHeader,
     HeaderFieldError,
@@ -56,7 +56,9 @@ class EndTransactionProcessor:
             header = _DECODE_END(request.ext_fields)
         except HeaderFieldError as exc:
             raise RequestRejected(ResponseCode.SYSTEM_ERROR, str(exc)) from None
-        outcome = await self.transactions.end(header)
+        outcome = self.transactions.end_now(header)
+        if not isinstance(outcome, EndOutcome):  # most ENDs have nothing to wait for
+            outcome = await outcome
         if outcome.code != _SUCCESS:
             log.info(
                 "END_TRANSACTION from %s (group %s, half message %d%s): %s",

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
-from typing import Final
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, Final
 
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.transaction.messages import (
@@ -43,7 +43,7 @@ from tidemq.store.layout import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from tidemq.store.message_store import MessageStore
+from tidemq.store.message_store import MessageStore, PutMessageResult
 from tidemq.store.record import (
     EncodedRecord,
     MessageToStore,
@@ -240,6 +240,14 @@ class TransactionalMessageService:
     async def end(self, header: EndTransactionRequestHeader) -> EndOutcome:
         """Commit or roll back the half message the header names (checkPrepareMessage's checks
         first); see the module docstring for why an origin must be pending."""
+        outcome = self.end_now(header)
+        return outcome if isinstance(outcome, EndOutcome) else await outcome
+
+    def end_now(
+        self, header: EndTransactionRequestHeader
+    ) -> EndOutcome | Coroutine[Any, Any, EndOutcome]:
+        """`end` without a coroutine when its put waits for nothing (most ENDs): the outcome,
+        or an awaitable of it."""
         state = header.commit_or_rollback
         if state != TRANSACTION_COMMIT_TYPE and state != TRANSACTION_ROLLBACK_TYPE:
             if state == TRANSACTION_NOT_TYPE:
@@ -263,15 +271,44 @@ class TransactionalMessageService:
             return ending
         origin, current, half_queue_offset, records, parked, store_host = ending
         if parked is not None:
-            result = await self.store.put_message(parked)
-            if not result.ok:
-                return self._not_committed(origin, current, result.status, result.remark)
-            self.committed += 1
-            await self.write_op(half_queue_offset)
-            return _ENDED
-        result = await self.store.put_encoded(records, store_host)
+            return self._end_parked(origin, current, half_queue_offset, parked)
+        result = self.store.put_encoded_now(records, store_host)
+        if not isinstance(result, PutMessageResult):
+            return self._end_put(result, origin, current, half_queue_offset, len(records))
+        return self._ended(result, origin, current, half_queue_offset, len(records))
+
+    async def _end_parked(
+        self, origin: int, current: int, half_queue_offset: int, parked: MessageToStore
+    ) -> EndOutcome:
+        result = await self.store.put_message(parked)
         if not result.ok:
-            if len(records) > 1:
+            return self._not_committed(origin, current, result.status, result.remark)
+        self.committed += 1
+        await self.write_op(half_queue_offset)
+        return _ENDED
+
+    async def _end_put(
+        self,
+        putting: Coroutine[Any, Any, PutMessageResult],
+        origin: int,
+        current: int,
+        half_queue_offset: int,
+        records: int,
+    ) -> EndOutcome:
+        return self._ended(await putting, origin, current, half_queue_offset, records)
+
+    def _ended(
+        self,
+        result: PutMessageResult,
+        origin: int,
+        current: int,
+        half_queue_offset: int,
+        records: int,
+    ) -> EndOutcome:
+        """The outcome of the put of a commit and its op message (`records` 2), or of an op
+        message alone (a rollback)."""
+        if not result.ok:
+            if records > 1:
                 return self._not_committed(origin, current, result.status, result.remark)
             # A rollback: this process knows (the table); a restart would check it again.
             log.error(
@@ -279,9 +316,9 @@ class TransactionalMessageService:
                 half_queue_offset,
                 result.status.value,
             )
-        elif len(records) > 1:
+        elif records > 1:
             self.committed += 1
-        if len(records) == 1:
+        if records == 1:
             self.rolled_back += 1
         return _ENDED
 

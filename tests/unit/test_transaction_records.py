@@ -33,7 +33,7 @@ from tidemq.broker.transaction.messages import (
     park_half,
     read_half,
 )
-from tidemq.broker.transaction.service import TransactionalMessageService
+from tidemq.broker.transaction.service import EndOutcome, TransactionalMessageService
 from tidemq.client.protocol.headers import EndTransactionRequestHeader
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.store.delay import SCHEDULE_TOPIC
@@ -375,3 +375,24 @@ async def test_properties_with_other_digits_end_and_check_without_an_error(tmp_p
     outcome = await service.end(header)
     assert outcome.code == ResponseCode.SUCCESS, outcome.remark
     assert len(units(service, "T", 2)) == 1
+
+
+async def test_an_end_waits_only_for_a_new_consume_queue_file(tmp_path: Path) -> None:
+    # end_now answers at once when its put waits for nothing; the commit that starts its
+    # queue's first file waits for its dispatch (as put_encoded does), through an awaitable.
+    service = service_on(tmp_path)
+    first = await prepare(service, {})
+    second = await prepare(service, {})
+    ending = service.end_now(
+        EndTransactionRequestHeader("PG", first[1], first[0], TRANSACTION_COMMIT_TYPE, "x")
+    )
+    assert not isinstance(ending, EndOutcome)  # T-2's first unit: a new file
+    service.store.reput.dispatch_available(1 << 62)
+    assert (await ending).code == ResponseCode.SUCCESS
+    service.store.reput.dispatch_available(1 << 62)
+    outcome = service.end_now(
+        EndTransactionRequestHeader("PG", second[1], second[0], TRANSACTION_COMMIT_TYPE, "x")
+    )
+    assert isinstance(outcome, EndOutcome) and outcome.code == ResponseCode.SUCCESS
+    assert len(units(service, "T", 2)) == 2
+    assert len(units(service, OP_TOPIC, 0)) == 2
