@@ -28,6 +28,7 @@ cdef extern from "Python.h":
 
 include "../../store/common/_twins.pxi"
 include "../../store/common/_bigendian.pxi"
+include "../../store/_layout.pxi"
 
 import time as _time
 
@@ -193,15 +194,8 @@ cdef object _transaction_properties(const char* p, Py_ssize_t size, object raw):
 
 # --- the records END stores -------------------------------------------------------------------
 
-cdef enum:
-    _MAGIC_V1 = -626843481  # 0xDAA320A7
-    _TRANSACTION_MASK = 0xC
-    _COMMIT = 0x8
-    _BORN_V6 = 0x10
-    _STORE_V6 = 0x20
-    _OFFSET_QUEUE_ID = 12
-    _OFFSET_SYS_FLAG = 36
-    _OFFSET_BORN_HOST = 48
+# what END sets in a commit's sysFlag (the layout's, read at load: no copy of it here)
+cdef int32_t _COMMIT = _record_layout.TRANSACTION_COMMIT_TYPE
 
 cdef const char* _DELAY_MARKER = b"DELAY\x01"
 cdef const char* _TIMER_MARKER = b"TIMER_DEL"
@@ -300,7 +294,7 @@ def commit_record(half, max_message_size):
     out[body_end + 1 + topic_size] = <unsigned char>(props_size >> 8)
     out[body_end + 2 + topic_size] = <unsigned char>(props_size & 0xFF)
     memcpy(out + body_end + 3 + topic_size, PyBytes_AS_STRING(props_raw), props_size)
-    store_ts_at = _OFFSET_BORN_HOST + (20 if sys_flag & _BORN_V6 else 8)
+    store_ts_at = _OFFSET_BORN_HOST + (_HOST_V6_SIZE if sys_flag & _FLAG_BORNHOST_V6 else _HOST_V4_SIZE)
     return _encoded(data, store_ts_at, topic, py_queue_id, sys_flag)
 
 
@@ -311,7 +305,7 @@ def op_record(half_queue_offset, store_host, now=None):
     if (
         type(half_queue_offset) is not int
         or type(store_host) is not bytes
-        or (len(<bytes>store_host) != 8 and len(<bytes>store_host) != 20)
+        or (len(<bytes>store_host) != _HOST_V4_SIZE and len(<bytes>store_host) != _HOST_V6_SIZE)
         or (now is not None and (type(now) is not int or not -2**63 <= now < 2**63))
     ):
         return _pure("tidemq.broker.transaction.messages.op_record")(
@@ -321,21 +315,21 @@ def op_record(half_queue_offset, store_host, now=None):
     host = len(<bytes>store_host)
     body = str(half_queue_offset).encode()
     body_size = len(<bytes>body)
-    # fields 1-9, born host, store timestamp, store host, reconsume, prepared, body length
-    total = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + host + 8 + host + 4 + 8 + 4 + body_size
+    # fields 1-9, born host, store timestamp, store host, reconsume, prepared, body length, body
+    total = _PREFIX_SIZE + host + 8 + host + 4 + 8 + 4 + body_size
     total += _OP_TAIL_SIZE
     data = bytearray(total)
     out = <unsigned char*>PyByteArray_AS_STRING(data)
     memset(out, 0, total)
     _put32(out, <uint32_t>total)
-    _put32(out + 4, <uint32_t>_MAGIC_V1)
-    _put32(out + 8, <uint32_t>(_crc32(body) & 0x7FFFFFFF))
+    _put32(out + _OFFSET_MAGIC, <uint32_t>_MAGIC_V1)
+    _put32(out + _OFFSET_BODY_CRC, <uint32_t>(_crc32(body) & 0x7FFFFFFF))
     # queue id 0, flag 0, queue offset and physical offset 0 (at append)
-    sys_flag = (_BORN_V6 | _STORE_V6) if host == 20 else 0
-    _put32(out + 36, <uint32_t>sys_flag)
-    _put64(out + 40, <uint64_t>born)
-    memcpy(out + 48, PyBytes_AS_STRING(store_host), host)
-    at = 48 + host + 8  # the store timestamp: at append
+    sys_flag = (_FLAG_BORNHOST_V6 | _FLAG_STOREHOST_V6) if host == _HOST_V6_SIZE else 0
+    _put32(out + _OFFSET_SYS_FLAG, <uint32_t>sys_flag)
+    _put64(out + _OFFSET_BORN_TIMESTAMP, <uint64_t>born)
+    memcpy(out + _OFFSET_BORN_HOST, PyBytes_AS_STRING(store_host), host)
+    at = _OFFSET_BORN_HOST + host + 8  # the store timestamp: at append
     memcpy(out + at, PyBytes_AS_STRING(store_host), host)
     at += host + 4 + 8  # reconsume times, prepared transaction offset: 0
     _put32(out + at, <uint32_t>body_size)
@@ -374,11 +368,11 @@ def read_half(view):
         if size < _OFFSET_BORN_HOST:
             return None
         total = _i32(p)
-        if _i32(p + 4) != _MAGIC_V1 or total < _OFFSET_BORN_HOST or total > size:
+        if _i32(p + _OFFSET_MAGIC) != _MAGIC_V1 or total < _OFFSET_BORN_HOST or total > size:
             return None
         sys_flag = _i32(p + _OFFSET_SYS_FLAG)
-        at = _OFFSET_BORN_HOST + (20 if sys_flag & _BORN_V6 else 8) + 8
-        at += 20 if sys_flag & _STORE_V6 else 8
+        at = _OFFSET_BORN_HOST + (_HOST_V6_SIZE if sys_flag & _FLAG_BORNHOST_V6 else _HOST_V4_SIZE) + 8
+        at += _HOST_V6_SIZE if sys_flag & _FLAG_STOREHOST_V6 else _HOST_V4_SIZE
         if at + 16 > total:
             return None
         body_at = at + 16
@@ -395,8 +389,8 @@ def read_half(view):
         props = _transaction_properties(<const char*>p + topic_end + 2, props_len, None)
         half = _half_record_class().__new__(_half_record_class())
         half.view = view
-        half.physical_offset = _i64(p + 28)
-        half.queue_offset = _i64(p + 20)
+        half.physical_offset = _i64(p + _OFFSET_PHYSICAL_OFFSET)
+        half.queue_offset = _i64(p + _OFFSET_QUEUE_OFFSET)
         half.sys_flag = sys_flag
         half.topic = PyBytes_FromStringAndSize(<const char*>p + body_end + 1, p[body_end])
         half.body_at = body_at

@@ -21,14 +21,14 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.support.speedups_twins import selected
-from tests.unit.test_transaction_records import (
+from tests.support.half_records import (
     HOST4,
     HOST6,
     MAX_MESSAGE_SIZE,
     damaged,
     half_records,
 )
+from tests.support.speedups_twins import selected
 from tidemq.broker.transaction import _records
 from tidemq.broker.transaction.messages import park_half, read_half
 from tidemq.common import speedups
