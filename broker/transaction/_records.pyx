@@ -254,7 +254,8 @@ def commit_record(half, max_message_size):
         or not -2**31 <= py_flag < 2**31
         or type(py_body_at) is not int
         or type(py_body_end) is not int
-        or not 12 <= py_body_at <= py_body_end < 2**31
+        # a body after the fields this writes (SYSFLAG; PREPAREDTRANSACTIONOFFSET just before it)
+        or not _OFFSET_BORN_HOST <= py_body_at <= py_body_end < 2**31
     ):
         return _pure("tidemq.broker.transaction.messages.commit_record")(half, max_message_size)
     queue_id, physical, sys_flag = py_queue_id, py_physical, py_flag

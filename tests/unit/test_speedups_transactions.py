@@ -292,3 +292,16 @@ def test_read_half_hands_other_types_to_the_pure_twin() -> None:
         assert record_outcome(_records.read_half, view) == record_outcome(
             speedups.PURE_TWINS[HALF_KEY], view
         )
+
+
+@given(half_records(), st.integers(0, 60), st.integers(0, 60))
+def test_a_commit_record_of_a_body_anywhere_is_built_alike(
+    record: bytes, body_at: int, body_size: int
+) -> None:
+    # HalfRecords read_half does not make (a body inside the fixed fields): the pure twin's
+    # outcome, and no write past the record's end.
+    half = read_half(memoryview(record))
+    assert half is not None
+    half.body_at, half.body_end = body_at, body_at + body_size
+    compiled = record_outcome(_records.commit_record, half, 1 << 20)
+    assert compiled == record_outcome(speedups.PURE_TWINS[COMMIT_KEY], half, 1 << 20)
