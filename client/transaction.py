@@ -108,6 +108,38 @@ def _half_message(msg: Message, group: str) -> Message:
     )
 
 
+# The items a half message's properties start with when the message has no user properties
+# (TRAN_MSG, then PGROUP: what `_half_message` puts first).
+_TRAN_MSG_ITEM: Final = f"{PROPERTY_TRANSACTION_PREPARED}\x01true\x02"
+
+
+def _half_properties(msg: Message, group: str, uniq: str) -> str:
+    """`_half_message(msg, group).encoded_properties(uniq)`; without the copy of the message
+    and the dict of its properties when it has no user properties (the two transaction items
+    come first, then what the message itself carries)."""
+    if msg.properties:
+        return _half_message(msg, group).encoded_properties(uniq)
+    return f"{_TRAN_MSG_ITEM}{PROPERTY_PRODUCER_GROUP}\x01{group}\x02{msg.encoded_properties(uniq)}"
+
+
+def _end_fields(
+    group: str, offset_msg_id: str, queue_offset: int, msg_id: str, state: LocalTransactionState
+) -> dict[str, str]:
+    """END_TRANSACTION's extFields for a half message this producer sent: what the header's
+    schema encodes for `EndTransactionRequestHeader(group, queue_offset, the offset of
+    offset_msg_id, state.value, msg_id, transaction_id=msg_id)`, without the header object.
+    ValueError for a malformed offset_msg_id."""
+    return {
+        "producerGroup": group,
+        "tranStateTableOffset": str(queue_offset),
+        "commitLogOffset": str(decode_message_offset(offset_msg_id)),
+        "commitOrRollback": _STATE_TEXT[state],
+        "msgId": msg_id,
+        "fromTransactionCheck": "false",
+        "transactionId": msg_id,
+    }
+
+
 async def _state_of(outcome: StateOrAwaitable, what: str) -> LocalTransactionState:
     """A callback's answer; anything but a LocalTransactionState (or an exception) is UNKNOWN."""
     if type(outcome) is LocalTransactionState:  # a plain callback's answer: no awaitable test
@@ -122,6 +154,9 @@ async def _state_of(outcome: StateOrAwaitable, what: str) -> LocalTransactionSta
         return LocalTransactionState.UNKNOWN
     return state
 
+
+# commitOrRollback as END_TRANSACTION's extFields carry it.
+_STATE_TEXT: Final = {state: str(state.value) for state in LocalTransactionState}
 
 # LocalTransactionState's names in Java, as EndTransaction trace records carry them.
 _TRACE_STATE: Final = {
@@ -200,15 +235,16 @@ class AsyncTransactionProducer(AsyncProducer):
         self._check(msg)  # first: the delay test below compares a checked int
         if msg.delay_level > 0:
             raise ClientError("a transactional message cannot be delayed")
-        half = _half_message(msg, self.group)
         uniq = self._ids.next_id()
-        body, sys_flag = _compress(half.body, self.compress_over)
+        body, sys_flag = _compress(msg.body, self.compress_over)
         started = time.monotonic()
         try:
+            # the message itself stands for its half message there: what it reads of it, its
+            # topic and flag, are the same
             result = await self._send_with_retries(
-                half,
+                msg,
                 body,
-                half.encoded_properties(uniq),
+                _half_properties(msg, self.group, uniq),
                 sys_flag | TRANSACTION_PREPARED_TYPE,
                 uniq,
                 None,
@@ -275,9 +311,11 @@ class AsyncTransactionProducer(AsyncProducer):
                 result.message_queue.broker_name,
             )
             return
-        header = self._end_header(result.offset_msg_id, result.queue_offset, result.msg_id, state)
+        fields = _end_fields(
+            self.group, result.offset_msg_id, result.queue_offset, result.msg_id, state
+        )
         api = self.instance.api
-        request = api.request(RequestCode.END_TRANSACTION, _ENCODE_END(header))
+        request = api.request(RequestCode.END_TRANSACTION, fields)
         connection = api.remoting.ready_connection(address)
         if connection is not None and connection.oneway_now(request):
             return  # written with this loop iteration's others, no coroutine
@@ -291,23 +329,6 @@ class AsyncTransactionProducer(AsyncProducer):
                 result.msg_id,
                 str(exc) or type(exc).__name__,
             )
-
-    def _end_header(
-        self,
-        offset_msg_id: str,
-        queue_offset: int,
-        msg_id: str,
-        state: LocalTransactionState,
-    ) -> EndTransactionRequestHeader:
-        commit_log_offset = decode_message_offset(offset_msg_id)
-        return EndTransactionRequestHeader(
-            producer_group=self.group,
-            tran_state_table_offset=queue_offset,
-            commit_log_offset=commit_log_offset,
-            commit_or_rollback=state.value,
-            msg_id=msg_id,
-            transaction_id=msg_id,
-        )
 
     async def _on_check(
         self,

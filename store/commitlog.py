@@ -17,6 +17,7 @@ import enum
 import errno
 import logging
 import os
+import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from tidemq.store.layout import (
     BLANK_MAGIC,
     END_OF_FILE_MIN_BLANK,
     MAGIC_V1,
+    OFFSET_QUEUE_OFFSET,
     TRANSACTION_MASK,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -59,6 +61,9 @@ log = logging.getLogger(__name__)
 
 _NO_SPACE = frozenset((errno.ENOSPC, errno.EDQUOT))
 NO_SPACE_LOG_INTERVAL = 10.0  # seconds between two log lines about refusals for space
+# stamp_record's fields: QUEUEOFFSET and PHYSICALOFFSET, one after the other; STORETIMESTAMP
+_QUEUE_AND_PHYSICAL: Final = struct.Struct(">qq")
+_TS: Final = struct.Struct(">q")
 
 _ZERO_CHUNK = bytes(1 << 20)
 
@@ -207,28 +212,39 @@ class CommitLog:
         host_hex = store_host.hex().upper()  # message_id(store_host, phy), phy >= 0
         queue_offsets = []
         msg_ids = []
-        gathering = self.gathering
         for record in records:
             data = record.data
-            if _takes_queue_offset(record.sys_flag):
+            if (record.sys_flag & TRANSACTION_MASK) not in _NO_QUEUE_OFFSET:  # inline, per record
                 key = f"{record.topic}-{record.queue_id}"
                 queue_offset = table.get(key, 0)
                 table[key] = queue_offset + 1
             else:
                 queue_offset = 0
-            stamp_record(data, 0, record.store_ts_at, queue_offset, phy, store_ts)
-            if gathering:
-                segment.gather(data)
+            # stamp_record, inline: once per record
+            _QUEUE_AND_PHYSICAL.pack_into(data, OFFSET_QUEUE_OFFSET, queue_offset, phy)
+            _TS.pack_into(data, record.store_ts_at, store_ts)
             queue_offsets.append(queue_offset)
             msg_ids.append(f"{host_hex}{phy:016X}")
             phy += len(data)
-        if gathering:
+        if self.gathering:
+            for record in records:
+                segment.gather(record.data)
             self._gathered_in = segment
         else:
             segment.append_spans([record.data for record in records], total)
-        result = _appended(wrote_offset, total, msg_ids, queue_offsets[0], store_ts)
-        result.queue_offsets = queue_offsets
-        return result
+        # positional, in field order: keywords make type() build a dict per call
+        return AppendResult(
+            _PUT_OK,
+            wrote_offset,
+            total,
+            ",".join(msg_ids),
+            queue_offsets[0],
+            store_ts,
+            len(msg_ids),
+            "",
+            msg_ids,
+            queue_offsets,
+        )
 
     def encode_message_batch(self, batch: MessageBatch) -> EncodedBatch | AppendResult:
         """The records of `batch`, or the refusal a malformed or oversized batch gets.
@@ -450,14 +466,15 @@ class CommitLog:
         segment = self.segments.find(offset)
         if segment is None:
             return None
-        position = offset - segment.start_offset
-        head = segment.select(position, 4)
-        if head is None:
+        # One view of what is readable from there (one select: no second look-up of the read
+        # position and the map), cut to the record's size.
+        readable = segment.select(offset - segment.start_offset)
+        if readable is None or len(readable) < 4:
             return None
-        size = int.from_bytes(head, "big", signed=True)
-        if not 0 < size <= max_size:
+        size = int.from_bytes(readable[:4], "big", signed=True)
+        if not 0 < size <= max_size or size > len(readable):
             return None
-        return segment.select(position, size)
+        return readable[:size]
 
     def store_timestamp_at(self, offset: int) -> int:
         head = self.get_record(offset, 64)

@@ -28,10 +28,10 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from tidemq.common.files import make_dirs, path_inside, write_file_safely
 from tidemq.common.lifecycle import Service, Step
@@ -623,12 +623,41 @@ class MessageStore(Service):
         """Store records the broker encoded itself (of any topics and queues), back to back
         in one append: all or none of them. No timer or delay parking: a record that would need
         it goes through `put_message`. `wait_store`: the flush or slave wait as WAIT=true."""
+        if not wait_store:
+            done = self.put_encoded_now(records, store_host)
+            return done if isinstance(done, PutMessageResult) else await done
         refused = self._check_writable()
         if refused is not None:
             return refused
         append = self.commitlog.put_encoded(records, store_host)
         if append.status is not _PUT_OK:
             return await self._after_append(append, wait_store)
+        new_file = self._needs_files(records, append)
+        result = await self._after_append(append, wait_store)
+        if new_file:
+            await self.reput.wait_dispatched(append.end_offset)
+        return result
+
+    def put_encoded_now(
+        self, records: Sequence[EncodedRecord], store_host: bytes
+    ) -> PutMessageResult | Coroutine[Any, Any, PutMessageResult]:
+        """`put_encoded` without a wait for the flush or slave, and without a coroutine when
+        there is nothing to wait for (END_TRANSACTION's commit and op message): the result, or
+        an awaitable of it when a record starts a ConsumeQueue file (its dispatch is waited
+        for, as `put_encoded` waits)."""
+        refused = self._check_writable()
+        if refused is not None:
+            return refused
+        append = self.commitlog.put_encoded(records, store_host)
+        if append.status is not _PUT_OK:
+            return PutMessageResult(append.status, append, append.remark)
+        new_file = self._needs_files(records, append)
+        result = self._after_append_now(append)
+        if new_file:
+            return self._dispatched(result, append.end_offset)
+        return result
+
+    def _needs_files(self, records: Sequence[EncodedRecord], append: AppendResult) -> bool:
         reput = self.reput
         new_file = False
         for record, queue_offset in zip(records, append.queue_offsets, strict=True):
@@ -637,9 +666,10 @@ class MessageStore(Service):
                 record.topic, record.queue_id, queue_offset
             ):
                 new_file = True
-        result = await self._after_append(append, wait_store)
-        if new_file:
-            await reput.wait_dispatched(append.end_offset)
+        return new_file
+
+    async def _dispatched(self, result: PutMessageResult, end_offset: int) -> PutMessageResult:
+        await self.reput.wait_dispatched(end_offset)
         return result
 
     async def put_message_batch(self, batch: MessageBatch) -> PutMessageResult:
@@ -664,9 +694,23 @@ class MessageStore(Service):
             await self.reput.wait_dispatched(append.end_offset)
         return result
 
+    def _after_append_now(self, append: AppendResult) -> PutMessageResult:
+        """`_after_append` of an appended put that waits for nothing (wait_store False): what it
+        does then, with no await."""
+        if self.pool is None and not self.commitlog.holds_gathered:  # else end_gathering does
+            self.reput.wakeup()
+            self._notify_data()
+        if self._flush is not None and not self.config.flush_commit_log_timed:
+            self._flush.wakeup()
+        if self.lease_deadline is not None and time.monotonic() >= self.lease_deadline:
+            return self._fenced(append)  # stored, acknowledged after another master's election
+        return PutMessageResult(_PUT_OK, append)
+
     async def _after_append(self, append: AppendResult, wait_store: bool) -> PutMessageResult:
         if append.status is not _PUT_OK:
             return PutMessageResult(append.status, append, append.remark)
+        if not wait_store:
+            return self._after_append_now(append)
         if self.pool is None and not self.commitlog.holds_gathered:  # else end_gathering does
             self.reput.wakeup()
             self._notify_data()

@@ -13,18 +13,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Final
 
-from tidemq.broker.processors.decoding import request_header
 from tidemq.broker.remoting.server import RequestRejected
-from tidemq.broker.transaction.service import TransactionalMessageService
-from tidemq.client.protocol.headers import EndTransactionRequestHeader
+from tidemq.broker.transaction.service import EndOutcome, TransactionalMessageService
+from tidemq.client.protocol.headers import (
+    EndTransactionRequestHeader,
+    HeaderFieldError,
+    header_schema,
+)
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
+
+# Kept, not looked up per request (decoding.request_header's decode, one call deep).
+_DECODE_END: Final = header_schema(EndTransactionRequestHeader).decode
+# A module constant: an Enum class attribute goes through EnumType.__getattr__ on Python 3.11.
+_SUCCESS: Final = ResponseCode.SUCCESS
 
 
 class EndTransactionProcessor:
@@ -44,9 +52,14 @@ class EndTransactionProcessor:
             raise RequestRejected(
                 ResponseCode.SLAVE_NOT_AVAILABLE, "a slave does not end transactions"
             )
-        header = request_header(EndTransactionRequestHeader, request)
-        outcome = await self.transactions.end(header)
-        if outcome.code != ResponseCode.SUCCESS:
+        try:
+            header = _DECODE_END(request.ext_fields)
+        except HeaderFieldError as exc:
+            raise RequestRejected(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        outcome = self.transactions.end_now(header)
+        if not isinstance(outcome, EndOutcome):  # most ENDs have nothing to wait for
+            outcome = await outcome
+        if outcome.code != _SUCCESS:
             log.info(
                 "END_TRANSACTION from %s (group %s, half message %d%s): %s",
                 connection.peer,

@@ -29,9 +29,12 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
+from tidemq.common import speedups
 from tidemq.store.crc import java_crc32
 from tidemq.store.delay import DELAY_MARKER
 from tidemq.store.layout import (
+    FLAG_BORNHOST_V6,
+    FLAG_STOREHOST_V6,
     MAGIC_V1,
     OFFSET_BORN_HOST,
     OFFSET_QUEUE_ID,
@@ -43,6 +46,7 @@ from tidemq.store.layout import (
 )
 from tidemq.store.record import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+    PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
@@ -56,7 +60,6 @@ from tidemq.store.record import (
     check_record_parts,
     decode_properties,
     encode_properties,
-    host_length,
     host_sys_flags,
     pack_host,
     with_property,
@@ -75,10 +78,17 @@ HALF_QUEUE_ID: Final = 0
 _PREPARED_MARKER: Final = f"{PROPERTY_TRANSACTION_PREPARED}\x01"
 
 
+# A half message as our producer sends it: TRAN_MSG=true first, and named nowhere else.
+_PREPARED_FIRST: Final = f"{PROPERTY_TRANSACTION_PREPARED}\x01true\x02"
+_PREPARED_AGAIN: Final = f"\x02{_PREPARED_MARKER}"
+
+
 def is_prepared_send(properties: str) -> bool:
     """True when a send's properties ask for a half message (TRAN_MSG=true, any case)."""
     if _PREPARED_MARKER not in properties:
         return False
+    if properties.startswith(_PREPARED_FIRST) and _PREPARED_AGAIN not in properties:
+        return True  # what decoding them says, without the dict: no other TRAN_MSG item
     value = decode_properties(properties).get(PROPERTY_TRANSACTION_PREPARED, "")
     return value.strip().lower() == "true"
 
@@ -99,15 +109,20 @@ def park_half(msg: MessageToStore) -> None:
 
 def origin_of(half: StoredMessage | HalfRecord) -> int:
     """The queue offset of a transaction's first half message (the same for all its copies)."""
-    text = half.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
-    if text is not None and text.lstrip("-").isdigit():
+    if isinstance(half, HalfRecord):
+        text = half.prepared_queue_offset
+    else:
+        text = half.properties.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
+    # ASCII digits only: str.isdigit takes "²", which int() refuses (a client may send the
+    # property itself)
+    if text is not None and text.isascii() and text.lstrip("-").isdigit():
         return int(text)
     return half.queue_offset
 
 
 def check_times(half: StoredMessage) -> int:
     text = half.properties.get(PROPERTY_TRANSACTION_CHECK_TIMES, "0")
-    return int(text) if text.isdigit() else 0
+    return int(text) if text.isascii() and text.isdigit() else 0
 
 
 def immunity_ms(half: StoredMessage, transaction_timeout_ms: int) -> int:
@@ -135,8 +150,8 @@ def _commit_target(half_properties: dict[str, str]) -> tuple[str, int, dict[str,
     props = dict(half_properties)
     topic = props.pop(PROPERTY_REAL_TOPIC, None)
     queue = props.pop(PROPERTY_REAL_QUEUE_ID, None)
-    if not topic or queue is None or not queue.isdigit():
-        return None
+    if not topic or queue is None or not (queue.isascii() and queue.isdigit()):
+        return None  # ASCII digits only: str.isdigit takes "²", which int() refuses
     props.pop(PROPERTY_TRANSACTION_PREPARED, None)
     props.pop(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, None)
     props[PROPERTY_WAIT] = "false"
@@ -162,11 +177,36 @@ _SHORT: Final = struct.Struct(">h")
 _LONG: Final = struct.Struct(">q")
 
 
+def transaction_properties(
+    raw: bytes | memoryview,
+) -> tuple[str, str | None, bytes | None, str | None, int]:
+    """What END_TRANSACTION reads of a half message's raw properties (UTF-8, invalid bytes
+    replaced, decoded as `decode_properties` decodes them): its producer group ("" when none),
+    its TRAN_PREPARED_QUEUE_OFFSET (None when none), and its commit's properties (UTF-8, as
+    `encode_properties` writes `_commit_target`'s), real topic and queue id; those three are
+    None, None, -1 when the half message does not say where it was going. The compiled twin
+    reads the text in one pass, without a dict."""
+    props = decode_properties(str(raw, "utf-8", "replace"))
+    group = props.get(PROPERTY_PRODUCER_GROUP, "")
+    prepared = props.get(PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET)
+    target = _commit_target(props)
+    if target is None:
+        return group, prepared, None, None, -1
+    topic, queue_id, commit = target
+    return group, prepared, encode_properties(commit).encode(), topic, queue_id
+
+
+transaction_properties = speedups.select(
+    transaction_properties, "tidemq.broker.transaction._records"
+)
+
+
 @dataclass(slots=True)
 class HalfRecord:
     """A record read where it lies (`view`: its bytes in the mapped CommitLog, not a copy)
-    and what END_TRANSACTION looks at: its queue offset, sysFlag, raw topic and properties
-    (decoded as `decode_record` decodes them). `body_at`/`body_end` bound its body."""
+    and what END_TRANSACTION looks at: its queue offset, sysFlag, raw topic and what
+    `transaction_properties` reads of its properties (decoded as `decode_record` decodes
+    them). `body_at`/`body_end` bound its body."""
 
     view: memoryview
     physical_offset: int
@@ -175,7 +215,11 @@ class HalfRecord:
     topic: bytes
     body_at: int
     body_end: int
-    properties: dict[str, str]
+    group: str
+    prepared_queue_offset: str | None
+    commit_properties: bytes | None
+    real_topic: str | None
+    real_queue_id: int
 
 
 def read_half(view: memoryview) -> HalfRecord | None:
@@ -189,7 +233,8 @@ def read_half(view: memoryview) -> HalfRecord | None:
     )
     if magic != MAGIC_V1 or total < _PREFIX.size or total > size:
         return None
-    at = _PREFIX.size + host_length(sys_flag, store=False) + 8 + host_length(sys_flag, store=True)
+    at = _PREFIX.size + (20 if sys_flag & FLAG_BORNHOST_V6 else 8) + 8
+    at += 20 if sys_flag & FLAG_STOREHOST_V6 else 8
     if at + 16 > total:
         return None
     body_at = at + 16
@@ -211,13 +256,16 @@ def read_half(view: memoryview) -> HalfRecord | None:
         bytes(view[body_end + 1 : topic_end]),
         body_at,
         body_end,
-        decode_properties(str(view[topic_end + 2 : total], "utf-8", "replace")),
+        *transaction_properties(view[topic_end + 2 : total]),
     )
+
+
+read_half = speedups.select(read_half, "tidemq.broker.transaction._records")
 
 
 # Properties that make the store move a message elsewhere (a delay level, a timer): such a
 # commit goes through `MessageStore.put_message` (`committed_message`).
-_PARKING_MARKERS: Final = (DELAY_MARKER, TIMER_MARKER)
+_PARKING_MARKERS: Final = (DELAY_MARKER.encode(), TIMER_MARKER.encode())
 
 
 def commit_record(half: HalfRecord, max_message_size: int) -> EncodedRecord | None:
@@ -226,17 +274,16 @@ def commit_record(half: HalfRecord, max_message_size: int) -> EncodedRecord | No
     when the half message does not say where it was going, or when its commit must go through
     the store's parking of delayed and timer messages (`committed_message` then).
     RecordTooLargeError for a limit the commit breaks."""
-    target = _commit_target(half.properties)
-    if target is None:
+    props_raw = half.commit_properties
+    topic = half.real_topic
+    if props_raw is None or topic is None:
         return None
-    topic, queue_id, props = target
-    text = encode_properties(props)
     for marker in _PARKING_MARKERS:
-        if marker in text:
+        if marker in props_raw:
             return None
+    queue_id = half.real_queue_id
     view = half.view
     topic_raw = topic.encode()
-    props_raw = text.encode()
     body_at, body_end = half.body_at, half.body_end
     total = body_end + 3 + len(topic_raw) + len(props_raw)
     sys_flag = (half.sys_flag & ~TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE
@@ -250,8 +297,11 @@ def commit_record(half: HalfRecord, max_message_size: int) -> EncodedRecord | No
     data += topic_raw
     data += _SHORT.pack(len(props_raw))
     data += props_raw
-    store_ts_at = OFFSET_BORN_HOST + host_length(sys_flag, store=False)
+    store_ts_at = OFFSET_BORN_HOST + (20 if sys_flag & FLAG_BORNHOST_V6 else 8)
     return EncodedRecord(data, store_ts_at, topic, queue_id, sys_flag)
+
+
+commit_record = speedups.select(commit_record, "tidemq.broker.transaction._records")
 
 
 def checked_copy(half: StoredMessage, *, count_check: bool) -> MessageToStore:
@@ -278,7 +328,10 @@ def for_check(half: StoredMessage) -> MessageToStore:
     topic = half.properties.get(PROPERTY_REAL_TOPIC) or half.topic
     queue = half.properties.get(PROPERTY_REAL_QUEUE_ID, "")
     return _from_stored(
-        half, topic, int(queue) if queue.isdigit() else half.queue_id, dict(half.properties)
+        half,
+        topic,
+        int(queue) if queue.isascii() and queue.isdigit() else half.queue_id,
+        dict(half.properties),
     )
 
 
@@ -351,7 +404,10 @@ def op_record(half_queue_offset: int, store_host: bytes, now: int | None = None)
     )
 
 
+op_record = speedups.select(op_record, "tidemq.broker.transaction._records")
+
+
 def op_half_offset(op: StoredMessage) -> int | None:
     """The half queue offset an op message ends (None for a body that is not one)."""
     text = op.body.decode("ascii", "replace").split(",")[0].strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
-from typing import Final
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, Final
 
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.transaction.messages import (
@@ -26,7 +26,6 @@ from tidemq.broker.transaction.messages import (
     HALF_QUEUE_ID,
     HALF_TOPIC,
     OP_TOPIC,
-    HalfRecord,
     commit_record,
     committed_message,
     op_half_offset,
@@ -44,9 +43,8 @@ from tidemq.store.layout import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from tidemq.store.message_store import MessageStore
+from tidemq.store.message_store import MessageStore, PutMessageResult
 from tidemq.store.record import (
-    PROPERTY_PRODUCER_GROUP,
     EncodedRecord,
     MessageToStore,
     RecordTooLargeError,
@@ -82,6 +80,18 @@ class EndOutcome:
 
     code: int
     remark: str | None = None
+
+
+# Frozen: one outcome for every END that succeeds.
+_ENDED: Final = EndOutcome(ResponseCode.SUCCESS)
+
+
+def _no_half(header: EndTransactionRequestHeader) -> EndOutcome:
+    return EndOutcome(
+        ResponseCode.SYSTEM_ERROR,
+        f"no half message at commitLogOffset {header.commit_log_offset}: "
+        "find prepared transaction message failed",
+    )
 
 
 def units_from(queue: ConsumeQueue, start: int) -> Iterator[tuple[int, int, int]]:
@@ -230,44 +240,104 @@ class TransactionalMessageService:
     async def end(self, header: EndTransactionRequestHeader) -> EndOutcome:
         """Commit or roll back the half message the header names (checkPrepareMessage's checks
         first); see the module docstring for why an origin must be pending."""
+        outcome = self.end_now(header)
+        return outcome if isinstance(outcome, EndOutcome) else await outcome
+
+    def end_now(
+        self, header: EndTransactionRequestHeader
+    ) -> EndOutcome | Coroutine[Any, Any, EndOutcome]:
+        """`end` without a coroutine when its put waits for nothing (most ENDs): the outcome,
+        or an awaitable of it."""
         state = header.commit_or_rollback
-        if state == TRANSACTION_NOT_TYPE:
-            return EndOutcome(
-                ResponseCode.SUCCESS, "state UNKNOWN: the transaction stays open for the check"
-            )
-        if state not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+        if state != TRANSACTION_COMMIT_TYPE and state != TRANSACTION_ROLLBACK_TYPE:
+            if state == TRANSACTION_NOT_TYPE:
+                return EndOutcome(
+                    ResponseCode.SUCCESS, "state UNKNOWN: the transaction stays open for the check"
+                )
             return EndOutcome(
                 ResponseCode.ILLEGAL_OPERATION,
                 f"commitOrRollback {state} is none of 0 (unknown), 8 (commit), 12 (rollback)",
             )
-        view = self._record_view(header.commit_log_offset)
-        half = None if view is None else read_half(view)
+        # The records are made while the half record's view is held, and the view let go
+        # before the first await: the mapped file must not be held past it.
+        view = self.store.commitlog.record_at(header.commit_log_offset, _MAX_RECORD)  # inline
+        if view is None:
+            return _no_half(header)
         try:
-            return await self._end(header, state, half)
+            ending = self._ending(header, state, view)
         finally:
-            # The mapped file must not be held by a view past this request (nor across its
-            # awaits: _end lets go of it before its first).
-            if half is not None:
-                half.view = _NO_VIEW
-            if view is not None:
-                view.release()
+            view.release()
+        if isinstance(ending, EndOutcome):
+            return ending
+        origin, current, half_queue_offset, records, parked, store_host = ending
+        if parked is not None:
+            return self._end_parked(origin, current, half_queue_offset, parked)
+        result = self.store.put_encoded_now(records, store_host)
+        if not isinstance(result, PutMessageResult):
+            return self._end_put(result, origin, current, half_queue_offset, len(records))
+        return self._ended(result, origin, current, half_queue_offset, len(records))
 
-    async def _end(
-        self, header: EndTransactionRequestHeader, state: int, half: HalfRecord | None
+    async def _end_parked(
+        self, origin: int, current: int, half_queue_offset: int, parked: MessageToStore
     ) -> EndOutcome:
-        if half is None or half.topic != _HALF_TOPIC_RAW:
-            return EndOutcome(
-                ResponseCode.SYSTEM_ERROR,
-                f"no half message at commitLogOffset {header.commit_log_offset}: "
-                "find prepared transaction message failed",
+        result = await self.store.put_message(parked)
+        if not result.ok:
+            return self._not_committed(origin, current, result.status, result.remark)
+        self.committed += 1
+        await self.write_op(half_queue_offset)
+        return _ENDED
+
+    async def _end_put(
+        self,
+        putting: Coroutine[Any, Any, PutMessageResult],
+        origin: int,
+        current: int,
+        half_queue_offset: int,
+        records: int,
+    ) -> EndOutcome:
+        return self._ended(await putting, origin, current, half_queue_offset, records)
+
+    def _ended(
+        self,
+        result: PutMessageResult,
+        origin: int,
+        current: int,
+        half_queue_offset: int,
+        records: int,
+    ) -> EndOutcome:
+        """The outcome of the put of a commit and its op message (`records` 2), or of an op
+        message alone (a rollback)."""
+        if not result.ok:
+            if records > 1:
+                return self._not_committed(origin, current, result.status, result.remark)
+            # A rollback: this process knows (the table); a restart would check it again.
+            log.error(
+                "op message for half message %d not stored: %s",
+                half_queue_offset,
+                result.status.value,
             )
+        elif records > 1:
+            self.committed += 1
+        if records == 1:
+            self.rolled_back += 1
+        return _ENDED
+
+    def _ending(
+        self, header: EndTransactionRequestHeader, state: int, view: memoryview
+    ) -> EndOutcome | tuple[int, int, int, list[EncodedRecord], MessageToStore | None, bytes]:
+        """END's checks and records, from the half record's bytes in `view`: the refusal, or
+        (origin, its queue offset in the table, the half's queue offset, the records to put,
+        a commit the store must park instead, the store host)."""
+        half = read_half(view)
+        if half is None or half.topic != _HALF_TOPIC_RAW:
+            return _no_half(header)
         if half.queue_offset != header.tran_state_table_offset:
             return EndOutcome(
                 ResponseCode.SYSTEM_ERROR,
                 f"the transaction state table offset wrong: {header.tran_state_table_offset}, "
                 f"the half message's is {half.queue_offset}",
             )
-        group = half.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        group = half.group
         if group != header.producer_group:
             return EndOutcome(
                 ResponseCode.SYSTEM_ERROR,
@@ -293,38 +363,17 @@ class TransactionalMessageService:
             if commit is not None:
                 records.append(commit)
             else:
-                stored = self.store.look_message_by_offset(header.commit_log_offset, len(half.view))
+                stored = self.store.look_message_by_offset(header.commit_log_offset, len(view))
                 parked = None if stored is None else committed_message(stored)
                 if parked is None:
                     log.warning(
                         "half message at %d has no REAL_TOPIC: rolled back", half.queue_offset
                     )
-        half_queue_offset = half.queue_offset
-        half.view = _NO_VIEW  # no view of the mapped file across an await
-        if parked is not None:
-            result = await self.store.put_message(parked)
-            if not result.ok:
-                return self._not_committed(origin, current, result.status, result.remark)
-            self.committed += 1
-            await self.write_op(half_queue_offset)
-            return EndOutcome(ResponseCode.SUCCESS)
+        half.view = _NO_VIEW
         store_host = self.store_host()
-        records.append(op_record(half_queue_offset, store_host))
-        result = await self.store.put_encoded(records, store_host)
-        if not result.ok:
-            if len(records) > 1:
-                return self._not_committed(origin, current, result.status, result.remark)
-            # A rollback: this process knows (the table); a restart would check it again.
-            log.error(
-                "op message for half message %d not stored: %s",
-                half_queue_offset,
-                result.status.value,
-            )
-        elif len(records) > 1:
-            self.committed += 1
-        if len(records) == 1:
-            self.rolled_back += 1
-        return EndOutcome(ResponseCode.SUCCESS)
+        if parked is None:
+            records.append(op_record(half.queue_offset, store_host))
+        return origin, current, half.queue_offset, records, parked, store_host
 
     def _not_committed(
         self, origin: int, current: int, status: PutStatus, remark: str

@@ -16,9 +16,9 @@ picked.
 The compiled modules are one per subsystem, beside the pure modules they twin (store/_hashing.pyx,
 store/_fast_scan.pyx, store/_record.pyx, store/_index.pyx, store/_get_message.pyx,
 client/remoting/_codec.pyx, client/protocol/_headers.pyx, client/consumer/_received.pyx,
-client/spark/_records.pyx), each a line in pyproject.toml's ext-modules. C helpers they share
-(big-endian fields, the record layout's constants, Java's string hash) are `.pxi` files they
-include.
+client/spark/_records.pyx, broker/transaction/_records.pyx), each a line in pyproject.toml's
+ext-modules. C helpers they share (big-endian fields, the record layout's constants, Java's
+string hash) are `.pxi` files they include.
 """
 
 from __future__ import annotations

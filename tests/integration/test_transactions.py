@@ -39,6 +39,8 @@ from tidemq.client.protocol.headers import (
 )
 from tidemq.client.protocol.heartbeat import ConsumeFromWhere
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.record import decode_message_id
 
 pytestmark = pytest.mark.asyncio
@@ -125,6 +127,92 @@ async def test_commit_is_delivered_rollback_is_not_and_neither_is_checked(
             assert checked == []
             assert await half_messages(api, broker) == 2  # no copy: nothing was checked
             assert delivered.bodies == Counter({b"commit": 1})
+        finally:
+            await consumer.shutdown()
+
+
+class LosingEnds:
+    """Between a producer and its brokers, a network that loses every END_TRANSACTION the
+    producer ends its own transactions with (oneway, as RocketMQ's producer sends it: the
+    producer cannot tell). Everything else, the answers to the broker's checks included (they
+    go on the broker's own connection), passes."""
+
+    def __init__(self, producer: AsyncTransactionProducer) -> None:
+        self.lost = 0
+        remoting = producer.instance.api.remoting
+        ready, oneway = remoting.ready_connection, remoting.invoke_oneway
+
+        def lose(request: RemotingCommand) -> bool:
+            if request.code == RequestCode.END_TRANSACTION:
+                self.lost += 1
+                return True
+            return False
+
+        class Connection:
+            def __init__(self, connection: RemotingConnection) -> None:
+                self.connection = connection
+
+            def oneway_now(self, request: RemotingCommand) -> bool:
+                return lose(request) or self.connection.oneway_now(request)
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(self.connection, name)
+
+        def ready_connection(address: str) -> object:
+            connection = ready(address)
+            return None if connection is None else Connection(connection)
+
+        async def invoke_oneway(
+            address: str, request: RemotingCommand, timeout: float | None = None
+        ) -> None:
+            if not lose(request):
+                await oneway(address, request, timeout)
+
+        remoting.ready_connection = ready_connection  # type: ignore[method-assign]
+        remoting.invoke_oneway = invoke_oneway  # type: ignore[method-assign]
+
+
+async def test_a_lost_end_is_resolved_by_the_check(
+    processes: ProcessGroup, namesrv: Daemon, tmp_path: Path, api: BrokerAPI
+) -> None:
+    # END_TRANSACTION goes oneway (RocketMQ's DefaultMQProducerImpl.endTransaction): a lost one
+    # is not seen by the producer, and the broker's check resolves the transaction instead.
+    broker = processes.brokerd(namesrv.address, tmp_path / "b", *CHECKS, "transactionCheckMax=200")
+    checked: list[ReceivedMessage] = []
+
+    def execute(msg: Message, arg: object) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT
+
+    def check(msg: ReceivedMessage) -> LocalTransactionState:
+        checked.append(msg)
+        return LocalTransactionState.COMMIT
+
+    async with AsyncTransactionProducer(
+        "PG-lost", config=config(namesrv), execute=execute, check=check
+    ) as producer:
+        network = LosingEnds(producer)
+        result = await producer.send_message_in_transaction(Message("TX7", b"lost", keys="K7"))
+        # The producer ended it, as far as it can tell: no error, no wait for the broker.
+        assert result.local_transaction_state is LocalTransactionState.COMMIT
+        assert network.lost == 1
+        consumer, delivered = await consume(namesrv, "G-tx7", "TX7")
+        try:
+            await eventually(lambda: delivered.bodies[b"lost"] == 1, "the checked commit", 60)
+            assert checked  # the commit came from the check's answer, not from the lost END
+            assert {(m.topic, m.keys, m.body) for m in checked} == {("TX7", "K7", b"lost")}
+            assert {m.msg_id for m in checked} == {result.msg_id}
+            copies = await half_messages(api, broker)
+
+            async def passed() -> bool:
+                return await check_progress(api, broker) >= copies
+
+            await eventually(passed, "the check past the resolved transaction", 30)
+            asked = len(checked)
+            copies = await half_messages(api, broker)
+            await eventually(passed, "the check past every copy made since", 30)
+            assert len(checked) == asked  # resolved: asked no more
+            assert delivered.bodies == Counter({b"lost": 1})
+            assert network.lost == 1  # the check's answers were not lost
         finally:
             await consumer.shutdown()
 

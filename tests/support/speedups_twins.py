@@ -7,6 +7,7 @@ from typing import Any
 
 # Every module that picks a twin, so that speedups.PURE_TWINS is complete once they are imported.
 SELECTING_MODULES = (
+    "tidemq.broker.transaction.messages",
     "tidemq.client.consumer.process_queue",
     "tidemq.client.protocol.headers",
     "tidemq.client.protocol.send_frame",
@@ -39,6 +40,7 @@ COMPILED_MODULES = (
     "tidemq.client.protocol._headers",
     "tidemq.client.consumer._received",
     "tidemq.client.spark._records",
+    "tidemq.broker.transaction._records",
 )
 
 

@@ -22,9 +22,12 @@ from tidemq.client.protocol.heartbeat import MessageQueue
 from tidemq.client.remoting.codes import RequestCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.transaction import (
+    _ENCODE_END,
     AsyncTransactionProducer,
     LocalTransactionState,
+    _end_fields,
     _half_message,
+    _half_properties,
     _state_of,
 )
 from tidemq.store.record import (
@@ -198,6 +201,33 @@ def test_a_half_message_is_the_message_with_the_transaction_properties(
     half = _half_message(msg, group)
     assert half == expected
     assert half.properties is not msg.properties
+
+
+@given(messages, st.text(max_size=8), st.text(max_size=8))
+def test_the_half_messages_properties_are_those_of_the_half_message(
+    msg: Message, group: str, uniq: str
+) -> None:
+    assert _half_properties(msg, group, uniq) == _half_message(msg, group).encoded_properties(uniq)
+
+
+@given(
+    st.text(max_size=8),
+    st.sampled_from(["127.0.0.1", "fe80::1"]),
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+    st.text(max_size=8),
+    st.sampled_from([LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK]),
+)
+def test_the_end_fields_are_the_end_headers_encoding(
+    group: str, host: str, offset: int, queue_offset: int, msg_id: str, state: LocalTransactionState
+) -> None:
+    offset_msg_id = message_id(pack_host(host, 10911), offset)
+    header = EndTransactionRequestHeader(
+        group, queue_offset, offset, state.value, msg_id, transaction_id=msg_id
+    )
+    fields = _end_fields(group, offset_msg_id, queue_offset, msg_id, state)
+    assert fields == _ENCODE_END(header)
+    assert list(fields) == list(_ENCODE_END(header))  # the same order on the wire
 
 
 def test_the_half_message_copies_every_field_of_a_message() -> None:

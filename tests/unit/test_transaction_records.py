@@ -18,19 +18,30 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.half_records import (
+    HOST4,
+    HOST6,
+    MAX_MESSAGE_SIZE,
+    PROPERTY_TEXT,
+    damaged,
+    half_records,
+)
 from tests.support.stores import StoreFactory
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
 from tidemq.broker.transaction.messages import (
     HALF_TOPIC,
     OP_TOPIC,
+    check_times,
     commit_record,
     committed_message,
+    is_prepared_send,
     op_message,
     op_record,
+    origin_of,
     park_half,
     read_half,
 )
-from tidemq.broker.transaction.service import TransactionalMessageService
+from tidemq.broker.transaction.service import EndOutcome, TransactionalMessageService
 from tidemq.client.protocol.headers import EndTransactionRequestHeader
 from tidemq.client.remoting.codes import ResponseCode
 from tidemq.store.delay import SCHEDULE_TOPIC
@@ -43,83 +54,12 @@ from tidemq.store.record import (
     EncodedRecord,
     MessageToStore,
     RecordFormatError,
-    check_record,
     decode_properties,
     decode_record,
     encode_properties,
     encode_record,
-    pack_record,
     stamp_record,
 )
-
-HOST4 = b"\x7f\x00\x00\x01\x00\x00\x27\x10"
-HOST6 = bytes(range(16)) + b"\x00\x00\x27\x11"
-MAX_MESSAGE_SIZE = 512
-
-# Property names that matter to END and to the commit, and others.
-NAMES = st.sampled_from(
-    [
-        "REAL_TOPIC",
-        "REAL_QID",
-        "TRAN_MSG",
-        "TRAN_PREPARED_QUEUE_OFFSET",
-        "PGROUP",
-        "WAIT",
-        "DELAY",
-        "TIMER_DELIVER_MS",
-        "UNIQ_KEY",
-        "KEYS",
-        "TAGS",
-    ]
-) | st.text(max_size=6)
-VALUES = st.sampled_from(
-    ["T", "", "3", "-1", "²", "99999999999", "true", "false", "x" * 140]
-) | st.text(max_size=8)
-# Property text as a client could send it: pairs, items without or with two separators, names
-# given twice.
-PROPERTY_TEXT = st.lists(
-    st.tuples(NAMES, VALUES).map(lambda pair: f"{pair[0]}\x01{pair[1]}\x02")
-    | st.text(alphabet="ab\x01\x02", max_size=5),
-    max_size=8,
-).map("".join)
-
-
-@st.composite
-def half_records(draw: st.DrawFn) -> bytes:
-    """The bytes of a half message's record as the broker stores it (park_half, then the
-    store's encoding), some properties as a client sent them."""
-    born_host = draw(st.sampled_from([HOST4, HOST6]))
-    store_host = draw(st.sampled_from([HOST4, HOST6]))
-    msg = MessageToStore(
-        draw(st.sampled_from(["T", "Tö", "t" * 127])),
-        draw(st.integers(0, 7)),
-        draw(st.binary(max_size=MAX_MESSAGE_SIZE + 8)),
-        draw(PROPERTY_TEXT),
-        draw(st.integers(-(2**31), 2**31 - 1)),
-        draw(st.sampled_from([0, 1, 2, 3]))
-        | draw(st.sampled_from([0, TRANSACTION_PREPARED_TYPE, TRANSACTION_COMMIT_TYPE])),
-        draw(st.integers(0, 2**45)),
-        born_host,
-        store_host,
-        draw(st.integers(0, 16)),
-    )
-    if draw(st.booleans()):
-        park_half(msg)  # REAL_TOPIC and REAL_QID as the broker writes them
-    shape = check_record(msg, 1 << 20)
-    return pack_record(
-        msg, shape, draw(st.integers(0, 2**40)), draw(st.integers(0, 2**50)), 1_700_000_000_000
-    )
-
-
-def damaged(record: bytes, data: st.DataObject) -> bytes:
-    """The record, or a copy cut short or with one byte changed."""
-    how = data.draw(st.sampled_from(["whole", "cut", "byte"]))
-    if how == "cut":
-        return record[: data.draw(st.integers(0, len(record)))]
-    if how == "byte" and record:
-        at = data.draw(st.integers(0, len(record) - 1))
-        return record[:at] + bytes((data.draw(st.integers(0, 255)),)) + record[at + 1 :]
-    return record
 
 
 def outcome(make: Any, *args: Any) -> Any:
@@ -163,7 +103,16 @@ def test_a_half_record_is_read_as_decode_record_reads_it(
         decoded.sys_flag,
     )
     assert half.topic.decode("utf-8", "replace") == decoded.topic
-    assert half.properties == decoded.properties
+    props = decoded.properties
+    assert half.group == props.get("PGROUP", "")
+    assert half.prepared_queue_offset == props.get("TRAN_PREPARED_QUEUE_OFFSET")
+    assert origin_of(half) == origin_of(decoded)
+    committed = committed_message(decoded)
+    if committed is None:
+        assert (half.commit_properties, half.real_topic, half.real_queue_id) == (None, None, -1)
+    else:
+        assert half.commit_properties == committed.properties.encode()
+        assert (half.real_topic, half.real_queue_id) == (committed.topic, committed.queue_id)
     assert bytes(half.view[half.body_at : half.body_end]) == decoded.body
 
 
@@ -339,3 +288,48 @@ async def test_a_record_is_read_where_it_starts_and_nowhere_else(tmp_path: Path)
     assert commitlog.record_at(-1, 1 << 20) is None  # before the log
     assert commitlog.record_at(end, 1 << 20) is None  # nothing readable there yet
     assert commitlog.record_at(phy + 4, 1 << 20) is None  # the magic is no size
+
+
+@given(st.sampled_from(["", "TRAN_MSG\x01true\x02", "TRAN_MSG\x01"]), PROPERTY_TEXT)
+def test_a_half_message_is_told_as_decoding_its_properties_tells_it(start: str, rest: str) -> None:
+    # The test without the dict (TRAN_MSG=true first, named nowhere else) against the decode.
+    text = start + rest
+    value = decode_properties(text).get("TRAN_MSG", "")
+    assert is_prepared_send(text) == (value.strip().lower() == "true")
+
+
+async def test_properties_with_other_digits_end_and_check_without_an_error(tmp_path: Path) -> None:
+    # str.isdigit takes "²" and int() refuses it: a client's own TRAN_PREPARED_QUEUE_OFFSET or
+    # TRANSACTION_CHECK_TIMES of such digits made END and the check raise ValueError.
+    service = service_on(tmp_path)
+    props = {"TRAN_PREPARED_QUEUE_OFFSET": "\u00b2", "TRANSACTION_CHECK_TIMES": "\u00b2"}
+    phy, queue_offset = await prepare(service, props)
+    stored = service.store.look_message_by_offset(phy)
+    assert stored is not None
+    assert origin_of(stored) == queue_offset
+    assert check_times(stored) == 0
+    header = EndTransactionRequestHeader("PG", queue_offset, phy, TRANSACTION_COMMIT_TYPE, "x")
+    outcome = await service.end(header)
+    assert outcome.code == ResponseCode.SUCCESS, outcome.remark
+    assert len(units(service, "T", 2)) == 1
+
+
+async def test_an_end_waits_only_for_a_new_consume_queue_file(tmp_path: Path) -> None:
+    # end_now answers at once when its put waits for nothing; the commit that starts its
+    # queue's first file waits for its dispatch (as put_encoded does), through an awaitable.
+    service = service_on(tmp_path)
+    first = await prepare(service, {})
+    second = await prepare(service, {})
+    ending = service.end_now(
+        EndTransactionRequestHeader("PG", first[1], first[0], TRANSACTION_COMMIT_TYPE, "x")
+    )
+    assert not isinstance(ending, EndOutcome)  # T-2's first unit: a new file
+    service.store.reput.dispatch_available(1 << 62)
+    assert (await ending).code == ResponseCode.SUCCESS
+    service.store.reput.dispatch_available(1 << 62)
+    outcome = service.end_now(
+        EndTransactionRequestHeader("PG", second[1], second[0], TRANSACTION_COMMIT_TYPE, "x")
+    )
+    assert isinstance(outcome, EndOutcome) and outcome.code == ResponseCode.SUCCESS
+    assert len(units(service, "T", 2)) == 2
+    assert len(units(service, OP_TOPIC, 0)) == 2
