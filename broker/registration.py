@@ -46,6 +46,7 @@ from tidemq.client.protocol.namesrv import (
     UnregisterBrokerRequestHeader,
     check_success,
     full_registration_json,
+    increment_registration_json,
     parse_register_broker_response,
     register_broker_request,
     simple_request,
@@ -87,6 +88,11 @@ class RegistrationTable:
     # texts are not what is registered (a broker limiting its topics' perms): a JSON full
     # registration is then made of these texts without decoding them.
     json_rows: Callable[[], list[tuple[str, str]] | None] = lambda: None
+    # One topic's TopicConfig JSON as registered (None: deleted), used while `texts_registered`
+    # holds: an incremental registration is then made of these texts (topics created in lists
+    # are kept as such texts, not decoded: broker/managers/topic_config.py).
+    json_row: Callable[[str], str | None] = lambda _topic: None
+    texts_registered: Callable[[], bool] = lambda: False
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,10 +223,16 @@ class NameServerRegistration(Service):
         base = sync.held
         assert base is not None
         topics, sync.pending = sync.pending, set()
-        changed: dict[str, TopicConfig] = {}
+        # The topics' JSON texts as they are, when those are what is registered: no
+        # TopicConfig made and encoded again per topic (not for a compressed body).
+        texts = not self.shape.compressed and self.table.texts_registered()
+        lookup: Callable[[str], TopicConfig | str | None] = (
+            self.table.json_row if texts else self.table.topic
+        )
+        changed: dict[str, TopicConfig | str] = {}
         deleted: list[str] = []
         for topic in topics:
-            config = self.table.topic(topic)
+            config = lookup(topic)
             if config is None:
                 deleted.append(topic)
             else:
@@ -229,7 +241,7 @@ class NameServerRegistration(Service):
         # Requests of at most splitRegistrationSize topics, so that the name server's work per
         # request stays bounded. All but the last keep the base version (the name server's
         # version moves only with the last), so any of them failing leaves the base valid.
-        entries: list[tuple[str, TopicConfig | None]] = [
+        entries: list[tuple[str, TopicConfig | str | None]] = [
             *changed.items(),
             *((topic, None) for topic in deleted),
         ]
@@ -238,15 +250,22 @@ class NameServerRegistration(Service):
         result: RegisterBrokerResult | None = None
         for index, chunk in enumerate(chunks):
             last = index == len(chunks) - 1
-            body = RegisterBrokerBody(
-                TopicConfigSerializeWrapper(
-                    {t: c for t, c in chunk if c is not None}, version if last else base
-                ),
-                [],
-                base_data_version=base,
-                deleted_topics=[t for t, c in chunk if c is None],
-            )
-            result = await self._register_one(address, body)
+            gone = [t for t, c in chunk if c is None]
+            body: RegisterBrokerBody | bytes
+            if texts:
+                rows = [(t, c) for t, c in chunk if isinstance(c, str)]
+                body = increment_registration_json(rows, version if last else base, base, gone)
+            else:
+                body = RegisterBrokerBody(
+                    TopicConfigSerializeWrapper(
+                        {t: c for t, c in chunk if isinstance(c, TopicConfig)},
+                        version if last else base,
+                    ),
+                    [],
+                    base_data_version=base,
+                    deleted_topics=gone,
+                )
+            result = await self._register_one(address, body, incremental_json=texts)
             if result is None:  # sent again with the next changes, on the same base
                 sync.pending.update(t for part in chunks[index:] for t, _c in part)
                 return None
@@ -344,7 +363,12 @@ class NameServerRegistration(Service):
         )
 
     async def _register_one(
-        self, address: str, body: RegisterBrokerBody | bytes, split: tuple[int, int] | None = None
+        self,
+        address: str,
+        body: RegisterBrokerBody | bytes,
+        split: tuple[int, int] | None = None,
+        *,
+        incremental_json: bool = False,
     ) -> RegisterBrokerResult | None:
         ident = self.identity
         request = register_broker_request(
@@ -357,6 +381,7 @@ class NameServerRegistration(Service):
             compressed=self.shape.compressed,
             master_epoch=ident.master_epoch,
             split=split,
+            incremental_json=incremental_json,
         )
         try:
             response = await self.client.invoke(address, request, self.timeout)
