@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import pytest
 
+from tidemq.broker import registration as registration_module
 from tidemq.broker.managers.config_file import compact_json
 from tidemq.broker.namesrv.kv_config import KvConfigStore
 from tidemq.broker.namesrv.processor import NamesrvProcessor
@@ -285,3 +286,33 @@ async def test_increments_made_of_the_rows_texts_are_the_bytes_of_the_decoded_to
         )
     assert routes == [[True, True, True, False]] * 2
     assert len(bodies[1]) == 3 and bodies[0] == bodies[1]
+
+
+@pytest.mark.parametrize("split", [True, False])
+async def test_many_pending_topics_go_as_increments_when_split(
+    monkeypatch: pytest.MonkeyPatch, split: bool
+) -> None:
+    """More than MAX_INCREMENT_TOPICS pending (a fast creation the registration fell behind):
+    split, they go as increments in requests of the split size, not as the whole table;
+    unsplit, as a full registration (an increment would be one large body)."""
+    monkeypatch.setattr(registration_module, "MAX_INCREMENT_TOPICS", 300)
+    namesrv, table = NameServer(), many_topics(1000)
+    reg = NameServerRegistration(
+        IDENTITY,
+        [NAMESRV],
+        cast(RemotingClient, namesrv),
+        table.view(),
+        period_ms=30_000,
+        timeout_ms=1000,
+        shape=RegistrationShape(split=split, split_size=200),
+    )
+    await reg.register_all()
+    first = len(namesrv.headers)
+    for i in range(500):
+        table.put(f"New{i}")
+        reg.note_change(f"New{i}")
+    await reg.register_all()
+    kinds = namesrv.kinds()[first:]
+    assert kinds == (["inc"] * 3 if split else ["full"])
+    assert namesrv.routes.get_route("New499") is not None
+    assert namesrv.routes.get_route("T999") is not None
