@@ -15,7 +15,7 @@ One namesrvd and one brokerd (production file sizes), every figure in the same r
    one, 16 in flight, as the issue measured it: the "before" figures.
 2. One more topic created one by one (UPDATE_AND_CREATE_TOPIC, as `mqadmin updateTopic`). At
    the end, a second broker of 10,000 topics (made before the creation, idle meanwhile, same
-   name server and file sizes) and the big one get TIDEMQ_BENCH_SCALE_PAIRS (41) single creates
+   name server and file sizes) and the big one get TIDEMQ_BENCH_SCALE_PAIRS (101) single creates
    each, in turn: the medians compared were taken in the same seconds, on the same disk, so the
    fsync each create waits for (1-28 ms on this shared disk) weighs on both alike. Targets: the
    ratio of the medians, 1,000,000 / 10,000, at most 1.25, and at most 20 ms at the end. The
@@ -76,7 +76,7 @@ class ScaleKnobs:
     topics: int = 1_000_000
     batch: int = 2000
     samples: int = 15
-    pairs: int = 41  # single creates on the 10,000-topic broker and the big one, in turn
+    pairs: int = 101  # single creates on the 10,000-topic broker and the big one, in turn
     sends: int = 10_000
     routes: int = 10_000
     clients: int = 10_000
@@ -92,7 +92,7 @@ class ScaleKnobs:
             topics=env_int("TIDEMQ_BENCH_SCALE_TOPICS", 1_000_000),
             batch=env_int("TIDEMQ_BENCH_SCALE_BATCH", 2000),
             samples=env_int("TIDEMQ_BENCH_SCALE_SAMPLES", 15),
-            pairs=env_int("TIDEMQ_BENCH_SCALE_PAIRS", 41),
+            pairs=env_int("TIDEMQ_BENCH_SCALE_PAIRS", 101),
             sends=env_int("TIDEMQ_BENCH_SCALE_SENDS", 10_000),
             routes=env_int("TIDEMQ_BENCH_SCALE_ROUTES", 10_000),
             clients=env_int("TIDEMQ_BENCH_SCALE_CLIENTS", 10_000),
