@@ -513,13 +513,19 @@ class Broker(Service):
             self._registration_topic,
             lambda: dataclasses.replace(self.topics.data_version),
             self._registration_json_rows,
+            self.topics.json_row,
+            self._texts_registered,
         )
+
+    def _texts_registered(self) -> bool:
+        """Whether the topics register as their rows' texts (see `_registration_json_rows`)."""
+        permission = self.config.broker_permission
+        return bool(permission & PERM_READ and permission & PERM_WRITE)
 
     def _registration_json_rows(self) -> list[tuple[str, str]] | None:
         """The table's JSON rows, as registered: None when the broker's permission limits its
         topics' (`_registration_topics` then changes them)."""
-        permission = self.config.broker_permission
-        if not (permission & PERM_READ and permission & PERM_WRITE):
+        if not self._texts_registered():
             return None
         return self.topics.json_rows()
 

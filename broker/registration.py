@@ -12,10 +12,10 @@ changed since (`pending`), and sends (formats in client/protocol/namesrv.py):
 
 - a full registration when the name server holds nothing of it: the first time, after a
   failure, when the name server asks for one (it restarted or missed a change), after the
-  broker's identity or permission changed, or when more than `MAX_INCREMENT_TOPICS` topics are
-  pending. A table of more than splitRegistrationSize topics is sent in parts of that many
-  (enableSplitRegistration), each compressed with compressedRegister, so no frame grows with
-  the table;
+  broker's identity or permission changed, or, when registrations are not split, when more than
+  `MAX_INCREMENT_TOPICS` topics are pending (an increment is one body then). A table of more
+  than splitRegistrationSize topics is sent in parts of that many (enableSplitRegistration),
+  each compressed with compressedRegister, so no frame grows with the table;
 - otherwise an incremental registration: only the pending topics (their configs, or their
   names when deleted), on the version the name server holds, in requests of at most
   splitRegistrationSize topics (all but the last on the held version, so the name server's
@@ -46,6 +46,7 @@ from tidemq.client.protocol.namesrv import (
     UnregisterBrokerRequestHeader,
     check_success,
     full_registration_json,
+    increment_registration_json,
     parse_register_broker_response,
     register_broker_request,
     simple_request,
@@ -60,8 +61,12 @@ log = logging.getLogger(__name__)
 # any order: the broker makes the next parts while the name server reads the last ones.
 PARTS_IN_FLIGHT: Final = 4
 
-# More pending topics than this are sent as a full registration (split as usual) rather than
-# one incremental body of several MB.
+# Unsplit registrations (enableSplitRegistration=false): more pending topics than this are sent
+# as a full registration rather than one incremental body of several MB. Split, increments of
+# any size go in requests of splitRegistrationSize: a creation of a million topics at 22,000/s
+# left registration more than 50,000 topics behind, which sent the whole table (788,008 then
+# 1,000,008 topics: seconds of the broker's and the name server's CPU each) where the changes
+# alone were due (scale5).
 MAX_INCREMENT_TOPICS: Final = 50_000
 
 
@@ -87,6 +92,11 @@ class RegistrationTable:
     # texts are not what is registered (a broker limiting its topics' perms): a JSON full
     # registration is then made of these texts without decoding them.
     json_rows: Callable[[], list[tuple[str, str]] | None] = lambda: None
+    # One topic's TopicConfig JSON as registered (None: deleted), used while `texts_registered`
+    # holds: an incremental registration is then made of these texts (topics created in lists
+    # are kept as such texts, not decoded: broker/managers/topic_config.py).
+    json_row: Callable[[str], str | None] = lambda _topic: None
+    texts_registered: Callable[[], bool] = lambda: False
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +205,7 @@ class NameServerRegistration(Service):
         if (
             sync.takes_increments
             and sync.held is not None
-            and len(sync.pending) <= MAX_INCREMENT_TOPICS
+            and (self.shape.split or len(sync.pending) <= MAX_INCREMENT_TOPICS)
         ):
             result = await self._register_increment(address, sync)
             if result is not None and not result.incremental:
@@ -217,10 +227,16 @@ class NameServerRegistration(Service):
         base = sync.held
         assert base is not None
         topics, sync.pending = sync.pending, set()
-        changed: dict[str, TopicConfig] = {}
+        # The topics' JSON texts as they are, when those are what is registered: no
+        # TopicConfig made and encoded again per topic (not for a compressed body).
+        texts = not self.shape.compressed and self.table.texts_registered()
+        lookup: Callable[[str], TopicConfig | str | None] = (
+            self.table.json_row if texts else self.table.topic
+        )
+        changed: dict[str, TopicConfig | str] = {}
         deleted: list[str] = []
         for topic in topics:
-            config = self.table.topic(topic)
+            config = lookup(topic)
             if config is None:
                 deleted.append(topic)
             else:
@@ -229,7 +245,7 @@ class NameServerRegistration(Service):
         # Requests of at most splitRegistrationSize topics, so that the name server's work per
         # request stays bounded. All but the last keep the base version (the name server's
         # version moves only with the last), so any of them failing leaves the base valid.
-        entries: list[tuple[str, TopicConfig | None]] = [
+        entries: list[tuple[str, TopicConfig | str | None]] = [
             *changed.items(),
             *((topic, None) for topic in deleted),
         ]
@@ -238,15 +254,22 @@ class NameServerRegistration(Service):
         result: RegisterBrokerResult | None = None
         for index, chunk in enumerate(chunks):
             last = index == len(chunks) - 1
-            body = RegisterBrokerBody(
-                TopicConfigSerializeWrapper(
-                    {t: c for t, c in chunk if c is not None}, version if last else base
-                ),
-                [],
-                base_data_version=base,
-                deleted_topics=[t for t, c in chunk if c is None],
-            )
-            result = await self._register_one(address, body)
+            gone = [t for t, c in chunk if c is None]
+            body: RegisterBrokerBody | bytes
+            if texts:
+                rows = [(t, c) for t, c in chunk if isinstance(c, str)]
+                body = increment_registration_json(rows, version if last else base, base, gone)
+            else:
+                body = RegisterBrokerBody(
+                    TopicConfigSerializeWrapper(
+                        {t: c for t, c in chunk if isinstance(c, TopicConfig)},
+                        version if last else base,
+                    ),
+                    [],
+                    base_data_version=base,
+                    deleted_topics=gone,
+                )
+            result = await self._register_one(address, body, incremental_json=texts)
             if result is None:  # sent again with the next changes, on the same base
                 sync.pending.update(t for part in chunks[index:] for t, _c in part)
                 return None
@@ -344,7 +367,12 @@ class NameServerRegistration(Service):
         )
 
     async def _register_one(
-        self, address: str, body: RegisterBrokerBody | bytes, split: tuple[int, int] | None = None
+        self,
+        address: str,
+        body: RegisterBrokerBody | bytes,
+        split: tuple[int, int] | None = None,
+        *,
+        incremental_json: bool = False,
     ) -> RegisterBrokerResult | None:
         ident = self.identity
         request = register_broker_request(
@@ -357,6 +385,7 @@ class NameServerRegistration(Service):
             compressed=self.shape.compressed,
             master_epoch=ident.master_epoch,
             split=split,
+            incremental_json=incremental_json,
         )
         try:
             response = await self.client.invoke(address, request, self.timeout)

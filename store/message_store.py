@@ -89,6 +89,7 @@ from tidemq.store.store_lock import StoreLock
 from tidemq.store.tags import MATCH_ALL, TagFilter
 from tidemq.store.timer_message import TIMER_MARKER as _TIMER_MARKER
 from tidemq.store.timer_message import TimerLimits, park_timer
+from tidemq.store.topic_folders import mark_topic_root
 from tidemq.store.transient_pool import TransientStorePool
 
 __all__ = ["MessageStore", "PutMessageResult", "QueryMessageResult", "Recovery", "Replication"]
@@ -373,8 +374,10 @@ class MessageStore(Service):
 
     def _load_consume_queues(self) -> None:
         cq_root = self.root / "consumequeue"
-        if not cq_root.is_dir():
-            return
+        # Made here (not by the first queue's file) to carry the placement hint from the start:
+        # each topic's folder a hierarchy of its own (store/topic_folders.py).
+        make_dirs(cq_root)
+        mark_topic_root(cq_root)
         # scandir: the types come with the listing, no stat per folder.
         with os.scandir(cq_root) as listing:
             topics = sorted((e.name, e.path) for e in listing if e.is_dir())

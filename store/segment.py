@@ -121,31 +121,46 @@ def _create_full_size(path: Path, size: int) -> int:
 SparseFile = tuple[int, tuple[Path, ...]]
 
 
-def create_sparse(path: Path, size: int) -> SparseFile:
+def create_sparse(path: Path, size: int, *, first_page: bool = True) -> SparseFile:
     """Create `path` at its full size without syncs; returns its descriptor and the folders
     whose entries are new (the file's, and the parent of each folder made for it), for the
     first flush to sync. A crash between the creation and the sizing leaves an empty file, as a
     power cut before that flush may: load extends it (module docstring).
 
-    The first page (where the first append lands: a queue starting past a file's start pads
-    it from there) is written with zeros, so that the file system allocates its block here:
-    dispatch makes files in a worker thread (store/dispatch.py), and the event loop's first
-    append then finds the page in the cache. The rest of the file stays a hole."""
-    missing: list[Path] = []
-    folder = path.parent
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    path.parent.mkdir(parents=True, exist_ok=True)
+    `first_page`: the first page (where the first append lands: a queue starting past a
+    file's start pads it from there) is written with zeros, so that the file system allocates
+    its block here: dispatch makes a backlog's files in a worker thread (store/dispatch.py), and
+    the event loop's first append then finds the page in the cache. A file made on the loop
+    right before its first append skips it (the append does the same). The rest of the file
+    stays a hole."""
+    made = _make_folders(path.parent)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         os.ftruncate(fd, size)
-        os.pwrite(fd, bytes(min(PAGE_SIZE, size)), 0)
+        if first_page:
+            os.pwrite(fd, bytes(min(PAGE_SIZE, size)), 0)
     except BaseException:
         os.close(fd)
         path.unlink(missing_ok=True)
         raise
-    return fd, (path.parent, *(made.parent for made in missing))
+    return fd, (path.parent, *(folder.parent for folder in made))
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """`mkdir -p folder` in as few system calls as it takes (one for an existing topic's new
+    queue, three for a new topic's first); the folders that were missing, deepest first. One
+    made meanwhile by another thread counts as missing all the same: its entry is synced by
+    this file's first flush too (its maker's file may never be adopted)."""
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        return []
+    except FileNotFoundError:
+        made = _make_folders(folder.parent)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder)
+        return [folder, *made]
+    return [folder]
 
 
 class Segment:
@@ -196,7 +211,10 @@ class Segment:
             if create:
                 fd, self._unsynced_dirs = created or create_sparse(path, size)
                 self._made = next(_SEQUENCE)
-                self._map_file(fd)
+                # Open for its appends, mapped at its first read (`view`): a queue written
+                # and evicted before anyone reads it never costs a map and its unmapping.
+                self._fd = fd
+                maps.opened(self)
             return
         fd = _create_full_size(path, size) if create else os.open(path, os.O_RDWR)
         try:
@@ -220,10 +238,16 @@ class Segment:
         return view
 
     def _map_file(self, fd: int = -1) -> memoryview:
-        """Open (unless given `fd`) and map a lazily mapped segment's file: two descriptors,
-        ours for appends and the one the map keeps."""
+        """Map a lazily mapped segment's file: through the descriptor it holds open for its
+        appends, else through `fd` or one opened now (then counted by the budget). Two
+        descriptors then: ours for appends and the one the map keeps."""
         if self.closed:
             raise ValueError(f"segment {self.path.name} is closed")
+        assert self.maps is not None
+        if fd < 0 and self._fd >= 0:
+            view = self._map_descriptor(self._fd)
+            self.maps.touch(self)
+            return view
         if fd < 0:
             fd = os.open(self.path, os.O_RDWR)
         try:
@@ -232,9 +256,17 @@ class Segment:
             os.close(fd)
             raise
         self._fd = fd
-        assert self.maps is not None
         self.maps.opened(self)
         return view
+
+    def _open_file(self) -> None:
+        """Open a lazily mapped segment's file for appends, without a map (counted by the
+        budget as an open file)."""
+        if self.closed:
+            raise ValueError(f"segment {self.path.name} is closed")
+        assert self.maps is not None
+        self._fd = os.open(self.path, os.O_RDWR)
+        self.maps.opened(self)
 
     @property
     def mapped(self) -> bool:
@@ -322,7 +354,7 @@ class Segment:
             self._write_buffer[at : at + n] = data
         elif self.append_mode is AppendMode.pwrite:
             if self._fd < 0:
-                self.view  # opens a lazily mapped segment's file  # noqa: B018
+                self._open_file()  # a lazily mapped segment's, closed by its budget
             elif self.maps is not None:
                 self.maps.touch(self)
             written = os.pwrite(self._fd, data, at)

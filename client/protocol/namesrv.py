@@ -522,6 +522,28 @@ def full_registration_json(
     return b'{"topicConfigSerializeWrapper":' + wrapper + b',"filterServerList":[]}'
 
 
+def increment_registration_json(
+    topic_rows: Iterable[tuple[str, str]],
+    data_version: DataVersion,
+    base_data_version: DataVersion,
+    deleted_topics: list[str],
+) -> bytes:
+    """The JSON RegisterBrokerBody of an incremental registration whose changed topics are
+    given as (name, TopicConfig JSON text), put in as they are: equal to
+    `RegisterBrokerBody(TopicConfigSerializeWrapper(table, data_version), [],
+    base_data_version=..., deleted_topics=...).encode()` for the same topics."""
+    wrapper = topic_wrapper_json(topic_rows, data_version)
+    return (
+        b'{"topicConfigSerializeWrapper":'
+        + wrapper
+        + b',"filterServerList":[],"baseDataVersion":'
+        + dumps(base_data_version.to_dict())
+        + b',"deletedTopicList":'
+        + dumps(deleted_topics)
+        + b"}"
+    )
+
+
 def topic_wrapper_json(topic_rows: Iterable[tuple[str, str]], data_version: DataVersion) -> bytes:
     """A TopicConfigSerializeWrapper's compact JSON (GET_ALL_TOPIC_CONFIG's body) of topics
     given as (name, TopicConfig JSON text), the texts put in as they are: equal to
@@ -690,13 +712,15 @@ def register_broker_request(
     compressed: bool = False,
     master_epoch: int | None = None,
     split: tuple[int, int] | None = None,
+    incremental_json: bool = False,
 ) -> RemotingCommand:
     """REGISTER_BROKER with the body encoded as asked and its bodyCrc32 filled in; `split` is
     (index, count) for one part of a split full registration. A body with a
     `base_data_version` is sent as an incremental registration (JSON, never compressed). A body
-    given as bytes is a full registration's JSON (`full_registration_json`), sent as it is."""
+    given as bytes is JSON sent as it is: a full registration's (`full_registration_json`), or
+    with `incremental_json` an incremental one's (`increment_registration_json`)."""
     if isinstance(body, bytes):
-        incremental, compressed, data = False, False, body
+        incremental, compressed, data = incremental_json, False, body
     else:
         incremental = body.base_data_version is not None
         compressed = compressed and not incremental

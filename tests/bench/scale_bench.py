@@ -13,9 +13,15 @@ One namesrvd and one brokerd (production file sizes), every figure in the same r
    table. Each tenth's CPU per topic is printed.
    A broker without the list request (main before issue 34) gets UPDATE_AND_CREATE_TOPIC one by
    one, 16 in flight, as the issue measured it: the "before" figures.
-2. One more topic created one by one (UPDATE_AND_CREATE_TOPIC, as `mqadmin updateTopic`),
-   median of TIDEMQ_BENCH_SCALE_SAMPLES (15) creates, at 10,000 topics and at the end. Targets:
-   the ratio end / 10,000 at most 1.25, and at most 20 ms at the end.
+2. One more topic created one by one (UPDATE_AND_CREATE_TOPIC, as `mqadmin updateTopic`). At
+   the end, a second broker of 10,000 topics (made before the creation, idle meanwhile, same
+   name server and file sizes) and the big one get TIDEMQ_BENCH_SCALE_PAIRS (101) single creates
+   each, in turn: the medians compared were taken in the same seconds, on the same disk, so the
+   fsync each create waits for (1-28 ms on this shared disk) weighs on both alike. Targets: the
+   ratio of the medians, 1,000,000 / 10,000, at most 1.25, and at most 20 ms at the end. The
+   brokers' CPU per single create is reported beside it. The median of
+   TIDEMQ_BENCH_SCALE_SAMPLES (15) creates on the big broker at 10,000 topics, minutes earlier,
+   is reported without a target.
 3. Route queries (GET_ROUTEINFO_BY_TOPIC of random topics, one after the other): p99 at most
    1 ms. Sends of 128 bytes to TIDEMQ_BENCH_SCALE_SENDS (10,000) random topics: p99 at most 5 ms.
 4. The broker stopped and started again: seconds until it listens, and until a topic's route
@@ -52,6 +58,7 @@ from tests.support.conditions import eventually
 from tests.support.processes import Daemon, ProcessGroup
 from tests.support.scale import (
     IdleClients,
+    alternate_creates_ms,
     create_topics,
     median,
     one_more_create_ms,
@@ -69,6 +76,7 @@ class ScaleKnobs:
     topics: int = 1_000_000
     batch: int = 2000
     samples: int = 15
+    pairs: int = 101  # single creates on the 10,000-topic broker and the big one, in turn
     sends: int = 10_000
     routes: int = 10_000
     clients: int = 10_000
@@ -84,6 +92,7 @@ class ScaleKnobs:
             topics=env_int("TIDEMQ_BENCH_SCALE_TOPICS", 1_000_000),
             batch=env_int("TIDEMQ_BENCH_SCALE_BATCH", 2000),
             samples=env_int("TIDEMQ_BENCH_SCALE_SAMPLES", 15),
+            pairs=env_int("TIDEMQ_BENCH_SCALE_PAIRS", 101),
             sends=env_int("TIDEMQ_BENCH_SCALE_SENDS", 10_000),
             routes=env_int("TIDEMQ_BENCH_SCALE_ROUTES", 10_000),
             clients=env_int("TIDEMQ_BENCH_SCALE_CLIENTS", 10_000),
@@ -108,7 +117,14 @@ def measure(knobs: ScaleKnobs) -> list[Result]:
                 *knobs.broker_overrides,
             )
             broker = group.brokerd(namesrv.address, folder / "store", *broker_args, name="brokerd")
-            results = run_on_uvloop(_load_and_query(knobs, namesrv, broker))
+            small = group.brokerd(
+                namesrv.address,
+                folder / "store-small",
+                *broker_args,
+                f"brokerName={SMALL_BROKER}",
+                name="brokerd-small",
+            )
+            results = run_on_uvloop(_load_and_query(knobs, namesrv, broker, small))
             restart = _restart(group, namesrv, broker, knobs)
             results += restart[0]
             results += run_on_uvloop(_idle_clients(knobs, restart[1]))
@@ -117,11 +133,30 @@ def measure(knobs: ScaleKnobs) -> list[Result]:
             group.stop_all()
 
 
-async def _load_and_query(knobs: ScaleKnobs, namesrv: Daemon, broker: Daemon) -> list[Result]:
+SMALL_BROKER = "broker-small"
+
+
+def small_topic_name(index: int) -> str:
+    return f"SmallT{index:07d}"
+
+
+async def _load_and_query(
+    knobs: ScaleKnobs, namesrv: Daemon, broker: Daemon, small: Daemon
+) -> list[Result]:
     api = BrokerAPI()
     rng = random.Random(knobs.seed)
     try:
         early = min(knobs.early, knobs.topics // 2)
+        # The small broker's table, registered before the big creation's CPU is counted.
+        await create_topics(
+            api, small.address, 0, early, batch_size=knobs.batch, names=small_topic_name
+        )
+        await eventually(
+            functools.partial(api.get_route, namesrv.address, small_topic_name(early - 1)),
+            "the small broker's last topic routable",
+            120,
+            interval=0.05,
+        )
         started = time.perf_counter()
 
         def cpu_so_far() -> float:
@@ -149,7 +184,14 @@ async def _load_and_query(knobs: ScaleKnobs, namesrv: Daemon, broker: Daemon) ->
             started=started + pause,  # the single creates are not creation time
             cpu=daemons_cpu,
         )
-        at_end = await one_more_create_ms(api, broker.address, "end", knobs.samples)
+        # The same moments for both sizes (module docstring, step 2).
+        cpu_small, cpu_big = _cpu_seconds(small.pid or 0), _cpu_seconds(broker.pid or 0)
+        beside, at_end = await alternate_creates_ms(
+            api, [small.address, broker.address], "end", knobs.pairs
+        )
+        cpu_small = (_cpu_seconds(small.pid or 0) - cpu_small) / knobs.pairs * 1e3
+        cpu_big = (_cpu_seconds(broker.pid or 0) - cpu_big) / knobs.pairs * 1e3
+        small.stop()
         how = f"lists of {knobs.batch}" if creation.batch else "one by one, 16 in flight"
         first, last = creation.rate_between(0, 0.1), creation.rate_between(0.9, 1.0)
         # The daemons' CPU per topic over each tenth of the creation: what a change costs at
@@ -182,10 +224,13 @@ async def _load_and_query(knobs: ScaleKnobs, namesrv: Daemon, broker: Daemon) ->
             f"{creation.rate():,.0f}/s; first 10 % {first:,.0f}/s, last 10 % {last:,.0f}/s; "
             f"daemons' CPU per topic by tenth: {', '.join(f'{us:.0f}' for us in tenths)} us"
         )
-        early_ms, end_ms = median(at_early), median(at_end)
+        early_ms, end_ms, beside_ms = median(at_early), median(at_end), median(beside)
         print(
-            f"one more create: median {early_ms:.1f} ms at {early:,} topics, {end_ms:.1f} ms at "
-            f"{creation.topics:,} (samples {', '.join(f'{t:.1f}' for t in at_end)})"
+            f"one more create: median {early_ms:.1f} ms at {early:,} topics (earlier); in turn "
+            f"with a broker of {early:,}: {end_ms:.1f} ms at {creation.topics:,} against "
+            f"{beside_ms:.1f} ms (samples {', '.join(f'{t:.1f}' for t in at_end)}; "
+            f"{', '.join(f'{t:.1f}' for t in beside)}); broker CPU per create "
+            f"{cpu_big:.2f} ms against {cpu_small:.2f} ms"
         )
         # Lists are created two at a time and registered as they land: every list's last
         # topic, not only the very last one, must be routable before random topics are asked.
@@ -212,7 +257,12 @@ async def _load_and_query(knobs: ScaleKnobs, namesrv: Daemon, broker: Daemon) ->
     return [
         Result(f"topic creation ({how})", creation.rate(), "topics/s", 2000),
         *drift,
-        Result(f"one more create at {early:,} topics", early_ms, "ms"),
+        Result(
+            f"one more create at {early:,} topics",
+            early_ms,
+            "ms",
+            note="the big broker, minutes before the end",
+        ),
         Result(
             f"one more create at {creation.topics:,} topics",
             end_ms,
@@ -221,11 +271,24 @@ async def _load_and_query(knobs: ScaleKnobs, namesrv: Daemon, broker: Daemon) ->
             higher_is_better=False,
         ),
         Result(
+            f"one more create at {early:,} topics, in turn with it",
+            beside_ms,
+            "ms",
+            note=f"a second broker of {early:,} topics, the same seconds",
+        ),
+        Result(
             f"one more create, {creation.topics:,} / {early:,} topics",
-            end_ms / early_ms,
+            end_ms / beside_ms,
             "x",
             1.25,
             higher_is_better=False,
+            note=f"medians of {knobs.pairs} creates each, alternated",
+        ),
+        Result(
+            f"broker CPU per single create, {creation.topics:,} / {early:,} topics",
+            cpu_big / cpu_small if cpu_small else float("nan"),  # 0 ticks: a tiny run
+            "x",
+            note=f"{cpu_big:.2f} ms against {cpu_small:.2f} ms, with each one's idle work",
         ),
         Result("route query p99", percentile(routes, 0.99), "ms", 1, higher_is_better=False),
         Result(

@@ -111,9 +111,10 @@ async def create_topics(
     run: CreationRun | None = None,
     started: float | None = None,
     cpu: Callable[[], float] | None = None,
+    names: Callable[[int], str] = topic_name,
 ) -> CreationRun:
-    """Create topics `first` .. `first + count - 1` (8 queues each): in lists of `batch_size`
-    when the broker serves them, else one by one; appended to `run`'s timeline."""
+    """Create topics `names(first)` .. `names(first + count - 1)` (8 queues each): in lists of
+    `batch_size` when the broker serves them, else one by one; appended to `run`'s timeline."""
     if run is None:
         run = CreationRun(await serves_topic_lists(api, broker))
     if cpu is not None and not run.cpu_timeline:
@@ -130,7 +131,7 @@ async def create_topics(
         nonlocal done
         while queue:
             chunk = queue.pop()
-            configs = [TopicConfig(topic_name(i), QUEUES, QUEUES) for i in chunk]
+            configs = [TopicConfig(names(i), QUEUES, QUEUES) for i in chunk]
             if run.batch:
                 await create_topic_list(api, broker, configs)
             else:
@@ -154,6 +155,22 @@ async def one_more_create_ms(api: BrokerAPI, broker: str, tag: str, samples: int
         started = time.perf_counter()
         await api.create_topic(broker, config)
         times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+async def alternate_creates_ms(
+    api: BrokerAPI, brokers: Sequence[str], tag: str, samples: int
+) -> list[list[float]]:
+    """Milliseconds of single creates on each of `brokers` in turn (one on the first, one on
+    the second, ...), `samples` each: whatever the disk and the machine do to one broker's
+    sample, they do to its neighbours' alike."""
+    times: list[list[float]] = [[] for _ in brokers]
+    for i in range(samples):
+        for broker, taken in zip(brokers, times, strict=True):
+            config = TopicConfig(f"OneMore{tag}x{i}", QUEUES, QUEUES)
+            started = time.perf_counter()
+            await api.create_topic(broker, config)
+            taken.append((time.perf_counter() - started) * 1000)
     return times
 
 

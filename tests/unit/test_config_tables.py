@@ -375,6 +375,46 @@ def test_a_clean_table_is_loaded_without_decoding_its_rows(
     assert rows["T10"] == texts["T10"]
 
 
+def test_topics_created_in_lists_are_kept_as_their_rows_texts(tmp_path: Path) -> None:
+    """No TopicConfig per topic of a list (each would be walked by CPython's full
+    collections): its row's text, as a load keeps it. A system topic (decoded already) and a
+    config that would not read back the same by `from_dict` stay objects; a topic decoded by
+    use and updated again stays decoded."""
+    manager = TopicConfigManager(tmp_path, BROKER)
+    manager.load()
+    system = len(manager._table)
+    manager.update_many([TopicConfig(f"T{i}", 8, 8) for i in range(300)])
+    assert len(manager._table) == system and len(manager._rows) == 300
+    assert (
+        manager.json_row("T5") == '{"topicName":"T5","readQueueNums":8,"writeQueueNums":8,'
+        '"perm":6,"topicFilterType":"SINGLE_TAG","topicSysFlag":0,"order":false}'
+    )
+    assert len(manager._table) == system  # json_row decodes nothing
+    assert manager.select("T5") == TopicConfig("T5", 8, 8)  # decoded at first use
+    assert len(manager._table) == system + 1
+    manager.update_many(
+        [
+            TopicConfig("T5", 4, 4),  # decoded: replaced as an object
+            TopicConfig("TBW102", 4, 4),  # a system topic: stays an object
+            TopicConfig("Big", 1 << 31, 8),  # past a Java int: not read back by from_dict
+            TopicConfig("T6", 2, 2),  # a text replaced by a text
+        ]
+    )
+    assert manager.select("T5") == TopicConfig("T5", 4, 4) and "T5" not in manager._rows
+    assert manager._table["TBW102"] == TopicConfig("TBW102", 4, 4)
+    assert "Big" in manager._table and "Big" not in manager._rows
+    assert json.loads(manager._rows["T6"])["readQueueNums"] == 2
+    manager.close()
+    rows, _ = TableStore(tmp_path / TABLES_FILE).read("topics")
+    assert rows["T6"] == manager.json_row("T6") and rows["T0"] == manager.json_row("T0")
+    reloaded = TopicConfigManager(tmp_path, BROKER)
+    reloaded.load()
+    assert reloaded.select("T6") == TopicConfig("T6", 2, 2)
+    assert reloaded.select("T5") == TopicConfig("T5", 4, 4)
+    assert reloaded.select("T299") == TopicConfig("T299", 8, 8)
+    reloaded.close()
+
+
 def test_a_row_of_the_shape_that_is_not_json_is_left_out_at_its_first_use(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

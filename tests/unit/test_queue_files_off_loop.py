@@ -1,6 +1,7 @@
-"""New ConsumeQueue files made in a worker thread while the store runs (store/dispatch.py,
-`segment.create_sparse`, `MapBudget.creating`): the event loop makes no queue file, dispatch
-goes on from the record that needed it, and a file nobody adopted is removed.
+"""New ConsumeQueue files while the store runs (store/dispatch.py, `segment.create_sparse`,
+`MapBudget.creating`): a backlog's files are made in one trip to a worker thread, a single new
+file (a send to a new queue, a roll-over) on the loop without a trip; dispatch goes on from the
+record that needed it, and a file nobody adopted is removed.
 
 Which thread creates each file is recorded (an `os.open` with O_CREAT under consumequeue/),
 never timed.
@@ -69,11 +70,18 @@ def creations(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
     return made
 
 
-async def test_a_running_store_makes_every_queue_file_off_the_event_loop(
-    tmp_path: Path, creations: list[tuple[str, bool]]
+async def test_a_put_dispatched_alone_has_its_one_file_made_on_the_loop(
+    tmp_path: Path, creations: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """New queues and roll-overs to a queue's next file (each put dispatched alone, so every
-    file is needed at the start of a run): none made by the loop, every unit in order."""
+    file is needed at the start of a run, and no other): each made on the loop, no trip to a
+    worker, every unit in order."""
+    trips: list[int] = []
+
+    async def counting(self: dispatch_module.ReputService) -> None:
+        trips.append(1)
+
+    monkeypatch.setattr(dispatch_module.ReputService, "_make_files", counting)
     store = STORES.open(tmp_path)
     await store.start()
     props = encode_properties({})
@@ -88,7 +96,8 @@ async def test_a_running_store_makes_every_queue_file_off_the_event_loop(
         files = sum(len(q.segments) for q in store.consume_queues.values())
         assert files == TOPICS * QUEUES * 3
         assert len(creations) == files
-        assert [path for path, on_loop in creations if on_loop] == []
+        assert [path for path, on_loop in creations if not on_loop] == []
+        assert trips == []
         assert store.consume_queue_maps.creating == {}  # every one adopted
         for topic in range(TOPICS):
             for queue_id in range(QUEUES):
@@ -157,6 +166,7 @@ async def test_recovery_dispatch_adopts_a_file_still_being_made(
         return create_sparse(path, size)
 
     monkeypatch.setattr(dispatch_module, "create_sparse", slow_create)
+    monkeypatch.setattr(dispatch_module, "FILES_MADE_ON_LOOP", 0)  # even one goes to the worker
     store = StoreFactory(mapped_file_size_consume_queue=20 * 1000).open(tmp_path)
     await store.start()
     try:
@@ -207,6 +217,7 @@ async def test_a_send_to_a_new_queue_is_readable_once_answered(
         return create_sparse(path, size)
 
     monkeypatch.setattr(dispatch_module, "create_sparse", slow_create)
+    monkeypatch.setattr(dispatch_module, "FILES_MADE_ON_LOOP", 0)  # even one goes to the worker
     store = StoreFactory(mapped_file_size_consume_queue=20 * 1000).open(tmp_path)
     await store.start()
     try:
@@ -217,3 +228,40 @@ async def test_a_send_to_a_new_queue_is_readable_once_answered(
             assert read_all(store, "Fresh", queue) == [body]
     finally:
         await store.stop()
+
+
+def test_a_new_file_names_every_folder_whose_entry_is_new(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the first flush syncs (`Segment._unsynced_dirs`): the file's folder, and the parent
+    of each folder made for it: a new topic's first queue, another queue of it, another file of
+    that queue. A folder another thread makes between the failed mkdir below it and this one's
+    own still counts as new here (its maker's file may never be adopted)."""
+    root = tmp_path / "consumequeue"
+    root.mkdir()
+    name = "0" * 20
+    fd, folders = create_sparse(root / "T" / "0" / name, 4096)
+    os.close(fd)
+    assert folders == (root / "T" / "0", root / "T", root)
+    fd, folders = create_sparse(root / "T" / "1" / name, 4096, first_page=False)
+    os.close(fd)
+    assert folders == (root / "T" / "1", root / "T")
+    fd, folders = create_sparse(root / "T" / "1" / ("1" + name[1:]), 4096)
+    os.close(fd)
+    assert folders == (root / "T" / "1",)
+    assert (root / "T" / "1" / name).stat().st_size == 4096
+
+    original = os.mkdir
+    tries: list[str] = []
+
+    def raced(path: object, *args: object, **kwargs: object) -> None:
+        tries.append(str(path))
+        if str(path) == str(root / "U" / "0") and len(tries) == 3:
+            original(path)  # type: ignore[arg-type]  # another thread was first
+        original(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "mkdir", raced)
+    fd, folders = create_sparse(root / "U" / "0" / name, 4096)
+    os.close(fd)
+    assert folders == (root / "U" / "0", root / "U", root)
+    assert tries == [str(root / "U" / "0"), str(root / "U"), str(root / "U" / "0")]

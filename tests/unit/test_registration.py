@@ -13,6 +13,9 @@ import asyncio
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
+import pytest
+
+from tidemq.broker import registration as registration_module
 from tidemq.broker.managers.config_file import compact_json
 from tidemq.broker.namesrv.kv_config import KvConfigStore
 from tidemq.broker.namesrv.processor import NamesrvProcessor
@@ -24,6 +27,7 @@ from tidemq.broker.registration import (
     RegistrationShape,
     RegistrationTable,
 )
+from tidemq.client.protocol import models
 from tidemq.client.protocol.models import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 from tidemq.client.protocol.namesrv import RegisterBrokerRequestHeader
 from tidemq.client.remoting.command import RemotingCommand
@@ -105,7 +109,13 @@ class Table:
             (lambda: [(k, compact_json(c.to_dict())) for k, c in self.topics.items()])
             if texts
             else lambda: None,
+            self.json_row,
+            lambda: texts,
         )
+
+    def json_row(self, name: str) -> str | None:
+        config = self.topics.get(name)
+        return None if config is None else compact_json(config.to_dict())
 
 
 def registration(
@@ -246,3 +256,63 @@ async def test_parts_made_of_the_rows_texts_are_the_bytes_of_the_decoded_table()
         bodies.append(namesrv.bodies)
     assert len(bodies[1]) == 3
     assert bodies[0] == bodies[1]
+
+
+async def test_increments_made_of_the_rows_texts_are_the_bytes_of_the_decoded_topics(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker keeps topics created in lists as their rows' texts: its increments are made of
+    them, byte for byte what the TopicConfigs would encode (the changed, a deleted one, in
+    requests of the split size), and the name server routes them alike."""
+    monkeypatch.setattr(models.time, "time", lambda: 1_700_000_000.0)  # equal versions
+    bodies, routes = [], []
+    for texts in (False, True):
+        namesrv, table = NameServer(), many_topics(10)
+        reg = registration(namesrv, table, split_size=100, texts=texts)
+        await reg.register_all()
+        for i in range(250):
+            table.put(f"New{i}")
+            reg.note_change(f"New{i}")
+        table.topics["Odd2"] = TopicConfig("Odd2", 1, 2, 4, "MULTI_TAG", 3, order=True)
+        reg.note_change("Odd2")
+        del table.topics["T3"]
+        table.version.next_version()
+        reg.note_change("T3")
+        await reg.register_all()
+        assert namesrv.kinds() == ["full", "inc", "inc", "inc"]
+        bodies.append(namesrv.bodies[1:])
+        routes.append(
+            [namesrv.routes.get_route(t) is not None for t in ("New0", "New249", "Odd2", "T3")]
+        )
+    assert routes == [[True, True, True, False]] * 2
+    assert len(bodies[1]) == 3 and bodies[0] == bodies[1]
+
+
+@pytest.mark.parametrize("split", [True, False])
+async def test_many_pending_topics_go_as_increments_when_split(
+    monkeypatch: pytest.MonkeyPatch, split: bool
+) -> None:
+    """More than MAX_INCREMENT_TOPICS pending (a fast creation the registration fell behind):
+    split, they go as increments in requests of the split size, not as the whole table;
+    unsplit, as a full registration (an increment would be one large body)."""
+    monkeypatch.setattr(registration_module, "MAX_INCREMENT_TOPICS", 300)
+    namesrv, table = NameServer(), many_topics(1000)
+    reg = NameServerRegistration(
+        IDENTITY,
+        [NAMESRV],
+        cast(RemotingClient, namesrv),
+        table.view(),
+        period_ms=30_000,
+        timeout_ms=1000,
+        shape=RegistrationShape(split=split, split_size=200),
+    )
+    await reg.register_all()
+    first = len(namesrv.headers)
+    for i in range(500):
+        table.put(f"New{i}")
+        reg.note_change(f"New{i}")
+    await reg.register_all()
+    kinds = namesrv.kinds()[first:]
+    assert kinds == (["inc"] * 3 if split else ["full"])
+    assert namesrv.routes.get_route("New499") is not None
+    assert namesrv.routes.get_route("T999") is not None

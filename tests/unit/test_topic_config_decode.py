@@ -16,6 +16,7 @@ from tidemq.client.protocol.namesrv import (
     QueueCounts,
     RegisterBrokerBody,
     full_registration_json,
+    increment_registration_json,
     topic_wrapper_json,
 )
 from tidemq.client.remoting.json_body import dumps
@@ -78,6 +79,26 @@ def test_a_body_of_row_texts_is_the_encoded_table(
     rows = [(name, compact_json(config.to_dict())) for name, config in table.items()]
     encoded = RegisterBrokerBody(TopicConfigSerializeWrapper(table, version)).encode()
     assert full_registration_json(rows, version) == encoded
+
+
+@given(
+    st.dictionaries(st.text(max_size=8), CONFIGS, max_size=20),
+    st.lists(st.text(max_size=8), max_size=5),
+    st.integers(0, 1 << 40),
+)
+def test_an_increment_of_row_texts_is_the_encoded_increment(
+    table: dict[str, TopicConfig], deleted: list[str], counter: int
+) -> None:
+    base = DataVersion(timestamp=1_700_000_000_000, counter=counter)
+    version = DataVersion(timestamp=1_700_000_000_001, counter=counter + 1)
+    rows = [(name, compact_json(config.to_dict())) for name, config in table.items()]
+    encoded = RegisterBrokerBody(
+        TopicConfigSerializeWrapper(table, version),
+        [],
+        base_data_version=base,
+        deleted_topics=deleted,
+    ).encode()
+    assert increment_registration_json(rows, version, base, deleted) == encoded
 
 
 NUMBERS = st.one_of(
