@@ -17,6 +17,8 @@ whose operator set the key with one line naming it.
 from __future__ import annotations
 
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -226,3 +228,38 @@ def test_the_default_bound_of_queue_files_is_lowered_to_what_the_limit_holds(
     assert "maxMappedConsumeQueueFiles 1024 lowered to 256: the limit of open files" in (
         broker.log_text()
     )
+
+
+def test_a_sigterm_while_brokerd_starts_stops_it_cleanly_once_started(tmp_path: Path) -> None:
+    """The first registration is part of the start: a name server that never answers holds
+    the broker there (registerBrokerTimeoutMills) while the signal comes. It used to kill the
+    broker (the handler was installed after the start), leaving its store marked aborted, so
+    the next start checked every queue as after a crash."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    store = tmp_path / "store"
+    command = brokerd_command(
+        free_port(),
+        f"127.0.0.1:{silent.getsockname()[1]}",
+        store,
+        "registerBrokerTimeoutMills=2000",
+        f"metricsPort={free_port()}",
+    )
+    broker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The registration's connection waits in the backlog: the broker is mid-start.
+        readable, _, _ = select.select([silent], [], [], 60)
+        assert readable, "brokerd never came to register"
+        assert (store / "abort").exists()
+        broker.send_signal(signal.SIGTERM)
+        out, err = broker.communicate(timeout=60)
+    finally:
+        if broker.poll() is None:
+            broker.kill()
+            broker.communicate()
+        silent.close()
+    assert broker.returncode == 0, err[-2000:]
+    assert "SIGTERM received while starting, stopping" in err
+    assert "listening on" not in out
+    assert not (store / "abort").exists()
