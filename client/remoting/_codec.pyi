@@ -28,6 +28,16 @@ def encode_send_head(
     properties: str | None,
     body: bytes,
 ) -> bytes: ...
+def encode_signed_send_head(
+    signed: Any,
+    opaque: int,
+    queue_id: int,
+    sys_flag: int,
+    born_timestamp: int,
+    flag: int,
+    properties: str | None,
+    body: bytes,
+) -> bytes: ...
 def send_result(
     status: Any, msg_id: str, offset_msg_id: str, message_queue: Any, queue_offset: int
 ) -> Any: ...

@@ -13,6 +13,8 @@
     signed_content_digest  client/remoting/signing.py  the HMAC of a signed request's content
     encode_send_head       client/protocol/send_frame.py  a producer's send frame head from its
                                                        topic's template
+    encode_signed_send_head  client/protocol/send_frame.py  the same of a signed send, its
+                                                       HMAC fed only what varies
     send_result            client/message.py           a send's SendResult, its slots written
 
 Each has a pure-Python twin of the same name, the reference: same arguments, same result, same
@@ -1506,6 +1508,143 @@ def encode_send_head(
     out = _put_str(_put_text(out, b"i", 1), props_text, props_len)
     memcpy(out, PyBytes_AS_STRING(tail), tail_len)
     assert out + tail_len == start + 8 + total
+    return packed
+
+
+_SIGNED_SEND_HEAD_KEY = "tidemq.client.protocol.send_frame.encode_signed_send_head"
+cdef const char* _BASE64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+cdef inline unsigned char* _put_base64_sha1(unsigned char* out, const unsigned char* digest) noexcept:
+    """The 28 characters of a 20-byte digest's Base64 as a msgpack fixstr."""
+    cdef int i
+    cdef unsigned int word
+    out[0] = 0xA0 | 28
+    out += 1
+    for i in range(0, 18, 3):
+        word = (digest[i] << 16) | (digest[i + 1] << 8) | digest[i + 2]
+        out[0] = _BASE64[word >> 18]
+        out[1] = _BASE64[(word >> 12) & 63]
+        out[2] = _BASE64[(word >> 6) & 63]
+        out[3] = _BASE64[word & 63]
+        out += 4
+    word = (digest[18] << 16) | (digest[19] << 8)
+    out[0] = _BASE64[word >> 18]
+    out[1] = _BASE64[(word >> 12) & 63]
+    out[2] = _BASE64[(word >> 6) & 63]
+    out[3] = 61  # "="
+    return out + 4
+
+
+def encode_signed_send_head(
+    object signed,
+    object opaque,
+    object queue_id,
+    object sys_flag,
+    object born_timestamp,
+    object flag,
+    object properties,
+    object body,
+):
+    """The frame's prefix and msgpack header of one signed send: a copy of the template's HMAC
+    fed the four numbers' decimal text, the properties, the constant last values and the body;
+    the head written as `encode_send_head` writes it, the signer's fields and the Base64 of the
+    digest after the tail. Anything the fast path does not write as it is goes to the pure
+    twin."""
+    cdef long long o, q, s, b, f
+    cdef Py_ssize_t props_len, body_len, total, head_len, middle_len, tail_len, suffix_len
+    cdef Py_ssize_t q_len, s_len, b_len, f_len
+    cdef char q_text[20]
+    cdef char s_text[20]
+    cdef char b_text[20]
+    cdef char f_text[20]
+    cdef const char* props_text
+    cdef char* content_out
+    cdef unsigned char* out
+    cdef unsigned char* start
+    cdef bytes content
+    template = signed.template
+    head = template.head
+    middle, tail, suffix, prefix_mac = signed.middle, signed.tail, signed.suffix, signed.prefix_mac
+    if (
+        type(head) is not bytes
+        or type(middle) is not bytes
+        or type(tail) is not bytes
+        or type(suffix) is not bytes
+        or prefix_mac is None
+        or not _int32(opaque)
+        or not _long_long(queue_id, &q)
+        or not _long_long(sys_flag, &s)
+        or not _long_long(born_timestamp, &b)
+        or not _long_long(flag, &f)
+        or type(properties) is not str
+        or type(body) is not bytes
+    ):
+        return _pure(_SIGNED_SEND_HEAD_KEY)(
+            signed, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+        )
+    o = opaque
+    try:
+        props_text = PyUnicode_AsUTF8AndSize(properties, &props_len)
+    except UnicodeEncodeError:
+        return _pure(_SIGNED_SEND_HEAD_KEY)(
+            signed, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+        )
+    body_len = len(<bytes>body)
+    q_len = _decimal(q_text, q)
+    s_len = _decimal(s_text, s)
+    b_len = _decimal(b_text, b)
+    f_len = _decimal(f_text, f)
+    head_len, middle_len, tail_len = len(<bytes>head), len(<bytes>middle), len(<bytes>tail)
+    suffix_len = len(<bytes>suffix)
+    # the header: as encode_send_head's, and the Signature's value (a fixstr of 28)
+    total = (
+        head_len + _int_size(o) + middle_len + tail_len + 4 * 2
+        + 4 + q_len + s_len + b_len + f_len + _str_head_size(props_len) + props_len + 29
+    )
+    if total > 0xFFFFFF or 4 + total + body_len > 2147483647:
+        return _pure(_SIGNED_SEND_HEAD_KEY)(
+            signed, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+        )
+    # the signed values after the template's HMAC: e to i, then j, k, m
+    content = PyBytes_FromStringAndSize(
+        NULL, q_len + s_len + b_len + f_len + props_len + suffix_len
+    )
+    content_out = PyBytes_AS_STRING(content)
+    memcpy(content_out, q_text, q_len)
+    content_out += q_len
+    memcpy(content_out, s_text, s_len)
+    content_out += s_len
+    memcpy(content_out, b_text, b_len)
+    content_out += b_len
+    memcpy(content_out, f_text, f_len)
+    content_out += f_len
+    memcpy(content_out, props_text, props_len)
+    memcpy(content_out + props_len, PyBytes_AS_STRING(suffix), suffix_len)
+    mac = prefix_mac.copy()
+    mac.update(content)
+    if body_len:
+        mac.update(body)
+    digest = mac.digest()
+    if type(digest) is not bytes or len(<bytes>digest) != 20:
+        return _pure(_SIGNED_SEND_HEAD_KEY)(
+            signed, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+        )
+    packed = PyBytes_FromStringAndSize(NULL, 8 + total)
+    start = <unsigned char*>PyBytes_AS_STRING(packed)
+    out = _put_be(start, <unsigned long long>(4 + total + body_len), 4)
+    out = _put_be(out, <unsigned long long>((2 << 24) | total), 4)
+    memcpy(out, PyBytes_AS_STRING(head), head_len)
+    out = _put_int(out + head_len, o)
+    memcpy(out, PyBytes_AS_STRING(middle), middle_len)
+    out = _put_text(out + middle_len, q_text, q_len)
+    out = _put_text(_put_text(out, b"f", 1), s_text, s_len)
+    out = _put_text(_put_text(out, b"g", 1), b_text, b_len)
+    out = _put_text(_put_text(out, b"h", 1), f_text, f_len)
+    out = _put_str(_put_text(out, b"i", 1), props_text, props_len)
+    memcpy(out, PyBytes_AS_STRING(tail), tail_len)
+    out = _put_base64_sha1(out + tail_len, <const unsigned char*>PyBytes_AS_STRING(digest))
+    assert out == start + 8 + total
     return packed
 
 

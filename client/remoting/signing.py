@@ -130,3 +130,16 @@ class RequestSigner:
     def sign(self, request: RemotingCommand) -> None:
         """Add `AccessKey`, `SecurityToken` (when there is one) and `Signature` to `request`."""
         sign_request(request, self._access_key, self._key, self._token)
+
+    @property
+    def access_key(self) -> str:
+        return self._access_key
+
+    @property
+    def key(self) -> Mac:
+        """`signing_key` of the account's secret key."""
+        return self._key
+
+    @property
+    def security_token(self) -> str:
+        return self._token
