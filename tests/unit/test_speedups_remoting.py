@@ -6,6 +6,8 @@ of the command it replaces, or the same error, and write well-formed sends witho
 decoded commands (their slots written in C) must have every field the class gives.
 `signed_content_digest` (the HMAC of a signed request's content) must give the same digest, or
 the same error, for ext fields and bodies as clients send them and for odd ones.
+`signature_matches` (the broker's check of a request's Signature) must give the same answer, or
+the same error, also when the key listing repeats (its order is kept from the last request).
 `encode_signed_send_head` (a signed send's frame head, its HMAC fed only what varies) must give
 the bytes of the signed command it replaces, or the same error, its signature the one the
 command path makes.
@@ -348,6 +350,75 @@ def test_signed_content_digests_are_the_same(ext: dict[str, str], body: bytes) -
 def test_odd_ext_fields_give_the_same_digest_or_error(ext: Any, body: Any) -> None:
     expected = digest_outcome(DIGEST_PURE, ext, body)
     assert digest_outcome(_codec.signed_content_digest, ext, body) == expected
+
+
+# --- the broker's check of a signature (client/remoting/signing.py) -----------------------------
+
+MATCHES_KEY = "tidemq.client.remoting.signing.signature_matches"
+MATCHES_PURE = speedups.PURE_TWINS[MATCHES_KEY]
+# Key listings that repeat (the compiled twin keeps the last one's order) and ones that vary.
+LISTINGS = st.sampled_from(
+    [
+        ("AccessKey", "a", "b", "Signature"),
+        ("b", "a", "Signature", "AccessKey", "_UNIQUE_KEY_QUERY"),
+        ("Signature", "é", "Z", "a"),
+        ("a", "b", "AccessKey"),
+    ]
+) | st.lists(SIGNED_KEYS | st.text(max_size=4), unique=True, max_size=8).map(tuple)
+
+
+def test_the_compiled_signature_check_is_selected() -> None:
+    assert selected(MATCHES_KEY) is _codec.signature_matches
+    assert MATCHES_PURE is not _codec.signature_matches
+
+
+@given(
+    st.lists(
+        st.tuples(LISTINGS, st.lists(SIGNED_TEXT, min_size=8, max_size=8), BODIES, st.booleans()),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_signature_checks_are_the_same(requests: list[Any]) -> None:
+    # A run of requests, so that a listing is checked after the same one and after others.
+    for keys, texts, body, sign in requests:
+        ext = dict(zip(keys, texts, strict=False))
+        if sign:  # the signature the content gives, or else whatever text the field holds
+            try:
+                digest = DIGEST_PURE(signing_key("secret"), ext, body)
+                ext["Signature"] = base64.b64encode(digest).decode("ascii")
+            except UnicodeEncodeError:
+                pass
+        expected = digest_outcome(MATCHES_PURE, ext, body)
+        assert digest_outcome(_codec.signature_matches, ext, body) == expected
+        if sign and not isinstance(expected, tuple) and "Signature" in ext:
+            assert expected is True
+
+
+@given(
+    st.dictionaries(SIGNED_KEYS, SIGNED_TEXT | st.integers() | st.none(), max_size=4)
+    | st.dictionaries(st.text(max_size=3), SIGNED_TEXT, min_size=33, max_size=40)
+    | st.lists(st.tuples(SIGNED_KEYS, SIGNED_TEXT), max_size=3).map(
+        lambda pairs: types.MappingProxyType(dict(pairs))
+    ),
+    BODIES | st.just(memoryview(b"view")),
+)
+def test_signature_checks_of_odd_fields_are_the_same(ext: Any, body: Any) -> None:
+    expected = digest_outcome(MATCHES_PURE, ext, body)
+    assert digest_outcome(_codec.signature_matches, ext, body) == expected
+
+
+def test_a_signature_differing_anywhere_does_not_match() -> None:
+    key = signing_key("secret")
+    ext = {"AccessKey": "ak", "b": "topic", "a": "group"}
+    good = base64.b64encode(DIGEST_PURE(key, ext, b"body")).decode("ascii")
+    assert _codec.signature_matches(key, {**ext, "Signature": good}, b"body") is True
+    assert _codec.signature_matches(key, {**ext, "Signature": good}, b"bodx") is False
+    assert _codec.signature_matches(key, ext, b"body") is False  # no Signature field
+    for i in range(len(good)):
+        flipped = good[:i] + ("A" if good[i] != "A" else "B") + good[i + 1 :]
+        assert _codec.signature_matches(key, {**ext, "Signature": flipped}, b"body") is False
+    assert _codec.signature_matches(key, {**ext, "Signature": good + "="}, b"body") is False
 
 
 # --- a producer's send frame head (client/protocol/send_frame.py) ------------------------------
