@@ -55,7 +55,13 @@ from tidemq.client.protocol.models import (
     TopicRouteData,
 )
 from tidemq.client.protocol.namesrv import GetRouteInfoRequestHeader
-from tidemq.client.protocol.send_frame import SendFrameTemplate, encode_send_head
+from tidemq.client.protocol.send_frame import (
+    SendFrameTemplate,
+    SignedSendTemplate,
+    encode_send_head,
+    encode_signed_send_head,
+    signed_send_template,
+)
 from tidemq.client.remoting.codes import (
     DEFAULT_VERSION,
     LanguageCode,
@@ -123,6 +129,9 @@ class SendResponse:
 # object.__setattr__ per field
 _SEND_RESPONSE: Final = maker(SendResponse)
 _QUEUE: Final = maker(MessageQueue)
+# Signed send templates kept per client: one per producer template (a topic), bounded as the
+# producer bounds its templates.
+_MAX_SIGNED_TEMPLATES: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +186,9 @@ class BrokerAPI:
         self.timeout = timeout
         # Signs every request built by `request` (RocketMQ's AclClientRPCHook).
         self._signer = RequestSigner(credentials) if credentials is not None else None
+        # The signer's templates of the producers' templates, by id (each holds its template,
+        # so an id is not reused while its entry is here).
+        self._signed_templates: dict[int, SignedSendTemplate] = {}
 
     async def close(self) -> None:
         await self.remoting.close()
@@ -314,11 +326,11 @@ class BrokerAPI:
         """A producer's send of message `msg_id` to `queue` on `address`: what `send_fields`
         sends for `headers.send_v2_ext_fields`' extFields of these values and the template's,
         answered as the producer's `SendResult` (in the queue the broker names). On an open
-        connection, with no signer, the frame head is written from the template
-        (`send_frame.encode_send_head`): no extFields dict and no command object."""
+        connection the frame head is written from the template (`send_frame.encode_send_head`,
+        or `encode_signed_send_head` with this client's signer): no extFields dict and no
+        command object."""
         queue_id = queue.queue_id
-        remoting = self.remoting
-        connection = remoting.ready_connection(address) if self._signer is None else None
+        connection = self.remoting.ready_connection(address)
         if connection is None or (opaque := connection.writable_opaque()) is None:
             ext = template.ext_fields(queue_id, sys_flag, born_timestamp, flag, properties)
             raw = await self.send_fields(
@@ -328,9 +340,17 @@ class BrokerAPI:
                 queue = _QUEUE(queue.topic, queue.broker_name, raw.queue_id)
             return send_result(raw.status, msg_id, raw.msg_id, queue, raw.queue_offset)
         budget = timeout or self.timeout
-        head = encode_send_head(
-            template, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
-        )
+        if self._signer is None:
+            head = encode_send_head(
+                template, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+            )
+        else:
+            signed = self._signed_templates.get(id(template))
+            if signed is None or signed.template is not template:
+                signed = self._signed_template(template, self._signer)
+            head = encode_signed_send_head(
+                signed, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+            )
         future, timer = connection.start_encoded(opaque, head, body, budget)
         try:
             response = await future
@@ -352,6 +372,18 @@ class BrokerAPI:
             queue,
             int(response_ext.get("queueOffset", -1)),
         )
+
+    def _signed_template(
+        self, template: SendFrameTemplate, signer: RequestSigner
+    ) -> SignedSendTemplate:
+        """A new signed template of `template`, kept for the next sends."""
+        kept = self._signed_templates
+        if len(kept) >= _MAX_SIGNED_TEMPLATES:
+            kept.clear()
+        signed = kept[id(template)] = signed_send_template(
+            template, signer.access_key, signer.key, signer.security_token
+        )
+        return signed
 
     async def send_oneway(
         self, address: str, header: SendMessageRequestHeader, body: bytes

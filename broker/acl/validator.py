@@ -36,8 +36,6 @@ version of them.
 
 from __future__ import annotations
 
-import binascii
-import hmac
 import logging
 from collections.abc import Callable
 from typing import Final
@@ -57,7 +55,7 @@ from tidemq.client.protocol.heartbeat import decode_heartbeat
 from tidemq.client.remoting.codes import RequestCode, ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import BodyDecodeError
-from tidemq.client.remoting.signing import ACCESS_KEY, SIGNATURE, signed_content_digest
+from tidemq.client.remoting.signing import ACCESS_KEY, signature_matches
 from tidemq.client.transport.connection import RemotingConnection
 
 log = logging.getLogger(__name__)
@@ -209,7 +207,8 @@ class PlainAccessValidator:
                 ip = peer_ip(peer)
             if white_address(ip):
                 return
-        _check_signature(account, request)
+        if not signature_matches(account.signing_key, ext, request.body):
+            raise AclRefused(f"Check signature failed for accessKey={account.access_key}")
         code = request.code
         if code not in _SEND_CODES:
             _check_permissions(account, request)
@@ -229,14 +228,6 @@ class PlainAccessValidator:
             outcomes[key] = refusal
         if refusal is not None:
             raise AclRefused(refusal)
-
-
-def _check_signature(account: Account, request: RemotingCommand) -> None:
-    given = request.ext_fields.get(SIGNATURE, "")
-    digest = signed_content_digest(account.signing_key, request.ext_fields, request.body)
-    expected = binascii.b2a_base64(digest, newline=False)
-    if not hmac.compare_digest(expected, given.encode("utf-8", "replace")):
-        raise AclRefused(f"Check signature failed for accessKey={account.access_key}")
 
 
 def _check_permissions(account: Account, request: RemotingCommand) -> None:

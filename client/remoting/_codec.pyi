@@ -18,8 +18,19 @@ def parse_frames(view: memoryview, max_frame_size: int) -> tuple[list[RemotingCo
 def decode_json_header(data: HeaderBytes, body: Body = b"") -> RemotingCommand: ...
 def encode_json_header(cmd: RemotingCommand) -> bytes: ...
 def signed_content_digest(key: Mac, ext_fields: Mapping[str, str], body: Body) -> bytes: ...
+def signature_matches(key: Mac, ext_fields: Mapping[str, str], body: Body) -> bool: ...
 def encode_send_head(
     template: Any,
+    opaque: int,
+    queue_id: int,
+    sys_flag: int,
+    born_timestamp: int,
+    flag: int,
+    properties: str | None,
+    body: bytes,
+) -> bytes: ...
+def encode_signed_send_head(
+    signed: Any,
     opaque: int,
     queue_id: int,
     sys_flag: int,

@@ -11,8 +11,11 @@
                                                        header, and its body
     parse_frames           client/remoting/frame.py    the whole frames of a read as commands
     signed_content_digest  client/remoting/signing.py  the HMAC of a signed request's content
+    signature_matches      client/remoting/signing.py  a signed request's Signature checked
     encode_send_head       client/protocol/send_frame.py  a producer's send frame head from its
                                                        topic's template
+    encode_signed_send_head  client/protocol/send_frame.py  the same of a signed send, its
+                                                       HMAC fed only what varies
     send_result            client/message.py           a send's SendResult, its slots written
 
 Each has a pure-Python twin of the same name, the reference: same arguments, same result, same
@@ -1326,6 +1329,7 @@ def encode_json_header(object cmd):
 # --- request signatures (client/remoting/signing.py) --------------------------------------------
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_Next
 from libc.string cimport memcpy
 
 cdef extern from "Python.h":
@@ -1384,6 +1388,129 @@ def signed_content_digest(object key, object ext_fields, object body):
     if body:
         mac.update(body)
     return mac.digest()
+
+
+cdef const char* _BASE64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+cdef inline unsigned char* _put_base64_sha1(unsigned char* out, const unsigned char* digest) noexcept:
+    """The 28 characters of a 20-byte digest's Base64 as a msgpack fixstr."""
+    cdef int i
+    cdef unsigned int word
+    out[0] = 0xA0 | 28
+    out += 1
+    for i in range(0, 18, 3):
+        word = (digest[i] << 16) | (digest[i + 1] << 8) | digest[i + 2]
+        out[0] = _BASE64[word >> 18]
+        out[1] = _BASE64[(word >> 12) & 63]
+        out[2] = _BASE64[(word >> 6) & 63]
+        out[3] = _BASE64[word & 63]
+        out += 4
+    word = (digest[18] << 16) | (digest[19] << 8)
+    out[0] = _BASE64[word >> 18]
+    out[1] = _BASE64[(word >> 12) & 63]
+    out[2] = _BASE64[(word >> 6) & 63]
+    out[3] = 61  # "="
+    return out + 4
+
+
+_MATCHES_KEY = "tidemq.client.remoting.signing.signature_matches"
+DEF _MAX_FIELDS = 32
+# The last field keys a request listed (held in `_last_keys`) and the positions, in that
+# listing, of its signed keys in sorted order: a client sends the same keys request after
+# request, and a broker's decoder gives them as the same objects.
+cdef list _last_keys = []
+cdef PyObject* _last_key_ptrs[_MAX_FIELDS]
+cdef Py_ssize_t _last_order[_MAX_FIELDS]
+cdef Py_ssize_t _last_n = -1
+cdef Py_ssize_t _last_signed = 0
+cdef Py_ssize_t _last_signature_at = -1  # the position of the Signature key, or -1
+
+
+cdef Py_ssize_t _signed_order(PyObject** keys, Py_ssize_t n) except -1:
+    """The number of signed keys (all but Signature and _UNIQUE_KEY_QUERY) among `keys`, their
+    positions in code point order left in `_last_order` (and the Signature's in
+    `_last_signature_at`): the last listing's when the keys are the same (the same objects, or
+    equal text)."""
+    global _last_keys, _last_n, _last_signed, _last_signature_at
+    cdef Py_ssize_t i
+    if n == _last_n:
+        for i in range(n):
+            if keys[i] != _last_key_ptrs[i] and <object>keys[i] != <object>_last_key_ptrs[i]:
+                break
+        else:
+            return _last_signed
+    listed = [<object>keys[i] for i in range(n)]
+    order = sorted(
+        [i for i in range(n) if listed[i] != "Signature" and listed[i] != "_UNIQUE_KEY_QUERY"],
+        key=listed.__getitem__,
+    )
+    _last_keys = listed
+    for i in range(n):
+        _last_key_ptrs[i] = <PyObject*>listed[i]
+    for i in range(len(order)):
+        _last_order[i] = order[i]
+    _last_n = n
+    _last_signed = len(order)
+    _last_signature_at = listed.index("Signature") if "Signature" in listed else -1
+    return _last_signed
+
+
+def signature_matches(object key, object ext_fields, object body):
+    """Whether the `Signature` field is the Base64 of the signed content's HMAC: the fields read
+    once in dict order, the key order from the last request's when its keys were the same, the
+    values joined and the Base64 written and compared in C. Fields that are not a dict of text
+    (or text that UTF-8 cannot encode) go to the pure twin."""
+    cdef Py_ssize_t pos = 0, i, n = 0, signed, total = 0, size, given_size = 0
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef PyObject* keys[_MAX_FIELDS]
+    cdef PyObject* values[_MAX_FIELDS]
+    cdef const char* text
+    cdef const char* given_text = NULL
+    cdef char* out
+    cdef unsigned char expected[29]
+    cdef unsigned char diff = 0
+    cdef bytes content
+    cdef object given = ""
+    if type(ext_fields) is not dict or len(<dict>ext_fields) > _MAX_FIELDS:
+        return _pure(_MATCHES_KEY)(key, ext_fields, body)
+    # borrowed: nothing runs Python code on the dict until the content is joined
+    while PyDict_Next(ext_fields, &pos, &k, &v):
+        if type(<object>k) is not str or type(<object>v) is not str:
+            return _pure(_MATCHES_KEY)(key, ext_fields, body)
+        keys[n] = k
+        values[n] = v
+        n += 1
+    signed = _signed_order(keys, n)
+    try:
+        for i in range(signed):
+            PyUnicode_AsUTF8AndSize(<object>values[_last_order[i]], &size)
+            total += size
+        if _last_signature_at >= 0:
+            given = <object>values[_last_signature_at]
+        given_text = PyUnicode_AsUTF8AndSize(given, &given_size)
+    except UnicodeEncodeError:
+        return _pure(_MATCHES_KEY)(key, ext_fields, body)
+    content = PyBytes_FromStringAndSize(NULL, total)
+    out = PyBytes_AS_STRING(content)
+    for i in range(signed):
+        text = PyUnicode_AsUTF8AndSize(<object>values[_last_order[i]], &size)
+        memcpy(out, text, size)
+        out += size
+    mac = key.copy()
+    mac.update(content)
+    if body:
+        mac.update(body)
+    digest = mac.digest()
+    if type(digest) is not bytes or len(<bytes>digest) != 20:
+        return _pure(_MATCHES_KEY)(key, ext_fields, body)
+    _put_base64_sha1(expected, <const unsigned char*>PyBytes_AS_STRING(digest))
+    if given_size != 28:
+        return False
+    for i in range(28):  # every byte, whatever differs first (as hmac.compare_digest)
+        diff |= expected[1 + i] ^ <unsigned char>given_text[i]
+    return diff == 0
 
 
 # -- a producer's send frame head (client/protocol/send_frame.py) ------------------------------
@@ -1506,6 +1633,119 @@ def encode_send_head(
     out = _put_str(_put_text(out, b"i", 1), props_text, props_len)
     memcpy(out, PyBytes_AS_STRING(tail), tail_len)
     assert out + tail_len == start + 8 + total
+    return packed
+
+
+_SIGNED_SEND_HEAD_KEY = "tidemq.client.protocol.send_frame.encode_signed_send_head"
+def encode_signed_send_head(
+    object signed,
+    object opaque,
+    object queue_id,
+    object sys_flag,
+    object born_timestamp,
+    object flag,
+    object properties,
+    object body,
+):
+    """The frame's prefix and msgpack header of one signed send: a copy of the template's HMAC
+    fed the four numbers' decimal text, the properties, the constant last values and the body;
+    the head written as `encode_send_head` writes it, the signer's fields and the Base64 of the
+    digest after the tail. Anything the fast path does not write as it is goes to the pure
+    twin."""
+    cdef long long o, q, s, b, f
+    cdef Py_ssize_t props_len, body_len, total, head_len, middle_len, tail_len, suffix_len
+    cdef Py_ssize_t q_len, s_len, b_len, f_len
+    cdef char q_text[20]
+    cdef char s_text[20]
+    cdef char b_text[20]
+    cdef char f_text[20]
+    cdef const char* props_text
+    cdef char* content_out
+    cdef unsigned char* out
+    cdef unsigned char* start
+    cdef bytes content
+    template = signed.template
+    head = template.head
+    middle, tail, suffix, prefix_mac = signed.middle, signed.tail, signed.suffix, signed.prefix_mac
+    if (
+        type(head) is not bytes
+        or type(middle) is not bytes
+        or type(tail) is not bytes
+        or type(suffix) is not bytes
+        or prefix_mac is None
+        or not _int32(opaque)
+        or not _long_long(queue_id, &q)
+        or not _long_long(sys_flag, &s)
+        or not _long_long(born_timestamp, &b)
+        or not _long_long(flag, &f)
+        or type(properties) is not str
+        or type(body) is not bytes
+    ):
+        return _pure(_SIGNED_SEND_HEAD_KEY)(
+            signed, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+        )
+    o = opaque
+    try:
+        props_text = PyUnicode_AsUTF8AndSize(properties, &props_len)
+    except UnicodeEncodeError:
+        return _pure(_SIGNED_SEND_HEAD_KEY)(
+            signed, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+        )
+    body_len = len(<bytes>body)
+    q_len = _decimal(q_text, q)
+    s_len = _decimal(s_text, s)
+    b_len = _decimal(b_text, b)
+    f_len = _decimal(f_text, f)
+    head_len, middle_len, tail_len = len(<bytes>head), len(<bytes>middle), len(<bytes>tail)
+    suffix_len = len(<bytes>suffix)
+    # the header: as encode_send_head's, and the Signature's value (a fixstr of 28)
+    total = (
+        head_len + _int_size(o) + middle_len + tail_len + 4 * 2
+        + 4 + q_len + s_len + b_len + f_len + _str_head_size(props_len) + props_len + 29
+    )
+    if total > 0xFFFFFF or 4 + total + body_len > 2147483647:
+        return _pure(_SIGNED_SEND_HEAD_KEY)(
+            signed, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+        )
+    # the signed values after the template's HMAC: e to i, then j, k, m
+    content = PyBytes_FromStringAndSize(
+        NULL, q_len + s_len + b_len + f_len + props_len + suffix_len
+    )
+    content_out = PyBytes_AS_STRING(content)
+    memcpy(content_out, q_text, q_len)
+    content_out += q_len
+    memcpy(content_out, s_text, s_len)
+    content_out += s_len
+    memcpy(content_out, b_text, b_len)
+    content_out += b_len
+    memcpy(content_out, f_text, f_len)
+    content_out += f_len
+    memcpy(content_out, props_text, props_len)
+    memcpy(content_out + props_len, PyBytes_AS_STRING(suffix), suffix_len)
+    mac = prefix_mac.copy()
+    mac.update(content)
+    if body_len:
+        mac.update(body)
+    digest = mac.digest()
+    if type(digest) is not bytes or len(<bytes>digest) != 20:
+        return _pure(_SIGNED_SEND_HEAD_KEY)(
+            signed, opaque, queue_id, sys_flag, born_timestamp, flag, properties, body
+        )
+    packed = PyBytes_FromStringAndSize(NULL, 8 + total)
+    start = <unsigned char*>PyBytes_AS_STRING(packed)
+    out = _put_be(start, <unsigned long long>(4 + total + body_len), 4)
+    out = _put_be(out, <unsigned long long>((2 << 24) | total), 4)
+    memcpy(out, PyBytes_AS_STRING(head), head_len)
+    out = _put_int(out + head_len, o)
+    memcpy(out, PyBytes_AS_STRING(middle), middle_len)
+    out = _put_text(out + middle_len, q_text, q_len)
+    out = _put_text(_put_text(out, b"f", 1), s_text, s_len)
+    out = _put_text(_put_text(out, b"g", 1), b_text, b_len)
+    out = _put_text(_put_text(out, b"h", 1), f_text, f_len)
+    out = _put_str(_put_text(out, b"i", 1), props_text, props_len)
+    memcpy(out, PyBytes_AS_STRING(tail), tail_len)
+    out = _put_base64_sha1(out + tail_len, <const unsigned char*>PyBytes_AS_STRING(digest))
+    assert out == start + 8 + total
     return packed
 
 

@@ -247,6 +247,27 @@ async def test_our_client_with_right_wrong_and_no_credentials(acl: AclBroker) ->
         await consumer.shutdown()
 
 
+async def test_a_producers_signed_sends_on_an_open_connection_are_checked(acl: AclBroker) -> None:
+    # After the first send the connection is open: the sends' frame heads are written signed from
+    # the topic's template (send_frame.encode_signed_send_head), not from a signed command.
+    for credentials, outcome in ((USER, "ok"), (WRONG, "Check signature failed")):
+        p = producer(acl, credentials)
+        await p.start()
+        outcomes: list[str] = []
+        try:
+            for n in range(12):
+                try:
+                    await p.send(Message(TOPIC, b"signed %d" % n, properties={"n": str(n)}))
+                    outcomes.append("ok")
+                except BrokerResponseError as exc:
+                    outcomes.append(exc.remark or "")
+            assert p.instance.api._signed_templates, "no send took the signed template's path"
+        finally:
+            await p.shutdown()
+        assert all(outcome in o for o in outcomes), outcomes
+    assert await stored_count(acl, TOPIC) == 12
+
+
 async def test_admin_requests_need_an_admin_account(acl: AclBroker) -> None:
     async with admin_client(acl.namesrv, USER) as user:
         with pytest.raises(BrokerResponseError, match="Need admin permission for request code=17"):

@@ -6,6 +6,11 @@ of the command it replaces, or the same error, and write well-formed sends witho
 decoded commands (their slots written in C) must have every field the class gives.
 `signed_content_digest` (the HMAC of a signed request's content) must give the same digest, or
 the same error, for ext fields and bodies as clients send them and for odd ones.
+`signature_matches` (the broker's check of a request's Signature) must give the same answer, or
+the same error, also when the key listing repeats (its order is kept from the last request).
+`encode_signed_send_head` (a signed send's frame head, its HMAC fed only what varies) must give
+the bytes of the signed command it replaces, or the same error, its signature the one the
+command path makes.
 
 `_command_from_mapping` turns a decoded JSON or msgpack header into a RemotingCommand, and
 `decode_send_header` a send's extFields into its SendMessageRequestHeader. Both twins must give
@@ -15,6 +20,7 @@ message, on headers as clients send them and on damaged ones.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import hmac
@@ -36,11 +42,20 @@ from tidemq.client.protocol.headers import (
     header_schema,
 )
 from tidemq.client.protocol.heartbeat import MessageQueue
-from tidemq.client.protocol.send_frame import SendFrameTemplate, send_frame_template
+from tidemq.client.protocol.send_frame import (
+    SendFrameTemplate,
+    send_frame_template,
+    signed_send_template,
+)
 from tidemq.client.remoting import _codec, frame, headers
 from tidemq.client.remoting.codes import DEFAULT_VERSION, LanguageCode, RequestCode, SerializeType
 from tidemq.client.remoting.command import RemotingCommand
-from tidemq.client.remoting.signing import signing_key
+from tidemq.client.remoting.signing import (
+    RequestSigner,
+    SessionCredentials,
+    signed_content_digest,
+    signing_key,
+)
 from tidemq.common import speedups
 
 KEY = "tidemq.client.remoting.headers._command_from_mapping"
@@ -337,6 +352,75 @@ def test_odd_ext_fields_give_the_same_digest_or_error(ext: Any, body: Any) -> No
     assert digest_outcome(_codec.signed_content_digest, ext, body) == expected
 
 
+# --- the broker's check of a signature (client/remoting/signing.py) -----------------------------
+
+MATCHES_KEY = "tidemq.client.remoting.signing.signature_matches"
+MATCHES_PURE = speedups.PURE_TWINS[MATCHES_KEY]
+# Key listings that repeat (the compiled twin keeps the last one's order) and ones that vary.
+LISTINGS = st.sampled_from(
+    [
+        ("AccessKey", "a", "b", "Signature"),
+        ("b", "a", "Signature", "AccessKey", "_UNIQUE_KEY_QUERY"),
+        ("Signature", "é", "Z", "a"),
+        ("a", "b", "AccessKey"),
+    ]
+) | st.lists(SIGNED_KEYS | st.text(max_size=4), unique=True, max_size=8).map(tuple)
+
+
+def test_the_compiled_signature_check_is_selected() -> None:
+    assert selected(MATCHES_KEY) is _codec.signature_matches
+    assert MATCHES_PURE is not _codec.signature_matches
+
+
+@given(
+    st.lists(
+        st.tuples(LISTINGS, st.lists(SIGNED_TEXT, min_size=8, max_size=8), BODIES, st.booleans()),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_signature_checks_are_the_same(requests: list[Any]) -> None:
+    # A run of requests, so that a listing is checked after the same one and after others.
+    for keys, texts, body, sign in requests:
+        ext = dict(zip(keys, texts, strict=False))
+        if sign:  # the signature the content gives, or else whatever text the field holds
+            try:
+                digest = DIGEST_PURE(signing_key("secret"), ext, body)
+                ext["Signature"] = base64.b64encode(digest).decode("ascii")
+            except UnicodeEncodeError:
+                pass
+        expected = digest_outcome(MATCHES_PURE, ext, body)
+        assert digest_outcome(_codec.signature_matches, ext, body) == expected
+        if sign and not isinstance(expected, tuple) and "Signature" in ext:
+            assert expected is True
+
+
+@given(
+    st.dictionaries(SIGNED_KEYS, SIGNED_TEXT | st.integers() | st.none(), max_size=4)
+    | st.dictionaries(st.text(max_size=3), SIGNED_TEXT, min_size=33, max_size=40)
+    | st.lists(st.tuples(SIGNED_KEYS, SIGNED_TEXT), max_size=3).map(
+        lambda pairs: types.MappingProxyType(dict(pairs))
+    ),
+    BODIES | st.just(memoryview(b"view")),
+)
+def test_signature_checks_of_odd_fields_are_the_same(ext: Any, body: Any) -> None:
+    expected = digest_outcome(MATCHES_PURE, ext, body)
+    assert digest_outcome(_codec.signature_matches, ext, body) == expected
+
+
+def test_a_signature_differing_anywhere_does_not_match() -> None:
+    key = signing_key("secret")
+    ext = {"AccessKey": "ak", "b": "topic", "a": "group"}
+    good = base64.b64encode(DIGEST_PURE(key, ext, b"body")).decode("ascii")
+    assert _codec.signature_matches(key, {**ext, "Signature": good}, b"body") is True
+    assert _codec.signature_matches(key, {**ext, "Signature": good}, b"bodx") is False
+    assert _codec.signature_matches(key, ext, b"body") is False  # no Signature field
+    for i in range(len(good)):
+        flipped = good[:i] + ("A" if good[i] != "A" else "B") + good[i + 1 :]
+        assert _codec.signature_matches(key, {**ext, "Signature": flipped}, b"body") is False
+    assert _codec.signature_matches(key, {**ext, "Signature": good + "="}, b"body") is False
+
+
 # --- a producer's send frame head (client/protocol/send_frame.py) ------------------------------
 
 HEAD_KEY = "tidemq.client.protocol.send_frame.encode_send_head"
@@ -436,6 +520,131 @@ def test_a_template_whose_parts_cannot_be_encoded_sends_the_pure_way() -> None:
     assert head_outcome(_codec.encode_send_head, template, values) == head_outcome(
         HEAD_PURE, template, values
     )
+
+
+# --- a signed send's frame head (client/protocol/send_frame.py) --------------------------------
+
+SIGNED_HEAD_KEY = "tidemq.client.protocol.send_frame.encode_signed_send_head"
+SIGNED_HEAD_PURE = speedups.PURE_TWINS[SIGNED_HEAD_KEY]
+CREDENTIALS = st.builds(
+    SessionCredentials,
+    st.text(min_size=1, max_size=8) | st.just("bench-account"),
+    st.text(min_size=1, max_size=8),
+    st.just("") | st.text(max_size=8),
+)
+
+
+def test_the_compiled_signed_send_head_encoder_is_selected() -> None:
+    assert selected(SIGNED_HEAD_KEY) is _codec.encode_signed_send_head
+    assert SIGNED_HEAD_PURE is not _codec.encode_signed_send_head
+
+
+@given(
+    CREDENTIALS,
+    st.tuples(SEND_TEXT, SEND_TEXT, SEND_TEXT, INT32, st.booleans()),
+    st.tuples(INT32, INT32, INT32, INT64, INT32, PROPERTIES, st.binary(max_size=64)),
+)
+def test_signed_send_heads_are_the_frames_of_the_signed_commands_they_replace(
+    credentials: SessionCredentials, shared: tuple[Any, ...], values: tuple[Any, ...]
+) -> None:
+    # What the producer sent before: the command of send_v2_ext_fields' extFields, signed.
+    group, topic, default_topic, queue_nums, batch = shared
+    opaque, queue_id, sys_flag, born, flag, properties, body = values
+    ext = EXT_PURE(
+        group, topic, default_topic, queue_nums, queue_id, sys_flag, born, flag, properties, batch
+    )
+    command = RemotingCommand(
+        int(RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2),
+        int(LanguageCode.PYTHON),
+        DEFAULT_VERSION,
+        opaque,
+        0,
+        None,
+        ext,
+        body,
+        SerializeType.MSGPACK,
+    )
+    signer = RequestSigner(credentials)
+    try:
+        signer.sign(command)
+        expected: Any = frame.encode_command_parts(command)[0]
+    except Exception as exc:
+        expected = (type(exc), str(exc))
+    template = send_frame_template(group, topic, default_topic, queue_nums, batch)
+    signed = signed_send_template(template, signer.access_key, signer.key, signer.security_token)
+    assert head_outcome(_codec.encode_signed_send_head, signed, values) == expected
+    assert head_outcome(SIGNED_HEAD_PURE, signed, values) == expected
+    if isinstance(expected, bytes):  # what a broker decodes from it, and checks
+        (decoded,), _end = frame.parse_frames(memoryview(expected + body), 1 << 24)
+        assert decoded == command
+        digest = signed_content_digest(
+            signing_key(credentials.secret_key), decoded.ext_fields, decoded.body
+        )
+        assert decoded.ext_fields["Signature"] == base64.b64encode(digest).decode("ascii")
+
+
+@given(
+    CREDENTIALS,
+    st.tuples(SEND_TEXT | st.none(), SEND_TEXT, SEND_TEXT | st.integers(), INT32, st.booleans()),
+    st.tuples(
+        ODD_SEND_VALUES,
+        ODD_SEND_VALUES,
+        ODD_SEND_VALUES,
+        ODD_SEND_VALUES,
+        ODD_SEND_VALUES,
+        PROPERTIES | st.none() | st.just(_Text("p")) | st.integers(),
+        st.binary(max_size=8) | st.binary(max_size=8).map(bytearray) | st.just(memoryview(b"v")),
+    ),
+)
+def test_signed_send_heads_of_odd_values_are_the_same(
+    credentials: SessionCredentials, shared: tuple[Any, ...], values: tuple[Any, ...]
+) -> None:
+    signer = RequestSigner(credentials)
+    signed = signed_send_template(
+        send_frame_template(*shared), signer.access_key, signer.key, signer.security_token
+    )
+    assert head_outcome(_codec.encode_signed_send_head, signed, values) == head_outcome(
+        SIGNED_HEAD_PURE, signed, values
+    )
+
+
+@pytest.mark.parametrize(("group", "access_key"), [("group\ud800", "ak"), ("PG", "ak\ud800")])
+def test_a_signed_template_whose_parts_cannot_be_encoded_sends_the_pure_way(
+    group: str, access_key: str
+) -> None:
+    signed = signed_send_template(
+        send_frame_template(group, "T", "TBW102", 4, False), access_key, signing_key("s")
+    )
+    values = (1, 0, 0, 1, 0, "", b"body")
+    expected = head_outcome(SIGNED_HEAD_PURE, signed, values)
+    assert head_outcome(_codec.encode_signed_send_head, signed, values) == expected
+
+
+def test_a_producers_signed_send_head_is_written_without_the_pure_twin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: Any) -> bytes:
+        raise AssertionError("the pure twin wrote a well-formed signed send head")
+
+    monkeypatch.setitem(speedups.PURE_TWINS, SIGNED_HEAD_KEY, refuse)
+    key = signing_key("secret")
+    for token in ("", "token"):
+        signed = signed_send_template(
+            send_frame_template("PG", "Topic", "TBW102", 4, False), "account", key, token
+        )
+        for values in [
+            (1, 3, 0, 1_700_000_000_000, 0, "UNIQ_KEY\x01AB\x02WAIT\x01true\x02", b"x" * 1024),
+            (2**31 - 1, 2**31 - 1, -1, -(2**63), -(2**31), "é" * 300, b""),
+        ]:
+            (decoded,), _end = frame.parse_frames(
+                memoryview(_codec.encode_signed_send_head(signed, *values) + values[-1]),
+                1 << 24,
+            )
+            ext = decoded.ext_fields
+            assert (ext["AccessKey"], ext.get("SecurityToken", "")) == ("account", token)
+            assert ext["i"] == values[5]
+            digest = signed_content_digest(key, ext, decoded.body)
+            assert ext["Signature"] == base64.b64encode(digest).decode("ascii")
 
 
 # --- decoded commands: their slots written in C (_codec._new_command) --------------------------
