@@ -438,11 +438,22 @@ class Soak:
                 self.report.notes += [f"round {round_number}, {what}: {t}" for t in texts[:5]]
         return result
 
-    def check_slave_files(self, round_number: int) -> int:
-        """The slave's files before anything restarts: every acknowledgement must be in them."""
-        judged = files_hold_acked(self.recorder, self.slave.files, TOPIC, BROKER_NAME)
+    def check_slave_files(self, round_number: int, files: Path | None = None) -> int:
+        """The slave's files before anything restarts (or `files`, a copy of them taken then):
+        every acknowledgement must be in them. Judged once every send's events are in the
+        history: the C++ client's arrive from its own process, and a message it sent right
+        before the strike can be in the files before its invoke was read."""
+        store = self.slave.files if files is None else files
+        judged = files_hold_acked(self.recorder, store, TOPIC, BROKER_NAME)
         self.judge("slave's files at the strike", round_number, judged)
         return judged.counts["final_read"]
+
+    def copy_slave_commitlog(self, round_number: int) -> Path:
+        """The slave's CommitLog as its files hold it now (its process killed, the power not
+        yet cut), for `check_slave_files` once the round's sends are all answered."""
+        copy = self.folder / f"slave-at-strike-{round_number}"
+        shutil.copytree(self.slave.files / "commitlog", copy / "commitlog")
+        return copy
 
     async def draw(
         self, concurrency: int, producer: bool
@@ -492,14 +503,14 @@ class Soak:
         # the strike: nothing awaited since in_flight was read
         cpp_in_flight = len(self.cpp.in_flight)  # as far as its events were read
         self.cpp.stop_sending()
-        slave_held = -1
+        slave_at_strike: Path | None = None
         if kind == "power-cut":
             node.daemon.kill()
             if victim == "slave":
                 # SYNC_MASTER's acknowledgement means the slave wrote the message, not that it
                 # synced it (it reports what it appended, as RocketMQ's does): its files are
                 # judged as the kill left them, before the cut drops what was not synced.
-                slave_held = self.check_slave_files(number + 1)
+                slave_at_strike = self.copy_slave_commitlog(number + 1)
             power_cut(node.mount, cut_mode, cut_seed)
         elif kind == "pause":
             os.kill(node.pid, signal.SIGSTOP)
@@ -513,8 +524,9 @@ class Soak:
         await self.cpp.idle(cpp_idles)
         client = "producer" if producer else "raw sends"
         what = f"{victim} {kind}" + (f" ({cut_mode})" if kind == "power-cut" else "")
-        if slave_held < 0:
-            slave_held = self.check_slave_files(number + 1)
+        slave_held = self.check_slave_files(number + 1, slave_at_strike)
+        if slave_at_strike is not None:
+            shutil.rmtree(slave_at_strike)
         if kind != "pause":
             node.boot()
         await wait_transfer(self.api, self.master.daemon, timeout=60)
