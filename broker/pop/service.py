@@ -10,8 +10,8 @@ was not acknowledged comes back through the revive service, not through that off
 - pop: per (topic, group, queue), or every readable queue of the topic from a rotating start
   (queue -1); every queue of the group's retry topic `%RETRY%<group>` is popped too, first one
   pop in five (as RocketMQ), else when the topic has too few. Nothing found: the request
-  waits in the long-polling service (woken by an arrival in any of the queues) up to its poll
-  time.
+  waits in the long-polling service (woken by an arrival in any of the queues, the retry
+  topic's included while the first put-back has yet to make it) up to its poll time.
   A group's first pop of a queue starts at its first message while the queue was never
   truncated (RocketMQ's initPopOffsetByCheckMsgInMem), else per the request's init mode.
 - ack: an ACK naming the message's CK (the receipt handle) and its queue offset, to the CK's
@@ -301,6 +301,11 @@ class PopService:
             sources.append((retry_topic, TopicType.RETRY, retry_queues, MATCH_ALL, None))
             if random.randrange(RETRY_FIRST_ONE_IN) == 0:
                 sources.reverse()
+        elif not topic.startswith(RETRY_PREFIX):
+            # The first put-back makes the retry topic: a pop held now must wake on it (as
+            # RocketMQ wakes a group's pops on an arrival in its retry topic), or a 5.x push
+            # consumer's first redelivery waits out its whole long poll, not its backoff.
+            waits.extend((retry_topic, qid, 0) for qid in range(self._retry_queue_nums(group)))
         for source_topic, kind, source_queues, tags, record in sources:
             for qid in source_queues:
                 if len(result.messages) >= max_nums:
@@ -714,7 +719,6 @@ class PopService:
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, props.get(PROPERTY_UNIQ_KEY, ""))
         props.pop(PROPERTY_DELAY, None)
         props.pop(PROPERTY_POP_CK, None)
-        group_config = self.groups.find(group)
         if dead:
             topic, queue_nums = DLQ_PREFIX + group, DLQ_QUEUE_NUMS
             log.warning(
@@ -725,8 +729,7 @@ class PopService:
                 message.reconsume_times + 1,
             )
         else:
-            topic = RETRY_PREFIX + group
-            queue_nums = group_config.retry_queue_nums if group_config is not None else 1
+            topic, queue_nums = RETRY_PREFIX + group, self._retry_queue_nums(group)
         config = self.topics.create_in_send_back(
             topic, max(1, queue_nums), PERM_READ | PERM_WRITE, 0
         )
@@ -741,6 +744,11 @@ class PopService:
         if not result.ok:
             raise PopRefused(f"cannot put back a message: {result.remark or result.status}")
         self.revived += 1
+
+    def _retry_queue_nums(self, group: str) -> int:
+        """The queues of a retry topic that a put-back makes."""
+        config = self.groups.find(group)
+        return max(1, config.retry_queue_nums if config is not None else 1)
 
     def in_flight(self, topic: str, group: str) -> int:
         """Messages of `topic` (and of the group's retry topic) handed out to `group` and

@@ -282,6 +282,25 @@ async def test_a_long_poll_is_answered_when_a_message_arrives(
     assert statuses[0].code == Code.MESSAGE_NOT_FOUND
 
 
+async def test_a_receive_held_before_the_retry_topic_exists_gets_the_first_redelivery(
+    broker: Broker, channel: aio.Channel
+) -> None:
+    """Found while timing the suite: the official 5.x push consumer's first redelivery came
+    at the end of its 20 s long poll, not after its backoff. A receive held while the group
+    had no retry topic waited on the topic's queues only; the put-back that makes the retry
+    topic woke nothing. As in the long-poll test, only a wake-up answers within the deadline."""
+    await send(channel, b"again")
+    _s, first = await receive(channel, invisible_ms=1000)
+    assert bodies(first) == [b"again"]
+    held = asyncio.ensure_future(receive(channel, poll_ms=25_000, timeout=10))
+    await eventually(lambda: broker.pull_holds.held_count == 1, "the receive held")
+    assert broker.topics.select(f"%RETRY%{GROUP}") is None, "held after the put-back"
+    statuses, again = await held
+    assert [s.code for s in statuses] == [Code.OK] and bodies(again) == [b"again"]
+    assert again[0].system_properties.delivery_attempt == 2
+    assert broker.pull_holds.ended_by["arrival"] >= 1
+
+
 async def test_a_broker_without_read_permission_pops_nothing(
     broker: Broker, channel: aio.Channel
 ) -> None:

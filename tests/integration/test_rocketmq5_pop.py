@@ -124,7 +124,8 @@ async def test_official_producer_and_push_consumer(
     consumers.append(consumer)
     consumed: list[dict[str, Any]] = []
     # fail-once is answered FAILURE on attempt 1: the client's retry policy (the group's
-    # backoff from delay level 3, 10 s) makes it visible again, then attempt 2 succeeds.
+    # backoff from delay level 3, 3 s with LEVELS) makes it visible again, then attempt 2
+    # succeeds.
     while not any(m["body"] == "fail-once" and m["attempt"] == 2 for m in consumed):
         consumed.append((await consumer.answer(timeout=90))["consumed"])
     firsts = sorted(m["body"] for m in consumed if m["attempt"] == 1)
