@@ -10,8 +10,10 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 # `make test`'s worker processes (pytest-xdist; 0: all in this one); a module's tests run in one
-# worker (--dist loadscope), so its module-scoped fixtures are made once.
-TEST_WORKERS ?= 2
+# worker (--dist loadscope), so its module-scoped fixtures are made once. Three on two cores:
+# most of a test's time is spent waiting (on daemons, clients, timeouts), and the long modules
+# go first (tests/conftest.py).
+TEST_WORKERS ?= 3
 # e.g. make run RUN_ARGS='-o namesrv:listenPort=19876' (see tidemq-cluster run --help)
 RUN_ARGS ?=
 # e.g. make run PORT_BASE=20000: every port of `make run` moved at once (name server 20000,
@@ -159,7 +161,7 @@ lint: install ## ruff (format and rules) and mypy strict
 
 .PHONY: test
 test: install lint ## lint, then every test: unit, integration, fault
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
 
 .PHONY: test-unit
 test-unit: install ## unit tests only (no processes, no sockets)

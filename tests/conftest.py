@@ -12,6 +12,11 @@
 
 `make test` runs the tests in pytest-xdist workers with `--dist loadscope`: a module's tests run
 in one worker, so a module-scoped fixture (a cluster, a browser, a built release) is made once.
+Modules are handed out in the order `pytest_collection_modifyitems` leaves them (`make test`
+passes --no-loadscope-reorder): the long ones first (`LONG_FIRST`), the unit tests, hundreds of
+short modules, last, where they fill the workers evenly up to the end. xdist's own order (most
+tests first) hands out the longest modules, which have few tests, last, where one of them can
+keep a worker busy long after the others ran out of work.
 """
 
 from __future__ import annotations
@@ -34,6 +39,30 @@ from tidemq.client.transport.client import RemotingClient
 # example fails a test that is right. Speed is measured by `make bench`, not here.
 settings.register_profile("tidemq", deadline=None)
 settings.load_profile("tidemq")
+
+
+# Where the long modules are (a JVM or two, a package build, fault runs, seeded fuzzing): the
+# earlier prefix runs first; a module under none of them runs after all of these.
+LONG_FIRST = (
+    "tests/spark/",
+    "tests/integration/test_install.py",
+    "tests/integration/test_release.py",
+    "tests/fault/",
+    "tests/fuzz/",
+    "tests/integration/",
+)
+
+
+def _start_rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return next(
+        (rank for rank, prefix in enumerate(LONG_FIRST) if path.startswith(prefix)),
+        len(LONG_FIRST),
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_start_rank)  # stable: each module's tests keep their order
 
 
 @pytest.fixture

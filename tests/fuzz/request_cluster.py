@@ -34,10 +34,17 @@ __all__ = ["FileWatch", "FuzzCluster"]
 
 # brokerd overrides of the run: fast HA and slave synchronisation; small files (processes.py)
 _BROKER_OVERRIDES: Final = (*HA_TIMING, "autoCreateTopicEnable=true")
-# what pytest, mypy and ruff may create in the daemons' working directory meanwhile
+# what pytest, hypothesis, mypy and ruff may create in the daemons' working directory meanwhile
 _CWD_NOISE: Final = frozenset(
-    {".pytest_cache", ".mypy_cache", ".ruff_cache", "__pycache__", "fuzz-crashes"}
+    {".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache", "__pycache__", "fuzz-crashes"}
 )
+# the sdist's staging folder `tidemq-<version>`, which `make dist` makes and removes there
+# (tests/integration/test_release.py, maybe running beside: a finding "appeared" in one run)
+_CWD_BUILD_PREFIX: Final = "tidemq-"
+
+
+def _cwd_noise(name: str) -> bool:
+    return name in _CWD_NOISE or name.startswith(_CWD_BUILD_PREFIX)
 
 
 def _tree(root: Path, skip: frozenset[Path]) -> set[str]:
@@ -64,7 +71,7 @@ class FileWatch:
 
     def snapshot(self) -> set[str]:
         now = _tree(self.base, self.skip)
-        now |= {p for p in _listing(REPO_ROOT) if Path(p).name not in _CWD_NOISE}
+        now |= {p for p in _listing(REPO_ROOT) if not _cwd_noise(Path(p).name)}
         shared = (Path.home(), Path(tempfile.gettempdir()), Path("/"))
         now |= {p for folder in shared for p in _listing(folder) if MARK in Path(p).name}
         return now
