@@ -19,7 +19,8 @@ changed since (`pending`), and sends (formats in client/protocol/namesrv.py):
 - otherwise an incremental registration: only the pending topics (their configs, or their
   names when deleted), on the version the name server holds, in requests of at most
   splitRegistrationSize topics (all but the last on the held version, so the name server's
-  work per request stays bounded and a failure in between leaves its version valid). With
+  work per request stays bounded and a failure in between leaves its version valid; the
+  middle ones PARTS_IN_FLIGHT at once, the last once they were all answered). With
   nothing pending it is the periodic heartbeat: a few hundred bytes, whatever the table's
   size. A name server that does not answer it as one (a RocketMQ name server) gets full
   registrations only, as from RocketMQ.
