@@ -282,16 +282,20 @@ class NameServerRegistration(Service):
                 sync.incremental_registrations += 1
             return result
 
-        # The first request alone (a name server that does not take increments says so at
-        # once); the middle ones up to PARTS_IN_FLIGHT at once, as each applies on the base
-        # version alone, in any order; the last, which moves the version, once all the others
-        # were answered. One at a time, a registration lagged a creation of 20,000-30,000
-        # topics/s by up to 100,000 topics (each answer waited behind the creation's requests
-        # on the loop): routes came seconds late, and the creation's CPU per tenth moved with
-        # the lag (the drift note).
-        result = await send(0)
-        if not _ends_increment(result) and len(chunks) > 2:
-            result = await self._pipelined(send, range(1, len(chunks) - 1))
+        # The first request alone until the name server has taken an increment (one that
+        # does not take them says so at once); the middle ones up to PARTS_IN_FLIGHT at once,
+        # as each applies on the base version alone, in any order; the last, which moves the
+        # version, once all the others were answered. One at a time, a registration lagged a
+        # creation of 20,000-30,000 topics/s by up to 100,000 topics (each answer waited
+        # behind the creation's requests on the loop): routes came seconds late, and the
+        # creation's CPU per tenth moved with the lag (the drift note).
+        first = 0
+        result: RegisterBrokerResult | None = None
+        if not sync.incremental_registrations or len(chunks) == 1:
+            result = await send(0)
+            first = 1
+        if first < len(chunks) - 1 and (first == 0 or not _ends_increment(result)):
+            result = await self._pipelined(send, range(first, len(chunks) - 1))
         if not _ends_increment(result) and len(chunks) > 1:
             result = await send(len(chunks) - 1)
         if result is None:  # sent again with the next changes, on the same base

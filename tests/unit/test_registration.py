@@ -374,6 +374,16 @@ async def test_an_increments_middle_requests_are_pipelined_and_the_last_moves_th
     assert namesrv.held[1:-1] == [base] * 9 and namesrv.held[-1] == table.version
     assert reg.sync[NAMESRV].held == table.version
     assert all(namesrv.routes.get_route(f"New{i}") is not None for i in range(1000))
+    assert arrivals[1] == 1  # the first alone: the name server had taken no increment yet
+    between = namesrv.held[-1]
+    for i in range(1000):  # now it has: the first goes with the middle ones
+        table.put(f"Next{i}")
+        reg.note_change(f"Next{i}", table.json_row(f"Next{i}"))
+    await reg.register_all()
+    arrivals = namesrv.in_flight_at_arrival[11:]
+    assert len(arrivals) == 10 and arrivals[:2] == [1, 2] and arrivals[-1] == 1
+    assert namesrv.held[-2] == between and namesrv.held[-1] == table.version
+    assert all(namesrv.routes.get_route(f"Next{i}") is not None for i in range(1000))
 
 
 async def test_a_middle_request_without_answer_leaves_the_base_and_the_next_round_sends_all() -> (
