@@ -548,7 +548,7 @@ class Broker(Service):
         if change.topic is None:  # the whole table (copied from the master)
             self.registration.request_full()
         else:
-            self.registration.note_change(change.topic)
+            self.registration.note_change(change.topic, change.text)
 
     def _ensure_system_topic(self, topic: str) -> None:
         """A topic the broker writes itself (TRANS_CHECK_MAX_TIME_TOPIC), one queue, read-write."""

@@ -19,7 +19,8 @@ changed since (`pending`), and sends (formats in client/protocol/namesrv.py):
 - otherwise an incremental registration: only the pending topics (their configs, or their
   names when deleted), on the version the name server holds, in requests of at most
   splitRegistrationSize topics (all but the last on the held version, so the name server's
-  work per request stays bounded and a failure in between leaves its version valid). With
+  work per request stays bounded and a failure in between leaves its version valid; the
+  middle ones PARTS_IN_FLIGHT at once, the last once they were all answered). With
   nothing pending it is the periodic heartbeat: a few hundred bytes, whatever the table's
   size. A name server that does not answer it as one (a RocketMQ name server) gets full
   registrations only, as from RocketMQ.
@@ -34,7 +35,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -113,7 +114,8 @@ class NameServerSync:
     """What one name server holds of this broker: `held` None means nothing usable."""
 
     held: DataVersion | None = None
-    pending: set[str] = field(default_factory=set)
+    # topic -> its TopicConfig JSON text as noted with the change (None: looked up when sent)
+    pending: dict[str, str | None] = field(default_factory=dict)
     # False once the name server answered an incremental registration as a RocketMQ one does.
     takes_increments: bool = True
     full_registrations: int = 0
@@ -121,6 +123,12 @@ class NameServerSync:
 
 
 ResultListener = Callable[[RegisterBrokerResult], None]
+
+
+def _ends_increment(result: RegisterBrokerResult | None) -> bool:
+    """Whether an increment's request ends it: no answer, or the name server wants a full
+    registration (or does not take increments)."""
+    return result is None or result.full_registration_needed or not result.incremental
 
 
 def registration_period_ms(configured: int) -> int:
@@ -161,10 +169,14 @@ class NameServerRegistration(Service):
         """Register soon (the topic table changed)."""
         self._wakeup.set()
 
-    def note_change(self, topic: str) -> None:
-        """`topic` was created, changed or deleted: the next registration sends it."""
+    def note_change(self, topic: str, text: str | None = None) -> None:
+        """`topic` was created, changed or deleted: the next registration sends it. `text`:
+        its TopicConfig JSON as the table now keeps it (`RegistrationTable.json_row`), when the
+        change came with it: sent as it is while `texts_registered` holds, instead of looking
+        the topic up again when it is sent (in a table of a million, a few cache misses each;
+        the drift note)."""
         for sync in self.sync.values():
-            sync.pending.add(topic)
+            sync.pending[topic] = text
         self._wakeup.set()
 
     def request_full(self) -> None:
@@ -226,7 +238,7 @@ class NameServerRegistration(Service):
     ) -> RegisterBrokerResult | None:
         base = sync.held
         assert base is not None
-        topics, sync.pending = sync.pending, set()
+        topics, sync.pending = sync.pending, {}
         # The topics' JSON texts as they are, when those are what is registered: no
         # TopicConfig made and encoded again per topic (not for a compressed body).
         texts = not self.shape.compressed and self.table.texts_registered()
@@ -235,8 +247,8 @@ class NameServerRegistration(Service):
         )
         changed: dict[str, TopicConfig | str] = {}
         deleted: list[str] = []
-        for topic in topics:
-            config = lookup(topic)
+        for topic, noted in topics.items():
+            config = noted if texts and noted is not None else lookup(topic)
             if config is None:
                 deleted.append(topic)
             else:
@@ -251,41 +263,87 @@ class NameServerRegistration(Service):
         ]
         size = self.shape.split_size if self.shape.split else max(1, len(entries))
         chunks = [entries[i : i + size] for i in range(0, len(entries), size)] or [[]]
-        result: RegisterBrokerResult | None = None
-        for index, chunk in enumerate(chunks):
-            last = index == len(chunks) - 1
+
+        def body(index: int) -> RegisterBrokerBody | bytes:
+            chunk = chunks[index]
+            on = version if index == len(chunks) - 1 else base
             gone = [t for t, c in chunk if c is None]
-            body: RegisterBrokerBody | bytes
             if texts:
                 rows = [(t, c) for t, c in chunk if isinstance(c, str)]
-                body = increment_registration_json(rows, version if last else base, base, gone)
-            else:
-                body = RegisterBrokerBody(
-                    TopicConfigSerializeWrapper(
-                        {t: c for t, c in chunk if isinstance(c, TopicConfig)},
-                        version if last else base,
-                    ),
-                    [],
-                    base_data_version=base,
-                    deleted_topics=gone,
-                )
-            result = await self._register_one(address, body, incremental_json=texts)
-            if result is None:  # sent again with the next changes, on the same base
-                sync.pending.update(t for part in chunks[index:] for t, _c in part)
-                return None
-            sync.incremental_registrations += 1
-            if result.full_registration_needed or not result.incremental:
-                sync.held = None
-                return result
-        assert result is not None
+                return increment_registration_json(rows, on, base, gone)
+            wrapper = TopicConfigSerializeWrapper(
+                {t: c for t, c in chunk if isinstance(c, TopicConfig)}, on
+            )
+            return RegisterBrokerBody(wrapper, [], base_data_version=base, deleted_topics=gone)
+
+        async def send(index: int) -> RegisterBrokerResult | None:
+            result = await self._register_one(address, body(index), incremental_json=texts)
+            if result is not None:
+                sync.incremental_registrations += 1
+            return result
+
+        # The first request alone until the name server has taken an increment (one that
+        # does not take them says so at once); the middle ones up to PARTS_IN_FLIGHT at once,
+        # as each applies on the base version alone, in any order; the last, which moves the
+        # version, once all the others were answered. One at a time, a registration lagged a
+        # creation of 20,000-30,000 topics/s by up to 100,000 topics (each answer waited
+        # behind the creation's requests on the loop): routes came seconds late, and the
+        # creation's CPU per tenth moved with the lag (the drift note).
+        first = 0
+        result: RegisterBrokerResult | None = None
+        if not sync.incremental_registrations or len(chunks) == 1:
+            result = await send(0)
+            first = 1
+        if first < len(chunks) - 1 and (first == 0 or not _ends_increment(result)):
+            result = await self._pipelined(send, range(first, len(chunks) - 1))
+        if not _ends_increment(result) and len(chunks) > 1:
+            result = await send(len(chunks) - 1)
+        if result is None:  # sent again with the next changes, on the same base
+            for topic, config in (entry for part in chunks for entry in part):
+                # a change noted since is newer
+                sync.pending.setdefault(topic, config if isinstance(config, str) else None)
+            return None
+        if result.full_registration_needed or not result.incremental:
+            sync.held = None
+            return result
         sync.held = version
         return result
+
+    @staticmethod
+    async def _pipelined(
+        send: Callable[[int], Awaitable[RegisterBrokerResult | None]], indexes: Iterable[int]
+    ) -> RegisterBrokerResult | None:
+        """`send` each index, up to PARTS_IN_FLIGHT at once; the first result that ends the
+        increment (`_ends_increment`), else the last one."""
+        in_flight: set[asyncio.Task[RegisterBrokerResult | None]] = set()
+        result: RegisterBrokerResult | None = None
+        try:
+            for index in indexes:
+                in_flight.add(asyncio.ensure_future(send(index)))
+                if len(in_flight) >= PARTS_IN_FLIGHT:
+                    done, in_flight = await asyncio.wait(
+                        in_flight, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    for task in done:
+                        result = task.result()
+                        if _ends_increment(result):
+                            return result
+            if in_flight:
+                done, in_flight = await asyncio.wait(in_flight)
+                for task in done:
+                    result = task.result()
+                    if _ends_increment(result):
+                        return result
+            return result
+        finally:
+            for task in in_flight:
+                task.cancel()
 
     async def _register_full(
         self, address: str, sync: NameServerSync
     ) -> RegisterBrokerResult | None:
         # Changes from here on are pending against the version of this snapshot.
-        sync.pending = set()
+        sync.pending = {}
         sync.held = None
         bodies, version, topics = self._full_bodies()
         count = len(bodies)

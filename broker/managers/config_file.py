@@ -259,6 +259,8 @@ class ConfigManager(abc.ABC, Generic[T]):
         self.table_name = path.stem
         self._store: TableStore | None = None
         self._changed_keys: set[str] = set()
+        # key -> its `encode_row` text, for the changed keys whose caller had it at hand
+        self._changed_texts: dict[str, str] = {}
         self._version_changed = False
 
     # --- what subclasses define -------------------------------------------------------------
@@ -319,6 +321,18 @@ class ConfigManager(abc.ABC, Generic[T]):
     def changed(self, key: str) -> None:
         """Note that `key`'s entry was put, replaced or removed; the next persist writes it."""
         self._changed_keys.add(key)
+        if self._changed_texts:
+            self._changed_texts.pop(key, None)
+
+    def changed_to(self, key: str, text: str | None) -> None:
+        """`changed`, with the entry's new `encode_row` text when the caller has it at hand
+        (None: encoded at the persist): the persist then does not look the key up again in a
+        large table."""
+        if text is None:
+            self.changed(key)
+        else:
+            self._changed_keys.add(key)
+            self._changed_texts[key] = text
 
     def version_changed(self) -> None:
         self._version_changed = True
@@ -326,19 +340,24 @@ class ConfigManager(abc.ABC, Generic[T]):
     def changed_all(self) -> None:
         """Every key changed (a table replaced wholesale): the next persist writes them all."""
         self._changed_keys.update(self.row_keys())
+        self._changed_texts = {}
         self._version_changed = True
 
     def take_changes(self) -> TableChanges:
         """The rows changed since the last call, encoded now (on the event loop: a consistent
         view), for `store.write` (which may run in a worker thread)."""
         changes = TableChanges(version=self.encode_version() if self._version_changed else None)
+        texts = self._changed_texts
         for key in self._changed_keys:
-            value = self.encode_row(key)
+            value = texts.get(key)
+            if value is None:
+                value = self.encode_row(key)
             if value is None:
                 changes.deletes.add(key)
             else:
                 changes.puts[key] = value
         self._changed_keys = set()
+        self._changed_texts = {}
         self._version_changed = False
         return changes
 
@@ -372,6 +391,7 @@ class ConfigManager(abc.ABC, Generic[T]):
         store.replace(self.table_name, rows, self.encode_version(), source)
         self.stored_whole()
         self._changed_keys = set()
+        self._changed_texts = {}
         self._version_changed = False
         if state is None:
             log.info("config file %s does not exist; starting with defaults", self.path)

@@ -151,14 +151,14 @@ class AdminProcessor:
         for config in configs:
             self._check_topic(config.topic_name)
         latest = {config.topic_name: config for config in configs}  # the last of a name wins
-        changed = [c for c in latest.values() if self.topics.select(c.topic_name) != c]
+        # update_many leaves out the configs equal to the current ones
+        changed = self.topics.update_many(latest.values())
         log.info(
             "update %d topics (%d changed) in one batch, requested by %s",
             len(latest),
             len(changed),
             connection.peer,
         )
-        self.topics.update_many(changed)
         return RemotingCommand.response_to(request, _OK)
 
     async def delete_topic(

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
+import math
 import random
 import statistics
 import struct
@@ -222,6 +224,23 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def fitted_first_over_last(spans: Sequence[float]) -> float:
+    """The first span's value over the last one's, both read off a Theil-Sen line through all
+    of `spans` (equally spaced; slope: the median of the slopes between every two of them;
+    intercept: the median of what each gives): the trend over the whole creation, which one
+    span's lump (a full collection, a burst of the machine's other work, registration catching
+    up) moves little, where the two end spans alone move with it. nan below two values."""
+    points = [(i, v) for i, v in enumerate(spans) if not math.isnan(v)]
+    if len(points) < 2:
+        return float("nan")
+    slope = statistics.median(
+        (vj - vi) / (j - i) for (i, vi), (j, vj) in itertools.combinations(points, 2)
+    )
+    intercept = statistics.median(v - slope * i for i, v in points)
+    last = intercept + slope * (len(spans) - 1)
+    return intercept / last if last else float("nan")
 
 
 # --- many idle clients -------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -19,6 +20,8 @@ from tidemq.broker.managers.subscription_group import SubscriptionGroupManager
 from tidemq.broker.managers.table_store import TABLES_FILE, TableStore, TableStoreCorruptError
 from tidemq.broker.managers.topic_config import (
     LAZY_ROW_SQL,
+    TopicChange,
+    TopicConfigChanged,
     TopicConfigManager,
     parse_topic_wrapper,
 )
@@ -412,6 +415,76 @@ def test_topics_created_in_lists_are_kept_as_their_rows_texts(tmp_path: Path) ->
     assert reloaded.select("T6") == TopicConfig("T6", 2, 2)
     assert reloaded.select("T5") == TopicConfig("T5", 4, 4)
     assert reloaded.select("T299") == TopicConfig("T299", 8, 8)
+    reloaded.close()
+
+
+class CountingRows(dict[str, str]):
+    """The rows' table, counting the look-ups made in it by name."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.lookups: list[str] = []
+
+    def __contains__(self, key: object) -> bool:
+        self.lookups.append("in")
+        return super().__contains__(key)
+
+    def __getitem__(self, key: str) -> str:
+        self.lookups.append("[]")
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.lookups.append("get")
+        return super().get(key, default)
+
+    def setdefault(self, key: str, default: str) -> str:  # type: ignore[override]
+        self.lookups.append("setdefault")
+        return super().setdefault(key, default)
+
+
+def test_a_new_topic_of_a_list_is_one_look_up_of_the_rows_and_its_text_goes_along(
+    tmp_path: Path,
+) -> None:
+    """At a million topics each look-up of a name in the rows' table is a few cache misses
+    (the drift note): a new topic of a list costs one (`setdefault`), and the persist and the
+    change notices take its text from the batch. A config equal to the current one (kept as
+    text or decoded, however its row is written) changes nothing and is not reported; a
+    changed one is."""
+    heard: list[TopicConfigChanged] = []
+    manager = TopicConfigManager(tmp_path, BROKER, on_change=heard.append)
+    manager.load()
+    rows = manager._rows = CountingRows(manager._rows)
+    reported = manager.update_many([TopicConfig(f"T{i}", 8, 8) for i in range(100)])
+    assert rows.lookups == ["setdefault"] * 100
+    assert heard == reported and [c.kind for c in reported] == [TopicChange.CREATED] * 100
+    assert all(c.text is not None and c.text == rows[c.topic or ""] for c in reported)
+    version = manager.data_version.counter
+    heard.clear()
+    # T1 written by another version (same config, its keys in another order)
+    rows["T1"] = json.dumps(json.loads(rows["T1"]), sort_keys=True)
+    manager.select("T2")  # decoded by use
+    same = [TopicConfig("T0", 8, 8), TopicConfig("T1", 8, 8), TopicConfig("T2", 8, 8)]
+    assert manager.update_many(same) == [] and heard == []
+    assert manager.data_version.counter == version
+    changed = manager.update_many(
+        [TopicConfig("T0", 4, 4), TopicConfig("T1", 2, 2), TopicConfig("T2", 1, 1)]
+    )
+    assert [(c.kind, c.topic) for c in changed] == [
+        (TopicChange.UPDATED, "T0"),
+        (TopicChange.UPDATED, "T1"),
+        (TopicChange.UPDATED, "T2"),
+    ]
+    assert changed[0].text == manager.json_row("T0") and changed[2].text is None  # an object
+    assert manager.data_version.counter == version + 1
+    manager.close()
+    reloaded = TopicConfigManager(tmp_path, BROKER)
+    reloaded.load()
+    assert [reloaded.select(f"T{i}") for i in range(3)] == [
+        TopicConfig("T0", 4, 4),
+        TopicConfig("T1", 2, 2),
+        TopicConfig("T2", 1, 1),
+    ]
+    assert reloaded.select("T99") == TopicConfig("T99", 8, 8)
     reloaded.close()
 
 
