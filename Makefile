@@ -73,10 +73,12 @@ typing-tree:
 # deploy/systemd does). Installed with apt-get when run as root and missing (CI runs as root);
 # otherwise the one command to run is printed. They come before the test extras: pyfuse3 is
 # built from source against libfuse3-dev (found by pkg-config); fusermount3 (fuse3) mounts the
-# lossy file system of the power-cut tests.
+# lossy file system of the power-cut tests. libssl-dev: OpenSSL's headers, for the compiled
+# codec's request signatures (client/remoting/_codec.pyx links libcrypto).
 SYSTEM_PACKAGES ?= java:openjdk-17-jre-headless nft:nftables iptables:iptables setpriv:util-linux \
 	chromium:chromium chromedriver:chromium-driver etcd:etcd-server fusermount3:fuse3 \
-	pkg-config:pkg-config /usr/include/fuse3/fuse_lowlevel.h:libfuse3-dev node:nodejs npm:npm
+	pkg-config:pkg-config /usr/include/fuse3/fuse_lowlevel.h:libfuse3-dev node:nodejs npm:npm \
+	/usr/include/openssl/sha.h:libssl-dev
 .PHONY: system-packages
 system-packages:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \

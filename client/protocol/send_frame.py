@@ -32,8 +32,9 @@ order (code points: upper case first) the values are::
 the first run and the last constant for one template and account. `SignedSendTemplate` holds the
 account's HMAC already fed the first run (copied per send), the last run's bytes, and the
 template's msgpack parts for the longer map. `encode_signed_send_head` is what the command path
-gives (`sign_request`, then the general encode); its compiled twin feeds the copy the varying
-values and the body and writes the head with the Base64 in C.
+gives (`sign_request`, then the general encode); its compiled twin feeds a stack copy of that
+HMAC's state (an `_HmacSha1`'s, client/remoting/_codec.pyx) the varying values and the body
+and writes the head with the Base64 in C.
 """
 
 from __future__ import annotations

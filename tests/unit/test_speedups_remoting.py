@@ -4,8 +4,11 @@ The twins are in client/remoting/_codec.pyx and client/protocol/_headers.pyx.
 `encode_send_head` (a producer's send frame head from its topic's template) must give the bytes
 of the command it replaces, or the same error, and write well-formed sends without the pure twin;
 decoded commands (their slots written in C) must have every field the class gives.
+`signing_key` gives an `_HmacSha1` (OpenSSL's SHA-1 contexts by value) that must give the HMAC
+`hmac` gives, and the same errors as OpenSSL's HMAC object, which the pure twin gives.
 `signed_content_digest` (the HMAC of a signed request's content) must give the same digest, or
-the same error, for ext fields and bodies as clients send them and for odd ones.
+the same error, for ext fields and bodies as clients send them and for odd ones, with either
+kind of key.
 `signature_matches` (the broker's check of a request's Signature) must give the same answer, or
 the same error, also when the key listing repeats (its order is kept from the last request).
 `encode_signed_send_head` (a signed send's frame head, its HMAC fed only what varies) must give
@@ -24,6 +27,7 @@ import base64
 import dataclasses
 import hashlib
 import hmac
+import pickle
 import types
 from typing import Any
 
@@ -315,14 +319,94 @@ DIGEST_PURE = speedups.PURE_TWINS[DIGEST_KEY]
 SIGNED_KEYS = st.sampled_from(["a", "b", "AccessKey", "Signature", "_UNIQUE_KEY_QUERY", "é", "Z"])
 SIGNED_TEXT = st.text(max_size=12) | st.sampled_from(["\ud800", "x\udfff", "é" * 40, ""])
 BODIES = st.binary(max_size=64) | st.binary(max_size=8).map(bytearray) | st.just(b"")
+# bodies no client sends: refused (or hashed) as OpenSSL's HMAC does
+ODD_BODIES = st.sampled_from(
+    [memoryview(b"view"), memoryview(b"abcd")[::2], "text", "", 5, 0, None, bytearray()]
+)
 
 
-def digest_outcome(twin: Any, ext: Any, body: Any) -> Any:
-    key = signing_key("secret")
+SIGNING_KEY_KEY = "tidemq.client.remoting.signing.signing_key"
+OPENSSL_KEY = speedups.PURE_TWINS[SIGNING_KEY_KEY]  # OpenSSL's HMAC object (_hashlib)
+
+
+def digest_outcome(twin: Any, ext: Any, body: Any, key: Any = None) -> Any:
+    """The twin's result or error with the key "secret" (the compiled signing key unless
+    `key`)."""
+    if key is None:
+        key = signing_key("secret")
     try:
         return twin(key, ext, body)
     except Exception as exc:
         return (type(exc), str(exc))
+
+
+def test_the_compiled_signing_key_is_selected() -> None:
+    assert selected(SIGNING_KEY_KEY) is _codec.signing_key
+    assert OPENSSL_KEY is not _codec.signing_key
+    assert type(signing_key("secret")) is _codec._HmacSha1
+
+
+SECRETS = st.text(max_size=80) | st.sampled_from(["k" * 64, "k" * 65, "é" * 32, "é" * 33, ""])
+DATA = (
+    st.binary(max_size=200)
+    | st.binary(max_size=70).map(bytearray)
+    | st.binary(max_size=70).map(memoryview)
+)
+
+
+@given(SECRETS, st.lists(st.lists(DATA, max_size=4), min_size=1, max_size=3))
+def test_hmac_sha1_keys_give_the_hmac_of_what_they_were_given(
+    secret: str, feeds: list[list[Any]]
+) -> None:
+    # Keys shorter and longer than SHA-1's block; copies of the key and of copies, each fed its
+    # own parts: each digest is hmac's of what that copy was given, as OpenSSL's object gives it.
+    ours, theirs = _codec.signing_key(secret), OPENSSL_KEY(secret)
+    assert ours.digest() == theirs.digest() == hmac.new(secret.encode(), b"", "sha1").digest()
+    given_so_far = b""
+    for parts in feeds:
+        copy, reference = ours.copy(), theirs.copy()
+        for part in parts:
+            copy.update(part)
+            reference.update(part)
+        content = given_so_far + b"".join(bytes(part) for part in parts)
+        assert copy.digest() == reference.digest()
+        assert copy.digest() == hmac.new(secret.encode(), content, hashlib.sha1).digest()
+        ours, theirs, given_so_far = copy, reference, content  # the next copies go on from here
+    # a large update, and the key itself untouched by its copies
+    key = _codec.signing_key(secret)
+    big = bytes(range(256)) * 1200
+    copy = key.copy()
+    copy.update(big)
+    assert copy.digest() == hmac.new(secret.encode(), big, hashlib.sha1).digest()
+    assert key.digest() == OPENSSL_KEY(secret).digest()
+
+
+@pytest.mark.parametrize(
+    "data",
+    ["text", 5, None, [1], memoryview(b"abcdef")[::2], memoryview(b"abcdef").cast("B", (2, 3))],
+)
+def test_hmac_sha1_keys_refuse_what_openssls_hmac_refuses(data: Any) -> None:
+    def update(key: Any) -> Any:
+        try:
+            key.copy().update(data)
+        except Exception as exc:
+            return (type(exc), str(exc))
+        return key.digest()
+
+    assert update(_codec.signing_key("secret")) == update(OPENSSL_KEY("secret"))
+
+
+def test_hmac_sha1_keys_of_odd_secrets_fail_as_the_pure_twin_does() -> None:
+    for secret in ("x\ud800", 5, None, b"bytes"):
+        outcomes = []
+        for twin in (_codec.signing_key, OPENSSL_KEY):
+            try:
+                outcomes.append(twin(secret).digest())
+            except Exception as exc:
+                outcomes.append((type(exc), str(exc)))
+        assert outcomes[0] == outcomes[1], secret
+    with pytest.raises(TypeError):  # a key's state is a secret: not pickled
+        pickle.dumps(_codec.signing_key("secret"))
 
 
 def test_the_compiled_signed_content_digest_is_selected() -> None:
@@ -332,8 +416,12 @@ def test_the_compiled_signed_content_digest_is_selected() -> None:
 
 @given(st.dictionaries(SIGNED_KEYS | st.text(max_size=4), SIGNED_TEXT, max_size=8), BODIES)
 def test_signed_content_digests_are_the_same(ext: dict[str, str], body: bytes) -> None:
-    expected = digest_outcome(DIGEST_PURE, ext, body)
+    expected = digest_outcome(DIGEST_PURE, ext, body, OPENSSL_KEY("secret"))
     assert digest_outcome(_codec.signed_content_digest, ext, body) == expected
+    assert digest_outcome(DIGEST_PURE, ext, body) == expected
+    assert (
+        digest_outcome(_codec.signed_content_digest, ext, body, OPENSSL_KEY("secret")) == expected
+    )
     if not isinstance(expected, tuple):  # the HMAC of the values in key order, then the body
         signed = sorted(k for k in ext if k not in ("Signature", "_UNIQUE_KEY_QUERY"))
         content = "".join(ext[k] for k in signed).encode() + bytes(body)
@@ -345,11 +433,12 @@ def test_signed_content_digests_are_the_same(ext: dict[str, str], body: bytes) -
     | st.lists(st.tuples(SIGNED_KEYS, SIGNED_TEXT), max_size=3).map(
         lambda pairs: types.MappingProxyType(dict(pairs))
     ),
-    BODIES | st.just(memoryview(b"view")),
+    BODIES | ODD_BODIES,
 )
 def test_odd_ext_fields_give_the_same_digest_or_error(ext: Any, body: Any) -> None:
-    expected = digest_outcome(DIGEST_PURE, ext, body)
+    expected = digest_outcome(DIGEST_PURE, ext, body, OPENSSL_KEY("secret"))
     assert digest_outcome(_codec.signed_content_digest, ext, body) == expected
+    assert digest_outcome(DIGEST_PURE, ext, body) == expected
 
 
 # --- the broker's check of a signature (client/remoting/signing.py) -----------------------------
@@ -389,8 +478,9 @@ def test_signature_checks_are_the_same(requests: list[Any]) -> None:
                 ext["Signature"] = base64.b64encode(digest).decode("ascii")
             except UnicodeEncodeError:
                 pass
-        expected = digest_outcome(MATCHES_PURE, ext, body)
+        expected = digest_outcome(MATCHES_PURE, ext, body, OPENSSL_KEY("secret"))
         assert digest_outcome(_codec.signature_matches, ext, body) == expected
+        assert digest_outcome(MATCHES_PURE, ext, body) == expected
         if sign and not isinstance(expected, tuple) and "Signature" in ext:
             assert expected is True
 
@@ -401,11 +491,33 @@ def test_signature_checks_are_the_same(requests: list[Any]) -> None:
     | st.lists(st.tuples(SIGNED_KEYS, SIGNED_TEXT), max_size=3).map(
         lambda pairs: types.MappingProxyType(dict(pairs))
     ),
-    BODIES | st.just(memoryview(b"view")),
+    BODIES | ODD_BODIES,
 )
 def test_signature_checks_of_odd_fields_are_the_same(ext: Any, body: Any) -> None:
-    expected = digest_outcome(MATCHES_PURE, ext, body)
+    expected = digest_outcome(MATCHES_PURE, ext, body, OPENSSL_KEY("secret"))
     assert digest_outcome(_codec.signature_matches, ext, body) == expected
+    assert digest_outcome(MATCHES_PURE, ext, body) == expected
+    assert digest_outcome(_codec.signature_matches, ext, body, OPENSSL_KEY("secret")) == expected
+
+
+def test_signatures_are_checked_and_made_without_the_pure_twins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: Any) -> Any:
+        raise AssertionError("a pure twin checked or signed a well-formed request")
+
+    monkeypatch.setitem(speedups.PURE_TWINS, MATCHES_KEY, refuse)
+    monkeypatch.setitem(speedups.PURE_TWINS, DIGEST_KEY, refuse)
+    key = signing_key("secret")
+    ext = {"AccessKey": "ak", "b": "topic", "a": "group", "i": "UNIQ_KEY\x01é\x02"}
+    for body in (b"", b"body", bytearray(b"body"), memoryview(b"x" * 300_000)):
+        content = "".join(ext[k] for k in sorted(ext)).encode() + bytes(body)
+        digest = hmac.new(b"secret", content, hashlib.sha1).digest()
+        assert _codec.signed_content_digest(key, ext, body) == digest
+        ext["Signature"] = base64.b64encode(digest).decode("ascii")
+        assert _codec.signature_matches(key, ext, body) is True
+        assert _codec.signature_matches(key, ext, bytes(body) + b"x") is False
+        del ext["Signature"]
 
 
 def test_a_signature_differing_anywhere_does_not_match() -> None:
@@ -572,8 +684,14 @@ def test_signed_send_heads_are_the_frames_of_the_signed_commands_they_replace(
         expected = (type(exc), str(exc))
     template = send_frame_template(group, topic, default_topic, queue_nums, batch)
     signed = signed_send_template(template, signer.access_key, signer.key, signer.security_token)
+    assert type(signer.key) is _codec._HmacSha1
     assert head_outcome(_codec.encode_signed_send_head, signed, values) == expected
     assert head_outcome(SIGNED_HEAD_PURE, signed, values) == expected
+    # the same template with OpenSSL's HMAC object (the compiled twin leaves it to the pure one)
+    openssl = signed_send_template(
+        template, signer.access_key, OPENSSL_KEY(credentials.secret_key), signer.security_token
+    )
+    assert head_outcome(_codec.encode_signed_send_head, openssl, values) == expected
     if isinstance(expected, bytes):  # what a broker decodes from it, and checks
         (decoded,), _end = frame.parse_frames(memoryview(expected + body), 1 << 24)
         assert decoded == command
