@@ -181,11 +181,13 @@ class RemotingConnection(asyncio.BaseProtocol):
         if scope is None or len(commands) < 2:
             self._take(commands)
             return
-        step = _GATHER_STEP
-        for start in range(0, len(commands), step):
+        count = len(commands)
+        start = 0
+        while start < count:
+            end = _step_end(commands, start) if count - start > _GATHER_STEP else count
             scope.begin_read()
             try:
-                self._take(commands[start : start + step] if len(commands) > step else commands)
+                self._take(commands[start:end] if start or end < count else commands)
             finally:
                 try:
                     scope.end_read()
@@ -196,7 +198,8 @@ class RemotingConnection(asyncio.BaseProtocol):
                     self._outgoing.clear()
                     self.abort()
                     return
-            if start + step < len(commands):
+            start = end
+            if start < count:
                 self._flush()  # the stored part's answers go out now
 
     # The read path itself under the protocol's name: the broker's reads make no extra call.
@@ -595,6 +598,21 @@ class _StepOnce:
 async def _resume(coroutine: Coroutine[Any, Any, None], waiting_on: Any) -> None:
     """Run the rest of a started `coroutine`, which is waiting on `waiting_on`, in this task."""
     await Continuation(coroutine, waiting_on)
+
+
+def _step_end(commands: list[RemotingCommand], start: int) -> int:
+    """Where the step of a read's `commands` that begins at `start` ends: before its
+    (_GATHER_STEP + 1)th answered request. A oneway request (a transaction's END) or a response
+    gets no answer, so it does not count toward a step: a step of answers the peer waits for
+    gets the oneway requests between them along, instead of a write and an append of its own
+    (the ENDs among a read's sends used to halve its answers per write)."""
+    answered = 0
+    for end in range(start, len(commands)):
+        if not commands[end].flag & 3:  # neither a response (1) nor oneway (2)
+            answered += 1
+            if answered > _GATHER_STEP:
+                return end
+    return len(commands)
 
 
 def _time_out(future: asyncio.Future[RemotingCommand]) -> None:

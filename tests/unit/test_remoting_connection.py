@@ -414,6 +414,42 @@ async def test_a_long_read_is_stored_and_answered_in_steps() -> None:
     assert [c.opaque for c in commands_in(b"".join(transport.writes))] == list(range(1, 41))
 
 
+async def test_oneway_requests_do_not_count_toward_a_step() -> None:
+    # a transaction's END (oneway) between the sends of a read: a step still holds 16 answered
+    # requests, and the oneway ones after the 16th go with it (at f455978 each counted, and a
+    # read of sends and ENDs was written and appended twice as often)
+    scope = RecordingScope()
+    transport = FakeTransport()
+
+    async def noting(
+        _connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand | None:
+        scope.calls.append(f"request {request.opaque}")
+        return RemotingCommand.response_to(request, 0)
+
+    connection = RemotingConnection(noting, read_scope=scope)
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    requests = []
+    for n in range(1, 41):
+        request = RemotingCommand.request(1, opaque=n)
+        if n % 2 == 0 or n == 35:  # the even ones, and two in a row at the end
+            request.flag |= 2
+        requests.append(request)
+    connection.data_received(b"".join(encode_command(c) for c in requests))
+    steps = [
+        [int(call.split()[1]) for call in group]
+        for is_bracket, group in itertools.groupby(
+            scope.calls, key=lambda call: call in ("begin", "end")
+        )
+        if not is_bracket
+    ]
+    # answered: 1, 3, ..., 33 (17 of them), then 37, 39
+    assert steps == [list(range(1, 33)), list(range(33, 41))]
+    await asyncio.sleep(0)
+    answered = [c.opaque for c in commands_in(b"".join(transport.writes))]
+    assert answered == [n for n in range(1, 41) if n % 2 and n != 35]
+
+
 async def test_when_the_read_scope_fails_no_answer_of_that_read_goes_out() -> None:
     async def ok(_connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
         return RemotingCommand.response_to(request, 0)
