@@ -48,7 +48,13 @@ from tidemq.common.errors import TideMQError
 
 log = logging.getLogger(__name__)
 
-Processor = Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
+# A processor answers with its response (None: none) or an awaitable of it: one with nothing to
+# wait for (END_TRANSACTION's `process_now`) may answer at once, and the request then costs no
+# coroutine at all (see `dispatch_now`).
+Processor = Callable[
+    [RemotingConnection, RemotingCommand],
+    Awaitable[RemotingCommand | None] | RemotingCommand | None,
+]
 ConnectionListener = Callable[[RemotingConnection], None]
 
 
@@ -156,7 +162,7 @@ class RemotingServer:
         if len(self.connections) >= self.limits.max_connections:
             return _Refused(self.close_log, self.limits.max_connections)
         connection = RemotingConnection(
-            self.dispatch,
+            self.dispatch_now,
             max_frame_size=self.max_frame_size,
             on_close=self._closed,
             name=self.name,
@@ -189,6 +195,16 @@ class RemotingServer:
         """The response to `request` (None: the processor answers nothing). Exceptions other
         than `RequestRejected` propagate to the connection, which logs them and answers
         SYSTEM_ERROR."""
+        answer = self.dispatch_now(connection, request)
+        if answer is None or isinstance(answer, RemotingCommand):
+            return answer
+        return await answer
+
+    def dispatch_now(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
+        """`dispatch` without a coroutine of its own (the connections' handler): the response
+        when the processor answered at once, else an awaitable of it."""
         processor = self.processors.get(request.code, self.default_processor)
         if processor is None:
             log.warning(
@@ -203,14 +219,33 @@ class RemotingServer:
                 f"request type {request.code} not supported",
             )
         hooks = self.hooks
-        response: RemotingCommand | None
         try:  # free in 3.11 unless something raises
             if self.gate is not None:
                 self.gate.check(request)
             if hooks:  # in this frame: a coroutine layer fewer for every request (ACL's)
                 for hook in hooks:
                     hook.before_request(connection, request)
-            response = await processor(connection, request)
+            answer = processor(connection, request)
+        except RequestRejected as rejected:
+            answer = RemotingCommand.response_to(request, rejected.code, rejected.remark)
+        if answer is not None and not isinstance(answer, RemotingCommand):
+            return self._finish(connection, request, answer, hooks)
+        if hooks:
+            for hook in hooks:
+                hook.after_response(connection, request, answer)
+        return answer
+
+    async def _finish(
+        self,
+        connection: RemotingConnection,
+        request: RemotingCommand,
+        answer: Awaitable[RemotingCommand | None],
+        hooks: tuple[RequestHook, ...],
+    ) -> RemotingCommand | None:
+        """The rest of `dispatch_now` for a processor that answers with an awaitable."""
+        response: RemotingCommand | None
+        try:
+            response = await answer
         except RequestRejected as rejected:
             response = RemotingCommand.response_to(request, rejected.code, rejected.remark)
         if hooks:

@@ -16,9 +16,15 @@ its frames and leaves nothing pays a look at the codec's count (some 0.15 us).
 
 A request is handled as soon as its frame is decoded, in the read callback: a processor that
 answers without waiting (a send to an ASYNC_FLUSH master, most queries) completes there and no
-task is made for it. One that waits (a long-polling pull, a SYNC_MASTER send) continues in a task
+task is made for it; a handler may also answer with the response itself instead of an awaitable
+(the broker's END_TRANSACTION with nothing to wait for), and then no coroutine is made for the
+request either. One that waits (a long-polling pull, a SYNC_MASTER send) continues in a task
 of its own from where it stopped (`_resume`), so it does not hold up the requests behind it;
 responses go back in whatever order they complete, as RocketMQ's do.
+
+A read's requests are stored and answered in steps of `_GATHER_STEP` answered requests (oneway
+requests and responses do not count: they get no answer), each step's appends written together
+before its answers.
 
 The broker's connections are read with `data_received` (uvloop hands over a `bytes` per read);
 the client's are `BufferedRemotingConnection`s, read straight into reused buffers
@@ -57,8 +63,11 @@ _GATHER_STEP: Final = 16
 
 log = logging.getLogger(__name__)
 
+# A request's answer (None: none), or an awaitable of it: a handler that has nothing to wait for
+# (a broker's oneway END_TRANSACTION) answers with no coroutine made for the request at all.
 RequestHandler = Callable[
-    ["RemotingConnection", RemotingCommand], Awaitable[RemotingCommand | None]
+    ["RemotingConnection", RemotingCommand],
+    Awaitable[RemotingCommand | None] | RemotingCommand | None,
 ]
 
 
@@ -304,7 +313,16 @@ class RemotingConnection(asyncio.BaseProtocol):
                     )
                 )
             return
-        handling = self._handle(request)
+        try:
+            answer = self._handler(self, request)
+        except Exception as exc:
+            log.exception("request code %d from %s failed", request.code, self.peer)
+            answer = _system_error(request, exc)
+        if answer is None or isinstance(answer, RemotingCommand):  # answered without waiting
+            if answer is not None and not request.flag & 2:  # is_oneway, inline
+                self.send(answer)
+            return
+        handling = self._handle(request, answer)
         try:
             # Step the handler here, as Python 3.12's eager tasks do: a task costs more than
             # most requests' whole processing, and most never wait.
@@ -324,15 +342,14 @@ class RemotingConnection(asyncio.BaseProtocol):
         self._handling.add(task)
         task.add_done_callback(self._handling.discard)
 
-    async def _handle(self, request: RemotingCommand) -> None:
-        assert self._handler is not None
+    async def _handle(
+        self, request: RemotingCommand, answer: Awaitable[RemotingCommand | None]
+    ) -> None:
         try:
-            response = await self._handler(self, request)
+            response = await answer
         except Exception as exc:
             log.exception("request code %d from %s failed", request.code, self.peer)
-            response = RemotingCommand.response_to(
-                request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
-            )
+            response = _system_error(request, exc)
         if response is not None and not request.is_oneway:
             self.send(response)
 
@@ -613,6 +630,13 @@ def _step_end(commands: list[RemotingCommand], start: int) -> int:
             if answered > _GATHER_STEP:
                 return end
     return len(commands)
+
+
+def _system_error(request: RemotingCommand, exc: Exception) -> RemotingCommand:
+    """The answer to a request whose handler raised `exc` (a bug, logged by the caller)."""
+    return RemotingCommand.response_to(
+        request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+    )
 
 
 def _time_out(future: asyncio.Future[RemotingCommand]) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.conditions import eventually
 from tests.support.fake_transport import FakeTransport
+from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import EncodeError
 from tidemq.client.remoting.frame import FrameDecoder, encode_command, encode_command_parts
@@ -350,6 +351,43 @@ async def test_wait_requests_done_waits_for_requests_without_a_task() -> None:
     await asyncio.wait_for(done, 5)
     await asyncio.sleep(0)
     assert [c.opaque for c in commands_in(b"".join(transport.writes))] == [7]
+
+
+async def test_a_handler_that_answers_at_once_makes_no_coroutine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the broker's dispatch_now for END_TRANSACTION: the answer itself, or None for a oneway
+    # request; a handler that raises gets SYSTEM_ERROR as an async one does
+    def no_coroutine(*_args: object) -> None:
+        raise AssertionError("a coroutine was made for a request answered at once")
+
+    monkeypatch.setattr(RemotingConnection, "_handle", no_coroutine)
+
+    def at_once(
+        _connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand | None:
+        if request.code == 2:
+            raise ValueError("bug")
+        if request.code == 3:
+            return None
+        return RemotingCommand.response_to(request, 0, "ok")
+
+    connection, transport = connect(at_once)
+    oneway = RemotingCommand.request(1, opaque=2)
+    oneway.flag |= 2
+    requests = [
+        RemotingCommand.request(1, opaque=1),
+        oneway,  # answered, but oneway: nothing goes out
+        RemotingCommand.request(2, opaque=3),
+        RemotingCommand.request(3, opaque=4),
+    ]
+    connection.data_received(b"".join(encode_command(c) for c in requests))
+    await asyncio.sleep(0)
+    answers = commands_in(b"".join(transport.writes))
+    assert [(c.opaque, c.code, c.remark) for c in answers] == [
+        (1, 0, "ok"),
+        (3, ResponseCode.SYSTEM_ERROR, "ValueError: bug"),
+    ]
 
 
 class RecordingScope:

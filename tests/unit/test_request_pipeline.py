@@ -227,3 +227,55 @@ def test_without_hooks_the_list_is_an_empty_tuple() -> None:
     assert server.hooks == ()
     server.add_hook(Recorder("a", []))
     assert isinstance(server.hooks, tuple) and len(server.hooks) == 1
+
+
+# --- processors that answer at once ---------------------------------------------------------
+
+
+def test_a_processor_that_answers_at_once_is_dispatched_without_a_coroutine() -> None:
+    # END_TRANSACTION's process_now: its answer comes back from dispatch_now itself, after the
+    # gate and with the hooks around it, as an async processor's does through dispatch
+    log: list[tuple[str, ...]] = []
+    hook = Recorder("stats", log, refuse_topic="Refused")
+    server = RemotingServer("127.0.0.1", 0)
+    server.add_hook(hook)
+
+    def at_once(connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        log.append(("processor", request.ext_fields["topic"]))
+        if request.ext_fields["topic"] == "Missing":
+            raise RequestRejected(ResponseCode.TOPIC_NOT_EXIST, "topic[Missing] not exist")
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, "done")
+
+    server.register(RequestCode.GET_MAX_OFFSET, at_once)
+    answer = server.dispatch_now(connection_from("p:1"), get_max_offset({"topic": "T"}))
+    assert isinstance(answer, RemotingCommand)
+    assert (answer.code, answer.remark, answer.opaque) == (ResponseCode.SUCCESS, "done", 77)
+    assert log == [("before", "stats", "p:1"), ("processor", "T"), ("after", "stats")]
+    rejected = server.dispatch_now(connection_from("p:1"), get_max_offset({"topic": "Missing"}))
+    assert isinstance(rejected, RemotingCommand)
+    assert (rejected.code, rejected.remark) == (
+        ResponseCode.TOPIC_NOT_EXIST,
+        "topic[Missing] not exist",
+    )
+    refused = server.dispatch_now(connection_from("p:1"), get_max_offset({"topic": "Refused"}))
+    assert isinstance(refused, RemotingCommand) and refused.code == ResponseCode.NO_PERMISSION
+    assert ("processor", "Refused") not in log
+    assert hook.responses == [answer, rejected, refused]
+
+
+async def test_an_async_processor_is_answered_through_an_awaitable_with_the_hooks_after_it() -> (
+    None
+):
+    log: list[tuple[str, ...]] = []
+    hook = Recorder("stats", log)
+    server = server_with()
+    server.add_hook(hook)
+    pending = server.dispatch_now(connection_from("p:1"), get_max_offset(TOPIC_QUEUE))
+    assert pending is not None and not isinstance(pending, RemotingCommand)
+    assert log == [("before", "stats", "p:1")]  # the hooks after it wait for its answer
+    response = await pending
+    assert response is not None and response.ext_fields == {"offset": "30"}
+    assert hook.responses == [response]
+    rejected = await server.dispatch(connection_from("p:1"), get_max_offset({"topic": "T"}))
+    assert rejected is not None and rejected.code == ResponseCode.SYSTEM_ERROR
+    assert hook.responses == [response, rejected]
