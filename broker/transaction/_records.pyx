@@ -22,10 +22,23 @@ from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.string cimport memchr, memcmp, memcpy, memset
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
 
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char* data, Py_ssize_t size, const char* errors)
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+        int flags
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+cdef extern from "structmember.h":
+    int T_OBJECT_EX
+    int READONLY
 
 include "../../store/common/_twins.pxi"
 include "../../store/common/_bigendian.pxi"
@@ -351,15 +364,57 @@ def op_record(half_queue_offset, store_host, now=None):
 
 cdef object _HalfRecord = None
 
+# HalfRecord's fields in its dataclass order, and where each one's slot is in the object (its
+# member descriptor's offset), found at the first read: read_half writes them there, as the
+# dataclass __init__ would, without a setattr (a type look-up) per field.
+_HALF_FIELDS = (
+    "view", "physical_offset", "queue_offset", "sys_flag", "topic", "body_at", "body_end",
+    "group", "prepared_queue_offset", "commit_properties", "real_topic", "real_queue_id",
+)
+cdef enum:
+    _HALF_FIELD_COUNT = 12
+cdef Py_ssize_t _half_slots[_HALF_FIELD_COUNT]
+cdef int _half_slots_state = 0  # 0: not looked up yet, 1: found, -1: set attributes instead
+
 
 cdef object _half_record_class():
     # imported at the first call: messages.py imports this module while it is being defined
-    global _HalfRecord
+    global _HalfRecord, _half_slots_state
     if _HalfRecord is None:
         from tidemq.broker.transaction.messages import HalfRecord
 
         _HalfRecord = HalfRecord
+        _half_slots_state = 1 if _find_slots(HalfRecord, _HALF_FIELDS, _half_slots) else -1
     return _HalfRecord
+
+
+cdef bint _find_slots(object cls, tuple names, Py_ssize_t* offsets):
+    """Whether `cls` is a slots dataclass whose fields are `names`, in order, each a writable
+    object slot, with no __post_init__ and no __setattr__ of its own; the slots' offsets."""
+    import dataclasses
+    if (
+        not dataclasses.is_dataclass(cls)
+        or tuple(f.name for f in dataclasses.fields(cls)) != names
+        or hasattr(cls, "__post_init__")
+        or cls.__setattr__ is not object.__setattr__
+        or type(cls).__setattr__ is not type.__setattr__
+    ):
+        return False
+    for i in range(len(names)):
+        descriptor = cls.__dict__.get(names[i])
+        if type(descriptor).__name__ != "member_descriptor":
+            return False
+        member = (<PyMemberDescrObject*>descriptor).d_member
+        if member.type != T_OBJECT_EX or member.flags & READONLY:
+            return False
+        offsets[i] = member.offset
+    return True
+
+
+cdef inline void _put_slot(object obj, int index, object value) noexcept:
+    """A field's value written in its slot of a new object (empty until now)."""
+    Py_INCREF(value)
+    (<PyObject**>((<char*><PyObject*>obj) + _half_slots[index]))[0] = <PyObject*>value
 
 
 def read_half(view):
@@ -396,7 +451,23 @@ def read_half(view):
         if props_len < 0 or topic_end + 2 + props_len != total:
             return None
         props = _transaction_properties(<const char*>p + topic_end + 2, props_len, None)
-        half = _half_record_class().__new__(_half_record_class())
+        cls = _half_record_class()
+        half = cls.__new__(cls)
+        if _half_slots_state > 0:
+            group, prepared, commit_properties, real_topic, real_queue_id = props
+            _put_slot(half, 0, view)
+            _put_slot(half, 1, _i64(p + _OFFSET_PHYSICAL_OFFSET))
+            _put_slot(half, 2, _i64(p + _OFFSET_QUEUE_OFFSET))
+            _put_slot(half, 3, sys_flag)
+            _put_slot(half, 4, PyBytes_FromStringAndSize(<const char*>p + body_end + 1, p[body_end]))
+            _put_slot(half, 5, body_at)
+            _put_slot(half, 6, body_end)
+            _put_slot(half, 7, group)
+            _put_slot(half, 8, prepared)
+            _put_slot(half, 9, commit_properties)
+            _put_slot(half, 10, real_topic)
+            _put_slot(half, 11, real_queue_id)
+            return half
         half.view = view
         half.physical_offset = _i64(p + _OFFSET_PHYSICAL_OFFSET)
         half.queue_offset = _i64(p + _OFFSET_QUEUE_OFFSET)
