@@ -189,9 +189,11 @@ async def test_records_put_together_are_one_append_each_in_its_queue(tmp_path: P
     assert append.wrote_offset == before
     assert append.wrote_bytes == len(first.data) + len(second.data)
     assert append.queue_offsets == [0, 1]
-    assert len(append.msg_ids) == 2
     found = [u.physical_offset for u in units(service, OP_TOPIC, 0)]
     assert found == [before, before + len(first.data)]
+    # RocketMQ's offsetMsgId of each: the store host's bytes and the offset, in hex
+    assert append.msg_ids == [(HOST4 + phy.to_bytes(8, "big")).hex().upper() for phy in found]
+    assert append.msg_id == ",".join(append.msg_ids)
     ops = [store.look_message_by_offset(phy) for phy in found]
     assert [op.body if op else None for op in ops] == [b"7", b"8"]
     assert all(op is not None and op.store_timestamp == append.store_timestamp for op in ops)
