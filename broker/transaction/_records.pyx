@@ -221,9 +221,34 @@ cdef enum:
     _OP_TAIL_SIZE = 1 + 27 + 2 + 18
 
 
+cdef inline void _put_at(object obj, Py_ssize_t offset, object value) noexcept:
+    """A field's value written in its slot of a new object (empty until now)."""
+    Py_INCREF(value)
+    (<PyObject**>((<char*><PyObject*>obj) + offset))[0] = <PyObject*>value
+
+
+# EncodedRecord's fields, and their slots' offsets (as HalfRecord's below), found at the first
+# record built.
+_ENCODED_FIELDS = ("data", "store_ts_at", "topic", "queue_id", "sys_flag")
+cdef Py_ssize_t _encoded_slots[5]
+cdef int _encoded_slots_state = 0  # 0: not looked up yet, 1: found, -1: set attributes instead
+
+
 cdef object _encoded(object data, long long store_ts_at, object topic, object queue_id, long long sys_flag):
     """An EncodedRecord with its slots set here: its dataclass __init__ is a Python frame."""
+    global _encoded_slots_state
     record = _EncodedRecord.__new__(_EncodedRecord)
+    if _encoded_slots_state == 0:
+        _encoded_slots_state = (
+            1 if _find_slots(_EncodedRecord, _ENCODED_FIELDS, _encoded_slots) else -1
+        )
+    if _encoded_slots_state > 0:
+        _put_at(record, _encoded_slots[0], data)
+        _put_at(record, _encoded_slots[1], store_ts_at)
+        _put_at(record, _encoded_slots[2], topic)
+        _put_at(record, _encoded_slots[3], queue_id)
+        _put_at(record, _encoded_slots[4], sys_flag)
+        return record
     record.data = data
     record.store_ts_at = store_ts_at
     record.topic = topic
@@ -412,9 +437,8 @@ cdef bint _find_slots(object cls, tuple names, Py_ssize_t* offsets):
 
 
 cdef inline void _put_slot(object obj, int index, object value) noexcept:
-    """A field's value written in its slot of a new object (empty until now)."""
-    Py_INCREF(value)
-    (<PyObject**>((<char*><PyObject*>obj) + _half_slots[index]))[0] = <PyObject*>value
+    """A HalfRecord field's value written in its slot of a new object (empty until now)."""
+    _put_at(obj, _half_slots[index], value)
 
 
 def read_half(view):
