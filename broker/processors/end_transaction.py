@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Coroutine, Mapping
 from typing import Any, ClassVar, Final
 
-from tidemq.broker.remoting.server import RequestRejected
+from tidemq.broker.remoting.server import RequestRejected, answers_at_once
 from tidemq.broker.transaction.service import EndOutcome, TransactionalMessageService
 from tidemq.client.protocol.headers import (
     EndTransactionRequestHeader,
@@ -53,6 +53,7 @@ class EndTransactionProcessor:
             return answer
         return await answer
 
+    @answers_at_once
     def process_now(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand | Coroutine[Any, Any, RemotingCommand | None] | None:

@@ -42,9 +42,10 @@ import asyncio
 import collections
 import itertools
 import logging
+import operator
 import time
 import typing
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Container, Coroutine
 from typing import Any, Final
 
 from tidemq.client.errors import ConnectError
@@ -63,9 +64,12 @@ _GATHER_STEP: Final = 16
 
 log = logging.getLogger(__name__)
 
-# A request's answer (None: none), or an awaitable of it: a handler that has nothing to wait for
-# (a broker's oneway END_TRANSACTION) answers with no coroutine made for the request at all.
 RequestHandler = Callable[
+    ["RemotingConnection", RemotingCommand], Awaitable[RemotingCommand | None]
+]
+# A request's answer (None: none) when there is nothing to wait for, else an awaitable of it: the
+# handler of the `now_codes` (a broker's END_TRANSACTION), with no coroutine for such a request.
+RequestHandlerNow = Callable[
     ["RemotingConnection", RemotingCommand],
     Awaitable[RemotingCommand | None] | RemotingCommand | None,
 ]
@@ -126,8 +130,13 @@ class RemotingConnection(asyncio.BaseProtocol):
         name: str = "",
         read_scope: ReadScope | None = None,
         hold: FrameHold | None = None,
+        handler_now: RequestHandlerNow | None = None,
+        now_codes: Container[int] = (),
     ) -> None:
         self._handler = handler
+        # Requests of these codes go to `handler_now` (the server's live table of them).
+        self._handler_now = handler_now
+        self._now_codes = now_codes
         self._read_scope = read_scope
         self._hold = hold  # a server's connection: the account of its partial frame
         self._decoder = FrameDecoder(max_frame_size)
@@ -191,12 +200,18 @@ class RemotingConnection(asyncio.BaseProtocol):
             self._take(commands)
             return
         count = len(commands)
+        # Counted steps only for a read with a oneway request (a scan in C, for plain sends)
+        counted = count > _GATHER_STEP and _ONEWAY in map(_FLAG, commands)
         start = 0
         while start < count:
-            end = _step_end(commands, start) if count - start > _GATHER_STEP else count
             scope.begin_read()
             try:
-                self._take(commands[start:end] if start or end < count else commands)
+                if counted:
+                    start = self._take_step(commands, start)
+                else:
+                    end = start + _GATHER_STEP
+                    self._take(commands[start:end] if count > _GATHER_STEP else commands)
+                    start = end
             finally:
                 try:
                     scope.end_read()
@@ -207,7 +222,6 @@ class RemotingConnection(asyncio.BaseProtocol):
                     self._outgoing.clear()
                     self.abort()
                     return
-            start = end
             if start < count:
                 self._flush()  # the stored part's answers go out now
 
@@ -224,6 +238,25 @@ class RemotingConnection(asyncio.BaseProtocol):
                     future.set_result(command)
             else:
                 self._start_handling(command)
+
+    def _take_step(self, commands: list[RemotingCommand], start: int) -> int:
+        """`_take` of `commands` from `start` on, up to `_GATHER_STEP` requests that get an
+        answer: a oneway request (a transaction's END) or a response gets none, so it does not
+        count toward a step, and goes with the answers around it instead of a write and an
+        append of its own. Where it stopped (before the next answered request)."""
+        answered = 0
+        for at in range(start, len(commands)):
+            command = commands[at]
+            flag = command.flag
+            if flag & 1:
+                self._take([command])  # a response, rare on a server's connection
+                continue
+            if not flag & 2:  # answered: neither a response nor oneway
+                if answered == _GATHER_STEP:
+                    return at
+                answered += 1
+            self._start_handling(command)
+        return len(commands)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -313,16 +346,13 @@ class RemotingConnection(asyncio.BaseProtocol):
                     )
                 )
             return
-        try:
-            answer = self._handler(self, request)
-        except Exception as exc:
-            log.exception("request code %d from %s failed", request.code, self.peer)
-            answer = _system_error(request, exc)
-        if answer is None or isinstance(answer, RemotingCommand):  # answered without waiting
-            if answer is not None and not request.flag & 2:  # is_oneway, inline
-                self.send(answer)
-            return
-        handling = self._handle(request, answer)
+        if request.code in self._now_codes:
+            now = self._answer_now(request)
+            if now is None:
+                return  # answered, with no coroutine
+            handling = now
+        else:
+            handling = self._handle(request)
         try:
             # Step the handler here, as Python 3.12's eager tasks do: a task costs more than
             # most requests' whole processing, and most never wait.
@@ -342,7 +372,32 @@ class RemotingConnection(asyncio.BaseProtocol):
         self._handling.add(task)
         task.add_done_callback(self._handling.discard)
 
-    async def _handle(
+    async def _handle(self, request: RemotingCommand) -> None:
+        assert self._handler is not None
+        try:
+            response = await self._handler(self, request)
+        except Exception as exc:
+            log.exception("request code %d from %s failed", request.code, self.peer)
+            response = _system_error(request, exc)
+        if response is not None and not request.is_oneway:
+            self.send(response)
+
+    def _answer_now(self, request: RemotingCommand) -> Coroutine[Any, Any, None] | None:
+        """`handler_now`'s answer sent (unless oneway), None; or, for an awaitable, the
+        coroutine that sends it once it comes (stepped as `_handle`'s)."""
+        assert self._handler_now is not None
+        try:
+            answer = self._handler_now(self, request)
+        except Exception as exc:
+            log.exception("request code %d from %s failed", request.code, self.peer)
+            answer = _system_error(request, exc)
+        if answer is None or isinstance(answer, RemotingCommand):
+            if answer is not None and not request.flag & 2:  # is_oneway, inline
+                self.send(answer)
+            return None
+        return self._handle_later(request, answer)
+
+    async def _handle_later(
         self, request: RemotingCommand, answer: Awaitable[RemotingCommand | None]
     ) -> None:
         try:
@@ -581,6 +636,8 @@ class BufferedRemotingConnection(RemotingConnection, asyncio.BufferedProtocol):
 
 
 _FUTURE: Final = asyncio.Future
+_FLAG: Final = operator.attrgetter("flag")
+_ONEWAY: Final = 2  # the flag of a oneway request (RemotingCommand.is_oneway's bit, alone)
 
 
 class _StepOnce:
@@ -615,21 +672,6 @@ class _StepOnce:
 async def _resume(coroutine: Coroutine[Any, Any, None], waiting_on: Any) -> None:
     """Run the rest of a started `coroutine`, which is waiting on `waiting_on`, in this task."""
     await Continuation(coroutine, waiting_on)
-
-
-def _step_end(commands: list[RemotingCommand], start: int) -> int:
-    """Where the step of a read's `commands` that begins at `start` ends: before its
-    (_GATHER_STEP + 1)th answered request. A oneway request (a transaction's END) or a response
-    gets no answer, so it does not count toward a step: a step of answers the peer waits for
-    gets the oneway requests between them along, instead of a write and an append of its own
-    (the ENDs among a read's sends used to halve its answers per write)."""
-    answered = 0
-    for end in range(start, len(commands)):
-        if not commands[end].flag & 3:  # neither a response (1) nor oneway (2)
-            answered += 1
-            if answered > _GATHER_STEP:
-                return end
-    return len(commands)
 
 
 def _system_error(request: RemotingCommand, exc: Exception) -> RemotingCommand:

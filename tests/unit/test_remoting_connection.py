@@ -262,7 +262,12 @@ async def test_a_request_answered_without_waiting_makes_no_task() -> None:
     async def at_once(_connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
         return RemotingCommand.response_to(request, 0)
 
-    connection, transport = connect(at_once)
+    async def not_these(_connection: RemotingConnection, request: RemotingCommand) -> None:
+        raise AssertionError(f"request code {request.code} went to the async handler")
+
+    connection = RemotingConnection(not_these, handler_now=at_once, now_codes={1, 2, 3})
+    transport = FakeTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
     connection.data_received(encode_command(RemotingCommand.request(1, opaque=1)))
     assert connection.requests_in_flight == 0  # answered in data_received itself
     await asyncio.sleep(0)
@@ -372,7 +377,12 @@ async def test_a_handler_that_answers_at_once_makes_no_coroutine(
             return None
         return RemotingCommand.response_to(request, 0, "ok")
 
-    connection, transport = connect(at_once)
+    async def not_these(_connection: RemotingConnection, request: RemotingCommand) -> None:
+        raise AssertionError(f"request code {request.code} went to the async handler")
+
+    connection = RemotingConnection(not_these, handler_now=at_once, now_codes={1, 2, 3})
+    transport = FakeTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
     oneway = RemotingCommand.request(1, opaque=2)
     oneway.flag |= 2
     requests = [
