@@ -66,7 +66,7 @@ from tidemq.broker.registration import (
     RegistrationShape,
     RegistrationTable,
 )
-from tidemq.broker.remoting.server import RemotingServer
+from tidemq.broker.remoting.server import AtOnceProcessor, RemotingServer
 from tidemq.broker.schedule import ScheduleMessageService
 from tidemq.broker.slave_names import SlaveNames
 from tidemq.broker.slave_sync import OffsetReconciler, SlaveSynchronize
@@ -107,8 +107,6 @@ log = logging.getLogger(__name__)
 
 CLIENT_SCAN_INTERVAL = 10.0
 RATE_SAMPLE_INTERVAL = 1.0
-
-Processor = Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
 class _GatheredAppends:
@@ -473,7 +471,7 @@ class Broker(Service):
             group_admin,
             operators5,
         )
-        table: dict[int, Processor] = {
+        table: dict[int, AtOnceProcessor] = {
             code: handler
             for processor in processors
             for code, handler in handlers(processor).items()

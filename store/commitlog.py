@@ -209,7 +209,6 @@ class CommitLog:
         segment, store_ts = started
         wrote_offset = phy = segment.start_offset + segment.wrote
         table = self.topic_queue_table
-        host_hex = store_host.hex().upper()  # message_id(store_host, phy), phy >= 0
         queue_offsets = []
         msg_ids = []
         for record in records:
@@ -224,7 +223,8 @@ class CommitLog:
             _QUEUE_AND_PHYSICAL.pack_into(data, OFFSET_QUEUE_OFFSET, queue_offset, phy)
             _TS.pack_into(data, record.store_ts_at, store_ts)
             queue_offsets.append(queue_offset)
-            msg_ids.append(f"{host_hex}{phy:016X}")
+            # compiled; an f-string's "016X" goes through int.__format__'s spec parser
+            msg_ids.append(message_id(store_host, phy))
             phy += len(data)
         if self.gathering:
             for record in records:

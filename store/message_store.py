@@ -663,10 +663,12 @@ class MessageStore(Service):
     def _needs_files(self, records: Sequence[EncodedRecord], append: AppendResult) -> bool:
         reput = self.reput
         new_file = False
-        for record, queue_offset in zip(records, append.queue_offsets, strict=True):
+        queue_offsets = append.queue_offsets
+        # by index: zip(strict=True) parses its keyword per call, more than the loop costs
+        for i, record in enumerate(records):
             # PREPARED and ROLLBACK records (bit 0x4 of both) get no unit, so need no file
             if not record.sys_flag & TRANSACTION_PREPARED_TYPE and reput.needs_file(
-                record.topic, record.queue_id, queue_offset
+                record.topic, record.queue_id, queue_offsets[i]
             ):
                 new_file = True
         return new_file

@@ -12,7 +12,10 @@ from typing import ClassVar, Protocol
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.transport.connection import RemotingConnection
 
-Handler = Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
+Handler = Callable[
+    [RemotingConnection, RemotingCommand],
+    Awaitable[RemotingCommand | None] | RemotingCommand | None,
+]
 
 
 class Serving(Protocol):

@@ -12,10 +12,10 @@ each get a code and a remark saying which, and nothing is stored twice. A reques
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import ClassVar, Final
+from collections.abc import Awaitable, Coroutine, Mapping
+from typing import Any, ClassVar, Final
 
-from tidemq.broker.remoting.server import RequestRejected
+from tidemq.broker.remoting.server import RequestRejected, answers_at_once
 from tidemq.broker.transaction.service import EndOutcome, TransactionalMessageService
 from tidemq.client.protocol.headers import (
     EndTransactionRequestHeader,
@@ -38,7 +38,7 @@ _SUCCESS: Final = ResponseCode.SUCCESS
 class EndTransactionProcessor:
     # The request codes this processor serves, and the method for each (broker/processors).
     SERVES: ClassVar[Mapping[int, str]] = {
-        RequestCode.END_TRANSACTION: "process",
+        RequestCode.END_TRANSACTION: "process_now",
     }
 
     def __init__(self, store: MessageStore, transactions: TransactionalMessageService) -> None:
@@ -48,6 +48,17 @@ class EndTransactionProcessor:
     async def process(
         self, connection: RemotingConnection, request: RemotingCommand
     ) -> RemotingCommand | None:
+        answer = self.process_now(connection, request)
+        if answer is None or isinstance(answer, RemotingCommand):
+            return answer
+        return await answer
+
+    @answers_at_once
+    def process_now(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand | Coroutine[Any, Any, RemotingCommand | None] | None:
+        """`process` without a coroutine when the END has nothing to wait for (most ENDs):
+        the answer, or an awaitable of it (the server's `dispatch_now`)."""
         if self.store.is_slave:
             raise RequestRejected(
                 ResponseCode.SLAVE_NOT_AVAILABLE, "a slave does not end transactions"
@@ -57,8 +68,26 @@ class EndTransactionProcessor:
         except HeaderFieldError as exc:
             raise RequestRejected(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         outcome = self.transactions.end_now(header)
-        if not isinstance(outcome, EndOutcome):  # most ENDs have nothing to wait for
-            outcome = await outcome
+        if not isinstance(outcome, EndOutcome):
+            return self._answer_later(connection, request, header, outcome)
+        return self._answer(connection, request, header, outcome)
+
+    async def _answer_later(
+        self,
+        connection: RemotingConnection,
+        request: RemotingCommand,
+        header: EndTransactionRequestHeader,
+        outcome: Awaitable[EndOutcome],
+    ) -> RemotingCommand | None:
+        return self._answer(connection, request, header, await outcome)
+
+    def _answer(
+        self,
+        connection: RemotingConnection,
+        request: RemotingCommand,
+        header: EndTransactionRequestHeader,
+        outcome: EndOutcome,
+    ) -> RemotingCommand | None:
         if outcome.code != _SUCCESS:
             log.info(
                 "END_TRANSACTION from %s (group %s, half message %d%s): %s",
@@ -68,6 +97,6 @@ class EndTransactionProcessor:
                 ", answering a check" if header.from_transaction_check else "",
                 outcome.remark,
             )
-        if request.is_oneway:
+        if request.flag & 2:  # is_oneway, inline
             return None  # nobody reads it (a refusal is logged above)
         return RemotingCommand.response_to(request, outcome.code, outcome.remark)

@@ -34,7 +34,7 @@ import logging
 import time
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 from tidemq.broker.remoting.close_log import CloseLog
 from tidemq.broker.remoting.limits import DEFAULT_LIMITS, PartialFrames, ReceiveLimits
@@ -49,6 +49,23 @@ from tidemq.common.errors import TideMQError
 log = logging.getLogger(__name__)
 
 Processor = Callable[[RemotingConnection, RemotingCommand], Awaitable[RemotingCommand | None]]
+# A processor marked `answers_at_once`: its response itself (None: none) when it has nothing to
+# wait for, else an awaitable of it; the connection then makes no coroutine for the request.
+AtOnceProcessor = Callable[
+    [RemotingConnection, RemotingCommand],
+    Awaitable[RemotingCommand | None] | RemotingCommand | None,
+]
+_AT_ONCE: Final = "answers_at_once"
+F = typing.TypeVar("F", bound=Callable[..., object])
+
+
+def answers_at_once(method: F) -> F:
+    """Mark a processor (method) as an `AtOnceProcessor`: `register` serves it through
+    `dispatch_now`, with no coroutine for a request it answers at once (END_TRANSACTION)."""
+    setattr(method, _AT_ONCE, True)
+    return method
+
+
 ConnectionListener = Callable[[RemotingConnection], None]
 
 
@@ -106,6 +123,9 @@ class RemotingServer:
         self.close_log = CloseLog(log, name)
         self.partial_frames = PartialFrames(limits, self.close_log)
         self.processors: dict[int, Processor] = {}
+        # The processors marked `answers_at_once`, by code (also in `processors`, awaited):
+        # the connections call `dispatch_now` for these codes.
+        self.now_processors: dict[int, AtOnceProcessor] = {}
         self.default_processor: Processor | None = None
         self.connections: set[RemotingConnection] = set()
         self.on_connection_closed: list[ConnectionListener] = []
@@ -124,8 +144,14 @@ class RemotingServer:
         self._tls_acceptor: TlsAcceptor | None = None
         self._sweep_task: asyncio.Task[None] | None = None
 
-    def register(self, code: int, processor: Processor) -> None:
-        self.processors[int(code)] = processor
+    def register(self, code: int, processor: Processor | AtOnceProcessor) -> None:
+        code = int(code)
+        if getattr(processor, _AT_ONCE, False):
+            self.now_processors[code] = processor
+            self.processors[code] = _awaiting(processor)
+        else:
+            self.now_processors.pop(code, None)
+            self.processors[code] = typing.cast(Processor, processor)
 
     def add_hook(self, hook: RequestHook) -> None:
         """Run `hook` around every request from now on, after the hooks added before it."""
@@ -157,6 +183,8 @@ class RemotingServer:
             return _Refused(self.close_log, self.limits.max_connections)
         connection = RemotingConnection(
             self.dispatch,
+            handler_now=self.dispatch_now,
+            now_codes=self.now_processors,
             max_frame_size=self.max_frame_size,
             on_close=self._closed,
             name=self.name,
@@ -218,6 +246,50 @@ class RemotingServer:
                 hook.after_response(connection, request, response)
         return response
 
+    def dispatch_now(
+        self, connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
+        """`dispatch` of a request whose processor `answers_at_once` (the connections call it
+        for those codes): the response when the processor answered at once, with no coroutine
+        made, else an awaitable of it."""
+        processor = self.now_processors.get(request.code)
+        if processor is None:  # not (or no longer) one
+            return self.dispatch(connection, request)
+        hooks = self.hooks
+        try:  # free in 3.11 unless something raises
+            if self.gate is not None:
+                self.gate.check(request)
+            if hooks:
+                for hook in hooks:
+                    hook.before_request(connection, request)
+            answer = processor(connection, request)
+        except RequestRejected as rejected:
+            answer = RemotingCommand.response_to(request, rejected.code, rejected.remark)
+        if answer is not None and not isinstance(answer, RemotingCommand):
+            return self._finish(connection, request, answer, hooks)
+        if hooks:
+            for hook in hooks:
+                hook.after_response(connection, request, answer)
+        return answer
+
+    async def _finish(
+        self,
+        connection: RemotingConnection,
+        request: RemotingCommand,
+        answer: Awaitable[RemotingCommand | None],
+        hooks: tuple[RequestHook, ...],
+    ) -> RemotingCommand | None:
+        """The rest of `dispatch_now` for a processor that answers with an awaitable."""
+        response: RemotingCommand | None
+        try:
+            response = await answer
+        except RequestRejected as rejected:
+            response = RemotingCommand.response_to(request, rejected.code, rejected.remark)
+        if hooks:
+            for hook in hooks:
+                hook.after_response(connection, request, response)
+        return response
+
     async def _sweep(self) -> None:
         """Close idle connections and those whose frame is overdue; log the closes' summary."""
         interval = max(0.25, min(10.0, self.idle_timeout / 4, self.limits.frame_timeout / 4))
@@ -259,6 +331,20 @@ class RemotingServer:
                     connection.abort()
             self._server = None
         self.close_log.flush(final=True)
+
+
+def _awaiting(processor: AtOnceProcessor) -> Processor:
+    """An `AtOnceProcessor` as a `Processor` (for `dispatch`)."""
+
+    async def awaited(
+        connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand | None:
+        answer = processor(connection, request)
+        if answer is None or isinstance(answer, RemotingCommand):
+            return answer
+        return await answer
+
+    return awaited
 
 
 def _too_many(peer: str, limit: int) -> tuple[str, str]:

@@ -17,20 +17,33 @@ to the pure twin.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytearray cimport PyByteArray_AS_STRING
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.string cimport memchr, memcmp, memcpy, memset
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
 
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char* data, Py_ssize_t size, const char* errors)
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+        int flags
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+cdef extern from "structmember.h":
+    int T_OBJECT_EX
+    int READONLY
 
 include "../../store/common/_twins.pxi"
 include "../../store/common/_bigendian.pxi"
 include "../../store/_layout.pxi"
 
-import time as _time
 
 from tidemq.store.crc import crc32 as _crc32
 from tidemq.store.record import EncodedRecord as _EncodedRecord
@@ -208,9 +221,34 @@ cdef enum:
     _OP_TAIL_SIZE = 1 + 27 + 2 + 18
 
 
+cdef inline void _put_at(object obj, Py_ssize_t offset, object value) noexcept:
+    """A field's value written in its slot of a new object (empty until now)."""
+    Py_INCREF(value)
+    (<PyObject**>((<char*><PyObject*>obj) + offset))[0] = <PyObject*>value
+
+
+# EncodedRecord's fields, and their slots' offsets (as HalfRecord's below), found at the first
+# record built.
+_ENCODED_FIELDS = ("data", "store_ts_at", "topic", "queue_id", "sys_flag")
+cdef Py_ssize_t _encoded_slots[5]
+cdef int _encoded_slots_state = 0  # 0: not looked up yet, 1: found, -1: set attributes instead
+
+
 cdef object _encoded(object data, long long store_ts_at, object topic, object queue_id, long long sys_flag):
     """An EncodedRecord with its slots set here: its dataclass __init__ is a Python frame."""
+    global _encoded_slots_state
     record = _EncodedRecord.__new__(_EncodedRecord)
+    if _encoded_slots_state == 0:
+        _encoded_slots_state = (
+            1 if _find_slots(_EncodedRecord, _ENCODED_FIELDS, _encoded_slots) else -1
+        )
+    if _encoded_slots_state > 0:
+        _put_at(record, _encoded_slots[0], data)
+        _put_at(record, _encoded_slots[1], store_ts_at)
+        _put_at(record, _encoded_slots[2], topic)
+        _put_at(record, _encoded_slots[3], queue_id)
+        _put_at(record, _encoded_slots[4], sys_flag)
+        return record
     record.data = data
     record.store_ts_at = store_ts_at
     record.topic = topic
@@ -281,7 +319,8 @@ def commit_record(half, max_message_size):
     try:
         if buf.len < body_end:
             return _pure("tidemq.broker.transaction.messages.commit_record")(half, max_message_size)
-        data = bytearray(total)
+        # not zeroed: every byte is written below
+        data = PyByteArray_FromStringAndSize(NULL, total)
         out = <unsigned char*>PyByteArray_AS_STRING(data)
         memcpy(out, buf.buf, body_end)
     finally:
@@ -299,6 +338,13 @@ def commit_record(half, max_message_size):
     return _encoded(data, store_ts_at, topic, py_queue_id, sys_flag)
 
 
+cdef long long _now_ms() noexcept:
+    """int(time.time() * 1000), without the module look-up, the call and the float object."""
+    cdef timespec now
+    clock_gettime(CLOCK_REALTIME, &now)
+    return <long long>((<double>now.tv_sec + <double>now.tv_nsec * 1e-9) * 1000)
+
+
 def op_record(half_queue_offset, store_host, now=None):
     cdef Py_ssize_t host, body_size, total, at
     cdef unsigned char* out
@@ -312,14 +358,14 @@ def op_record(half_queue_offset, store_host, now=None):
         return _pure("tidemq.broker.transaction.messages.op_record")(
             half_queue_offset, store_host, now
         )
-    born = int(_time.time() * 1000) if now is None else now
+    born = _now_ms() if now is None else now
     host = len(<bytes>store_host)
     body = str(half_queue_offset).encode()
     body_size = len(<bytes>body)
     # fields 1-9, born host, store timestamp, store host, reconsume, prepared, body length, body
     total = _PREFIX_SIZE + host + 8 + host + 4 + 8 + 4 + body_size
     total += _OP_TAIL_SIZE
-    data = bytearray(total)
+    data = PyByteArray_FromStringAndSize(NULL, total)
     out = <unsigned char*>PyByteArray_AS_STRING(data)
     memset(out, 0, total)
     _put32(out, <uint32_t>total)
@@ -343,15 +389,56 @@ def op_record(half_queue_offset, store_host, now=None):
 
 cdef object _HalfRecord = None
 
+# HalfRecord's fields in its dataclass order, and where each one's slot is in the object (its
+# member descriptor's offset), found at the first read: read_half writes them there, as the
+# dataclass __init__ would, without a setattr (a type look-up) per field.
+_HALF_FIELDS = (
+    "view", "physical_offset", "queue_offset", "sys_flag", "topic", "body_at", "body_end",
+    "group", "prepared_queue_offset", "commit_properties", "real_topic", "real_queue_id",
+)
+cdef enum:
+    _HALF_FIELD_COUNT = 12
+cdef Py_ssize_t _half_slots[_HALF_FIELD_COUNT]
+cdef int _half_slots_state = 0  # 0: not looked up yet, 1: found, -1: set attributes instead
+
 
 cdef object _half_record_class():
     # imported at the first call: messages.py imports this module while it is being defined
-    global _HalfRecord
+    global _HalfRecord, _half_slots_state
     if _HalfRecord is None:
         from tidemq.broker.transaction.messages import HalfRecord
 
         _HalfRecord = HalfRecord
+        _half_slots_state = 1 if _find_slots(HalfRecord, _HALF_FIELDS, _half_slots) else -1
     return _HalfRecord
+
+
+cdef bint _find_slots(object cls, tuple names, Py_ssize_t* offsets):
+    """Whether `cls` is a slots dataclass whose fields are `names`, in order, each a writable
+    object slot, with no __post_init__ and no __setattr__ of its own; the slots' offsets."""
+    import dataclasses
+    if (
+        not dataclasses.is_dataclass(cls)
+        or tuple(f.name for f in dataclasses.fields(cls)) != names
+        or hasattr(cls, "__post_init__")
+        or cls.__setattr__ is not object.__setattr__
+        or type(cls).__setattr__ is not type.__setattr__
+    ):
+        return False
+    for i in range(len(names)):
+        descriptor = cls.__dict__.get(names[i])
+        if type(descriptor).__name__ != "member_descriptor":
+            return False
+        member = (<PyMemberDescrObject*>descriptor).d_member
+        if member.type != T_OBJECT_EX or member.flags & READONLY:
+            return False
+        offsets[i] = member.offset
+    return True
+
+
+cdef inline void _put_slot(object obj, int index, object value) noexcept:
+    """A HalfRecord field's value written in its slot of a new object (empty until now)."""
+    _put_at(obj, _half_slots[index], value)
 
 
 def read_half(view):
@@ -388,7 +475,23 @@ def read_half(view):
         if props_len < 0 or topic_end + 2 + props_len != total:
             return None
         props = _transaction_properties(<const char*>p + topic_end + 2, props_len, None)
-        half = _half_record_class().__new__(_half_record_class())
+        cls = _half_record_class()
+        half = cls.__new__(cls)
+        if _half_slots_state > 0:
+            group, prepared, commit_properties, real_topic, real_queue_id = props
+            _put_slot(half, 0, view)
+            _put_slot(half, 1, _i64(p + _OFFSET_PHYSICAL_OFFSET))
+            _put_slot(half, 2, _i64(p + _OFFSET_QUEUE_OFFSET))
+            _put_slot(half, 3, sys_flag)
+            _put_slot(half, 4, PyBytes_FromStringAndSize(<const char*>p + body_end + 1, p[body_end]))
+            _put_slot(half, 5, body_at)
+            _put_slot(half, 6, body_end)
+            _put_slot(half, 7, group)
+            _put_slot(half, 8, prepared)
+            _put_slot(half, 9, commit_properties)
+            _put_slot(half, 10, real_topic)
+            _put_slot(half, 11, real_queue_id)
+            return half
         half.view = view
         half.physical_offset = _i64(p + _OFFSET_PHYSICAL_OFFSET)
         half.queue_offset = _i64(p + _OFFSET_QUEUE_OFFSET)

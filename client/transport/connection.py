@@ -16,9 +16,15 @@ its frames and leaves nothing pays a look at the codec's count (some 0.15 us).
 
 A request is handled as soon as its frame is decoded, in the read callback: a processor that
 answers without waiting (a send to an ASYNC_FLUSH master, most queries) completes there and no
-task is made for it. One that waits (a long-polling pull, a SYNC_MASTER send) continues in a task
+task is made for it; a handler may also answer with the response itself instead of an awaitable
+(the broker's END_TRANSACTION with nothing to wait for), and then no coroutine is made for the
+request either. One that waits (a long-polling pull, a SYNC_MASTER send) continues in a task
 of its own from where it stopped (`_resume`), so it does not hold up the requests behind it;
 responses go back in whatever order they complete, as RocketMQ's do.
+
+A read's requests are stored and answered in steps of `_GATHER_STEP` answered requests (oneway
+requests and responses do not count: they get no answer), each step's appends written together
+before its answers.
 
 The broker's connections are read with `data_received` (uvloop hands over a `bytes` per read);
 the client's are `BufferedRemotingConnection`s, read straight into reused buffers
@@ -36,9 +42,10 @@ import asyncio
 import collections
 import itertools
 import logging
+import operator
 import time
 import typing
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Container, Coroutine
 from typing import Any, Final
 
 from tidemq.client.errors import ConnectError
@@ -59,6 +66,12 @@ log = logging.getLogger(__name__)
 
 RequestHandler = Callable[
     ["RemotingConnection", RemotingCommand], Awaitable[RemotingCommand | None]
+]
+# A request's answer (None: none) when there is nothing to wait for, else an awaitable of it: the
+# handler of the `now_codes` (a broker's END_TRANSACTION), with no coroutine for such a request.
+RequestHandlerNow = Callable[
+    ["RemotingConnection", RemotingCommand],
+    Awaitable[RemotingCommand | None] | RemotingCommand | None,
 ]
 
 
@@ -117,8 +130,13 @@ class RemotingConnection(asyncio.BaseProtocol):
         name: str = "",
         read_scope: ReadScope | None = None,
         hold: FrameHold | None = None,
+        handler_now: RequestHandlerNow | None = None,
+        now_codes: Container[int] = (),
     ) -> None:
         self._handler = handler
+        # Requests of these codes go to `handler_now` (the server's live table of them).
+        self._handler_now = handler_now
+        self._now_codes = now_codes
         self._read_scope = read_scope
         self._hold = hold  # a server's connection: the account of its partial frame
         self._decoder = FrameDecoder(max_frame_size)
@@ -181,11 +199,19 @@ class RemotingConnection(asyncio.BaseProtocol):
         if scope is None or len(commands) < 2:
             self._take(commands)
             return
-        step = _GATHER_STEP
-        for start in range(0, len(commands), step):
+        count = len(commands)
+        # Counted steps only for a read with a oneway request (a scan in C, for plain sends)
+        counted = count > _GATHER_STEP and _ONEWAY in map(_FLAG, commands)
+        start = 0
+        while start < count:
             scope.begin_read()
             try:
-                self._take(commands[start : start + step] if len(commands) > step else commands)
+                if counted:
+                    start = self._take_step(commands, start)
+                else:
+                    end = start + _GATHER_STEP
+                    self._take(commands[start:end] if count > _GATHER_STEP else commands)
+                    start = end
             finally:
                 try:
                     scope.end_read()
@@ -196,7 +222,7 @@ class RemotingConnection(asyncio.BaseProtocol):
                     self._outgoing.clear()
                     self.abort()
                     return
-            if start + step < len(commands):
+            if start < count:
                 self._flush()  # the stored part's answers go out now
 
     # The read path itself under the protocol's name: the broker's reads make no extra call.
@@ -212,6 +238,25 @@ class RemotingConnection(asyncio.BaseProtocol):
                     future.set_result(command)
             else:
                 self._start_handling(command)
+
+    def _take_step(self, commands: list[RemotingCommand], start: int) -> int:
+        """`_take` of `commands` from `start` on, up to `_GATHER_STEP` requests that get an
+        answer: a oneway request (a transaction's END) or a response gets none, so it does not
+        count toward a step, and goes with the answers around it instead of a write and an
+        append of its own. Where it stopped (before the next answered request)."""
+        answered = 0
+        for at in range(start, len(commands)):
+            command = commands[at]
+            flag = command.flag
+            if flag & 1:
+                self._take([command])  # a response, rare on a server's connection
+                continue
+            if not flag & 2:  # answered: neither a response nor oneway
+                if answered == _GATHER_STEP:
+                    return at
+                answered += 1
+            self._start_handling(command)
+        return len(commands)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -301,7 +346,13 @@ class RemotingConnection(asyncio.BaseProtocol):
                     )
                 )
             return
-        handling = self._handle(request)
+        if request.code in self._now_codes:
+            now = self._answer_now(request)
+            if now is None:
+                return  # answered, with no coroutine
+            handling = now
+        else:
+            handling = self._handle(request)
         try:
             # Step the handler here, as Python 3.12's eager tasks do: a task costs more than
             # most requests' whole processing, and most never wait.
@@ -327,9 +378,33 @@ class RemotingConnection(asyncio.BaseProtocol):
             response = await self._handler(self, request)
         except Exception as exc:
             log.exception("request code %d from %s failed", request.code, self.peer)
-            response = RemotingCommand.response_to(
-                request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
-            )
+            response = _system_error(request, exc)
+        if response is not None and not request.is_oneway:
+            self.send(response)
+
+    def _answer_now(self, request: RemotingCommand) -> Coroutine[Any, Any, None] | None:
+        """`handler_now`'s answer sent (unless oneway), None; or, for an awaitable, the
+        coroutine that sends it once it comes (stepped as `_handle`'s)."""
+        assert self._handler_now is not None
+        try:
+            answer = self._handler_now(self, request)
+        except Exception as exc:
+            log.exception("request code %d from %s failed", request.code, self.peer)
+            answer = _system_error(request, exc)
+        if answer is None or isinstance(answer, RemotingCommand):
+            if answer is not None and not request.flag & 2:  # is_oneway, inline
+                self.send(answer)
+            return None
+        return self._handle_later(request, answer)
+
+    async def _handle_later(
+        self, request: RemotingCommand, answer: Awaitable[RemotingCommand | None]
+    ) -> None:
+        try:
+            response = await answer
+        except Exception as exc:
+            log.exception("request code %d from %s failed", request.code, self.peer)
+            response = _system_error(request, exc)
         if response is not None and not request.is_oneway:
             self.send(response)
 
@@ -561,6 +636,8 @@ class BufferedRemotingConnection(RemotingConnection, asyncio.BufferedProtocol):
 
 
 _FUTURE: Final = asyncio.Future
+_FLAG: Final = operator.attrgetter("flag")
+_ONEWAY: Final = 2  # the flag of a oneway request (RemotingCommand.is_oneway's bit, alone)
 
 
 class _StepOnce:
@@ -595,6 +672,13 @@ class _StepOnce:
 async def _resume(coroutine: Coroutine[Any, Any, None], waiting_on: Any) -> None:
     """Run the rest of a started `coroutine`, which is waiting on `waiting_on`, in this task."""
     await Continuation(coroutine, waiting_on)
+
+
+def _system_error(request: RemotingCommand, exc: Exception) -> RemotingCommand:
+    """The answer to a request whose handler raised `exc` (a bug, logged by the caller)."""
+    return RemotingCommand.response_to(
+        request, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+    )
 
 
 def _time_out(future: asyncio.Future[RemotingCommand]) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.conditions import eventually
 from tests.support.fake_transport import FakeTransport
+from tidemq.client.remoting.codes import ResponseCode
 from tidemq.client.remoting.command import RemotingCommand
 from tidemq.client.remoting.errors import EncodeError
 from tidemq.client.remoting.frame import FrameDecoder, encode_command, encode_command_parts
@@ -261,7 +262,12 @@ async def test_a_request_answered_without_waiting_makes_no_task() -> None:
     async def at_once(_connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
         return RemotingCommand.response_to(request, 0)
 
-    connection, transport = connect(at_once)
+    async def not_these(_connection: RemotingConnection, request: RemotingCommand) -> None:
+        raise AssertionError(f"request code {request.code} went to the async handler")
+
+    connection = RemotingConnection(not_these, handler_now=at_once, now_codes={1, 2, 3})
+    transport = FakeTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
     connection.data_received(encode_command(RemotingCommand.request(1, opaque=1)))
     assert connection.requests_in_flight == 0  # answered in data_received itself
     await asyncio.sleep(0)
@@ -352,6 +358,48 @@ async def test_wait_requests_done_waits_for_requests_without_a_task() -> None:
     assert [c.opaque for c in commands_in(b"".join(transport.writes))] == [7]
 
 
+async def test_a_handler_that_answers_at_once_makes_no_coroutine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the broker's dispatch_now for END_TRANSACTION: the answer itself, or None for a oneway
+    # request; a handler that raises gets SYSTEM_ERROR as an async one does
+    def no_coroutine(*_args: object) -> None:
+        raise AssertionError("a coroutine was made for a request answered at once")
+
+    monkeypatch.setattr(RemotingConnection, "_handle", no_coroutine)
+
+    def at_once(
+        _connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand | None:
+        if request.code == 2:
+            raise ValueError("bug")
+        if request.code == 3:
+            return None
+        return RemotingCommand.response_to(request, 0, "ok")
+
+    async def not_these(_connection: RemotingConnection, request: RemotingCommand) -> None:
+        raise AssertionError(f"request code {request.code} went to the async handler")
+
+    connection = RemotingConnection(not_these, handler_now=at_once, now_codes={1, 2, 3})
+    transport = FakeTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    oneway = RemotingCommand.request(1, opaque=2)
+    oneway.flag |= 2
+    requests = [
+        RemotingCommand.request(1, opaque=1),
+        oneway,  # answered, but oneway: nothing goes out
+        RemotingCommand.request(2, opaque=3),
+        RemotingCommand.request(3, opaque=4),
+    ]
+    connection.data_received(b"".join(encode_command(c) for c in requests))
+    await asyncio.sleep(0)
+    answers = commands_in(b"".join(transport.writes))
+    assert [(c.opaque, c.code, c.remark) for c in answers] == [
+        (1, 0, "ok"),
+        (3, ResponseCode.SYSTEM_ERROR, "ValueError: bug"),
+    ]
+
+
 class RecordingScope:
     def __init__(self, fail: bool = False) -> None:
         self.calls: list[str] = []
@@ -412,6 +460,42 @@ async def test_a_long_read_is_stored_and_answered_in_steps() -> None:
     assert steps[2][0] == "request 33 after 2 writes"
     await asyncio.sleep(0)
     assert [c.opaque for c in commands_in(b"".join(transport.writes))] == list(range(1, 41))
+
+
+async def test_oneway_requests_do_not_count_toward_a_step() -> None:
+    # a transaction's END (oneway) between the sends of a read: a step still holds 16 answered
+    # requests, and the oneway ones after the 16th go with it (at f455978 each counted, and a
+    # read of sends and ENDs was written and appended twice as often)
+    scope = RecordingScope()
+    transport = FakeTransport()
+
+    async def noting(
+        _connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand | None:
+        scope.calls.append(f"request {request.opaque}")
+        return RemotingCommand.response_to(request, 0)
+
+    connection = RemotingConnection(noting, read_scope=scope)
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    requests = []
+    for n in range(1, 41):
+        request = RemotingCommand.request(1, opaque=n)
+        if n % 2 == 0 or n == 35:  # the even ones, and two in a row at the end
+            request.flag |= 2
+        requests.append(request)
+    connection.data_received(b"".join(encode_command(c) for c in requests))
+    steps = [
+        [int(call.split()[1]) for call in group]
+        for is_bracket, group in itertools.groupby(
+            scope.calls, key=lambda call: call in ("begin", "end")
+        )
+        if not is_bracket
+    ]
+    # answered: 1, 3, ..., 33 (17 of them), then 37, 39
+    assert steps == [list(range(1, 33)), list(range(33, 41))]
+    await asyncio.sleep(0)
+    answered = [c.opaque for c in commands_in(b"".join(transport.writes))]
+    assert answered == [n for n in range(1, 41) if n % 2 and n != 35]
 
 
 async def test_when_the_read_scope_fails_no_answer_of_that_read_goes_out() -> None:

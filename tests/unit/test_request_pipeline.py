@@ -3,10 +3,13 @@ the header and body helpers naming what is wrong, and hooks around every request
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
+
 import pytest
 
 from tidemq.broker.processors.decoding import request_body, request_header
-from tidemq.broker.remoting.server import RemotingServer, RequestRejected
+from tidemq.broker.remoting.server import RemotingServer, RequestRejected, answers_at_once
 from tidemq.client.protocol.headers import TopicQueueRequestHeader, encode
 from tidemq.client.protocol.heartbeat import HeartbeatData
 from tidemq.client.remoting.codes import RequestCode, ResponseCode, SerializeType
@@ -227,3 +230,70 @@ def test_without_hooks_the_list_is_an_empty_tuple() -> None:
     assert server.hooks == ()
     server.add_hook(Recorder("a", []))
     assert isinstance(server.hooks, tuple) and len(server.hooks) == 1
+
+
+# --- processors that answer at once ---------------------------------------------------------
+
+
+def test_a_processor_that_answers_at_once_is_dispatched_without_a_coroutine() -> None:
+    # END_TRANSACTION's process_now: its answer comes back from dispatch_now itself, after the
+    # gate and with the hooks around it, as an async processor's does through dispatch
+    log: list[tuple[str, ...]] = []
+    hook = Recorder("stats", log, refuse_topic="Refused")
+    server = RemotingServer("127.0.0.1", 0)
+    server.add_hook(hook)
+
+    @answers_at_once
+    def at_once(connection: RemotingConnection, request: RemotingCommand) -> RemotingCommand:
+        log.append(("processor", request.ext_fields["topic"]))
+        if request.ext_fields["topic"] == "Missing":
+            raise RequestRejected(ResponseCode.TOPIC_NOT_EXIST, "topic[Missing] not exist")
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, "done")
+
+    server.register(RequestCode.GET_MAX_OFFSET, at_once)
+    assert RequestCode.GET_MAX_OFFSET in server.now_processors
+    answer = server.dispatch_now(connection_from("p:1"), get_max_offset({"topic": "T"}))
+    assert isinstance(answer, RemotingCommand)
+    assert (answer.code, answer.remark, answer.opaque) == (ResponseCode.SUCCESS, "done", 77)
+    assert log == [("before", "stats", "p:1"), ("processor", "T"), ("after", "stats")]
+    rejected = server.dispatch_now(connection_from("p:1"), get_max_offset({"topic": "Missing"}))
+    assert isinstance(rejected, RemotingCommand)
+    assert (rejected.code, rejected.remark) == (
+        ResponseCode.TOPIC_NOT_EXIST,
+        "topic[Missing] not exist",
+    )
+    refused = server.dispatch_now(connection_from("p:1"), get_max_offset({"topic": "Refused"}))
+    assert isinstance(refused, RemotingCommand) and refused.code == ResponseCode.NO_PERMISSION
+    assert ("processor", "Refused") not in log
+    assert hook.responses == [answer, rejected, refused]
+
+
+async def test_a_processor_that_answers_at_once_is_served_by_dispatch_too() -> None:
+    # dispatch (awaited by callers other than the connections) serves it as any processor,
+    # an answer given at once or through an awaitable; an async processor registered over it
+    # takes its code back from dispatch_now
+    server = RemotingServer("127.0.0.1", 0)
+
+    async def later(request: RemotingCommand) -> RemotingCommand:
+        await asyncio.sleep(0)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, "later")
+
+    @answers_at_once
+    def at_once(
+        connection: RemotingConnection, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        if request.ext_fields.get("topic") == "Later":
+            return later(request)
+        return RemotingCommand.response_to(request, ResponseCode.SUCCESS, "now")
+
+    server.register(RequestCode.GET_MAX_OFFSET, at_once)
+    now = await server.dispatch(connection_from("p:1"), get_max_offset({"topic": "T"}))
+    assert now is not None and now.remark == "now"
+    pending = server.dispatch_now(connection_from("p:1"), get_max_offset({"topic": "Later"}))
+    assert pending is not None and not isinstance(pending, RemotingCommand)
+    answered = await pending
+    assert answered is not None and answered.remark == "later"
+    server.register(RequestCode.GET_MAX_OFFSET, offsets_processor)
+    assert RequestCode.GET_MAX_OFFSET not in server.now_processors
+    response = await server.dispatch(connection_from("p:1"), get_max_offset(TOPIC_QUEUE))
+    assert response is not None and response.ext_fields == {"offset": "30"}

@@ -28,6 +28,7 @@ from tests.support.half_records import (
 )
 from tests.support.stores import StoreFactory
 from tidemq.broker.managers.consumer_offset import ConsumerOffsetManager
+from tidemq.broker.processors.end_transaction import EndTransactionProcessor
 from tidemq.broker.transaction.messages import (
     HALF_TOPIC,
     OP_TOPIC,
@@ -42,8 +43,10 @@ from tidemq.broker.transaction.messages import (
     read_half,
 )
 from tidemq.broker.transaction.service import EndOutcome, TransactionalMessageService
-from tidemq.client.protocol.headers import EndTransactionRequestHeader
-from tidemq.client.remoting.codes import ResponseCode
+from tidemq.client.protocol.headers import EndTransactionRequestHeader, encode
+from tidemq.client.remoting.codes import RequestCode, ResponseCode
+from tidemq.client.remoting.command import RemotingCommand
+from tidemq.client.transport.connection import RemotingConnection
 from tidemq.store.delay import SCHEDULE_TOPIC
 from tidemq.store.layout import (
     TRANSACTION_COMMIT_TYPE,
@@ -186,9 +189,11 @@ async def test_records_put_together_are_one_append_each_in_its_queue(tmp_path: P
     assert append.wrote_offset == before
     assert append.wrote_bytes == len(first.data) + len(second.data)
     assert append.queue_offsets == [0, 1]
-    assert len(append.msg_ids) == 2
     found = [u.physical_offset for u in units(service, OP_TOPIC, 0)]
     assert found == [before, before + len(first.data)]
+    # RocketMQ's offsetMsgId of each: the store host's bytes and the offset, in hex
+    assert append.msg_ids == [(HOST4 + phy.to_bytes(8, "big")).hex().upper() for phy in found]
+    assert append.msg_id == ",".join(append.msg_ids)
     ops = [store.look_message_by_offset(phy) for phy in found]
     assert [op.body if op else None for op in ops] == [b"7", b"8"]
     assert all(op is not None and op.store_timestamp == append.store_timestamp for op in ops)
@@ -333,3 +338,33 @@ async def test_an_end_waits_only_for_a_new_consume_queue_file(tmp_path: Path) ->
     assert isinstance(outcome, EndOutcome) and outcome.code == ResponseCode.SUCCESS
     assert len(units(service, "T", 2)) == 2
     assert len(units(service, OP_TOPIC, 0)) == 2
+
+
+async def test_the_end_processor_answers_at_once_when_nothing_waits(tmp_path: Path) -> None:
+    # process_now (the server's dispatch_now calls it): a oneway END with nothing to wait for
+    # is done when it returns, None and no coroutine; a two-way one gets its answer, a refusal
+    # included; one that waits for a new ConsumeQueue file gives an awaitable of its answer
+    service = service_on(tmp_path)
+    processor = EndTransactionProcessor(service.store, service)
+    connection = RemotingConnection()
+    connection.peer = "10.0.0.1:5"
+    halves = [await prepare(service, {}) for _ in range(3)]
+
+    def end(half: tuple[int, int], oneway: bool) -> RemotingCommand:
+        header = EndTransactionRequestHeader("PG", half[1], half[0], TRANSACTION_COMMIT_TYPE, "x")
+        return RemotingCommand.request(
+            RequestCode.END_TRANSACTION, encode(header), opaque=9, oneway=oneway
+        )
+
+    waiting = processor.process_now(connection, end(halves[0], oneway=True))
+    assert waiting is not None and not isinstance(waiting, RemotingCommand)  # T-2's first file
+    service.store.reput.dispatch_available(1 << 62)
+    assert await waiting is None
+    assert processor.process_now(connection, end(halves[1], oneway=True)) is None
+    answer = processor.process_now(connection, end(halves[2], oneway=False))
+    assert isinstance(answer, RemotingCommand)
+    assert (answer.code, answer.opaque) == (ResponseCode.SUCCESS, 9)
+    again = processor.process_now(connection, end(halves[2], oneway=False))
+    assert isinstance(again, RemotingCommand) and again.code == ResponseCode.TRANSACTION_FAILED
+    assert len(units(service, "T", 2)) == 3
+    assert len(units(service, OP_TOPIC, 0)) == 3
