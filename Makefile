@@ -47,12 +47,12 @@ python-version:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "tidemq needs Python >= 3.11 (found $$($(PYTHON) --version))"; exit 1; }
 
-$(RUN_STAMP): pyproject.toml $(CYTHON_SOURCES) | python-version
+$(RUN_STAMP): pyproject.toml $(CYTHON_SOURCES) | python-version build-packages
 	$(call pip_install,tidemq and what it runs on,.[protocol])
 	@$(MAKE) --no-print-directory typing-tree
 	@touch $(RUN_STAMP)
 
-$(TEST_STAMP): pyproject.toml $(CYTHON_SOURCES) | python-version
+$(TEST_STAMP): pyproject.toml $(CYTHON_SOURCES) | python-version build-packages
 	$(call pip_install,tidemq with the dev and spark extras for tests and lint,.[dev$(comma)spark$(comma)protocol])
 	@$(MAKE) --no-print-directory typing-tree
 	@touch $(RUN_STAMP) $(TEST_STAMP)
@@ -68,20 +68,23 @@ typing-tree:
 	@ln -sfn ../../../store/common $(TYPING)/common
 	@ln -sf ../../../client/_tidemq/__init__.py ../../../client/_tidemq/py.typed $(TYPING)/
 
-# Debian packages the tests run, as command:package (or /file:package for a package without a
-# command); the daemons need none of them (setpriv is for the tests that drop privileges as
-# deploy/systemd does). Installed with apt-get when run as root and missing (CI runs as root);
-# otherwise the one command to run is printed. They come before the test extras: pyfuse3 is
-# built from source against libfuse3-dev (found by pkg-config); fusermount3 (fuse3) mounts the
-# lossy file system of the power-cut tests. libssl-dev: OpenSSL's headers, for the compiled
-# codec's request signatures (client/remoting/_codec.pyx links libcrypto).
+# Debian packages, as command:package (or /file:package for a package without a command),
+# installed with apt-get when run as root and missing (CI runs as root); otherwise the one
+# command to run is printed and the install goes on.
+# - BUILD_PACKAGES: what the compiled modules are built with, for `make run` too. libssl-dev:
+#   OpenSSL's headers, for the compiled codec's request signatures (client/remoting/_codec.pyx
+#   links libcrypto); without them the whole codec falls back to its pure-Python twin.
+# - SYSTEM_PACKAGES: what the tests run; the daemons need none of them (setpriv is for the tests
+#   that drop privileges as deploy/systemd does). They come before the test extras: pyfuse3 is
+#   built from source against libfuse3-dev (found by pkg-config); fusermount3 (fuse3) mounts the
+#   lossy file system of the power-cut tests.
+BUILD_PACKAGES ?= /usr/include/openssl/sha.h:libssl-dev
 SYSTEM_PACKAGES ?= java:openjdk-17-jre-headless nft:nftables iptables:iptables setpriv:util-linux \
 	chromium:chromium chromedriver:chromium-driver etcd:etcd-server fusermount3:fuse3 \
 	pkg-config:pkg-config /usr/include/fuse3/fuse_lowlevel.h:libfuse3-dev node:nodejs npm:npm \
-	/usr/include/openssl/sha.h:libssl-dev
-.PHONY: system-packages
-system-packages:
-	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
+	$(BUILD_PACKAGES)
+define debian_install
+	@missing=""; for pair in $(1); do \
 		what="$${pair%%:*}"; \
 		{ command -v "$$what" || test -e "$$what"; } >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
@@ -92,6 +95,12 @@ system-packages:
 	else \
 		echo "missing system packages; run: sudo apt-get install$$missing"; \
 	fi
+endef
+.PHONY: build-packages system-packages
+build-packages:
+	$(call debian_install,$(BUILD_PACKAGES))
+system-packages:
+	$(call debian_install,$(SYSTEM_PACKAGES))
 
 # The RocketMQ 5 protocol's Python modules (git-ignored): generated from the .proto files by
 # grpcio-tools, again whenever a .proto is newer than its module.
