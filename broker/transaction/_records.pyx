@@ -28,20 +28,10 @@ from cpython.ref cimport Py_INCREF
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char* data, Py_ssize_t size, const char* errors)
-    ctypedef struct PyMemberDef:
-        const char* name
-        int type
-        Py_ssize_t offset
-        int flags
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-
-cdef extern from "structmember.h":
-    int T_OBJECT_EX
-    int READONLY
 
 include "../../store/common/_twins.pxi"
 include "../../store/common/_bigendian.pxi"
+include "../../store/common/_slots.pxi"
 include "../../store/_layout.pxi"
 
 
@@ -221,10 +211,7 @@ cdef enum:
     _OP_TAIL_SIZE = 1 + 27 + 2 + 18
 
 
-cdef inline void _put_at(object obj, Py_ssize_t offset, object value) noexcept:
-    """A field's value written in its slot of a new object (empty until now)."""
-    Py_INCREF(value)
-    (<PyObject**>((<char*><PyObject*>obj) + offset))[0] = <PyObject*>value
+
 
 
 # EncodedRecord's fields, and their slots' offsets (as HalfRecord's below), found at the first
@@ -240,7 +227,7 @@ cdef object _encoded(object data, long long store_ts_at, object topic, object qu
     record = _EncodedRecord.__new__(_EncodedRecord)
     if _encoded_slots_state == 0:
         _encoded_slots_state = (
-            1 if _find_slots(_EncodedRecord, _ENCODED_FIELDS, _encoded_slots) else -1
+            1 if _find_slots(_EncodedRecord, _ENCODED_FIELDS, _encoded_slots, True) else -1
         )
     if _encoded_slots_state > 0:
         _put_at(record, _encoded_slots[0], data)
@@ -409,31 +396,8 @@ cdef object _half_record_class():
         from tidemq.broker.transaction.messages import HalfRecord
 
         _HalfRecord = HalfRecord
-        _half_slots_state = 1 if _find_slots(HalfRecord, _HALF_FIELDS, _half_slots) else -1
+        _half_slots_state = 1 if _find_slots(HalfRecord, _HALF_FIELDS, _half_slots, True) else -1
     return _HalfRecord
-
-
-cdef bint _find_slots(object cls, tuple names, Py_ssize_t* offsets):
-    """Whether `cls` is a slots dataclass whose fields are `names`, in order, each a writable
-    object slot, with no __post_init__ and no __setattr__ of its own; the slots' offsets."""
-    import dataclasses
-    if (
-        not dataclasses.is_dataclass(cls)
-        or tuple(f.name for f in dataclasses.fields(cls)) != names
-        or hasattr(cls, "__post_init__")
-        or cls.__setattr__ is not object.__setattr__
-        or type(cls).__setattr__ is not type.__setattr__
-    ):
-        return False
-    for i in range(len(names)):
-        descriptor = cls.__dict__.get(names[i])
-        if type(descriptor).__name__ != "member_descriptor":
-            return False
-        member = (<PyMemberDescrObject*>descriptor).d_member
-        if member.type != T_OBJECT_EX or member.flags & READONLY:
-            return False
-        offsets[i] = member.offset
-    return True
 
 
 cdef inline void _put_slot(object obj, int index, object value) noexcept:

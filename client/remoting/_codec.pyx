@@ -32,6 +32,7 @@ from tidemq.client.remoting.command import RemotingCommand as _Command
 
 include "../../store/common/_twins.pxi"
 include "../../store/common/_bigendian.pxi"
+include "../../store/common/_slots.pxi"
 
 
 _PURE_KEY = "tidemq.client.remoting.headers._command_from_mapping"
@@ -58,19 +59,6 @@ cdef inline bint _int32(object value):
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
 
-cdef extern from "Python.h":
-    ctypedef struct PyMemberDef:
-        const char* name
-        int type
-        Py_ssize_t offset
-        int flags
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-
-cdef extern from "structmember.h":
-    int T_OBJECT_EX
-    int READONLY
-
 
 # RemotingCommand's fields in its dataclass order, as its __init__ sets them.
 _COMMAND_FIELDS = (
@@ -85,31 +73,7 @@ cdef Py_ssize_t _command_slots[_COMMAND_FIELD_COUNT]
 cdef int _command_slots_state = 0  # 0: not looked up yet, 1: found, -1: not usable
 
 
-cdef bint _find_slots(object cls, tuple names, Py_ssize_t* offsets):
-    """Whether `cls` is a slots dataclass whose fields are `names`, in order, each a writable
-    object slot, with no __post_init__; the slots' offsets (from their member descriptors)."""
-    import dataclasses
-    if (
-        not dataclasses.is_dataclass(cls)
-        or tuple(f.name for f in dataclasses.fields(cls)) != names
-        or hasattr(cls, "__post_init__")
-    ):
-        return False
-    for i in range(len(names)):
-        descriptor = cls.__dict__.get(names[i])
-        if type(descriptor).__name__ != "member_descriptor":
-            return False
-        member = (<PyMemberDescrObject*>descriptor).d_member
-        if member.type != T_OBJECT_EX or member.flags & READONLY:
-            return False
-        offsets[i] = member.offset
-    return True
 
-
-cdef inline void _put_at(object obj, Py_ssize_t offset, object value) noexcept:
-    """A field's value written in its slot of a new object (empty until now)."""
-    Py_INCREF(value)
-    (<PyObject**>((<char*><PyObject*>obj) + offset))[0] = <PyObject*>value
 
 
 cdef int _find_command_slots():
@@ -120,7 +84,7 @@ cdef int _find_command_slots():
     usable = (
         type(_Command).__setattr__ is type.__setattr__
         and _Command.__setattr__ is object.__setattr__
-        and _find_slots(_Command, _COMMAND_FIELDS, _command_slots)
+        and _find_slots(_Command, _COMMAND_FIELDS, _command_slots, False)
     )
     _command_slots_state = 1 if usable else -1
     return _command_slots_state
@@ -1875,7 +1839,7 @@ def send_result(
     if _send_result_state == 0:
         from tidemq.client.message import SendResult
         _SendResult = SendResult
-        found = _find_slots(SendResult, _SEND_RESULT_FIELDS, _send_result_slots)
+        found = _find_slots(SendResult, _SEND_RESULT_FIELDS, _send_result_slots, False)
         _send_result_state = 1 if found else -1
     if _send_result_state < 0:
         return _pure(_SEND_RESULT_KEY)(status, msg_id, offset_msg_id, message_queue, queue_offset)
